@@ -1,0 +1,20 @@
+// Every activity of the control worker (task queue TROUPE_TASK_QUEUE).
+// To add yours: write `createXActivities(deps)` in its own file and spread it below.
+// Workflows import the type only: `import type { ControlActivities } from '../activities'`.
+import type { Sql } from '../infra/db';
+import { createPingActivities } from './ping';
+import { createTrainingControlActivities } from './training/control';
+
+/** What control activities may use. Extend with more shared clients as needed. */
+export interface ControlDeps {
+  sql: Sql;
+}
+
+export function createControlActivities(deps: ControlDeps) {
+  return {
+    ...createPingActivities(deps),
+    ...createTrainingControlActivities(deps),
+  };
+}
+
+export type ControlActivities = ReturnType<typeof createControlActivities>;

@@ -1,0 +1,30 @@
+// The control worker: all workflows (workflows/index.ts) and all control activities
+// (activities/index.ts), on the control task queue (TROUPE_TASK_QUEUE, default "troupe").
+import { NativeConnection, Worker, WorkerOptions } from '@temporalio/worker';
+import { createControlActivities } from '../activities';
+import type { Sql } from './db';
+
+export interface ControlWorkerOptions {
+  connection: NativeConnection;
+  namespace: string;
+  taskQueue: string;
+  sql: Sql;
+  /** A prebuilt bundle (bundleWorkflowCode) to skip bundling, e.g. in tests that create many workers. */
+  workflowBundle?: WorkerOptions['workflowBundle'];
+  /** Any other Worker option (identity, concurrency limits, interceptors...). */
+  workerOptions?: Partial<WorkerOptions>;
+}
+
+/** Path handed to Temporal's bundler. */
+export const WORKFLOWS_PATH = require.resolve('../workflows');
+
+export async function createControlWorker(opts: ControlWorkerOptions): Promise<Worker> {
+  return Worker.create({
+    connection: opts.connection,
+    namespace: opts.namespace,
+    taskQueue: opts.taskQueue,
+    ...(opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath: WORKFLOWS_PATH }),
+    activities: createControlActivities({ sql: opts.sql }),
+    ...opts.workerOptions,
+  });
+}

@@ -1,0 +1,119 @@
+// PostgreSQL client (porsager `postgres`), configured once for all of Troupe.
+//
+//   import { connect } from '../infra/db';
+//   const sql = connect(url);          // lazy: connects on first query
+//   const [row] = await sql`select 1 as one`;
+//   await sql.end();
+//
+// Choices:
+// - `max` 5 connections per client by default (workers are many, Postgres connections are not).
+// - notices are dropped (`onnotice`), e.g. "relation already exists, skipping".
+// - bigint / int8 / bigserial / count(*) come back as JS `number`, not strings. A value
+//   beyond Number.MAX_SAFE_INTEGER (2^53-1) throws rather than silently losing precision.
+//   Use `numeric` or `::text` for values that may be larger. `numeric` stays a string.
+// - timestamps come back as JS Date; jsonb as parsed JSON.
+import postgres from 'postgres';
+import { redactUrl } from './config';
+import { TroupeError, errorMessage } from './errors';
+
+const INT8_OID = 20;
+
+const int8AsNumber = {
+  to: INT8_OID,
+  from: [INT8_OID],
+  serialize: (x: number | bigint | string) => String(x),
+  parse: (raw: string): number => {
+    const n = Number(raw);
+    if (!Number.isSafeInteger(n)) {
+      throw new RangeError(`int8 value ${raw} does not fit a JS number exactly; select it as ::text or numeric`);
+    }
+    return n;
+  },
+};
+
+const types = { bigint: int8AsNumber };
+
+/** A connected client (tagged template `sql\`...\``). */
+export type Sql = postgres.Sql<{ bigint: number }>;
+
+export interface ConnectOptions {
+  /** Max pooled connections (default 5). */
+  max?: number;
+  /** Shown in pg_stat_activity (default "troupe"). */
+  applicationName?: string;
+  /** Seconds to wait for a connection (default 10). */
+  connectTimeout?: number;
+}
+
+/** Create a client for `url`. Lazy: nothing connects until the first query. */
+export function connect(url: string, opts: ConnectOptions = {}): Sql {
+  return postgres(url, {
+    max: opts.max ?? 5,
+    idle_timeout: 30,
+    connect_timeout: opts.connectTimeout ?? 10,
+    onnotice: () => undefined,
+    types,
+    connection: { application_name: opts.applicationName ?? 'troupe' },
+  }) as unknown as Sql;
+}
+
+/** Turn a connection/query failure into one clear line plus what to do. */
+export function describeDbError(err: unknown, url: string, what = 'PostgreSQL'): TroupeError {
+  const e = err as { code?: string; message?: string; errno?: string };
+  const where = redactUrl(url);
+  let host = '';
+  try {
+    const u = new URL(url);
+    host = `${u.hostname}:${u.port || 5432}`;
+  } catch {
+    /* keep empty */
+  }
+  const code = e?.code ?? '';
+  if (code === 'ECONNREFUSED' || code === 'CONNECT_TIMEOUT' || code === 'ETIMEDOUT' || code === 'EHOSTUNREACH') {
+    return new TroupeError(
+      `cannot reach ${what} at ${host} (${code})`,
+      'start that server or fix DATABASE_URL; unset DATABASE_URL to use the embedded PostgreSQL',
+      { cause: err },
+    );
+  }
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') {
+    return new TroupeError(`cannot resolve the host of ${where}`, 'fix the host name in DATABASE_URL', { cause: err });
+  }
+  if (code === '28P01' || code === '28000' || code === 'SASL_SIGNATURE_MISMATCH' || /password|authentication/i.test(e?.message ?? '')) {
+    return new TroupeError(
+      `${what} refused the login for ${where}: ${errorMessage(err)}`,
+      'fix the user/password in DATABASE_URL (postgres://user:password@host:port/db)',
+      { cause: err },
+    );
+  }
+  if (code === '3D000') {
+    return new TroupeError(
+      `database does not exist: ${errorMessage(err)} (${where})`,
+      'create it (`createdb NAME`) or point DATABASE_URL at an existing database',
+      { cause: err },
+    );
+  }
+  return new TroupeError(`${what} at ${where}: ${errorMessage(err)}`, 'check DATABASE_URL and that the server is up', {
+    cause: err,
+  });
+}
+
+/** Connect once and read `server_version`; throws a TroupeError saying what went wrong. */
+export async function checkDatabase(url: string, opts: { connectTimeout?: number } = {}): Promise<{ serverVersion: string }> {
+  const sql = connect(url, { max: 1, connectTimeout: opts.connectTimeout ?? 5 });
+  try {
+    const [row] = await sql<{ server_version: string }[]>`show server_version`;
+    return { serverVersion: row.server_version };
+  } catch (err) {
+    throw describeDbError(err, url);
+  } finally {
+    await sql.end({ timeout: 1 }).catch(() => undefined);
+  }
+}
+
+/** Same URL with another database name (for creating per-test databases). */
+export function withDatabase(url: string, database: string): string {
+  const u = new URL(url);
+  u.pathname = '/' + encodeURIComponent(database);
+  return u.toString();
+}

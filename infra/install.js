@@ -1,0 +1,144 @@
+'use strict';
+// Plain JavaScript, Node built-ins only: this runs before node_modules exists.
+// Shared by cli/bin.js (the `troupe` command) and infra/test.js (`npm test`).
+//
+// ensurePackages(repoRoot): runs `npm ci` when node_modules is missing or older
+// than package-lock.json. npm writes node_modules/.package-lock.json at the end of
+// every install, so its mtime is when node_modules was last brought in line with a
+// lockfile. A lock file in the temp dir (one per clone) keeps two concurrent
+// callers from running `npm ci` over each other.
+
+const fs = require('node:fs');
+const path = require('node:path');
+const os = require('node:os');
+const crypto = require('node:crypto');
+const { spawnSync } = require('node:child_process');
+
+function mtimeMs(file) {
+  try {
+    return fs.statSync(file).mtimeMs;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Why node_modules needs (re)installing, or undefined when it is up to date. */
+function packagesStaleReason(repoRoot) {
+  const lock = mtimeMs(path.join(repoRoot, 'package-lock.json'));
+  const installed = mtimeMs(path.join(repoRoot, 'node_modules', '.package-lock.json'));
+  if (installed === undefined) return 'node_modules is missing';
+  if (lock !== undefined && installed < lock) return 'node_modules is older than package-lock.json';
+  return undefined;
+}
+
+function sleepMs(ms) {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+}
+
+function pidAlive(pid) {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return err.code === 'EPERM';
+  }
+}
+
+/** Take an exclusive lock file (O_EXCL), waiting while a live process holds it. */
+function withLockFile(lockPath, onWait, fn) {
+  const deadline = Date.now() + 30 * 60 * 1000;
+  let told = false;
+  for (;;) {
+    try {
+      const fd = fs.openSync(lockPath, 'wx');
+      fs.writeSync(fd, String(process.pid));
+      fs.closeSync(fd);
+      break;
+    } catch (err) {
+      if (err.code !== 'EEXIST') throw err;
+      let holder = NaN;
+      try {
+        holder = Number(fs.readFileSync(lockPath, 'utf8').trim());
+      } catch {
+        continue; // removed between open and read: try again
+      }
+      if (!Number.isInteger(holder) || !pidAlive(holder)) {
+        fs.rmSync(lockPath, { force: true }); // stale: its owner died
+        continue;
+      }
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${lockPath} (held by pid ${holder})`);
+      if (!told) {
+        onWait(holder);
+        told = true;
+      }
+      sleepMs(500);
+    }
+  }
+  try {
+    return fn();
+  } finally {
+    fs.rmSync(lockPath, { force: true });
+  }
+}
+
+function runNpm(repoRoot, args, capture) {
+  const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
+  const r = spawnSync(npm, args, {
+    cwd: repoRoot,
+    encoding: 'utf8',
+    stdio: capture ? ['ignore', 'pipe', 'pipe'] : ['ignore', 2, 2],
+  });
+  return { error: r.error, status: r.status, output: capture ? `${r.stdout || ''}${r.stderr || ''}` : '' };
+}
+
+function fail(log, what, r, repoRoot) {
+  if (r.error) log(`troupe: could not run npm: ${r.error.message}`);
+  else log(`troupe: \`${what}\` failed (exit ${r.status}); see its output above.`);
+  log(`  → ${r.error ? 'install Node.js ≥ 20 with npm, then ' : 'fix the problem it reports, then '}run \`npm ci\` in ${repoRoot}`);
+  process.exit(r.status || 1);
+}
+
+/**
+ * Make sure node_modules matches package-lock.json, running `npm ci` if not.
+ * Returns true when it installed. Exits the process with npm's status on failure.
+ *
+ * npm ci's strict check also wants lockfile entries for optional packages of other
+ * platforms (e.g. @swc/core-darwin-arm64). A registry that lacks those can never
+ * satisfy it; then we fall back to `npm install`, which installs the locked versions
+ * and tolerates the missing optional ones (and says so if it changed the lockfile).
+ */
+function ensurePackages(repoRoot, log = (line) => process.stderr.write(line + '\n')) {
+  if (!packagesStaleReason(repoRoot)) return false;
+  const id = crypto.createHash('sha1').update(path.resolve(repoRoot)).digest('hex').slice(0, 12);
+  const lockPath = path.join(os.tmpdir(), `troupe-npm-ci-${id}.lock`);
+  return withLockFile(
+    lockPath,
+    (pid) => log(`troupe: waiting for another install (pid ${pid}) to finish...`),
+    () => {
+      const reason = packagesStaleReason(repoRoot); // someone else may have just installed
+      if (!reason) return false;
+      log(`troupe: ${reason}; running \`npm ci\` (once, takes a minute)...`);
+      const ci = runNpm(repoRoot, ['ci', '--no-audit', '--no-fund'], true);
+      if (ci.error) fail(log, 'npm ci', ci, repoRoot);
+      if (ci.status === 0) return true;
+      if (!/in sync/.test(ci.output)) {
+        process.stderr.write(ci.output);
+        fail(log, 'npm ci', ci, repoRoot);
+      }
+      const missing = [...ci.output.matchAll(/Missing: (\S+?)@\S* from lock file/g)].map((m) => m[1]);
+      log(
+        `troupe: npm ci refused the lockfile (${missing.length ? `no entries for ${missing.join(', ')}` : 'not in sync'}); ` +
+          'falling back to `npm install`, which keeps the locked versions...',
+      );
+      const lockFile = path.join(repoRoot, 'package-lock.json');
+      const before = fs.existsSync(lockFile) ? fs.readFileSync(lockFile, 'utf8') : '';
+      const install = runNpm(repoRoot, ['install', '--no-audit', '--no-fund'], false);
+      if (install.error || install.status !== 0) fail(log, 'npm install', install, repoRoot);
+      const after = fs.existsSync(lockFile) ? fs.readFileSync(lockFile, 'utf8') : '';
+      if (before !== after) log('troupe: note: `npm install` changed package-lock.json (see `git diff package-lock.json`)');
+      return true;
+    },
+  );
+}
+
+module.exports = { ensurePackages, packagesStaleReason, withLockFile, pidAlive };

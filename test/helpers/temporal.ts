@@ -1,0 +1,70 @@
+// A real Temporal dev server for integration tests, from the same binary users get
+// (infra/temporal.ts: TROUPE_TEMPORAL_BIN → PATH → cache → go install). With
+// TEMPORAL_ADDRESS set, tests attach to that server instead.
+import { randomBytes } from 'node:crypto';
+import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { bundleWorkflowCode, DefaultLogger, Runtime, WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import { WORKFLOWS_PATH } from '../../infra/control-worker';
+import { TROUPE_SEARCH_ATTRIBUTE_KEYS } from '../../infra/search-attributes';
+import { ensureTemporalBinary } from '../../infra/temporal';
+
+export interface StartTemporalOptions {
+  namespace?: string;
+  /** Persist to this SQLite file (default: in memory). */
+  dbFilename?: string;
+  /** Extra `temporal server start-dev` arguments. */
+  extraArgs?: string[];
+}
+
+let runtimeInstalled = false;
+
+/** Workers in tests log warnings and errors only (TROUPE_TEST_LOG=INFO|DEBUG for more). */
+function installQuietRuntime(): void {
+  if (runtimeInstalled) return;
+  runtimeInstalled = true;
+  try {
+    const level = (process.env.TROUPE_TEST_LOG ?? 'WARN').toUpperCase() as 'WARN';
+    Runtime.install({ logger: new DefaultLogger(level) });
+  } catch {
+    /* a Runtime already exists (installed by the test itself): keep it */
+  }
+}
+
+/** Start a dev server on free ports (with Troupe's search attributes), or attach to TEMPORAL_ADDRESS. */
+export async function startTemporal(opts: StartTemporalOptions = {}): Promise<TestWorkflowEnvironment> {
+  installQuietRuntime();
+  const address = process.env.TEMPORAL_ADDRESS?.trim();
+  if (address) {
+    return TestWorkflowEnvironment.createFromExistingServer({
+      address,
+      namespace: opts.namespace ?? process.env.TEMPORAL_NAMESPACE ?? 'default',
+    });
+  }
+  const bin = await ensureTemporalBinary();
+  return TestWorkflowEnvironment.createLocal({
+    server: {
+      executable: { type: 'existing-path', path: bin.path },
+      ip: '127.0.0.1',
+      namespace: opts.namespace ?? 'default',
+      dbFilename: opts.dbFilename,
+      searchAttributes: [...TROUPE_SEARCH_ATTRIBUTE_KEYS],
+      extraArgs: opts.extraArgs,
+    },
+  });
+}
+
+/** A task queue name no other test uses. */
+export function uniqueTaskQueue(prefix = 'test'): string {
+  return `${prefix}-${randomBytes(5).toString('hex')}`;
+}
+
+let bundle: Promise<WorkflowBundleWithSourceMap> | undefined;
+
+/** workflows/ bundled once per test process (pass as `workflowBundle` to skip re-bundling per worker). */
+export function workflowBundle(): Promise<WorkflowBundleWithSourceMap> {
+  bundle ??= bundleWorkflowCode({ workflowsPath: WORKFLOWS_PATH, logger: quietLogger });
+  return bundle;
+}
+
+const noop = () => undefined;
+const quietLogger = { trace: noop, debug: noop, info: noop, warn: console.warn, error: console.error, log: noop };

@@ -1,0 +1,126 @@
+// `troupe up` / `ping` / `doctor` / `down` as a user runs them (cli/bin.js in child processes),
+// on free ports and a temp state dir so they never meet a developer's own `troupe up`.
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as net from 'node:net';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { after, test } from 'node:test';
+import { repoRoot } from '../../../infra/paths';
+import { pidAlive, readRecord } from '../../../infra/processes';
+import { temporalServerVersion } from '../../../infra/temporal';
+import { createTestDatabase, freePort, startTemporal, TestDatabase, uniqueTaskQueue } from '../../helpers';
+
+const bin = path.join(repoRoot, 'cli', 'bin.js');
+const cleanups: (() => Promise<unknown>)[] = [];
+after(async () => {
+  for (const c of cleanups.reverse()) await c().catch(() => undefined);
+});
+
+function troupe(args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [bin, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (c) => (stdout += c));
+    child.stderr.on('data', (c) => (stderr += c));
+    child.on('close', (code) => resolve({ code: code ?? 1, stdout, stderr }));
+  });
+}
+
+async function setup(extra: NodeJS.ProcessEnv = {}): Promise<{ env: NodeJS.ProcessEnv; stateDir: string; db: TestDatabase }> {
+  const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-up-'));
+  const db = await createTestDatabase({ migrate: false }); // `up` migrates it
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    TROUPE_STATE_DIR: stateDir,
+    TROUPE_TEMPORAL_PORT: String(await freePort()),
+    TROUPE_TEMPORAL_UI_PORT: String(await freePort()),
+    TROUPE_TASK_QUEUE: uniqueTaskQueue('control'),
+    TROUPE_POOL_TASK_QUEUE: uniqueTaskQueue('pool'),
+    DATABASE_URL: db.url,
+    TEMPORAL_ADDRESS: '',
+    TROUPE_DEBUG: '',
+    ...extra,
+  };
+  cleanups.push(async () => {
+    await troupe(['down'], env);
+    await db.drop();
+    fs.rmSync(stateDir, { recursive: true, force: true });
+  });
+  return { env, stateDir, db };
+}
+
+test('up --ping starts the dev server and the control worker; doctor sees them; down stops exactly those', async () => {
+  const { env, stateDir, db } = await setup();
+  const up = await troupe(['up', '--no-pool', '--ping'], env);
+  assert.equal(up.code, 0, up.stderr + up.stdout);
+  assert.match(up.stdout, /Troupe is up\./);
+  assert.match(up.stdout, new RegExp(`Web UI {7}http://localhost:${env.TROUPE_TEMPORAL_UI_PORT}`));
+  assert.match(up.stdout, /pings row: id=\d+ message="hello from troupe up --ping"/);
+  const temporal = readRecord(stateDir, 'temporal')!;
+  const control = readRecord(stateDir, 'control-worker')!;
+  assert.ok(pidAlive(temporal.pid) && pidAlive(control.pid));
+  assert.ok(fs.existsSync(path.join(stateDir, 'temporal.db')));
+
+  // Running up again reuses what runs.
+  const again = await troupe(['up', '--no-pool'], env);
+  assert.equal(again.code, 0, again.stderr);
+  assert.match(again.stdout, new RegExp(`control {6}already running \\(pid ${control.pid}\\)`));
+
+  const ping = await troupe(['ping', '-m', 'second'], env);
+  assert.equal(ping.code, 0, ping.stderr);
+  assert.match(ping.stdout, /message="second"/);
+  const rows = await db.sql`select message from pings order by id`;
+  assert.deepEqual(rows.map((r) => r.message), ['hello from troupe up --ping', 'second']);
+
+  const doctor = await troupe(['doctor'], env);
+  assert.equal(doctor.code, 0, doctor.stdout + doctor.stderr);
+  assert.match(doctor.stdout, /^ok +temporal server +reachable/m);
+  assert.match(doctor.stdout, /^ok +control worker +1 poller/m);
+  assert.match(doctor.stdout, /^ok +postgres +reachable: .*server_version/m);
+  assert.match(doctor.stdout, /^ok +ort cpu EP/m);
+
+  const down = await troupe(['down'], env);
+  assert.equal(down.code, 0, down.stderr);
+  assert.match(down.stdout, /control-worker +stopped/);
+  assert.match(down.stdout, /temporal +stopped/);
+  assert.doesNotMatch(down.stdout, /postgres/); // DATABASE_URL: not ours to stop
+  assert.ok(!pidAlive(temporal.pid) && !pidAlive(control.pid));
+  assert.equal(readRecord(stateDir, 'temporal'), undefined);
+
+  const pingDown = await troupe(['ping'], env);
+  assert.equal(pingDown.code, 1);
+  assert.match(pingDown.stderr, /^troupe: cannot reach Temporal at 127\.0\.0\.1:\d+/);
+});
+
+test('with TEMPORAL_ADDRESS, up attaches and down leaves that server alone', async () => {
+  const server = await startTemporal();
+  cleanups.push(() => server.teardown());
+  const { env, stateDir } = await setup({ TEMPORAL_ADDRESS: server.address });
+  const up = await troupe(['up', '--no-pool'], env);
+  assert.equal(up.code, 0, up.stderr + up.stdout);
+  assert.match(up.stdout, /external, left alone by `down`/);
+  assert.equal(readRecord(stateDir, 'temporal'), undefined);
+  const down = await troupe(['down'], env);
+  assert.equal(down.code, 0);
+  assert.match(down.stdout, /control-worker +stopped/);
+  assert.ok(await temporalServerVersion(server.address), 'the external server still answers');
+});
+
+test('a port taken by something that is not Temporal: one clear line plus what to do', async () => {
+  const blocker = net.createServer((s) => {
+    s.on('error', () => undefined); // the probe hangs up abruptly
+    s.end('HTTP/1.1 400 Bad Request\r\n\r\n');
+  });
+  const port = await new Promise<number>((resolve) => blocker.listen(0, '127.0.0.1', () => resolve((blocker.address() as net.AddressInfo).port)));
+  cleanups.push(() => new Promise((r) => blocker.close(r)));
+  const { env } = await setup({ TROUPE_TEMPORAL_PORT: String(port) });
+  const up = await troupe(['up', '--no-pool'], env);
+  assert.equal(up.code, 1);
+  const lines = up.stderr.trim().split('\n');
+  assert.equal(lines.length, 2, up.stderr);
+  assert.equal(lines[0], `troupe: port ${port} is in use by something that is not a Temporal server`);
+  assert.match(lines[1], /→ .*TROUPE_TEMPORAL_PORT/);
+});

@@ -1,0 +1,34 @@
+import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { test } from 'node:test';
+import { pidAlive, readRecord, runningService, spawnService, stopService, writeRecord } from '../../../infra/processes';
+
+const tmp = () => fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-proc-'));
+
+test('spawnService records the process; stopService stops it and removes the pid file', async () => {
+  const stateDir = tmp();
+  const rec = spawnService({ stateDir, name: 'sleeper', command: 'sleep', args: ['60'] });
+  assert.ok(pidAlive(rec.pid));
+  assert.deepEqual(readRecord(stateDir, 'sleeper')?.argv, ['sleep', '60']);
+  assert.equal(runningService(stateDir, 'sleeper')?.pid, rec.pid);
+  assert.equal(await stopService(stateDir, 'sleeper'), 'stopped');
+  assert.equal(pidAlive(rec.pid), false);
+  assert.equal(fs.existsSync(path.join(stateDir, 'sleeper.pid')), false);
+  assert.match(fs.readFileSync(path.join(stateDir, 'sleeper.log'), 'utf8'), /starting sleeper: sleep 60/);
+});
+
+test('a pid file whose pid now runs another command is not ours: nothing is signalled', async () => {
+  const stateDir = tmp();
+  const other = spawnService({ stateDir, name: 'other', command: 'sleep', args: ['60'] });
+  try {
+    // Pretend an old record points at that pid with a different command (pid reuse).
+    writeRecord(stateDir, { name: 'stale', pid: other.pid, argv: ['temporal', 'server', 'start-dev'], log: '', startedAt: '' });
+    assert.equal(runningService(stateDir, 'stale'), undefined);
+    assert.equal(await stopService(stateDir, 'stale'), 'not-running');
+    assert.ok(pidAlive(other.pid), 'the unrelated process must survive');
+  } finally {
+    await stopService(stateDir, 'other');
+  }
+});
