@@ -1,0 +1,153 @@
+/**
+ * The advantage-estimator registry. Callers use `computeAdvantages` (one
+ * estimator for the whole batch) or `computeAdvantagesByAgent` (one per
+ * role); both validate input, resolve options and dispatch by name. No
+ * estimator is special-cased here or at any call site: everything an
+ * estimator needs (scope, pivots, whitening) happens inside it.
+ *
+ * Simplified: the registry is a fixed table; there is no runtime
+ * registration, so the set of names is known when config is validated.
+ */
+
+import { IssueList, describe } from '../errors';
+import { validateSamples, validateWeights, type Sample } from '../samples';
+import { gdpoEstimator } from './gdpo';
+import { grpoEstimator } from './grpo';
+import { mcGrpoEstimator } from './mc-grpo';
+import { reinforcePlusPlusBaselineEstimator } from './reinforce-plus-plus-baseline';
+import { rlooEstimator } from './rloo';
+import {
+  SCOPES,
+  type AdvantageDiagnostics,
+  type AdvantageEstimator,
+  type AdvantageOptions,
+  type AdvantageResult,
+  type ResolvedAdvantageOptions,
+} from './types';
+
+export const ESTIMATOR_NAMES = ['grpo', 'mc-grpo', 'gdpo', 'rloo', 'reinforce++-baseline'] as const;
+export type EstimatorName = (typeof ESTIMATOR_NAMES)[number];
+
+export const ESTIMATORS: Readonly<Record<EstimatorName, AdvantageEstimator>> = {
+  grpo: grpoEstimator,
+  'mc-grpo': mcGrpoEstimator,
+  gdpo: gdpoEstimator,
+  rloo: rlooEstimator,
+  'reinforce++-baseline': reinforcePlusPlusBaselineEstimator,
+};
+
+export function isEstimatorName(name: unknown): name is EstimatorName {
+  return typeof name === 'string' && Object.prototype.hasOwnProperty.call(ESTIMATORS, name);
+}
+
+export function unknownEstimatorMessage(name: unknown): string {
+  return `unknown estimator ${describe(name)}; known: ${ESTIMATOR_NAMES.join(', ')}`;
+}
+
+/** The estimator registered under `name`; throws listing the known names. */
+export function getEstimator(name: string, path = 'estimator'): AdvantageEstimator {
+  if (!isEstimatorName(name)) {
+    const issues = new IssueList();
+    issues.add(path, unknownEstimatorMessage(name));
+    issues.throwIfAny();
+  }
+  return ESTIMATORS[name as EstimatorName];
+}
+
+/** An estimator by name plus its options: what a role's config resolves to. */
+export interface AdvantageSpec {
+  estimator: string;
+  options?: AdvantageOptions;
+}
+
+/** Checks options against the chosen estimator and fills defaults. */
+export function resolveOptions(
+  estimator: AdvantageEstimator,
+  options: AdvantageOptions | undefined,
+  path = 'options',
+): ResolvedAdvantageOptions {
+  const o = (options ?? {}) as Record<string, unknown>;
+  const weights = validateWeights(o.weights, `${path}.weights`);
+  const issues = new IssueList();
+  const scope = o.scope ?? 'group-agent';
+  if (!SCOPES.includes(scope as never))
+    issues.add(`${path}.scope`, `must be one of ${SCOPES.join(', ')}, got ${describe(scope)}`);
+  if (o.normalizeStd !== undefined) {
+    if (typeof o.normalizeStd !== 'boolean')
+      issues.add(`${path}.normalizeStd`, `must be a boolean, got ${describe(o.normalizeStd)}`);
+    else if (!estimator.supportsNormalizeStd)
+      issues.add(`${path}.normalizeStd`, `is not an option of ${estimator.name} (only grpo and mc-grpo)`);
+  }
+  for (const key of Object.keys(o))
+    if (key !== 'weights' && key !== 'scope' && key !== 'normalizeStd')
+      issues.add(`${path}.${key}`, 'unknown option (known: weights, scope, normalizeStd)');
+  issues.throwIfAny();
+  return { weights, scope: scope as ResolvedAdvantageOptions['scope'], normalizeStd: o.normalizeStd !== false };
+}
+
+/** Advantages for a whole batch with one estimator. */
+export function computeAdvantages(samples: readonly unknown[], spec: AdvantageSpec): AdvantageResult {
+  const estimator = getEstimator(spec.estimator);
+  const options = resolveOptions(estimator, spec.options);
+  const valid = validateSamples(samples);
+  return estimator.estimate(valid, options);
+}
+
+export interface AgentAdvantageResult {
+  advantages: Float64Array;
+  excluded: boolean[];
+  /** One entry per agent present in the samples. */
+  diagnostics: Record<string, AdvantageDiagnostics>;
+}
+
+/**
+ * Advantages with a per-role estimator choice: the samples of each agent are
+ * passed, in their original relative order, to that agent's estimator through
+ * the registry, and the results are put back in input order.
+ *
+ * Each role's call is its own "batch": GDPO's batch renormalization and
+ * REINFORCE++'s token whitening run over that role's samples only, and the
+ * `group` scope averages only that role's turns of an episode.
+ */
+export function computeAdvantagesByAgent(
+  samples: readonly unknown[],
+  specs: Readonly<Record<string, AdvantageSpec>>,
+): AgentAdvantageResult {
+  const resolved = new Map<string, { estimator: AdvantageEstimator; options: ResolvedAdvantageOptions }>();
+  for (const [agentId, spec] of Object.entries(specs)) {
+    const estimator = getEstimator(spec.estimator, `byAgent.${agentId}.estimator`);
+    resolved.set(agentId, { estimator, options: resolveOptions(estimator, spec.options, `byAgent.${agentId}.options`) });
+  }
+  const valid = validateSamples(samples);
+
+  const indicesOf = new Map<string, number[]>();
+  const issues = new IssueList();
+  valid.forEach((s, i) => {
+    if (!resolved.has(s.agentId)) {
+      if (!indicesOf.has(s.agentId))
+        issues.add(
+          `samples[${i}].agentId`,
+          `no estimator configured for agent ${JSON.stringify(s.agentId)} (configured: ${[...resolved.keys()].join(', ') || 'none'})`,
+        );
+    }
+    let list = indicesOf.get(s.agentId);
+    if (list === undefined) indicesOf.set(s.agentId, (list = []));
+    list.push(i);
+  });
+  issues.throwIfAny();
+
+  const advantages = new Float64Array(valid.length);
+  const excluded: boolean[] = new Array<boolean>(valid.length).fill(false);
+  const diagnostics: Record<string, AdvantageDiagnostics> = {};
+  for (const [agentId, indices] of indicesOf) {
+    const { estimator, options } = resolved.get(agentId)!;
+    const subset: Sample[] = indices.map((i) => valid[i]);
+    const result = estimator.estimate(subset, options);
+    indices.forEach((i, k) => {
+      advantages[i] = result.advantages[k];
+      excluded[i] = result.excluded[k];
+    });
+    diagnostics[agentId] = result.diagnostics;
+  }
+  return { advantages, excluded, diagnostics };
+}

@@ -1,0 +1,124 @@
+/**
+ * Scope: which samples share statistics, and what score each sample carries
+ * into them. Every estimator goes through here, which is how one `scope`
+ * option applies to all of them.
+ *
+ * - `group-agent` (Dr. MAS): a set per (task group, agent); each sample keeps
+ *   its own score, so an agent called L times contributes L samples.
+ * - `group` (the "global" baseline): a set per task group; each sample's score
+ *   (and each reward component) is replaced by its episode's average over the
+ *   samples of the call, then statistics run over the samples of the group.
+ * - `batch`: one set with every sample of the call, own scores.
+ *
+ * Set order and order within a set is first appearance in the input.
+ */
+
+import { componentNames, scoreOf, type Sample } from '../samples';
+import type { AdvantageDiagnostics, AdvantageResult, ResolvedAdvantageOptions } from './types';
+
+export interface ScopedSamples {
+  /** Per sample: weighted score (episode average in `group` scope). */
+  scores: Float64Array;
+  /** Reward component names, union over the call. */
+  components: string[];
+  /** componentValues[j][i]: component j of sample i (missing = 0; episode average in `group` scope). */
+  componentValues: Float64Array[];
+  /** Statistics sets, as lists of sample indices. */
+  sets: number[][];
+}
+
+export function scopeSamples(samples: readonly Sample[], options: ResolvedAdvantageOptions): ScopedSamples {
+  const n = samples.length;
+  const components = componentNames(samples);
+  const scores = new Float64Array(n);
+  const componentValues = components.map(() => new Float64Array(n));
+  for (let i = 0; i < n; i++) {
+    scores[i] = scoreOf(samples[i], options.weights);
+    for (let j = 0; j < components.length; j++) componentValues[j][i] = samples[i].rewards[components[j]] ?? 0;
+  }
+  if (options.scope === 'group') {
+    averagePerEpisode(samples, scores);
+    for (const values of componentValues) averagePerEpisode(samples, values);
+  }
+
+  const sets: number[][] = [];
+  const setOfKey = new Map<string, number[]>();
+  for (let i = 0; i < n; i++) {
+    const s = samples[i];
+    // '\u0000' cannot be confused with characters inside ids.
+    const key = options.scope === 'batch' ? '' : options.scope === 'group' ? s.groupId : `${s.groupId}\u0000${s.agentId}`;
+    let set = setOfKey.get(key);
+    if (set === undefined) {
+      set = [];
+      setOfKey.set(key, set);
+      sets.push(set);
+    }
+    set.push(i);
+  }
+  return { scores, components, componentValues, sets };
+}
+
+/**
+ * Replaces each value by the mean over the samples of its episode, shifted
+ * by the episode's first value so equal values stay exactly equal (see stats.ts).
+ */
+function averagePerEpisode(samples: readonly Sample[], values: Float64Array): void {
+  const acc = new Map<string, { first: number; shifted: number; count: number }>();
+  samples.forEach((s, i) => {
+    const a = acc.get(s.episodeId);
+    if (a === undefined) acc.set(s.episodeId, { first: values[i], shifted: 0, count: 1 });
+    else {
+      a.shifted += values[i] - a.first;
+      a.count++;
+    }
+  });
+  samples.forEach((s, i) => {
+    const a = acc.get(s.episodeId)!;
+    values[i] = a.first + a.shifted / a.count;
+  });
+}
+
+/** Values of one set, in set order. */
+export function pick(values: ArrayLike<number>, set: readonly number[]): Float64Array {
+  const out = new Float64Array(set.length);
+  for (let k = 0; k < set.length; k++) out[k] = values[set[k]];
+  return out;
+}
+
+/**
+ * Wraps per-sample advantages into a result: excluded samples get 0, `-0`
+ * becomes 0 (so "zero advantage" is unambiguous downstream), and the
+ * diagnostics are filled.
+ */
+export function toResult(
+  estimator: string,
+  samples: readonly Sample[],
+  scoped: ScopedSamples,
+  advantages: Float64Array,
+  options: ResolvedAdvantageOptions,
+  excluded: boolean[] = new Array<boolean>(samples.length).fill(false),
+): AdvantageResult {
+  const excludedSampleIds: string[] = [];
+  for (let i = 0; i < samples.length; i++) {
+    if (excluded[i]) {
+      advantages[i] = 0;
+      excludedSampleIds.push(samples[i].sampleId);
+    } else advantages[i] += 0;
+  }
+  let singletonSets = 0;
+  let zeroAdvantageSets = 0;
+  for (const set of scoped.sets) {
+    if (set.length === 1) singletonSets++;
+    if (set.every((i) => advantages[i] === 0)) zeroAdvantageSets++;
+  }
+  const diagnostics: AdvantageDiagnostics = {
+    estimator,
+    scope: options.scope,
+    samples: samples.length,
+    sets: scoped.sets.length,
+    singletonSets,
+    zeroAdvantageSets,
+    excludedSampleIds,
+  };
+  return { advantages, excluded, diagnostics };
+}

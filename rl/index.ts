@@ -1,0 +1,54 @@
+/** Public API of the RL core: samples → advantages → per-token weights → loss. */
+
+export { RlInputError, type InputIssue } from './errors';
+export { validateSamples, scoreOf, componentNames, type Sample, type RewardWeights } from './samples';
+export {
+  ESTIMATOR_NAMES,
+  ESTIMATORS,
+  isEstimatorName,
+  getEstimator,
+  resolveOptions,
+  computeAdvantages,
+  computeAdvantagesByAgent,
+  type EstimatorName,
+  type AdvantageSpec,
+  type AgentAdvantageResult,
+} from './advantages/registry';
+export {
+  SCOPES,
+  type Scope,
+  type AdvantageOptions,
+  type ResolvedAdvantageOptions,
+  type AdvantageResult,
+  type AdvantageDiagnostics,
+  type AdvantageEstimator,
+} from './advantages/types';
+export {
+  LOSS_AGGREGATIONS,
+  broadcastAdvantages,
+  aggregationWeights,
+  countTrainable,
+  validateMasks,
+  flatten,
+  type LossAggregation,
+  type LossMask,
+  type AggregationOptions,
+  type AggregationWeights,
+} from './tokens';
+export {
+  KL_TYPES,
+  DEFAULT_POLICY_LOSS_SETTINGS,
+  policyLoss,
+  resolveLossSettings,
+  type KlType,
+  type PolicyLossSettings,
+  type PolicyLossInput,
+  type PolicyLossOutput,
+  type PolicyLossDiagnostics,
+} from './loss';
+export {
+  stepDiagnostics,
+  mergeLossDiagnostics,
+  type AgentStepDiagnostics,
+  type AdvantageSummary,
+} from './diagnostics';

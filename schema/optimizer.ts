@@ -1,0 +1,236 @@
+/**
+ * Optimization settings per model and per agent (Dr. MAS puts lr, clip, KL
+ * coefficient and reward weights on the agent). A model's settings apply to
+ * every agent that uses it; an agent may override any of them.
+ *
+ *   resolveSettings(modelLevel, agentLevel)  →  defaults ← model ← agent
+ *
+ * Merging is per field; `kl`, `estimator` and `rewardWeights` merge per key
+ * (set a weight to 0 to drop a component). One exception: `normalizeStd`
+ * belongs to an estimator, so it is not inherited when the agent names a
+ * different estimator than its model.
+ *
+ * Errors name the full path, e.g. `agents.verifier.optimizer.lr: must be > 0`;
+ * unknown keys are rejected (a typo must not silently fall back to a default).
+ */
+
+import { z } from 'zod';
+import { ESTIMATOR_NAMES, ESTIMATORS, unknownEstimatorMessage, type AdvantageSpec } from '../rl/advantages/registry';
+import { SCOPES, type Scope } from '../rl/advantages/types';
+import { KL_TYPES, type KlType, type PolicyLossSettings } from '../rl/loss';
+import { LOSS_AGGREGATIONS, type LossAggregation } from '../rl/tokens';
+
+// ---- field validators (shared by the override and the full schema) --------
+
+const positive = z.number().gt(0, 'must be > 0');
+const nonNegative = z.number().min(0, 'must be ≥ 0');
+const beta = z.number().min(0, 'must be ≥ 0').lt(1, 'must be < 1');
+const oneOf = <T extends string>(what: string, values: readonly T[]) =>
+  z.enum(values as [T, ...T[]], { error: (iss) => `unknown ${what} ${JSON.stringify(iss.input)}; known: ${values.join(', ')}` });
+
+const fields = {
+  /** AdamW. lr 1e-3 suits the bundled tiny models; LLM-scale runs use ~1e-6. */
+  lr: positive,
+  betas: z.tuple([beta, beta]),
+  eps: positive,
+  weightDecay: nonNegative,
+  /** Global grad-norm clip; null turns it off. */
+  gradClipMaxNorm: positive.nullable(),
+  /** PPO clip range [1 − clipLow, 1 + clipHigh]. */
+  clipLow: nonNegative.lt(1, 'must be < 1'),
+  clipHigh: nonNegative,
+  /** Dual-clip bound c for negative advantages; null turns it off. */
+  dualClip: z.number().gt(1, 'must be > 1').nullable(),
+  klType: oneOf<KlType>('KL type', KL_TYPES),
+  klCoef: nonNegative,
+  entropyCoef: z.number(),
+  lossAggregation: oneOf<LossAggregation>('loss aggregation', LOSS_AGGREGATIONS),
+  /** Token budget H for seq-mean-token-sum-norm (usually the role's maxTokens). */
+  horizon: z.number().int('must be an integer').gt(0, 'must be > 0'),
+  rewardWeights: z.record(z.string(), z.number()),
+  estimatorName: z.enum(ESTIMATOR_NAMES, { error: (iss) => unknownEstimatorMessage(iss.input) }),
+  scope: oneOf<Scope>('scope', SCOPES),
+  normalizeStd: z.boolean(),
+};
+
+export const OPTIMIZER_DEFAULTS = {
+  lr: 1e-3,
+  betas: [0.9, 0.999] as [number, number],
+  eps: 1e-8,
+  weightDecay: 0.01,
+  gradClipMaxNorm: 1.0,
+  clipLow: 0.2,
+  clipHigh: 0.2,
+  dualClip: 3,
+  kl: { type: 'none' as KlType, coef: 0.001 },
+  entropyCoef: 0,
+  lossAggregation: 'token-mean' as LossAggregation,
+  estimator: { name: 'grpo' as const, scope: 'group-agent' as Scope },
+} as const;
+
+// ---- one level as a user writes it: every field optional ------------------
+
+export const optimizerOverridesSchema = z.strictObject({
+  lr: fields.lr.optional(),
+  betas: fields.betas.optional(),
+  eps: fields.eps.optional(),
+  weightDecay: fields.weightDecay.optional(),
+  gradClipMaxNorm: fields.gradClipMaxNorm.optional(),
+  clipLow: fields.clipLow.optional(),
+  clipHigh: fields.clipHigh.optional(),
+  dualClip: fields.dualClip.optional(),
+  kl: z.strictObject({ type: fields.klType.optional(), coef: fields.klCoef.optional() }).optional(),
+  entropyCoef: fields.entropyCoef.optional(),
+  lossAggregation: fields.lossAggregation.optional(),
+  horizon: fields.horizon.optional(),
+  rewardWeights: fields.rewardWeights.optional(),
+  estimator: z
+    .strictObject({
+      name: fields.estimatorName.optional(),
+      scope: fields.scope.optional(),
+      normalizeStd: fields.normalizeStd.optional(),
+    })
+    .optional(),
+});
+export type OptimizerOverrides = z.input<typeof optimizerOverridesSchema>;
+
+// ---- resolved settings: every field present --------------------------------
+
+const D = OPTIMIZER_DEFAULTS;
+export const optimizerSettingsSchema = z
+  .strictObject({
+    lr: fields.lr.default(D.lr),
+    betas: fields.betas.default([...D.betas]),
+    eps: fields.eps.default(D.eps),
+    weightDecay: fields.weightDecay.default(D.weightDecay),
+    gradClipMaxNorm: fields.gradClipMaxNorm.default(D.gradClipMaxNorm),
+    clipLow: fields.clipLow.default(D.clipLow),
+    clipHigh: fields.clipHigh.default(D.clipHigh),
+    dualClip: fields.dualClip.default(D.dualClip),
+    kl: z
+      .strictObject({ type: fields.klType.default(D.kl.type), coef: fields.klCoef.default(D.kl.coef) })
+      .prefault({}),
+    entropyCoef: fields.entropyCoef.default(D.entropyCoef),
+    lossAggregation: fields.lossAggregation.default(D.lossAggregation),
+    horizon: fields.horizon.optional(),
+    rewardWeights: fields.rewardWeights.default({}),
+    estimator: z
+      .strictObject({
+        name: fields.estimatorName.default(D.estimator.name),
+        scope: fields.scope.default(D.estimator.scope),
+        normalizeStd: fields.normalizeStd.optional(),
+      })
+      .prefault({}),
+  })
+  .superRefine((s, ctx) => {
+    if (s.estimator.normalizeStd !== undefined && !ESTIMATORS[s.estimator.name].supportsNormalizeStd)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['estimator', 'normalizeStd'],
+        message: `is not an option of ${s.estimator.name} (only grpo and mc-grpo)`,
+      });
+  });
+export type OptimizerSettings = z.output<typeof optimizerSettingsSchema>;
+
+// ---- errors ----------------------------------------------------------------
+
+export interface SettingsIssue {
+  path: string;
+  message: string;
+}
+
+export class SettingsError extends Error {
+  readonly issues: readonly SettingsIssue[];
+  constructor(issues: readonly SettingsIssue[]) {
+    super(issues.map((i) => `${i.path}: ${i.message}`).join('\n'));
+    this.name = 'SettingsError';
+    this.issues = issues;
+  }
+}
+
+function joinPath(prefix: string, path: readonly PropertyKey[]): string {
+  let out = prefix;
+  for (const key of path) out += typeof key === 'number' ? `[${key}]` : out === '' ? String(key) : `.${String(key)}`;
+  return out;
+}
+
+function toIssues(error: z.ZodError, prefix: string): SettingsIssue[] {
+  const out: SettingsIssue[] = [];
+  for (const iss of error.issues) {
+    if (iss.code === 'unrecognized_keys') {
+      for (const key of iss.keys) out.push({ path: joinPath(prefix, [...iss.path, key]), message: 'unknown setting' });
+    } else {
+      out.push({ path: joinPath(prefix, iss.path), message: iss.message });
+    }
+  }
+  return out;
+}
+
+// ---- merge -------------------------------------------------------------------
+
+export interface SettingsPaths {
+  /** Where the model-level settings live, for error messages. */
+  model?: string;
+  /** Where the agent-level settings live, for error messages. */
+  agent?: string;
+}
+
+/** Validates one level alone (e.g. when a team is defined). */
+export function parseOverrides(level: unknown, path = 'optimizer'): OptimizerOverrides {
+  const r = optimizerOverridesSchema.safeParse(level ?? {});
+  if (!r.success) throw new SettingsError(toIssues(r.error, path));
+  return r.data;
+}
+
+/** Agent overrides model overrides defaults; returns complete, validated settings. */
+export function resolveSettings(modelLevel: unknown, agentLevel: unknown, paths: SettingsPaths = {}): OptimizerSettings {
+  const modelPath = paths.model ?? 'model.optimizer';
+  const agentPath = paths.agent ?? 'agent.optimizer';
+  const m = optimizerOverridesSchema.safeParse(modelLevel ?? {});
+  const a = optimizerOverridesSchema.safeParse(agentLevel ?? {});
+  const issues = [...(m.success ? [] : toIssues(m.error, modelPath)), ...(a.success ? [] : toIssues(a.error, agentPath))];
+  if (!m.success || !a.success) throw new SettingsError(issues);
+
+  const model = m.data;
+  const agent = a.data;
+  const switched = agent.estimator?.name !== undefined && agent.estimator.name !== (model.estimator?.name ?? D.estimator.name);
+  const modelEstimator = { ...model.estimator };
+  if (switched) delete modelEstimator.normalizeStd;
+  const merged = {
+    ...model,
+    ...agent,
+    kl: { ...model.kl, ...agent.kl },
+    rewardWeights: { ...model.rewardWeights, ...agent.rewardWeights },
+    estimator: { ...modelEstimator, ...agent.estimator },
+  };
+  const r = optimizerSettingsSchema.safeParse(merged);
+  if (!r.success) {
+    // Only cross-field checks can fail here; blame the level that chose the estimator.
+    const blame = agent.estimator !== undefined ? agentPath : modelPath;
+    throw new SettingsError(toIssues(r.error, blame));
+  }
+  return r.data;
+}
+
+// ---- what the RL core takes ---------------------------------------------------
+
+export function toAdvantageSpec(s: OptimizerSettings): AdvantageSpec {
+  return {
+    estimator: s.estimator.name,
+    options: {
+      weights: s.rewardWeights,
+      scope: s.estimator.scope,
+      ...(s.estimator.normalizeStd === undefined ? {} : { normalizeStd: s.estimator.normalizeStd }),
+    },
+  };
+}
+
+export function toPolicyLossSettings(s: OptimizerSettings): PolicyLossSettings {
+  return {
+    clipLow: s.clipLow,
+    clipHigh: s.clipHigh,
+    dualClip: s.dualClip,
+    kl: { type: s.kl.type, coef: s.kl.coef },
+    entropyCoef: s.entropyCoef,
+  };
+}
