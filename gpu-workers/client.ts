@@ -1,0 +1,316 @@
+/**
+ * Typed promise client for the engine's gRPC service, with error classes
+ * callers can branch on:
+ *
+ *   try { await client.generate(req) }
+ *   catch (e) {
+ *     if (e instanceof VersionNotLoadedError || e instanceof ModelNotLoadedError) {
+ *       await client.loadVersion(fromStore(...)); retry;            // the engine is a cache
+ *     } else if (e instanceof NonFiniteUpdateError) { ...incident... }
+ *   }
+ *
+ * Every error is an EngineError with `.code` (gRPC status) and `.reason`
+ * (ErrorReason, from the engine's `troupe-error-reason` metadata).
+ */
+import * as grpc from '@grpc/grpc-js';
+import { ERROR_REASON_METADATA, ErrorReason } from './errors';
+import { engineServiceDefinition, MAX_MESSAGE_BYTES } from './proto';
+import type * as T from './types';
+import * as wire from './wire';
+
+export { ErrorReason } from './errors';
+export type * from './types';
+export { DEFAULT_UPDATE_SETTINGS } from './types';
+
+export class EngineError extends Error {
+  constructor(
+    message: string,
+    readonly code: grpc.status,
+    readonly reason: ErrorReason,
+    readonly method: string,
+  ) {
+    super(message);
+    this.name = new.target.name;
+  }
+  /** Worth retrying the same call later (engine restarting, overloaded, timed out). */
+  get transient(): boolean {
+    return this.reason === ErrorReason.UNAVAILABLE || this.reason === ErrorReason.DEADLINE_EXCEEDED;
+  }
+}
+export class InvalidRequestError extends EngineError {}
+export class ModelNotLoadedError extends EngineError {}
+export class VersionNotLoadedError extends EngineError {}
+export class StaleBaseError extends EngineError {}
+export class VersionConflictError extends EngineError {}
+export class RequestIdReusedError extends EngineError {}
+export class NonFiniteUpdateError extends EngineError {}
+export class EngineUnavailableError extends EngineError {}
+export class EngineCancelledError extends EngineError {}
+export class EngineInternalError extends EngineError {}
+
+const CLASS_BY_REASON: Record<ErrorReason, typeof EngineError> = {
+  INVALID_REQUEST: InvalidRequestError,
+  MODEL_NOT_LOADED: ModelNotLoadedError,
+  VERSION_NOT_LOADED: VersionNotLoadedError,
+  STALE_BASE: StaleBaseError,
+  VERSION_CONFLICT: VersionConflictError,
+  REQUEST_ID_REUSED: RequestIdReusedError,
+  NON_FINITE_UPDATE: NonFiniteUpdateError,
+  INTERNAL: EngineInternalError,
+  UNAVAILABLE: EngineUnavailableError,
+  CANCELLED: EngineCancelledError,
+  DEADLINE_EXCEEDED: EngineUnavailableError,
+};
+
+/** True when the engine lacks the model or version: load it from the store and retry. */
+export function isNotLoaded(e: unknown): e is ModelNotLoadedError | VersionNotLoadedError {
+  return e instanceof ModelNotLoadedError || e instanceof VersionNotLoadedError;
+}
+
+function reasonFor(err: grpc.ServiceError): ErrorReason {
+  const fromEngine = err.metadata?.get(ERROR_REASON_METADATA)?.[0];
+  if (typeof fromEngine === 'string' && fromEngine in CLASS_BY_REASON) return fromEngine as ErrorReason;
+  switch (err.code) {
+    case grpc.status.UNAVAILABLE:
+      return ErrorReason.UNAVAILABLE;
+    case grpc.status.CANCELLED:
+      return ErrorReason.CANCELLED;
+    case grpc.status.DEADLINE_EXCEEDED:
+      return ErrorReason.DEADLINE_EXCEEDED;
+    case grpc.status.INVALID_ARGUMENT:
+      return ErrorReason.INVALID_REQUEST;
+    default:
+      return ErrorReason.INTERNAL;
+  }
+}
+
+export function toEngineError(err: grpc.ServiceError, method: string): EngineError {
+  const reason = reasonFor(err);
+  const Cls = CLASS_BY_REASON[reason];
+  return new Cls(`engine ${method}: ${err.details || err.message}`, err.code, reason, method);
+}
+
+export interface CallOptions {
+  /** aborts the call (the engine drops a Generate that has not started) */
+  signal?: AbortSignal;
+  /** per-call deadline */
+  timeoutMs?: number;
+}
+
+export interface ClientOptions {
+  /**
+   * Merge concurrent generate() calls for the same model version issued in the
+   * same event-loop turn into one Generate RPC (default true). Results are
+   * unchanged — each sequence's output does not depend on its batch — and the
+   * per-call gRPC cost is paid once per turn instead of once per caller.
+   */
+  coalesce?: boolean;
+  /** max sequences per merged RPC (default 1024) */
+  maxCoalescedSequences?: number;
+}
+
+export interface ConnectOptions extends ClientOptions {
+  /** how long connect() waits for the channel to become ready (default 10 s) */
+  timeoutMs?: number;
+}
+
+interface PendingGenerate {
+  req: T.GenerateRequest;
+  opts: CallOptions;
+  settled: boolean;
+  resolve(r: T.GenerateResponse): void;
+  reject(e: unknown): void;
+}
+
+export class EngineClient {
+  private readonly client: grpc.Client;
+  private readonly methods = engineServiceDefinition();
+  private readonly coalesce: boolean;
+  private readonly maxCoalesced: number;
+  private readonly pendingGenerate = new Map<string, PendingGenerate[]>();
+  private flushScheduled = false;
+
+  constructor(
+    readonly address: string,
+    opts: ClientOptions = {},
+  ) {
+    this.client = new grpc.Client(address, grpc.credentials.createInsecure(), {
+      'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
+      'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
+    });
+    this.coalesce = opts.coalesce ?? true;
+    this.maxCoalesced = opts.maxCoalescedSequences ?? 1024;
+  }
+
+  /** A client whose channel is ready (rejects with EngineUnavailableError after timeoutMs). */
+  static async connect(address: string, opts: ConnectOptions = {}): Promise<EngineClient> {
+    const c = new EngineClient(address, opts);
+    await c.waitForReady(opts.timeoutMs ?? 10_000);
+    return c;
+  }
+
+  waitForReady(timeoutMs: number): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.client.waitForReady(Date.now() + timeoutMs, (err) => {
+        if (err) {
+          reject(new EngineUnavailableError(`engine at ${this.address} not reachable within ${timeoutMs} ms: ${err.message}`, grpc.status.UNAVAILABLE, ErrorReason.UNAVAILABLE, 'connect'));
+        } else resolve();
+      });
+    });
+  }
+
+  private call<Req, Res>(method: string, req: Req, opts: CallOptions = {}): Promise<Res> {
+    const def = this.methods[method];
+    return new Promise<Res>((resolve, reject) => {
+      if (opts.signal?.aborted) {
+        reject(new EngineCancelledError(`engine ${method}: aborted before the call`, grpc.status.CANCELLED, ErrorReason.CANCELLED, method));
+        return;
+      }
+      const callOpts: grpc.CallOptions = {};
+      if (opts.timeoutMs !== undefined) callOpts.deadline = Date.now() + opts.timeoutMs;
+      const call = this.client.makeUnaryRequest<Req, Res>(
+        def.path,
+        def.requestSerialize as (r: Req) => Buffer,
+        def.responseDeserialize as (b: Buffer) => Res,
+        req,
+        new grpc.Metadata(),
+        callOpts,
+        (err, res) => {
+          opts.signal?.removeEventListener('abort', onAbort);
+          if (err) reject(toEngineError(err, method));
+          else resolve(res as Res);
+        },
+      );
+      const onAbort = () => call.cancel();
+      opts.signal?.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+
+  async initModel(req: T.InitModelRequest, opts?: CallOptions): Promise<T.VersionInfo> {
+    return wire.versionInfoFromWire(await this.call('InitModel', wire.initModelToWire(req), opts));
+  }
+
+  async loadVersion(req: T.LoadVersionRequest, opts?: CallOptions): Promise<T.VersionInfo> {
+    return wire.versionInfoFromWire(await this.call('LoadVersion', wire.loadVersionToWire(req), opts));
+  }
+
+  async exportVersion(req: T.ExportVersionRequest, opts?: CallOptions): Promise<T.ExportedVersion> {
+    return wire.exportedFromWire(await this.call('ExportVersion', wire.exportVersionToWire(req), opts));
+  }
+
+  async generate(req: T.GenerateRequest, opts: CallOptions = {}): Promise<T.GenerateResponse> {
+    if (!this.coalesce) return this.generateNow(req, opts);
+    return new Promise<T.GenerateResponse>((resolve, reject) => {
+      const item: PendingGenerate = { req, opts, settled: false, resolve, reject };
+      const settle = (f: () => void) => {
+        if (!item.settled) {
+          item.settled = true;
+          f();
+        }
+      };
+      item.resolve = (r) => settle(() => resolve(r));
+      item.reject = (e) => settle(() => reject(e));
+      const cancelled = () =>
+        item.reject(new EngineCancelledError('engine Generate: cancelled by the caller', grpc.status.CANCELLED, ErrorReason.CANCELLED, 'Generate'));
+      if (opts.signal?.aborted) return cancelled();
+      opts.signal?.addEventListener('abort', cancelled, { once: true });
+      if (opts.timeoutMs !== undefined) {
+        setTimeout(
+          () => item.reject(new EngineUnavailableError(`engine Generate: no answer within ${opts.timeoutMs} ms`, grpc.status.DEADLINE_EXCEEDED, ErrorReason.DEADLINE_EXCEEDED, 'Generate')),
+          opts.timeoutMs,
+        ).unref();
+      }
+      const key = `${req.modelKey}\u0000${req.version}`;
+      const group = this.pendingGenerate.get(key) ?? [];
+      group.push(item);
+      this.pendingGenerate.set(key, group);
+      if (!this.flushScheduled) {
+        this.flushScheduled = true;
+        setImmediate(() => this.flushGenerate());
+      }
+    });
+  }
+
+  private generateNow(req: T.GenerateRequest, opts?: CallOptions): Promise<T.GenerateResponse> {
+    return this.call<unknown, Parameters<typeof wire.generateResponseFromWire>[0]>('Generate', wire.generateToWire(req), opts).then(
+      wire.generateResponseFromWire,
+    );
+  }
+
+  private flushGenerate(): void {
+    this.flushScheduled = false;
+    const groups = [...this.pendingGenerate.values()];
+    this.pendingGenerate.clear();
+    for (const group of groups) {
+      let chunk: PendingGenerate[] = [];
+      let n = 0;
+      for (const item of group) {
+        if (item.settled) continue;
+        if (chunk.length > 0 && n + item.req.sequences.length > this.maxCoalesced) {
+          void this.sendMerged(chunk);
+          chunk = [];
+          n = 0;
+        }
+        chunk.push(item);
+        n += item.req.sequences.length;
+      }
+      if (chunk.length > 0) void this.sendMerged(chunk);
+    }
+  }
+
+  /** One RPC for several callers; each sequence carries its caller's sampling. */
+  private async sendMerged(items: PendingGenerate[]): Promise<void> {
+    if (items.length === 1) {
+      const [only] = items;
+      return this.generateNow(only.req, { signal: only.opts.signal }).then(only.resolve, only.reject);
+    }
+    const first = items[0].req;
+    // The first caller's sampling is the request default; others' sequences carry theirs only if different.
+    const shared = JSON.stringify(first.sampling ?? null);
+    const merged: T.GenerateRequest = {
+      modelKey: first.modelKey,
+      version: first.version,
+      sampling: first.sampling,
+      sequences: items.flatMap((i) =>
+        i.req === first || JSON.stringify(i.req.sampling ?? null) === shared
+          ? i.req.sequences
+          : i.req.sequences.map((q) => ({ ...q, sampling: q.sampling ?? i.req.sampling })),
+      ),
+    };
+    try {
+      const res = await this.generateNow(merged);
+      let at = 0;
+      for (const i of items) {
+        i.resolve({ version: res.version, sequences: res.sequences.slice(at, at + i.req.sequences.length) });
+        at += i.req.sequences.length;
+      }
+    } catch (e) {
+      if (e instanceof InvalidRequestError) {
+        // Someone's request is malformed: send each on its own so only that caller fails, with its own field paths.
+        for (const i of items) this.generateNow(i.req, { signal: i.opts.signal }).then(i.resolve, i.reject);
+      } else {
+        for (const i of items) i.reject(e);
+      }
+    }
+  }
+
+  async score(req: T.ScoreRequest, opts?: CallOptions): Promise<T.ScoreResponse> {
+    return wire.scoreResponseFromWire(await this.call('Score', wire.scoreToWire(req), opts));
+  }
+
+  async update(req: T.UpdateRequest, opts?: CallOptions): Promise<T.UpdateResponse> {
+    return wire.updateResponseFromWire(await this.call('Update', wire.updateToWire(req), opts));
+  }
+
+  async health(opts?: CallOptions): Promise<T.HealthResponse> {
+    return wire.healthFromWire(await this.call('Health', {}, opts));
+  }
+
+  async stats(opts?: CallOptions): Promise<T.StatsResponse> {
+    return wire.statsFromWire(await this.call('Stats', {}, opts));
+  }
+
+  close(): void {
+    this.client.close();
+  }
+}

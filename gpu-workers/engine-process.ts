@@ -1,0 +1,160 @@
+/**
+ * Spawns `engine-main.ts` as a child process, waits for its "listening" line,
+ * and restarts it (with backoff) whenever it exits unexpectedly. A restarted
+ * engine has an empty cache: callers get NOT_FOUND (VERSION_NOT_LOADED) and
+ * reload versions from the store, as after any engine loss.
+ */
+import { ChildProcess, spawn } from 'node:child_process';
+import * as path from 'node:path';
+import * as readline from 'node:readline';
+import { EngineClient } from './client';
+
+export const ENGINE_MAIN = path.join(__dirname, 'engine-main.ts');
+const REPO_ROOT = path.resolve(__dirname, '..');
+
+export interface ListeningEvent {
+  event: 'listening';
+  port: number;
+  address: string;
+  device: string;
+  fell_back: boolean;
+  fallback_reason: string;
+  pid: number;
+}
+
+export interface SpawnedEngine {
+  child: ChildProcess;
+  listening: ListeningEvent;
+}
+
+/** Start one engine process; resolves on its "listening" line, rejects with its stderr tail if it exits first. */
+export function spawnEngine(args: string[], opts: { startTimeoutMs?: number; quiet?: boolean } = {}): Promise<SpawnedEngine> {
+  // stdin stays open as a lifeline: the engine exits when this process dies (--exit-with-stdin).
+  const child = spawn(process.execPath, ['--import', 'tsx', ENGINE_MAIN, '--exit-with-stdin', ...args], {
+    cwd: REPO_ROOT,
+    stdio: ['pipe', 'pipe', 'pipe'],
+    env: process.env,
+  });
+  let stderrTail = '';
+  child.stderr?.on('data', (d: Uint8Array) => {
+    stderrTail = (stderrTail + new TextDecoder().decode(d)).slice(-4000);
+    if (!opts.quiet) process.stderr.write(d); // the engine's JSON log lines
+  });
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`engine did not start within ${opts.startTimeoutMs ?? 60000} ms\n${stderrTail}`));
+    }, opts.startTimeoutMs ?? 60000);
+    const lines = readline.createInterface({ input: child.stdout! });
+    lines.on('line', (line) => {
+      try {
+        const ev = JSON.parse(line) as ListeningEvent;
+        if (ev.event === 'listening') {
+          clearTimeout(timer);
+          resolve({ child, listening: ev });
+        }
+      } catch {
+        // not a JSON line; ignore
+      }
+    });
+    child.once('exit', (code, signal) => {
+      clearTimeout(timer);
+      reject(new Error(`engine exited before listening (code ${code}, signal ${signal}): ${stderrTail.trim()}`));
+    });
+  });
+}
+
+export interface SupervisorOptions {
+  device: string;
+  /** extra engine-main flags, e.g. ['--threads', '2'] */
+  extraArgs?: string[];
+  /** do not forward the engine's stderr log lines */
+  quiet?: boolean;
+  log?: (event: Record<string, unknown>) => void;
+}
+
+/** Keeps one engine child alive; `client()` is the client of the current incarnation. */
+export class EngineSupervisor {
+  private current?: { engine: SpawnedEngine; client: EngineClient };
+  private stopping = false;
+  private restarts = 0;
+  private readyWaiters: (() => void)[] = [];
+
+  constructor(private readonly opts: SupervisorOptions) {}
+
+  get restartCount(): number {
+    return this.restarts;
+  }
+
+  get pid(): number | undefined {
+    return this.current?.engine.child.pid;
+  }
+
+  get listening(): ListeningEvent | undefined {
+    return this.current?.engine.listening;
+  }
+
+  async start(): Promise<EngineClient> {
+    const engine = await spawnEngine(['--port', '0', '--device', this.opts.device, ...(this.opts.extraArgs ?? [])], { quiet: this.opts.quiet });
+    const client = await EngineClient.connect(engine.listening.address);
+    this.current = { engine, client };
+    this.opts.log?.({ ...engine.listening, event: 'engine_started' });
+    engine.child.once('exit', (code, signal) => this.onExit(engine, code, signal));
+    for (const w of this.readyWaiters.splice(0)) w();
+    return client;
+  }
+
+  private onExit(engine: SpawnedEngine, code: number | null, signal: NodeJS.Signals | null): void {
+    if (this.stopping || this.current?.engine !== engine) return;
+    this.opts.log?.({ event: 'engine_exited', pid: engine.child.pid, code, signal });
+    this.current.client.close();
+    const delay = Math.min(10_000, 250 * 2 ** Math.min(this.restarts, 6));
+    this.restarts++;
+    const retry = () => {
+      if (this.stopping) return;
+      this.start().catch((e) => {
+        this.opts.log?.({ event: 'engine_restart_failed', error: (e as Error).message });
+        setTimeout(retry, 2000);
+      });
+    };
+    setTimeout(retry, delay);
+  }
+
+  /** The current engine's client (calls fail with EngineUnavailableError while it restarts). */
+  client(): EngineClient {
+    if (!this.current) throw new Error('engine supervisor not started');
+    return this.current.client;
+  }
+
+  /** Resolves once an engine incarnation newer than `afterPid` is up. */
+  async waitForRestart(afterPid: number | undefined, timeoutMs = 60_000): Promise<EngineClient> {
+    const deadline = Date.now() + timeoutMs;
+    while (this.current?.engine.child.pid === afterPid || !this.current) {
+      if (Date.now() > deadline) throw new Error('engine did not restart in time');
+      await new Promise<void>((r) => {
+        this.readyWaiters.push(r);
+        setTimeout(r, 200);
+      });
+    }
+    return this.current.client;
+  }
+
+  /** No more restarts (call on SIGINT/SIGTERM: the child may get the signal first). */
+  beginStop(): void {
+    this.stopping = true;
+  }
+
+  async stop(): Promise<void> {
+    this.stopping = true;
+    const cur = this.current;
+    if (!cur) return;
+    cur.client.close();
+    const child = cur.engine.child;
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    await new Promise<void>((resolve) => {
+      child.once('exit', () => resolve());
+      child.kill('SIGTERM');
+      setTimeout(() => child.kill('SIGKILL'), 5000).unref();
+    });
+  }
+}

@@ -1,0 +1,84 @@
+/**
+ * Dynamic batching of Generate calls. Calls for the same (model, version) join
+ * an open group; the group is handed to the device queue `windowMs` after its
+ * first call (or at once when it reaches `maxBatch` rows) and keeps accepting
+ * callers until the device actually starts it — so under load, batches grow to
+ * whatever arrived while the previous run was executing.
+ *
+ * Coalescing cannot change anyone's result: each row carries its own sampling
+ * settings and Philox key, and the graphs are row-independent (see
+ * engine/README.md, "Batch invariance").
+ */
+import type { GenerateRow, GenerateRowResult } from '../tiny-lm/runtime';
+import type { DeviceQueue } from './device-queue';
+
+export interface GenerateJob {
+  rows: GenerateRow[];
+  /** set when the caller went away; the job is skipped if not started */
+  cancelled: boolean;
+  resolve(results: GenerateRowResult[]): void;
+  reject(err: unknown): void;
+}
+
+/** Runs a closed group: all rows of its jobs, in ≤ maxBatch-row chunks. */
+export type GroupRunner<C> = (ctx: C, jobs: GenerateJob[]) => Promise<void>;
+
+interface Group<C> {
+  key: string;
+  ctx: C;
+  jobs: GenerateJob[];
+  rows: number;
+  timer?: NodeJS.Timeout;
+  scheduled: boolean;
+}
+
+export class GenerateBatcher<C> {
+  private readonly open = new Map<string, Group<C>>();
+  private pendingJobs = 0;
+
+  constructor(
+    private readonly queue: DeviceQueue,
+    private readonly opts: { windowMs: number; maxBatch: number },
+    private readonly runner: GroupRunner<C>,
+  ) {}
+
+  /** Calls waiting in open groups (not yet started on the device). */
+  get waiting(): number {
+    return this.pendingJobs;
+  }
+
+  submit(key: string, ctx: C, job: GenerateJob): void {
+    let g = this.open.get(key);
+    if (!g) {
+      g = { key, ctx, jobs: [], rows: 0, scheduled: false };
+      this.open.set(key, g);
+    }
+    g.jobs.push(job);
+    g.rows += job.rows.length;
+    this.pendingJobs++;
+    if (g.rows >= this.opts.maxBatch) {
+      this.open.delete(key); // full: later callers start a new group
+      this.schedule(g);
+    } else if (!g.scheduled && !g.timer) {
+      const group = g;
+      g.timer = setTimeout(() => this.schedule(group), this.opts.windowMs);
+    }
+  }
+
+  private schedule(g: Group<C>): void {
+    if (g.timer) clearTimeout(g.timer);
+    g.timer = undefined;
+    if (g.scheduled) return;
+    g.scheduled = true;
+    void this.queue
+      .run(async () => {
+        if (this.open.get(g.key) === g) this.open.delete(g.key); // close: no more joiners
+        this.pendingJobs -= g.jobs.length;
+        const live = g.jobs.filter((j) => !j.cancelled);
+        if (live.length > 0) await this.runner(g.ctx, live);
+      })
+      .catch((err) => {
+        for (const j of g.jobs) j.reject(err);
+      });
+  }
+}

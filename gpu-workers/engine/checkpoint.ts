@@ -1,0 +1,87 @@
+/**
+ * Byte formats of a version, as exchanged by LoadVersion/ExportVersion and kept
+ * in the store. Both are little-endian and self-checking:
+ *
+ *   weights          θ as float32[P] in the spec's parameter layout (4·P bytes)
+ *   optimizer_state  "TRAD" | u32 format=1 | u32 step | u32 P | m float32[P] | v float32[P]
+ *                    (AdamW first/second moments and the step count t; empty = fresh
+ *                    optimizer: t = 0, m = v = 0)
+ *
+ * sha256 fields are lowercase hex digests of exactly these bytes.
+ */
+import { createHash } from 'node:crypto';
+import type { OptimState } from '../tiny-lm/runtime';
+
+const MAGIC = 0x44415254; // "TRAD" read as little-endian u32
+const FORMAT = 1;
+const HEADER = 16;
+
+export class CheckpointError extends Error {}
+
+function writeF32(out: Uint8Array, offset: number, a: Float32Array): void {
+  const view = new DataView(out.buffer, out.byteOffset + offset, a.length * 4);
+  for (let i = 0; i < a.length; i++) view.setFloat32(i * 4, a[i], true);
+}
+
+function readF32(buf: Uint8Array, offset: number, n: number): Float32Array {
+  const out = new Float32Array(n);
+  const view = new DataView(buf.buffer, buf.byteOffset + offset, n * 4);
+  for (let i = 0; i < n; i++) out[i] = view.getFloat32(i * 4, true);
+  return out;
+}
+
+export function encodeWeights(theta: Float32Array): Uint8Array {
+  const out = new Uint8Array(theta.length * 4);
+  writeF32(out, 0, theta);
+  return out;
+}
+
+export function decodeWeights(bytes: Uint8Array, paramCount: number): Float32Array {
+  if (bytes.length !== paramCount * 4) {
+    throw new CheckpointError(`weights: expected ${paramCount * 4} bytes (${paramCount} float32 parameters for this spec), got ${bytes.length}`);
+  }
+  const theta = readF32(bytes, 0, paramCount);
+  const bad = theta.findIndex((x) => !Number.isFinite(x));
+  if (bad >= 0) throw new CheckpointError(`weights: parameter ${bad} is not finite (${theta[bad]})`);
+  return theta;
+}
+
+export function encodeOptimizerState(s: Pick<OptimState, 'm' | 'v' | 'step'>): Uint8Array {
+  const n = s.m.length;
+  const out = new Uint8Array(HEADER + 8 * n);
+  const view = new DataView(out.buffer);
+  view.setUint32(0, MAGIC, true);
+  view.setUint32(4, FORMAT, true);
+  view.setUint32(8, s.step, true);
+  view.setUint32(12, n, true);
+  writeF32(out, HEADER, s.m);
+  writeF32(out, HEADER + 4 * n, s.v);
+  return out;
+}
+
+export function decodeOptimizerState(bytes: Uint8Array, paramCount: number): Pick<OptimState, 'm' | 'v' | 'step'> {
+  if (bytes.length === 0) return { m: new Float32Array(paramCount), v: new Float32Array(paramCount), step: 0 };
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  if (bytes.length < HEADER || view.getUint32(0, true) !== MAGIC) {
+    throw new CheckpointError('optimizer_state: not a troupe AdamW state (bad magic); send empty bytes for a fresh optimizer');
+  }
+  const format = view.getUint32(4, true);
+  if (format !== FORMAT) throw new CheckpointError(`optimizer_state: unsupported format ${format} (this engine reads ${FORMAT})`);
+  const step = view.getUint32(8, true);
+  const n = view.getUint32(12, true);
+  if (n !== paramCount || bytes.length !== HEADER + 8 * n) {
+    throw new CheckpointError(`optimizer_state: holds ${n} parameters in ${bytes.length} bytes, this spec has ${paramCount}`);
+  }
+  const m = readF32(bytes, HEADER, n);
+  const v = readF32(bytes, HEADER + 4 * n, n);
+  for (let i = 0; i < n; i++) {
+    if (!Number.isFinite(m[i]) || !(v[i] >= 0) || !Number.isFinite(v[i])) {
+      throw new CheckpointError(`optimizer_state: moment ${i} is invalid (m=${m[i]}, v=${v[i]})`);
+    }
+  }
+  return { m, v, step };
+}
+
+export function sha256Hex(bytes: Uint8Array): string {
+  return createHash('sha256').update(bytes).digest('hex');
+}

@@ -1,0 +1,31 @@
+/**
+ * FIFO of device work. `session.run` blocks the JS thread for the whole run, so
+ * runs cannot overlap anyway; one queue makes the order explicit, lets a
+ * generate group stay open (and keep absorbing callers) until the device is
+ * actually free, and gives Stats a queue depth.
+ */
+export class DeviceQueue {
+  private tail: Promise<unknown> = Promise.resolve();
+  private waiting = 0;
+  private running = false;
+
+  /** Tasks queued or running. */
+  get depth(): number {
+    return this.waiting + (this.running ? 1 : 0);
+  }
+
+  run<T>(task: () => Promise<T>): Promise<T> {
+    this.waiting++;
+    const result = this.tail.then(async () => {
+      this.waiting--;
+      this.running = true;
+      try {
+        return await task();
+      } finally {
+        this.running = false;
+      }
+    });
+    this.tail = result.catch(() => undefined);
+    return result;
+  }
+}

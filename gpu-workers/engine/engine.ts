@@ -1,0 +1,405 @@
+/**
+ * The engine, in-process: model/version cache, request validation, dynamic
+ * batching of Generate, and one device queue for all runs. The gRPC server
+ * (server.ts) is a thin wrapper; tests and benchmarks can use this directly.
+ */
+import { createHash } from 'node:crypto';
+import { ErrorReason, EngineFault, invalid } from '../errors';
+import { initWeights } from '../tiny-lm/init';
+import { GenerateRowResult, StepMetrics, TinyLmRuntime } from '../tiny-lm/runtime';
+import { specKey, TinyLmSpec } from '../tiny-lm/spec';
+import type {
+  ExportedVersion,
+  ExportVersionRequest,
+  GenerateRequest,
+  GenerateResponse,
+  HealthResponse,
+  InitModelRequest,
+  LoadVersionRequest,
+  ScoreRequest,
+  ScoreResponse,
+  StatsResponse,
+  UpdateMetrics,
+  UpdateRequest,
+  UpdateResponse,
+  VersionInfo,
+} from '../types';
+import { GenerateBatcher, GenerateJob } from './batcher';
+import {
+  CheckpointError,
+  decodeOptimizerState,
+  decodeWeights,
+  encodeOptimizerState,
+  encodeWeights,
+  sha256Hex,
+} from './checkpoint';
+import { DeviceQueue } from './device-queue';
+import { parseEngineFaults, withNanAdvantage, type EngineFaults } from './faults';
+import { ResolvedDevice, sessionFactory } from './device';
+import { InvarianceResult, probeInvariance } from './invariance';
+import * as validate from './validate';
+import { ModelEntry, VersionCache } from './version-cache';
+
+export interface EngineOptions {
+  device: ResolvedDevice;
+  /** intra-op threads of generate/score sessions (default 1; update sessions always use 1) */
+  intraOpThreads?: number;
+  /** how long the first Generate call of a group waits for company (default 2 ms) */
+  batchWindowMs?: number;
+  /** max sequences per fused generate run (default 1024) */
+  maxBatch?: number;
+  /** cached versions per model before LRU eviction (default 64; the latest is never evicted) */
+  maxVersionsPerModel?: number;
+  /** "auto" probes each spec (default); "free"/"fixed" force a mode (tests, benchmarks) */
+  batchShape?: 'auto' | 'free' | 'fixed';
+  log?: (event: Record<string, unknown>) => void;
+  /** Test-only fault injection (faults.ts); default env TROUPE_ENGINE_FAULTS, unset = off. */
+  faults?: string;
+}
+
+/** Lets a transport tell the engine that the caller went away. */
+export interface CancelSignal {
+  onCancel(fn: () => void): void;
+}
+
+interface SpecRuntime {
+  runtime: TinyLmRuntime;
+  invariance: InvarianceResult;
+}
+
+interface GenerateGroupCtx {
+  runtime: TinyLmRuntime;
+  theta: Float32Array;
+}
+
+interface UpdateRecord {
+  fingerprint: string;
+  promise: Promise<UpdateResponse>;
+}
+
+const MAX_REMEMBERED_UPDATES = 4096;
+
+function meanMetrics(steps: StepMetrics[]): UpdateMetrics {
+  const mean = (k: keyof StepMetrics) => steps.reduce((a, s) => a + s[k], 0) / steps.length;
+  return {
+    loss: mean('loss'),
+    pgLoss: mean('pg_loss'),
+    klLoss: mean('kl_loss'),
+    entropySum: mean('entropy_sum'),
+    gradNorm: mean('grad_norm'),
+    clipFraction: mean('clip_fraction'),
+    dualClipFraction: mean('dual_clip_fraction'),
+    approxKl: mean('approx_kl'),
+    entropy: mean('entropy'),
+  };
+}
+
+function stepToMetrics(s: StepMetrics): UpdateMetrics {
+  return meanMetrics([s]);
+}
+
+export class Engine {
+  readonly device: ResolvedDevice;
+  readonly intraOpThreads: number;
+  readonly batchWindowMs: number;
+  readonly maxBatch: number;
+  private readonly cache: VersionCache;
+  private readonly queue = new DeviceQueue();
+  private readonly batcher: GenerateBatcher<GenerateGroupCtx>;
+  private readonly runtimes = new Map<string, Promise<SpecRuntime>>();
+  private readonly updates = new Map<string, UpdateRecord>();
+  private readonly started = Date.now();
+  private readonly log: (event: Record<string, unknown>) => void;
+  private readonly batchShape: 'auto' | 'free' | 'fixed';
+  private readonly faults: EngineFaults;
+  private readonly counters = {
+    tokensGenerated: 0,
+    generateMs: 0,
+    generateBatches: 0,
+    generateRows: 0,
+    generateRequests: 0,
+    scoreRuns: 0,
+    updateRuns: 0,
+  };
+
+  constructor(opts: EngineOptions) {
+    this.device = opts.device;
+    this.intraOpThreads = opts.intraOpThreads ?? 1;
+    this.batchWindowMs = opts.batchWindowMs ?? 2;
+    this.maxBatch = opts.maxBatch ?? 1024;
+    this.batchShape = opts.batchShape ?? 'auto';
+    this.log = opts.log ?? (() => undefined);
+    this.cache = new VersionCache(opts.maxVersionsPerModel ?? 64);
+    this.faults = parseEngineFaults(opts.faults ?? process.env.TROUPE_ENGINE_FAULTS);
+    if (this.faults.armed.length > 0) this.log({ event: 'warning', message: `test fault injection armed: ${this.faults.armed.join(', ')}` });
+    this.batcher = new GenerateBatcher(this.queue, { windowMs: this.batchWindowMs, maxBatch: this.maxBatch }, (ctx, jobs) =>
+      this.runGenerateGroup(ctx, jobs),
+    );
+  }
+
+  /** Sessions and invariance mode for a spec, created once and shared by every model with it. */
+  private runtimeFor(spec: TinyLmSpec): Promise<SpecRuntime> {
+    const key = specKey(spec);
+    let rt = this.runtimes.get(key);
+    if (!rt) {
+      const factory = sessionFactory(this.device.device, { intraOpThreads: this.intraOpThreads });
+      rt = this.queue.run(async () => {
+        const force = this.batchShape === 'auto' ? undefined : this.batchShape;
+        const invariance = await probeInvariance(spec, factory, this.maxBatch, force);
+        const runtime = invariance.runtime;
+        await runtime.warm();
+        this.log({ event: 'spec_ready', spec, batch_invariance: invariance.description });
+        if (invariance.mode === 'none') this.log({ event: 'warning', message: `batch invariance not guaranteed: ${invariance.description}` });
+        return { runtime, invariance };
+      });
+      rt.catch(() => this.runtimes.delete(key));
+      this.runtimes.set(key, rt);
+    }
+    return rt;
+  }
+
+  private async modelFor(key: string, spec: TinyLmSpec): Promise<ModelEntry> {
+    const existing = this.cache.find(key);
+    if (existing) return this.cache.ensureModel(key, spec, () => existing.runtime); // checks the spec
+    const { runtime } = await this.runtimeFor(spec);
+    return this.cache.ensureModel(key, spec, () => runtime);
+  }
+
+  async initModel(req: InitModelRequest): Promise<VersionInfo> {
+    const key = validate.modelKey(req.modelKey);
+    const spec = validate.spec(req.spec);
+    validate.seed(req.seed, 'seed');
+    const model = await this.modelFor(key, spec);
+    const theta = initWeights(spec, req.seed);
+    const zeros = () => new Float32Array(theta.length);
+    const v = this.cache.put(model, 0, { theta, m: zeros(), v: zeros(), step: 0 });
+    return this.cache.info(model, v);
+  }
+
+  async loadVersion(req: LoadVersionRequest): Promise<VersionInfo> {
+    const key = validate.modelKey(req.modelKey);
+    const version = validate.versionNumber(req.version);
+    const spec = validate.spec(req.spec);
+    if (!(req.weights instanceof Uint8Array)) throw invalid('weights: required (bytes)');
+    if (req.weightsSha256 && sha256Hex(req.weights) !== req.weightsSha256.toLowerCase()) {
+      throw invalid(`weights_sha256: the weights bytes hash to ${sha256Hex(req.weights)}, not ${req.weightsSha256}`);
+    }
+    const { runtime } = await this.runtimeFor(spec);
+    let state;
+    try {
+      const theta = decodeWeights(req.weights, runtime.paramCount);
+      state = { theta, ...decodeOptimizerState(req.optimizerState ?? new Uint8Array(0), runtime.paramCount) };
+    } catch (e) {
+      if (e instanceof CheckpointError) throw invalid(e.message);
+      throw e;
+    }
+    const model = await this.modelFor(key, spec);
+    return this.cache.info(model, this.cache.put(model, version, state));
+  }
+
+  async exportVersion(req: ExportVersionRequest): Promise<ExportedVersion> {
+    const { model, v } = this.cache.version(validate.modelKey(req.modelKey), validate.versionNumber(req.version));
+    return {
+      info: this.cache.info(model, v),
+      weights: encodeWeights(v.state.theta),
+      optimizerState: encodeOptimizerState(v.state),
+    };
+  }
+
+  async generate(req: GenerateRequest, cancel?: CancelSignal): Promise<GenerateResponse> {
+    const key = validate.modelKey(req.modelKey);
+    const version = validate.versionNumber(req.version);
+    if (!Array.isArray(req.sequences) || req.sequences.length === 0) throw invalid('sequences: empty batch (send at least one sequence)');
+    const { model, v } = this.cache.version(key, version);
+    const rows = validate.generateRows(req, model.spec);
+    const results = await new Promise<GenerateRowResult[]>((resolve, reject) => {
+      let settled = false;
+      const job = {
+        rows,
+        cancelled: false,
+        resolve: (r: GenerateRowResult[]) => ((settled = true), resolve(r)),
+        reject: (e: unknown) => ((settled = true), reject(e)),
+      };
+      cancel?.onCancel(() => {
+        if (settled) return; // grpc-js may report 'cancelled' after the call completed
+        job.cancelled = true;
+        job.reject(new EngineFault(ErrorReason.CANCELLED, 'generate cancelled by the caller'));
+      });
+      this.batcher.submit(`${key}\u0000${version}`, { runtime: model.runtime, theta: v.state.theta }, job);
+    });
+    return {
+      version,
+      sequences: results.map((r) => ({
+        tokens: r.tokens,
+        logprobs: r.logprobs,
+        sampleLogprobs: r.sampleLogprobs,
+        stopReason: r.stopReason,
+      })),
+    };
+  }
+
+  private async runGenerateGroup(ctx: GenerateGroupCtx, jobs: GenerateJob[]): Promise<void> {
+    const rows = jobs.flatMap((j) => j.rows);
+    const results: GenerateRowResult[] = [];
+    for (let start = 0; start < rows.length; start += this.maxBatch) {
+      const chunk = rows.slice(start, start + this.maxBatch);
+      const t0 = performance.now();
+      const out = await ctx.runtime.generate(ctx.theta, chunk);
+      this.counters.generateMs += performance.now() - t0;
+      this.counters.generateBatches++;
+      this.counters.generateRows += chunk.length;
+      for (const r of out) this.counters.tokensGenerated += r.tokens.length;
+      results.push(...out);
+    }
+    this.counters.generateRequests += jobs.length;
+    let at = 0;
+    for (const j of jobs) {
+      j.resolve(results.slice(at, at + j.rows.length));
+      at += j.rows.length;
+    }
+  }
+
+  async score(req: ScoreRequest): Promise<ScoreResponse> {
+    const key = validate.modelKey(req.modelKey);
+    const version = validate.versionNumber(req.version);
+    if (!Array.isArray(req.sequences) || req.sequences.length === 0) throw invalid('sequences: empty batch (send at least one sequence)');
+    const { model, v } = this.cache.version(key, version);
+    const seqs = validate.scoreSequences(req, model.spec);
+    const theta = v.state.theta;
+    const out = await this.queue.run(() => model.runtime.score(theta, seqs));
+    this.counters.scoreRuns++;
+    return {
+      version,
+      sequences: out.logprobs.map((lp, i) => ({ logprobs: Array.from(lp), entropy: Array.from(out.entropy[i]) })),
+    };
+  }
+
+  async update(req: UpdateRequest): Promise<UpdateResponse> {
+    const key = validate.modelKey(req.modelKey);
+    const base = validate.versionNumber(req.baseVersion, 'base_version');
+    const requestId = validate.requestId(req.requestId);
+    const fingerprint = createHash('sha256')
+      .update(JSON.stringify([key, base, !!req.allowStaleBase, req.samples, req.settings ?? null]))
+      .digest('hex');
+    const prev = this.updates.get(requestId);
+    if (prev) {
+      if (prev.fingerprint !== fingerprint) {
+        throw new EngineFault(
+          ErrorReason.REQUEST_ID_REUSED,
+          `request_id "${requestId}" was already used for a different update request`,
+          { requestId },
+        );
+      }
+      return { ...(await prev.promise), replayed: true };
+    }
+    const { model } = this.cache.version(key, base);
+    let samples = validate.updateSamples(req, model.spec);
+    if (this.faults.nanUpdate(requestId)) {
+      samples = withNanAdvantage(samples);
+      this.log({ event: 'fault_injected', fault: 'nan-update', requestId });
+    }
+    const settings = validate.updateSettings(req.settings);
+    this.checkBase(model, base, !!req.allowStaleBase);
+
+    const promise = this.queue.run(async (): Promise<UpdateResponse> => {
+      const t0 = performance.now();
+      const { v } = this.cache.version(key, base);
+      this.checkBase(model, base, !!req.allowStaleBase); // another update may have committed meanwhile
+      const out = await model.runtime.update(v.state, samples, settings);
+      this.counters.updateRuns++;
+      const bad = out.steps.findIndex((s) => !Number.isFinite(s.loss) || !Number.isFinite(s.grad_norm));
+      if (bad >= 0 || out.state.theta.some((x) => !Number.isFinite(x))) {
+        const s = out.steps[bad >= 0 ? bad : out.steps.length - 1];
+        throw new EngineFault(
+          ErrorReason.NON_FINITE_UPDATE,
+          `update of "${key}" from version ${base} produced non-finite values at inner step ${bad >= 0 ? bad : 'final weights'} (loss=${s.loss}, grad_norm=${s.grad_norm}); nothing was committed`,
+          { modelKey: key, baseVersion: base, step: bad, loss: s.loss, gradNorm: s.grad_norm },
+        );
+      }
+      const cv = this.cache.put(model, model.latest + 1, out.state);
+      return {
+        info: this.cache.info(model, cv),
+        baseVersion: base,
+        metrics: meanMetrics(out.steps),
+        stepMetrics: out.steps.map(stepToMetrics),
+        tokens: out.tokens,
+        samples: samples.length,
+        replayed: false,
+        durationMs: performance.now() - t0,
+      };
+    });
+    this.remember(requestId, { fingerprint, promise });
+    promise.catch(() => {
+      if (this.updates.get(requestId)?.promise === promise) this.updates.delete(requestId); // failures are not replayed
+    });
+    return promise;
+  }
+
+  private checkBase(model: ModelEntry, base: number, allowStale: boolean): void {
+    if (base < model.latest && !allowStale) {
+      throw new EngineFault(
+        ErrorReason.STALE_BASE,
+        `base_version ${base} of "${model.key}" is not the latest version (${model.latest}); set allow_stale_base to train from it anyway`,
+        { modelKey: model.key, baseVersion: base, latestVersion: model.latest },
+      );
+    }
+  }
+
+  private remember(requestId: string, rec: UpdateRecord): void {
+    this.updates.set(requestId, rec);
+    while (this.updates.size > MAX_REMEMBERED_UPDATES) {
+      const oldest = this.updates.keys().next().value as string;
+      this.updates.delete(oldest);
+    }
+  }
+
+  health(): HealthResponse {
+    return {
+      status: 'SERVING',
+      device: this.device.device,
+      requestedDevice: this.device.requested,
+      fellBack: this.device.fellBack,
+      fallbackReason: this.device.fallbackReason,
+      uptimeS: (Date.now() - this.started) / 1000,
+    };
+  }
+
+  /** Invariance modes of the specs probed so far. */
+  private async invarianceSummary(): Promise<string> {
+    const parts: string[] = [];
+    for (const rt of this.runtimes.values()) {
+      const r = await rt.catch(() => undefined);
+      if (r) parts.push(`${JSON.stringify([r.runtime.spec.vocabSize, r.runtime.spec.contextWindow, r.runtime.spec.embedDim, r.runtime.spec.hiddenDim, r.runtime.spec.layers])} ${r.invariance.description}`);
+    }
+    return parts.length ? parts.join('; ') : 'probed per model spec on first use';
+  }
+
+  async stats(): Promise<StatsResponse> {
+    const c = this.counters;
+    return {
+      device: this.device.device,
+      requestedDevice: this.device.requested,
+      fellBack: this.device.fellBack,
+      fallbackReason: this.device.fallbackReason,
+      models: this.cache.list().filter((m) => m.versions.size > 0 || m.latest >= 0).map((m) => ({
+        modelKey: m.key,
+        spec: m.spec,
+        versions: [...m.versions.keys()].sort((a, b) => a - b),
+        latestVersion: m.latest,
+      })),
+      queueDepth: this.queue.depth + this.batcher.waiting,
+      tokensPerSecond: c.generateMs > 0 ? (c.tokensGenerated / c.generateMs) * 1000 : 0,
+      tokensGenerated: c.tokensGenerated,
+      generateBatches: c.generateBatches,
+      meanBatchSize: c.generateBatches ? c.generateRows / c.generateBatches : 0,
+      meanRequestsPerBatch: c.generateBatches ? c.generateRequests / c.generateBatches : 0,
+      scoreRuns: c.scoreRuns,
+      updateRuns: c.updateRuns,
+      intraOpThreads: this.intraOpThreads,
+      batchWindowMs: this.batchWindowMs,
+      maxBatch: this.maxBatch,
+      batchInvariance: await this.invarianceSummary(),
+      uptimeS: (Date.now() - this.started) / 1000,
+    };
+  }
+}

@@ -1,0 +1,104 @@
+/**
+ * gRPC transport for the Engine: proto ↔ TypeScript conversion and error
+ * mapping (EngineFault → status code + `troupe-error-reason` metadata). A
+ * handler failure never takes the process down.
+ */
+import * as grpc from '@grpc/grpc-js';
+import { ERROR_REASON_METADATA, ErrorReason, EngineFault } from '../errors';
+import { engineServiceDefinition, MAX_MESSAGE_BYTES } from '../proto';
+import type * as P from '../proto';
+import * as wire from '../wire';
+import type { CancelSignal, Engine } from './engine';
+
+function toServiceError(err: unknown): grpc.ServiceError {
+  const fault =
+    err instanceof EngineFault
+      ? err
+      : new EngineFault(ErrorReason.INTERNAL, `internal engine error: ${(err as Error)?.message ?? String(err)}`);
+  const metadata = new grpc.Metadata();
+  metadata.set(ERROR_REASON_METADATA, fault.reason);
+  const e = new Error(fault.message) as grpc.ServiceError;
+  e.code = fault.code;
+  e.details = fault.message;
+  e.metadata = metadata;
+  return e;
+}
+
+function unary<Req, Res>(
+  fn: (req: Req, cancel: CancelSignal) => Promise<Res>,
+): grpc.handleUnaryCall<Req, Res> {
+  return (call, callback) => {
+    const cancel: CancelSignal = { onCancel: (f) => call.on('cancelled', f) };
+    let result: Promise<Res>;
+    try {
+      result = fn(call.request, cancel);
+    } catch (e) {
+      callback(toServiceError(e));
+      return;
+    }
+    result.then(
+      (res) => callback(null, res),
+      (err) => {
+        if (!call.cancelled) callback(toServiceError(err));
+      },
+    );
+  };
+}
+
+export function engineHandlers(engine: Engine): grpc.UntypedServiceImplementation {
+  return {
+    InitModel: unary(async (req: P.WireInitModelRequest) => wire.versionInfoToWire(await engine.initModel(wire.initModelFromWire(req)))),
+    LoadVersion: unary(async (req: P.WireLoadVersionRequest) => wire.versionInfoToWire(await engine.loadVersion(wire.loadVersionFromWire(req)))),
+    ExportVersion: unary(async (req: P.WireExportVersionRequest) => wire.exportedToWire(await engine.exportVersion(wire.exportVersionFromWire(req)))),
+    Generate: unary(async (req: P.WireGenerateRequest, cancel) =>
+      wire.generateResponseToWire(await engine.generate(wire.generateFromWire(req), cancel)),
+    ),
+    Score: unary(async (req: P.WireScoreRequest) => wire.scoreResponseToWire(await engine.score(wire.scoreFromWire(req)))),
+    Update: unary(async (req: P.WireUpdateRequest) => wire.updateResponseToWire(await engine.update(wire.updateFromWire(req)))),
+    Health: unary(async () => wire.healthToWire(engine.health())),
+    Stats: unary(async () => wire.statsToWire(await engine.stats())),
+  };
+}
+
+export class PortInUseError extends Error {}
+
+export interface RunningServer {
+  server: grpc.Server;
+  port: number;
+  address: string;
+  shutdown(): Promise<void>;
+}
+
+/** Serve `engine` on host:port (port 0 = any free port). */
+export function startEngineServer(engine: Engine, host: string, port: number): Promise<RunningServer> {
+  const server = new grpc.Server({
+    'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
+    'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
+  });
+  server.addService(engineServiceDefinition(), engineHandlers(engine));
+  const target = host.includes(':') && !host.startsWith('[') ? `[${host}]:${port}` : `${host}:${port}`;
+  return new Promise((resolve, reject) => {
+    server.bindAsync(target, grpc.ServerCredentials.createInsecure(), (err, bound) => {
+      if (err) {
+        server.forceShutdown();
+        const inUse = /EADDRINUSE|address already in use/i.test(err.message);
+        reject(inUse ? new PortInUseError(`port ${port} on ${host} is already in use`) : err);
+        return;
+      }
+      const address = `${host.includes(':') ? `[${host}]` : host}:${bound}`;
+      resolve({
+        server,
+        port: bound,
+        address,
+        shutdown: () =>
+          new Promise<void>((res) => {
+            server.tryShutdown(() => res());
+            setTimeout(() => {
+              server.forceShutdown();
+              res();
+            }, 2000).unref();
+          }),
+      });
+    });
+  });
+}

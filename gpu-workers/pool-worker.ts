@@ -1,0 +1,176 @@
+/**
+ * Pool worker: a Temporal worker on a pool task queue (default `troupe-gpu`)
+ * whose activities call one engine over gRPC. It either connects to an engine
+ * that runs elsewhere (`--engine-address`) or spawns `engine-main.ts` as a child
+ * process and restarts it if it dies.
+ *
+ *   node --import tsx gpu-workers/pool-worker.ts [--task-queue troupe-gpu]
+ *        [--temporal-address host:7233] [--namespace default]
+ *        [--engine-address host:port | --device auto]
+ *
+ * In-process (tests, `troupe up`): `const pool = await createPoolWorker({...});
+ * await pool.worker.runUntil(promise)` or `pool.run()` / `pool.shutdown()`.
+ */
+import { parseArgs } from 'node:util';
+import { NativeConnection, Worker } from '@temporalio/worker';
+import { EngineClient } from './client';
+import { EngineSupervisor } from './engine-process';
+import { createPoolActivities, PoolActivityOptions } from './activities';
+import { createTrainingPoolActivities } from '../activities/training/pool';
+import { connect } from '../infra/db';
+
+export const DEFAULT_POOL_TASK_QUEUE = 'troupe-gpu';
+
+export interface PoolWorkerOptions {
+  taskQueue?: string;
+  /** default env TEMPORAL_ADDRESS or localhost:7233 (ignored when `connection` is given) */
+  temporalAddress?: string;
+  /** default env TEMPORAL_NAMESPACE or "default" */
+  namespace?: string;
+  /** reuse an existing connection (e.g. TestWorkflowEnvironment.nativeConnection) */
+  connection?: NativeConnection;
+  /** connect to this engine instead of spawning one */
+  engineAddress?: string;
+  /** device for a spawned engine (default env TROUPE_DEVICE or "auto") */
+  device?: string;
+  /** extra engine-main flags for a spawned engine */
+  engineArgs?: string[];
+  /** more activities to serve on the same queue (e.g. store-aware ones), given the engine client getter */
+  extraActivities?: (getClient: () => EngineClient) => Record<string, (...args: never[]) => Promise<unknown>>;
+  activityOptions?: PoolActivityOptions;
+  /** max activities running at once (default 64, so many callers can be coalesced by the engine) */
+  maxConcurrentActivities?: number;
+  /** do not forward a spawned engine's log lines */
+  quietEngine?: boolean;
+  log?: (event: Record<string, unknown>) => void;
+}
+
+export interface PoolWorker {
+  worker: Worker;
+  taskQueue: string;
+  /** the engine client of the moment (changes when a spawned engine restarts) */
+  getClient(): EngineClient;
+  /** present when this pool worker spawned its engine */
+  supervisor?: EngineSupervisor;
+  /** runs until shutdown() (or a shutdown signal) */
+  run(): Promise<void>;
+  /** stops the worker, then the engine child and the connection if owned */
+  shutdown(): Promise<void>;
+}
+
+export async function createPoolWorker(opts: PoolWorkerOptions = {}): Promise<PoolWorker> {
+  const log = opts.log ?? (() => undefined);
+  const taskQueue = opts.taskQueue ?? DEFAULT_POOL_TASK_QUEUE;
+  let supervisor: EngineSupervisor | undefined;
+  let external: EngineClient | undefined;
+  if (opts.engineAddress) {
+    external = await EngineClient.connect(opts.engineAddress);
+  } else {
+    supervisor = new EngineSupervisor({
+      device: opts.device ?? process.env.TROUPE_DEVICE ?? 'auto',
+      extraArgs: opts.engineArgs,
+      quiet: opts.quietEngine,
+      log,
+    });
+    await supervisor.start();
+  }
+  const getClient = () => external ?? supervisor!.client();
+
+  const ownConnection = !opts.connection;
+  let connection: NativeConnection;
+  try {
+    connection =
+      opts.connection ??
+      (await NativeConnection.connect({ address: opts.temporalAddress ?? process.env.TEMPORAL_ADDRESS ?? 'localhost:7233' }));
+  } catch (e) {
+    await supervisor?.stop();
+    external?.close();
+    throw e;
+  }
+  const worker = await Worker.create({
+    connection,
+    namespace: opts.namespace ?? process.env.TEMPORAL_NAMESPACE ?? 'default',
+    taskQueue,
+    activities: {
+      ...createPoolActivities(getClient, opts.activityOptions),
+      ...(opts.extraActivities?.(getClient) ?? {}),
+    },
+    maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? 64,
+  });
+  log({ event: 'pool_worker_ready', taskQueue });
+
+  let running: Promise<void> | undefined;
+  const cleanup = async () => {
+    await supervisor?.stop();
+    external?.close();
+    if (ownConnection) await connection.close();
+  };
+  return {
+    worker,
+    taskQueue,
+    getClient,
+    supervisor,
+    run: () => (running ??= worker.run().finally(cleanup)),
+    async shutdown() {
+      if (worker.getState() === 'RUNNING') worker.shutdown();
+      if (running) await running;
+      else await cleanup();
+    },
+  };
+}
+
+const HELP = `troupe pool worker: serves engine activities on a Temporal task queue.
+
+usage: node --import tsx gpu-workers/pool-worker.ts [options]
+
+  --task-queue Q         pool task queue (default ${DEFAULT_POOL_TASK_QUEUE})
+  --temporal-address A   Temporal frontend (default env TEMPORAL_ADDRESS or localhost:7233)
+  --namespace N          Temporal namespace (default env TEMPORAL_NAMESPACE or default)
+  --engine-address A     use the engine at host:port instead of spawning one
+  --device D             device of the spawned engine: cpu | cuda:N | auto (default env TROUPE_DEVICE or auto)
+  -h, --help             this text`;
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      'task-queue': { type: 'string' },
+      'temporal-address': { type: 'string' },
+      namespace: { type: 'string' },
+      'engine-address': { type: 'string' },
+      device: { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+    },
+    strict: true,
+  });
+  if (values.help) {
+    process.stdout.write(`${HELP}\n`);
+    return;
+  }
+  const log = (e: Record<string, unknown>) => process.stderr.write(`${JSON.stringify({ ts: new Date().toISOString(), ...e })}\n`);
+  // With a database the pool also serves the training activities (store-backed turns,
+  // batched rollouts, version 0, exactly-once updates); `troupe up` always passes one.
+  const databaseUrl = process.env.DATABASE_URL;
+  const sql = databaseUrl ? connect(databaseUrl, { max: 8 }) : undefined;
+  const pool = await createPoolWorker({
+    taskQueue: values['task-queue'],
+    temporalAddress: values['temporal-address'],
+    namespace: values.namespace,
+    engineAddress: values['engine-address'],
+    device: values.device,
+    log,
+    extraActivities: sql ? (getClient) => createTrainingPoolActivities({ sql, engine: getClient }) : undefined,
+  });
+  if (!sql) log({ event: 'no_database', message: 'DATABASE_URL is not set: serving engine activities only, not training activities' });
+  // The Temporal runtime shuts the worker down on SIGINT/SIGTERM; a terminal's Ctrl-C also
+  // reaches the engine child, which must then not be restarted.
+  for (const sig of ['SIGINT', 'SIGTERM'] as const) process.once(sig, () => pool.supervisor?.beginStop());
+  await pool.run();
+  await sql?.end({ timeout: 2 });
+}
+
+if (require.main === module) {
+  main().catch((e) => {
+    process.stderr.write(`pool-worker: ${(e as Error).message}\n`);
+    process.exit(1);
+  });
+}

@@ -1,0 +1,258 @@
+/**
+ * The training graphs of tiny-lm.
+ *
+ *  - update graph (float32): K fused optimizer steps in one ONNX `Loop`; each
+ *    step = forward → PPO/KL loss → hand-derived backward → global-norm clip →
+ *    AdamW. θ, m, v are loop-carried; per-step metrics are scan outputs. Every
+ *    step uses the whole batch (one minibatch; K = PPO epochs over it).
+ *  - grad graph (float32 or float64): one forward/backward without the optimizer,
+ *    returning the loss and the flat gradient — for finite-difference checks.
+ *  - adamw graph (float32): clip + one AdamW step on given gradients — for the
+ *    reference-step test.
+ *
+ * Batch rows are trained tokens: row t = (window of the W tokens before it, its
+ * token id, advantage, old log-prob, weight w_t, optional reference log-prob).
+ */
+import { encodeModel, FloatType, Graph, graphAttr, int } from '../onnx/builder';
+import { adamwStep, clipByGlobalNorm } from './adamw';
+import { backward } from './backward';
+import { forward, sliceParams } from './forward';
+import { policyLoss } from './policy-loss';
+import { paramLayout, TinyLmSpec } from './spec';
+
+/** Order of the per-step metrics vector (scan output `metrics` [K, 7]). */
+export const STEP_METRICS = [
+  'loss',
+  'pg_loss',
+  'kl_loss',
+  'entropy_sum',
+  'grad_norm',
+  'clip_fraction',
+  'dual_clip_fraction',
+  'approx_kl',
+  'entropy',
+] as const;
+
+interface BatchInputs {
+  windows: string;
+  targets: string;
+  advantages: string;
+  oldLogp: string;
+  weights: string;
+  /** 1 for rows counted in the mean metrics (trained, w ≠ 0), else 0 (padding) */
+  rowMask: string;
+  refLogp: string;
+  hasRef: string;
+  clipLow: string;
+  clipHigh: string;
+  dualClip: string;
+  klCoef: string;
+  klIsK3: string;
+  /** entropy bonus coefficient β_H (loss −= β_H·Σ w_t·H_t) */
+  entropyCoef: string;
+}
+
+function declareBatch(g: Graph, spec: TinyLmSpec, ft: FloatType): BatchInputs {
+  const f = (name: string, shape: (number | string)[] = ['N']) => g.input(name, ft, shape);
+  return {
+    windows: g.input('windows', 'int64', ['N', spec.contextWindow]),
+    targets: g.input('targets', 'int64', ['N']),
+    advantages: f('advantages'),
+    oldLogp: f('old_logprobs'),
+    weights: f('weights'),
+    rowMask: f('row_mask'),
+    refLogp: f('ref_logprobs'),
+    hasRef: g.input('has_ref', 'bool', ['N']),
+    clipLow: f('clip_low', []),
+    clipHigh: f('clip_high', []),
+    dualClip: f('dual_clip', []),
+    klCoef: f('kl_coef', []),
+    klIsK3: g.input('kl_is_k3', 'bool', []),
+    entropyCoef: f('entropy_coef', []),
+  };
+}
+
+/** Values that do not depend on θ, computed once outside the loop. */
+interface Prepared {
+  targetsCol: string;
+  onehot: string;
+  scatterIdx: string;
+  nRows: string;
+}
+
+function prepare(g: Graph, spec: TinyLmSpec, ft: FloatType, x: BatchInputs): Prepared {
+  const axis1 = g.constant('int64', [1]);
+  const targetsCol = g.op('Unsqueeze', [x.targets, axis1]);
+  const ids = g.constant('int64', Array.from({ length: spec.vocabSize }, (_, i) => i), [1, spec.vocabSize]);
+  const onehot = g.op('Cast', [g.op('Equal', [ids, targetsCol])], { to: int(ft === 'float32' ? 1 : 11) });
+  const scatterIdx = g.op('Reshape', [x.windows, g.constant('int64', [-1, 1])]);
+  const nRows = g.op('Max', [g.op('ReduceSum', [x.rowMask], { keepdims: int(0) }), g.constant(ft, 1)]);
+  return { targetsCol, onehot, scatterIdx, nRows };
+}
+
+interface StepValues {
+  grad: string;
+  loss: string;
+  pgLoss: string;
+  klLoss: string;
+  /** Σ w_t·H_t */
+  entropySum: string;
+  clipFraction: string;
+  dualClipFraction: string;
+  approxKl: string;
+  entropy: string;
+}
+
+function lossAndGrad(g: Graph, spec: TinyLmSpec, ft: FloatType, theta: string, x: BatchInputs, pre: Prepared): StepValues {
+  const axis1 = g.constant('int64', [1]);
+  const zero = g.constant(ft, 0);
+  const p = sliceParams(g, spec, theta);
+  const fw = forward(g, spec, p, x.windows);
+  const logp = g.op('Squeeze', [g.op('GatherElements', [fw.logp, pre.targetsCol], { axis: int(1) }), axis1]);
+  const lv = policyLoss(g, ft, {
+    logp,
+    oldLogp: x.oldLogp,
+    advantages: x.advantages,
+    weights: x.weights,
+    refLogp: x.refLogp,
+    hasRef: x.hasRef,
+    clipLow: x.clipLow,
+    clipHigh: x.clipHigh,
+    dualClip: x.dualClip,
+    klCoef: x.klCoef,
+    klIsK3: x.klIsK3,
+  });
+  const rowEntropy = g.op('Neg', [
+    g.op('ReduceSum', [g.op('Mul', [g.op('Exp', [fw.logp]), fw.logp]), axis1], { keepdims: int(0) }),
+  ]);
+  // Entropy bonus: loss −= β_H·Σ w_t·H_t, so e_t = ∂loss/∂H_t = −β_H·w_t.
+  const dEntropy = g.op('Neg', [g.op('Mul', [x.entropyCoef, x.weights])]);
+  const grad = backward(g, spec, ft, p, fw, {
+    dLogp: lv.dLogp,
+    onehot: pre.onehot,
+    scatterIdx: pre.scatterIdx,
+    entropy: { dEntropy, rowEntropy },
+  });
+  const sum = (t: string) => g.op('ReduceSum', [t], { keepdims: int(0) });
+  const rowMean = (t: string) => g.op('Div', [sum(g.op('Mul', [x.rowMask, t])), pre.nRows]);
+  const indicator = (b: string) => g.op('Where', [b, g.constant(ft, 1), zero]);
+  const entropySum = sum(g.op('Mul', [x.weights, rowEntropy]));
+  return {
+    grad,
+    loss: g.op('Sub', [sum(lv.weightedLoss), g.op('Mul', [x.entropyCoef, entropySum])]),
+    pgLoss: sum(lv.weightedPg),
+    klLoss: sum(lv.weightedKl),
+    entropySum,
+    clipFraction: rowMean(indicator(lv.ppoClipped)),
+    dualClipFraction: rowMean(indicator(lv.dualClipped)),
+    approxKl: rowMean(g.op('Sub', [g.op('Sub', [lv.ratio, g.constant(ft, 1)]), lv.logRatio])),
+    entropy: rowMean(rowEntropy),
+  };
+}
+
+const OPT_SCALARS = ['lr', 'beta1', 'beta2', 'eps', 'weight_decay', 'max_grad_norm'] as const;
+
+export function buildUpdateGraph(spec: TinyLmSpec): Uint8Array {
+  const ft: FloatType = 'float32';
+  const P = paramLayout(spec).total;
+  const g = new Graph('tiny_lm_update');
+  const theta0 = g.input('theta', ft, [P]);
+  const m0 = g.input('adam_m', ft, [P]);
+  const v0 = g.input('adam_v', ft, [P]);
+  const x = declareBatch(g, spec, ft);
+  const s: Record<(typeof OPT_SCALARS)[number], string> = Object.fromEntries(
+    OPT_SCALARS.map((n) => [n, g.input(n, ft, [])]),
+  ) as never;
+  const stepSizes = g.input('step_size', ft, ['K']);
+  const bc2Sqrts = g.input('bc2_sqrt', ft, ['K']);
+  const steps = g.input('steps', 'int64', []);
+  const pre = prepare(g, spec, ft, x);
+
+  const b = g.subgraph('update_step');
+  const iter = b.input('iter', 'int64', []);
+  const condIn = b.input('cond_in', 'bool', []);
+  const thetaIn = b.input('theta_in', ft, [P]);
+  const mIn = b.input('m_in', ft, [P]);
+  const vIn = b.input('v_in', ft, [P]);
+  const st = lossAndGrad(b, spec, ft, thetaIn, x, pre);
+  const clip = clipByGlobalNorm(b, ft, st.grad, s.max_grad_norm);
+  const next = adamwStep(b, ft, {
+    theta: thetaIn,
+    m: mIn,
+    v: vIn,
+    grad: clip.clipped,
+    lr: s.lr,
+    beta1: s.beta1,
+    beta2: s.beta2,
+    eps: s.eps,
+    weightDecay: s.weight_decay,
+    stepSize: b.op('Gather', [stepSizes, iter], { axis: int(0) }),
+    bc2Sqrt: b.op('Gather', [bc2Sqrts, iter], { axis: int(0) }),
+  });
+  const axis0 = b.constant('int64', [0]);
+  const metricVec = b.op(
+    'Concat',
+    [st.loss, st.pgLoss, st.klLoss, st.entropySum, clip.norm, st.clipFraction, st.dualClipFraction, st.approxKl, st.entropy].map((t) =>
+      b.op('Unsqueeze', [t, axis0]),
+    ),
+    { axis: int(0) },
+  );
+  b.output(b.op('Identity', [condIn]), 'cond_out', 'bool', []);
+  b.output(next.theta, 'theta_out', ft, [P]);
+  b.output(next.m, 'm_out', ft, [P]);
+  b.output(next.v, 'v_out', ft, [P]);
+  b.output(metricVec, 'metrics_out', ft, [STEP_METRICS.length]);
+
+  const [theta, m, v, metrics] = g.opN('Loop', [steps, g.constant('bool', 1), theta0, m0, v0], 4, {
+    body: graphAttr(b.toProto()),
+  });
+  g.output(theta, 'new_theta', ft, [P]);
+  g.output(m, 'new_adam_m', ft, [P]);
+  g.output(v, 'new_adam_v', ft, [P]);
+  g.output(metrics, 'metrics', ft, ['K', STEP_METRICS.length]);
+  return encodeModel(g, 'tiny-lm update: K x (forward, PPO loss, backward, clip, AdamW) in one Loop');
+}
+
+/** Loss and flat gradient at θ, no optimizer (float64 variant for finite differences). */
+export function buildGradGraph(spec: TinyLmSpec, ft: FloatType): Uint8Array {
+  const g = new Graph('tiny_lm_grad');
+  const theta = g.input('theta', ft, [paramLayout(spec).total]);
+  const x = declareBatch(g, spec, ft);
+  const pre = prepare(g, spec, ft, x);
+  const st = lossAndGrad(g, spec, ft, theta, x, pre);
+  g.output(st.loss, 'loss', ft, []);
+  g.output(st.grad, 'grad', ft, [paramLayout(spec).total]);
+  return encodeModel(g, 'tiny-lm loss and gradient');
+}
+
+/** Clip + one AdamW step on a given gradient (tests compare it to a TypeScript reference). */
+export function buildAdamwGraph(): Uint8Array {
+  const ft: FloatType = 'float32';
+  const g = new Graph('adamw_step');
+  const vec = (n: string) => g.input(n, ft, ['P']);
+  const sc = (n: string) => g.input(n, ft, []);
+  const theta = vec('theta');
+  const m = vec('adam_m');
+  const v = vec('adam_v');
+  const grad = vec('grad');
+  const clip = clipByGlobalNorm(g, ft, grad, sc('max_grad_norm'));
+  const out = adamwStep(g, ft, {
+    theta,
+    m,
+    v,
+    grad: clip.clipped,
+    lr: sc('lr'),
+    beta1: sc('beta1'),
+    beta2: sc('beta2'),
+    eps: sc('eps'),
+    weightDecay: sc('weight_decay'),
+    stepSize: sc('step_size'),
+    bc2Sqrt: sc('bc2_sqrt'),
+  });
+  g.output(out.theta, 'new_theta', ft, ['P']);
+  g.output(out.m, 'new_adam_m', ft, ['P']);
+  g.output(out.v, 'new_adam_v', ft, ['P']);
+  g.output(clip.norm, 'grad_norm', ft, []);
+  g.output(clip.clipped, 'clipped_grad', ft, ['P']);
+  return encodeModel(g, 'clip + AdamW step');
+}
