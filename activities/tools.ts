@@ -1,0 +1,43 @@
+/**
+ * Running a tool call: validated input in, validated output out, with the
+ * tool's time limit. A tool that throws, times out or returns output that
+ * fails its schema becomes a tool error (data for the trajectory), not a crash.
+ */
+import type { ToolCallReply, ToolCallRequest } from '../agents/episode';
+import type { AnyTeam } from '../agents/team';
+import { zodMessage } from '../agents/tool';
+
+export async function executeTool(team: AnyTeam, req: ToolCallRequest, cancelled?: AbortSignal): Promise<ToolCallReply> {
+  const tool = Object.values(team.agents)
+    .flatMap((a) => a.tools)
+    .find((t) => t.name === req.tool);
+  const started = performance.now();
+  const elapsed = () => performance.now() - started;
+  if (!tool) return { ok: false, error: `unknown tool ${JSON.stringify(req.tool)}`, durationMs: 0 };
+  const input = tool.input.safeParse(req.input);
+  if (!input.success) return { ok: false, error: `${tool.name}: invalid input: ${zodMessage(input.error, 'input')}`, durationMs: 0 };
+
+  const controller = new AbortController();
+  const onCancel = () => controller.abort(cancelled?.reason);
+  cancelled?.addEventListener('abort', onCancel);
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      controller.abort(new Error('timeout'));
+      reject(new Error(`${tool.name}: timed out after ${tool.timeoutMs} ms`));
+    }, tool.timeoutMs);
+  });
+  try {
+    const raw = await Promise.race([tool.execute(input.data, { episodeId: req.episodeId, turn: req.turn, call: req.call, seed: req.seed, signal: controller.signal }), timeout]);
+    const output = tool.output.safeParse(raw);
+    if (!output.success) return { ok: false, error: `${tool.name}: invalid output: ${zodMessage(output.error, 'output')}`, durationMs: elapsed() };
+    return { ok: true, output: output.data, rendered: tool.render(output.data), durationMs: elapsed() };
+  } catch (e) {
+    if (cancelled?.aborted) throw e; // cancellation of the activity is not a tool error
+    const message = (e as Error)?.message ?? String(e);
+    return { ok: false, error: message.startsWith(`${tool.name}:`) ? message : `${tool.name}: ${message}`, durationMs: elapsed() };
+  } finally {
+    clearTimeout(timer);
+    cancelled?.removeEventListener('abort', onCancel);
+  }
+}

@@ -1,0 +1,232 @@
+/**
+ * Runs a team's episode function on one task and records its graph trajectory.
+ *
+ * The same code runs in both rollout modes; only `EpisodeIO` differs:
+ * - durable: generate and callTool are Temporal activities, the episode
+ *   function runs in an episode workflow;
+ * - batched: they are direct calls inside one rollout activity.
+ * Everything here is pure and deterministic given the IO replies, so it is safe
+ * inside the workflow sandbox and produces identical trajectories in both modes.
+ */
+import type { StopReason, ToolCallRecord, Trajectory, TurnRecord } from '../schema/trajectory';
+import type { Sampling } from './agent';
+import { deriveSeed } from './seed';
+import type { AnyTeam } from './team';
+import { zodMessage } from './tool';
+
+export interface GenerateCall {
+  model: string;
+  version: number;
+  context: number[];
+  maxTokens: number;
+  stopTokens: number[];
+  sampling: Sampling;
+  seed: number;
+}
+
+export interface GenerateReply {
+  tokens: number[];
+  logprobs: number[];
+  stopReason: 'stop_token' | 'max_tokens';
+}
+
+export interface ToolCallRequest {
+  tool: string;
+  input: unknown;
+  episodeId: string;
+  turn: number;
+  call: number;
+  seed: number;
+}
+
+export type ToolCallReply = { ok: true; output: unknown; rendered: string; durationMs: number } | { ok: false; error: string; durationMs: number };
+
+export interface EpisodeIO {
+  generate(call: GenerateCall): Promise<GenerateReply>;
+  callTool(req: ToolCallRequest): Promise<ToolCallReply>;
+  /** Milliseconds; in a workflow this is workflow time, so it replays. */
+  now(): number;
+}
+
+export interface EpisodeInput {
+  episodeId: string;
+  seed: number;
+  task: unknown;
+  /** Serving version per model. */
+  versions: Record<string, number>;
+  /** Overrides every agent's sampling (eval uses greedy decoding). */
+  sampling?: Partial<Sampling>;
+}
+
+/** What the episode function gets back from `agents.x.act(...)`. */
+export interface TurnHandle {
+  readonly index: number;
+  readonly agent: string;
+  /** The whole response: sampled text with tool output in between. */
+  readonly text: string;
+  /** Sampled text after the last tool output. */
+  readonly reply: string;
+  readonly toolCalls: readonly ToolCallRecord[];
+  readonly stopReason: StopReason;
+}
+
+export interface AgentHandle {
+  act(message: string, opts?: { after?: readonly TurnHandle[] }): Promise<TurnHandle>;
+}
+
+/** Thrown inside the episode when a limit is exceeded; the episode ends `truncated`. */
+export class LimitExceeded extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'LimitExceeded';
+  }
+}
+
+export async function runEpisode(team: AnyTeam, input: EpisodeInput, io: EpisodeIO): Promise<Trajectory> {
+  const tok = team.tokenizer;
+  const turns: TurnRecord[] = [];
+  const handles: TurnHandle[] = [];
+  const lastTurnOf = new Map<string, number>();
+  const syntax = team.toolSyntax;
+  const triggerIds = syntax ? [...new Set(syntax.triggers.map((t) => tok.encode(t.slice(-1))[0]!))] : [];
+
+  async function act(role: string, message: string, opts?: { after?: readonly TurnHandle[] }): Promise<TurnHandle> {
+    const spec = team.agents[role]!;
+    const taken = turns.filter((t) => t.agent === role).length;
+    if (taken >= spec.maxTurns) throw new LimitExceeded(`agents.${role}.maxTurns (${spec.maxTurns}) exceeded`);
+    if (turns.length >= team.limits.maxTurns) throw new LimitExceeded(`limits.maxTurns (${team.limits.maxTurns}) exceeded`);
+
+    const index = turns.length;
+    const started = io.now();
+    const parents = new Set<number>();
+    for (const h of opts?.after ?? []) parents.add(h.index);
+    const own = lastTurnOf.get(role);
+    const context: number[] = [tok.bosId, ...tok.encode(spec.instructions)];
+    if (spec.memory && own !== undefined) {
+      parents.add(own);
+      const prev = turns[own]!;
+      // The agent's own earlier turns, as it saw and wrote them (BOS dropped).
+      context.push(...prev.contextTokens.slice(1), ...prev.responseTokens);
+    }
+    context.push(...tok.encode(message));
+
+    const response: number[] = [];
+    const logprobs: number[] = [];
+    const mask: Array<0 | 1> = [];
+    const toolCalls: ToolCallRecord[] = [];
+    const sampling = { ...spec.sampling, ...input.sampling };
+    let budget = spec.maxTokens;
+    let stop: StopReason = 'max_tokens';
+    let replyStart = 0;
+    for (let segment = 0; budget > 0; segment++) {
+      const reply = await io.generate({
+        model: spec.model,
+        version: input.versions[spec.model]!,
+        context: [...context, ...response],
+        maxTokens: budget,
+        stopTokens: [tok.eosId, ...triggerIds.filter(() => spec.tools.length > 0)],
+        sampling,
+        seed: deriveSeed(input.seed, 'turn', index, 'segment', segment),
+      });
+      response.push(...reply.tokens);
+      logprobs.push(...reply.logprobs);
+      for (let i = 0; i < reply.tokens.length; i++) mask.push(1);
+      budget -= reply.tokens.length;
+      const last = reply.tokens[reply.tokens.length - 1];
+      if (reply.stopReason === 'stop_token' && last === tok.eosId) {
+        stop = 'eos';
+        break;
+      }
+      if (reply.stopReason !== 'stop_token' || !syntax) break;
+      const parsed = syntax.parse(tok.decode([...context, ...response]));
+      if (parsed === null) continue; // a trigger's last character without the whole trigger
+      if (toolCalls.length >= spec.maxToolCalls) {
+        turns.push(record('tool_limit'));
+        throw new LimitExceeded(`agents.${role}.maxToolCalls (${spec.maxToolCalls}) exceeded`);
+      }
+      const call = toolCalls.length;
+      const rendered = await runTool(role, parsed, index, call, toolCalls);
+      const out = tok.encode(rendered);
+      response.push(...out);
+      for (let i = 0; i < out.length; i++) {
+        logprobs.push(0);
+        mask.push(0);
+      }
+      replyStart = response.length;
+    }
+
+    function record(stopReason: StopReason): TurnRecord {
+      return {
+        index,
+        agent: role,
+        model: spec.model,
+        version: input.versions[spec.model]!,
+        parents: [...parents].sort((a, b) => a - b),
+        contextTokens: context,
+        responseTokens: response,
+        logprobs,
+        lossMask: mask,
+        stopReason,
+        toolCalls,
+        durationMs: Math.max(0, io.now() - started),
+      };
+    }
+    const turn = record(stop);
+    turns.push(turn);
+    lastTurnOf.set(role, index);
+    const handle: TurnHandle = {
+      index,
+      agent: role,
+      text: tok.decode(response),
+      reply: tok.decode(response.slice(replyStart)),
+      toolCalls,
+      stopReason: stop,
+    };
+    handles.push(handle);
+    return handle;
+  }
+
+  async function runTool(role: string, parsed: NonNullable<ReturnType<NonNullable<typeof syntax>['parse']>>, turn: number, call: number, calls: ToolCallRecord[]): Promise<string> {
+    const allowed = team.agents[role]!.tools;
+    const fail = (tool: string, inputValue: unknown, error: string, durationMs = 0) => {
+      calls.push({ index: call, tool, input: inputValue, error, durationMs });
+      return syntax!.renderError(error);
+    };
+    if ('error' in parsed) return fail(parsed.tool ?? '', null, parsed.error);
+    const tool = allowed.find((t) => t.name === parsed.tool);
+    if (!tool) return fail(parsed.tool, parsed.input, `unknown tool ${JSON.stringify(parsed.tool)} for agent ${role} (allowed: ${allowed.map((t) => t.name).join(', ') || 'none'})`);
+    const valid = tool.input.safeParse(parsed.input);
+    if (!valid.success) return fail(tool.name, parsed.input, `${tool.name}: invalid input: ${zodMessage(valid.error, 'input')}`);
+    const reply = await io.callTool({
+      tool: tool.name,
+      input: valid.data,
+      episodeId: input.episodeId,
+      turn,
+      call,
+      seed: deriveSeed(input.seed, 'turn', turn, 'tool', call),
+    });
+    if (!reply.ok) return fail(tool.name, valid.data, reply.error, reply.durationMs);
+    calls.push({ index: call, tool: tool.name, input: valid.data, output: reply.output, durationMs: reply.durationMs });
+    return reply.rendered;
+  }
+
+  const agents: Record<string, AgentHandle> = {};
+  for (const role of Object.keys(team.agents)) agents[role] = { act: (m, o) => act(role, m, o) };
+
+  try {
+    const outcome = await team.episode({ task: input.task, agents });
+    return { episodeId: input.episodeId, status: 'completed', outcome: outcome ?? null, turns };
+  } catch (err) {
+    if (err instanceof LimitExceeded) return { episodeId: input.episodeId, status: 'truncated', error: err.message, turns };
+    // Infrastructure failures (activity errors) must propagate so Temporal retries them;
+    // only errors of the user's episode code become data.
+    if (isInfrastructureError(err)) throw err;
+    return { episodeId: input.episodeId, status: 'failed', error: `episode: ${(err as Error)?.message ?? String(err)}`, turns };
+  }
+}
+
+/** Errors raised by Temporal or the engine rather than by the user's episode code. */
+export function isInfrastructureError(err: unknown): boolean {
+  const name = (err as Error | undefined)?.name ?? '';
+  return /ActivityFailure|ChildWorkflowFailure|CancelledFailure|TerminatedFailure|TimeoutFailure|ApplicationFailure|EngineError|DeterminismViolation/.test(name) || (err as { infrastructure?: boolean })?.infrastructure === true;
+}

@@ -1,0 +1,101 @@
+/**
+ * `math`: a solver with a calculator and a verifier that judges the solver.
+ *
+ * Made to be learnable from a random initialization by the built-in tiny
+ * policy: one-character tool calls (typing '=' evaluates the expression on the
+ * display), a 19-token vocabulary, short answers. The verifier's reward is ten
+ * times the solver's, the case per-agent advantage normalization is for.
+ */
+import { z } from 'zod';
+import { agent } from '../agent';
+import { tinyLM, type ModelSpec } from '../model';
+import { generatedTasks } from '../tasks';
+import { defineTeam } from '../team';
+import { charTokenizer } from '../tokenizer';
+import { defineTool, keySyntax } from '../tool';
+
+export interface MathTask {
+  a: number;
+  b: number;
+}
+
+export interface MathOutcome {
+  answer: number | null;
+  verdict: string;
+}
+
+export const calculator = defineTool({
+  name: 'calculator',
+  description: 'Adds two numbers of at most two digits: "12+7" gives 19.',
+  input: z.object({ expr: z.string().regex(/^\d{1,2}\+\d{1,2}$/, 'expected two numbers of 1-2 digits joined by +') }),
+  output: z.object({ value: z.number().int() }),
+  async execute({ expr }) {
+    const [a, b] = expr.split('+').map(Number);
+    return { value: a! + b! };
+  },
+  render: ({ value }) => String(value),
+});
+
+export interface MathOptions {
+  /** 'shared': one policy for both roles; 'separate': one policy each. */
+  models?: 'shared' | 'separate';
+  /** Multiplier of the verifier's reward relative to the solver's. */
+  verifierScale?: number;
+  /** Operands are drawn from 0..maxOperand. */
+  maxOperand?: number;
+}
+
+const tokenizer = charTokenizer('0123456789+=?YNE');
+
+/** The number the solver answered: the calculator's display if it used it, else the digits it wrote. */
+export function solverAnswer(turn: { reply: string; toolCalls: ReadonlyArray<{ output?: unknown }> }): number | null {
+  const shown = [...turn.toolCalls].reverse().find((c) => c.output !== undefined);
+  if (shown) return (shown.output as { value: number }).value;
+  return /^\d{1,3}$/.test(turn.reply) ? Number(turn.reply) : null;
+}
+
+export function mathTeam(options: MathOptions = {}) {
+  const scale = options.verifierScale ?? 10;
+  const maxOperand = options.maxOperand ?? 49;
+  // lr 0.02: Adam steps this large suit a 2.7k-parameter policy learning from scratch (measured: eval 0 -> 0.98 in 20 steps).
+  const policy = (): ModelSpec => tinyLM({ tokenizer, contextWindow: 8, embedDim: 16, hiddenDim: 64, optimizer: { lr: 0.02 } });
+  const models: Record<string, ModelSpec> = options.models === 'separate' ? { solver: policy(), verifier: policy() } : { policy: policy() };
+  const modelOf = (role: 'solver' | 'verifier') => (options.models === 'separate' ? role : 'policy');
+
+  return defineTeam({
+    name: 'math',
+    description: 'A solver with a calculator and a verifier; the verifier is rewarded at ten times the solver scale.',
+    tokenizer,
+    models,
+    toolSyntax: keySyntax({ trigger: '=', tool: 'calculator', argument: 'expr', separators: '?=', error: 'E' }),
+    agents: {
+      solver: agent({ model: modelOf('solver'), tools: [calculator], maxTokens: 3, maxToolCalls: 1 }),
+      verifier: agent({ model: modelOf('verifier'), maxTokens: 2 }),
+    },
+    tasks: generatedTasks<MathTask>({
+      seed: 7,
+      count: (maxOperand + 1) ** 2,
+      evalFraction: 0.2,
+      make: (_random, i) => {
+        const a = Math.floor(i / (maxOperand + 1));
+        const b = i % (maxOperand + 1);
+        return { id: `${a}+${b}`, data: { a, b } };
+      },
+    }),
+    async episode({ task, agents }): Promise<MathOutcome> {
+      const question = `${task.a}+${task.b}`;
+      const solution = await agents.solver.act(question);
+      const verdict = await agents.verifier.act(`${question}${solution.text}?`, { after: [solution] });
+      return { answer: solverAnswer(solution), verdict: verdict.reply.slice(0, 1) };
+    },
+    rewards: {
+      solver: ({ task, outcome }) => ({ correct: outcome?.answer === task.a + task.b ? 1 : 0 }),
+      verifier: ({ task, outcome }) => {
+        const right = outcome?.answer === task.a + task.b;
+        const judged = (outcome?.verdict === 'Y' && right) || (outcome?.verdict === 'N' && !right);
+        return { judged: judged ? scale : 0 };
+      },
+    },
+    success: ({ task, outcome }) => outcome?.answer === task.a + task.b && outcome.verdict === 'Y',
+  });
+}

@@ -1,0 +1,59 @@
+/**
+ * The graph trajectory of one episode: turns (nodes) with parent edges, the
+ * tokens each turn saw and produced, and the tool calls inside each turn.
+ * Written by activities, read back verbatim from Postgres.
+ */
+import { z } from 'zod';
+
+export const episodeStatus = z.enum(['completed', 'truncated', 'failed']);
+export type EpisodeStatus = z.infer<typeof episodeStatus>;
+
+export const stopReason = z.enum(['eos', 'max_tokens', 'tool_limit', 'turn_limit']);
+export type StopReason = z.infer<typeof stopReason>;
+
+export const toolCallRecord = z.object({
+  index: z.number().int().nonnegative(),
+  tool: z.string(),
+  input: z.unknown(),
+  output: z.unknown().optional(),
+  error: z.string().optional(),
+  durationMs: z.number().nonnegative(),
+});
+export type ToolCallRecord = z.infer<typeof toolCallRecord>;
+
+export const turnRecord = z.object({
+  index: z.number().int().nonnegative(),
+  agent: z.string(),
+  model: z.string(),
+  version: z.number().int().nonnegative(),
+  /** Turns whose output this turn received (edges of the graph). */
+  parents: z.array(z.number().int().nonnegative()),
+  contextTokens: z.array(z.number().int().nonnegative()),
+  /** Everything after the context: sampled tokens and tool-output tokens, in order. */
+  responseTokens: z.array(z.number().int().nonnegative()),
+  /** Log-prob of each response token under the serving version (0 where mask is 0). */
+  logprobs: z.array(z.number()),
+  /** 1 on tokens the policy sampled, 0 on tool output. */
+  lossMask: z.array(z.union([z.literal(0), z.literal(1)])),
+  stopReason,
+  toolCalls: z.array(toolCallRecord),
+  durationMs: z.number().nonnegative(),
+});
+export type TurnRecord = z.infer<typeof turnRecord>;
+
+export const trajectory = z.object({
+  episodeId: z.string(),
+  status: episodeStatus,
+  outcome: z.unknown().optional(),
+  error: z.string().optional(),
+  turns: z.array(turnRecord),
+});
+export type Trajectory = z.infer<typeof trajectory>;
+
+/** Reward components of one turn, from its role's reward function. */
+export const turnRewards = z.object({
+  turn: z.number().int().nonnegative(),
+  agent: z.string(),
+  components: z.record(z.string(), z.number()),
+});
+export type TurnRewards = z.infer<typeof turnRewards>;

@@ -1,0 +1,64 @@
+/**
+ * One episode as durable work: the team's episode function runs here, each
+ * agent turn's generation is an activity on its model's pool queue and each
+ * tool call an activity on the control queue. A crash of any worker loses at
+ * most the activity in flight, which is retried with the same seed.
+ */
+import { proxyActivities } from '@temporalio/workflow';
+import type { Sampling } from '../agents/agent';
+import { runEpisode, type EpisodeIO, type GenerateCall } from '../agents/episode';
+import type { Split } from '../agents/tasks';
+import { loadTeam } from '../agents/teams';
+import type { TrainingControlActivities, TeamRef } from '../activities/training/control';
+import type { EpisodeSpec } from '../activities/training/plan';
+import type { TrainingPoolActivities } from '../activities/training/pool';
+import { controlActivities, toolActivities, turnActivities } from './timeouts';
+
+export interface EpisodeWorkflowInput extends TeamRef {
+  runId: string;
+  step: number;
+  split: Split;
+  spec: EpisodeSpec;
+  versions: Record<string, number>;
+  sampling?: Partial<Sampling>;
+}
+
+const control = proxyActivities<TrainingControlActivities>(controlActivities);
+
+export async function episodeWorkflow(input: EpisodeWorkflowInput): Promise<{ episodeId: string; status: string; success: boolean | null }> {
+  const team = loadTeam(input.team, input.teamOptions);
+  const ref: TeamRef = { team: input.team, teamOptions: input.teamOptions };
+  const tools = proxyActivities<TrainingControlActivities>(toolActivities(Math.max(0, ...Object.values(team.agents).flatMap((a) => a.tools.map((t) => t.timeoutMs)))));
+  const pools = new Map<string, TrainingPoolActivities>();
+  const pool = (model: string) => {
+    const queue = team.models[model]!.pool;
+    let p = pools.get(queue);
+    if (!p) {
+      p = proxyActivities<TrainingPoolActivities>(turnActivities(queue));
+      pools.set(queue, p);
+    }
+    return p;
+  };
+  const io: EpisodeIO = {
+    generate: (call: GenerateCall) => pool(call.model).generateTurn({ runId: input.runId, ...ref, call }),
+    callTool: (req) => tools.callTool({ ...ref, req }),
+    now: () => Date.now(),
+  };
+  const trajectory = await runEpisode(team, { episodeId: input.spec.episodeId, seed: input.spec.seed, task: input.spec.task, versions: input.versions, sampling: input.sampling }, io);
+  return control.recordEpisode({
+    ...ref,
+    meta: {
+      episodeId: input.spec.episodeId,
+      runId: input.runId,
+      step: input.step,
+      split: input.split,
+      taskId: input.spec.taskId,
+      task: input.spec.task,
+      groupIndex: input.spec.groupIndex,
+      episodeIndex: input.spec.episodeIndex,
+      seed: input.spec.seed,
+      mode: 'durable',
+    },
+    trajectory,
+  });
+}

@@ -1,0 +1,5 @@
+// All workflows registered on the control worker (workflowsPath points here).
+// Workflow code only: deterministic, no Node APIs. Add one export line per file.
+export * from './ping';
+export * from './episode';
+export * from './training-run';
