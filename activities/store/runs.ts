@@ -1,0 +1,31 @@
+/** Runs, their executions (lineage) and events. */
+import type { Sql } from '../../infra/db';
+
+export type RunStatus = 'running' | 'paused' | 'completed' | 'stopped' | 'failed';
+
+export async function createRun(sql: Sql, run: { runId: string; team: string; config: unknown; resumedFrom?: string }): Promise<void> {
+  await sql`
+    INSERT INTO runs (run_id, team, config, resumed_from)
+    VALUES (${run.runId}, ${run.team}, ${sql.json(run.config as never)}, ${run.resumedFrom ?? null})
+    ON CONFLICT (run_id) DO NOTHING`;
+}
+
+export async function getRun(sql: Sql, runId: string) {
+  const [row] = await sql`SELECT * FROM runs WHERE run_id = ${runId}`;
+  return row as { run_id: string; team: string; config: any; status: RunStatus; resumed_from: string | null; created_at: Date } | undefined;
+}
+
+export async function setRunStatus(sql: Sql, runId: string, status: RunStatus): Promise<void> {
+  await sql`UPDATE runs SET status = ${status}, updated_at = now() WHERE run_id = ${runId}`;
+}
+
+export async function recordExecution(sql: Sql, e: { runId: string; workflowId: string; executionId: string; startStep: number }): Promise<void> {
+  await sql`
+    INSERT INTO run_executions (run_id, workflow_id, execution_id, start_step)
+    VALUES (${e.runId}, ${e.workflowId}, ${e.executionId}, ${e.startStep})
+    ON CONFLICT DO NOTHING`;
+}
+
+export async function recordEvent(sql: Sql, e: { runId: string; step: number; kind: string; detail?: unknown }): Promise<void> {
+  await sql`INSERT INTO run_events (run_id, step, kind, detail) VALUES (${e.runId}, ${e.step}, ${e.kind}, ${sql.json((e.detail ?? {}) as never)})`;
+}

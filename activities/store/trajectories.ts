@@ -1,0 +1,203 @@
+/**
+ * Graph trajectories in Postgres: episodes, turns, tool calls, rewards.
+ * `saveEpisodes` is idempotent (a retried rollout writes the same episode id
+ * once), and `loadEpisode` gives back exactly what was written.
+ */
+import type { Sql } from '../../infra/db';
+import type { Split } from '../../agents/tasks';
+import type { Trajectory, TurnRewards } from '../../schema/trajectory';
+
+export interface EpisodeMeta {
+  episodeId: string;
+  runId: string;
+  step: number;
+  split: Split;
+  taskId: string;
+  task: unknown;
+  groupIndex: number;
+  episodeIndex: number;
+  seed: number;
+  mode: 'durable' | 'batched';
+}
+
+export interface StoredEpisode {
+  meta: EpisodeMeta;
+  trajectory: Trajectory;
+  rewards: TurnRewards[];
+  success: boolean | null;
+}
+
+/** Rows per INSERT statement: far below Postgres' 65535 bind parameters. */
+const CHUNK = 1000;
+
+function chunks<T>(xs: readonly T[]): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < xs.length; i += CHUNK) out.push(xs.slice(i, i + CHUNK));
+  return out;
+}
+
+/**
+ * Writes scored episodes (their trajectories carry the scored status) in one
+ * transaction, one multi-row INSERT per table: a batched rollout stores a
+ * whole flush at once instead of one transaction per episode. Episodes already
+ * stored are skipped with their turns; returns the ids this call inserted.
+ */
+export async function saveEpisodes(sql: Sql, episodes: readonly StoredEpisode[]): Promise<Set<string>> {
+  if (episodes.length === 0) return new Set();
+  return sql.begin(async (tx) => {
+    const inserted = new Set<string>();
+    for (const part of chunks(episodes)) {
+      const rows = part.map(({ meta, trajectory, success }) => ({
+        episode_id: meta.episodeId,
+        run_id: meta.runId,
+        step: meta.step,
+        split: meta.split,
+        task_id: meta.taskId,
+        task: tx.json(meta.task as never),
+        group_index: meta.groupIndex,
+        episode_index: meta.episodeIndex,
+        seed: meta.seed,
+        mode: meta.mode,
+        status: trajectory.status,
+        outcome: trajectory.outcome === undefined ? null : tx.json(trajectory.outcome as never),
+        error: trajectory.error ?? null,
+        success,
+      }));
+      const got = await tx`INSERT INTO episodes ${tx(rows as never)} ON CONFLICT (episode_id) DO NOTHING RETURNING episode_id`;
+      for (const r of got) inserted.add(r.episode_id as string);
+    }
+    const fresh = episodes.filter((e) => inserted.has(e.meta.episodeId));
+    const turns = fresh.flatMap(({ meta, trajectory }) =>
+      trajectory.turns.map((t) => ({
+        episode_id: meta.episodeId,
+        turn_index: t.index,
+        agent: t.agent,
+        model: t.model,
+        version: t.version,
+        parents: tx.array(t.parents, 23),
+        context_tokens: tx.array(t.contextTokens, 23),
+        response_tokens: tx.array(t.responseTokens, 23),
+        logprobs: tx.array(t.logprobs, 701),
+        loss_mask: tx.array(t.lossMask, 21),
+        stop_reason: t.stopReason,
+        duration_ms: t.durationMs,
+      })),
+    );
+    const calls = fresh.flatMap(({ meta, trajectory }) =>
+      trajectory.turns.flatMap((t) =>
+        t.toolCalls.map((c) => ({
+          episode_id: meta.episodeId,
+          turn_index: t.index,
+          call_index: c.index,
+          tool: c.tool,
+          input: tx.json((c.input ?? null) as never),
+          output: c.output === undefined ? null : tx.json(c.output as never),
+          error: c.error ?? null,
+          duration_ms: c.durationMs,
+        })),
+      ),
+    );
+    const rewards = fresh.flatMap(({ meta, rewards: rs }) => rs.flatMap((r) => Object.entries(r.components).map(([component, value]) => ({ episode_id: meta.episodeId, turn_index: r.turn, agent: r.agent, component, value }))));
+    for (const part of chunks(turns)) await tx`INSERT INTO turns ${tx(part as never)}`;
+    for (const part of chunks(calls)) await tx`INSERT INTO tool_calls ${tx(part as never)}`;
+    for (const part of chunks(rewards)) await tx`INSERT INTO rewards ${tx(part as never)}`;
+    return inserted;
+  });
+}
+
+export async function loadEpisode(sql: Sql, episodeId: string): Promise<StoredEpisode | undefined> {
+  const [episode] = await loadEpisodes(sql, sql`episode_id = ${episodeId}`);
+  return episode;
+}
+
+/** All stored episodes of a step and split, trajectories and rewards included. */
+export async function loadStepEpisodes(sql: Sql, runId: string, step: number, split: Split): Promise<StoredEpisode[]> {
+  return loadEpisodes(sql, sql`run_id = ${runId} AND step = ${step} AND split = ${split}`);
+}
+
+/** Four queries for any number of episodes, assembled in (group, episode) order. */
+async function loadEpisodes(sql: Sql, where: ReturnType<Sql>): Promise<StoredEpisode[]> {
+  const episodes = await sql`SELECT * FROM episodes WHERE ${where} ORDER BY group_index, episode_index, episode_id`;
+  if (episodes.length === 0) return [];
+  const ids = episodes.map((e) => e.episode_id as string);
+  const turns = await sql`SELECT * FROM turns WHERE episode_id IN ${sql(ids)} ORDER BY episode_id, turn_index`;
+  const calls = await sql`SELECT * FROM tool_calls WHERE episode_id IN ${sql(ids)} ORDER BY episode_id, turn_index, call_index`;
+  const rewards = await sql`SELECT * FROM rewards WHERE episode_id IN ${sql(ids)} ORDER BY episode_id, turn_index, component`;
+  const byEpisode = <T extends { episode_id: string }>(rows: readonly T[]) => {
+    const m = new Map<string, T[]>();
+    for (const r of rows) {
+      let list = m.get(r.episode_id);
+      if (!list) m.set(r.episode_id, (list = []));
+      list.push(r);
+    }
+    return m;
+  };
+  const turnsOf = byEpisode(turns as unknown as any[]);
+  const callsOf = byEpisode(calls as unknown as any[]);
+  const rewardsOf = byEpisode(rewards as unknown as any[]);
+  return episodes.map((e) => {
+    const episodeCalls = callsOf.get(e.episode_id) ?? [];
+    return {
+      meta: {
+        episodeId: e.episode_id,
+        runId: e.run_id,
+        step: e.step,
+        split: e.split,
+        taskId: e.task_id,
+        task: e.task,
+        groupIndex: e.group_index,
+        episodeIndex: e.episode_index,
+        seed: Number(e.seed),
+        mode: e.mode,
+      },
+      trajectory: {
+        episodeId: e.episode_id,
+        status: e.status,
+        ...(e.outcome === null ? {} : { outcome: e.outcome }),
+        ...(e.error === null ? {} : { error: e.error }),
+        turns: (turnsOf.get(e.episode_id) ?? []).map((t) => ({
+          index: t.turn_index,
+          agent: t.agent,
+          model: t.model,
+          version: t.version,
+          parents: t.parents,
+          contextTokens: t.context_tokens,
+          responseTokens: t.response_tokens,
+          logprobs: t.logprobs,
+          lossMask: t.loss_mask,
+          stopReason: t.stop_reason,
+          durationMs: t.duration_ms,
+          toolCalls: episodeCalls
+            .filter((c) => c.turn_index === t.turn_index)
+            .map((c) => ({
+              index: c.call_index,
+              tool: c.tool,
+              input: c.input,
+              ...(c.output === null ? {} : { output: c.output }),
+              ...(c.error === null ? {} : { error: c.error }),
+              durationMs: c.duration_ms,
+            })),
+        })),
+      },
+      rewards: groupRewards(rewardsOf.get(e.episode_id) ?? []),
+      success: e.success,
+    };
+  });
+}
+
+function groupRewards(rows: Array<{ turn_index: number; agent: string; component: string; value: number }>): TurnRewards[] {
+  const byTurn = new Map<number, TurnRewards>();
+  for (const r of rows) {
+    let t = byTurn.get(r.turn_index);
+    if (!t) byTurn.set(r.turn_index, (t = { turn: r.turn_index, agent: r.agent, components: {} }));
+    t.components[r.component] = r.value;
+  }
+  return [...byTurn.values()].sort((a, b) => a.turn - b.turn);
+}
+
+/** Episode ids of a step that are already stored (a retried rollout skips them). */
+export async function storedEpisodeIds(sql: Sql, ids: readonly string[]): Promise<Set<string>> {
+  if (ids.length === 0) return new Set();
+  const rows = await sql`SELECT episode_id FROM episodes WHERE episode_id IN ${sql(ids as string[])}`;
+  return new Set(rows.map((r) => r.episode_id as string));
+}

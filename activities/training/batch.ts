@@ -1,0 +1,119 @@
+/**
+ * From a step's stored episodes to one update batch per model:
+ * turns -> samples (one per agent invocation) -> advantages through the
+ * registry (each role with its own estimator settings) -> per-token
+ * advantages and aggregation weights -> sequences for the engine's Update.
+ *
+ * Failed episodes are left out (and counted); truncated ones are trained on
+ * with whatever rewards their roles gave them.
+ */
+import { aggregationWeights, broadcastAdvantages, computeAdvantages, computeAdvantagesByAgent, scoreOf, stepDiagnostics, type AgentStepDiagnostics, type Sample } from '../../rl';
+import type { OptimizerSettings } from '../../schema/optimizer';
+import { toAdvantageSpec } from '../../schema/optimizer';
+import type { StoredEpisode } from '../store/trajectories';
+
+export interface UpdateSequence {
+  context: number[];
+  tokens: number[];
+  mask: number[];
+  advantages: number[];
+  oldLogprobs: number[];
+  weights: number[];
+}
+
+export interface StepBatch {
+  /** Sequences per model, ready for the engine. */
+  models: Record<string, UpdateSequence[]>;
+  diagnostics: Record<string, AgentStepDiagnostics>;
+  /** Mean of each reward component per agent over its turns in non-failed episodes. */
+  rewards: Record<string, Record<string, number>>;
+  counts: { episodes: number; completed: number; truncated: number; failed: number; samples: number; excluded: number };
+}
+
+export function buildStepBatch(
+  episodes: readonly StoredEpisode[],
+  settings: { models: Record<string, OptimizerSettings>; agents: Record<string, OptimizerSettings> },
+): StepBatch {
+  const counts = { episodes: episodes.length, completed: 0, truncated: 0, failed: 0, samples: 0, excluded: 0 };
+  const samples: Sample[] = [];
+  const turns: Array<StoredEpisode['trajectory']['turns'][number]> = [];
+  const rewardSums: Record<string, Record<string, { sum: number; n: number }>> = {};
+  // Stable order (group, episode, turn) so the same step always makes the same batch.
+  const ordered = [...episodes].sort((a, b) => a.meta.groupIndex - b.meta.groupIndex || a.meta.episodeIndex - b.meta.episodeIndex);
+  for (const e of ordered) {
+    counts[e.trajectory.status]++;
+    if (e.trajectory.status === 'failed') continue;
+    const byTurn = new Map(e.rewards.map((r) => [r.turn, r.components]));
+    for (const t of e.trajectory.turns) {
+      const components = byTurn.get(t.index) ?? {};
+      samples.push({
+        sampleId: `${e.meta.episodeId}#${t.index}`,
+        groupId: `g${e.meta.groupIndex}`,
+        episodeId: e.meta.episodeId,
+        agentId: t.agent,
+        modelId: t.model,
+        rewards: components,
+        trainableTokens: t.lossMask.reduce<number>((n, m) => n + m, 0),
+      });
+      turns.push(t);
+      const agentSums = (rewardSums[t.agent] ??= {});
+      for (const [k, v] of Object.entries(components)) {
+        const s = (agentSums[k] ??= { sum: 0, n: 0 });
+        s.sum += v;
+        s.n++;
+      }
+    }
+  }
+  counts.samples = samples.length;
+
+  const result = samples.length > 0 ? advantagesFor(samples, settings.agents) : { advantages: new Float64Array(0), excluded: [] as boolean[], diagnostics: {} };
+  counts.excluded = result.excluded.filter(Boolean).length;
+
+  const models: Record<string, UpdateSequence[]> = {};
+  for (const model of Object.keys(settings.models)) {
+    const idx = samples.map((s, i) => (s.modelId === model ? i : -1)).filter((i) => i >= 0);
+    const masks = idx.map((i) => turns[i]!.lossMask);
+    const s = settings.models[model]!;
+    const agg = aggregationWeights(masks, s.lossAggregation, { excluded: idx.map((i) => result.excluded[i]!), ...(s.horizon ? { horizon: s.horizon } : {}) });
+    const adv = broadcastAdvantages(
+      idx.map((i) => result.advantages[i]!),
+      masks,
+    );
+    models[model] = idx
+      .map((i, k) => ({
+        context: turns[i]!.contextTokens,
+        tokens: turns[i]!.responseTokens,
+        mask: turns[i]!.lossMask,
+        advantages: Array.from(adv[k]!),
+        oldLogprobs: turns[i]!.logprobs,
+        weights: Array.from(agg.weights[k]!),
+      }))
+      .filter((_, k) => !result.excluded[idx[k]!]);
+  }
+
+  const rewards: Record<string, Record<string, number>> = {};
+  for (const [agent, comps] of Object.entries(rewardSums)) rewards[agent] = Object.fromEntries(Object.entries(comps).map(([k, s]) => [k, s.sum / s.n]));
+  return { models, diagnostics: stepDiagnostics(samples, result), rewards, counts };
+}
+
+/**
+ * Advantages of a step through the registry. When every role uses the same
+ * estimator, scope and normalisation, the whole batch goes to it in one call,
+ * so scope `group` really is the global baseline (each turn gets its episode's
+ * average score over all roles) and `batch` spans all roles. Per-role reward
+ * weights are applied first (each turn scored with its role's weights) unless
+ * the estimator is gdpo, which needs the components themselves. Roles with
+ * different estimators are estimated role by role (each role its own batch).
+ */
+export function advantagesFor(samples: Sample[], agents: Record<string, OptimizerSettings>) {
+  const specs = Object.fromEntries(Object.entries(agents).map(([role, s]) => [role, toAdvantageSpec(s)]));
+  const list = Object.values(specs);
+  const shape = (s: (typeof list)[number]) => JSON.stringify([s.estimator, s.options?.scope, s.options?.normalizeStd]);
+  const weights = (s: (typeof list)[number]) => JSON.stringify(Object.entries(s.options?.weights ?? {}).sort());
+  if (list.length === 0 || list.some((s) => shape(s) !== shape(list[0]!))) return computeAdvantagesByAgent(samples, specs);
+  const first = list[0]!;
+  if (list.every((s) => weights(s) === weights(first))) return computeAdvantages(samples, first);
+  if (first.estimator === 'gdpo') return computeAdvantagesByAgent(samples, specs);
+  const scored = samples.map((s) => ({ ...s, rewards: { score: scoreOf(s, specs[s.agentId]?.options?.weights ?? {}) } }));
+  return computeAdvantages(scored, { estimator: first.estimator, options: { ...first.options, weights: {} } });
+}

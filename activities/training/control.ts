@@ -1,0 +1,133 @@
+/**
+ * Control-queue activities of a training run: the run's bookkeeping, planning,
+ * tool calls and scoring of durable episodes, and eval summaries. Workflows
+ * call these with ids and small JSON; trajectories go to Postgres here.
+ */
+import { Context } from '@temporalio/activity';
+import { ApplicationFailure } from '@temporalio/common';
+import type { ToolCallReply, ToolCallRequest } from '../../agents/episode';
+import { scoreEpisode } from '../../agents/rewards';
+import { loadTeam } from '../../agents/teams';
+import type { Sql } from '../../infra/db';
+import type { RunConfig } from '../../schema/run-config';
+import type { Trajectory } from '../../schema/trajectory';
+import { createRun, getRun, recordEvent, recordExecution, setRunStatus, type RunStatus } from '../store/runs';
+import { mergeStepMetrics, writeMetrics } from '../store/metrics';
+import { loadStepEpisodes, saveEpisodes, type EpisodeMeta, type StoredEpisode } from '../store/trajectories';
+import { loadTasks } from '../tasks';
+import { executeTool } from '../tools';
+import { planEvalEpisodes, planTrainEpisodes, type EpisodeSpec } from './plan';
+import { resumePoint } from './resume';
+
+export interface TeamRef {
+  team: string;
+  teamOptions: Record<string, unknown>;
+}
+
+export interface EvalSummary {
+  step: number;
+  success: number;
+  episodes: number;
+  /** Mean reward components per agent. */
+  rewards: Record<string, Record<string, number>>;
+}
+
+export function createTrainingControlActivities({ sql }: { sql: Sql }) {
+  return {
+    /** Creates the run (or finds it) and tells the execution where to start. */
+    async startRun(input: { runId: string; config: RunConfig; workflowId: string; executionId: string; models: string[] }) {
+      const existing = await getRun(sql, input.runId);
+      if (existing && JSON.stringify(canonical(existing.config)) !== JSON.stringify(canonical(input.config))) {
+        throw ApplicationFailure.nonRetryable(`run ${input.runId} already exists with a different config; start a new run id, or resume it with its stored config (troupe resume ${input.runId})`, 'RunConfigMismatch');
+      }
+      if (!existing) await createRun(sql, { runId: input.runId, team: input.config.team, config: input.config });
+      const point = await resumePoint(sql, input.runId, input.models);
+      await recordExecution(sql, { runId: input.runId, workflowId: input.workflowId, executionId: input.executionId, startStep: point.startStep });
+      await setRunStatus(sql, input.runId, 'running');
+      if (existing) await recordEvent(sql, { runId: input.runId, step: point.startStep, kind: 'resumed', detail: { executionId: input.executionId, versions: point.versions } });
+      return point;
+    },
+
+    async planStep(input: TeamRef & { runId: string; step: number; seed: number; groupsPerStep: number; groupSize: number }): Promise<EpisodeSpec[]> {
+      return planTrainEpisodes(loadTasks(loadTeam(input.team, input.teamOptions)), input);
+    },
+
+    async planEval(input: TeamRef & { runId: string; step: number; seed: number; count: number }): Promise<EpisodeSpec[]> {
+      return planEvalEpisodes(loadTasks(loadTeam(input.team, input.teamOptions)), input);
+    },
+
+    /** One tool call of a durable episode. */
+    async callTool(input: TeamRef & { req: ToolCallRequest }): Promise<ToolCallReply> {
+      return executeTool(loadTeam(input.team, input.teamOptions), input.req, Context.current().cancellationSignal);
+    },
+
+    /** Scores a finished durable episode and stores it (idempotent by episode id). */
+    async recordEpisode(input: TeamRef & { meta: EpisodeMeta; trajectory: Trajectory }) {
+      const episode = scoredEpisode(loadTeam(input.team, input.teamOptions), input.meta, input.trajectory);
+      await saveEpisodes(sql, [episode]);
+      return { episodeId: episode.meta.episodeId, status: episode.trajectory.status, success: episode.success };
+    },
+
+    /** Summarises a finished eval from its stored episodes and writes its metrics. */
+    async recordEval(input: { runId: string; step: number }): Promise<EvalSummary> {
+      const episodes = await loadStepEpisodes(sql, input.runId, input.step, 'eval');
+      const solved = episodes.filter((e) => e.success === true).length;
+      const sums: Record<string, Record<string, { s: number; n: number }>> = {};
+      for (const e of episodes)
+        for (const r of e.rewards)
+          for (const [k, v] of Object.entries(r.components)) {
+            const c = ((sums[r.agent] ??= {})[k] ??= { s: 0, n: 0 });
+            c.s += v;
+            c.n++;
+          }
+      const rewards = Object.fromEntries(Object.entries(sums).map(([a, cs]) => [a, Object.fromEntries(Object.entries(cs).map(([k, c]) => [k, c.s / c.n]))]));
+      const success = episodes.length === 0 ? 0 : solved / episodes.length;
+      await writeMetrics(sql, input.runId, [
+        { step: input.step, kind: 'eval', scope: 'team', name: 'success', value: success },
+        { step: input.step, kind: 'eval', scope: 'team', name: 'episodes', value: episodes.length },
+        ...Object.entries(rewards).flatMap(([agent, cs]) => Object.entries(cs).map(([name, value]) => ({ step: input.step, kind: 'eval', scope: agent, name: `reward.${name}`, value }))),
+      ]);
+      return { step: input.step, success, episodes: episodes.length, rewards };
+    },
+
+    /** Timings and throughput of a finished step, merged into its row. */
+    async finishStep(input: { runId: string; step: number; metrics: Record<string, number> }) {
+      await mergeStepMetrics(sql, input.runId, input.step, 'completed', input.metrics);
+      await writeMetrics(sql, input.runId, Object.entries(input.metrics).map(([name, value]) => ({ step: input.step, kind: 'train', scope: 'team', name, value })));
+    },
+
+    async setRunStatus(input: { runId: string; status: RunStatus }) {
+      await setRunStatus(sql, input.runId, input.status);
+    },
+
+    async recordEvent(input: { runId: string; step: number; kind: string; detail?: unknown }) {
+      await recordEvent(sql, input);
+    },
+  };
+}
+
+/**
+ * An episode scored with the team's rewards and success check, as the store
+ * keeps it (the trajectory carries the scored status); shared by both rollout modes.
+ */
+export function scoredEpisode(team: ReturnType<typeof loadTeam>, meta: EpisodeMeta, trajectory: Trajectory): StoredEpisode {
+  const scored = scoreEpisode(team, meta.task, trajectory);
+  let success: boolean | null = null;
+  if (scored.status !== 'failed') {
+    try {
+      success = team.success({ task: meta.task, outcome: trajectory.status === 'completed' ? trajectory.outcome : undefined, status: scored.status }) === true;
+    } catch {
+      success = false;
+    }
+  }
+  return { meta, trajectory: { ...trajectory, status: scored.status, ...(scored.error === undefined ? {} : { error: scored.error }) }, rewards: scored.rewards, success };
+}
+
+/** Config as stored (jsonb reorders keys): compare with sorted keys. */
+function canonical(v: unknown): unknown {
+  if (Array.isArray(v)) return v.map(canonical);
+  if (v && typeof v === 'object') return Object.fromEntries(Object.keys(v as object).sort().map((k) => [k, canonical((v as Record<string, unknown>)[k])]));
+  return v;
+}
+
+export type TrainingControlActivities = ReturnType<typeof createTrainingControlActivities>;

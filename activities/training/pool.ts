@@ -1,0 +1,308 @@
+/**
+ * Pool-queue activities of a training run, served next to an engine: turns of
+ * durable episodes, batched rollouts, version 0, and the exactly-once update.
+ *
+ * The engine is a cache of versions; Postgres is the truth. Any call that
+ * finds its version missing (engine restarted, another host) loads it from
+ * the store and retries, so a pool worker or engine can die at any moment.
+ */
+import { setMaxListeners } from 'node:events';
+import { Context, heartbeat } from '@temporalio/activity';
+import { ApplicationFailure } from '@temporalio/common';
+import type { EpisodeIO, GenerateCall, GenerateReply } from '../../agents/episode';
+import { runEpisode } from '../../agents/episode';
+import { engineSpec } from '../../agents/model';
+import type { Sampling } from '../../agents/agent';
+import { deriveSeed } from '../../agents/seed';
+import type { Split } from '../../agents/tasks';
+import { loadTeam } from '../../agents/teams';
+import type { GenerateRequest, GenerateResponse, ExportedVersion, InitModelRequest, LoadVersionRequest, ScoreRequest, ScoreResponse, UpdateRequest, UpdateResponse, UpdateSettingsInput, VersionInfo } from '../../gpu-workers/types';
+import type { Sql } from '../../infra/db';
+import type { OptimizerSettings } from '../../schema/optimizer';
+import type { ResolvedTraining } from '../../schema/run-config';
+import { recordEvent } from '../store/runs';
+import { commitUpdate, getVersion, saveInitialVersion, versionOfStep } from '../store/versions';
+import { loadStepEpisodes, saveEpisodes, storedEpisodeIds, type StoredEpisode } from '../store/trajectories';
+import { executeTool } from '../tools';
+import { buildStepBatch, type UpdateSequence } from './batch';
+import { scoredEpisode, type TeamRef } from './control';
+import type { EpisodeSpec } from './plan';
+
+/** The engine calls these activities need (gpu-workers/client.ts provides them over gRPC). */
+export interface EngineApi {
+  initModel(req: InitModelRequest): Promise<VersionInfo>;
+  loadVersion(req: LoadVersionRequest): Promise<VersionInfo>;
+  exportVersion(req: { modelKey: string; version: number }): Promise<ExportedVersion>;
+  generate(req: GenerateRequest): Promise<GenerateResponse>;
+  score(req: ScoreRequest): Promise<ScoreResponse>;
+  update(req: UpdateRequest): Promise<UpdateResponse>;
+}
+
+export interface PoolDeps {
+  sql: Sql;
+  engine: () => EngineApi;
+}
+
+export interface UpdateResult {
+  version: number;
+  /** false when an earlier attempt had already committed this step. */
+  committed: boolean;
+  skipped?: string;
+  metrics: Record<string, number>;
+  rewards: Record<string, Record<string, number>>;
+}
+
+export const modelKey = (runId: string, model: string) => `${runId}/${model}`;
+
+/** Finished episodes per store transaction in a batched rollout: few round trips, early progress. */
+const ROLLOUT_FLUSH = 32;
+
+const reasonOf = (e: unknown) => (e as { reason?: string })?.reason;
+
+/** Marks errors as infrastructure so the episode driver lets them propagate (and Temporal retry). */
+function infrastructure(e: unknown): unknown {
+  if (e && typeof e === 'object') (e as { infrastructure?: boolean }).infrastructure = true;
+  return e;
+}
+
+export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
+  /** Runs `fn`; if the engine lacks the version, loads it from the store and runs it again. */
+  async function withVersion<T>(runId: string, model: string, version: number, fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (e) {
+      const reason = reasonOf(e);
+      if (reason !== 'VERSION_NOT_LOADED' && reason !== 'MODEL_NOT_LOADED') throw e;
+      const stored = await getVersion(sql, runId, model, version);
+      if (!stored) throw ApplicationFailure.nonRetryable(`version ${version} of ${model} in run ${runId} is not in the store`, 'MissingVersion');
+      await engine().loadVersion({ modelKey: modelKey(runId, model), version, spec: stored.spec as LoadVersionRequest['spec'], weights: stored.weights, optimizerState: stored.optimizerState, weightsSha256: stored.sha256 });
+      return fn();
+    }
+  }
+
+  async function generateDirect(runId: string, call: GenerateCall): Promise<GenerateReply> {
+    const res = await withVersion(runId, call.model, call.version, () =>
+      engine().generate({
+        modelKey: modelKey(runId, call.model),
+        version: call.version,
+        sequences: [{ context: call.context, seed: call.seed }],
+        sampling: { temperature: call.sampling.temperature, topK: call.sampling.topK, topP: call.sampling.topP, maxTokens: call.maxTokens, stopTokens: call.stopTokens },
+      }),
+    );
+    const s = res.sequences[0]!;
+    return { tokens: s.tokens, logprobs: s.logprobs, stopReason: s.stopReason === 'stop_token' ? 'stop_token' : 'max_tokens' };
+  }
+
+  return {
+    /** One generation segment of a durable episode's turn. */
+    async generateTurn(input: TeamRef & { runId: string; call: GenerateCall }): Promise<GenerateReply> {
+      return generateDirect(input.runId, input.call);
+    },
+
+    /** Version 0 of a model, from the run seed; stored once, a repeat is a no-op. */
+    async initModel(input: TeamRef & { runId: string; model: string; seed: number }): Promise<{ version: 0 }> {
+      if (await getVersion(sql, input.runId, input.model, 0)) return { version: 0 };
+      const team = loadTeam(input.team, input.teamOptions);
+      const spec = team.models[input.model];
+      if (!spec) throw ApplicationFailure.nonRetryable(`team ${team.name} has no model ${input.model}`);
+      const key = modelKey(input.runId, input.model);
+      // A cold engine builds (and probes) its sessions for a new spec first: heartbeat meanwhile.
+      const beat = setInterval(() => heartbeat({ phase: 'init' }), 2000);
+      let v;
+      try {
+        await engine().initModel({ modelKey: key, spec: engineSpec(spec), seed: deriveSeed(input.seed, 'init', input.model) });
+        v = await engine().exportVersion({ modelKey: key, version: 0 });
+      } finally {
+        clearInterval(beat);
+      }
+      await saveInitialVersion(sql, { runId: input.runId, model: input.model, spec: v.info.spec, weights: v.weights, optimizerState: v.optimizerState, sha256: v.info.weightsSha256 });
+      return { version: 0 };
+    },
+
+    /**
+     * Runs many episodes in this process against the engine (batched mode).
+     * Finished episodes are scored at once and stored in flushes of
+     * ROLLOUT_FLUSH (one transaction each, overlapping the episodes still
+     * generating). Episodes already stored are skipped, so a retry only does
+     * what is left; progress is heartbeated as the ids stored so far.
+     */
+    async rolloutBatch(input: TeamRef & { runId: string; step: number; split: Split; specs: EpisodeSpec[]; versions: Record<string, number>; sampling?: Partial<Sampling> }): Promise<{ episodes: number; skipped: number; failed: number }> {
+      const team = loadTeam(input.team, input.teamOptions);
+      const ctx = Context.current();
+      const previously = new Set<string>((ctx.info.heartbeatDetails as { finished?: string[] } | undefined)?.finished ?? []);
+      const stored = await storedEpisodeIds(sql, input.specs.map((s) => s.episodeId));
+      const finished: string[] = [...stored];
+      const todo = input.specs.filter((s) => !stored.has(s.episodeId) && !previously.has(s.episodeId));
+      let failed = 0;
+      let pending: StoredEpisode[] = [];
+      let writing: Promise<unknown> = Promise.resolve();
+      // One flush after another on one connection; the ids count as finished once committed.
+      const flush = () => {
+        const batch = pending;
+        pending = [];
+        if (batch.length > 0) {
+          writing = writing.then(async () => {
+            await saveEpisodes(sql, batch);
+            for (const e of batch) finished.push(e.meta.episodeId);
+          });
+          writing.catch(() => undefined); // surfaced by the final await, not as an unhandled rejection
+        }
+        return writing;
+      };
+      // Every concurrent tool call listens on the activity's cancellation signal.
+      setMaxListeners(0, ctx.cancellationSignal);
+      const beat = setInterval(() => heartbeat({ finished }), 2000);
+      try {
+        const io: EpisodeIO = {
+          generate: async (call) => {
+            try {
+              return await generateDirect(input.runId, call);
+            } catch (e) {
+              throw infrastructure(e);
+            }
+          },
+          callTool: (req) => executeTool(team, req, ctx.cancellationSignal),
+          now: () => Date.now(),
+        };
+        // All episodes in flight at once: the engine coalesces their turns into batched runs.
+        await Promise.all(
+          todo.map(async (spec) => {
+            const trajectory = await runEpisode(team, { episodeId: spec.episodeId, seed: spec.seed, task: spec.task, versions: input.versions, sampling: input.sampling }, io);
+            const episode = scoredEpisode(team, { ...spec, runId: input.runId, step: input.step, split: input.split, mode: 'batched' }, trajectory);
+            if (episode.trajectory.status === 'failed') failed++;
+            pending.push(episode);
+            if (pending.length >= ROLLOUT_FLUSH) void flush();
+          }),
+        );
+        await flush();
+      } finally {
+        clearInterval(beat);
+      }
+      heartbeat({ finished });
+      return { episodes: input.specs.length, skipped: input.specs.length - todo.length, failed };
+    },
+
+    /**
+     * The update of one model for one step, committed exactly once: a retry
+     * (or a second execution after a resume) finds the commit and returns it.
+     */
+    async updateModel(
+      input: TeamRef & {
+        runId: string;
+        step: number;
+        model: string;
+        baseVersion: number;
+        settings: ResolvedTraining;
+        nonFinite: 'skip' | 'reduce-lr' | 'fail';
+        /** The step's rollout, committed with the update so a step that is committed always has it. */
+        rollout: { seconds: number; episodes: number; failed: number };
+      },
+    ): Promise<UpdateResult> {
+      const { runId, step, model } = input;
+      const episodes = await loadStepEpisodes(sql, runId, step, 'train');
+      const batch = buildStepBatch(episodes, input.settings);
+      const done = await versionOfStep(sql, runId, model, step);
+      if (done) return { version: done.version, committed: false, metrics: done.metrics, rewards: batch.rewards };
+
+      const modelSettings = input.settings.models[model]!;
+      const sequences = batch.models[model] ?? [];
+      const team = loadTeam(input.team, input.teamOptions);
+      const agentsOfModel = team.roles.filter((a) => team.agents[a]!.model === model && batch.diagnostics[a]);
+      const skip = async (reason: string, detail: Record<string, unknown> = {}) => {
+        await recordEvent(sql, { runId, step, kind: 'update-skipped', detail: { model, reason, ...detail } });
+        return { version: input.baseVersion, committed: false, skipped: reason, metrics: {}, rewards: batch.rewards };
+      };
+      if (sequences.every((s) => s.weights.every((w) => w === 0))) return skip('no trainable tokens');
+
+      const key = modelKey(runId, model);
+      const samples = await withReferences(runId, model, sequences, modelSettings);
+      const request = (lrScale: number, attempt: string): UpdateRequest => ({
+        modelKey: key,
+        baseVersion: input.baseVersion,
+        requestId: `${runId}/${model}/step${step}${attempt}`,
+        allowStaleBase: true,
+        samples,
+        settings: engineSettings(modelSettings, lrScale),
+      });
+      const beat = setInterval(() => heartbeat({ phase: 'update' }), 2000);
+      let res: UpdateResponse;
+      try {
+        try {
+          res = await withVersion(runId, model, input.baseVersion, () => engine().update(request(1, '')));
+        } catch (e) {
+          if (reasonOf(e) !== 'NON_FINITE_UPDATE') throw e;
+          const message = (e as Error).message;
+          await recordEvent(sql, { runId, step, kind: 'non-finite-update', detail: { model, message, policy: input.nonFinite } });
+          if (input.nonFinite === 'fail') throw ApplicationFailure.nonRetryable(`step ${step}, model ${model}: non-finite update (${message}); the run's nonFinite policy is 'fail'`, 'NonFiniteUpdate');
+          if (input.nonFinite === 'skip') return skip('non-finite', { message });
+          try {
+            res = await withVersion(runId, model, input.baseVersion, () => engine().update(request(0.1, '/lr0.1')));
+          } catch (e2) {
+            if (reasonOf(e2) !== 'NON_FINITE_UPDATE') throw e2;
+            return skip('non-finite after reducing lr', { message: (e2 as Error).message });
+          }
+        }
+      } finally {
+        clearInterval(beat);
+      }
+      const exported = await engine().exportVersion({ modelKey: key, version: res.info.version });
+      const m = res.metrics;
+      const metrics = { loss: m.loss, pgLoss: m.pgLoss, klLoss: m.klLoss, gradNorm: m.gradNorm, clipFraction: m.clipFraction, approxKl: m.approxKl, entropy: m.entropy, tokens: res.tokens, samples: res.samples, updateMs: res.durationMs };
+      const rows: Array<{ kind: string; scope: string; name: string; value: number }> = Object.entries(metrics).map(([name, value]) => ({ kind: 'update', scope: model, name, value }));
+      rows.push(
+        { kind: 'train', scope: 'team', name: 'rolloutSeconds', value: input.rollout.seconds },
+        { kind: 'train', scope: 'team', name: 'episodes', value: input.rollout.episodes },
+        { kind: 'train', scope: 'team', name: 'failedEpisodes', value: input.rollout.failed },
+      );
+      for (const agent of agentsOfModel) {
+        const d = batch.diagnostics[agent]!;
+        rows.push(
+          { kind: 'train', scope: agent, name: 'advantage.mean', value: d.advantage.mean },
+          { kind: 'train', scope: agent, name: 'advantage.std', value: d.advantage.std },
+          { kind: 'train', scope: agent, name: 'advantage.min', value: d.advantage.min },
+          { kind: 'train', scope: agent, name: 'advantage.max', value: d.advantage.max },
+          { kind: 'train', scope: agent, name: 'zeroAdvantageGroupFraction', value: d.zeroAdvantageGroupFraction },
+          { kind: 'train', scope: agent, name: 'samples', value: d.samples },
+          ...['loss', 'gradNorm', 'clipFraction', 'approxKl', 'entropy'].map((name) => ({ kind: 'train', scope: agent, name, value: metrics[name as keyof typeof metrics] })),
+          ...Object.entries(batch.rewards[agent] ?? {}).map(([name, value]) => ({ kind: 'train', scope: agent, name: `reward.${name}`, value })),
+        );
+      }
+      const commit = await commitUpdate(sql, {
+        version: { runId, model, version: res.info.version, step, spec: exported.info.spec, weights: exported.weights, optimizerState: exported.optimizerState, sha256: exported.info.weightsSha256, metrics },
+        metrics: rows.filter((r) => Number.isFinite(r.value)),
+        stepMetrics: { counts: batch.counts, [`update.${model}`]: metrics },
+        settings: { [model]: modelSettings },
+      });
+      return { version: commit.version.version, committed: commit.committed, metrics: commit.version.metrics, rewards: batch.rewards };
+    },
+  };
+
+  /** Adds reference log-probs (version 0) when the model's KL term is on. */
+  async function withReferences(runId: string, model: string, sequences: UpdateSequence[], s: OptimizerSettings) {
+    const base = sequences.map((q) => ({ context: q.context, tokens: q.tokens, lossMask: q.mask, advantages: q.advantages, oldLogprobs: q.oldLogprobs, lossWeights: q.weights }));
+    if (s.kl.type === 'none' || s.kl.coef === 0) return base;
+    const ref = await withVersion(runId, model, 0, () => engine().score({ modelKey: modelKey(runId, model), version: 0, sequences: sequences.map((q) => ({ context: q.context, tokens: q.tokens })) }));
+    return base.map((b, i) => ({ ...b, refLogprobs: ref.sequences[i]!.logprobs }));
+  }
+}
+
+/** Our optimizer settings in the engine's terms. */
+export function engineSettings(s: OptimizerSettings, lrScale = 1): UpdateSettingsInput {
+  return {
+    lr: s.lr * lrScale,
+    beta1: s.betas[0],
+    beta2: s.betas[1],
+    eps: s.eps,
+    weightDecay: s.weightDecay,
+    maxGradNorm: s.gradClipMaxNorm ?? 0,
+    clipEpsLow: s.clipLow,
+    clipEpsHigh: s.clipHigh,
+    dualClipC: s.dualClip ?? 0,
+    klCoef: s.kl.type === 'none' ? 0 : s.kl.coef,
+    ...(s.kl.type === 'none' ? {} : { klType: s.kl.type }),
+    entropyCoef: s.entropyCoef,
+    innerSteps: 1,
+  };
+}
+
+export type TrainingPoolActivities = ReturnType<typeof createTrainingPoolActivities>;

@@ -1,0 +1,30 @@
+/**
+ * Where a run continues after a failure: for each model, the last step it
+ * handled is its newest committed version's step, or a later step whose update
+ * was skipped as non-finite. The run restarts at the earliest step some model
+ * has not handled; a model that already committed that step gets its commit
+ * back from the idempotent update, so nothing is repeated.
+ */
+import type { Sql } from '../../infra/db';
+
+export interface ResumePoint {
+  startStep: number;
+  /** Serving version of each model at startStep. */
+  versions: Record<string, number>;
+  fresh: boolean;
+}
+
+export async function resumePoint(sql: Sql, runId: string, models: readonly string[]): Promise<ResumePoint> {
+  const committed = await sql`SELECT model, max(step) AS step FROM versions WHERE run_id = ${runId} GROUP BY model`;
+  const skipped = await sql`SELECT detail->>'model' AS model, max(step) AS step FROM run_events WHERE run_id = ${runId} AND kind = 'update-skipped' GROUP BY 1`;
+  const handled = new Map<string, number>();
+  for (const r of [...committed, ...skipped]) handled.set(r.model, Math.max(handled.get(r.model) ?? -1, r.step));
+  const fresh = committed.length === 0;
+  const startStep = fresh ? 0 : Math.min(...models.map((m) => (handled.get(m) ?? -1) + 1));
+  const versions: Record<string, number> = {};
+  for (const m of models) {
+    const [row] = await sql`SELECT max(version) AS v FROM versions WHERE run_id = ${runId} AND model = ${m} AND step < ${startStep}`;
+    versions[m] = row?.v ?? 0;
+  }
+  return { startStep, versions, fresh };
+}

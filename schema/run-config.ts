@@ -1,0 +1,133 @@
+/**
+ * The run config: the one object a trainingRun workflow takes (the Temporal UI
+ * sends one JSON payload). Validated inside the workflow and by the CLI, with
+ * every bad field named. Checks that need the team (model and role names) are
+ * in `checkAgainstTeam`.
+ */
+import { z } from 'zod';
+import type { AnyTeam } from '../agents/team';
+import { optimizerOverridesSchema, resolveSettings, SettingsError, type OptimizerOverrides, type OptimizerSettings } from './optimizer';
+
+const int = (min: number, max: number) => z.number().int('must be an integer').min(min, `must be >= ${min}`).max(max, `must be <= ${max}`);
+
+export const runConfigSchema = z.strictObject({
+  /** Team name in the registry (agents/teams/index.ts). */
+  team: z.string().min(1, 'must name a team'),
+  teamOptions: z.record(z.string(), z.unknown()).default({}),
+  /** Stable id of the run; defaults to the workflow id. */
+  runId: z.string().regex(/^[A-Za-z0-9._-]{1,100}$/, 'letters, digits, . _ - only (1-100)').optional(),
+  steps: int(1, 1_000_000).default(40),
+  groupsPerStep: int(1, 4096).default(16),
+  groupSize: int(1, 1024).default(8),
+  rollout: z.enum(['batched', 'durable']).default('batched'),
+  /** Optimizer settings for every model, per model, and per agent (role). */
+  optimizer: z
+    .strictObject({
+      all: optimizerOverridesSchema.optional(),
+      models: z.record(z.string(), optimizerOverridesSchema).default({}),
+      agents: z.record(z.string(), optimizerOverridesSchema).default({}),
+    })
+    .prefault({}),
+  /** Eval on held-out tasks every N steps (0: only before the first and after the last step). */
+  evalEvery: int(0, 1_000_000).default(10),
+  /** Held-out tasks per eval (0: all of them). */
+  evalTasks: int(0, 100_000).default(0),
+  seed: int(0, 2 ** 31 - 1).default(0),
+  /** What to do when an update's loss or gradients are not finite. */
+  nonFinite: z.enum(['skip', 'reduce-lr', 'fail']).default('skip'),
+});
+
+export const MAX_DURABLE_EPISODES = 2000;
+
+export type RunConfigInput = z.input<typeof runConfigSchema>;
+export type RunConfig = z.output<typeof runConfigSchema>;
+
+export interface ConfigIssue {
+  path: string;
+  message: string;
+}
+
+export class RunConfigError extends Error {
+  constructor(readonly issues: ConfigIssue[]) {
+    super(`invalid run config: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`);
+    this.name = 'RunConfigError';
+  }
+}
+
+function issuesOf(error: z.ZodError): ConfigIssue[] {
+  return error.issues.flatMap((i) =>
+    i.code === 'unrecognized_keys'
+      ? i.keys.map((k) => ({ path: [...i.path, k].join('.'), message: 'unknown field' }))
+      : [{ path: i.path.join('.') || '(config)', message: i.message }],
+  );
+}
+
+/** Parses a config; throws RunConfigError naming each bad field. */
+export function parseRunConfig(input: unknown): RunConfig {
+  if (typeof input !== 'object' || input === null || Array.isArray(input)) throw new RunConfigError([{ path: '(config)', message: 'must be a JSON object' }]);
+  const r = runConfigSchema.safeParse(input);
+  if (!r.success) throw new RunConfigError(issuesOf(r.error));
+  // Temporal allows 2,000 pending child workflows per workflow; a durable step starts all its episodes at once.
+  if (r.data.rollout === 'durable' && r.data.groupsPerStep * r.data.groupSize > MAX_DURABLE_EPISODES) {
+    throw new RunConfigError([{ path: 'groupSize', message: `durable rollouts start every episode of a step as a child workflow: groupsPerStep x groupSize must be <= ${MAX_DURABLE_EPISODES}, got ${r.data.groupsPerStep * r.data.groupSize}` }]);
+  }
+  return r.data;
+}
+
+function mergeOverrides(...levels: Array<OptimizerOverrides | undefined>): OptimizerOverrides {
+  const out: any = {};
+  for (const l of levels) {
+    if (!l) continue;
+    for (const [k, v] of Object.entries(l)) {
+      out[k] = (k === 'kl' || k === 'estimator' || k === 'rewardWeights') && typeof v === 'object' && v !== null ? { ...out[k], ...v } : v;
+    }
+  }
+  return out;
+}
+
+/** Settings that are one per update (per model); an agent on a shared model cannot override them. */
+const MODEL_LEVEL = ['lr', 'betas', 'eps', 'weightDecay', 'gradClipMaxNorm', 'clipLow', 'clipHigh', 'dualClip', 'kl', 'entropyCoef', 'lossAggregation', 'horizon'] as const;
+
+export interface ResolvedTraining {
+  /** Optimizer settings per model (what its Update uses). */
+  models: Record<string, OptimizerSettings>;
+  /** Settings per agent (estimator and reward weights used for its advantages). */
+  agents: Record<string, OptimizerSettings>;
+}
+
+/**
+ * Resolves every model's and agent's settings:
+ * defaults <- team model <- config.all <- config model <- team agent <- config agent.
+ * Reports unknown model/role names and shared-model conflicts by path.
+ */
+export function checkAgainstTeam(config: RunConfig, team: AnyTeam): ResolvedTraining {
+  const issues: ConfigIssue[] = [];
+  const modelNames = Object.keys(team.models);
+  for (const m of Object.keys(config.optimizer.models)) if (!modelNames.includes(m)) issues.push({ path: `optimizer.models.${m}`, message: `unknown model (team ${team.name} has: ${modelNames.join(', ')})` });
+  for (const a of Object.keys(config.optimizer.agents)) if (!team.roles.includes(a)) issues.push({ path: `optimizer.agents.${a}`, message: `unknown agent (team ${team.name} has: ${team.roles.join(', ')})` });
+  const modelLevel = (m: string) => mergeOverrides(team.models[m]?.optimizer as OptimizerOverrides, config.optimizer.all, config.optimizer.models[m]);
+  const models: Record<string, OptimizerSettings> = {};
+  const agents: Record<string, OptimizerSettings> = {};
+  const capture = (fn: () => void) => {
+    try {
+      fn();
+    } catch (e) {
+      if (e instanceof SettingsError) issues.push(...e.issues);
+      else throw e;
+    }
+  };
+  for (const m of modelNames) capture(() => (models[m] = resolveSettings(modelLevel(m), {}, { model: `optimizer.models.${m}` })));
+  for (const role of team.roles) {
+    const spec = team.agents[role]!;
+    const agentLevel = mergeOverrides(spec.optimizer as OptimizerOverrides, config.optimizer.agents[role]);
+    const sharing = team.roles.filter((r) => team.agents[r]!.model === spec.model);
+    if (sharing.length > 1) {
+      for (const k of MODEL_LEVEL) {
+        if (k in agentLevel) issues.push({ path: `optimizer.agents.${role}.${k}`, message: `${role} shares model ${spec.model} with ${sharing.filter((r) => r !== role).join(', ')}; set it on the model (optimizer.models.${spec.model}) or give ${role} its own model` });
+      }
+    }
+    capture(() => (agents[role] = resolveSettings(modelLevel(spec.model), agentLevel, { model: `optimizer.models.${spec.model}`, agent: `optimizer.agents.${role}` })));
+  }
+  if (issues.length > 0) throw new RunConfigError(issues);
+  return { models, agents };
+}

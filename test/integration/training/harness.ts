@@ -1,0 +1,87 @@
+/**
+ * A whole Troupe stack for integration tests, in this process: a real Temporal
+ * dev server, a fresh Postgres database, the control worker, and a pool worker
+ * with its engine child process on CPU.
+ */
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import assert from 'node:assert/strict';
+import type { Worker } from '@temporalio/worker';
+import { listVersions } from '../../../activities/store/versions';
+import { createTrainingPoolActivities } from '../../../activities/training/pool';
+import { createPoolWorker, type PoolWorker } from '../../../gpu-workers/pool-worker';
+import { createControlWorker } from '../../../infra/control-worker';
+import { createTestDatabase, startTemporal, uniqueTaskQueue, workflowBundle, type TestDatabase } from '../../helpers';
+
+export interface Harness {
+  env: TestWorkflowEnvironment;
+  db: TestDatabase;
+  taskQueue: string;
+  control: Worker;
+  pool: PoolWorker;
+  /** Stops and restarts the pool worker (and its engine), as after a crash. */
+  restartPool(): Promise<void>;
+  shutdown(): Promise<void>;
+}
+
+export async function startPool(env: TestWorkflowEnvironment, db: TestDatabase): Promise<PoolWorker> {
+  const pool = await createPoolWorker({
+    connection: env.nativeConnection,
+    namespace: env.namespace ?? 'default',
+    taskQueue: 'troupe-gpu',
+    device: 'cpu',
+    quietEngine: true,
+    extraActivities: (getClient) => createTrainingPoolActivities({ sql: db.sql, engine: getClient }),
+  });
+  void pool.run();
+  return pool;
+}
+
+export async function startHarness(opts: { env?: TestWorkflowEnvironment } = {}): Promise<Harness> {
+  const env = opts.env ?? (await startTemporal());
+  const db = await createTestDatabase();
+  const taskQueue = uniqueTaskQueue('troupe');
+  const control = await createControlWorker({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue, sql: db.sql, workflowBundle: await workflowBundle() });
+  const controlRun = control.run();
+  const h: Harness = {
+    env,
+    db,
+    taskQueue,
+    control,
+    pool: await startPool(env, db),
+    async restartPool() {
+      await h.pool.shutdown();
+      h.pool = await startPool(env, db);
+    },
+    async shutdown() {
+      control.shutdown();
+      await controlRun.catch(() => undefined);
+      await h.pool.shutdown();
+      await db.drop();
+      if (!opts.env) await env.teardown();
+    },
+  };
+  return h;
+}
+
+/** Every model has versions 0..steps, one per step, and every step has metrics per agent. */
+export async function checkRunBookkeeping(h: Harness, runId: string, steps: number, agents: string[], models: string[]) {
+  const versions = await listVersions(h.db.sql, runId);
+  for (const m of models) {
+    const mine = versions.filter((v) => v.model === m);
+    assert.deepEqual(mine.map((v) => v.version), Array.from({ length: steps + 1 }, (_, i) => i), `${m}: contiguous versions`);
+    assert.deepEqual(mine.map((v) => v.step), Array.from({ length: steps + 1 }, (_, i) => i - 1), `${m}: one version per step`);
+  }
+  const metrics = await h.db.sql`SELECT step, scope, name FROM metrics WHERE run_id = ${runId} AND kind = 'train'`;
+  for (let s = 0; s < steps; s++) {
+    for (const a of agents) {
+      const names = metrics.filter((r) => r.step === s && r.scope === a).map((r) => r.name);
+      for (const n of ['advantage.mean', 'advantage.std', 'gradNorm', 'loss', 'clipFraction', 'approxKl', 'entropy']) assert.ok(names.includes(n), `step ${s} agent ${a}: ${n}`);
+      assert.ok(names.some((n) => n.startsWith('reward.')), `step ${s} agent ${a}: reward components`);
+    }
+    // Committed with the update itself, so a step interrupted after its commit still has them.
+    const team = metrics.filter((r) => r.step === s && r.scope === 'team').map((r) => r.name);
+    assert.ok(team.includes('rolloutSeconds') && team.includes('episodes'), `step ${s}: rollout time and episodes`);
+    const update = await h.db.sql`SELECT scope FROM metrics WHERE run_id = ${runId} AND step = ${s} AND kind = 'update' AND name = 'updateMs'`;
+    assert.deepEqual(update.map((r) => r.scope).sort(), [...models].sort(), `step ${s}: update time per model`);
+  }
+}

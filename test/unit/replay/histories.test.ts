@@ -1,0 +1,28 @@
+/**
+ * Recorded histories of trainingRun and episode workflows (test/fixtures/histories,
+ * from real runs) must replay against the current workflow code: a change that
+ * would break workflows already running fails here instead of in production.
+ */
+import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { describe, it } from 'node:test';
+import { Worker } from '@temporalio/worker';
+import { historyFromJSON } from '@temporalio/common/lib/proto-utils';
+import { WORKFLOWS_PATH } from '../../../infra/control-worker';
+
+const dir = path.join(__dirname, '..', '..', 'fixtures', 'histories');
+const files = fs.readdirSync(dir).filter((f) => f.endsWith('.json'));
+
+describe('replay of recorded histories', () => {
+  it('has fixtures for both rollout modes and an episode', () => {
+    assert.deepEqual(files.sort(), ['episode-math.json', 'training-run-batched.json', 'training-run-durable.json']);
+  });
+  for (const file of files) {
+    it(`${file} replays without nondeterminism`, async () => {
+      const history = historyFromJSON(JSON.parse(fs.readFileSync(path.join(dir, file), 'utf8')));
+      assert.ok((history.events?.length ?? 0) > 10);
+      await Worker.runReplayHistory({ workflowsPath: WORKFLOWS_PATH }, history, file);
+    });
+  }
+});

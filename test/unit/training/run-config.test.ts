@@ -1,0 +1,62 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { mathTeam } from '../../../agents/teams/math';
+import { checkAgainstTeam, parseRunConfig, RunConfigError } from '../../../schema/run-config';
+
+describe('run config', () => {
+  it('fills defaults', () => {
+    const c = parseRunConfig({ team: 'math' });
+    assert.equal(c.rollout, 'batched');
+    assert.equal(c.groupSize, 8);
+    assert.deepEqual(c.optimizer, { models: {}, agents: {} });
+  });
+
+  it('names every bad field', () => {
+    assert.throws(
+      () => parseRunConfig({ team: 'math', steps: 0, groupSize: 1.5, rollout: 'fast', stpes: 3 }),
+      (e: RunConfigError) => {
+        const paths = e.issues.map((i) => i.path).sort();
+        assert.deepEqual(paths, ['groupSize', 'rollout', 'steps', 'stpes']);
+        assert.match(e.message, /steps: must be >= 1/);
+        assert.match(e.message, /stpes: unknown field/);
+        return true;
+      },
+    );
+    assert.throws(() => parseRunConfig('math'), /\(config\): must be a JSON object/);
+  });
+
+  it('resolves settings per model and agent, and rejects names the team does not have', () => {
+    const team = mathTeam();
+    const c = parseRunConfig({ team: 'math', optimizer: { all: { lr: 0.01 }, models: { policy: { clipHigh: 0.28 } }, agents: { verifier: { rewardWeights: { judged: 0.5 } } } } });
+    const r = checkAgainstTeam(c, team);
+    assert.equal(r.models.policy!.lr, 0.01);
+    assert.equal(r.models.policy!.clipHigh, 0.28);
+    assert.deepEqual(r.agents.verifier!.rewardWeights, { judged: 0.5 });
+    assert.deepEqual(r.agents.solver!.rewardWeights, {});
+
+    const bad = parseRunConfig({ team: 'math', optimizer: { models: { nope: {} }, agents: { judge: {}, solver: { lr: 1 } } } });
+    assert.throws(
+      () => checkAgainstTeam(bad, team),
+      (e: RunConfigError) => {
+        const paths = e.issues.map((i) => i.path).sort();
+        assert.deepEqual(paths, ['optimizer.agents.judge', 'optimizer.agents.solver.lr', 'optimizer.models.nope']);
+        assert.match(e.message, /solver shares model policy with verifier/);
+        return true;
+      },
+    );
+    // With separate models an agent may set its own learning rate.
+    const sep = checkAgainstTeam(parseRunConfig({ team: 'math', teamOptions: { models: 'separate' }, optimizer: { agents: { solver: { lr: 0.05 } } } }), mathTeam({ models: 'separate' }));
+    assert.equal(sep.agents.solver!.lr, 0.05);
+  });
+
+  it('rejects bad optimizer values by path', () => {
+    assert.throws(() => parseRunConfig({ team: 'math', optimizer: { models: { policy: { lr: -1 } } } }), /optimizer\.models\.policy\.lr: must be > 0/);
+    assert.throws(() => parseRunConfig({ team: 'math', optimizer: { all: { estimator: { name: 'ppo' } } } }), /optimizer\.all\.estimator\.name: unknown estimator "ppo"/);
+  });
+
+  it('bounds a durable step by the 2,000 pending children Temporal allows', () => {
+    assert.equal(parseRunConfig({ team: 'math', rollout: 'durable', groupsPerStep: 250, groupSize: 8 }).groupSize, 8);
+    assert.throws(() => parseRunConfig({ team: 'math', rollout: 'durable', groupsPerStep: 251, groupSize: 8 }), /groupSize: durable rollouts .* must be <= 2000, got 2008/);
+    assert.equal(parseRunConfig({ team: 'math', rollout: 'batched', groupsPerStep: 251, groupSize: 8 }).groupsPerStep, 251);
+  });
+});
