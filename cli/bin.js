@@ -1,0 +1,13 @@
+#!/usr/bin/env node
+'use strict';
+// `npx troupe ...` — plain JavaScript with no dependencies, so it works in a fresh
+// clone: installs packages first if node_modules is missing or stale, then loads the
+// TypeScript CLI through tsx.
+const path = require('node:path');
+
+const repoRoot = path.resolve(__dirname, '..');
+require('../infra/install.js').ensurePackages(repoRoot);
+// TypeScript through require() (CommonJS). Dynamic import() of a .ts file is not covered here:
+// load TypeScript modules with static imports or require().
+require('tsx/cjs');
+require('./main.ts').run(process.argv.slice(2));

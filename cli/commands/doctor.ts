@@ -1,0 +1,133 @@
+// troupe doctor: what this machine has, and whether Troupe's services answer.
+import { loadConfig, redactUrl, temporalAddressOf, TroupeConfig } from '../../infra/config';
+import { checkDatabase, connect } from '../../infra/db';
+import { errorMessage } from '../../infra/errors';
+import { packagesStaleReason } from '../../infra/install';
+import { checkExecutionProviders, ortVersion } from '../../infra/onnx-check';
+import { repoRoot } from '../../infra/paths';
+import { embeddedPostgresStatus, embeddedPostgresUrl } from '../../infra/postgres';
+import {
+  MIN_GO_VERSION,
+  connectTemporal,
+  findTemporalBinary,
+  goVersion,
+  pollerIdentities,
+  temporalServerVersion,
+  temporalVersion,
+  versionAtLeast,
+} from '../../infra/temporal';
+import { loadMigrations, schemaVersion } from '../../schema/migrate';
+import { defineCommand } from '../command';
+
+type Status = 'ok' | 'warn' | 'FAIL' | 'info';
+
+interface Line {
+  status: Status;
+  what: string;
+  detail: string;
+}
+
+export async function doctor(config: TroupeConfig): Promise<Line[]> {
+  const lines: Line[] = [];
+  const add = (status: Status, what: string, detail: string) => lines.push({ status, what, detail });
+
+  // Toolchain
+  const nodeMajor = Number(process.versions.node.split('.')[0]);
+  add(nodeMajor >= 20 ? 'ok' : 'FAIL', 'node', `${process.version} (${process.execPath})${nodeMajor >= 20 ? '' : ' — Troupe needs Node ≥ 20'}`);
+  const stale = packagesStaleReason(repoRoot);
+  add(stale ? 'warn' : 'ok', 'node_modules', stale ? `${stale} — any troupe command runs npm ci` : 'matches package-lock.json');
+
+  const go = goVersion();
+  let bin: ReturnType<typeof findTemporalBinary>;
+  let binError: string | undefined;
+  try {
+    bin = findTemporalBinary({ temporalBin: config.temporalBin });
+  } catch (err) {
+    binError = errorMessage(err);
+  }
+  if (go) {
+    add(versionAtLeast(go, MIN_GO_VERSION) ? 'ok' : 'warn', 'go', `go${go}${versionAtLeast(go, MIN_GO_VERSION) ? '' : ` — building the Temporal CLI needs Go ≥ ${MIN_GO_VERSION}`}`);
+  } else {
+    add(bin || config.temporalAddress ? 'info' : 'FAIL', 'go', `not installed${bin || config.temporalAddress ? ' (not needed: a temporal binary or TEMPORAL_ADDRESS is there)' : ` — install Go ≥ ${MIN_GO_VERSION}, or set TROUPE_TEMPORAL_BIN / TEMPORAL_ADDRESS`}`);
+  }
+  if (binError) add('FAIL', 'temporal binary', binError);
+  else if (bin) add('ok', 'temporal binary', `${bin.path} (from ${bin.source}): ${temporalVersion(bin.path)}`);
+  else if (config.temporalAddress) add('info', 'temporal binary', 'not found (not needed: TEMPORAL_ADDRESS is set)');
+  else if (go) add('warn', 'temporal binary', 'not built yet — `npx troupe up` builds it with Go (a few minutes, once)');
+  else add('FAIL', 'temporal binary', 'not found, and no Go to build it — set TROUPE_TEMPORAL_BIN or TEMPORAL_ADDRESS, or install Go');
+
+  // Temporal
+  const address = temporalAddressOf(config);
+  const serverVersion = await temporalServerVersion(address);
+  if (serverVersion) {
+    add('ok', 'temporal server', `reachable at ${address} (server ${serverVersion}, namespace ${config.namespace})`);
+    try {
+      const connection = await connectTemporal(address);
+      try {
+        const control = await pollerIdentities(connection, config.namespace, config.taskQueue, 'workflow');
+        const pool = await pollerIdentities(connection, config.namespace, config.poolTaskQueue, 'activity');
+        add(control.length ? 'ok' : 'warn', 'control worker', control.length ? `${control.length} poller(s) on "${config.taskQueue}": ${control.join(', ')}` : `nobody polls "${config.taskQueue}" — \`npx troupe up\` starts one`);
+        add(pool.length ? 'ok' : 'info', 'pool worker', pool.length ? `${pool.length} poller(s) on "${config.poolTaskQueue}": ${pool.join(', ')}` : `nobody polls "${config.poolTaskQueue}"`);
+      } finally {
+        await connection.close();
+      }
+    } catch (err) {
+      add('warn', 'task queues', errorMessage(err));
+    }
+  } else {
+    add(config.temporalAddress ? 'FAIL' : 'warn', 'temporal server', `not reachable at ${address}${config.temporalAddress ? ' (TEMPORAL_ADDRESS)' : ' — `npx troupe up` starts the dev server'}`);
+  }
+
+  // PostgreSQL
+  let dbUrl: string | undefined = config.databaseUrl;
+  if (!dbUrl) {
+    const st = embeddedPostgresStatus(config.stateDir);
+    if (st.running) dbUrl = embeddedPostgresUrl(st.port ?? config.postgresPort);
+    else add('warn', 'postgres', `embedded PostgreSQL ${st.initialised ? 'is initialised but not running' : 'not initialised yet'} (${config.stateDir}/postgres) — \`npx troupe up\` starts it`);
+  }
+  if (dbUrl) {
+    try {
+      const { serverVersion: pgVersion } = await checkDatabase(dbUrl);
+      add('ok', 'postgres', `reachable: ${redactUrl(dbUrl)} (server_version ${pgVersion}; ${config.databaseUrl ? 'DATABASE_URL' : 'embedded'})`);
+      const sql = connect(dbUrl, { max: 1 });
+      try {
+        const v = await schemaVersion(sql);
+        const migrations = loadMigrations();
+        const newest = migrations.length ? migrations[migrations.length - 1].version : 0;
+        add(v > newest ? 'FAIL' : v === newest ? 'ok' : 'info', 'schema', `version ${v}, code's newest migration ${newest}${v < newest ? ' (applied at start-up)' : v > newest ? ' — database is newer than this code' : ''}`);
+      } finally {
+        await sql.end({ timeout: 1 });
+      }
+    } catch (err) {
+      add('FAIL', 'postgres', errorMessage(err));
+    }
+  }
+
+  // onnxruntime-node
+  try {
+    const providers = await checkExecutionProviders();
+    add('info', 'onnxruntime-node', `version ${ortVersion()}`);
+    for (const p of providers) {
+      add(p.ok ? 'ok' : p.name === 'cpu' ? 'FAIL' : 'info', `ort ${p.name} EP`, p.detail);
+    }
+  } catch (err) {
+    add('FAIL', 'onnxruntime-node', `cannot load: ${errorMessage(err)}`);
+  }
+  add('info', 'device', `TROUPE_DEVICE=${config.device}`);
+  add('info', 'state dir', config.stateDir);
+  return lines;
+}
+
+export default defineCommand({
+  name: 'doctor',
+  summary: 'Check Node, Go, the Temporal CLI, Temporal, PostgreSQL and onnxruntime execution providers',
+  usage: 'troupe doctor',
+  description: 'Exits 1 if something Troupe needs is broken (FAIL); warnings are things `troupe up` would fix.',
+  async run() {
+    const config = loadConfig();
+    const lines = await doctor(config);
+    const width = Math.max(...lines.map((l) => l.what.length));
+    for (const l of lines) console.log(`${l.status.padEnd(4)}  ${l.what.padEnd(width)}  ${l.detail}`);
+    return lines.some((l) => l.status === 'FAIL') ? 1 : 0;
+  },
+});

@@ -1,0 +1,16 @@
+// The command registry: name → lazy loader. Adding a command = one file + one line here.
+// (require, not import(): cli/bin.js loads TypeScript through tsx's CommonJS hook.)
+import type { Command } from '../command';
+
+export const commands: Record<string, () => Promise<Command>> = {
+  up: async () => (require('./up') as typeof import('./up')).default,
+  down: async () => (require('./down') as typeof import('./down')).default,
+  ping: async () => (require('./ping') as typeof import('./ping')).default,
+  doctor: async () => (require('./doctor') as typeof import('./doctor')).default,
+  train: async () => (require('./train') as typeof import('./train')).default,
+  status: async () => (require('./status') as typeof import('./status')).default,
+  list: async () => (require('./list') as typeof import('./list')).default,
+  resume: async () => (require('./resume') as typeof import('./resume')).default,
+  plot: async () => (require('./plot') as typeof import('./plot')).default,
+  export: async () => (require('./export') as typeof import('./export')).default,
+};

@@ -1,0 +1,56 @@
+// troupe resume <run>: continue a failed, terminated or timed-out run from its last committed step.
+import { WorkflowNotFoundError } from '@temporalio/client';
+import { loadConfig } from '../../infra/config';
+import { TroupeError } from '../../infra/errors';
+import { getRun } from '../../activities/store/runs';
+import type { trainingRun } from '../../workflows/training-run';
+import { defineCommand } from '../command';
+import { connectRuns, summaryJson, summaryLines, validateRunConfig, watchRun } from '../runs';
+import { up } from './up';
+
+export default defineCommand({
+  name: 'resume',
+  summary: 'Continue a run that failed, was terminated or timed out, from its last committed step',
+  usage: 'troupe resume <run> [--json] [--detach]',
+  description: [
+    'Starts a new execution of the run\'s workflow (same workflow id, same stored config). It picks up',
+    'the versions and steps already committed in Postgres, so no update is lost or repeated; the',
+    'new execution is recorded in the run\'s lineage (run_executions).',
+  ].join('\n'),
+  positionals: true,
+  options: {
+    json: { type: 'boolean', description: 'print the summary as one JSON object on the last line of stdout' },
+    detach: { type: 'boolean', description: 'start and return at once' },
+  },
+  async run({ values, positionals, log }) {
+    const runId = positionals[0];
+    if (!runId) throw new TroupeError('resume: name a run', 'list runs with `npx troupe list`');
+    const started = Date.now();
+    const stack = await up(loadConfig(), { log });
+    if (!stack.ok) throw new TroupeError('the stack did not come up completely', stack.lines.join('; '));
+    const c = await connectRuns(log);
+    try {
+      const run = await getRun(c.sql, runId);
+      if (!run) throw new TroupeError(`no run ${runId} in the store`, 'list runs with `npx troupe list`');
+      const handle = c.client.workflow.getHandle<typeof trainingRun>(runId);
+      try {
+        const d = await handle.describe();
+        if (d.status.name === 'RUNNING') throw new TroupeError(`run ${runId} is still running`, `watch it: npx troupe status ${runId} --watch`);
+        if (d.status.name === 'COMPLETED') throw new TroupeError(`run ${runId} completed`, 'start a new run with `npx troupe train`');
+      } catch (e) {
+        if (!(e instanceof WorkflowNotFoundError)) throw e;
+      }
+      const config = validateRunConfig(run.config);
+      const next = await c.client.workflow.start<typeof trainingRun>('trainingRun', { taskQueue: c.config.taskQueue, workflowId: runId, args: [config] });
+      log(`troupe: resumed run ${runId} (new execution ${next.firstExecutionRunId})`);
+      if (values.detach) return 0;
+      const summary = await watchRun(next);
+      const wallSeconds = (Date.now() - started) / 1000;
+      for (const l of summaryLines(summary, wallSeconds)) console.log(l);
+      if (values.json) console.log(JSON.stringify(summaryJson(summary, wallSeconds)));
+      return 0;
+    } finally {
+      await c.close();
+    }
+  },
+});

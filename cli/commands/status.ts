@@ -1,0 +1,69 @@
+// troupe status <run>: the live state of a run (status query), or its stored record once closed.
+import { WorkflowNotFoundError } from '@temporalio/client';
+import { TroupeError } from '../../infra/errors';
+import { getRun } from '../../activities/store/runs';
+import { listVersions } from '../../activities/store/versions';
+import { statusQuery } from '../../workflows/definitions';
+import type { trainingRun } from '../../workflows/training-run';
+import { defineCommand } from '../command';
+import { connectRuns, progressLine, watchRun } from '../runs';
+
+export default defineCommand({
+  name: 'status',
+  summary: 'Show the state of a training run',
+  usage: 'troupe status <run> [--json] [--watch]',
+  positionals: true,
+  options: {
+    json: { type: 'boolean', description: 'print one JSON object' },
+    watch: { type: 'boolean', description: 'follow the run until it closes' },
+  },
+  async run({ values, positionals, log }) {
+    const runId = positionals[0];
+    if (!runId) throw new TroupeError('status: name a run', 'list runs with `npx troupe list`');
+    const c = await connectRuns(log);
+    try {
+      const run = await getRun(c.sql, runId);
+      const handle = c.client.workflow.getHandle<typeof trainingRun>(runId);
+      let execution: { status: string; runId: string } | undefined;
+      try {
+        const d = await handle.describe();
+        execution = { status: d.status.name, runId: d.runId };
+      } catch (e) {
+        if (!(e instanceof WorkflowNotFoundError)) throw e;
+      }
+      if (!run && !execution) throw new TroupeError(`no run ${runId} in Temporal or the store`, 'list runs with `npx troupe list`');
+      if (values.watch && execution?.status === 'RUNNING') {
+        await watchRun(handle);
+        return 0;
+      }
+      const live = execution?.status === 'RUNNING' ? await handle.query(statusQuery).catch(() => undefined) : undefined;
+      const versions = await listVersions(c.sql, runId);
+      const latest: Record<string, number> = {};
+      for (const v of versions) latest[v.model] = Math.max(latest[v.model] ?? 0, v.version);
+      const evals = await c.sql`SELECT step, value FROM metrics WHERE run_id = ${runId} AND kind = 'eval' AND scope = 'team' AND name = 'success' ORDER BY step`;
+      const events = await c.sql`SELECT step, kind, detail, at FROM run_events WHERE run_id = ${runId} ORDER BY id`;
+      const out = {
+        runId,
+        team: run?.team,
+        stored: run?.status,
+        workflow: execution?.status ?? 'not found',
+        live: live ?? null,
+        versions: latest,
+        evals: evals.map((e) => ({ step: e.step, success: e.value })),
+        events: events.map((e) => ({ step: e.step, kind: e.kind, detail: e.detail })),
+      };
+      if (values.json) {
+        console.log(JSON.stringify(out));
+        return 0;
+      }
+      console.log(`run ${runId}  team ${out.team ?? '?'}  workflow ${out.workflow}  store ${out.stored ?? '-'}`);
+      if (live) console.log('  ' + progressLine(live));
+      console.log(`  versions: ${Object.entries(latest).map(([m, v]) => `${m} v${v}`).join(', ') || '-'}`);
+      console.log(`  eval success: ${out.evals.map((e) => `step ${e.step}: ${e.success.toFixed(3)}`).join(', ') || '-'}`);
+      for (const e of out.events) console.log(`  event at step ${e.step}: ${e.kind} ${JSON.stringify(e.detail)}`);
+      return 0;
+    } finally {
+      await c.close();
+    }
+  },
+});

@@ -1,0 +1,149 @@
+/**
+ * What the run commands share: connecting to Temporal and Postgres, building
+ * a run config from flags, and watching a run with a live progress line.
+ */
+import * as fs from 'node:fs';
+import { Client, WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
+import { loadTeam } from '../agents/teams';
+import { loadConfig, temporalAddressOf, type TroupeConfig } from '../infra/config';
+import { connect, type Sql } from '../infra/db';
+import { TroupeError, errorMessage } from '../infra/errors';
+import { ensureDatabase } from '../infra/postgres';
+import { connectTemporal } from '../infra/temporal';
+import { checkAgainstTeam, parseRunConfig, RunConfigError, type RunConfig, type RunConfigInput } from '../schema/run-config';
+import type { RunStatusView } from '../workflows/definitions';
+import { statusQuery } from '../workflows/definitions';
+import type { RunSummary, trainingRun } from '../workflows/training-run';
+
+export interface Connected {
+  config: TroupeConfig;
+  client: Client;
+  sql: Sql;
+  close(): Promise<void>;
+}
+
+/** Temporal client and database for commands that read or control runs (the stack must be up). */
+export async function connectRuns(log: (l: string) => void): Promise<Connected> {
+  const config = loadConfig();
+  const connection = await connectTemporal(temporalAddressOf(config));
+  const db = await ensureDatabase(config, log);
+  const sql = connect(db.url, { max: 2 });
+  return {
+    config,
+    client: new Client({ connection, namespace: config.namespace }),
+    sql,
+    async close() {
+      await sql.end({ timeout: 2 });
+      await connection.close();
+    },
+  };
+}
+
+/** Validates a run config the way the workflow will, so the CLI fails before starting anything. */
+export function validateRunConfig(input: RunConfigInput): RunConfig {
+  try {
+    const config = parseRunConfig(input);
+    let team;
+    try {
+      team = loadTeam(config.team, config.teamOptions);
+    } catch (e) {
+      throw new RunConfigError([{ path: 'team', message: errorMessage(e).replace(/^team: /, '') }]);
+    }
+    checkAgainstTeam(config, team);
+    return config;
+  } catch (e) {
+    if (e instanceof RunConfigError) throw new TroupeError(e.message, 'fix the fields named above (see `troupe train --help` and the README for the run config)');
+    throw e;
+  }
+}
+
+export function readConfigFile(file: string): Record<string, unknown> {
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (e) {
+    throw new TroupeError(`--config: cannot read ${file}: ${errorMessage(e)}`, 'give the path of a JSON file with a run config');
+  }
+  try {
+    const v = JSON.parse(text);
+    if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new Error('not a JSON object');
+    return v;
+  } catch (e) {
+    throw new TroupeError(`--config: ${file} is not a JSON object: ${errorMessage(e)}`, 'the file holds one JSON object, e.g. {"team": "math", "steps": 20}');
+  }
+}
+
+function bar(done: number, total: number, width = 24): string {
+  const filled = Math.round((Math.min(done, total) / Math.max(total, 1)) * width);
+  return '#'.repeat(filled) + '.'.repeat(width - filled);
+}
+
+function duration(seconds: number): string {
+  if (!Number.isFinite(seconds) || seconds < 0) return '?';
+  const m = Math.floor(seconds / 60);
+  const s = Math.round(seconds % 60);
+  return m > 0 ? `${m}m${String(s).padStart(2, '0')}s` : `${s}s`;
+}
+
+export function progressLine(v: RunStatusView): string {
+  const rewards = Object.entries(v.rewards)
+    .map(([agent, cs]) => `${agent} ${Object.values(cs).reduce((a, b) => a + b, 0).toFixed(2)}`)
+    .join('  ');
+  const evalPart = v.lastEval ? `eval ${v.lastEval.success.toFixed(2)}` : 'eval -';
+  const eta = v.secondsPerStep !== null ? `ETA ${duration(v.secondsPerStep * (v.steps - v.step))}` : 'ETA -';
+  return `[${bar(v.step, v.steps)}] step ${v.step}/${v.steps} ${v.status.padEnd(10)} ${rewards}  ${evalPart}  ${eta}`;
+}
+
+/** Polls the run's status query and draws progress on stderr until the workflow closes. */
+export async function watchRun(handle: WorkflowHandle<typeof trainingRun>, opts: { quiet?: boolean } = {}): Promise<RunSummary> {
+  const tty = process.stderr.isTTY;
+  let last = '';
+  let stop = false;
+  const poll = (async () => {
+    while (!stop) {
+      try {
+        const view = await handle.query(statusQuery);
+        const line = progressLine(view);
+        if (!opts.quiet && line !== last) {
+          if (tty) process.stderr.write(`\r\x1b[2K${line}`);
+          else if (line.replace(/ETA \S+/, '') !== last.replace(/ETA \S+/, '')) process.stderr.write(line + '\n');
+          last = line;
+        }
+      } catch {
+        /* not started yet, between executions, or closed */
+      }
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+  })();
+  try {
+    return await handle.result();
+  } catch (e) {
+    if (e instanceof WorkflowFailedError) {
+      const cause = (e.cause as { message?: string; cause?: { message?: string } } | undefined) ?? {};
+      const reason = cause.cause?.message ? `${cause.message}: ${cause.cause.message}` : cause.message ?? e.message;
+      throw new TroupeError(`run ${handle.workflowId} failed: ${reason}`, `after fixing the cause: npx troupe resume ${handle.workflowId}`);
+    }
+    throw e;
+  } finally {
+    stop = true;
+    await poll;
+    if (tty && !opts.quiet) process.stderr.write('\n');
+  }
+}
+
+export function summaryLines(s: RunSummary, wallSeconds: number): string[] {
+  const fmt = (e: RunSummary['initialEval']) =>
+    e ? `${e.success.toFixed(3)} (${e.episodes} held-out tasks; ${Object.entries(e.rewards).map(([a, cs]) => `${a} ${Object.entries(cs).map(([k, v]) => `${k}=${v.toFixed(3)}`).join(',')}`).join('; ')})` : '-';
+  return [
+    `run ${s.runId} (${s.team}) ${s.status} after ${s.steps} steps in ${duration(wallSeconds)}`,
+    `  eval success: ${fmt(s.initialEval)}`,
+    `             -> ${fmt(s.finalEval)}`,
+    `  versions: ${Object.entries(s.versions).map(([m, v]) => `${m} v${v}`).join(', ')}`,
+    ...(s.failedEpisodes > 0 ? [`  failed episodes (excluded from updates): ${s.failedEpisodes}`] : []),
+  ];
+}
+
+export function summaryJson(s: RunSummary, wallSeconds: number, extra: Record<string, unknown> = {}) {
+  const ev = (e: RunSummary['initialEval']) => (e ? { success: e.success, step: e.step, episodes: e.episodes, rewards: e.rewards } : null);
+  return { runId: s.runId, workflowId: s.workflowId, team: s.team, status: s.status, steps: s.steps, versions: s.versions, initialEval: ev(s.initialEval), finalEval: ev(s.finalEval), failedEpisodes: s.failedEpisodes, wallSeconds, ...extra };
+}
