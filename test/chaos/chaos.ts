@@ -1,0 +1,591 @@
+/**
+ * Chaos runs: a real training run of the bundled `math` team on a stack of
+ * separate processes (test/chaos/stack.ts), while a seeded schedule SIGKILLs
+ * the control worker, the pool worker, the engine, the Temporal dev server and
+ * PostgreSQL at random moments, each followed by a restart after a short
+ * delay. Afterwards the run is compared with an uninterrupted run of the same
+ * config on the same stack (test/chaos/compare.ts).
+ *
+ * Used by test/integration/chaos/chaos.test.ts (short, in `npm test`; long with
+ * TROUPE_CHAOS_LONG=1) and runnable on its own:
+ *
+ *   node --import tsx test/chaos/chaos.ts [--long] [--seed N] [--kills N] [--steps N] [--modes batched,durable]
+ *                                         [--kinds control-worker,pool-worker,engine,temporal,postgres]
+ */
+import { parseArgs } from 'node:util';
+import { WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
+import type { trainingRun, RunSummary } from '../../workflows/training-run';
+import { pauseSignal, resumeSignal } from '../../workflows/definitions';
+import { seededRandom } from '../../agents/seed';
+import { pidAlive } from '../../infra/processes';
+import { TroupeStep } from '../../infra/search-attributes';
+import { compareRuns, loadStoredRun, type Comparison } from './compare';
+import { FAULT_KINDS, startChaosStack, type ChaosStack, type FaultKind } from './stack';
+
+export type Mode = 'batched' | 'durable';
+
+export interface ChaosOptions {
+  /** Seed of the kill schedule (kinds, moments, restart delays). */
+  seed: number;
+  /** Seed of the training runs (the same for the chaos run and its uninterrupted twin). */
+  runSeed: number;
+  modes: Mode[];
+  /** Training steps per mode. */
+  steps: Record<Mode, number>;
+  /** Kills per mode; kinds are dealt round-robin from seeded shuffles of `kinds`, so each kind comes up evenly. */
+  kills: number;
+  kinds: readonly FaultKind[];
+  /** Random wait before each kill, after the previous restart (ms). */
+  gapMs: [number, number];
+  /** A worker or engine kill waits up to this long (ms) for an activity to be running on it. */
+  busyWaitMs: number;
+  /** Random delay between a kill and the restart (ms). */
+  restartDelayMs: [number, number];
+  /** Give up on a run after this long (ms). */
+  runTimeoutMs: number;
+  log?: (line: string) => void;
+}
+
+export const SHORT: Omit<ChaosOptions, 'log'> = {
+  seed: 1,
+  runSeed: 7,
+  modes: ['batched', 'durable'],
+  steps: { batched: 20, durable: 5 },
+  kills: 5,
+  kinds: FAULT_KINDS,
+  gapMs: [500, 3000],
+  restartDelayMs: [300, 1500],
+  busyWaitMs: 2000,
+  runTimeoutMs: 240_000,
+};
+
+export const LONG: Omit<ChaosOptions, 'log'> = {
+  ...SHORT,
+  steps: { batched: 60, durable: 16 },
+  kills: 15,
+  gapMs: [300, 4000],
+  restartDelayMs: [200, 3000],
+  runTimeoutMs: 1_800_000,
+};
+
+export interface KillRecord {
+  kind: FaultKind;
+  pid: number;
+  /** ms since epoch */
+  at: number;
+  /** Steps committed when it was killed (from the store; undefined if the store was down). */
+  stepsDone?: number;
+  /** Kill → the process (or a new engine) runs again, ms. */
+  backAfterMs: number;
+  /** Activities running on the killed process (for an engine kill: on its pool worker). */
+  inFlight?: number;
+  /** Kill → the first of them started its next attempt (server time), ms. */
+  retryAfterMs?: number;
+  /** Kill → the last of them started its next attempt, ms. */
+  lastRetryAfterMs?: number;
+  /** Which activity was retried first (type and attempt), or 'workflow task'. */
+  retried?: string;
+  /** Of those in flight, how many finished without a retry (their result got through). */
+  finishedWithoutRetry?: number;
+}
+
+export interface ModeReport {
+  mode: Mode;
+  steps: number;
+  status: string;
+  error?: string;
+  baselineSeconds: number;
+  chaosSeconds: number;
+  kills: KillRecord[];
+  /** Processes found dead that the schedule had not killed (restarted too). */
+  unplanned: string[];
+  comparison?: Comparison;
+  identical: boolean;
+}
+
+export interface ChaosReport {
+  options: Omit<ChaosOptions, 'log'>;
+  modes: ModeReport[];
+  seconds: number;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export interface PlannedKill {
+  kind: FaultKind;
+  gapMs: number;
+  restartDelayMs: number;
+}
+
+/** The kill schedule of one mode: a pure function of (seed, mode, options). */
+export function schedule(opts: Pick<ChaosOptions, 'seed' | 'kills' | 'kinds' | 'gapMs' | 'restartDelayMs'>, mode: Mode): PlannedKill[] {
+  const random = seededRandom(opts.seed * 2 + (mode === 'durable' ? 1 : 0));
+  const between = ([lo, hi]: [number, number]) => Math.round(lo + random() * (hi - lo));
+  const out: PlannedKill[] = [];
+  let deck: FaultKind[] = [];
+  for (let i = 0; i < opts.kills; i++) {
+    if (deck.length === 0) {
+      deck = [...opts.kinds];
+      for (let j = deck.length - 1; j > 0; j--) {
+        const k = Math.floor(random() * (j + 1));
+        [deck[j], deck[k]] = [deck[k]!, deck[j]!];
+      }
+    }
+    out.push({ kind: deck.shift()!, gapMs: between(opts.gapMs), restartDelayMs: between(opts.restartDelayMs) });
+  }
+  return out;
+}
+
+/** The run config of a mode. Batched steps are bigger (32 episodes), so they last long enough to be hit mid-rollout. */
+export function runConfig(opts: Pick<ChaosOptions, 'runSeed' | 'steps'>, mode: Mode) {
+  const size = mode === 'batched' ? { groupsPerStep: 4, groupSize: 8 } : { groupsPerStep: 2, groupSize: 4 };
+  return { team: 'math', steps: opts.steps[mode], ...size, rollout: mode, evalEvery: 3, evalTasks: 4, seed: opts.runSeed };
+}
+
+/** The run's result, waiting through server restarts (bounded by `deadline`). */
+async function outcome(handle: WorkflowHandle<typeof trainingRun>, deadline: number): Promise<{ summary?: RunSummary; error?: string }> {
+  for (;;) {
+    try {
+      return { summary: await handle.result() };
+    } catch (e) {
+      if (e instanceof WorkflowFailedError) return { error: `${e.message}: ${(e.cause as Error | undefined)?.message ?? ''} ${((e.cause as { cause?: Error })?.cause)?.message ?? ''}`.trim() };
+      if (Date.now() > deadline) return { error: `no result within the time limit (last error: ${(e as Error).message})` };
+      await sleep(1000); // the server is restarting
+    }
+  }
+}
+
+/**
+ * Steps committed so far, from the run's TroupeStep search attribute (the server's
+ * record: no worker and no store needed, so the harness itself never talks to a
+ * PostgreSQL that is being killed). undefined while the server is down.
+ */
+async function stepsDone(stack: ChaosStack, runId: string): Promise<number | undefined> {
+  const q = stack.client.workflow.getHandle(runId).describe().then((d) => d.typedSearchAttributes.get(TroupeStep) ?? 0);
+  return Promise.race([q.catch(() => undefined), sleep(1500).then(() => undefined)]);
+}
+
+const ms = (t: { seconds?: unknown; nanos?: number | null } | null | undefined) => (t ? Number(t.seconds) * 1000 + Math.floor((t.nanos ?? 0) / 1e6) : 0);
+
+/**
+ * For control-worker kills that caught no activity: kill -> the first workflow
+ * task started after a timed-out one (the run's workflow moving again on the
+ * new worker), from the recorded histories of the run and its episode children.
+ */
+async function measureWorkflowTasks(stack: ChaosStack, workflowId: string, kills: KillRecord[]): Promise<void> {
+  const wanted = kills.filter((k) => k.kind === 'control-worker' && k.retryAfterMs === undefined);
+  if (wanted.length === 0) return;
+  const starts: number[] = [];
+  const ids = [workflowId];
+  for (let i = 0; i < ids.length && i < 2000; i++) {
+    const history = await stack.client.workflow.getHandle(ids[i]!).fetchHistory();
+    let timedOut = false;
+    for (const e of history.events ?? []) {
+      if (e.startChildWorkflowExecutionInitiatedEventAttributes?.workflowId) ids.push(e.startChildWorkflowExecutionInitiatedEventAttributes.workflowId);
+      if (e.workflowTaskTimedOutEventAttributes || e.workflowTaskFailedEventAttributes) timedOut = true;
+      if (e.workflowTaskStartedEventAttributes) {
+        if (timedOut) starts.push(ms(e.eventTime));
+        timedOut = false;
+      }
+    }
+  }
+  starts.sort((x, y) => x - y);
+  for (const k of wanted) {
+    const first = starts.find((t) => t >= k.at);
+    if (first !== undefined && first - k.at < 120_000) {
+      k.retryAfterMs = first - k.at;
+      k.retried = 'workflow task';
+    }
+  }
+}
+
+interface Pending {
+  key: string;
+  workflowId: string;
+  activityId: string;
+  type: string;
+  attempt: number;
+  started: boolean;
+  startedAt: number;
+  identity: string;
+}
+
+/** Pending activities of the run and of its running episode children (server-side; no worker needed). */
+async function pendingWork(stack: ChaosStack, workflowId: string): Promise<Pending[]> {
+  const describe = async (id: string) => (await stack.client.workflow.getHandle(id).describe()).raw;
+  const root = await describe(workflowId);
+  const all = [{ id: workflowId, raw: root }, ...(await Promise.all((root.pendingChildren ?? []).map(async (c) => ({ id: c.workflowId!, raw: await describe(c.workflowId!).catch(() => undefined) }))))];
+  return all.flatMap(({ id, raw }) =>
+    (raw?.pendingActivities ?? []).map((a) => ({
+      key: `${id}/${a.activityId}`,
+      workflowId: id,
+      activityId: a.activityId ?? '',
+      type: a.activityType?.name ?? '?',
+      attempt: a.attempt ?? 1,
+      started: a.state === 2, // PENDING_ACTIVITY_STATE_STARTED
+      startedAt: ms(a.lastStartedTime),
+      identity: a.lastWorkerIdentity ?? '',
+    })),
+  );
+}
+
+/** The attempt number and start time of an activity's last attempt, from its workflow's history. */
+async function lastAttempt(stack: ChaosStack, p: Pending): Promise<{ attempt: number; startedAt: number } | undefined> {
+  const events = (await stack.client.workflow.getHandle(p.workflowId).fetchHistory()).events ?? [];
+  const scheduled = events.find((e) => e.activityTaskScheduledEventAttributes?.activityId === p.activityId);
+  if (!scheduled) return undefined;
+  const started = events.find((e) => e.activityTaskStartedEventAttributes && String(e.activityTaskStartedEventAttributes.scheduledEventId) === String(scheduled.eventId));
+  return started ? { attempt: started.activityTaskStartedEventAttributes!.attempt ?? 1, startedAt: ms(started.eventTime) } : undefined;
+}
+
+/**
+ * Follows the activities that were running on a killed worker (or, for an
+ * engine kill, on its pool worker) until each has started its next attempt or
+ * finished: kill -> retried activity start, measured from the server's own
+ * record of the attempt's start.
+ */
+async function followRetries(stack: ChaosStack, workflowId: string, lost: Pending[], at: number, isDone: () => boolean, timeoutMs = 90_000) {
+  const open = new Map(lost.map((p) => [p.key, p]));
+  const retries: Array<{ type: string; attempt: number; afterMs: number }> = [];
+  let finished = 0;
+  const deadline = Date.now() + timeoutMs;
+  while (open.size > 0 && Date.now() < deadline && !isDone()) {
+    const now = await pendingWork(stack, workflowId).catch(() => undefined); // the server may be restarting
+    if (now) {
+      for (const [key, before] of open) {
+        const p = now.find((x) => x.key === key);
+        if (!p) {
+          // Closed between two polls: its history says whether a later attempt ran.
+          const last = await lastAttempt(stack, before).catch(() => undefined);
+          if (last && last.attempt > before.attempt) retries.push({ type: before.type, attempt: last.attempt, afterMs: last.startedAt - at });
+          else finished++; // its result got through before the kill
+          open.delete(key);
+        } else if (p.attempt > before.attempt && p.started) {
+          retries.push({ type: p.type, attempt: p.attempt, afterMs: p.startedAt - at });
+          open.delete(key);
+        }
+      }
+    }
+    await sleep(250);
+  }
+  return { retries: retries.sort((a, b) => a.afterMs - b.afterMs), finished, unresolved: open.size };
+}
+
+/** Kill i of n waits until floor(i * steps / (n + 2)) steps are committed: kills spread over the run, the last well before its end. */
+function stepWindow(i: number, n: number, steps: number): number {
+  return Math.floor((i * steps) / (n + 2));
+}
+
+/**
+ * Keeps a run from ending while kills remain, on any machine speed: once the
+ * steps left are no more than the kills left (+1), the run is paused at its next
+ * step boundary (the `pause` signal) and resumed just before the next kill. A
+ * kill also pauses the run at once (`pauseNow`), as restarting the stack can
+ * keep this process busy while the run races on. A pause changes no result
+ * (the run is deterministic); it only holds the clock.
+ */
+class Hold {
+  held = false;
+  killing = false;
+  private inFlight: Promise<unknown> = Promise.resolve();
+  private stopped = false;
+  private readonly loop: Promise<void>;
+
+  constructor(private readonly stack: ChaosStack, private readonly runId: string, steps: number, private remaining: () => number, isDone: () => boolean, log: (l: string) => void) {
+    const handle = stack.client.workflow.getHandle(runId);
+    this.loop = (async () => {
+      while (!this.stopped && !isDone()) {
+        if (!this.held && !this.killing && this.remaining() > 0) {
+          const done = await stepsDone(stack, runId);
+          if (!this.held && !this.killing && done !== undefined && done >= steps - this.remaining() - 1) {
+            this.held = true;
+            log(`chaos: pausing the run after ${done} steps: ${this.remaining()} kills left`);
+            this.inFlight = handle.signal(pauseSignal).catch(() => void (this.held = false));
+            await this.inFlight;
+          }
+        }
+        await sleep(100);
+      }
+    })();
+  }
+
+  /** Pauses the run now (not waiting for the monitor); gives up quietly while the server is down. */
+  async pauseNow(log: (l: string) => void, why: string): Promise<void> {
+    await this.inFlight;
+    if (this.held) return;
+    this.held = true;
+    log(`chaos: pausing the run ${why}`);
+    const signal = this.stack.client.workflow.getHandle(this.runId).signal(pauseSignal);
+    this.inFlight = Promise.race([signal, sleep(3000).then(() => Promise.reject(new Error('no answer in 3 s')))]).catch((e) => {
+      this.held = false;
+      log(`chaos: could not pause the run: ${(e as Error).message}`);
+    });
+    await this.inFlight;
+  }
+
+  /** Resumes the run if it is held (the server is up: kills restart it before going on). */
+  async release(): Promise<boolean> {
+    await this.inFlight;
+    if (!this.held) return false;
+    const handle = this.stack.client.workflow.getHandle(this.runId);
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await handle.signal(resumeSignal);
+        break;
+      } catch (e) {
+        if (attempt >= 50) throw new Error(`chaos: could not resume the held run: ${(e as Error).message}`);
+        await sleep(200);
+      }
+    }
+    this.held = false;
+    return true;
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    await this.loop;
+    await this.release();
+  }
+}
+
+/** Runs the schedule against one live run; returns the kills made and processes found dead unplanned. */
+async function inflict(stack: ChaosStack, runId: string, steps: number, plan: PlannedKill[], timing: { busyWaitMs: number; stepMs: number; gapMs: [number, number] }, isDone: () => boolean, log: (l: string) => void) {
+  const kills: KillRecord[] = [];
+  const unplanned: string[] = [];
+  const t0 = Date.now();
+  let spent = 0; // kills made (or found moot): the hold counts what is left
+  const hold = new Hold(stack, runId, steps, () => plan.length - spent, isDone, log);
+  const afterKill = async (kind: FaultKind) => {
+    spent++;
+    hold.killing = false;
+    // Temporal itself is down: the pause waits for its restart (below).
+    if (spent < plan.length && kind !== 'temporal') await hold.pauseNow(log, 'at the kill');
+  };
+  try {
+    for (const [i, p] of plan.entries()) {
+      const window = stepWindow(i, plan.length, steps);
+      // Held since the last kill, but short of this kill's window: let it run on (the monitor guards the end).
+      if (hold.held && ((await stepsDone(stack, runId)) ?? steps) < Math.min(window, steps - (plan.length - i) - 1)) await hold.release();
+      while (!isDone() && !hold.held && ((await stepsDone(stack, runId)) ?? -1) < window) await sleep(200);
+      // The gap before the kill; the hold may pause the run meanwhile if it nears its end.
+      if (!hold.held) {
+        const until = Date.now() + p.gapMs;
+        while (Date.now() < until && !isDone() && !hold.held) await sleep(50);
+      }
+      if (isDone()) break;
+      hold.killing = true; // no new hold from here to the kill
+      // Released from a hold, the kill lands inside the step that follows: after a share of a
+      // step, or once a worker is busy, and at the latest when that step is committed. Otherwise
+      // at the latest when the run reaches the hold's threshold (the monitor is off meanwhile).
+      const before = (await stepsDone(stack, runId)) ?? 0;
+      const released = await hold.release();
+      const gap = released ? Math.round((0.6 * timing.stepMs * p.gapMs) / timing.gapMs[1]) : 0;
+      const stepLimit = released ? before + 1 : steps - (plan.length - i) - 1;
+      const killed = await killOne(stack, runId, p, { gapMs: gap, busyWaitMs: timing.busyWaitMs, stepLimit }, isDone, t0, log, afterKill);
+      if (killed === 'done') break;
+      if (killed.unplanned) unplanned.push(...killed.unplanned);
+      if (killed.kill) kills.push(killed.kill);
+      if (p.kind === 'temporal' && spent < plan.length && !isDone()) await hold.pauseNow(log, 'after Temporal is back');
+    }
+  } finally {
+    await hold.stop();
+  }
+  return { kills, unplanned };
+}
+
+/**
+ * One planned kill: waits `gapMs` (what is left of the gap), catches the worker busy when it
+ * is one (at most `busyWaitMs`), but kills at once when the run has `stepLimit` steps
+ * committed; then restarts and follows the retries.
+ */
+async function killOne(stack: ChaosStack, runId: string, p: PlannedKill, { gapMs, busyWaitMs, stepLimit }: { gapMs: number; busyWaitMs: number; stepLimit: number }, isDone: () => boolean, t0: number, log: (l: string) => void, afterKill: (kind: FaultKind) => Promise<void>): Promise<'done' | { kill?: KillRecord; unplanned?: string[] }> {
+  const unplanned: string[] = [];
+  const late = async () => ((await stepsDone(stack, runId)) ?? 0) >= stepLimit;
+  {
+    const until = Date.now() + gapMs;
+    while (Date.now() < until && !isDone() && !(await late())) await sleep(50);
+    if (isDone()) return 'done';
+  }
+  const done = await stepsDone(stack, runId);
+  // A worker (or engine) is killed while it works: the first moment (polled, at most
+  // `busyWaitMs`) an activity of the run has its current attempt running on it.
+  const worker = p.kind === 'engine' ? 'pool-worker' : p.kind;
+  const workerPid = stack.pidOf(worker as FaultKind);
+  const onWorker = (list: Pending[]) => list.filter((a) => a.started && workerPid !== undefined && a.identity.startsWith(`${workerPid}@`));
+  let lost: Pending[] = [];
+  if (worker === 'control-worker' || worker === 'pool-worker') {
+    const until = Date.now() + busyWaitMs;
+    do {
+      lost = onWorker(await pendingWork(stack, runId).catch(() => [] as Pending[]));
+      if (lost.length === 0) await sleep(50);
+    } while (lost.length === 0 && Date.now() < until && !isDone() && !(await late()));
+  }
+  const enginePid = p.kind === 'pool-worker' ? stack.pidOf('engine') : undefined;
+  const pid = await stack.kill(p.kind);
+  const at = Date.now();
+  await afterKill(p.kind);
+  if (pid === undefined) {
+    log(`chaos: ${p.kind} was not running at ${((at - t0) / 1000).toFixed(1)}s; restarting the stack instead`);
+    unplanned.push(...(await stack.restart()).map((d) => `${d.kind} found dead before a kill: ${d.cause}`));
+    return { unplanned };
+  }
+  log(`chaos: SIGKILL ${p.kind} (pid ${pid}) at ${((at - t0) / 1000).toFixed(1)}s, ${done ?? '?'} steps done, ${lost.length} activities running on it`);
+  const following = followRetries(stack, runId, lost, at, isDone);
+  let back: number;
+  if (p.kind === 'engine') {
+    await stack.waitForEngine(pid);
+    back = Date.now() - at;
+  } else {
+    await sleep(p.restartDelayMs);
+    const restarted = await stack.restart();
+    back = Date.now() - at;
+    for (const d of restarted) if (d.kind !== p.kind) unplanned.push(`${d.kind} found dead after killing ${p.kind}: ${d.cause}`);
+    if (p.kind === 'pool-worker' && enginePid !== undefined) {
+      for (let j = 0; j < 100 && pidAlive(enginePid); j++) await sleep(100);
+      if (pidAlive(enginePid)) unplanned.push(`engine ${enginePid} outlived its killed pool worker`);
+    }
+  }
+  const followed = await following;
+  const first = followed.retries[0];
+  const kill: KillRecord = {
+    kind: p.kind,
+    pid,
+    at,
+    stepsDone: done,
+    backAfterMs: back,
+    inFlight: lost.length,
+    ...(first ? { retryAfterMs: first.afterMs, retried: `${first.type} attempt ${first.attempt}`, lastRetryAfterMs: followed.retries.at(-1)!.afterMs } : {}),
+    finishedWithoutRetry: followed.finished,
+  };
+  return { kill, unplanned };
+}
+
+export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
+  const log = options.log ?? ((l: string) => process.stderr.write(l + '\n'));
+  const started = Date.now();
+  const stack = await startChaosStack({ log: (l) => log(`  up: ${l}`) });
+  log(`chaos: stack up in ${((Date.now() - started) / 1000).toFixed(1)}s (state ${stack.stateDir})`);
+  const reports: ModeReport[] = [];
+  const start = (id: string, mode: Mode) =>
+    stack.client.workflow.start<typeof trainingRun>('trainingRun', { taskQueue: stack.config.taskQueue, workflowId: id, args: [runConfig(options, mode)] });
+  let failed = false;
+  try {
+    // The uninterrupted twins first, side by side, before any fault.
+    const t = Date.now();
+    const baselines = await Promise.all(options.modes.map(async (mode) => ({ mode, ...(await outcome(await start(`uninterrupted-${mode}`, mode), Date.now() + options.runTimeoutMs)) })));
+    const baselineSeconds = (Date.now() - t) / 1000;
+    for (const b of baselines) if (!b.summary) throw new Error(`the uninterrupted ${b.mode} run failed: ${b.error}`);
+    log(`chaos: uninterrupted runs done in ${baselineSeconds.toFixed(1)}s`);
+
+    for (const mode of options.modes) {
+      const plan = schedule(options, mode);
+      const workflowId = `chaos-${mode}`;
+      const t1 = Date.now();
+      const handle = await start(workflowId, mode);
+      let done = false;
+      const result = outcome(handle, t1 + options.runTimeoutMs).finally(() => (done = true));
+      const stepMs = (baselineSeconds * 1000) / options.steps[mode];
+      const { kills, unplanned } = await inflict(stack, workflowId, options.steps[mode], plan, { busyWaitMs: options.busyWaitMs, stepMs, gapMs: options.gapMs }, () => done, log);
+      // After the schedule: keep everything up until the run ends (bounded by the run's deadline).
+      while (!done && Date.now() < t1 + options.runTimeoutMs) {
+        const again = await stack.restart();
+        unplanned.push(...again.map((d) => `${d.kind} found dead after the schedule: ${d.cause}`));
+        await Promise.race([result, sleep(2000)]);
+      }
+      const { summary, error } = await result;
+      const chaosSeconds = (Date.now() - t1) / 1000;
+      await stack.restart(); // the store must be up to compare
+      const report: ModeReport = { mode, steps: options.steps[mode], status: summary?.status ?? 'failed', error, baselineSeconds, chaosSeconds, kills, unplanned, identical: false };
+      if (summary) {
+        await measureWorkflowTasks(stack, workflowId, kills).catch((e) => log(`chaos: could not read histories: ${(e as Error).message}`));
+        const models = Object.keys(summary.versions);
+        report.comparison = compareRuns(await loadStoredRun(stack.sql, `uninterrupted-${mode}`), await loadStoredRun(stack.sql, workflowId), options.steps[mode], models);
+        report.identical = summary.status === 'completed' && summary.steps === options.steps[mode] && report.comparison.problems.length === 0;
+      }
+      log(`chaos: ${mode}: ${report.status} in ${chaosSeconds.toFixed(1)}s with ${kills.length} kills; identical: ${report.identical}${error ? `; ${error}` : ''}`);
+      for (const p of report.comparison?.problems.slice(0, 10) ?? []) log(`chaos:   ${p}`);
+      reports.push(report);
+    }
+  } catch (e) {
+    failed = true;
+    throw e;
+  } finally {
+    // Keep the state dir (logs, SQLite, data) when something went wrong.
+    const keepState = failed || reports.some((r) => !r.identical || r.unplanned.length > 0);
+    await stack.shutdown({ keepState });
+    if (keepState) log(`chaos: state kept in ${stack.stateDir}`);
+  }
+  return { options: { ...options, log: undefined } as Omit<ChaosOptions, 'log'>, modes: reports, seconds: (Date.now() - started) / 1000 };
+}
+
+/** The report as text: per mode and kind, kills survived and whether the result was identical. */
+export function formatReport(r: ChaosReport): string {
+  const lines: string[] = [];
+  lines.push(`chaos seed ${r.options.seed}, run seed ${r.options.runSeed}, ${r.seconds.toFixed(0)}s in all`);
+  lines.push('| mode | fault | kills survived | result identical |');
+  lines.push('|---|---|---|---|');
+  for (const m of r.modes) {
+    for (const kind of FAULT_KINDS) {
+      const n = m.kills.filter((k) => k.kind === kind).length;
+      lines.push(`| ${m.mode} | ${kind} | ${m.status === 'completed' ? n : `0 of ${n}`} | ${n === 0 ? '-' : m.identical ? 'yes' : 'no'} |`);
+    }
+  }
+  for (const m of r.modes) {
+    const c = m.comparison;
+    lines.push(`${m.mode}: ${m.status}, ${m.steps} steps, uninterrupted ${m.baselineSeconds.toFixed(1)}s (both modes at once), with chaos ${m.chaosSeconds.toFixed(1)}s; compared ${c?.versionsCompared ?? 0} versions, ${c?.episodesCompared ?? 0} episodes; final sha256 ${Object.entries(c?.finalSha ?? {}).map(([k, v]) => `${k}=${v.slice(0, 16)}`).join(' ')}`);
+    if (m.error) lines.push(`  error: ${m.error}`);
+    for (const p of c?.problems ?? []) lines.push(`  PROBLEM ${p}`);
+    for (const u of m.unplanned) lines.push(`  unplanned: ${u}`);
+    for (const k of m.kills) {
+      const retry = k.retryAfterMs === undefined ? '' : `, retried after ${(k.retryAfterMs / 1000).toFixed(1)}s (${k.retried}${k.lastRetryAfterMs !== undefined && k.lastRetryAfterMs !== k.retryAfterMs ? `; last at ${(k.lastRetryAfterMs / 1000).toFixed(1)}s` : ''})`;
+      const flight = k.inFlight === undefined ? '' : `, ${k.inFlight} activities on it${k.finishedWithoutRetry ? ` (${k.finishedWithoutRetry} finished without retry)` : ''}`;
+      lines.push(`  kill ${k.kind} after ${k.stepsDone ?? '?'} steps: back after ${(k.backAfterMs / 1000).toFixed(1)}s${flight}${retry}`);
+    }
+  }
+  const all = r.modes.flatMap((m) => m.kills).filter((k) => k.retryAfterMs !== undefined);
+  for (const kind of ['control-worker', 'pool-worker', 'engine'] as const) {
+    const xs = all.filter((k) => k.kind === kind).map((k) => k.retryAfterMs! / 1000).sort((x, y) => x - y);
+    if (xs.length) lines.push(`kill -> retried task start, ${kind}: min ${xs[0]!.toFixed(1)}s, median ${xs[Math.floor(xs.length / 2)]!.toFixed(1)}s, max ${xs.at(-1)!.toFixed(1)}s (n=${xs.length})`);
+  }
+  return lines.join('\n');
+}
+
+async function main() {
+  const { values } = parseArgs({
+    options: {
+      long: { type: 'boolean' },
+      seed: { type: 'string' },
+      'run-seed': { type: 'string' },
+      kills: { type: 'string' },
+      steps: { type: 'string' },
+      modes: { type: 'string' },
+      kinds: { type: 'string' },
+    },
+  });
+  const base = values.long || process.env.TROUPE_CHAOS_LONG === '1' ? LONG : SHORT;
+  const steps = values.steps ? Number(values.steps) : undefined;
+  const options: ChaosOptions = {
+    ...base,
+    seed: values.seed ? Number(values.seed) : Number(process.env.TROUPE_CHAOS_SEED ?? base.seed),
+    runSeed: values['run-seed'] ? Number(values['run-seed']) : base.runSeed,
+    kills: values.kills ? Number(values.kills) : base.kills,
+    steps: steps ? { batched: steps, durable: steps } : base.steps,
+    modes: values.modes ? (values.modes.split(',') as Mode[]) : base.modes,
+    kinds: values.kinds ? (values.kinds.split(',') as FaultKind[]) : base.kinds,
+  };
+  const unknown = options.kinds.filter((k) => !FAULT_KINDS.includes(k));
+  if (unknown.length) throw new Error(`--kinds: unknown ${unknown.join(', ')} (known: ${FAULT_KINDS.join(', ')})`);
+  const report = await runChaos(options);
+  console.log(formatReport(report));
+  return report.modes.every((m) => m.identical) ? 0 : 1;
+}
+
+if (require.main === module) {
+  main().then(
+    (code) => process.exit(code),
+    (e) => {
+      console.error(e);
+      process.exit(1);
+    },
+  );
+}

@@ -1,0 +1,37 @@
+/**
+ * Chaos: a real training run (bundled `math` team, both rollout modes) on a
+ * stack of separate processes started by `troupe up`'s code, while a seeded
+ * schedule SIGKILLs the control worker, the pool worker, the engine, the
+ * Temporal dev server and PostgreSQL, each restarted after a short delay. The
+ * run must complete and end exactly where an uninterrupted run of the same
+ * config ends: contiguous versions, one per step, every version's weights and
+ * optimizer state bit-identical, the same stored trajectories per step.
+ *
+ * Short by default (each kind killed once per mode, ~3 min); the long one:
+ *   TROUPE_CHAOS_LONG=1 npm test -- chaos/chaos      (or: node --import tsx test/chaos/chaos.ts --long)
+ * TROUPE_CHAOS_SEED=N picks another kill schedule.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { formatReport, LONG, runChaos, SHORT } from '../../chaos/chaos';
+import { FAULT_KINDS, POSTGRES_JS_CRASH } from '../../chaos/stack';
+
+const long = process.env.TROUPE_CHAOS_LONG === '1';
+const base = long ? LONG : SHORT;
+
+test(`chaos (${long ? 'long' : 'short'}): SIGKILL of every process kind mid-run changes nothing about the result`, { timeout: long ? 3 * 3600_000 : 900_000 }, async (t) => {
+  const report = await runChaos({ ...base, seed: Number(process.env.TROUPE_CHAOS_SEED ?? base.seed), log: (line) => process.stderr.write(`${line}\n`) });
+  for (const line of formatReport(report).split('\n')) t.diagnostic(line);
+
+  for (const m of report.modes) {
+    assert.equal(m.status, 'completed', `${m.mode}: the chaos run did not complete: ${m.error ?? ''}`);
+    assert.deepEqual(m.comparison?.problems, [], `${m.mode}: differs from the uninterrupted run`);
+    assert.ok(m.identical, `${m.mode}: identical`);
+    assert.ok((m.comparison?.episodesCompared ?? 0) > 0 && (m.comparison?.versionsCompared ?? 0) === m.steps + 1, `${m.mode}: compared every version and some episodes`);
+    // A process the schedule did not kill must not die, except by the known postgres.js
+    // crash on a closed connection (reported above; an upstream bug without a release fixing it).
+    assert.deepEqual(m.unplanned.filter((u) => !u.includes(POSTGRES_JS_CRASH)), [], `${m.mode}: processes died that the schedule did not kill`);
+    // Every kind was killed while the run was running, in each mode.
+    for (const kind of FAULT_KINDS) assert.ok(m.kills.some((k) => k.kind === kind), `${m.mode}: ${kind} was never killed mid-run (the run ended first)`);
+  }
+});
