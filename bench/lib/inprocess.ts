@@ -1,0 +1,204 @@
+/**
+ * The training job as a plain in-process loop: no Temporal, no Postgres.
+ *
+ * It calls the same code a Troupe run calls, in the same order and with the
+ * same seeds, so with the same config it produces the same tokens, the same
+ * advantages and bit-identical updates (the orchestration bench checks that
+ * the gradient norms match):
+ *
+ *   plan      planTrainEpisodes / planEvalEpisodes      (activities/training/plan.ts)
+ *   rollout   runEpisode against the engine (EngineClient.generate, as
+ *             generateDirect in activities/training/pool.ts), tools via executeTool
+ *   reward    scoredEpisode (activities/training/control.ts), minus the store
+ *   advantage buildStepBatch on in-memory StoredEpisode objects
+ *   update    one engine Update per model, in parallel, with engineSettings()
+ *
+ * What it leaves out is exactly what Troupe adds: workflow and activity
+ * round trips, heartbeats, Postgres writes and reads of episodes, exporting and
+ * storing every version, metrics rows.
+ */
+import type { Sampling } from '../../agents/agent';
+import { runEpisode, type EpisodeIO, type GenerateCall, type GenerateReply } from '../../agents/episode';
+import { engineSpec } from '../../agents/model';
+import { deriveSeed } from '../../agents/seed';
+import type { Split } from '../../agents/tasks';
+import { loadTeam } from '../../agents/teams';
+import { buildStepBatch } from '../../activities/training/batch';
+import { scoredEpisode } from '../../activities/training/control';
+import { planEvalEpisodes, planTrainEpisodes, type EpisodeSpec } from '../../activities/training/plan';
+import { engineSettings, modelKey, type EngineApi } from '../../activities/training/pool';
+import type { StoredEpisode } from '../../activities/store/trajectories';
+import { loadTasks } from '../../activities/tasks';
+import { executeTool } from '../../activities/tools';
+import { checkAgainstTeam, parseRunConfig, type RunConfigInput } from '../../schema/run-config';
+
+export interface InProcessStep {
+  step: number;
+  /** wall seconds of the whole step and of each phase */
+  seconds: number;
+  phases: { plan: number; rollout: number; reward: number; advantage: number; update: number };
+  /** agent turns and generate calls in the step */
+  turns: number;
+  generates: number;
+  toolCalls: number;
+  gradNorm: Record<string, number>;
+  /** mean reward components per agent */
+  rewards: Record<string, Record<string, number>>;
+}
+
+export interface InProcessOptions {
+  /**
+   * 'troupe' (default): advantages exactly as a Troupe run computes them (buildStepBatch).
+   * 'global-joint': the global baseline as DESIGN.md defines it — every agent's samples of a
+   * task group in one statistics set, each sample carrying its episode's average score over
+   * all agents' turns — built independently of how buildStepBatch groups roles: every turn
+   * is relabelled to one pseudo-agent first, so the estimator sees one role. bench/drmas.ts
+   * checks Troupe's `scope: 'group'` against it.
+   * Needs every agent to have the same estimator settings.
+   */
+  advantages?: 'troupe' | 'global-joint';
+  onStep?: (s: InProcessStep) => void;
+}
+
+export interface InProcessResult {
+  runId: string;
+  wallSeconds: number;
+  steps: InProcessStep[];
+  evals: Array<{ step: number; success: number; episodes: number }>;
+}
+
+const GREEDY: Partial<Sampling> = { temperature: 0 };
+
+export async function trainInProcess(engine: EngineApi, input: RunConfigInput & { runId: string }, hooks: InProcessOptions = {}): Promise<InProcessResult> {
+  const t0 = performance.now();
+  const config = parseRunConfig(input);
+  const runId = input.runId;
+  const team = loadTeam(config.team, config.teamOptions);
+  const settings = checkAgainstTeam(config, team);
+  const tasks = loadTasks(team);
+  const models = Object.keys(team.models);
+
+  // version 0 of each model, from the run seed (as initModel, without storing it)
+  const versions: Record<string, number> = {};
+  await Promise.all(
+    models.map(async (m) => {
+      await engine.initModel({ modelKey: modelKey(runId, m), spec: engineSpec(team.models[m]!), seed: deriveSeed(config.seed, 'init', m) });
+      versions[m] = 0;
+    }),
+  );
+
+  const counters = { generates: 0, toolCalls: 0 };
+  const io: EpisodeIO = {
+    generate: async (call: GenerateCall): Promise<GenerateReply> => {
+      counters.generates++;
+      const res = await engine.generate({
+        modelKey: modelKey(runId, call.model),
+        version: call.version,
+        sequences: [{ context: call.context, seed: call.seed }],
+        sampling: { temperature: call.sampling.temperature, topK: call.sampling.topK, topP: call.sampling.topP, maxTokens: call.maxTokens, stopTokens: call.stopTokens },
+      });
+      const s = res.sequences[0]!;
+      return { tokens: s.tokens, logprobs: s.logprobs, stopReason: s.stopReason === 'stop_token' ? 'stop_token' : 'max_tokens' };
+    },
+    callTool: (req) => {
+      counters.toolCalls++;
+      return executeTool(team, req);
+    },
+    now: () => Date.now(),
+  };
+
+  /** Rollout, then scoring, of a list of episodes; all in flight at once, as rolloutBatch does. */
+  async function rollout(specs: EpisodeSpec[], step: number, split: Split, sampling?: Partial<Sampling>) {
+    const a = performance.now();
+    const trajectories = await Promise.all(specs.map((spec) => runEpisode(team, { episodeId: spec.episodeId, seed: spec.seed, task: spec.task, versions, sampling }, io)));
+    const b = performance.now();
+    const episodes = specs.map((spec, i) => scoredEpisode(team, { ...spec, runId, step, split, mode: 'batched' }, trajectories[i]!));
+    const c = performance.now();
+    return { episodes, rolloutSeconds: (b - a) / 1000, rewardSeconds: (c - b) / 1000 };
+  }
+
+  const evals: InProcessResult['evals'] = [];
+  async function evaluate(at: number) {
+    const specs = planEvalEpisodes(tasks, { runId, step: at, seed: config.seed, count: config.evalTasks });
+    const { episodes } = await rollout(specs, at, 'eval', GREEDY);
+    const solved = episodes.filter((e) => e.success === true).length;
+    evals.push({ step: at, success: episodes.length === 0 ? 0 : solved / episodes.length, episodes: episodes.length });
+  }
+
+  await evaluate(0);
+  const steps: InProcessStep[] = [];
+  for (let step = 0; step < config.steps; step++) {
+    const s0 = performance.now();
+    counters.generates = 0;
+    counters.toolCalls = 0;
+    const specs = planTrainEpisodes(tasks, { runId, step, seed: config.seed, groupsPerStep: config.groupsPerStep, groupSize: config.groupSize });
+    const s1 = performance.now();
+    const { episodes, rolloutSeconds, rewardSeconds } = await rollout(specs, step, 'train');
+    const s2 = performance.now();
+    const batch = hooks.advantages === 'global-joint' ? jointBatch(episodes, settings) : buildStepBatch(episodes, settings);
+    const s3 = performance.now();
+    const gradNorm: Record<string, number> = {};
+    await Promise.all(
+      models.map(async (model) => {
+        const sequences = batch.models[model] ?? [];
+        if (sequences.every((q) => q.weights.every((w) => w === 0))) return; // Troupe skips these too
+        const s = settings.models[model]!;
+        let samples = sequences.map((q) => ({ context: q.context, tokens: q.tokens, lossMask: q.mask, advantages: q.advantages, oldLogprobs: q.oldLogprobs, lossWeights: q.weights }));
+        if (s.kl.type !== 'none' && s.kl.coef !== 0) {
+          const ref = await engine.score({ modelKey: modelKey(runId, model), version: 0, sequences: sequences.map((q) => ({ context: q.context, tokens: q.tokens })) });
+          samples = samples.map((b, i) => ({ ...b, refLogprobs: ref.sequences[i]!.logprobs }));
+        }
+        const res = await engine.update({ modelKey: modelKey(runId, model), baseVersion: versions[model]!, requestId: `${runId}/${model}/step${step}`, allowStaleBase: true, samples, settings: engineSettings(s) });
+        versions[model] = res.info.version;
+        gradNorm[model] = res.metrics.gradNorm;
+      }),
+    );
+    const s4 = performance.now();
+    const turns = episodes.reduce((n, e) => n + e.trajectory.turns.length, 0);
+    const record: InProcessStep = {
+      step,
+      seconds: (s4 - s0) / 1000,
+      phases: { plan: (s1 - s0) / 1000, rollout: rolloutSeconds, reward: rewardSeconds, advantage: (s3 - s2) / 1000, update: (s4 - s3) / 1000 },
+      turns,
+      generates: counters.generates,
+      toolCalls: counters.toolCalls,
+      gradNorm,
+      rewards: meanRewards(episodes),
+    };
+    steps.push(record);
+    hooks.onStep?.(record);
+    if (config.evalEvery > 0 && (step + 1) % config.evalEvery === 0 && step + 1 < config.steps) await evaluate(step + 1);
+  }
+  await evaluate(config.steps);
+  return { runId, wallSeconds: (performance.now() - t0) / 1000, steps, evals };
+}
+
+const JOINT = '*';
+
+/** buildStepBatch with every turn relabelled to one pseudo-agent: one estimator call over all agents' samples. */
+function jointBatch(episodes: StoredEpisode[], settings: ReturnType<typeof checkAgainstTeam>) {
+  const specs = Object.values(settings.agents);
+  const key = (x: (typeof specs)[number]) => JSON.stringify({ e: x.estimator, w: x.rewardWeights });
+  if (specs.some((x) => key(x) !== key(specs[0]!))) throw new Error('global-joint advantages need the same estimator settings for every agent');
+  const relabelled = episodes.map((e) => ({
+    ...e,
+    trajectory: { ...e.trajectory, turns: e.trajectory.turns.map((t) => ({ ...t, agent: JOINT })) },
+    rewards: e.rewards.map((r) => ({ ...r, agent: JOINT })),
+  }));
+  return buildStepBatch(relabelled, { models: settings.models, agents: { [JOINT]: specs[0]! } });
+}
+
+/** Mean of each reward component per agent over its turns in non-failed episodes (as StepBatch.rewards). */
+function meanRewards(episodes: StoredEpisode[]): Record<string, Record<string, number>> {
+  const sums: Record<string, Record<string, { s: number; n: number }>> = {};
+  for (const e of episodes) {
+    if (e.trajectory.status === 'failed') continue;
+    for (const r of e.rewards)
+      for (const [k, v] of Object.entries(r.components)) {
+        const c = ((sums[r.agent] ??= {})[k] ??= { s: 0, n: 0 });
+        c.s += v;
+        c.n++;
+      }
+  }
+  return Object.fromEntries(Object.entries(sums).map(([a, cs]) => [a, Object.fromEntries(Object.entries(cs).map(([k, c]) => [k, c.s / c.n]))]));
+}
