@@ -38,6 +38,18 @@ export interface EngineApi {
   update(req: UpdateRequest): Promise<UpdateResponse>;
 }
 
+/** One agent turn's generation: a batch of one sequence on the engine. */
+export async function generateOne(engine: Pick<EngineApi, 'generate'>, runId: string, call: GenerateCall): Promise<GenerateReply> {
+  const res = await engine.generate({
+    modelKey: modelKey(runId, call.model),
+    version: call.version,
+    sequences: [{ context: call.context, seed: call.seed }],
+    sampling: { temperature: call.sampling.temperature, topK: call.sampling.topK, topP: call.sampling.topP, maxTokens: call.maxTokens, stopTokens: call.stopTokens },
+  });
+  const s = res.sequences[0]!;
+  return { tokens: s.tokens, logprobs: s.logprobs, stopReason: s.stopReason === 'stop_token' ? 'stop_token' : 'max_tokens' };
+}
+
 export interface PoolDeps {
   sql: Sql;
   engine: () => EngineApi;
@@ -81,16 +93,7 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
   }
 
   async function generateDirect(runId: string, call: GenerateCall): Promise<GenerateReply> {
-    const res = await withVersion(runId, call.model, call.version, () =>
-      engine().generate({
-        modelKey: modelKey(runId, call.model),
-        version: call.version,
-        sequences: [{ context: call.context, seed: call.seed }],
-        sampling: { temperature: call.sampling.temperature, topK: call.sampling.topK, topP: call.sampling.topP, maxTokens: call.maxTokens, stopTokens: call.stopTokens },
-      }),
-    );
-    const s = res.sequences[0]!;
-    return { tokens: s.tokens, logprobs: s.logprobs, stopReason: s.stopReason === 'stop_token' ? 'stop_token' : 'max_tokens' };
+    return withVersion(runId, call.model, call.version, () => generateOne(engine(), runId, call));
   }
 
   return {

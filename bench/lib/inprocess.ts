@@ -26,7 +26,7 @@ import { loadTeam } from '../../agents/teams';
 import { buildStepBatch } from '../../activities/training/batch';
 import { scoredEpisode } from '../../activities/training/control';
 import { planEvalEpisodes, planTrainEpisodes, type EpisodeSpec } from '../../activities/training/plan';
-import { engineSettings, modelKey, type EngineApi } from '../../activities/training/pool';
+import { engineSettings, generateOne, modelKey, type EngineApi } from '../../activities/training/pool';
 import type { StoredEpisode } from '../../activities/store/trajectories';
 import { loadTasks } from '../../activities/tasks';
 import { executeTool } from '../../activities/tools';
@@ -91,14 +91,7 @@ export async function trainInProcess(engine: EngineApi, input: RunConfigInput & 
   const io: EpisodeIO = {
     generate: async (call: GenerateCall): Promise<GenerateReply> => {
       counters.generates++;
-      const res = await engine.generate({
-        modelKey: modelKey(runId, call.model),
-        version: call.version,
-        sequences: [{ context: call.context, seed: call.seed }],
-        sampling: { temperature: call.sampling.temperature, topK: call.sampling.topK, topP: call.sampling.topP, maxTokens: call.maxTokens, stopTokens: call.stopTokens },
-      });
-      const s = res.sequences[0]!;
-      return { tokens: s.tokens, logprobs: s.logprobs, stopReason: s.stopReason === 'stop_token' ? 'stop_token' : 'max_tokens' };
+      return generateOne(engine, runId, call);
     },
     callTool: (req) => {
       counters.toolCalls++;

@@ -125,12 +125,10 @@ export async function up(
     lines.push(`control      pid ${control.pid}, task queue ${config.taskQueue}, log ${control.log}`);
   }
 
-  // 4. Pool worker (written in gpu-workers/; optional until it exists)
+  // 4. Pool worker
   let pool: ServiceRecord | undefined;
   if (opts.pool === false) {
     lines.push('pool         not started (--no-pool)');
-  } else if (!fs.existsSync(POOL_WORKER_ENTRY)) {
-    lines.push(`pool         not available yet (${path.relative(repoRoot, POOL_WORKER_ENTRY)} does not exist)`);
   } else if ((pool = runningService(config.stateDir, 'pool-worker'))) {
     lines.push(`pool         already running (pid ${pool.pid}), task queue ${config.poolTaskQueue}, log ${pool.log}`);
   } else {
