@@ -3,7 +3,8 @@
  * a run config from flags, and watching a run with a live progress line.
  */
 import * as fs from 'node:fs';
-import { Client, WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
+import { Client, WorkflowFailedError, WorkflowNotFoundError, type WorkflowHandle } from '@temporalio/client';
+import { getRun } from '../activities/store/runs';
 import { loadTeam } from '../agents/teams';
 import { loadConfig, temporalAddressOf, type TroupeConfig } from '../infra/config';
 import { connect, type Sql } from '../infra/db';
@@ -55,6 +56,26 @@ export function validateRunConfig(input: RunConfigInput): RunConfig {
     if (e instanceof RunConfigError) throw new TroupeError(e.message, 'fix the fields named above (see `troupe train --help` and the README for the run config)');
     throw e;
   }
+}
+
+/**
+ * `troupe resume`: a new execution of a failed, terminated or timed-out run (same workflow id,
+ * the stored config). It picks up the versions and steps committed in Postgres, so no update
+ * is lost or repeated.
+ */
+export async function resumeRun(client: Client, sql: Sql, taskQueue: string, runId: string) {
+  const run = await getRun(sql, runId);
+  if (!run) throw new TroupeError(`no run ${runId} in the store`, 'list runs with `npx troupe list`');
+  const handle = client.workflow.getHandle<typeof trainingRun>(runId);
+  try {
+    const d = await handle.describe();
+    if (d.status.name === 'RUNNING') throw new TroupeError(`run ${runId} is still running`, `watch it: npx troupe status ${runId} --watch`);
+    if (d.status.name === 'COMPLETED') throw new TroupeError(`run ${runId} completed`, 'start a new run with `npx troupe train`');
+  } catch (e) {
+    if (!(e instanceof WorkflowNotFoundError)) throw e;
+  }
+  const config = validateRunConfig(run.config);
+  return client.workflow.start<typeof trainingRun>('trainingRun', { taskQueue, workflowId: runId, args: [config] });
 }
 
 export function readConfigFile(file: string): Record<string, unknown> {

@@ -1,11 +1,8 @@
 // troupe resume <run>: continue a failed, terminated or timed-out run from its last committed step.
-import { WorkflowNotFoundError } from '@temporalio/client';
 import { loadConfig } from '../../infra/config';
 import { TroupeError } from '../../infra/errors';
-import { getRun } from '../../activities/store/runs';
-import type { trainingRun } from '../../workflows/training-run';
 import { defineCommand } from '../command';
-import { connectRuns, summaryJson, summaryLines, validateRunConfig, watchRun } from '../runs';
+import { connectRuns, resumeRun, summaryJson, summaryLines, watchRun } from '../runs';
 import { up } from './up';
 
 export default defineCommand({
@@ -30,18 +27,7 @@ export default defineCommand({
     if (!stack.ok) throw new TroupeError('the stack did not come up completely', stack.lines.join('; '));
     const c = await connectRuns(log);
     try {
-      const run = await getRun(c.sql, runId);
-      if (!run) throw new TroupeError(`no run ${runId} in the store`, 'list runs with `npx troupe list`');
-      const handle = c.client.workflow.getHandle<typeof trainingRun>(runId);
-      try {
-        const d = await handle.describe();
-        if (d.status.name === 'RUNNING') throw new TroupeError(`run ${runId} is still running`, `watch it: npx troupe status ${runId} --watch`);
-        if (d.status.name === 'COMPLETED') throw new TroupeError(`run ${runId} completed`, 'start a new run with `npx troupe train`');
-      } catch (e) {
-        if (!(e instanceof WorkflowNotFoundError)) throw e;
-      }
-      const config = validateRunConfig(run.config);
-      const next = await c.client.workflow.start<typeof trainingRun>('trainingRun', { taskQueue: c.config.taskQueue, workflowId: runId, args: [config] });
+      const next = await resumeRun(c.client, c.sql, c.config.taskQueue, runId);
       log(`troupe: resumed run ${runId} (new execution ${next.firstExecutionRunId})`);
       if (values.detach) return 0;
       const summary = await watchRun(next);

@@ -13,7 +13,7 @@
  *                                         [--kinds control-worker,pool-worker,engine,temporal,postgres]
  */
 import { parseArgs } from 'node:util';
-import { WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
+import { WorkflowFailedError, WorkflowNotFoundError, type WorkflowHandle } from '@temporalio/client';
 import type { trainingRun, RunSummary } from '../../workflows/training-run';
 import { pauseSignal, resumeSignal } from '../../workflows/definitions';
 import { seededRandom } from '../../agents/seed';
@@ -35,8 +35,8 @@ export interface ChaosOptions {
   /** Kills per mode; kinds are dealt round-robin from seeded shuffles of `kinds`, so each kind comes up evenly. */
   kills: number;
   kinds: readonly FaultKind[];
-  /** Random wait before each kill, after the previous restart (ms). */
-  gapMs: [number, number];
+  /** Random wait before each kill, as a share of an uninterrupted step's time (the kill lands inside a step). */
+  gapShare: [number, number];
   /** A worker or engine kill waits up to this long (ms) for an activity to be running on it. */
   busyWaitMs: number;
   /** Random delay between a kill and the restart (ms). */
@@ -50,10 +50,10 @@ export const SHORT: Omit<ChaosOptions, 'log'> = {
   seed: 1,
   runSeed: 7,
   modes: ['batched', 'durable'],
-  steps: { batched: 20, durable: 5 },
+  steps: { batched: 20, durable: 7 },
   kills: 5,
   kinds: FAULT_KINDS,
-  gapMs: [500, 3000],
+  gapShare: [0.05, 0.9],
   restartDelayMs: [300, 1500],
   busyWaitMs: 2000,
   runTimeoutMs: 240_000,
@@ -61,9 +61,8 @@ export const SHORT: Omit<ChaosOptions, 'log'> = {
 
 export const LONG: Omit<ChaosOptions, 'log'> = {
   ...SHORT,
-  steps: { batched: 60, durable: 16 },
+  steps: { batched: 60, durable: 20 },
   kills: 15,
-  gapMs: [300, 4000],
   restartDelayMs: [200, 3000],
   runTimeoutMs: 1_800_000,
 };
@@ -113,12 +112,12 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export interface PlannedKill {
   kind: FaultKind;
-  gapMs: number;
+  gapShare: number;
   restartDelayMs: number;
 }
 
 /** The kill schedule of one mode: a pure function of (seed, mode, options). */
-export function schedule(opts: Pick<ChaosOptions, 'seed' | 'kills' | 'kinds' | 'gapMs' | 'restartDelayMs'>, mode: Mode): PlannedKill[] {
+export function schedule(opts: Pick<ChaosOptions, 'seed' | 'kills' | 'kinds' | 'gapShare' | 'restartDelayMs'>, mode: Mode): PlannedKill[] {
   const random = seededRandom(opts.seed * 2 + (mode === 'durable' ? 1 : 0));
   const between = ([lo, hi]: [number, number]) => Math.round(lo + random() * (hi - lo));
   const out: PlannedKill[] = [];
@@ -131,7 +130,7 @@ export function schedule(opts: Pick<ChaosOptions, 'seed' | 'kills' | 'kinds' | '
         [deck[j], deck[k]] = [deck[k]!, deck[j]!];
       }
     }
-    out.push({ kind: deck.shift()!, gapMs: between(opts.gapMs), restartDelayMs: between(opts.restartDelayMs) });
+    out.push({ kind: deck.shift()!, gapShare: opts.gapShare[0] + random() * (opts.gapShare[1] - opts.gapShare[0]), restartDelayMs: between(opts.restartDelayMs) });
   }
   return out;
 }
@@ -277,133 +276,85 @@ function stepWindow(i: number, n: number, steps: number): number {
 }
 
 /**
- * Keeps a run from ending while kills remain, on any machine speed: once the
- * steps left are no more than the kills left (+1), the run is paused at its next
- * step boundary (the `pause` signal) and resumed just before the next kill. A
- * kill also pauses the run at once (`pauseNow`), as restarting the stack can
- * keep this process busy while the run races on. A pause changes no result
- * (the run is deterministic); it only holds the clock.
+ * Keeps a run from ending while kills remain, whatever the machine's speed: the
+ * run is paused (the `pause` signal, effective at its next step boundary) right
+ * after each kill and resumed just before the next one, so each kill costs at
+ * most the two steps it may land in. Restarting a process can keep this process busy
+ * for seconds; meanwhile the run waits. A pause changes no result (the run is
+ * deterministic); it only holds the clock.
  */
 class Hold {
   held = false;
-  killing = false;
-  private inFlight: Promise<unknown> = Promise.resolve();
-  private stopped = false;
-  private readonly loop: Promise<void>;
 
-  constructor(private readonly stack: ChaosStack, private readonly runId: string, steps: number, private remaining: () => number, isDone: () => boolean, log: (l: string) => void) {
-    const handle = stack.client.workflow.getHandle(runId);
-    this.loop = (async () => {
-      while (!this.stopped && !isDone()) {
-        if (!this.held && !this.killing && this.remaining() > 0) {
-          const done = await stepsDone(stack, runId);
-          if (!this.held && !this.killing && done !== undefined && done >= steps - this.remaining() - 1) {
-            this.held = true;
-            log(`chaos: pausing the run after ${done} steps: ${this.remaining()} kills left`);
-            this.inFlight = handle.signal(pauseSignal).catch(() => void (this.held = false));
-            await this.inFlight;
-          }
-        }
-        await sleep(100);
-      }
-    })();
-  }
+  constructor(private readonly stack: ChaosStack, private readonly runId: string, private readonly isDone: () => boolean, private readonly log: (l: string) => void) {}
 
-  /** Pauses the run now (not waiting for the monitor); gives up quietly while the server is down. */
-  async pauseNow(log: (l: string) => void, why: string): Promise<void> {
-    await this.inFlight;
-    if (this.held) return;
-    this.held = true;
-    log(`chaos: pausing the run ${why}`);
-    const signal = this.stack.client.workflow.getHandle(this.runId).signal(pauseSignal);
-    this.inFlight = Promise.race([signal, sleep(3000).then(() => Promise.reject(new Error('no answer in 3 s')))]).catch((e) => {
-      this.held = false;
-      log(`chaos: could not pause the run: ${(e as Error).message}`);
-    });
-    await this.inFlight;
-  }
-
-  /** Resumes the run if it is held (the server is up: kills restart it before going on). */
-  async release(): Promise<boolean> {
-    await this.inFlight;
-    if (!this.held) return false;
+  /** Sends a signal until the server takes it (it may be restarting); false if the run has ended. */
+  private async send(which: 'pause' | 'resume'): Promise<boolean> {
     const handle = this.stack.client.workflow.getHandle(this.runId);
-    for (let attempt = 0; ; attempt++) {
+    for (let attempt = 0; !this.isDone(); attempt++) {
       try {
-        await handle.signal(resumeSignal);
-        break;
+        const sent = handle.signal(which === 'pause' ? pauseSignal : resumeSignal);
+        await Promise.race([sent, sleep(3000).then(() => Promise.reject(new Error('no answer in 3 s')))]);
+        return true;
       } catch (e) {
-        if (attempt >= 50) throw new Error(`chaos: could not resume the held run: ${(e as Error).message}`);
-        await sleep(200);
+        if (e instanceof WorkflowNotFoundError || /already completed/.test((e as Error).message)) return false;
+        if (attempt >= 100) throw new Error(`chaos: could not ${which} the run: ${(e as Error).message}`);
+        await sleep(300);
       }
     }
-    this.held = false;
-    return true;
+    return false;
   }
 
-  async stop(): Promise<void> {
-    this.stopped = true;
-    await this.loop;
-    await this.release();
+  async pause(why: string): Promise<void> {
+    if (this.held) return;
+    this.log(`chaos: pausing the run ${why}`);
+    this.held = await this.send('pause');
+  }
+
+  async release(): Promise<void> {
+    if (!this.held) return;
+    await this.send('resume');
+    this.held = false;
   }
 }
 
 /** Runs the schedule against one live run; returns the kills made and processes found dead unplanned. */
-async function inflict(stack: ChaosStack, runId: string, steps: number, plan: PlannedKill[], timing: { busyWaitMs: number; stepMs: number; gapMs: [number, number] }, isDone: () => boolean, log: (l: string) => void) {
+async function inflict(stack: ChaosStack, runId: string, steps: number, plan: PlannedKill[], timing: { busyWaitMs: number; stepMs: number }, isDone: () => boolean, log: (l: string) => void) {
   const kills: KillRecord[] = [];
   const unplanned: string[] = [];
   const t0 = Date.now();
-  let spent = 0; // kills made (or found moot): the hold counts what is left
-  const hold = new Hold(stack, runId, steps, () => plan.length - spent, isDone, log);
-  const afterKill = async (kind: FaultKind) => {
-    spent++;
-    hold.killing = false;
-    // Temporal itself is down: the pause waits for its restart (below).
-    if (spent < plan.length && kind !== 'temporal') await hold.pauseNow(log, 'at the kill');
-  };
+  const hold = new Hold(stack, runId, isDone, log);
   try {
     for (const [i, p] of plan.entries()) {
+      await hold.release();
       const window = stepWindow(i, plan.length, steps);
-      // Held since the last kill, but short of this kill's window: let it run on (the monitor guards the end).
-      if (hold.held && ((await stepsDone(stack, runId)) ?? steps) < Math.min(window, steps - (plan.length - i) - 1)) await hold.release();
-      while (!isDone() && !hold.held && ((await stepsDone(stack, runId)) ?? -1) < window) await sleep(200);
-      // The gap before the kill; the hold may pause the run meanwhile if it nears its end.
-      if (!hold.held) {
-        const until = Date.now() + p.gapMs;
-        while (Date.now() < until && !isDone() && !hold.held) await sleep(50);
-      }
+      while (!isDone() && ((await stepsDone(stack, runId)) ?? -1) < window) await sleep(100);
       if (isDone()) break;
-      hold.killing = true; // no new hold from here to the kill
-      // Released from a hold, the kill lands inside the step that follows: after a share of a
-      // step, or once a worker is busy, and at the latest when that step is committed. Otherwise
-      // at the latest when the run reaches the hold's threshold (the monitor is off meanwhile).
+      // The kill lands inside a step: after its seeded share of a step (and, for a worker, once
+      // it is busy), at the latest when the step after the one under way is committed.
       const before = (await stepsDone(stack, runId)) ?? 0;
-      const released = await hold.release();
-      const gap = released ? Math.round((0.6 * timing.stepMs * p.gapMs) / timing.gapMs[1]) : 0;
-      const stepLimit = released ? before + 1 : steps - (plan.length - i) - 1;
-      const killed = await killOne(stack, runId, p, { gapMs: gap, busyWaitMs: timing.busyWaitMs, stepLimit }, isDone, t0, log, afterKill);
+      const killed = await killOne(stack, runId, p, { gapMs: Math.round(p.gapShare * timing.stepMs), busyWaitMs: timing.busyWaitMs, stepLimit: before + 2 }, isDone, t0, log, hold);
       if (killed === 'done') break;
       if (killed.unplanned) unplanned.push(...killed.unplanned);
       if (killed.kill) kills.push(killed.kill);
-      if (p.kind === 'temporal' && spent < plan.length && !isDone()) await hold.pauseNow(log, 'after Temporal is back');
     }
   } finally {
-    await hold.stop();
+    await hold.release();
   }
   return { kills, unplanned };
 }
 
 /**
- * One planned kill: waits `gapMs` (what is left of the gap), catches the worker busy when it
- * is one (at most `busyWaitMs`), but kills at once when the run has `stepLimit` steps
- * committed; then restarts and follows the retries.
+ * One planned kill: waits `gapMs`, catches the worker busy when it is one (at most
+ * `busyWaitMs`), but kills at once when the run has `stepLimit` steps committed; pauses
+ * the run, restarts what was killed and follows the retries.
  */
-async function killOne(stack: ChaosStack, runId: string, p: PlannedKill, { gapMs, busyWaitMs, stepLimit }: { gapMs: number; busyWaitMs: number; stepLimit: number }, isDone: () => boolean, t0: number, log: (l: string) => void, afterKill: (kind: FaultKind) => Promise<void>): Promise<'done' | { kill?: KillRecord; unplanned?: string[] }> {
+async function killOne(stack: ChaosStack, runId: string, p: PlannedKill, { gapMs, busyWaitMs, stepLimit }: { gapMs: number; busyWaitMs: number; stepLimit: number }, isDone: () => boolean, t0: number, log: (l: string) => void, hold: Hold): Promise<'done' | { kill?: KillRecord; unplanned?: string[] }> {
   const unplanned: string[] = [];
   const late = async () => ((await stepsDone(stack, runId)) ?? 0) >= stepLimit;
   {
     const until = Date.now() + gapMs;
-    while (Date.now() < until && !isDone() && !(await late())) await sleep(50);
+    while (Date.now() < until && !isDone() && !(await late())) await sleep(20);
     if (isDone()) return 'done';
   }
   const done = await stepsDone(stack, runId);
@@ -417,13 +368,14 @@ async function killOne(stack: ChaosStack, runId: string, p: PlannedKill, { gapMs
     const until = Date.now() + busyWaitMs;
     do {
       lost = onWorker(await pendingWork(stack, runId).catch(() => [] as Pending[]));
-      if (lost.length === 0) await sleep(50);
+      if (lost.length === 0) await sleep(20);
     } while (lost.length === 0 && Date.now() < until && !isDone() && !(await late()));
   }
   const enginePid = p.kind === 'pool-worker' ? stack.pidOf('engine') : undefined;
   const pid = await stack.kill(p.kind);
   const at = Date.now();
-  await afterKill(p.kind);
+  // With Temporal down the pause waits for its restart (below).
+  if (p.kind !== 'temporal') await hold.pause('at the kill');
   if (pid === undefined) {
     log(`chaos: ${p.kind} was not running at ${((at - t0) / 1000).toFixed(1)}s; restarting the stack instead`);
     unplanned.push(...(await stack.restart()).map((d) => `${d.kind} found dead before a kill: ${d.cause}`));
@@ -439,6 +391,7 @@ async function killOne(stack: ChaosStack, runId: string, p: PlannedKill, { gapMs
     await sleep(p.restartDelayMs);
     const restarted = await stack.restart();
     back = Date.now() - at;
+    if (p.kind === 'temporal') await hold.pause('once Temporal is back');
     for (const d of restarted) if (d.kind !== p.kind) unplanned.push(`${d.kind} found dead after killing ${p.kind}: ${d.cause}`);
     if (p.kind === 'pool-worker' && enginePid !== undefined) {
       for (let j = 0; j < 100 && pidAlive(enginePid); j++) await sleep(100);
@@ -485,7 +438,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       let done = false;
       const result = outcome(handle, t1 + options.runTimeoutMs).finally(() => (done = true));
       const stepMs = (baselineSeconds * 1000) / options.steps[mode];
-      const { kills, unplanned } = await inflict(stack, workflowId, options.steps[mode], plan, { busyWaitMs: options.busyWaitMs, stepMs, gapMs: options.gapMs }, () => done, log);
+      const { kills, unplanned } = await inflict(stack, workflowId, options.steps[mode], plan, { busyWaitMs: options.busyWaitMs, stepMs }, () => done, log);
       // After the schedule: keep everything up until the run ends (bounded by the run's deadline).
       while (!done && Date.now() < t1 + options.runTimeoutMs) {
         const again = await stack.restart();

@@ -18,8 +18,9 @@ import { parseEngineFaults } from '../../../gpu-workers/engine/faults';
 import type { trainingRun } from '../../../workflows';
 import { startHarness, type Harness } from '../training/harness';
 import { TroupeStatus } from '../../../infra/search-attributes';
+import { resumeRun } from '../../../cli/runs';
 
-const config = (runId: string, nonFinite: 'skip' | 'reduce-lr' | 'fail') => ({ team: 'math', runId, steps: 3, groupsPerStep: 2, groupSize: 4, evalEvery: 0, evalTasks: 4, seed: 3, nonFinite });
+const config = (runId: string, nonFinite: 'skip' | 'reduce-lr' | 'fail') => ({ team: 'math', runId, steps: nonFinite === 'fail' ? 4 : 3, groupsPerStep: 2, groupSize: 4, evalEvery: 0, evalTasks: 4, seed: 3, nonFinite });
 
 describe('fault hook', () => {
   it('is off unless armed, matches request ids by substring or suffix ($), and rejects unknown faults', () => {
@@ -52,8 +53,8 @@ describe('fault hook', () => {
 describe('nonFinite policies in a training run', () => {
   let h: Harness;
   before(async () => {
-    // The pool worker's engine child inherits this: step 1 of each run below gets a NaN.
-    process.env.TROUPE_ENGINE_FAULTS = ['nf-skip/policy/step1$', 'nf-reduce/policy/step1$', 'nf-reduce-twice/policy/step1', 'nf-fail/policy/step1$'].map((p) => `nan-update:${p}`).join(',');
+    // The pool worker's engine child inherits this: step 1 of each run below (step 2 of nf-fail) gets a NaN.
+    process.env.TROUPE_ENGINE_FAULTS = ['nf-skip/policy/step1$', 'nf-reduce/policy/step1$', 'nf-reduce-twice/policy/step1', 'nf-fail/policy/step2$'].map((p) => `nan-update:${p}`).join(',');
     h = await startHarness();
   });
   after(async () => {
@@ -117,7 +118,7 @@ describe('nonFinite policies in a training run', () => {
     assert.equal(ev2[1]!.detail.reason, 'non-finite after reducing lr');
   });
 
-  it('fail: the run fails at once with a non-retryable NonFiniteUpdate naming the step and the model; nothing is committed for it', async () => {
+  it('fail: the run fails at once with a non-retryable NonFiniteUpdate naming the step and the model; fixed, `troupe resume` continues it from its last committed step', async () => {
     let failure: unknown;
     await assert.rejects(run('nf-fail', 'fail'), (e) => ((failure = e), e instanceof WorkflowFailedError));
     const activity = (failure as WorkflowFailedError).cause;
@@ -127,22 +128,38 @@ describe('nonFinite policies in a training run', () => {
     assert.ok(app instanceof ApplicationFailure);
     assert.equal(app.type, 'NonFiniteUpdate');
     assert.equal(app.nonRetryable, true);
-    assert.match(app.message, /^step 1, model policy: non-finite update .*loss=NaN.*nonFinite policy is 'fail'/);
+    assert.match(app.message, /^step 2, model policy: non-finite update .*loss=NaN.*nonFinite policy is 'fail'/);
     // Not retried: the one attempt failed.
     const history = await h.env.client.workflow.getHandle('nf-fail').fetchHistory();
     const started = history.events!.filter((e) => e.activityTaskStartedEventAttributes && e.activityTaskStartedEventAttributes.attempt! > 1);
     assert.deepEqual(started, [], 'no activity needed a second attempt');
-    assert.deepEqual((await versions('nf-fail')).map((v) => `${v.version}@${v.step}`), ['0@-1', '1@0']);
+    assert.deepEqual((await versions('nf-fail')).map((v) => `${v.version}@${v.step}`), ['0@-1', '1@0', '2@1']);
     const ev = await events('nf-fail');
-    assert.deepEqual(ev.map((e) => `${e.kind}@${e.step}`), ['non-finite-update@1']);
+    assert.deepEqual(ev.map((e) => `${e.kind}@${e.step}`), ['non-finite-update@2']);
     assert.equal(ev[0]!.detail.policy, 'fail');
     // The failed run says so: in the store (status and a run-failed event naming the cause) and on the workflow.
     const [row] = await h.db.sql`SELECT status FROM runs WHERE run_id = 'nf-fail'`;
     assert.equal(row!.status, 'failed');
     const [failedEvent] = await h.db.sql`SELECT step, detail FROM run_events WHERE run_id = 'nf-fail' AND kind = 'run-failed'`;
-    assert.equal(failedEvent!.step, 1);
+    assert.equal(failedEvent!.step, 2);
     assert.match(String(failedEvent!.detail.cause), /non-finite update/);
     const described = await h.env.client.workflow.getHandle('nf-fail').describe();
     assert.equal(described.typedSearchAttributes.get(TroupeStatus), 'failed');
+
+    // The fix (here: the fault disarmed, the pool worker and its engine restarted), then what
+    // `troupe resume nf-fail` does: a new execution that continues from step 2.
+    process.env.TROUPE_ENGINE_FAULTS = '';
+    await h.restartPool();
+    const summary = await (await resumeRun(h.env.client, h.db.sql, h.taskQueue, 'nf-fail')).result();
+    assert.equal(summary.status, 'completed');
+    assert.equal(summary.steps, 4);
+    assert.deepEqual((await versions('nf-fail')).map((v) => `${v.version}@${v.step}`), ['0@-1', '1@0', '2@1', '3@2', '4@3'], 'one version per step, none lost or repeated');
+    const executions = await h.db.sql`SELECT start_step FROM run_executions WHERE run_id = 'nf-fail' ORDER BY started_at`;
+    assert.deepEqual(executions.map((e) => e.start_step), [0, 2]);
+    const [after] = await h.db.sql`SELECT status FROM runs WHERE run_id = 'nf-fail'`;
+    assert.equal(after!.status, 'completed');
+    // A completed run is not resumed again.
+    await assert.rejects(resumeRun(h.env.client, h.db.sql, h.taskQueue, 'nf-fail'), /run nf-fail completed/);
+    await assert.rejects(resumeRun(h.env.client, h.db.sql, h.taskQueue, 'no-such-run'), /no run no-such-run in the store/);
   });
 });
