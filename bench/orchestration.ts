@@ -337,7 +337,7 @@ function report(jobs: Job[], micro: Micro | undefined, durable: Record<string, D
     out();
     out('| part | Troupe ms | in-process ms | how measured |');
     out('|---|---|---|---|');
-    out(`| plan (planStep activity) | ${f(plan, 1)} | ${f(ipm('plan'), 1)} | history: activity started -> completed |`);
+    out(`| plan (planStep, a local activity) | ${f(plan, 1)} | ${f(ipm('plan'), 1)} | history: activity started -> completed |`);
     if (batchedLike) {
       out(`| rollout activity (rolloutBatch) | ${f(rollout, 0)} | ${f(ipm('rollout') + ipm('reward'), 0)} | history; in-process = generation + tools + reward |`);
       out(`| - generation + tools | | ${f(ipm('rollout'), 0)} | in-process loop, same tokens |`);
@@ -369,7 +369,7 @@ function report(jobs: Job[], micro: Micro | undefined, durable: Record<string, D
       out(`| - versionOfStep + exportVersion | ${f(micro.versionOfStepMs + micro.exportMs, 1)} | - | isolated re-run |`);
       out(`| - commit (weights, metrics, step row) + rest | ${f(update - micro.loadMs - micro.buildMs - ipm('update') - micro.versionOfStepMs - micro.exportMs, 0)} | - | update activity - the parts above |`);
     }
-    out(`| finishStep (step metrics to Postgres) | ${f(finish, 1)} | - | history |`);
+    out(`| finishStep (step metrics to Postgres, a local activity) | ${f(finish, 1)} | - | history |`);
     out(`| orchestration (everything between activity executions) | ${f(orchestration, 0)} | - | step wall - activity executions; of which queue wait before rollout ${f(rolloutQ, 1)} ms, before update ${f(updateQ, 1)} ms |`);
     out(`| **step** | **${f(wall, 0)}** | **${f(ipWall, 0)}** | |`);
   }

@@ -18,12 +18,28 @@ export interface ActivitySpan {
   scheduled: number;
   started?: number;
   completed?: number;
+  /** index of its scheduled event (for a local activity: its marker) */
   scheduledIndex: number;
+  /** a local activity (planStep, finishStep): ran inside a workflow task, recorded as a marker */
+  local?: boolean;
+}
+
+/**
+ * A local activity's marker: its type and completion time (worker clock). It ran inside the
+ * workflow task started last, after the local activities that task completed before it.
+ */
+function localActivity(e: Event): { type: string; completed: number } | undefined {
+  const m = e.markerRecordedEventAttributes;
+  if (m?.markerName !== 'core_local_activity') return undefined;
+  const raw = m.details?.data?.payloads?.[0]?.data;
+  if (!raw) return undefined;
+  const data = JSON.parse(Buffer.from(raw).toString()) as { activity_type?: string; complete_time?: { seconds?: unknown; nanos?: unknown } };
+  return { type: data.activity_type ?? '?', completed: toNumber(data.complete_time?.seconds) * 1000 + toNumber(data.complete_time?.nanos) / 1e6 };
 }
 
 export interface StepSpans {
   step: number;
-  /** planStep scheduled -> the next activity scheduled after finishStep completed (ms since epoch) */
+  /** planStep scheduled (started, if local) -> the next activity scheduled after finishStep (ms since epoch) */
   start: number;
   end: number;
   activities: ActivitySpan[];
@@ -35,14 +51,21 @@ export interface StepSpans {
   events: number;
 }
 
-/** Activities (by scheduled event) with their start and completion times, in history order. */
+/** Activities (by scheduled event, local ones by marker) with their start and completion times, in history order. */
 export function activitySpans(history: History): ActivitySpan[] {
   const events = history.events ?? [];
   const byId = new Map<number, ActivitySpan>();
   const out: ActivitySpan[] = [];
+  let taskFree = 0; // when the current workflow task could start its next local activity
   events.forEach((e, i) => {
     const id = toNumber(e.eventId);
-    if (e.activityTaskScheduledEventAttributes) {
+    const local = localActivity(e);
+    if (e.workflowTaskStartedEventAttributes) taskFree = eventMs(e);
+    if (local) {
+      const started = Math.min(taskFree, local.completed);
+      out.push({ type: local.type, scheduled: started, started, completed: local.completed, scheduledIndex: i, local: true });
+      taskFree = local.completed;
+    } else if (e.activityTaskScheduledEventAttributes) {
       const span: ActivitySpan = { type: e.activityTaskScheduledEventAttributes.activityType?.name ?? '?', scheduled: eventMs(e), scheduledIndex: i };
       byId.set(id, span);
       out.push(span);
