@@ -19,6 +19,7 @@ import { ESTIMATOR_NAMES, ESTIMATORS, unknownEstimatorMessage, type AdvantageSpe
 import { SCOPES, type Scope } from '../rl/advantages/types';
 import { KL_TYPES, type KlType, type PolicyLossSettings } from '../rl/loss';
 import { LOSS_AGGREGATIONS, type LossAggregation } from '../rl/tokens';
+import { issuesFromZod, type FieldIssue } from './issues';
 
 // ---- field validators (shared by the override and the full schema) --------
 
@@ -134,37 +135,16 @@ export type OptimizerSettings = z.output<typeof optimizerSettingsSchema>;
 
 // ---- errors ----------------------------------------------------------------
 
-export interface SettingsIssue {
-  path: string;
-  message: string;
-}
-
 export class SettingsError extends Error {
-  readonly issues: readonly SettingsIssue[];
-  constructor(issues: readonly SettingsIssue[]) {
+  readonly issues: readonly FieldIssue[];
+  constructor(issues: readonly FieldIssue[]) {
     super(issues.map((i) => `${i.path}: ${i.message}`).join('\n'));
     this.name = 'SettingsError';
     this.issues = issues;
   }
 }
 
-function joinPath(prefix: string, path: readonly PropertyKey[]): string {
-  let out = prefix;
-  for (const key of path) out += typeof key === 'number' ? `[${key}]` : out === '' ? String(key) : `.${String(key)}`;
-  return out;
-}
-
-function toIssues(error: z.ZodError, prefix: string): SettingsIssue[] {
-  const out: SettingsIssue[] = [];
-  for (const iss of error.issues) {
-    if (iss.code === 'unrecognized_keys') {
-      for (const key of iss.keys) out.push({ path: joinPath(prefix, [...iss.path, key]), message: 'unknown setting' });
-    } else {
-      out.push({ path: joinPath(prefix, iss.path), message: iss.message });
-    }
-  }
-  return out;
-}
+const toIssues = (error: z.ZodError, prefix: string) => issuesFromZod(error, { prefix, unknownKey: 'unknown setting' });
 
 // ---- merge -------------------------------------------------------------------
 

@@ -7,6 +7,7 @@
 import { z } from 'zod';
 import type { AnyTeam } from '../agents/team';
 import { optimizerOverridesSchema, resolveSettings, SettingsError, type OptimizerOverrides, type OptimizerSettings } from './optimizer';
+import { issuesFromZod, type FieldIssue } from './issues';
 
 const int = (min: number, max: number) => z.number().int('must be an integer').min(min, `must be >= ${min}`).max(max, `must be <= ${max}`);
 
@@ -42,31 +43,18 @@ export const MAX_DURABLE_EPISODES = 2000;
 export type RunConfigInput = z.input<typeof runConfigSchema>;
 export type RunConfig = z.output<typeof runConfigSchema>;
 
-export interface ConfigIssue {
-  path: string;
-  message: string;
-}
-
 export class RunConfigError extends Error {
-  constructor(readonly issues: ConfigIssue[]) {
+  constructor(readonly issues: FieldIssue[]) {
     super(`invalid run config: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`);
     this.name = 'RunConfigError';
   }
-}
-
-function issuesOf(error: z.ZodError): ConfigIssue[] {
-  return error.issues.flatMap((i) =>
-    i.code === 'unrecognized_keys'
-      ? i.keys.map((k) => ({ path: [...i.path, k].join('.'), message: 'unknown field' }))
-      : [{ path: i.path.join('.') || '(config)', message: i.message }],
-  );
 }
 
 /** Parses a config; throws RunConfigError naming each bad field. */
 export function parseRunConfig(input: unknown): RunConfig {
   if (typeof input !== 'object' || input === null || Array.isArray(input)) throw new RunConfigError([{ path: '(config)', message: 'must be a JSON object' }]);
   const r = runConfigSchema.safeParse(input);
-  if (!r.success) throw new RunConfigError(issuesOf(r.error));
+  if (!r.success) throw new RunConfigError(issuesFromZod(r.error, { unknownKey: 'unknown field', root: '(config)' }));
   // Temporal allows 2,000 pending child workflows per workflow; a durable step starts all its episodes at once.
   if (r.data.rollout === 'durable' && r.data.groupsPerStep * r.data.groupSize > MAX_DURABLE_EPISODES) {
     throw new RunConfigError([{ path: 'groupSize', message: `durable rollouts start every episode of a step as a child workflow: groupsPerStep x groupSize must be <= ${MAX_DURABLE_EPISODES}, got ${r.data.groupsPerStep * r.data.groupSize}` }]);
@@ -101,7 +89,7 @@ export interface ResolvedTraining {
  * Reports unknown model/role names and shared-model conflicts by path.
  */
 export function checkAgainstTeam(config: RunConfig, team: AnyTeam): ResolvedTraining {
-  const issues: ConfigIssue[] = [];
+  const issues: FieldIssue[] = [];
   const modelNames = Object.keys(team.models);
   for (const m of Object.keys(config.optimizer.models)) if (!modelNames.includes(m)) issues.push({ path: `optimizer.models.${m}`, message: `unknown model (team ${team.name} has: ${modelNames.join(', ')})` });
   for (const a of Object.keys(config.optimizer.agents)) if (!team.roles.includes(a)) issues.push({ path: `optimizer.agents.${a}`, message: `unknown agent (team ${team.name} has: ${team.roles.join(', ')})` });

@@ -17,7 +17,7 @@ import { encodeModel, FloatType, Graph, graphAttr, int } from '../onnx/builder';
 import { adamwStep, clipByGlobalNorm } from './adamw';
 import { backward } from './backward';
 import { forward, sliceParams } from './forward';
-import { policyLoss } from './policy-loss';
+import { policyLoss, type LossInputs } from './policy-loss';
 import { paramLayout, TinyLmSpec } from './spec';
 
 /** Order of the per-step metrics vector (scan output `metrics` [K, 7]). */
@@ -33,21 +33,12 @@ export const STEP_METRICS = [
   'entropy',
 ] as const;
 
-interface BatchInputs {
+/** The loss inputs (logp is computed from θ inside the graph) plus the batch's tokens and row mask. */
+interface BatchInputs extends Omit<LossInputs, 'logp'> {
   windows: string;
   targets: string;
-  advantages: string;
-  oldLogp: string;
-  weights: string;
   /** 1 for rows counted in the mean metrics (trained, w ≠ 0), else 0 (padding) */
   rowMask: string;
-  refLogp: string;
-  hasRef: string;
-  clipLow: string;
-  clipHigh: string;
-  dualClip: string;
-  klCoef: string;
-  klIsK3: string;
   /** entropy bonus coefficient β_H (loss −= β_H·Σ w_t·H_t) */
   entropyCoef: string;
 }
