@@ -19,7 +19,7 @@ import { ESTIMATOR_NAMES, ESTIMATORS, unknownEstimatorMessage, type AdvantageSpe
 import { SCOPES, type Scope } from '../rl/advantages/types';
 import { KL_TYPES, type KlType, type PolicyLossSettings } from '../rl/loss';
 import { LOSS_AGGREGATIONS, type LossAggregation } from '../rl/tokens';
-import { issuesFromZod, type FieldIssue } from './issues';
+import { FieldError, issuesFromZod } from './issues';
 
 // ---- field validators (shared by the override and the full schema) --------
 
@@ -135,13 +135,9 @@ export type OptimizerSettings = z.output<typeof optimizerSettingsSchema>;
 
 // ---- errors ----------------------------------------------------------------
 
-export class SettingsError extends Error {
-  readonly issues: readonly FieldIssue[];
-  constructor(issues: readonly FieldIssue[]) {
-    super(issues.map((i) => `${i.path}: ${i.message}`).join('\n'));
-    this.name = 'SettingsError';
-    this.issues = issues;
-  }
+/** Invalid optimizer settings, each issue named by its full path. */
+export class SettingsError extends FieldError {
+  override readonly name = 'SettingsError';
 }
 
 const toIssues = (error: z.ZodError, prefix: string) => issuesFromZod(error, { prefix, unknownKey: 'unknown setting' });

@@ -7,7 +7,7 @@
 import { z } from 'zod';
 import type { AnyTeam } from '../agents/team';
 import { optimizerOverridesSchema, resolveSettings, SettingsError, type OptimizerOverrides, type OptimizerSettings } from './optimizer';
-import { issuesFromZod, type FieldIssue } from './issues';
+import { FieldError, issuesFromZod, type FieldIssue } from './issues';
 
 const int = (min: number, max: number) => z.number().int('must be an integer').min(min, `must be >= ${min}`).max(max, `must be <= ${max}`);
 
@@ -43,10 +43,10 @@ export const MAX_DURABLE_EPISODES = 2000;
 export type RunConfigInput = z.input<typeof runConfigSchema>;
 export type RunConfig = z.output<typeof runConfigSchema>;
 
-export class RunConfigError extends Error {
-  constructor(readonly issues: FieldIssue[]) {
-    super(`invalid run config: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`);
-    this.name = 'RunConfigError';
+export class RunConfigError extends FieldError {
+  override readonly name = 'RunConfigError';
+  constructor(issues: readonly FieldIssue[]) {
+    super(issues, 'invalid run config');
   }
 }
 
