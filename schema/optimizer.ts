@@ -23,28 +23,45 @@ import { FieldError, issuesFromZod } from './issues';
 
 // ---- field validators (shared by the override and the full schema) --------
 
-const positive = z.number().gt(0, 'must be > 0');
-const nonNegative = z.number().min(0, 'must be ≥ 0');
-const beta = z.number().min(0, 'must be ≥ 0').lt(1, 'must be < 1');
+/**
+ * A number the engine takes as float32. Each rule ([holds, message]) must hold
+ * for the value written and for the float32 value the engine will see (1e300
+ * becomes Infinity, 1e-50 becomes 0, 0.9999999999 becomes 1), so nothing passes
+ * here that the engine refuses. One message per problem: the first rule broken.
+ */
+const engineNumber = (...rules: Array<[(x: number) => boolean, string]>) =>
+  z.number().check((ctx) => {
+    const v = ctx.value;
+    const f = Math.fround(v);
+    const fail = (message: string) => ctx.issues.push({ code: 'custom', input: v, message });
+    const broken = rules.find(([holds]) => !holds(v));
+    const brokenInFloat32 = rules.find(([holds]) => !holds(f));
+    if (broken) fail(broken[1]);
+    else if (!Number.isFinite(f)) fail(`must be at most 3.4e38 in magnitude (the engine computes in float32), got ${v}`);
+    else if (brokenInFloat32) fail(`${brokenInFloat32[1]}; ${v} is ${f} in float32, which the engine computes in`);
+  });
+const positive = engineNumber([(x) => x > 0, 'must be > 0']);
+const nonNegative = engineNumber([(x) => x >= 0, 'must be ≥ 0']);
+const fraction = engineNumber([(x) => x >= 0, 'must be ≥ 0'], [(x) => x < 1, 'must be < 1']);
 const oneOf = <T extends string>(what: string, values: readonly T[]) =>
   z.enum(values as [T, ...T[]], { error: (iss) => `unknown ${what} ${JSON.stringify(iss.input)}; known: ${values.join(', ')}` });
 
 const fields = {
   /** AdamW. lr 1e-3 suits the bundled tiny models; LLM-scale runs use ~1e-6. */
   lr: positive,
-  betas: z.tuple([beta, beta]),
+  betas: z.tuple([fraction, fraction]),
   eps: positive,
   weightDecay: nonNegative,
   /** Global grad-norm clip; null turns it off. */
   gradClipMaxNorm: positive.nullable(),
   /** PPO clip range [1 − clipLow, 1 + clipHigh]. */
-  clipLow: nonNegative.lt(1, 'must be < 1'),
+  clipLow: fraction,
   clipHigh: nonNegative,
   /** Dual-clip bound c for negative advantages; null turns it off. */
-  dualClip: z.number().gt(1, 'must be > 1').nullable(),
+  dualClip: engineNumber([(x) => x > 1, 'must be > 1']).nullable(),
   klType: oneOf<KlType>('KL type', KL_TYPES),
   klCoef: nonNegative,
-  entropyCoef: z.number(),
+  entropyCoef: engineNumber(),
   lossAggregation: oneOf<LossAggregation>('loss aggregation', LOSS_AGGREGATIONS),
   /** Token budget H for seq-mean-token-sum-norm (usually the role's maxTokens). */
   horizon: z.number().int('must be an integer').gt(0, 'must be > 0'),
