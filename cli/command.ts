@@ -10,23 +10,28 @@
 //     async run({ values, positionals }) { ... return 0; },
 //   });
 //
-// Options are parsed strictly with node:util parseArgs; `--help`/`-h` is handled for
+// Options are parsed strictly (parseOptions below); `--help`/`-h` is handled for
 // every command by cli/main.ts from these fields. Throw a TroupeError (infra/errors)
 // for anything the user can fix: it is printed as one line plus what to do.
+import { parseArgs } from 'node:util';
+import { TroupeError } from '../infra/errors';
 
 export interface OptionSpec {
-  type: 'string' | 'boolean';
+  /** `number`: parsed here, so a command gets a finite number or the user a message naming the option. */
+  type: 'string' | 'number' | 'boolean';
   short?: string;
   description: string;
   /** Shown in --help as the value's name, e.g. "N" in "--steps N". */
   valueName?: string;
   default?: string | boolean;
+  /** A sensible value, shown in the hint when the given one is not a number (e.g. "0.001" for --lr). */
+  example?: string;
 }
 
 export type OptionSpecs = Record<string, OptionSpec>;
 
 export type OptionValues<O extends OptionSpecs> = {
-  [K in keyof O]: O[K]['type'] extends 'string' ? string | undefined : boolean | undefined;
+  [K in keyof O]: O[K]['type'] extends 'string' ? string | undefined : O[K]['type'] extends 'number' ? number | undefined : boolean | undefined;
 };
 
 export interface CommandContext<O extends OptionSpecs> {
@@ -71,4 +76,55 @@ export function defineCommand<O extends OptionSpecs>(spec: CommandSpec<O>): Comm
     positionals: spec.positionals ?? false,
     run: spec.run as Command['run'],
   };
+}
+
+/** `-3`, `-0.5`, `-.5`, `-1e-3`, `-Infinity`: a value, not an option. */
+const NEGATIVE_NUMBER = /^-(\d|\.\d|Infinity$)/;
+
+/**
+ * Parses a command's arguments strictly. A negative number after an option
+ * that takes a value is that value (`--steps -3` means `--steps=-3`), so it
+ * gets the same message about its range as any other value.
+ */
+export function parseOptions(cmd: Command, args: readonly string[]): { values: Record<string, string | number | boolean | undefined>; positionals: string[] } {
+  const takesValue = (arg: string): boolean => {
+    const name = arg.startsWith('--') ? arg.slice(2) : Object.keys(cmd.options).find((n) => arg === `-${cmd.options[n]!.short}`);
+    const o = name === undefined ? undefined : cmd.options[name];
+    return o !== undefined && o.type !== 'boolean';
+  };
+  const joined: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i]!;
+    const next = args[i + 1];
+    if (/^--?[^-=][^=]*$/.test(arg) && takesValue(arg) && next !== undefined && NEGATIVE_NUMBER.test(next)) {
+      joined.push(`${arg}=${next}`);
+      i++;
+    } else joined.push(arg);
+  }
+  const options = Object.fromEntries(
+    Object.entries(cmd.options).map(([name, o]) => [
+      name,
+      { type: o.type === 'boolean' ? ('boolean' as const) : ('string' as const), ...(o.short ? { short: o.short } : {}), ...(o.default !== undefined ? { default: o.default } : {}) },
+    ]),
+  );
+  let parsed: { values: Record<string, string | boolean | undefined>; positionals: string[] };
+  try {
+    parsed = parseArgs({ args: joined, options, allowPositionals: cmd.positionals, strict: true }) as typeof parsed;
+  } catch (err) {
+    // node's message is several sentences on several lines; keep it whole, on one line.
+    const msg = (err as Error).message.replace(/\. To specify a positional argument.*$/s, '').replace(/\s*\n\s*/g, ' ');
+    throw new TroupeError(`${cmd.name}: ${msg}`, `see \`npx troupe ${cmd.name} --help\``);
+  }
+  const values: Record<string, string | number | boolean | undefined> = { ...parsed.values };
+  for (const [name, o] of Object.entries(cmd.options)) {
+    const v = parsed.values[name];
+    if (o.type === 'number' && typeof v === 'string') values[name] = parseNumber(name, v, o);
+  }
+  return { values, positionals: parsed.positionals };
+}
+
+function parseNumber(name: string, v: string, o: OptionSpec): number {
+  const n = v.trim() === '' ? NaN : Number(v);
+  if (!Number.isFinite(n)) throw new TroupeError(`--${name}: expected a number, got ${JSON.stringify(v)}`, `e.g. --${name} ${o.example ?? 1}`);
+  return n;
 }

@@ -1,15 +1,14 @@
 // `troupe` dispatcher: `troupe <command> [options]`. Loaded by cli/bin.js through tsx.
 // Errors print as one line plus what to do; TROUPE_DEBUG=1 adds the stack.
-import { parseArgs } from 'node:util';
 import { formatError, TroupeError } from '../infra/errors';
-import type { Command } from './command';
+import { parseOptions, type Command } from './command';
 import { commands } from './commands';
 
 const log = (line: string) => process.stderr.write(line + '\n');
 
 function formatOptions(cmd: Command): string[] {
   const rows: [string, string][] = Object.entries(cmd.options).map(([name, o]) => {
-    const flag = `${o.short ? `-${o.short}, ` : '    '}--${name}${o.type === 'string' ? ` ${o.valueName ?? 'VALUE'}` : ''}`;
+    const flag = `${o.short ? `-${o.short}, ` : '    '}--${name}${o.type === 'boolean' ? '' : ` ${o.valueName ?? 'VALUE'}`}`;
     const def = o.default !== undefined && o.default !== false ? ` (default: ${o.default})` : '';
     return [flag, o.description + def];
   });
@@ -69,19 +68,7 @@ export async function main(argv: string[]): Promise<number> {
     console.log(commandHelp(cmd));
     return 0;
   }
-  let parsed: { values: Record<string, string | boolean | undefined>; positionals: string[] };
-  try {
-    const options = Object.fromEntries(
-      Object.entries(cmd.options).map(([name, o]) => [
-        name,
-        { type: o.type, ...(o.short ? { short: o.short } : {}), ...(o.default !== undefined ? { default: o.default } : {}) },
-      ]),
-    );
-    parsed = parseArgs({ args: rest, options, allowPositionals: cmd.positionals, strict: true }) as typeof parsed;
-  } catch (err) {
-    const msg = (err as Error).message.replace(/\. To specify a positional argument.*$/s, '');
-    throw new TroupeError(`${cmd.name}: ${msg}`, `see \`npx troupe ${cmd.name} --help\``);
-  }
+  const parsed = parseOptions(cmd, rest);
   const code = await cmd.run({ values: parsed.values as never, positionals: parsed.positionals, log });
   return typeof code === 'number' ? code : 0;
 }

@@ -9,13 +9,6 @@ import { connectRuns, readConfigFile, summaryJson, summaryLines, validateRunConf
 import { writePlot } from '../plot';
 import { up } from './up';
 
-function intFlag(name: string, v: string | undefined): number | undefined {
-  if (v === undefined) return undefined;
-  const n = Number(v);
-  if (!Number.isFinite(n)) throw new TroupeError(`--${name}: expected a number, got ${JSON.stringify(v)}`, `e.g. --${name} 10`);
-  return n;
-}
-
 export function runIdFor(team: string, now = new Date()): string {
   const t = now.toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15);
   return `${team}-${t}-${Math.random().toString(36).slice(2, 6)}`;
@@ -35,15 +28,15 @@ export default defineCommand({
   positionals: true,
   options: {
     config: { type: 'string', valueName: 'FILE', description: 'run config JSON (see README: run config)' },
-    steps: { type: 'string', valueName: 'N', description: 'training steps' },
-    groups: { type: 'string', valueName: 'N', description: 'task groups per step' },
-    'group-size': { type: 'string', valueName: 'G', description: 'episodes per task group' },
+    steps: { type: 'number', valueName: 'N', example: '40', description: 'training steps' },
+    groups: { type: 'number', valueName: 'N', example: '16', description: 'task groups per step' },
+    'group-size': { type: 'number', valueName: 'G', example: '8', description: 'episodes per task group' },
     rollout: { type: 'string', valueName: 'MODE', description: 'batched (default) or durable' },
     estimator: { type: 'string', valueName: 'NAME', description: 'grpo, mc-grpo, gdpo, rloo, reinforce++-baseline' },
     scope: { type: 'string', valueName: 'SCOPE', description: 'group-agent (Dr. MAS, default), group, batch' },
-    lr: { type: 'string', valueName: 'X', description: 'learning rate of every model' },
-    seed: { type: 'string', valueName: 'N', description: 'run seed' },
-    'eval-every': { type: 'string', valueName: 'N', description: 'eval on held-out tasks every N steps' },
+    lr: { type: 'number', valueName: 'X', example: '0.001', description: 'learning rate of every model' },
+    seed: { type: 'number', valueName: 'N', example: '0', description: 'run seed' },
+    'eval-every': { type: 'number', valueName: 'N', example: '10', description: 'eval on held-out tasks every N steps' },
     'team-options': { type: 'string', valueName: 'JSON', description: 'options of the team, e.g. {"models":"separate"}' },
     'run-id': { type: 'string', valueName: 'ID', description: 'run id (default: <team>-<time>-<rand>)' },
     json: { type: 'boolean', description: 'print the summary as one JSON object on the last line of stdout' },
@@ -64,17 +57,17 @@ export default defineCommand({
     }
     const estimator = values.estimator || values.scope ? { ...(values.estimator ? { name: values.estimator } : {}), ...(values.scope ? { scope: values.scope } : {}) } : undefined;
     const fileOptimizer = (fromFile.optimizer ?? {}) as Record<string, any>;
-    const all = { ...(fileOptimizer.all ?? {}), ...(values.lr ? { lr: intFlag('lr', values.lr) } : {}), ...(estimator ? { estimator: { ...(fileOptimizer.all?.estimator ?? {}), ...estimator } } : {}) };
+    const all = { ...(fileOptimizer.all ?? {}), ...(values.lr !== undefined ? { lr: values.lr } : {}), ...(estimator ? { estimator: { ...(fileOptimizer.all?.estimator ?? {}), ...estimator } } : {}) };
     const input: RunConfigInput = {
       ...(fromFile as RunConfigInput),
       team,
       ...(teamOptions ? { teamOptions } : {}),
-      ...(values.steps ? { steps: intFlag('steps', values.steps) } : {}),
-      ...(values.groups ? { groupsPerStep: intFlag('groups', values.groups) } : {}),
-      ...(values['group-size'] ? { groupSize: intFlag('group-size', values['group-size']) } : {}),
+      ...(values.steps !== undefined ? { steps: values.steps } : {}),
+      ...(values.groups !== undefined ? { groupsPerStep: values.groups } : {}),
+      ...(values['group-size'] !== undefined ? { groupSize: values['group-size'] } : {}),
       ...(values.rollout ? { rollout: values.rollout as 'batched' } : {}),
-      ...(values.seed ? { seed: intFlag('seed', values.seed) } : {}),
-      ...(values['eval-every'] ? { evalEvery: intFlag('eval-every', values['eval-every']) } : {}),
+      ...(values.seed !== undefined ? { seed: values.seed } : {}),
+      ...(values['eval-every'] !== undefined ? { evalEvery: values['eval-every'] } : {}),
       ...(Object.keys(all).length > 0 ? { optimizer: { ...fileOptimizer, all } } : {}),
     };
     const runId = values['run-id'] ?? (fromFile.runId as string | undefined) ?? runIdFor(team);

@@ -42,3 +42,25 @@ it('rejects an unknown team and a config file with unknown fields', () => {
   assert.match(agents.stderr, /--config: cannot read \/nonexistent\/run\.json/);
   assert.deepEqual(fs.readdirSync(state), []);
 });
+
+it('a negative number after an option is its value: the same field message as --opt=-3', () => {
+  const spaced = train('math', '--steps', '-3', '--seed', '-1');
+  const joined = train('math', '--steps=-3', '--seed=-1');
+  assert.equal(spaced.status, 1);
+  assert.match(spaced.stderr, /^troupe: invalid run config: steps: must be >= 1; seed: must be >= 0\n/);
+  assert.equal(spaced.stderr, joined.stderr);
+  // An option given no value at all is still refused, and node's whole message fits on the one line printed.
+  const missing = train('math', '--run-id', '--json');
+  assert.match(missing.stderr, /^troupe: train: Option '--run-id' argument is ambiguous\. Did you forget to specify the option argument for '--run-id'\? To specify an option argument starting with a dash use '--run-id=-XYZ'\.\n/);
+  assert.deepEqual(fs.readdirSync(state), []);
+});
+
+it('a number option that is not a number names the option and suggests a sensible value', () => {
+  const lr = train('math', '--lr', 'NaN');
+  assert.equal(lr.status, 1);
+  assert.match(lr.stderr, /^troupe: --lr: expected a number, got "NaN"\n {2}→ e\.g\. --lr 0\.001\n/);
+  assert.match(train('math', '--steps', '').stderr, /^troupe: --steps: expected a number, got ""\n {2}→ e\.g\. --steps 40\n/);
+  // A number the engine cannot take is refused before anything starts, naming the field.
+  assert.match(train('math', '--lr', '1e300').stderr, /^troupe: invalid run config: optimizer\.all\.lr: must be at most 3\.4e38 in magnitude/);
+  assert.deepEqual(fs.readdirSync(state), []);
+});
