@@ -8,7 +8,8 @@ import type { AgentHandle } from './episode';
 import type { ModelSpec } from './model';
 import type { TaskSource } from './tasks';
 import type { Tokenizer } from './tokenizer';
-import type { ToolSyntax } from './tool';
+import { toolIssues, type ToolSyntax } from './tool';
+import { FieldError, joinPath, type FieldIssue } from '../schema/issues';
 
 /** A turn as reward functions see it. */
 export interface TurnView {
@@ -57,69 +58,85 @@ export interface Team<TTask = any, TOutcome = any, Roles extends string = string
 
 export type AnyTeam = Team<any, any, string>;
 
-export class TeamDefinitionError extends Error {
+/** A team definition's problems, each by path (`agents.x.model: unknown model "y"`). */
+export class TeamDefinitionError extends FieldError {
+  override readonly name = 'TeamDefinitionError';
   constructor(
     readonly team: string,
-    readonly problems: string[],
+    issues: readonly FieldIssue[],
   ) {
-    super(`team ${team}: ${problems.join('; ')}`);
-    this.name = 'TeamDefinitionError';
+    super(issues, `team ${team}`);
+  }
+
+  /** Each problem as `path: message`. */
+  get problems(): string[] {
+    return this.issues.map((i) => `${i.path}: ${i.message}`);
   }
 }
 
 const positiveInt = (v: unknown) => typeof v === 'number' && Number.isInteger(v) && v > 0;
 
 export function defineTeam<TTask, TOutcome, Roles extends string>(def: TeamDefinition<TTask, TOutcome, Roles>): Team<TTask, TOutcome, Roles> {
-  const problems: string[] = [];
+  const issues: FieldIssue[] = [];
+  const bad = (path: string, message: string) => issues.push({ path, message });
   const name = def.name;
-  if (typeof name !== 'string' || !/^[a-z][a-z0-9-]{0,39}$/.test(name)) problems.push(`name: must be lowercase letters, digits or '-', got ${JSON.stringify(name)}`);
+  if (typeof name !== 'string' || !/^[a-z][a-z0-9-]{0,39}$/.test(name)) bad('name', `must be lowercase letters, digits or '-', got ${JSON.stringify(name)}`);
   const models = Object.keys(def.models ?? {});
-  if (models.length === 0) problems.push('models: at least one model is required');
+  if (models.length === 0) bad('models', 'at least one model is required');
   for (const [m, spec] of Object.entries(def.models ?? {})) {
-    if (spec.tokenizer !== def.tokenizer) problems.push(`models.${m}.tokenizer: must be the team's tokenizer`);
-    for (const k of ['contextWindow', 'embedDim', 'hiddenDim', 'layers'] as const) if (!positiveInt(spec[k])) problems.push(`models.${m}.${k}: must be a positive integer, got ${spec[k]}`);
+    if (spec.tokenizer !== def.tokenizer) bad(`models.${m}.tokenizer`, "must be the team's tokenizer");
+    for (const k of ['contextWindow', 'embedDim', 'hiddenDim', 'layers'] as const) if (!positiveInt(spec[k])) bad(`models.${m}.${k}`, `must be a positive integer, got ${spec[k]}`);
   }
   const roles = Object.keys(def.agents ?? {}) as Roles[];
-  if (roles.length === 0) problems.push('agents: at least one agent is required');
+  if (roles.length === 0) bad('agents', 'at least one agent is required');
+  const toolNames = new Set<string>();
   for (const role of roles) {
     const a = def.agents[role];
     const at = `agents.${role}`;
-    if (!a.model) problems.push(`${at}.model: every agent needs a model`);
-    else if (!models.includes(a.model)) problems.push(`${at}.model: unknown model ${JSON.stringify(a.model)} (models: ${models.join(', ')})`);
-    if (!positiveInt(a.maxTokens)) problems.push(`${at}.maxTokens: must be a positive integer, got ${a.maxTokens}`);
-    if (!positiveInt(a.maxTurns)) problems.push(`${at}.maxTurns: must be a positive integer, got ${a.maxTurns}`);
-    if (!(Number.isInteger(a.maxToolCalls) && a.maxToolCalls >= 0)) problems.push(`${at}.maxToolCalls: must be an integer >= 0`);
+    if (!a.model) bad(`${at}.model`, 'every agent needs a model');
+    else if (!models.includes(a.model)) bad(`${at}.model`, `unknown model ${JSON.stringify(a.model)} (models: ${models.join(', ')})`);
+    if (!positiveInt(a.maxTokens)) bad(`${at}.maxTokens`, `must be a positive integer, got ${a.maxTokens}`);
+    if (!positiveInt(a.maxTurns)) bad(`${at}.maxTurns`, `must be a positive integer, got ${a.maxTurns}`);
+    if (!(Number.isInteger(a.maxToolCalls) && a.maxToolCalls >= 0)) bad(`${at}.maxToolCalls`, 'must be an integer >= 0');
     const names = new Set<string>();
     a.tools.forEach((t, i) => {
-      if (!t || typeof t.execute !== 'function') problems.push(`${at}.tools[${i}]: not a tool (use defineTool)`);
-      else if (names.has(t.name)) problems.push(`${at}.tools[${i}]: duplicate tool ${t.name}`);
-      else names.add(t.name);
+      const problems = toolIssues(t);
+      for (const p of problems) bad(joinPath(`${at}.tools[${i}]`, p.path ? [p.path] : []), p.message);
+      if (problems.length > 0) return;
+      if (names.has(t.name)) bad(`${at}.tools[${i}]`, `duplicate tool ${t.name}`);
+      names.add(t.name);
+      toolNames.add(t.name);
     });
-    if (a.tools.length > 0 && !def.toolSyntax) problems.push(`toolSyntax: agent ${role} has tools, so the team must declare how they are called`);
-    if (typeof def.rewards?.[role] !== 'function') problems.push(`rewards.${role}: every agent needs a reward function`);
+    if (a.tools.length > 0 && !def.toolSyntax) bad('toolSyntax', `agent ${role} has tools, so the team must declare how they are called`);
+    if (typeof def.rewards?.[role] !== 'function') bad(`rewards.${role}`, 'every agent needs a reward function');
     try {
       def.tokenizer.encode(a.instructions);
     } catch (e) {
-      problems.push(`${at}.instructions: ${(e as Error).message}`);
+      bad(`${at}.instructions`, (e as Error).message);
     }
     const s = a.sampling;
-    if (!(s.temperature >= 0)) problems.push(`${at}.sampling.temperature: must be >= 0`);
-    if (!(Number.isInteger(s.topK) && s.topK >= 0)) problems.push(`${at}.sampling.topK: must be an integer >= 0 (0 = off)`);
-    if (!(s.topP > 0 && s.topP <= 1)) problems.push(`${at}.sampling.topP: must be in (0, 1]`);
+    if (!(s.temperature >= 0)) bad(`${at}.sampling.temperature`, 'must be >= 0');
+    if (!(Number.isInteger(s.topK) && s.topK >= 0)) bad(`${at}.sampling.topK`, 'must be an integer >= 0 (0 = off)');
+    if (!(s.topP > 0 && s.topP <= 1)) bad(`${at}.sampling.topP`, 'must be in (0, 1]');
   }
-  for (const role of Object.keys(def.rewards ?? {})) if (!roles.includes(role as Roles)) problems.push(`rewards.${role}: no agent has this role`);
-  for (const t of def.toolSyntax?.triggers ?? []) {
-    try {
-      def.tokenizer.encode(t);
-    } catch (e) {
-      problems.push(`toolSyntax.triggers: ${(e as Error).message}`);
+  for (const role of Object.keys(def.rewards ?? {})) if (!roles.includes(role as Roles)) bad(`rewards.${role}`, 'no agent has this role');
+  if (def.toolSyntax) {
+    const syntax = def.toolSyntax;
+    for (const t of syntax.triggers ?? []) {
+      try {
+        def.tokenizer.encode(t);
+      } catch (e) {
+        bad('toolSyntax.triggers', (e as Error).message);
+      }
     }
+    const context = { tools: [...toolNames], encode: (text: string) => def.tokenizer.encode(text) };
+    for (const i of syntax.check?.(context) ?? []) bad(joinPath('toolSyntax', [i.path]), i.message);
   }
   const maxTurns = def.limits?.maxTurns ?? roles.reduce((n, r) => n + (def.agents[r]?.maxTurns ?? 0), 0);
-  if (!positiveInt(maxTurns)) problems.push(`limits.maxTurns: must be a positive integer, got ${maxTurns}`);
-  if (typeof def.episode !== 'function') problems.push('episode: must be an async function');
-  if (typeof def.success !== 'function') problems.push('success: must be a function');
-  if (!def.tasks || (def.tasks.kind !== 'generated' && def.tasks.kind !== 'jsonl')) problems.push('tasks: must be generatedTasks(...) or jsonlTasks(...)');
-  if (problems.length > 0) throw new TeamDefinitionError(String(name), problems);
+  if (!positiveInt(maxTurns)) bad('limits.maxTurns', `must be a positive integer, got ${maxTurns}`);
+  if (typeof def.episode !== 'function') bad('episode', 'must be an async function');
+  if (typeof def.success !== 'function') bad('success', 'must be a function');
+  if (!def.tasks || (def.tasks.kind !== 'generated' && def.tasks.kind !== 'jsonl')) bad('tasks', 'must be generatedTasks(...) or jsonlTasks(...)');
+  if (issues.length > 0) throw new TeamDefinitionError(String(name), issues);
   return { ...def, limits: { maxTurns }, roles };
 }

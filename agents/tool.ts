@@ -3,7 +3,8 @@
  * syntaxes a policy uses to call them. `execute` runs in an activity, never in
  * workflow code; the parsing and validation here are pure and run anywhere.
  */
-import { z } from 'zod';
+import type { z } from 'zod';
+import { describe, FieldError, joinPath, type FieldIssue } from '../schema/issues';
 
 export interface ToolContext {
   episodeId: string;
@@ -38,22 +39,38 @@ export interface ToolDefinition<I, O> {
 
 const toolName = /^[a-z][a-z0-9_-]{0,39}$/;
 
+/**
+ * What makes a value a tool, as problems relative to the tool's path. The
+ * runtime calls `input.safeParse`, `execute`, `render` and reads `timeoutMs`,
+ * so all must be there: defineTool checks what it built, and defineTeam checks
+ * each agent's tools again (a hand-written object must not reach an episode).
+ */
+export function toolIssues(t: unknown): FieldIssue[] {
+  if (t === null || typeof t !== 'object') return [{ path: '', message: `not a tool (use defineTool), got ${describe(t)}` }];
+  const x = t as Record<string, unknown>;
+  const issues: FieldIssue[] = [];
+  const bad = (path: string, message: string) => issues.push({ path, message });
+  if (typeof x.name !== 'string' || !toolName.test(x.name)) bad('name', `must match ${toolName}, got ${JSON.stringify(x.name)}`);
+  for (const k of ['input', 'output']) if (typeof (x[k] as { safeParse?: unknown } | undefined)?.safeParse !== 'function') bad(k, 'must be a zod schema (build tools with defineTool)');
+  for (const k of ['execute', 'render']) if (typeof x[k] !== 'function') bad(k, 'must be a function (build tools with defineTool)');
+  if (!(typeof x.timeoutMs === 'number' && x.timeoutMs > 0 && Number.isFinite(x.timeoutMs))) bad('timeoutMs', `must be a number > 0, got ${describe(x.timeoutMs)}`);
+  return issues;
+}
+
 export function defineTool<I, O>(def: ToolDefinition<I, O>): Tool<I, O> {
-  if (!toolName.test(def.name ?? '')) throw new Error(`tool.name: must match ${toolName}, got ${JSON.stringify(def.name)}`);
-  if (!(def.input instanceof z.ZodType)) throw new Error(`tools.${def.name}.input: must be a zod schema`);
-  if (!(def.output instanceof z.ZodType)) throw new Error(`tools.${def.name}.output: must be a zod schema`);
-  if (typeof def.execute !== 'function') throw new Error(`tools.${def.name}.execute: must be a function`);
-  const timeoutMs = def.timeoutMs ?? 10_000;
-  if (!(timeoutMs > 0)) throw new Error(`tools.${def.name}.timeoutMs: must be > 0`);
-  return {
+  const tool: Tool<I, O> = {
     name: def.name,
     description: def.description,
     input: def.input,
     output: def.output,
-    timeoutMs,
+    timeoutMs: def.timeoutMs ?? 10_000,
     execute: def.execute,
     render: def.render ?? ((o) => JSON.stringify(o)),
   };
+  const at = typeof def.name === 'string' && toolName.test(def.name) ? `tools.${def.name}` : 'tool';
+  const issues = toolIssues(tool);
+  if (issues.length > 0) throw new FieldError(issues.map((i) => ({ path: joinPath(at, i.path ? [i.path] : []), message: i.message })));
+  return tool;
 }
 
 /** What a syntax finds at a trigger: a call to validate and run, or a malformed call. */
@@ -69,6 +86,25 @@ export interface ToolSyntax {
   readonly triggers: readonly string[];
   parse(visible: string): ParsedCall | null;
   renderError(message: string): string;
+  /** Problems of this syntax in a team, paths relative to `toolSyntax`; checked when the team is defined. */
+  check?(team: SyntaxContext): FieldIssue[];
+}
+
+/** What a syntax is checked against: the tools the team's agents have, and its tokenizer. */
+export interface SyntaxContext {
+  tools: readonly string[];
+  /** Throws when the text has a character outside the vocabulary. */
+  encode(text: string): unknown;
+}
+
+/** An issue when `text` cannot be tokenized (the policy could never read it). */
+function encodeIssue(team: SyntaxContext, path: string, text: string): FieldIssue[] {
+  try {
+    team.encode(text);
+    return [];
+  } catch (e) {
+    return [{ path, message: (e as Error).message }];
+  }
 }
 
 /**
@@ -91,6 +127,10 @@ export function keySyntax(opts: { trigger: string; tool: string; argument: strin
       return { tool: opts.tool, input: { [opts.argument]: arg } };
     },
     renderError: () => opts.error,
+    check: (team) => [
+      ...(team.tools.includes(opts.tool) ? [] : [{ path: 'tool', message: `unknown tool ${JSON.stringify(opts.tool)} (the agents' tools: ${team.tools.join(', ') || 'none'})` }]),
+      ...encodeIssue(team, 'error', opts.error),
+    ],
   };
 }
 
@@ -118,6 +158,7 @@ export function tagSyntax(): ToolSyntax {
       }
     },
     renderError: (message) => `<error>${message}</error>`,
+    check: (team) => encodeIssue(team, 'renderError', '<error></error>'),
   };
 }
 
