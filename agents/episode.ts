@@ -82,7 +82,36 @@ export class LimitExceeded extends Error {
   }
 }
 
-export async function runEpisode(team: AnyTeam, input: EpisodeInput, io: EpisodeIO): Promise<Trajectory> {
+/**
+ * A failure of what runs the episode (an activity, the engine, the store, the
+ * workflow being cancelled), as opposed to the team's own code: every error
+ * from `EpisodeIO` is one. The episode function sees it; runEpisode then
+ * rethrows the original error (its `cause`) so Temporal retries the work, even
+ * if the episode function caught it. Errors of the team's code become data.
+ */
+export class InfrastructureFailure extends Error {
+  constructor(cause: unknown) {
+    super(`infrastructure: ${(cause as Error)?.message ?? String(cause)}`, { cause });
+    this.name = 'InfrastructureFailure';
+  }
+}
+
+export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: EpisodeIO): Promise<Trajectory> {
+  let infrastructure: InfrastructureFailure | undefined;
+  async function guarded<T>(call: () => Promise<T>): Promise<T> {
+    try {
+      return await call();
+    } catch (e) {
+      const failure = new InfrastructureFailure(e);
+      infrastructure ??= failure;
+      throw failure;
+    }
+  }
+  const io: EpisodeIO = {
+    generate: (call) => guarded(() => runtime.generate(call)),
+    callTool: (req) => guarded(() => runtime.callTool(req)),
+    now: () => runtime.now(),
+  };
   const tok = team.tokenizer;
   const turns: TurnRecord[] = [];
   const handles: TurnHandle[] = [];
@@ -213,20 +242,15 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, io: Episode
   const agents: Record<string, AgentHandle> = {};
   for (const role of Object.keys(team.agents)) agents[role] = { act: (m, o) => act(role, m, o) };
 
+  let trajectory: Trajectory;
   try {
     const outcome = await team.episode({ task: input.task, agents });
-    return { episodeId: input.episodeId, status: 'completed', outcome: outcome ?? null, turns };
+    trajectory = { episodeId: input.episodeId, status: 'completed', outcome: outcome ?? null, turns };
   } catch (err) {
-    if (err instanceof LimitExceeded) return { episodeId: input.episodeId, status: 'truncated', error: err.message, turns };
-    // Infrastructure failures (activity errors) must propagate so Temporal retries them;
-    // only errors of the user's episode code become data.
-    if (isInfrastructureError(err)) throw err;
-    return { episodeId: input.episodeId, status: 'failed', error: `episode: ${(err as Error)?.message ?? String(err)}`, turns };
+    if (err instanceof LimitExceeded) trajectory = { episodeId: input.episodeId, status: 'truncated', error: err.message, turns };
+    else trajectory = { episodeId: input.episodeId, status: 'failed', error: `episode: ${(err as Error)?.message ?? String(err)}`, turns };
   }
-}
-
-/** Errors raised by Temporal or the engine rather than by the user's episode code. */
-export function isInfrastructureError(err: unknown): boolean {
-  const name = (err as Error | undefined)?.name ?? '';
-  return /ActivityFailure|ChildWorkflowFailure|CancelledFailure|TerminatedFailure|TimeoutFailure|ApplicationFailure|EngineError|DeterminismViolation/.test(name) || (err as { infrastructure?: boolean })?.infrastructure === true;
+  // An attempt that met an infrastructure failure is no trajectory, whatever the episode function did with it.
+  if (infrastructure) throw infrastructure.cause;
+  return trajectory;
 }

@@ -71,12 +71,6 @@ const ROLLOUT_FLUSH = 32;
 
 const reasonOf = (e: unknown) => (e as { reason?: string })?.reason;
 
-/** Marks errors as infrastructure so the episode driver lets them propagate (and Temporal retry). */
-function infrastructure(e: unknown): unknown {
-  if (e && typeof e === 'object') (e as { infrastructure?: boolean }).infrastructure = true;
-  return e;
-}
-
 export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
   /** Runs `fn`; if the engine lacks the version, loads it from the store and runs it again. */
   async function withVersion<T>(runId: string, model: string, version: number, fn: () => Promise<T>): Promise<T> {
@@ -157,13 +151,7 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
       const beat = setInterval(() => heartbeat({ finished }), 2000);
       try {
         const io: EpisodeIO = {
-          generate: async (call) => {
-            try {
-              return await generateDirect(input.runId, call);
-            } catch (e) {
-              throw infrastructure(e);
-            }
-          },
+          generate: (call) => generateDirect(input.runId, call),
           callTool: (req) => executeTool(team, req, ctx.cancellationSignal),
           now: () => Date.now(),
         };
