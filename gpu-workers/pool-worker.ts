@@ -1,8 +1,9 @@
 /**
  * Pool worker: a Temporal worker on a pool task queue (default `troupe-gpu`)
- * whose activities call one engine over gRPC. It either connects to an engine
- * that runs elsewhere (`--engine-address`) or spawns `engine-main.ts` as a child
- * process and restarts it if it dies.
+ * serving a run's pool activities (activities/training/pool.ts: turns, batched
+ * rollouts, version 0, updates) against one engine over gRPC and the store.
+ * It either connects to an engine that runs elsewhere (`--engine-address`) or
+ * spawns `engine-main.ts` as a child process and restarts it if it dies.
  *
  *   node --import tsx gpu-workers/pool-worker.ts [--task-queue troupe-gpu]
  *        [--temporal-address host:7233] [--namespace default]
@@ -15,9 +16,8 @@ import { parseArgs } from 'node:util';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { EngineClient } from './client';
 import { EngineSupervisor } from './engine-process';
-import { createPoolActivities, PoolActivityOptions } from './activities';
 import { createTrainingPoolActivities } from '../activities/training/pool';
-import { connect } from '../infra/db';
+import { connect, type Sql } from '../infra/db';
 
 export const DEFAULT_POOL_TASK_QUEUE = 'troupe-gpu';
 
@@ -35,9 +35,8 @@ export interface PoolWorkerOptions {
   device?: string;
   /** extra engine-main flags for a spawned engine */
   engineArgs?: string[];
-  /** more activities to serve on the same queue (e.g. store-aware ones), given the engine client getter */
-  extraActivities?: (getClient: () => EngineClient) => Record<string, (...args: never[]) => Promise<unknown>>;
-  activityOptions?: PoolActivityOptions;
+  /** the store the activities read versions and episodes from and commit updates to */
+  sql: Sql;
   /** max activities running at once (default 64, so many callers can be coalesced by the engine) */
   maxConcurrentActivities?: number;
   /** do not forward a spawned engine's log lines */
@@ -58,7 +57,7 @@ export interface PoolWorker {
   shutdown(): Promise<void>;
 }
 
-export async function createPoolWorker(opts: PoolWorkerOptions = {}): Promise<PoolWorker> {
+export async function createPoolWorker(opts: PoolWorkerOptions): Promise<PoolWorker> {
   const log = opts.log ?? (() => undefined);
   const taskQueue = opts.taskQueue ?? DEFAULT_POOL_TASK_QUEUE;
   let supervisor: EngineSupervisor | undefined;
@@ -91,10 +90,7 @@ export async function createPoolWorker(opts: PoolWorkerOptions = {}): Promise<Po
     connection,
     namespace: opts.namespace ?? process.env.TEMPORAL_NAMESPACE ?? 'default',
     taskQueue,
-    activities: {
-      ...createPoolActivities(getClient, opts.activityOptions),
-      ...(opts.extraActivities?.(getClient) ?? {}),
-    },
+    activities: createTrainingPoolActivities({ sql: opts.sql, engine: getClient }),
     maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? 64,
   });
   log({ event: 'pool_worker_ready', taskQueue });
@@ -119,7 +115,8 @@ export async function createPoolWorker(opts: PoolWorkerOptions = {}): Promise<Po
   };
 }
 
-const HELP = `troupe pool worker: serves engine activities on a Temporal task queue.
+const HELP = `troupe pool worker: serves a run's pool activities (engine + store) on a Temporal task queue.
+DATABASE_URL (postgres://...) names the store.
 
 usage: node --import tsx gpu-workers/pool-worker.ts [options]
 
@@ -147,10 +144,10 @@ async function main(): Promise<void> {
     return;
   }
   const log = (e: Record<string, unknown>) => process.stderr.write(`${JSON.stringify({ ts: new Date().toISOString(), ...e })}\n`);
-  // With a database the pool also serves the training activities (store-backed turns,
-  // batched rollouts, version 0, exactly-once updates); `troupe up` always passes one.
+  // The activities read versions from and commit updates to the store; `troupe up` always passes one.
   const databaseUrl = process.env.DATABASE_URL;
-  const sql = databaseUrl ? connect(databaseUrl, { max: 8 }) : undefined;
+  if (!databaseUrl) throw new Error('DATABASE_URL is not set: the pool activities need the store (postgres://...)');
+  const sql = connect(databaseUrl, { max: 8 });
   const pool = await createPoolWorker({
     taskQueue: values['task-queue'],
     temporalAddress: values['temporal-address'],
@@ -158,14 +155,13 @@ async function main(): Promise<void> {
     engineAddress: values['engine-address'],
     device: values.device,
     log,
-    extraActivities: sql ? (getClient) => createTrainingPoolActivities({ sql, engine: getClient }) : undefined,
+    sql,
   });
-  if (!sql) log({ event: 'no_database', message: 'DATABASE_URL is not set: serving engine activities only, not training activities' });
   // The Temporal runtime shuts the worker down on SIGINT/SIGTERM; a terminal's Ctrl-C also
   // reaches the engine child, which must then not be restarted.
   for (const sig of ['SIGINT', 'SIGTERM'] as const) process.once(sig, () => pool.supervisor?.beginStop());
   await pool.run();
-  await sql?.end({ timeout: 2 });
+  await sql.end({ timeout: 2 });
 }
 
 if (require.main === module) {

@@ -25,6 +25,7 @@ import { commitUpdate, getVersion, saveInitialVersion, versionOfStep } from '../
 import { loadStepEpisodes, saveEpisodes, storedEpisodeIds, type StoredEpisode } from '../store/trajectories';
 import { executeTool } from '../tools';
 import { buildStepBatch, type UpdateSequence } from './batch';
+import { heartbeating, withEngineFailures } from './engine-work';
 import { scoredEpisode, type TeamRef } from './control';
 import type { EpisodeSpec } from './plan';
 
@@ -90,7 +91,7 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
     return withVersion(runId, call.model, call.version, () => generateOne(engine(), runId, call));
   }
 
-  return {
+  return withEngineFailures({
     /** One generation segment of a durable episode's turn. */
     async generateTurn(input: TeamRef & { runId: string; call: GenerateCall }): Promise<GenerateReply> {
       return generateDirect(input.runId, input.call);
@@ -104,14 +105,10 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
       if (!spec) throw ApplicationFailure.nonRetryable(`team ${team.name} has no model ${input.model}`);
       const key = modelKey(input.runId, input.model);
       // A cold engine builds (and probes) its sessions for a new spec first: heartbeat meanwhile.
-      const beat = setInterval(() => heartbeat({ phase: 'init' }), 2000);
-      let v;
-      try {
+      const v = await heartbeating(() => ({ phase: 'init' }), async () => {
         await engine().initModel({ modelKey: key, spec: engineSpec(spec), seed: deriveSeed(input.seed, 'init', input.model) });
-        v = await engine().exportVersion({ modelKey: key, version: 0 });
-      } finally {
-        clearInterval(beat);
-      }
+        return engine().exportVersion({ modelKey: key, version: 0 });
+      });
       await saveInitialVersion(sql, { runId: input.runId, model: input.model, spec: v.info.spec, weights: v.weights, optimizerState: v.optimizerState, sha256: v.info.weightsSha256 });
       return { version: 0 };
     },
@@ -148,8 +145,7 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
       };
       // Every concurrent tool call listens on the activity's cancellation signal.
       setMaxListeners(0, ctx.cancellationSignal);
-      const beat = setInterval(() => heartbeat({ finished }), 2000);
-      try {
+      await heartbeating(() => ({ finished }), async () => {
         const io: EpisodeIO = {
           generate: (call) => generateDirect(input.runId, call),
           callTool: (req) => executeTool(team, req, ctx.cancellationSignal),
@@ -166,9 +162,7 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
           }),
         );
         await flush();
-      } finally {
-        clearInterval(beat);
-      }
+      });
       heartbeat({ finished });
       return { episodes: input.specs.length, skipped: input.specs.length - todo.length, failed };
     },
@@ -215,11 +209,10 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
         samples,
         settings: engineSettings(modelSettings, lrScale),
       });
-      const beat = setInterval(() => heartbeat({ phase: 'update' }), 2000);
-      let res: UpdateResponse;
-      try {
+      // The engine's answer, or the step skipped after a non-finite update.
+      const updated = await heartbeating(() => ({ phase: 'update' }), async (): Promise<UpdateResponse | UpdateResult> => {
         try {
-          res = await withVersion(runId, model, input.baseVersion, () => engine().update(request(1, '')));
+          return await withVersion(runId, model, input.baseVersion, () => engine().update(request(1, '')));
         } catch (e) {
           if (reasonOf(e) !== 'NON_FINITE_UPDATE') throw e;
           const message = (e as Error).message;
@@ -227,15 +220,15 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
           if (input.nonFinite === 'fail') throw ApplicationFailure.nonRetryable(`step ${step}, model ${model}: non-finite update (${message}); the run's nonFinite policy is 'fail'`, 'NonFiniteUpdate');
           if (input.nonFinite === 'skip') return skip('non-finite', { message });
           try {
-            res = await withVersion(runId, model, input.baseVersion, () => engine().update(request(0.1, '/lr0.1')));
+            return await withVersion(runId, model, input.baseVersion, () => engine().update(request(0.1, '/lr0.1')));
           } catch (e2) {
             if (reasonOf(e2) !== 'NON_FINITE_UPDATE') throw e2;
             return skip('non-finite after reducing lr', { message: (e2 as Error).message });
           }
         }
-      } finally {
-        clearInterval(beat);
-      }
+      });
+      if (!('info' in updated)) return updated;
+      const res = updated;
       const exported = await engine().exportVersion({ modelKey: key, version: res.info.version });
       const m = res.metrics;
       const metrics = { loss: m.loss, pgLoss: m.pgLoss, klLoss: m.klLoss, gradNorm: m.gradNorm, clipFraction: m.clipFraction, approxKl: m.approxKl, entropy: m.entropy, tokens: res.tokens, samples: res.samples, updateMs: res.durationMs };
@@ -266,7 +259,7 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
       });
       return { version: commit.version.version, committed: commit.committed, metrics: commit.version.metrics, rewards: batch.rewards };
     },
-  };
+  });
 
   /** Adds reference log-probs (version 0) when the model's KL term is on. */
   async function withReferences(runId: string, model: string, sequences: UpdateSequence[], s: OptimizerSettings) {

@@ -8,7 +8,6 @@ import assert from 'node:assert/strict';
 import { after, before, it } from 'node:test';
 import { WorkflowFailedError } from '@temporalio/client';
 import { ActivityFailure } from '@temporalio/common';
-import { createTrainingPoolActivities } from '../../../activities/training/pool';
 import { createPoolWorker, type PoolWorker } from '../../../gpu-workers/pool-worker';
 import { connect } from '../../../infra/db';
 import { activityRetry } from '../../../workflows/timeouts';
@@ -32,7 +31,7 @@ before(async () => {
     taskQueue: 'troupe-gpu',
     device: 'cpu',
     quietEngine: true,
-    extraActivities: (getClient) => createTrainingPoolActivities({ sql: unreachable, engine: getClient }),
+    sql: unreachable,
   });
   void broken.run();
   h.pool = broken;

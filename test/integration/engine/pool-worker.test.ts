@@ -1,67 +1,58 @@
 /**
- * The pool worker against a real Temporal dev server: a workflow calls the
- * engine activities on the pool task queue; after the engine process dies the
- * pool worker restarts it, the workflow sees MODEL_NOT_LOADED, refills the
- * version and gets the same tokens as before.
+ * The pool worker against a real Temporal dev server, a real PostgreSQL and
+ * its engine process: a workflow runs the run's pool activities on the pool
+ * queue (version 0 into the store, a turn's generation). After the engine
+ * process dies the pool worker restarts it, and the next generation reloads
+ * the version from the store and gives the same tokens. A request the engine
+ * refuses fails the activity at once, non-retryably, naming the field.
  */
 import assert from 'node:assert/strict';
-import * as fs from 'node:fs';
-import * as os from 'node:os';
-import * as path from 'node:path';
 import { after, before, test } from 'node:test';
-import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker } from '@temporalio/worker';
-import { createPoolWorker, PoolWorker } from '../../../gpu-workers/pool-worker';
-import type { SmokeOutput } from './workflows';
-import { engineSmokeWorkflow } from './workflows';
-
-const temporalBin = process.env.TROUPE_TEMPORAL_BIN ?? path.join(os.homedir(), '.cache', 'troupe', 'bin', 'temporal');
-const skip = fs.existsSync(temporalBin) ? false : `no Temporal CLI at ${temporalBin} (set TROUPE_TEMPORAL_BIN)`;
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { loadTeam } from '../../../agents/teams';
+import type { GenerateCall } from '../../../agents/episode';
+import { createRun } from '../../../activities/store/runs';
+import { createPoolWorker, type PoolWorker } from '../../../gpu-workers/pool-worker';
+import { createTestDatabase, startTemporal, uniqueTaskQueue, type TestDatabase } from '../../helpers';
+import { engineSmokeWorkflow, type SmokeInput, type SmokeOutput } from './workflows';
 
 let env: TestWorkflowEnvironment;
+let db: TestDatabase;
 let pool: PoolWorker;
 let wfWorker: Worker;
-const POOL_QUEUE = 'troupe-gpu-test';
-const WF_QUEUE = 'engine-test-workflows';
+const POOL_QUEUE = uniqueTaskQueue('troupe-gpu-test');
+const WF_QUEUE = uniqueTaskQueue('engine-test-workflows');
 
 before(async () => {
-  if (skip) return;
-  env = await TestWorkflowEnvironment.createLocal({ server: { executable: { type: 'existing-path', path: temporalBin } } });
-  pool = await createPoolWorker({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue: POOL_QUEUE, device: 'cpu', quietEngine: true });
-  wfWorker = await Worker.create({
-    connection: env.nativeConnection,
-    namespace: env.namespace ?? 'default',
-    taskQueue: WF_QUEUE,
-    workflowsPath: require.resolve('./workflows'),
-  });
+  env = await startTemporal();
+  db = await createTestDatabase();
+  pool = await createPoolWorker({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue: POOL_QUEUE, device: 'cpu', quietEngine: true, sql: db.sql });
+  wfWorker = await Worker.create({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue: WF_QUEUE, workflowsPath: require.resolve('./workflows') });
 });
 
 after(async () => {
   await pool?.shutdown();
+  await db?.drop();
   await env?.teardown();
 });
 
-test('a workflow generates through the pool queue; the engine is restarted and refilled after it dies', { skip, timeout: 120_000 }, async () => {
-  const execute = (id: string, args: Parameters<typeof engineSmokeWorkflow>[0]) =>
-    env.client.workflow.execute(engineSmokeWorkflow, { taskQueue: WF_QUEUE, workflowId: id, args: [args] });
+test('pool activities on the pool queue: the engine is restarted and refilled from the store; a refused request fails at once', { timeout: 180_000 }, async () => {
+  const execute = (id: string, args: SmokeInput) => env.client.workflow.execute(engineSmokeWorkflow, { taskQueue: WF_QUEUE, workflowId: id, args: [args] });
   // Both workers run for the whole scenario (runUntil shuts a worker down at the end).
   await pool.worker.runUntil(wfWorker.runUntil(scenario(execute)));
 });
 
-async function scenario(execute: (id: string, args: Parameters<typeof engineSmokeWorkflow>[0]) => Promise<SmokeOutput>) {
-  const first: SmokeOutput = await execute('smoke-1', { poolQueue: POOL_QUEUE, modelKey: 'smoke', init: true });
-  assert.equal(first.generated.sequences.length, 2);
-  assert.equal(first.generated.sequences[0].tokens.length, 6);
-  assert.deepEqual(first.scored, first.generated.sequences[0].logprobs, 'Score reproduces Generate log-probs');
-  assert.equal(first.refilled, false);
-  // Same request straight to the engine: identical.
-  const direct = await pool.getClient().generate({
-    modelKey: 'smoke',
-    version: 0,
-    sequences: [{ context: [1, 2, 3], seed: '12345678901234567' }, { context: [], seed: 5 }],
-    sampling: { temperature: 1, maxTokens: 6 },
-  });
-  assert.deepEqual(direct, first.generated);
+async function scenario(execute: (id: string, args: SmokeInput) => Promise<SmokeOutput>) {
+  const team = loadTeam('math');
+  const runId = 'smoke';
+  await createRun(db.sql, { runId, team: 'math', config: {} });
+  const call: GenerateCall = { model: 'policy', version: 0, context: [team.tokenizer.bosId, ...team.tokenizer.encode('12+7')], maxTokens: 6, stopTokens: [], sampling: { temperature: 1, topK: 0, topP: 1 }, seed: 12345 };
+
+  const first = await execute('smoke-1', { poolQueue: POOL_QUEUE, runId, init: true, call });
+  assert.ok('generated' in first, JSON.stringify(first));
+  assert.equal(first.generated.tokens.length, 6);
+  assert.equal(first.generated.logprobs.length, 6);
 
   // Kill the engine; the supervisor starts a fresh (empty) one.
   const supervisor = pool.supervisor!;
@@ -71,7 +62,15 @@ async function scenario(execute: (id: string, args: Parameters<typeof engineSmok
   assert.notEqual(supervisor.pid, pid);
   assert.equal(supervisor.restartCount, 1);
 
-  const second: SmokeOutput = await execute('smoke-2', { poolQueue: POOL_QUEUE, modelKey: 'smoke', init: false, refill: first.exported });
-  assert.equal(second.refilled, true, 'the workflow saw MODEL_NOT_LOADED and loaded the version');
-  assert.deepEqual(second.generated, first.generated, 'same version + seeds after the restart: same tokens and log-probs');
+  const second = await execute('smoke-2', { poolQueue: POOL_QUEUE, runId, init: false, call });
+  assert.deepEqual(second, first, 'the version reloaded from the store gives the same tokens and log-probs');
+
+  // A token outside the vocabulary: the engine's INVALID_REQUEST, not retried, naming the field.
+  const refused = await execute('smoke-3', { poolQueue: POOL_QUEUE, runId, init: false, call: { ...call, context: [team.tokenizer.bosId, 999] } });
+  assert.ok('failure' in refused, JSON.stringify(refused));
+  assert.equal(refused.failure.type, 'INVALID_REQUEST');
+  assert.equal(refused.failure.nonRetryable, true);
+  assert.equal(refused.failure.retryState, 'NON_RETRYABLE_FAILURE');
+  assert.match(refused.failure.message, /^engine Generate: sequences\[0\]\.context\[1\]: token id 999 is outside the vocabulary/);
+  assert.deepEqual(refused.failure.details, [{ reason: 'INVALID_REQUEST', code: 3, method: 'Generate', field: 'sequences[0].context[1]' }]);
 }

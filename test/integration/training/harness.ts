@@ -7,7 +7,6 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import assert from 'node:assert/strict';
 import type { Worker } from '@temporalio/worker';
 import { listVersions } from '../../../activities/store/versions';
-import { createTrainingPoolActivities } from '../../../activities/training/pool';
 import { createPoolWorker, type PoolWorker } from '../../../gpu-workers/pool-worker';
 import { createControlWorker } from '../../../infra/control-worker';
 import { createTestDatabase, startTemporal, uniqueTaskQueue, workflowBundle, type TestDatabase } from '../../helpers';
@@ -30,7 +29,7 @@ export async function startPool(env: TestWorkflowEnvironment, db: TestDatabase):
     taskQueue: 'troupe-gpu',
     device: 'cpu',
     quietEngine: true,
-    extraActivities: (getClient) => createTrainingPoolActivities({ sql: db.sql, engine: getClient }),
+    sql: db.sql,
   });
   void pool.run();
   return pool;
