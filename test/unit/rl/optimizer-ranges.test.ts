@@ -10,6 +10,8 @@ import { engineSettings } from '../../../activities/training/pool';
 import { updateSettings } from '../../../gpu-workers/engine/validate';
 import type { UpdateSettingsInput } from '../../../gpu-workers/types';
 import { parseOverrides, resolveSettings } from '../../../schema/optimizer';
+import { checkAgainstTeam, parseRunConfig } from '../../../schema/run-config';
+import { mathTeam } from '../../../agents/teams/math';
 
 /** What the engine does with settings after the float32 wire: accept (true) or refuse. */
 function engineAccepts(overrides: Record<string, unknown>): boolean {
@@ -56,4 +58,12 @@ test('every value the schema accepts the engine accepts too, at the float32 edge
     assert.ok(engineAccepts(c), `the schema accepts ${JSON.stringify(c)} but the engine refuses it`);
   }
   assert.ok(accepted > 50, `only ${accepted} cases accepted: the edges do not exercise the accepting side`);
+});
+
+test('a setOptimizer change is checked the same way (the workflow validates it with checkAgainstTeam)', () => {
+  const config = parseRunConfig({ team: 'math' });
+  assert.throws(() => checkAgainstTeam({ ...config, optimizer: { all: { lr: 1e300 }, models: {}, agents: {} } }, mathTeam()), {
+    name: 'RunConfigError',
+    message: /optimizer\.models\.policy\.lr: must be at most 3\.4e38 in magnitude/,
+  });
 });
