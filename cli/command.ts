@@ -87,17 +87,18 @@ const NEGATIVE_NUMBER = /^-(\d|\.\d|Infinity$)/;
  * gets the same message about its range as any other value.
  */
 export function parseOptions(cmd: Command, args: readonly string[]): { values: Record<string, string | number | boolean | undefined>; positionals: string[] } {
-  const takesValue = (arg: string): boolean => {
+  /** The long name of `--name` or `-s` when that option takes a value. */
+  const valueOption = (arg: string): string | undefined => {
     const name = arg.startsWith('--') ? arg.slice(2) : Object.keys(cmd.options).find((n) => arg === `-${cmd.options[n]!.short}`);
-    const o = name === undefined ? undefined : cmd.options[name];
-    return o !== undefined && o.type !== 'boolean';
+    return name !== undefined && cmd.options[name] !== undefined && cmd.options[name]!.type !== 'boolean' ? name : undefined;
   };
   const joined: string[] = [];
   for (let i = 0; i < args.length; i++) {
     const arg = args[i]!;
     const next = args[i + 1];
-    if (/^--?[^-=][^=]*$/.test(arg) && takesValue(arg) && next !== undefined && NEGATIVE_NUMBER.test(next)) {
-      joined.push(`${arg}=${next}`);
+    const name = /^--?[^-=][^=]*$/.test(arg) ? valueOption(arg) : undefined;
+    if (name !== undefined && next !== undefined && NEGATIVE_NUMBER.test(next)) {
+      joined.push(`--${name}=${next}`);
       i++;
     } else joined.push(arg);
   }
