@@ -25,7 +25,7 @@ export const TRANSFORMER_LIMITS = {
   params: 1_000_000_000,
 };
 
-const count = (max: number) => z.number().int('must be an integer').min(1, 'must be ≥ 1').max(max, `must be ≤ ${max}`);
+const count = (max: number, min = 1) => z.number().int('must be an integer').min(min, `must be ≥ ${min}`).max(max, `must be ≤ ${max}`);
 const oneOf = <T extends string>(values: readonly T[]) =>
   z.enum(values as unknown as [T, ...T[]], { error: (iss) => `unknown option ${JSON.stringify(iss.input)}; known: ${values.join(', ')}` });
 
@@ -33,7 +33,7 @@ const schema = z
   .object({
     family: z.literal('transformer').default('transformer'),
     /** V: token ids are 0..V−1 (the team's tokenizer). */
-    vocabSize: count(TRANSFORMER_LIMITS.vocabSize).min(2, 'must be ≥ 2'),
+    vocabSize: count(TRANSFORMER_LIMITS.vocabSize, 2),
     /** D: residual stream width. */
     width: count(TRANSFORMER_LIMITS.width).default(128),
     layers: count(TRANSFORMER_LIMITS.layers).default(2),
