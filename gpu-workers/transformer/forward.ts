@@ -121,11 +121,20 @@ export function ropeTables(spec: TransformerSpec): { cos: number[]; sin: number[
 export interface Positions {
   /** int64 position ids, broadcastable to [B, S] */
   ids: string;
-  /** bool [S, S]: query i sees key j (j ≤ i) */
+  /** bool, broadcastable to the scores [B, Hkv, G, S, keys]: query i sees key j */
   mask: string;
-  /** cos / sin [1, 1, 1, S, hd] (rope only) */
+  /** cos / sin broadcastable to the heads [B, Hkv, G, S, hd] (rope only) */
   cos?: string;
   sin?: string;
+}
+
+/** RoPE cos / sin at position ids [B', S] → [B', 1, 1, S, hd] (none for learned positions). */
+export function rotationAt(o: Ops, ids: string): Pick<Positions, 'cos' | 'sin'> {
+  if (o.spec.positions !== 'rope') return {};
+  const t = ropeTables(o.spec);
+  const table = (vals: number[]) =>
+    o.op('Unsqueeze', [o.op('Gather', [o.g.constant(o.ft, vals, [o.spec.maxSeq, o.hd]), ids], { axis: int(0) }), o.i64([1, 2])]);
+  return { cos: table(t.cos), sin: table(t.sin) };
 }
 
 /** Positions 0..S−1 of right-padded sequences (padding sits after every real token, so the causal mask hides it). */
@@ -134,12 +143,8 @@ export function sequencePositions(o: Ops, tokens: string): Positions {
   const seqLen = g.op('Gather', [g.op('Shape', [tokens]), g.constant('int64', 1)], { axis: int(0) });
   const range = g.op('Range', [g.constant('int64', 0), seqLen, g.constant('int64', 1)]);
   const ids = g.op('Unsqueeze', [range, o.i64([0])]); // [1, S]
-  const mask = g.op('GreaterOrEqual', [g.op('Unsqueeze', [range, o.i64([1])]), ids]);
-  if (o.spec.positions !== 'rope') return { ids, mask };
-  const t = ropeTables(o.spec);
-  const table = (vals: number[]) =>
-    g.op('Unsqueeze', [g.op('Gather', [g.constant(o.ft, vals, [o.spec.maxSeq, o.hd]), ids], { axis: int(0) }), o.i64([1, 2])]);
-  return { ids, mask, cos: table(t.cos), sin: table(t.sin) };
+  const mask = g.op('GreaterOrEqual', [g.op('Unsqueeze', [range, o.i64([1])]), ids]); // [S, S]: j ≤ i
+  return { ids, mask, ...rotationAt(o, ids) };
 }
 
 export interface NormSaved {
@@ -210,8 +215,8 @@ export function gelu(o: Ops, z: string): { y: string; t: string } {
   return { y: o.op('Mul', [o.op('Mul', [o.c(0.5), z]), o.op('Add', [o.c(1), t])]), t };
 }
 
-/** Causal self-attention of one layer on normalized input n1 [B, S, D]. */
-function attention(o: Ops, w: Weights, n1: string, layer: string, pos: Positions) {
+/** Query, key and value heads of normalized input n1 [B, S, D], rotated when rope. */
+export function projectHeads(o: Ops, w: Weights, n1: string, layer: string, pos: Positions) {
   const s = o.spec;
   let q = o.toHeads(linear(o, w, n1, layer, 'q'), s.kvHeads, o.group);
   let k = o.toHeads(linear(o, w, n1, layer, 'k'), s.kvHeads, 1);
@@ -220,10 +225,14 @@ function attention(o: Ops, w: Weights, n1: string, layer: string, pos: Positions
     q = rotate(o, q, pos);
     k = rotate(o, k, pos);
   }
+  return { q, k, v };
+}
+
+/** softmax(scale·q·kᵀ, masked)·v; keys / values [B, Hkv, 1, keys, hd] → ctx [B, S, H·hd]. */
+export function attend(o: Ops, q: string, k: string, v: string, mask: string): { p: string; ctx: string } {
   const scores = o.op('Mul', [o.op('MatMul', [q, o.swapLast(k)]), o.c(1 / Math.sqrt(o.hd))]);
-  const p = o.op('Softmax', [o.op('Where', [pos.mask, scores, o.c(-Infinity)])], { axis: int(-1) });
-  const ctx = o.fromHeads(o.op('MatMul', [p, v]));
-  return { q, k, v, p, ctx, out: linear(o, w, ctx, layer, 'o') };
+  const p = o.op('Softmax', [o.op('Where', [mask, scores, o.c(-Infinity)])], { axis: int(-1) });
+  return { p, ctx: o.fromHeads(o.op('MatMul', [p, v])) };
 }
 
 function mlp(o: Ops, w: Weights, n2: string, layer: string): { pre: string[]; act: string; out: string } {
@@ -238,25 +247,47 @@ function mlp(o: Ops, w: Weights, n2: string, layer: string): { pre: string[]; ac
   return { pre: [gate, up], act, out: linear(o, w, act, layer, 'd') };
 }
 
+/** Token (+ learned position) embeddings [B, S, D]. */
+export function embed(o: Ops, w: Weights, tokens: string, pos: Positions): string {
+  const h = o.op('Gather', [w.get('tok_emb'), tokens], { axis: int(0) });
+  return o.spec.positions === 'learned' ? o.op('Add', [h, o.op('Gather', [w.get('pos_emb'), pos.ids], { axis: int(0) })]) : h;
+}
+
+/**
+ * One pre-norm layer: h + Wo·attention(norm1(h)), then + mlp(norm2(·)). `attention` maps the
+ * normalized input to the attention output before Wo (full sequence, or one token over a cache).
+ */
+export function block(o: Ops, w: Weights, h: string, layer: string, attention: (n1: string) => string) {
+  const n1 = norm(o, w, h, `${layer}ln1`);
+  const ctx = attention(n1.y);
+  const h1 = o.op('Add', [h, linear(o, w, ctx, layer, 'o')]);
+  const n2 = norm(o, w, h1, `${layer}ln2`);
+  const m = mlp(o, w, n2.y, layer);
+  return { h: o.op('Add', [h1, m.out]), n1, ctx, n2, m };
+}
+
+/** Final norm, logits (tied: nf·tok_embᵀ) and log-softmax over the last axis. */
+export function headLogits(o: Ops, w: Weights, h: string): { lnf: NormSaved; nf: string; logits: string; logp: string } {
+  const nf = norm(o, w, h, 'lnf');
+  const head = o.spec.tiedHead ? o.op('Transpose', [w.get('tok_emb')]) : w.get('head');
+  const logits = o.op('MatMul', [nf.y, head]);
+  return { lnf: nf.saved, nf: nf.y, logits, logp: o.op('LogSoftmax', [logits], { axis: int(-1) }) };
+}
+
 /** tokens: int64 [B, S] */
 export function forward(o: Ops, w: Weights, tokens: string, pos: Positions): ForwardValues {
-  const s = o.spec;
-  let h = o.op('Gather', [w.get('tok_emb'), tokens], { axis: int(0) });
-  if (s.positions === 'learned') h = o.op('Add', [h, o.op('Gather', [w.get('pos_emb'), pos.ids], { axis: int(0) })]);
+  let h = embed(o, w, tokens, pos);
   const layers: LayerSaved[] = [];
-  for (let l = 0; l < s.layers; l++) {
-    const L = `l${l}.`;
-    const n1 = norm(o, w, h, `${L}ln1`);
-    const att = attention(o, w, n1.y, L, pos);
-    h = o.op('Add', [h, att.out]);
-    const n2 = norm(o, w, h, `${L}ln2`);
-    const m = mlp(o, w, n2.y, L);
-    h = o.op('Add', [h, m.out]);
-    layers.push({ ln1: n1.saved, n1: n1.y, q: att.q, k: att.k, v: att.v, p: att.p, ctx: att.ctx, ln2: n2.saved, n2: n2.y, pre: m.pre, act: m.act });
+  for (let l = 0; l < o.spec.layers; l++) {
+    let heads!: ReturnType<typeof projectHeads> & { p: string };
+    const r = block(o, w, h, `l${l}.`, (n1) => {
+      const qkv = projectHeads(o, w, n1, `l${l}.`, pos);
+      const a = attend(o, qkv.q, qkv.k, qkv.v, pos.mask);
+      heads = { ...qkv, p: a.p };
+      return a.ctx;
+    });
+    h = r.h;
+    layers.push({ ln1: r.n1.saved, n1: r.n1.y, ...heads, ctx: r.ctx, ln2: r.n2.saved, n2: r.n2.y, pre: r.m.pre, act: r.m.act });
   }
-  const nf = norm(o, w, h, 'lnf');
-  const head = s.tiedHead ? o.op('Transpose', [w.get('tok_emb')]) : w.get('head');
-  const logits = o.op('MatMul', [nf.y, head]);
-  const logp = o.op('LogSoftmax', [logits], { axis: int(-1) });
-  return { layers, lnf: nf.saved, nf: nf.y, logits, logp };
+  return { layers, ...headLogits(o, w, h) };
 }

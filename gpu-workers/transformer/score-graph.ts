@@ -5,7 +5,7 @@
  * implementations and imported checkpoints).
  */
 import { encodeModel, FloatType, Graph, int } from '../onnx/builder';
-import { lastColumn } from '../tiny-lm/generate-graph';
+import { lastColumn } from '../tiny-lm/sampling';
 import { forward, Ops, sequencePositions, sliceParams } from './forward';
 import { paramLayout, TransformerSpec } from './spec';
 
@@ -23,7 +23,7 @@ export function buildTransformerScoreGraph(spec: TransformerSpec, ft: FloatType 
   const targets = g.input('targets', 'int64', ['B', 'S']);
   const last = g.constant('int64', [2]);
   const picked = g.op('GatherElements', [fw.logp, g.op('Unsqueeze', [targets, last])], { axis: int(2) });
-  // Row sum via CumSum (position-independent bits, see tiny-lm/generate-graph.ts lastColumn).
+  // Row sum via CumSum (position-independent bits, see tiny-lm/sampling.ts lastColumn).
   const plogp = g.op('Reshape', [g.op('Mul', [g.op('Exp', [fw.logp]), fw.logp]), g.constant('int64', [-1, spec.vocabSize])]);
   const rowSums = lastColumn(g, g.op('CumSum', [plogp, g.constant('int64', 1)]));
   const entropy = g.op('Neg', [g.op('Reshape', [rowSums, g.op('Shape', [targets])])]);
