@@ -274,8 +274,8 @@ export function headLogits(o: Ops, w: Weights, h: string): { lnf: NormSaved; nf:
   return { lnf: nf.saved, nf: nf.y, logits, logp: o.op('LogSoftmax', [logits], { axis: int(-1) }) };
 }
 
-/** tokens: int64 [B, S] */
-export function forward(o: Ops, w: Weights, tokens: string, pos: Positions): ForwardValues {
+/** tokens: int64 [B, S]; `lastOnly`: logits of the last position only ([B, 1, V], for a prefill). */
+export function forward(o: Ops, w: Weights, tokens: string, pos: Positions, lastOnly = false): ForwardValues {
   let h = embed(o, w, tokens, pos);
   const layers: LayerSaved[] = [];
   for (let l = 0; l < o.spec.layers; l++) {
@@ -289,5 +289,6 @@ export function forward(o: Ops, w: Weights, tokens: string, pos: Positions): For
     h = r.h;
     layers.push({ ln1: r.n1.saved, n1: r.n1.y, ...heads, ctx: r.ctx, ln2: r.n2.saved, n2: r.n2.y, pre: r.m.pre, act: r.m.act });
   }
+  if (lastOnly) h = o.op('Slice', [h, o.i64([-1]), o.i64([2 ** 62]), o.i64([1])]);
   return { layers, ...headLogits(o, w, h) };
 }
