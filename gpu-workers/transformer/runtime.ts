@@ -54,6 +54,8 @@ export class TransformerRuntime {
     readonly spec: TransformerSpec,
     private readonly factory: SessionFactory,
     readonly rows: RowPolicy = { minRows: 2 },
+    /** sequences per update micro-batch (activation memory is held for one at a time) */
+    readonly microBatchSequences = Infinity,
   ) {
     this.paramCount = paramLayout(spec).total;
   }
@@ -138,9 +140,10 @@ export class TransformerRuntime {
     });
   }
 
-  private grid(seqs: { context: ArrayLike<number>; tokens: ArrayLike<number> }[], field: string): SequenceGrid {
+  /** `rows`: at least this many sequences (the rest are zero padding). */
+  private grid(seqs: { context: ArrayLike<number>; tokens: ArrayLike<number> }[], field: string, rows = this.rows.minRows): SequenceGrid {
     seqs.forEach((s, b) => this.checkLength(`${field}[${b}]`, s.context.length, s.context.length + s.tokens.length));
-    const B = Math.max(seqs.length, this.rows.minRows);
+    const B = Math.max(seqs.length, rows);
     const S = Math.max(1, ...seqs.map((s) => s.context.length + s.tokens.length - 1));
     const tokens = new BigInt64Array(B * S);
     const targets = new BigInt64Array(B * S);
@@ -174,9 +177,14 @@ export class TransformerRuntime {
     };
   }
 
-  /** K = settings.innerSteps fused AdamW steps on the whole batch, in one run. */
+  /**
+   * K = settings.innerSteps fused AdamW steps on the whole batch, in one run; each step sums
+   * the gradient over micro-batches of `microBatchSequences` sequences (padding sequences have weight 0).
+   */
   async update(state: OptimState, samples: UpdateSample[], s: UpdateSettings): Promise<UpdateOutput> {
-    const grid = this.grid(samples, 'samples');
+    const perMicro = Math.max(this.rows.minRows, Math.min(this.microBatchSequences, samples.length));
+    const micro = Math.max(1, Math.ceil(samples.length / perMicro));
+    const grid = this.grid(samples, 'samples', micro * perMicro);
     const N = grid.B * grid.S;
     const advantages = new Float32Array(N);
     const oldLogprobs = new Float32Array(N);
@@ -204,7 +212,7 @@ export class TransformerRuntime {
     const beta1 = Math.fround(s.beta1);
     const beta2 = Math.fround(s.beta2);
     const bc = biasCorrections(Math.fround(s.lr), beta1, beta2, state.step + 1, K);
-    const dims = [grid.B, grid.S];
+    const dims = [micro, grid.B / micro, grid.S];
     const out = await (
       await this.upd()
     ).run({

@@ -77,6 +77,10 @@ test('transformer runtime: updates are bitwise deterministic and learn a bandit 
   assert.equal(first.state.step, 2);
   assert.equal(first.tokens, 4);
   assert.equal(first.steps.length, 2);
+  // Micro-batches of 2 sequences: the same step within float32 summation order.
+  const micro = await new TransformerRuntime(SPEC, sessionFactory('cpu', { intraOpThreads: 1 }), { minRows: 2 }, 2).update(state, samples((c) => (c === 2 ? 7 : 9)), SETTINGS);
+  const moved = Math.max(...first.state.theta.map((x, i) => Math.abs(x - state.theta[i])));
+  assert.ok(first.state.theta.every((x, i) => Math.abs(x - micro.state.theta[i]) < 1e-3 * moved));
 
   const probe = async () => {
     const s = await rt.score(state.theta, [
