@@ -128,13 +128,18 @@ export interface Positions {
   sin?: string;
 }
 
-/** RoPE cos / sin at position ids [B', S] → [B', 1, 1, S, hd] (none for learned positions). */
-export function rotationAt(o: Ops, ids: string): Pick<Positions, 'cos' | 'sin'> {
-  if (o.spec.positions !== 'rope') return {};
+/** The RoPE tables as graph constants [maxSeq, hd] (a Loop body can read its parent's). */
+export function ropeConstants(o: Ops): { cos: string; sin: string } {
   const t = ropeTables(o.spec);
-  const table = (vals: number[]) =>
-    o.op('Unsqueeze', [o.op('Gather', [o.g.constant(o.ft, vals, [o.spec.maxSeq, o.hd]), ids], { axis: int(0) }), o.i64([1, 2])]);
-  return { cos: table(t.cos), sin: table(t.sin) };
+  return { cos: o.g.constant(o.ft, t.cos, [o.spec.maxSeq, o.hd]), sin: o.g.constant(o.ft, t.sin, [o.spec.maxSeq, o.hd]) };
+}
+
+/** RoPE cos / sin at position ids [B', S] → [B', 1, 1, S, hd] (none for learned positions). */
+export function rotationAt(o: Ops, ids: string, tables?: { cos: string; sin: string }): Pick<Positions, 'cos' | 'sin'> {
+  if (o.spec.positions !== 'rope') return {};
+  const t = tables ?? ropeConstants(o);
+  const at = (table: string) => o.op('Unsqueeze', [o.op('Gather', [table, ids], { axis: int(0) }), o.i64([1, 2])]);
+  return { cos: at(t.cos), sin: at(t.sin) };
 }
 
 /** Positions 0..S−1 of right-padded sequences (padding sits after every real token, so the causal mask hides it). */

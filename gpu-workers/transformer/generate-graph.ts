@@ -23,7 +23,7 @@
  */
 import { encodeModel, Graph, graphAttr, int } from '../onnx/builder';
 import { declareSamplingInputs, prepareSampling, sampleStep } from '../tiny-lm/sampling';
-import { attend, block, embed, forward, headLogits, Ops, Positions, projectHeads, rotationAt, sliceParams } from './forward';
+import { attend, block, embed, forward, headLogits, Ops, Positions, projectHeads, ropeConstants, rotationAt, sliceParams } from './forward';
 import { paramLayout, TransformerSpec } from './spec';
 
 export function buildTransformerGenerateGraph(spec: TransformerSpec): Uint8Array {
@@ -47,7 +47,8 @@ export function buildTransformerGenerateGraph(spec: TransformerSpec): Uint8Array
   const queryCol = g.op('Unsqueeze', [cols, o.i64([1])]); // [C, 1]
   const keyValid = g.op('Reshape', [g.op('GreaterOrEqual', [colRow, start]), o.i64([0, 1, 1, 1, -1])]); // [B, 1, 1, 1, C]
   const prefillMask = g.op('Or', [g.op('And', [g.op('GreaterOrEqual', [queryCol, colRow]), keyValid]), g.op('Equal', [queryCol, colRow])]);
-  const prefillPos: Positions = { ids, mask: prefillMask, ...rotationAt(o, ids) };
+  const tables = spec.positions === 'rope' ? ropeConstants(o) : undefined;
+  const prefillPos: Positions = { ids, mask: prefillMask, ...rotationAt(o, ids, tables) };
   const fw = forward(o, w, context, prefillPos, true);
   const lastOf = (t: string) => g.op('Squeeze', [t, o.i64([1])]); // [B, 1, V] → [B, V]
   const pads = g.op('Concat', [o.i64([0, 0, 0, 0, 0, 0]), g.op('Reshape', [steps, o.i64([1])]), o.i64([0])], { axis: int(0) });
@@ -69,7 +70,7 @@ export function buildTransformerGenerateGraph(spec: TransformerSpec): Uint8Array
   const tokIds = b.op('Add', [lenCol, iter]); // its position id [B, 1]
   const cacheCols = b.op('Range', [b.constant('int64', 0), b.op('Add', [C, steps]), b.constant('int64', 1)]);
   const visible = b.op('And', [b.op('GreaterOrEqual', [cacheCols, start]), b.op('LessOrEqual', [cacheCols, col])]); // [B, C+T]
-  const pos: Positions = { ids: tokIds, mask: b.op('Reshape', [visible, ob.i64([0, 1, 1, 1, -1])]), ...rotationAt(ob, tokIds) };
+  const pos: Positions = { ids: tokIds, mask: b.op('Reshape', [visible, ob.i64([0, 1, 1, 1, -1])]), ...rotationAt(ob, tokIds, tables) };
   const cachesOut: string[] = [];
   let h = embed(ob, w, st.tok, pos);
   for (let l = 0; l < spec.layers; l++) {
