@@ -26,7 +26,7 @@ const session64 = (model: Uint8Array) =>
   ort.InferenceSession.create(model, { intraOpNumThreads: 1, interOpNumThreads: 1, graphOptimizationLevel: 'basic', logSeverityLevel: 3 });
 
 /** Varied weights of order 1 so attention, norms and activations are far from linear. */
-export function testTheta(spec: TransformerSpec, seed: number): Float64Array {
+function testTheta(spec: TransformerSpec, seed: number): Float64Array {
   const r = rng(seed);
   const layout = paramLayout(spec);
   const theta = new Float64Array(layout.total);
