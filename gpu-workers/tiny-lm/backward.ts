@@ -1,8 +1,7 @@
 /**
  * Hand-derived backward pass of the tiny-lm forward (forward.ts), as ONNX nodes.
  *
- *   dlogits = g ⊙ (onehot(target) − softmax)         (through log-softmax, per row)
- *           + e ⊙ (−softmax ⊙ (logp + H))           (entropy bonus: e = ∂loss/∂H, ∂H/∂z = −p(logp + H))
+ *   dlogits from objective.ts (loss through log-softmax)
  *   dWo = hᵀ·dlogits, dbo = Σ_rows dlogits, dh = dlogits·Woᵀ
  *   per layer l (last to first), a = act(pre):
  *     dpre = dh ⊙ act'(a)   (tanh: 1 − a², relu: [a > 0])
@@ -17,12 +16,8 @@ import { ForwardValues, Params } from './forward';
 import { TinyLmSpec } from './spec';
 
 export interface BackwardInputs {
-  /** ∂loss/∂logp_t per row [N] */
-  dLogp: string;
-  /** optional entropy term: e_t = ∂loss/∂H_t [N] and the row entropies H_t [N] */
-  entropy?: { dEntropy: string; rowEntropy: string };
-  /** float one-hot of each row's target [N, V] */
-  onehot: string;
+  /** ∂loss/∂logits [N, V] (objective.ts) */
+  dLogits: string;
   /** int64 [N·W, 1] window ids, as ScatterND indices */
   scatterIdx: string;
 }
@@ -36,19 +31,10 @@ export function backward(
   x: BackwardInputs,
 ): string {
   const axis0 = g.constant('int64', [0]);
-  const axis1 = g.constant('int64', [1]);
   const rowSum = (t: string) => g.op('ReduceSum', [t, axis0], { keepdims: int(0) });
   const tMatMul = (a: string, b: string) => g.op('Gemm', [a, b], { transA: int(1) }); // aᵀ·b
   const matMulT = (a: string, b: string) => g.op('Gemm', [a, b], { transB: int(1) }); // a·bᵀ
-
-  const softmax = g.op('Exp', [fw.logp]);
-  const gCol = g.op('Unsqueeze', [x.dLogp, axis1]);
-  let dLogits = g.op('Mul', [gCol, g.op('Sub', [x.onehot, softmax])]);
-  if (x.entropy) {
-    const hCol = g.op('Unsqueeze', [x.entropy.rowEntropy, axis1]);
-    const dH = g.op('Neg', [g.op('Mul', [softmax, g.op('Add', [fw.logp, hCol])])]); // ∂H/∂z
-    dLogits = g.op('Add', [dLogits, g.op('Mul', [g.op('Unsqueeze', [x.entropy.dEntropy, axis1]), dH])]);
-  }
+  const dLogits = x.dLogits;
 
   const L = spec.layers;
   const hLast = fw.h[L - 1];

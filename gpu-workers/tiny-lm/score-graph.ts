@@ -4,7 +4,7 @@
  */
 import { encodeModel, Graph, int } from '../onnx/builder';
 import { forward, sliceParams } from './forward';
-import { lastColumn } from './generate-graph';
+import { lastColumn } from './sampling';
 import { paramLayout, TinyLmSpec } from './spec';
 
 export function buildScoreGraph(spec: TinyLmSpec): Uint8Array {
@@ -15,7 +15,7 @@ export function buildScoreGraph(spec: TinyLmSpec): Uint8Array {
   const fw = forward(g, spec, sliceParams(g, spec, theta), windows);
   const axis1 = g.constant('int64', [1]);
   const picked = g.op('GatherElements', [fw.logp, g.op('Unsqueeze', [targets, axis1])], { axis: int(1) });
-  // Row sum via CumSum (position-independent, see generate-graph.ts lastColumn).
+  // Row sum via CumSum (position-independent, see sampling.ts lastColumn).
   const plogp = g.op('Mul', [g.op('Exp', [fw.logp]), fw.logp]);
   const entropy = g.op('Neg', [g.op('Squeeze', [lastColumn(g, g.op('CumSum', [plogp, g.constant('int64', 1)])), axis1])]);
   g.output(g.op('Squeeze', [picked, axis1]), 'logprobs', 'float32', ['N']);

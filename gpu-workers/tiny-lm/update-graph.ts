@@ -17,7 +17,7 @@ import { encodeModel, FloatType, Graph, graphAttr, int } from '../onnx/builder';
 import { adamwStep, clipByGlobalNorm } from './adamw';
 import { backward } from './backward';
 import { forward, sliceParams } from './forward';
-import { policyLoss, type LossInputs } from './policy-loss';
+import { rlObjective, type ObjectiveInputs, type ObjectiveValues } from './objective';
 import { paramLayout, TinyLmSpec } from './spec';
 
 /** Order of the per-step metrics vector (scan output `metrics` [K, 7]). */
@@ -33,14 +33,10 @@ export const STEP_METRICS = [
   'entropy',
 ] as const;
 
-/** The loss inputs (logp is computed from θ inside the graph) plus the batch's tokens and row mask. */
-interface BatchInputs extends Omit<LossInputs, 'logp'> {
+/** The objective's per-row inputs plus the batch's windows (one row per trained token). */
+interface BatchInputs extends Omit<ObjectiveInputs, 'targetsCol' | 'onehot' | 'nRows'> {
   windows: string;
   targets: string;
-  /** 1 for rows counted in the mean metrics (trained, w ≠ 0), else 0 (padding) */
-  rowMask: string;
-  /** entropy bonus coefficient β_H (loss −= β_H·Σ w_t·H_t) */
-  entropyCoef: string;
 }
 
 function declareBatch(g: Graph, spec: TinyLmSpec, ft: FloatType): BatchInputs {
@@ -81,64 +77,15 @@ function prepare(g: Graph, spec: TinyLmSpec, ft: FloatType, x: BatchInputs): Pre
   return { targetsCol, onehot, scatterIdx, nRows };
 }
 
-interface StepValues {
+interface StepValues extends Omit<ObjectiveValues, 'dLogits'> {
   grad: string;
-  loss: string;
-  pgLoss: string;
-  klLoss: string;
-  /** Σ w_t·H_t */
-  entropySum: string;
-  clipFraction: string;
-  dualClipFraction: string;
-  approxKl: string;
-  entropy: string;
 }
 
 function lossAndGrad(g: Graph, spec: TinyLmSpec, ft: FloatType, theta: string, x: BatchInputs, pre: Prepared): StepValues {
-  const axis1 = g.constant('int64', [1]);
-  const zero = g.constant(ft, 0);
   const p = sliceParams(g, spec, theta);
   const fw = forward(g, spec, p, x.windows);
-  const logp = g.op('Squeeze', [g.op('GatherElements', [fw.logp, pre.targetsCol], { axis: int(1) }), axis1]);
-  const lv = policyLoss(g, ft, {
-    logp,
-    oldLogp: x.oldLogp,
-    advantages: x.advantages,
-    weights: x.weights,
-    refLogp: x.refLogp,
-    hasRef: x.hasRef,
-    clipLow: x.clipLow,
-    clipHigh: x.clipHigh,
-    dualClip: x.dualClip,
-    klCoef: x.klCoef,
-    klIsK3: x.klIsK3,
-  });
-  const rowEntropy = g.op('Neg', [
-    g.op('ReduceSum', [g.op('Mul', [g.op('Exp', [fw.logp]), fw.logp]), axis1], { keepdims: int(0) }),
-  ]);
-  // Entropy bonus: loss −= β_H·Σ w_t·H_t, so e_t = ∂loss/∂H_t = −β_H·w_t.
-  const dEntropy = g.op('Neg', [g.op('Mul', [x.entropyCoef, x.weights])]);
-  const grad = backward(g, spec, ft, p, fw, {
-    dLogp: lv.dLogp,
-    onehot: pre.onehot,
-    scatterIdx: pre.scatterIdx,
-    entropy: { dEntropy, rowEntropy },
-  });
-  const sum = (t: string) => g.op('ReduceSum', [t], { keepdims: int(0) });
-  const rowMean = (t: string) => g.op('Div', [sum(g.op('Mul', [x.rowMask, t])), pre.nRows]);
-  const indicator = (b: string) => g.op('Where', [b, g.constant(ft, 1), zero]);
-  const entropySum = sum(g.op('Mul', [x.weights, rowEntropy]));
-  return {
-    grad,
-    loss: g.op('Sub', [sum(lv.weightedLoss), g.op('Mul', [x.entropyCoef, entropySum])]),
-    pgLoss: sum(lv.weightedPg),
-    klLoss: sum(lv.weightedKl),
-    entropySum,
-    clipFraction: rowMean(indicator(lv.ppoClipped)),
-    dualClipFraction: rowMean(indicator(lv.dualClipped)),
-    approxKl: rowMean(g.op('Sub', [g.op('Sub', [lv.ratio, g.constant(ft, 1)]), lv.logRatio])),
-    entropy: rowMean(rowEntropy),
-  };
+  const { dLogits, ...values } = rlObjective(g, ft, fw.logp, { ...x, ...pre });
+  return { ...values, grad: backward(g, spec, ft, p, fw, { dLogits, scatterIdx: pre.scatterIdx }) };
 }
 
 const OPT_SCALARS = ['lr', 'beta1', 'beta2', 'eps', 'weight_decay', 'max_grad_norm'] as const;

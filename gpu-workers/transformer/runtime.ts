@@ -1,0 +1,261 @@
+/**
+ * Runs the transformer graphs for one spec with the same interface as
+ * tiny-lm/runtime.ts (what the engine's model-family seam calls): owns the
+ * generate, score and update sessions (weights are inputs, so every model with
+ * this spec shares them), assembles padded batches on the host and decodes
+ * outputs. No batching policy lives here beyond row padding.
+ *
+ * Sequences: a context of ≥ 1 token (position 0 has no predecessor, so the
+ * first scored or generated token needs one) plus tokens, at most maxSeq in
+ * all. Generate left-pads contexts (generate-graph.ts); Score and Update
+ * right-pad whole sequences, and row (b, p) predicts token p + 1.
+ */
+import * as ort from 'onnxruntime-node';
+import { fillUniforms, STREAM_SAMPLING } from '../philox';
+import { biasCorrections } from '../tiny-lm/adamw';
+import type { ScoreSequence, UpdateSample } from '../tiny-lm/batch';
+import type { GenerateRow, GenerateRowResult, OptimState, RowPolicy, SessionFactory, StepMetrics, UpdateOutput, UpdateSettings } from '../tiny-lm/runtime';
+import { STEP_METRICS } from '../tiny-lm/update-graph';
+import { buildTransformerGenerateGraph } from './generate-graph';
+import { buildTransformerScoreGraph } from './score-graph';
+import { paramLayout, TransformerSpec } from './spec';
+import { buildTransformerUpdateGraph } from './update-graph';
+
+/** A request the spec cannot run; the message names the field (`sequences[2].context`). */
+export class TransformerRequestError extends Error {
+  constructor(
+    readonly field: string,
+    message: string,
+  ) {
+    super(`${field}: ${message}`);
+    this.name = 'TransformerRequestError';
+  }
+}
+
+const f32 = (a: Float32Array, dims: number[]) => new ort.Tensor('float32', a, dims);
+const i64 = (a: BigInt64Array, dims: number[]) => new ort.Tensor('int64', a, dims);
+const scalar = (x: number) => new ort.Tensor('float32', Float32Array.of(x), []);
+
+/** Right-padded [B, S] token grid of whole sequences minus their last token, and targets = next tokens. */
+interface SequenceGrid {
+  B: number;
+  S: number;
+  tokens: BigInt64Array;
+  targets: BigInt64Array;
+}
+
+export class TransformerRuntime {
+  private generateSession?: Promise<ort.InferenceSession>;
+  private scoreSession?: Promise<ort.InferenceSession>;
+  private updateSession?: Promise<ort.InferenceSession>;
+  readonly paramCount: number;
+
+  constructor(
+    readonly spec: TransformerSpec,
+    private readonly factory: SessionFactory,
+    readonly rows: RowPolicy = { minRows: 2 },
+    /** sequences per update micro-batch (activation memory is held for one at a time) */
+    readonly microBatchSequences = Infinity,
+  ) {
+    this.paramCount = paramLayout(spec).total;
+  }
+
+  private gen() {
+    return (this.generateSession ??= this.factory.create(buildTransformerGenerateGraph(this.spec), 'generate'));
+  }
+  private sc() {
+    return (this.scoreSession ??= this.factory.create(buildTransformerScoreGraph(this.spec), 'score'));
+  }
+  private upd() {
+    return (this.updateSession ??= this.factory.create(buildTransformerUpdateGraph(this.spec), 'update'));
+  }
+
+  async warm(): Promise<void> {
+    await Promise.all([this.gen(), this.sc(), this.upd()]);
+  }
+
+  private checkLength(field: string, contextLength: number, total: number): void {
+    if (contextLength < 1) throw new TransformerRequestError(`${field}.context`, 'needs at least one token (the transformer has no start-of-sequence padding)');
+    if (total > this.spec.maxSeq) throw new TransformerRequestError(field, `context + tokens = ${total} exceeds the model's maxSeq ${this.spec.maxSeq}`);
+  }
+
+  /** One fused run over all rows (callers split batches larger than they want). */
+  async generate(theta: Float32Array, rows: GenerateRow[]): Promise<GenerateRowResult[]> {
+    const n = rows.length;
+    if (n === 0) return [];
+    rows.forEach((r, b) => this.checkLength(`sequences[${b}]`, r.context.length, r.context.length + r.maxTokens));
+    const B = Math.max(n, this.rows.minRows);
+    const V = this.spec.vocabSize;
+    const C = Math.max(...rows.map((r) => r.context.length));
+    const T = Math.max(1, ...rows.map((r) => r.maxTokens));
+    const context = new BigInt64Array(B * C); // left padding: token 0, masked in the graph
+    const contextLen = new BigInt64Array(B).fill(1n);
+    const uniforms = new Float32Array(B * T);
+    const temperature = new Float32Array(B);
+    const topK = new BigInt64Array(B);
+    const topP = new Float32Array(B);
+    const stopMask = new Uint8Array(B * V);
+    const maxTokens = new BigInt64Array(B).fill(1n);
+    rows.forEach((r, b) => {
+      for (let i = 0; i < r.context.length; i++) context[b * C + C - r.context.length + i] = BigInt(r.context[i]);
+      contextLen[b] = BigInt(r.context.length);
+      fillUniforms(r.seedKey, STREAM_SAMPLING, r.maxTokens, uniforms, b * T);
+      temperature[b] = r.temperature;
+      topK[b] = BigInt(r.topK);
+      topP[b] = r.topP;
+      for (const s of r.stopTokens) stopMask[b * V + s] = 1;
+      maxTokens[b] = BigInt(r.maxTokens);
+    });
+    const out = await (
+      await this.gen()
+    ).run({
+      theta: f32(theta, [theta.length]),
+      context: i64(context, [B, C]),
+      context_len: i64(contextLen, [B]),
+      uniforms: f32(uniforms, [B, T]),
+      temperature: f32(temperature, [B]),
+      top_k: i64(topK, [B]),
+      top_p: f32(topP, [B]),
+      stop_mask: new ort.Tensor('bool', stopMask, [B, V]),
+      max_tokens: i64(maxTokens, [B]),
+      steps: i64(BigInt64Array.of(BigInt(T)), []),
+    });
+    const toks = out.tokens.data as BigInt64Array;
+    const lps = out.logprobs.data as Float32Array;
+    const slps = out.sample_logprobs.data as Float32Array;
+    const S = out.tokens.dims[0];
+    return rows.map((r, b) => {
+      const res: GenerateRowResult = { tokens: [], logprobs: [], sampleLogprobs: [], stopReason: 'max_tokens' };
+      for (let t = 0; t < S && t < r.maxTokens; t++) {
+        const tok = Number(toks[t * B + b]);
+        res.tokens.push(tok);
+        res.logprobs.push(lps[t * B + b]);
+        res.sampleLogprobs.push(slps[t * B + b]);
+        if (stopMask[b * V + tok]) {
+          res.stopReason = 'stop_token';
+          break;
+        }
+      }
+      return res;
+    });
+  }
+
+  /** `rows`: at least this many sequences (the rest are zero padding). */
+  private grid(seqs: { context: ArrayLike<number>; tokens: ArrayLike<number> }[], field: string, rows = this.rows.minRows): SequenceGrid {
+    seqs.forEach((s, b) => this.checkLength(`${field}[${b}]`, s.context.length, s.context.length + s.tokens.length));
+    const B = Math.max(seqs.length, rows);
+    const S = Math.max(1, ...seqs.map((s) => s.context.length + s.tokens.length - 1));
+    const tokens = new BigInt64Array(B * S);
+    const targets = new BigInt64Array(B * S);
+    seqs.forEach((s, b) => {
+      const full = [...Array.from(s.context), ...Array.from(s.tokens)];
+      for (let p = 0; p + 1 < full.length; p++) {
+        tokens[b * S + p] = BigInt(full[p]);
+        targets[b * S + p] = BigInt(full[p + 1]);
+      }
+    });
+    return { B, S, tokens, targets };
+  }
+
+  /** Log-prob and entropy of every given token; one array per sequence. */
+  async score(theta: Float32Array, seqs: ScoreSequence[]): Promise<{ logprobs: Float32Array[]; entropy: Float32Array[] }> {
+    if (seqs.length === 0) return { logprobs: [], entropy: [] };
+    const grid = this.grid(seqs, 'sequences');
+    const out = await (
+      await this.sc()
+    ).run({
+      theta: f32(theta, [theta.length]),
+      tokens: i64(grid.tokens, [grid.B, grid.S]),
+      targets: i64(grid.targets, [grid.B, grid.S]),
+    });
+    const lp = out.logprobs.data as Float32Array;
+    const ent = out.entropy.data as Float32Array;
+    const at = (b: number, s: ScoreSequence) => b * grid.S + s.context.length - 1; // predicts tokens[0]
+    return {
+      logprobs: seqs.map((s, b) => lp.slice(at(b, s), at(b, s) + s.tokens.length)),
+      entropy: seqs.map((s, b) => ent.slice(at(b, s), at(b, s) + s.tokens.length)),
+    };
+  }
+
+  /**
+   * K = settings.innerSteps fused AdamW steps on the whole batch, in one run; each step sums
+   * the gradient over micro-batches of `microBatchSequences` sequences (padding sequences have weight 0).
+   */
+  async update(state: OptimState, samples: UpdateSample[], s: UpdateSettings): Promise<UpdateOutput> {
+    const perMicro = Math.max(this.rows.minRows, Math.min(this.microBatchSequences, samples.length));
+    const micro = Math.max(1, Math.ceil(samples.length / perMicro));
+    const grid = this.grid(samples, 'samples', micro * perMicro);
+    const N = grid.B * grid.S;
+    const advantages = new Float32Array(N);
+    const oldLogprobs = new Float32Array(N);
+    const weights = new Float32Array(N);
+    const rowMask = new Float32Array(N);
+    const refLogprobs = new Float32Array(N);
+    const hasRef = new Uint8Array(N);
+    let trained = 0;
+    samples.forEach((x, b) => {
+      for (let t = 0; t < x.tokens.length; t++) {
+        if (x.lossMask[t] !== 1) continue;
+        const r = b * grid.S + x.context.length - 1 + t;
+        trained++;
+        advantages[r] = x.advantages[t];
+        oldLogprobs[r] = x.oldLogprobs[t];
+        weights[r] = x.lossWeights[t];
+        rowMask[r] = x.lossWeights[t] !== 0 ? 1 : 0;
+        if (x.refLogprobs.length > 0) {
+          refLogprobs[r] = x.refLogprobs[t];
+          hasRef[r] = 1;
+        }
+      }
+    });
+    const K = s.innerSteps;
+    const beta1 = Math.fround(s.beta1);
+    const beta2 = Math.fround(s.beta2);
+    const bc = biasCorrections(Math.fround(s.lr), beta1, beta2, state.step + 1, K);
+    const dims = [micro, grid.B / micro, grid.S];
+    const out = await (
+      await this.upd()
+    ).run({
+      theta: f32(state.theta, [this.paramCount]),
+      adam_m: f32(state.m, [this.paramCount]),
+      adam_v: f32(state.v, [this.paramCount]),
+      tokens: i64(grid.tokens, dims),
+      targets: i64(grid.targets, dims),
+      advantages: f32(advantages, dims),
+      old_logprobs: f32(oldLogprobs, dims),
+      weights: f32(weights, dims),
+      row_mask: f32(rowMask, dims),
+      ref_logprobs: f32(refLogprobs, dims),
+      has_ref: new ort.Tensor('bool', hasRef, dims),
+      clip_low: scalar(s.clipLow),
+      clip_high: scalar(s.clipHigh),
+      dual_clip: scalar(s.dualClip),
+      kl_coef: scalar(s.klCoef),
+      kl_is_k3: new ort.Tensor('bool', Uint8Array.of(s.klType === 'low_var_kl' ? 1 : 0), []),
+      entropy_coef: scalar(s.entropyCoef),
+      lr: scalar(s.lr),
+      beta1: scalar(beta1),
+      beta2: scalar(beta2),
+      eps: scalar(s.eps),
+      weight_decay: scalar(s.weightDecay),
+      max_grad_norm: scalar(s.maxGradNorm),
+      step_size: f32(bc.stepSize, [K]),
+      bc2_sqrt: f32(bc.bc2Sqrt, [K]),
+      steps: i64(BigInt64Array.of(BigInt(K)), []),
+    });
+    const metrics = out.metrics.data as Float32Array;
+    const M = STEP_METRICS.length;
+    const steps: StepMetrics[] = [];
+    for (let k = 0; k < K; k++) steps.push(Object.fromEntries(STEP_METRICS.map((name, j) => [name, metrics[k * M + j]])) as StepMetrics);
+    return {
+      state: {
+        theta: out.new_theta.data as Float32Array,
+        m: out.new_adam_m.data as Float32Array,
+        v: out.new_adam_v.data as Float32Array,
+        step: state.step + K,
+      },
+      steps,
+      tokens: trained,
+    };
+  }
+}
