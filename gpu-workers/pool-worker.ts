@@ -18,6 +18,7 @@ import { EngineSupervisor } from './engine-process';
 import { createPoolActivities, PoolActivityOptions } from './activities';
 import { createTrainingPoolActivities } from '../activities/training/pool';
 import { connect } from '../infra/db';
+import { loadTeamCode, workerIdentity } from '../infra/team-code';
 
 export const DEFAULT_POOL_TASK_QUEUE = 'troupe-gpu';
 
@@ -87,7 +88,11 @@ export async function createPoolWorker(opts: PoolWorkerOptions = {}): Promise<Po
     external?.close();
     throw e;
   }
+  // Batched rollouts run team code here too: say which (see infra/team-code.ts).
+  const teams = loadTeamCode();
+  for (const [team, why] of Object.entries(teams.failed)) log({ event: 'team_unusable', team, error: why });
   const worker = await Worker.create({
+    identity: workerIdentity(teams.hash),
     connection,
     namespace: opts.namespace ?? process.env.TEMPORAL_NAMESPACE ?? 'default',
     taskQueue,

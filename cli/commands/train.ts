@@ -7,7 +7,7 @@ import type { trainingRun } from '../../workflows/training-run';
 import { defineCommand } from '../command';
 import { connectRuns, readConfigFile, summaryJson, summaryLines, validateRunConfig, watchRun } from '../runs';
 import { writePlot } from '../plot';
-import { up } from './up';
+import { upWithCurrentTeams } from '../teams';
 
 function intFlag(name: string, v: string | undefined): number | undefined {
   if (v === undefined) return undefined;
@@ -81,8 +81,7 @@ export default defineCommand({
     const config = validateRunConfig({ ...input, runId });
 
     const started = Date.now();
-    const stack = await up(loadConfig(), { log });
-    if (!stack.ok) throw new TroupeError('the stack did not come up completely', stack.lines.join('; '));
+    const stack = await upWithCurrentTeams(loadConfig(), log);
     const c = await connectRuns(log);
     try {
       const handle = await c.client.workflow.start<typeof trainingRun>('trainingRun', { taskQueue: c.config.taskQueue, workflowId: runId, args: [config] });
