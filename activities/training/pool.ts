@@ -10,7 +10,7 @@ import { setMaxListeners } from 'node:events';
 import { Context, heartbeat } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import type { EpisodeIO, GenerateCall, GenerateReply } from '../../agents/episode';
-import { runEpisode } from '../../agents/episode';
+import { runBatchedEpisode } from './episode-sandbox';
 import { engineSpec } from '../../agents/model';
 import type { Sampling } from '../../agents/agent';
 import { deriveSeed } from '../../agents/seed';
@@ -170,7 +170,7 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
         // All episodes in flight at once: the engine coalesces their turns into batched runs.
         await Promise.all(
           todo.map(async (spec) => {
-            const trajectory = await runEpisode(team, { episodeId: spec.episodeId, seed: spec.seed, task: spec.task, versions: input.versions, sampling: input.sampling }, io);
+            const trajectory = await runBatchedEpisode(team, { episodeId: spec.episodeId, seed: spec.seed, task: spec.task, versions: input.versions, sampling: input.sampling }, io);
             const episode = scoredEpisode(team, { ...spec, runId: input.runId, step: input.step, split: input.split, mode: 'batched' }, trajectory);
             if (episode.trajectory.status === 'failed') failed++;
             pending.push(episode);
