@@ -1,7 +1,7 @@
 // troupe train <team>: bring the stack up, start a trainingRun workflow, watch it, summarise, plot.
 import * as path from 'node:path';
 import { loadConfig } from '../../infra/config';
-import { TroupeError } from '../../infra/errors';
+import { TroupeError, errorMessage } from '../../infra/errors';
 import type { RunConfigInput } from '../../schema/run-config';
 import type { trainingRun } from '../../workflows/training-run';
 import { defineCommand } from '../command';
@@ -96,8 +96,13 @@ export default defineCommand({
       for (const l of summaryLines(summary, wallSeconds)) console.log(l);
       let plot: { png: string; svg: string } | undefined;
       if (!values['no-plot']) {
-        plot = await writePlot(c.sql, runId, path.join(c.config.stateDir, 'runs', runId));
-        console.log(`  plot: ${plot.png} (and .svg)`);
+        // The plot is a convenience: whatever goes wrong with it, the summary and --json line still come.
+        try {
+          plot = await writePlot(c.sql, runId, path.join(c.config.stateDir, 'runs', runId));
+          console.log(`  plot: ${plot.png} (and .svg)`);
+        } catch (e) {
+          log(`troupe: no plot written: ${errorMessage(e)} (try \`npx troupe plot ${runId}\`)`);
+        }
       }
       console.log('The stack is still up (Web UI, workers); stop it with: npx troupe down');
       if (values.json) console.log(JSON.stringify(summaryJson(summary, wallSeconds, plot ? { plot } : {})));
