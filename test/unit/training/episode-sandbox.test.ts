@@ -54,7 +54,7 @@ it('two batches with the same seeds make the same episodes; other seeds other dr
   const second = await batch(seeds);
   assert.deepEqual(second, first);
   for (const e of first) assert.equal(e.status, 'completed');
-  // A logical clock: 0 at the start, one tick per awaited turn.
+  // A logical clock: 0 at the start, one tick per generation awaited (one per turn here: no tools).
   assert.deepEqual((first[0]!.outcome as { clock: number[] }).clock, [0, 1, 2, 3]);
   const draws = first.map((e) => (e.outcome as { draws: number[] }).draws[0]);
   assert.equal(new Set(draws).size, seeds.length, 'each episode has its own stream');
