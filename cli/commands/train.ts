@@ -2,6 +2,7 @@
 import * as path from 'node:path';
 import { loadConfig } from '../../infra/config';
 import { TroupeError, errorMessage } from '../../infra/errors';
+import type { WorkflowHandle } from '@temporalio/client';
 import type { RunConfigInput } from '../../schema/run-config';
 import type { trainingRun } from '../../workflows/training-run';
 import { defineCommand } from '../command';
@@ -19,6 +20,12 @@ function intFlag(name: string, v: string | undefined): number | undefined {
 export function runIdFor(team: string, now = new Date()): string {
   const t = now.toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15);
   return `${team}-${t}-${Math.random().toString(36).slice(2, 6)}`;
+}
+
+/** The --json line of a run that did not end with a summary: its workflow status as Temporal has it, and why. */
+export async function failureJson(handle: WorkflowHandle, team: string, error: unknown, wallSeconds: number) {
+  const status = await handle.describe().then((d) => d.status.name.toLowerCase(), () => 'unknown');
+  return { runId: handle.workflowId, workflowId: handle.workflowId, team, status, error: errorMessage(error), wallSeconds };
 }
 
 export default defineCommand({
@@ -91,7 +98,14 @@ export default defineCommand({
         console.log(values.json ? JSON.stringify({ runId, workflowId: runId }) : runId);
         return 0;
       }
-      const summary = await watchRun(handle);
+      let summary;
+      try {
+        summary = await watchRun(handle);
+      } catch (e) {
+        // A run that ends badly still gets its --json line (then the error and exit status 1).
+        if (values.json) console.log(JSON.stringify(await failureJson(handle, team, e, (Date.now() - started) / 1000)));
+        throw e;
+      }
       const wallSeconds = (Date.now() - started) / 1000;
       for (const l of summaryLines(summary, wallSeconds)) console.log(l);
       let plot: { png: string; svg: string } | undefined;
