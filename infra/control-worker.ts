@@ -3,6 +3,7 @@
 import { NativeConnection, Worker, WorkerOptions } from '@temporalio/worker';
 import { createControlActivities } from '../activities';
 import type { Sql } from './db';
+import { isolateTeamBuildErrors } from './team-bundle';
 import { loadTeamCode, workerIdentity } from './team-code';
 
 export interface ControlWorkerOptions {
@@ -27,7 +28,7 @@ export async function createControlWorker(opts: ControlWorkerOptions): Promise<W
     connection: opts.connection,
     namespace: opts.namespace,
     taskQueue: opts.taskQueue,
-    ...(opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath: WORKFLOWS_PATH }),
+    ...(opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath: WORKFLOWS_PATH, bundlerOptions: { webpackConfigHook: isolateTeamBuildErrors } }),
     activities: createControlActivities({ sql: opts.sql }),
     ...opts.workerOptions,
   });
