@@ -44,13 +44,8 @@ export async function connectRuns(log: (l: string) => void): Promise<Connected> 
 export function validateRunConfig(input: RunConfigInput): RunConfig {
   try {
     const config = parseRunConfig(input);
-    let team;
-    try {
-      team = loadTeam(config.team, config.teamOptions);
-    } catch (e) {
-      throw new RunConfigError([{ path: 'team', message: errorMessage(e).replace(/^team: /, '') }]);
-    }
-    checkAgainstTeam(config, team);
+    // A team that fails to load is a TeamLoadError (a user error with its own hint).
+    checkAgainstTeam(config, loadTeam(config.team, config.teamOptions));
     return config;
   } catch (e) {
     if (e instanceof RunConfigError) throw new TroupeError(e.message, 'fix the fields named above (see `troupe train --help` and the README for the run config)');

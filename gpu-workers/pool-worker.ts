@@ -18,6 +18,7 @@ import { EngineClient } from './client';
 import { EngineSupervisor } from './engine-process';
 import { createTrainingPoolActivities } from '../activities/training/pool';
 import { connect, type Sql } from '../infra/db';
+import { loadTeamCode, workerIdentity } from '../infra/team-code';
 
 export const DEFAULT_POOL_TASK_QUEUE = 'troupe-gpu';
 
@@ -86,7 +87,11 @@ export async function createPoolWorker(opts: PoolWorkerOptions): Promise<PoolWor
     external?.close();
     throw e;
   }
+  // Batched rollouts run team code here too: say which (see infra/team-code.ts).
+  const teams = loadTeamCode();
+  for (const [team, why] of Object.entries(teams.failed)) log({ event: 'team_unusable', team, error: why });
   const worker = await Worker.create({
+    identity: workerIdentity(teams.hash),
     connection,
     namespace: opts.namespace ?? process.env.TEMPORAL_NAMESPACE ?? 'default',
     taskQueue,

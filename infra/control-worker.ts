@@ -3,6 +3,8 @@
 import { NativeConnection, Worker, WorkerOptions } from '@temporalio/worker';
 import { createControlActivities } from '../activities';
 import type { Sql } from './db';
+import { isolateTeamBuildErrors } from './team-bundle';
+import { loadTeamCode, workerIdentity } from './team-code';
 
 export interface ControlWorkerOptions {
   connection: NativeConnection;
@@ -19,11 +21,14 @@ export interface ControlWorkerOptions {
 export const WORKFLOWS_PATH = require.resolve('../workflows');
 
 export async function createControlWorker(opts: ControlWorkerOptions): Promise<Worker> {
+  const teams = loadTeamCode();
+  for (const [team, why] of Object.entries(teams.failed)) console.warn(`troupe control worker: team ${team} is unusable: ${why}`);
   return Worker.create({
+    identity: workerIdentity(teams.hash),
     connection: opts.connection,
     namespace: opts.namespace,
     taskQueue: opts.taskQueue,
-    ...(opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath: WORKFLOWS_PATH }),
+    ...(opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath: WORKFLOWS_PATH, bundlerOptions: { webpackConfigHook: isolateTeamBuildErrors } }),
     activities: createControlActivities({ sql: opts.sql }),
     ...opts.workerOptions,
   });

@@ -57,7 +57,7 @@ export function solverAnswer(turn: { reply: string; toolCalls: ReadonlyArray<{ o
 export function mathTeam(options: MathOptions = {}) {
   const scale = options.verifierScale ?? 10;
   const maxOperand = options.maxOperand ?? 49;
-  // lr 0.02: Adam steps this large suit a 2.7k-parameter policy learning from scratch (measured: eval 0 -> 0.98 in 20 steps).
+  // lr 0.02: Adam steps this large suit a 9,811-parameter policy learning from scratch (measured: eval 0 -> 0.98 in 20 steps).
   const policy = (): ModelSpec => tinyLM({ tokenizer, contextWindow: 8, embedDim: 16, hiddenDim: 64, optimizer: { lr: 0.02 } });
   const models: Record<string, ModelSpec> = options.models === 'separate' ? { solver: policy(), verifier: policy() } : { policy: policy() };
   const modelOf = (role: 'solver' | 'verifier') => (options.models === 'separate' ? role : 'policy');
