@@ -26,6 +26,12 @@ export async function recordExecution(sql: Sql, e: { runId: string; workflowId: 
     ON CONFLICT DO NOTHING`;
 }
 
+/** Whether this execution already recorded itself on the run (it owns the run). */
+export async function hasExecution(sql: Sql, runId: string, executionId: string): Promise<boolean> {
+  const [row] = await sql`SELECT 1 FROM run_executions WHERE run_id = ${runId} AND execution_id = ${executionId}`;
+  return row !== undefined;
+}
+
 export async function recordEvent(sql: Sql, e: { runId: string; step: number; kind: string; detail?: unknown }): Promise<void> {
   await sql`INSERT INTO run_events (run_id, step, kind, detail) VALUES (${e.runId}, ${e.step}, ${e.kind}, ${sql.json((e.detail ?? {}) as never)})`;
 }

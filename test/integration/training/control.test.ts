@@ -8,6 +8,7 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { after, before, describe, it } from 'node:test';
 import { WorkflowUpdateFailedError } from '@temporalio/client';
+import { resumeRun } from '../../../cli/runs';
 import { ensureTemporalBinary } from '../../../infra/temporal';
 import { pauseSignal, resumeSignal, setOptimizerUpdate, statusQuery, stopSignal } from '../../../workflows/definitions';
 import type { trainingRun } from '../../../workflows';
@@ -102,9 +103,8 @@ describe('controlling runs', () => {
     const [{ n }] = (await h.db.sql`SELECT count(*)::int AS n FROM versions WHERE run_id = 'resumable'`) as unknown as [{ n: number }];
     assert.ok(n >= 4 && n < 6, `some but not all versions committed before the crash (${n})`);
 
-    // What `troupe resume` does: a new execution of the same workflow id with the stored config.
-    const [stored] = await h.db.sql`SELECT config FROM runs WHERE run_id = 'resumable'`;
-    const second = await h.env.client.workflow.start<typeof trainingRun>('trainingRun', { taskQueue: h.taskQueue, workflowId: 'resumable', args: [stored!.config] });
+    // `troupe resume`: a new execution of the same workflow id with the stored config.
+    const second = await resumeRun(h.env.client, h.db.sql, h.taskQueue, 'resumable');
     const summary = await second.result();
     assert.equal(summary.status, 'completed');
     assert.equal(summary.steps, 5);
