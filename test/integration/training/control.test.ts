@@ -9,6 +9,9 @@ import { promisify } from 'node:util';
 import { after, before, describe, it } from 'node:test';
 import { WorkflowUpdateFailedError } from '@temporalio/client';
 import { resumeRun } from '../../../cli/runs';
+import { loadTasks } from '../../../activities/tasks';
+import { planEvalEpisodes } from '../../../activities/training/plan';
+import { loadTeam } from '../../../agents/teams';
 import { ensureTemporalBinary } from '../../../infra/temporal';
 import { pauseSignal, resumeSignal, setOptimizerUpdate, statusQuery, stopSignal } from '../../../workflows/definitions';
 import type { trainingRun } from '../../../workflows';
@@ -119,5 +122,27 @@ describe('controlling runs', () => {
     const [a] = await h.db.sql`SELECT sha256 FROM versions WHERE run_id = 'resumable' AND version = 5`;
     const [b] = await h.db.sql`SELECT sha256 FROM versions WHERE run_id = 'uninterrupted' AND version = 5`;
     assert.equal(a!.sha256, b!.sha256, 'final weights bit-identical to an uninterrupted run');
+  });
+
+  it('a run terminated during an eval and resumed redoes that eval: complete, counted once, never half', async () => {
+    const config = { team: 'math', steps: 3, groupsPerStep: 2, groupSize: 2, evalEvery: 2, evalTasks: 0, seed: 4 };
+    const planned = planEvalEpisodes(loadTasks(loadTeam('math', {})), { runId: 'eval-cut', step: 2, seed: 4, count: 0 }).length;
+    const stored = async (step: number) => ((await h.db.sql`SELECT count(*)::int AS n FROM episodes WHERE run_id = 'eval-cut' AND step = ${step} AND split = 'eval'`) as unknown as [{ n: number }])[0].n;
+    const first = await h.env.client.workflow.start<typeof trainingRun>('trainingRun', { taskQueue: h.taskQueue, workflowId: 'eval-cut', args: [config] });
+    // Terminate as soon as the step-2 eval has stored some of its episodes.
+    const deadline = Date.now() + 120_000;
+    let partial = 0;
+    while (Date.now() < deadline && !(partial > 0 && partial < planned)) {
+      partial = await stored(2);
+      await sleep(10);
+    }
+    await first.terminate('test: crash during the step-2 eval');
+    assert.ok(partial > 0 && partial < planned, `cut part-way (${partial} of ${planned})`);
+
+    const summary = await (await resumeRun(h.env.client, h.db.sql, h.taskQueue, 'eval-cut')).result();
+    assert.equal(summary.status, 'completed');
+    assert.equal(await stored(2), planned, 'every eval episode of step 2 stored once');
+    const evals = await h.db.sql`SELECT step, value FROM metrics WHERE run_id = 'eval-cut' AND kind = 'eval' AND scope = 'team' AND name = 'episodes' ORDER BY step`;
+    assert.deepEqual(evals.map((r) => [r.step, r.value]), [[0, planned], [2, planned], [3, planned]], 'each eval recorded, over all its episodes');
   });
 });
