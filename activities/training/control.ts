@@ -53,7 +53,9 @@ export function createTrainingControlActivities({ sql }: { sql: Sql }) {
           throw ApplicationFailure.nonRetryable(`run ${input.runId} already exists with a different config; start a new run id, or resume it with its stored config (troupe resume ${input.runId})`, 'RunConfigMismatch');
         }
       }
-      if (!existing) await createRun(sql, { runId: input.runId, team: input.config.team, config: input.config });
+      if (!existing && !(await createRun(sql, { runId: input.runId, team: input.config.team, config: input.config, workflowId: input.workflowId, executionId: input.executionId }))) {
+        throw ApplicationFailure.nonRetryable(`run ${input.runId} was just created by another start; pick a new run id`, 'RunExists');
+      }
       const point = await resumePoint(sql, input.runId, input.models);
       await recordExecution(sql, { runId: input.runId, workflowId: input.workflowId, executionId: input.executionId, startStep: point.startStep });
       await setRunStatus(sql, input.runId, 'running');

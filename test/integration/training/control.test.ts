@@ -58,7 +58,7 @@ describe('controlling runs', () => {
 
     // An invalid change is rejected naming the field, and changes nothing.
     await assert.rejects(handle.executeUpdate(setOptimizerUpdate, { args: [{ models: { policy: { lr: -1 } } }] }), (e: WorkflowUpdateFailedError) => /lr: must be > 0/.test(String((e.cause as Error)?.message ?? e.message)));
-    await assert.rejects(handle.executeUpdate(setOptimizerUpdate, { args: [{ agents: { judge: { lr: 0.1 } } }] }), (e: WorkflowUpdateFailedError) => /optimizer\.agents\.judge: unknown agent/.test(String((e.cause as Error)?.message)));
+    await assert.rejects(handle.executeUpdate(setOptimizerUpdate, { args: [{ agents: { judge: { lr: 0.1 } } }] }), (e: WorkflowUpdateFailedError) => /: agents\.judge: unknown agent/.test(String((e.cause as Error)?.message)));
     const { effectiveStep } = await handle.executeUpdate(setOptimizerUpdate, { args: [{ models: { policy: { lr: 0.05 } } }] });
     assert.equal(effectiveStep, paused.step);
 

@@ -89,7 +89,7 @@ class Fake {
       updateModel: async (input: { step: number; settings: ResolvedTraining }): Promise<UpdateResult> => {
         log('updateModel', input);
         const hold = this.holdUpdate;
-        if (hold && hold.step === input.step) {
+        if (hold && hold.step === input.step && !hold.reached) {
           hold.reached = true;
           await new Promise<void>((r) => (hold.release = r));
         }
@@ -126,6 +126,7 @@ describe('trainingRun control paths (mocked activities)', () => {
     const pool = await Worker.create({ connection: env.nativeConnection, taskQueue: 'troupe-gpu', activities: fake.pool() });
     const running = Promise.all([control.run(), pool.run()]);
     stop = async () => {
+      fake.holdUpdate?.release(); // a failed test must not leave an activity holding the worker's shutdown
       control.shutdown();
       pool.shutdown();
       await running;
@@ -255,9 +256,9 @@ describe('trainingRun control paths (mocked activities)', () => {
       fake.point = { startStep: 4, versions: { policy: 4 }, fresh: false, evals: [], optimizer: { all: { lr: 0.02 }, models: {}, agents: {} } };
       const handle = await start(config({ steps: 5, evalEvery: 2 }), 'resumed', [config({ steps: 5, evalEvery: 2 }), null, { resume: true }]);
       await handle.result();
-      assert.equal(fake.named('startRun')[0].resume, true);
       const order = fake.calls.filter((c) => ['planEval', 'recordEval', 'planStep'].includes(c.name)).map((c) => `${c.name}@${c.input.step}`);
       assert.deepEqual(order, ['planEval@0', 'recordEval@0', 'planEval@4', 'recordEval@4', 'planStep@4', 'planEval@5', 'recordEval@5']);
+      assert.equal(fake.named('startRun')[0].resume, true);
       assert.equal(fake.named('updateModel')[0].settings.models.policy.lr, 0.02, 'continues with the optimizer its last change made effective');
     }),
   );
