@@ -23,6 +23,8 @@ import type { UpdateResult } from '../../../activities/training/pool';
 import type { ResolvedTraining } from '../../../schema/run-config';
 import { pauseSignal, resumeSignal, setOptimizerUpdate, statusQuery, stopSignal } from '../../../workflows/definitions';
 import type { trainingRun } from '../../../workflows';
+import { startTrainingRun } from '../../../cli/runs';
+import { parseRunConfig } from '../../../schema/run-config';
 import { startTemporal, uniqueTaskQueue, workflowBundle } from '../../helpers';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -260,6 +262,19 @@ describe('trainingRun control paths (mocked activities)', () => {
       assert.deepEqual(order, ['planEval@0', 'recordEval@0', 'planEval@4', 'recordEval@4', 'planStep@4', 'planEval@5', 'recordEval@5']);
       assert.equal(fake.named('startRun')[0].resume, true);
       assert.equal(fake.named('updateModel')[0].settings.models.policy.lr, 0.02, 'continues with the optimizer its last change made effective');
+    }),
+  );
+
+  it(
+    'a run started by the CLI has a static summary, and Current Details is markdown with its per-agent lines as a list, final when the run ends',
+    withWorkers(async () => {
+      const handle = await startTrainingRun(env.client, taskQueue, parseRunConfig(config({ runId: 'summarised', steps: 2 })));
+      await handle.result();
+      // On the execution the CLI started (continue-as-new cannot carry user metadata; Current Details names the run on every execution).
+      const first = env.client.workflow.getHandle(handle.workflowId, handle.firstExecutionRunId);
+      assert.equal(await (await first.describe()).staticSummary(), 'math: 2 steps x 2 groups x 2 episodes (batched), run summarised');
+      const meta = (await handle.query('__temporal_workflow_metadata')) as { currentDetails?: string };
+      assert.equal(meta.currentDetails, '**math** run `summarised`: step 2/2 (completed)\n\n- solver: correct 0.500\n- eval success 0.500 at step 2 (from 0.500)');
     }),
   );
 });
