@@ -145,4 +145,22 @@ describe('controlling runs', () => {
     const evals = await h.db.sql`SELECT step, value FROM metrics WHERE run_id = 'eval-cut' AND kind = 'eval' AND scope = 'team' AND name = 'episodes' ORDER BY step`;
     assert.deepEqual(evals.map((r) => [r.step, r.value]), [[0, planned], [2, planned], [3, planned]], 'each eval recorded, over all its episodes');
   });
+
+  it('starting a completed run id again (same config or another) is refused and leaves the completed run as it was', async () => {
+    const config = { team: 'math', steps: 1, groupsPerStep: 2, groupSize: 2, evalEvery: 0, evalTasks: 4, seed: 5 };
+    const done = await h.env.client.workflow.execute<typeof trainingRun>('trainingRun', { taskQueue: h.taskQueue, workflowId: 'math-x', args: [config] });
+    assert.equal(done.status, 'completed');
+    const record = async () => ({
+      run: (await h.db.sql`SELECT status, team, config FROM runs WHERE run_id = 'math-x'`)[0],
+      events: (await h.db.sql`SELECT kind FROM run_events WHERE run_id = 'math-x' ORDER BY id`).map((r) => r.kind),
+      versions: (await h.db.sql`SELECT count(*)::int AS n FROM versions WHERE run_id = 'math-x'`)[0]!.n,
+    });
+    const before = await record();
+    for (const again of [config, { ...config, team: 'research', steps: 3 }]) {
+      await assert.rejects(h.env.client.workflow.execute<typeof trainingRun>('trainingRun', { taskQueue: h.taskQueue, workflowId: 'math-x', args: [again] }), (e: Error) => /already exists \(completed\)/.test(String(((e.cause as Error)?.cause as Error | undefined)?.message)));
+    }
+    assert.deepEqual(await record(), before, 'store untouched: still completed, no run-failed event, no new execution');
+    assert.equal(before.run!.status, 'completed');
+    await assert.rejects(resumeRun(h.env.client, h.db.sql, h.taskQueue, 'math-x'), /run math-x completed/);
+  });
 });
