@@ -54,23 +54,32 @@ export function validateRunConfig(input: RunConfigInput): RunConfig {
 }
 
 /**
+ * Starts a trainingRun execution: a new run, or (resume) a new execution of a
+ * run that did not finish. Its static summary in the Web UI names team, steps and run.
+ */
+export function startTrainingRun(client: Client, taskQueue: string, config: RunConfig, opts: { resume?: boolean } = {}) {
+  const runId = config.runId!;
+  const staticSummary = `${config.team}: ${config.steps} steps x ${config.groupsPerStep} groups x ${config.groupSize} episodes (${config.rollout}), run ${runId}${opts.resume ? ' (resumed)' : ''}`;
+  return client.workflow.start<typeof trainingRun>('trainingRun', { taskQueue, workflowId: runId, args: opts.resume ? [config, null, { resume: true }] : [config], staticSummary });
+}
+
+/**
  * `troupe resume`: a new execution of a failed, terminated or timed-out run (same workflow id,
- * the stored config). It picks up the versions and steps committed in Postgres, so no update
- * is lost or repeated.
+ * the stored config). It picks up the versions, evals and optimizer changes committed in
+ * Postgres, so no update is lost or repeated.
  */
 export async function resumeRun(client: Client, sql: Sql, taskQueue: string, runId: string) {
   const run = await getRun(sql, runId);
   if (!run) throw new TroupeError(`no run ${runId} in the store`, 'list runs with `npx troupe list`');
-  const handle = client.workflow.getHandle<typeof trainingRun>(runId);
+  if (run.status === 'completed' || run.status === 'stopped') throw new TroupeError(`run ${runId} ${run.status}`, 'start a new run with `npx troupe train`');
   try {
-    const d = await handle.describe();
+    const d = await client.workflow.getHandle(runId).describe();
     if (d.status.name === 'RUNNING') throw new TroupeError(`run ${runId} is still running`, `watch it: npx troupe status ${runId} --watch`);
-    if (d.status.name === 'COMPLETED') throw new TroupeError(`run ${runId} completed`, 'start a new run with `npx troupe train`');
   } catch (e) {
     if (!(e instanceof WorkflowNotFoundError)) throw e;
   }
   const config = validateRunConfig(run.config);
-  return client.workflow.start<typeof trainingRun>('trainingRun', { taskQueue, workflowId: runId, args: [config] });
+  return startTrainingRun(client, taskQueue, { ...config, runId }, { resume: true });
 }
 
 export function readConfigFile(file: string): Record<string, unknown> {

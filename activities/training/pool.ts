@@ -28,7 +28,8 @@ import { executeTool } from '../tools';
 import { buildStepBatch, type StepBatch, type UpdateSequence } from './batch';
 import { heartbeating, withEngineFailures } from './engine-work';
 import { scoredEpisode, type TeamRef } from './control';
-import type { EpisodeSpec } from './plan';
+import { episodesOf, type RolloutEpisodes } from './plan';
+import { loadTasks } from '../tasks';
 
 /** The engine calls these activities need (gpu-workers/client.ts provides them over gRPC). */
 export interface EngineApi {
@@ -121,13 +122,15 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
      * generating). Episodes already stored are skipped, so a retry only does
      * what is left; progress is heartbeated as the ids stored so far.
      */
-    async rolloutBatch(input: TeamRef & { runId: string; step: number; split: Split; specs: EpisodeSpec[]; versions: Record<string, number>; sampling?: Partial<Sampling> }): Promise<{ episodes: number; skipped: number; failed: number }> {
+    async rolloutBatch(input: TeamRef & { runId: string; step: number; split: Split; versions: Record<string, number>; sampling?: Partial<Sampling> } & RolloutEpisodes): Promise<{ episodes: number; skipped: number; failed: number }> {
       const team = loadTeam(input.team, input.teamOptions);
       const ctx = Context.current();
+      // Episodes by reference (a plan and a slice), or listed (workflows started before plans were references).
+      const specs = 'plan' in input ? episodesOf(loadTasks(team), input.plan, input.from, input.to) : input.specs;
       const previously = new Set<string>((ctx.info.heartbeatDetails as { finished?: string[] } | undefined)?.finished ?? []);
-      const stored = await storedEpisodeIds(sql, input.specs.map((s) => s.episodeId));
+      const stored = await storedEpisodeIds(sql, specs.map((s) => s.episodeId));
       const finished: string[] = [...stored];
-      const todo = input.specs.filter((s) => !stored.has(s.episodeId) && !previously.has(s.episodeId));
+      const todo = specs.filter((s) => !stored.has(s.episodeId) && !previously.has(s.episodeId));
       let failed = 0;
       let pending: StoredEpisode[] = [];
       let writing: Promise<unknown> = Promise.resolve();
@@ -165,7 +168,7 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
         await flush();
       });
       heartbeat({ finished });
-      return { episodes: input.specs.length, skipped: input.specs.length - todo.length, failed };
+      return { episodes: specs.length, skipped: specs.length - todo.length, failed };
     },
 
     /**

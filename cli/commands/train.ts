@@ -3,10 +3,10 @@ import * as path from 'node:path';
 import { loadConfig } from '../../infra/config';
 import { TroupeError, errorMessage } from '../../infra/errors';
 import type { WorkflowHandle } from '@temporalio/client';
+import { mergeOverrides, type OptimizerOverrides } from '../../schema/optimizer';
 import type { RunConfigInput } from '../../schema/run-config';
-import type { trainingRun } from '../../workflows/training-run';
 import { defineCommand } from '../command';
-import { connectRuns, readConfigFile, summaryJson, summaryLines, validateRunConfig, watchRun } from '../runs';
+import { connectRuns, readConfigFile, startTrainingRun, summaryJson, summaryLines, validateRunConfig, watchRun } from '../runs';
 import { writePlot } from '../plot';
 import { upWithCurrentTeams } from '../teams';
 
@@ -64,7 +64,7 @@ export default defineCommand({
     }
     const estimator = values.estimator || values.scope ? { ...(values.estimator ? { name: values.estimator } : {}), ...(values.scope ? { scope: values.scope } : {}) } : undefined;
     const fileOptimizer = (fromFile.optimizer ?? {}) as Record<string, any>;
-    const all = { ...(fileOptimizer.all ?? {}), ...(values.lr !== undefined ? { lr: values.lr } : {}), ...(estimator ? { estimator: { ...(fileOptimizer.all?.estimator ?? {}), ...estimator } } : {}) };
+    const all = mergeOverrides(fileOptimizer.all, { ...(values.lr !== undefined ? { lr: values.lr } : {}), ...(estimator ? { estimator } : {}) } as OptimizerOverrides);
     const input: RunConfigInput = {
       ...(fromFile as RunConfigInput),
       team,
@@ -84,7 +84,7 @@ export default defineCommand({
     const stack = await upWithCurrentTeams(loadConfig(), log);
     const c = await connectRuns(log);
     try {
-      const handle = await c.client.workflow.start<typeof trainingRun>('trainingRun', { taskQueue: c.config.taskQueue, workflowId: runId, args: [config] });
+      const handle = await startTrainingRun(c.client, c.config.taskQueue, config);
       log(`troupe: started run ${runId} (${config.steps} steps x ${config.groupsPerStep} groups x ${config.groupSize} episodes, ${config.rollout} rollouts)`);
       if (stack.result.uiUrl) log(`troupe: watch it in the Web UI: ${stack.result.uiUrl}/namespaces/${c.config.namespace}/workflows/${encodeURIComponent(runId)}`);
       if (values.detach) {
