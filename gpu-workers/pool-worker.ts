@@ -18,6 +18,7 @@ import { EngineSupervisor } from './engine-process';
 import { createPoolActivities, PoolActivityOptions } from './activities';
 import { createTrainingPoolActivities } from '../activities/training/pool';
 import { connect } from '../infra/db';
+import { untilAvailable } from '../infra/backoff';
 
 export const DEFAULT_POOL_TASK_QUEUE = 'troupe-gpu';
 
@@ -43,6 +44,8 @@ export interface PoolWorkerOptions {
   /** do not forward a spawned engine's log lines */
   quietEngine?: boolean;
   log?: (event: Record<string, unknown>) => void;
+  /** stop waiting for the engine or Temporal at start-up once this returns true (shutdown) */
+  stopped?: () => boolean;
 }
 
 export interface PoolWorker {
@@ -61,42 +64,60 @@ export interface PoolWorker {
 export async function createPoolWorker(opts: PoolWorkerOptions = {}): Promise<PoolWorker> {
   const log = opts.log ?? (() => undefined);
   const taskQueue = opts.taskQueue ?? DEFAULT_POOL_TASK_QUEUE;
+  const waiting = (message: string) => log({ event: 'waiting', message });
   let supervisor: EngineSupervisor | undefined;
   let external: EngineClient | undefined;
   if (opts.engineAddress) {
-    external = await EngineClient.connect(opts.engineAddress);
+    const address = opts.engineAddress;
+    external = await untilAvailable(`the engine at ${address}`, () => EngineClient.connect(address), { log: waiting, stopped: opts.stopped });
   } else {
     supervisor = new EngineSupervisor({
       device: opts.device ?? process.env.TROUPE_DEVICE ?? 'auto',
       extraArgs: opts.engineArgs,
       quiet: opts.quietEngine,
       log,
+      stopped: opts.stopped,
     });
     await supervisor.start();
   }
   const getClient = () => external ?? supervisor!.client();
 
+  // Temporal may be down or still starting: connect and create the worker (which checks the
+  // namespace) until both succeed.
   const ownConnection = !opts.connection;
+  const address = opts.temporalAddress ?? process.env.TEMPORAL_ADDRESS ?? 'localhost:7233';
+  const namespace = opts.namespace ?? process.env.TEMPORAL_NAMESPACE ?? 'default';
   let connection: NativeConnection;
+  let worker: Worker;
   try {
-    connection =
-      opts.connection ??
-      (await NativeConnection.connect({ address: opts.temporalAddress ?? process.env.TEMPORAL_ADDRESS ?? 'localhost:7233' }));
+    ({ connection, worker } = await untilAvailable(
+      `Temporal at ${opts.connection ? 'the given connection' : address} (namespace ${namespace})`,
+      async () => {
+        const connection = opts.connection ?? (await NativeConnection.connect({ address }));
+        try {
+          const worker = await Worker.create({
+            connection,
+            namespace,
+            taskQueue,
+            activities: {
+              ...createPoolActivities(getClient, opts.activityOptions),
+              ...(opts.extraActivities?.(getClient) ?? {}),
+            },
+            maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? 64,
+          });
+          return { connection, worker };
+        } catch (e) {
+          if (ownConnection) await connection.close().catch(() => undefined);
+          throw e;
+        }
+      },
+      { log: waiting, stopped: opts.stopped },
+    ));
   } catch (e) {
     await supervisor?.stop();
     external?.close();
     throw e;
   }
-  const worker = await Worker.create({
-    connection,
-    namespace: opts.namespace ?? process.env.TEMPORAL_NAMESPACE ?? 'default',
-    taskQueue,
-    activities: {
-      ...createPoolActivities(getClient, opts.activityOptions),
-      ...(opts.extraActivities?.(getClient) ?? {}),
-    },
-    maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? 64,
-  });
   log({ event: 'pool_worker_ready', taskQueue });
 
   let running: Promise<void> | undefined;
@@ -151,19 +172,28 @@ async function main(): Promise<void> {
   // batched rollouts, version 0, exactly-once updates); `troupe up` always passes one.
   const databaseUrl = process.env.DATABASE_URL;
   const sql = databaseUrl ? connect(databaseUrl, { max: 8 }) : undefined;
-  const pool = await createPoolWorker({
+  // The Temporal runtime shuts the worker down on SIGINT/SIGTERM; a terminal's Ctrl-C also
+  // reaches the engine child, which must then not be restarted. Before the worker exists,
+  // the same signals end the waiting for the engine or Temporal.
+  let stopping = false;
+  let pool: PoolWorker | undefined;
+  for (const sig of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(sig, () => {
+      stopping = true;
+      pool?.supervisor?.beginStop();
+    });
+  }
+  pool = await createPoolWorker({
     taskQueue: values['task-queue'],
     temporalAddress: values['temporal-address'],
     namespace: values.namespace,
     engineAddress: values['engine-address'],
     device: values.device,
     log,
+    stopped: () => stopping,
     extraActivities: sql ? (getClient) => createTrainingPoolActivities({ sql, engine: getClient }) : undefined,
   });
   if (!sql) log({ event: 'no_database', message: 'DATABASE_URL is not set: serving engine activities only, not training activities' });
-  // The Temporal runtime shuts the worker down on SIGINT/SIGTERM; a terminal's Ctrl-C also
-  // reaches the engine child, which must then not be restarted.
-  for (const sig of ['SIGINT', 'SIGTERM'] as const) process.once(sig, () => pool.supervisor?.beginStop());
   await pool.run();
   await sql?.end({ timeout: 2 });
 }
