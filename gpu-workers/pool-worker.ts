@@ -1,5 +1,5 @@
 /**
- * Pool worker: a Temporal worker on a pool task queue (default `troupe-gpu`)
+ * Pool worker: a Temporal worker on a pool task queue (default TROUPE_POOL_TASK_QUEUE, `troupe-gpu`)
  * whose activities call one engine over gRPC. It either connects to an engine
  * that runs elsewhere (`--engine-address`) or spawns `engine-main.ts` as a child
  * process and restarts it if it dies.
@@ -17,10 +17,10 @@ import { EngineClient } from './client';
 import { EngineSupervisor } from './engine-process';
 import { createPoolActivities, PoolActivityOptions } from './activities';
 import { createTrainingPoolActivities } from '../activities/training/pool';
+import { DEFAULT_POOL } from '../agents/model';
+import { loadConfig } from '../infra/config';
 import { connect } from '../infra/db';
 import { untilAvailable } from '../infra/backoff';
-
-export const DEFAULT_POOL_TASK_QUEUE = 'troupe-gpu';
 
 export interface PoolWorkerOptions {
   taskQueue?: string;
@@ -63,7 +63,7 @@ export interface PoolWorker {
 
 export async function createPoolWorker(opts: PoolWorkerOptions = {}): Promise<PoolWorker> {
   const log = opts.log ?? (() => undefined);
-  const taskQueue = opts.taskQueue ?? DEFAULT_POOL_TASK_QUEUE;
+  const taskQueue = opts.taskQueue ?? DEFAULT_POOL;
   const waiting = (message: string) => log({ event: 'waiting', message });
   let supervisor: EngineSupervisor | undefined;
   let external: EngineClient | undefined;
@@ -144,7 +144,7 @@ const HELP = `troupe pool worker: serves engine activities on a Temporal task qu
 
 usage: node --import tsx gpu-workers/pool-worker.ts [options]
 
-  --task-queue Q         pool task queue (default ${DEFAULT_POOL_TASK_QUEUE})
+  --task-queue Q         pool task queue (default env TROUPE_POOL_TASK_QUEUE or ${DEFAULT_POOL})
   --temporal-address A   Temporal frontend (default env TEMPORAL_ADDRESS or localhost:7233)
   --namespace N          Temporal namespace (default env TEMPORAL_NAMESPACE or default)
   --engine-address A     use the engine at host:port instead of spawning one
@@ -184,7 +184,7 @@ async function main(): Promise<void> {
     });
   }
   pool = await createPoolWorker({
-    taskQueue: values['task-queue'],
+    taskQueue: values['task-queue'] ?? loadConfig().poolTaskQueue,
     temporalAddress: values['temporal-address'],
     namespace: values.namespace,
     engineAddress: values['engine-address'],

@@ -45,7 +45,7 @@ async function main(): Promise<void> {
     async () => {
       const connection = await NativeConnection.connect({ address });
       try {
-        return { connection, worker: await createControlWorker({ connection, namespace, taskQueue, sql }) };
+        return { connection, worker: await createControlWorker({ connection, namespace, taskQueue, sql, poolTaskQueue: config.poolTaskQueue }) };
       } catch (e) {
         await connection.close().catch(() => undefined);
         throw e;

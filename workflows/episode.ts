@@ -21,6 +21,8 @@ export interface EpisodeWorkflowInput extends TeamRef {
   spec: EpisodeSpec;
   versions: Record<string, number>;
   sampling?: Partial<Sampling>;
+  /** pool name -> task queue (from the parent run); absent in runs that predate it: the pool's name */
+  poolQueues?: Record<string, string>;
 }
 
 const control = proxyActivities<TrainingControlActivities>(controlActivities);
@@ -31,7 +33,8 @@ export async function episodeWorkflow(input: EpisodeWorkflowInput): Promise<{ ep
   const tools = proxyActivities<TrainingControlActivities>(toolActivities(Math.max(0, ...Object.values(team.agents).flatMap((a) => a.tools.map((t) => t.timeoutMs)))));
   const pools = new Map<string, TrainingPoolActivities>();
   const pool = (model: string) => {
-    const queue = team.models[model]!.pool;
+    const name = team.models[model]!.pool;
+    const queue = input.poolQueues?.[name] ?? name;
     let p = pools.get(queue);
     if (!p) {
       p = proxyActivities<TrainingPoolActivities>(turnActivities(queue));

@@ -32,6 +32,7 @@ import type { AnyTeam } from '../agents/team';
 import type { EvalSummary, TrainingControlActivities } from '../activities/training/control';
 import type { EpisodeSpec } from '../activities/training/plan';
 import type { TrainingPoolActivities, UpdateResult } from '../activities/training/pool';
+import type { PoolQueueActivities } from '../activities/training/pool-queues';
 import { TroupeEvalSuccess, TroupeRunId, TroupeStatus, TroupeStep, TroupeTeam } from '../infra/search-attributes';
 import { checkAgainstTeam, parseRunConfig, RunConfigError, type ResolvedTraining, type RunConfig } from '../schema/run-config';
 import { pauseSignal, resumeSignal, setOptimizerUpdate, statusQuery, stopSignal, type OptimizerChange, type RunStatusView } from './definitions';
@@ -66,6 +67,7 @@ const EPISODE_GREEDY: Partial<Sampling> = { temperature: 0 };
 
 const control = proxyActivities<TrainingControlActivities>(controlActivities);
 const controlLocal = proxyLocalActivities<TrainingControlActivities>(controlLocalActivities);
+const poolQueueLookup = proxyLocalActivities<PoolQueueActivities>(controlLocalActivities);
 /** Recording a failure must not hang a failing run on a store that stays down: a few tries only. */
 const finalBookkeeping = proxyActivities<TrainingControlActivities>({ ...controlActivities, retry: { ...controlActivities.retry, maximumAttempts: 3 } });
 
@@ -95,8 +97,13 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried): Promis
   config = { ...config, runId };
   const models = Object.keys(team.models);
   const ref = { team: config.team, teamOptions: config.teamOptions };
-  const poolOf = (model: string) => proxyActivities<TrainingPoolActivities>(poolActivities(team.models[model]!.pool));
-  const mainPool = poolOf(models[0]!);
+  // pool name -> task queue, from the control worker's configuration (recorded in history);
+  // runs started before 'pool-task-queues' used each pool's name as its queue.
+  let poolQueues: Record<string, string> | undefined;
+  const poolOf = (model: string) => {
+    const pool = team.models[model]!.pool;
+    return proxyActivities<TrainingPoolActivities>(poolActivities(poolQueues?.[pool] ?? pool));
+  };
 
   // ---- state, visible through the status query
   let paused = carried?.paused ?? false;
@@ -164,7 +171,7 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried): Promis
         specs.map((spec) =>
           executeChild(episodeWorkflow, {
             workflowId: spec.episodeId,
-            args: [{ ...ref, runId, step: at, split, spec, versions, sampling }],
+            args: [{ ...ref, runId, step: at, split, spec, versions, sampling, poolQueues }],
           }),
         ),
       );
@@ -173,7 +180,7 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried): Promis
     const chunk = 256;
     const parts: EpisodeSpec[][] = [];
     for (let i = 0; i < specs.length; i += chunk) parts.push(specs.slice(i, i + chunk));
-    const results = await Promise.all(parts.map((part) => mainPool.rolloutBatch({ ...ref, runId, step: at, split, specs: part, versions, sampling })));
+    const results = await Promise.all(parts.map((part) => poolOf(models[0]!).rolloutBatch({ ...ref, runId, step: at, split, specs: part, versions, sampling })));
     return results.reduce((n, r) => n + r.failed, 0);
   }
 
@@ -188,6 +195,9 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried): Promis
   }
 
   try {
+    if (patched('pool-task-queues')) {
+      poolQueues = await poolQueueLookup.poolTaskQueues({ pools: [...new Set(Object.values(team.models).map((m) => m.pool))] });
+    }
     // ---- start or resume
     if (!carried) {
       const point = await control.startRun({ runId, config, workflowId: info.workflowId, executionId: info.runId, models });
