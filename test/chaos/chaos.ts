@@ -43,6 +43,13 @@ export interface ChaosOptions {
   restartDelayMs: [number, number];
   /** Give up on a run after this long (ms). */
   runTimeoutMs: number;
+  /** Never pause the run around kills (kills that come after its end are skipped). */
+  noPause?: boolean;
+  /**
+   * Kill the same process again this long (ms, seeded in the range) after it is back: a
+   * worker or engine then dies during its own start-up. Unset: one kill each.
+   */
+  againAfterMs?: [number, number];
   log?: (line: string) => void;
 }
 
@@ -59,6 +66,21 @@ export const SHORT: Omit<ChaosOptions, 'log'> = {
   runTimeoutMs: 240_000,
 };
 
+/**
+ * No pauses, and each process killed twice: again 0.5-1.7 s after it is back, so a worker
+ * or an engine dies during its own start-up (issue 18). Batched only, to fit the CI budget.
+ */
+export const SHORT_NO_PAUSE: Omit<ChaosOptions, 'log'> = {
+  ...SHORT,
+  seed: 3,
+  modes: ['batched'],
+  steps: { batched: 20, durable: 7 },
+  kills: 3,
+  kinds: ['engine', 'pool-worker', 'temporal'],
+  noPause: true,
+  againAfterMs: [500, 1700],
+};
+
 export const LONG: Omit<ChaosOptions, 'log'> = {
   ...SHORT,
   steps: { batched: 60, durable: 20 },
@@ -69,6 +91,8 @@ export const LONG: Omit<ChaosOptions, 'log'> = {
 
 export interface KillRecord {
   kind: FaultKind;
+  /** The second kill of a double kill (its process had just been restarted). */
+  again?: boolean;
   pid: number;
   /** ms since epoch */
   at: number;
@@ -114,10 +138,12 @@ export interface PlannedKill {
   kind: FaultKind;
   gapShare: number;
   restartDelayMs: number;
+  /** A double kill: the same kind again this long after it is back. */
+  againAfterMs?: number;
 }
 
 /** The kill schedule of one mode: a pure function of (seed, mode, options). */
-export function schedule(opts: Pick<ChaosOptions, 'seed' | 'kills' | 'kinds' | 'gapShare' | 'restartDelayMs'>, mode: Mode): PlannedKill[] {
+export function schedule(opts: Pick<ChaosOptions, 'seed' | 'kills' | 'kinds' | 'gapShare' | 'restartDelayMs' | 'againAfterMs'>, mode: Mode): PlannedKill[] {
   const random = seededRandom(opts.seed * 2 + (mode === 'durable' ? 1 : 0));
   const between = ([lo, hi]: [number, number]) => Math.round(lo + random() * (hi - lo));
   const out: PlannedKill[] = [];
@@ -131,6 +157,8 @@ export function schedule(opts: Pick<ChaosOptions, 'seed' | 'kills' | 'kinds' | '
       }
     }
     out.push({ kind: deck.shift()!, gapShare: opts.gapShare[0] + random() * (opts.gapShare[1] - opts.gapShare[0]), restartDelayMs: between(opts.restartDelayMs) });
+    // Drawn only for double-kill schedules, so single-kill schedules stay what they were.
+    if (opts.againAfterMs) out.at(-1)!.againAfterMs = between(opts.againAfterMs);
   }
   return out;
 }
@@ -286,7 +314,7 @@ function stepWindow(i: number, n: number, steps: number): number {
 class Hold {
   held = false;
 
-  constructor(private readonly stack: ChaosStack, private readonly runId: string, private readonly isDone: () => boolean, private readonly log: (l: string) => void) {}
+  constructor(private readonly stack: ChaosStack, private readonly runId: string, private readonly isDone: () => boolean, private readonly log: (l: string) => void, private readonly off = false) {}
 
   /** Sends a signal until the server takes it (it may be restarting); false if the run has ended. */
   private async send(which: 'pause' | 'resume'): Promise<boolean> {
@@ -306,7 +334,7 @@ class Hold {
   }
 
   async pause(why: string): Promise<void> {
-    if (this.held) return;
+    if (this.held || this.off) return;
     this.log(`chaos: pausing the run ${why}`);
     this.held = await this.send('pause');
   }
@@ -319,11 +347,11 @@ class Hold {
 }
 
 /** Runs the schedule against one live run; returns the kills made and processes found dead unplanned. */
-async function inflict(stack: ChaosStack, runId: string, steps: number, plan: PlannedKill[], timing: { busyWaitMs: number; stepMs: number }, isDone: () => boolean, log: (l: string) => void) {
+async function inflict(stack: ChaosStack, runId: string, steps: number, plan: PlannedKill[], timing: { busyWaitMs: number; stepMs: number; noPause?: boolean }, isDone: () => boolean, log: (l: string) => void) {
   const kills: KillRecord[] = [];
   const unplanned: string[] = [];
   const t0 = Date.now();
-  const hold = new Hold(stack, runId, isDone, log);
+  const hold = new Hold(stack, runId, isDone, log, timing.noPause);
   try {
     for (const [i, p] of plan.entries()) {
       await hold.release();
@@ -337,6 +365,13 @@ async function inflict(stack: ChaosStack, runId: string, steps: number, plan: Pl
       if (killed === 'done') break;
       if (killed.unplanned) unplanned.push(...killed.unplanned);
       if (killed.kill) kills.push(killed.kill);
+      if (killed.kill && p.againAfterMs !== undefined && !isDone()) {
+        // The same process again, soon after it is back (during its start-up).
+        const again = await killOne(stack, runId, { ...p, againAfterMs: undefined }, { gapMs: p.againAfterMs, busyWaitMs: 0, stepLimit: Number.MAX_SAFE_INTEGER }, isDone, t0, log, hold);
+        if (again === 'done') break;
+        if (again.unplanned) unplanned.push(...again.unplanned);
+        if (again.kill) kills.push({ ...again.kill, again: true });
+      }
     }
   } finally {
     await hold.release();
@@ -438,7 +473,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       let done = false;
       const result = outcome(handle, t1 + options.runTimeoutMs).finally(() => (done = true));
       const stepMs = (baselineSeconds * 1000) / options.steps[mode];
-      const { kills, unplanned } = await inflict(stack, workflowId, options.steps[mode], plan, { busyWaitMs: options.busyWaitMs, stepMs }, () => done, log);
+      const { kills, unplanned } = await inflict(stack, workflowId, options.steps[mode], plan, { busyWaitMs: options.busyWaitMs, stepMs, noPause: options.noPause }, () => done, log);
       // After the schedule: keep everything up until the run ends (bounded by the run's deadline).
       while (!done && Date.now() < t1 + options.runTimeoutMs) {
         const again = await stack.restart();
@@ -492,7 +527,7 @@ export function formatReport(r: ChaosReport): string {
     for (const k of m.kills) {
       const retry = k.retryAfterMs === undefined ? '' : `, retried after ${(k.retryAfterMs / 1000).toFixed(1)}s (${k.retried}${k.lastRetryAfterMs !== undefined && k.lastRetryAfterMs !== k.retryAfterMs ? `; last at ${(k.lastRetryAfterMs / 1000).toFixed(1)}s` : ''})`;
       const flight = k.inFlight === undefined ? '' : `, ${k.inFlight} activities on it${k.finishedWithoutRetry ? ` (${k.finishedWithoutRetry} finished without retry)` : ''}`;
-      lines.push(`  kill ${k.kind} after ${k.stepsDone ?? '?'} steps: back after ${(k.backAfterMs / 1000).toFixed(1)}s${flight}${retry}`);
+      lines.push(`  kill ${k.kind}${k.again ? ' again' : ''} after ${k.stepsDone ?? '?'} steps: back after ${(k.backAfterMs / 1000).toFixed(1)}s${flight}${retry}`);
     }
   }
   const all = r.modes.flatMap((m) => m.kills).filter((k) => k.retryAfterMs !== undefined);
