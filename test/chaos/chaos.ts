@@ -17,7 +17,7 @@ import { WorkflowFailedError, WorkflowNotFoundError, type WorkflowHandle } from 
 import type { trainingRun, RunSummary } from '../../workflows/training-run';
 import { pauseSignal, resumeSignal } from '../../workflows/definitions';
 import { seededRandom } from '../../agents/seed';
-import { pidAlive } from '../../infra/processes';
+import { logFilePath, pidAlive, tailFile } from '../../infra/processes';
 import { TroupeStep } from '../../infra/search-attributes';
 import { compareRuns, loadStoredRun, type Comparison } from './compare';
 import { FAULT_KINDS, startChaosStack, type ChaosStack, type FaultKind } from './stack';
@@ -46,8 +46,9 @@ export interface ChaosOptions {
   /** Never pause the run around kills (kills that come after its end are skipped). */
   noPause?: boolean;
   /**
-   * Kill the same process again this long (ms, seeded in the range) after it is back: a
-   * worker or engine then dies during its own start-up. Unset: one kill each.
+   * Double kills: the same process again this long (ms, seeded in the range) after it is
+   * back; an engine is killed again as soon as its successor exists (before it listens), and
+   * a restarted pool worker's first engine is killed while the worker starts. Unset: one kill each.
    */
   againAfterMs?: [number, number];
   log?: (line: string) => void;
@@ -93,6 +94,8 @@ export interface KillRecord {
   kind: FaultKind;
   /** The second kill of a double kill (its process had just been restarted). */
   again?: boolean;
+  /** Pid of the engine killed as soon as the restarted pool worker spawned it (double kills). */
+  engineKilledAtStart?: number;
   pid: number;
   /** ms since epoch */
   at: number;
@@ -367,7 +370,7 @@ async function inflict(stack: ChaosStack, runId: string, steps: number, plan: Pl
       if (killed.kill) kills.push(killed.kill);
       if (killed.kill && p.againAfterMs !== undefined && !isDone()) {
         // The same process again, soon after it is back (during its start-up).
-        const again = await killOne(stack, runId, { ...p, againAfterMs: undefined }, { gapMs: p.againAfterMs, busyWaitMs: 0, stepLimit: Number.MAX_SAFE_INTEGER }, isDone, t0, log, hold);
+        const again = await killOne(stack, runId, { ...p, againAfterMs: undefined }, { gapMs: p.kind === 'engine' ? 0 : p.againAfterMs, busyWaitMs: 0, stepLimit: Number.MAX_SAFE_INTEGER }, isDone, t0, log, hold);
         if (again === 'done') break;
         if (again.unplanned) unplanned.push(...again.unplanned);
         if (again.kill) kills.push({ ...again.kill, again: true });
@@ -419,12 +422,26 @@ async function killOne(stack: ChaosStack, runId: string, p: PlannedKill, { gapMs
   log(`chaos: SIGKILL ${p.kind} (pid ${pid}) at ${((at - t0) / 1000).toFixed(1)}s, ${done ?? '?'} steps done, ${lost.length} activities running on it`);
   const following = followRetries(stack, runId, lost, at, isDone);
   let back: number;
+  let engineKilledAtStart: number | undefined;
   if (p.kind === 'engine') {
     await stack.waitForEngine(pid);
     back = Date.now() - at;
   } else {
     await sleep(p.restartDelayMs);
+    // Double kills of a pool worker: the engine of its successor dies while that worker starts.
+    const startupKill = p.kind === 'pool-worker' && p.againAfterMs !== undefined ? killEngineAtStart(stack, pid, log) : undefined;
     const restarted = await stack.restart();
+    const atStart = await startupKill;
+    if (atStart) {
+      engineKilledAtStart = atStart.engine;
+      // The worker must outlive it: a new engine under the same worker, not a dead worker.
+      const until = Date.now() + 90_000;
+      while (pidAlive(atStart.pool) && [undefined, atStart.engine].includes(stack.pidOf('engine')) && Date.now() < until) await sleep(100);
+      if (!pidAlive(atStart.pool)) {
+        unplanned.push(`pool-worker ${atStart.pool} died when its engine was killed during its start-up: ${tailFile(logFilePath(stack.stateDir, 'pool-worker'), 3).replace(/\s+/g, ' ').slice(-300)}`);
+        await stack.restart();
+      }
+    }
     back = Date.now() - at;
     if (p.kind === 'temporal') await hold.pause('once Temporal is back');
     for (const d of restarted) if (d.kind !== p.kind) unplanned.push(`${d.kind} found dead after killing ${p.kind}: ${d.cause}`);
@@ -439,6 +456,7 @@ async function killOne(stack: ChaosStack, runId: string, p: PlannedKill, { gapMs
     kind: p.kind,
     pid,
     at,
+    ...(engineKilledAtStart !== undefined ? { engineKilledAtStart } : {}),
     stepsDone: done,
     backAfterMs: back,
     inFlight: lost.length,
@@ -446,6 +464,22 @@ async function killOne(stack: ChaosStack, runId: string, p: PlannedKill, { gapMs
     finishedWithoutRetry: followed.finished,
   };
   return { kill, unplanned };
+}
+
+/** SIGKILLs the first engine of the pool worker that replaces `oldPoolPid`, as soon as it exists (before it listens). */
+async function killEngineAtStart(stack: ChaosStack, oldPoolPid: number, log: (l: string) => void): Promise<{ engine: number; pool: number } | undefined> {
+  const deadline = Date.now() + 120_000;
+  while (Date.now() < deadline) {
+    const pool = stack.pidOf('pool-worker');
+    const engine = pool !== undefined && pool !== oldPoolPid ? stack.pidOf('engine') : undefined;
+    if (engine !== undefined) {
+      process.kill(engine, 'SIGKILL');
+      log(`chaos: SIGKILL engine (pid ${engine}) during the start-up of pool worker ${pool}`);
+      return { engine, pool: pool! };
+    }
+    await sleep(10);
+  }
+  return undefined;
 }
 
 export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
@@ -527,7 +561,8 @@ export function formatReport(r: ChaosReport): string {
     for (const k of m.kills) {
       const retry = k.retryAfterMs === undefined ? '' : `, retried after ${(k.retryAfterMs / 1000).toFixed(1)}s (${k.retried}${k.lastRetryAfterMs !== undefined && k.lastRetryAfterMs !== k.retryAfterMs ? `; last at ${(k.lastRetryAfterMs / 1000).toFixed(1)}s` : ''})`;
       const flight = k.inFlight === undefined ? '' : `, ${k.inFlight} activities on it${k.finishedWithoutRetry ? ` (${k.finishedWithoutRetry} finished without retry)` : ''}`;
-      lines.push(`  kill ${k.kind}${k.again ? ' again' : ''} after ${k.stepsDone ?? '?'} steps: back after ${(k.backAfterMs / 1000).toFixed(1)}s${flight}${retry}`);
+      const atStart = k.engineKilledAtStart !== undefined ? `, its successor's engine killed during start-up` : '';
+      lines.push(`  kill ${k.kind}${k.again ? ' again' : ''} after ${k.stepsDone ?? '?'} steps: back after ${(k.backAfterMs / 1000).toFixed(1)}s${atStart}${flight}${retry}`);
     }
   }
   const all = r.modes.flatMap((m) => m.kills).filter((k) => k.retryAfterMs !== undefined);

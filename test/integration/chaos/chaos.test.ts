@@ -12,7 +12,8 @@
  * TROUPE_CHAOS_SEED=N picks another kill schedule.
  *
  * A second schedule never pauses the run and kills each process twice, the second time
- * 0.5-1.7 s after it is back (a worker or engine dying during its own start-up).
+ * 0.5-1.7 s after it is back; an engine dies again before it listens, and a restarted pool
+ * worker loses its engine during its own start-up (fatal to the worker before issue 18).
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
@@ -49,5 +50,6 @@ test('chaos (no pause, double kills): processes killed again right after their r
     assert.deepEqual(m.unplanned.filter((u) => !u.includes(POSTGRES_JS_CRASH)), [], `${m.mode}: processes died that the schedule did not kill`);
     // Without pauses a fast run may end before later kills; the first double kill lands early.
     assert.ok(m.kills.some((k) => k.again), `${m.mode}: no process was killed a second time mid-run`);
+    assert.ok(m.kills.some((k) => k.engineKilledAtStart !== undefined), `${m.mode}: no engine was killed during its pool worker's start-up`);
   }
 });
