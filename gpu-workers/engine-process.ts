@@ -28,6 +28,11 @@ export interface SpawnedEngine {
   listening: ListeningEvent;
 }
 
+/** An engine that exited with code 1 before listening: its own start-up error (bad flag, device unavailable), which a retry repeats. */
+export class EngineStartupError extends Error {
+  override name = 'EngineStartupError';
+}
+
 /** Start one engine process; resolves on its "listening" line, rejects with its stderr tail if it exits first. */
 export function spawnEngine(args: string[], opts: { startTimeoutMs?: number; quiet?: boolean } = {}): Promise<SpawnedEngine> {
   // stdin stays open as a lifeline: the engine exits when this process dies (--exit-with-stdin).
@@ -60,7 +65,8 @@ export function spawnEngine(args: string[], opts: { startTimeoutMs?: number; qui
     });
     child.once('exit', (code, signal) => {
       clearTimeout(timer);
-      reject(new Error(`engine exited before listening (code ${code}, signal ${signal}): ${stderrTail.trim()}`));
+      const message = `engine exited before listening (code ${code}, signal ${signal}): ${stderrTail.trim()}`;
+      reject(code === 1 && signal === null ? new EngineStartupError(message) : new Error(message));
     });
   });
 }
@@ -106,6 +112,7 @@ export class EngineSupervisor {
     return untilAvailable('the engine', () => this.startOnce(), {
       maxMs: 10_000,
       stopped: () => this.stopping || (this.opts.stopped?.() ?? false),
+      retryable: (e) => !(e instanceof EngineStartupError),
       log: (message) => this.opts.log?.({ event: 'engine_waiting', message }),
     });
   }

@@ -12,6 +12,8 @@ export interface BackoffOptions {
   log?: (line: string) => void;
   /** give up (rethrow the last error) once this returns true, e.g. on shutdown */
   stopped?: () => boolean;
+  /** false for an error that waiting cannot fix (a configuration error): rethrown at once */
+  retryable?: (err: unknown) => boolean;
 }
 
 /** The delay after `failures` consecutive failures: initialMs·2^(failures−1), capped at maxMs. */
@@ -27,7 +29,7 @@ export async function untilAvailable<T>(what: string, attempt: () => Promise<T>,
     try {
       return await attempt();
     } catch (e) {
-      if (opts.stopped?.()) throw e;
+      if (opts.stopped?.() || opts.retryable?.(e) === false) throw e;
       const delay = backoffDelay(failures, opts);
       opts.log?.(`waiting for ${what}: ${errorMessage(e)} (attempt ${failures}; next in ${(delay / 1000).toFixed(delay < 1000 ? 2 : 0)} s)`);
       await new Promise((r) => setTimeout(r, delay));

@@ -87,6 +87,13 @@ it('a pool worker comes up by itself after its engine dies twice during start-up
   }
 });
 
+it('a pool worker whose engine cannot start by its own fault (an unusable device) exits with the engine message instead of waiting', { timeout: 120_000 }, async () => {
+  const { child, log } = startWorker('gpu-workers/pool-worker.ts', ['--task-queue', uniqueTaskQueue('gpu'), '--temporal-address', env.address, '--device', 'cuda:9'], {});
+  const code = await new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
+  assert.equal(code, 1, log());
+  assert.match(log(), /pool-worker: engine exited before listening \(code 1, signal null\): .*cuda/s);
+});
+
 it('a control worker comes up by itself once PostgreSQL and then Temporal accept connections', { timeout: 240_000 }, async () => {
   const pgGate = await tcpGate(hostPort(db.url));
   const temporalGate = await tcpGate(hostPort(env.address));

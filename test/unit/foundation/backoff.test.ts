@@ -22,3 +22,9 @@ test('untilAvailable retries until the attempt succeeds, logging what it waits f
 test('untilAvailable rethrows once stopped', async () => {
   await assert.rejects(untilAvailable('x', async () => { throw new Error('down'); }, { initialMs: 1, stopped: () => true }), /down/);
 });
+
+test('untilAvailable rethrows at once an error that waiting cannot fix', async () => {
+  let calls = 0;
+  await assert.rejects(untilAvailable('x', async () => { calls++; throw new TypeError('bad flag'); }, { initialMs: 1, retryable: (e) => !(e instanceof TypeError) }), /bad flag/);
+  assert.equal(calls, 1);
+});
