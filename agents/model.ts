@@ -12,7 +12,7 @@ export interface TinyLMSpec {
   readonly embedDim: number;
   readonly hiddenDim: number;
   readonly layers: number;
-  /** Pool task queue whose engines serve this model. */
+  /** The pool whose engines serve this model (default DEFAULT_POOL); the deployment maps it to a task queue. */
   readonly pool: string;
   /** Optimizer settings for every agent on this model (agents may override). */
   readonly optimizer?: Record<string, unknown>;
@@ -30,6 +30,13 @@ export interface TinyLMOptions {
   optimizer?: Record<string, unknown>;
 }
 
+/**
+ * The pool a model uses unless it names one. Served on the task queue TROUPE_POOL_TASK_QUEUE
+ * (default: this name); any other pool name is its own task queue
+ * (activities/training/pool-queues.ts).
+ */
+export const DEFAULT_POOL = 'troupe-gpu';
+
 /** The built-in policy family: a small autoregressive LM the engine runs as ONNX. */
 export function tinyLM(opts: TinyLMOptions): TinyLMSpec {
   return {
@@ -39,7 +46,7 @@ export function tinyLM(opts: TinyLMOptions): TinyLMSpec {
     embedDim: opts.embedDim ?? 16,
     hiddenDim: opts.hiddenDim ?? 64,
     layers: opts.layers ?? 1,
-    pool: opts.pool ?? 'troupe-gpu',
+    pool: opts.pool ?? DEFAULT_POOL,
     optimizer: opts.optimizer,
   };
 }

@@ -10,6 +10,7 @@ import { loadConfig, temporalAddressOf, type TroupeConfig } from '../infra/confi
 import { connect, type Sql } from '../infra/db';
 import { TroupeError, errorMessage } from '../infra/errors';
 import { ensureDatabase } from '../infra/postgres';
+import { isTemporalOutage } from '../infra/outage';
 import { connectTemporal } from '../infra/temporal';
 import { checkAgainstTeam, parseRunConfig, RunConfigError, type RunConfig, type RunConfigInput } from '../schema/run-config';
 import type { RunStatusView } from '../workflows/definitions';
@@ -119,29 +120,58 @@ export function progressLine(v: RunStatusView): string {
   return `[${bar(v.step, v.steps)}] step ${v.step}/${v.steps} ${v.status.padEnd(10)} ${rewards}  ${evalPart}  ${eta}`;
 }
 
-/** Polls the run's status query and draws progress on stderr until the workflow closes. */
+/**
+ * Polls the run's status query and draws progress on stderr until the workflow closes.
+ * The run does not depend on its watcher: while Temporal is unreachable (a restart, a
+ * network cut) the watcher keeps the last progress line, says it is waiting, and goes on
+ * once the server answers again.
+ */
 export async function watchRun(handle: WorkflowHandle<typeof trainingRun>, opts: { quiet?: boolean } = {}): Promise<RunSummary> {
   const tty = process.stderr.isTTY;
-  let last = '';
+  let progress = '';
+  let outageSince: number | undefined;
+  let outageCause = '';
+  const draw = (next: string, nowUnreachable: { cause: string } | null) => {
+    const wasUnreachable = outageSince !== undefined;
+    if (nowUnreachable && !wasUnreachable) outageSince = Date.now();
+    if (nowUnreachable) outageCause = nowUnreachable.cause;
+    if (!nowUnreachable) outageSince = undefined;
+    const prev = progress;
+    progress = next;
+    if (opts.quiet) return;
+    const waiting = outageSince !== undefined ? `waiting for Temporal (unreachable for ${Math.round((Date.now() - outageSince) / 1000)} s: ${outageCause}); the run goes on without this watcher` : '';
+    if (tty) {
+      process.stderr.write(`\r\x1b[2K${progress}${waiting ? `  [${waiting}]` : ''}`);
+      return;
+    }
+    // Without a terminal: one line per change of progress (ETA aside) and per outage start/end.
+    if (next && next.replace(/ETA \S+/, '') !== prev.replace(/ETA \S+/, '')) process.stderr.write(next + '\n');
+    if (waiting && !wasUnreachable) process.stderr.write(`troupe: ${waiting}\n`);
+    if (!waiting && wasUnreachable) process.stderr.write(`troupe: Temporal answers again; watching run ${handle.workflowId}\n`);
+  };
+  const outage = (e: unknown) => (isTemporalOutage(e) ? { cause: errorMessage(innermostCause(e)) } : null);
   let stop = false;
   const poll = (async () => {
     while (!stop) {
       try {
-        const view = await handle.query(statusQuery);
-        const line = progressLine(view);
-        if (!opts.quiet && line !== last) {
-          if (tty) process.stderr.write(`\r\x1b[2K${line}`);
-          else if (line.replace(/ETA \S+/, '') !== last.replace(/ETA \S+/, '')) process.stderr.write(line + '\n');
-          last = line;
-        }
-      } catch {
-        /* not started yet, between executions, or closed */
+        draw(progressLine(await handle.query(statusQuery)), null);
+      } catch (e) {
+        // not started yet, between executions, closed, or Temporal unreachable
+        if (isTemporalOutage(e)) draw(progress, outage(e));
       }
       await new Promise((r) => setTimeout(r, 1000));
     }
   })();
   try {
-    return await handle.result();
+    for (;;) {
+      try {
+        return await handle.result();
+      } catch (e) {
+        if (!isTemporalOutage(e)) throw e;
+        draw(progress, outage(e));
+        await new Promise((r) => setTimeout(r, 1000));
+      }
+    }
   } catch (e) {
     if (e instanceof WorkflowFailedError) {
       const cause = (e.cause as { message?: string; cause?: { message?: string } } | undefined) ?? {};
@@ -154,6 +184,13 @@ export async function watchRun(handle: WorkflowHandle<typeof trainingRun>, opts:
     await poll;
     if (tty && !opts.quiet) process.stderr.write('\n');
   }
+}
+
+/** The innermost error of a cause chain (the gRPC status, not the SDK's wrapper). */
+function innermostCause(e: unknown): unknown {
+  let cur = e;
+  while ((cur as { cause?: unknown })?.cause) cur = (cur as { cause?: unknown }).cause;
+  return cur;
 }
 
 export function summaryLines(s: RunSummary, wallSeconds: number): string[] {

@@ -11,6 +11,8 @@ export interface ControlWorkerOptions {
   namespace: string;
   taskQueue: string;
   sql: Sql;
+  /** Task queue of the default pool (config.poolTaskQueue); runs route their pool work by it. */
+  poolTaskQueue?: string;
   /** A prebuilt bundle (bundleWorkflowCode) to skip bundling, e.g. in tests that create many workers. */
   workflowBundle?: WorkerOptions['workflowBundle'];
   /** Any other Worker option (identity, concurrency limits, interceptors...). */
@@ -29,7 +31,7 @@ export async function createControlWorker(opts: ControlWorkerOptions): Promise<W
     namespace: opts.namespace,
     taskQueue: opts.taskQueue,
     ...(opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath: WORKFLOWS_PATH, bundlerOptions: { webpackConfigHook: isolateTeamBuildErrors } }),
-    activities: createControlActivities({ sql: opts.sql }),
+    activities: createControlActivities({ sql: opts.sql, poolTaskQueue: opts.poolTaskQueue }),
     ...opts.workerOptions,
   });
 }

@@ -20,6 +20,8 @@ export type EpisodeWorkflowInput = TeamRef & {
   split: Split;
   versions: Record<string, number>;
   sampling?: Partial<Sampling>;
+  /** pool name -> task queue (from the parent run); absent in runs that predate it: the pool's name */
+  poolQueues?: Record<string, string>;
 } & (
     // The episode by reference (its plan and index), looked up by a local activity, or
     // listed in full (episodes started before plans were references).
@@ -35,7 +37,8 @@ export async function episodeWorkflow(input: EpisodeWorkflowInput): Promise<{ ep
   const tools = proxyActivities<TrainingControlActivities>(toolActivities(Math.max(0, ...Object.values(team.agents).flatMap((a) => a.tools.map((t) => t.timeoutMs)))));
   const pools = new Map<string, TrainingPoolActivities>();
   const pool = (model: string) => {
-    const queue = team.models[model]!.pool;
+    const name = team.models[model]!.pool;
+    const queue = input.poolQueues?.[name] ?? name;
     let p = pools.get(queue);
     if (!p) {
       p = proxyActivities<TrainingPoolActivities>(turnActivities(queue));

@@ -36,6 +36,7 @@ import type { AnyTeam } from '../agents/team';
 import type { EvalSummary, TrainingControlActivities } from '../activities/training/control';
 import { episodeIdOf, type EpisodeSpec, type StepPlan } from '../activities/training/plan';
 import type { TrainingPoolActivities, UpdateResult } from '../activities/training/pool';
+import type { PoolQueueActivities } from '../activities/training/pool-queues';
 import { TroupeEvalSuccess, TroupeRunId, TroupeStatus, TroupeStep, TroupeTeam } from '../infra/search-attributes';
 import { applyOptimizerChange, parseOptimizerChange, SettingsError, type OptimizerChange, type OptimizerConfig } from '../schema/optimizer';
 import { checkAgainstTeam, parseRunConfig, RunConfigError, type ResolvedTraining, type RunConfig } from '../schema/run-config';
@@ -82,6 +83,7 @@ const ROLLOUT_CHUNK = 256;
 
 const control = proxyActivities<TrainingControlActivities>(controlActivities);
 const controlLocal = proxyLocalActivities<TrainingControlActivities>(controlLocalActivities);
+const poolQueueLookup = proxyLocalActivities<PoolQueueActivities>(controlLocalActivities);
 /** Recording a failure must not hang a failing run on a store that stays down: a few tries only. */
 const finalBookkeeping = proxyActivities<TrainingControlActivities>({ ...controlActivities, retry: { ...controlActivities.retry, maximumAttempts: 3 } });
 
@@ -123,8 +125,13 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
   config = { ...config, runId };
   const models = Object.keys(team.models);
   const ref = { team: config.team, teamOptions: config.teamOptions };
-  const poolOf = (model: string) => proxyActivities<TrainingPoolActivities>(poolActivities(team.models[model]!.pool));
-  const mainPool = poolOf(models[0]!);
+  // pool name -> task queue, from the control worker's configuration (recorded in history);
+  // runs started before 'pool-task-queues' used each pool's name as its queue.
+  let poolQueues: Record<string, string> | undefined;
+  const poolOf = (model: string) => {
+    const pool = team.models[model]!.pool;
+    return proxyActivities<TrainingPoolActivities>(poolActivities(poolQueues?.[pool] ?? pool));
+  };
 
   // ---- state, visible through the status query
   let paused = carried?.paused ?? false;
@@ -208,26 +215,26 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
     if (config.rollout === 'durable') {
       const results = await Promise.all(
         Array.from({ length: episodes }, (_, index) =>
-          executeChild(episodeWorkflow, { workflowId: episodeIdOf(byRef, index), args: [{ ...ref, runId, step: at, split, plan: byRef, index, versions, sampling }] }),
+          executeChild(episodeWorkflow, { workflowId: episodeIdOf(byRef, index), args: [{ ...ref, runId, step: at, split, plan: byRef, index, versions, sampling, poolQueues }] }),
         ),
       );
       return results.filter((r) => r.status === 'failed').length;
     }
     const parts: Array<[number, number]> = [];
     for (let from = 0; from < episodes; from += ROLLOUT_CHUNK) parts.push([from, Math.min(from + ROLLOUT_CHUNK, episodes)]);
-    const results = await Promise.all(parts.map(([from, to]) => mainPool.rolloutBatch({ ...ref, runId, step: at, split, plan: byRef, from, to, versions, sampling })));
+    const results = await Promise.all(parts.map(([from, to]) => poolOf(models[0]!).rolloutBatch({ ...ref, runId, step: at, split, plan: byRef, from, to, versions, sampling })));
     return results.reduce((n, r) => n + r.failed, 0);
   }
 
   // Histories from before plans were references: planStep/planEval returned the episode list.
   async function rolloutListed(specs: EpisodeSpec[], split: Split, at: number, sampling?: Partial<Sampling>): Promise<number> {
     if (config.rollout === 'durable') {
-      const results = await Promise.all(specs.map((spec) => executeChild(episodeWorkflow, { workflowId: spec.episodeId, args: [{ ...ref, runId, step: at, split, spec, versions, sampling }] })));
+      const results = await Promise.all(specs.map((spec) => executeChild(episodeWorkflow, { workflowId: spec.episodeId, args: [{ ...ref, runId, step: at, split, spec, versions, sampling, poolQueues }] })));
       return results.filter((r) => r.status === 'failed').length;
     }
     const parts: EpisodeSpec[][] = [];
     for (let i = 0; i < specs.length; i += ROLLOUT_CHUNK) parts.push(specs.slice(i, i + ROLLOUT_CHUNK));
-    const results = await Promise.all(parts.map((part) => mainPool.rolloutBatch({ ...ref, runId, step: at, split, specs: part, versions, sampling })));
+    const results = await Promise.all(parts.map((part) => poolOf(models[0]!).rolloutBatch({ ...ref, runId, step: at, split, specs: part, versions, sampling })));
     return results.reduce((n, r) => n + r.failed, 0);
   }
 
@@ -340,6 +347,9 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
   }
 
   try {
+    if (patched('pool-task-queues')) {
+      poolQueues = await poolQueueLookup.poolTaskQueues({ pools: [...new Set(Object.values(team.models).map((m) => m.pool))] });
+    }
     if (!carried) await startOrResume();
     phase = paused ? 'paused' : 'running';
     publish();
