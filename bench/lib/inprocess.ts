@@ -44,6 +44,10 @@ export interface InProcessStep {
   gradNorm: Record<string, number>;
   /** mean reward components per agent */
   rewards: Record<string, Record<string, number>>;
+  /** policy entropy per agent (StepBatch.entropy) */
+  entropy: Record<string, number>;
+  /** per agent, the fraction of task groups that gave it no learning signal */
+  zeroAdvantage: Record<string, number>;
 }
 
 export interface InProcessOptions {
@@ -157,6 +161,8 @@ export async function trainInProcess(engine: EngineApi, input: RunConfigInput & 
       toolCalls: counters.toolCalls,
       gradNorm,
       rewards: meanRewards(episodes),
+      entropy: batch.entropy,
+      zeroAdvantage: Object.fromEntries(Object.entries(batch.diagnostics).map(([a, d]) => [a, d.zeroAdvantageGroupFraction])),
     };
     steps.push(record);
     hooks.onStep?.(record);
