@@ -73,9 +73,19 @@ function config(team: string, seed: number, runId: string): RunConfigInput & { r
   return { team, seed, runId, ...EXTRA, ...(EVAL_EVERY === undefined ? {} : { evalEvery: EVAL_EVERY }) };
 }
 
+/** The three most frequent responses, with their shares ('' is an empty response). */
+const top = (counts: Record<string, number> = {}) => {
+  const n = Object.values(counts).reduce((a, b) => a + b, 0);
+  return Object.entries(counts)
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, 3)
+    .map(([text, k]) => `'${text}' ${f(k / n)}`)
+    .join(' ');
+};
+
 function traceLine(team: string, seed: number, s: InProcessStep) {
   const agents = Object.keys(s.rewards);
-  const parts = agents.map((a) => `${a} r ${f(total(s.rewards[a]))} H ${f(s.entropy[a])} zeroAdv ${f(s.zeroAdvantage[a])}`);
+  const parts = agents.map((a) => `${a} r ${f(total(s.rewards[a]))} H ${f(s.entropy[a])} zeroAdv ${f(s.zeroAdvantage[a])} says ${top(s.replies[a])}`);
   console.log(`    ${team} seed ${seed} step ${String(s.step).padStart(3)}: ${parts.join(' | ')}`);
 }
 
@@ -111,6 +121,7 @@ async function main() {
           wallSeconds: (performance.now() - a) / 1000,
         };
         runs.push(run);
+        if (values.trace) for (const e of r.evals) console.log(`    ${team} seed ${seed} eval at ${e.step}: success ${f(e.success)}, greedy: ${Object.entries(e.replies).map(([a, c]) => `${a} ${top(c)}`).join(' | ')}`);
         console.log(`  ${team} seed ${seed}: final ${f(run.final, 3)}, best ${f(run.best, 3)}, evals ${r.evals.map((e) => `${e.step}:${f(e.success, 2)}`).join(' ')} (${f(run.wallSeconds, 0)} s)`);
       }
     };

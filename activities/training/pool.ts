@@ -247,7 +247,9 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
           { kind: 'train', scope: agent, name: 'advantage.max', value: d.advantage.max },
           { kind: 'train', scope: agent, name: 'zeroAdvantageGroupFraction', value: d.zeroAdvantageGroupFraction },
           { kind: 'train', scope: agent, name: 'samples', value: d.samples },
-          ...['loss', 'gradNorm', 'clipFraction', 'approxKl', 'entropy'].map((name) => ({ kind: 'train', scope: agent, name, value: metrics[name as keyof typeof metrics] })),
+          ...['loss', 'gradNorm', 'clipFraction', 'approxKl'].map((name) => ({ kind: 'train', scope: agent, name, value: metrics[name as keyof typeof metrics] })),
+          // the agent's own entropy, not its model's (agents may share one): a role's collapse shows
+          { kind: 'train', scope: agent, name: 'entropy', value: batch.entropy[agent] ?? NaN },
           ...Object.entries(batch.rewards[agent] ?? {}).map(([name, value]) => ({ kind: 'train', scope: agent, name: `reward.${name}`, value })),
         );
       }
