@@ -42,6 +42,9 @@ export default defineCommand({
       for (const v of versions) latest[v.model] = Math.max(latest[v.model] ?? 0, v.version);
       const evals = await c.sql`SELECT step, value FROM metrics WHERE run_id = ${runId} AND kind = 'eval' AND scope = 'team' AND name = 'success' ORDER BY step`;
       const events = await c.sql`SELECT step, kind, detail, at FROM run_events WHERE run_id = ${runId} ORDER BY id`;
+      // per-agent policy entropy of the last committed step: a role collapsing onto one answer shows as ~0
+      const entropyRows = await c.sql`SELECT step, scope, value FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND name = 'entropy'
+        AND step = (SELECT max(step) FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND name = 'entropy') ORDER BY scope`;
       const out = {
         runId,
         team: run?.team,
@@ -51,6 +54,7 @@ export default defineCommand({
         versions: latest,
         evals: evals.map((e) => ({ step: e.step, success: e.value })),
         events: events.map((e) => ({ step: e.step, kind: e.kind, detail: e.detail })),
+        entropy: entropyRows.length === 0 ? null : { step: entropyRows[0]!.step as number, agents: Object.fromEntries(entropyRows.map((r) => [r.scope as string, r.value as number])) },
       };
       if (values.json) {
         console.log(JSON.stringify(out));
@@ -60,6 +64,7 @@ export default defineCommand({
       if (live) console.log('  ' + progressLine(live));
       console.log(`  versions: ${Object.entries(latest).map(([m, v]) => `${m} v${v}`).join(', ') || '-'}`);
       console.log(`  eval success: ${out.evals.map((e) => `step ${e.step}: ${e.success.toFixed(3)}`).join(', ') || '-'}`);
+      if (out.entropy) console.log(`  policy entropy at step ${out.entropy.step}: ${Object.entries(out.entropy.agents).map(([a, h]) => `${a} ${h.toFixed(2)}`).join(', ')}`);
       for (const e of out.events) console.log(`  event at step ${e.step}: ${e.kind} ${JSON.stringify(e.detail)}`);
       return 0;
     } finally {
