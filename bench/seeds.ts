@@ -159,7 +159,10 @@ async function main() {
   if (!values['no-write']) {
     fs.mkdirSync(RESULTS, { recursive: true });
     fs.writeFileSync(path.join(RESULTS, 'seeds.md'), lines.join('\n') + '\n');
-    fs.writeFileSync(path.join(RESULTS, 'seeds.json'), JSON.stringify({ command: COMMAND, runs }, null, 1) + '\n');
+    // per step only rewards, entropy and zero-advantage shares (the sampled replies would be megabytes)
+    const compact = runs.map((r) => ({ ...r, steps: r.steps.map((s) => ({ step: s.step, rewards: s.rewards, entropy: s.entropy, zeroAdvantage: s.zeroAdvantage })), evals: r.evals.map((e) => ({ step: e.step, success: e.success })) }));
+    const round = (_: string, v: unknown) => (typeof v === 'number' && !Number.isInteger(v) ? Number(v.toFixed(4)) : v);
+    fs.writeFileSync(path.join(RESULTS, 'seeds.json'), JSON.stringify({ command: COMMAND, runs: compact }, round) + '\n');
   }
 }
 
