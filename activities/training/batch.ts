@@ -27,6 +27,12 @@ export interface StepBatch {
   diagnostics: Record<string, AgentStepDiagnostics>;
   /** Mean of each reward component per agent over its turns in non-failed episodes. */
   rewards: Record<string, Record<string, number>>;
+  /**
+   * Policy entropy per agent, estimated as the mean −log p of its sampled tokens (E[−log p] = H
+   * under temperature-1 sampling). Per agent even when agents share a model, so a role whose
+   * policy collapses onto one answer shows it (the update's entropy is per model).
+   */
+  entropy: Record<string, number>;
   counts: { episodes: number; completed: number; truncated: number; failed: number; samples: number; excluded: number };
   /** Per agent: the step's episodes it acted in, and the shares of those that ended truncated or failed. */
   endings: Record<string, AgentEndings>;
@@ -60,6 +66,7 @@ export function buildStepBatch(
   const samples: Sample[] = [];
   const turns: Array<StoredEpisode['trajectory']['turns'][number]> = [];
   const rewardSums: Record<string, Record<string, { sum: number; n: number }>> = {};
+  const nll: Record<string, { sum: number; n: number }> = {};
   // Stable order (group, episode, turn) so the same step always makes the same batch.
   const ordered = [...episodes].sort((a, b) => a.meta.groupIndex - b.meta.groupIndex || a.meta.episodeIndex - b.meta.episodeIndex);
   for (const e of ordered) {
@@ -78,6 +85,13 @@ export function buildStepBatch(
         trainableTokens: t.lossMask.reduce<number>((n, m) => n + m, 0),
       });
       turns.push(t);
+      const h = (nll[t.agent] ??= { sum: 0, n: 0 });
+      t.lossMask.forEach((m, k) => {
+        if (m === 1) {
+          h.sum -= t.logprobs[k]!;
+          h.n++;
+        }
+      });
       const agentSums = (rewardSums[t.agent] ??= {});
       for (const [k, v] of Object.entries(components)) {
         const s = (agentSums[k] ??= { sum: 0, n: 0 });
@@ -115,7 +129,8 @@ export function buildStepBatch(
 
   const rewards: Record<string, Record<string, number>> = {};
   for (const [agent, comps] of Object.entries(rewardSums)) rewards[agent] = Object.fromEntries(Object.entries(comps).map(([k, s]) => [k, s.sum / s.n]));
-  return { models, diagnostics: stepDiagnostics(samples, result), rewards, counts, endings: agentEndings(episodes) };
+  const entropy = Object.fromEntries(Object.entries(nll).filter(([, h]) => h.n > 0).map(([agent, h]) => [agent, h.sum / h.n]));
+  return { models, diagnostics: stepDiagnostics(samples, result), rewards, entropy, counts, endings: agentEndings(episodes) };
 }
 
 /**

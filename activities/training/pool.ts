@@ -255,7 +255,9 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
           { kind: 'train', scope: agent, name: 'advantage.max', value: d.advantage.max },
           { kind: 'train', scope: agent, name: 'zeroAdvantageGroupFraction', value: d.zeroAdvantageGroupFraction },
           { kind: 'train', scope: agent, name: 'samples', value: d.samples },
-          ...['loss', 'gradNorm', 'clipFraction', 'approxKl', 'entropy'].map((name) => ({ kind: 'train', scope: agent, name, value: metrics[name as keyof typeof metrics] })),
+          ...['loss', 'gradNorm', 'clipFraction', 'approxKl'].map((name) => ({ kind: 'train', scope: agent, name, value: metrics[name as keyof typeof metrics] })),
+          // the agent's own entropy, not its model's (agents may share one): a role's collapse shows
+          { kind: 'train', scope: agent, name: 'entropy', value: batch.entropy[agent] ?? NaN },
         );
       }
       rows.push(...agentRows(batch, actors));

@@ -58,7 +58,11 @@ export function mathTeam(options: MathOptions = {}) {
   const scale = options.verifierScale ?? 10;
   const maxOperand = options.maxOperand ?? 49;
   // lr 0.02: Adam steps this large suit a 9,811-parameter policy learning from scratch (measured: eval 0 -> 0.98 in 20 steps).
-  const policy = (): ModelSpec => tinyLM({ tokenizer, contextWindow: 8, embedDim: 16, hiddenDim: 64, optimizer: { lr: 0.02 } });
+  // entropyCoef 0.01: while the solver is still mostly wrong, 'N' is the verifier's right verdict, and
+  // without a bonus it can become the verifier's only verdict before the solver turns accurate; then no
+  // sample ever says 'Y', every group's judged reward is 0, the advantage is 0 and it never recovers
+  // (seed 11: verifier entropy 0.00 from step 15, eval 0). The bonus keeps 'Y' sampled (bench/seeds.ts).
+  const policy = (): ModelSpec => tinyLM({ tokenizer, contextWindow: 8, embedDim: 16, hiddenDim: 64, optimizer: { lr: 0.02, entropyCoef: 0.01 } });
   const models: Record<string, ModelSpec> = options.models === 'separate' ? { solver: policy(), verifier: policy() } : { policy: policy() };
   const modelOf = (role: 'solver' | 'verifier') => (options.models === 'separate' ? role : 'policy');
 

@@ -44,6 +44,12 @@ export interface InProcessStep {
   gradNorm: Record<string, number>;
   /** mean reward components per agent */
   rewards: Record<string, Record<string, number>>;
+  /** policy entropy per agent (StepBatch.entropy) */
+  entropy: Record<string, number>;
+  /** per agent, the fraction of task groups that gave it no learning signal */
+  zeroAdvantage: Record<string, number>;
+  /** per agent, how often each decoded response (tool output included) was sampled */
+  replies: Record<string, Record<string, number>>;
 }
 
 export interface InProcessOptions {
@@ -64,7 +70,8 @@ export interface InProcessResult {
   runId: string;
   wallSeconds: number;
   steps: InProcessStep[];
-  evals: Array<{ step: number; success: number; episodes: number }>;
+  /** greedy eval success, and the greedy responses per agent as in InProcessStep.replies */
+  evals: Array<{ step: number; success: number; episodes: number; replies: Record<string, Record<string, number>> }>;
 }
 
 const GREEDY: Partial<Sampling> = { temperature: 0 };
@@ -115,7 +122,19 @@ export async function trainInProcess(engine: EngineApi, input: RunConfigInput & 
     const specs = planEvalEpisodes(tasks, { runId, step: at, seed: config.seed, count: config.evalTasks });
     const { episodes } = await rollout(specs, at, 'eval', GREEDY);
     const solved = episodes.filter((e) => e.success === true).length;
-    evals.push({ step: at, success: episodes.length === 0 ? 0 : solved / episodes.length, episodes: episodes.length });
+    evals.push({ step: at, success: episodes.length === 0 ? 0 : solved / episodes.length, episodes: episodes.length, replies: replyCounts(episodes) });
+  }
+
+  /** Counts of each agent's decoded responses, to see what a role actually says. */
+  function replyCounts(episodes: StoredEpisode[]) {
+    const out: Record<string, Record<string, number>> = {};
+    for (const e of episodes)
+      for (const t of e.trajectory.turns) {
+        const text = team.tokenizer.decode(t.responseTokens);
+        const byAgent = (out[t.agent] ??= {});
+        byAgent[text] = (byAgent[text] ?? 0) + 1;
+      }
+    return out;
   }
 
   await evaluate(0);
@@ -157,6 +176,9 @@ export async function trainInProcess(engine: EngineApi, input: RunConfigInput & 
       toolCalls: counters.toolCalls,
       gradNorm,
       rewards: meanRewards(episodes),
+      entropy: batch.entropy,
+      replies: replyCounts(episodes),
+      zeroAdvantage: Object.fromEntries(Object.entries(batch.diagnostics).map(([a, d]) => [a, d.zeroAdvantageGroupFraction])),
     };
     steps.push(record);
     hooks.onStep?.(record);

@@ -73,6 +73,9 @@ export default defineCommand({
       const events = await c.sql`SELECT step, kind, detail, at FROM run_events WHERE run_id = ${runId} ORDER BY id`;
       const agentRows = await c.sql`SELECT step, scope, name, value FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND (name LIKE 'reward.%' OR name IN ('truncatedShare', 'failedShare'))`;
       const agents = latestAgentSteps(agentRows.map((r) => ({ step: r.step, scope: r.scope, name: r.name, value: r.value })));
+      // per-agent policy entropy of the last committed step: a role collapsing onto one answer shows as ~0
+      const entropyRows = await c.sql`SELECT step, scope, value FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND name = 'entropy'
+        AND step = (SELECT max(step) FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND name = 'entropy') ORDER BY scope`;
       const out = {
         runId,
         team: run?.team,
@@ -83,6 +86,7 @@ export default defineCommand({
         evals: evals.map((e) => ({ step: e.step, success: e.value })),
         agents,
         events: events.map((e) => ({ step: e.step, kind: e.kind, detail: e.detail })),
+        entropy: entropyRows.length === 0 ? null : { step: entropyRows[0]!.step as number, agents: Object.fromEntries(entropyRows.map((r) => [r.scope as string, r.value as number])) },
       };
       if (values.json) {
         console.log(JSON.stringify(out));
@@ -93,6 +97,7 @@ export default defineCommand({
       console.log(`  versions: ${Object.entries(latest).map(([m, v]) => `${m} v${v}`).join(', ') || '-'}`);
       console.log(`  eval success: ${out.evals.map((e) => `step ${e.step}: ${e.success.toFixed(3)}`).join(', ') || '-'}`);
       for (const [agent, a] of Object.entries(agents)) console.log(`  ${agentStepLine(agent, a)}`);
+      if (out.entropy) console.log(`  policy entropy at step ${out.entropy.step}: ${Object.entries(out.entropy.agents).map(([a, h]) => `${a} ${h.toFixed(2)}`).join(', ')}`);
       for (const e of out.events) console.log(`  event at step ${e.step}: ${e.kind} ${JSON.stringify(e.detail)}`);
       return 0;
     } finally {

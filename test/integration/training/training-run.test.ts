@@ -9,6 +9,7 @@ import { WorkflowFailedError } from '@temporalio/client';
 import { Worker } from '@temporalio/worker';
 import { workflowBundle } from '../../helpers';
 import type { trainingRun } from '../../../workflows';
+import { loadStepEpisodes } from '../../../activities/store/trajectories';
 import { checkRunBookkeeping, startHarness, type Harness } from './harness';
 
 describe('trainingRun', () => {
@@ -43,6 +44,14 @@ describe('trainingRun', () => {
       assert.equal(summary.finalEval?.step, steps);
       assert.ok(summary.finalEval!.success >= 0 && summary.finalEval!.success <= 1);
       await checkRunBookkeeping(h, runId, steps, [...c.agents], [...c.models]);
+      // Each agent's entropy is its own (mean −log p of its sampled tokens in the stored episodes), also when agents share a model.
+      const stored = await loadStepEpisodes(h.db.sql, runId, 0, 'train');
+      const entropyRows = await h.db.sql`SELECT scope, value FROM metrics WHERE run_id = ${runId} AND step = 0 AND kind = 'train' AND name = 'entropy'`;
+      for (const a of c.agents) {
+        const nll = stored.flatMap((e) => e.trajectory.turns.filter((t) => t.agent === a).flatMap((t) => t.logprobs.filter((_, k) => t.lossMask[k] === 1).map((lp) => -lp)));
+        const recorded = entropyRows.find((r) => r.scope === a)?.value as number;
+        assert.ok(Math.abs(recorded - nll.reduce((x, y) => x + y, 0) / nll.length) < 1e-9, `step 0 ${a}: entropy ${recorded}`);
+      }
       const [run] = await h.db.sql`SELECT status FROM runs WHERE run_id = ${runId}`;
       assert.equal(run!.status, 'completed');
       // What the Web UI's list and the run's page show.

@@ -82,6 +82,18 @@ describe('buildStepBatch', () => {
     assert.ok(Math.abs(batch.models.policy![1]!.advantages[0]! - a) < 1e-12);
     assert.deepEqual(batch.rewards.verifier, { judged: 5 }, 'logged rewards stay unweighted');
   });
+
+  it('estimates each agent\'s policy entropy as the mean −log p of its sampled tokens, though both share one model', () => {
+    const a = episode(0, 0, 1, 10);
+    const b = episode(0, 1, 0, 0);
+    // solver turns: logprobs [-1, 0, -2] with mask [1, 0, 1] in both episodes -> (1 + 2 + 1 + 2) / 4 = 1.5;
+    // verifier turns: [-0.5, 0, -0.5] and [-3, 0, -1] -> (0.5 + 0.5 + 3 + 1) / 4 = 1.25 (the mask-0 tool token is not sampled).
+    a.trajectory.turns[1]!.logprobs = [-0.5, 0, -0.5];
+    b.trajectory.turns[1]!.logprobs = [-3, -7, -1];
+    const failed = episode(1, 0, 0, 0, 'failed');
+    const batch = buildStepBatch([a, b, failed], settings);
+    assert.deepEqual(batch.entropy, { solver: 1.5, verifier: 1.25 });
+  });
 });
 
 describe('agentEndings', () => {
