@@ -43,6 +43,7 @@ export interface WireModelSpec {
   hidden_dim?: number;
   layers?: number;
   activation?: string;
+  config_json?: string;
 }
 
 export interface WireVersionInfo {
