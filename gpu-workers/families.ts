@@ -33,3 +33,13 @@ export function normalizeModelSpec(input: unknown, prefix = 'spec'): ModelSpec {
 export const specKey = (s: ModelSpec): string => familyOf(s.family).key(s);
 export const paramCount = (s: ModelSpec): number => familyOf(s.family).paramLayout(s).total;
 export const describeSpec = (s: ModelSpec): string => familyOf(s.family).describe(s);
+
+/** One line for a stored or user-given spec (`transformer D64 L2 … V14, 105,472 parameters`), or what is wrong with it. */
+export function describeModel(input: unknown): string {
+  try {
+    const s = normalizeModelSpec(input);
+    return `${describeSpec(s)} V${s.vocabSize}, ${paramCount(s).toLocaleString('en-US')} parameters`;
+  } catch (e) {
+    return `invalid spec (${(e as Error).message})`;
+  }
+}

@@ -3,6 +3,7 @@ import { WorkflowNotFoundError } from '@temporalio/client';
 import { TroupeError } from '../../infra/errors';
 import { getRun } from '../../activities/store/runs';
 import { listVersions } from '../../activities/store/versions';
+import { describeModel } from '../../gpu-workers/families';
 import { statusQuery } from '../../workflows/definitions';
 import type { trainingRun } from '../../workflows/training-run';
 import { defineCommand } from '../command';
@@ -40,6 +41,8 @@ export default defineCommand({
       const versions = await listVersions(c.sql, runId);
       const latest: Record<string, number> = {};
       for (const v of versions) latest[v.model] = Math.max(latest[v.model] ?? 0, v.version);
+      const specs = await c.sql`SELECT DISTINCT ON (model) model, spec FROM versions WHERE run_id = ${runId} ORDER BY model, version`;
+      const models = Object.fromEntries(specs.map((r) => [r.model as string, describeModel(r.spec)]));
       const evals = await c.sql`SELECT step, value FROM metrics WHERE run_id = ${runId} AND kind = 'eval' AND scope = 'team' AND name = 'success' ORDER BY step`;
       const events = await c.sql`SELECT step, kind, detail, at FROM run_events WHERE run_id = ${runId} ORDER BY id`;
       const out = {
@@ -49,6 +52,7 @@ export default defineCommand({
         workflow: execution?.status ?? 'not found',
         live: live ?? null,
         versions: latest,
+        models,
         evals: evals.map((e) => ({ step: e.step, success: e.value })),
         events: events.map((e) => ({ step: e.step, kind: e.kind, detail: e.detail })),
       };
@@ -59,6 +63,7 @@ export default defineCommand({
       console.log(`run ${runId}  team ${out.team ?? '?'}  workflow ${out.workflow}  store ${out.stored ?? '-'}`);
       if (live) console.log('  ' + progressLine(live));
       console.log(`  versions: ${Object.entries(latest).map(([m, v]) => `${m} v${v}`).join(', ') || '-'}`);
+      for (const [m, d] of Object.entries(models)) console.log(`  model ${m}: ${d}`);
       console.log(`  eval success: ${out.evals.map((e) => `step ${e.step}: ${e.success.toFixed(3)}`).join(', ') || '-'}`);
       for (const e of out.events) console.log(`  event at step ${e.step}: ${e.kind} ${JSON.stringify(e.detail)}`);
       return 0;
