@@ -180,6 +180,8 @@ export interface WireUpdateResponse {
   samples: number;
   replayed: boolean;
   duration_ms: number;
+  logprob_gap_mean: number;
+  logprob_gap_max: number;
 }
 
 export interface WireHealthResponse {

@@ -205,6 +205,8 @@ export interface UpdateResponse {
   /** true when this is the stored result of an earlier call with the same requestId */
   replayed: boolean;
   durationMs: number;
+  /** rollout–training mismatch: |oldLogprobs − Score of the base version| over trained tokens */
+  logprobGap: { mean: number; max: number };
 }
 
 export interface HealthResponse {

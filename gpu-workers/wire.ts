@@ -352,6 +352,8 @@ export const updateResponseToWire = (r: T.UpdateResponse): P.WireUpdateResponse 
   samples: r.samples,
   replayed: r.replayed,
   duration_ms: r.durationMs,
+  logprob_gap_mean: r.logprobGap.mean,
+  logprob_gap_max: r.logprobGap.max,
 });
 
 export const updateResponseFromWire = (w: P.WireUpdateResponse): T.UpdateResponse => ({
@@ -363,6 +365,7 @@ export const updateResponseFromWire = (w: P.WireUpdateResponse): T.UpdateRespons
   samples: w.samples,
   replayed: w.replayed,
   durationMs: w.duration_ms,
+  logprobGap: { mean: w.logprob_gap_mean ?? 0, max: w.logprob_gap_max ?? 0 },
 });
 
 // ---- health / stats ----

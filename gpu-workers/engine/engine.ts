@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
 import { ErrorReason, EngineFault, invalid } from '../errors';
 import { describeSpec, familyOf, specKey } from '../families';
 import type { ModelSpec } from '../model-family';
-import type { GenerateRowResult, ModelRuntime, StepMetrics } from '../model-runtime';
+import type { GenerateRowResult, ModelRuntime, StepMetrics, UpdateSample } from '../model-runtime';
 import type {
   ExportedVersion,
   ExportVersionRequest,
@@ -306,6 +306,7 @@ export class Engine {
       const t0 = performance.now();
       const { v } = this.cache.version(key, base);
       this.checkBase(model, base, !!req.allowStaleBase); // another update may have committed meanwhile
+      const logprobGap = await this.logprobGap(model.runtime, v.state.theta, samples);
       const out = await model.runtime.update(v.state, samples, settings);
       this.counters.updateRuns++;
       const bad = out.steps.findIndex((s) => !Number.isFinite(s.loss) || !Number.isFinite(s.grad_norm));
@@ -327,6 +328,7 @@ export class Engine {
         samples: samples.length,
         replayed: false,
         durationMs: performance.now() - t0,
+        logprobGap,
       };
     });
     this.remember(requestId, { fingerprint, promise });
@@ -334,6 +336,24 @@ export class Engine {
       if (this.updates.get(requestId)?.promise === promise) this.updates.delete(requestId); // failures are not replayed
     });
     return promise;
+  }
+
+  /** How far the rollout's log-probs are from what the base weights give now (the update's first ratio is exp of this). */
+  private async logprobGap(runtime: ModelRuntime, theta: Float32Array, samples: UpdateSample[]): Promise<{ mean: number; max: number }> {
+    const base = await runtime.score(theta, samples);
+    let sum = 0;
+    let max = 0;
+    let n = 0;
+    samples.forEach((s, i) => {
+      for (let t = 0; t < s.tokens.length; t++) {
+        if (s.lossMask[t] !== 1) continue;
+        const gap = Math.abs(s.oldLogprobs[t] - base.logprobs[i][t]);
+        sum += gap;
+        max = Math.max(max, gap);
+        n++;
+      }
+    });
+    return { mean: n ? sum / n : 0, max };
   }
 
   private checkBase(model: ModelEntry, base: number, allowStale: boolean): void {

@@ -80,6 +80,18 @@ test('the engine serves a transformer and tiny-lm side by side over gRPC', async
     });
     assert.equal(u.info.version, 1);
     assert.ok(u.metrics.gradNorm > 0);
+    // rollout–training mismatch: KV-cache decode vs full-sequence Score, float32 rounding only
+    assert.ok(u.logprobGap.max < 1e-5 && u.logprobGap.mean <= u.logprobGap.max, JSON.stringify(u.logprobGap));
+
+    // tiny-lm: Generate = Score bit for bit, so the gap is exactly 0; a shifted old log-prob shows up as itself
+    const tg = await client.generate({ modelKey: 'm', version: 0, sequences: [{ context: [1, 2], seed: 5 }], sampling: { maxTokens: 4 } });
+    const ts = tg.sequences[0]!;
+    const tinySample = (old: number[]) => ({ context: [1, 2], tokens: ts.tokens, lossMask: [1, 1, 1, 0], advantages: [1, 1, 1, 1], oldLogprobs: old, lossWeights: [0.25, 0.25, 0.25, 0.25] });
+    const exact = await client.update({ modelKey: 'm', baseVersion: 0, requestId: 't1', samples: [tinySample(ts.logprobs)] });
+    assert.deepEqual(exact.logprobGap, { mean: 0, max: 0 });
+    const shifted = ts.logprobs.map((x, i) => (i === 1 ? x - 0.5 : i === 3 ? x + 9 : x)); // token 3 is not trained: ignored
+    const off = await client.update({ modelKey: 'm', baseVersion: 0, requestId: 't2', allowStaleBase: true, samples: [tinySample(shifted)] });
+    assert.ok(Math.abs(off.logprobGap.max - 0.5) < 1e-6 && Math.abs(off.logprobGap.mean - 0.5 / 3) < 1e-6, JSON.stringify(off.logprobGap));
     const exported = await client.exportVersion({ modelKey: 't', version: 1 });
     assert.equal(exported.weights.length, 4 * info.paramCount);
 
