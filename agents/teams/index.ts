@@ -5,11 +5,13 @@
  */
 import type { AnyTeam } from '../team';
 import { mathTeam, type MathOptions } from './math';
+import { recallTeam, type RecallOptions } from './recall';
 import { researchTeam, type ResearchOptions } from './research';
 
 export const teams: Record<string, (options: Record<string, unknown>) => AnyTeam> = {
   math: (options) => mathTeam(options as MathOptions),
   research: (options) => researchTeam(options as ResearchOptions),
+  recall: (options) => recallTeam(options as RecallOptions),
 };
 
 export function loadTeam(name: string, options: Record<string, unknown> = {}): AnyTeam {
