@@ -21,7 +21,7 @@ const tokenizer = charTokenizer('0123456789?');
 export function recallTeam(options: RecallOptions = {}) {
   const length = options.length ?? 12;
   // lr 0.002: measured with the engine alone, higher rates collapse onto one digit before the lookup is learned.
-  const policy: ModelSpec = transformer({ tokenizer, width: 64, layers: 2, heads: 4, maxSeq: 32, optimizer: { lr: 0.002 } });
+  const policy: ModelSpec = transformer({ tokenizer, width: 64, layers: 2, heads: 4, positions: 'rope', maxSeq: 32, optimizer: { lr: 0.002 } });
   return defineTeam({
     name: 'recall',
     description: 'Answer the first digit of a row of digits: a lookup 13 tokens back, which needs attention.',
