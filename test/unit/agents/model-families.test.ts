@@ -47,3 +47,17 @@ test('bad model configs fail at team load, each field named', () => {
   assert.ok(problems(transformer({ tokenizer, norm: 'batchnorm' as never })).some((p) => p.startsWith('models.policy.norm: unknown option "batchnorm"')));
   assert.deepEqual(problems(tinyLM({ tokenizer, hiddenDim: 0.5 })), ['models.policy.hiddenDim: must be an integer in [1, 4096], got 0.5']);
 });
+
+test('bundled teams: recall trains a transformer; math takes {"policy":"transformer"}', async () => {
+  const { loadTeam } = await import('../../../agents/teams');
+  const recall = loadTeam('recall');
+  assert.equal(recall.models.policy!.family, 'transformer');
+  assert.equal(recall.tasks.kind, 'generated');
+  const task = (recall.tasks as { all(): { data: unknown }[] }).all()[0]!.data as { row: string };
+  // bos + the row + '?': the answer digit sits 13 tokens before the reply, outside tiny-lm's 8-token window
+  assert.equal(task.row.length, 12);
+  assert.equal(loadTeam('math').models.policy!.family, 'tiny-lm');
+  assert.equal(loadTeam('math', { policy: 'transformer' }).models.policy!.family, 'transformer');
+  assert.deepEqual(Object.values(loadTeam('math', { policy: 'transformer', models: 'separate' }).models).map((m) => m.family), ['transformer', 'transformer']);
+  assert.throws(() => loadTeam('math', { policy: 'gpt' }), /teamOptions\.policy: must be "tiny-lm" or "transformer", got "gpt"/);
+});
