@@ -13,7 +13,6 @@ type CreateRuntime = (spec: ModelSpec, factory: SessionFactory, rows: RowPolicy)
 
 export function createRuntime(spec: ModelSpec, factory: SessionFactory, rows: RowPolicy): ModelRuntime {
   const family = familyOf(spec.family);
-  // eslint-disable-next-line @typescript-eslint/no-require-imports
   const mod = require(path.join(__dirname, '..', family.name, 'runtime')) as { createRuntime?: CreateRuntime };
   if (typeof mod.createRuntime !== 'function') throw new Error(`model family ${family.name}: ${family.name}/runtime.ts must export createRuntime`);
   return mod.createRuntime(spec, factory, rows);
