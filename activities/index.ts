@@ -4,16 +4,20 @@
 import type { Sql } from '../infra/db';
 import { createPingActivities } from './ping';
 import { createTrainingControlActivities } from './training/control';
+import { createPoolQueueActivities } from './training/pool-queues';
 
 /** What control activities may use. Extend with more shared clients as needed. */
 export interface ControlDeps {
   sql: Sql;
+  /** Task queue of the default pool (TROUPE_POOL_TASK_QUEUE; default: the pool's name). */
+  poolTaskQueue?: string;
 }
 
 export function createControlActivities(deps: ControlDeps) {
   return {
     ...createPingActivities(deps),
     ...createTrainingControlActivities(deps),
+    ...createPoolQueueActivities(deps),
   };
 }
 

@@ -13,7 +13,7 @@ export interface ModelSpec {
   readonly tokenizer: Tokenizer;
   /** the family's own fields (validated at team load, defaults filled by the family) */
   readonly config: Readonly<Record<string, unknown>>;
-  /** Pool task queue whose engines serve this model. */
+  /** The pool whose engines serve this model (default DEFAULT_POOL); the deployment maps it to a task queue. */
   readonly pool: string;
   /** Optimizer settings for every agent on this model (agents may override). */
   readonly optimizer?: Record<string, unknown>;
@@ -25,8 +25,15 @@ interface CommonOptions {
   optimizer?: Record<string, unknown>;
 }
 
+/**
+ * The pool a model uses unless it names one. Served on the task queue TROUPE_POOL_TASK_QUEUE
+ * (default: this name); any other pool name is its own task queue
+ * (activities/training/pool-queues.ts).
+ */
+export const DEFAULT_POOL = 'troupe-gpu';
+
 function model(family: string, { tokenizer, pool, optimizer, ...config }: CommonOptions & Record<string, unknown>): ModelSpec {
-  return { family, tokenizer, config, pool: pool ?? 'troupe-gpu', optimizer };
+  return { family, tokenizer, config, pool: pool ?? DEFAULT_POOL, optimizer };
 }
 
 export interface TinyLMOptions extends CommonOptions {

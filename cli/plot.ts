@@ -1,6 +1,7 @@
 /**
- * Learning curves of a run, from its stored metrics: reward per agent, eval
- * success, gradient norm per model. Drawn with Vega-Lite (SVG) and rasterised
+ * Learning curves of a run, from its stored metrics: reward per agent and
+ * component, truncated/failed shares per agent, eval success (points: it is
+ * measured only at eval steps), gradient norm per model. Drawn with Vega-Lite (SVG) and rasterised
  * with resvg (PNG).
  */
 import * as fs from 'node:fs';
@@ -18,49 +19,78 @@ export interface CurvePoint {
   value: number;
 }
 
-/** Rows for each panel, from metric rows. */
+/**
+ * Rows for each panel, from metric rows. Train metrics of step s are drawn at
+ * s + 1 (after that step's update), evals at the step they ran before.
+ */
 export function curves(rows: Awaited<ReturnType<typeof readMetrics>>) {
-  const reward = new Map<string, CurvePoint>();
-  for (const r of rows) {
-    if (r.kind !== 'train' || !r.name.startsWith('reward.')) continue;
+  const train = rows.filter((r) => r.kind === 'train' && r.scope !== 'team');
+  const components = new Map<string, Set<string>>();
+  for (const r of train) if (r.name.startsWith('reward.')) (components.get(r.scope) ?? components.set(r.scope, new Set()).get(r.scope)!).add(r.name);
+  const reward: CurvePoint[] = [];
+  const totals = new Map<string, CurvePoint>();
+  for (const r of train) {
+    if (!r.name.startsWith('reward.')) continue;
+    reward.push({ step: r.step + 1, series: `${r.scope} ${r.name.slice('reward.'.length)}`, value: r.value });
+    // The (unweighted) sum, only where it differs from the one component.
+    if (components.get(r.scope)!.size < 2) continue;
     const key = `${r.step}/${r.scope}`;
-    const p = reward.get(key) ?? { step: r.step + 1, series: r.scope, value: 0 };
+    const p = totals.get(key) ?? { step: r.step + 1, series: `${r.scope} (sum)`, value: 0 };
     p.value += r.value;
-    reward.set(key, p);
+    totals.set(key, p);
   }
+  const share = { truncatedShare: 'truncated', failedShare: 'failed' } as Record<string, string>;
   return {
-    reward: [...reward.values()],
+    reward: [...reward, ...totals.values()],
+    endings: train.filter((r) => share[r.name]).map((r) => ({ step: r.step + 1, series: `${r.scope} ${share[r.name]}`, value: r.value })),
     evalSuccess: rows.filter((r) => r.kind === 'eval' && r.scope === 'team' && r.name === 'success').map((r) => ({ step: r.step, series: 'eval success', value: r.value })),
     gradNorm: rows.filter((r) => r.kind === 'update' && r.name === 'gradNorm').map((r) => ({ step: r.step + 1, series: r.scope, value: r.value })),
   };
 }
 
-function panel(title: string, values: CurvePoint[], y: string) {
+const WIDTH = 520;
+const HEIGHT = 160;
+
+/** A panel of series; `points` draws only points (values measured at those steps, nothing between). */
+function panel(title: string, values: CurvePoint[], y: string, opts: { points?: boolean; domain?: [number, number] } = {}) {
+  // An empty panel is a note, not an empty chart: Vega gives an empty chart no size, and the SVG cannot be drawn.
+  if (values.length === 0) {
+    return { title, width: WIDTH, height: HEIGHT, data: { values: [{ note: 'no data' }] }, mark: { type: 'text', fontSize: 14, color: 'gray' }, encoding: { text: { field: 'note' }, x: { value: WIDTH / 2 }, y: { value: HEIGHT / 2 } } };
+  }
   return {
     title,
-    width: 520,
-    height: 160,
+    width: WIDTH,
+    height: HEIGHT,
     data: { values },
-    mark: { type: 'line', point: values.length < 60 },
+    mark: opts.points ? { type: 'point', filled: true, size: 50 } : { type: 'line', point: values.length < 60 },
     encoding: {
       x: { field: 'step', type: 'quantitative', title: 'step' },
-      y: { field: 'value', type: 'quantitative', title: y },
+      y: { field: 'value', type: 'quantitative', title: y, ...(opts.domain ? { scale: { domain: opts.domain } } : {}) },
       color: { field: 'series', type: 'nominal', title: null },
     },
+  };
+}
+
+/** The Vega-Lite spec of the four panels. */
+export function curvesSpec(c: ReturnType<typeof curves>, title: string) {
+  return {
+    $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
+    title,
+    background: 'white',
+    resolve: { scale: { color: 'independent' } },
+    vconcat: [
+      panel('reward per agent and component (train, mean per turn)', c.reward, 'reward'),
+      panel('episodes ending truncated / failed, per agent (share of its episodes)', c.endings, 'share', { domain: [0, 1] }),
+      panel('eval success (held-out tasks, greedy; measured at these steps only)', c.evalSuccess, 'success', { points: true, domain: [0, 1] }),
+      panel('gradient norm per model (before clipping)', c.gradNorm, 'grad norm'),
+    ],
   };
 }
 
 export async function renderCurves(c: ReturnType<typeof curves>, title: string): Promise<{ svg: string; png: Uint8Array }> {
   const vl = await esm<{ compile(spec: unknown): { spec: unknown } }>('vega-lite');
   const vega = await esm<typeof import('vega')>('vega');
-  const spec = {
-    $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
-    title,
-    background: 'white',
-    resolve: { scale: { color: 'independent' } },
-    vconcat: [panel('reward per agent (train, sum of components)', c.reward, 'reward'), panel('eval success (held-out tasks)', c.evalSuccess, 'success'), panel('gradient norm per model (before clipping)', c.gradNorm, 'grad norm')],
-  };
-  const compiled = vl.compile(spec).spec;
+  const compiled = vl.compile(curvesSpec(c, title)).spec;
   const view = new vega.View(vega.parse(compiled as never), { renderer: 'none' });
   const svg = await view.toSVG();
   view.finalize();

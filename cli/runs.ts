@@ -10,6 +10,7 @@ import { loadConfig, temporalAddressOf, type TroupeConfig } from '../infra/confi
 import { connect, type Sql } from '../infra/db';
 import { TroupeError, errorMessage } from '../infra/errors';
 import { ensureDatabase } from '../infra/postgres';
+import { isTemporalOutage } from '../infra/outage';
 import { connectTemporal } from '../infra/temporal';
 import { checkAgainstTeam, parseRunConfig, RunConfigError, type RunConfig, type RunConfigInput } from '../schema/run-config';
 import type { RunStatusView } from '../workflows/definitions';
@@ -44,13 +45,8 @@ export async function connectRuns(log: (l: string) => void): Promise<Connected> 
 export function validateRunConfig(input: RunConfigInput): RunConfig {
   try {
     const config = parseRunConfig(input);
-    let team;
-    try {
-      team = loadTeam(config.team, config.teamOptions);
-    } catch (e) {
-      throw new RunConfigError([{ path: 'team', message: errorMessage(e).replace(/^team: /, '') }]);
-    }
-    checkAgainstTeam(config, team);
+    // A team that fails to load is a TeamLoadError (a user error with its own hint).
+    checkAgainstTeam(config, loadTeam(config.team, config.teamOptions));
     return config;
   } catch (e) {
     if (e instanceof RunConfigError) throw new TroupeError(e.message, 'fix the fields named above (see `troupe train --help` and the README for the run config)');
@@ -59,23 +55,32 @@ export function validateRunConfig(input: RunConfigInput): RunConfig {
 }
 
 /**
+ * Starts a trainingRun execution: a new run, or (resume) a new execution of a
+ * run that did not finish. Its static summary in the Web UI names team, steps and run.
+ */
+export function startTrainingRun(client: Client, taskQueue: string, config: RunConfig, opts: { resume?: boolean } = {}) {
+  const runId = config.runId!;
+  const staticSummary = `${config.team}: ${config.steps} steps x ${config.groupsPerStep} groups x ${config.groupSize} episodes (${config.rollout}), run ${runId}${opts.resume ? ' (resumed)' : ''}`;
+  return client.workflow.start<typeof trainingRun>('trainingRun', { taskQueue, workflowId: runId, args: opts.resume ? [config, null, { resume: true }] : [config], staticSummary });
+}
+
+/**
  * `troupe resume`: a new execution of a failed, terminated or timed-out run (same workflow id,
- * the stored config). It picks up the versions and steps committed in Postgres, so no update
- * is lost or repeated.
+ * the stored config). It picks up the versions, evals and optimizer changes committed in
+ * Postgres, so no update is lost or repeated.
  */
 export async function resumeRun(client: Client, sql: Sql, taskQueue: string, runId: string) {
   const run = await getRun(sql, runId);
   if (!run) throw new TroupeError(`no run ${runId} in the store`, 'list runs with `npx troupe list`');
-  const handle = client.workflow.getHandle<typeof trainingRun>(runId);
+  if (run.status === 'completed' || run.status === 'stopped') throw new TroupeError(`run ${runId} ${run.status}`, 'start a new run with `npx troupe train`');
   try {
-    const d = await handle.describe();
+    const d = await client.workflow.getHandle(runId).describe();
     if (d.status.name === 'RUNNING') throw new TroupeError(`run ${runId} is still running`, `watch it: npx troupe status ${runId} --watch`);
-    if (d.status.name === 'COMPLETED') throw new TroupeError(`run ${runId} completed`, 'start a new run with `npx troupe train`');
   } catch (e) {
     if (!(e instanceof WorkflowNotFoundError)) throw e;
   }
   const config = validateRunConfig(run.config);
-  return client.workflow.start<typeof trainingRun>('trainingRun', { taskQueue, workflowId: runId, args: [config] });
+  return startTrainingRun(client, taskQueue, { ...config, runId }, { resume: true });
 }
 
 export function readConfigFile(file: string): Record<string, unknown> {
@@ -115,29 +120,58 @@ export function progressLine(v: RunStatusView): string {
   return `[${bar(v.step, v.steps)}] step ${v.step}/${v.steps} ${v.status.padEnd(10)} ${rewards}  ${evalPart}  ${eta}`;
 }
 
-/** Polls the run's status query and draws progress on stderr until the workflow closes. */
+/**
+ * Polls the run's status query and draws progress on stderr until the workflow closes.
+ * The run does not depend on its watcher: while Temporal is unreachable (a restart, a
+ * network cut) the watcher keeps the last progress line, says it is waiting, and goes on
+ * once the server answers again.
+ */
 export async function watchRun(handle: WorkflowHandle<typeof trainingRun>, opts: { quiet?: boolean } = {}): Promise<RunSummary> {
   const tty = process.stderr.isTTY;
-  let last = '';
+  let progress = '';
+  let outageSince: number | undefined;
+  let outageCause = '';
+  const draw = (next: string, nowUnreachable: { cause: string } | null) => {
+    const wasUnreachable = outageSince !== undefined;
+    if (nowUnreachable && !wasUnreachable) outageSince = Date.now();
+    if (nowUnreachable) outageCause = nowUnreachable.cause;
+    if (!nowUnreachable) outageSince = undefined;
+    const prev = progress;
+    progress = next;
+    if (opts.quiet) return;
+    const waiting = outageSince !== undefined ? `waiting for Temporal (unreachable for ${Math.round((Date.now() - outageSince) / 1000)} s: ${outageCause}); the run goes on without this watcher` : '';
+    if (tty) {
+      process.stderr.write(`\r\x1b[2K${progress}${waiting ? `  [${waiting}]` : ''}`);
+      return;
+    }
+    // Without a terminal: one line per change of progress (ETA aside) and per outage start/end.
+    if (next && next.replace(/ETA \S+/, '') !== prev.replace(/ETA \S+/, '')) process.stderr.write(next + '\n');
+    if (waiting && !wasUnreachable) process.stderr.write(`troupe: ${waiting}\n`);
+    if (!waiting && wasUnreachable) process.stderr.write(`troupe: Temporal answers again; watching run ${handle.workflowId}\n`);
+  };
+  const outage = (e: unknown) => (isTemporalOutage(e) ? { cause: errorMessage(innermostCause(e)) } : null);
   let stop = false;
   const poll = (async () => {
     while (!stop) {
       try {
-        const view = await handle.query(statusQuery);
-        const line = progressLine(view);
-        if (!opts.quiet && line !== last) {
-          if (tty) process.stderr.write(`\r\x1b[2K${line}`);
-          else if (line.replace(/ETA \S+/, '') !== last.replace(/ETA \S+/, '')) process.stderr.write(line + '\n');
-          last = line;
-        }
-      } catch {
-        /* not started yet, between executions, or closed */
+        draw(progressLine(await handle.query(statusQuery)), null);
+      } catch (e) {
+        // not started yet, between executions, closed, or Temporal unreachable
+        if (isTemporalOutage(e)) draw(progress, outage(e));
       }
       await new Promise((r) => setTimeout(r, 1000));
     }
   })();
   try {
-    return await handle.result();
+    for (;;) {
+      try {
+        return await handle.result();
+      } catch (e) {
+        if (!isTemporalOutage(e)) throw e;
+        draw(progress, outage(e));
+        await new Promise((r) => setTimeout(r, 1000));
+      }
+    }
   } catch (e) {
     if (e instanceof WorkflowFailedError) {
       const cause = (e.cause as { message?: string; cause?: { message?: string } } | undefined) ?? {};
@@ -150,6 +184,13 @@ export async function watchRun(handle: WorkflowHandle<typeof trainingRun>, opts:
     await poll;
     if (tty && !opts.quiet) process.stderr.write('\n');
   }
+}
+
+/** The innermost error of a cause chain (the gRPC status, not the SDK's wrapper). */
+function innermostCause(e: unknown): unknown {
+  let cur = e;
+  while ((cur as { cause?: unknown })?.cause) cur = (cur as { cause?: unknown }).cause;
+  return cur;
 }
 
 export function summaryLines(s: RunSummary, wallSeconds: number): string[] {

@@ -1,6 +1,6 @@
 /**
  * Spawns `engine-main.ts` as a child process, waits for its "listening" line,
- * and restarts it (with backoff) whenever it exits unexpectedly. A restarted
+ * and restarts it (with backoff) whenever it exits unexpectedly, also while starting. A restarted
  * engine has an empty cache: callers get NOT_FOUND (VERSION_NOT_LOADED) and
  * reload versions from the store, as after any engine loss.
  */
@@ -8,6 +8,7 @@ import { ChildProcess, spawn } from 'node:child_process';
 import * as path from 'node:path';
 import * as readline from 'node:readline';
 import { EngineClient } from './client';
+import { backoffDelay, untilAvailable } from '../infra/backoff';
 
 export const ENGINE_MAIN = path.join(__dirname, 'engine-main.ts');
 const REPO_ROOT = path.resolve(__dirname, '..');
@@ -25,6 +26,11 @@ export interface ListeningEvent {
 export interface SpawnedEngine {
   child: ChildProcess;
   listening: ListeningEvent;
+}
+
+/** An engine that exited with code 1 before listening: its own start-up error (bad flag, device unavailable), which a retry repeats. */
+export class EngineStartupError extends Error {
+  override name = 'EngineStartupError';
 }
 
 /** Start one engine process; resolves on its "listening" line, rejects with its stderr tail if it exits first. */
@@ -59,7 +65,8 @@ export function spawnEngine(args: string[], opts: { startTimeoutMs?: number; qui
     });
     child.once('exit', (code, signal) => {
       clearTimeout(timer);
-      reject(new Error(`engine exited before listening (code ${code}, signal ${signal}): ${stderrTail.trim()}`));
+      const message = `engine exited before listening (code ${code}, signal ${signal}): ${stderrTail.trim()}`;
+      reject(code === 1 && signal === null ? new EngineStartupError(message) : new Error(message));
     });
   });
 }
@@ -71,13 +78,16 @@ export interface SupervisorOptions {
   /** do not forward the engine's stderr log lines */
   quiet?: boolean;
   log?: (event: Record<string, unknown>) => void;
+  /** stop retrying a start once this returns true (the owner is shutting down) */
+  stopped?: () => boolean;
 }
 
 /** Keeps one engine child alive; `client()` is the client of the current incarnation. */
 export class EngineSupervisor {
-  private current?: { engine: SpawnedEngine; client: EngineClient };
+  private current?: { engine: SpawnedEngine; client: EngineClient; startedAt: number };
   private stopping = false;
   private restarts = 0;
+  private quickDeaths = 0;
   private readyWaiters: (() => void)[] = [];
 
   constructor(private readonly opts: SupervisorOptions) {}
@@ -94,30 +104,61 @@ export class EngineSupervisor {
     return this.current?.engine.listening;
   }
 
+  /**
+   * Starts an engine, retrying with capped backoff until one listens and answers: an engine
+   * can die while starting (a kill, a crash), at the worker's start-up as after a restart.
+   */
   async start(): Promise<EngineClient> {
+    return untilAvailable('the engine', () => this.startOnce(), {
+      maxMs: 10_000,
+      stopped: () => this.stopping || (this.opts.stopped?.() ?? false),
+      retryable: (e) => !(e instanceof EngineStartupError),
+      log: (message) => this.opts.log?.({ event: 'engine_waiting', message }),
+    });
+  }
+
+  private async startOnce(): Promise<EngineClient> {
     const engine = await spawnEngine(['--port', '0', '--device', this.opts.device, ...(this.opts.extraArgs ?? [])], { quiet: this.opts.quiet });
-    const client = await EngineClient.connect(engine.listening.address);
-    this.current = { engine, client };
+    // Registered before connecting: an engine that dies between "listening" and the
+    // connection must neither be waited for nor missed.
+    const died = new Promise<never>((_, reject) =>
+      engine.child.once('exit', (code, signal) => {
+        reject(new Error(`engine exited right after listening (code ${code}, signal ${signal})`));
+        this.onExit(engine, code, signal);
+      }),
+    );
+    died.catch(() => undefined);
+    const connecting = EngineClient.connect(engine.listening.address);
+    let client: EngineClient;
+    try {
+      client = await Promise.race([connecting, died]);
+    } catch (e) {
+      connecting.then((c) => c.close(), () => undefined);
+      engine.child.kill('SIGKILL');
+      throw e;
+    }
+    if (this.stopping) {
+      client.close();
+      engine.child.kill('SIGTERM');
+      throw new Error('engine supervisor stopped');
+    }
+    this.current = { engine, client, startedAt: Date.now() };
     this.opts.log?.({ ...engine.listening, event: 'engine_started' });
-    engine.child.once('exit', (code, signal) => this.onExit(engine, code, signal));
     for (const w of this.readyWaiters.splice(0)) w();
     return client;
   }
 
   private onExit(engine: SpawnedEngine, code: number | null, signal: NodeJS.Signals | null): void {
-    if (this.stopping || this.current?.engine !== engine) return;
+    if (this.stopping || this.current?.engine !== engine) return; // not yet current: startOnce retries it
     this.opts.log?.({ event: 'engine_exited', pid: engine.child.pid, code, signal });
     this.current.client.close();
-    const delay = Math.min(10_000, 250 * 2 ** Math.min(this.restarts, 6));
+    // Quick deaths in a row back off; an engine that ran a minute resets the streak.
+    this.quickDeaths = Date.now() - this.current.startedAt < 60_000 ? this.quickDeaths + 1 : 1;
     this.restarts++;
-    const retry = () => {
+    setTimeout(() => {
       if (this.stopping) return;
-      this.start().catch((e) => {
-        this.opts.log?.({ event: 'engine_restart_failed', error: (e as Error).message });
-        setTimeout(retry, 2000);
-      });
-    };
-    setTimeout(retry, delay);
+      this.start().catch((e) => this.opts.log?.({ event: 'engine_restart_failed', error: (e as Error).message }));
+    }, backoffDelay(this.quickDeaths, { maxMs: 10_000 }));
   }
 
   /** The current engine's client (calls fail with EngineUnavailableError while it restarts). */

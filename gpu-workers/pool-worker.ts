@@ -1,5 +1,5 @@
 /**
- * Pool worker: a Temporal worker on a pool task queue (default `troupe-gpu`)
+ * Pool worker: a Temporal worker on a pool task queue (default TROUPE_POOL_TASK_QUEUE, `troupe-gpu`)
  * serving a run's pool activities (activities/training/pool.ts: turns, batched
  * rollouts, version 0, updates) against one engine over gRPC and the store.
  * It either connects to an engine that runs elsewhere (`--engine-address`) or
@@ -17,9 +17,11 @@ import { NativeConnection, Worker } from '@temporalio/worker';
 import { EngineClient } from './client';
 import { EngineSupervisor } from './engine-process';
 import { createTrainingPoolActivities } from '../activities/training/pool';
+import { DEFAULT_POOL } from '../agents/model';
+import { loadConfig } from '../infra/config';
 import { connect, type Sql } from '../infra/db';
-
-export const DEFAULT_POOL_TASK_QUEUE = 'troupe-gpu';
+import { loadTeamCode, workerIdentity } from '../infra/team-code';
+import { untilAvailable } from '../infra/backoff';
 
 export interface PoolWorkerOptions {
   taskQueue?: string;
@@ -42,6 +44,8 @@ export interface PoolWorkerOptions {
   /** do not forward a spawned engine's log lines */
   quietEngine?: boolean;
   log?: (event: Record<string, unknown>) => void;
+  /** stop waiting for the engine or Temporal at start-up once this returns true (shutdown) */
+  stopped?: () => boolean;
 }
 
 export interface PoolWorker {
@@ -59,40 +63,62 @@ export interface PoolWorker {
 
 export async function createPoolWorker(opts: PoolWorkerOptions): Promise<PoolWorker> {
   const log = opts.log ?? (() => undefined);
-  const taskQueue = opts.taskQueue ?? DEFAULT_POOL_TASK_QUEUE;
+  const taskQueue = opts.taskQueue ?? DEFAULT_POOL;
+  const waiting = (message: string) => log({ event: 'waiting', message });
   let supervisor: EngineSupervisor | undefined;
   let external: EngineClient | undefined;
   if (opts.engineAddress) {
-    external = await EngineClient.connect(opts.engineAddress);
+    const address = opts.engineAddress;
+    external = await untilAvailable(`the engine at ${address}`, () => EngineClient.connect(address), { log: waiting, stopped: opts.stopped });
   } else {
     supervisor = new EngineSupervisor({
       device: opts.device ?? process.env.TROUPE_DEVICE ?? 'auto',
       extraArgs: opts.engineArgs,
       quiet: opts.quietEngine,
       log,
+      stopped: opts.stopped,
     });
     await supervisor.start();
   }
   const getClient = () => external ?? supervisor!.client();
 
+  // Temporal may be down or still starting: connect and create the worker (which checks the
+  // namespace) until both succeed.
+  // Batched rollouts run team code here too: say which (see infra/team-code.ts).
+  const teams = loadTeamCode();
+  for (const [team, why] of Object.entries(teams.failed)) log({ event: 'team_unusable', team, error: why });
   const ownConnection = !opts.connection;
+  const address = opts.temporalAddress ?? process.env.TEMPORAL_ADDRESS ?? 'localhost:7233';
+  const namespace = opts.namespace ?? process.env.TEMPORAL_NAMESPACE ?? 'default';
   let connection: NativeConnection;
+  let worker: Worker;
   try {
-    connection =
-      opts.connection ??
-      (await NativeConnection.connect({ address: opts.temporalAddress ?? process.env.TEMPORAL_ADDRESS ?? 'localhost:7233' }));
+    ({ connection, worker } = await untilAvailable(
+      `Temporal at ${opts.connection ? 'the given connection' : address} (namespace ${namespace})`,
+      async () => {
+        const connection = opts.connection ?? (await NativeConnection.connect({ address }));
+        try {
+          const worker = await Worker.create({
+            identity: workerIdentity(teams.hash),
+            connection,
+            namespace,
+            taskQueue,
+            activities: createTrainingPoolActivities({ sql: opts.sql, engine: getClient }),
+            maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? 64,
+          });
+          return { connection, worker };
+        } catch (e) {
+          if (ownConnection) await connection.close().catch(() => undefined);
+          throw e;
+        }
+      },
+      { log: waiting, stopped: opts.stopped },
+    ));
   } catch (e) {
     await supervisor?.stop();
     external?.close();
     throw e;
   }
-  const worker = await Worker.create({
-    connection,
-    namespace: opts.namespace ?? process.env.TEMPORAL_NAMESPACE ?? 'default',
-    taskQueue,
-    activities: createTrainingPoolActivities({ sql: opts.sql, engine: getClient }),
-    maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? 64,
-  });
   log({ event: 'pool_worker_ready', taskQueue });
 
   let running: Promise<void> | undefined;
@@ -120,7 +146,7 @@ DATABASE_URL (postgres://...) names the store.
 
 usage: node --import tsx gpu-workers/pool-worker.ts [options]
 
-  --task-queue Q         pool task queue (default ${DEFAULT_POOL_TASK_QUEUE})
+  --task-queue Q         pool task queue (default env TROUPE_POOL_TASK_QUEUE or ${DEFAULT_POOL})
   --temporal-address A   Temporal frontend (default env TEMPORAL_ADDRESS or localhost:7233)
   --namespace N          Temporal namespace (default env TEMPORAL_NAMESPACE or default)
   --engine-address A     use the engine at host:port instead of spawning one
@@ -148,18 +174,27 @@ async function main(): Promise<void> {
   const databaseUrl = process.env.DATABASE_URL;
   if (!databaseUrl) throw new Error('DATABASE_URL is not set: the pool activities need the store (postgres://...)');
   const sql = connect(databaseUrl, { max: 8 });
-  const pool = await createPoolWorker({
-    taskQueue: values['task-queue'],
+  // The Temporal runtime shuts the worker down on SIGINT/SIGTERM; a terminal's Ctrl-C also
+  // reaches the engine child, which must then not be restarted. Before the worker exists,
+  // the same signals end the waiting for the engine or Temporal.
+  let stopping = false;
+  let pool: PoolWorker | undefined;
+  for (const sig of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(sig, () => {
+      stopping = true;
+      pool?.supervisor?.beginStop();
+    });
+  }
+  pool = await createPoolWorker({
+    taskQueue: values['task-queue'] ?? loadConfig().poolTaskQueue,
     temporalAddress: values['temporal-address'],
     namespace: values.namespace,
     engineAddress: values['engine-address'],
     device: values.device,
     log,
+    stopped: () => stopping,
     sql,
   });
-  // The Temporal runtime shuts the worker down on SIGINT/SIGTERM; a terminal's Ctrl-C also
-  // reaches the engine child, which must then not be restarted.
-  for (const sig of ['SIGINT', 'SIGTERM'] as const) process.once(sig, () => pool.supervisor?.beginStop());
   await pool.run();
   await sql.end({ timeout: 2 });
 }

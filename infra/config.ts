@@ -6,6 +6,7 @@
 // The table in README.md ("Configuration") lists the same variables; keep them in step.
 import * as path from 'node:path';
 import { z } from 'zod';
+import { DEFAULT_POOL } from '../agents/model';
 import { TroupeError } from './errors';
 import { repoRoot } from './paths';
 
@@ -82,7 +83,7 @@ const schema = z.object({
   DATABASE_URL: postgresUrl,
   TROUPE_STATE_DIR: optionalString,
   TROUPE_TASK_QUEUE: stringWithDefault('troupe'),
-  TROUPE_POOL_TASK_QUEUE: stringWithDefault('troupe-gpu'),
+  TROUPE_POOL_TASK_QUEUE: stringWithDefault(DEFAULT_POOL),
   TROUPE_DEVICE: device,
   TROUPE_TEMPORAL_PORT: port(7233),
   TROUPE_TEMPORAL_UI_PORT: port(8233),
@@ -102,7 +103,7 @@ export interface TroupeConfig {
   stateDir: string;
   /** Control task queue: workflows and control activities (TROUPE_TASK_QUEUE). */
   taskQueue: string;
-  /** Task queue of the GPU pool worker (TROUPE_POOL_TASK_QUEUE). */
+  /** Task queue that serves the default pool (TROUPE_POOL_TASK_QUEUE): `up`'s pool worker polls it, runs send its models' work there. */
   poolTaskQueue: string;
   /** Device for the pool worker's engine: auto | cpu | cuda | cuda:N (TROUPE_DEVICE). */
   device: string;

@@ -2,10 +2,12 @@
 //   node --import tsx infra/control-worker-main.ts [--temporal-address H:P] [--namespace N] [--task-queue Q]
 // Configuration otherwise comes from the environment (infra/config.ts). It connects to
 // Postgres (DATABASE_URL, else the embedded one), applies migrations, then polls until
-// SIGINT/SIGTERM, on which it finishes in-flight tasks and exits.
+// SIGINT/SIGTERM, on which it finishes in-flight tasks and exits. Until PostgreSQL and
+// Temporal answer it waits for them with capped backoff, saying so in its log.
 import { parseArgs } from 'node:util';
 import { NativeConnection } from '@temporalio/worker';
 import { loadConfig, redactUrl, temporalAddressOf } from './config';
+import { untilAvailable } from './backoff';
 import { createControlWorker } from './control-worker';
 import { connect } from './db';
 import { formatError } from './errors';
@@ -27,14 +29,31 @@ async function main(): Promise<void> {
   const namespace = values.namespace ?? config.namespace;
   const taskQueue = values['task-queue'] ?? config.taskQueue;
 
-  const db = await ensureDatabase(config, console.log);
+  // PostgreSQL and Temporal may be down or still starting: wait for each (capped backoff)
+  // instead of exiting, so the worker comes up by itself once they do.
+  const waiting = (line: string) => console.log(`troupe control worker: ${line}`);
+  let stopping = false;
+  for (const sig of ['SIGINT', 'SIGTERM'] as const) process.once(sig, () => void (stopping = true));
+  const wait = { log: waiting, stopped: () => stopping };
+  const db = await untilAvailable('PostgreSQL', () => ensureDatabase(config, console.log), wait);
   const sql = connect(db.url, { max: 10, applicationName: 'troupe-control-worker' });
-  const { from, to } = await migrate(sql, { log: console.log });
+  const { from, to } = await untilAvailable('PostgreSQL (migrations)', () => migrate(sql, { log: console.log }), wait);
   console.log(`troupe control worker: database ${redactUrl(db.url)} (schema ${from} -> ${to})`);
 
-  const connection = await NativeConnection.connect({ address });
+  const { connection, worker } = await untilAvailable(
+    `Temporal at ${address} (namespace ${namespace})`,
+    async () => {
+      const connection = await NativeConnection.connect({ address });
+      try {
+        return { connection, worker: await createControlWorker({ connection, namespace, taskQueue, sql, poolTaskQueue: config.poolTaskQueue }) };
+      } catch (e) {
+        await connection.close().catch(() => undefined);
+        throw e;
+      }
+    },
+    wait,
+  );
   try {
-    const worker = await createControlWorker({ connection, namespace, taskQueue, sql });
     console.log(`${READY_LINE} (temporal ${address}, namespace ${namespace}, task queue ${taskQueue})`);
     await worker.run();
   } finally {

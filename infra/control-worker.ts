@@ -3,12 +3,16 @@
 import { NativeConnection, Worker, WorkerOptions } from '@temporalio/worker';
 import { createControlActivities } from '../activities';
 import type { Sql } from './db';
+import { isolateTeamBuildErrors } from './team-bundle';
+import { loadTeamCode, workerIdentity } from './team-code';
 
 export interface ControlWorkerOptions {
   connection: NativeConnection;
   namespace: string;
   taskQueue: string;
   sql: Sql;
+  /** Task queue of the default pool (config.poolTaskQueue); runs route their pool work by it. */
+  poolTaskQueue?: string;
   /** A prebuilt bundle (bundleWorkflowCode) to skip bundling, e.g. in tests that create many workers. */
   workflowBundle?: WorkerOptions['workflowBundle'];
   /** Any other Worker option (identity, concurrency limits, interceptors...). */
@@ -19,12 +23,15 @@ export interface ControlWorkerOptions {
 export const WORKFLOWS_PATH = require.resolve('../workflows');
 
 export async function createControlWorker(opts: ControlWorkerOptions): Promise<Worker> {
+  const teams = loadTeamCode();
+  for (const [team, why] of Object.entries(teams.failed)) console.warn(`troupe control worker: team ${team} is unusable: ${why}`);
   return Worker.create({
+    identity: workerIdentity(teams.hash),
     connection: opts.connection,
     namespace: opts.namespace,
     taskQueue: opts.taskQueue,
-    ...(opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath: WORKFLOWS_PATH }),
-    activities: createControlActivities({ sql: opts.sql }),
+    ...(opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath: WORKFLOWS_PATH, bundlerOptions: { webpackConfigHook: isolateTeamBuildErrors } }),
+    activities: createControlActivities({ sql: opts.sql, poolTaskQueue: opts.poolTaskQueue }),
     ...opts.workerOptions,
   });
 }

@@ -1,5 +1,6 @@
 // One error type for everything a user can fix: a one-line message plus what to do.
 // The CLI prints `troupe: <message>` and `  → <hint>`; stacks only with TROUPE_DEBUG=1.
+import { isTemporalOutage } from './outage';
 
 export class TroupeError extends Error {
   /** What the user should do about it (one or two short sentences). */
@@ -33,6 +34,8 @@ export function formatError(err: unknown, opts: { debug?: boolean } = {}): strin
       lines.push(`caused by: ${cause.stack ?? cause.message}`);
       cause = cause.cause;
     }
+  } else if (isTemporalOutage(err)) {
+    lines.push('  → Temporal is unreachable (down, restarting, or a wrong TEMPORAL_ADDRESS): `npx troupe doctor` checks it, `npx troupe up` starts it');
   } else if (!isTroupeError(err)) {
     lines.push('  → this looks like a bug in Troupe; run again with TROUPE_DEBUG=1 for the stack trace');
   }

@@ -112,6 +112,23 @@ export const optimizerOverridesSchema = z.strictObject({
 });
 export type OptimizerOverrides = z.input<typeof optimizerOverridesSchema>;
 
+// ---- the optimizer part of a run config, and a change to it (setOptimizer) ---
+
+/** Overrides for every model, per model and per agent (role); unknown keys rejected. */
+export const optimizerChangeSchema = z.strictObject({
+  all: optimizerOverridesSchema.optional(),
+  models: z.record(z.string(), optimizerOverridesSchema).optional(),
+  agents: z.record(z.string(), optimizerOverridesSchema).optional(),
+});
+export type OptimizerChange = z.output<typeof optimizerChangeSchema>;
+
+/** As a run config holds it: models and agents always present. */
+export const optimizerConfigSchema = optimizerChangeSchema.extend({
+  models: z.record(z.string(), optimizerOverridesSchema).default({}),
+  agents: z.record(z.string(), optimizerOverridesSchema).default({}),
+});
+export type OptimizerConfig = z.output<typeof optimizerConfigSchema>;
+
 // ---- resolved settings: every field present --------------------------------
 
 const D = OPTIMIZER_DEFAULTS;
@@ -159,7 +176,47 @@ export class SettingsError extends FieldError {
 
 const toIssues = (error: z.ZodError, prefix: string) => issuesFromZod(error, { prefix, unknownKey: 'unknown setting' });
 
+/**
+ * A setOptimizer change, checked on its own before anything else: one issue per
+ * problem, at the path the user sent (`models.policy.lr`, `(change)` for the whole).
+ */
+export function parseOptimizerChange(input: unknown): OptimizerChange {
+  if (typeof input !== 'object' || input === null || Array.isArray(input)) throw new SettingsError([{ path: '(change)', message: `must be a JSON object like {"all": {"lr": 0.01}}, got ${JSON.stringify(input) ?? String(input)}` }]);
+  const r = optimizerChangeSchema.safeParse(input);
+  if (!r.success) {
+    const issues = issuesFromZod(r.error, { unknownKey: 'unknown setting', root: '(change)' });
+    throw new SettingsError(issues.map((i) => (i.path.includes('.') || i.message !== 'unknown setting' ? i : { ...i, message: 'unknown field (a change has all, models, agents)' })));
+  }
+  return r.data;
+}
+
 // ---- merge -------------------------------------------------------------------
+
+/**
+ * The one merge rule of optimizer levels: later levels win per field; `kl`,
+ * `estimator` and `rewardWeights` merge per key.
+ */
+export function mergeOverrides(...levels: Array<OptimizerOverrides | undefined>): OptimizerOverrides {
+  const out: Record<string, unknown> = {};
+  for (const l of levels) {
+    if (!l) continue;
+    for (const [k, v] of Object.entries(l)) {
+      out[k] = (k === 'kl' || k === 'estimator' || k === 'rewardWeights') && typeof v === 'object' && v !== null ? { ...(out[k] as object), ...v } : v;
+    }
+  }
+  return out as OptimizerOverrides;
+}
+
+/** A run's optimizer config with a change applied (each level merged by mergeOverrides). */
+export function applyOptimizerChange(base: OptimizerConfig, change: OptimizerChange): OptimizerConfig {
+  const merged = (a: Record<string, OptimizerOverrides>, b: Record<string, OptimizerOverrides> = {}) => {
+    const out = { ...a };
+    for (const [k, o] of Object.entries(b)) out[k] = mergeOverrides(out[k], o);
+    return out;
+  };
+  const all = change.all ? mergeOverrides(base.all, change.all) : base.all;
+  return { ...(all ? { all } : {}), models: merged(base.models, change.models), agents: merged(base.agents, change.agents) };
+}
 
 export interface SettingsPaths {
   /** Where the model-level settings live, for error messages. */

@@ -6,7 +6,7 @@
  */
 import { z } from 'zod';
 import type { AnyTeam } from '../agents/team';
-import { optimizerOverridesSchema, resolveSettings, SettingsError, type OptimizerOverrides, type OptimizerSettings } from './optimizer';
+import { mergeOverrides, optimizerConfigSchema, resolveSettings, SettingsError, type OptimizerOverrides, type OptimizerSettings } from './optimizer';
 import { FieldError, issuesFromZod, type FieldIssue } from './issues';
 
 const int = (min: number, max: number) => z.number().int('must be an integer').min(min, `must be >= ${min}`).max(max, `must be <= ${max}`);
@@ -22,13 +22,7 @@ export const runConfigSchema = z.strictObject({
   groupSize: int(1, 1024).default(8),
   rollout: z.enum(['batched', 'durable']).default('batched'),
   /** Optimizer settings for every model, per model, and per agent (role). */
-  optimizer: z
-    .strictObject({
-      all: optimizerOverridesSchema.optional(),
-      models: z.record(z.string(), optimizerOverridesSchema).default({}),
-      agents: z.record(z.string(), optimizerOverridesSchema).default({}),
-    })
-    .prefault({}),
+  optimizer: optimizerConfigSchema.prefault({}),
   /** Eval on held-out tasks every N steps (0: only before the first and after the last step). */
   evalEvery: int(0, 1_000_000).default(10),
   /** Held-out tasks per eval (0: all of them). */
@@ -36,9 +30,18 @@ export const runConfigSchema = z.strictObject({
   seed: int(0, 2 ** 31 - 1).default(0),
   /** What to do when an update's loss or gradients are not finite. */
   nonFinite: z.enum(['skip', 'reduce-lr', 'fail']).default('skip'),
+  /** Fail the run after this many consecutive steps in which no model could train (every update skipped); 0: never. */
+  maxStepsWithoutSignal: int(0, 1_000_000).default(3),
 });
 
+/** Temporal allows 2,000 pending child workflows per workflow; a durable step starts all its episodes at once. */
 export const MAX_DURABLE_EPISODES = 2000;
+/**
+ * Episodes one batched step may plan. A step's history grows by one rollout
+ * activity per 256 episodes (64 here, ~200 events) and its update loads the
+ * whole step into one batch; far larger steps would wedge the control worker.
+ */
+export const MAX_STEP_EPISODES = 16_384;
 
 export type RunConfigInput = z.input<typeof runConfigSchema>;
 export type RunConfig = z.output<typeof runConfigSchema>;
@@ -55,22 +58,14 @@ export function parseRunConfig(input: unknown): RunConfig {
   if (typeof input !== 'object' || input === null || Array.isArray(input)) throw new RunConfigError([{ path: '(config)', message: 'must be a JSON object' }]);
   const r = runConfigSchema.safeParse(input);
   if (!r.success) throw new RunConfigError(issuesFromZod(r.error, { unknownKey: 'unknown field', root: '(config)' }));
-  // Temporal allows 2,000 pending child workflows per workflow; a durable step starts all its episodes at once.
-  if (r.data.rollout === 'durable' && r.data.groupsPerStep * r.data.groupSize > MAX_DURABLE_EPISODES) {
-    throw new RunConfigError([{ path: 'groupSize', message: `durable rollouts start every episode of a step as a child workflow: groupsPerStep x groupSize must be <= ${MAX_DURABLE_EPISODES}, got ${r.data.groupsPerStep * r.data.groupSize}` }]);
+  const episodes = r.data.groupsPerStep * r.data.groupSize;
+  if (r.data.rollout === 'durable' && episodes > MAX_DURABLE_EPISODES) {
+    throw new RunConfigError([{ path: 'groupSize', message: `durable rollouts start every episode of a step as a child workflow: groupsPerStep x groupSize must be <= ${MAX_DURABLE_EPISODES}, got ${episodes}` }]);
+  }
+  if (episodes > MAX_STEP_EPISODES) {
+    throw new RunConfigError([{ path: 'groupSize', message: `a step may run at most ${MAX_STEP_EPISODES} episodes: groupsPerStep x groupSize must be <= ${MAX_STEP_EPISODES}, got ${r.data.groupsPerStep} x ${r.data.groupSize} = ${episodes}` }]);
   }
   return r.data;
-}
-
-function mergeOverrides(...levels: Array<OptimizerOverrides | undefined>): OptimizerOverrides {
-  const out: any = {};
-  for (const l of levels) {
-    if (!l) continue;
-    for (const [k, v] of Object.entries(l)) {
-      out[k] = (k === 'kl' || k === 'estimator' || k === 'rewardWeights') && typeof v === 'object' && v !== null ? { ...out[k], ...v } : v;
-    }
-  }
-  return out;
 }
 
 /** Settings that are one per update (per model); an agent on a shared model cannot override them. */

@@ -3,7 +3,7 @@
  * every client (CLI, tests, the Temporal UI's "Send Signal").
  */
 import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
-import type { OptimizerOverrides } from '../schema/optimizer';
+import type { OptimizerChange } from '../schema/optimizer';
 
 /** Finish the current step, then wait. */
 export const pauseSignal = defineSignal('pause');
@@ -11,13 +11,14 @@ export const resumeSignal = defineSignal('resume');
 /** Finish the current step, run a final eval, complete. */
 export const stopSignal = defineSignal('stop');
 
-export interface OptimizerChange {
-  all?: OptimizerOverrides;
-  models?: Record<string, OptimizerOverrides>;
-  agents?: Record<string, OptimizerOverrides>;
-}
+export type { OptimizerChange };
 
-/** Change optimizer settings; validated (rejected with field names), takes effect at the returned step. */
+/**
+ * Change optimizer settings, e.g. `{"models": {"policy": {"lr": 0.01}}}`. Checked
+ * strictly (schema/optimizer.ts optimizerChangeSchema) before it is accepted: a
+ * bad change is rejected, naming each field, and never recorded. Takes effect at
+ * the returned step.
+ */
 export const setOptimizerUpdate = defineUpdate<{ effectiveStep: number }, [OptimizerChange]>('setOptimizer');
 
 export interface RunStatusView {

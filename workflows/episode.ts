@@ -4,26 +4,32 @@
  * tool call an activity on the control queue. A crash of any worker loses at
  * most the activity in flight, which is retried with the same seed.
  */
-import { proxyActivities } from '@temporalio/workflow';
+import { proxyActivities, proxyLocalActivities } from '@temporalio/workflow';
 import type { Sampling } from '../agents/agent';
 import { runEpisode, type EpisodeIO, type GenerateCall } from '../agents/episode';
 import type { Split } from '../agents/tasks';
 import { loadTeam } from '../agents/teams';
 import type { TrainingControlActivities, TeamRef } from '../activities/training/control';
-import type { EpisodeSpec } from '../activities/training/plan';
+import type { EpisodeSpec, StepPlan } from '../activities/training/plan';
 import type { TrainingPoolActivities } from '../activities/training/pool';
-import { controlActivities, toolActivities, turnActivities } from './timeouts';
+import { controlActivities, controlLocalActivities, toolActivities, turnActivities } from './timeouts';
 
-export interface EpisodeWorkflowInput extends TeamRef {
+export type EpisodeWorkflowInput = TeamRef & {
   runId: string;
   step: number;
   split: Split;
-  spec: EpisodeSpec;
   versions: Record<string, number>;
   sampling?: Partial<Sampling>;
-}
+  /** pool name -> task queue (from the parent run); absent in runs that predate it: the pool's name */
+  poolQueues?: Record<string, string>;
+} & (
+    // The episode by reference (its plan and index), looked up by a local activity, or
+    // listed in full (episodes started before plans were references).
+    { plan: Omit<StepPlan, 'episodes'>; index: number } | { spec: EpisodeSpec }
+  );
 
 const control = proxyActivities<TrainingControlActivities>(controlActivities);
+const controlLocal = proxyLocalActivities<TrainingControlActivities>(controlLocalActivities);
 
 export async function episodeWorkflow(input: EpisodeWorkflowInput): Promise<{ episodeId: string; status: string; success: boolean | null }> {
   const team = loadTeam(input.team, input.teamOptions);
@@ -31,7 +37,8 @@ export async function episodeWorkflow(input: EpisodeWorkflowInput): Promise<{ ep
   const tools = proxyActivities<TrainingControlActivities>(toolActivities(Math.max(0, ...Object.values(team.agents).flatMap((a) => a.tools.map((t) => t.timeoutMs)))));
   const pools = new Map<string, TrainingPoolActivities>();
   const pool = (model: string) => {
-    const queue = team.models[model]!.pool;
+    const name = team.models[model]!.pool;
+    const queue = input.poolQueues?.[name] ?? name;
     let p = pools.get(queue);
     if (!p) {
       p = proxyActivities<TrainingPoolActivities>(turnActivities(queue));
@@ -44,19 +51,20 @@ export async function episodeWorkflow(input: EpisodeWorkflowInput): Promise<{ ep
     callTool: (req) => tools.callTool({ ...ref, req }),
     now: () => Date.now(),
   };
-  const trajectory = await runEpisode(team, { episodeId: input.spec.episodeId, seed: input.spec.seed, task: input.spec.task, versions: input.versions, sampling: input.sampling }, io);
+  const spec = 'spec' in input ? input.spec : await controlLocal.episodeSpec({ ...ref, plan: input.plan, index: input.index });
+  const trajectory = await runEpisode(team, { episodeId: spec.episodeId, seed: spec.seed, task: spec.task, versions: input.versions, sampling: input.sampling }, io);
   return control.recordEpisode({
     ...ref,
     meta: {
-      episodeId: input.spec.episodeId,
+      episodeId: spec.episodeId,
       runId: input.runId,
       step: input.step,
       split: input.split,
-      taskId: input.spec.taskId,
-      task: input.spec.task,
-      groupIndex: input.spec.groupIndex,
-      episodeIndex: input.spec.episodeIndex,
-      seed: input.spec.seed,
+      taskId: spec.taskId,
+      task: spec.task,
+      groupIndex: spec.groupIndex,
+      episodeIndex: spec.episodeIndex,
+      seed: spec.seed,
       mode: 'durable',
     },
     trajectory,

@@ -9,6 +9,10 @@
  *   final eval -> summary
  *
  * continueAsNew carries only ids, counters and settings when Temporal suggests it.
+ *
+ * History compatibility: every change to the commands this workflow issues is
+ * behind a patched() id (listed in the README, "Changing workflow code"), and
+ * the branches for histories recorded before it are kept next to the new ones.
  */
 import {
   ApplicationFailure,
@@ -30,11 +34,13 @@ import type { Split } from '../agents/tasks';
 import { loadTeam } from '../agents/teams';
 import type { AnyTeam } from '../agents/team';
 import type { EvalSummary, TrainingControlActivities } from '../activities/training/control';
-import type { EpisodeSpec } from '../activities/training/plan';
+import { episodeIdOf, type EpisodeSpec, type StepPlan } from '../activities/training/plan';
 import type { TrainingPoolActivities, UpdateResult } from '../activities/training/pool';
+import type { PoolQueueActivities } from '../activities/training/pool-queues';
 import { TroupeEvalSuccess, TroupeRunId, TroupeStatus, TroupeStep, TroupeTeam } from '../infra/search-attributes';
+import { applyOptimizerChange, parseOptimizerChange, SettingsError, type OptimizerChange, type OptimizerConfig } from '../schema/optimizer';
 import { checkAgainstTeam, parseRunConfig, RunConfigError, type ResolvedTraining, type RunConfig } from '../schema/run-config';
-import { pauseSignal, resumeSignal, setOptimizerUpdate, statusQuery, stopSignal, type OptimizerChange, type RunStatusView } from './definitions';
+import { pauseSignal, resumeSignal, setOptimizerUpdate, statusQuery, stopSignal, type RunStatusView } from './definitions';
 import { episodeWorkflow } from './episode';
 import { controlActivities, controlLocalActivities, poolActivities } from './timeouts';
 
@@ -42,12 +48,21 @@ import { controlActivities, controlLocalActivities, poolActivities } from './tim
 export interface Carried {
   startStep: number;
   versions: Record<string, number>;
-  optimizer: RunConfig['optimizer'];
+  optimizer: OptimizerConfig;
   paused: boolean;
   stopRequested: boolean;
   initialEval: EvalSummary | null;
   lastEval: EvalSummary | null;
   failedEpisodes: number;
+  /** setOptimizer changes accepted but not yet applied (they apply at the next step). */
+  pendingChanges?: OptimizerChange[];
+  /** Consecutive steps so far in which no model could train. */
+  stepsWithoutSignal?: number;
+}
+
+/** How an execution was started: `troupe resume` continues a run that did not finish. */
+export interface StartMode {
+  resume?: boolean;
 }
 
 export interface RunSummary {
@@ -63,31 +78,46 @@ export interface RunSummary {
 }
 
 const EPISODE_GREEDY: Partial<Sampling> = { temperature: 0 };
+/** Episodes per batched rollout activity. */
+const ROLLOUT_CHUNK = 256;
 
 const control = proxyActivities<TrainingControlActivities>(controlActivities);
 const controlLocal = proxyLocalActivities<TrainingControlActivities>(controlLocalActivities);
+const poolQueueLookup = proxyLocalActivities<PoolQueueActivities>(controlLocalActivities);
 /** Recording a failure must not hang a failing run on a store that stays down: a few tries only. */
 const finalBookkeeping = proxyActivities<TrainingControlActivities>({ ...controlActivities, retry: { ...controlActivities.retry, maximumAttempts: 3 } });
 
-export async function trainingRun(rawConfig: unknown, carried?: Carried): Promise<RunSummary> {
-  // ---- validate: a bad config fails at once, naming every bad field, having started nothing.
+/** A bad config fails the workflow at once, naming every bad field, having started nothing. */
+function validate(rawConfig: unknown, carried: Carried | null | undefined): { config: RunConfig; team: AnyTeam; settings: ResolvedTraining } {
+  let config = parseRunConfig(rawConfig);
+  let team: AnyTeam;
+  try {
+    team = loadTeam(config.team, config.teamOptions);
+  } catch (e) {
+    throw new RunConfigError([{ path: 'team', message: (e as Error).message.replace(/^team: /, '') }]);
+  }
+  if (carried) config = { ...config, optimizer: carried.optimizer };
+  const settings = checkAgainstTeam(config, team);
+  const pools = new Set(Object.values(team.models).map((m) => m.pool));
+  if (config.rollout === 'batched' && pools.size > 1) throw new RunConfigError([{ path: 'rollout', message: `batched rollouts need every model on one pool; team ${team.name} uses ${[...pools].join(', ')}` }]);
+  return { config, team, settings };
+}
+
+export async function trainingRun(rawConfig: unknown, carried?: Carried | null, mode: StartMode = {}): Promise<RunSummary> {
   let config: RunConfig;
   let team: AnyTeam;
   let settings: ResolvedTraining;
   try {
-    config = parseRunConfig(rawConfig);
-    try {
-      team = loadTeam(config.team, config.teamOptions);
-    } catch (e) {
-      throw new RunConfigError([{ path: 'team', message: (e as Error).message.replace(/^team: /, '') }]);
-    }
-    if (carried) config = { ...config, optimizer: carried.optimizer };
-    settings = checkAgainstTeam(config, team);
-    const pools = new Set(Object.values(team.models).map((m) => m.pool));
-    if (config.rollout === 'batched' && pools.size > 1) throw new RunConfigError([{ path: 'rollout', message: `batched rollouts need every model on one pool; team ${team.name} uses ${[...pools].join(', ')}` }]);
+    ({ config, team, settings } = validate(rawConfig, carried));
   } catch (e) {
-    if (e instanceof RunConfigError) throw ApplicationFailure.create({ message: e.message, type: 'InvalidRunConfig', nonRetryable: true, details: [e.issues] });
-    throw e;
+    if (!(e instanceof RunConfigError)) throw e;
+    // Visible to a TroupeStatus="failed" search, under the team when it is known.
+    if (patched('validation-failure-attributes')) {
+      const teamName = (rawConfig as { team?: unknown } | null)?.team;
+      upsertSearchAttributes([{ key: TroupeStatus, value: 'failed' }, ...(typeof teamName === 'string' && teamName ? [{ key: TroupeTeam, value: teamName }] : [])]);
+      setCurrentDetails(`**invalid run config**\n\n${e.issues.map((i) => `- \`${i.path}\`: ${i.message}`).join('\n')}`);
+    }
+    throw ApplicationFailure.create({ message: e.message, type: 'InvalidRunConfig', nonRetryable: true, details: [e.issues] });
   }
 
   const info = workflowInfo();
@@ -95,8 +125,13 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried): Promis
   config = { ...config, runId };
   const models = Object.keys(team.models);
   const ref = { team: config.team, teamOptions: config.teamOptions };
-  const poolOf = (model: string) => proxyActivities<TrainingPoolActivities>(poolActivities(team.models[model]!.pool));
-  const mainPool = poolOf(models[0]!);
+  // pool name -> task queue, from the control worker's configuration (recorded in history);
+  // runs started before 'pool-task-queues' used each pool's name as its queue.
+  let poolQueues: Record<string, string> | undefined;
+  const poolOf = (model: string) => {
+    const pool = team.models[model]!.pool;
+    return proxyActivities<TrainingPoolActivities>(poolActivities(poolQueues?.[pool] ?? pool));
+  };
 
   // ---- state, visible through the status query
   let paused = carried?.paused ?? false;
@@ -107,10 +142,13 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried): Promis
   let initialEval = carried?.initialEval ?? null;
   let lastEval = carried?.lastEval ?? null;
   let failedEpisodes = carried?.failedEpisodes ?? 0;
+  let stepsWithoutSignal = carried?.stepsWithoutSignal ?? 0;
   let rewards: Record<string, Record<string, number>> = {};
-  const pendingChanges: OptimizerChange[] = [];
+  const pendingChanges: OptimizerChange[] = [...(carried?.pendingChanges ?? [])];
   const started = Date.now();
   let stepsThisExecution = 0;
+  /** Whether this execution may write to the run in the store (it started or continued it). */
+  let owned = !!carried;
 
   setHandler(pauseSignal, () => void (paused = true));
   setHandler(resumeSignal, () => void (paused = false));
@@ -118,13 +156,20 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried): Promis
   setHandler(
     setOptimizerUpdate,
     (change) => {
-      pendingChanges.push(change);
+      pendingChanges.push(parseOptimizerChange(change));
       return { effectiveStep: step + (phase === 'running' ? 1 : 0) };
     },
     {
-      validator: (change) => {
-        const merged = mergeOptimizer(config.optimizer, pendingChanges.reduce(mergeOptimizer, {} as RunConfig['optimizer']));
-        checkAgainstTeam({ ...config, optimizer: mergeOptimizer(merged, change) }, team); // throws naming the field
+      // Rejected here, the change is never recorded; every problem once, at the path the user sent.
+      validator: (raw) => {
+        try {
+          const change = parseOptimizerChange(raw);
+          checkAgainstTeam({ ...config, optimizer: [...pendingChanges, change].reduce(applyOptimizerChange, config.optimizer) }, team);
+        } catch (e) {
+          if (!(e instanceof SettingsError || e instanceof RunConfigError)) throw e;
+          const issues = dedupe(e.issues.map((i) => ({ path: i.path.replace(/^optimizer\./, ''), message: i.message })));
+          throw ApplicationFailure.create({ message: `invalid optimizer change: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`, type: 'InvalidOptimizerChange', nonRetryable: true, details: [issues] });
+        }
       },
     },
   );
@@ -150,109 +195,184 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried): Promis
       { key: TroupeStatus, value: phase },
       ...(lastEval ? [{ key: TroupeEvalSuccess, value: lastEval.success }] : []),
     ]);
-    const lines = [`**${config.team}** run \`${runId}\`: step ${step}/${config.steps} (${phase})`];
-    for (const [agent, cs] of Object.entries(rewards)) lines.push(`- ${agent}: ${Object.entries(cs).map(([k, v]) => `${k} ${v.toFixed(3)}`).join(', ')}`);
-    if (lastEval) lines.push(`- eval success ${lastEval.success.toFixed(3)} at step ${lastEval.step}${initialEval ? ` (from ${initialEval.success.toFixed(3)})` : ''}`);
-    if (failedEpisodes > 0) lines.push(`- failed episodes: ${failedEpisodes}`);
-    setCurrentDetails(lines.join('\n'));
+    setCurrentDetails(details());
+  };
+  // Markdown as the Web UI renders it: a paragraph, a blank line, then a list.
+  const details = () => {
+    const items = Object.entries(rewards).map(([agent, cs]) => `- ${agent}: ${Object.entries(cs).map(([k, v]) => `${k} ${v.toFixed(3)}`).join(', ')}`);
+    if (lastEval) items.push(`- eval success ${lastEval.success.toFixed(3)} at step ${lastEval.step}${initialEval ? ` (from ${initialEval.success.toFixed(3)})` : ''}`);
+    if (failedEpisodes > 0) items.push(`- failed episodes: ${failedEpisodes}`);
+    if (pendingChanges.length > 0) items.push(`- optimizer changes pending: ${pendingChanges.length} (apply at step ${step + (phase === 'running' ? 1 : 0)})`);
+    const head = `**${config.team}** run \`${runId}\`: step ${step}/${config.steps} (${phase})`;
+    return items.length > 0 ? `${head}\n\n${items.join('\n')}` : head;
   };
 
-  // ---- rollout of a list of episodes, in the configured mode
-  async function rollout(specs: EpisodeSpec[], split: Split, at: number, sampling?: Partial<Sampling>) {
+  // ---- rollout of a plan (by reference), in the configured mode; returns the failed episodes
+  async function rolloutPlan(plan: StepPlan, sampling?: Partial<Sampling>): Promise<number> {
+    const { episodes, ...byRef } = plan;
+    const split = plan.rule.split;
+    const at = plan.step;
     if (config.rollout === 'durable') {
       const results = await Promise.all(
-        specs.map((spec) =>
-          executeChild(episodeWorkflow, {
-            workflowId: spec.episodeId,
-            args: [{ ...ref, runId, step: at, split, spec, versions, sampling }],
-          }),
+        Array.from({ length: episodes }, (_, index) =>
+          executeChild(episodeWorkflow, { workflowId: episodeIdOf(byRef, index), args: [{ ...ref, runId, step: at, split, plan: byRef, index, versions, sampling, poolQueues }] }),
         ),
       );
       return results.filter((r) => r.status === 'failed').length;
     }
-    const chunk = 256;
-    const parts: EpisodeSpec[][] = [];
-    for (let i = 0; i < specs.length; i += chunk) parts.push(specs.slice(i, i + chunk));
-    const results = await Promise.all(parts.map((part) => mainPool.rolloutBatch({ ...ref, runId, step: at, split, specs: part, versions, sampling })));
+    const parts: Array<[number, number]> = [];
+    for (let from = 0; from < episodes; from += ROLLOUT_CHUNK) parts.push([from, Math.min(from + ROLLOUT_CHUNK, episodes)]);
+    const results = await Promise.all(parts.map(([from, to]) => poolOf(models[0]!).rolloutBatch({ ...ref, runId, step: at, split, plan: byRef, from, to, versions, sampling })));
     return results.reduce((n, r) => n + r.failed, 0);
   }
 
+  // Histories from before plans were references: planStep/planEval returned the episode list.
+  async function rolloutListed(specs: EpisodeSpec[], split: Split, at: number, sampling?: Partial<Sampling>): Promise<number> {
+    if (config.rollout === 'durable') {
+      const results = await Promise.all(specs.map((spec) => executeChild(episodeWorkflow, { workflowId: spec.episodeId, args: [{ ...ref, runId, step: at, split, spec, versions, sampling, poolQueues }] })));
+      return results.filter((r) => r.status === 'failed').length;
+    }
+    const parts: EpisodeSpec[][] = [];
+    for (let i = 0; i < specs.length; i += ROLLOUT_CHUNK) parts.push(specs.slice(i, i + ROLLOUT_CHUNK));
+    const results = await Promise.all(parts.map((part) => poolOf(models[0]!).rolloutBatch({ ...ref, runId, step: at, split, specs: part, versions, sampling })));
+    return results.reduce((n, r) => n + r.failed, 0);
+  }
+
+  /** Eval on held-out tasks at a step: greedy episodes, then their summary (which marks the eval complete). */
   async function evaluate(at: number): Promise<EvalSummary> {
     phase = 'evaluating';
     publish();
-    const specs = await control.planEval({ ...ref, runId, step: at, seed: config.seed, count: config.evalTasks });
-    await rollout(specs, 'eval', at, EPISODE_GREEDY);
+    const planned = await control.planEval({ ...ref, runId, step: at, seed: config.seed, count: config.evalTasks });
+    if (patched('step-plan-reference')) await rolloutPlan(planned, EPISODE_GREEDY);
+    else await rolloutListed(planned as unknown as EpisodeSpec[], 'eval', at, EPISODE_GREEDY);
     const summary = await control.recordEval({ runId, step: at });
     lastEval = summary;
     return summary;
   }
 
-  try {
-    // ---- start or resume
-    if (!carried) {
-      const point = await control.startRun({ runId, config, workflowId: info.workflowId, executionId: info.runId, models });
-      step = point.startStep;
-      versions = point.versions;
-      // Idempotent: makes version 0 from the run seed only where it is missing.
-      await Promise.all(models.map((m) => poolOf(m).initModel({ ...ref, runId, model: m, seed: config.seed })));
-      // A resumed run reuses the stored initial eval unless it never finished.
-      const stored = point.fresh ? null : await control.recordEval({ runId, step: 0 });
-      initialEval = stored && stored.episodes > 0 ? stored : await evaluate(0);
-      lastEval = initialEval;
+  const evalDue = (at: number) => config.evalEvery > 0 && at % config.evalEvery === 0 && at < config.steps;
+
+  /** Creates the run, or continues it (troupe resume): versions, optimizer and evals from the store. */
+  async function startOrResume() {
+    const point = await control.startRun({ runId, config, workflowId: info.workflowId, executionId: info.runId, models, ...(mode.resume ? { resume: true } : {}) });
+    owned = true;
+    step = point.startStep;
+    versions = point.versions;
+    if (point.optimizer) {
+      config = { ...config, optimizer: point.optimizer };
+      settings = checkAgainstTeam(config, team);
     }
+    // Idempotent: makes version 0 from the run seed only where it is missing.
+    await Promise.all(models.map((m) => poolOf(m).initModel({ ...ref, runId, model: m, seed: config.seed })));
+    if (point.fresh) {
+      initialEval = await evaluate(0);
+    } else if (patched('eval-resume-point')) {
+      // An eval counts only when it finished; one cut short is redone (its stored episodes are kept).
+      initialEval = point.evals.includes(0) ? await control.recordEval({ runId, step: 0 }) : await evaluate(0);
+      if (step > 0 && evalDue(step) && !point.evals.includes(step)) await evaluate(step);
+    } else {
+      const stored = await control.recordEval({ runId, step: 0 });
+      initialEval = stored && stored.episodes > 0 ? stored : await evaluate(0);
+    }
+    lastEval = lastEval?.step === step ? lastEval : initialEval;
+  }
+
+  async function waitWhilePaused() {
+    phase = 'paused';
+    publish();
+    await control.setRunStatus({ runId, status: 'paused' });
+    await condition(() => !paused || stopRequested);
+    if (stopRequested) return;
+    await control.setRunStatus({ runId, status: 'running' });
+    await control.recordEvent({ runId, step, kind: 'resumed-from-pause' });
+  }
+
+  /** setOptimizer changes take effect here, between steps; the event keeps the effective optimizer (what troupe resume restarts from). */
+  async function applyPendingChanges(store = control) {
+    const changes = pendingChanges.splice(0);
+    config = { ...config, optimizer: changes.reduce(applyOptimizerChange, config.optimizer) };
+    settings = checkAgainstTeam(config, team);
+    await store.recordEvent({ runId, step, kind: 'optimizer-changed', detail: { changes, optimizer: config.optimizer } });
+  }
+
+  /** One step: plan, rollout, one update per model, bookkeeping. */
+  async function runStep() {
+    const t0 = Date.now();
+    // Runs started before this change recorded planStep/finishStep as ordinary activities.
+    const bookkeeping = patched('local-step-bookkeeping') ? controlLocal : control;
+    const planned = await bookkeeping.planStep({ ...ref, runId, step, seed: config.seed, groupsPerStep: config.groupsPerStep, groupSize: config.groupSize });
+    let failed: number;
+    let episodes: number;
+    if (patched('step-plan-reference')) {
+      failed = await rolloutPlan(planned);
+      episodes = planned.episodes;
+    } else {
+      const specs = planned as unknown as EpisodeSpec[];
+      failed = await rolloutListed(specs, 'train', step);
+      episodes = specs.length;
+    }
+    failedEpisodes += failed;
+    const t1 = Date.now();
+    const rolloutDone = { seconds: (t1 - t0) / 1000, episodes, failed };
+    const updates: UpdateResult[] = await Promise.all(
+      models.map((model) => poolOf(model).updateModel({ ...ref, runId, step, model, baseVersion: versions[model]!, settings, nonFinite: config.nonFinite, rollout: rolloutDone })),
+    );
+    const t2 = Date.now();
+    versions = { ...versions };
+    updates.forEach((u, i) => (versions[models[i]!] = u.version));
+    rewards = updates[0]?.rewards ?? {};
+    step++;
+    stepsThisExecution++;
+    await bookkeeping.finishStep({
+      runId,
+      step: step - 1,
+      metrics: { updateSeconds: (t2 - t1) / 1000, episodesPerSecond: episodes / Math.max((t1 - t0) / 1000, 1e-3) },
+    });
+    publish();
+    checkSignal(updates, rolloutDone);
+  }
+
+  /** A run in which no model can train for maxStepsWithoutSignal steps in a row fails, naming why, instead of completing at version 0. */
+  function checkSignal(updates: UpdateResult[], rollout: { episodes: number; failed: number }) {
+    stepsWithoutSignal = updates.every((u) => u.skipped !== undefined) ? stepsWithoutSignal + 1 : 0;
+    const limit = config.maxStepsWithoutSignal;
+    if (limit > 0 && stepsWithoutSignal >= limit && patched('fail-without-signal')) {
+      const why = updates.map((u, i) => `${models[i]}: ${u.skipped}`).join('; ');
+      throw ApplicationFailure.create({
+        message: `no trainable signal for ${stepsWithoutSignal} consecutive steps (steps ${step - stepsWithoutSignal}-${step - 1}; maxStepsWithoutSignal ${limit}): every update was skipped (${why}); in the last step ${rollout.failed} of ${rollout.episodes} episodes failed (their errors are in the store: troupe status ${runId})`,
+        type: 'NoTrainableSignal',
+        nonRetryable: true,
+      });
+    }
+  }
+
+  try {
+    if (patched('pool-task-queues')) {
+      poolQueues = await poolQueueLookup.poolTaskQueues({ pools: [...new Set(Object.values(team.models).map((m) => m.pool))] });
+    }
+    if (!carried) await startOrResume();
     phase = paused ? 'paused' : 'running';
     publish();
 
-    // ---- the steps
     while (step < config.steps && !stopRequested) {
       if (paused) {
-        phase = 'paused';
-        publish();
-        await control.setRunStatus({ runId, status: 'paused' });
-        await condition(() => !paused || stopRequested);
+        await waitWhilePaused();
         if (stopRequested) break;
-        await control.setRunStatus({ runId, status: 'running' });
-        await control.recordEvent({ runId, step, kind: 'resumed-from-pause' });
       }
       phase = 'running';
       publish();
-      if (pendingChanges.length > 0) {
-        const changes = pendingChanges.splice(0);
-        config = { ...config, optimizer: changes.reduce(mergeOptimizer, config.optimizer) };
-        settings = checkAgainstTeam(config, team);
-        await control.recordEvent({ runId, step, kind: 'optimizer-changed', detail: { changes, optimizer: config.optimizer } });
-      }
-
-      const t0 = Date.now();
-      // Runs started before this change recorded planStep/finishStep as ordinary activities.
-      const bookkeeping = patched('local-step-bookkeeping') ? controlLocal : control;
-      const specs = await bookkeeping.planStep({ ...ref, runId, step, seed: config.seed, groupsPerStep: config.groupsPerStep, groupSize: config.groupSize });
-      const failed = await rollout(specs, 'train', step);
-      failedEpisodes += failed;
-      const t1 = Date.now();
-      const rolloutDone = { seconds: (t1 - t0) / 1000, episodes: specs.length, failed };
-      const updates: UpdateResult[] = await Promise.all(
-        models.map((model) => poolOf(model).updateModel({ ...ref, runId, step, model, baseVersion: versions[model]!, settings, nonFinite: config.nonFinite, rollout: rolloutDone })),
-      );
-      const t2 = Date.now();
-      versions = { ...versions };
-      updates.forEach((u, i) => (versions[models[i]!] = u.version));
-      rewards = updates[0]?.rewards ?? {};
-      step++;
-      stepsThisExecution++;
-      await bookkeeping.finishStep({
-        runId,
-        step: step - 1,
-        metrics: { updateSeconds: (t2 - t1) / 1000, episodesPerSecond: specs.length / Math.max((t1 - t0) / 1000, 1e-3) },
-      });
-      publish();
-      if (config.evalEvery > 0 && step % config.evalEvery === 0 && step < config.steps) {
+      if (pendingChanges.length > 0) await applyPendingChanges();
+      await runStep();
+      if (evalDue(step)) {
         await evaluate(step);
         phase = 'running';
         publish();
       }
       if (workflowInfo().continueAsNewSuggested && step < config.steps) {
-        await continueAsNew<typeof trainingRun>(rawConfig, { startStep: step, versions, optimizer: config.optimizer, paused, stopRequested, initialEval, lastEval, failedEpisodes });
+        // This execution closes: a TroupeStatus="running" search must find only the one that goes on.
+        if (patched('continued-status')) upsertSearchAttributes([{ key: TroupeStatus, value: 'continued' }]);
+        const next: Carried = { startStep: step, versions, optimizer: config.optimizer, paused, stopRequested, initialEval, lastEval, failedEpisodes, pendingChanges, stepsWithoutSignal };
+        await continueAsNew<typeof trainingRun>(rawConfig, next);
       }
     }
 
@@ -268,22 +388,22 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried): Promis
     // failed in the store and on the workflow (search attribute, details), then fails it.
     if (e instanceof ContinueAsNew || isCancellation(e)) throw e;
     phase = 'failed';
+    if (!owned && patched('start-owns-run')) {
+      // Refused before owning the run (e.g. its id is taken): the existing run is not touched.
+      upsertSearchAttributes([{ key: TroupeStatus, value: 'failed' }, { key: TroupeTeam, value: config.team }]);
+      setCurrentDetails(`**${config.team}** run \`${runId}\` not started: ${(e as Error).message}${(e as { cause?: Error }).cause ? `: ${(e as { cause: Error }).cause.message}` : ''}`);
+      throw e;
+    }
     publish();
+    // Accepted changes not yet applied are kept, so troupe resume continues with them.
+    if (pendingChanges.length > 0 && patched('pending-changes-on-failure')) await applyPendingChanges(finalBookkeeping).catch(() => undefined);
     await finalBookkeeping.recordEvent({ runId, step, kind: 'run-failed', detail: { message: (e as Error).message, cause: ((e as { cause?: Error }).cause)?.message } }).catch(() => undefined);
     await finalBookkeeping.setRunStatus({ runId, status: 'failed' }).catch(() => undefined);
     throw e;
   }
 }
 
-function mergeOptimizer(base: RunConfig['optimizer'], change: OptimizerChange): RunConfig['optimizer'] {
-  const merge = (a: any = {}, b: any = {}) => {
-    const out = { ...a };
-    for (const [k, v] of Object.entries(b)) out[k] = (k === 'kl' || k === 'estimator' || k === 'rewardWeights') && v && typeof v === 'object' ? { ...a[k], ...v } : v;
-    return out;
-  };
-  const models = { ...base.models };
-  for (const [m, o] of Object.entries(change.models ?? {})) models[m] = merge(models[m], o);
-  const agents = { ...base.agents };
-  for (const [a, o] of Object.entries(change.agents ?? {})) agents[a] = merge(agents[a], o);
-  return { all: change.all ? merge(base.all, change.all) : base.all, models, agents };
+function dedupe<T extends { path: string; message: string }>(issues: T[]): T[] {
+  const seen = new Set<string>();
+  return issues.filter((i) => !seen.has(`${i.path}\u0000${i.message}`) && !!seen.add(`${i.path}\u0000${i.message}`));
 }

@@ -3,11 +3,21 @@ import type { Sql } from '../../infra/db';
 
 export type RunStatus = 'running' | 'paused' | 'completed' | 'stopped' | 'failed';
 
-export async function createRun(sql: Sql, run: { runId: string; team: string; config: unknown; resumedFrom?: string }): Promise<void> {
-  await sql`
-    INSERT INTO runs (run_id, team, config, resumed_from)
-    VALUES (${run.runId}, ${run.team}, ${sql.json(run.config as never)}, ${run.resumedFrom ?? null})
-    ON CONFLICT (run_id) DO NOTHING`;
+/**
+ * Creates a run, together with the execution that creates it when given (one
+ * transaction, so a retried start finds itself as the owner). Returns false
+ * when the run id is already taken.
+ */
+export async function createRun(sql: Sql, run: { runId: string; team: string; config: unknown; resumedFrom?: string; workflowId?: string; executionId?: string }): Promise<boolean> {
+  return sql.begin(async (tx) => {
+    const inserted = await tx`
+      INSERT INTO runs (run_id, team, config, resumed_from)
+      VALUES (${run.runId}, ${run.team}, ${tx.json(run.config as never)}, ${run.resumedFrom ?? null})
+      ON CONFLICT (run_id) DO NOTHING RETURNING run_id`;
+    if (inserted.length === 0) return false;
+    if (run.workflowId && run.executionId) await tx`INSERT INTO run_executions (run_id, workflow_id, execution_id, start_step) VALUES (${run.runId}, ${run.workflowId}, ${run.executionId}, 0)`;
+    return true;
+  });
 }
 
 export async function getRun(sql: Sql, runId: string) {
@@ -24,6 +34,12 @@ export async function recordExecution(sql: Sql, e: { runId: string; workflowId: 
     INSERT INTO run_executions (run_id, workflow_id, execution_id, start_step)
     VALUES (${e.runId}, ${e.workflowId}, ${e.executionId}, ${e.startStep})
     ON CONFLICT DO NOTHING`;
+}
+
+/** Whether this execution already recorded itself on the run (it owns the run). */
+export async function hasExecution(sql: Sql, runId: string, executionId: string): Promise<boolean> {
+  const [row] = await sql`SELECT 1 FROM run_executions WHERE run_id = ${runId} AND execution_id = ${executionId}`;
+  return row !== undefined;
 }
 
 export async function recordEvent(sql: Sql, e: { runId: string; step: number; kind: string; detail?: unknown }): Promise<void> {

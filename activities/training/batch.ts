@@ -28,6 +28,28 @@ export interface StepBatch {
   /** Mean of each reward component per agent over its turns in non-failed episodes. */
   rewards: Record<string, Record<string, number>>;
   counts: { episodes: number; completed: number; truncated: number; failed: number; samples: number; excluded: number };
+  /** Per agent: the step's episodes it acted in, and the shares of those that ended truncated or failed. */
+  endings: Record<string, AgentEndings>;
+}
+
+export interface AgentEndings {
+  episodes: number;
+  truncatedShare: number;
+  failedShare: number;
+}
+
+/** Truncated and failed shares per agent: a truncated episode still trains, but its outcome is undefined, so its rewards usually collapse. */
+export function agentEndings(episodes: readonly Pick<StoredEpisode, 'trajectory'>[]): Record<string, AgentEndings> {
+  const n: Record<string, { episodes: number; truncated: number; failed: number }> = {};
+  for (const e of episodes) {
+    for (const agent of new Set(e.trajectory.turns.map((t) => t.agent))) {
+      const c = (n[agent] ??= { episodes: 0, truncated: 0, failed: 0 });
+      c.episodes++;
+      if (e.trajectory.status === 'truncated') c.truncated++;
+      if (e.trajectory.status === 'failed') c.failed++;
+    }
+  }
+  return Object.fromEntries(Object.entries(n).map(([a, c]) => [a, { episodes: c.episodes, truncatedShare: c.truncated / c.episodes, failedShare: c.failed / c.episodes }]));
 }
 
 export function buildStepBatch(
@@ -93,7 +115,7 @@ export function buildStepBatch(
 
   const rewards: Record<string, Record<string, number>> = {};
   for (const [agent, comps] of Object.entries(rewardSums)) rewards[agent] = Object.fromEntries(Object.entries(comps).map(([k, s]) => [k, s.sum / s.n]));
-  return { models, diagnostics: stepDiagnostics(samples, result), rewards, counts };
+  return { models, diagnostics: stepDiagnostics(samples, result), rewards, counts, endings: agentEndings(episodes) };
 }
 
 /**

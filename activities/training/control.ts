@@ -9,14 +9,14 @@ import type { ToolCallReply, ToolCallRequest } from '../../agents/episode';
 import { scoreEpisode } from '../../agents/rewards';
 import { loadTeam } from '../../agents/teams';
 import type { Sql } from '../../infra/db';
-import type { RunConfig } from '../../schema/run-config';
+import { parseRunConfig, type RunConfig } from '../../schema/run-config';
 import type { Trajectory } from '../../schema/trajectory';
-import { createRun, getRun, recordEvent, recordExecution, setRunStatus, type RunStatus } from '../store/runs';
+import { createRun, getRun, hasExecution, recordEvent, recordExecution, setRunStatus, type RunStatus } from '../store/runs';
 import { mergeStepMetrics, writeMetrics } from '../store/metrics';
 import { loadStepEpisodes, saveEpisodes, type EpisodeMeta, type StoredEpisode } from '../store/trajectories';
 import { loadTasks } from '../tasks';
 import { executeTool } from '../tools';
-import { planEvalEpisodes, planTrainEpisodes, type EpisodeSpec } from './plan';
+import { episodesOf, type EpisodeSpec, type StepPlan } from './plan';
 import { resumePoint } from './resume';
 
 export interface TeamRef {
@@ -34,13 +34,28 @@ export interface EvalSummary {
 
 export function createTrainingControlActivities({ sql }: { sql: Sql }) {
   return {
-    /** Creates the run (or finds it) and tells the execution where to start. */
-    async startRun(input: { runId: string; config: RunConfig; workflowId: string; executionId: string; models: string[] }) {
+    /**
+     * Creates the run, or continues it when this start is a resume; tells the
+     * execution where to start. A start never touches a run it does not own: a
+     * new start of an existing run id is refused (whatever its config), and a
+     * resume only continues a run that did not finish. A retry of this very
+     * execution's startRun finds its own execution row and goes on.
+     */
+    async startRun(input: { runId: string; config: RunConfig; workflowId: string; executionId: string; models: string[]; resume?: boolean }) {
       const existing = await getRun(sql, input.runId);
-      if (existing && JSON.stringify(canonical(existing.config)) !== JSON.stringify(canonical(input.config))) {
-        throw ApplicationFailure.nonRetryable(`run ${input.runId} already exists with a different config; start a new run id, or resume it with its stored config (troupe resume ${input.runId})`, 'RunConfigMismatch');
+      if (existing && !(await hasExecution(sql, input.runId, input.executionId))) {
+        if (!input.resume) {
+          const hint = existing.status === 'completed' || existing.status === 'stopped' ? 'start it under a new run id' : `start a new run id, or continue this one with troupe resume ${input.runId}`;
+          throw ApplicationFailure.nonRetryable(`run ${input.runId} already exists (${existing.status}); a new start never continues or changes an existing run: ${hint}`, 'RunExists');
+        }
+        if (existing.status === 'completed' || existing.status === 'stopped') throw ApplicationFailure.nonRetryable(`run ${input.runId} is ${existing.status}; only a failed, terminated or timed-out run can be resumed`, 'RunExists');
+        if (!sameConfig(existing.config, input.config)) {
+          throw ApplicationFailure.nonRetryable(`run ${input.runId} already exists with a different config; start a new run id, or resume it with its stored config (troupe resume ${input.runId})`, 'RunConfigMismatch');
+        }
       }
-      if (!existing) await createRun(sql, { runId: input.runId, team: input.config.team, config: input.config });
+      if (!existing && !(await createRun(sql, { runId: input.runId, team: input.config.team, config: input.config, workflowId: input.workflowId, executionId: input.executionId }))) {
+        throw ApplicationFailure.nonRetryable(`run ${input.runId} was just created by another start; pick a new run id`, 'RunExists');
+      }
       const point = await resumePoint(sql, input.runId, input.models);
       await recordExecution(sql, { runId: input.runId, workflowId: input.workflowId, executionId: input.executionId, startStep: point.startStep });
       await setRunStatus(sql, input.runId, 'running');
@@ -48,12 +63,23 @@ export function createTrainingControlActivities({ sql }: { sql: Sql }) {
       return point;
     },
 
-    async planStep(input: TeamRef & { runId: string; step: number; seed: number; groupsPerStep: number; groupSize: number }): Promise<EpisodeSpec[]> {
-      return planTrainEpisodes(loadTasks(loadTeam(input.team, input.teamOptions)), input);
+    /** Plans a step: returns a reference (rule and count); the rollout derives the episodes from it. */
+    async planStep(input: TeamRef & { runId: string; step: number; seed: number; groupsPerStep: number; groupSize: number }): Promise<StepPlan> {
+      const rule = { split: 'train' as const, seed: input.seed, groupsPerStep: input.groupsPerStep, groupSize: input.groupSize };
+      return { runId: input.runId, step: input.step, rule, episodes: episodesOf(loadTasks(loadTeam(input.team, input.teamOptions)), { runId: input.runId, step: input.step, rule }).length };
     },
 
-    async planEval(input: TeamRef & { runId: string; step: number; seed: number; count: number }): Promise<EpisodeSpec[]> {
-      return planEvalEpisodes(loadTasks(loadTeam(input.team, input.teamOptions)), input);
+    /** Plans an eval, as planStep does. */
+    async planEval(input: TeamRef & { runId: string; step: number; seed: number; count: number }): Promise<StepPlan> {
+      const rule = { split: 'eval' as const, seed: input.seed, count: input.count };
+      return { runId: input.runId, step: input.step, rule, episodes: episodesOf(loadTasks(loadTeam(input.team, input.teamOptions)), { runId: input.runId, step: input.step, rule }).length };
+    },
+
+    /** One episode of a plan (what a durable episode workflow runs). */
+    async episodeSpec(input: TeamRef & { plan: Omit<StepPlan, 'episodes'>; index: number }): Promise<EpisodeSpec> {
+      const [spec] = episodesOf(loadTasks(loadTeam(input.team, input.teamOptions)), input.plan, input.index, input.index + 1);
+      if (!spec) throw ApplicationFailure.nonRetryable(`episode ${input.index} is not in the plan of step ${input.plan.step}`, 'InvalidPlan');
+      return spec;
     },
 
     /** One tool call of a durable episode. */
@@ -123,7 +149,20 @@ export function scoredEpisode(team: ReturnType<typeof loadTeam>, meta: EpisodeMe
   return { meta, trajectory: { ...trajectory, status: scored.status, ...(scored.error === undefined ? {} : { error: scored.error }) }, rewards: scored.rewards, success };
 }
 
-/** Config as stored (jsonb reorders keys): compare with sorted keys. */
+/**
+ * Same run config? The stored one is parsed again (so fields added since with
+ * defaults compare equal) and both compared with sorted keys (jsonb reorders them).
+ */
+function sameConfig(stored: unknown, config: RunConfig): boolean {
+  let parsed: unknown;
+  try {
+    parsed = parseRunConfig(stored);
+  } catch {
+    parsed = stored;
+  }
+  return JSON.stringify(canonical(parsed)) === JSON.stringify(canonical(config));
+}
+
 function canonical(v: unknown): unknown {
   if (Array.isArray(v)) return v.map(canonical);
   if (v && typeof v === 'object') return Object.fromEntries(Object.keys(v as object).sort().map((k) => [k, canonical((v as Record<string, unknown>)[k])]));

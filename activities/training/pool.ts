@@ -10,7 +10,7 @@ import { setMaxListeners } from 'node:events';
 import { Context, heartbeat } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import type { EpisodeIO, GenerateCall, GenerateReply } from '../../agents/episode';
-import { runEpisode } from '../../agents/episode';
+import { runBatchedEpisode } from './episode-sandbox';
 import { engineSpec } from '../../agents/model';
 import type { Sampling } from '../../agents/agent';
 import { deriveSeed } from '../../agents/seed';
@@ -20,14 +20,16 @@ import type { GenerateRequest, GenerateResponse, ExportedVersion, InitModelReque
 import type { Sql } from '../../infra/db';
 import type { OptimizerSettings } from '../../schema/optimizer';
 import type { ResolvedTraining } from '../../schema/run-config';
+import { writeMetrics } from '../store/metrics';
 import { recordEvent } from '../store/runs';
 import { commitUpdate, getVersion, saveInitialVersion, versionOfStep } from '../store/versions';
 import { loadStepEpisodes, saveEpisodes, storedEpisodeIds, type StoredEpisode } from '../store/trajectories';
 import { executeTool } from '../tools';
-import { buildStepBatch, type UpdateSequence } from './batch';
+import { buildStepBatch, type StepBatch, type UpdateSequence } from './batch';
 import { heartbeating, withEngineFailures } from './engine-work';
 import { scoredEpisode, type TeamRef } from './control';
-import type { EpisodeSpec } from './plan';
+import { episodesOf, type RolloutEpisodes } from './plan';
+import { loadTasks } from '../tasks';
 
 /** The engine calls these activities need (gpu-workers/client.ts provides them over gRPC). */
 export interface EngineApi {
@@ -120,13 +122,15 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
      * generating). Episodes already stored are skipped, so a retry only does
      * what is left; progress is heartbeated as the ids stored so far.
      */
-    async rolloutBatch(input: TeamRef & { runId: string; step: number; split: Split; specs: EpisodeSpec[]; versions: Record<string, number>; sampling?: Partial<Sampling> }): Promise<{ episodes: number; skipped: number; failed: number }> {
+    async rolloutBatch(input: TeamRef & { runId: string; step: number; split: Split; versions: Record<string, number>; sampling?: Partial<Sampling> } & RolloutEpisodes): Promise<{ episodes: number; skipped: number; failed: number }> {
       const team = loadTeam(input.team, input.teamOptions);
       const ctx = Context.current();
+      // Episodes by reference (a plan and a slice), or listed (workflows started before plans were references).
+      const specs = 'plan' in input ? episodesOf(loadTasks(team), input.plan, input.from, input.to) : input.specs;
       const previously = new Set<string>((ctx.info.heartbeatDetails as { finished?: string[] } | undefined)?.finished ?? []);
-      const stored = await storedEpisodeIds(sql, input.specs.map((s) => s.episodeId));
+      const stored = await storedEpisodeIds(sql, specs.map((s) => s.episodeId));
       const finished: string[] = [...stored];
-      const todo = input.specs.filter((s) => !stored.has(s.episodeId) && !previously.has(s.episodeId));
+      const todo = specs.filter((s) => !stored.has(s.episodeId) && !previously.has(s.episodeId));
       let failed = 0;
       let pending: StoredEpisode[] = [];
       let writing: Promise<unknown> = Promise.resolve();
@@ -154,7 +158,7 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
         // All episodes in flight at once: the engine coalesces their turns into batched runs.
         await Promise.all(
           todo.map(async (spec) => {
-            const trajectory = await runEpisode(team, { episodeId: spec.episodeId, seed: spec.seed, task: spec.task, versions: input.versions, sampling: input.sampling }, io);
+            const trajectory = await runBatchedEpisode(team, { episodeId: spec.episodeId, seed: spec.seed, task: spec.task, versions: input.versions, sampling: input.sampling }, io);
             const episode = scoredEpisode(team, { ...spec, runId: input.runId, step: input.step, split: input.split, mode: 'batched' }, trajectory);
             if (episode.trajectory.status === 'failed') failed++;
             pending.push(episode);
@@ -164,7 +168,7 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
         await flush();
       });
       heartbeat({ finished });
-      return { episodes: input.specs.length, skipped: input.specs.length - todo.length, failed };
+      return { episodes: specs.length, skipped: specs.length - todo.length, failed };
     },
 
     /**
@@ -193,7 +197,11 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
       const sequences = batch.models[model] ?? [];
       const team = loadTeam(input.team, input.teamOptions);
       const agentsOfModel = team.roles.filter((a) => team.agents[a]!.model === model && batch.diagnostics[a]);
+      // Agents that acted this step, also in episodes that failed (no samples, no diagnostics).
+      const actors = team.roles.filter((a) => team.agents[a]!.model === model && (batch.diagnostics[a] || batch.endings[a]));
       const skip = async (reason: string, detail: Record<string, unknown> = {}) => {
+        // The step's rewards and endings are kept even without an update: they say why there was none.
+        await writeMetrics(sql, runId, agentRows(batch, actors).map((r) => ({ ...r, step })));
         await recordEvent(sql, { runId, step, kind: 'update-skipped', detail: { model, reason, ...detail } });
         return { version: input.baseVersion, committed: false, skipped: reason, metrics: {}, rewards: batch.rewards };
       };
@@ -248,9 +256,9 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
           { kind: 'train', scope: agent, name: 'zeroAdvantageGroupFraction', value: d.zeroAdvantageGroupFraction },
           { kind: 'train', scope: agent, name: 'samples', value: d.samples },
           ...['loss', 'gradNorm', 'clipFraction', 'approxKl', 'entropy'].map((name) => ({ kind: 'train', scope: agent, name, value: metrics[name as keyof typeof metrics] })),
-          ...Object.entries(batch.rewards[agent] ?? {}).map(([name, value]) => ({ kind: 'train', scope: agent, name: `reward.${name}`, value })),
         );
       }
+      rows.push(...agentRows(batch, actors));
       const commit = await commitUpdate(sql, {
         version: { runId, model, version: res.info.version, step, spec: exported.info.spec, weights: exported.weights, optimizerState: exported.optimizerState, sha256: exported.info.weightsSha256, metrics },
         metrics: rows.filter((r) => Number.isFinite(r.value)),
@@ -260,6 +268,17 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
       return { version: commit.version.version, committed: commit.committed, metrics: commit.version.metrics, rewards: batch.rewards };
     },
   });
+
+  /** A step's train rows per agent that need no update: reward components and episode endings. */
+  function agentRows(batch: StepBatch, agents: string[]): Array<{ kind: string; scope: string; name: string; value: number }> {
+    return agents.flatMap((agent) => [
+      ...Object.entries(batch.rewards[agent] ?? {}).map(([name, value]) => ({ kind: 'train', scope: agent, name: `reward.${name}`, value })),
+      ...(batch.endings[agent] ? [
+        { kind: 'train', scope: agent, name: 'truncatedShare', value: batch.endings[agent].truncatedShare },
+        { kind: 'train', scope: agent, name: 'failedShare', value: batch.endings[agent].failedShare },
+      ] : []),
+    ]);
+  }
 
   /** Adds reference log-probs (version 0) when the model's KL term is on. */
   async function withReferences(runId: string, model: string, sequences: UpdateSequence[], s: OptimizerSettings) {

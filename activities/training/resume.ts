@@ -4,14 +4,24 @@
  * was skipped as non-finite. The run restarts at the earliest step some model
  * has not handled; a model that already committed that step gets its commit
  * back from the idempotent update, so nothing is repeated.
+ *
+ * Evals are part of the point: an eval counts only once recordEval has summed
+ * it after its whole rollout (its `episodes` metric); one interrupted before
+ * that is redone (its stored episodes are kept, the rest are run). The
+ * optimizer is the last one a setOptimizer change made effective.
  */
 import type { Sql } from '../../infra/db';
+import type { OptimizerConfig } from '../../schema/optimizer';
 
 export interface ResumePoint {
   startStep: number;
   /** Serving version of each model at startStep. */
   versions: Record<string, number>;
   fresh: boolean;
+  /** Steps whose eval finished (recorded), ascending. */
+  evals: number[];
+  /** The effective optimizer after the last setOptimizer change, if any. */
+  optimizer: OptimizerConfig | null;
 }
 
 export async function resumePoint(sql: Sql, runId: string, models: readonly string[]): Promise<ResumePoint> {
@@ -26,5 +36,7 @@ export async function resumePoint(sql: Sql, runId: string, models: readonly stri
     const [row] = await sql`SELECT max(version) AS v FROM versions WHERE run_id = ${runId} AND model = ${m} AND step < ${startStep}`;
     versions[m] = row?.v ?? 0;
   }
-  return { startStep, versions, fresh };
+  const evals = await sql`SELECT step FROM metrics WHERE run_id = ${runId} AND kind = 'eval' AND scope = 'team' AND name = 'episodes' ORDER BY step`;
+  const [changed] = await sql`SELECT detail->'optimizer' AS optimizer FROM run_events WHERE run_id = ${runId} AND kind = 'optimizer-changed' ORDER BY id DESC LIMIT 1`;
+  return { startStep, versions, fresh, evals: evals.map((r) => r.step as number), optimizer: (changed?.optimizer as OptimizerConfig | undefined) ?? null };
 }

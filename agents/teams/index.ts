@@ -2,20 +2,55 @@
  * The team registry: the name a run config uses -> a factory taking the run's
  * `teamOptions`. Imported by workflow code, so every team here must be
  * workflow-safe at import time. Add your own team with one line.
+ *
+ * Each factory `require`s its module when the team is first loaded (not at
+ * import of this file), so a team whose module throws — a definition error, a
+ * syntax error — makes only that team unusable: other teams, `troupe list` and
+ * `troupe status` keep working.
  */
+import { TroupeError, errorMessage } from '../../infra/errors';
 import type { AnyTeam } from '../team';
-import { mathTeam, type MathOptions } from './math';
-import { recallTeam, type RecallOptions } from './recall';
-import { researchTeam, type ResearchOptions } from './research';
 
-export const teams: Record<string, (options: Record<string, unknown>) => AnyTeam> = {
-  math: (options) => mathTeam(options as MathOptions),
-  research: (options) => researchTeam(options as ResearchOptions),
-  recall: (options) => recallTeam(options as RecallOptions),
+export type TeamFactory = (options: Record<string, unknown>) => AnyTeam;
+
+export const teams: Record<string, TeamFactory> = {
+  math: (options) => (require('./math') as typeof import('./math')).mathTeam(options as import('./math').MathOptions),
+  research: (options) => (require('./research') as typeof import('./research')).researchTeam(options as import('./research').ResearchOptions),
+  recall: (options) => (require('./recall') as typeof import('./recall')).recallTeam(options as import('./recall').RecallOptions),
 };
 
+/** A team that is not registered or whose definition fails: the user's to fix, and only that team's problem. */
+export class TeamLoadError extends TroupeError {
+  constructor(
+    readonly team: string,
+    message: string,
+    hint: string,
+  ) {
+    super(message, hint);
+  }
+}
+
 export function loadTeam(name: string, options: Record<string, unknown> = {}): AnyTeam {
-  const make = teams[name];
-  if (!make) throw new Error(`team: unknown team ${JSON.stringify(name)} (known: ${Object.keys(teams).join(', ')})`);
-  return make(options);
+  const make = Object.hasOwn(teams, name) ? teams[name] : undefined;
+  if (!make) {
+    throw new TeamLoadError(name, `team: unknown team ${JSON.stringify(name)} (known: ${Object.keys(teams).join(', ')})`, 'register it with one line in agents/teams/index.ts');
+  }
+  try {
+    return make(options);
+  } catch (e) {
+    throw new TeamLoadError(name, `team ${JSON.stringify(name)} failed to load: ${errorMessage(e)}`, `fix the team's definition (its module in agents/teams/); other teams are unaffected`);
+  }
+}
+
+/** Loads every registered team with default options; the teams that fail, with why (for worker start-up logs). */
+export function teamLoadErrors(): Record<string, string> {
+  const failed: Record<string, string> = {};
+  for (const name of Object.keys(teams)) {
+    try {
+      loadTeam(name);
+    } catch (e) {
+      failed[name] = errorMessage(e);
+    }
+  }
+  return failed;
 }

@@ -62,7 +62,7 @@ export function mathTeam(options: MathOptions = {}) {
   if (options.policy !== undefined && options.policy !== 'tiny-lm' && options.policy !== 'transformer') {
     throw new TeamDefinitionError('math', [{ path: 'teamOptions.policy', message: `must be "tiny-lm" or "transformer", got ${JSON.stringify(options.policy)}` }]);
   }
-  // lr 0.02: Adam steps this large suit a 2.7k-parameter policy learning from scratch (measured: eval 0 -> 0.98 in 20 steps).
+  // lr 0.02: Adam steps this large suit a 9,811-parameter tiny-lm policy learning from scratch (measured: eval 0 -> 0.98 in 20 steps).
   const policy = (): ModelSpec =>
     options.policy === 'transformer'
       ? transformer({ tokenizer, width: 64, layers: 2, heads: 4, maxSeq: 48, optimizer: { lr: 0.002 } })

@@ -1,4 +1,5 @@
-// troupe list: training runs as Temporal lists them (with Troupe's search attributes).
+// troupe list: training runs, one row per run (its latest execution), from Temporal's visibility and Troupe's search attributes.
+import type { Client } from '@temporalio/client';
 import { defineCommand } from '../command';
 import { connectRuns } from '../runs';
 
@@ -14,13 +15,7 @@ export default defineCommand({
     const c = await connectRuns(log);
     try {
       const limit = Math.max(1, Number(values.limit) || 20);
-      const rows: Array<Record<string, unknown>> = [];
-      for await (const w of c.client.workflow.list({ query: `WorkflowType = 'trainingRun'` })) {
-        const sa = w.typedSearchAttributes;
-        const get = (name: string) => sa.getAll().find((p) => p.key.name === name)?.value;
-        rows.push({ workflowId: w.workflowId, status: w.status.name, team: get('TroupeTeam'), step: get('TroupeStep'), phase: get('TroupeStatus'), evalSuccess: get('TroupeEvalSuccess'), started: w.startTime.toISOString() });
-        if (rows.length >= limit) break;
-      }
+      const rows = latestExecutions(await executions(c.client, limit));
       if (values.json) for (const r of rows) console.log(JSON.stringify(r));
       else {
         console.log(`${'run'.padEnd(36)} ${'team'.padEnd(9)} ${'workflow'.padEnd(11)} ${'phase'.padEnd(10)} step  eval   started`);
@@ -33,3 +28,45 @@ export default defineCommand({
     }
   },
 });
+
+export interface ExecutionRow {
+  run: string;
+  workflowId: string;
+  status: string;
+  team?: unknown;
+  step?: unknown;
+  phase?: unknown;
+  evalSuccess?: unknown;
+  started: string;
+  /** Whether the execution worked on the run (set TroupeRunId); a refused start or a bad config did not. */
+  ranTheRun: boolean;
+}
+
+/** Executions of trainingRun, running then most recently closed first (visibility's order), enough to find `limit` runs. */
+async function executions(client: Client, limit: number): Promise<ExecutionRow[]> {
+  const out: ExecutionRow[] = [];
+  const runs = new Set<string>();
+  for await (const w of client.workflow.list({ query: `WorkflowType = 'trainingRun'` })) {
+    const get = (name: string) => w.typedSearchAttributes.getAll().find((p) => p.key.name === name)?.value;
+    const runId = get('TroupeRunId');
+    const run = typeof runId === 'string' ? runId : w.workflowId;
+    if (!runs.has(run) && runs.size >= limit) break;
+    runs.add(run);
+    out.push({ run, workflowId: w.workflowId, status: w.status.name, team: get('TroupeTeam'), step: get('TroupeStep'), phase: get('TroupeStatus'), evalSuccess: get('TroupeEvalSuccess'), started: w.startTime.toISOString(), ranTheRun: typeof runId === 'string' });
+  }
+  return out;
+}
+
+/**
+ * One row per run: its newest execution that worked on it (continued-as-new and
+ * resumed executions collapse into the run); a start that never ran it shows
+ * only when nothing else carries its id.
+ */
+export function latestExecutions(newestFirst: readonly ExecutionRow[]): Array<Omit<ExecutionRow, 'run' | 'ranTheRun'>> {
+  const best = new Map<string, ExecutionRow>();
+  for (const e of newestFirst) {
+    const seen = best.get(e.run);
+    if (!seen || (!seen.ranTheRun && e.ranTheRun)) best.set(e.run, e);
+  }
+  return [...best.values()].map(({ run: _run, ranTheRun: _ran, ...row }) => row);
+}

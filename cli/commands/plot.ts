@@ -1,4 +1,4 @@
-// troupe plot <run>: learning curves (reward per agent, eval success, grad norm) as PNG and SVG.
+// troupe plot <run>: learning curves (reward components and truncated/failed shares per agent, eval success, grad norm) as PNG and SVG.
 import * as path from 'node:path';
 import { TroupeError } from '../../infra/errors';
 import { defineCommand } from '../command';

@@ -3,7 +3,7 @@ import { loadConfig } from '../../infra/config';
 import { TroupeError } from '../../infra/errors';
 import { defineCommand } from '../command';
 import { connectRuns, resumeRun, summaryJson, summaryLines, watchRun } from '../runs';
-import { up } from './up';
+import { upWithCurrentTeams } from '../teams';
 
 export default defineCommand({
   name: 'resume',
@@ -23,8 +23,7 @@ export default defineCommand({
     const runId = positionals[0];
     if (!runId) throw new TroupeError('resume: name a run', 'list runs with `npx troupe list`');
     const started = Date.now();
-    const stack = await up(loadConfig(), { log });
-    if (!stack.ok) throw new TroupeError('the stack did not come up completely', stack.lines.join('; '));
+    await upWithCurrentTeams(loadConfig(), log);
     const c = await connectRuns(log);
     try {
       const next = await resumeRun(c.client, c.sql, c.config.taskQueue, runId);

@@ -9,6 +9,35 @@ import type { trainingRun } from '../../workflows/training-run';
 import { defineCommand } from '../command';
 import { connectRuns, progressLine, watchRun } from '../runs';
 
+export interface AgentStep {
+  step: number;
+  rewards: Record<string, number>;
+  truncatedShare?: number;
+  failedShare?: number;
+}
+
+/** Per agent, its latest train step's reward components and episode endings. */
+export function latestAgentSteps(rows: ReadonlyArray<{ step: number; scope: string; name: string; value: number }>): Record<string, AgentStep> {
+  const out: Record<string, AgentStep> = {};
+  for (const r of [...rows].sort((a, b) => a.step - b.step)) {
+    if (r.scope === 'team') continue;
+    const isReward = r.name.startsWith('reward.');
+    if (!isReward && r.name !== 'truncatedShare' && r.name !== 'failedShare') continue;
+    if (!out[r.scope] || out[r.scope]!.step < r.step) out[r.scope] = { step: r.step, rewards: {} };
+    const a = out[r.scope]!;
+    if (isReward) a.rewards[r.name.slice('reward.'.length)] = r.value;
+    else a[r.name as 'truncatedShare' | 'failedShare'] = r.value;
+  }
+  return out;
+}
+
+const pct = (v: number | undefined) => (v === undefined ? '-' : `${Math.round(v * 100)}%`);
+
+export function agentStepLine(agent: string, a: AgentStep): string {
+  const rewards = Object.entries(a.rewards).map(([k, v]) => `${k}=${v.toFixed(3)}`).join(' ') || '-';
+  return `${agent} (step ${a.step}): reward ${rewards}  truncated ${pct(a.truncatedShare)}  failed ${pct(a.failedShare)}`;
+}
+
 export default defineCommand({
   name: 'status',
   summary: 'Show the state of a training run',
@@ -45,6 +74,8 @@ export default defineCommand({
       const models = Object.fromEntries(specs.map((r) => [r.model as string, describeModel(r.spec)]));
       const evals = await c.sql`SELECT step, value FROM metrics WHERE run_id = ${runId} AND kind = 'eval' AND scope = 'team' AND name = 'success' ORDER BY step`;
       const events = await c.sql`SELECT step, kind, detail, at FROM run_events WHERE run_id = ${runId} ORDER BY id`;
+      const agentRows = await c.sql`SELECT step, scope, name, value FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND (name LIKE 'reward.%' OR name IN ('truncatedShare', 'failedShare'))`;
+      const agents = latestAgentSteps(agentRows.map((r) => ({ step: r.step, scope: r.scope, name: r.name, value: r.value })));
       const out = {
         runId,
         team: run?.team,
@@ -54,6 +85,7 @@ export default defineCommand({
         versions: latest,
         models,
         evals: evals.map((e) => ({ step: e.step, success: e.value })),
+        agents,
         events: events.map((e) => ({ step: e.step, kind: e.kind, detail: e.detail })),
       };
       if (values.json) {
@@ -65,6 +97,7 @@ export default defineCommand({
       console.log(`  versions: ${Object.entries(latest).map(([m, v]) => `${m} v${v}`).join(', ') || '-'}`);
       for (const [m, d] of Object.entries(models)) console.log(`  model ${m}: ${d}`);
       console.log(`  eval success: ${out.evals.map((e) => `step ${e.step}: ${e.success.toFixed(3)}`).join(', ') || '-'}`);
+      for (const [agent, a] of Object.entries(agents)) console.log(`  ${agentStepLine(agent, a)}`);
       for (const e of out.events) console.log(`  event at step ${e.step}: ${e.kind} ${JSON.stringify(e.detail)}`);
       return 0;
     } finally {

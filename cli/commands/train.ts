@@ -1,17 +1,24 @@
 // troupe train <team>: bring the stack up, start a trainingRun workflow, watch it, summarise, plot.
 import * as path from 'node:path';
 import { loadConfig } from '../../infra/config';
-import { TroupeError } from '../../infra/errors';
+import { TroupeError, errorMessage } from '../../infra/errors';
+import type { WorkflowHandle } from '@temporalio/client';
+import { mergeOverrides, type OptimizerOverrides } from '../../schema/optimizer';
 import type { RunConfigInput } from '../../schema/run-config';
-import type { trainingRun } from '../../workflows/training-run';
 import { defineCommand } from '../command';
-import { connectRuns, readConfigFile, summaryJson, summaryLines, validateRunConfig, watchRun } from '../runs';
+import { connectRuns, readConfigFile, startTrainingRun, summaryJson, summaryLines, validateRunConfig, watchRun } from '../runs';
 import { writePlot } from '../plot';
-import { up } from './up';
+import { upWithCurrentTeams } from '../teams';
 
 export function runIdFor(team: string, now = new Date()): string {
   const t = now.toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15);
   return `${team}-${t}-${Math.random().toString(36).slice(2, 6)}`;
+}
+
+/** The --json line of a run that did not end with a summary: its workflow status as Temporal has it, and why. */
+export async function failureJson(handle: WorkflowHandle, team: string, error: unknown, wallSeconds: number) {
+  const status = await handle.describe().then((d) => d.status.name.toLowerCase(), () => 'unknown');
+  return { runId: handle.workflowId, workflowId: handle.workflowId, team, status, error: errorMessage(error), wallSeconds };
 }
 
 export default defineCommand({
@@ -57,7 +64,7 @@ export default defineCommand({
     }
     const estimator = values.estimator || values.scope ? { ...(values.estimator ? { name: values.estimator } : {}), ...(values.scope ? { scope: values.scope } : {}) } : undefined;
     const fileOptimizer = (fromFile.optimizer ?? {}) as Record<string, any>;
-    const all = { ...(fileOptimizer.all ?? {}), ...(values.lr !== undefined ? { lr: values.lr } : {}), ...(estimator ? { estimator: { ...(fileOptimizer.all?.estimator ?? {}), ...estimator } } : {}) };
+    const all = mergeOverrides(fileOptimizer.all, { ...(values.lr !== undefined ? { lr: values.lr } : {}), ...(estimator ? { estimator } : {}) } as OptimizerOverrides);
     const input: RunConfigInput = {
       ...(fromFile as RunConfigInput),
       team,
@@ -74,24 +81,35 @@ export default defineCommand({
     const config = validateRunConfig({ ...input, runId });
 
     const started = Date.now();
-    const stack = await up(loadConfig(), { log });
-    if (!stack.ok) throw new TroupeError('the stack did not come up completely', stack.lines.join('; '));
+    const stack = await upWithCurrentTeams(loadConfig(), log);
     const c = await connectRuns(log);
     try {
-      const handle = await c.client.workflow.start<typeof trainingRun>('trainingRun', { taskQueue: c.config.taskQueue, workflowId: runId, args: [config] });
+      const handle = await startTrainingRun(c.client, c.config.taskQueue, config);
       log(`troupe: started run ${runId} (${config.steps} steps x ${config.groupsPerStep} groups x ${config.groupSize} episodes, ${config.rollout} rollouts)`);
       if (stack.result.uiUrl) log(`troupe: watch it in the Web UI: ${stack.result.uiUrl}/namespaces/${c.config.namespace}/workflows/${encodeURIComponent(runId)}`);
       if (values.detach) {
         console.log(values.json ? JSON.stringify({ runId, workflowId: runId }) : runId);
         return 0;
       }
-      const summary = await watchRun(handle);
+      let summary;
+      try {
+        summary = await watchRun(handle);
+      } catch (e) {
+        // A run that ends badly still gets its --json line (then the error and exit status 1).
+        if (values.json) console.log(JSON.stringify(await failureJson(handle, team, e, (Date.now() - started) / 1000)));
+        throw e;
+      }
       const wallSeconds = (Date.now() - started) / 1000;
       for (const l of summaryLines(summary, wallSeconds)) console.log(l);
       let plot: { png: string; svg: string } | undefined;
       if (!values['no-plot']) {
-        plot = await writePlot(c.sql, runId, path.join(c.config.stateDir, 'runs', runId));
-        console.log(`  plot: ${plot.png} (and .svg)`);
+        // The plot is a convenience: whatever goes wrong with it, the summary and --json line still come.
+        try {
+          plot = await writePlot(c.sql, runId, path.join(c.config.stateDir, 'runs', runId));
+          console.log(`  plot: ${plot.png} (and .svg)`);
+        } catch (e) {
+          log(`troupe: no plot written: ${errorMessage(e)} (try \`npx troupe plot ${runId}\`)`);
+        }
       }
       console.log('The stack is still up (Web UI, workers); stop it with: npx troupe down');
       if (values.json) console.log(JSON.stringify(summaryJson(summary, wallSeconds, plot ? { plot } : {})));

@@ -1,5 +1,6 @@
 // troupe up: start (or attach to) Temporal and PostgreSQL, apply migrations, start the
-// control worker and one pool worker in the background. Idempotent: what already runs is reused.
+// control worker, one pool worker and the supervisor that restarts them (cli/commands/supervise.ts)
+// in the background. Idempotent: what already runs is reused.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { TroupeConfig, loadConfig, redactUrl } from '../../infra/config';
@@ -7,6 +8,7 @@ import { connect } from '../../infra/db';
 import { TroupeError } from '../../infra/errors';
 import { repoRoot } from '../../infra/paths';
 import { ensureDatabase } from '../../infra/postgres';
+import { withLockFile } from '../../infra/lock';
 import { ServiceRecord, pidAlive, runningService, spawnService, tailFile } from '../../infra/processes';
 import { connectTemporal, ensureTemporalServer, pollerIdentities } from '../../infra/temporal';
 import { migrate } from '../../schema/migrate';
@@ -17,6 +19,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export const CONTROL_WORKER_ENTRY = path.join(repoRoot, 'infra', 'control-worker-main.ts');
 export const POOL_WORKER_ENTRY = path.join(repoRoot, 'gpu-workers', 'pool-worker.ts');
+const CLI_ENTRY = path.join(repoRoot, 'cli', 'bin.js');
 
 function lastLines(file: string, n = 5): string {
   return tailFile(file, n)
@@ -68,15 +71,31 @@ export interface UpResult {
   databaseUrl: string;
   control: ServiceRecord;
   pool?: ServiceRecord;
+  supervisor?: ServiceRecord;
 }
 
-/** Everything `troupe up` does, callable from code. */
+/**
+ * Everything `troupe up` does, callable from code. One `up` at a time per state dir (a lock
+ * file), so the supervisor and a user's `up` or `train` never start the same process twice.
+ * `supervise: false` starts no supervisor (the supervisor's own calls; harnesses that restart
+ * processes themselves).
+ */
 export async function up(
   config: TroupeConfig,
-  opts: { pool?: boolean; log?: (line: string) => void } = {},
+  opts: { pool?: boolean; supervise?: boolean; log?: (line: string) => void } = {},
 ): Promise<{ result: UpResult; lines: string[]; ok: boolean }> {
   const log = opts.log ?? ((l: string) => process.stderr.write(l + '\n'));
   fs.mkdirSync(config.stateDir, { recursive: true });
+  return withLockFile(path.join(config.stateDir, 'up.lock'), () => upLocked(config, opts, log), {
+    onWait: (pid) => log(`troupe: another \`up\` (pid ${pid}) is starting the stack; waiting for it...`),
+  });
+}
+
+async function upLocked(
+  config: TroupeConfig,
+  opts: { pool?: boolean; supervise?: boolean },
+  log: (line: string) => void,
+): Promise<{ result: UpResult; lines: string[]; ok: boolean }> {
   const lines: string[] = [];
   let ok = true;
 
@@ -160,9 +179,26 @@ export async function up(
       lines.push(`pool         pid ${pool.pid}, task queue ${config.poolTaskQueue}, device ${config.device}, log ${pool.log}`);
     }
   }
+  // 5. Supervisor: restarts what dies from now on.
+  let supervisor: ServiceRecord | undefined;
+  if (opts.supervise !== false) {
+    if ((supervisor = runningService(config.stateDir, 'supervisor'))) {
+      lines.push(`supervisor   already running (pid ${supervisor.pid}), log ${supervisor.log}`);
+    } else {
+      supervisor = spawnService({
+        stateDir: config.stateDir,
+        name: 'supervisor',
+        command: process.execPath,
+        args: [CLI_ENTRY, 'supervise', ...(opts.pool === false ? ['--no-pool'] : [])],
+        env: { ...process.env, TROUPE_STATE_DIR: config.stateDir },
+        cwd: repoRoot,
+      });
+      lines.push(`supervisor   pid ${supervisor.pid}: restarts what dies, log ${supervisor.log}`);
+    }
+  }
   lines.push(`state        ${config.stateDir}`);
   return {
-    result: { address: temporal.address, namespace: config.namespace, uiUrl: temporal.uiUrl, databaseUrl: db.url, control, pool },
+    result: { address: temporal.address, namespace: config.namespace, uiUrl: temporal.uiUrl, databaseUrl: db.url, control, pool, supervisor },
     lines,
     ok,
   };
@@ -171,22 +207,24 @@ export async function up(
 export default defineCommand({
   name: 'up',
   summary: 'Start (or attach to) Temporal and PostgreSQL, apply migrations, start the workers in the background',
-  usage: 'troupe up [--ping] [--no-pool]',
+  usage: 'troupe up [--ping] [--no-pool] [--no-supervise]',
   description: [
     'Temporal: TEMPORAL_ADDRESS if set, else a local dev server (built with Go on first use)',
     'with its SQLite state in <state>/temporal.db and the Web UI on TROUPE_TEMPORAL_UI_PORT.',
     'PostgreSQL: DATABASE_URL if set, else the embedded PostgreSQL in <state>/postgres.',
     'Workers: the control worker (task queue TROUPE_TASK_QUEUE) and one pool worker',
     '(TROUPE_POOL_TASK_QUEUE, device TROUPE_DEVICE). Pid files and logs go to <state>/.',
+    'A supervisor (`troupe supervise`) stays in the background and restarts what dies.',
     'Running it again reuses whatever is already running. `troupe down` stops what it started.',
   ].join('\n'),
   options: {
     ping: { type: 'boolean', description: 'run the trivial workflow afterwards (like `troupe ping`)' },
     'no-pool': { type: 'boolean', description: 'do not start the pool worker' },
+    'no-supervise': { type: 'boolean', description: 'leave no supervisor: nothing restarts a process that dies' },
   },
   async run({ values, log }) {
     const config = loadConfig();
-    const { result, lines, ok } = await up(config, { pool: !values['no-pool'], log });
+    const { result, lines, ok } = await up(config, { pool: !values['no-pool'], supervise: !values['no-supervise'], log });
     console.log(ok ? 'Troupe is up.' : 'Troupe is partly up:');
     for (const l of lines) console.log('  ' + l);
     if (result.uiUrl) console.log(`\nOpen the Temporal Web UI: ${result.uiUrl}`);

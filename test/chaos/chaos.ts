@@ -17,7 +17,7 @@ import { WorkflowFailedError, WorkflowNotFoundError, type WorkflowHandle } from 
 import type { trainingRun, RunSummary } from '../../workflows/training-run';
 import { pauseSignal, resumeSignal } from '../../workflows/definitions';
 import { seededRandom } from '../../agents/seed';
-import { pidAlive } from '../../infra/processes';
+import { logFilePath, pidAlive, tailFile } from '../../infra/processes';
 import { TroupeStep } from '../../infra/search-attributes';
 import { compareRuns, loadStoredRun, type Comparison } from './compare';
 import { FAULT_KINDS, startChaosStack, type ChaosStack, type FaultKind } from './stack';
@@ -43,6 +43,14 @@ export interface ChaosOptions {
   restartDelayMs: [number, number];
   /** Give up on a run after this long (ms). */
   runTimeoutMs: number;
+  /** Never pause the run around kills (kills that come after its end are skipped). */
+  noPause?: boolean;
+  /**
+   * Double kills: the same process again this long (ms, seeded in the range) after it is
+   * back; an engine is killed again as soon as its successor exists (before it listens), and
+   * a restarted pool worker's first engine is killed while the worker starts. Unset: one kill each.
+   */
+  againAfterMs?: [number, number];
   log?: (line: string) => void;
 }
 
@@ -59,6 +67,21 @@ export const SHORT: Omit<ChaosOptions, 'log'> = {
   runTimeoutMs: 240_000,
 };
 
+/**
+ * No pauses, and each process killed twice: again 0.5-1.7 s after it is back, so a worker
+ * or an engine dies during its own start-up (issue 18). Batched only, to fit the CI budget.
+ */
+export const SHORT_NO_PAUSE: Omit<ChaosOptions, 'log'> = {
+  ...SHORT,
+  seed: 3,
+  modes: ['batched'],
+  steps: { batched: 20, durable: 7 },
+  kills: 3,
+  kinds: ['engine', 'pool-worker', 'temporal'],
+  noPause: true,
+  againAfterMs: [500, 1700],
+};
+
 export const LONG: Omit<ChaosOptions, 'log'> = {
   ...SHORT,
   steps: { batched: 60, durable: 20 },
@@ -69,6 +92,10 @@ export const LONG: Omit<ChaosOptions, 'log'> = {
 
 export interface KillRecord {
   kind: FaultKind;
+  /** The second kill of a double kill (its process had just been restarted). */
+  again?: boolean;
+  /** Pid of the engine killed as soon as the restarted pool worker spawned it (double kills). */
+  engineKilledAtStart?: number;
   pid: number;
   /** ms since epoch */
   at: number;
@@ -114,10 +141,12 @@ export interface PlannedKill {
   kind: FaultKind;
   gapShare: number;
   restartDelayMs: number;
+  /** A double kill: the same kind again this long after it is back. */
+  againAfterMs?: number;
 }
 
 /** The kill schedule of one mode: a pure function of (seed, mode, options). */
-export function schedule(opts: Pick<ChaosOptions, 'seed' | 'kills' | 'kinds' | 'gapShare' | 'restartDelayMs'>, mode: Mode): PlannedKill[] {
+export function schedule(opts: Pick<ChaosOptions, 'seed' | 'kills' | 'kinds' | 'gapShare' | 'restartDelayMs' | 'againAfterMs'>, mode: Mode): PlannedKill[] {
   const random = seededRandom(opts.seed * 2 + (mode === 'durable' ? 1 : 0));
   const between = ([lo, hi]: [number, number]) => Math.round(lo + random() * (hi - lo));
   const out: PlannedKill[] = [];
@@ -131,6 +160,8 @@ export function schedule(opts: Pick<ChaosOptions, 'seed' | 'kills' | 'kinds' | '
       }
     }
     out.push({ kind: deck.shift()!, gapShare: opts.gapShare[0] + random() * (opts.gapShare[1] - opts.gapShare[0]), restartDelayMs: between(opts.restartDelayMs) });
+    // Drawn only for double-kill schedules, so single-kill schedules stay what they were.
+    if (opts.againAfterMs) out.at(-1)!.againAfterMs = between(opts.againAfterMs);
   }
   return out;
 }
@@ -286,7 +317,7 @@ function stepWindow(i: number, n: number, steps: number): number {
 class Hold {
   held = false;
 
-  constructor(private readonly stack: ChaosStack, private readonly runId: string, private readonly isDone: () => boolean, private readonly log: (l: string) => void) {}
+  constructor(private readonly stack: ChaosStack, private readonly runId: string, private readonly isDone: () => boolean, private readonly log: (l: string) => void, private readonly off = false) {}
 
   /** Sends a signal until the server takes it (it may be restarting); false if the run has ended. */
   private async send(which: 'pause' | 'resume'): Promise<boolean> {
@@ -306,7 +337,7 @@ class Hold {
   }
 
   async pause(why: string): Promise<void> {
-    if (this.held) return;
+    if (this.held || this.off) return;
     this.log(`chaos: pausing the run ${why}`);
     this.held = await this.send('pause');
   }
@@ -319,11 +350,11 @@ class Hold {
 }
 
 /** Runs the schedule against one live run; returns the kills made and processes found dead unplanned. */
-async function inflict(stack: ChaosStack, runId: string, steps: number, plan: PlannedKill[], timing: { busyWaitMs: number; stepMs: number }, isDone: () => boolean, log: (l: string) => void) {
+async function inflict(stack: ChaosStack, runId: string, steps: number, plan: PlannedKill[], timing: { busyWaitMs: number; stepMs: number; noPause?: boolean }, isDone: () => boolean, log: (l: string) => void) {
   const kills: KillRecord[] = [];
   const unplanned: string[] = [];
   const t0 = Date.now();
-  const hold = new Hold(stack, runId, isDone, log);
+  const hold = new Hold(stack, runId, isDone, log, timing.noPause);
   try {
     for (const [i, p] of plan.entries()) {
       await hold.release();
@@ -337,6 +368,13 @@ async function inflict(stack: ChaosStack, runId: string, steps: number, plan: Pl
       if (killed === 'done') break;
       if (killed.unplanned) unplanned.push(...killed.unplanned);
       if (killed.kill) kills.push(killed.kill);
+      if (killed.kill && p.againAfterMs !== undefined && !isDone()) {
+        // The same process again, soon after it is back (during its start-up).
+        const again = await killOne(stack, runId, { ...p, againAfterMs: undefined }, { gapMs: p.kind === 'engine' ? 0 : p.againAfterMs, busyWaitMs: 0, stepLimit: Number.MAX_SAFE_INTEGER }, isDone, t0, log, hold);
+        if (again === 'done') break;
+        if (again.unplanned) unplanned.push(...again.unplanned);
+        if (again.kill) kills.push({ ...again.kill, again: true });
+      }
     }
   } finally {
     await hold.release();
@@ -384,12 +422,26 @@ async function killOne(stack: ChaosStack, runId: string, p: PlannedKill, { gapMs
   log(`chaos: SIGKILL ${p.kind} (pid ${pid}) at ${((at - t0) / 1000).toFixed(1)}s, ${done ?? '?'} steps done, ${lost.length} activities running on it`);
   const following = followRetries(stack, runId, lost, at, isDone);
   let back: number;
+  let engineKilledAtStart: number | undefined;
   if (p.kind === 'engine') {
     await stack.waitForEngine(pid);
     back = Date.now() - at;
   } else {
     await sleep(p.restartDelayMs);
+    // Double kills of a pool worker: the engine of its successor dies while that worker starts.
+    const startupKill = p.kind === 'pool-worker' && p.againAfterMs !== undefined ? killEngineAtStart(stack, pid, log) : undefined;
     const restarted = await stack.restart();
+    const atStart = await startupKill;
+    if (atStart) {
+      engineKilledAtStart = atStart.engine;
+      // The worker must outlive it: a new engine under the same worker, not a dead worker.
+      const until = Date.now() + 90_000;
+      while (pidAlive(atStart.pool) && [undefined, atStart.engine].includes(stack.pidOf('engine')) && Date.now() < until) await sleep(100);
+      if (!pidAlive(atStart.pool)) {
+        unplanned.push(`pool-worker ${atStart.pool} died when its engine was killed during its start-up: ${tailFile(logFilePath(stack.stateDir, 'pool-worker'), 3).replace(/\s+/g, ' ').slice(-300)}`);
+        await stack.restart();
+      }
+    }
     back = Date.now() - at;
     if (p.kind === 'temporal') await hold.pause('once Temporal is back');
     for (const d of restarted) if (d.kind !== p.kind) unplanned.push(`${d.kind} found dead after killing ${p.kind}: ${d.cause}`);
@@ -404,6 +456,7 @@ async function killOne(stack: ChaosStack, runId: string, p: PlannedKill, { gapMs
     kind: p.kind,
     pid,
     at,
+    ...(engineKilledAtStart !== undefined ? { engineKilledAtStart } : {}),
     stepsDone: done,
     backAfterMs: back,
     inFlight: lost.length,
@@ -411,6 +464,22 @@ async function killOne(stack: ChaosStack, runId: string, p: PlannedKill, { gapMs
     finishedWithoutRetry: followed.finished,
   };
   return { kill, unplanned };
+}
+
+/** SIGKILLs the first engine of the pool worker that replaces `oldPoolPid`, as soon as it exists (before it listens). */
+async function killEngineAtStart(stack: ChaosStack, oldPoolPid: number, log: (l: string) => void): Promise<{ engine: number; pool: number } | undefined> {
+  const deadline = Date.now() + 120_000;
+  while (Date.now() < deadline) {
+    const pool = stack.pidOf('pool-worker');
+    const engine = pool !== undefined && pool !== oldPoolPid ? stack.pidOf('engine') : undefined;
+    if (engine !== undefined) {
+      process.kill(engine, 'SIGKILL');
+      log(`chaos: SIGKILL engine (pid ${engine}) during the start-up of pool worker ${pool}`);
+      return { engine, pool: pool! };
+    }
+    await sleep(10);
+  }
+  return undefined;
 }
 
 export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
@@ -438,7 +507,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       let done = false;
       const result = outcome(handle, t1 + options.runTimeoutMs).finally(() => (done = true));
       const stepMs = (baselineSeconds * 1000) / options.steps[mode];
-      const { kills, unplanned } = await inflict(stack, workflowId, options.steps[mode], plan, { busyWaitMs: options.busyWaitMs, stepMs }, () => done, log);
+      const { kills, unplanned } = await inflict(stack, workflowId, options.steps[mode], plan, { busyWaitMs: options.busyWaitMs, stepMs, noPause: options.noPause }, () => done, log);
       // After the schedule: keep everything up until the run ends (bounded by the run's deadline).
       while (!done && Date.now() < t1 + options.runTimeoutMs) {
         const again = await stack.restart();
@@ -492,7 +561,8 @@ export function formatReport(r: ChaosReport): string {
     for (const k of m.kills) {
       const retry = k.retryAfterMs === undefined ? '' : `, retried after ${(k.retryAfterMs / 1000).toFixed(1)}s (${k.retried}${k.lastRetryAfterMs !== undefined && k.lastRetryAfterMs !== k.retryAfterMs ? `; last at ${(k.lastRetryAfterMs / 1000).toFixed(1)}s` : ''})`;
       const flight = k.inFlight === undefined ? '' : `, ${k.inFlight} activities on it${k.finishedWithoutRetry ? ` (${k.finishedWithoutRetry} finished without retry)` : ''}`;
-      lines.push(`  kill ${k.kind} after ${k.stepsDone ?? '?'} steps: back after ${(k.backAfterMs / 1000).toFixed(1)}s${flight}${retry}`);
+      const atStart = k.engineKilledAtStart !== undefined ? `, its successor's engine killed during start-up` : '';
+      lines.push(`  kill ${k.kind}${k.again ? ' again' : ''} after ${k.stepsDone ?? '?'} steps: back after ${(k.backAfterMs / 1000).toFixed(1)}s${atStart}${flight}${retry}`);
     }
   }
   const all = r.modes.flatMap((m) => m.kills).filter((k) => k.retryAfterMs !== undefined);

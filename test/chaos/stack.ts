@@ -126,7 +126,8 @@ export async function startChaosStack(opts: { env?: Record<string, string>; log?
     let last: unknown;
     for (let attempt = 1; attempt <= 6; attempt++) {
       try {
-        const { result } = await up(config, { log });
+        // The harness restarts what it kills itself, on its schedule: no supervisor.
+        const { result } = await up(config, { supervise: false, log });
         return { address: result.address, databaseUrl: result.databaseUrl };
       } catch (e) {
         // e.g. a worker started while PostgreSQL was still recovering: try again.

@@ -4,6 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, DefaultLogger, Runtime, WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import { isolateTeamBuildErrors } from '../../infra/team-bundle';
 import { WORKFLOWS_PATH } from '../../infra/control-worker';
 import { TROUPE_SEARCH_ATTRIBUTE_KEYS } from '../../infra/search-attributes';
 import { ensureTemporalBinary } from '../../infra/temporal';
@@ -62,7 +63,7 @@ let bundle: Promise<WorkflowBundleWithSourceMap> | undefined;
 
 /** workflows/ bundled once per test process (pass as `workflowBundle` to skip re-bundling per worker). */
 export function workflowBundle(): Promise<WorkflowBundleWithSourceMap> {
-  bundle ??= bundleWorkflowCode({ workflowsPath: WORKFLOWS_PATH, logger: quietLogger });
+  bundle ??= bundleWorkflowCode({ workflowsPath: WORKFLOWS_PATH, logger: quietLogger, webpackConfigHook: isolateTeamBuildErrors });
   return bundle;
 }
 

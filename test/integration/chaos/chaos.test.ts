@@ -10,10 +10,14 @@
  * Short by default (each kind killed once per mode, ~3 min); the long one:
  *   TROUPE_CHAOS_LONG=1 npm test -- chaos/chaos      (or: node --import tsx test/chaos/chaos.ts --long)
  * TROUPE_CHAOS_SEED=N picks another kill schedule.
+ *
+ * A second schedule never pauses the run and kills each process twice, the second time
+ * 0.5-1.7 s after it is back; an engine dies again before it listens, and a restarted pool
+ * worker loses its engine during its own start-up (fatal to the worker before issue 18).
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { formatReport, LONG, runChaos, SHORT } from '../../chaos/chaos';
+import { formatReport, LONG, runChaos, SHORT, SHORT_NO_PAUSE } from '../../chaos/chaos';
 import { FAULT_KINDS, POSTGRES_JS_CRASH } from '../../chaos/stack';
 
 const long = process.env.TROUPE_CHAOS_LONG === '1';
@@ -33,5 +37,19 @@ test(`chaos (${long ? 'long' : 'short'}): SIGKILL of every process kind mid-run 
     assert.deepEqual(m.unplanned.filter((u) => !u.includes(POSTGRES_JS_CRASH)), [], `${m.mode}: processes died that the schedule did not kill`);
     // Every kind was killed while the run was running, in each mode.
     for (const kind of FAULT_KINDS) assert.ok(m.kills.some((k) => k.kind === kind), `${m.mode}: ${kind} was never killed mid-run (the run ended first)`);
+  }
+});
+
+test('chaos (no pause, double kills): processes killed again right after their restart change nothing either', { timeout: 900_000 }, async (t) => {
+  const report = await runChaos({ ...SHORT_NO_PAUSE, log: (line) => process.stderr.write(`${line}\n`) });
+  for (const line of formatReport(report).split('\n')) t.diagnostic(line);
+  for (const m of report.modes) {
+    assert.equal(m.status, 'completed', `${m.mode}: the chaos run did not complete: ${m.error ?? ''}`);
+    assert.deepEqual(m.comparison?.problems, [], `${m.mode}: differs from the uninterrupted run`);
+    assert.ok(m.identical, `${m.mode}: identical`);
+    assert.deepEqual(m.unplanned.filter((u) => !u.includes(POSTGRES_JS_CRASH)), [], `${m.mode}: processes died that the schedule did not kill`);
+    // Without pauses a fast run may end before later kills; the first double kill lands early.
+    assert.ok(m.kills.some((k) => k.again), `${m.mode}: no process was killed a second time mid-run`);
+    assert.ok(m.kills.some((k) => k.engineKilledAtStart !== undefined), `${m.mode}: no engine was killed during its pool worker's start-up`);
   }
 });

@@ -8,6 +8,10 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { after, before, describe, it } from 'node:test';
 import { WorkflowUpdateFailedError } from '@temporalio/client';
+import { resumeRun } from '../../../cli/runs';
+import { loadTasks } from '../../../activities/tasks';
+import { planEvalEpisodes } from '../../../activities/training/plan';
+import { loadTeam } from '../../../agents/teams';
 import { ensureTemporalBinary } from '../../../infra/temporal';
 import { pauseSignal, resumeSignal, setOptimizerUpdate, statusQuery, stopSignal } from '../../../workflows/definitions';
 import type { trainingRun } from '../../../workflows';
@@ -54,7 +58,7 @@ describe('controlling runs', () => {
 
     // An invalid change is rejected naming the field, and changes nothing.
     await assert.rejects(handle.executeUpdate(setOptimizerUpdate, { args: [{ models: { policy: { lr: -1 } } }] }), (e: WorkflowUpdateFailedError) => /lr: must be > 0/.test(String((e.cause as Error)?.message ?? e.message)));
-    await assert.rejects(handle.executeUpdate(setOptimizerUpdate, { args: [{ agents: { judge: { lr: 0.1 } } }] }), (e: WorkflowUpdateFailedError) => /optimizer\.agents\.judge: unknown agent/.test(String((e.cause as Error)?.message)));
+    await assert.rejects(handle.executeUpdate(setOptimizerUpdate, { args: [{ agents: { judge: { lr: 0.1 } } }] }), (e: WorkflowUpdateFailedError) => /: agents\.judge: unknown agent/.test(String((e.cause as Error)?.message)));
     const { effectiveStep } = await handle.executeUpdate(setOptimizerUpdate, { args: [{ models: { policy: { lr: 0.05 } } }] });
     assert.equal(effectiveStep, paused.step);
 
@@ -102,9 +106,8 @@ describe('controlling runs', () => {
     const [{ n }] = (await h.db.sql`SELECT count(*)::int AS n FROM versions WHERE run_id = 'resumable'`) as unknown as [{ n: number }];
     assert.ok(n >= 4 && n < 6, `some but not all versions committed before the crash (${n})`);
 
-    // What `troupe resume` does: a new execution of the same workflow id with the stored config.
-    const [stored] = await h.db.sql`SELECT config FROM runs WHERE run_id = 'resumable'`;
-    const second = await h.env.client.workflow.start<typeof trainingRun>('trainingRun', { taskQueue: h.taskQueue, workflowId: 'resumable', args: [stored!.config] });
+    // `troupe resume`: a new execution of the same workflow id with the stored config.
+    const second = await resumeRun(h.env.client, h.db.sql, h.taskQueue, 'resumable');
     const summary = await second.result();
     assert.equal(summary.status, 'completed');
     assert.equal(summary.steps, 5);
@@ -119,5 +122,45 @@ describe('controlling runs', () => {
     const [a] = await h.db.sql`SELECT sha256 FROM versions WHERE run_id = 'resumable' AND version = 5`;
     const [b] = await h.db.sql`SELECT sha256 FROM versions WHERE run_id = 'uninterrupted' AND version = 5`;
     assert.equal(a!.sha256, b!.sha256, 'final weights bit-identical to an uninterrupted run');
+  });
+
+  it('a run terminated during an eval and resumed redoes that eval: complete, counted once, never half', async () => {
+    const config = { team: 'math', steps: 3, groupsPerStep: 2, groupSize: 2, evalEvery: 2, evalTasks: 0, seed: 4 };
+    const planned = planEvalEpisodes(loadTasks(loadTeam('math', {})), { runId: 'eval-cut', step: 2, seed: 4, count: 0 }).length;
+    const stored = async (step: number) => ((await h.db.sql`SELECT count(*)::int AS n FROM episodes WHERE run_id = 'eval-cut' AND step = ${step} AND split = 'eval'`) as unknown as [{ n: number }])[0].n;
+    const first = await h.env.client.workflow.start<typeof trainingRun>('trainingRun', { taskQueue: h.taskQueue, workflowId: 'eval-cut', args: [config] });
+    // Terminate as soon as the step-2 eval has stored some of its episodes.
+    const deadline = Date.now() + 120_000;
+    let partial = 0;
+    while (Date.now() < deadline && !(partial > 0 && partial < planned)) {
+      partial = await stored(2);
+      await sleep(10);
+    }
+    await first.terminate('test: crash during the step-2 eval');
+    assert.ok(partial > 0 && partial < planned, `cut part-way (${partial} of ${planned})`);
+
+    const summary = await (await resumeRun(h.env.client, h.db.sql, h.taskQueue, 'eval-cut')).result();
+    assert.equal(summary.status, 'completed');
+    assert.equal(await stored(2), planned, 'every eval episode of step 2 stored once');
+    const evals = await h.db.sql`SELECT step, value FROM metrics WHERE run_id = 'eval-cut' AND kind = 'eval' AND scope = 'team' AND name = 'episodes' ORDER BY step`;
+    assert.deepEqual(evals.map((r) => [r.step, r.value]), [[0, planned], [2, planned], [3, planned]], 'each eval recorded, over all its episodes');
+  });
+
+  it('starting a completed run id again (same config or another) is refused and leaves the completed run as it was', async () => {
+    const config = { team: 'math', steps: 1, groupsPerStep: 2, groupSize: 2, evalEvery: 0, evalTasks: 4, seed: 5 };
+    const done = await h.env.client.workflow.execute<typeof trainingRun>('trainingRun', { taskQueue: h.taskQueue, workflowId: 'math-x', args: [config] });
+    assert.equal(done.status, 'completed');
+    const record = async () => ({
+      run: (await h.db.sql`SELECT status, team, config FROM runs WHERE run_id = 'math-x'`)[0],
+      events: (await h.db.sql`SELECT kind FROM run_events WHERE run_id = 'math-x' ORDER BY id`).map((r) => r.kind),
+      versions: (await h.db.sql`SELECT count(*)::int AS n FROM versions WHERE run_id = 'math-x'`)[0]!.n,
+    });
+    const before = await record();
+    for (const again of [config, { ...config, team: 'research', steps: 3 }]) {
+      await assert.rejects(h.env.client.workflow.execute<typeof trainingRun>('trainingRun', { taskQueue: h.taskQueue, workflowId: 'math-x', args: [again] }), (e: Error) => /already exists \(completed\)/.test(String(((e.cause as Error)?.cause as Error | undefined)?.message)));
+    }
+    assert.deepEqual(await record(), before, 'store untouched: still completed, no run-failed event, no new execution');
+    assert.equal(before.run!.status, 'completed');
+    await assert.rejects(resumeRun(h.env.client, h.db.sql, h.taskQueue, 'math-x'), /run math-x completed/);
   });
 });

@@ -74,7 +74,7 @@ export async function checkRunBookkeeping(h: Harness, runId: string, steps: numb
   for (let s = 0; s < steps; s++) {
     for (const a of agents) {
       const names = metrics.filter((r) => r.step === s && r.scope === a).map((r) => r.name);
-      for (const n of ['advantage.mean', 'advantage.std', 'gradNorm', 'loss', 'clipFraction', 'approxKl', 'entropy']) assert.ok(names.includes(n), `step ${s} agent ${a}: ${n}`);
+      for (const n of ['advantage.mean', 'advantage.std', 'gradNorm', 'loss', 'clipFraction', 'approxKl', 'entropy', 'truncatedShare', 'failedShare']) assert.ok(names.includes(n), `step ${s} agent ${a}: ${n}`);
       assert.ok(names.some((n) => n.startsWith('reward.')), `step ${s} agent ${a}: reward components`);
     }
     // Committed with the update itself, so a step interrupted after its commit still has them.

@@ -15,8 +15,9 @@ const dir = path.join(__dirname, '..', '..', 'fixtures', 'histories');
 const files = fs.readdirSync(dir).filter((f) => f.endsWith('.json'));
 
 describe('replay of recorded histories', () => {
-  it('has fixtures for both rollout modes and an episode', () => {
-    assert.deepEqual(files.sort(), ['episode-math.json', 'training-run-batched.json', 'training-run-durable.json']);
+  it('has fixtures for both rollout modes and an episode, from before and after step plans became references', () => {
+    const kinds = ['episode-math', 'training-run-batched', 'training-run-durable'];
+    assert.deepEqual(files.sort(), [...kinds.map((k) => `${k}.json`), ...kinds.map((k) => `${k}-plan-ref.json`)].sort());
   });
   for (const file of files) {
     it(`${file} replays without nondeterminism`, async () => {

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { buildStepBatch } from '../../../activities/training/batch';
+import { agentEndings, buildStepBatch } from '../../../activities/training/batch';
 import type { StoredEpisode } from '../../../activities/store/trajectories';
 import { mathTeam } from '../../../agents/teams/math';
 import { checkAgainstTeam, parseRunConfig } from '../../../schema/run-config';
@@ -81,5 +81,28 @@ describe('buildStepBatch', () => {
     const a = 0.5 / (Math.sqrt((4 * 0.5 ** 2) / 3) + 1e-6);
     assert.ok(Math.abs(batch.models.policy![1]!.advantages[0]! - a) < 1e-12);
     assert.deepEqual(batch.rewards.verifier, { judged: 5 }, 'logged rewards stay unweighted');
+  });
+});
+
+describe('agentEndings', () => {
+  const settings = checkAgainstTeam(parseRunConfig({ team: 'math' }), mathTeam());
+  const ended = (e: StoredEpisode, status: 'truncated' | 'failed', turns = e.trajectory.turns) => ({ ...e, trajectory: { ...e.trajectory, status, turns } });
+
+  it('gives each agent the shares of its episodes that ended truncated or failed, counted in the batch', () => {
+    const base = episode(0, 0, 1, 10);
+    const solverOnly = [base.trajectory.turns[0]!];
+    const episodes = [
+      episode(0, 0, 1, 10),
+      ended(episode(0, 1, 0, 0), 'truncated', solverOnly), // the solver hit a limit: the verifier never acted
+      ended(episode(0, 2, 0, 0), 'truncated'),
+      { ...ended(episode(0, 3, 0, 0), 'failed'), rewards: [] }, // reward threw after both acted
+    ];
+    // Solver acted in 4 episodes: 2 truncated, 1 failed. Verifier in 3: 1 truncated, 1 failed.
+    const batch = buildStepBatch(episodes, settings);
+    assert.deepEqual(batch.endings, {
+      solver: { episodes: 4, truncatedShare: 2 / 4, failedShare: 1 / 4 },
+      verifier: { episodes: 3, truncatedShare: 1 / 3, failedShare: 1 / 3 },
+    });
+    assert.deepEqual(agentEndings([]), {});
   });
 });

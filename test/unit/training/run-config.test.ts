@@ -59,4 +59,14 @@ describe('run config', () => {
     assert.throws(() => parseRunConfig({ team: 'math', rollout: 'durable', groupsPerStep: 251, groupSize: 8 }), /groupSize: durable rollouts .* must be <= 2000, got 2008/);
     assert.equal(parseRunConfig({ team: 'math', rollout: 'batched', groupsPerStep: 251, groupSize: 8 }).groupsPerStep, 251);
   });
+
+  it('bounds what a step may plan, naming the field (a 4096 x 1024 step would wedge the control worker)', () => {
+    assert.throws(() => parseRunConfig({ team: 'math', groupsPerStep: 4096, groupSize: 1024 }), (e: RunConfigError) => {
+      assert.deepEqual(e.issues.map((i) => i.path), ['groupSize']);
+      assert.match(e.message, /groupSize: a step may run at most 16384 episodes: groupsPerStep x groupSize must be <= 16384, got 4096 x 1024 = 4194304/);
+      return true;
+    });
+    assert.equal(parseRunConfig({ team: 'math', groupsPerStep: 2048, groupSize: 8 }).groupSize, 8, '16,384 exactly is allowed');
+    assert.throws(() => parseRunConfig({ team: 'math', groupsPerStep: 2049, groupSize: 8 }), /groupSize: a step may run at most 16384/);
+  });
 });

@@ -1,0 +1,51 @@
+/**
+ * Before the CLI starts or resumes a run: bring the stack up and make sure the
+ * workers polling the run's task queues run this checkout's team code (see
+ * infra/team-code.ts). Workers that `troupe up` started from this state dir are
+ * restarted (runs survive a worker restart); any other worker with other team
+ * code is refused with what to do, since Troupe cannot restart it.
+ */
+import type { TroupeConfig } from '../infra/config';
+import { TroupeError } from '../infra/errors';
+import { runningService, stopService } from '../infra/processes';
+import { localPid, pollersOf, staleTeamCode, teamCodeHash, teamCodeOf, type Poller } from '../infra/team-code';
+import { connectTemporal } from '../infra/temporal';
+import { up } from './commands/up';
+
+const WORKERS = ['control-worker', 'pool-worker'] as const;
+
+async function stalePollers(config: TroupeConfig, address: string, hash: string): Promise<Poller[]> {
+  const connection = await connectTemporal(address);
+  try {
+    return staleTeamCode(await pollersOf(connection, config.namespace, [config.taskQueue, config.poolTaskQueue]), hash);
+  } finally {
+    await connection.close();
+  }
+}
+
+export async function upWithCurrentTeams(config: TroupeConfig, log: (line: string) => void, opts: { pool?: boolean } = {}) {
+  let stack = await up(config, { ...opts, log });
+  if (!stack.ok) throw new TroupeError('the stack did not come up completely', stack.lines.join('; '));
+  const hash = teamCodeHash();
+  const stale = await stalePollers(config, stack.result.address, hash);
+  if (stale.length === 0) return stack;
+
+  const ours = WORKERS.flatMap((name) => {
+    const rec = runningService(config.stateDir, name);
+    return rec && stale.some((p) => localPid(p.identity) === rec.pid) ? [name] : [];
+  });
+  const foreign = stale.find((p) => !ours.some((name) => runningService(config.stateDir, name)?.pid === localPid(p.identity)));
+  if (foreign) {
+    throw new TroupeError(
+      `worker "${foreign.identity}" on task queue "${foreign.taskQueue}" runs team code ${teamCodeOf(foreign.identity) ?? '(unknown)'}, this checkout's is ${hash} (agents/teams/ changed since it started)`,
+      'restart that worker so it loads the current teams (workers load team code once, at start), then run this again',
+    );
+  }
+  for (const name of ours) {
+    log(`troupe: agents/teams/ changed since the ${name} started (team code ${hash}): restarting it`);
+    await stopService(config.stateDir, name, { timeoutMs: 30_000 });
+  }
+  stack = await up(config, { ...opts, log });
+  if (!stack.ok) throw new TroupeError('the stack did not come up completely', stack.lines.join('; '));
+  return stack;
+}

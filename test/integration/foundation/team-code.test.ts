@@ -1,0 +1,106 @@
+// Workers load team code once, at start. After agents/teams/ changes, starting a run through the
+// CLI restarts the workers `troupe up` started, and refuses a worker it cannot restart.
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { after, test } from 'node:test';
+import { NativeConnection, Worker } from '@temporalio/worker';
+import { upWithCurrentTeams } from '../../../cli/teams';
+import { loadConfig } from '../../../infra/config';
+import { isTroupeError } from '../../../infra/errors';
+import { repoRoot } from '../../../infra/paths';
+import { pidAlive, readRecord } from '../../../infra/processes';
+import { pollersOf, teamCodeHash, TEAMS_DIR } from '../../../infra/team-code';
+import { connectTemporal } from '../../../infra/temporal';
+import { createTestDatabase, freePort, uniqueTaskQueue } from '../../helpers';
+
+const cleanups: (() => Promise<unknown>)[] = [];
+after(async () => {
+  for (const c of cleanups.reverse()) await c().catch(() => undefined);
+});
+
+function troupe(args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [path.join(repoRoot, 'cli', 'bin.js'), ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (c) => (stdout += c));
+    child.stderr.on('data', (c) => (stderr += c));
+    child.on('close', (code) => resolve({ code: code ?? 1, stdout, stderr }));
+  });
+}
+
+test('an edited team registry restarts the workers troupe up started, and refuses a foreign stale worker', async () => {
+  const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-team-code-'));
+  const db = await createTestDatabase({ migrate: false });
+  Object.assign(process.env, {
+    TROUPE_STATE_DIR: stateDir,
+    TROUPE_TEMPORAL_PORT: String(await freePort()),
+    TROUPE_TEMPORAL_UI_PORT: String(await freePort()),
+    TROUPE_TASK_QUEUE: uniqueTaskQueue('control'),
+    TROUPE_POOL_TASK_QUEUE: uniqueTaskQueue('pool'),
+    DATABASE_URL: db.url,
+    TEMPORAL_ADDRESS: '',
+    TROUPE_DEBUG: '',
+  });
+  const edit = path.join(TEAMS_DIR, `.team-code-test-${process.pid}.json`);
+  cleanups.push(async () => {
+    fs.rmSync(edit, { force: true });
+    await troupe(['down'], process.env);
+    await db.drop();
+    fs.rmSync(stateDir, { recursive: true, force: true });
+  });
+  const config = loadConfig();
+  const lines: string[] = [];
+  const log = (l: string) => lines.push(l);
+
+  const up = await troupe(['up', '--no-pool'], process.env);
+  assert.equal(up.code, 0, up.stderr + up.stdout);
+  const first = readRecord(stateDir, 'control-worker')!;
+
+  // Same code: the running worker is kept.
+  const before = teamCodeHash();
+  await upWithCurrentTeams(config, log, { pool: false });
+  assert.equal(readRecord(stateDir, 'control-worker')!.pid, first.pid);
+  assert.ok(!lines.some((l) => /restarting/.test(l)), lines.join('\n'));
+
+  // A file under agents/teams/ changes: the worker is restarted and now says the new code.
+  fs.writeFileSync(edit, '{"edited": true}\n');
+  const now = teamCodeHash();
+  assert.notEqual(now, before);
+  await upWithCurrentTeams(config, log, { pool: false });
+  const second = readRecord(stateDir, 'control-worker')!;
+  assert.notEqual(second.pid, first.pid);
+  assert.ok(!pidAlive(first.pid));
+  assert.ok(lines.some((l) => l.includes(`agents/teams/ changed since the control-worker started (team code ${now}): restarting it`)), lines.join('\n'));
+  const connection = await connectTemporal(`127.0.0.1:${process.env.TROUPE_TEMPORAL_PORT}`);
+  cleanups.push(() => connection.close());
+  const pollers = await pollersOf(connection, config.namespace, [config.taskQueue]);
+  assert.ok(pollers.some((p) => p.identity === `${second.pid}@${os.hostname()} team-code=${now}`), JSON.stringify(pollers));
+
+  // A worker Troupe did not start, running other team code: refused, with what to do.
+  const native = await NativeConnection.connect({ address: `127.0.0.1:${process.env.TROUPE_TEMPORAL_PORT}` });
+  cleanups.push(() => native.close());
+  const foreign = await Worker.create({
+    connection: native,
+    taskQueue: config.poolTaskQueue,
+    identity: `elsewhere@other-host team-code=000000000000`,
+    activities: { noop: async () => undefined },
+  });
+  const running = foreign.run();
+  try {
+    for (let i = 0; i < 50 && !(await pollersOf(connection, config.namespace, [config.poolTaskQueue])).length; i++) await new Promise((r) => setTimeout(r, 200));
+    await assert.rejects(upWithCurrentTeams(config, log, { pool: false }), (e: unknown) => {
+      assert.ok(isTroupeError(e));
+      assert.match(e.message, new RegExp(`worker "elsewhere@other-host team-code=000000000000" on task queue "${config.poolTaskQueue}" runs team code 000000000000, this checkout's is ${now}`));
+      assert.match(e.hint!, /restart that worker/);
+      return true;
+    });
+    assert.equal(readRecord(stateDir, 'control-worker')!.pid, second.pid, 'its own worker is current: not restarted');
+  } finally {
+    foreign.shutdown();
+    await running;
+  }
+});

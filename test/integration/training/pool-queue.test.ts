@@ -1,0 +1,68 @@
+/**
+ * TROUPE_POOL_TASK_QUEUE moves the pool and the run's pool work with it (issue 11 item 12):
+ * a pool worker on a non-default queue and a control worker configured with that queue train
+ * a run to the end in both rollout modes. Before the fix the workflows sent pool work to the
+ * hard-coded 'troupe-gpu' queue, which nobody polled: the run hung.
+ */
+import assert from 'node:assert/strict';
+import { after, before, it } from 'node:test';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import type { Worker } from '@temporalio/worker';
+import { poolTaskQueue } from '../../../activities/training/pool-queues';
+import { DEFAULT_POOL } from '../../../agents/model';
+import { createPoolWorker, type PoolWorker } from '../../../gpu-workers/pool-worker';
+import { createControlWorker } from '../../../infra/control-worker';
+import type { trainingRun } from '../../../workflows/training-run';
+import { createTestDatabase, startTemporal, uniqueTaskQueue, workflowBundle, type TestDatabase } from '../../helpers';
+
+let env: TestWorkflowEnvironment;
+let db: TestDatabase;
+let control: Worker;
+let controlRun: Promise<void>;
+let pool: PoolWorker;
+const taskQueue = uniqueTaskQueue('troupe');
+const movedPoolQueue = uniqueTaskQueue('moved-gpu');
+
+before(async () => {
+  env = await startTemporal();
+  db = await createTestDatabase();
+  control = await createControlWorker({ connection: env.nativeConnection, namespace: 'default', taskQueue, sql: db.sql, poolTaskQueue: movedPoolQueue, workflowBundle: await workflowBundle() });
+  controlRun = control.run();
+  pool = await createPoolWorker({
+    connection: env.nativeConnection,
+    taskQueue: movedPoolQueue,
+    device: 'cpu',
+    quietEngine: true,
+    sql: db.sql,
+  });
+  void pool.run();
+});
+after(async () => {
+  control?.shutdown();
+  await controlRun?.catch(() => undefined);
+  await pool?.shutdown();
+  await db?.drop();
+  await env?.teardown();
+});
+
+it('the default pool is served on the configured queue; other pools on their own name', () => {
+  assert.equal(poolTaskQueue(DEFAULT_POOL, 'moved'), 'moved');
+  assert.equal(poolTaskQueue('big-gpus', 'moved'), 'big-gpus');
+});
+
+for (const rollout of ['batched', 'durable'] as const) {
+  it(`a ${rollout} run trains on a pool moved to another task queue`, { timeout: 120_000 }, async () => {
+    const handle = await env.client.workflow.start<typeof trainingRun>('trainingRun', {
+      taskQueue,
+      workflowId: `moved-pool-${rollout}`,
+      args: [{ team: 'math', steps: 1, groupsPerStep: 2, groupSize: 2, evalEvery: 0, evalTasks: 2, rollout, seed: 1 }],
+    });
+    // A run whose pool work goes to an unpolled queue never ends: bound the wait.
+    const summary = await Promise.race([
+      handle.result(),
+      new Promise<never>((_, reject) => setTimeout(() => reject(new Error('the run made no progress in 60 s: its pool work went to a queue nobody polls')), 60_000).unref()),
+    ]).finally(() => handle.terminate('test over').catch(() => undefined));
+    assert.equal(summary.status, 'completed');
+    assert.deepEqual(summary.versions, { policy: 1 });
+  });
+}

@@ -1,0 +1,71 @@
+/**
+ * The team registry isolates teams: a team whose module throws (here a
+ * definition error, as a user's typo would make) is unusable with its own
+ * error and a user-error hint, while other teams and commands keep working.
+ */
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { after, before, it } from 'node:test';
+import { loadTeam, TeamLoadError, teamLoadErrors, teams } from '../../../agents/teams';
+import { formatError } from '../../../infra/errors';
+import { validateRunConfig } from '../../../cli/runs';
+
+const root = path.join(__dirname, '..', '..', '..');
+const file = path.join(root, 'agents', 'teams', `.broken-${process.pid}.ts`);
+
+before(() => {
+  // A definition error at module top level: `defineTeam` rejects a reward for a role no agent has.
+  fs.writeFileSync(
+    file,
+    `import { agent, charTokenizer, defineTeam, generatedTasks, tinyLM } from '../index';
+const tokenizer = charTokenizer('ab');
+export const broken = defineTeam({
+  name: 'broken', tokenizer, models: { policy: tinyLM({ tokenizer }) },
+  agents: { solver: agent({ model: 'policy', maxTokens: 1 }) },
+  tasks: generatedTasks({ seed: 1, count: 4, evalFraction: 0.5, make: (_r, i) => ({ id: 't' + i, data: {} }) }),
+  async episode({ agents }) { await agents.solver.act('a'); return {}; },
+  rewards: { solver: () => ({ r: 0 }), solvr: () => ({ r: 0 }) },
+});
+`,
+  );
+  teams.broken = () => (require(file) as { broken: ReturnType<typeof loadTeam> }).broken;
+});
+after(() => {
+  delete teams.broken;
+  fs.rmSync(file, { force: true });
+});
+
+it('a team whose module throws fails alone, as a user error naming the team and the problem', () => {
+  assert.throws(() => loadTeam('broken'), (e: unknown) => {
+    assert.ok(e instanceof TeamLoadError);
+    assert.equal(e.team, 'broken');
+    assert.match(e.message, /^team "broken" failed to load: team broken: rewards\.solvr: no agent has this role/);
+    const printed = formatError(e);
+    assert.match(printed, /→ fix the team's definition/);
+    assert.doesNotMatch(printed, /bug in Troupe/);
+    return true;
+  });
+  assert.equal(loadTeam('math').name, 'math');
+  assert.deepEqual(Object.keys(teamLoadErrors()), ['broken']);
+});
+
+it('the CLI refuses a broken team with its error and still accepts the others', () => {
+  assert.throws(() => validateRunConfig({ team: 'broken' }), (e: unknown) => {
+    assert.doesNotMatch(formatError(e), /bug in Troupe/);
+    assert.match(formatError(e), /rewards\.solvr/);
+    return true;
+  });
+  assert.equal(validateRunConfig({ team: 'research' }).team, 'research');
+  assert.throws(() => loadTeam('nope'), (e: unknown) => e instanceof TeamLoadError && /unknown team "nope" \(known: math, research, recall, broken\)/.test(e.message));
+});
+
+it('importing the registry loads no team module (so commands that need no team never see a broken one)', () => {
+  const out = execFileSync(
+    process.execPath,
+    ['--import', 'tsx', '-e', `require('./agents/teams'); console.log(Object.keys(require.cache).filter((k) => /agents\\/teams\\/(math|research)\\.ts$/.test(k)).length)`],
+    { cwd: root, encoding: 'utf8' },
+  );
+  assert.equal(out.trim(), '0');
+});

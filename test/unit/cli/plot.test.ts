@@ -1,0 +1,53 @@
+/**
+ * The learning-curve plot: each reward component per agent, truncated/failed
+ * shares, eval as points; and it draws (never throws) on empty or constant data.
+ */
+import assert from 'node:assert/strict';
+import { it } from 'node:test';
+import { curves, curvesSpec, renderCurves } from '../../../cli/plot';
+
+const row = (step: number, kind: string, scope: string, name: string, value: number) => ({ step, kind, scope, name, value });
+
+it('curves: one series per agent and component, a sum only for agents with several, endings per agent, eval at its steps', () => {
+  const c = curves([
+    row(0, 'train', 'solver', 'reward.correct', 0.5),
+    row(0, 'train', 'verifier', 'reward.judged', 4),
+    row(0, 'train', 'verifier', 'reward.format', 1),
+    row(0, 'train', 'solver', 'truncatedShare', 0.25),
+    row(0, 'train', 'solver', 'failedShare', 0),
+    row(0, 'train', 'team', 'episodes', 128),
+    row(0, 'eval', 'team', 'success', 0.1),
+    row(10, 'eval', 'team', 'success', 0.9),
+    row(0, 'update', 'policy', 'gradNorm', 0.3),
+  ]);
+  assert.deepEqual(c.reward, [
+    { step: 1, series: 'solver correct', value: 0.5 },
+    { step: 1, series: 'verifier judged', value: 4 },
+    { step: 1, series: 'verifier format', value: 1 },
+    { step: 1, series: 'verifier (sum)', value: 5 },
+  ]);
+  assert.deepEqual(c.endings, [
+    { step: 1, series: 'solver truncated', value: 0.25 },
+    { step: 1, series: 'solver failed', value: 0 },
+  ]);
+  assert.deepEqual(c.evalSuccess, [
+    { step: 0, series: 'eval success', value: 0.1 },
+    { step: 10, series: 'eval success', value: 0.9 },
+  ]);
+  const spec = curvesSpec(c, 't');
+  assert.deepEqual(spec.vconcat[2]!.mark, { type: 'point', filled: true, size: 50 }, 'eval: points, no line between evals');
+  assert.equal((spec.vconcat[0]!.mark as { type: string }).type, 'line');
+});
+
+it('renders empty, single-point and constant series without throwing', async () => {
+  const empty = curves([]);
+  const { svg, png } = await renderCurves(empty, 'empty');
+  assert.match(svg, /^<svg/);
+  assert.equal((svg.match(/>no data</g) ?? []).length, 4, "each empty panel says so");
+  assert.ok(png.length > 100);
+  // A run whose episodes all failed: evals at 0, no train rewards, no updates.
+  const failed = curves([row(0, 'eval', 'team', 'success', 0), row(3, 'eval', 'team', 'success', 0), row(0, 'train', 'solver', 'failedShare', 1), row(1, 'train', 'solver', 'failedShare', 1)]);
+  assert.match((await renderCurves(failed, 'all failed')).svg, /^<svg/);
+  const constant = curves([row(0, 'train', 'solver', 'reward.correct', 0), row(1, 'train', 'solver', 'reward.correct', 0), row(0, 'update', 'policy', 'gradNorm', 0)]);
+  assert.match((await renderCurves(constant, 'constant')).svg, /^<svg/);
+});
