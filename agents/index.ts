@@ -1,7 +1,7 @@
 /** The API teams are written with. */
 export { agent, defaultSampling, type AgentSpec, type Sampling } from './agent';
 export { LimitExceeded, type AgentHandle, type TurnHandle } from './episode';
-export { tinyLM, type ModelSpec } from './model';
+export { tinyLM, transformer, type ModelSpec } from './model';
 export { generatedTasks, jsonlTasks, type Task, type TaskSource } from './tasks';
 export { defineTeam, TeamDefinitionError, type RewardFn, type Team, type TurnView } from './team';
 export { charTokenizer, type Tokenizer } from './tokenizer';

@@ -1,31 +1,26 @@
 /**
  * Models: trainable policies. Agents name a model; several agents may share one
  * (full sharing), each may have its own (separation), or some share (partial).
+ * A model is a family (gpu-workers/families.ts) plus that family's config;
+ * the team's tokenizer gives the vocabulary size.
  */
+import type { ModelSpecInput } from '../gpu-workers/model-family';
 import type { Tokenizer } from './tokenizer';
 
-export interface TinyLMSpec {
-  readonly kind: 'tiny-lm';
+export interface ModelSpec {
+  /** `tiny-lm`, `transformer`, ... (gpu-workers/families.ts) */
+  readonly family: string;
   readonly tokenizer: Tokenizer;
-  /** How many previous tokens the policy sees. */
-  readonly contextWindow: number;
-  readonly embedDim: number;
-  readonly hiddenDim: number;
-  readonly layers: number;
+  /** the family's own fields (validated at team load, defaults filled by the family) */
+  readonly config: Readonly<Record<string, unknown>>;
   /** The pool whose engines serve this model (default DEFAULT_POOL); the deployment maps it to a task queue. */
   readonly pool: string;
   /** Optimizer settings for every agent on this model (agents may override). */
   readonly optimizer?: Record<string, unknown>;
 }
 
-export type ModelSpec = TinyLMSpec;
-
-export interface TinyLMOptions {
+interface CommonOptions {
   tokenizer: Tokenizer;
-  contextWindow?: number;
-  embedDim?: number;
-  hiddenDim?: number;
-  layers?: number;
   pool?: string;
   optimizer?: Record<string, unknown>;
 }
@@ -37,28 +32,51 @@ export interface TinyLMOptions {
  */
 export const DEFAULT_POOL = 'troupe-gpu';
 
-/** The built-in policy family: a small autoregressive LM the engine runs as ONNX. */
-export function tinyLM(opts: TinyLMOptions): TinyLMSpec {
-  return {
-    kind: 'tiny-lm',
-    tokenizer: opts.tokenizer,
-    contextWindow: opts.contextWindow ?? 8,
-    embedDim: opts.embedDim ?? 16,
-    hiddenDim: opts.hiddenDim ?? 64,
-    layers: opts.layers ?? 1,
-    pool: opts.pool ?? DEFAULT_POOL,
-    optimizer: opts.optimizer,
-  };
+function model(family: string, { tokenizer, pool, optimizer, ...config }: CommonOptions & Record<string, unknown>): ModelSpec {
+  return { family, tokenizer, config, pool: pool ?? DEFAULT_POOL, optimizer };
 }
 
-/** The engine's view of a model: plain numbers, JSON-safe (no tokenizer object). */
-export function engineSpec(spec: ModelSpec) {
-  return {
-    family: 'tiny-lm' as const,
-    vocabSize: spec.tokenizer.size,
-    contextWindow: spec.contextWindow,
-    embedDim: spec.embedDim,
-    hiddenDim: spec.hiddenDim,
-    layers: spec.layers,
-  };
+export interface TinyLMOptions extends CommonOptions {
+  /** How many previous tokens the policy sees (default 8). */
+  contextWindow?: number;
+  embedDim?: number;
+  hiddenDim?: number;
+  layers?: number;
+  activation?: 'tanh' | 'relu';
+}
+
+/** A small MLP over the last `contextWindow` tokens (gpu-workers/tiny-lm). */
+export function tinyLM(opts: TinyLMOptions): ModelSpec {
+  return model('tiny-lm', { ...opts });
+}
+
+export interface TransformerOptions extends CommonOptions {
+  width?: number;
+  layers?: number;
+  heads?: number;
+  kvHeads?: number;
+  mlpWidth?: number;
+  positions?: 'learned' | 'rope';
+  ropeTheta?: number;
+  norm?: 'layernorm' | 'rmsnorm';
+  normEps?: number;
+  mlp?: 'gelu' | 'swiglu';
+  bias?: boolean;
+  tiedHead?: boolean;
+  /** longest context + generated sequence (default 256) */
+  maxSeq?: number;
+}
+
+/**
+ * A decoder-only transformer (gpu-workers/transformer/README.md). It attends over
+ * its whole context, so every turn needs at least one context token (a start token)
+ * and context + generated tokens must fit in `maxSeq`.
+ */
+export function transformer(opts: TransformerOptions): ModelSpec {
+  return model('transformer', { ...opts });
+}
+
+/** The engine's view of a model: plain JSON (no tokenizer object). */
+export function engineSpec(spec: ModelSpec): ModelSpecInput {
+  return { ...spec.config, family: spec.family, vocabSize: spec.tokenizer.size };
 }

@@ -5,7 +5,9 @@
 import type { EpisodeStatus } from '../schema/trajectory';
 import type { AgentSpec } from './agent';
 import type { AgentHandle } from './episode';
-import type { ModelSpec } from './model';
+import { normalizeModelSpec } from '../gpu-workers/families';
+import { ModelSpecError } from '../gpu-workers/model-family';
+import { engineSpec, type ModelSpec } from './model';
 import type { TaskSource } from './tasks';
 import type { Tokenizer } from './tokenizer';
 import { toolIssues, type ToolSyntax } from './tool';
@@ -85,7 +87,13 @@ export function defineTeam<TTask, TOutcome, Roles extends string>(def: TeamDefin
   if (models.length === 0) bad('models', 'at least one model is required');
   for (const [m, spec] of Object.entries(def.models ?? {})) {
     if (spec.tokenizer !== def.tokenizer) bad(`models.${m}.tokenizer`, "must be the team's tokenizer");
-    for (const k of ['contextWindow', 'embedDim', 'hiddenDim', 'layers'] as const) if (!positiveInt(spec[k])) bad(`models.${m}.${k}`, `must be a positive integer, got ${spec[k]}`);
+    if (typeof spec.tokenizer?.size !== 'number') continue;
+    try {
+      normalizeModelSpec(engineSpec(spec), `models.${m}`); // the family's own rules, errors by field path
+    } catch (e) {
+      if (!(e instanceof ModelSpecError)) throw e;
+      for (const i of e.issues) bad(i.path, i.message);
+    }
   }
   const roles = Object.keys(def.agents ?? {}) as Roles[];
   if (roles.length === 0) bad('agents', 'at least one agent is required');

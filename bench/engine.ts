@@ -17,7 +17,8 @@ import { sessionFactory } from '../gpu-workers/engine/device';
 import { spawnEngine } from '../gpu-workers/engine-process';
 import { seedKey } from '../gpu-workers/philox';
 import { initWeights } from '../gpu-workers/tiny-lm/init';
-import { GenerateRow, TinyLmRuntime } from '../gpu-workers/tiny-lm/runtime';
+import type { GenerateRow } from '../gpu-workers/model-runtime';
+import { TinyLmRuntime } from '../gpu-workers/tiny-lm/runtime';
 import { normalizeSpec, paramLayout } from '../gpu-workers/tiny-lm/spec';
 import type { UpdateSampleInput } from '../gpu-workers/types';
 

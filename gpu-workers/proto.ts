@@ -43,6 +43,7 @@ export interface WireModelSpec {
   hidden_dim?: number;
   layers?: number;
   activation?: string;
+  config_json?: string;
 }
 
 export interface WireVersionInfo {
@@ -179,6 +180,8 @@ export interface WireUpdateResponse {
   samples: number;
   replayed: boolean;
   duration_ms: number;
+  logprob_gap_mean: number;
+  logprob_gap_max: number;
 }
 
 export interface WireHealthResponse {

@@ -4,12 +4,10 @@
  * these; gpu-workers/wire.ts converts them to and from proto messages.
  * Everything here is plain JSON except bytes (Uint8Array).
  */
-import type { TinyLmSpec } from './tiny-lm/spec';
+import type { ModelSpec, ModelSpecInput } from './model-family';
 
-export type { TinyLmSpec } from './tiny-lm/spec';
-
-/** A spec as callers may send it: vocabSize required, other fields default (see tiny-lm/spec.ts). */
-export type ModelSpecInput = Partial<TinyLmSpec> & { vocabSize: number };
+/** A spec as callers may send it: family (default tiny-lm), vocabSize and the family's fields (defaults fill the rest). */
+export type { ModelSpec, ModelSpecInput } from './model-family';
 
 /** uint64 seed: a safe integer, a bigint or a decimal string. */
 export type Seed = number | bigint | string;
@@ -17,7 +15,7 @@ export type Seed = number | bigint | string;
 export interface VersionInfo {
   modelKey: string;
   version: number;
-  spec: TinyLmSpec;
+  spec: ModelSpec;
   weightsSha256: string;
   optimizerSha256: string;
   paramCount: number;
@@ -207,6 +205,8 @@ export interface UpdateResponse {
   /** true when this is the stored result of an earlier call with the same requestId */
   replayed: boolean;
   durationMs: number;
+  /** rollout–training mismatch: |oldLogprobs − Score of the base version| over trained tokens */
+  logprobGap: { mean: number; max: number };
 }
 
 export interface HealthResponse {
@@ -220,7 +220,7 @@ export interface HealthResponse {
 
 export interface ModelStats {
   modelKey: string;
-  spec: TinyLmSpec;
+  spec: ModelSpec;
   versions: number[];
   latestVersion: number;
 }

@@ -3,7 +3,8 @@
  * (proto.ts). Used by the server (wire → request, response → wire) and by the
  * client (request → wire, wire → response).
  */
-import type { TinyLmSpec } from './tiny-lm/spec';
+import { invalid } from './errors';
+import type { ModelSpecInput } from './model-family';
 import type * as T from './types';
 import type * as P from './proto';
 
@@ -18,42 +19,53 @@ const bytes = (b: Uint8Array | undefined | null) => (b ? new Uint8Array(b.buffer
 
 // ---- spec ----
 
-export function specToWire(s: Partial<TinyLmSpec>): P.WireModelSpec {
-  return {
-    family: s.family ?? '',
-    vocab_size: s.vocabSize ?? 0,
-    context_window: s.contextWindow ?? 0,
-    embed_dim: s.embedDim ?? 0,
-    hidden_dim: s.hiddenDim ?? 0,
-    layers: s.layers ?? 0,
-    activation: s.activation ?? '',
-  };
+const isTinyLm = (family: string | undefined) => !family || family === 'tiny-lm';
+
+/** tiny-lm keeps its v1 fields; other families travel as family + vocab_size + config_json. */
+export function specToWire(s: ModelSpecInput): P.WireModelSpec {
+  if (isTinyLm(s.family)) {
+    return {
+      family: s.family ?? '',
+      vocab_size: s.vocabSize ?? 0,
+      context_window: (s.contextWindow as number | undefined) ?? 0,
+      embed_dim: (s.embedDim as number | undefined) ?? 0,
+      hidden_dim: (s.hiddenDim as number | undefined) ?? 0,
+      layers: (s.layers as number | undefined) ?? 0,
+      activation: (s.activation as string | undefined) ?? '',
+      config_json: '',
+    };
+  }
+  const { family, vocabSize, ...config } = s;
+  return { family, vocab_size: vocabSize ?? 0, config_json: JSON.stringify(config) };
 }
 
 export function specFromWire(w: P.WireModelSpec | null | undefined): T.ModelSpecInput | undefined {
   if (!w) return undefined;
-  return {
-    family: (w.family || undefined) as TinyLmSpec['family'] | undefined,
-    vocabSize: w.vocab_size ?? 0,
-    contextWindow: w.context_window || undefined,
-    embedDim: w.embed_dim || undefined,
-    hiddenDim: w.hidden_dim || undefined,
-    layers: w.layers || undefined,
-    activation: (w.activation || undefined) as TinyLmSpec['activation'] | undefined,
-  };
+  if (!isTinyLm(w.family) || w.config_json) {
+    let config: unknown;
+    try {
+      config = JSON.parse(w.config_json || '{}');
+    } catch {
+      throw invalid('spec.config_json: not valid JSON');
+    }
+    if (typeof config !== 'object' || config === null || Array.isArray(config)) throw invalid('spec.config_json: must be a JSON object');
+    return { ...(config as Record<string, unknown>), family: w.family, vocabSize: w.vocab_size ?? 0 };
+  }
+  const s: T.ModelSpecInput = { family: w.family || undefined, vocabSize: w.vocab_size ?? 0 };
+  // zero = unset (defaults), as proto3 cannot tell them apart
+  if (w.context_window) s.contextWindow = w.context_window;
+  if (w.embed_dim) s.embedDim = w.embed_dim;
+  if (w.hidden_dim) s.hiddenDim = w.hidden_dim;
+  if (w.layers) s.layers = w.layers;
+  if (w.activation) s.activation = w.activation;
+  return s;
 }
 
-function fullSpecFromWire(w: P.WireModelSpec | null | undefined): TinyLmSpec {
+/** A normalized spec in a response (the engine always sends every field). */
+function fullSpecFromWire(w: P.WireModelSpec | null | undefined): T.ModelSpec {
   const s = specFromWire(w);
-  return {
-    family: 'tiny-lm',
-    vocabSize: s?.vocabSize ?? 0,
-    contextWindow: s?.contextWindow ?? 0,
-    embedDim: s?.embedDim ?? 0,
-    hiddenDim: s?.hiddenDim ?? 0,
-    layers: s?.layers ?? 0,
-    activation: s?.activation ?? 'tanh',
-  };
+  if (!s) throw new Error('engine response is missing the model spec');
+  return { ...s, family: s.family ?? 'tiny-lm' } as T.ModelSpec;
 }
 
 // ---- version info ----
@@ -340,6 +352,8 @@ export const updateResponseToWire = (r: T.UpdateResponse): P.WireUpdateResponse 
   samples: r.samples,
   replayed: r.replayed,
   duration_ms: r.durationMs,
+  logprob_gap_mean: r.logprobGap.mean,
+  logprob_gap_max: r.logprobGap.max,
 });
 
 export const updateResponseFromWire = (w: P.WireUpdateResponse): T.UpdateResponse => ({
@@ -351,6 +365,7 @@ export const updateResponseFromWire = (w: P.WireUpdateResponse): T.UpdateRespons
   samples: w.samples,
   replayed: w.replayed,
   durationMs: w.duration_ms,
+  logprobGap: { mean: w.logprob_gap_mean ?? 0, max: w.logprob_gap_max ?? 0 },
 });
 
 // ---- health / stats ----

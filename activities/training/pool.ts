@@ -239,7 +239,7 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
       const res = updated;
       const exported = await engine().exportVersion({ modelKey: key, version: res.info.version });
       const m = res.metrics;
-      const metrics = { loss: m.loss, pgLoss: m.pgLoss, klLoss: m.klLoss, gradNorm: m.gradNorm, clipFraction: m.clipFraction, approxKl: m.approxKl, entropy: m.entropy, tokens: res.tokens, samples: res.samples, updateMs: res.durationMs };
+      const metrics = { loss: m.loss, pgLoss: m.pgLoss, klLoss: m.klLoss, gradNorm: m.gradNorm, clipFraction: m.clipFraction, approxKl: m.approxKl, entropy: m.entropy, tokens: res.tokens, samples: res.samples, updateMs: res.durationMs, logprobGapMean: res.logprobGap.mean, logprobGapMax: res.logprobGap.max };
       const rows: Array<{ kind: string; scope: string; name: string; value: number }> = Object.entries(metrics).map(([name, value]) => ({ kind: 'update', scope: model, name, value }));
       rows.push(
         { kind: 'train', scope: 'team', name: 'rolloutSeconds', value: input.rollout.seconds },

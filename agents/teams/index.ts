@@ -16,6 +16,7 @@ export type TeamFactory = (options: Record<string, unknown>) => AnyTeam;
 export const teams: Record<string, TeamFactory> = {
   math: (options) => (require('./math') as typeof import('./math')).mathTeam(options as import('./math').MathOptions),
   research: (options) => (require('./research') as typeof import('./research')).researchTeam(options as import('./research').ResearchOptions),
+  recall: (options) => (require('./recall') as typeof import('./recall')).recallTeam(options as import('./recall').RecallOptions),
 };
 
 /** A team that is not registered or whose definition fails: the user's to fix, and only that team's problem. */

@@ -1,6 +1,9 @@
 // troupe doctor: what this machine has, and whether Troupe's services answer.
 import { loadConfig, redactUrl, temporalAddressOf, TroupeConfig } from '../../infra/config';
 import { checkDatabase, connect } from '../../infra/db';
+import { engineSpec } from '../../agents/model';
+import { loadTeam, teams } from '../../agents/teams';
+import { describeModel } from '../../gpu-workers/families';
 import { errorMessage } from '../../infra/errors';
 import { packagesStaleReason } from '../../infra/install';
 import { checkExecutionProviders, ortVersion } from '../../infra/onnx-check';
@@ -112,6 +115,15 @@ export async function doctor(config: TroupeConfig): Promise<Line[]> {
     }
   } catch (err) {
     add('FAIL', 'onnxruntime-node', `cannot load: ${errorMessage(err)}`);
+  }
+  // Bundled teams: each model checked by its family (the same check as team load)
+  for (const name of Object.keys(teams)) {
+    try {
+      const team = loadTeam(name);
+      add('ok', `team ${name}`, Object.entries(team.models).map(([m, spec]) => `${m}: ${describeModel(engineSpec(spec))}`).join('; '));
+    } catch (err) {
+      add('FAIL', `team ${name}`, errorMessage(err));
+    }
   }
   add('info', 'device', `TROUPE_DEVICE=${config.device}`);
   add('info', 'state dir', config.stateDir);

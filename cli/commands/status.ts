@@ -3,6 +3,7 @@ import { WorkflowNotFoundError } from '@temporalio/client';
 import { TroupeError } from '../../infra/errors';
 import { getRun } from '../../activities/store/runs';
 import { listVersions } from '../../activities/store/versions';
+import { describeModel } from '../../gpu-workers/families';
 import { statusQuery } from '../../workflows/definitions';
 import type { trainingRun } from '../../workflows/training-run';
 import { defineCommand } from '../command';
@@ -69,6 +70,8 @@ export default defineCommand({
       const versions = await listVersions(c.sql, runId);
       const latest: Record<string, number> = {};
       for (const v of versions) latest[v.model] = Math.max(latest[v.model] ?? 0, v.version);
+      const specs = await c.sql`SELECT DISTINCT ON (model) model, spec FROM versions WHERE run_id = ${runId} ORDER BY model, version`;
+      const models = Object.fromEntries(specs.map((r) => [r.model as string, describeModel(r.spec)]));
       const evals = await c.sql`SELECT step, value FROM metrics WHERE run_id = ${runId} AND kind = 'eval' AND scope = 'team' AND name = 'success' ORDER BY step`;
       const events = await c.sql`SELECT step, kind, detail, at FROM run_events WHERE run_id = ${runId} ORDER BY id`;
       const agentRows = await c.sql`SELECT step, scope, name, value FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND (name LIKE 'reward.%' OR name IN ('truncatedShare', 'failedShare'))`;
@@ -83,6 +86,7 @@ export default defineCommand({
         workflow: execution?.status ?? 'not found',
         live: live ?? null,
         versions: latest,
+        models,
         evals: evals.map((e) => ({ step: e.step, success: e.value })),
         agents,
         events: events.map((e) => ({ step: e.step, kind: e.kind, detail: e.detail })),
@@ -95,6 +99,7 @@ export default defineCommand({
       console.log(`run ${runId}  team ${out.team ?? '?'}  workflow ${out.workflow}  store ${out.stored ?? '-'}`);
       if (live) console.log('  ' + progressLine(live));
       console.log(`  versions: ${Object.entries(latest).map(([m, v]) => `${m} v${v}`).join(', ') || '-'}`);
+      for (const [m, d] of Object.entries(models)) console.log(`  model ${m}: ${d}`);
       console.log(`  eval success: ${out.evals.map((e) => `step ${e.step}: ${e.success.toFixed(3)}`).join(', ') || '-'}`);
       for (const [agent, a] of Object.entries(agents)) console.log(`  ${agentStepLine(agent, a)}`);
       if (out.entropy) console.log(`  policy entropy at step ${out.entropy.step}: ${Object.entries(out.entropy.agents).map(([a, h]) => `${a} ${h.toFixed(2)}`).join(', ')}`);

@@ -9,7 +9,7 @@
  * settings and Philox key, and the graphs are row-independent (see
  * engine/README.md, "Batch invariance").
  */
-import type { GenerateRow, GenerateRowResult } from '../tiny-lm/runtime';
+import type { GenerateRow, GenerateRowResult } from '../model-runtime';
 import type { DeviceQueue } from './device-queue';
 
 export interface GenerateJob {

@@ -10,7 +10,7 @@
  * sha256 fields are lowercase hex digests of exactly these bytes.
  */
 import { createHash } from 'node:crypto';
-import type { OptimState } from '../tiny-lm/runtime';
+import type { OptimState } from '../model-runtime';
 
 const MAGIC = 0x44415254; // "TRAD" read as little-endian u32
 const FORMAT = 1;

@@ -11,7 +11,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as ort from 'onnxruntime-node';
 import { Graph, encodeModel } from '../onnx/builder';
-import { SessionFactory } from '../tiny-lm/runtime';
+import { SessionFactory } from '../model-runtime';
 
 export type DeviceRequest = { kind: 'cpu' } | { kind: 'cuda'; deviceId: number } | { kind: 'auto' };
 

@@ -5,9 +5,9 @@
  */
 import { createHash } from 'node:crypto';
 import { ErrorReason, EngineFault, invalid } from '../errors';
-import { initWeights } from '../tiny-lm/init';
-import { GenerateRowResult, StepMetrics, TinyLmRuntime } from '../tiny-lm/runtime';
-import { specKey, TinyLmSpec } from '../tiny-lm/spec';
+import { describeSpec, familyOf, specKey } from '../families';
+import type { ModelSpec } from '../model-family';
+import type { GenerateRowResult, ModelRuntime, StepMetrics, UpdateSample } from '../model-runtime';
 import type {
   ExportedVersion,
   ExportVersionRequest,
@@ -63,12 +63,13 @@ export interface CancelSignal {
 }
 
 interface SpecRuntime {
-  runtime: TinyLmRuntime;
+  spec: ModelSpec;
+  runtime: ModelRuntime;
   invariance: InvarianceResult;
 }
 
 interface GenerateGroupCtx {
-  runtime: TinyLmRuntime;
+  runtime: ModelRuntime;
   theta: Float32Array;
 }
 
@@ -138,7 +139,7 @@ export class Engine {
   }
 
   /** Sessions and invariance mode for a spec, created once and shared by every model with it. */
-  private runtimeFor(spec: TinyLmSpec): Promise<SpecRuntime> {
+  private runtimeFor(spec: ModelSpec): Promise<SpecRuntime> {
     const key = specKey(spec);
     let rt = this.runtimes.get(key);
     if (!rt) {
@@ -150,7 +151,7 @@ export class Engine {
         await runtime.warm();
         this.log({ event: 'spec_ready', spec, batch_invariance: invariance.description });
         if (invariance.mode === 'none') this.log({ event: 'warning', message: `batch invariance not guaranteed: ${invariance.description}` });
-        return { runtime, invariance };
+        return { spec, runtime, invariance };
       });
       rt.catch(() => this.runtimes.delete(key));
       this.runtimes.set(key, rt);
@@ -158,7 +159,7 @@ export class Engine {
     return rt;
   }
 
-  private async modelFor(key: string, spec: TinyLmSpec): Promise<ModelEntry> {
+  private async modelFor(key: string, spec: ModelSpec): Promise<ModelEntry> {
     const existing = this.cache.find(key);
     if (existing) return this.cache.ensureModel(key, spec, () => existing.runtime); // checks the spec
     const { runtime } = await this.runtimeFor(spec);
@@ -170,7 +171,7 @@ export class Engine {
     const spec = validate.spec(req.spec);
     validate.seed(req.seed, 'seed');
     const model = await this.modelFor(key, spec);
-    const theta = initWeights(spec, req.seed);
+    const theta = familyOf(spec.family).init(spec, req.seed);
     const zeros = () => new Float32Array(theta.length);
     const v = this.cache.put(model, 0, { theta, m: zeros(), v: zeros(), step: 0 });
     return this.cache.info(model, v);
@@ -305,6 +306,7 @@ export class Engine {
       const t0 = performance.now();
       const { v } = this.cache.version(key, base);
       this.checkBase(model, base, !!req.allowStaleBase); // another update may have committed meanwhile
+      const logprobGap = await this.logprobGap(model.runtime, v.state.theta, samples);
       const out = await model.runtime.update(v.state, samples, settings);
       this.counters.updateRuns++;
       const bad = out.steps.findIndex((s) => !Number.isFinite(s.loss) || !Number.isFinite(s.grad_norm));
@@ -326,6 +328,7 @@ export class Engine {
         samples: samples.length,
         replayed: false,
         durationMs: performance.now() - t0,
+        logprobGap,
       };
     });
     this.remember(requestId, { fingerprint, promise });
@@ -333,6 +336,24 @@ export class Engine {
       if (this.updates.get(requestId)?.promise === promise) this.updates.delete(requestId); // failures are not replayed
     });
     return promise;
+  }
+
+  /** How far the rollout's log-probs are from what the base weights give now (the update's first ratio is exp of this). */
+  private async logprobGap(runtime: ModelRuntime, theta: Float32Array, samples: UpdateSample[]): Promise<{ mean: number; max: number }> {
+    const base = await runtime.score(theta, samples);
+    let sum = 0;
+    let max = 0;
+    let n = 0;
+    samples.forEach((s, i) => {
+      for (let t = 0; t < s.tokens.length; t++) {
+        if (s.lossMask[t] !== 1) continue;
+        const gap = Math.abs(s.oldLogprobs[t] - base.logprobs[i][t]);
+        sum += gap;
+        max = Math.max(max, gap);
+        n++;
+      }
+    });
+    return { mean: n ? sum / n : 0, max };
   }
 
   private checkBase(model: ModelEntry, base: number, allowStale: boolean): void {
@@ -369,7 +390,7 @@ export class Engine {
     const parts: string[] = [];
     for (const rt of this.runtimes.values()) {
       const r = await rt.catch(() => undefined);
-      if (r) parts.push(`${JSON.stringify([r.runtime.spec.vocabSize, r.runtime.spec.contextWindow, r.runtime.spec.embedDim, r.runtime.spec.hiddenDim, r.runtime.spec.layers])} ${r.invariance.description}`);
+      if (r) parts.push(`${describeSpec(r.spec)} V${r.spec.vocabSize}: ${r.invariance.description}`);
     }
     return parts.length ? parts.join('; ') : 'probed per model spec on first use';
   }

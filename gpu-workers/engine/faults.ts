@@ -15,7 +15,7 @@
  * The pool worker passes its environment to the engine it spawns, so setting
  * the variable for `troupe up` (or a test's pool worker) reaches the engine.
  */
-import type { UpdateSample } from '../tiny-lm/batch';
+import type { UpdateSample } from '../model-runtime';
 
 export interface EngineFaults {
   /** What is armed, for the engine's log ([] when off). */

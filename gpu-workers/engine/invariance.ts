@@ -15,9 +15,10 @@
  *     GEMM shapes never change; the probe then checks position/filler only.
  *   - "none": even that failed (reported in Stats, logged as a warning).
  */
-import { initWeights } from '../tiny-lm/init';
-import { GenerateRow, GenerateRowResult, TinyLmRuntime, SessionFactory } from '../tiny-lm/runtime';
-import { TinyLmSpec } from '../tiny-lm/spec';
+import { familyOf } from '../families';
+import type { ModelSpec } from '../model-family';
+import type { GenerateRow, GenerateRowResult, ModelRuntime, SessionFactory } from '../model-runtime';
+import { createRuntime } from './runtimes';
 
 export type InvarianceMode = 'free' | 'fixed' | 'none';
 
@@ -30,12 +31,13 @@ function lcg(seed: number) {
 }
 
 /** Probe rows: a Score row and a Generate row (3 tokens, varied sampling) per probe. */
-async function rowsAgree(rt: TinyLmRuntime, spec: TinyLmSpec, sizes: number[], minRows: number): Promise<boolean> {
-  const theta = initWeights(spec, 12345);
+async function rowsAgree(rt: ModelRuntime, spec: ModelSpec, sizes: number[], minRows: number): Promise<boolean> {
+  const family = familyOf(spec.family);
+  const theta = family.init(spec, 12345);
   for (let i = 0; i < theta.length; i++) theta[i] *= 4; // non-trivial activations
   const rnd = lcg(7);
   const seq = () => ({
-    context: Array.from({ length: spec.contextWindow }, () => rnd(spec.vocabSize)),
+    context: Array.from({ length: family.probeContextLength(spec) }, () => rnd(spec.vocabSize)),
     tokens: [rnd(spec.vocabSize)],
   });
   const genRow = (k: number): GenerateRow => ({
@@ -82,24 +84,24 @@ export interface InvarianceResult {
   maxRows?: number;
   description: string;
   /** the runtime the probe ran on, configured for the chosen mode */
-  runtime: TinyLmRuntime;
+  runtime: ModelRuntime;
 }
 
 /** Decide how runs must be shaped for `spec` on this device (see module doc). */
 export async function probeInvariance(
-  spec: TinyLmSpec,
+  spec: ModelSpec,
   factory: SessionFactory,
   maxBatch: number,
   force?: 'free' | 'fixed',
 ): Promise<InvarianceResult> {
   if (force !== 'fixed') {
-    const runtime = new TinyLmRuntime(spec, factory, { minRows: 2 });
+    const runtime = createRuntime(spec, factory, { minRows: 2 });
     const sizes = [2, 3, 5, 8, 17, 64, 255, maxBatch].filter((s) => s <= maxBatch);
     if ((await rowsAgree(runtime, spec, sizes, 2)) || force === 'free') {
       return { mode: 'free', minRows: 2, runtime, description: `free: runs have >= 2 rows; rows verified bit-identical for batch sizes ${sizes.join(',')}` };
     }
   }
-  const runtime = new TinyLmRuntime(spec, factory, { minRows: maxBatch, maxRows: maxBatch });
+  const runtime = createRuntime(spec, factory, { minRows: maxBatch, maxRows: maxBatch });
   if (await rowsAgree(runtime, spec, [maxBatch], maxBatch)) {
     return { mode: 'fixed', minRows: maxBatch, maxRows: maxBatch, runtime, description: `fixed: every run padded to ${maxBatch} rows (row results depend on batch size on this device)` };
   }

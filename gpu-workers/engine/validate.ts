@@ -5,9 +5,9 @@
  */
 import { invalid } from '../errors';
 import { seedKey } from '../philox';
-import type { GenerateRow, UpdateSettings } from '../tiny-lm/runtime';
-import type { UpdateSample } from '../tiny-lm/batch';
-import { normalizeSpec, SpecError, TinyLmSpec } from '../tiny-lm/spec';
+import { familyOf, normalizeModelSpec } from '../families';
+import { ModelSpecError, type ModelSpec } from '../model-family';
+import type { GenerateRow, UpdateSample, UpdateSettings } from '../model-runtime';
 import {
   DEFAULT_UPDATE_SETTINGS,
   GenerateRequest,
@@ -38,12 +38,12 @@ export function versionNumber(v: unknown, field = 'version'): number {
   return v;
 }
 
-export function spec(s: ModelSpecInput | undefined): TinyLmSpec {
+export function spec(s: ModelSpecInput | undefined): ModelSpec {
   if (!s) throw invalid('spec: required');
   try {
-    return normalizeSpec(s);
+    return normalizeModelSpec(s);
   } catch (e) {
-    if (e instanceof SpecError) throw invalid(e.message);
+    if (e instanceof ModelSpecError) throw invalid(e.message);
     throw e;
   }
 }
@@ -86,7 +86,7 @@ function num(x: number | undefined, def: number, field: string, ok: (v: number) 
 
 type RowSampling = Pick<GenerateRow, 'temperature' | 'topK' | 'topP' | 'maxTokens' | 'stopTokens'>;
 
-function sampling(p: SamplingParams, s: TinyLmSpec, field: string): RowSampling {
+function sampling(p: SamplingParams, s: ModelSpec, field: string): RowSampling {
   const temperature = num(p.temperature, 1, `${field}.temperature`, (v) => v >= 0 && Number.isFinite(v), 'must be a finite number >= 0 (0 = greedy)');
   const topK = num(p.topK, 0, `${field}.top_k`, (v) => Number.isInteger(v) && v >= 0, 'must be an integer >= 0 (0 = off)');
   const topP = num(p.topP, 0, `${field}.top_p`, (v) => v >= 0 && v <= 1, 'must be in [0, 1] (0 or 1 = off)');
@@ -101,29 +101,38 @@ function sampling(p: SamplingParams, s: TinyLmSpec, field: string): RowSampling 
   return { temperature, topK: Math.min(topK, s.vocabSize), topP, maxTokens, stopTokens };
 }
 
-export function generateRows(req: GenerateRequest, s: TinyLmSpec): GenerateRow[] {
+/** The family's length rule for one sequence (e.g. the transformer's maxSeq), before it joins a batch. */
+function checkSequence(s: ModelSpec, field: string, contextLength: number, total: number): void {
+  const issue = familyOf(s.family).sequenceIssue(s, contextLength, total);
+  if (issue) throw invalid(`${issue.field ? `${field}.${issue.field}` : field}: ${issue.message}`);
+}
+
+export function generateRows(req: GenerateRequest, s: ModelSpec): GenerateRow[] {
   if (!Array.isArray(req.sequences) || req.sequences.length === 0) throw invalid('sequences: empty batch (send at least one sequence)');
   const shared = req.sampling ? sampling(req.sampling, s, 'sampling') : undefined;
   return req.sequences.map((q, i) => {
     const own = q.sampling ? sampling(q.sampling, s, `sequences[${i}].sampling`) : shared;
     if (!own) throw invalid(`sampling: required (at least max_tokens), or sequences[${i}].sampling`);
+    const context = tokenIds(q.context, s.vocabSize, `sequences[${i}].context`);
+    checkSequence(s, `sequences[${i}]`, context.length, context.length + own.maxTokens);
     return {
-      context: tokenIds(q.context, s.vocabSize, `sequences[${i}].context`),
+      context,
       seedKey: seed(q.seed, `sequences[${i}].seed`),
       ...own,
     };
   });
 }
 
-export function scoreSequences(req: ScoreRequest, s: TinyLmSpec): { context: number[]; tokens: number[] }[] {
+export function scoreSequences(req: ScoreRequest, s: ModelSpec): { context: number[]; tokens: number[] }[] {
   if (!Array.isArray(req.sequences) || req.sequences.length === 0) throw invalid('sequences: empty batch (send at least one sequence)');
-  return req.sequences.map((q, i) => ({
-    context: tokenIds(q.context, s.vocabSize, `sequences[${i}].context`),
-    tokens: tokenIds(q.tokens, s.vocabSize, `sequences[${i}].tokens`),
-  }));
+  return req.sequences.map((q, i) => {
+    const seq = { context: tokenIds(q.context, s.vocabSize, `sequences[${i}].context`), tokens: tokenIds(q.tokens, s.vocabSize, `sequences[${i}].tokens`) };
+    checkSequence(s, `sequences[${i}]`, seq.context.length, seq.context.length + seq.tokens.length);
+    return seq;
+  });
 }
 
-export function updateSamples(req: UpdateRequest, s: TinyLmSpec): UpdateSample[] {
+export function updateSamples(req: UpdateRequest, s: ModelSpec): UpdateSample[] {
   if (!Array.isArray(req.samples) || req.samples.length === 0) throw invalid('samples: empty batch (send at least one sample)');
   let trained = 0;
   const out = req.samples.map((x, i) => {
@@ -136,8 +145,10 @@ export function updateSamples(req: UpdateRequest, s: TinyLmSpec): UpdateSample[]
       trained += m;
     });
     const ref = x.refLogprobs ?? [];
+    const context = tokenIds(x.context, s.vocabSize, `${f}.context`);
+    checkSequence(s, f, context.length, context.length + n);
     return {
-      context: tokenIds(x.context, s.vocabSize, `${f}.context`),
+      context,
       tokens,
       lossMask,
       advantages: finiteList(x.advantages, n, `${f}.advantages`),

@@ -5,8 +5,9 @@
  * Versions are immutable: re-putting a version with different bytes is refused.
  */
 import { ErrorReason, EngineFault } from '../errors';
-import type { OptimState, TinyLmRuntime } from '../tiny-lm/runtime';
-import { specKey, TinyLmSpec } from '../tiny-lm/spec';
+import { specKey } from '../families';
+import type { ModelSpec } from '../model-family';
+import type { ModelRuntime, OptimState } from '../model-runtime';
 import type { VersionInfo } from '../types';
 import { encodeOptimizerState, encodeWeights, sha256Hex } from './checkpoint';
 
@@ -20,8 +21,8 @@ export interface CachedVersion {
 
 export interface ModelEntry {
   key: string;
-  spec: TinyLmSpec;
-  runtime: TinyLmRuntime;
+  spec: ModelSpec;
+  runtime: ModelRuntime;
   versions: Map<number, CachedVersion>;
   /** highest version number ever held here (survives eviction) */
   latest: number;
@@ -70,7 +71,7 @@ export class VersionCache {
   }
 
   /** The entry for `key`, created with `spec` if new; refuses a different spec. */
-  ensureModel(key: string, spec: TinyLmSpec, runtime: () => TinyLmRuntime): ModelEntry {
+  ensureModel(key: string, spec: ModelSpec, runtime: () => ModelRuntime): ModelEntry {
     const m = this.models.get(key);
     if (m) {
       if (specKey(m.spec) !== specKey(spec)) {

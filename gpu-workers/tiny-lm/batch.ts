@@ -3,12 +3,8 @@
  * (score and update graphs), with padding rows so no run has fewer than
  * `minRows` rows (see engine/README.md, "Batch invariance").
  */
+import type { ScoreSequence, UpdateSample } from '../model-runtime';
 import { TinyLmSpec, writeWindow } from './spec';
-
-export interface ScoreSequence {
-  context: ArrayLike<number>;
-  tokens: ArrayLike<number>;
-}
 
 export interface TokenRows {
   /** real rows (before padding) */
@@ -43,17 +39,6 @@ export function concat(a: ArrayLike<number>, b: ArrayLike<number>): number[] {
   for (let i = 0; i < a.length; i++) out[i] = a[i];
   for (let i = 0; i < b.length; i++) out[a.length + i] = b[i];
   return out;
-}
-
-export interface UpdateSample {
-  context: ArrayLike<number>;
-  tokens: ArrayLike<number>;
-  lossMask: ArrayLike<number>;
-  advantages: ArrayLike<number>;
-  oldLogprobs: ArrayLike<number>;
-  lossWeights: ArrayLike<number>;
-  /** empty = no reference for this sample */
-  refLogprobs: ArrayLike<number>;
 }
 
 export interface UpdateRows extends TokenRows {

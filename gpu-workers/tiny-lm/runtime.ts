@@ -7,91 +7,19 @@
 import * as ort from 'onnxruntime-node';
 import { fillUniforms, STREAM_SAMPLING } from '../philox';
 import { biasCorrections } from './adamw';
-import { scoreRows, ScoreSequence, UpdateSample, updateRows } from './batch';
+import type { GenerateRow, GenerateRowResult, ModelRuntime, OptimState, RowPolicy, ScoreSequence, SessionFactory, UpdateOutput, UpdateSample, UpdateSettings } from '../model-runtime';
+import { stepMetrics } from '../model-runtime';
+import { scoreRows, updateRows } from './batch';
 import { buildGenerateGraph } from './generate-graph';
 import { buildScoreGraph } from './score-graph';
 import { paramLayout, TinyLmSpec, writeWindow } from './spec';
-import { buildUpdateGraph, STEP_METRICS } from './update-graph';
-
-export interface SessionFactory {
-  create(model: Uint8Array, label: string): Promise<ort.InferenceSession>;
-}
-
-export interface GenerateRow {
-  context: ArrayLike<number>;
-  /** Philox key words from the sequence seed (philox.seedKey) */
-  seedKey: [number, number];
-  /** 0 = greedy */
-  temperature: number;
-  /** 0 = off */
-  topK: number;
-  /** 0 or ≥ 1 = off */
-  topP: number;
-  maxTokens: number;
-  /** sorted, deduplicated ids; generation stops after emitting one */
-  stopTokens: number[];
-}
-
-export type StopReason = 'stop_token' | 'max_tokens';
-
-export interface GenerateRowResult {
-  tokens: number[];
-  /** log π(token | window) at temperature 1, the distribution Score/Update use */
-  logprobs: number[];
-  /** log-prob under the distribution actually sampled from (temperature/top-k/top-p); 0 for greedy */
-  sampleLogprobs: number[];
-  stopReason: StopReason;
-}
-
-export interface OptimState {
-  theta: Float32Array;
-  m: Float32Array;
-  v: Float32Array;
-  /** optimizer steps taken so far (AdamW's t) */
-  step: number;
-}
-
-export interface UpdateSettings {
-  lr: number;
-  beta1: number;
-  beta2: number;
-  eps: number;
-  weightDecay: number;
-  /** +∞ disables clipping */
-  maxGradNorm: number;
-  clipLow: number;
-  clipHigh: number;
-  /** +∞ disables the dual clip */
-  dualClip: number;
-  klCoef: number;
-  klType: 'k1' | 'low_var_kl';
-  /** entropy bonus β_H: loss −= β_H·Σ w_t·H_t (0 = off) */
-  entropyCoef: number;
-  innerSteps: number;
-}
-
-export type StepMetrics = Record<(typeof STEP_METRICS)[number], number>;
-
-export interface UpdateOutput {
-  state: OptimState;
-  /** one entry per inner step */
-  steps: StepMetrics[];
-  /** trained tokens (loss mask 1) */
-  tokens: number;
-}
-
-export interface RowPolicy {
-  /** every run has at least this many rows (GEMM with M = 1 takes a different kernel) */
-  minRows: number;
-  /** score runs are split into chunks of at most this many rows (fixed-shape mode) */
-  maxRows?: number;
-}
+import { buildUpdateGraph } from './update-graph';
 
 const f32 = (a: Float32Array, dims: number[]) => new ort.Tensor('float32', a, dims);
 const i64 = (a: BigInt64Array, dims: number[]) => new ort.Tensor('int64', a, dims);
 const scalar = (x: number) => new ort.Tensor('float32', Float32Array.of(x), []);
 
-export class TinyLmRuntime {
+export class TinyLmRuntime implements ModelRuntime {
   private generateSession?: Promise<ort.InferenceSession>;
   private scoreSession?: Promise<ort.InferenceSession>;
   private updateSession?: Promise<ort.InferenceSession>;
@@ -248,12 +176,7 @@ export class TinyLmRuntime {
       bc2_sqrt: f32(bc.bc2Sqrt, [K]),
       steps: i64(BigInt64Array.of(BigInt(K)), []),
     });
-    const metrics = out.metrics.data as Float32Array;
-    const M = STEP_METRICS.length;
-    const steps: StepMetrics[] = [];
-    for (let k = 0; k < K; k++) {
-      steps.push(Object.fromEntries(STEP_METRICS.map((name, j) => [name, metrics[k * M + j]])) as StepMetrics);
-    }
+    const steps = stepMetrics(out.metrics.data as Float32Array, K);
     return {
       state: {
         theta: out.new_theta.data as Float32Array,
@@ -266,3 +189,5 @@ export class TinyLmRuntime {
     };
   }
 }
+
+export const createRuntime = (spec: TinyLmSpec, factory: SessionFactory, rows: RowPolicy): ModelRuntime => new TinyLmRuntime(spec, factory, rows);

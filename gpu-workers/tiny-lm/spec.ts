@@ -9,9 +9,12 @@
  * h + act(h·Wl+bl)), and projected to V next-token logits.
  */
 
+import { ModelSpecError } from '../model-family';
+import type { FieldIssue } from '../../schema/issues';
+
 export type Activation = 'tanh' | 'relu';
 
-export interface TinyLmSpec {
+export type TinyLmSpec = {
   family: 'tiny-lm';
   /** V: token ids are 0..V−1 (the team's tokenizer). */
   vocabSize: number;
@@ -24,7 +27,7 @@ export interface TinyLmSpec {
   /** number of hidden layers (the first is dense, later ones residual). */
   layers: number;
   activation: Activation;
-}
+};
 
 export const TINY_LM_DEFAULTS = {
   contextWindow: 8,
@@ -37,12 +40,17 @@ export const TINY_LM_DEFAULTS = {
 /** Upper bounds keep a typo from allocating gigabytes inside the engine. */
 export const TINY_LM_LIMITS = { vocabSize: 65536, contextWindow: 512, embedDim: 1024, hiddenDim: 4096, layers: 16 };
 
-export class SpecError extends Error {}
+const FIELDS = ['family', 'vocabSize', 'contextWindow', 'embedDim', 'hiddenDim', 'layers', 'activation'];
 
-/** Fill defaults for missing/zero fields and validate; throws SpecError with the field name. */
-export function normalizeSpec(input: Partial<TinyLmSpec> & { family?: string }): TinyLmSpec {
-  const family = input.family || 'tiny-lm';
-  if (family !== 'tiny-lm') throw new SpecError(`spec.family: unknown model family "${family}" (supported: tiny-lm)`);
+/**
+ * Fill defaults for missing/zero fields (the v1 wire sends 0 for "unset") and validate;
+ * throws ModelSpecError naming every bad field under `prefix`.
+ */
+export function normalizeSpec(input: Partial<TinyLmSpec> & { family?: string }, prefix = 'spec'): TinyLmSpec {
+  const issues: FieldIssue[] = [];
+  const bad = (field: string, message: string) => issues.push({ path: `${prefix}.${field}`, message });
+  for (const k of Object.keys(input)) if (!FIELDS.includes(k)) bad(k, `unknown option (tiny-lm options: ${FIELDS.slice(2).join(', ')})`);
+  if ((input.family || 'tiny-lm') !== 'tiny-lm') bad('family', `must be "tiny-lm", got ${JSON.stringify(input.family)}`);
   const spec: TinyLmSpec = {
     family: 'tiny-lm',
     vocabSize: input.vocabSize ?? 0,
@@ -54,18 +62,15 @@ export function normalizeSpec(input: Partial<TinyLmSpec> & { family?: string }):
   };
   const intField = (name: keyof typeof TINY_LM_LIMITS, min: number) => {
     const v = spec[name];
-    if (!Number.isInteger(v) || v < min || v > TINY_LM_LIMITS[name]) {
-      throw new SpecError(`spec.${name}: must be an integer in [${min}, ${TINY_LM_LIMITS[name]}], got ${v}`);
-    }
+    if (!Number.isInteger(v) || v < min || v > TINY_LM_LIMITS[name]) bad(name, `must be an integer in [${min}, ${TINY_LM_LIMITS[name]}], got ${v}`);
   };
   intField('vocabSize', 2);
   intField('contextWindow', 1);
   intField('embedDim', 1);
   intField('hiddenDim', 1);
   intField('layers', 1);
-  if (spec.activation !== 'tanh' && spec.activation !== 'relu') {
-    throw new SpecError(`spec.activation: must be "tanh" or "relu", got "${spec.activation}"`);
-  }
+  if (spec.activation !== 'tanh' && spec.activation !== 'relu') bad('activation', `must be "tanh" or "relu", got "${spec.activation}"`);
+  if (issues.length > 0) throw new ModelSpecError(issues);
   return spec;
 }
 

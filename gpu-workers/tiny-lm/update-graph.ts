@@ -19,19 +19,7 @@ import { backward } from './backward';
 import { forward, sliceParams } from './forward';
 import { rlObjective, type ObjectiveInputs, type ObjectiveValues } from './objective';
 import { paramLayout, TinyLmSpec } from './spec';
-
-/** Order of the per-step metrics vector (scan output `metrics` [K, 7]). */
-export const STEP_METRICS = [
-  'loss',
-  'pg_loss',
-  'kl_loss',
-  'entropy_sum',
-  'grad_norm',
-  'clip_fraction',
-  'dual_clip_fraction',
-  'approx_kl',
-  'entropy',
-] as const;
+import { STEP_METRICS } from '../model-runtime';
 
 /** The objective's per-row inputs plus the batch's windows (one row per trained token). */
 interface BatchInputs extends Omit<ObjectiveInputs, 'targetsCol' | 'onehot' | 'nRows'> {

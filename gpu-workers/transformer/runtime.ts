@@ -13,21 +13,19 @@
 import * as ort from 'onnxruntime-node';
 import { fillUniforms, STREAM_SAMPLING } from '../philox';
 import { biasCorrections } from '../tiny-lm/adamw';
-import type { ScoreSequence, UpdateSample } from '../tiny-lm/batch';
-import type { GenerateRow, GenerateRowResult, OptimState, RowPolicy, SessionFactory, StepMetrics, UpdateOutput, UpdateSettings } from '../tiny-lm/runtime';
-import { STEP_METRICS } from '../tiny-lm/update-graph';
+import { ModelRequestError } from '../model-family';
+import type { GenerateRow, GenerateRowResult, ModelRuntime, OptimState, RowPolicy, ScoreSequence, SessionFactory, UpdateOutput, UpdateSample, UpdateSettings } from '../model-runtime';
+import { stepMetrics } from '../model-runtime';
+import { transformerSequenceIssue } from './family';
 import { buildTransformerGenerateGraph } from './generate-graph';
 import { buildTransformerScoreGraph } from './score-graph';
 import { paramLayout, TransformerSpec } from './spec';
 import { buildTransformerUpdateGraph } from './update-graph';
 
 /** A request the spec cannot run; the message names the field (`sequences[2].context`). */
-export class TransformerRequestError extends Error {
-  constructor(
-    readonly field: string,
-    message: string,
-  ) {
-    super(`${field}: ${message}`);
+export class TransformerRequestError extends ModelRequestError {
+  constructor(field: string, message: string) {
+    super(field, message);
     this.name = 'TransformerRequestError';
   }
 }
@@ -44,7 +42,7 @@ interface SequenceGrid {
   targets: BigInt64Array;
 }
 
-export class TransformerRuntime {
+export class TransformerRuntime implements ModelRuntime {
   private generateSession?: Promise<ort.InferenceSession>;
   private scoreSession?: Promise<ort.InferenceSession>;
   private updateSession?: Promise<ort.InferenceSession>;
@@ -75,9 +73,10 @@ export class TransformerRuntime {
   }
 
   private checkLength(field: string, contextLength: number, total: number): void {
-    if (contextLength < 1) throw new TransformerRequestError(`${field}.context`, 'needs at least one token (the transformer has no start-of-sequence padding)');
-    if (total > this.spec.maxSeq) throw new TransformerRequestError(field, `context + tokens = ${total} exceeds the model's maxSeq ${this.spec.maxSeq}`);
+    const issue = transformerSequenceIssue(this.spec, contextLength, total);
+    if (issue) throw new TransformerRequestError(issue.field ? `${field}.${issue.field}` : field, issue.message);
   }
+
 
   /** One fused run over all rows (callers split batches larger than they want). */
   async generate(theta: Float32Array, rows: GenerateRow[]): Promise<GenerateRowResult[]> {
@@ -243,10 +242,7 @@ export class TransformerRuntime {
       bc2_sqrt: f32(bc.bc2Sqrt, [K]),
       steps: i64(BigInt64Array.of(BigInt(K)), []),
     });
-    const metrics = out.metrics.data as Float32Array;
-    const M = STEP_METRICS.length;
-    const steps: StepMetrics[] = [];
-    for (let k = 0; k < K; k++) steps.push(Object.fromEntries(STEP_METRICS.map((name, j) => [name, metrics[k * M + j]])) as StepMetrics);
+    const steps = stepMetrics(out.metrics.data as Float32Array, K);
     return {
       state: {
         theta: out.new_theta.data as Float32Array,
@@ -259,3 +255,5 @@ export class TransformerRuntime {
     };
   }
 }
+
+export const createRuntime = (spec: TransformerSpec, factory: SessionFactory, rows: RowPolicy): ModelRuntime => new TransformerRuntime(spec, factory, rows);

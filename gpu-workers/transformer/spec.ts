@@ -8,6 +8,7 @@
  */
 import { z } from 'zod';
 import { issuesFromZod, type FieldIssue } from '../../schema/issues';
+import { ModelSpecError } from '../model-family';
 
 export const POSITIONS = ['learned', 'rope'] as const;
 export const NORMS = ['layernorm', 'rmsnorm'] as const;
@@ -61,9 +62,9 @@ const schema = z
 export type TransformerSpec = Required<z.output<typeof schema>>;
 
 /** A bad config: every issue names its field (`spec.heads: …`). */
-export class TransformerSpecError extends Error {
-  constructor(readonly issues: FieldIssue[]) {
-    super(issues.map((i) => `${i.path}: ${i.message}`).join('; '));
+export class TransformerSpecError extends ModelSpecError {
+  constructor(issues: FieldIssue[]) {
+    super(issues);
     this.name = 'TransformerSpecError';
   }
 }

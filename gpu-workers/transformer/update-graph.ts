@@ -22,7 +22,7 @@
 import { encodeModel, FloatType, Graph, graphAttr, int } from '../onnx/builder';
 import { adamwStep, clipByGlobalNorm } from '../tiny-lm/adamw';
 import { rlObjective, type ObjectiveInputs, type ObjectiveValues } from '../tiny-lm/objective';
-import { STEP_METRICS } from '../tiny-lm/update-graph';
+import { STEP_METRICS } from '../model-runtime';
 import { backward } from './backward';
 import { forward, Ops, sequencePositions, sliceParams, type Weights } from './forward';
 import { paramLayout, TransformerSpec } from './spec';

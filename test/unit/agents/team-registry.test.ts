@@ -58,7 +58,7 @@ it('the CLI refuses a broken team with its error and still accepts the others', 
     return true;
   });
   assert.equal(validateRunConfig({ team: 'research' }).team, 'research');
-  assert.throws(() => loadTeam('nope'), (e: unknown) => e instanceof TeamLoadError && /unknown team "nope" \(known: math, research, broken\)/.test(e.message));
+  assert.throws(() => loadTeam('nope'), (e: unknown) => e instanceof TeamLoadError && /unknown team "nope" \(known: math, research, recall, broken\)/.test(e.message));
 });
 
 it('importing the registry loads no team module (so commands that need no team never see a broken one)', () => {

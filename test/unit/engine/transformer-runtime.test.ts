@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { sessionFactory } from '../../../gpu-workers/engine/device';
 import { seedKey } from '../../../gpu-workers/philox';
-import type { GenerateRow, OptimState, UpdateSettings } from '../../../gpu-workers/tiny-lm/runtime';
+import type { GenerateRow, OptimState, UpdateSettings } from '../../../gpu-workers/model-runtime';
 import { initTransformerWeights } from '../../../gpu-workers/transformer/init';
 import { TransformerRequestError, TransformerRuntime } from '../../../gpu-workers/transformer/runtime';
 import { normalizeTransformerSpec } from '../../../gpu-workers/transformer/spec';

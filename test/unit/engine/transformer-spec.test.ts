@@ -64,7 +64,7 @@ function issuesOf(input: unknown): { path: string; message: string }[] {
   } catch (e) {
     assert.ok(e instanceof TransformerSpecError, String(e));
     assert.match(e.message, /^models\.policy/);
-    return e.issues;
+    return [...e.issues];
   }
   assert.fail(`accepted ${JSON.stringify(input)}`);
 }
