@@ -9,8 +9,10 @@
  * Used by test/integration/chaos/chaos.test.ts (short, in `npm test`; long with
  * TROUPE_CHAOS_LONG=1) and runnable on its own:
  *
- *   node --import tsx test/chaos/chaos.ts [--long] [--seed N] [--kills N] [--steps N] [--modes batched,durable]
+ *   node --import tsx test/chaos/chaos.ts [--long] [--no-pause] [--seed N] [--kills N] [--steps N] [--modes batched,durable]
  *                                         [--kinds control-worker,pool-worker,engine,temporal,postgres]
+ *
+ * --no-pause: the no-pause, double-kill discipline (SHORT_NO_PAUSE, or LONG_NO_PAUSE with --long).
  */
 import { parseArgs } from 'node:util';
 import { WorkflowFailedError, WorkflowNotFoundError, type WorkflowHandle } from '@temporalio/client';
@@ -51,6 +53,11 @@ export interface ChaosOptions {
    * a restarted pool worker's first engine is killed while the worker starts. Unset: one kill each.
    */
   againAfterMs?: [number, number];
+  /**
+   * Share of kills (seeded) that take a second process down at the same moment, its partner
+   * in PAIRS (Temporal + PostgreSQL, control + pool worker). Unset: none.
+   */
+  pairShare?: number;
   log?: (line: string) => void;
 }
 
@@ -90,8 +97,25 @@ export const LONG: Omit<ChaosOptions, 'log'> = {
   runTimeoutMs: 1_800_000,
 };
 
+/** The long run without pauses: every kind, each killed twice, a third of the kills paired (issue 18). */
+export const LONG_NO_PAUSE: Omit<ChaosOptions, 'log'> = {
+  ...LONG,
+  seed: 5,
+  steps: { batched: 32, durable: 6 },
+  kills: 10,
+  noPause: true,
+  againAfterMs: [500, 1700],
+  pairShare: 1 / 3,
+};
+
+/** The process killed together with a kind in a paired kill (the engine dies with its pool worker anyway). */
+export const PAIRS: Partial<Record<FaultKind, FaultKind>> = { temporal: 'postgres', postgres: 'temporal', 'control-worker': 'pool-worker', 'pool-worker': 'control-worker' };
+
 export interface KillRecord {
   kind: FaultKind;
+  /** Killed at the same moment as `kind` (a paired kill), and its pid. */
+  with?: FaultKind;
+  withPid?: number;
   /** The second kill of a double kill (its process had just been restarted). */
   again?: boolean;
   /** Pid of the engine killed as soon as the restarted pool worker spawned it (double kills). */
@@ -143,10 +167,12 @@ export interface PlannedKill {
   restartDelayMs: number;
   /** A double kill: the same kind again this long after it is back. */
   againAfterMs?: number;
+  /** A paired kill: this kind too, at the same moment. */
+  with?: FaultKind;
 }
 
 /** The kill schedule of one mode: a pure function of (seed, mode, options). */
-export function schedule(opts: Pick<ChaosOptions, 'seed' | 'kills' | 'kinds' | 'gapShare' | 'restartDelayMs' | 'againAfterMs'>, mode: Mode): PlannedKill[] {
+export function schedule(opts: Pick<ChaosOptions, 'seed' | 'kills' | 'kinds' | 'gapShare' | 'restartDelayMs' | 'againAfterMs' | 'pairShare'>, mode: Mode): PlannedKill[] {
   const random = seededRandom(opts.seed * 2 + (mode === 'durable' ? 1 : 0));
   const between = ([lo, hi]: [number, number]) => Math.round(lo + random() * (hi - lo));
   const out: PlannedKill[] = [];
@@ -162,6 +188,7 @@ export function schedule(opts: Pick<ChaosOptions, 'seed' | 'kills' | 'kinds' | '
     out.push({ kind: deck.shift()!, gapShare: opts.gapShare[0] + random() * (opts.gapShare[1] - opts.gapShare[0]), restartDelayMs: between(opts.restartDelayMs) });
     // Drawn only for double-kill schedules, so single-kill schedules stay what they were.
     if (opts.againAfterMs) out.at(-1)!.againAfterMs = between(opts.againAfterMs);
+    if (opts.pairShare !== undefined && random() < opts.pairShare && PAIRS[out.at(-1)!.kind]) out.at(-1)!.with = PAIRS[out.at(-1)!.kind];
   }
   return out;
 }
@@ -370,7 +397,7 @@ async function inflict(stack: ChaosStack, runId: string, steps: number, plan: Pl
       if (killed.kill) kills.push(killed.kill);
       if (killed.kill && p.againAfterMs !== undefined && !isDone()) {
         // The same process again, soon after it is back (during its start-up).
-        const again = await killOne(stack, runId, { ...p, againAfterMs: undefined }, { gapMs: p.kind === 'engine' ? 0 : p.againAfterMs, busyWaitMs: 0, stepLimit: Number.MAX_SAFE_INTEGER }, isDone, t0, log, hold);
+        const again = await killOne(stack, runId, { ...p, againAfterMs: undefined, with: undefined }, { gapMs: p.kind === 'engine' ? 0 : p.againAfterMs, busyWaitMs: 0, stepLimit: Number.MAX_SAFE_INTEGER }, isDone, t0, log, hold);
         if (again === 'done') break;
         if (again.unplanned) unplanned.push(...again.unplanned);
         if (again.kill) kills.push({ ...again.kill, again: true });
@@ -411,15 +438,17 @@ async function killOne(stack: ChaosStack, runId: string, p: PlannedKill, { gapMs
   }
   const enginePid = p.kind === 'pool-worker' ? stack.pidOf('engine') : undefined;
   const pid = await stack.kill(p.kind);
+  const withPid = p.with !== undefined && pid !== undefined ? await stack.kill(p.with) : undefined;
   const at = Date.now();
   // With Temporal down the pause waits for its restart (below).
-  if (p.kind !== 'temporal') await hold.pause('at the kill');
+  const temporalDown = p.kind === 'temporal' || (withPid !== undefined && p.with === 'temporal');
+  if (!temporalDown) await hold.pause('at the kill');
   if (pid === undefined) {
     log(`chaos: ${p.kind} was not running at ${((at - t0) / 1000).toFixed(1)}s; restarting the stack instead`);
     unplanned.push(...(await stack.restart()).map((d) => `${d.kind} found dead before a kill: ${d.cause}`));
     return { unplanned };
   }
-  log(`chaos: SIGKILL ${p.kind} (pid ${pid}) at ${((at - t0) / 1000).toFixed(1)}s, ${done ?? '?'} steps done, ${lost.length} activities running on it`);
+  log(`chaos: SIGKILL ${p.kind} (pid ${pid})${withPid !== undefined ? ` and ${p.with} (pid ${withPid})` : ''} at ${((at - t0) / 1000).toFixed(1)}s, ${done ?? '?'} steps done, ${lost.length} activities running on it`);
   const following = followRetries(stack, runId, lost, at, isDone);
   let back: number;
   let engineKilledAtStart: number | undefined;
@@ -443,8 +472,8 @@ async function killOne(stack: ChaosStack, runId: string, p: PlannedKill, { gapMs
       }
     }
     back = Date.now() - at;
-    if (p.kind === 'temporal') await hold.pause('once Temporal is back');
-    for (const d of restarted) if (d.kind !== p.kind) unplanned.push(`${d.kind} found dead after killing ${p.kind}: ${d.cause}`);
+    if (temporalDown) await hold.pause('once Temporal is back');
+    for (const d of restarted) if (d.kind !== p.kind && !(withPid !== undefined && d.kind === p.with)) unplanned.push(`${d.kind} found dead after killing ${p.kind}: ${d.cause}`);
     if (p.kind === 'pool-worker' && enginePid !== undefined) {
       for (let j = 0; j < 100 && pidAlive(enginePid); j++) await sleep(100);
       if (pidAlive(enginePid)) unplanned.push(`engine ${enginePid} outlived its killed pool worker`);
@@ -455,6 +484,7 @@ async function killOne(stack: ChaosStack, runId: string, p: PlannedKill, { gapMs
   const kill: KillRecord = {
     kind: p.kind,
     pid,
+    ...(withPid !== undefined ? { with: p.with, withPid } : {}),
     at,
     ...(engineKilledAtStart !== undefined ? { engineKilledAtStart } : {}),
     stepsDone: done,
@@ -548,7 +578,7 @@ export function formatReport(r: ChaosReport): string {
   lines.push('|---|---|---|---|');
   for (const m of r.modes) {
     for (const kind of FAULT_KINDS) {
-      const n = m.kills.filter((k) => k.kind === kind).length;
+      const n = m.kills.filter((k) => k.kind === kind || k.with === kind).length;
       lines.push(`| ${m.mode} | ${kind} | ${m.status === 'completed' ? n : `0 of ${n}`} | ${n === 0 ? '-' : m.identical ? 'yes' : 'no'} |`);
     }
   }
@@ -562,7 +592,7 @@ export function formatReport(r: ChaosReport): string {
       const retry = k.retryAfterMs === undefined ? '' : `, retried after ${(k.retryAfterMs / 1000).toFixed(1)}s (${k.retried}${k.lastRetryAfterMs !== undefined && k.lastRetryAfterMs !== k.retryAfterMs ? `; last at ${(k.lastRetryAfterMs / 1000).toFixed(1)}s` : ''})`;
       const flight = k.inFlight === undefined ? '' : `, ${k.inFlight} activities on it${k.finishedWithoutRetry ? ` (${k.finishedWithoutRetry} finished without retry)` : ''}`;
       const atStart = k.engineKilledAtStart !== undefined ? `, its successor's engine killed during start-up` : '';
-      lines.push(`  kill ${k.kind}${k.again ? ' again' : ''} after ${k.stepsDone ?? '?'} steps: back after ${(k.backAfterMs / 1000).toFixed(1)}s${atStart}${flight}${retry}`);
+      lines.push(`  kill ${k.kind}${k.with ? ` + ${k.with}` : ''}${k.again ? ' again' : ''} after ${k.stepsDone ?? '?'} steps: back after ${(k.backAfterMs / 1000).toFixed(1)}s${atStart}${flight}${retry}`);
     }
   }
   const all = r.modes.flatMap((m) => m.kills).filter((k) => k.retryAfterMs !== undefined);
@@ -577,6 +607,7 @@ async function main() {
   const { values } = parseArgs({
     options: {
       long: { type: 'boolean' },
+      'no-pause': { type: 'boolean' },
       seed: { type: 'string' },
       'run-seed': { type: 'string' },
       kills: { type: 'string' },
@@ -585,7 +616,8 @@ async function main() {
       kinds: { type: 'string' },
     },
   });
-  const base = values.long || process.env.TROUPE_CHAOS_LONG === '1' ? LONG : SHORT;
+  const long = values.long || process.env.TROUPE_CHAOS_LONG === '1';
+  const base = values['no-pause'] ? (long ? LONG_NO_PAUSE : SHORT_NO_PAUSE) : long ? LONG : SHORT;
   const steps = values.steps ? Number(values.steps) : undefined;
   const options: ChaosOptions = {
     ...base,
