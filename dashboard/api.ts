@@ -6,6 +6,9 @@
  */
 import type { Sql } from '../infra/db';
 import { loadEpisode } from '../activities/store/trajectories';
+import { loadTeam } from '../agents/teams';
+import { BOS, EOS, PAD, type Tokenizer } from '../agents/tokenizer';
+import { errorMessage } from '../infra/errors';
 
 export const MAX_LIMIT = 1000;
 /** Metric rows per page: a run's curves are many small rows. */
@@ -218,17 +221,38 @@ export function turnGraph(turns: ReadonlyArray<{ index: number; agent: string; p
   return { nodes, edges };
 }
 
-/** GET /api/episodes/:id — the stored episode (turns with tokens, log-probs, loss mask, tool calls, rewards) and its graph. */
+const SPECIAL: Record<number, string> = { [PAD]: '⟨pad⟩', [BOS]: '⟨bos⟩', [EOS]: '⟨eos⟩' };
+
+/** Each token's text, so the page can shade tokens one by one. */
+export function tokenPieces(tok: Tokenizer, ids: readonly number[]): string[] {
+  return ids.map((id) => SPECIAL[id] ?? tok.decode([id]));
+}
+
+/** GET /api/episodes/:id — the stored episode (turns with tokens and their text, log-probs, loss mask, tool calls, rewards) and its graph. */
 export async function getEpisode(sql: Sql, episodeId: string) {
   const ep = await loadEpisode(sql, episodeId);
   if (!ep) throw new ApiError(404, `episode "${episodeId}" not found`);
+  // The run's team decodes the tokens; a team that no longer loads leaves them as ids.
+  const [run] = await sql`SELECT team, config FROM runs WHERE run_id = ${ep.meta.runId}`;
+  let tok: Tokenizer | undefined;
+  let decodeError: string | null = null;
+  try {
+    if (run) tok = loadTeam(run.team, run.config?.teamOptions ?? {}).tokenizer;
+  } catch (e) {
+    decodeError = errorMessage(e);
+  }
   return {
     ...ep.meta,
     status: ep.trajectory.status,
     outcome: ep.trajectory.outcome ?? null,
     error: ep.trajectory.error ?? null,
     success: ep.success,
-    turns: ep.trajectory.turns,
+    decodeError,
+    turns: ep.trajectory.turns.map((t) => ({
+      ...t,
+      contextText: tok ? tokenPieces(tok, t.contextTokens) : null,
+      responseText: tok ? tokenPieces(tok, t.responseTokens) : null,
+    })),
     rewards: ep.rewards,
     graph: turnGraph(ep.trajectory.turns),
   };

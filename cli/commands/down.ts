@@ -6,7 +6,7 @@ import { readRecord, stopService } from '../../infra/processes';
 import { defineCommand } from '../command';
 
 /** Stop order: workers first (they finish in-flight tasks), then Temporal, then PostgreSQL. */
-export const SERVICES = ['pool-worker', 'control-worker', 'temporal', 'postgres'] as const;
+export const SERVICES = ['dashboard', 'pool-worker', 'control-worker', 'temporal', 'postgres'] as const;
 
 export async function down(stateDir: string, log: (line: string) => void = console.log): Promise<number> {
   let stopped = 0;

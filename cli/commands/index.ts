@@ -13,4 +13,5 @@ export const commands: Record<string, () => Promise<Command>> = {
   resume: async () => (require('./resume') as typeof import('./resume')).default,
   plot: async () => (require('./plot') as typeof import('./plot')).default,
   export: async () => (require('./export') as typeof import('./export')).default,
+  dashboard: async () => (require('./dashboard') as typeof import('./dashboard')).default,
 };

@@ -10,6 +10,7 @@ import { ensureDatabase } from '../../infra/postgres';
 import { ServiceRecord, pidAlive, runningService, spawnService, tailFile } from '../../infra/processes';
 import { connectTemporal, ensureTemporalServer, pollerIdentities } from '../../infra/temporal';
 import { migrate } from '../../schema/migrate';
+import { ensureDashboard } from '../../dashboard/service';
 import { defineCommand } from '../command';
 import { formatPingRow, runPing } from './ping';
 
@@ -68,6 +69,7 @@ export interface UpResult {
   databaseUrl: string;
   control: ServiceRecord;
   pool?: ServiceRecord;
+  dashboardUrl?: string;
 }
 
 /** Everything `troupe up` does, callable from code. */
@@ -160,9 +162,11 @@ export async function up(
       lines.push(`pool         pid ${pool.pid}, task queue ${config.poolTaskQueue}, device ${config.device}, log ${pool.log}`);
     }
   }
+  const dashboard = await ensureDashboard(config, childEnv, temporal.uiUrl);
+  lines.push(dashboard.line);
   lines.push(`state        ${config.stateDir}`);
   return {
-    result: { address: temporal.address, namespace: config.namespace, uiUrl: temporal.uiUrl, databaseUrl: db.url, control, pool },
+    result: { address: temporal.address, namespace: config.namespace, uiUrl: temporal.uiUrl, databaseUrl: db.url, control, pool, dashboardUrl: dashboard.url },
     lines,
     ok,
   };
