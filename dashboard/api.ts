@@ -152,8 +152,14 @@ export async function getRunMetrics(sql: Sql, runId: string, q: Query) {
     WHERE run_id = ${runId} AND step >= ${fromStep} AND (${kind}::text IS NULL OR kind = ${kind})
     ORDER BY step, kind, scope, name LIMIT ${limit + 1} OFFSET ${offset}`;
   const more = rows.length > limit;
+  // The learning rate in force per model and step (from the step's settings), with the first page.
+  const lr = offset > 0 ? [] : await sql`
+    SELECT s.step, m.key AS model, (m.value->>'lr')::float8 AS lr FROM steps s, jsonb_each(s.settings) m
+    WHERE s.run_id = ${runId} AND s.step >= ${fromStep} AND jsonb_typeof(m.value) = 'object' AND m.value ? 'lr'
+    ORDER BY s.step, m.key LIMIT ${MAX_METRIC_LIMIT}`;
   return {
     metrics: rows.slice(0, limit).map((r) => ({ step: r.step, kind: r.kind, scope: r.scope, name: r.name, value: r.value })),
+    lr: lr.map((r) => ({ step: r.step, model: r.model, lr: r.lr })),
     limit,
     offset,
     nextOffset: more ? offset + limit : null,

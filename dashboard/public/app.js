@@ -66,8 +66,10 @@ async function runsPage(params) {
  * Panels from metric rows. As in `troupe plot`, train and update metrics of step s are
  * drawn at s + 1 (after that step's update); evals and events at the step they happened.
  */
-export function panelsOf(metrics) {
-  const panels = new Map();
+const FIRST = ['reward components', 'success', 'eval success', 'truncated / failed shares', 'gradNorm', 'learning rate', 'entropy', 'advantage.mean', 'advantage.std'];
+
+export function panelsOf(metrics, lrs = []) {
+  const panels = new Map(FIRST.map((p) => [p, []]));
   const add = (panel, row, series, x) => {
     if (!panels.has(panel)) panels.set(panel, []);
     panels.get(panel).push({ x, series, value: row.value, step: row.step, kind: row.kind, scope: row.scope, name: row.name });
@@ -82,7 +84,8 @@ export function panelsOf(metrics) {
       else add(r.name, r, `${r.scope}${r.kind === 'update' ? ' (model)' : ''}`, r.step + 1);
     }
   }
-  return panels;
+  for (const r of lrs) add('learning rate', { ...r, value: r.lr, kind: 'settings', scope: r.model, name: 'lr' }, `${r.model} (model)`, r.step + 1);
+  return new Map([...panels].filter(([, points]) => points.length > 0));
 }
 
 function panelSpec(title, points, events) {
@@ -98,7 +101,7 @@ function panelSpec(title, points, events) {
         mark: isEval ? { type: 'point', filled: true, size: 60 } : { type: 'line', point: true, tooltip: true },
         encoding: {
           x: { field: 'x', type: 'quantitative', title: 'step', axis: { tickMinStep: 1 } },
-          y: { field: 'value', type: 'quantitative', title: null, scale: { zero: false } },
+          y: { field: 'value', type: 'quantitative', title: null, scale: { zero: false }, axis: { format: '~g' } },
           color: { field: 'series', type: 'nominal', title: null },
           tooltip: [{ field: 'series' }, { field: 'step' }, { field: 'value', format: '.4f' }],
         },
@@ -142,18 +145,20 @@ async function runPage(runId, params) {
     (document.getElementById('events').innerHTML = '<tr><th>step</th><th>event</th><th>at</th><th>detail</th></tr>' + events.map((e) => `<tr><td>${e.step}</td><td>${esc(e.kind)}</td><td>${new Date(e.at).toLocaleString()}</td><td><code>${esc(JSON.stringify(e.detail)).slice(0, 200)}</code></td></tr>`).join(''));
   drawEvents();
 
+  let lrs = [];
   async function fetchMetrics(fromStep) {
     const rows = [];
     let offset = 0;
     for (;;) {
       const page = await api(`/api/runs/${encodeURIComponent(runId)}/metrics?fromStep=${fromStep}&limit=20000&offset=${offset}`);
       rows.push(...page.metrics);
+      if (offset === 0) lrs = [...lrs.filter((x) => x.step < fromStep), ...page.lr];
       if (page.nextOffset === null) return rows;
       offset = page.nextOffset;
     }
   }
   async function draw() {
-    for (const [title, points] of panelsOf(metrics)) {
+    for (const [title, points] of panelsOf(metrics, lrs)) {
       const view = views.get(title);
       if (view) {
         view.data('points', points).data('events', eventRows());

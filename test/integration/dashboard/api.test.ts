@@ -64,6 +64,10 @@ describe('dashboard API', () => {
     }
     assert.equal(pages, Math.ceil(stored.length / pageSize));
     assert.deepEqual(got, stored.map((r) => ({ ...r })));
+    const settings = await h.db.sql`SELECT step, settings FROM steps WHERE run_id = ${runId} ORDER BY step`;
+    const lr = settings.flatMap((r) => Object.entries(r.settings as Record<string, { lr: number }>).map(([model, s]) => ({ step: r.step, model, lr: s.lr })));
+    assert.ok(lr.length >= RUN.steps);
+    assert.deepEqual((await getJson(`${dash.url}/api/runs/${runId}/metrics`)).body.lr, lr);
     const from1 = (await getJson(`${dash.url}/api/runs/${runId}/metrics?fromStep=1&kind=eval&limit=${MAX_LIMIT}`)).body.metrics;
     assert.deepEqual(from1, stored.filter((r) => r.step >= 1 && r.kind === 'eval').map((r) => ({ ...r })));
   });

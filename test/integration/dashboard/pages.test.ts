@@ -69,6 +69,9 @@ describe('dashboard pages', { skip }, () => {
     assert.equal(await page.locator('[data-panel="eval success"] .mark-line').count(), 0, 'evals are points, not a line');
     const grad = await h.db.sql`SELECT count(*)::int AS n FROM metrics WHERE run_id = ${runId} AND name = 'gradNorm'`;
     assert.equal(await drawnPoints(page, '[data-panel="gradNorm"]'), grad[0]!.n);
+    const lr = await h.db.sql`SELECT count(*)::int AS n FROM steps s, jsonb_each(s.settings) m WHERE s.run_id = ${runId} AND m.value ? 'lr'`;
+    assert.ok(lr[0]!.n >= RUN.steps);
+    assert.equal(await drawnPoints(page, '[data-panel="learning rate"]'), lr[0]!.n);
     for (const panel of ['truncated / failed shares', 'entropy', 'advantage.mean', 'advantage.std']) assert.equal(await page.locator(`[data-panel="${panel}"]`).count(), 1, panel);
     await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-run.png'), fullPage: true });
   });
