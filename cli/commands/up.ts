@@ -194,6 +194,7 @@ export default defineCommand({
     console.log(ok ? 'Troupe is up.' : 'Troupe is partly up:');
     for (const l of lines) console.log('  ' + l);
     if (result.uiUrl) console.log(`\nOpen the Temporal Web UI: ${result.uiUrl}`);
+    if (result.dashboardUrl) console.log(`Open the dashboard: ${result.dashboardUrl}`);
     console.log('Stop everything `up` started: npx troupe down');
     if (values.ping) {
       const { row } = await runPing({
