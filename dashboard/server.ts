@@ -92,7 +92,7 @@ async function route(opts: DashboardOptions, req: http.IncomingMessage, url: URL
   }
   if (req.method !== 'GET') throw new ApiError(405, `${req.method} ${url.pathname}: not allowed`);
   if (parts[1] === 'config' && parts.length === 2) {
-    return { temporalUiUrl: opts.temporalUiUrl ?? null, namespace: opts.namespace ?? 'default', controls: Boolean(opts.token && opts.client) };
+    return { temporalUiUrl: opts.temporalUiUrl ?? null, namespace: opts.namespace ?? 'default', controls: Boolean(opts.token && opts.client), pid: process.pid };
   }
   if (parts[1] === 'runs') {
     if (parts.length === 2) return listRuns(opts.sql, q);

@@ -28,7 +28,9 @@ export async function ensureDashboard(config: TroupeConfig, env: NodeJS.ProcessE
   });
   const deadline = Date.now() + 30_000;
   while (Date.now() < deadline && pidAlive(rec.pid)) {
-    if (await fetch(`${url}/api/config`).then((r) => r.ok, () => false)) return { url, line: `dashboard    ${url} (pid ${rec.pid}, log ${rec.log})` };
+    // Ours, not another server on that port: it answers with the pid we started.
+    const pid = await fetch(`${url}/api/config`).then((r) => r.json().then((b) => (b as { pid?: number }).pid), () => undefined);
+    if (pid === rec.pid) return { url, line: `dashboard    ${url} (pid ${rec.pid}, log ${rec.log})` };
     await new Promise((r) => setTimeout(r, 300));
   }
   const why = tailFile(rec.log, 3).trim().split('\n').slice(-3).join(' | ');
