@@ -44,7 +44,7 @@ async function runsPage(params) {
   const rows = await Promise.all(
     runs.map(async (r) => {
       const t = await temporalLink(r.runId);
-      return `<tr data-run="${esc(r.runId)}"><td><a href="#/runs/${encodeURIComponent(r.runId)}">${esc(r.runId)}</a></td><td>${esc(r.team)}</td><td>${esc(r.status)}</td>
+      return `<tr data-run="${esc(r.runId)}"><td><input type="checkbox" name="cmp" value="${esc(r.runId)}"> <a href="#/runs/${encodeURIComponent(r.runId)}">${esc(r.runId)}</a></td><td>${esc(r.team)}</td><td>${esc(r.status)}</td>
         <td>${r.step}${r.steps ? ' / ' + r.steps : ''}</td><td>${fmt(r.evalSuccess)}${r.evalStep !== null ? ` (step ${r.evalStep})` : ''}</td>
         <td>${new Date(r.startedAt).toLocaleString()}</td><td>${duration(r.durationSeconds)}</td><td>${t ? `<a href="${esc(t)}" target="_blank">Temporal UI</a>` : ''}</td></tr>`;
     }),
@@ -52,13 +52,30 @@ async function runsPage(params) {
   main.innerHTML = `
     <form class="filters" id="filters">team <input name="team" value="${esc(team)}" size="10">
       status <select name="status">${['', 'running', 'paused', 'completed', 'stopped', 'failed'].map((s) => `<option ${s === status ? 'selected' : ''}>${s}</option>`).join('')}</select>
-      <button>filter</button> <span>${total} run(s)</span></form>
+      <button>filter</button> <span>${total} run(s)</span> <button type="button" id="compare">compare checked runs</button></form>
     <table id="runs"><tr><th>run</th><th>team</th><th>status</th><th>step</th><th>eval success</th><th>started</th><th>duration</th><th></th></tr>${rows.join('')}</table>`;
+  document.getElementById('compare').onclick = () => {
+    const ids = [...document.querySelectorAll('input[name=cmp]:checked')].map((x) => x.value);
+    if (ids.length >= 2) location.hash = `#/compare?runs=${ids.map(encodeURIComponent).join(',')}`;
+  };
   document.getElementById('filters').onsubmit = (ev) => {
     ev.preventDefault();
     const f = new FormData(ev.target);
     location.hash = `#/?${new URLSearchParams([...f].filter(([, v]) => v))}`;
   };
+}
+
+/** Every metric row of a run from `fromStep` on, page by page, and the learning rates. */
+async function fetchRunMetrics(runId, fromStep) {
+  const rows = [];
+  let lr = [];
+  for (let offset = 0; offset !== null; ) {
+    const page = await api(`/api/runs/${encodeURIComponent(runId)}/metrics?fromStep=${fromStep}&limit=20000&offset=${offset}`);
+    rows.push(...page.metrics);
+    if (offset === 0) lr = page.lr;
+    offset = page.nextOffset;
+  }
+  return { rows, lr };
 }
 
 // ---- a run: curves ----
@@ -147,15 +164,9 @@ async function runPage(runId, params) {
 
   let lrs = [];
   async function fetchMetrics(fromStep) {
-    const rows = [];
-    let offset = 0;
-    for (;;) {
-      const page = await api(`/api/runs/${encodeURIComponent(runId)}/metrics?fromStep=${fromStep}&limit=20000&offset=${offset}`);
-      rows.push(...page.metrics);
-      if (offset === 0) lrs = [...lrs.filter((x) => x.step < fromStep), ...page.lr];
-      if (page.nextOffset === null) return rows;
-      offset = page.nextOffset;
-    }
+    const { rows, lr } = await fetchRunMetrics(runId, fromStep);
+    lrs = [...lrs.filter((x) => x.step < fromStep), ...lr];
+    return rows;
   }
   async function draw() {
     for (const [title, points] of panelsOf(metrics, lrs)) {
@@ -234,6 +245,28 @@ async function episodes(runId, form) {
       eps.map((e) => `<tr><td><a href="#/episodes/${encodeURIComponent(e.episodeId)}">${esc(e.episodeId)}</a></td><td>${esc(e.taskId)}</td><td>${e.groupIndex}.${e.episodeIndex}</td><td>${esc(e.status)}</td><td>${fmt(e.success)}</td><td>${fmt(e.reward)}</td><td>${e.turns}</td></tr>`).join('') + '</table>';
   } catch (e) {
     el.innerHTML = `<p class="error">${esc(e.message)}</p>`;
+  }
+}
+
+// ---- compare: several runs' curves overlaid ----
+async function comparePage(params) {
+  const ids = (params.get('runs') ?? '').split(',').filter(Boolean);
+  crumbs.innerHTML = `/ <a href="#/">runs</a> / compare ${ids.map(esc).join(', ')}`;
+  main.innerHTML = '<div class="panels" id="panels"></div>';
+  const merged = new Map();
+  for (const id of ids) {
+    const { rows, lr } = await fetchRunMetrics(id, -1);
+    for (const [title, points] of panelsOf(rows, lr)) {
+      if (!merged.has(title)) merged.set(title, []);
+      merged.get(title).push(...points.map((p) => ({ ...p, run: id, series: `${id}: ${p.series}` })));
+    }
+  }
+  for (const [title, points] of merged) {
+    const el = document.createElement('div');
+    el.className = 'panel';
+    el.dataset.panel = title;
+    document.getElementById('panels').append(el);
+    await render(panelSpec(title, points, []), el, title);
   }
 }
 
@@ -325,6 +358,7 @@ async function route() {
   try {
     if (parts[0] === 'runs' && parts[1]) await runPage(parts[1], params);
     else if (parts[0] === 'episodes' && parts[1]) await episodePage(parts[1]);
+    else if (parts[0] === 'compare') await comparePage(params);
     else await runsPage(params);
   } catch (e) {
     main.innerHTML = `<p class="error">${esc(e.message)}</p>`;

@@ -127,4 +127,17 @@ describe('dashboard pages', { skip }, () => {
     await until('the page to show every stored point', async () => (await drawnPoints(page, selector)) === total);
     await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-live.png'), fullPage: true });
   });
+
+  it("overlays two runs' curves, checked in the runs list", async () => {
+    await open(page, `${dash.url}/#/`);
+    for (const id of [runId, 'dash-live-1']) await page.locator(`#runs tr[data-run="${id}"] input[name=cmp]`).check();
+    await page.locator('#compare').click();
+    await page.waitForFunction(() => (globalThis as any).location.hash.startsWith('#/compare') && (globalThis as any).troupe?.ready === true);
+    const rows = await h.db.sql`SELECT run_id, count(*)::int AS n FROM metrics WHERE run_id IN (${runId}, 'dash-live-1') AND kind = 'train' AND name LIKE 'reward.%' GROUP BY run_id`;
+    assert.equal(rows.length, 2);
+    assert.equal(await drawnPoints(page, '[data-panel="reward components"]'), rows[0]!.n + rows[1]!.n);
+    const series: string[] = await page.evaluate(() => [...new Set((globalThis as any).troupe.views['reward components'].data('points').map((p: any) => p.series))] as string[]);
+    assert.ok(series.some((x) => x.startsWith(`${runId}: `)) && series.some((x) => x.startsWith('dash-live-1: ')), series.join(','));
+    await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-compare.png'), fullPage: true });
+  });
 });
