@@ -4,6 +4,7 @@
  * step), and run controls that go through the workflow's own signal and update
  * handlers — refused unless the server was given an access token.
  */
+import { createHash, timingSafeEqual } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as http from 'node:http';
 import * as path from 'node:path';
@@ -67,10 +68,17 @@ async function readJson(req: http.IncomingMessage): Promise<unknown> {
   }
 }
 
+/** Compares in constant time, so response timing does not leak the token. */
+function sameSecret(a: string, b: string): boolean {
+  const x = new Uint8Array(createHash('sha256').update(a).digest());
+  const y = new Uint8Array(createHash('sha256').update(b).digest());
+  return timingSafeEqual(x, y);
+}
+
 /** Sends a control through the workflow's handlers; setOptimizer's validator decides what is accepted. */
 async function control(opts: DashboardOptions, req: http.IncomingMessage, runId: string, what: Control) {
   if (!opts.token || !opts.client) throw new ApiError(403, 'controls are disabled: start the dashboard with TROUPE_DASHBOARD_TOKEN set');
-  if (req.headers.authorization !== `Bearer ${opts.token}`) throw new ApiError(401, 'controls need the header "Authorization: Bearer <TROUPE_DASHBOARD_TOKEN>"');
+  if (!sameSecret(req.headers.authorization ?? '', `Bearer ${opts.token}`)) throw new ApiError(401, 'controls need the header "Authorization: Bearer <TROUPE_DASHBOARD_TOKEN>"');
   const body = await readJson(req);
   const handle = opts.client.workflow.getHandle(runId);
   try {
