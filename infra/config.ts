@@ -88,6 +88,9 @@ const schema = z.object({
   TROUPE_TEMPORAL_PORT: port(7233),
   TROUPE_TEMPORAL_UI_PORT: port(8233),
   TROUPE_POSTGRES_PORT: port(54329),
+  TROUPE_DASHBOARD_PORT: port(8234),
+  TROUPE_DASHBOARD_HOST: stringWithDefault('127.0.0.1'),
+  TROUPE_DASHBOARD_TOKEN: optionalString,
 });
 
 export interface TroupeConfig {
@@ -113,6 +116,11 @@ export interface TroupeConfig {
   temporalUiPort: number;
   /** Port of the embedded PostgreSQL (TROUPE_POSTGRES_PORT). */
   postgresPort: number;
+  /** Port and address of the dashboard `up` starts (TROUPE_DASHBOARD_PORT, TROUPE_DASHBOARD_HOST: loopback unless set). */
+  dashboardPort: number;
+  dashboardHost: string;
+  /** Enables the dashboard's run controls for requests that carry it (TROUPE_DASHBOARD_TOKEN); unset: controls refused. */
+  dashboardToken?: string;
 }
 
 const hints: Record<string, string> = {
@@ -147,6 +155,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): TroupeConfig {
     temporalPort: e.TROUPE_TEMPORAL_PORT,
     temporalUiPort: e.TROUPE_TEMPORAL_UI_PORT,
     postgresPort: e.TROUPE_POSTGRES_PORT,
+    dashboardPort: e.TROUPE_DASHBOARD_PORT,
+    dashboardHost: e.TROUPE_DASHBOARD_HOST,
+    dashboardToken: e.TROUPE_DASHBOARD_TOKEN,
   };
 }
 

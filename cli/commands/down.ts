@@ -5,8 +5,8 @@ import { stopRecordedPostgres } from '../../infra/postgres';
 import { readRecord, stopService } from '../../infra/processes';
 import { defineCommand } from '../command';
 
-/** Stop order: the supervisor (so it restarts nothing), workers (they finish in-flight tasks), Temporal, PostgreSQL. */
-export const SERVICES = ['supervisor', 'pool-worker', 'control-worker', 'temporal', 'postgres'] as const;
+/** Stop order: the supervisor (so it restarts nothing), the dashboard, workers (they finish in-flight tasks), Temporal, PostgreSQL. */
+export const SERVICES = ['supervisor', 'dashboard', 'pool-worker', 'control-worker', 'temporal', 'postgres'] as const;
 
 export async function down(stateDir: string, log: (line: string) => void = console.log): Promise<number> {
   let stopped = 0;

@@ -14,4 +14,5 @@ export const commands: Record<string, () => Promise<Command>> = {
   plot: async () => (require('./plot') as typeof import('./plot')).default,
   export: async () => (require('./export') as typeof import('./export')).default,
   supervise: async () => (require('./supervise') as typeof import('./supervise')).default,
+  dashboard: async () => (require('./dashboard') as typeof import('./dashboard')).default,
 };

@@ -101,6 +101,7 @@ export default defineCommand({
       }
       const wallSeconds = (Date.now() - started) / 1000;
       for (const l of summaryLines(summary, wallSeconds)) console.log(l);
+      if (stack.result.dashboardUrl) console.log(`  dashboard: ${stack.result.dashboardUrl}/#/runs/${encodeURIComponent(runId)}`);
       let plot: { png: string; svg: string } | undefined;
       if (!values['no-plot']) {
         // The plot is a convenience: whatever goes wrong with it, the summary and --json line still come.

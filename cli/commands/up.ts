@@ -12,6 +12,7 @@ import { withLockFile } from '../../infra/lock';
 import { ServiceRecord, pidAlive, runningService, spawnService, tailFile } from '../../infra/processes';
 import { connectTemporal, ensureTemporalServer, pollerIdentities } from '../../infra/temporal';
 import { migrate } from '../../schema/migrate';
+import { ensureDashboard } from '../../dashboard/service';
 import { defineCommand } from '../command';
 import { formatPingRow, runPing } from './ping';
 
@@ -72,6 +73,7 @@ export interface UpResult {
   control: ServiceRecord;
   pool?: ServiceRecord;
   supervisor?: ServiceRecord;
+  dashboardUrl?: string;
 }
 
 /**
@@ -179,7 +181,9 @@ async function upLocked(
       lines.push(`pool         pid ${pool.pid}, task queue ${config.poolTaskQueue}, device ${config.device}, log ${pool.log}`);
     }
   }
-  // 5. Supervisor: restarts what dies from now on.
+  const dashboard = await ensureDashboard(config, childEnv, temporal.uiUrl);
+  lines.push(dashboard.line);
+  // 6. Supervisor: restarts what dies from now on (the dashboard too).
   let supervisor: ServiceRecord | undefined;
   if (opts.supervise !== false) {
     if ((supervisor = runningService(config.stateDir, 'supervisor'))) {
@@ -198,7 +202,7 @@ async function upLocked(
   }
   lines.push(`state        ${config.stateDir}`);
   return {
-    result: { address: temporal.address, namespace: config.namespace, uiUrl: temporal.uiUrl, databaseUrl: db.url, control, pool, supervisor },
+    result: { address: temporal.address, namespace: config.namespace, uiUrl: temporal.uiUrl, databaseUrl: db.url, control, pool, supervisor, dashboardUrl: dashboard.url },
     lines,
     ok,
   };
@@ -228,6 +232,7 @@ export default defineCommand({
     console.log(ok ? 'Troupe is up.' : 'Troupe is partly up:');
     for (const l of lines) console.log('  ' + l);
     if (result.uiUrl) console.log(`\nOpen the Temporal Web UI: ${result.uiUrl}`);
+    if (result.dashboardUrl) console.log(`Open the dashboard: ${result.dashboardUrl}`);
     console.log('Stop everything `up` started: npx troupe down');
     if (values.ping) {
       const { row } = await runPing({

@@ -110,6 +110,7 @@ export async function startChaosStack(opts: { env?: Record<string, string>; log?
     TROUPE_STATE_DIR: stateDir,
     TROUPE_TEMPORAL_PORT: String(await freePort()),
     TROUPE_TEMPORAL_UI_PORT: String(await freePort()),
+    TROUPE_DASHBOARD_PORT: String(await freePort()),
     TROUPE_POSTGRES_PORT: String(await freePort()),
     TROUPE_DEVICE: 'cpu',
     TROUPE_TASK_QUEUE: 'troupe',

@@ -37,6 +37,7 @@ async function setup(extra: NodeJS.ProcessEnv = {}): Promise<{ env: NodeJS.Proce
     TROUPE_STATE_DIR: stateDir,
     TROUPE_TEMPORAL_PORT: String(await freePort()),
     TROUPE_TEMPORAL_UI_PORT: String(await freePort()),
+    TROUPE_DASHBOARD_PORT: String(await freePort()),
     TROUPE_TASK_QUEUE: uniqueTaskQueue('control'),
     TROUPE_POOL_TASK_QUEUE: uniqueTaskQueue('pool'),
     DATABASE_URL: db.url,
@@ -59,6 +60,10 @@ test('up --ping starts the dev server and the control worker; doctor sees them; 
   assert.match(up.stdout, /Troupe is up\./);
   assert.match(up.stdout, new RegExp(`Web UI {7}http://localhost:${env.TROUPE_TEMPORAL_UI_PORT}`));
   assert.match(up.stdout, /pings row: id=\d+ message="hello from troupe up --ping"/);
+  // The dashboard answers on its port, reading the same database.
+  assert.match(up.stdout, new RegExp(`dashboard {4}http://127\\.0\\.0\\.1:${env.TROUPE_DASHBOARD_PORT} \\(pid \\d+`));
+  const dashboard = readRecord(stateDir, 'dashboard')!;
+  assert.equal(((await (await fetch(`http://127.0.0.1:${env.TROUPE_DASHBOARD_PORT}/api/runs`)).json()) as { total: number }).total, 0);
   const temporal = readRecord(stateDir, 'temporal')!;
   const control = readRecord(stateDir, 'control-worker')!;
   assert.ok(pidAlive(temporal.pid) && pidAlive(control.pid));
@@ -86,6 +91,8 @@ test('up --ping starts the dev server and the control worker; doctor sees them; 
   assert.equal(down.code, 0, down.stderr);
   assert.match(down.stdout, /control-worker +stopped/);
   assert.match(down.stdout, /temporal +stopped/);
+  assert.match(down.stdout, /dashboard +stopped/);
+  assert.ok(!pidAlive(dashboard.pid));
   assert.doesNotMatch(down.stdout, /postgres/); // DATABASE_URL: not ours to stop
   assert.ok(!pidAlive(temporal.pid) && !pidAlive(control.pid));
   assert.equal(readRecord(stateDir, 'temporal'), undefined);

@@ -39,6 +39,7 @@ test('an edited team registry restarts the workers troupe up started, and refuse
     TROUPE_STATE_DIR: stateDir,
     TROUPE_TEMPORAL_PORT: String(await freePort()),
     TROUPE_TEMPORAL_UI_PORT: String(await freePort()),
+    TROUPE_DASHBOARD_PORT: String(await freePort()),
     TROUPE_TASK_QUEUE: uniqueTaskQueue('control'),
     TROUPE_POOL_TASK_QUEUE: uniqueTaskQueue('pool'),
     DATABASE_URL: db.url,

@@ -1,0 +1,369 @@
+// The dashboard page: hash routes #/ (runs), #/runs/<id> (live curves, events, a step's
+// episodes), #/episodes/<id> (turn graph and tokens). Charts are Vega-Lite specs rendered
+// by Vega; `window.troupe` exposes the views so tests can read what was drawn.
+/* global vega, vegaLite */
+const main = document.getElementById('main');
+const crumbs = document.getElementById('crumbs');
+const POLL_MS = 2000;
+window.troupe = { views: {}, polls: 0 };
+let stopPolling = () => {};
+
+const esc = (s) => String(s ?? '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]);
+const fmt = (x, d = 3) => (x === null || x === undefined ? '–' : typeof x === 'number' ? (Number.isInteger(x) ? String(x) : x.toFixed(d)) : esc(x));
+const duration = (s) => (s < 60 ? `${s.toFixed(0)}s` : s < 3600 ? `${(s / 60).toFixed(1)}m` : `${(s / 3600).toFixed(1)}h`);
+
+async function api(path) {
+  const res = await fetch(path);
+  const body = await res.json();
+  if (!res.ok) throw new Error(body.error ?? `${res.status}`);
+  return body;
+}
+
+let configPromise;
+const config = () => (configPromise ??= api('/api/config'));
+const temporalLink = async (runId) => {
+  const c = await config();
+  return c.temporalUiUrl ? `${c.temporalUiUrl}/namespaces/${encodeURIComponent(c.namespace)}/workflows/${encodeURIComponent(runId)}` : null;
+};
+
+async function render(spec, el, name) {
+  const compiled = vegaLite.compile(spec).spec;
+  const view = new vega.View(vega.parse(compiled), { renderer: 'svg', container: el, hover: true });
+  await view.runAsync();
+  window.troupe.views[name] = view;
+  return view;
+}
+
+// ---- runs list ----
+async function runsPage(params) {
+  crumbs.textContent = '/ runs';
+  const team = params.get('team') ?? '';
+  const status = params.get('status') ?? '';
+  const q = new URLSearchParams({ limit: '100', ...(team ? { team } : {}), ...(status ? { status } : {}) });
+  const { runs, total } = await api(`/api/runs?${q}`);
+  const rows = await Promise.all(
+    runs.map(async (r) => {
+      const t = await temporalLink(r.runId);
+      return `<tr data-run="${esc(r.runId)}"><td><input type="checkbox" name="cmp" value="${esc(r.runId)}"> <a href="#/runs/${encodeURIComponent(r.runId)}">${esc(r.runId)}</a></td><td>${esc(r.team)}</td><td>${esc(r.status)}</td>
+        <td>${r.step}${r.steps ? ' / ' + r.steps : ''}</td><td>${fmt(r.evalSuccess)}${r.evalStep !== null ? ` (step ${r.evalStep})` : ''}</td>
+        <td>${new Date(r.startedAt).toLocaleString()}</td><td>${duration(r.durationSeconds)}</td><td>${t ? `<a href="${esc(t)}" target="_blank">Temporal UI</a>` : ''}</td></tr>`;
+    }),
+  );
+  main.innerHTML = `
+    <form class="filters" id="filters">team <input name="team" value="${esc(team)}" size="10">
+      status <select name="status">${['', 'running', 'paused', 'completed', 'stopped', 'failed'].map((s) => `<option ${s === status ? 'selected' : ''}>${s}</option>`).join('')}</select>
+      <button>filter</button> <span>${total} run(s)</span> <button type="button" id="compare">compare checked runs</button></form>
+    <table id="runs"><tr><th>run</th><th>team</th><th>status</th><th>step</th><th>eval success</th><th>started</th><th>duration</th><th></th></tr>${rows.join('')}</table>`;
+  document.getElementById('compare').onclick = () => {
+    const ids = [...document.querySelectorAll('input[name=cmp]:checked')].map((x) => x.value);
+    if (ids.length >= 2) location.hash = `#/compare?runs=${ids.map(encodeURIComponent).join(',')}`;
+  };
+  document.getElementById('filters').onsubmit = (ev) => {
+    ev.preventDefault();
+    const f = new FormData(ev.target);
+    location.hash = `#/?${new URLSearchParams([...f].filter(([, v]) => v))}`;
+  };
+}
+
+/** Every metric row of a run from `fromStep` on, page by page, and the learning rates. */
+async function fetchRunMetrics(runId, fromStep) {
+  const rows = [];
+  let lr = [];
+  for (let offset = 0; offset !== null; ) {
+    const page = await api(`/api/runs/${encodeURIComponent(runId)}/metrics?fromStep=${fromStep}&limit=20000&offset=${offset}`);
+    rows.push(...page.metrics);
+    if (offset === 0) lr = page.lr;
+    offset = page.nextOffset;
+  }
+  return { rows, lr };
+}
+
+// ---- a run: curves ----
+/**
+ * Panels from metric rows. As in `troupe plot`, train and update metrics of step s are
+ * drawn at s + 1 (after that step's update); evals and events at the step they happened.
+ */
+const FIRST = ['reward components', 'success', 'eval success', 'truncated / failed shares', 'gradNorm', 'learning rate', 'entropy', 'advantage.mean', 'advantage.std'];
+
+export function panelsOf(metrics, lrs = []) {
+  const panels = new Map(FIRST.map((p) => [p, []]));
+  const add = (panel, row, series, x) => {
+    if (!panels.has(panel)) panels.set(panel, []);
+    panels.get(panel).push({ x, series, value: row.value, step: row.step, kind: row.kind, scope: row.scope, name: row.name });
+  };
+  for (const r of metrics) {
+    if (r.kind === 'eval') {
+      if (r.scope === 'team' && r.name === 'success') add('eval success', r, 'eval success', r.step);
+    } else if (r.scope !== 'team') {
+      if (r.name.startsWith('reward.')) add('reward components', r, `${r.scope} ${r.name.slice(7)}`, r.step + 1);
+      else if (r.name === 'truncatedShare' || r.name === 'failedShare') add('truncated / failed shares', r, `${r.scope} ${r.name.replace('Share', '')}`, r.step + 1);
+      else if (r.name === 'updateMs') continue;
+      else add(r.name, r, `${r.scope}${r.kind === 'update' ? ' (model)' : ''}`, r.step + 1);
+    }
+  }
+  for (const r of lrs) add('learning rate', { ...r, value: r.lr, kind: 'settings', scope: r.model, name: 'lr' }, `${r.model} (model)`, r.step + 1);
+  return new Map([...panels].filter(([, points]) => points.length > 0));
+}
+
+function panelSpec(title, points, events) {
+  const isEval = title === 'eval success';
+  return {
+    title,
+    width: 380,
+    height: 150,
+    layer: [
+      {
+        data: { name: 'points', values: points },
+        // Evals are points only: nothing is known between two evals.
+        mark: isEval ? { type: 'point', filled: true, size: 60 } : { type: 'line', point: true, tooltip: true },
+        encoding: {
+          x: { field: 'x', type: 'quantitative', title: 'step', axis: { tickMinStep: 1 } },
+          y: { field: 'value', type: 'quantitative', title: null, scale: { zero: false }, axis: { format: '~g' } },
+          color: { field: 'series', type: 'nominal', title: null },
+          tooltip: [{ field: 'series' }, { field: 'step' }, { field: 'value', format: '.4f' }],
+        },
+      },
+      {
+        data: { name: 'events', values: events },
+        mark: { type: 'rule', strokeDash: [4, 3], color: '#9ca3af' },
+        encoding: { x: { field: 'step', type: 'quantitative' }, tooltip: [{ field: 'kind' }, { field: 'step' }, { field: 'at' }] },
+      },
+    ],
+  };
+}
+
+async function runPage(runId, params) {
+  crumbs.innerHTML = `/ <a href="#/">runs</a> / ${esc(runId)}`;
+  const detail = await api(`/api/runs/${encodeURIComponent(runId)}`);
+  const t = await temporalLink(runId);
+  const cfg = await config();
+  const r = detail.run;
+  main.innerHTML = `
+    <p id="summary"></p>
+    <div class="controls" id="controls"></div>
+    <h3>Curves</h3><div class="panels" id="panels"></div>
+    <h3>Events</h3><table id="events"></table>
+    <h3>Episodes</h3>
+    <form class="filters" id="epfilters">step <input name="step" type="number" min="0" value="${esc(params.get('step') ?? '0')}" style="width:5em">
+      split <select name="split"><option>train</option><option>eval</option></select>
+      status <select name="status"><option></option><option>completed</option><option>truncated</option><option>failed</option></select>
+      task <input name="task" size="10"> min reward <input name="minReward" size="5"> <button>show</button></form>
+    <div id="episodes"></div>`;
+  const summary = (run) =>
+    (document.getElementById('summary').innerHTML = `team <b>${esc(run.team)}</b> · status <b id="run-status">${esc(run.status)}</b> · step ${run.step}${run.steps ? ' / ' + run.steps : ''} · eval success ${fmt(run.evalSuccess)} · ${duration(run.durationSeconds)}${t ? ` · <a href="${esc(t)}" target="_blank">Temporal UI</a>` : ''}`);
+  summary(r);
+  controls(runId, cfg.controls);
+
+  let metrics = [];
+  let events = detail.events;
+  const views = new Map();
+  const eventRows = () => events.map((e) => ({ step: e.step, kind: e.kind, at: e.at }));
+  const drawEvents = () =>
+    (document.getElementById('events').innerHTML = '<tr><th>step</th><th>event</th><th>at</th><th>detail</th></tr>' + events.map((e) => `<tr><td>${e.step}</td><td>${esc(e.kind)}</td><td>${new Date(e.at).toLocaleString()}</td><td><code>${esc(JSON.stringify(e.detail)).slice(0, 200)}</code></td></tr>`).join(''));
+  drawEvents();
+
+  let lrs = [];
+  async function fetchMetrics(fromStep) {
+    const { rows, lr } = await fetchRunMetrics(runId, fromStep);
+    lrs = [...lrs.filter((x) => x.step < fromStep), ...lr];
+    return rows;
+  }
+  async function draw() {
+    for (const [title, points] of panelsOf(metrics, lrs)) {
+      const view = views.get(title);
+      if (view) {
+        view.data('points', points).data('events', eventRows());
+        await view.runAsync();
+        continue;
+      }
+      const el = document.createElement('div');
+      el.className = 'panel';
+      el.dataset.panel = title;
+      document.getElementById('panels').append(el);
+      views.set(title, await render(panelSpec(title, points, eventRows()), el, title));
+    }
+  }
+  metrics = await fetchMetrics(-1);
+  await draw();
+
+  // Live: refetch from the newest step on (it may still gain rows) while the run is not over.
+  let live = true;
+  stopPolling = () => (live = false);
+  (async function poll() {
+    while (live) {
+      await new Promise((res) => setTimeout(res, POLL_MS));
+      if (!live) return;
+      try {
+        const last = metrics.reduce((m, x) => Math.max(m, x.step), -1);
+        const fresh = await fetchMetrics(last);
+        metrics = [...metrics.filter((x) => x.step < last), ...fresh];
+        const d = await api(`/api/runs/${encodeURIComponent(runId)}`);
+        events = d.events;
+        summary(d.run);
+        drawEvents();
+        await draw();
+        window.troupe.polls++;
+      } catch (e) {
+        console.warn('poll failed', e);
+      }
+    }
+  })();
+
+  const epForm = document.getElementById('epfilters');
+  epForm.onsubmit = (ev) => {
+    ev.preventDefault();
+    episodes(runId, new FormData(epForm));
+  };
+  episodes(runId, new FormData(epForm));
+}
+
+function controls(runId, enabled) {
+  const el = document.getElementById('controls');
+  if (!enabled) {
+    el.innerHTML = '<small>Controls are off (start the dashboard with TROUPE_DASHBOARD_TOKEN to enable pause / resume / stop / setOptimizer).</small>';
+    return;
+  }
+  el.innerHTML = `token <input id="token" type="password" size="12"> ${['pause', 'resume', 'stop'].map((c) => `<button data-c="${c}">${c}</button>`).join('')}
+    optimizer change <input id="optchange" size="30" placeholder='{"all":{"lr":0.01}}'><button data-c="setOptimizer">set</button> <span id="ctlmsg"></span>`;
+  el.onclick = async (ev) => {
+    const c = ev.target.dataset?.c;
+    if (!c) return;
+    const body = c === 'setOptimizer' ? document.getElementById('optchange').value : '';
+    const res = await fetch(`/api/runs/${encodeURIComponent(runId)}/${c}`, { method: 'POST', headers: { authorization: `Bearer ${document.getElementById('token').value}`, 'content-type': 'application/json' }, body });
+    const out = await res.json();
+    document.getElementById('ctlmsg').textContent = res.ok ? `${c}: ok ${out.effectiveStep !== undefined ? '(from step ' + out.effectiveStep + ')' : ''}` : out.error;
+  };
+}
+
+async function episodes(runId, form) {
+  const el = document.getElementById('episodes');
+  const q = new URLSearchParams([...form].filter(([k, v]) => v && k !== 'step'));
+  q.set('limit', '200');
+  try {
+    const { episodes: eps, total } = await api(`/api/runs/${encodeURIComponent(runId)}/steps/${encodeURIComponent(form.get('step') || '0')}/episodes?${q}`);
+    el.innerHTML = `<p>${total} episode(s)${total > eps.length ? `, first ${eps.length}` : ''}</p><table><tr><th>episode</th><th>task</th><th>group</th><th>status</th><th>success</th><th>reward</th><th>turns</th></tr>` +
+      eps.map((e) => `<tr><td><a href="#/episodes/${encodeURIComponent(e.episodeId)}">${esc(e.episodeId)}</a></td><td>${esc(e.taskId)}</td><td>${e.groupIndex}.${e.episodeIndex}</td><td>${esc(e.status)}</td><td>${fmt(e.success)}</td><td>${fmt(e.reward)}</td><td>${e.turns}</td></tr>`).join('') + '</table>';
+  } catch (e) {
+    el.innerHTML = `<p class="error">${esc(e.message)}</p>`;
+  }
+}
+
+// ---- compare: several runs' curves overlaid ----
+async function comparePage(params) {
+  const ids = (params.get('runs') ?? '').split(',').filter(Boolean);
+  crumbs.innerHTML = `/ <a href="#/">runs</a> / compare ${ids.map(esc).join(', ')}`;
+  main.innerHTML = '<div class="panels" id="panels"></div>';
+  const merged = new Map();
+  for (const id of ids) {
+    const { rows, lr } = await fetchRunMetrics(id, -1);
+    for (const [title, points] of panelsOf(rows, lr)) {
+      if (!merged.has(title)) merged.set(title, []);
+      merged.get(title).push(...points.map((p) => ({ ...p, run: id, series: `${id}: ${p.series}` })));
+    }
+  }
+  for (const [title, points] of merged) {
+    const el = document.createElement('div');
+    el.className = 'panel';
+    el.dataset.panel = title;
+    document.getElementById('panels').append(el);
+    await render(panelSpec(title, points, []), el, title);
+  }
+}
+
+// ---- an episode: turn graph and tokens ----
+/** Layered layout of the turn DAG: a node's layer is one past its deepest parent (a tool call sits one below its turn). */
+export function layout(graph) {
+  const layer = new Map();
+  const parents = new Map(graph.nodes.map((n) => [n.id, []]));
+  for (const e of graph.edges) parents.get(e.to).push(e.from);
+  const depth = (id) => {
+    if (layer.has(id)) return layer.get(id);
+    const ps = parents.get(id);
+    const d = ps.length ? Math.max(...ps.map(depth)) + 1 : 0;
+    layer.set(id, d);
+    return d;
+  };
+  const rows = new Map();
+  const pos = graph.nodes.map((n) => {
+    const d = depth(n.id);
+    const slot = rows.get(d) ?? 0;
+    rows.set(d, slot + 1);
+    return { ...n, x: slot, y: d };
+  });
+  const at = new Map(pos.map((p) => [p.id, p]));
+  const edges = graph.edges.map((e) => ({ ...e, x: at.get(e.from).x, y: at.get(e.from).y, x2: at.get(e.to).x, y2: at.get(e.to).y }));
+  return { nodes: pos, edges };
+}
+
+async function episodePage(episodeId) {
+  const ep = await api(`/api/episodes/${encodeURIComponent(episodeId)}`);
+  crumbs.innerHTML = `/ <a href="#/">runs</a> / <a href="#/runs/${encodeURIComponent(ep.runId)}?step=${ep.step}">${esc(ep.runId)}</a> / step ${ep.step} / ${esc(episodeId)}`;
+  const rewardsOf = new Map(ep.rewards.map((r) => [r.turn, r]));
+  main.innerHTML = `
+    <p>task <b>${esc(ep.taskId)}</b> · ${esc(ep.split)} · status <b>${esc(ep.status)}</b> · success ${fmt(ep.success)} · seed ${ep.seed}${ep.error ? ` · <span class="error">${esc(ep.error)}</span>` : ''}</p>
+    <div class="panel" id="graph"></div>
+    <p class="legend"><span class="tok ctx">context</span><span class="tok masked">generated, trained (loss mask 1)</span><span class="tok">generated, not trained</span> — hover a token for its log-prob; darker = less likely</p>
+    <div id="turns">${ep.turns.map((t) => turnHtml(t, rewardsOf.get(t.index), ep.decodeError)).join('')}</div>`;
+  const { nodes, edges } = layout(ep.graph);
+  const ys = { field: 'y', type: 'quantitative', axis: null, scale: { reverse: true, padding: 20 } };
+  const xs = { field: 'x', type: 'quantitative', axis: null, scale: { padding: 40 } };
+  const spec = {
+    width: Math.max(240, 140 * (1 + Math.max(...nodes.map((n) => n.x)))),
+    height: Math.max(120, 70 * (1 + Math.max(...nodes.map((n) => n.y)))),
+    title: 'turn graph (after edges; tool calls as squares)',
+    layer: [
+      { data: { name: 'edges', values: edges }, mark: { type: 'rule', color: '#9ca3af' }, encoding: { x: xs, y: ys, x2: { field: 'x2' }, y2: { field: 'y2' }, strokeDash: { field: 'kind', type: 'nominal', legend: null } } },
+      {
+        data: { name: 'nodes', values: nodes },
+        mark: { type: 'point', filled: true, size: 400, tooltip: true },
+        encoding: { x: xs, y: ys, color: { field: 'agent', type: 'nominal', title: 'agent' }, shape: { field: 'kind', type: 'nominal', scale: { domain: ['turn', 'tool'], range: ['circle', 'square'] }, title: null }, tooltip: [{ field: 'label' }] },
+      },
+      { data: { name: 'labels', values: nodes }, mark: { type: 'text', dy: -18, fontSize: 11 }, encoding: { x: xs, y: ys, text: { field: 'label' } } },
+    ],
+  };
+  await render(spec, document.getElementById('graph'), 'graph');
+}
+
+function tokensHtml(pieces, ids, cls, logprobs, mask) {
+  return ids
+    .map((id, i) => {
+      const text = pieces ? pieces[i] : `[${id}]`;
+      if (!logprobs) return `<span class="tok ${cls}">${esc(text)}</span>`;
+      // Shade by probability: a likely token is pale, an unlikely one dark.
+      const lp = logprobs[i];
+      const alpha = Math.min(0.85, Math.max(0.08, 1 - Math.exp(lp)));
+      const bg = mask[i] ? `rgba(217,119,6,${alpha})` : `rgba(107,114,128,${alpha * 0.6})`;
+      return `<span class="tok ${mask[i] ? 'masked' : 'unmasked'}" style="background:${bg}" title="id ${id} · logprob ${lp.toFixed(4)} · loss mask ${mask[i]}">${esc(text)}</span>`;
+    })
+    .join('');
+}
+
+function turnHtml(t, rewards, decodeError) {
+  const comps = rewards ? Object.entries(rewards.components).map(([k, v]) => `${esc(k)} ${fmt(v)}`).join(', ') : '–';
+  const calls = t.toolCalls.map((c) => `<li><b>${esc(c.tool)}</b> input <code>${esc(JSON.stringify(c.input))}</code> → ${c.error ? `<span class="error">${esc(c.error)}</span>` : `<code>${esc(JSON.stringify(c.output))}</code>`}</li>`).join('');
+  return `<div class="turn" data-turn="${t.index}"><h4>turn ${t.index} · ${esc(t.agent)} (model ${esc(t.model)} v${t.version}) · after [${t.parents.join(', ')}] · stop ${esc(t.stopReason)} · rewards: ${comps}</h4>
+    ${decodeError ? `<p class="error">tokens not decoded: ${esc(decodeError)}</p>` : ''}
+    <div class="tokens"><span class="tok ctx">${tokensHtml(t.contextText, t.contextTokens, 'ctx')}</span><br>${tokensHtml(t.responseText, t.responseTokens, '', t.logprobs, t.lossMask)}</div>
+    ${calls ? `<ul>${calls}</ul>` : ''}</div>`;
+}
+
+// ---- routing ----
+async function route() {
+  stopPolling();
+  window.troupe.views = {};
+  window.troupe.ready = false;
+  const [path, query] = location.hash.slice(1).split('?');
+  const params = new URLSearchParams(query ?? '');
+  const parts = (path || '/').split('/').filter(Boolean).map(decodeURIComponent);
+  try {
+    if (parts[0] === 'runs' && parts[1]) await runPage(parts[1], params);
+    else if (parts[0] === 'episodes' && parts[1]) await episodePage(parts[1]);
+    else if (parts[0] === 'compare') await comparePage(params);
+    else await runsPage(params);
+  } catch (e) {
+    main.innerHTML = `<p class="error">${esc(e.message)}</p>`;
+  }
+  window.troupe.ready = true;
+}
+window.addEventListener('hashchange', route);
+route();

@@ -1,0 +1,148 @@
+/**
+ * The dashboard's HTTP server: the read-only API (dashboard/api.ts), the page
+ * (dashboard/public) with vega and vega-lite served from node_modules (no build
+ * step), and run controls that go through the workflow's own signal and update
+ * handlers — refused unless the server was given an access token.
+ */
+import { createHash, timingSafeEqual } from 'node:crypto';
+import * as fs from 'node:fs';
+import * as http from 'node:http';
+import * as path from 'node:path';
+import type { AddressInfo } from 'node:net';
+import type { Client } from '@temporalio/client';
+import type { Sql } from '../infra/db';
+import { errorMessage } from '../infra/errors';
+import { repoRoot } from '../infra/paths';
+import { pauseSignal, resumeSignal, setOptimizerUpdate, stopSignal } from '../workflows/definitions';
+import { ApiError, getEpisode, getRunDetail, getRunMetrics, intParam, listRuns, listStepEpisodes } from './api';
+
+export interface DashboardOptions {
+  sql: Sql;
+  port: number;
+  host?: string;
+  /** The Temporal Web UI's base URL and namespace, for links to a run's workflow page. */
+  temporalUiUrl?: string;
+  namespace?: string;
+  /** Controls need both: the client sends the workflow's signals and updates; the token gates them. */
+  client?: Client;
+  token?: string;
+}
+
+export interface Dashboard {
+  url: string;
+  close(): Promise<void>;
+}
+
+const PUBLIC = path.join(__dirname, 'public');
+const STATIC: Record<string, { file: string; type: string }> = {
+  '/': { file: path.join(PUBLIC, 'index.html'), type: 'text/html; charset=utf-8' },
+  '/app.js': { file: path.join(PUBLIC, 'app.js'), type: 'text/javascript; charset=utf-8' },
+  '/style.css': { file: path.join(PUBLIC, 'style.css'), type: 'text/css; charset=utf-8' },
+  '/vendor/vega.js': { file: path.join(repoRoot, 'node_modules/vega/build/vega.min.js'), type: 'text/javascript; charset=utf-8' },
+  '/vendor/vega-lite.js': { file: path.join(repoRoot, 'node_modules/vega-lite/build/vega-lite.min.js'), type: 'text/javascript; charset=utf-8' },
+};
+
+const CONTROLS = ['pause', 'resume', 'stop', 'setOptimizer'] as const;
+type Control = (typeof CONTROLS)[number];
+const MAX_BODY = 64 * 1024;
+
+function send(res: http.ServerResponse, status: number, body: unknown) {
+  res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store' });
+  res.end(JSON.stringify(body));
+}
+
+async function readJson(req: http.IncomingMessage): Promise<unknown> {
+  let size = 0;
+  const parts: Uint8Array[] = [];
+  for await (const chunk of req) {
+    size += chunk.length;
+    if (size > MAX_BODY) throw new ApiError(400, `body: larger than ${MAX_BODY} bytes`);
+    parts.push(chunk);
+  }
+  const text = Buffer.concat(parts).toString('utf8');
+  if (!text) return undefined;
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw new ApiError(400, 'body: not JSON');
+  }
+}
+
+/** Compares in constant time, so response timing does not leak the token. */
+function sameSecret(a: string, b: string): boolean {
+  const x = new Uint8Array(createHash('sha256').update(a).digest());
+  const y = new Uint8Array(createHash('sha256').update(b).digest());
+  return timingSafeEqual(x, y);
+}
+
+/** Sends a control through the workflow's handlers; setOptimizer's validator decides what is accepted. */
+async function control(opts: DashboardOptions, req: http.IncomingMessage, runId: string, what: Control) {
+  if (!opts.token || !opts.client) throw new ApiError(403, 'controls are disabled: start the dashboard with TROUPE_DASHBOARD_TOKEN set');
+  if (!sameSecret(req.headers.authorization ?? '', `Bearer ${opts.token}`)) throw new ApiError(401, 'controls need the header "Authorization: Bearer <TROUPE_DASHBOARD_TOKEN>"');
+  const body = await readJson(req);
+  const handle = opts.client.workflow.getHandle(runId);
+  try {
+    if (what === 'setOptimizer') return { ok: true, ...(await handle.executeUpdate(setOptimizerUpdate, { args: [body as never] })) };
+    await handle.signal({ pause: pauseSignal, resume: resumeSignal, stop: stopSignal }[what]);
+    return { ok: true };
+  } catch (e) {
+    // The workflow's rejection (e.g. InvalidOptimizerChange naming each field) is the user's error.
+    const cause = (e as { cause?: unknown }).cause;
+    throw new ApiError(400, `${what}: ${errorMessage(cause ?? e)}`);
+  }
+}
+
+async function route(opts: DashboardOptions, req: http.IncomingMessage, url: URL): Promise<unknown> {
+  const parts = url.pathname.split('/').filter(Boolean).map(decodeURIComponent);
+  const q = url.searchParams;
+  if (req.method === 'POST' && parts[0] === 'api' && parts[1] === 'runs' && parts.length === 4 && (CONTROLS as readonly string[]).includes(parts[3])) {
+    return control(opts, req, parts[2], parts[3] as Control);
+  }
+  if (req.method !== 'GET') throw new ApiError(405, `${req.method} ${url.pathname}: not allowed`);
+  if (parts[1] === 'config' && parts.length === 2) {
+    return { temporalUiUrl: opts.temporalUiUrl ?? null, namespace: opts.namespace ?? 'default', controls: Boolean(opts.token && opts.client), pid: process.pid };
+  }
+  if (parts[1] === 'runs') {
+    if (parts.length === 2) return listRuns(opts.sql, q);
+    if (parts.length === 3) return getRunDetail(opts.sql, parts[2], q);
+    if (parts.length === 4 && parts[3] === 'metrics') return getRunMetrics(opts.sql, parts[2], q);
+    if (parts.length === 6 && parts[3] === 'steps' && parts[5] === 'episodes') {
+      const step = intParam(new URLSearchParams({ step: parts[4] }), 'step', undefined, -1, 1e9)!;
+      return listStepEpisodes(opts.sql, parts[2], step, q);
+    }
+  }
+  if (parts[1] === 'episodes' && parts.length === 3) return getEpisode(opts.sql, parts[2]);
+  throw new ApiError(404, `${url.pathname}: no such API path`);
+}
+
+export async function startDashboard(opts: DashboardOptions): Promise<Dashboard> {
+  const server = http.createServer((req, res) => {
+    const url = new URL(req.url ?? '/', 'http://dashboard');
+    if (url.pathname.startsWith('/api/')) {
+      route(opts, req, url).then(
+        (body) => send(res, 200, body),
+        (e) => (e instanceof ApiError ? send(res, e.status, { error: e.message }) : send(res, 500, { error: errorMessage(e) })),
+      );
+      return;
+    }
+    // Pages are client-routed (#/runs/<id>, #/episodes/<id>): everything else is a static file.
+    const s = STATIC[url.pathname];
+    if (!s || req.method !== 'GET') return send(res, 404, { error: `${url.pathname}: not found` });
+    res.writeHead(200, { 'content-type': s.type });
+    fs.createReadStream(s.file).pipe(res);
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(opts.port, opts.host ?? '127.0.0.1', () => resolve());
+  });
+  const { port, address } = server.address() as AddressInfo;
+  const host = address.includes(':') ? `[${address}]` : address;
+  return {
+    url: `http://${host === '0.0.0.0' ? '127.0.0.1' : host}:${port}`,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}

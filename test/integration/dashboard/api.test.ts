@@ -1,0 +1,140 @@
+/**
+ * The dashboard's read-only API over a real run's data in a real PostgreSQL:
+ * what it returns equals the store, pages are bounded, unknown ids are 404 and
+ * malformed parameters 400 naming the parameter.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { MAX_LIMIT } from '../../../dashboard/api';
+import type { Dashboard } from '../../../dashboard/server';
+import type { Harness } from '../training/harness';
+import { getJson, RUN, runAndServe } from './fixture';
+
+describe('dashboard API', () => {
+  let h: Harness;
+  let dash: Dashboard;
+  const runId = 'dash-api-1';
+  before(async () => {
+    ({ h, dash } = await runAndServe(runId));
+  });
+  after(async () => {
+    await dash?.close();
+    await h?.shutdown();
+  });
+
+  it('lists runs with step, eval success and duration, filtered by team and status', async () => {
+    const { status, body } = await getJson(`${dash.url}/api/runs`);
+    assert.equal(status, 200);
+    assert.equal(body.total, 1);
+    const [r] = body.runs;
+    assert.equal(r.runId, runId);
+    assert.equal(r.team, 'math');
+    assert.equal(r.status, 'completed');
+    assert.equal(r.step, RUN.steps);
+    assert.equal(r.steps, RUN.steps);
+    const [ev] = await h.db.sql`SELECT value FROM metrics WHERE run_id = ${runId} AND kind = 'eval' AND scope = 'team' AND name = 'success' AND step = ${RUN.steps}`;
+    assert.equal(r.evalStep, RUN.steps);
+    assert.equal(r.evalSuccess, ev!.value);
+    assert.ok(r.durationSeconds > 0);
+    assert.equal((await getJson(`${dash.url}/api/runs?team=research`)).body.total, 0);
+    assert.equal((await getJson(`${dash.url}/api/runs?status=running`)).body.runs.length, 0);
+    assert.equal((await getJson(`${dash.url}/api/runs?team=math&status=completed`)).body.runs.length, 1);
+    assert.equal((await getJson(`${dash.url}/api/runs?offset=1`)).body.runs.length, 0);
+  });
+
+  it('gives a run with its events, and its metric rows exactly as stored, page by page', async () => {
+    const detail = await getJson(`${dash.url}/api/runs/${runId}`);
+    assert.equal(detail.status, 200);
+    assert.equal(detail.body.config.steps, RUN.steps);
+    const events = await h.db.sql`SELECT kind, step FROM run_events WHERE run_id = ${runId} ORDER BY id`;
+    assert.deepEqual(detail.body.events.map((e: any) => [e.kind, e.step]), events.map((e) => [e.kind, e.step]));
+
+    const stored = await h.db.sql`SELECT step, kind, scope, name, value FROM metrics WHERE run_id = ${runId} ORDER BY step, kind, scope, name`;
+    assert.ok(stored.length > 40, `a real run has many metric rows (${stored.length})`);
+    const pageSize = 17;
+    const got: any[] = [];
+    let offset: number | null = 0;
+    let pages = 0;
+    while (offset !== null) {
+      const { body }: { body: any } = await getJson(`${dash.url}/api/runs/${runId}/metrics?limit=${pageSize}&offset=${offset}`);
+      assert.ok(body.metrics.length <= pageSize);
+      got.push(...body.metrics);
+      offset = body.nextOffset;
+      pages++;
+    }
+    assert.equal(pages, Math.ceil(stored.length / pageSize));
+    assert.deepEqual(got, stored.map((r) => ({ ...r })));
+    const settings = await h.db.sql`SELECT step, settings FROM steps WHERE run_id = ${runId} ORDER BY step`;
+    const lr = settings.flatMap((r) => Object.entries(r.settings as Record<string, { lr: number }>).map(([model, s]) => ({ step: r.step, model, lr: s.lr })));
+    assert.ok(lr.length >= RUN.steps);
+    assert.deepEqual((await getJson(`${dash.url}/api/runs/${runId}/metrics`)).body.lr, lr);
+    const from1 = (await getJson(`${dash.url}/api/runs/${runId}/metrics?fromStep=1&kind=eval&limit=${MAX_LIMIT}`)).body.metrics;
+    assert.deepEqual(from1, stored.filter((r) => r.step >= 1 && r.kind === 'eval').map((r) => ({ ...r })));
+  });
+
+  it("lists a step's episodes with their summed reward, filtered by status, task and reward", async () => {
+    const { body } = await getJson(`${dash.url}/api/runs/${runId}/steps/0/episodes?limit=${MAX_LIMIT}`);
+    assert.equal(body.total, RUN.groupsPerStep * RUN.groupSize);
+    const sums = await h.db.sql`
+      SELECT e.episode_id, coalesce(sum(r.value), 0) AS total FROM episodes e LEFT JOIN rewards r USING (episode_id)
+      WHERE e.run_id = ${runId} AND e.step = 0 AND e.split = 'train' GROUP BY e.episode_id`;
+    const want = new Map(sums.map((s) => [s.episode_id, s.total]));
+    for (const e of body.episodes) assert.equal(e.reward, want.get(e.episodeId), e.episodeId);
+    const task = body.episodes[0].taskId;
+    const byTask = (await getJson(`${dash.url}/api/runs/${runId}/steps/0/episodes?task=${encodeURIComponent(task)}`)).body;
+    assert.equal(byTask.total, RUN.groupSize);
+    assert.ok(byTask.episodes.every((e: any) => e.taskId === task));
+    const threshold = [...want.values()].sort((a, b) => a - b)[Math.floor(want.size / 2)];
+    const high = (await getJson(`${dash.url}/api/runs/${runId}/steps/0/episodes?minReward=${threshold}`)).body;
+    assert.equal(high.total, [...want.values()].filter((v) => v >= threshold).length);
+    const completed = (await getJson(`${dash.url}/api/runs/${runId}/steps/0/episodes?status=completed`)).body;
+    const [{ n }] = await h.db.sql`SELECT count(*)::int AS n FROM episodes WHERE run_id = ${runId} AND step = 0 AND split = 'train' AND status = 'completed'`;
+    assert.equal(completed.total, n);
+    const evals = (await getJson(`${dash.url}/api/runs/${runId}/steps/0/episodes?split=eval`)).body;
+    assert.equal(evals.total, RUN.evalTasks);
+    const paged = (await getJson(`${dash.url}/api/runs/${runId}/steps/0/episodes?limit=3&offset=3`)).body;
+    assert.deepEqual(paged.episodes.map((e: any) => e.episodeId), body.episodes.slice(3, 6).map((e: any) => e.episodeId));
+  });
+
+  it('gives an episode with its turns (tokens, log-probs, loss mask), rewards and turn graph', async () => {
+    const [ep] = await h.db.sql`SELECT episode_id FROM episodes WHERE run_id = ${runId} AND split = 'train' ORDER BY episode_id LIMIT 1`;
+    const { status, body } = await getJson(`${dash.url}/api/episodes/${encodeURIComponent(ep!.episode_id)}`);
+    assert.equal(status, 200);
+    const turns = await h.db.sql`SELECT turn_index, agent, parents, context_tokens, response_tokens, logprobs, loss_mask FROM turns WHERE episode_id = ${ep!.episode_id} ORDER BY turn_index`;
+    const calls = await h.db.sql`SELECT count(*)::int AS n FROM tool_calls WHERE episode_id = ${ep!.episode_id}`;
+    assert.equal(body.turns.length, turns.length);
+    for (const [i, t] of turns.entries()) {
+      assert.deepEqual(body.turns[i].responseTokens, t.response_tokens);
+      assert.deepEqual(body.turns[i].logprobs, t.logprobs);
+      assert.deepEqual(body.turns[i].lossMask, t.loss_mask);
+      assert.equal(body.turns[i].agent, t.agent);
+    }
+    assert.equal(body.graph.nodes.length, turns.length + calls[0]!.n);
+    assert.equal(body.graph.edges.length, turns.reduce((s, t) => s + t.parents.length, 0) + calls[0]!.n);
+  });
+
+  it('answers unknown ids with 404 and malformed parameters with 400 naming the parameter', async () => {
+    const cases: Array<[string, number, RegExp]> = [
+      ['/api/runs/no-such-run', 404, /run "no-such-run" not found/],
+      ['/api/runs/no-such-run/metrics', 404, /run "no-such-run" not found/],
+      ['/api/runs/no-such-run/steps/0/episodes', 404, /run "no-such-run" not found/],
+      ['/api/episodes/nope', 404, /episode "nope" not found/],
+      ['/api/nothing', 404, /no such API path/],
+      ['/api/runs?limit=abc', 400, /^limit: must be an integer/],
+      [`/api/runs?limit=${MAX_LIMIT + 1}`, 400, new RegExp(`^limit: must be between 1 and ${MAX_LIMIT}`)],
+      ['/api/runs?offset=-1', 400, /^offset: must be between 0/],
+      ['/api/runs?status=sleeping', 400, /^status: must be one of running, paused/],
+      [`/api/runs/${runId}/metrics?fromStep=x`, 400, /^fromStep: must be an integer/],
+      [`/api/runs/${runId}/metrics?kind=loss`, 400, /^kind: must be one of train, eval, update/],
+      [`/api/runs/${runId}/steps/first/episodes`, 400, /^step: must be an integer/],
+      [`/api/runs/${runId}/steps/0/episodes?minReward=high`, 400, /^minReward: must be a finite number/],
+      [`/api/runs/${runId}/steps/0/episodes?split=test`, 400, /^split: must be one of train, eval/],
+      [`/api/runs/${runId}?eventLimit=0`, 400, /^eventLimit: must be between 1/],
+    ];
+    for (const [path, status, message] of cases) {
+      const r = await getJson(dash.url + path);
+      assert.equal(r.status, status, path);
+      assert.match(r.body.error, message, path);
+    }
+  });
+});

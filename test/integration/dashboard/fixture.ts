@@ -1,0 +1,18 @@
+/** A real short run on the real stack, and a dashboard over its database, for the dashboard's tests. */
+import { startDashboard, type Dashboard, type DashboardOptions } from '../../../dashboard/server';
+import { freePort } from '../../helpers';
+import { startHarness, type Harness } from '../training/harness';
+
+export const RUN = { team: 'math', steps: 2, groupsPerStep: 2, groupSize: 4, rollout: 'batched', evalEvery: 1, evalTasks: 4, seed: 3 } as const;
+
+export async function runAndServe(runId: string, opts: Partial<DashboardOptions> = {}): Promise<{ h: Harness; dash: Dashboard }> {
+  const h = await startHarness();
+  await h.env.client.workflow.execute('trainingRun', { taskQueue: h.taskQueue, workflowId: runId, args: [RUN] });
+  const dash = await startDashboard({ sql: h.db.sql, port: await freePort(), ...opts });
+  return { h, dash };
+}
+
+export async function getJson(url: string, init?: RequestInit): Promise<{ status: number; body: any }> {
+  const res = await fetch(url, init);
+  return { status: res.status, body: await res.json() };
+}

@@ -1,0 +1,143 @@
+/**
+ * The dashboard's pages in headless Chromium over a real run: the curves drawn
+ * are the store's metric rows, the episode graph has a node per turn and tool
+ * call and an edge per `after` and call, and a live run's curves gain points
+ * without a reload. Screenshots go to .troupe/test-artifacts/.
+ */
+import assert from 'node:assert/strict';
+import * as path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import type { Page } from 'playwright-core';
+import type { Dashboard } from '../../../dashboard/server';
+import { stopSignal } from '../../../workflows/definitions';
+import type { Harness } from '../training/harness';
+import { ARTIFACTS, browserSkipReason, launchBrowser } from './browser';
+import { RUN, runAndServe } from './fixture';
+
+const skip = browserSkipReason();
+
+/** Symbols drawn as data (not legend) in one chart. */
+const drawnPoints = (page: Page, selector: string) => page.locator(`${selector} .mark-symbol.role-mark path`).count();
+
+async function open(page: Page, url: string) {
+  await page.goto(url);
+  await page.waitForFunction(() => (globalThis as any).troupe?.ready === true);
+}
+
+describe('dashboard pages', { skip }, () => {
+  let h: Harness;
+  let dash: Dashboard;
+  let browser: Awaited<ReturnType<typeof launchBrowser>>;
+  let page: Page;
+  const runId = 'dash-pages-1';
+  before(async () => {
+    ({ h, dash } = await runAndServe(runId));
+    browser = await launchBrowser();
+    page = await browser.context.newPage();
+    page.on('pageerror', (e) => process.stderr.write(`page error: ${e.message}\n`));
+  });
+  after(async () => {
+    await browser?.close();
+    await dash?.close();
+    await h?.shutdown();
+  });
+
+  it('lists the run with its step and eval success', async () => {
+    await open(page, `${dash.url}/#/`);
+    const row = page.locator(`#runs tr[data-run="${runId}"]`);
+    assert.equal(await row.count(), 1);
+    const cells = await row.locator('td').allInnerTexts();
+    assert.equal(cells[1], 'math');
+    assert.equal(cells[2], 'completed');
+    assert.equal(cells[3], `${RUN.steps} / ${RUN.steps}`);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-runs.png') });
+  });
+
+  it("draws a run's curves with one point per stored metric row", async () => {
+    await open(page, `${dash.url}/#/runs/${runId}`);
+    const rewards = await h.db.sql`SELECT step, scope, name, value FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND name LIKE 'reward.%' ORDER BY step, scope, name`;
+    assert.ok(rewards.length > 0);
+    const drawn = await page.evaluate(() => (globalThis as any).troupe.views['reward components'].data('points').map((p: any) => [p.x, p.series, p.value]));
+    assert.deepEqual(
+      drawn.sort(),
+      rewards.map((r) => [r.step + 1, `${r.scope} ${r.name.slice('reward.'.length)}`, r.value]).sort(),
+    );
+    assert.equal(await drawnPoints(page, '[data-panel="reward components"]'), rewards.length);
+    const evals = await h.db.sql`SELECT step, value FROM metrics WHERE run_id = ${runId} AND kind = 'eval' AND scope = 'team' AND name = 'success' ORDER BY step`;
+    assert.equal(evals.length, RUN.steps + 1, 'an eval before training and after each step');
+    assert.equal(await drawnPoints(page, '[data-panel="eval success"]'), evals.length);
+    assert.equal(await page.locator('[data-panel="eval success"] .mark-line').count(), 0, 'evals are points, not a line');
+    const grad = await h.db.sql`SELECT count(*)::int AS n FROM metrics WHERE run_id = ${runId} AND name = 'gradNorm'`;
+    assert.equal(await drawnPoints(page, '[data-panel="gradNorm"]'), grad[0]!.n);
+    const lr = await h.db.sql`SELECT count(*)::int AS n FROM steps s, jsonb_each(s.settings) m WHERE s.run_id = ${runId} AND m.value ? 'lr'`;
+    assert.ok(lr[0]!.n >= RUN.steps);
+    assert.equal(await drawnPoints(page, '[data-panel="learning rate"]'), lr[0]!.n);
+    for (const panel of ['truncated / failed shares', 'entropy', 'advantage.mean', 'advantage.std']) assert.equal(await page.locator(`[data-panel="${panel}"]`).count(), 1, panel);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-run.png'), fullPage: true });
+  });
+
+  it('draws an episode graph with a node per turn and tool call and an edge per after and call', async () => {
+    const [ep] = await h.db.sql`
+      SELECT e.episode_id, (SELECT count(*)::int FROM turns t WHERE t.episode_id = e.episode_id) AS turns,
+        (SELECT coalesce(sum(cardinality(parents)), 0)::int FROM turns t WHERE t.episode_id = e.episode_id) AS afters,
+        (SELECT count(*)::int FROM tool_calls c WHERE c.episode_id = e.episode_id) AS calls
+      FROM episodes e WHERE e.run_id = ${runId} AND e.split = 'train' ORDER BY turns DESC, e.episode_id LIMIT 1`;
+    assert.ok(ep!.turns >= 2, 'an episode with several turns');
+    await open(page, `${dash.url}/#/episodes/${encodeURIComponent(ep!.episode_id)}`);
+    assert.equal(await drawnPoints(page, '#graph'), ep!.turns + ep!.calls);
+    assert.equal(await page.locator('#graph .mark-rule.role-mark line').count(), ep!.afters + ep!.calls);
+    assert.equal(await page.locator('.turn').count(), ep!.turns);
+    // Every generated token is shown, shaded by its loss mask.
+    const [{ trained, untrained }] = await h.db.sql`
+      SELECT sum((SELECT count(*) FROM unnest(loss_mask) m WHERE m = 1))::int AS trained,
+             sum((SELECT count(*) FROM unnest(loss_mask) m WHERE m = 0))::int AS untrained
+      FROM turns WHERE episode_id = ${ep!.episode_id}`;
+    assert.equal(await page.locator('#turns .tok.masked').count(), trained);
+    assert.equal(await page.locator('#turns .tok.unmasked').count(), untrained);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-episode.png'), fullPage: true });
+  });
+
+  it("adds a live run's new points without a reload", async () => {
+    const live = 'dash-live-1';
+    const handle = await h.env.client.workflow.start('trainingRun', {
+      taskQueue: h.taskQueue,
+      workflowId: live,
+      args: [{ ...RUN, steps: 30, evalEvery: 0 }],
+    });
+    const until = async (what: string, f: () => Promise<boolean>) => {
+      const deadline = Date.now() + 120_000;
+      while (!(await f())) {
+        if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+        await new Promise((r) => setTimeout(r, 250));
+      }
+    };
+    const trainRows = async () => (await h.db.sql`SELECT count(*)::int AS n FROM metrics WHERE run_id = ${live} AND kind = 'train' AND name LIKE 'reward.%'`)[0]!.n as number;
+    await until('the first step', async () => (await trainRows()) > 0);
+    await open(page, `${dash.url}/#/runs/${live}`);
+    await page.evaluate(() => ((globalThis as any).notReloaded = true));
+    const selector = '[data-panel="reward components"]';
+    const first = await drawnPoints(page, selector);
+    assert.ok(first > 0);
+    await until('more points on the page', async () => (await drawnPoints(page, selector)) > first);
+    assert.equal(await page.evaluate(() => (globalThis as any).notReloaded), true, 'the page was not reloaded');
+    await handle.signal(stopSignal);
+    await handle.result();
+    // After the run's end the page catches up with everything stored.
+    const total = await trainRows();
+    await until('the page to show every stored point', async () => (await drawnPoints(page, selector)) === total);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-live.png'), fullPage: true });
+  });
+
+  it("overlays two runs' curves, checked in the runs list", async () => {
+    await open(page, `${dash.url}/#/`);
+    for (const id of [runId, 'dash-live-1']) await page.locator(`#runs tr[data-run="${id}"] input[name=cmp]`).check();
+    await page.locator('#compare').click();
+    await page.waitForFunction(() => (globalThis as any).location.hash.startsWith('#/compare') && (globalThis as any).troupe?.ready === true);
+    const rows = await h.db.sql`SELECT run_id, count(*)::int AS n FROM metrics WHERE run_id IN (${runId}, 'dash-live-1') AND kind = 'train' AND name LIKE 'reward.%' GROUP BY run_id`;
+    assert.equal(rows.length, 2);
+    assert.equal(await drawnPoints(page, '[data-panel="reward components"]'), rows[0]!.n + rows[1]!.n);
+    const series: string[] = await page.evaluate(() => [...new Set((globalThis as any).troupe.views['reward components'].data('points').map((p: any) => p.series))] as string[]);
+    assert.ok(series.some((x) => x.startsWith(`${runId}: `)) && series.some((x) => x.startsWith('dash-live-1: ')), series.join(','));
+    await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-compare.png'), fullPage: true });
+  });
+});
