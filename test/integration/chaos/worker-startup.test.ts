@@ -88,7 +88,7 @@ it('a pool worker comes up by itself after its engine dies twice during start-up
 });
 
 it('a pool worker whose engine cannot start by its own fault (an unusable device) exits with the engine message instead of waiting', { timeout: 120_000 }, async () => {
-  const { child, log } = startWorker('gpu-workers/pool-worker.ts', ['--task-queue', uniqueTaskQueue('gpu'), '--temporal-address', env.address, '--device', 'cuda:9'], {});
+  const { child, log } = startWorker('gpu-workers/pool-worker.ts', ['--task-queue', uniqueTaskQueue('gpu'), '--temporal-address', env.address, '--device', 'cuda:9'], { DATABASE_URL: db.url });
   const code = await new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
   assert.equal(code, 1, log());
   assert.match(log(), /pool-worker: engine exited before listening \(code 1, signal null\): .*cuda/s);
