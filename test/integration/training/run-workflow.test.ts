@@ -20,6 +20,7 @@ import type { EvalSummary } from '../../../activities/training/control';
 import type { StepPlan } from '../../../activities/training/plan';
 import type { ResumePoint } from '../../../activities/training/resume';
 import type { UpdateResult } from '../../../activities/training/pool';
+import { createPoolQueueActivities } from '../../../activities/training/pool-queues';
 import type { ResolvedTraining } from '../../../schema/run-config';
 import { pauseSignal, resumeSignal, setOptimizerUpdate, statusQuery, stopSignal } from '../../../workflows/definitions';
 import type { trainingRun } from '../../../workflows';
@@ -124,7 +125,7 @@ describe('trainingRun control paths (mocked activities)', () => {
     fake = new Fake();
     taskQueue = uniqueTaskQueue('run-wf');
     const bundle = await workflowBundle();
-    const control = await Worker.create({ connection: env.nativeConnection, taskQueue, workflowBundle: bundle, activities: fake.control() });
+    const control = await Worker.create({ connection: env.nativeConnection, taskQueue, workflowBundle: bundle, activities: { ...fake.control(), ...createPoolQueueActivities({}) } });
     const pool = await Worker.create({ connection: env.nativeConnection, taskQueue: 'troupe-gpu', activities: fake.pool() });
     const running = Promise.all([control.run(), pool.run()]);
     stop = async () => {
