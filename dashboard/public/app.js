@@ -83,7 +83,17 @@ async function fetchRunMetrics(runId, fromStep) {
  * Panels from metric rows. As in `troupe plot`, train and update metrics of step s are
  * drawn at s + 1 (after that step's update); evals and events at the step they happened.
  */
-const FIRST = ['reward components', 'success', 'eval success', 'truncated / failed shares', 'gradNorm', 'learning rate', 'entropy', 'advantage.mean', 'advantage.std'];
+const FIRST = ['reward components', 'success', 'eval success', 'truncated / failed shares', 'episode length (turns)', 'episode length (tokens)', 'gradNorm', 'learning rate', 'entropy', 'advantage mean', 'advantage std'];
+/** Metrics drawn in a named panel, with what their series are called there. */
+const PANEL_OF = {
+  episodeTurns: ['episode length (turns)', ''],
+  episodeTokens: ['episode length (tokens)', ''],
+  // Before: the scores the estimator started from; after: the advantages it gave.
+  'score.mean': ['advantage mean', ' before normalization'],
+  'advantage.mean': ['advantage mean', ' after'],
+  'score.std': ['advantage std', ' before normalization'],
+  'advantage.std': ['advantage std', ' after'],
+};
 
 export function panelsOf(metrics, lrs = []) {
   const panels = new Map(FIRST.map((p) => [p, []]));
@@ -98,6 +108,7 @@ export function panelsOf(metrics, lrs = []) {
       if (r.name.startsWith('reward.')) add('reward components', r, `${r.scope} ${r.name.slice(7)}`, r.step + 1);
       else if (r.name === 'truncatedShare' || r.name === 'failedShare') add('truncated / failed shares', r, `${r.scope} ${r.name.replace('Share', '')}`, r.step + 1);
       else if (r.name === 'updateMs') continue;
+      else if (PANEL_OF[r.name]) add(PANEL_OF[r.name][0], r, `${r.scope}${PANEL_OF[r.name][1]}`, r.step + 1);
       else add(r.name, r, `${r.scope}${r.kind === 'update' ? ' (model)' : ''}`, r.step + 1);
     }
   }
@@ -125,8 +136,13 @@ function panelSpec(title, points, events) {
       },
       {
         data: { name: 'events', values: events },
-        mark: { type: 'rule', strokeDash: [4, 3], color: '#9ca3af' },
-        encoding: { x: { field: 'step', type: 'quantitative' }, tooltip: [{ field: 'kind' }, { field: 'step' }, { field: 'at' }] },
+        // Run events (pauses, optimizer changes, failures, resumes) on the same step axis.
+        mark: { type: 'rule', strokeDash: [4, 3], strokeWidth: 1.5 },
+        encoding: {
+          x: { field: 'step', type: 'quantitative' },
+          stroke: { field: 'kind', type: 'nominal', title: 'event', scale: { scheme: 'set1' } },
+          tooltip: [{ field: 'kind' }, { field: 'step' }, { field: 'at' }],
+        },
       },
     ],
   };
@@ -341,7 +357,8 @@ function tokensHtml(pieces, ids, cls, logprobs, mask) {
 function turnHtml(t, rewards, decodeError) {
   const comps = rewards ? Object.entries(rewards.components).map(([k, v]) => `${esc(k)} ${fmt(v)}`).join(', ') : '–';
   const calls = t.toolCalls.map((c) => `<li><b>${esc(c.tool)}</b> input <code>${esc(JSON.stringify(c.input))}</code> → ${c.error ? `<span class="error">${esc(c.error)}</span>` : `<code>${esc(JSON.stringify(c.output))}</code>`}</li>`).join('');
-  return `<div class="turn" data-turn="${t.index}"><h4>turn ${t.index} · ${esc(t.agent)} (model ${esc(t.model)} v${t.version}) · after [${t.parents.join(', ')}] · stop ${esc(t.stopReason)} · rewards: ${comps}</h4>
+  const adv = t.advantage === null ? 'none (not trained on)' : fmt(t.advantage, 4);
+  return `<div class="turn" data-turn="${t.index}"><h4>turn ${t.index} · ${esc(t.agent)} (model ${esc(t.model)} v${t.version}) · after [${t.parents.join(', ')}] · stop ${esc(t.stopReason)} · rewards: ${comps} · advantage <span class="advantage">${adv}</span></h4>
     ${decodeError ? `<p class="error">tokens not decoded: ${esc(decodeError)}</p>` : ''}
     <div class="tokens"><span class="tok ctx">${tokensHtml(t.contextText, t.contextTokens, 'ctx')}</span><br>${tokensHtml(t.responseText, t.responseTokens, '', t.logprobs, t.lossMask)}</div>
     ${calls ? `<ul>${calls}</ul>` : ''}</div>`;
