@@ -1,7 +1,10 @@
 // The dashboard page: hash routes #/ (runs), #/runs/<id> (live curves, events, a step's
 // episodes), #/episodes/<id> (turn graph and tokens). Charts are Vega-Lite specs rendered
-// by Vega; `window.troupe` exposes the views so tests can read what was drawn.
-/* global vega, vegaLite */
+// by Vega, the turn graph laid out by dagre; Vite bundles them (see infra/install.js).
+// `window.troupe` exposes the views so tests can read what was drawn.
+import dagre from '@dagrejs/dagre';
+import * as vega from 'vega';
+import * as vegaLite from 'vega-lite';
 const main = document.getElementById('main');
 const crumbs = document.getElementById('crumbs');
 const POLL_MS = 2000;
@@ -287,28 +290,21 @@ async function comparePage(params) {
 }
 
 // ---- an episode: turn graph and tokens ----
-/** Layered layout of the turn DAG: a node's layer is one past its deepest parent (a tool call sits one below its turn). */
+const NODE = { width: 120, height: 36 };
+
+/** The turn DAG laid out top to bottom by dagre: each node's centre and each edge's end points, in pixels. */
 export function layout(graph) {
-  const layer = new Map();
-  const parents = new Map(graph.nodes.map((n) => [n.id, []]));
-  for (const e of graph.edges) parents.get(e.to).push(e.from);
-  const depth = (id) => {
-    if (layer.has(id)) return layer.get(id);
-    const ps = parents.get(id);
-    const d = ps.length ? Math.max(...ps.map(depth)) + 1 : 0;
-    layer.set(id, d);
-    return d;
-  };
-  const rows = new Map();
-  const pos = graph.nodes.map((n) => {
-    const d = depth(n.id);
-    const slot = rows.get(d) ?? 0;
-    rows.set(d, slot + 1);
-    return { ...n, x: slot, y: d };
-  });
-  const at = new Map(pos.map((p) => [p.id, p]));
+  const g = new dagre.graphlib.Graph();
+  g.setGraph({ rankdir: 'TB', nodesep: 24, ranksep: 48, marginx: 70, marginy: 30 });
+  g.setDefaultEdgeLabel(() => ({}));
+  for (const n of graph.nodes) g.setNode(n.id, { ...NODE });
+  for (const e of graph.edges) g.setEdge(e.from, e.to);
+  dagre.layout(g);
+  const at = new Map(graph.nodes.map((n) => [n.id, g.node(n.id)]));
+  const nodes = graph.nodes.map((n) => ({ ...n, x: at.get(n.id).x, y: at.get(n.id).y }));
   const edges = graph.edges.map((e) => ({ ...e, x: at.get(e.from).x, y: at.get(e.from).y, x2: at.get(e.to).x, y2: at.get(e.to).y }));
-  return { nodes: pos, edges };
+  const { width, height } = g.graph();
+  return { nodes, edges, width, height };
 }
 
 async function episodePage(episodeId) {
@@ -320,12 +316,13 @@ async function episodePage(episodeId) {
     <div class="panel" id="graph"></div>
     <p class="legend"><span class="tok ctx">context</span><span class="tok masked">generated, trained (loss mask 1)</span><span class="tok">generated, not trained</span> — hover a token for its log-prob; darker = less likely</p>
     <div id="turns">${ep.turns.map((t) => turnHtml(t, rewardsOf.get(t.index), ep.decodeError)).join('')}</div>`;
-  const { nodes, edges } = layout(ep.graph);
-  const ys = { field: 'y', type: 'quantitative', axis: null, scale: { reverse: true, padding: 20 } };
-  const xs = { field: 'x', type: 'quantitative', axis: null, scale: { padding: 40 } };
+  const { nodes, edges, width, height } = layout(ep.graph);
+  // dagre's pixel positions as they are (scale null): the chart only draws them.
+  const ys = { field: 'y', type: 'quantitative', axis: null, scale: null };
+  const xs = { field: 'x', type: 'quantitative', axis: null, scale: null };
   const spec = {
-    width: Math.max(240, 140 * (1 + Math.max(...nodes.map((n) => n.x)))),
-    height: Math.max(120, 70 * (1 + Math.max(...nodes.map((n) => n.y)))),
+    width: Math.max(240, width),
+    height: Math.max(120, height),
     title: 'turn graph (after edges; tool calls as squares)',
     layer: [
       { data: { name: 'edges', values: edges }, mark: { type: 'rule', color: '#9ca3af' }, encoding: { x: xs, y: ys, x2: { field: 'x2' }, y2: { field: 'y2' }, strokeDash: { field: 'kind', type: 'nominal', legend: null } } },
@@ -357,7 +354,7 @@ function tokensHtml(pieces, ids, cls, logprobs, mask) {
 function turnHtml(t, rewards, decodeError) {
   const comps = rewards ? Object.entries(rewards.components).map(([k, v]) => `${esc(k)} ${fmt(v)}`).join(', ') : '–';
   const calls = t.toolCalls.map((c) => `<li><b>${esc(c.tool)}</b> input <code>${esc(JSON.stringify(c.input))}</code> → ${c.error ? `<span class="error">${esc(c.error)}</span>` : `<code>${esc(JSON.stringify(c.output))}</code>`}</li>`).join('');
-  const adv = t.advantage === null ? 'none (not trained on)' : fmt(t.advantage, 4);
+  const adv = t.advantage === null ? 'none (not trained on)' : t.advantage.toFixed(4);
   return `<div class="turn" data-turn="${t.index}"><h4>turn ${t.index} · ${esc(t.agent)} (model ${esc(t.model)} v${t.version}) · after [${t.parents.join(', ')}] · stop ${esc(t.stopReason)} · rewards: ${comps} · advantage <span class="advantage">${adv}</span></h4>
     ${decodeError ? `<p class="error">tokens not decoded: ${esc(decodeError)}</p>` : ''}
     <div class="tokens"><span class="tok ctx">${tokensHtml(t.contextText, t.contextTokens, 'ctx')}</span><br>${tokensHtml(t.responseText, t.responseTokens, '', t.logprobs, t.lossMask)}</div>
