@@ -190,6 +190,16 @@ describe('dashboard API', () => {
     assert.ok(body.turns.every((t: any) => typeof t.advantage === 'number'));
   });
 
+  it('serves the page Vite built, and no file outside it', async () => {
+    const page = await fetch(`${dash.url}/`);
+    assert.equal(page.status, 200);
+    const html = await page.text();
+    const assets = [...html.matchAll(/(?:src|href)="(\/assets\/[^"]+)"/g)].map((m) => m[1]!);
+    assert.ok(assets.some((a) => a.endsWith('.js')), html);
+    for (const a of assets) assert.equal((await fetch(dash.url + a)).status, 200, a);
+    for (const p of ['/server.ts', '/assets/../server.ts', '/assets/%2e%2e%2fserver.ts', '/web/main.js', '/assets/none.js']) assert.equal((await fetch(dash.url + p)).status, 404, p);
+  });
+
   it('answers unknown ids with 404 and malformed parameters with 400 naming the parameter', async () => {
     const cases: Array<[string, number, RegExp]> = [
       ['/api/runs/no-such-run', 404, /run "no-such-run" not found/],
