@@ -286,6 +286,8 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
     phase = 'paused';
     publish();
     await control.setRunStatus({ runId, status: 'paused' });
+    // The pause as a run event (the dashboard draws events on the curves' step axis), as its resume is.
+    if (patched('pause-event')) await control.recordEvent({ runId, step, kind: 'paused' });
     await condition(() => !paused || stopRequested);
     if (stopRequested) return;
     await control.setRunStatus({ runId, status: 'running' });

@@ -140,7 +140,7 @@ describe('dashboard pages', { skip }, () => {
     await until('the pause', async () => (await handle.query(statusQuery)).status === 'paused');
     await handle.signal(resumeSignal);
     const eventRules = (kind: string) => page.evaluate(([p, k]) => (globalThis as any).troupe.views[p].data('events').filter((e: any) => e.kind === k).length, [ 'reward components', kind ] as const);
-    await until('the resume on the curves', async () => (await eventRules('resumed-from-pause')) === 1);
+    await until('the pause and resume on the curves', async () => (await eventRules('paused')) === 1 && (await eventRules('resumed-from-pause')) === 1);
     assert.equal(await page.locator(`${selector} .mark-rule.role-mark line`).count(), (await h.db.sql`SELECT count(*)::int AS n FROM run_events WHERE run_id = ${live}`)[0]!.n);
     assert.equal(await page.evaluate(() => (globalThis as any).notReloaded), true, 'the page was not reloaded');
     await handle.signal(stopSignal);
