@@ -4,6 +4,7 @@
 import type { Sql } from '../infra/db';
 import { createPingActivities } from './ping';
 import { createTrainingControlActivities } from './training/control';
+import { createDashboardLinkActivities } from './training/dashboard-link';
 import { createPoolQueueActivities } from './training/pool-queues';
 
 /** What control activities may use. Extend with more shared clients as needed. */
@@ -11,6 +12,8 @@ export interface ControlDeps {
   sql: Sql;
   /** Task queue of the default pool (TROUPE_POOL_TASK_QUEUE; default: the pool's name). */
   poolTaskQueue?: string;
+  /** The dashboard's base URL, linked from each run's Current Details; none: no link. */
+  dashboardUrl?: string;
 }
 
 export function createControlActivities(deps: ControlDeps) {
@@ -18,6 +21,7 @@ export function createControlActivities(deps: ControlDeps) {
     ...createPingActivities(deps),
     ...createTrainingControlActivities(deps),
     ...createPoolQueueActivities(deps),
+    ...createDashboardLinkActivities(deps),
   };
 }
 

@@ -234,7 +234,7 @@ export function tokenPieces(tok: Tokenizer, ids: readonly number[]): string[] {
   return ids.map((id) => SPECIAL[id] ?? tok.decode([id]));
 }
 
-/** GET /api/episodes/:id — the stored episode (turns with tokens and their text, log-probs, loss mask, tool calls, rewards) and its graph. */
+/** GET /api/episodes/:id — the stored episode (turns with tokens and their text, log-probs, loss mask, tool calls, rewards, advantage) and its graph. */
 export async function getEpisode(sql: Sql, episodeId: string) {
   const ep = await loadEpisode(sql, episodeId);
   if (!ep) throw new ApiError(404, `episode "${episodeId}" not found`);
@@ -247,6 +247,8 @@ export async function getEpisode(sql: Sql, episodeId: string) {
   } catch (e) {
     decodeError = errorMessage(e);
   }
+  // Kept on the turn row by the step's update; null where the turn received none (see migration 003).
+  const advantages = new Map((await sql`SELECT turn_index, advantage FROM turns WHERE episode_id = ${episodeId} AND advantage IS NOT NULL`).map((r) => [r.turn_index as number, r.advantage as number]));
   return {
     ...ep.meta,
     status: ep.trajectory.status,
@@ -258,6 +260,7 @@ export async function getEpisode(sql: Sql, episodeId: string) {
       ...t,
       contextText: tok ? tokenPieces(tok, t.contextTokens) : null,
       responseText: tok ? tokenPieces(tok, t.responseTokens) : null,
+      advantage: advantages.get(t.index) ?? null,
     })),
     rewards: ep.rewards,
     graph: turnGraph(ep.trajectory.turns),

@@ -1,8 +1,8 @@
 /**
  * The dashboard's HTTP server: the read-only API (dashboard/api.ts), the page
- * (dashboard/public) with vega and vega-lite served from node_modules (no build
- * step), and run controls that go through the workflow's own signal and update
- * handlers — refused unless the server was given an access token.
+ * (dashboard/web, built by Vite into dashboard/dist by the project's set-up), and
+ * run controls that go through the workflow's own signal and update handlers —
+ * refused unless the server was given an access token.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import * as fs from 'node:fs';
@@ -12,7 +12,6 @@ import type { AddressInfo } from 'node:net';
 import type { Client } from '@temporalio/client';
 import type { Sql } from '../infra/db';
 import { errorMessage } from '../infra/errors';
-import { repoRoot } from '../infra/paths';
 import { pauseSignal, resumeSignal, setOptimizerUpdate, stopSignal } from '../workflows/definitions';
 import { ApiError, getEpisode, getRunDetail, getRunMetrics, intParam, listRuns, listStepEpisodes } from './api';
 
@@ -33,14 +32,21 @@ export interface Dashboard {
   close(): Promise<void>;
 }
 
-const PUBLIC = path.join(__dirname, 'public');
-const STATIC: Record<string, { file: string; type: string }> = {
-  '/': { file: path.join(PUBLIC, 'index.html'), type: 'text/html; charset=utf-8' },
-  '/app.js': { file: path.join(PUBLIC, 'app.js'), type: 'text/javascript; charset=utf-8' },
-  '/style.css': { file: path.join(PUBLIC, 'style.css'), type: 'text/css; charset=utf-8' },
-  '/vendor/vega.js': { file: path.join(repoRoot, 'node_modules/vega/build/vega.min.js'), type: 'text/javascript; charset=utf-8' },
-  '/vendor/vega-lite.js': { file: path.join(repoRoot, 'node_modules/vega-lite/build/vega-lite.min.js'), type: 'text/javascript; charset=utf-8' },
+/** The built page (infra/install.js ensureDashboardBuild): index.html and Vite's hashed assets. */
+export const DIST = path.join(__dirname, 'dist');
+const TYPES: Record<string, string> = {
+  '.html': 'text/html; charset=utf-8',
+  '.js': 'text/javascript; charset=utf-8',
+  '.css': 'text/css; charset=utf-8',
 };
+
+/** The built file a path names, if any: only index.html and files directly in assets/, so no path leaves DIST. */
+function staticFile(pathname: string): { file: string; type: string } | undefined {
+  const rel = pathname === '/' ? 'index.html' : pathname.slice(1);
+  const type = TYPES[path.extname(rel)];
+  if (!type || (rel !== 'index.html' && !/^assets\/[\w.-]+$/.test(rel))) return undefined;
+  return { file: path.join(DIST, rel), type };
+}
 
 const CONTROLS = ['pause', 'resume', 'stop', 'setOptimizer'] as const;
 type Control = (typeof CONTROLS)[number];
@@ -126,9 +132,13 @@ export async function startDashboard(opts: DashboardOptions): Promise<Dashboard>
       return;
     }
     // Pages are client-routed (#/runs/<id>, #/episodes/<id>): everything else is a static file.
-    const s = STATIC[url.pathname];
-    if (!s || req.method !== 'GET') return send(res, 404, { error: `${url.pathname}: not found` });
-    res.writeHead(200, { 'content-type': s.type });
+    const s = staticFile(url.pathname);
+    if (!s || req.method !== 'GET' || !fs.existsSync(s.file)) {
+      if (s && !fs.existsSync(path.join(DIST, 'index.html'))) return send(res, 503, { error: 'the dashboard page is not built: run `npx troupe up` (or `npm test`), which builds it with Vite' });
+      return send(res, 404, { error: `${url.pathname}: not found` });
+    }
+    // Assets are named by their content hash: cacheable for good; index.html is not.
+    res.writeHead(200, { 'content-type': s.type, 'cache-control': url.pathname.startsWith('/assets/') ? 'public, max-age=31536000, immutable' : 'no-cache' });
     fs.createReadStream(s.file).pipe(res);
   });
   await new Promise<void>((resolve, reject) => {

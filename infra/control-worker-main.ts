@@ -9,6 +9,7 @@ import { NativeConnection } from '@temporalio/worker';
 import { loadConfig, redactUrl, temporalAddressOf } from './config';
 import { untilAvailable } from './backoff';
 import { createControlWorker } from './control-worker';
+import { dashboardUrl } from '../dashboard/service';
 import { connect } from './db';
 import { formatError } from './errors';
 import { ensureDatabase } from './postgres';
@@ -45,7 +46,7 @@ async function main(): Promise<void> {
     async () => {
       const connection = await NativeConnection.connect({ address });
       try {
-        return { connection, worker: await createControlWorker({ connection, namespace, taskQueue, sql, poolTaskQueue: config.poolTaskQueue }) };
+        return { connection, worker: await createControlWorker({ connection, namespace, taskQueue, sql, poolTaskQueue: config.poolTaskQueue, dashboardUrl: dashboardUrl(config) }) };
       } catch (e) {
         await connection.close().catch(() => undefined);
         throw e;

@@ -13,6 +13,8 @@ export interface ControlWorkerOptions {
   sql: Sql;
   /** Task queue of the default pool (config.poolTaskQueue); runs route their pool work by it. */
   poolTaskQueue?: string;
+  /** The dashboard's base URL (dashboard/service.ts dashboardUrl), linked from each run's Current Details. */
+  dashboardUrl?: string;
   /** A prebuilt bundle (bundleWorkflowCode) to skip bundling, e.g. in tests that create many workers. */
   workflowBundle?: WorkerOptions['workflowBundle'];
   /** Any other Worker option (identity, concurrency limits, interceptors...). */
@@ -31,7 +33,7 @@ export async function createControlWorker(opts: ControlWorkerOptions): Promise<W
     namespace: opts.namespace,
     taskQueue: opts.taskQueue,
     ...(opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath: WORKFLOWS_PATH, bundlerOptions: { webpackConfigHook: isolateTeamBuildErrors } }),
-    activities: createControlActivities({ sql: opts.sql, poolTaskQueue: opts.poolTaskQueue }),
+    activities: createControlActivities({ sql: opts.sql, poolTaskQueue: opts.poolTaskQueue, dashboardUrl: opts.dashboardUrl }),
     ...opts.workerOptions,
   });
 }

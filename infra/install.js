@@ -3,7 +3,8 @@
 // Shared by cli/bin.js (the `troupe` command) and infra/test.js (`npm test`).
 //
 // ensurePackages(repoRoot): runs `npm ci` when node_modules is missing or older
-// than package-lock.json. npm writes node_modules/.package-lock.json at the end of
+// than package-lock.json. ensureDashboardBuild(repoRoot): then builds the dashboard's
+// page with Vite when dashboard/dist is missing or older than its sources. npm writes node_modules/.package-lock.json at the end of
 // every install, so its mtime is when node_modules was last brought in line with a
 // lockfile. A lock file in the temp dir (one per clone) keeps two concurrent
 // callers from running `npm ci` over each other.
@@ -141,4 +142,57 @@ function ensurePackages(repoRoot, log = (line) => process.stderr.write(line + '\
   );
 }
 
-module.exports = { ensurePackages, packagesStaleReason, withLockFile, pidAlive };
+/** Newest mtime of the files under dir (recursively), or undefined when there are none. */
+function newestMtimeMs(dir) {
+  let newest;
+  let entries;
+  try {
+    entries = fs.readdirSync(dir, { withFileTypes: true });
+  } catch {
+    return undefined;
+  }
+  for (const e of entries) {
+    const p = path.join(dir, e.name);
+    const t = e.isDirectory() ? newestMtimeMs(p) : mtimeMs(p);
+    if (t !== undefined && (newest === undefined || t > newest)) newest = t;
+  }
+  return newest;
+}
+
+/** Why the dashboard's page needs (re)building, or undefined when dashboard/dist is up to date. */
+function dashboardStaleReason(repoRoot) {
+  const built = mtimeMs(path.join(repoRoot, 'dashboard', 'dist', 'index.html'));
+  if (built === undefined) return 'the dashboard page is not built';
+  const sources = newestMtimeMs(path.join(repoRoot, 'dashboard', 'web'));
+  const packages = mtimeMs(path.join(repoRoot, 'node_modules', '.package-lock.json'));
+  if ((sources !== undefined && sources > built) || (packages !== undefined && packages > built)) return 'the dashboard page is older than its sources';
+  return undefined;
+}
+
+/**
+ * Builds the dashboard's page (dashboard/web → dashboard/dist, with Vite) when it is
+ * missing or older than its sources or packages. Run after ensurePackages; exits on failure.
+ */
+function ensureDashboardBuild(repoRoot, log = (line) => process.stderr.write(line + '\n')) {
+  if (!dashboardStaleReason(repoRoot)) return false;
+  const id = crypto.createHash('sha1').update(path.resolve(repoRoot)).digest('hex').slice(0, 12);
+  return withLockFile(
+    path.join(os.tmpdir(), `troupe-dashboard-build-${id}.lock`),
+    (pid) => log(`troupe: waiting for another dashboard build (pid ${pid}) to finish...`),
+    () => {
+      const reason = dashboardStaleReason(repoRoot);
+      if (!reason) return false;
+      log(`troupe: ${reason}; building it with Vite...`);
+      const vite = path.join(repoRoot, 'node_modules', 'vite', 'bin', 'vite.js');
+      const r = spawnSync(process.execPath, [vite, 'build', path.join(repoRoot, 'dashboard', 'web'), '--logLevel', 'warn'], { cwd: repoRoot, encoding: 'utf8', stdio: ['ignore', 2, 2] });
+      if (r.error || r.status !== 0) {
+        log(`troupe: the dashboard build failed (${r.error ? r.error.message : `exit ${r.status}`}; output above)`);
+        log(`  → fix it, then run \`node ${vite} build dashboard/web\` in ${repoRoot}`);
+        process.exit(r.status || 1);
+      }
+      return true;
+    },
+  );
+}
+
+module.exports = { ensurePackages, packagesStaleReason, ensureDashboardBuild, dashboardStaleReason, withLockFile, pidAlive };

@@ -37,6 +37,7 @@ import type { EvalSummary, TrainingControlActivities } from '../activities/train
 import { episodeIdOf, type EpisodeSpec, type StepPlan } from '../activities/training/plan';
 import type { TrainingPoolActivities, UpdateResult } from '../activities/training/pool';
 import type { PoolQueueActivities } from '../activities/training/pool-queues';
+import type { DashboardLinkActivities } from '../activities/training/dashboard-link';
 import { TroupeEvalSuccess, TroupeRunId, TroupeStatus, TroupeStep, TroupeTeam } from '../infra/search-attributes';
 import { applyOptimizerChange, parseOptimizerChange, SettingsError, type OptimizerChange, type OptimizerConfig } from '../schema/optimizer';
 import { checkAgainstTeam, parseRunConfig, RunConfigError, type ResolvedTraining, type RunConfig } from '../schema/run-config';
@@ -84,6 +85,7 @@ const ROLLOUT_CHUNK = 256;
 const control = proxyActivities<TrainingControlActivities>(controlActivities);
 const controlLocal = proxyLocalActivities<TrainingControlActivities>(controlLocalActivities);
 const poolQueueLookup = proxyLocalActivities<PoolQueueActivities>(controlLocalActivities);
+const dashboardLookup = proxyLocalActivities<DashboardLinkActivities>(controlLocalActivities);
 /** Recording a failure must not hang a failing run on a store that stays down: a few tries only. */
 const finalBookkeeping = proxyActivities<TrainingControlActivities>({ ...controlActivities, retry: { ...controlActivities.retry, maximumAttempts: 3 } });
 
@@ -144,6 +146,8 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
   let failedEpisodes = carried?.failedEpisodes ?? 0;
   let stepsWithoutSignal = carried?.stepsWithoutSignal ?? 0;
   let rewards: Record<string, Record<string, number>> = {};
+  /** The run's dashboard page, from the control worker's configuration (recorded in history). */
+  let dashboardPage: string | null = null;
   const pendingChanges: OptimizerChange[] = [...(carried?.pendingChanges ?? [])];
   const started = Date.now();
   let stepsThisExecution = 0;
@@ -203,6 +207,7 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
     if (lastEval) items.push(`- eval success ${lastEval.success.toFixed(3)} at step ${lastEval.step}${initialEval ? ` (from ${initialEval.success.toFixed(3)})` : ''}`);
     if (failedEpisodes > 0) items.push(`- failed episodes: ${failedEpisodes}`);
     if (pendingChanges.length > 0) items.push(`- optimizer changes pending: ${pendingChanges.length} (apply at step ${step + (phase === 'running' ? 1 : 0)})`);
+    if (dashboardPage) items.push(`- curves and episodes: [dashboard](${dashboardPage})`);
     const head = `**${config.team}** run \`${runId}\`: step ${step}/${config.steps} (${phase})`;
     return items.length > 0 ? `${head}\n\n${items.join('\n')}` : head;
   };
@@ -281,6 +286,8 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
     phase = 'paused';
     publish();
     await control.setRunStatus({ runId, status: 'paused' });
+    // The pause as a run event (the dashboard draws events on the curves' step axis), as its resume is.
+    if (patched('pause-event')) await control.recordEvent({ runId, step, kind: 'paused' });
     await condition(() => !paused || stopRequested);
     if (stopRequested) return;
     await control.setRunStatus({ runId, status: 'running' });
@@ -349,6 +356,10 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
   try {
     if (patched('pool-task-queues')) {
       poolQueues = await poolQueueLookup.poolTaskQueues({ pools: [...new Set(Object.values(team.models).map((m) => m.pool))] });
+    }
+    if (patched('dashboard-link')) {
+      const base = await dashboardLookup.dashboardUrl();
+      dashboardPage = base && `${base}/#/runs/${encodeURIComponent(runId)}`;
     }
     if (!carried) await startOrResume();
     phase = paused ? 'paused' : 'running';

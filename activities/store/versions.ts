@@ -68,6 +68,8 @@ export interface UpdateCommit {
   metrics: Array<{ kind: string; scope: string; name: string; value: number }>;
   stepMetrics: Record<string, unknown>;
   settings: unknown;
+  /** The advantage each of this model's trained turns received, kept on its turn row. */
+  advantages?: ReadonlyArray<{ episodeId: string; turn: number; advantage: number }>;
 }
 
 /**
@@ -90,6 +92,14 @@ export async function commitUpdate(sql: Sql, c: UpdateCommit): Promise<{ committ
     if (c.metrics.length > 0) {
       const rows = c.metrics.map((m) => ({ run_id: v.runId, step: v.step, kind: m.kind, scope: m.scope, name: m.name, value: m.value }));
       await tx`INSERT INTO metrics ${tx(rows)} ON CONFLICT (run_id, step, kind, scope, name) DO UPDATE SET value = excluded.value`;
+    }
+    if (c.advantages && c.advantages.length > 0) {
+      // One statement (three array parameters) for the whole step: committed with the version or not at all.
+      const a = c.advantages;
+      await tx`
+        UPDATE turns t SET advantage = v.advantage
+        FROM unnest(${tx.array(a.map((x) => x.episodeId), 25)}::text[], ${tx.array(a.map((x) => x.turn), 23)}::int[], ${tx.array(a.map((x) => x.advantage), 701)}::float8[]) AS v(episode_id, turn_index, advantage)
+        WHERE t.episode_id = v.episode_id AND t.turn_index = v.turn_index`;
     }
     await tx`
       INSERT INTO steps (run_id, step, status, metrics, settings, finished_at)

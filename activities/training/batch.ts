@@ -36,6 +36,30 @@ export interface StepBatch {
   counts: { episodes: number; completed: number; truncated: number; failed: number; samples: number; excluded: number };
   /** Per agent: the step's episodes it acted in, and the shares of those that ended truncated or failed. */
   endings: Record<string, AgentEndings>;
+  /** Per agent: how long its episodes are, in its own turns and generated tokens. */
+  lengths: Record<string, AgentLengths>;
+  /**
+   * Per agent: mean and std of its trained samples' scores (weighted reward sums with its
+   * role's weights), i.e. the advantage before the estimator's baseline and normalization;
+   * `diagnostics[agent].advantage` is the same after.
+   */
+  scores: Record<string, { mean: number; std: number }>;
+  /** The advantage each trained turn received (excluded ones, e.g. MC-GRPO pivots, received none). */
+  turnAdvantages: TurnAdvantage[];
+}
+
+export interface TurnAdvantage {
+  episodeId: string;
+  turn: number;
+  model: string;
+  advantage: number;
+}
+
+export interface AgentLengths {
+  /** Mean turns the agent took per episode it acted in. */
+  turns: number;
+  /** Mean tokens it generated per episode it acted in. */
+  tokens: number;
 }
 
 export interface AgentEndings {
@@ -56,6 +80,22 @@ export function agentEndings(episodes: readonly Pick<StoredEpisode, 'trajectory'
     }
   }
   return Object.fromEntries(Object.entries(n).map(([a, c]) => [a, { episodes: c.episodes, truncatedShare: c.truncated / c.episodes, failedShare: c.failed / c.episodes }]));
+}
+
+/** Episode length per agent, over the episodes it acted in (failed ones too: a failure may be a runaway length). */
+export function agentLengths(episodes: readonly Pick<StoredEpisode, 'trajectory'>[]): Record<string, AgentLengths> {
+  const n: Record<string, { episodes: number; turns: number; tokens: number }> = {};
+  for (const e of episodes) {
+    const seen = new Set<string>();
+    for (const t of e.trajectory.turns) {
+      const c = (n[t.agent] ??= { episodes: 0, turns: 0, tokens: 0 });
+      if (!seen.has(t.agent)) c.episodes++;
+      seen.add(t.agent);
+      c.turns++;
+      c.tokens += t.responseTokens.length;
+    }
+  }
+  return Object.fromEntries(Object.entries(n).map(([a, c]) => [a, { turns: c.turns / c.episodes, tokens: c.tokens / c.episodes }]));
 }
 
 export function buildStepBatch(
@@ -127,10 +167,15 @@ export function buildStepBatch(
       .filter((_, k) => !result.excluded[idx[k]!]);
   }
 
+  // The scores through the same per-agent summary as the advantages: before and after are comparable.
+  const scored = samples.map((s) => scoreOf(s, settings.agents[s.agentId]?.rewardWeights ?? {}));
+  const scores = Object.fromEntries(Object.entries(stepDiagnostics(samples, { advantages: scored, excluded: result.excluded })).map(([agent, d]) => [agent, { mean: d.advantage.mean, std: d.advantage.std }]));
+  const turnAdvantages = samples.flatMap((s, i) => (result.excluded[i] ? [] : [{ episodeId: s.episodeId, turn: turns[i]!.index, model: s.modelId, advantage: result.advantages[i]! }]));
+
   const rewards: Record<string, Record<string, number>> = {};
   for (const [agent, comps] of Object.entries(rewardSums)) rewards[agent] = Object.fromEntries(Object.entries(comps).map(([k, s]) => [k, s.sum / s.n]));
   const entropy = Object.fromEntries(Object.entries(nll).filter(([, h]) => h.n > 0).map(([agent, h]) => [agent, h.sum / h.n]));
-  return { models, diagnostics: stepDiagnostics(samples, result), rewards, entropy, counts, endings: agentEndings(episodes) };
+  return { models, diagnostics: stepDiagnostics(samples, result), rewards, entropy, counts, endings: agentEndings(episodes), lengths: agentLengths(episodes), scores, turnAdvantages };
 }
 
 /**

@@ -253,6 +253,9 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
           { kind: 'train', scope: agent, name: 'advantage.std', value: d.advantage.std },
           { kind: 'train', scope: agent, name: 'advantage.min', value: d.advantage.min },
           { kind: 'train', scope: agent, name: 'advantage.max', value: d.advantage.max },
+          // before the estimator's baseline and normalization: the scores it started from
+          { kind: 'train', scope: agent, name: 'score.mean', value: batch.scores[agent]!.mean },
+          { kind: 'train', scope: agent, name: 'score.std', value: batch.scores[agent]!.std },
           { kind: 'train', scope: agent, name: 'zeroAdvantageGroupFraction', value: d.zeroAdvantageGroupFraction },
           { kind: 'train', scope: agent, name: 'samples', value: d.samples },
           ...['loss', 'gradNorm', 'clipFraction', 'approxKl'].map((name) => ({ kind: 'train', scope: agent, name, value: metrics[name as keyof typeof metrics] })),
@@ -266,18 +269,23 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
         metrics: rows.filter((r) => Number.isFinite(r.value)),
         stepMetrics: { counts: batch.counts, [`update.${model}`]: metrics },
         settings: { [model]: modelSettings },
+        advantages: batch.turnAdvantages.filter((a) => a.model === model),
       });
       return { version: commit.version.version, committed: commit.committed, metrics: commit.version.metrics, rewards: batch.rewards };
     },
   });
 
-  /** A step's train rows per agent that need no update: reward components and episode endings. */
+  /** A step's train rows per agent that need no update: reward components, episode endings and lengths. */
   function agentRows(batch: StepBatch, agents: string[]): Array<{ kind: string; scope: string; name: string; value: number }> {
     return agents.flatMap((agent) => [
       ...Object.entries(batch.rewards[agent] ?? {}).map(([name, value]) => ({ kind: 'train', scope: agent, name: `reward.${name}`, value })),
       ...(batch.endings[agent] ? [
         { kind: 'train', scope: agent, name: 'truncatedShare', value: batch.endings[agent].truncatedShare },
         { kind: 'train', scope: agent, name: 'failedShare', value: batch.endings[agent].failedShare },
+      ] : []),
+      ...(batch.lengths[agent] ? [
+        { kind: 'train', scope: agent, name: 'episodeTurns', value: batch.lengths[agent].turns },
+        { kind: 'train', scope: agent, name: 'episodeTokens', value: batch.lengths[agent].tokens },
       ] : []),
     ]);
   }

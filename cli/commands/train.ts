@@ -101,7 +101,8 @@ export default defineCommand({
       }
       const wallSeconds = (Date.now() - started) / 1000;
       for (const l of summaryLines(summary, wallSeconds)) console.log(l);
-      if (stack.result.dashboardUrl) console.log(`  dashboard: ${stack.result.dashboardUrl}/#/runs/${encodeURIComponent(runId)}`);
+      const dashboard = stack.result.dashboardUrl ? `${stack.result.dashboardUrl}/#/runs/${encodeURIComponent(runId)}` : undefined;
+      if (dashboard) console.log(`  dashboard: ${dashboard}`);
       let plot: { png: string; svg: string } | undefined;
       if (!values['no-plot']) {
         // The plot is a convenience: whatever goes wrong with it, the summary and --json line still come.
@@ -113,7 +114,7 @@ export default defineCommand({
         }
       }
       console.log('The stack is still up (Web UI, workers); stop it with: npx troupe down');
-      if (values.json) console.log(JSON.stringify(summaryJson(summary, wallSeconds, plot ? { plot } : {})));
+      if (values.json) console.log(JSON.stringify(summaryJson(summary, wallSeconds, { ...(plot ? { plot } : {}), ...(dashboard ? { dashboard } : {}) })));
       return summary.status === 'completed' || summary.status === 'stopped' ? 0 : 1;
     } finally {
       await c.close();

@@ -10,6 +10,35 @@ import type { Dashboard } from '../../../dashboard/server';
 import type { Harness } from '../training/harness';
 import { getJson, RUN, runAndServe } from './fixture';
 
+/**
+ * Each train turn of a step, its stored advantage, and the one an independent GRPO by hand gives
+ * (the run's default estimator: per (task group, agent), score = the turn's summed reward,
+ * A = (s − mean)/(std + 1e-6), unbiased std, a singleton with mean 0 and std 1); failed episodes none.
+ */
+async function advantagesOf(sql: Harness['db']['sql'], runId: string, step: number) {
+  const rows = await sql`
+    SELECT e.episode_id, e.group_index, e.status, t.turn_index, t.agent, t.advantage,
+      (SELECT coalesce(sum(r.value), 0) FROM rewards r WHERE r.episode_id = t.episode_id AND r.turn_index = t.turn_index) AS score
+    FROM episodes e JOIN turns t USING (episode_id) WHERE e.run_id = ${runId} AND e.step = ${step} AND e.split = 'train'
+    ORDER BY e.episode_id, t.turn_index`;
+  const sets = new Map<string, number[]>();
+  for (const r of rows) if (r.status !== 'failed') sets.set(`${r.group_index}/${r.agent}`, [...(sets.get(`${r.group_index}/${r.agent}`) ?? []), r.score]);
+  return rows.map((r) => {
+    const s = sets.get(`${r.group_index}/${r.agent}`) ?? [];
+    const m = s.length === 1 ? 0 : s.reduce((a, b) => a + b, 0) / s.length;
+    const std = s.length === 1 ? 1 : Math.sqrt(s.reduce((a, b) => a + (b - m) ** 2, 0) / (s.length - 1));
+    return { id: `${r.episode_id}#${r.turn_index}`, stored: r.advantage as number | null, want: r.status === 'failed' ? null : (r.score - m) / (std + 1e-6) };
+  });
+}
+
+function assertAdvantages(turns: Awaited<ReturnType<typeof advantagesOf>>) {
+  assert.ok(turns.length > 0);
+  for (const t of turns) {
+    if (t.want === null) assert.equal(t.stored, null, t.id);
+    else assert.ok(t.stored !== null && Math.abs(t.stored - t.want) < 1e-9, `${t.id}: stored ${t.stored}, by hand ${t.want}`);
+  }
+}
+
 describe('dashboard API', () => {
   let h: Harness;
   let dash: Dashboard;
@@ -109,8 +138,66 @@ describe('dashboard API', () => {
       assert.deepEqual(body.turns[i].lossMask, t.loss_mask);
       assert.equal(body.turns[i].agent, t.agent);
     }
+    // The advantage each turn received in its step's update, as stored.
+    const stored = await h.db.sql`SELECT advantage FROM turns WHERE episode_id = ${ep!.episode_id} ORDER BY turn_index`;
+    assert.deepEqual(body.turns.map((t: any) => t.advantage), stored.map((t) => t.advantage));
     assert.equal(body.graph.nodes.length, turns.length + calls[0]!.n);
     assert.equal(body.graph.edges.length, turns.reduce((s, t) => s + t.parents.length, 0) + calls[0]!.n);
+  });
+
+  it("keeps each trained turn's advantage with its step's update (batched), none on eval turns", async () => {
+    for (let step = 0; step < RUN.steps; step++) assertAdvantages(await advantagesOf(h.db.sql, runId, step));
+    const [{ n }] = await h.db.sql`SELECT count(*)::int AS n FROM turns t JOIN episodes e USING (episode_id) WHERE e.run_id = ${runId} AND e.split = 'eval' AND t.advantage IS NOT NULL`;
+    assert.equal(n, 0);
+  });
+
+  it('stores per agent: episode length, and the advantage mean and std before and after normalization', async () => {
+    const rows = await h.db.sql`SELECT step, scope, name, value FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND scope <> 'team'`;
+    const agents = [...new Set(rows.map((r) => r.scope))];
+    assert.ok(agents.length >= 1);
+    for (let step = 0; step < RUN.steps; step++) {
+      for (const agent of agents) {
+        const value = (name: string) => rows.find((r) => r.step === step && r.scope === agent && r.name === name)?.value;
+        for (const name of ['episodeTurns', 'episodeTokens', 'score.mean', 'score.std', 'advantage.mean', 'advantage.std']) assert.equal(typeof value(name), 'number', `${agent} step ${step} ${name}`);
+        // The agent's turns per episode, by hand from the store.
+        const [len] = await h.db.sql`
+          SELECT count(*)::float8 / count(DISTINCT t.episode_id) AS turns, sum(cardinality(t.response_tokens))::float8 / count(DISTINCT t.episode_id) AS tokens
+          FROM turns t JOIN episodes e USING (episode_id) WHERE e.run_id = ${runId} AND e.step = ${step} AND e.split = 'train' AND t.agent = ${agent}`;
+        assert.ok(Math.abs(value('episodeTurns')! - len!.turns) < 1e-9);
+        assert.ok(Math.abs(value('episodeTokens')! - len!.tokens) < 1e-9);
+        // Before normalization: the mean score of the agent's turns (after: advantage.mean, checked turn by turn above).
+        const [sc] = await h.db.sql`
+          SELECT avg(coalesce((SELECT sum(r.value) FROM rewards r WHERE r.episode_id = t.episode_id AND r.turn_index = t.turn_index), 0)) AS mean
+          FROM turns t JOIN episodes e USING (episode_id) WHERE e.run_id = ${runId} AND e.step = ${step} AND e.split = 'train' AND e.status <> 'failed' AND t.agent = ${agent}`;
+        assert.ok(Math.abs(value('score.mean')! - sc!.mean) < 1e-9, `${agent} step ${step}: score.mean ${value('score.mean')} vs ${sc!.mean}`);
+      }
+    }
+  });
+
+  it('links the run from its Current Details to its dashboard page', async () => {
+    const meta = (await h.env.client.workflow.getHandle(runId).query('__temporal_workflow_metadata')) as { currentDetails?: string };
+    assert.ok(meta.currentDetails?.includes(`[dashboard](${dash.url}/#/runs/${runId})`), meta.currentDetails);
+  });
+
+  it("keeps each trained turn's advantage in durable mode too", async () => {
+    const durable = 'dash-api-durable';
+    await h.env.client.workflow.execute('trainingRun', { taskQueue: h.taskQueue, workflowId: durable, args: [{ ...RUN, steps: 1, evalEvery: 0, rollout: 'durable' }] });
+    const [{ mode }] = await h.db.sql`SELECT DISTINCT mode FROM episodes WHERE run_id = ${durable} AND split = 'train'`;
+    assert.equal(mode, 'durable');
+    assertAdvantages(await advantagesOf(h.db.sql, durable, 0));
+    const [ep] = await h.db.sql`SELECT episode_id FROM episodes WHERE run_id = ${durable} AND split = 'train' AND status <> 'failed' ORDER BY episode_id LIMIT 1`;
+    const { body } = await getJson(`${dash.url}/api/episodes/${encodeURIComponent(ep!.episode_id)}`);
+    assert.ok(body.turns.every((t: any) => typeof t.advantage === 'number'));
+  });
+
+  it('serves the page Vite built, and no file outside it', async () => {
+    const page = await fetch(`${dash.url}/`);
+    assert.equal(page.status, 200);
+    const html = await page.text();
+    const assets = [...html.matchAll(/(?:src|href)="(\/assets\/[^"]+)"/g)].map((m) => m[1]!);
+    assert.ok(assets.some((a) => a.endsWith('.js')), html);
+    for (const a of assets) assert.equal((await fetch(dash.url + a)).status, 200, a);
+    for (const p of ['/server.ts', '/assets/../server.ts', '/assets/%2e%2e%2fserver.ts', '/web/main.js', '/assets/none.js']) assert.equal((await fetch(dash.url + p)).status, 404, p);
   });
 
   it('answers unknown ids with 404 and malformed parameters with 400 naming the parameter', async () => {

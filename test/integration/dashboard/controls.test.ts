@@ -93,6 +93,6 @@ describe('dashboard controls', () => {
     for (const row of settings) assert.equal(row.settings.policy.lr, 0.05, `lr at step ${row.step}`);
     // The run page shows the pause and the change as events.
     const kinds = (await getJson(`${open.url}/api/runs/${runId}`)).body.events.map((e: any) => e.kind);
-    assert.ok(kinds.includes('optimizer-changed') && kinds.includes('resumed-from-pause'), kinds.join(','));
+    assert.ok(kinds.includes('paused') && kinds.includes('optimizer-changed') && kinds.includes('resumed-from-pause'), kinds.join(','));
   });
 });

@@ -5,10 +5,12 @@ import { startHarness, type Harness } from '../training/harness';
 
 export const RUN = { team: 'math', steps: 2, groupsPerStep: 2, groupSize: 4, rollout: 'batched', evalEvery: 1, evalTasks: 4, seed: 3 } as const;
 
-export async function runAndServe(runId: string, opts: Partial<DashboardOptions> = {}): Promise<{ h: Harness; dash: Dashboard }> {
-  const h = await startHarness();
-  await h.env.client.workflow.execute('trainingRun', { taskQueue: h.taskQueue, workflowId: runId, args: [RUN] });
-  const dash = await startDashboard({ sql: h.db.sql, port: await freePort(), ...opts });
+/** The run (batched unless `rollout` says otherwise), then the dashboard on the port its control worker links to. */
+export async function runAndServe(runId: string, opts: Partial<DashboardOptions> = {}, run: Partial<Record<keyof typeof RUN, unknown>> = {}): Promise<{ h: Harness; dash: Dashboard }> {
+  const port = await freePort();
+  const h = await startHarness({ dashboardUrl: `http://127.0.0.1:${port}` });
+  await h.env.client.workflow.execute('trainingRun', { taskQueue: h.taskQueue, workflowId: runId, args: [{ ...RUN, ...run }] });
+  const dash = await startDashboard({ sql: h.db.sql, port, ...opts });
   return { h, dash };
 }
 

@@ -8,8 +8,9 @@ import assert from 'node:assert/strict';
 import * as path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { Page } from 'playwright-core';
-import type { Dashboard } from '../../../dashboard/server';
-import { stopSignal } from '../../../workflows/definitions';
+import { startDashboard, type Dashboard } from '../../../dashboard/server';
+import { freePort } from '../../helpers';
+import { pauseSignal, resumeSignal, statusQuery, stopSignal } from '../../../workflows/definitions';
 import type { Harness } from '../training/harness';
 import { ARTIFACTS, browserSkipReason, launchBrowser } from './browser';
 import { RUN, runAndServe } from './fixture';
@@ -72,7 +73,17 @@ describe('dashboard pages', { skip }, () => {
     const lr = await h.db.sql`SELECT count(*)::int AS n FROM steps s, jsonb_each(s.settings) m WHERE s.run_id = ${runId} AND m.value ? 'lr'`;
     assert.ok(lr[0]!.n >= RUN.steps);
     assert.equal(await drawnPoints(page, '[data-panel="learning rate"]'), lr[0]!.n);
-    for (const panel of ['truncated / failed shares', 'entropy', 'advantage.mean', 'advantage.std']) assert.equal(await page.locator(`[data-panel="${panel}"]`).count(), 1, panel);
+    for (const panel of ['truncated / failed shares', 'entropy', 'episode length (turns)', 'episode length (tokens)']) assert.equal(await page.locator(`[data-panel="${panel}"]`).count(), 1, panel);
+    // Advantage mean and std per agent, before (the scores) and after normalization, one point per stored row.
+    for (const [panel, names] of [['advantage mean', ['score.mean', 'advantage.mean']], ['advantage std', ['score.std', 'advantage.std']]] as const) {
+      const rows = await h.db.sql`SELECT step, scope, name, value FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND name IN ${h.db.sql(names as unknown as string[])}`;
+      const drawnRows = await page.evaluate((p) => (globalThis as any).troupe.views[p].data('points').map((x: any) => [x.x, x.series, x.value]), panel);
+      const label = (name: string) => (name.startsWith('score.') ? ' before normalization' : ' after');
+      assert.deepEqual(drawnRows.sort(), rows.map((r) => [r.step + 1, `${r.scope}${label(r.name)}`, r.value]).sort(), panel);
+      assert.ok(rows.length >= 2 * RUN.steps, panel);
+    }
+    const turnsLen = await h.db.sql`SELECT count(*)::int AS n FROM metrics WHERE run_id = ${runId} AND name = 'episodeTurns'`;
+    assert.equal(await drawnPoints(page, '[data-panel="episode length (turns)"]'), turnsLen[0]!.n);
     await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-run.png'), fullPage: true });
   });
 
@@ -87,6 +98,10 @@ describe('dashboard pages', { skip }, () => {
     assert.equal(await drawnPoints(page, '#graph'), ep!.turns + ep!.calls);
     assert.equal(await page.locator('#graph .mark-rule.role-mark line').count(), ep!.afters + ep!.calls);
     assert.equal(await page.locator('.turn').count(), ep!.turns);
+    // Each turn shows the advantage it received in its step's update.
+    const advantages = await h.db.sql`SELECT advantage FROM turns WHERE episode_id = ${ep!.episode_id} ORDER BY turn_index`;
+    assert.ok(advantages.every((a) => typeof a.advantage === 'number'), 'a train turn of a completed step has its advantage');
+    assert.deepEqual(await page.locator('.turn .advantage').allInnerTexts(), advantages.map((a) => (a.advantage as number).toFixed(4)));
     // Every generated token is shown, shaded by its loss mask.
     const [{ trained, untrained }] = await h.db.sql`
       SELECT sum((SELECT count(*) FROM unnest(loss_mask) m WHERE m = 1))::int AS trained,
@@ -120,12 +135,42 @@ describe('dashboard pages', { skip }, () => {
     assert.ok(first > 0);
     await until('more points on the page', async () => (await drawnPoints(page, selector)) > first);
     assert.equal(await page.evaluate(() => (globalThis as any).notReloaded), true, 'the page was not reloaded');
+    // A pause and resume appear as an event rule on the curves' step axis, also without a reload.
+    await handle.signal(pauseSignal);
+    await until('the pause', async () => (await handle.query(statusQuery)).status === 'paused');
+    await handle.signal(resumeSignal);
+    const eventRules = (kind: string) => page.evaluate(([p, k]) => (globalThis as any).troupe.views[p].data('events').filter((e: any) => e.kind === k).length, [ 'reward components', kind ] as const);
+    await until('the pause and resume on the curves', async () => (await eventRules('paused')) === 1 && (await eventRules('resumed-from-pause')) === 1);
+    assert.equal(await page.locator(`${selector} .mark-rule.role-mark line`).count(), (await h.db.sql`SELECT count(*)::int AS n FROM run_events WHERE run_id = ${live}`)[0]!.n);
+    assert.equal(await page.evaluate(() => (globalThis as any).notReloaded), true, 'the page was not reloaded');
     await handle.signal(stopSignal);
     await handle.result();
     // After the run's end the page catches up with everything stored.
     const total = await trainRows();
     await until('the page to show every stored point', async () => (await drawnPoints(page, selector)) === total);
     await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-live.png'), fullPage: true });
+  });
+
+  it('refuses controls without the token, and shows none where the dashboard has no token', async () => {
+    await open(page, `${dash.url}/#/runs/${runId}`);
+    assert.equal(await page.locator('#controls button').count(), 0);
+    assert.match(await page.locator('#controls').innerText(), /Controls are off/);
+    const guarded = await startDashboard({ sql: h.db.sql, port: await freePort(), client: h.env.client, token: 'page-token' });
+    try {
+      await open(page, `${guarded.url}/#/runs/${runId}`);
+      for (const token of ['', 'wrong']) {
+        await page.locator('#token').fill(token);
+        await page.locator('#controls button[data-c="pause"]').click();
+        await page.waitForFunction(() => (globalThis as any).document.getElementById('ctlmsg').textContent !== '');
+        assert.match(await page.locator('#ctlmsg').innerText(), /controls need the header "Authorization: Bearer/);
+        await page.evaluate(() => ((globalThis as any).document.getElementById('ctlmsg').textContent = ''));
+      }
+      await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-controls.png') });
+      const events = await h.db.sql`SELECT count(*)::int AS n FROM run_events WHERE run_id = ${runId} AND kind LIKE '%pause%'`;
+      assert.equal(events[0]!.n, 0, 'nothing reached the run');
+    } finally {
+      await guarded.close();
+    }
   });
 
   it("overlays two runs' curves, checked in the runs list", async () => {

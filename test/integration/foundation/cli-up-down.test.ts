@@ -1,56 +1,24 @@
 // `troupe up` / `ping` / `doctor` / `down` as a user runs them (cli/bin.js in child processes),
 // on free ports and a temp state dir so they never meet a developer's own `troupe up`.
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as net from 'node:net';
-import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, test } from 'node:test';
-import { repoRoot } from '../../../infra/paths';
 import { pidAlive, readRecord } from '../../../infra/processes';
 import { temporalServerVersion } from '../../../infra/temporal';
-import { createTestDatabase, freePort, startTemporal, TestDatabase, uniqueTaskQueue } from '../../helpers';
+import { startTemporal, TestDatabase } from '../../helpers';
+import { cliStack, troupe } from '../../helpers/cli';
 
-const bin = path.join(repoRoot, 'cli', 'bin.js');
 const cleanups: (() => Promise<unknown>)[] = [];
 after(async () => {
   for (const c of cleanups.reverse()) await c().catch(() => undefined);
 });
 
-function troupe(args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [bin, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c) => (stdout += c));
-    child.stderr.on('data', (c) => (stderr += c));
-    child.on('close', (code) => resolve({ code: code ?? 1, stdout, stderr }));
-  });
-}
-
 async function setup(extra: NodeJS.ProcessEnv = {}): Promise<{ env: NodeJS.ProcessEnv; stateDir: string; db: TestDatabase }> {
-  const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-up-'));
-  const db = await createTestDatabase({ migrate: false }); // `up` migrates it
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    TROUPE_STATE_DIR: stateDir,
-    TROUPE_TEMPORAL_PORT: String(await freePort()),
-    TROUPE_TEMPORAL_UI_PORT: String(await freePort()),
-    TROUPE_DASHBOARD_PORT: String(await freePort()),
-    TROUPE_TASK_QUEUE: uniqueTaskQueue('control'),
-    TROUPE_POOL_TASK_QUEUE: uniqueTaskQueue('pool'),
-    DATABASE_URL: db.url,
-    TEMPORAL_ADDRESS: '',
-    TROUPE_DEBUG: '',
-    ...extra,
-  };
-  cleanups.push(async () => {
-    await troupe(['down'], env);
-    await db.drop();
-    fs.rmSync(stateDir, { recursive: true, force: true });
-  });
-  return { env, stateDir, db };
+  const stack = await cliStack(extra);
+  cleanups.push(stack.cleanup);
+  return stack;
 }
 
 test('up --ping starts the dev server and the control worker; doctor sees them; down stops exactly those', async () => {

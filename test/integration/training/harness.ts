@@ -35,11 +35,11 @@ export async function startPool(env: TestWorkflowEnvironment, db: TestDatabase):
   return pool;
 }
 
-export async function startHarness(opts: { env?: TestWorkflowEnvironment } = {}): Promise<Harness> {
+export async function startHarness(opts: { env?: TestWorkflowEnvironment; dashboardUrl?: string } = {}): Promise<Harness> {
   const env = opts.env ?? (await startTemporal());
   const db = await createTestDatabase();
   const taskQueue = uniqueTaskQueue('troupe');
-  const control = await createControlWorker({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue, sql: db.sql, workflowBundle: await workflowBundle() });
+  const control = await createControlWorker({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue, sql: db.sql, dashboardUrl: opts.dashboardUrl, workflowBundle: await workflowBundle() });
   const controlRun = control.run();
   const h: Harness = {
     env,

@@ -21,6 +21,7 @@ import type { StepPlan } from '../../../activities/training/plan';
 import type { ResumePoint } from '../../../activities/training/resume';
 import type { UpdateResult } from '../../../activities/training/pool';
 import { createPoolQueueActivities } from '../../../activities/training/pool-queues';
+import { createDashboardLinkActivities } from '../../../activities/training/dashboard-link';
 import type { ResolvedTraining } from '../../../schema/run-config';
 import { pauseSignal, resumeSignal, setOptimizerUpdate, statusQuery, stopSignal } from '../../../workflows/definitions';
 import type { trainingRun } from '../../../workflows';
@@ -125,7 +126,7 @@ describe('trainingRun control paths (mocked activities)', () => {
     fake = new Fake();
     taskQueue = uniqueTaskQueue('run-wf');
     const bundle = await workflowBundle();
-    const control = await Worker.create({ connection: env.nativeConnection, taskQueue, workflowBundle: bundle, activities: { ...fake.control(), ...createPoolQueueActivities({}) } });
+    const control = await Worker.create({ connection: env.nativeConnection, taskQueue, workflowBundle: bundle, activities: { ...fake.control(), ...createPoolQueueActivities({}), ...createDashboardLinkActivities({}) } });
     const pool = await Worker.create({ connection: env.nativeConnection, taskQueue: 'troupe-gpu', activities: fake.pool() });
     const running = Promise.all([control.run(), pool.run()]);
     stop = async () => {

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { agentEndings, buildStepBatch } from '../../../activities/training/batch';
+import { agentEndings, agentLengths, buildStepBatch } from '../../../activities/training/batch';
 import type { StoredEpisode } from '../../../activities/store/trajectories';
 import { mathTeam } from '../../../agents/teams/math';
 import { checkAgainstTeam, parseRunConfig } from '../../../schema/run-config';
@@ -116,5 +116,40 @@ describe('agentEndings', () => {
       verifier: { episodes: 3, truncatedShare: 1 / 3, failedShare: 1 / 3 },
     });
     assert.deepEqual(agentEndings([]), {});
+  });
+});
+
+describe('what the dashboard shows of a step', () => {
+  const settings = checkAgainstTeam(parseRunConfig({ team: 'math' }), mathTeam());
+
+  it('keeps the advantage each trained turn received, none for failed episodes', () => {
+    // As in the first test: group 0 solver [1, 0] -> ±0.5/(sqrt(0.5) + 1e-6), verifier [10, 0] -> ±5/(sqrt(50) + 1e-6);
+    // group 1's usable episode is a singleton per agent: s/(1 + 1e-6).
+    const batch = buildStepBatch([episode(0, 0, 1, 10), episode(0, 1, 0, 0), episode(1, 0, 0, 10), episode(1, 1, 0, 0, 'failed')], settings);
+    const a = 0.5 / (Math.sqrt(0.5) + 1e-6);
+    const av = 5 / (Math.sqrt(50) + 1e-6);
+    const want = [['e0.0', 0, a], ['e0.0', 1, av], ['e0.1', 0, -a], ['e0.1', 1, -av], ['e1.0', 0, 0], ['e1.0', 1, 10 / (1 + 1e-6)]] as const;
+    assert.deepEqual(batch.turnAdvantages.map((t) => [t.episodeId, t.turn, t.model]), want.map(([e, t]) => [e, t, 'policy']));
+    batch.turnAdvantages.forEach((t, i) => assert.ok(Math.abs(t.advantage - want[i]![2]) < 1e-12, `${t.episodeId}#${t.turn}: ${t.advantage}`));
+  });
+
+  it("gives each agent's scores before normalization beside its advantages after", () => {
+    // Solver scores [1, 0, 0]: mean 1/3, unbiased std sqrt(((2/3)^2 + 2 (1/3)^2) / 2) = sqrt(1/3).
+    // Verifier [10, 0, 10] with its reward weight 0.5: [5, 0, 5], mean 10/3, std sqrt(((5/3)^2 * 2 + (10/3)^2) / 2) = sqrt(25/3).
+    const weighted = checkAgainstTeam(parseRunConfig({ team: 'math', optimizer: { agents: { verifier: { rewardWeights: { judged: 0.5 } } } } }), mathTeam());
+    const batch = buildStepBatch([episode(0, 0, 1, 10), episode(0, 1, 0, 0), episode(1, 0, 0, 10), episode(1, 1, 0, 0, 'failed')], weighted);
+    const close = (x: number, y: number) => assert.ok(Math.abs(x - y) < 1e-12, `${x} vs ${y}`);
+    close(batch.scores.solver!.mean, 1 / 3);
+    close(batch.scores.solver!.std, Math.sqrt(1 / 3));
+    close(batch.scores.verifier!.mean, 10 / 3);
+    close(batch.scores.verifier!.std, Math.sqrt(25 / 3));
+  });
+
+  it("measures each agent's episode length in its own turns and generated tokens", () => {
+    const e = episode(0, 0, 1, 10);
+    const twoSolverTurns = { ...e, trajectory: { ...e.trajectory, turns: [e.trajectory.turns[0]!, { ...e.trajectory.turns[0]!, index: 2, responseTokens: [1] }] } };
+    // Solver: 1 + 2 turns over 2 episodes = 1.5; tokens 3 + (3 + 1) = 7 -> 3.5. Verifier: one episode, 1 turn, 3 tokens.
+    assert.deepEqual(agentLengths([e, twoSolverTurns]), { solver: { turns: 1.5, tokens: 3.5 }, verifier: { turns: 1, tokens: 3 } });
+    assert.deepEqual(agentLengths([]), {});
   });
 });

@@ -1,7 +1,10 @@
 // The dashboard page: hash routes #/ (runs), #/runs/<id> (live curves, events, a step's
 // episodes), #/episodes/<id> (turn graph and tokens). Charts are Vega-Lite specs rendered
-// by Vega; `window.troupe` exposes the views so tests can read what was drawn.
-/* global vega, vegaLite */
+// by Vega, the turn graph laid out by dagre; Vite bundles them (see infra/install.js).
+// `window.troupe` exposes the views so tests can read what was drawn.
+import dagre from '@dagrejs/dagre';
+import * as vega from 'vega';
+import * as vegaLite from 'vega-lite';
 const main = document.getElementById('main');
 const crumbs = document.getElementById('crumbs');
 const POLL_MS = 2000;
@@ -83,7 +86,17 @@ async function fetchRunMetrics(runId, fromStep) {
  * Panels from metric rows. As in `troupe plot`, train and update metrics of step s are
  * drawn at s + 1 (after that step's update); evals and events at the step they happened.
  */
-const FIRST = ['reward components', 'success', 'eval success', 'truncated / failed shares', 'gradNorm', 'learning rate', 'entropy', 'advantage.mean', 'advantage.std'];
+const FIRST = ['reward components', 'success', 'eval success', 'truncated / failed shares', 'episode length (turns)', 'episode length (tokens)', 'gradNorm', 'learning rate', 'entropy', 'advantage mean', 'advantage std'];
+/** Metrics drawn in a named panel, with what their series are called there. */
+const PANEL_OF = {
+  episodeTurns: ['episode length (turns)', ''],
+  episodeTokens: ['episode length (tokens)', ''],
+  // Before: the scores the estimator started from; after: the advantages it gave.
+  'score.mean': ['advantage mean', ' before normalization'],
+  'advantage.mean': ['advantage mean', ' after'],
+  'score.std': ['advantage std', ' before normalization'],
+  'advantage.std': ['advantage std', ' after'],
+};
 
 export function panelsOf(metrics, lrs = []) {
   const panels = new Map(FIRST.map((p) => [p, []]));
@@ -98,6 +111,7 @@ export function panelsOf(metrics, lrs = []) {
       if (r.name.startsWith('reward.')) add('reward components', r, `${r.scope} ${r.name.slice(7)}`, r.step + 1);
       else if (r.name === 'truncatedShare' || r.name === 'failedShare') add('truncated / failed shares', r, `${r.scope} ${r.name.replace('Share', '')}`, r.step + 1);
       else if (r.name === 'updateMs') continue;
+      else if (PANEL_OF[r.name]) add(PANEL_OF[r.name][0], r, `${r.scope}${PANEL_OF[r.name][1]}`, r.step + 1);
       else add(r.name, r, `${r.scope}${r.kind === 'update' ? ' (model)' : ''}`, r.step + 1);
     }
   }
@@ -125,8 +139,13 @@ function panelSpec(title, points, events) {
       },
       {
         data: { name: 'events', values: events },
-        mark: { type: 'rule', strokeDash: [4, 3], color: '#9ca3af' },
-        encoding: { x: { field: 'step', type: 'quantitative' }, tooltip: [{ field: 'kind' }, { field: 'step' }, { field: 'at' }] },
+        // Run events (pauses, optimizer changes, failures, resumes) on the same step axis.
+        mark: { type: 'rule', strokeDash: [4, 3], strokeWidth: 1.5 },
+        encoding: {
+          x: { field: 'step', type: 'quantitative' },
+          stroke: { field: 'kind', type: 'nominal', title: 'event', scale: { scheme: 'set1' } },
+          tooltip: [{ field: 'kind' }, { field: 'step' }, { field: 'at' }],
+        },
       },
     ],
   };
@@ -271,28 +290,21 @@ async function comparePage(params) {
 }
 
 // ---- an episode: turn graph and tokens ----
-/** Layered layout of the turn DAG: a node's layer is one past its deepest parent (a tool call sits one below its turn). */
+const NODE = { width: 120, height: 36 };
+
+/** The turn DAG laid out top to bottom by dagre: each node's centre and each edge's end points, in pixels. */
 export function layout(graph) {
-  const layer = new Map();
-  const parents = new Map(graph.nodes.map((n) => [n.id, []]));
-  for (const e of graph.edges) parents.get(e.to).push(e.from);
-  const depth = (id) => {
-    if (layer.has(id)) return layer.get(id);
-    const ps = parents.get(id);
-    const d = ps.length ? Math.max(...ps.map(depth)) + 1 : 0;
-    layer.set(id, d);
-    return d;
-  };
-  const rows = new Map();
-  const pos = graph.nodes.map((n) => {
-    const d = depth(n.id);
-    const slot = rows.get(d) ?? 0;
-    rows.set(d, slot + 1);
-    return { ...n, x: slot, y: d };
-  });
-  const at = new Map(pos.map((p) => [p.id, p]));
+  const g = new dagre.graphlib.Graph();
+  g.setGraph({ rankdir: 'TB', nodesep: 24, ranksep: 48, marginx: 70, marginy: 30 });
+  g.setDefaultEdgeLabel(() => ({}));
+  for (const n of graph.nodes) g.setNode(n.id, { ...NODE });
+  for (const e of graph.edges) g.setEdge(e.from, e.to);
+  dagre.layout(g);
+  const at = new Map(graph.nodes.map((n) => [n.id, g.node(n.id)]));
+  const nodes = graph.nodes.map((n) => ({ ...n, x: at.get(n.id).x, y: at.get(n.id).y }));
   const edges = graph.edges.map((e) => ({ ...e, x: at.get(e.from).x, y: at.get(e.from).y, x2: at.get(e.to).x, y2: at.get(e.to).y }));
-  return { nodes: pos, edges };
+  const { width, height } = g.graph();
+  return { nodes, edges, width, height };
 }
 
 async function episodePage(episodeId) {
@@ -304,12 +316,13 @@ async function episodePage(episodeId) {
     <div class="panel" id="graph"></div>
     <p class="legend"><span class="tok ctx">context</span><span class="tok masked">generated, trained (loss mask 1)</span><span class="tok">generated, not trained</span> — hover a token for its log-prob; darker = less likely</p>
     <div id="turns">${ep.turns.map((t) => turnHtml(t, rewardsOf.get(t.index), ep.decodeError)).join('')}</div>`;
-  const { nodes, edges } = layout(ep.graph);
-  const ys = { field: 'y', type: 'quantitative', axis: null, scale: { reverse: true, padding: 20 } };
-  const xs = { field: 'x', type: 'quantitative', axis: null, scale: { padding: 40 } };
+  const { nodes, edges, width, height } = layout(ep.graph);
+  // dagre's pixel positions as they are (scale null): the chart only draws them.
+  const ys = { field: 'y', type: 'quantitative', axis: null, scale: null };
+  const xs = { field: 'x', type: 'quantitative', axis: null, scale: null };
   const spec = {
-    width: Math.max(240, 140 * (1 + Math.max(...nodes.map((n) => n.x)))),
-    height: Math.max(120, 70 * (1 + Math.max(...nodes.map((n) => n.y)))),
+    width: Math.max(240, width),
+    height: Math.max(120, height),
     title: 'turn graph (after edges; tool calls as squares)',
     layer: [
       { data: { name: 'edges', values: edges }, mark: { type: 'rule', color: '#9ca3af' }, encoding: { x: xs, y: ys, x2: { field: 'x2' }, y2: { field: 'y2' }, strokeDash: { field: 'kind', type: 'nominal', legend: null } } },
@@ -341,7 +354,8 @@ function tokensHtml(pieces, ids, cls, logprobs, mask) {
 function turnHtml(t, rewards, decodeError) {
   const comps = rewards ? Object.entries(rewards.components).map(([k, v]) => `${esc(k)} ${fmt(v)}`).join(', ') : '–';
   const calls = t.toolCalls.map((c) => `<li><b>${esc(c.tool)}</b> input <code>${esc(JSON.stringify(c.input))}</code> → ${c.error ? `<span class="error">${esc(c.error)}</span>` : `<code>${esc(JSON.stringify(c.output))}</code>`}</li>`).join('');
-  return `<div class="turn" data-turn="${t.index}"><h4>turn ${t.index} · ${esc(t.agent)} (model ${esc(t.model)} v${t.version}) · after [${t.parents.join(', ')}] · stop ${esc(t.stopReason)} · rewards: ${comps}</h4>
+  const adv = t.advantage === null ? 'none (not trained on)' : t.advantage.toFixed(4);
+  return `<div class="turn" data-turn="${t.index}"><h4>turn ${t.index} · ${esc(t.agent)} (model ${esc(t.model)} v${t.version}) · after [${t.parents.join(', ')}] · stop ${esc(t.stopReason)} · rewards: ${comps} · advantage <span class="advantage">${adv}</span></h4>
     ${decodeError ? `<p class="error">tokens not decoded: ${esc(decodeError)}</p>` : ''}
     <div class="tokens"><span class="tok ctx">${tokensHtml(t.contextText, t.contextTokens, 'ctx')}</span><br>${tokensHtml(t.responseText, t.responseTokens, '', t.logprobs, t.lossMask)}</div>
     ${calls ? `<ul>${calls}</ul>` : ''}</div>`;
