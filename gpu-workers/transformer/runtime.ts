@@ -19,6 +19,7 @@ import { stepMetrics } from '../model-runtime';
 import { transformerSequenceIssue } from './family';
 import { buildTransformerGenerateGraph } from './generate-graph';
 import { buildTransformerScoreGraph } from './score-graph';
+import { generateBytesPerRow, rowsThatFit, updateBytesPerSequence } from './memory';
 import { paramLayout, TransformerSpec } from './spec';
 import { buildTransformerUpdateGraph } from './update-graph';
 
@@ -33,6 +34,11 @@ export class TransformerRequestError extends ModelRequestError {
 const f32 = (a: Float32Array, dims: number[]) => new ort.Tensor('float32', a, dims);
 const i64 = (a: BigInt64Array, dims: number[]) => new ort.Tensor('int64', a, dims);
 const scalar = (x: number) => new ort.Tensor('float32', Float32Array.of(x), []);
+
+type Sequence = { context: ArrayLike<number>; tokens: ArrayLike<number> };
+
+/** S of the grid: the longest sequence minus its last token (nothing predicts past it). */
+const gridLength = (seqs: Sequence[]) => Math.max(1, ...seqs.map((s) => s.context.length + s.tokens.length - 1));
 
 /** Right-padded [B, S] token grid of whole sequences minus their last token, and targets = next tokens. */
 interface SequenceGrid {
@@ -52,8 +58,6 @@ export class TransformerRuntime implements ModelRuntime {
     readonly spec: TransformerSpec,
     private readonly factory: SessionFactory,
     readonly rows: RowPolicy = { minRows: 2 },
-    /** sequences per update micro-batch (activation memory is held for one at a time) */
-    readonly microBatchSequences = Infinity,
   ) {
     this.paramCount = paramLayout(spec).total;
   }
@@ -78,11 +82,21 @@ export class TransformerRuntime implements ModelRuntime {
   }
 
 
-  /** One fused run over all rows (callers split batches larger than they want). */
+  /**
+   * One fused run over all rows (callers split batches larger than they want), or several when
+   * the rows' KV caches and prefill would not fit in the memory budget together (memory.ts).
+   */
   async generate(theta: Float32Array, rows: GenerateRow[]): Promise<GenerateRowResult[]> {
-    const n = rows.length;
-    if (n === 0) return [];
     rows.forEach((r, b) => this.checkLength(`sequences[${b}]`, r.context.length, r.context.length + r.maxTokens));
+    const longest = Math.max(0, ...rows.map((r) => r.context.length + r.maxTokens));
+    const perRun = rowsThatFit(this.spec, this.factory.memory.budgetBytes, generateBytesPerRow(this.spec, longest));
+    const out: GenerateRowResult[] = [];
+    for (let at = 0; at < rows.length; at += perRun) out.push(...(await this.generateRun(theta, rows.slice(at, at + perRun))));
+    return out;
+  }
+
+  private async generateRun(theta: Float32Array, rows: GenerateRow[]): Promise<GenerateRowResult[]> {
+    const n = rows.length;
     const B = Math.max(n, this.rows.minRows);
     const V = this.spec.vocabSize;
     const C = Math.max(...rows.map((r) => r.context.length));
@@ -140,10 +154,10 @@ export class TransformerRuntime implements ModelRuntime {
   }
 
   /** `rows`: at least this many sequences (the rest are zero padding). */
-  private grid(seqs: { context: ArrayLike<number>; tokens: ArrayLike<number> }[], field: string, rows = this.rows.minRows): SequenceGrid {
+  private grid(seqs: Sequence[], field: string, rows = this.rows.minRows): SequenceGrid {
     seqs.forEach((s, b) => this.checkLength(`${field}[${b}]`, s.context.length, s.context.length + s.tokens.length));
     const B = Math.max(seqs.length, rows);
-    const S = Math.max(1, ...seqs.map((s) => s.context.length + s.tokens.length - 1));
+    const S = gridLength(seqs);
     const tokens = new BigInt64Array(B * S);
     const targets = new BigInt64Array(B * S);
     seqs.forEach((s, b) => {
@@ -177,11 +191,14 @@ export class TransformerRuntime implements ModelRuntime {
   }
 
   /**
-   * K = settings.innerSteps fused AdamW steps on the whole batch, in one run; each step sums
-   * the gradient over micro-batches of `microBatchSequences` sequences (padding sequences have weight 0).
+   * K = settings.innerSteps fused AdamW steps on the whole batch, in one run; each step sums the
+   * gradient over micro-batches of as many sequences as `memory.microBatchBytes` holds
+   * (memory.ts; padding sequences have weight 0). The split depends only on the batch, the spec
+   * and that setting, so the result is bitwise reproducible.
    */
   async update(state: OptimState, samples: UpdateSample[], s: UpdateSettings): Promise<UpdateOutput> {
-    const perMicro = Math.max(this.rows.minRows, Math.min(this.microBatchSequences, samples.length));
+    const fit = Math.floor(this.factory.memory.microBatchBytes / updateBytesPerSequence(this.spec, gridLength(samples)));
+    const perMicro = Math.max(this.rows.minRows, Math.min(fit, samples.length));
     const micro = Math.max(1, Math.ceil(samples.length / perMicro));
     const grid = this.grid(samples, 'samples', micro * perMicro);
     const N = grid.B * grid.S;
