@@ -75,8 +75,9 @@ export class TransformerRuntime implements ModelRuntime {
    */
   async generate(theta: Float32Array, rows: GenerateRow[]): Promise<GenerateRowResult[]> {
     rows.forEach((r, b) => this.checkLength(`sequences[${b}]`, r.context.length, r.context.length + r.maxTokens));
-    const longest = Math.max(0, ...rows.map((r) => r.context.length + r.maxTokens));
-    const perRun = rowsThatFit(this.spec, this.factory.memory.budgetBytes, generateBytesPerRow(this.spec, longest));
+    // a run's caches span the longest context plus the most tokens (C + T), whichever rows they come from
+    const span = Math.max(0, ...rows.map((r) => r.context.length)) + Math.max(0, ...rows.map((r) => r.maxTokens));
+    const perRun = rowsThatFit(this.spec, this.factory.memory.budgetBytes, generateBytesPerRow(this.spec, span));
     const out: GenerateRowResult[] = [];
     for (let at = 0; at < rows.length; at += perRun) out.push(...(await this.generateRun(theta, rows.slice(at, at + perRun))));
     return out;

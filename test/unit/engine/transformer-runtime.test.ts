@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { defaultMemoryPolicy, sessionFactory } from '../../../gpu-workers/engine/device';
 import { seedKey } from '../../../gpu-workers/philox';
-import type { GenerateRow, OptimState, UpdateSettings } from '../../../gpu-workers/model-runtime';
+import type { GenerateRow, OptimState, SessionFactory, UpdateSettings } from '../../../gpu-workers/model-runtime';
 import { initTransformerWeights } from '../../../gpu-workers/transformer/init';
 import { TransformerRequestError, TransformerRuntime } from '../../../gpu-workers/transformer/runtime';
 import { generateBytesPerRow, stateBytes, updateBytesPerSequence } from '../../../gpu-workers/transformer/memory';
@@ -108,10 +108,21 @@ test('transformer runtime: updates are bitwise deterministic and learn a bandit 
 test('transformer runtime: rows whose caches do not fit the budget together run in chunks with the same results', async () => {
   const theta = Float32Array.from(initTransformerWeights(SPEC, 5), (x) => x * 10);
   const rows = [row([1, 2, 3], 1), row([4], 2, 7), row([5, 5, 5, 5, 5, 6], 3, 3), row([7, 8], 4, 6), row([9], 5, 2)];
-  const budget = stateBytes(SPEC) + 2 * generateBytesPerRow(SPEC, 9); // 2 rows of the longest (9 tokens) per run
-  const chunked = new TransformerRuntime(SPEC, sessionFactory('cpu', { intraOpThreads: 1, memory: { ...defaultMemoryPolicy(), budgetBytes: budget } }));
+  const budget = stateBytes(SPEC) + 2 * generateBytesPerRow(SPEC, 6 + 7); // 2 rows per run of caches over C + T = 13 columns
+  const base = sessionFactory('cpu', { intraOpThreads: 1, memory: { ...defaultMemoryPolicy(), budgetBytes: budget } });
+  let runs = 0;
+  const counting: SessionFactory = {
+    memory: base.memory,
+    async create(model, label) {
+      const s = await base.create(model, label);
+      const run = s.run.bind(s);
+      if (label === 'generate') s.run = ((...args: Parameters<typeof run>) => (runs++, run(...args))) as typeof s.run;
+      return s;
+    },
+  };
   const whole = await runtime().generate(theta, rows);
-  const parts = await chunked.generate(theta, rows);
+  const parts = await new TransformerRuntime(SPEC, counting).generate(theta, rows);
+  assert.equal(runs, 3, '5 rows in runs of 2');
   parts.forEach((p, i) => {
     assert.deepEqual(p.tokens, whole[i].tokens, `row ${i}`);
     p.logprobs.forEach((lp, t) => assert.ok(Math.abs(lp - whole[i].logprobs[t]) <= 1e-5, `row ${i} token ${t}`));
