@@ -21,6 +21,10 @@ import type { GenerateRow } from '../gpu-workers/model-runtime';
 import { TinyLmRuntime } from '../gpu-workers/tiny-lm/runtime';
 import { normalizeSpec, paramLayout } from '../gpu-workers/tiny-lm/spec';
 import type { UpdateSampleInput } from '../gpu-workers/types';
+import { fmt, time } from './lib/timing';
+
+/** Median wall time (ms) of `reps` runs after one warm-up. */
+const wallMs = async (reps: number, fn: () => Promise<unknown>) => (await time(reps, fn)).wall;
 
 const { values } = parseArgs({
   options: { threads: { type: 'string' }, tokens: { type: 'string' }, quick: { type: 'boolean' } },
@@ -29,23 +33,6 @@ const threads = Number(values.threads ?? 1);
 const T = Number(values.tokens ?? 32);
 const quick = !!values.quick;
 const SPEC = normalizeSpec({ vocabSize: 32 });
-
-function fmt(n: number, digits = 0): string {
-  return n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
-}
-
-/** Median wall time (ms) of `reps` runs after one warm-up. */
-async function time(reps: number, fn: () => Promise<unknown>): Promise<number> {
-  await fn();
-  const xs: number[] = [];
-  for (let i = 0; i < reps; i++) {
-    const t0 = performance.now();
-    await fn();
-    xs.push(performance.now() - t0);
-  }
-  xs.sort((a, b) => a - b);
-  return xs[Math.floor(xs.length / 2)];
-}
 
 function sequences(n: number, salt: number) {
   return Array.from({ length: n }, (_, i) => ({ context: [(i * 7) % 32, (i * 3 + salt) % 32, 5], seed: salt * 100000 + i }));
@@ -68,7 +55,7 @@ async function main() {
     for (const B of [1, 16, 256, 1024]) {
       const reps = quick ? 3 : B >= 256 ? 5 : 20;
       let salt = 0;
-      const ms = await time(reps, () => client.generate({ modelKey: 'bench', version: 0, sequences: sequences(B, salt++), sampling }));
+      const ms = await wallMs(reps, () => client.generate({ modelKey: 'bench', version: 0, sequences: sequences(B, salt++), sampling }));
       console.log(`${String(B).padStart(5)} | ${fmt(ms, 2).padStart(7)} | ${fmt((B * T) / (ms / 1000))}`);
     }
 
@@ -127,15 +114,15 @@ async function main() {
     console.log('samples | K | ms/update | samples/s | trained tokens/s');
     let rid = 0;
     for (const [n, K] of [[16, 1], [64, 1], [256, 1], [256, 4]] as const) {
-      const ms = await time(quick ? 2 : 5, () =>
+      const ms = await wallMs(quick ? 2 : 5, () =>
         client.update({ modelKey: 'bench', baseVersion: 0, requestId: `bench-${rid++}`, allowStaleBase: true, samples: samples.slice(0, n), settings: { innerSteps: K } }),
       );
       console.log(`${String(n).padStart(7)} | ${K} | ${fmt(ms, 2).padStart(9)} | ${fmt(n / (ms / 1000)).padStart(9)} | ${fmt((n * 16) / (ms / 1000))}`);
     }
 
     console.log('\n## Fixed per-call overhead over gRPC');
-    const health = await time(quick ? 20 : 200, () => client.health());
-    const one = await time(quick ? 20 : 200, () =>
+    const health = await wallMs(quick ? 20 : 200, () => client.health());
+    const one = await wallMs(quick ? 20 : 200, () =>
       client.generate({ modelKey: 'bench', version: 0, sequences: [{ context: [1], seed: 1 }], sampling: { maxTokens: 1 } }),
     );
     const window = (await client.stats()).batchWindowMs;
@@ -154,8 +141,8 @@ async function main() {
   console.log('batch | fused ms | per-step ms | fused tokens/s | per-step tokens/s');
   for (const B of [1, 16, 256, 1024]) {
     const r = rows(B);
-    const fused = await time(quick ? 2 : 5, () => rt.generate(theta, r));
-    const stepped = await time(quick ? 2 : 5, async () => {
+    const fused = await wallMs(quick ? 2 : 5, () => rt.generate(theta, r));
+    const stepped = await wallMs(quick ? 2 : 5, async () => {
       const ctx = r.map((x) => Array.from(x.context));
       for (let t = 0; t < T; t++) {
         // One token per run; per-step seeds stand in for the per-token uniforms.

@@ -6,7 +6,7 @@
 import { parseArgs } from 'node:util';
 import * as grpc from '@grpc/grpc-js';
 import { Engine } from './engine/engine';
-import { parseDevice, resolveDevice } from './engine/device';
+import { defaultMemoryPolicy, parseDevice, resolveDevice } from './engine/device';
 import { PortInUseError, startEngineServer } from './engine/server';
 
 const HELP = `troupe engine: serves Generate / Score / Update for model versions over gRPC.
@@ -24,6 +24,11 @@ usage: node --import tsx gpu-workers/engine-main.ts [options]
   --max-batch N       max sequences per fused generate run (default 1024)
   --max-versions N    cached versions per model before LRU eviction (default 64)
   --batch-shape S     auto | free | fixed  (default auto: probed per model spec)
+  --memory-bytes N    memory one model spec may use: weights, optimizer state, one run's
+                      activations; larger specs are refused naming the field (default: env
+                      TROUPE_ENGINE_MEMORY_BYTES or 80% of RAM; on CUDA give the GPU's memory)
+  --micro-batch-bytes N  activations one update micro-batch may hold (default 268435456;
+                      keep it equal across a pool so retried updates give the same bits)
   --exit-with-stdin   exit when stdin closes (used by a supervising parent so the
                       engine never outlives it)
   -h, --help          this text
@@ -56,6 +61,8 @@ async function main(): Promise<void> {
         'max-batch': { type: 'string' },
         'max-versions': { type: 'string' },
         'batch-shape': { type: 'string' },
+        'memory-bytes': { type: 'string' },
+        'micro-batch-bytes': { type: 'string' },
         'exit-with-stdin': { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
       },
@@ -84,6 +91,11 @@ async function main(): Promise<void> {
   const maxVersions = intFlag('max-versions', values['max-versions'], 64, 1);
   const shape = values['batch-shape'] ?? 'auto';
   if (shape !== 'auto' && shape !== 'free' && shape !== 'fixed') fail(`--batch-shape must be auto, free or fixed`);
+  const defaults = defaultMemoryPolicy();
+  const memory = {
+    budgetBytes: intFlag(values['memory-bytes'] === undefined && process.env.TROUPE_ENGINE_MEMORY_BYTES ? 'memory-bytes (from TROUPE_ENGINE_MEMORY_BYTES)' : 'memory-bytes', values['memory-bytes'] ?? process.env.TROUPE_ENGINE_MEMORY_BYTES, defaults.budgetBytes, 1),
+    microBatchBytes: intFlag('micro-batch-bytes', values['micro-batch-bytes'], defaults.microBatchBytes, 1),
+  };
 
   const log = (event: Record<string, unknown>) => process.stderr.write(`${JSON.stringify({ ts: new Date().toISOString(), ...event })}\n`);
 
@@ -102,6 +114,7 @@ async function main(): Promise<void> {
     maxBatch,
     maxVersionsPerModel: maxVersions,
     batchShape: shape,
+    memory,
     log,
   });
   let server;

@@ -63,6 +63,11 @@ export interface ModelFamily<S extends ModelSpec = ModelSpec> {
    * Checked per sequence before batching, so one bad caller fails alone.
    */
   sequenceIssue(spec: S, contextLength: number, total: number): { field: '' | 'context'; message: string } | undefined;
+  /**
+   * Refuse a spec whose smallest run would not fit in `budgetBytes` (ModelSpecError naming the
+   * dominant field under `prefix`). Optional: families of small models leave it out.
+   */
+  checkMemory?(spec: S, budgetBytes: number, prefix: string): void;
   /** Context length the batch-invariance probe uses (long enough to exercise every op). */
   probeContextLength(spec: S): number;
   /** One line for logs, `troupe doctor` and status (`tiny-lm W8 E16 H64 L1 tanh`). */

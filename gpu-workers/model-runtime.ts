@@ -8,7 +8,23 @@ import type * as ort from 'onnxruntime-node';
 
 export interface SessionFactory {
   create(model: Uint8Array, label: string): Promise<ort.InferenceSession>;
+  /** what the sessions of this device may use (families that size runs by memory read it) */
+  readonly memory: MemoryPolicy;
 }
+
+/** The memory one spec's runs may use on a device (engine --memory-bytes; transformer/memory.ts). */
+export interface MemoryPolicy {
+  /** weights, optimizer state and the activations of one run; a spec whose smallest run exceeds it is refused */
+  budgetBytes: number;
+  /**
+   * activations one update micro-batch may hold. A setting, not derived from the host's memory,
+   * so a retried update splits its batch the same way (hence the same bits) on every host.
+   */
+  microBatchBytes: number;
+}
+
+/** 256 MiB of update activations per micro-batch. */
+export const DEFAULT_MICRO_BATCH_BYTES = 256 * 2 ** 20;
 
 export interface GenerateRow {
   context: ArrayLike<number>;

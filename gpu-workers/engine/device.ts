@@ -8,10 +8,11 @@
  * falls back to CPU, recording the reason (reported in logs, Health and Stats).
  */
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import * as ort from 'onnxruntime-node';
 import { Graph, encodeModel } from '../onnx/builder';
-import { SessionFactory } from '../model-runtime';
+import { DEFAULT_MICRO_BATCH_BYTES, type MemoryPolicy, type SessionFactory } from '../model-runtime';
 
 export type DeviceRequest = { kind: 'cpu' } | { kind: 'cuda'; deviceId: number } | { kind: 'auto' };
 
@@ -34,6 +35,13 @@ export interface ResolvedDevice {
 export interface SessionSettings {
   /** intra-op threads for generate/score sessions (the update session always uses 1) */
   intraOpThreads: number;
+  /** default: defaultMemoryPolicy() */
+  memory?: MemoryPolicy;
+}
+
+/** 80% of this host's RAM per spec (on CUDA pass the GPU's memory with --memory-bytes), 256 MiB micro-batches. */
+export function defaultMemoryPolicy(budgetBytes = Math.floor(0.8 * os.totalmem())): MemoryPolicy {
+  return { budgetBytes, microBatchBytes: DEFAULT_MICRO_BATCH_BYTES };
 }
 
 function providers(device: string): ort.InferenceSession.ExecutionProviderConfig[] {
@@ -64,6 +72,7 @@ export function sessionFactory(device: string, s: SessionSettings): SessionFacto
   const opts = sessionOptions(device, s);
   const single = sessionOptions(device, { ...s, intraOpThreads: 1 });
   return {
+    memory: s.memory ?? defaultMemoryPolicy(),
     async create(model: Uint8Array, label: string) {
       try {
         return await ort.InferenceSession.create(model, label === 'update' ? single : opts);

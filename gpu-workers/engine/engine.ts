@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
 import { ErrorReason, EngineFault, invalid } from '../errors';
 import { describeSpec, familyOf, specKey } from '../families';
 import type { ModelSpec } from '../model-family';
-import type { GenerateRowResult, ModelRuntime, StepMetrics, UpdateSample } from '../model-runtime';
+import type { GenerateRowResult, MemoryPolicy, ModelRuntime, StepMetrics, UpdateSample } from '../model-runtime';
 import type {
   ExportedVersion,
   ExportVersionRequest,
@@ -35,7 +35,7 @@ import {
 } from './checkpoint';
 import { DeviceQueue } from './device-queue';
 import { parseEngineFaults, withNanAdvantage, type EngineFaults } from './faults';
-import { ResolvedDevice, sessionFactory } from './device';
+import { defaultMemoryPolicy, ResolvedDevice, sessionFactory } from './device';
 import { InvarianceResult, probeInvariance } from './invariance';
 import * as validate from './validate';
 import { ModelEntry, VersionCache } from './version-cache';
@@ -50,6 +50,8 @@ export interface EngineOptions {
   maxBatch?: number;
   /** cached versions per model before LRU eviction (default 64; the latest is never evicted) */
   maxVersionsPerModel?: number;
+  /** memory one spec's runs may use (default defaultMemoryPolicy(): 80% of RAM, 256 MiB update micro-batches) */
+  memory?: MemoryPolicy;
   /** "auto" probes each spec (default); "free"/"fixed" force a mode (tests, benchmarks) */
   batchShape?: 'auto' | 'free' | 'fixed';
   log?: (event: Record<string, unknown>) => void;
@@ -104,6 +106,7 @@ export class Engine {
   readonly intraOpThreads: number;
   readonly batchWindowMs: number;
   readonly maxBatch: number;
+  readonly memory: MemoryPolicy;
   private readonly cache: VersionCache;
   private readonly queue = new DeviceQueue();
   private readonly batcher: GenerateBatcher<GenerateGroupCtx>;
@@ -128,6 +131,7 @@ export class Engine {
     this.intraOpThreads = opts.intraOpThreads ?? 1;
     this.batchWindowMs = opts.batchWindowMs ?? 2;
     this.maxBatch = opts.maxBatch ?? 1024;
+    this.memory = opts.memory ?? defaultMemoryPolicy();
     this.batchShape = opts.batchShape ?? 'auto';
     this.log = opts.log ?? (() => undefined);
     this.cache = new VersionCache(opts.maxVersionsPerModel ?? 64);
@@ -143,7 +147,7 @@ export class Engine {
     const key = specKey(spec);
     let rt = this.runtimes.get(key);
     if (!rt) {
-      const factory = sessionFactory(this.device.device, { intraOpThreads: this.intraOpThreads });
+      const factory = sessionFactory(this.device.device, { intraOpThreads: this.intraOpThreads, memory: this.memory });
       rt = this.queue.run(async () => {
         const force = this.batchShape === 'auto' ? undefined : this.batchShape;
         const invariance = await probeInvariance(spec, factory, this.maxBatch, force);
@@ -168,7 +172,7 @@ export class Engine {
 
   async initModel(req: InitModelRequest): Promise<VersionInfo> {
     const key = validate.modelKey(req.modelKey);
-    const spec = validate.spec(req.spec);
+    const spec = validate.spec(req.spec, this.memory.budgetBytes);
     validate.seed(req.seed, 'seed');
     const model = await this.modelFor(key, spec);
     const theta = familyOf(spec.family).init(spec, req.seed);
@@ -180,7 +184,7 @@ export class Engine {
   async loadVersion(req: LoadVersionRequest): Promise<VersionInfo> {
     const key = validate.modelKey(req.modelKey);
     const version = validate.versionNumber(req.version);
-    const spec = validate.spec(req.spec);
+    const spec = validate.spec(req.spec, this.memory.budgetBytes);
     if (!(req.weights instanceof Uint8Array)) throw invalid('weights: required (bytes)');
     if (req.weightsSha256 && sha256Hex(req.weights) !== req.weightsSha256.toLowerCase()) {
       throw invalid(`weights_sha256: the weights bytes hash to ${sha256Hex(req.weights)}, not ${req.weightsSha256}`);

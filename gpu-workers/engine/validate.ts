@@ -38,10 +38,13 @@ export function versionNumber(v: unknown, field = 'version'): number {
   return v;
 }
 
-export function spec(s: ModelSpecInput | undefined): ModelSpec {
+/** A normalized spec whose smallest run fits in `memoryBytes` (the family's checkMemory). */
+export function spec(s: ModelSpecInput | undefined, memoryBytes: number): ModelSpec {
   if (!s) throw invalid('spec: required');
   try {
-    return normalizeModelSpec(s);
+    const spec = normalizeModelSpec(s);
+    familyOf(spec.family).checkMemory?.(spec, memoryBytes, 'spec');
+    return spec;
   } catch (e) {
     if (e instanceof ModelSpecError) throw invalid(e.message);
     throw e;

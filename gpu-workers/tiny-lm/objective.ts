@@ -8,6 +8,7 @@
  *           + e ⊙ (−softmax ⊙ (logp + H))           (entropy bonus: e = ∂loss/∂H = −β_H·w_t, ∂H/∂z = −p(logp + H))
  */
 import { FloatType, Graph, int } from '../onnx/builder';
+import { STEP_METRICS } from '../model-runtime';
 import { policyLoss, type LossInputs } from './policy-loss';
 
 /** The loss inputs (logp comes from the model) plus each row's target and row mask. */
@@ -80,4 +81,21 @@ export function rlObjective(g: Graph, ft: FloatType, logp: string, x: ObjectiveI
     approxKl: rowMean(g.op('Sub', [g.op('Sub', [lv.ratio, g.constant(ft, 1)]), lv.logRatio])),
     entropy: rowMean(rowEntropy),
   };
+}
+
+/** The objective's values as a [STEP_METRICS] vector; grad_norm is 0 here (the optimizer measures it). */
+export function metricVector(g: Graph, ft: FloatType, v: Omit<ObjectiveValues, 'dLogits'>): string {
+  const byName: Record<(typeof STEP_METRICS)[number], string> = {
+    loss: v.loss,
+    pg_loss: v.pgLoss,
+    kl_loss: v.klLoss,
+    entropy_sum: v.entropySum,
+    grad_norm: g.constant(ft, 0),
+    clip_fraction: v.clipFraction,
+    dual_clip_fraction: v.dualClipFraction,
+    approx_kl: v.approxKl,
+    entropy: v.entropy,
+  };
+  const axis0 = g.constant('int64', [0]);
+  return g.op('Concat', STEP_METRICS.map((n) => g.op('Unsqueeze', [byName[n], axis0])), { axis: int(0) });
 }

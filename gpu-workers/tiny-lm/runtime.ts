@@ -5,47 +5,34 @@
  * beyond row padding; see engine/ for queuing and coalescing.
  */
 import * as ort from 'onnxruntime-node';
-import { fillUniforms, STREAM_SAMPLING } from '../philox';
-import { biasCorrections } from './adamw';
 import type { GenerateRow, GenerateRowResult, ModelRuntime, OptimState, RowPolicy, ScoreSequence, SessionFactory, UpdateOutput, UpdateSample, UpdateSettings } from '../model-runtime';
-import { stepMetrics } from '../model-runtime';
+import { f32, generatedRows, i64, optimizerFeeds, PolicySessions, samplingFeeds, updateOutput } from '../onnx/runtime-io';
 import { scoreRows, updateRows } from './batch';
 import { buildGenerateGraph } from './generate-graph';
 import { buildScoreGraph } from './score-graph';
 import { paramLayout, TinyLmSpec, writeWindow } from './spec';
 import { buildUpdateGraph } from './update-graph';
 
-const f32 = (a: Float32Array, dims: number[]) => new ort.Tensor('float32', a, dims);
-const i64 = (a: BigInt64Array, dims: number[]) => new ort.Tensor('int64', a, dims);
-const scalar = (x: number) => new ort.Tensor('float32', Float32Array.of(x), []);
-
 export class TinyLmRuntime implements ModelRuntime {
-  private generateSession?: Promise<ort.InferenceSession>;
-  private scoreSession?: Promise<ort.InferenceSession>;
-  private updateSession?: Promise<ort.InferenceSession>;
+  private readonly sessions: PolicySessions;
   readonly paramCount: number;
 
   constructor(
     readonly spec: TinyLmSpec,
-    private readonly factory: SessionFactory,
+    factory: SessionFactory,
     readonly rows: RowPolicy = { minRows: 2 },
   ) {
     this.paramCount = paramLayout(spec).total;
-  }
-
-  private gen() {
-    return (this.generateSession ??= this.factory.create(buildGenerateGraph(this.spec), 'generate'));
-  }
-  private sc() {
-    return (this.scoreSession ??= this.factory.create(buildScoreGraph(this.spec), 'score'));
-  }
-  private upd() {
-    return (this.updateSession ??= this.factory.create(buildUpdateGraph(this.spec), 'update'));
+    this.sessions = new PolicySessions(factory, {
+      generate: () => buildGenerateGraph(spec),
+      score: () => buildScoreGraph(spec),
+      update: () => buildUpdateGraph(spec),
+    });
   }
 
   /** Build all sessions now (so the first request does not pay graph compilation). */
-  async warm(): Promise<void> {
-    await Promise.all([this.gen(), this.sc(), this.upd()]);
+  warm(): Promise<void> {
+    return this.sessions.warm();
   }
 
   /** One fused run over all rows (callers split batches larger than they want). */
@@ -54,54 +41,11 @@ export class TinyLmRuntime implements ModelRuntime {
     if (n === 0) return [];
     const B = Math.max(n, this.rows.minRows);
     const { vocabSize: V, contextWindow: W } = this.spec;
-    let T = 1;
-    for (const r of rows) T = Math.max(T, r.maxTokens);
     const context = new BigInt64Array(B * W).fill(BigInt(V));
-    const uniforms = new Float32Array(B * T);
-    const temperature = new Float32Array(B);
-    const topK = new BigInt64Array(B);
-    const topP = new Float32Array(B);
-    const stopMask = new Uint8Array(B * V);
-    const maxTokens = new BigInt64Array(B).fill(1n);
-    rows.forEach((r, b) => {
-      writeWindow(this.spec, r.context, r.context.length, context, b * W);
-      fillUniforms(r.seedKey, STREAM_SAMPLING, r.maxTokens, uniforms, b * T);
-      temperature[b] = r.temperature;
-      topK[b] = BigInt(r.topK);
-      topP[b] = r.topP;
-      for (const s of r.stopTokens) stopMask[b * V + s] = 1;
-      maxTokens[b] = BigInt(r.maxTokens);
-    });
-    const session = await this.gen();
-    const out = await session.run({
-      theta: f32(theta, [theta.length]),
-      context: i64(context, [B, W]),
-      uniforms: f32(uniforms, [B, T]),
-      temperature: f32(temperature, [B]),
-      top_k: i64(topK, [B]),
-      top_p: f32(topP, [B]),
-      stop_mask: new ort.Tensor('bool', stopMask, [B, V]),
-      max_tokens: i64(maxTokens, [B]),
-      steps: i64(BigInt64Array.of(BigInt(T)), []),
-    });
-    const toks = out.tokens.data as BigInt64Array;
-    const lps = out.logprobs.data as Float32Array;
-    const slps = out.sample_logprobs.data as Float32Array;
-    const S = out.tokens.dims[0];
-    return rows.map((r, b) => {
-      const res: GenerateRowResult = { tokens: [], logprobs: [], sampleLogprobs: [], stopReason: 'max_tokens' };
-      for (let t = 0; t < S && t < r.maxTokens; t++) {
-        const tok = Number(toks[t * B + b]);
-        res.tokens.push(tok);
-        res.logprobs.push(lps[t * B + b]);
-        res.sampleLogprobs.push(slps[t * B + b]);
-        if (stopMask[b * V + tok]) {
-          res.stopReason = 'stop_token';
-          break;
-        }
-      }
-      return res;
-    });
+    rows.forEach((r, b) => writeWindow(this.spec, r.context, r.context.length, context, b * W));
+    const sampling = samplingFeeds(rows, B, V);
+    const out = await (await this.sessions.get('generate')).run({ theta: f32(theta, [theta.length]), context: i64(context, [B, W]), ...sampling.feeds });
+    return generatedRows(out, rows, B, V, sampling.stopMask);
   }
 
   /** Log-prob and entropy of every given token; returns one array per sequence. */
@@ -118,7 +62,7 @@ export class TinyLmRuntime implements ModelRuntime {
       windows.set(all.windows.subarray(start * W, (start + n) * W));
       const targets = new BigInt64Array(N);
       targets.set(all.targets.subarray(start, start + n));
-      const session = await this.sc();
+      const session = await this.sessions.get('score');
       const out = await session.run({
         theta: f32(theta, [theta.length]),
         windows: i64(windows, [N, W]),
@@ -142,16 +86,9 @@ export class TinyLmRuntime implements ModelRuntime {
   async update(state: OptimState, samples: UpdateSample[], s: UpdateSettings): Promise<UpdateOutput> {
     // Updates need no batch invariance (the batch is the input); 2 rows keep GEMMs on the M ≥ 2 kernel like Score.
     const rows = updateRows(this.spec, samples, 2);
-    const K = s.innerSteps;
-    const beta1 = Math.fround(s.beta1);
-    const beta2 = Math.fround(s.beta2);
-    const bc = biasCorrections(Math.fround(s.lr), beta1, beta2, state.step + 1, K);
     const N = rows.rows;
-    const session = await this.upd();
-    const out = await session.run({
-      theta: f32(state.theta, [this.paramCount]),
-      adam_m: f32(state.m, [this.paramCount]),
-      adam_v: f32(state.v, [this.paramCount]),
+    const out = await (await this.sessions.get('update')).run({
+      ...optimizerFeeds(state, s),
       windows: i64(rows.windows, [N, this.spec.contextWindow]),
       targets: i64(rows.targets, [N]),
       advantages: f32(rows.advantages, [N]),
@@ -160,33 +97,8 @@ export class TinyLmRuntime implements ModelRuntime {
       row_mask: f32(rows.rowMask, [N]),
       ref_logprobs: f32(rows.refLogprobs, [N]),
       has_ref: new ort.Tensor('bool', rows.hasRef, [N]),
-      clip_low: scalar(s.clipLow),
-      clip_high: scalar(s.clipHigh),
-      dual_clip: scalar(s.dualClip),
-      kl_coef: scalar(s.klCoef),
-      kl_is_k3: new ort.Tensor('bool', Uint8Array.of(s.klType === 'low_var_kl' ? 1 : 0), []),
-      entropy_coef: scalar(s.entropyCoef),
-      lr: scalar(s.lr),
-      beta1: scalar(beta1),
-      beta2: scalar(beta2),
-      eps: scalar(s.eps),
-      weight_decay: scalar(s.weightDecay),
-      max_grad_norm: scalar(s.maxGradNorm),
-      step_size: f32(bc.stepSize, [K]),
-      bc2_sqrt: f32(bc.bc2Sqrt, [K]),
-      steps: i64(BigInt64Array.of(BigInt(K)), []),
     });
-    const steps = stepMetrics(out.metrics.data as Float32Array, K);
-    return {
-      state: {
-        theta: out.new_theta.data as Float32Array,
-        m: out.new_adam_m.data as Float32Array,
-        v: out.new_adam_v.data as Float32Array,
-        step: state.step + K,
-      },
-      steps,
-      tokens: rows.n,
-    };
+    return updateOutput(out, state, s.innerSteps, rows.n);
   }
 }
 

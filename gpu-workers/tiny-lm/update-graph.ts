@@ -13,13 +13,12 @@
  * Batch rows are trained tokens: row t = (window of the W tokens before it, its
  * token id, advantage, old log-prob, weight w_t, optional reference log-prob).
  */
-import { encodeModel, FloatType, Graph, graphAttr, int } from '../onnx/builder';
-import { adamwStep, clipByGlobalNorm } from './adamw';
+import { encodeModel, FloatType, Graph, int } from '../onnx/builder';
+import { adamwStep, clipByGlobalNorm, optimizerLoop } from './adamw';
 import { backward } from './backward';
 import { forward, sliceParams } from './forward';
-import { rlObjective, type ObjectiveInputs, type ObjectiveValues } from './objective';
+import { metricVector, rlObjective, type ObjectiveInputs, type ObjectiveValues } from './objective';
 import { paramLayout, TinyLmSpec } from './spec';
-import { STEP_METRICS } from '../model-runtime';
 
 /** The objective's per-row inputs plus the batch's windows (one row per trained token). */
 interface BatchInputs extends Omit<ObjectiveInputs, 'targetsCol' | 'onehot' | 'nRows'> {
@@ -76,66 +75,15 @@ function lossAndGrad(g: Graph, spec: TinyLmSpec, ft: FloatType, theta: string, x
   return { ...values, grad: backward(g, spec, ft, p, fw, { dLogits, scatterIdx: pre.scatterIdx }) };
 }
 
-const OPT_SCALARS = ['lr', 'beta1', 'beta2', 'eps', 'weight_decay', 'max_grad_norm'] as const;
-
 export function buildUpdateGraph(spec: TinyLmSpec): Uint8Array {
   const ft: FloatType = 'float32';
-  const P = paramLayout(spec).total;
   const g = new Graph('tiny_lm_update');
-  const theta0 = g.input('theta', ft, [P]);
-  const m0 = g.input('adam_m', ft, [P]);
-  const v0 = g.input('adam_v', ft, [P]);
   const x = declareBatch(g, spec, ft);
-  const s: Record<(typeof OPT_SCALARS)[number], string> = Object.fromEntries(
-    OPT_SCALARS.map((n) => [n, g.input(n, ft, [])]),
-  ) as never;
-  const stepSizes = g.input('step_size', ft, ['K']);
-  const bc2Sqrts = g.input('bc2_sqrt', ft, ['K']);
-  const steps = g.input('steps', 'int64', []);
   const pre = prepare(g, spec, ft, x);
-
-  const b = g.subgraph('update_step');
-  const iter = b.input('iter', 'int64', []);
-  const condIn = b.input('cond_in', 'bool', []);
-  const thetaIn = b.input('theta_in', ft, [P]);
-  const mIn = b.input('m_in', ft, [P]);
-  const vIn = b.input('v_in', ft, [P]);
-  const st = lossAndGrad(b, spec, ft, thetaIn, x, pre);
-  const clip = clipByGlobalNorm(b, ft, st.grad, s.max_grad_norm);
-  const next = adamwStep(b, ft, {
-    theta: thetaIn,
-    m: mIn,
-    v: vIn,
-    grad: clip.clipped,
-    lr: s.lr,
-    beta1: s.beta1,
-    beta2: s.beta2,
-    eps: s.eps,
-    weightDecay: s.weight_decay,
-    stepSize: b.op('Gather', [stepSizes, iter], { axis: int(0) }),
-    bc2Sqrt: b.op('Gather', [bc2Sqrts, iter], { axis: int(0) }),
+  optimizerLoop(g, ft, paramLayout(spec).total, (b, theta) => {
+    const { grad, ...values } = lossAndGrad(b, spec, ft, theta, x, pre);
+    return { grad, metrics: metricVector(b, ft, values) };
   });
-  const axis0 = b.constant('int64', [0]);
-  const metricVec = b.op(
-    'Concat',
-    [st.loss, st.pgLoss, st.klLoss, st.entropySum, clip.norm, st.clipFraction, st.dualClipFraction, st.approxKl, st.entropy].map((t) =>
-      b.op('Unsqueeze', [t, axis0]),
-    ),
-    { axis: int(0) },
-  );
-  b.output(b.op('Identity', [condIn]), 'cond_out', 'bool', []);
-  b.output(next.theta, 'theta_out', ft, [P]);
-  b.output(next.m, 'm_out', ft, [P]);
-  b.output(next.v, 'v_out', ft, [P]);
-  b.output(metricVec, 'metrics_out', ft, [STEP_METRICS.length]);
-
-  const [theta, m, v, metrics] = g.opN('Loop', [steps, g.constant('bool', 1), theta0, m0, v0], 4, {
-    body: graphAttr(b.toProto()),
-  });
-  g.output(theta, 'new_theta', ft, [P]);
-  g.output(m, 'new_adam_m', ft, [P]);
-  g.output(v, 'new_adam_v', ft, [P]);
-  g.output(metrics, 'metrics', ft, ['K', STEP_METRICS.length]);
   return encodeModel(g, 'tiny-lm update: K x (forward, PPO loss, backward, clip, AdamW) in one Loop');
 }
 

@@ -1,6 +1,7 @@
 /** The transformer as a ModelFamily (spec side; the engine loads ./runtime.ts). */
 import type { ModelFamily } from '../model-family';
 import { initTransformerWeights } from './init';
+import { checkTransformerFits } from './memory';
 import { normalizeTransformerSpec, paramLayout, TransformerSpec, transformerSpecKey } from './spec';
 
 /** Position 0 has no predecessor, so the first scored or generated token needs a context token; positions end at maxSeq. */
@@ -17,6 +18,7 @@ export const transformerFamily: ModelFamily<TransformerSpec> = {
   paramLayout,
   init: initTransformerWeights,
   sequenceIssue: transformerSequenceIssue,
+  checkMemory: checkTransformerFits,
   // 3 generated probe tokens must still fit
   probeContextLength: (s) => Math.max(1, Math.min(16, s.maxSeq - 3)),
   describe: (s) =>

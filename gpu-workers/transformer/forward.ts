@@ -233,10 +233,15 @@ export function projectHeads(o: Ops, w: Weights, n1: string, layer: string, pos:
   return { q, k, v };
 }
 
+/** scale·q·kᵀ with masked keys at −∞ (probability exactly 0); keys [B, Hkv, 1, keys, hd] → [B, Hkv, G, S, keys]. */
+export function maskedScores(o: Ops, q: string, k: string, mask: string): string {
+  const scores = o.op('Mul', [o.op('MatMul', [q, o.swapLast(k)]), o.c(1 / Math.sqrt(o.hd))]);
+  return o.op('Where', [mask, scores, o.c(-Infinity)]);
+}
+
 /** softmax(scale·q·kᵀ, masked)·v; keys / values [B, Hkv, 1, keys, hd] → ctx [B, S, H·hd]. */
 export function attend(o: Ops, q: string, k: string, v: string, mask: string): { p: string; ctx: string } {
-  const scores = o.op('Mul', [o.op('MatMul', [q, o.swapLast(k)]), o.c(1 / Math.sqrt(o.hd))]);
-  const p = o.op('Softmax', [o.op('Where', [mask, scores, o.c(-Infinity)])], { axis: int(-1) });
+  const p = o.op('Softmax', [maskedScores(o, q, k, mask)], { axis: int(-1) });
   return { p, ctx: o.fromHeads(o.op('MatMul', [p, v])) };
 }
 

@@ -1,29 +1,37 @@
 /**
  * Fused transformer rollout: one `session.run` generates up to T tokens for B
- * sequences with a key/value cache preallocated to C + T columns.
+ * sequences with key/value caches preallocated once.
  *
  *   prefill: the left-padded contexts [B, C] (row b's len_b tokens sit in the
  *     last len_b columns; position ids start at 0 on its first real token) run
- *     through the full forward once; their rotated keys and values, padded
- *     with T empty columns, become the caches [B, Hkv, C+T, hd] per layer.
+ *     through the full forward once; their rotated keys and values are the
+ *     context caches [B, Hkv, 1, C, hd] per layer, read-only from then on.
  *   Loop, iteration t: sample from the current next-token logits
  *     (tiny-lm/sampling.ts: same per-row uniforms, temperature, top-k, top-p,
  *     stop tokens as tiny-lm) → embed the token at position len_b + t → per
- *     layer write its key/value into column C + t (ScatterElements, in place
- *     of a Concat-grown cache whose copy cost grows with position) and attend
- *     over all C + T columns with a mask → next logits.
- *   A key column j is visible to row b iff C − len_b ≤ j ≤ C + t, so padding and
- *   not-yet-written columns get probability exactly 0; a pad query sees itself
- *   (no all-masked softmax row, hence no NaN that 0·NaN would spread).
+ *     layer write its key/value into column t of a generated-token cache
+ *     [B, Hkv, T, hd] (ScatterElements) and attend over the context cache and
+ *     that cache as one softmax over C + T columns → next logits.
+ *   A context column j is visible to row b iff j ≥ C − len_b, a generated
+ *   column iff j ≤ t, so padding and not-yet-written columns get probability
+ *   exactly 0; in the prefill a pad query sees itself (no all-masked softmax
+ *   row, hence no NaN that 0·NaN would spread).
  *
- * Per-token cost is constant in the position (the attention always spans C + T
- * columns). Generate and Score compute the same function with different
- * shapes (cache columns vs whole sequences), so their log-probs agree within
- * float32 rounding, not bit for bit (test/unit/engine/transformer-generate.test.ts).
+ * Why two caches: onnxruntime's ScatterElements writes a copy of its input
+ * (a Loop-carried value cannot be updated in place), so a single cache of
+ * C + T columns was copied whole per layer and token — at C = 512 that copy
+ * was ~70% of a decode step and made the per-token cost grow with the
+ * context. The context cache is an outer-scope value the Loop body only
+ * reads; only the T-column cache is carried and copied. Per-token cost is
+ * then the attention over C + T keys (as in any KV-cache decoder) plus an
+ * O(T) copy; it never regrows a cache. Generate and Score compute the same
+ * function with different shapes (cache blocks vs whole sequences), so their
+ * log-probs agree within float32 rounding, not bit for bit
+ * (test/unit/engine/transformer-generate.test.ts).
  */
 import { encodeModel, Graph, graphAttr, int } from '../onnx/builder';
 import { declareSamplingInputs, prepareSampling, sampleStep } from '../tiny-lm/sampling';
-import { attend, block, embed, forward, headLogits, Ops, Positions, projectHeads, ropeConstants, rotationAt, sliceParams } from './forward';
+import { block, embed, forward, headLogits, maskedScores, Ops, Positions, projectHeads, ropeConstants, rotationAt, sliceParams } from './forward';
 import { paramLayout, TransformerSpec } from './spec';
 
 export function buildTransformerGenerateGraph(spec: TransformerSpec): Uint8Array {
@@ -51,9 +59,11 @@ export function buildTransformerGenerateGraph(spec: TransformerSpec): Uint8Array
   const prefillPos: Positions = { ids, mask: prefillMask, ...rotationAt(o, ids, tables) };
   const fw = forward(o, w, context, prefillPos, true);
   const lastOf = (t: string) => g.op('Squeeze', [t, o.i64([1])]); // [B, 1, V] → [B, V]
-  const pads = g.op('Concat', [o.i64([0, 0, 0, 0, 0, 0]), g.op('Reshape', [steps, o.i64([1])]), o.i64([0])], { axis: int(0) });
-  const squeezeGroup = (t: string) => g.op('Squeeze', [t, o.i64([2])]); // [B, Hkv, 1, C, hd] → [B, Hkv, C, hd]
-  const caches0 = fw.layers.flatMap((l) => [l.k, l.v].map((t) => g.op('Pad', [squeezeGroup(t), pads])));
+  const B = g.op('Gather', [g.op('Shape', [context]), g.constant('int64', [0])], { axis: int(0) }); // [1]
+  const genShape = g.op('Concat', [B, o.i64([spec.kvHeads]), g.op('Reshape', [steps, o.i64([1])]), o.i64([o.hd])], { axis: int(0) });
+  const genCache0 = g.op('Expand', [g.constant('float32', 0), genShape]); // [B, Hkv, T, hd]
+  const caches0 = fw.layers.flatMap(() => [genCache0, genCache0]);
+  const cEnd = g.op('Reshape', [C, o.i64([1])]); // where the generated columns start in the joint softmax
 
   // ---- loop body: sample a token, run it through the layers over the caches ---
   const b = g.subgraph('generate_step');
@@ -63,27 +73,30 @@ export function buildTransformerGenerateGraph(spec: TransformerSpec): Uint8Array
   const logitsIn = b.input('logits_in', 'float32', ['B', V]);
   const logpIn = b.input('logp_in', 'float32', ['B', V]);
   const doneIn = b.input('done_in', 'bool', ['B']);
-  const cachesIn = caches0.map((_, i) => b.input(`cache_in_${i}`, 'float32', ['B', spec.kvHeads, 'M', ob.hd]));
+  const cachesIn = caches0.map((_, i) => b.input(`cache_in_${i}`, 'float32', ['B', spec.kvHeads, 'T', ob.hd]));
 
   const st = sampleStep(b, sampling, logitsIn, logpIn, iter, doneIn);
-  const col = b.op('Add', [C, iter]); // the cache column this token occupies
   const tokIds = b.op('Add', [lenCol, iter]); // its position id [B, 1]
-  const cacheCols = b.op('Range', [b.constant('int64', 0), b.op('Add', [C, steps]), b.constant('int64', 1)]);
-  const visible = b.op('And', [b.op('GreaterOrEqual', [cacheCols, start]), b.op('LessOrEqual', [cacheCols, col])]); // [B, C+T]
-  const pos: Positions = { ids: tokIds, mask: b.op('Reshape', [visible, ob.i64([0, 1, 1, 1, -1])]), ...rotationAt(ob, tokIds, tables) };
+  const genCols = b.op('Range', [b.constant('int64', 0), steps, b.constant('int64', 1)]);
+  const genVisible = b.op('Reshape', [b.op('LessOrEqual', [genCols, iter]), ob.i64([1, 1, 1, 1, -1])]); // [1, 1, 1, 1, T]
+  const pos: Positions = { ids: tokIds, mask: keyValid, ...rotationAt(ob, tokIds, tables) };
   const cachesOut: string[] = [];
   let h = embed(ob, w, st.tok, pos);
   for (let l = 0; l < spec.layers; l++) {
     h = block(ob, w, h, `l${l}.`, (n1) => {
       const { q, k, v } = projectHeads(ob, w, n1, `l${l}.`, pos);
-      const [kc, vc] = [k, v].map((t, j) => {
+      const [kg, vg] = [k, v].map((t, j) => {
         const fresh = b.op('Squeeze', [t, ob.i64([2])]); // [B, Hkv, 1, hd]
-        const at = b.op('Expand', [col, b.op('Shape', [fresh])]);
+        const at = b.op('Expand', [iter, b.op('Shape', [fresh])]);
         const cache = b.op('ScatterElements', [cachesIn[2 * l + j], at, fresh], { axis: int(2) });
         cachesOut.push(cache);
-        return b.op('Unsqueeze', [cache, ob.i64([2])]); // [B, Hkv, 1, C+T, hd]
+        return b.op('Unsqueeze', [cache, ob.i64([2])]); // [B, Hkv, 1, T, hd]
       });
-      return attend(ob, q, kc, vc, pos.mask).ctx;
+      const { k: kc, v: vc } = fw.layers[l]; // context keys / values [B, Hkv, 1, C, hd]
+      const scores = b.op('Concat', [maskedScores(ob, q, kc, keyValid), maskedScores(ob, q, kg, genVisible)], { axis: int(-1) });
+      const p = b.op('Softmax', [scores], { axis: int(-1) });
+      const part = (from: string, to: string, values: string) => b.op('MatMul', [b.op('Slice', [p, from, to, ob.i64([-1])]), values]);
+      return ob.fromHeads(b.op('Add', [part(ob.i64([0]), cEnd, vc), part(cEnd, ob.i64([2 ** 62]), vg)]));
     }).h;
   }
   const next = headLogits(ob, w, h);
@@ -92,7 +105,8 @@ export function buildTransformerGenerateGraph(spec: TransformerSpec): Uint8Array
   b.output(squeeze1(next.logits), 'logits_out', 'float32', ['B', V]);
   b.output(squeeze1(next.logp), 'logp_out', 'float32', ['B', V]);
   b.output(st.doneOut, 'done_out', 'bool', ['B']);
-  cachesOut.forEach((c, i) => b.output(c, `cache_out_${i}`, 'float32', ['B', spec.kvHeads, 'M', ob.hd]));
+  // under their own names: a renaming Identity would copy every cache once more per token
+  cachesOut.forEach((c) => b.output(c, c, 'float32', ['B', spec.kvHeads, 'T', ob.hd]));
   b.output(squeeze1(st.tok), 'tok_out', 'int64', ['B']);
   b.output(squeeze1(st.tokLogp), 'tok_logp_out', 'float32', ['B']);
   b.output(squeeze1(st.sampleLogp), 'sample_logp_out', 'float32', ['B']);

@@ -11,13 +11,12 @@
  * right-pad whole sequences, and row (b, p) predicts token p + 1.
  */
 import * as ort from 'onnxruntime-node';
-import { fillUniforms, STREAM_SAMPLING } from '../philox';
-import { biasCorrections } from '../tiny-lm/adamw';
 import { ModelRequestError } from '../model-family';
 import type { GenerateRow, GenerateRowResult, ModelRuntime, OptimState, RowPolicy, ScoreSequence, SessionFactory, UpdateOutput, UpdateSample, UpdateSettings } from '../model-runtime';
-import { stepMetrics } from '../model-runtime';
+import { f32, generatedRows, i64, optimizerFeeds, PolicySessions, samplingFeeds, updateOutput } from '../onnx/runtime-io';
 import { transformerSequenceIssue } from './family';
 import { buildTransformerGenerateGraph } from './generate-graph';
+import { generateBytesPerRow, rowsThatFit, updateBytesPerSequence } from './memory';
 import { buildTransformerScoreGraph } from './score-graph';
 import { paramLayout, TransformerSpec } from './spec';
 import { buildTransformerUpdateGraph } from './update-graph';
@@ -30,9 +29,10 @@ export class TransformerRequestError extends ModelRequestError {
   }
 }
 
-const f32 = (a: Float32Array, dims: number[]) => new ort.Tensor('float32', a, dims);
-const i64 = (a: BigInt64Array, dims: number[]) => new ort.Tensor('int64', a, dims);
-const scalar = (x: number) => new ort.Tensor('float32', Float32Array.of(x), []);
+type Sequence = { context: ArrayLike<number>; tokens: ArrayLike<number> };
+
+/** S of the grid: the longest sequence minus its last token (nothing predicts past it). */
+const gridLength = (seqs: Sequence[]) => Math.max(1, ...seqs.map((s) => s.context.length + s.tokens.length - 1));
 
 /** Right-padded [B, S] token grid of whole sequences minus their last token, and targets = next tokens. */
 interface SequenceGrid {
@@ -43,33 +43,24 @@ interface SequenceGrid {
 }
 
 export class TransformerRuntime implements ModelRuntime {
-  private generateSession?: Promise<ort.InferenceSession>;
-  private scoreSession?: Promise<ort.InferenceSession>;
-  private updateSession?: Promise<ort.InferenceSession>;
+  private readonly sessions: PolicySessions;
   readonly paramCount: number;
 
   constructor(
     readonly spec: TransformerSpec,
     private readonly factory: SessionFactory,
     readonly rows: RowPolicy = { minRows: 2 },
-    /** sequences per update micro-batch (activation memory is held for one at a time) */
-    readonly microBatchSequences = Infinity,
   ) {
     this.paramCount = paramLayout(spec).total;
+    this.sessions = new PolicySessions(factory, {
+      generate: () => buildTransformerGenerateGraph(spec),
+      score: () => buildTransformerScoreGraph(spec),
+      update: () => buildTransformerUpdateGraph(spec),
+    });
   }
 
-  private gen() {
-    return (this.generateSession ??= this.factory.create(buildTransformerGenerateGraph(this.spec), 'generate'));
-  }
-  private sc() {
-    return (this.scoreSession ??= this.factory.create(buildTransformerScoreGraph(this.spec), 'score'));
-  }
-  private upd() {
-    return (this.updateSession ??= this.factory.create(buildTransformerUpdateGraph(this.spec), 'update'));
-  }
-
-  async warm(): Promise<void> {
-    await Promise.all([this.gen(), this.sc(), this.upd()]);
+  warm(): Promise<void> {
+    return this.sessions.warm();
   }
 
   private checkLength(field: string, contextLength: number, total: number): void {
@@ -78,72 +69,44 @@ export class TransformerRuntime implements ModelRuntime {
   }
 
 
-  /** One fused run over all rows (callers split batches larger than they want). */
+  /**
+   * One fused run over all rows (callers split batches larger than they want), or several when
+   * the rows' KV caches and prefill would not fit in the memory budget together (memory.ts).
+   */
   async generate(theta: Float32Array, rows: GenerateRow[]): Promise<GenerateRowResult[]> {
+    rows.forEach((r, b) => this.checkLength(`sequences[${b}]`, r.context.length, r.context.length + r.maxTokens));
+    // a run's caches span the longest context plus the most tokens (C + T), whichever rows they come from
+    const span = Math.max(0, ...rows.map((r) => r.context.length)) + Math.max(0, ...rows.map((r) => r.maxTokens));
+    const perRun = rowsThatFit(this.spec, this.factory.memory.budgetBytes, generateBytesPerRow(this.spec, span));
+    const out: GenerateRowResult[] = [];
+    for (let at = 0; at < rows.length; at += perRun) out.push(...(await this.generateRun(theta, rows.slice(at, at + perRun))));
+    return out;
+  }
+
+  private async generateRun(theta: Float32Array, rows: GenerateRow[]): Promise<GenerateRowResult[]> {
     const n = rows.length;
     if (n === 0) return [];
-    rows.forEach((r, b) => this.checkLength(`sequences[${b}]`, r.context.length, r.context.length + r.maxTokens));
     const B = Math.max(n, this.rows.minRows);
     const V = this.spec.vocabSize;
     const C = Math.max(...rows.map((r) => r.context.length));
-    const T = Math.max(1, ...rows.map((r) => r.maxTokens));
     const context = new BigInt64Array(B * C); // left padding: token 0, masked in the graph
     const contextLen = new BigInt64Array(B).fill(1n);
-    const uniforms = new Float32Array(B * T);
-    const temperature = new Float32Array(B);
-    const topK = new BigInt64Array(B);
-    const topP = new Float32Array(B);
-    const stopMask = new Uint8Array(B * V);
-    const maxTokens = new BigInt64Array(B).fill(1n);
     rows.forEach((r, b) => {
       for (let i = 0; i < r.context.length; i++) context[b * C + C - r.context.length + i] = BigInt(r.context[i]);
       contextLen[b] = BigInt(r.context.length);
-      fillUniforms(r.seedKey, STREAM_SAMPLING, r.maxTokens, uniforms, b * T);
-      temperature[b] = r.temperature;
-      topK[b] = BigInt(r.topK);
-      topP[b] = r.topP;
-      for (const s of r.stopTokens) stopMask[b * V + s] = 1;
-      maxTokens[b] = BigInt(r.maxTokens);
     });
+    const sampling = samplingFeeds(rows, B, V);
     const out = await (
-      await this.gen()
-    ).run({
-      theta: f32(theta, [theta.length]),
-      context: i64(context, [B, C]),
-      context_len: i64(contextLen, [B]),
-      uniforms: f32(uniforms, [B, T]),
-      temperature: f32(temperature, [B]),
-      top_k: i64(topK, [B]),
-      top_p: f32(topP, [B]),
-      stop_mask: new ort.Tensor('bool', stopMask, [B, V]),
-      max_tokens: i64(maxTokens, [B]),
-      steps: i64(BigInt64Array.of(BigInt(T)), []),
-    });
-    const toks = out.tokens.data as BigInt64Array;
-    const lps = out.logprobs.data as Float32Array;
-    const slps = out.sample_logprobs.data as Float32Array;
-    const S = out.tokens.dims[0];
-    return rows.map((r, b) => {
-      const res: GenerateRowResult = { tokens: [], logprobs: [], sampleLogprobs: [], stopReason: 'max_tokens' };
-      for (let t = 0; t < S && t < r.maxTokens; t++) {
-        const tok = Number(toks[t * B + b]);
-        res.tokens.push(tok);
-        res.logprobs.push(lps[t * B + b]);
-        res.sampleLogprobs.push(slps[t * B + b]);
-        if (stopMask[b * V + tok]) {
-          res.stopReason = 'stop_token';
-          break;
-        }
-      }
-      return res;
-    });
+      await this.sessions.get('generate')
+    ).run({ theta: f32(theta, [theta.length]), context: i64(context, [B, C]), context_len: i64(contextLen, [B]), ...sampling.feeds });
+    return generatedRows(out, rows, B, V, sampling.stopMask);
   }
 
   /** `rows`: at least this many sequences (the rest are zero padding). */
-  private grid(seqs: { context: ArrayLike<number>; tokens: ArrayLike<number> }[], field: string, rows = this.rows.minRows): SequenceGrid {
+  private grid(seqs: Sequence[], field: string, rows = this.rows.minRows): SequenceGrid {
     seqs.forEach((s, b) => this.checkLength(`${field}[${b}]`, s.context.length, s.context.length + s.tokens.length));
     const B = Math.max(seqs.length, rows);
-    const S = Math.max(1, ...seqs.map((s) => s.context.length + s.tokens.length - 1));
+    const S = gridLength(seqs);
     const tokens = new BigInt64Array(B * S);
     const targets = new BigInt64Array(B * S);
     seqs.forEach((s, b) => {
@@ -161,7 +124,7 @@ export class TransformerRuntime implements ModelRuntime {
     if (seqs.length === 0) return { logprobs: [], entropy: [] };
     const grid = this.grid(seqs, 'sequences');
     const out = await (
-      await this.sc()
+      await this.sessions.get('score')
     ).run({
       theta: f32(theta, [theta.length]),
       tokens: i64(grid.tokens, [grid.B, grid.S]),
@@ -177,11 +140,14 @@ export class TransformerRuntime implements ModelRuntime {
   }
 
   /**
-   * K = settings.innerSteps fused AdamW steps on the whole batch, in one run; each step sums
-   * the gradient over micro-batches of `microBatchSequences` sequences (padding sequences have weight 0).
+   * K = settings.innerSteps fused AdamW steps on the whole batch, in one run; each step sums the
+   * gradient over micro-batches of as many sequences as `memory.microBatchBytes` holds
+   * (memory.ts; padding sequences have weight 0). The split depends only on the batch, the spec
+   * and that setting, so the result is bitwise reproducible.
    */
   async update(state: OptimState, samples: UpdateSample[], s: UpdateSettings): Promise<UpdateOutput> {
-    const perMicro = Math.max(this.rows.minRows, Math.min(this.microBatchSequences, samples.length));
+    const fit = Math.floor(this.factory.memory.microBatchBytes / updateBytesPerSequence(this.spec, gridLength(samples)));
+    const perMicro = Math.max(this.rows.minRows, Math.min(fit, samples.length));
     const micro = Math.max(1, Math.ceil(samples.length / perMicro));
     const grid = this.grid(samples, 'samples', micro * perMicro);
     const N = grid.B * grid.S;
@@ -207,17 +173,11 @@ export class TransformerRuntime implements ModelRuntime {
         }
       }
     });
-    const K = s.innerSteps;
-    const beta1 = Math.fround(s.beta1);
-    const beta2 = Math.fround(s.beta2);
-    const bc = biasCorrections(Math.fround(s.lr), beta1, beta2, state.step + 1, K);
     const dims = [micro, grid.B / micro, grid.S];
     const out = await (
-      await this.upd()
+      await this.sessions.get('update')
     ).run({
-      theta: f32(state.theta, [this.paramCount]),
-      adam_m: f32(state.m, [this.paramCount]),
-      adam_v: f32(state.v, [this.paramCount]),
+      ...optimizerFeeds(state, s),
       tokens: i64(grid.tokens, dims),
       targets: i64(grid.targets, dims),
       advantages: f32(advantages, dims),
@@ -226,33 +186,8 @@ export class TransformerRuntime implements ModelRuntime {
       row_mask: f32(rowMask, dims),
       ref_logprobs: f32(refLogprobs, dims),
       has_ref: new ort.Tensor('bool', hasRef, dims),
-      clip_low: scalar(s.clipLow),
-      clip_high: scalar(s.clipHigh),
-      dual_clip: scalar(s.dualClip),
-      kl_coef: scalar(s.klCoef),
-      kl_is_k3: new ort.Tensor('bool', Uint8Array.of(s.klType === 'low_var_kl' ? 1 : 0), []),
-      entropy_coef: scalar(s.entropyCoef),
-      lr: scalar(s.lr),
-      beta1: scalar(beta1),
-      beta2: scalar(beta2),
-      eps: scalar(s.eps),
-      weight_decay: scalar(s.weightDecay),
-      max_grad_norm: scalar(s.maxGradNorm),
-      step_size: f32(bc.stepSize, [K]),
-      bc2_sqrt: f32(bc.bc2Sqrt, [K]),
-      steps: i64(BigInt64Array.of(BigInt(K)), []),
     });
-    const steps = stepMetrics(out.metrics.data as Float32Array, K);
-    return {
-      state: {
-        theta: out.new_theta.data as Float32Array,
-        m: out.new_adam_m.data as Float32Array,
-        v: out.new_adam_v.data as Float32Array,
-        step: state.step + K,
-      },
-      steps,
-      tokens: trained,
-    };
+    return updateOutput(out, state, s.innerSteps, trained);
   }
 }
 

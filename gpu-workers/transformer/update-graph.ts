@@ -20,8 +20,8 @@
  * with weight 0 (context, padding) contribute nothing.
  */
 import { encodeModel, FloatType, Graph, graphAttr, int } from '../onnx/builder';
-import { adamwStep, clipByGlobalNorm } from '../tiny-lm/adamw';
-import { rlObjective, type ObjectiveInputs, type ObjectiveValues } from '../tiny-lm/objective';
+import { optimizerLoop } from '../tiny-lm/adamw';
+import { metricVector, rlObjective, type ObjectiveInputs, type ObjectiveValues } from '../tiny-lm/objective';
 import { STEP_METRICS } from '../model-runtime';
 import { backward } from './backward';
 import { forward, Ops, sequencePositions, sliceParams, type Weights } from './forward';
@@ -91,85 +91,32 @@ function lossAndGrad(g: Graph, spec: TransformerSpec, ft: FloatType, w: Weights,
   return { ...values, grad: backward(o, w, fw, x.tokens, pos, dLogits) };
 }
 
-const OPT_SCALARS = ['lr', 'beta1', 'beta2', 'eps', 'weight_decay', 'max_grad_norm'] as const;
-
 export function buildTransformerUpdateGraph(spec: TransformerSpec): Uint8Array {
   const ft: FloatType = 'float32';
   const P = paramLayout(spec).total;
   const nMetrics = STEP_METRICS.length;
   const g = new Graph('transformer_update');
-  const theta0 = g.input('theta', ft, [P]);
-  const m0 = g.input('adam_m', ft, [P]);
-  const v0 = g.input('adam_v', ft, [P]);
   const batch = declareBatch(g, ft, ['M', 'B', 'S']);
-  const s = Object.fromEntries(OPT_SCALARS.map((n) => [n, g.input(n, ft, [])])) as Record<(typeof OPT_SCALARS)[number], string>;
-  const stepSizes = g.input('step_size', ft, ['K']);
-  const bc2Sqrts = g.input('bc2_sqrt', ft, ['K']);
-  const steps = g.input('steps', 'int64', []);
   const nRows = countRows(g, ft, batch.rows.row_mask);
   const microBatches = g.op('Gather', [g.op('Shape', [batch.rows.tokens]), g.constant('int64', 0)], { axis: int(0) });
   const zeroGrad = g.op('Expand', [g.constant(ft, 0), g.constant('int64', [P])]);
   const zeroSums = g.constant(ft, new Array(nMetrics).fill(0), [nMetrics]);
-  const gradNormSlot = g.constant(ft, STEP_METRICS.map((n) => (n === 'grad_norm' ? 1 : 0)), [nMetrics]);
 
-  const b = g.subgraph('update_step');
-  const iter = b.input('iter', 'int64', []);
-  const condIn = b.input('cond_in', 'bool', []);
-  const thetaIn = b.input('theta_in', ft, [P]);
-  const mIn = b.input('m_in', ft, [P]);
-  const vIn = b.input('v_in', ft, [P]);
-  const w = sliceParams(b, spec, thetaIn);
-
-  // Inner loop: Σ over micro-batches of the gradient and of every metric (grad_norm slot stays 0).
-  const mb = b.subgraph('micro_batch');
-  const micro = mb.input('micro', 'int64', []);
-  const microCond = mb.input('micro_cond_in', 'bool', []);
-  const gradIn = mb.input('grad_in', ft, [P]);
-  const sumsIn = mb.input('sums_in', ft, [nMetrics]);
-  const st = lossAndGrad(mb, spec, ft, w, batchRows(mb, batch.rows, batch.settings, micro), nRows);
-  const byName: Record<(typeof STEP_METRICS)[number], string> = {
-    loss: st.loss,
-    pg_loss: st.pgLoss,
-    kl_loss: st.klLoss,
-    entropy_sum: st.entropySum,
-    grad_norm: mb.constant(ft, 0),
-    clip_fraction: st.clipFraction,
-    dual_clip_fraction: st.dualClipFraction,
-    approx_kl: st.approxKl,
-    entropy: st.entropy,
-  };
-  const axis0 = mb.constant('int64', [0]);
-  const sums = mb.op('Concat', STEP_METRICS.map((n) => mb.op('Unsqueeze', [byName[n], axis0])), { axis: int(0) });
-  mb.output(mb.op('Identity', [microCond]), 'micro_cond_out', 'bool', []);
-  mb.output(mb.op('Add', [gradIn, st.grad]), 'grad_out', ft, [P]);
-  mb.output(mb.op('Add', [sumsIn, sums]), 'sums_out', ft, [nMetrics]);
-  const [grad, metricSums] = b.opN('Loop', [microBatches, b.constant('bool', 1), zeroGrad, zeroSums], 2, { body: graphAttr(mb.toProto()) });
-
-  const clip = clipByGlobalNorm(b, ft, grad, s.max_grad_norm);
-  const next = adamwStep(b, ft, {
-    theta: thetaIn,
-    m: mIn,
-    v: vIn,
-    grad: clip.clipped,
-    lr: s.lr,
-    beta1: s.beta1,
-    beta2: s.beta2,
-    eps: s.eps,
-    weightDecay: s.weight_decay,
-    stepSize: b.op('Gather', [stepSizes, iter], { axis: int(0) }),
-    bc2Sqrt: b.op('Gather', [bc2Sqrts, iter], { axis: int(0) }),
+  optimizerLoop(g, ft, P, (b, theta) => {
+    const w = sliceParams(b, spec, theta);
+    // Inner loop: Σ over micro-batches of the gradient and of every metric (grad_norm slot stays 0).
+    const mb = b.subgraph('micro_batch');
+    const micro = mb.input('micro', 'int64', []);
+    const microCond = mb.input('micro_cond_in', 'bool', []);
+    const gradIn = mb.input('grad_in', ft, [P]);
+    const sumsIn = mb.input('sums_in', ft, [nMetrics]);
+    const { grad, ...values } = lossAndGrad(mb, spec, ft, w, batchRows(mb, batch.rows, batch.settings, micro), nRows);
+    mb.output(mb.op('Identity', [microCond]), 'micro_cond_out', 'bool', []);
+    mb.output(mb.op('Add', [gradIn, grad]), 'grad_out', ft, [P]);
+    mb.output(mb.op('Add', [sumsIn, metricVector(mb, ft, values)]), 'sums_out', ft, [nMetrics]);
+    const [sum, metrics] = b.opN('Loop', [microBatches, b.constant('bool', 1), zeroGrad, zeroSums], 2, { body: graphAttr(mb.toProto()) });
+    return { grad: sum, metrics };
   });
-  b.output(b.op('Identity', [condIn]), 'cond_out', 'bool', []);
-  b.output(next.theta, 'theta_out', ft, [P]);
-  b.output(next.m, 'm_out', ft, [P]);
-  b.output(next.v, 'v_out', ft, [P]);
-  b.output(b.op('Add', [metricSums, b.op('Mul', [gradNormSlot, clip.norm])]), 'metrics_out', ft, [nMetrics]);
-
-  const [theta, m, v, metrics] = g.opN('Loop', [steps, g.constant('bool', 1), theta0, m0, v0], 4, { body: graphAttr(b.toProto()) });
-  g.output(theta, 'new_theta', ft, [P]);
-  g.output(m, 'new_adam_m', ft, [P]);
-  g.output(v, 'new_adam_v', ft, [P]);
-  g.output(metrics, 'metrics', ft, ['K', nMetrics]);
   return encodeModel(g, 'transformer update: K x (M micro-batches of forward, PPO loss, backward; clip, AdamW) in one Loop');
 }
 

@@ -8,11 +8,12 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { sessionFactory } from '../../../gpu-workers/engine/device';
+import { defaultMemoryPolicy, sessionFactory } from '../../../gpu-workers/engine/device';
 import { seedKey } from '../../../gpu-workers/philox';
-import type { GenerateRow, OptimState, UpdateSettings } from '../../../gpu-workers/model-runtime';
+import type { GenerateRow, OptimState, SessionFactory, UpdateSettings } from '../../../gpu-workers/model-runtime';
 import { initTransformerWeights } from '../../../gpu-workers/transformer/init';
 import { TransformerRequestError, TransformerRuntime } from '../../../gpu-workers/transformer/runtime';
+import { generateBytesPerRow, stateBytes, updateBytesPerSequence } from '../../../gpu-workers/transformer/memory';
 import { normalizeTransformerSpec } from '../../../gpu-workers/transformer/spec';
 import { sameBits } from './helpers';
 
@@ -77,9 +78,15 @@ test('transformer runtime: updates are bitwise deterministic and learn a bandit 
   assert.equal(first.state.step, 2);
   assert.equal(first.tokens, 4);
   assert.equal(first.steps.length, 2);
-  // Micro-batches of 2 sequences: the same step within float32 summation order.
-  const micro = await new TransformerRuntime(SPEC, sessionFactory('cpu', { intraOpThreads: 1 }), { minRows: 2 }, 2).update(state, samples((c) => (c === 2 ? 7 : 9)), SETTINGS);
+  // A micro-batch budget that holds 2 of these 4-token sequences: 2 micro-batches, the same step
+  // within float32 summation order, and bitwise reproducible itself.
+  const perSequence = updateBytesPerSequence(SPEC, 4);
+  const split = () => new TransformerRuntime(SPEC, sessionFactory('cpu', { intraOpThreads: 1, memory: { ...defaultMemoryPolicy(), microBatchBytes: 2 * perSequence + perSequence - 1 } }));
+  const micro = await split().update(state, samples((c) => (c === 2 ? 7 : 9)), SETTINGS);
+  const microAgain = await split().update(state, samples((c) => (c === 2 ? 7 : 9)), SETTINGS);
+  assert.ok(sameBits(micro.state.theta, microAgain.state.theta) && sameBits(micro.state.m, microAgain.state.m) && sameBits(micro.state.v, microAgain.state.v));
   const moved = Math.max(...first.state.theta.map((x, i) => Math.abs(x - state.theta[i])));
+  assert.ok(!sameBits(micro.state.theta, first.state.theta), 'the batch really ran as 2 micro-batches (summation order differs)');
   assert.ok(first.state.theta.every((x, i) => Math.abs(x - micro.state.theta[i]) < 1e-3 * moved));
 
   const probe = async () => {
@@ -96,6 +103,30 @@ test('transformer runtime: updates are bitwise deterministic and learn a bandit 
     state = (await rt.update(state, batch, SETTINGS)).state;
   }
   assert.ok((await probe()) >= 0.9, `p(target | cue) = ${await probe()}`);
+});
+
+test('transformer runtime: rows whose caches do not fit the budget together run in chunks with the same results', async () => {
+  const theta = Float32Array.from(initTransformerWeights(SPEC, 5), (x) => x * 10);
+  const rows = [row([1, 2, 3], 1), row([4], 2, 7), row([5, 5, 5, 5, 5, 6], 3, 3), row([7, 8], 4, 6), row([9], 5, 2)];
+  const budget = stateBytes(SPEC) + 2 * generateBytesPerRow(SPEC, 6 + 7); // 2 rows per run of caches over C + T = 13 columns
+  const base = sessionFactory('cpu', { intraOpThreads: 1, memory: { ...defaultMemoryPolicy(), budgetBytes: budget } });
+  let runs = 0;
+  const counting: SessionFactory = {
+    memory: base.memory,
+    async create(model, label) {
+      const s = await base.create(model, label);
+      const run = s.run.bind(s);
+      if (label === 'generate') s.run = ((...args: Parameters<typeof run>) => (runs++, run(...args))) as typeof s.run;
+      return s;
+    },
+  };
+  const whole = await runtime().generate(theta, rows);
+  const parts = await new TransformerRuntime(SPEC, counting).generate(theta, rows);
+  assert.equal(runs, 3, '5 rows in runs of 2');
+  parts.forEach((p, i) => {
+    assert.deepEqual(p.tokens, whole[i].tokens, `row ${i}`);
+    p.logprobs.forEach((lp, t) => assert.ok(Math.abs(lp - whole[i].logprobs[t]) <= 1e-5, `row ${i} token ${t}`));
+  });
 });
 
 test('transformer runtime: requests the spec cannot run fail naming the field', async () => {

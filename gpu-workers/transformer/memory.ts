@@ -1,0 +1,78 @@
+/**
+ * Memory a transformer spec needs in the engine, estimated from its shapes
+ * (float32, 4 bytes a value), and the fit of a spec into a memory budget.
+ * Pure TypeScript: the engine calls it with its budget (engine/memory.ts);
+ * the runtime sizes update micro-batches and generate chunks with it.
+ *
+ * With P parameters, D width, F mlp width, H heads, Dkv = kvHeads·headDim,
+ * L layers, V vocabulary, S the sequence length (context + tokens):
+ *
+ *   state       = 4·P·8: θ, AdamW m, v in; θ, m, v out; gradient sum, clipped gradient
+ *   update      = 4·S·[(L + 1)·(10·D + 2·Dkv + 2·H·S + k·F) + 4·V] bytes per sequence:
+ *                 per layer and token the forward values the backward reads (h, norm
+ *                 outputs and x̂, q, k, v, ctx, h1: 10·D + 2·Dkv; scores and
+ *                 probabilities: 2·H·S; MLP pre-activations and activation: k·F,
+ *                 k = 3 GELU, 4 SwiGLU), one more layer's worth of backward transients,
+ *                 and logits, log-probs, one-hot targets and ∂logits (4·V)
+ *   generate    = 4·[4·L·Dkv·S + S·(10·D + 2·Dkv + 3·H·S + k·F) + 4·V] bytes per row:
+ *                 key/value caches (context cache plus the generated cache carried
+ *                 in and out of the Loop: at most 2·2·L·Dkv·S) and one prefill layer's
+ *                 transients (scores, masked scores, probabilities: 3·H·S per token)
+ *
+ * A spec fits when state + 2 rows (the smallest run) of the larger of update and
+ * generate at S = maxSeq fit in the budget; otherwise TransformerSpecError names
+ * the field that dominates: `maxSeq` when the per-sequence term does, else
+ * `vocabSize` when embeddings and head hold most parameters, else `width`.
+ */
+import { paramLayout, TransformerSpec, TransformerSpecError } from './spec';
+
+const F32 = 4;
+/** θ, m, v in; θ, m, v out; gradient sum; clipped gradient */
+const STATE_COPIES = 8;
+/** every fused run has at least this many rows (RowPolicy.minRows default) */
+const MIN_ROWS = 2;
+
+export function stateBytes(spec: TransformerSpec): number {
+  return F32 * STATE_COPIES * paramLayout(spec).total;
+}
+
+function perLayerToken(spec: TransformerSpec, S: number, attentionCopies: number): number {
+  const dkv = spec.kvHeads * (spec.width / spec.heads);
+  const mlp = (spec.mlp === 'gelu' ? 3 : 4) * spec.mlpWidth;
+  return 10 * spec.width + 2 * dkv + attentionCopies * spec.heads * S + mlp;
+}
+
+/** Activation bytes one update sequence of S tokens holds while its micro-batch runs. */
+export function updateBytesPerSequence(spec: TransformerSpec, S: number): number {
+  return F32 * S * ((spec.layers + 1) * perLayerToken(spec, S, 2) + 4 * spec.vocabSize);
+}
+
+/** Bytes one generate row of S tokens (context + generated) holds: KV caches and prefill transients. */
+export function generateBytesPerRow(spec: TransformerSpec, S: number): number {
+  const dkv = spec.kvHeads * (spec.width / spec.heads);
+  return F32 * (4 * spec.layers * dkv * S + S * perLayerToken(spec, S, 3) + 4 * spec.vocabSize);
+}
+
+/** How many rows of `bytesPerRow` fit beside the state in `budget` (at least `MIN_ROWS`: checked at load). */
+export function rowsThatFit(spec: TransformerSpec, budget: number, bytesPerRow: number): number {
+  return Math.max(MIN_ROWS, Math.floor((budget - stateBytes(spec)) / bytesPerRow));
+}
+
+/** Refuse a spec whose smallest run at maxSeq would not fit in `budget` bytes; the error names the dominant field. */
+export function checkTransformerFits(spec: TransformerSpec, budget: number, prefix = 'spec'): void {
+  const state = stateBytes(spec);
+  const rows = MIN_ROWS * Math.max(updateBytesPerSequence(spec, spec.maxSeq), generateBytesPerRow(spec, spec.maxSeq));
+  if (state + rows <= budget) return;
+  const layout = paramLayout(spec);
+  const embeddings = layout.slots.filter((s) => s.kind === 'embedding' || s.name === 'head').reduce((a, s) => a + s.size, 0);
+  const field = rows >= state ? 'maxSeq' : embeddings * 2 >= layout.total ? 'vocabSize' : 'width';
+  const gib = (b: number) => `${(b / 2 ** 30).toFixed(2)} GiB`;
+  throw new TransformerSpecError([
+    {
+      path: `${prefix}.${field}`,
+      message:
+        `needs ~${gib(state + rows)} (weights and AdamW state ${gib(state)}, ${MIN_ROWS} sequences of maxSeq ${spec.maxSeq} ${gib(rows)}) ` +
+        `but the engine's memory budget is ${gib(budget)} (reduce ${field}, or raise the budget: engine --memory-bytes / TROUPE_ENGINE_MEMORY_BYTES)`,
+    },
+  ]);
+}

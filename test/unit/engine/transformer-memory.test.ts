@@ -1,0 +1,58 @@
+/**
+ * The transformer memory estimate (gpu-workers/transformer/memory.ts) against
+ * hand-computed byte counts, the refusal naming the dominant field, and the
+ * engine refusing a spec that does not fit its budget at InitModel.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { EngineFault } from '../../../gpu-workers/errors';
+import { checkTransformerFits, generateBytesPerRow, rowsThatFit, stateBytes, updateBytesPerSequence } from '../../../gpu-workers/transformer/memory';
+import { normalizeTransformerSpec, paramLayout, TransformerSpecError } from '../../../gpu-workers/transformer/spec';
+import { cpuEngine } from './helpers';
+
+// V 10, D 8, 2 layers, 2 heads over 1 kv head (hd 4, Dkv 4), F 16, GELU, learned positions, maxSeq 6.
+const SMALL = normalizeTransformerSpec({ vocabSize: 10, width: 8, layers: 2, heads: 2, kvHeads: 1, mlpWidth: 16, maxSeq: 6 });
+
+test('byte counts match hand computation', () => {
+  // θ: tok 80 + pos 48 + 2 × (ln1 16 + q 72 + k 36 + v 36 + o 72 + ln2 16 + w1 144 + w2 136 = 528) + lnf 16 = 1200
+  assert.equal(paramLayout(SMALL).total, 1200);
+  assert.equal(stateBytes(SMALL), 4 * 8 * 1200); // 38,400
+  // per layer and token: 10·8 + 2·4 + 3·16 = 136, plus copies·H·S attention values
+  // update, S 6: (2 + 1) × (136 + 2·2·6 = 160) + 4·10 = 520 per token → 4 × 6 × 520
+  assert.equal(updateBytesPerSequence(SMALL, 6), 12_480);
+  // generate, S 6: caches 4·2·4·6 = 192; prefill 6 × (136 + 3·2·6 = 172) = 1032; head 40 → 4 × 1264
+  assert.equal(generateBytesPerRow(SMALL, 6), 5_056);
+  // S 3: update 3 × ((3 × (136 + 12)) + 40) × 4 = 5,808
+  assert.equal(updateBytesPerSequence(SMALL, 3), 5_808);
+});
+
+test('a spec fits exactly at state + 2 of its largest rows; one byte less is refused naming the dominant field', () => {
+  const need = 38_400 + 2 * 12_480; // 63,360
+  assert.doesNotThrow(() => checkTransformerFits(SMALL, need));
+  assert.throws(
+    () => checkTransformerFits(SMALL, need - 1, 'models.policy'),
+    (e: unknown) => e instanceof TransformerSpecError && e.issues.length === 1 && e.issues[0].path === 'models.policy.width' && /budget is/.test(e.issues[0].message),
+  );
+  // Long sequences: activations (quadratic in maxSeq) dominate the 1664-parameter state.
+  const long = normalizeTransformerSpec({ ...SMALL, maxSeq: 64 });
+  assert.ok(2 * updateBytesPerSequence(long, 64) > stateBytes(long));
+  assert.throws(() => checkTransformerFits(long, 100_000), (e: unknown) => e instanceof TransformerSpecError && e.issues[0].path === 'spec.maxSeq');
+  // A large vocabulary: the embedding holds most parameters.
+  const wide = normalizeTransformerSpec({ vocabSize: 5000, width: 8, layers: 1, heads: 2, maxSeq: 2 });
+  assert.throws(() => checkTransformerFits(wide, 1_000_000), (e: unknown) => e instanceof TransformerSpecError && e.issues[0].path === 'spec.vocabSize');
+});
+
+test('rows that fit beside the state: floor((budget − state) / row), at least 2', () => {
+  assert.equal(rowsThatFit(SMALL, 38_400 + 5 * 5_056 + 5_055, 5_056), 5);
+  assert.equal(rowsThatFit(SMALL, 10, 5_056), 2);
+});
+
+test('the engine refuses a spec over its memory budget at InitModel, naming the field', async () => {
+  const engine = cpuEngine({ memory: { budgetBytes: 100_000, microBatchBytes: 2 ** 20 } });
+  await assert.rejects(
+    engine.initModel({ modelKey: 'm', spec: { family: 'transformer', vocabSize: 10, width: 8, layers: 2, heads: 2, kvHeads: 1, mlpWidth: 16, maxSeq: 64 }, seed: 1 }),
+    (e: unknown) => e instanceof EngineFault && e.reason === 'INVALID_REQUEST' && /spec\.maxSeq: needs ~/.test(e.message),
+  );
+  const info = await engine.initModel({ modelKey: 'm', spec: { family: 'transformer', vocabSize: 10, width: 8, layers: 2, heads: 2, kvHeads: 1, mlpWidth: 16, maxSeq: 6 }, seed: 1 });
+  assert.equal(info.version, 0);
+});
