@@ -1,5 +1,6 @@
 /**
- * Chaos runs: a real training run of the bundled `math` team on a stack of
+ * Chaos runs: a real training run of a bundled team (`math`, or `recall`, a
+ * transformer, in the TRANSFORMER schedules) on a stack of
  * separate processes (test/chaos/stack.ts), while a seeded schedule SIGKILLs
  * the control worker, the pool worker, the engine, the Temporal dev server and
  * PostgreSQL at random moments, each followed by a restart after a short
@@ -9,10 +10,11 @@
  * Used by test/integration/chaos/chaos.test.ts (short, in `npm test`; long with
  * TROUPE_CHAOS_LONG=1) and runnable on its own:
  *
- *   node --import tsx test/chaos/chaos.ts [--long] [--no-pause] [--seed N] [--kills N] [--steps N] [--modes batched,durable]
+ *   node --import tsx test/chaos/chaos.ts [--long] [--no-pause | --transformer] [--seed N] [--kills N] [--steps N] [--modes batched,durable]
  *                                         [--kinds control-worker,pool-worker,engine,temporal,postgres]
  *
  * --no-pause: the no-pause, double-kill discipline (SHORT_NO_PAUSE, or LONG_NO_PAUSE with --long).
+ * --transformer: the `recall` team's transformer (SHORT_TRANSFORMER, or LONG_TRANSFORMER with --long).
  */
 import { parseArgs } from 'node:util';
 import { WorkflowFailedError, WorkflowNotFoundError, type WorkflowHandle } from '@temporalio/client';
@@ -27,6 +29,8 @@ import { FAULT_KINDS, startChaosStack, type ChaosStack, type FaultKind } from '.
 export type Mode = 'batched' | 'durable';
 
 export interface ChaosOptions {
+  /** The bundled team trained, and its options. */
+  team: { name: string; options?: Record<string, unknown> };
   /** Seed of the kill schedule (kinds, moments, restart delays). */
   seed: number;
   /** Seed of the training runs (the same for the chaos run and its uninterrupted twin). */
@@ -62,6 +66,7 @@ export interface ChaosOptions {
 }
 
 export const SHORT: Omit<ChaosOptions, 'log'> = {
+  team: { name: 'math' },
   seed: 1,
   runSeed: 7,
   modes: ['batched', 'durable'],
@@ -106,6 +111,27 @@ export const LONG_NO_PAUSE: Omit<ChaosOptions, 'log'> = {
   noPause: true,
   againAfterMs: [500, 1700],
   pairShare: 1 / 3,
+};
+
+/**
+ * A transformer policy (issue 12): `recall`, whose engine state (a transformer's
+ * versions, its KV-cache generation) is what a pool worker or engine kill loses.
+ * Short for CI: those two kinds, once per mode, in a few steps.
+ */
+export const SHORT_TRANSFORMER: Omit<ChaosOptions, 'log'> = {
+  ...SHORT,
+  team: { name: 'recall' },
+  steps: { batched: 6, durable: 4 },
+  kills: 2,
+  kinds: ['engine', 'pool-worker'],
+};
+
+/** The transformer run against every kind, each twice per mode. */
+export const LONG_TRANSFORMER: Omit<ChaosOptions, 'log'> = {
+  ...LONG,
+  team: { name: 'recall' },
+  steps: { batched: 24, durable: 12 },
+  kills: 10,
 };
 
 /** The process killed together with a kind in a paired kill (the engine dies with its pool worker anyway). */
@@ -194,9 +220,9 @@ export function schedule(opts: Pick<ChaosOptions, 'seed' | 'kills' | 'kinds' | '
 }
 
 /** The run config of a mode. Batched steps are bigger (32 episodes), so they last long enough to be hit mid-rollout. */
-export function runConfig(opts: Pick<ChaosOptions, 'runSeed' | 'steps'>, mode: Mode) {
+export function runConfig(opts: Pick<ChaosOptions, 'team' | 'runSeed' | 'steps'>, mode: Mode) {
   const size = mode === 'batched' ? { groupsPerStep: 4, groupSize: 8 } : { groupsPerStep: 2, groupSize: 4 };
-  return { team: 'math', steps: opts.steps[mode], ...size, rollout: mode, evalEvery: 3, evalTasks: 4, seed: opts.runSeed };
+  return { team: opts.team.name, teamOptions: opts.team.options ?? {}, steps: opts.steps[mode], ...size, rollout: mode, evalEvery: 3, evalTasks: 4, seed: opts.runSeed };
 }
 
 /** The run's result, waiting through server restarts (bounded by `deadline`). */
@@ -573,7 +599,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
 /** The report as text: per mode and kind, kills survived and whether the result was identical. */
 export function formatReport(r: ChaosReport): string {
   const lines: string[] = [];
-  lines.push(`chaos seed ${r.options.seed}, run seed ${r.options.runSeed}, ${r.seconds.toFixed(0)}s in all`);
+  lines.push(`chaos seed ${r.options.seed}, team ${r.options.team.name}, run seed ${r.options.runSeed}, ${r.seconds.toFixed(0)}s in all`);
   lines.push('| mode | fault | kills survived | result identical |');
   lines.push('|---|---|---|---|');
   for (const m of r.modes) {
@@ -608,6 +634,7 @@ async function main() {
     options: {
       long: { type: 'boolean' },
       'no-pause': { type: 'boolean' },
+      transformer: { type: 'boolean' },
       seed: { type: 'string' },
       'run-seed': { type: 'string' },
       kills: { type: 'string' },
@@ -617,7 +644,8 @@ async function main() {
     },
   });
   const long = values.long || process.env.TROUPE_CHAOS_LONG === '1';
-  const base = values['no-pause'] ? (long ? LONG_NO_PAUSE : SHORT_NO_PAUSE) : long ? LONG : SHORT;
+  if (values['no-pause'] && values.transformer) throw new Error('--no-pause and --transformer: choose one schedule');
+  const base = values['no-pause'] ? (long ? LONG_NO_PAUSE : SHORT_NO_PAUSE) : values.transformer ? (long ? LONG_TRANSFORMER : SHORT_TRANSFORMER) : long ? LONG : SHORT;
   const steps = values.steps ? Number(values.steps) : undefined;
   const options: ChaosOptions = {
     ...base,

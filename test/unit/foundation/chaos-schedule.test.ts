@@ -1,7 +1,7 @@
 // The chaos harness's kill schedules (test/chaos/chaos.ts): pure functions of their seed.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { LONG_NO_PAUSE, PAIRS, schedule, SHORT_NO_PAUSE } from '../../chaos/chaos';
+import { LONG_NO_PAUSE, LONG_TRANSFORMER, PAIRS, runConfig, schedule, SHORT, SHORT_NO_PAUSE, SHORT_TRANSFORMER } from '../../chaos/chaos';
 import { FAULT_KINDS } from '../../chaos/stack';
 
 test('paired kills are drawn only when asked for: the short no-pause schedule is what it was', () => {
@@ -28,5 +28,16 @@ test('the long no-pause schedule kills every kind, each twice, some paired', () 
     assert.ok(plan.every((p) => p.againAfterMs !== undefined && p.againAfterMs >= 500 && p.againAfterMs <= 1700), mode);
     assert.ok(plan.some((p) => p.with !== undefined), mode);
     assert.deepEqual(schedule(LONG_NO_PAUSE, mode), plan, `${mode}: the same seed gives the same schedule`);
+  }
+});
+
+test('the transformer schedules train recall; the short one kills its engine and pool worker once per mode, the long one every kind twice', () => {
+  for (const mode of ['batched', 'durable'] as const) {
+    assert.equal(runConfig(SHORT_TRANSFORMER, mode).team, 'recall');
+    assert.equal(runConfig(SHORT, mode).team, 'math');
+    assert.deepEqual(schedule(SHORT_TRANSFORMER, mode).map((p) => p.kind).sort(), ['engine', 'pool-worker']);
+    const counts = new Map<string, number>();
+    for (const p of schedule(LONG_TRANSFORMER, mode)) counts.set(p.kind, (counts.get(p.kind) ?? 0) + 1);
+    assert.deepEqual(Object.fromEntries(counts), Object.fromEntries(FAULT_KINDS.map((k) => [k, 2])), mode);
   }
 });
