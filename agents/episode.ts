@@ -113,6 +113,7 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: Ep
     now: () => runtime.now(),
   };
   const tok = team.tokenizer;
+  const chat = team.chatTemplate;
   const turns: TurnRecord[] = [];
   const handles: TurnHandle[] = [];
   const lastTurnOf = new Map<string, number>();
@@ -130,14 +131,19 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: Ep
     const parents = new Set<number>();
     for (const h of opts?.after ?? []) parents.add(h.index);
     const own = lastTurnOf.get(role);
-    const context: number[] = [tok.bosId, ...tok.encode(spec.instructions)];
-    if (spec.memory && own !== undefined) {
-      parents.add(own);
-      const prev = turns[own]!;
+    const prev = spec.memory && own !== undefined ? turns[own]! : undefined;
+    if (prev) parents.add(prev.index);
+    const context: number[] = [];
+    if (chat) {
+      // Framed by the chat template; the earlier turn's ids are kept as they were, never re-rendered.
+      if (prev) context.push(...prev.contextTokens, ...prev.responseTokens, ...tok.encode(chat.next([{ role: 'user', content: message }], prev.stopReason === 'eos')));
+      else context.push(...tok.encode(chat.open([...(spec.instructions ? [{ role: 'system' as const, content: spec.instructions }] : []), { role: 'user', content: message }])));
+    } else {
+      context.push(tok.bosId, ...tok.encode(spec.instructions));
       // The agent's own earlier turns, as it saw and wrote them (BOS dropped).
-      context.push(...prev.contextTokens.slice(1), ...prev.responseTokens);
+      if (prev) context.push(...prev.contextTokens.slice(1), ...prev.responseTokens);
+      context.push(...tok.encode(message));
     }
-    context.push(...tok.encode(message));
 
     const response: number[] = [];
     const logprobs: number[] = [];
@@ -175,7 +181,8 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: Ep
       }
       const call = toolCalls.length;
       const rendered = await runTool(role, parsed, index, call, toolCalls);
-      const out = tok.encode(rendered);
+      // with a chat template the output is a tool message; the assistant message it interrupts is closed first
+      const out = tok.encode(chat ? chat.next([{ role: 'tool', content: rendered }], false) : rendered);
       response.push(...out);
       for (let i = 0; i < out.length; i++) {
         logprobs.push(0);

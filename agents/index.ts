@@ -1,5 +1,6 @@
 /** The API teams are written with. */
 export { agent, defaultSampling, type AgentSpec, type Sampling } from './agent';
+export { chatTemplate, type ChatMessage, type ChatTemplate } from './chat-template';
 export { LimitExceeded, type AgentHandle, type TurnHandle } from './episode';
 export { tinyLM, transformer, type ModelSpec } from './model';
 export { generatedTasks, jsonlTasks, type Task, type TaskSource } from './tasks';

@@ -9,6 +9,7 @@ import { normalizeModelSpec } from '../gpu-workers/families';
 import { ModelSpecError } from '../gpu-workers/model-family';
 import { engineSpec, type ModelSpec } from './model';
 import type { TaskSource } from './tasks';
+import type { ChatTemplate } from './chat-template';
 import type { Tokenizer } from './tokenizer';
 import { toolIssues, type ToolSyntax } from './tool';
 import { FieldError, joinPath, type FieldIssue } from '../schema/issues';
@@ -41,6 +42,8 @@ export interface TeamDefinition<TTask, TOutcome, Roles extends string> {
   name: string;
   description?: string;
   tokenizer: Tokenizer;
+  /** Frames every agent's turns (system / user / assistant / tool) with the model's chat template; without it, contexts are BOS + instructions + message. */
+  chatTemplate?: ChatTemplate;
   models: Record<string, ModelSpec>;
   agents: Record<Roles, AgentSpec>;
   tasks: TaskSource<TTask>;
@@ -142,6 +145,7 @@ export function defineTeam<TTask, TOutcome, Roles extends string>(def: TeamDefin
   }
   const maxTurns = def.limits?.maxTurns ?? roles.reduce((n, r) => n + (def.agents[r]?.maxTurns ?? 0), 0);
   if (!positiveInt(maxTurns)) bad('limits.maxTurns', `must be a positive integer, got ${maxTurns}`);
+  if (def.chatTemplate !== undefined && typeof def.chatTemplate?.open !== 'function') bad('chatTemplate', 'must be chatTemplate(...) (agents/chat-template.ts)');
   if (typeof def.episode !== 'function') bad('episode', 'must be an async function');
   if (typeof def.success !== 'function') bad('success', 'must be a function');
   if (!def.tasks || (def.tasks.kind !== 'generated' && def.tasks.kind !== 'jsonl')) bad('tasks', 'must be generatedTasks(...) or jsonlTasks(...)');

@@ -1,17 +1,29 @@
 /**
- * The team's tokenizer: text <-> token ids for the built-in policy. Character
- * level, so text round-trips exactly and a small vocabulary keeps RL from a
- * random initialization feasible. Ids 0..2 are the special tokens.
+ * The team's tokenizer: text <-> token ids. Contexts are built and kept as
+ * ids; text is decoded for people (and for parsing tool calls), never
+ * re-encoded to rebuild a context.
+ *
+ * Kinds: `chars` (here: character level, so text round-trips exactly and a
+ * small vocabulary keeps RL from a random initialization feasible; ids 0..2
+ * are the special tokens) and `hf` (agents/tokenizers/hf.ts: a Hugging Face
+ * tokenizer.json, for pretrained checkpoints).
  */
 export interface Tokenizer {
-  readonly kind: 'chars';
-  readonly chars: string;
+  readonly kind: 'chars' | 'hf';
+  /** ids are 0..size−1 */
   readonly size: number;
   readonly padId: number;
+  /** put first in every context (a transformer needs at least one context token) */
   readonly bosId: number;
+  /** ends a turn */
   readonly eosId: number;
   encode(text: string): number[];
   decode(ids: readonly number[]): string;
+}
+
+export interface CharTokenizer extends Tokenizer {
+  readonly kind: 'chars';
+  readonly chars: string;
 }
 
 export const PAD = 0;
@@ -19,7 +31,7 @@ export const BOS = 1;
 export const EOS = 2;
 const SPECIALS = 3;
 
-export function charTokenizer(chars: string): Tokenizer {
+export function charTokenizer(chars: string): CharTokenizer {
   const seen = new Set<string>();
   for (const c of chars) {
     if (seen.has(c)) throw new Error(`tokenizer.chars: duplicate character ${JSON.stringify(c)}`);

@@ -13,6 +13,7 @@ export const commands: Record<string, () => Promise<Command>> = {
   resume: async () => (require('./resume') as typeof import('./resume')).default,
   plot: async () => (require('./plot') as typeof import('./plot')).default,
   export: async () => (require('./export') as typeof import('./export')).default,
+  'export-model': async () => (require('./export-model') as typeof import('./export-model')).default,
   supervise: async () => (require('./supervise') as typeof import('./supervise')).default,
   dashboard: async () => (require('./dashboard') as typeof import('./dashboard')).default,
 };

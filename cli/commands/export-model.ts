@@ -1,0 +1,72 @@
+// troupe export-model <run> --model M --version V --out DIR: a stored version as a Hugging Face-layout
+// directory (config.json, model.safetensors, tokenizer files), to serve with transformers / vLLM / SGLang.
+import * as fs from 'node:fs';
+import { getVersion } from '../../activities/store/versions';
+import { loadConfig } from '../../infra/config';
+import { connect, type Sql } from '../../infra/db';
+import { TroupeError } from '../../infra/errors';
+import { ensureDatabase } from '../../infra/postgres';
+import { exportHfCheckpoint, HfCheckpointError, loadHfCheckpoint } from '../../gpu-workers/checkpoints/hf-layout';
+import { CheckpointError, decodeWeights } from '../../gpu-workers/engine/checkpoint';
+import { normalizeTransformerSpec, paramLayout } from '../../gpu-workers/transformer/spec';
+import { defineCommand } from '../command';
+
+export interface ExportModelArgs {
+  runId: string;
+  model: string;
+  version: number;
+  out: string;
+  /** the HF directory the model started from: its config.json fields and tokenizer files carry over */
+  from?: string;
+}
+
+/** Writes the version; returns the files written and their dtype. */
+export async function exportModelVersion(sql: Sql, a: ExportModelArgs): Promise<{ files: string[]; dtype: string }> {
+  const stored = await getVersion(sql, a.runId, a.model, a.version);
+  if (!stored) {
+    const known = await sql`SELECT model, max(version) AS latest FROM versions WHERE run_id = ${a.runId} GROUP BY model ORDER BY model`;
+    const have = known.map((r) => `${r.model} (versions 0..${r.latest})`).join(', ');
+    throw new TroupeError(`run ${a.runId} has no version ${a.version} of model ${a.model}`, have ? `the run has: ${have}` : 'list runs with `npx troupe list`');
+  }
+  const family = (stored.spec as { family?: string }).family;
+  if (family !== 'transformer') throw new TroupeError(`model ${a.model} is a ${family} model; only transformer models have a Hugging Face layout`);
+  const spec = normalizeTransformerSpec(stored.spec);
+  if (fs.existsSync(a.out) && fs.readdirSync(a.out).length > 0) throw new TroupeError(`--out ${a.out}: not empty`, 'name a new or empty directory');
+  try {
+    const theta = decodeWeights(stored.weights, paramLayout(spec).total);
+    const source = a.from ? loadHfCheckpoint(a.from) : undefined;
+    return exportHfCheckpoint(a.out, spec, theta, source);
+  } catch (e) {
+    if (e instanceof HfCheckpointError || e instanceof CheckpointError) throw new TroupeError(`export-model: ${e.message}`);
+    throw e;
+  }
+}
+
+export default defineCommand({
+  name: 'export-model',
+  summary: 'Write a model version as a Hugging Face-layout directory',
+  usage: 'troupe export-model <run> --model M --version V --out DIR [--from HF_DIR]',
+  positionals: true,
+  options: {
+    model: { type: 'string', valueName: 'M', description: "the team's model name" },
+    version: { type: 'number', valueName: 'V', description: 'the version (0 = initial)', example: '0' },
+    out: { type: 'string', valueName: 'DIR', description: 'new or empty directory to write' },
+    from: { type: 'string', valueName: 'HF_DIR', description: 'the pretrained directory the model started from: keeps its config fields and copies its tokenizer files' },
+  },
+  async run({ values, positionals, log }) {
+    const runId = positionals[0];
+    if (!runId) throw new TroupeError('export-model: name a run', 'list runs with `npx troupe list`');
+    if (!values.model) throw new TroupeError('--model: required', 'e.g. --model policy');
+    if (values.version === undefined || !Number.isInteger(values.version) || values.version < 0) throw new TroupeError('--version: a version number >= 0 is required', 'e.g. --version 0');
+    if (!values.out) throw new TroupeError('--out: required', 'e.g. --out ./exported');
+    const db = await ensureDatabase(loadConfig(), log);
+    const sql = connect(db.url, { max: 1 });
+    try {
+      const r = await exportModelVersion(sql, { runId, model: values.model, version: values.version, out: values.out, from: values.from });
+      log(`troupe: wrote ${r.files.join(', ')} (${r.dtype}) to ${values.out}`);
+      return 0;
+    } finally {
+      await sql.end({ timeout: 2 });
+    }
+  },
+});

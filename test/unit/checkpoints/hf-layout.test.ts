@@ -1,0 +1,177 @@
+/**
+ * HF-layout directories: load → export → load is bit-identical (θ and spec),
+ * export is deterministic, what the family cannot express is refused naming
+ * the config.json field, and malformed safetensors files get clear errors.
+ */
+import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { describe, it } from 'node:test';
+import { parseHfConfig } from '../../../gpu-workers/checkpoints/hf-config';
+import { exportHfCheckpoint, loadHfCheckpoint } from '../../../gpu-workers/checkpoints/hf-layout';
+import { readSafetensors, representable, writeSafetensors } from '../../../gpu-workers/checkpoints/safetensors';
+import { paramLayout } from '../../../gpu-workers/transformer/spec';
+import { sameBits } from '../engine/helpers';
+
+const FIXTURES = path.join(__dirname, '../../fixtures/hf');
+const tmp = () => fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-hf-'));
+
+describe('HF layout: load → export → load', () => {
+  for (const [name, dtype, modelType] of [['gpt2-tiny', 'F32', 'gpt2'], ['llama-tiny', 'BF16', 'llama'], ['qwen2-tiny', 'F16', 'qwen2']] as const) {
+    it(`${name}: bit-identical θ and spec, source dtype kept, tokenizer files copied, bytes deterministic`, () => {
+      const src = tmp();
+      for (const f of fs.readdirSync(path.join(FIXTURES, name))) fs.copyFileSync(path.join(FIXTURES, name, f), path.join(src, f));
+      fs.writeFileSync(path.join(src, 'tokenizer_config.json'), '{"eos_token": "<|endoftext|>"}');
+      fs.writeFileSync(path.join(src, 'notes.txt'), 'not part of the model');
+      const a = loadHfCheckpoint(src);
+      assert.equal(a.dtype, dtype);
+      const out = tmp();
+      const written = exportHfCheckpoint(out, a.spec, a.theta, a);
+      assert.equal(written.dtype, dtype, 'values loaded from the dtype fit it exactly');
+      assert.deepEqual(fs.readdirSync(out).sort(), ['config.json', 'model.safetensors', 'tokenizer_config.json']);
+      assert.equal(fs.readFileSync(path.join(out, 'tokenizer_config.json'), 'utf8'), '{"eos_token": "<|endoftext|>"}');
+      const b = loadHfCheckpoint(out);
+      assert.equal(b.model.modelType, modelType);
+      assert.deepEqual(b.spec, a.spec);
+      assert.ok(sameBits(a.theta, b.theta), 'θ differs after the round trip');
+      const again = tmp();
+      exportHfCheckpoint(again, b.spec, b.theta, b);
+      assert.deepEqual(fs.readFileSync(path.join(again, 'model.safetensors')), fs.readFileSync(path.join(out, 'model.safetensors')));
+      assert.deepEqual(JSON.parse(fs.readFileSync(path.join(again, 'config.json'), 'utf8')), JSON.parse(fs.readFileSync(path.join(out, 'config.json'), 'utf8')));
+    });
+  }
+
+  it('trained weights that leave the dtype are written as F32, still bit-identical', () => {
+    const a = loadHfCheckpoint(path.join(FIXTURES, 'llama-tiny'));
+    const theta = a.theta.map((x) => x * 1.0001);
+    const out = tmp();
+    assert.equal(exportHfCheckpoint(out, a.spec, theta, a).dtype, 'F32');
+    const b = loadHfCheckpoint(out);
+    assert.ok(sameBits(theta, b.theta));
+    assert.equal(JSON.parse(fs.readFileSync(path.join(out, 'config.json'), 'utf8')).torch_dtype, 'float32');
+  });
+
+  it('a qwen2 model whose o_proj / MLP biases became non-zero is written as llama with both bias flags, and reloads the same', () => {
+    const a = loadHfCheckpoint(path.join(FIXTURES, 'qwen2-tiny'));
+    const bo = paramLayout(a.spec).slots.find((s) => s.name === 'l1.bo')!;
+    const theta = a.theta.slice();
+    theta[bo.offset + 3] = 0.25;
+    const out = tmp();
+    exportHfCheckpoint(out, a.spec, theta, a);
+    const config = JSON.parse(fs.readFileSync(path.join(out, 'config.json'), 'utf8'));
+    assert.equal(config.model_type, 'llama');
+    assert.equal(config.attention_bias, true);
+    assert.equal(config.mlp_bias, false);
+    assert.equal(config.rope_theta, 1_000_000, 'the source config fields carry over');
+    const b = loadHfCheckpoint(out);
+    assert.deepEqual(b.spec, a.spec);
+    assert.ok(sameBits(theta, b.theta));
+  });
+
+  it('refuses a checkpoint whose tensors do not fit its config, naming the tensor', () => {
+    const dir = tmp();
+    fs.copyFileSync(path.join(FIXTURES, 'gpt2-tiny/model.safetensors'), path.join(dir, 'model.safetensors'));
+    const config = JSON.parse(fs.readFileSync(path.join(FIXTURES, 'gpt2-tiny/config.json'), 'utf8'));
+    fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify({ ...config, n_inner: 32 }));
+    assert.throws(() => loadHfCheckpoint(dir), /tensor transformer\.h\.0\.mlp\.c_fc\.weight has shape \[16,64\], config\.json implies \[16,32\]/);
+    fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify({ ...config, n_layer: 1 }));
+    assert.throws(() => loadHfCheckpoint(dir), /tensor transformer\.h\.1\.ln_1\.weight has no place/);
+    fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify({ ...config, n_layer: 3 }));
+    assert.throws(() => loadHfCheckpoint(dir), /tensor transformer\.h\.2\.ln_1\.weight is missing/);
+    fs.rmSync(path.join(dir, 'model.safetensors'));
+    assert.throws(() => loadHfCheckpoint(dir), /neither model\.safetensors nor model\.safetensors\.index\.json/);
+  });
+
+  it('checks a sharded index against its shards', () => {
+    const dir = tmp();
+    const src = path.join(FIXTURES, 'llama-tiny');
+    for (const f of fs.readdirSync(src)) fs.copyFileSync(path.join(src, f), path.join(dir, f));
+    const index = JSON.parse(fs.readFileSync(path.join(dir, 'model.safetensors.index.json'), 'utf8'));
+    index.weight_map['model.norm.weight'] = 'model-00001-of-00002.safetensors';
+    fs.writeFileSync(path.join(dir, 'model.safetensors.index.json'), JSON.stringify(index));
+    assert.throws(() => loadHfCheckpoint(dir), /tensor model\.norm\.weight is not listed for this shard/);
+    index.weight_map['model.norm.weight'] = '../elsewhere.safetensors';
+    fs.writeFileSync(path.join(dir, 'model.safetensors.index.json'), JSON.stringify(index));
+    assert.throws(() => loadHfCheckpoint(dir), /weight_map: "\.\.\/elsewhere\.safetensors" is not a file name/);
+  });
+});
+
+describe('HF config.json: what the family cannot express is refused by field', () => {
+  const llama = JSON.parse(fs.readFileSync(path.join(FIXTURES, 'llama-tiny/config.json'), 'utf8'));
+  const gpt2 = JSON.parse(fs.readFileSync(path.join(FIXTURES, 'gpt2-tiny/config.json'), 'utf8'));
+  const cases: Array<[Record<string, unknown>, RegExp]> = [
+    [{ ...llama, model_type: 'mistral' }, /model_type: "mistral" is not supported \(supported: gpt2, llama, qwen2\)/],
+    [{ ...llama, rope_scaling: { type: 'linear', factor: 2 } }, /rope_scaling: .* rope scaling is not implemented/],
+    [{ ...llama, hidden_act: 'gelu' }, /hidden_act: "gelu" is not supported/],
+    [{ ...llama, head_dim: 8 }, /head_dim: 8 is not supported: the head dimension must be hidden_size \/ num_attention_heads = 4/],
+    [{ ...llama, model_type: 'qwen2', use_sliding_window: true }, /use_sliding_window: true is not supported/],
+    [{ ...gpt2, activation_function: 'relu' }, /activation_function: "relu" is not supported/],
+    [{ ...gpt2, scale_attn_by_inverse_layer_idx: true }, /scale_attn_by_inverse_layer_idx: true/],
+    [{ ...gpt2, n_embd: undefined }, /n_embd: required/],
+    [{ ...llama, num_attention_heads: 2.5 }, /num_attention_heads: must be a positive integer, got 2.5/],
+  ];
+  for (const [config, message] of cases) it(message.source, () => assert.throws(() => parseHfConfig(config, '/m/config.json'), (e: Error) => e.name === 'HfConfigError' && /^\/m\/config\.json: /.test(e.message) && message.test(e.message)));
+
+  it('maps the layouts onto the family', () => {
+    assert.deepEqual(parseHfConfig(llama).biases, { qkv: false, o: false, mlp: false });
+    const q = parseHfConfig({ ...llama, model_type: 'qwen2' });
+    assert.equal(q.options.bias, true);
+    assert.deepEqual(q.biases, { qkv: true, o: false, mlp: false });
+    assert.equal(parseHfConfig({ ...llama, max_position_embeddings: 131072 }).options.maxSeq, 32768, "rope models are bounded by the family's maxSeq");
+    assert.equal(parseHfConfig(gpt2).options.mlpWidth, 64, 'n_inner null → 4·n_embd');
+  });
+});
+
+describe('safetensors: validated reads', () => {
+  const good = writeSafetensors([['a', { shape: [2, 3], data: Float32Array.from([1, 2, 3, 4, 5, 6]) }], ['b', { shape: [1], data: Float32Array.from([-0.5]) }]], 'F32', { format: 'pt' });
+  /** A file with this header (object) and n data bytes. */
+  const file = (header: unknown, n: number) => {
+    const json = new TextEncoder().encode(typeof header === 'string' ? header : JSON.stringify(header));
+    const out = new Uint8Array(8 + json.length + n);
+    new DataView(out.buffer).setBigUint64(0, BigInt(json.length), true);
+    out.set(json, 8);
+    return out;
+  };
+
+  it('reads what it writes, in every dtype, and aligns data to 8 bytes', () => {
+    const r = readSafetensors(good, 'good');
+    assert.deepEqual([...r.tensors.get('a')!.data], [1, 2, 3, 4, 5, 6]);
+    assert.deepEqual(r.tensors.get('a')!.shape, [2, 3]);
+    assert.deepEqual(r.metadata, { format: 'pt' });
+    assert.equal(Number(Buffer.from(good).readBigUInt64LE(0)) % 8, 0);
+    // hand-computed bit patterns: 1.5 = 0x3FC0 (bf16) = 0x3E00 (f16); 2^-24 is the smallest f16 subnormal (0x0001)
+    const values = Float32Array.from([1.5, -2, 0, 65504, 2 ** -24, -Infinity]);
+    for (const dtype of ['F16', 'BF16', 'F32', 'F64'] as const) {
+      if (dtype === 'BF16') continue;
+      const back = readSafetensors(writeSafetensors([['x', { shape: [6], data: values }]], dtype)).tensors.get('x')!.data;
+      assert.ok(sameBits(back, values), dtype);
+    }
+    const f16 = writeSafetensors([['x', { shape: [2], data: Float32Array.from([1.5, 2 ** -24]) }]], 'F16');
+    assert.deepEqual([...f16.subarray(f16.length - 4)], [0x00, 0x3e, 0x01, 0x00]);
+    const bf16 = writeSafetensors([['x', { shape: [1], data: Float32Array.from([1.5]) }]], 'BF16');
+    assert.deepEqual([...bf16.subarray(bf16.length - 2)], [0xc0, 0x3f]);
+    assert.equal(representable(Float32Array.from([1 + 2 ** -10]), 'F16'), true);
+    assert.equal(representable(Float32Array.from([1 + 2 ** -11]), 'F16'), false);
+    assert.equal(representable(Float32Array.from([1 + 2 ** -8]), 'BF16'), false);
+    assert.throws(() => writeSafetensors([['x', { shape: [1], data: Float32Array.from([0.1]) }]], 'BF16'), /tensor x: value 0\.1.* not exactly representable as BF16/);
+  });
+
+  const bad: Array<[string, Uint8Array, RegExp]> = [
+    ['too short', new Uint8Array(5), /5 bytes: too short/],
+    ['header length beyond the file', (() => { const b = good.slice(); new DataView(b.buffer).setBigUint64(0, 1n << 40n, true); return b; })(), /header length 1099511627776 exceeds the file/],
+    ['header not JSON', file('{"a": ', 0), /header is not UTF-8 JSON/],
+    ['header an array', file([], 0), /header must be a JSON object/],
+    ['unknown dtype', file({ a: { dtype: 'I8', shape: [1], data_offsets: [0, 1] } }, 1), /tensor "a": dtype "I8" is not supported/],
+    ['negative shape', file({ a: { dtype: 'F32', shape: [-1], data_offsets: [0, 4] } }, 4), /tensor "a": shape must be an array of non-negative integers/],
+    ['offsets past the data', file({ a: { dtype: 'F32', shape: [2], data_offsets: [0, 8] } }, 4), /tensor "a": data_offsets \[0, 8\] outside the 4 data bytes/],
+    ['offsets reversed', file({ a: { dtype: 'F32', shape: [0], data_offsets: [4, 0] } }, 4), /data_offsets \[4, 0\] outside/],
+    ['shape × dtype ≠ bytes', file({ a: { dtype: 'F16', shape: [3], data_offsets: [0, 4] } }, 4), /shape \[3\] × F16 is 6 bytes but data_offsets span 4/],
+    ['overlapping tensors', file({ a: { dtype: 'F32', shape: [2], data_offsets: [0, 8] }, b: { dtype: 'F32', shape: [1], data_offsets: [4, 8] } }, 8), /tensors "a" and "b" overlap/],
+    ['metadata not strings', file({ __metadata__: { n: 1 } }, 0), /__metadata__\.n must be a string/],
+    ['truncated file', good.subarray(0, good.length - 1), /tensor "b": data_offsets \[24, 28\] outside the 27 data bytes/],
+  ];
+  for (const [what, bytes, message] of bad) {
+    it(`refuses: ${what}`, () => assert.throws(() => readSafetensors(bytes, '/m/model.safetensors'), (e: Error) => e.name === 'SafetensorsError' && e.message.startsWith('/m/model.safetensors: ') && message.test(e.message)));
+  }
+});
