@@ -79,6 +79,7 @@ export function buildTransformerGenerateGraph(spec: TransformerSpec): Uint8Array
   const tokIds = b.op('Add', [lenCol, iter]); // its position id [B, 1]
   const genCols = b.op('Range', [b.constant('int64', 0), steps, b.constant('int64', 1)]);
   const genVisible = b.op('Reshape', [b.op('LessOrEqual', [genCols, iter]), ob.i64([1, 1, 1, 1, -1])]); // [1, 1, 1, 1, T]
+  // mask: the context block's; the attention below masks each cache block itself
   const pos: Positions = { ids: tokIds, mask: keyValid, ...rotationAt(ob, tokIds, tables) };
   const cachesOut: string[] = [];
   let h = embed(ob, w, st.tok, pos);
