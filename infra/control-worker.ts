@@ -2,6 +2,8 @@
 // (activities/index.ts), on the control task queue (TROUPE_TASK_QUEUE, default "troupe").
 import { NativeConnection, Worker, WorkerOptions } from '@temporalio/worker';
 import { createControlActivities } from '../activities';
+import { payloadDataConverter } from './codec';
+import type { PayloadKeysConfig } from './config';
 import type { Sql } from './db';
 import { isolateTeamBuildErrors } from './team-bundle';
 import { loadTeamCode, workerIdentity } from './team-code';
@@ -13,6 +15,8 @@ export interface ControlWorkerOptions {
   sql: Sql;
   /** Task queue of the default pool (config.poolTaskQueue); runs route their pool work by it. */
   poolTaskQueue?: string;
+  /** Encrypt payloads with these keys (config.payloadKeys); the clients that start runs need the same. */
+  payloadKeys?: PayloadKeysConfig;
   /** A prebuilt bundle (bundleWorkflowCode) to skip bundling, e.g. in tests that create many workers. */
   workflowBundle?: WorkerOptions['workflowBundle'];
   /** Any other Worker option (identity, concurrency limits, interceptors...). */
@@ -32,6 +36,7 @@ export async function createControlWorker(opts: ControlWorkerOptions): Promise<W
     taskQueue: opts.taskQueue,
     ...(opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath: WORKFLOWS_PATH, bundlerOptions: { webpackConfigHook: isolateTeamBuildErrors } }),
     activities: createControlActivities({ sql: opts.sql, poolTaskQueue: opts.poolTaskQueue }),
+    dataConverter: payloadDataConverter(opts.payloadKeys),
     ...opts.workerOptions,
   });
 }
