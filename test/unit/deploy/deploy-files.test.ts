@@ -103,7 +103,7 @@ test('Troupe environment files and the ConfigMap use only variables infra/config
   }
 });
 
-test('pool worker Deployments ask for a GPU each and control workers for none; each mounts the TLS secret the config points at', () => {
+test('pool worker Deployments ask for a GPU each and control workers for none; each mounts the TLS secret the config points at and probes its health port', () => {
   const deployments = manifests.filter(({ doc }) => doc.kind === 'Deployment');
   assert.ok(deployments.length >= 2);
   const tlsDir = path.dirname(loadConfig(manifests.find(({ doc }) => doc.kind === 'ConfigMap')!.doc.data).temporalTls.caPath!);
@@ -114,6 +114,8 @@ test('pool worker Deployments ask for a GPU each and control workers for none; e
       const pool = c.command.includes('pool');
       assert.equal(gpus, pool ? 1 : undefined, `${f}: ${pool ? 'one GPU per pool worker' : 'no GPU for a control worker'}`);
       assert.ok((c.volumeMounts as any[]).some((m) => m.mountPath === tlsDir), `${f}: mounts ${tlsDir}`);
+      const health = c.command.indexOf('--health-port');
+      if (c.readinessProbe) assert.equal(String(c.readinessProbe.httpGet.port), health > 0 ? c.command[health + 1] : undefined, `${f}: the probe asks the worker's --health-port`);
     }
   }
 });
