@@ -116,6 +116,9 @@ const noGoHint =
   `install Go ≥ ${MIN_GO_VERSION} (https://go.dev/dl) and run again — Troupe then builds the Temporal CLI once — ` +
   'or set TROUPE_TEMPORAL_BIN to a temporal binary, or TEMPORAL_ADDRESS to a running Temporal server';
 
+/** Attempts at `go install` before giving up: transient proxy errors fail one attempt, not the set-up. */
+const BUILD_ATTEMPTS = 3;
+
 /** One `go install` of Troupe's: what it builds, and the names the binaries get in <cache>/bin. */
 export interface GoBuild {
   /** In messages: "the Temporal CLI". */
@@ -162,8 +165,8 @@ export async function goInstall(build: GoBuild, opts: { env?: NodeJS.ProcessEnv;
       const started = Date.now();
       const logFd = fs.openSync(buildLog, 'w');
       let packages = 0;
-      try {
-        const code = await new Promise<number>((resolve, reject) => {
+      const install = () =>
+        new Promise<number>((resolve, reject) => {
           const child = spawn('go', ['install', '-v', ...build.specs], {
             env: { ...env, GOBIN: buildBin, GOFLAGS: env.GOFLAGS ?? '' },
             stdio: ['ignore', 'pipe', 'pipe'],
@@ -189,6 +192,14 @@ export async function goInstall(build: GoBuild, opts: { env?: NodeJS.ProcessEnv;
             resolve(c ?? 1);
           });
         });
+      try {
+        // The module proxy sometimes drops a download mid-stream (seen: "stream error ... INTERNAL_ERROR");
+        // go keeps what it already fetched and compiled, so another attempt costs little.
+        let code = await install();
+        for (let attempt = 2; code !== 0 && attempt <= BUILD_ATTEMPTS; attempt++) {
+          log(`troupe: go install failed (exit ${code}: ${tailFile(buildLog, 1).slice(0, 200)}); attempt ${attempt} of ${BUILD_ATTEMPTS}`);
+          code = await install();
+        }
         if (code !== 0) {
           throw new TroupeError(
             `building ${build.what} failed (go install exit ${code}; Go ${go}): ${tailFile(buildLog, 3).replace(/\s+/g, ' ').slice(0, 300)}`,
