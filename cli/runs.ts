@@ -11,7 +11,7 @@ import { connect, type Sql } from '../infra/db';
 import { TroupeError, errorMessage } from '../infra/errors';
 import { ensureDatabase } from '../infra/postgres';
 import { isTemporalOutage } from '../infra/outage';
-import { connectTemporal } from '../infra/temporal';
+import { connectTemporal, temporalClient } from '../infra/temporal';
 import { checkAgainstTeam, parseRunConfig, RunConfigError, type RunConfig, type RunConfigInput } from '../schema/run-config';
 import type { RunStatusView } from '../workflows/definitions';
 import { statusQuery } from '../workflows/definitions';
@@ -27,12 +27,12 @@ export interface Connected {
 /** Temporal client and database for commands that read or control runs (the stack must be up). */
 export async function connectRuns(log: (l: string) => void): Promise<Connected> {
   const config = loadConfig();
-  const connection = await connectTemporal(temporalAddressOf(config));
+  const connection = await connectTemporal(temporalAddressOf(config), 'Temporal', config);
   const db = await ensureDatabase(config, log);
   const sql = connect(db.url, { max: 2 });
   return {
     config,
-    client: new Client({ connection, namespace: config.namespace }),
+    client: temporalClient(connection, config.namespace, config),
     sql,
     async close() {
       await sql.end({ timeout: 2 });

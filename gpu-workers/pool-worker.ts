@@ -18,10 +18,12 @@ import { EngineClient } from './client';
 import { EngineSupervisor } from './engine-process';
 import { createTrainingPoolActivities } from '../activities/training/pool';
 import { DEFAULT_POOL } from '../agents/model';
-import { loadConfig } from '../infra/config';
+import { payloadDataConverter } from '../infra/codec';
+import { loadConfig, type PayloadKeysConfig } from '../infra/config';
 import { connect, type Sql } from '../infra/db';
 import { loadTeamCode, workerIdentity } from '../infra/team-code';
 import { untilAvailable } from '../infra/backoff';
+import { connectTemporalWorker } from '../infra/temporal';
 
 export interface PoolWorkerOptions {
   taskQueue?: string;
@@ -31,6 +33,8 @@ export interface PoolWorkerOptions {
   namespace?: string;
   /** reuse an existing connection (e.g. TestWorkflowEnvironment.nativeConnection) */
   connection?: NativeConnection;
+  /** encrypt payloads with these keys (default env TROUPE_PAYLOAD_KEY...; see infra/codec.ts) */
+  payloadKeys?: PayloadKeysConfig;
   /** connect to this engine instead of spawning one */
   engineAddress?: string;
   /** device for a spawned engine (default env TROUPE_DEVICE or "auto") */
@@ -96,7 +100,7 @@ export async function createPoolWorker(opts: PoolWorkerOptions): Promise<PoolWor
     ({ connection, worker } = await untilAvailable(
       `Temporal at ${opts.connection ? 'the given connection' : address} (namespace ${namespace})`,
       async () => {
-        const connection = opts.connection ?? (await NativeConnection.connect({ address }));
+        const connection = opts.connection ?? (await connectTemporalWorker(address));
         try {
           const worker = await Worker.create({
             identity: workerIdentity(teams.hash),
@@ -105,6 +109,7 @@ export async function createPoolWorker(opts: PoolWorkerOptions): Promise<PoolWor
             taskQueue,
             activities: createTrainingPoolActivities({ sql: opts.sql, engine: getClient }),
             maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? 64,
+            dataConverter: payloadDataConverter(opts.payloadKeys ?? loadConfig().payloadKeys),
           });
           return { connection, worker };
         } catch (e) {

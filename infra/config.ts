@@ -76,8 +76,68 @@ const device = z.preprocess(
     .default('auto'),
 );
 
+const bool = z.preprocess(
+  unsetIfEmpty,
+  z
+    .string()
+    .trim()
+    .toLowerCase()
+    .refine((v) => ['true', 'false', '1', '0'].includes(v), 'must be true or false')
+    .transform((v) => v === 'true' || v === '1')
+    .optional(),
+);
+
+/** libpq's sslmode values (PGSSLMODE, or ?sslmode= in DATABASE_URL). */
+export const SSL_MODES = ['disable', 'allow', 'prefer', 'require', 'verify-ca', 'verify-full'] as const;
+export type SslMode = (typeof SSL_MODES)[number];
+const sslMode = z.preprocess(unsetIfEmpty, z.enum(SSL_MODES, { message: `must be one of ${SSL_MODES.join(', ')}` }).optional());
+
+// A base64 AES-256 key: exactly 32 bytes once decoded.
+const aesKey = z.preprocess(
+  unsetIfEmpty,
+  z
+    .string()
+    .trim()
+    .refine((v) => /^[A-Za-z0-9+/]+={0,2}$/.test(v) && Buffer.from(v, 'base64').length === 32, 'must be 32 bytes in base64 (e.g. `openssl rand -base64 32`)')
+    .optional(),
+);
+
+// Older keys that still decrypt: "id=base64key,id2=base64key2".
+const keyList = z.preprocess(
+  unsetIfEmpty,
+  z
+    .string()
+    .trim()
+    .transform((v, ctx) => {
+      const keys: Record<string, Uint8Array> = {};
+      for (const item of v.split(',')) {
+        const at = item.indexOf('=');
+        const id = item.slice(0, at).trim();
+        const key = new Uint8Array(Buffer.from(item.slice(at + 1).trim(), 'base64'));
+        if (at < 0 || !id) ctx.addIssue({ code: 'custom', message: `"${item}" is not id=base64key` });
+        else if (key.length !== 32) ctx.addIssue({ code: 'custom', message: `key ${id} is not 32 bytes in base64` });
+        else keys[id] = key;
+      }
+      return keys;
+    })
+    .optional(),
+);
+
 const schema = z.object({
   TEMPORAL_ADDRESS: hostPort,
+  TEMPORAL_TLS: bool,
+  TEMPORAL_TLS_SERVER_CA_CERT_PATH: optionalString,
+  TEMPORAL_TLS_CLIENT_CERT_PATH: optionalString,
+  TEMPORAL_TLS_CLIENT_KEY_PATH: optionalString,
+  TEMPORAL_TLS_SERVER_NAME: optionalString,
+  TEMPORAL_API_KEY: optionalString,
+  TROUPE_PAYLOAD_KEY: aesKey,
+  TROUPE_PAYLOAD_KEY_ID: stringWithDefault('default'),
+  TROUPE_PAYLOAD_OLD_KEYS: keyList,
+  PGSSLMODE: sslMode,
+  PGSSLROOTCERT: optionalString,
+  PGSSLCERT: optionalString,
+  PGSSLKEY: optionalString,
   TEMPORAL_NAMESPACE: stringWithDefault('default'),
   TROUPE_TEMPORAL_BIN: optionalString,
   DATABASE_URL: postgresUrl,
@@ -93,9 +153,46 @@ const schema = z.object({
   TROUPE_DASHBOARD_TOKEN: optionalString,
 });
 
+/** Every variable loadConfig reads (deploy/ files are checked against it). */
+export const CONFIG_VARIABLES: readonly string[] = Object.keys(schema.shape);
+
+/** How clients and workers secure their Temporal connection (the Temporal CLI's variable names). */
+export interface TemporalTlsConfig {
+  /** TLS on: TEMPORAL_TLS, or implied by any of the other settings. */
+  enabled: boolean;
+  /** PEM file of the CA that signed the server's certificate (TEMPORAL_TLS_SERVER_CA_CERT_PATH); unset: the system's CAs. */
+  caPath?: string;
+  /** Client certificate and key for mTLS (TEMPORAL_TLS_CLIENT_CERT_PATH, TEMPORAL_TLS_CLIENT_KEY_PATH): both or neither. */
+  certPath?: string;
+  keyPath?: string;
+  /** Name to verify the server's certificate against instead of the address's host (TEMPORAL_TLS_SERVER_NAME). */
+  serverName?: string;
+  /** Temporal Cloud API key, sent as a bearer token (TEMPORAL_API_KEY); implies TLS. */
+  apiKey?: string;
+}
+
+/** PostgreSQL TLS settings from libpq's variables; ?sslmode=&sslrootcert=... in the URL win over them. */
+export interface DatabaseTlsConfig {
+  sslmode?: SslMode;
+  sslrootcert?: string;
+  sslcert?: string;
+  sslkey?: string;
+}
+
+/** The payload codec's keys: encrypt with `keyId`; decrypt with it or any old key. */
+export interface PayloadKeysConfig {
+  keyId: string;
+  key: Uint8Array;
+  oldKeys: Record<string, Uint8Array>;
+}
+
 export interface TroupeConfig {
   /** Attach to this Temporal server instead of starting the dev server (TEMPORAL_ADDRESS). */
   temporalAddress?: string;
+  temporalTls: TemporalTlsConfig;
+  /** Encrypt payloads (AES-256-GCM) when set (TROUPE_PAYLOAD_KEY, TROUPE_PAYLOAD_KEY_ID, TROUPE_PAYLOAD_OLD_KEYS). */
+  payloadKeys?: PayloadKeysConfig;
+  databaseTls: DatabaseTlsConfig;
   /** Temporal namespace (TEMPORAL_NAMESPACE). */
   namespace: string;
   /** Explicit path of the `temporal` CLI binary (TROUPE_TEMPORAL_BIN). */
@@ -128,6 +225,9 @@ const hints: Record<string, string> = {
   DATABASE_URL:
     'set it like postgres://user:password@host:5432/dbname, or unset it to use the embedded PostgreSQL under TROUPE_STATE_DIR',
   TROUPE_DEVICE: 'use auto (CUDA if available, else CPU), cpu, cuda or cuda:0',
+  TEMPORAL_TLS: 'set true to use TLS with the system CAs, or unset it',
+  TROUPE_PAYLOAD_KEY: 'generate one with `openssl rand -base64 32`; every client and worker needs the same key',
+  TROUPE_PAYLOAD_OLD_KEYS: 'list retired keys as id=base64key, separated by commas',
 };
 
 /** Parse Troupe's configuration from an environment (default: process.env). Throws ConfigError. */
@@ -143,8 +243,32 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): TroupeConfig {
     throw new ConfigError(variable, issue.message, hint || `fix or unset ${variable}`);
   }
   const e = result.data;
+  if (Boolean(e.TEMPORAL_TLS_CLIENT_CERT_PATH) !== Boolean(e.TEMPORAL_TLS_CLIENT_KEY_PATH)) {
+    const missing = e.TEMPORAL_TLS_CLIENT_CERT_PATH ? 'TEMPORAL_TLS_CLIENT_KEY_PATH' : 'TEMPORAL_TLS_CLIENT_CERT_PATH';
+    throw new ConfigError(missing, 'is required with the other half of the client certificate pair', 'set both TEMPORAL_TLS_CLIENT_CERT_PATH and TEMPORAL_TLS_CLIENT_KEY_PATH (mTLS), or neither');
+  }
+  if (e.TROUPE_PAYLOAD_OLD_KEYS && !e.TROUPE_PAYLOAD_KEY) {
+    throw new ConfigError('TROUPE_PAYLOAD_KEY', 'is required when TROUPE_PAYLOAD_OLD_KEYS is set', 'set the current key; old keys only decrypt');
+  }
+  const tlsImplied = Boolean(e.TEMPORAL_TLS_SERVER_CA_CERT_PATH || e.TEMPORAL_TLS_CLIENT_CERT_PATH || e.TEMPORAL_TLS_SERVER_NAME || e.TEMPORAL_API_KEY);
   return {
     temporalAddress: e.TEMPORAL_ADDRESS,
+    temporalTls: {
+      enabled: e.TEMPORAL_TLS ?? tlsImplied,
+      caPath: e.TEMPORAL_TLS_SERVER_CA_CERT_PATH,
+      certPath: e.TEMPORAL_TLS_CLIENT_CERT_PATH,
+      keyPath: e.TEMPORAL_TLS_CLIENT_KEY_PATH,
+      serverName: e.TEMPORAL_TLS_SERVER_NAME,
+      apiKey: e.TEMPORAL_API_KEY,
+    },
+    payloadKeys: e.TROUPE_PAYLOAD_KEY
+      ? {
+          keyId: e.TROUPE_PAYLOAD_KEY_ID,
+          key: new Uint8Array(Buffer.from(e.TROUPE_PAYLOAD_KEY, 'base64')),
+          oldKeys: e.TROUPE_PAYLOAD_OLD_KEYS ?? {},
+        }
+      : undefined,
+    databaseTls: { sslmode: e.PGSSLMODE, sslrootcert: e.PGSSLROOTCERT, sslcert: e.PGSSLCERT, sslkey: e.PGSSLKEY },
     namespace: e.TEMPORAL_NAMESPACE,
     temporalBin: e.TROUPE_TEMPORAL_BIN,
     databaseUrl: e.DATABASE_URL,

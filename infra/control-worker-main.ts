@@ -5,7 +5,6 @@
 // SIGINT/SIGTERM, on which it finishes in-flight tasks and exits. Until PostgreSQL and
 // Temporal answer it waits for them with capped backoff, saying so in its log.
 import { parseArgs } from 'node:util';
-import { NativeConnection } from '@temporalio/worker';
 import { loadConfig, redactUrl, temporalAddressOf } from './config';
 import { untilAvailable } from './backoff';
 import { createControlWorker } from './control-worker';
@@ -13,6 +12,7 @@ import { dashboardUrl } from '../dashboard/service';
 import { connect } from './db';
 import { formatError } from './errors';
 import { ensureDatabase } from './postgres';
+import { connectTemporalWorker } from './temporal';
 import { migrate } from '../schema/migrate';
 
 export const READY_LINE = 'troupe control worker: ready';
@@ -44,9 +44,9 @@ async function main(): Promise<void> {
   const { connection, worker } = await untilAvailable(
     `Temporal at ${address} (namespace ${namespace})`,
     async () => {
-      const connection = await NativeConnection.connect({ address });
+      const connection = await connectTemporalWorker(address, config);
       try {
-        return { connection, worker: await createControlWorker({ connection, namespace, taskQueue, sql, poolTaskQueue: config.poolTaskQueue, dashboardUrl: dashboardUrl(config) }) };
+        return { connection, worker: await createControlWorker({ connection, namespace, taskQueue, sql, poolTaskQueue: config.poolTaskQueue, dashboardUrl: dashboardUrl(config), payloadKeys: config.payloadKeys }) };
       } catch (e) {
         await connection.close().catch(() => undefined);
         throw e;

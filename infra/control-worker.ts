@@ -2,6 +2,8 @@
 // (activities/index.ts), on the control task queue (TROUPE_TASK_QUEUE, default "troupe").
 import { NativeConnection, Worker, WorkerOptions } from '@temporalio/worker';
 import { createControlActivities } from '../activities';
+import { payloadDataConverter } from './codec';
+import type { PayloadKeysConfig } from './config';
 import type { Sql } from './db';
 import { isolateTeamBuildErrors } from './team-bundle';
 import { loadTeamCode, workerIdentity } from './team-code';
@@ -15,6 +17,8 @@ export interface ControlWorkerOptions {
   poolTaskQueue?: string;
   /** The dashboard's base URL (dashboard/service.ts dashboardUrl), linked from each run's Current Details. */
   dashboardUrl?: string;
+  /** Encrypt payloads with these keys (config.payloadKeys); the clients that start runs need the same. */
+  payloadKeys?: PayloadKeysConfig;
   /** A prebuilt bundle (bundleWorkflowCode) to skip bundling, e.g. in tests that create many workers. */
   workflowBundle?: WorkerOptions['workflowBundle'];
   /** Any other Worker option (identity, concurrency limits, interceptors...). */
@@ -34,6 +38,7 @@ export async function createControlWorker(opts: ControlWorkerOptions): Promise<W
     taskQueue: opts.taskQueue,
     ...(opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath: WORKFLOWS_PATH, bundlerOptions: { webpackConfigHook: isolateTeamBuildErrors } }),
     activities: createControlActivities({ sql: opts.sql, poolTaskQueue: opts.poolTaskQueue, dashboardUrl: opts.dashboardUrl }),
+    dataConverter: payloadDataConverter(opts.payloadKeys),
     ...opts.workerOptions,
   });
 }

@@ -12,8 +12,12 @@
 //   beyond Number.MAX_SAFE_INTEGER (2^53-1) throws rather than silently losing precision.
 //   Use `numeric` or `::text` for values that may be larger. `numeric` stays a string.
 // - timestamps come back as JS Date; jsonb as parsed JSON.
+// - TLS as libpq does it: sslmode / sslrootcert / sslcert / sslkey in the URL's query, else
+//   PGSSLMODE / PGSSLROOTCERT / PGSSLCERT / PGSSLKEY (postgresTls below).
+import * as fs from 'node:fs';
+import { checkServerIdentity, type ConnectionOptions as TlsOptions } from 'node:tls';
 import postgres from 'postgres';
-import { redactUrl } from './config';
+import { ConfigError, SSL_MODES, loadConfig, redactUrl, type DatabaseTlsConfig, type SslMode } from './config';
 import { TroupeError, errorMessage } from './errors';
 
 const INT8_OID = 20;
@@ -43,11 +47,62 @@ export interface ConnectOptions {
   applicationName?: string;
   /** Seconds to wait for a connection (default 10). */
   connectTimeout?: number;
+  /** TLS settings the URL does not give (default: PGSSLMODE... from the environment). */
+  tls?: DatabaseTlsConfig;
+}
+
+const URL_TLS_PARAMS = ['sslmode', 'sslrootcert', 'sslcert', 'sslkey'] as const;
+
+/**
+ * The URL without its TLS parameters, and postgres.js's `ssl` option for them, with libpq's
+ * meaning: disable; allow / prefer (TLS if the server offers it); require (encrypted, not
+ * verified, unless a root certificate is given: then as verify-ca); verify-ca (the chain);
+ * verify-full (the chain and the host name). sslcert + sslkey send a client certificate.
+ */
+export function postgresTls(url: string, env: DatabaseTlsConfig): { url: string; ssl?: boolean | 'prefer' | TlsOptions } {
+  const u = new URL(url);
+  const fromUrl = Object.fromEntries(URL_TLS_PARAMS.map((k) => [k, u.searchParams.get(k) ?? undefined]));
+  for (const k of URL_TLS_PARAMS) u.searchParams.delete(k);
+  const stripped = URL_TLS_PARAMS.some((k) => fromUrl[k] !== undefined) ? u.toString() : url;
+  const pick = (k: (typeof URL_TLS_PARAMS)[number], variable: string) => (fromUrl[k] ? { value: fromUrl[k]!, from: `DATABASE_URL (${k}=)` } : env[k] ? { value: env[k]!, from: variable } : undefined);
+  const mode = pick('sslmode', 'PGSSLMODE');
+  const root = pick('sslrootcert', 'PGSSLROOTCERT');
+  const cert = pick('sslcert', 'PGSSLCERT');
+  const key = pick('sslkey', 'PGSSLKEY');
+  if (mode && !(SSL_MODES as readonly string[]).includes(mode.value)) {
+    throw new ConfigError(mode.from, `sslmode must be one of ${SSL_MODES.join(', ')} (got ${mode.value})`);
+  }
+  if (Boolean(cert) !== Boolean(key)) throw new ConfigError(cert ? key?.from ?? 'PGSSLKEY' : 'PGSSLCERT', 'the client certificate needs both sslcert and sslkey');
+  if (!mode && !root && !cert) return { url: stripped };
+  const read = (p: { value: string; from: string }) => {
+    try {
+      return fs.readFileSync(p.value);
+    } catch (err) {
+      throw new ConfigError(p.from, `cannot read ${p.value}: ${errorMessage(err)}`, 'point it at a readable PEM file');
+    }
+  };
+  const sslmode = (mode?.value ?? 'prefer') as SslMode;
+  const clientCert = cert && key ? { cert: read(cert), key: read(key) } : {};
+  const verify = sslmode === 'verify-ca' || sslmode === 'verify-full' || (sslmode === 'require' && root);
+  let ssl: boolean | 'prefer' | TlsOptions;
+  if (sslmode === 'disable') ssl = false;
+  else if (sslmode === 'allow' || sslmode === 'prefer') ssl = 'prefer';
+  else if (!verify) ssl = { rejectUnauthorized: false, ...clientCert };
+  else {
+    ssl = { rejectUnauthorized: true, ...(root ? { ca: read(root) } : {}), ...clientCert };
+    // verify-ca checks the chain only; verify-full also the URL's host. (postgres.js gives Node
+    // no server name for an IP address, and Node then checks the certificate against "localhost".)
+    const host = u.hostname.replace(/^\[|\]$/g, '');
+    ssl.checkServerIdentity = sslmode === 'verify-full' ? (_name, cert) => checkServerIdentity(host, cert) : () => undefined;
+  }
+  return { url: stripped, ssl };
 }
 
 /** Create a client for `url`. Lazy: nothing connects until the first query. */
 export function connect(url: string, opts: ConnectOptions = {}): Sql {
-  return postgres(url, {
+  const tls = postgresTls(url, opts.tls ?? loadConfig().databaseTls);
+  return postgres(tls.url, {
+    ...(tls.ssl !== undefined ? { ssl: tls.ssl } : {}),
     max: opts.max ?? 5,
     idle_timeout: 30,
     connect_timeout: opts.connectTimeout ?? 10,
@@ -85,6 +140,11 @@ export function describeDbError(err: unknown, url: string, what = 'PostgreSQL'):
       'fix the user/password in DATABASE_URL (postgres://user:password@host:port/db)',
       { cause: err },
     );
+  }
+  if (/certificate|SSL|TLS|self.signed/i.test(e?.message ?? '') || /^ERR_TLS|CERT|^DEPTH_ZERO/.test(code)) {
+    return new TroupeError(`${what} at ${where}: TLS: ${errorMessage(err)}`, 'check sslmode / sslrootcert in DATABASE_URL or PGSSLMODE / PGSSLROOTCERT (verify-full needs a certificate for the host name you connect to)', {
+      cause: err,
+    });
   }
   if (code === '3D000') {
     return new TroupeError(

@@ -13,8 +13,10 @@ import { spawn, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as net from 'node:net';
 import * as path from 'node:path';
-import { Connection } from '@temporalio/client';
-import { TroupeConfig, temporalAddressOf } from './config';
+import { Client, Connection } from '@temporalio/client';
+import type { NativeConnection } from '@temporalio/worker';
+import { payloadDataConverter } from './codec';
+import { ConfigError, TroupeConfig, loadConfig, temporalAddressOf } from './config';
 import { TroupeError, errorMessage } from './errors';
 import { withLockFile } from './lock';
 import { cacheBinDir, cacheDir } from './paths';
@@ -117,34 +119,55 @@ const noGoHint =
 /** Attempts at `go install` before giving up: transient proxy errors fail one attempt, not the set-up. */
 const BUILD_ATTEMPTS = 3;
 
-/** Build the CLI with `go install` into <cache>/bin/temporal. Prints progress through `log`. */
-export async function buildTemporalBinary(opts: { env?: NodeJS.ProcessEnv; log?: Log } = {}): Promise<string> {
+/** One `go install` of Troupe's: what it builds, and the names the binaries get in <cache>/bin. */
+export interface GoBuild {
+  /** In messages: "the Temporal CLI". */
+  what: string;
+  /** `module/cmd/path@version` packages, all from one module version. */
+  specs: string[];
+  /** Binary name go install gives (last path element of the package) → name in <cache>/bin. */
+  binaries: Record<string, string>;
+  /** Lock and log files under <cache>: `<name>-build.lock`, `<name>-build.log`. */
+  name: string;
+}
+
+export const TEMPORAL_CLI_BUILD: GoBuild = {
+  what: 'the Temporal CLI',
+  specs: [`${TEMPORAL_CLI_MODULE}@${TEMPORAL_CLI_VERSION}`],
+  binaries: { temporal: 'temporal' },
+  name: 'temporal',
+};
+
+/**
+ * `go install` the packages of `build` into <cache>/bin (one build at a time per cache, guarded
+ * by a lock file; a binary already there is kept). Returns the paths, in `binaries` order.
+ */
+export async function goInstall(build: GoBuild, opts: { env?: NodeJS.ProcessEnv; log?: Log } = {}): Promise<string[]> {
   const env = opts.env ?? process.env;
   const log = opts.log ?? stderrLog;
-  const target = cachedTemporalPath(env);
-  const lockPath = path.join(cacheDir(env), 'temporal-build.lock');
+  const targets = Object.values(build.binaries).map((b) => path.join(cacheBinDir(env), b));
+  const lockPath = path.join(cacheDir(env), `${build.name}-build.lock`);
   return withLockFile(
     lockPath,
     async () => {
-      if (isExecutableFile(target)) return target; // built while we waited
+      if (targets.every(isExecutableFile)) return targets; // built while we waited
       const go = goVersion(env);
-      if (!go) throw new TroupeError('the Temporal CLI was not found and Go is not installed to build it', noGoHint);
+      if (!go) throw new TroupeError(`${build.what} was not found and Go is not installed to build it`, noGoHint);
       if (!versionAtLeast(go, MIN_GO_VERSION)) {
         log(`troupe: Go ${go} is older than ${MIN_GO_VERSION}; trying anyway (GOTOOLCHAIN may fetch a newer toolchain)`);
       }
       // Build into a private folder, then rename: nobody ever sees a half-written binary.
       const buildBin = path.join(cacheBinDir(env), `.build-${process.pid}`);
       fs.mkdirSync(buildBin, { recursive: true });
-      const buildLog = path.join(cacheDir(env), 'temporal-build.log');
-      const spec = `${TEMPORAL_CLI_MODULE}@${TEMPORAL_CLI_VERSION}`;
-      log(`troupe: building the Temporal CLI (go install ${spec}) into ${path.dirname(target)}`);
+      const buildLog = path.join(cacheDir(env), `${build.name}-build.log`);
+      log(`troupe: building ${build.what} (go install ${build.specs.join(' ')}) into ${cacheBinDir(env)}`);
       log('troupe: this happens once per machine and takes a few minutes...');
       const started = Date.now();
       const logFd = fs.openSync(buildLog, 'w');
       let packages = 0;
       const install = () =>
         new Promise<number>((resolve, reject) => {
-          const child = spawn('go', ['install', '-v', spec], {
+          const child = spawn('go', ['install', '-v', ...build.specs], {
             env: { ...env, GOBIN: buildBin, GOFLAGS: env.GOFLAGS ?? '' },
             stdio: ['ignore', 'pipe', 'pipe'],
           });
@@ -179,20 +202,26 @@ export async function buildTemporalBinary(opts: { env?: NodeJS.ProcessEnv; log?:
         }
         if (code !== 0) {
           throw new TroupeError(
-            `building the Temporal CLI failed (go install exit ${code}; Go ${go}): ${tailFile(buildLog, 3).replace(/\s+/g, ' ').slice(0, 300)}`,
+            `building ${build.what} failed (go install exit ${code}; Go ${go}): ${tailFile(buildLog, 3).replace(/\s+/g, ' ').slice(0, 300)}`,
             `see ${buildLog}; the build needs Go ≥ ${MIN_GO_VERSION} and the Go module proxy. Or set TROUPE_TEMPORAL_BIN / TEMPORAL_ADDRESS`,
           );
         }
-        fs.renameSync(path.join(buildBin, 'temporal'), target);
+        Object.keys(build.binaries).forEach((built, i) => fs.renameSync(path.join(buildBin, built), targets[i]!));
       } finally {
         fs.closeSync(logFd);
         fs.rmSync(buildBin, { recursive: true, force: true });
       }
-      log(`troupe: built ${target} in ${Math.round((Date.now() - started) / 1000)}s`);
-      return target;
+      log(`troupe: built ${targets.join(', ')} in ${Math.round((Date.now() - started) / 1000)}s`);
+      return targets;
     },
-    { onWait: (pid) => log(`troupe: another process (pid ${pid}) is building the Temporal CLI; waiting for it...`) },
+    { onWait: (pid) => log(`troupe: another process (pid ${pid}) is building ${build.what}; waiting for it...`) },
   );
+}
+
+/** Build the CLI with `go install` into <cache>/bin/temporal. Prints progress through `log`. */
+export async function buildTemporalBinary(opts: { env?: NodeJS.ProcessEnv; log?: Log } = {}): Promise<string> {
+  const [bin] = await goInstall(TEMPORAL_CLI_BUILD, opts);
+  return bin!;
 }
 
 /** Find the Temporal CLI, building it if needed (see the order at the top of this file). */
@@ -238,11 +267,11 @@ export function portInUse(port: number, host = '127.0.0.1', timeoutMs = 1000): P
   });
 }
 
-/** The server version if a Temporal frontend answers at `address`, else undefined. */
-export async function temporalServerVersion(address: string, timeoutMs = 3000): Promise<string | undefined> {
+/** The server version if a Temporal frontend answers at `address` (with the configured TLS), else undefined. */
+export async function temporalServerVersion(address: string, timeoutMs = 3000, config: TroupeConfig = loadConfig()): Promise<string | undefined> {
   let connection: Connection | undefined;
   try {
-    connection = await Connection.connect({ address, connectTimeout: timeoutMs });
+    connection = await Connection.connect({ ...temporalConnectionOptions(config, address), connectTimeout: timeoutMs });
     const info = await connection.withDeadline(Date.now() + timeoutMs, () =>
       connection!.workflowService.getSystemInfo({}),
     );
@@ -307,14 +336,21 @@ export interface TemporalServer {
 export async function ensureTemporalServer(config: TroupeConfig, log: Log = stderrLog): Promise<TemporalServer> {
   const namespace = config.namespace;
   if (config.temporalAddress) {
-    const version = await temporalServerVersion(config.temporalAddress);
+    const version = await temporalServerVersion(config.temporalAddress, 3000, config);
     if (!version) {
       throw new TroupeError(
-        `cannot reach Temporal at ${config.temporalAddress} (TEMPORAL_ADDRESS)`,
-        'start that server, fix TEMPORAL_ADDRESS, or unset it to let Troupe run a local dev server',
+        `cannot reach Temporal at ${config.temporalAddress} (TEMPORAL_ADDRESS${config.temporalTls.enabled ? ', with TLS' : ''})`,
+        config.temporalTls.enabled ? connectHint(config) : 'start that server, fix TEMPORAL_ADDRESS, or unset it to let Troupe run a local dev server',
       );
     }
     return { address: config.temporalAddress, namespace, managed: false, serverVersion: version };
+  }
+  if (config.temporalTls.enabled) {
+    throw new ConfigError(
+      config.temporalTls.apiKey ? 'TEMPORAL_API_KEY' : 'TEMPORAL_TLS',
+      'TLS settings need TEMPORAL_ADDRESS: the local dev server serves plain gRPC on loopback',
+      'set TEMPORAL_ADDRESS to the TLS frontend, or unset the TEMPORAL_TLS* / TEMPORAL_API_KEY variables',
+    );
   }
   const address = temporalAddressOf(config);
   const uiUrl = `http://localhost:${config.temporalUiPort}`;
@@ -357,18 +393,67 @@ export async function ensureTemporalServer(config: TroupeConfig, log: Log = stde
 }
 
 // ---------------------------------------------------------------------------
-// Client helpers
+// Connections: the one place clients and workers connect to Temporal
+
+export interface TemporalConnectionOptions {
+  address: string;
+  tls?: {
+    serverNameOverride?: string;
+    serverRootCACertificate?: Uint8Array;
+    clientCertPair?: { crt: Uint8Array; key: Uint8Array };
+  };
+  apiKey?: string;
+}
+
+function readPem(variable: string, file: string): Uint8Array {
+  try {
+    return new Uint8Array(fs.readFileSync(file));
+  } catch (err) {
+    throw new ConfigError(variable, `cannot read ${file}: ${errorMessage(err)}`, 'point it at a readable PEM file');
+  }
+}
+
+/** Address, TLS (server CA, client certificate for mTLS, server name) and API key for clients and workers alike. */
+export function temporalConnectionOptions(config: TroupeConfig, address = temporalAddressOf(config)): TemporalConnectionOptions {
+  const t = config.temporalTls;
+  if (!t.enabled) return { address };
+  return {
+    address,
+    tls: {
+      serverNameOverride: t.serverName,
+      serverRootCACertificate: t.caPath ? readPem('TEMPORAL_TLS_SERVER_CA_CERT_PATH', t.caPath) : undefined,
+      clientCertPair:
+        t.certPath && t.keyPath ? { crt: readPem('TEMPORAL_TLS_CLIENT_CERT_PATH', t.certPath), key: readPem('TEMPORAL_TLS_CLIENT_KEY_PATH', t.keyPath) } : undefined,
+    },
+    apiKey: t.apiKey,
+  };
+}
+
+const connectHint = (config: TroupeConfig) =>
+  config.temporalTls.enabled
+    ? 'check TEMPORAL_ADDRESS and the TLS settings (TEMPORAL_TLS_SERVER_CA_CERT_PATH, TEMPORAL_TLS_CLIENT_CERT_PATH/KEY_PATH, TEMPORAL_TLS_SERVER_NAME, TEMPORAL_API_KEY)'
+    : 'start it with `npx troupe up`, or set TEMPORAL_ADDRESS to a running server';
 
 /** Connect a client Connection; unreachable → one clear line plus what to do. */
-export async function connectTemporal(address: string, what = 'Temporal'): Promise<Connection> {
+export async function connectTemporal(address: string, what = 'Temporal', config: TroupeConfig = loadConfig()): Promise<Connection> {
   try {
-    return await Connection.connect({ address, connectTimeout: 5000 });
+    return await Connection.connect({ ...temporalConnectionOptions(config, address), connectTimeout: 5000 });
   } catch (err) {
-    throw new TroupeError(
-      `cannot reach ${what} at ${address}: ${errorMessage(err)}`,
-      'start it with `npx troupe up`, or set TEMPORAL_ADDRESS to a running server',
-    );
+    if (err instanceof ConfigError) throw err;
+    throw new TroupeError(`cannot reach ${what} at ${address}: ${errorMessage(err)}`, connectHint(config));
   }
+}
+
+/** A worker's connection, with the same options as a client's. */
+export async function connectTemporalWorker(address: string, config: TroupeConfig = loadConfig()): Promise<NativeConnection> {
+  // Loaded here: the worker package's native bridge is for workers, not every CLI command.
+  const { NativeConnection } = await import('@temporalio/worker');
+  return NativeConnection.connect(temporalConnectionOptions(config, address));
+}
+
+/** A client on `connection` that encodes payloads like the workers do (the payload codec when configured). */
+export function temporalClient(connection: Connection, namespace: string, config: TroupeConfig = loadConfig()): Client {
+  return new Client({ connection, namespace, dataConverter: payloadDataConverter(config.payloadKeys) });
 }
 
 /** Identities of the workers polling `taskQueue` for workflow or activity tasks (seen in the last minutes). */

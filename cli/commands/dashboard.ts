@@ -1,10 +1,9 @@
 // troupe dashboard: serve the dashboard in the foreground (`troupe up` runs it in the background).
-import { Client } from '@temporalio/client';
 import { startDashboard } from '../../dashboard/server';
 import { loadConfig, temporalAddressOf } from '../../infra/config';
 import { connect } from '../../infra/db';
 import { ensureDatabase } from '../../infra/postgres';
-import { connectTemporal } from '../../infra/temporal';
+import { connectTemporal, temporalClient } from '../../infra/temporal';
 import { defineCommand } from '../command';
 
 export default defineCommand({
@@ -31,7 +30,7 @@ export default defineCommand({
       host: config.dashboardHost,
       temporalUiUrl: values['temporal-ui'],
       namespace: config.namespace,
-      client: connection ? new Client({ connection, namespace: config.namespace }) : undefined,
+      client: connection ? temporalClient(connection, config.namespace, config) : undefined,
       token: config.dashboardToken,
     });
     console.log(`troupe dashboard: ${dash.url} (controls ${config.dashboardToken ? 'enabled with the token' : 'disabled: TROUPE_DASHBOARD_TOKEN unset'})`);

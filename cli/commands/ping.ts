@@ -1,8 +1,7 @@
 // troupe ping: run the trivial workflow (control worker → activity → Postgres row).
-import { Client } from '@temporalio/client';
 import { loadConfig, temporalAddressOf } from '../../infra/config';
 import { TroupeError, errorMessage } from '../../infra/errors';
-import { connectTemporal, pollerIdentities } from '../../infra/temporal';
+import { connectTemporal, pollerIdentities, temporalClient } from '../../infra/temporal';
 import type { PingRow } from '../../activities/ping';
 import type { pingWorkflow } from '../../workflows';
 import { defineCommand } from '../command';
@@ -26,7 +25,7 @@ export async function runPing(o: PingOptions): Promise<{ workflowId: string; row
         'start one with `npx troupe up`',
       );
     }
-    const client = new Client({ connection, namespace: o.namespace });
+    const client = temporalClient(connection, o.namespace);
     const workflowId = `troupe-ping-${Date.now()}`;
     const handle = await client.workflow.start<typeof pingWorkflow>('pingWorkflow', {
       taskQueue: o.taskQueue,
