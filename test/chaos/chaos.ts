@@ -10,9 +10,11 @@
  * TROUPE_CHAOS_LONG=1) and runnable on its own:
  *
  *   node --import tsx test/chaos/chaos.ts [--long] [--no-pause] [--seed N] [--kills N] [--steps N] [--modes batched,durable]
- *                                         [--kinds control-worker,pool-worker,engine,temporal,postgres]
+ *                                         [--kinds control-worker,pool-worker,engine,temporal,postgres] [--staleness K]
  *
  * --no-pause: the no-pause, double-kill discipline (SHORT_NO_PAUSE, or LONG_NO_PAUSE with --long).
+ * --staleness K: asynchronous runs (SHORT_STALE, or LONG_STALE with --long), kills land while rollouts
+ * of later steps overlap updates.
  */
 import { parseArgs } from 'node:util';
 import { WorkflowFailedError, WorkflowNotFoundError, type WorkflowHandle } from '@temporalio/client';
@@ -58,6 +60,8 @@ export interface ChaosOptions {
    * in PAIRS (Temporal + PostgreSQL, control + pool worker). Unset: none.
    */
   pairShare?: number;
+  /** The runs' staleness k (asynchronous RL); unset: synchronous. */
+  staleness?: number;
   log?: (line: string) => void;
 }
 
@@ -106,6 +110,28 @@ export const LONG_NO_PAUSE: Omit<ChaosOptions, 'log'> = {
   noPause: true,
   againAfterMs: [500, 1700],
   pairShare: 1 / 3,
+};
+
+/**
+ * Asynchronous runs (staleness 1): the worker kills that land in overlapped work (a rollout of
+ * step t + 1 beside the update of step t). Batched, to fit the CI budget; the long one adds durable.
+ */
+export const SHORT_STALE: Omit<ChaosOptions, 'log'> = {
+  ...SHORT,
+  seed: 11,
+  modes: ['batched'],
+  steps: { batched: 12, durable: 5 },
+  kills: 2,
+  kinds: ['pool-worker', 'control-worker'],
+  staleness: 1,
+};
+
+export const LONG_STALE: Omit<ChaosOptions, 'log'> = {
+  ...LONG,
+  seed: 13,
+  steps: { batched: 30, durable: 10 },
+  kills: 10,
+  staleness: 1,
 };
 
 /** The process killed together with a kind in a paired kill (the engine dies with its pool worker anyway). */
@@ -194,9 +220,9 @@ export function schedule(opts: Pick<ChaosOptions, 'seed' | 'kills' | 'kinds' | '
 }
 
 /** The run config of a mode. Batched steps are bigger (32 episodes), so they last long enough to be hit mid-rollout. */
-export function runConfig(opts: Pick<ChaosOptions, 'runSeed' | 'steps'>, mode: Mode) {
+export function runConfig(opts: Pick<ChaosOptions, 'runSeed' | 'steps' | 'staleness'>, mode: Mode) {
   const size = mode === 'batched' ? { groupsPerStep: 4, groupSize: 8 } : { groupsPerStep: 2, groupSize: 4 };
-  return { team: 'math', steps: opts.steps[mode], ...size, rollout: mode, evalEvery: 3, evalTasks: 4, seed: opts.runSeed };
+  return { team: 'math', steps: opts.steps[mode], ...size, rollout: mode, evalEvery: 3, evalTasks: 4, seed: opts.runSeed, ...(opts.staleness ? { staleness: opts.staleness } : {}) };
 }
 
 /** The run's result, waiting through server restarts (bounded by `deadline`). */
@@ -614,10 +640,11 @@ async function main() {
       steps: { type: 'string' },
       modes: { type: 'string' },
       kinds: { type: 'string' },
+      staleness: { type: 'string' },
     },
   });
   const long = values.long || process.env.TROUPE_CHAOS_LONG === '1';
-  const base = values['no-pause'] ? (long ? LONG_NO_PAUSE : SHORT_NO_PAUSE) : long ? LONG : SHORT;
+  const base = values.staleness ? { ...(long ? LONG_STALE : SHORT_STALE), staleness: Number(values.staleness) } : values['no-pause'] ? (long ? LONG_NO_PAUSE : SHORT_NO_PAUSE) : long ? LONG : SHORT;
   const steps = values.steps ? Number(values.steps) : undefined;
   const options: ChaosOptions = {
     ...base,
