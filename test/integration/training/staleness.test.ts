@@ -69,7 +69,7 @@ describe('asynchronous runs (staleness)', () => {
           const update = updates.find((e) => payloadStep(e) === t)!;
           const completed = events.find((e) => e.activityTaskCompletedEventAttributes?.scheduledEventId?.toString() === update.eventId?.toString())!;
           const next = rollouts.find((e) => payloadStep(e) === t + 1)!;
-          assert.ok(Number(next.eventId) < Number(completed.eventId), `rollout of step ${t + 1} (event ${next.eventId}) scheduled before the update of step ${t} completed (event ${completed.eventId})`);
+          assert.ok(Number(String(next.eventId)) < Number(String(completed.eventId)), `rollout of step ${t + 1} (event ${next.eventId}) scheduled before the update of step ${t} completed (event ${completed.eventId})`);
         }
       }
     });
