@@ -39,12 +39,14 @@ export {
   KL_TYPES,
   DEFAULT_POLICY_LOSS_SETTINGS,
   policyLoss,
+  importanceWeights,
   resolveLossSettings,
   type KlType,
   type PolicyLossSettings,
   type PolicyLossInput,
   type PolicyLossOutput,
   type PolicyLossDiagnostics,
+  type ImportanceWeights,
 } from './loss';
 export {
   stepDiagnostics,

@@ -12,6 +12,20 @@
  *           low_var_kl (k3): clamp(exp(ref − logp) − (ref − logp) − 1, −10, 10)
  *   loss  = Σ_t w_t·(L_pg,t + β_kl·KL_t) − β_H·Σ_t w_t·H_t
  *
+ * Decoupled PPO (asynchronous runs, staleness k > 0): the tokens were sampled
+ * by a behaviour version older than the update's base version (the proximal
+ * policy). logp_old is then the proximal log-prob (Score at the base version)
+ * and each token's PPO term is scaled by a truncated importance weight, held
+ * fixed (no gradient):
+ *
+ *   w_t   = min(exp(clamp(logp_prox − logp_behav, −20, 20)), cap)
+ *   L_pg  = w_t·max(−A·ratio, −A·clip(ratio, 1 − ε_low, 1 + ε_high))   (dual clip scaled alike)
+ *
+ * Since w_t ≥ 0, w_t·L_pg(A) = L_pg(w_t·A) token by token (the clip and the
+ * dual clip depend on A only through its sign): an engine that implements the
+ * plain loss trains the decoupled one when given advantages w_t·A and
+ * logp_old = logp_prox. With k = 0 no weights are given (w_t ≡ 1).
+ *
  * Gradient coefficient: g_t = ∂loss/∂logp_t with logp_old, ref, A, w and the
  * entropy H_t held fixed. The engine backpropagates g_t through log-softmax
  * (∂logp_t/∂z = onehot − softmax). The entropy bonus is NOT in g_t: H_t
@@ -71,6 +85,8 @@ export interface PolicyLossInput {
   refLogp?: ArrayLike<number>;
   /** Per-token entropy of the current policy; required when entropyCoef ≠ 0. */
   entropy?: ArrayLike<number>;
+  /** Truncated importance weights of decoupled PPO (importanceWeights); absent: 1. */
+  isWeights?: ArrayLike<number>;
 }
 
 export interface PolicyLossDiagnostics {
@@ -130,6 +146,7 @@ function checkInput(input: PolicyLossInput, s: PolicyLossSettings): number {
     ['weights', input.weights],
     ['refLogp', input.refLogp],
     ['entropy', input.entropy],
+    ['isWeights', input.isWeights],
   ];
   if (s.kl.type !== 'none' && input.refLogp === undefined) issues.add('refLogp', `is required for kl.type ${s.kl.type}`);
   if (s.entropyCoef !== 0 && input.entropy === undefined) issues.add('entropy', 'is required when entropyCoef ≠ 0');
@@ -152,7 +169,7 @@ function checkInput(input: PolicyLossInput, s: PolicyLossSettings): number {
 export function policyLoss(input: PolicyLossInput, settings: Partial<PolicyLossSettings> = {}): PolicyLossOutput {
   const s = resolveLossSettings(settings);
   const n = checkInput(input, s);
-  const { logp, logpOld, advantages, weights, refLogp, entropy } = input;
+  const { logp, logpOld, advantages, weights, refLogp, entropy, isWeights } = input;
   const lo = 1 - s.clipLow;
   const hi = 1 + s.clipHigh;
   const c = s.dualClip;
@@ -213,9 +230,10 @@ export function policyLoss(input: PolicyLossInput, settings: Partial<PolicyLossS
       dKl = raw >= -K3_CLAMP && raw <= K3_CLAMP ? 1 - eu : 0;
     }
 
-    pg += w * L;
+    const is = isWeights === undefined ? 1 : isWeights[t];
+    pg += w * is * L;
     kl += w * klT;
-    grad[t] = w * (dL + klCoef * dKl);
+    grad[t] = w * (is * dL + klCoef * dKl);
     if (entropy !== undefined) ent += w * entropy[t];
     if (s.entropyCoef !== 0) entropyGrad[t] = -s.entropyCoef * w;
 
@@ -248,4 +266,52 @@ export function policyLoss(input: PolicyLossInput, settings: Partial<PolicyLossS
       ratioMax,
     },
   };
+}
+
+export interface ImportanceWeights {
+  /** w_t per token (0 where the mask is 0). */
+  weights: Float64Array;
+  diagnostics: {
+    /** Tokens with mask 1. */
+    tokens: number;
+    mean: number;
+    max: number;
+    /** Fraction of tokens whose weight the cap truncated. */
+    truncatedFraction: number;
+    /** Mean k3 estimate of KL(behaviour ‖ proximal) over the behaviour's tokens: ρ − 1 − log ρ, ρ = π_prox/π_behav. */
+    behaviourKl: number;
+  };
+}
+
+/**
+ * Decoupled PPO's truncated importance weights w_t = min(π_prox/π_behav, cap)
+ * (see the header), for tokens with mask 1; `cap` ≥ 1.
+ */
+export function importanceWeights(logpProx: ArrayLike<number>, logpBehav: ArrayLike<number>, mask: ArrayLike<number>, cap: number): ImportanceWeights {
+  const issues = new IssueList();
+  if (!(cap >= 1 && Number.isFinite(cap))) issues.add('cap', `must be a finite number >= 1, got ${cap}`);
+  const n = logpProx.length;
+  for (const [name, a] of [['logpBehav', logpBehav], ['mask', mask]] as const) if (a.length !== n) issues.add(name, `expected ${n} tokens (as logpProx), got ${a.length}`);
+  issues.throwIfAny();
+  const weights = new Float64Array(n);
+  let tokens = 0;
+  let sum = 0;
+  let max = 0;
+  let truncated = 0;
+  let kl = 0;
+  for (let t = 0; t < n; t++) {
+    if (mask[t] === 0) continue;
+    for (const [name, a] of [['logpProx', logpProx], ['logpBehav', logpBehav]] as const) if (!Number.isFinite(a[t])) issues.add(`${name}[${t}]`, `must be a finite number, got ${a[t]}`);
+    const d = Math.min(Math.max(logpProx[t] - logpBehav[t], -LOG_RATIO_CLAMP), LOG_RATIO_CLAMP);
+    const rho = Math.exp(d);
+    weights[t] = Math.min(rho, cap);
+    tokens++;
+    sum += weights[t];
+    max = Math.max(max, weights[t]);
+    if (rho > cap) truncated++;
+    kl += rho - 1 - d;
+  }
+  issues.throwIfAny();
+  const per = (x: number) => (tokens === 0 ? 0 : x / tokens);
+  return { weights, diagnostics: { tokens, mean: per(sum), max, truncatedFraction: per(truncated), behaviourKl: per(kl) } };
 }

@@ -9,6 +9,9 @@ import type { AnyTeam } from '../agents/team';
 import { mergeOverrides, optimizerConfigSchema, resolveSettings, SettingsError, type OptimizerOverrides, type OptimizerSettings } from './optimizer';
 import { FieldError, issuesFromZod, type FieldIssue } from './issues';
 
+/** Bound on staleness: each step of lag keeps one more step's rollout in flight. */
+export const MAX_STALENESS = 8;
+
 const int = (min: number, max: number) => z.number().int('must be an integer').min(min, `must be >= ${min}`).max(max, `must be <= ${max}`);
 
 export const runConfigSchema = z.strictObject({
@@ -30,6 +33,22 @@ export const runConfigSchema = z.strictObject({
   seed: int(0, 2 ** 31 - 1).default(0),
   /** What to do when an update's loss or gradients are not finite. */
   nonFinite: z.enum(['skip', 'reduce-lr', 'fail']).default('skip'),
+  /**
+   * Asynchronous RL (README "Asynchronous RL"): the rollout of step t uses the version each model
+   * had at step max(0, t − k) and runs while the updates of steps t − k … t − 1 are in flight.
+   * One k for every model, or one per model name (missing models: 0). 0: synchronous.
+   */
+  staleness: z
+    .union([z.number(), z.record(z.string(), z.number())], 'must be an integer k or an object { <model>: k }')
+    .superRefine((v, ctx) => {
+      for (const [path, k] of typeof v === 'number' ? [[[], v] as const] : Object.entries(v).map(([m, k]) => [[m], k] as const)) {
+        const r = int(0, MAX_STALENESS).safeParse(k);
+        if (!r.success) ctx.addIssue({ code: 'custom', path: [...path], message: r.error.issues[0]!.message });
+      }
+    })
+    .default(0),
+  /** Cap of the truncated importance weights that correct stale rollouts (decoupled PPO, rl/loss.ts). */
+  importanceCap: z.number().min(1, 'must be >= 1').max(1e6, 'must be <= 1000000').default(5),
   /** Fail the run after this many consecutive steps in which no model could train (every update skipped); 0: never. */
   maxStepsWithoutSignal: int(0, 1_000_000).default(3),
 });
@@ -87,6 +106,7 @@ export function checkAgainstTeam(config: RunConfig, team: AnyTeam): ResolvedTrai
   const issues: FieldIssue[] = [];
   const modelNames = Object.keys(team.models);
   for (const m of Object.keys(config.optimizer.models)) if (!modelNames.includes(m)) issues.push({ path: `optimizer.models.${m}`, message: `unknown model (team ${team.name} has: ${modelNames.join(', ')})` });
+  if (typeof config.staleness === 'object') for (const m of Object.keys(config.staleness)) if (!modelNames.includes(m)) issues.push({ path: `staleness.${m}`, message: `unknown model (team ${team.name} has: ${modelNames.join(', ')})` });
   for (const a of Object.keys(config.optimizer.agents)) if (!team.roles.includes(a)) issues.push({ path: `optimizer.agents.${a}`, message: `unknown agent (team ${team.name} has: ${team.roles.join(', ')})` });
   const modelLevel = (m: string) => mergeOverrides(team.models[m]?.optimizer as OptimizerOverrides, config.optimizer.all, config.optimizer.models[m]);
   const models: Record<string, OptimizerSettings> = {};
@@ -113,4 +133,9 @@ export function checkAgainstTeam(config: RunConfig, team: AnyTeam): ResolvedTrai
   }
   if (issues.length > 0) throw new RunConfigError(issues);
   return { models, agents };
+}
+
+/** The staleness k of a model (0 when not set). */
+export function stalenessOf(config: Pick<RunConfig, 'staleness'>, model: string): number {
+  return typeof config.staleness === 'number' ? config.staleness : (config.staleness[model] ?? 0);
 }

@@ -8,6 +8,11 @@
  *                  -> metrics, progress, eval every N steps
  *   final eval -> summary
  *
+ * With staleness k > 0 (asynchronous RL) the rollout of step t samples the
+ * versions of step max(0, t − k) and starts as soon as they exist, so it runs
+ * while the updates of steps t − k … t − 1 are in flight; updates still commit
+ * in step order. The schedule depends on t and k only, never on timing.
+ *
  * continueAsNew carries only ids, counters and settings when Temporal suggests it.
  *
  * History compatibility: every change to the commands this workflow issues is
@@ -40,7 +45,7 @@ import type { PoolQueueActivities } from '../activities/training/pool-queues';
 import type { DashboardLinkActivities } from '../activities/training/dashboard-link';
 import { TroupeEvalSuccess, TroupeRunId, TroupeStatus, TroupeStep, TroupeTeam } from '../infra/search-attributes';
 import { applyOptimizerChange, parseOptimizerChange, SettingsError, type OptimizerChange, type OptimizerConfig } from '../schema/optimizer';
-import { checkAgainstTeam, parseRunConfig, RunConfigError, type ResolvedTraining, type RunConfig } from '../schema/run-config';
+import { checkAgainstTeam, parseRunConfig, RunConfigError, stalenessOf, type ResolvedTraining, type RunConfig } from '../schema/run-config';
 import { pauseSignal, resumeSignal, setOptimizerUpdate, statusQuery, stopSignal, type RunStatusView } from './definitions';
 import { episodeWorkflow } from './episode';
 import { controlActivities, controlLocalActivities, poolActivities } from './timeouts';
@@ -59,6 +64,15 @@ export interface Carried {
   pendingChanges?: OptimizerChange[];
   /** Consecutive steps so far in which no model could train. */
   stepsWithoutSignal?: number;
+  /** Asynchronous runs: rollouts of later steps finished before continue-as-new (not started again). */
+  rolledOut?: Record<number, RolloutDone>;
+}
+
+/** A step's finished rollout, as its update commits it. */
+interface RolloutDone {
+  seconds: number;
+  episodes: number;
+  failed: number;
 }
 
 /** How an execution was started: `troupe resume` continues a run that did not finish. */
@@ -153,6 +167,8 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
   let stepsThisExecution = 0;
   /** Whether this execution may write to the run in the store (it started or continued it). */
   let owned = !!carried;
+  /** Whether this run is asynchronous (staleness > 0 for some model); decided once per execution. */
+  let pipelined = false;
 
   setHandler(pauseSignal, () => void (paused = true));
   setHandler(resumeSignal, () => void (paused = false));
@@ -206,6 +222,14 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
     const items = Object.entries(rewards).map(([agent, cs]) => `- ${agent}: ${Object.entries(cs).map(([k, v]) => `${k} ${v.toFixed(3)}`).join(', ')}`);
     if (lastEval) items.push(`- eval success ${lastEval.success.toFixed(3)} at step ${lastEval.step}${initialEval ? ` (from ${initialEval.success.toFixed(3)})` : ''}`);
     if (failedEpisodes > 0) items.push(`- failed episodes: ${failedEpisodes}`);
+    if (pipelined) {
+      const inFlight = [...rollouts.keys()].filter((s) => s >= step);
+      items.push(`- staleness ${models.map((m) => `${m} k=${lag(m)}`).join(', ')}; rollouts started ahead: ${inFlight.length > 0 ? `steps ${inFlight.join(', ')}` : 'none'}`);
+      for (const [m, x] of Object.entries(offPolicyMetrics)) {
+        if (x.staleness === undefined) continue;
+        items.push(`- ${m} off-policy: staleness ${x.staleness.toFixed(2)}, IS weight mean ${x['isWeight.mean']!.toFixed(3)} max ${x['isWeight.max']!.toFixed(3)} truncated ${x['isWeight.truncated']!.toFixed(3)}, KL(behaviour‖current) ${x.behaviourKl!.toExponential(2)}, clip fraction ${x.clipFraction!.toFixed(3)}`);
+      }
+    }
     if (pendingChanges.length > 0) items.push(`- optimizer changes pending: ${pendingChanges.length} (apply at step ${step + (phase === 'running' ? 1 : 0)})`);
     if (dashboardPage) items.push(`- curves and episodes: [dashboard](${dashboardPage})`);
     const head = `**${config.team}** run \`${runId}\`: step ${step}/${config.steps} (${phase})`;
@@ -213,21 +237,21 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
   };
 
   // ---- rollout of a plan (by reference), in the configured mode; returns the failed episodes
-  async function rolloutPlan(plan: StepPlan, sampling?: Partial<Sampling>): Promise<number> {
+  async function rolloutPlan(plan: StepPlan, sampling?: Partial<Sampling>, serving: Record<string, number> = versions): Promise<number> {
     const { episodes, ...byRef } = plan;
     const split = plan.rule.split;
     const at = plan.step;
     if (config.rollout === 'durable') {
       const results = await Promise.all(
         Array.from({ length: episodes }, (_, index) =>
-          executeChild(episodeWorkflow, { workflowId: episodeIdOf(byRef, index), args: [{ ...ref, runId, step: at, split, plan: byRef, index, versions, sampling, poolQueues }] }),
+          executeChild(episodeWorkflow, { workflowId: episodeIdOf(byRef, index), args: [{ ...ref, runId, step: at, split, plan: byRef, index, versions: serving, sampling, poolQueues }] }),
         ),
       );
       return results.filter((r) => r.status === 'failed').length;
     }
     const parts: Array<[number, number]> = [];
     for (let from = 0; from < episodes; from += ROLLOUT_CHUNK) parts.push([from, Math.min(from + ROLLOUT_CHUNK, episodes)]);
-    const results = await Promise.all(parts.map(([from, to]) => poolOf(models[0]!).rolloutBatch({ ...ref, runId, step: at, split, plan: byRef, from, to, versions, sampling })));
+    const results = await Promise.all(parts.map(([from, to]) => poolOf(models[0]!).rolloutBatch({ ...ref, runId, step: at, split, plan: byRef, from, to, versions: serving, sampling })));
     return results.reduce((n, r) => n + r.failed, 0);
   }
 
@@ -319,12 +343,21 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
       episodes = specs.length;
     }
     failedEpisodes += failed;
+    await updateStep({ seconds: (Date.now() - t0) / 1000, episodes, failed }, bookkeeping);
+  }
+
+  /**
+   * The update of the current step, one per model, from its finished rollout; then bookkeeping.
+   * offPolicy: the rollout may be stale (asynchronous runs), the update corrects for it.
+   */
+  async function updateStep(rolloutDone: RolloutDone, bookkeeping: typeof control, offPolicy = false) {
     const t1 = Date.now();
-    const rolloutDone = { seconds: (t1 - t0) / 1000, episodes, failed };
+    const correction = (model: string) => (offPolicy && lag(model) > 0 ? { offPolicy: { importanceCap: config.importanceCap } } : {});
     const updates: UpdateResult[] = await Promise.all(
-      models.map((model) => poolOf(model).updateModel({ ...ref, runId, step, model, baseVersion: versions[model]!, settings, nonFinite: config.nonFinite, rollout: rolloutDone })),
+      models.map((model) => poolOf(model).updateModel({ ...ref, runId, step, model, baseVersion: versions[model]!, settings, nonFinite: config.nonFinite, rollout: rolloutDone, ...correction(model) })),
     );
     const t2 = Date.now();
+    if (offPolicy) offPolicyMetrics = Object.fromEntries(updates.map((u, i) => [models[i]!, u.metrics]));
     versions = { ...versions };
     updates.forEach((u, i) => (versions[models[i]!] = u.version));
     rewards = updates[0]?.rewards ?? {};
@@ -333,10 +366,61 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
     await bookkeeping.finishStep({
       runId,
       step: step - 1,
-      metrics: { updateSeconds: (t2 - t1) / 1000, episodesPerSecond: episodes / Math.max((t1 - t0) / 1000, 1e-3) },
+      metrics: { updateSeconds: (t2 - t1) / 1000, episodesPerSecond: rolloutDone.episodes / Math.max(rolloutDone.seconds, 1e-3) },
     });
     publish();
     checkSignal(updates, rolloutDone);
+  }
+
+  // ---- asynchronous runs (staleness k > 0): rollouts of later steps in flight during updates
+  const lag = (model: string) => stalenessOf(config, model);
+  const minLag = Math.min(...models.map(lag));
+  const maxLag = Math.max(...models.map(lag));
+  /** Serving versions at the steps a rollout may still need (step − maxLag … step). */
+  const versionsAt: Record<number, Record<string, number>> = {};
+  const rollouts = new Map<number, Promise<RolloutDone>>();
+  let offPolicyMetrics: Record<string, Record<string, number>> = {};
+
+  /** Versions of the steps in the lag window, before the first asynchronous step of this execution. */
+  async function startPipeline() {
+    const earlier = Array.from({ length: Math.min(maxLag, step) }, (_, i) => step - maxLag + i).filter((s) => s >= 0);
+    if (earlier.length > 0) Object.assign(versionsAt, await control.versionsAt({ runId, models, steps: earlier }));
+    versionsAt[step] = versions;
+    for (const [s, done] of Object.entries(carried?.rolledOut ?? {})) rollouts.set(Number(s), Promise.resolve(done));
+  }
+
+  /** Starts every rollout whose versions exist: step s samples model m's version of step max(0, s − k_m). */
+  function startRollouts() {
+    for (let s = step; s <= Math.min(step + minLag, config.steps - 1); s++) {
+      if (rollouts.has(s)) continue;
+      const serving = Object.fromEntries(models.map((m) => [m, versionsAt[Math.max(0, s - lag(m))]![m]!]));
+      const done = rolloutStep(s, serving);
+      done.catch(() => undefined); // its failure surfaces when its step awaits it
+      rollouts.set(s, done);
+    }
+  }
+
+  async function rolloutStep(at: number, serving: Record<string, number>): Promise<RolloutDone> {
+    const t0 = Date.now();
+    const planned = await controlLocal.planStep({ ...ref, runId, step: at, seed: config.seed, groupsPerStep: config.groupsPerStep, groupSize: config.groupSize });
+    const failed = await rolloutPlan(planned, undefined, serving);
+    return { seconds: (Date.now() - t0) / 1000, episodes: planned.episodes, failed };
+  }
+
+  /** One asynchronous step: start what may start, wait for this step's rollout, update from it. */
+  async function runStaleStep() {
+    startRollouts();
+    const done = await rollouts.get(step)!;
+    rollouts.delete(step);
+    failedEpisodes += done.failed;
+    await updateStep(done, controlLocal, true);
+    versionsAt[step] = versions;
+    delete versionsAt[step - maxLag - 1];
+  }
+
+  /** Waits for the rollouts in flight (they finish and are stored; none is left running). */
+  async function drainRollouts(): Promise<Record<number, RolloutDone>> {
+    return Object.fromEntries(await Promise.all([...rollouts].map(async ([s, p]) => [s, await p] as const)));
   }
 
   /** A run in which no model can train for maxStepsWithoutSignal steps in a row fails, naming why, instead of completing at version 0. */
@@ -362,6 +446,9 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
       dashboardPage = base && `${base}/#/runs/${encodeURIComponent(runId)}`;
     }
     if (!carried) await startOrResume();
+    // Runs with every k = 0 never reach patched(): their histories stay as they were.
+    pipelined = maxLag > 0 && patched('bounded-staleness');
+    if (pipelined) await startPipeline();
     phase = paused ? 'paused' : 'running';
     publish();
 
@@ -373,7 +460,8 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
       phase = 'running';
       publish();
       if (pendingChanges.length > 0) await applyPendingChanges();
-      await runStep();
+      if (pipelined) await runStaleStep();
+      else await runStep();
       if (evalDue(step)) {
         await evaluate(step);
         phase = 'running';
@@ -382,12 +470,13 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
       if (workflowInfo().continueAsNewSuggested && step < config.steps) {
         // This execution closes: a TroupeStatus="running" search must find only the one that goes on.
         if (patched('continued-status')) upsertSearchAttributes([{ key: TroupeStatus, value: 'continued' }]);
-        const next: Carried = { startStep: step, versions, optimizer: config.optimizer, paused, stopRequested, initialEval, lastEval, failedEpisodes, pendingChanges, stepsWithoutSignal };
+        const next: Carried = { startStep: step, versions, optimizer: config.optimizer, paused, stopRequested, initialEval, lastEval, failedEpisodes, pendingChanges, stepsWithoutSignal, ...(pipelined ? { rolledOut: await drainRollouts() } : {}) };
         await continueAsNew<typeof trainingRun>(rawConfig, next);
       }
     }
 
     phase = stopRequested ? 'stopping' : 'running';
+    if (pipelined) await drainRollouts();
     const finalEval = lastEval?.step === step ? lastEval : await evaluate(step);
     const status = stopRequested && step < config.steps ? 'stopped' : 'completed';
     phase = status;

@@ -13,6 +13,9 @@ import { toAdvantageSpec } from '../../schema/optimizer';
 import type { StoredEpisode } from '../store/trajectories';
 
 export interface UpdateSequence {
+  /** The agent whose turn this is, and the version that sampled it (the behaviour version). */
+  agent: string;
+  version: number;
   context: number[];
   tokens: number[];
   mask: number[];
@@ -157,6 +160,8 @@ export function buildStepBatch(
     );
     models[model] = idx
       .map((i, k) => ({
+        agent: turns[i]!.agent,
+        version: turns[i]!.version,
         context: turns[i]!.contextTokens,
         tokens: turns[i]!.responseTokens,
         mask: turns[i]!.lossMask,

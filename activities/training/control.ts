@@ -17,7 +17,7 @@ import { loadStepEpisodes, saveEpisodes, type EpisodeMeta, type StoredEpisode } 
 import { loadTasks } from '../tasks';
 import { executeTool } from '../tools';
 import { episodesOf, type EpisodeSpec, type StepPlan } from './plan';
-import { resumePoint } from './resume';
+import { resumePoint, versionsBefore } from './resume';
 
 export interface TeamRef {
   team: string;
@@ -61,6 +61,11 @@ export function createTrainingControlActivities({ sql }: { sql: Sql }) {
       await setRunStatus(sql, input.runId, 'running');
       if (existing) await recordEvent(sql, { runId: input.runId, step: point.startStep, kind: 'resumed', detail: { executionId: input.executionId, versions: point.versions } });
       return point;
+    },
+
+    /** Each model's serving version at each of `steps` (what an asynchronous run's rollout of a later step samples from). */
+    async versionsAt(input: { runId: string; models: string[]; steps: number[] }): Promise<Record<number, Record<string, number>>> {
+      return Object.fromEntries(await Promise.all(input.steps.map(async (s) => [s, await versionsBefore(sql, input.runId, input.models, s)] as const)));
     },
 
     /** Plans a step: returns a reference (rule and count); the rollout derives the episodes from it. */

@@ -16,7 +16,7 @@ import type { Sampling } from '../../agents/agent';
 import { deriveSeed } from '../../agents/seed';
 import type { Split } from '../../agents/tasks';
 import { loadTeam } from '../../agents/teams';
-import type { GenerateRequest, GenerateResponse, ExportedVersion, InitModelRequest, LoadVersionRequest, ScoreRequest, ScoreResponse, UpdateRequest, UpdateResponse, UpdateSettingsInput, VersionInfo } from '../../gpu-workers/types';
+import type { GenerateRequest, GenerateResponse, ExportedVersion, InitModelRequest, LoadVersionRequest, ScoreRequest, ScoreResponse, UpdateRequest, UpdateSampleInput, UpdateResponse, UpdateSettingsInput, VersionInfo } from '../../gpu-workers/types';
 import type { Sql } from '../../infra/db';
 import type { OptimizerSettings } from '../../schema/optimizer';
 import type { ResolvedTraining } from '../../schema/run-config';
@@ -27,6 +27,7 @@ import { loadStepEpisodes, saveEpisodes, storedEpisodeIds, type StoredEpisode } 
 import { executeTool } from '../tools';
 import { buildStepBatch, type StepBatch, type UpdateSequence } from './batch';
 import { heartbeating, withEngineFailures } from './engine-work';
+import { offPolicyCorrection } from './off-policy';
 import { scoredEpisode, type TeamRef } from './control';
 import { episodesOf, type RolloutEpisodes } from './plan';
 import { loadTasks } from '../tasks';
@@ -185,6 +186,8 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
         nonFinite: 'skip' | 'reduce-lr' | 'fail';
         /** The step's rollout, committed with the update so a step that is committed always has it. */
         rollout: { seconds: number; episodes: number; failed: number };
+        /** Asynchronous runs (staleness > 0): decoupled PPO against the base version (off-policy.ts). */
+        offPolicy?: { importanceCap: number };
       },
     ): Promise<UpdateResult> {
       const { runId, step, model } = input;
@@ -208,7 +211,9 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
       if (sequences.every((s) => s.weights.every((w) => w === 0))) return skip('no trainable tokens');
 
       const key = modelKey(runId, model);
-      const samples = await withReferences(runId, model, sequences, modelSettings);
+      const onPolicy = await withReferences(runId, model, sequences, modelSettings);
+      const corrected = input.offPolicy && (await correctOffPolicy(runId, model, input.baseVersion, sequences, onPolicy, input.offPolicy.importanceCap));
+      const samples = corrected ? corrected.samples : onPolicy;
       const request = (lrScale: number, attempt: string): UpdateRequest => ({
         modelKey: key,
         baseVersion: input.baseVersion,
@@ -239,7 +244,7 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
       const res = updated;
       const exported = await engine().exportVersion({ modelKey: key, version: res.info.version });
       const m = res.metrics;
-      const metrics = { loss: m.loss, pgLoss: m.pgLoss, klLoss: m.klLoss, gradNorm: m.gradNorm, clipFraction: m.clipFraction, approxKl: m.approxKl, entropy: m.entropy, tokens: res.tokens, samples: res.samples, updateMs: res.durationMs, logprobGapMean: res.logprobGap.mean, logprobGapMax: res.logprobGap.max };
+      const metrics = { loss: m.loss, pgLoss: m.pgLoss, klLoss: m.klLoss, gradNorm: m.gradNorm, clipFraction: m.clipFraction, approxKl: m.approxKl, entropy: m.entropy, tokens: res.tokens, samples: res.samples, updateMs: res.durationMs, logprobGapMean: res.logprobGap.mean, logprobGapMax: res.logprobGap.max, ...corrected?.model };
       const rows: Array<{ kind: string; scope: string; name: string; value: number }> = Object.entries(metrics).map(([name, value]) => ({ kind: 'update', scope: model, name, value }));
       rows.push(
         { kind: 'train', scope: 'team', name: 'rolloutSeconds', value: input.rollout.seconds },
@@ -258,9 +263,10 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
           { kind: 'train', scope: agent, name: 'score.std', value: batch.scores[agent]!.std },
           { kind: 'train', scope: agent, name: 'zeroAdvantageGroupFraction', value: d.zeroAdvantageGroupFraction },
           { kind: 'train', scope: agent, name: 'samples', value: d.samples },
-          ...['loss', 'gradNorm', 'clipFraction', 'approxKl'].map((name) => ({ kind: 'train', scope: agent, name, value: metrics[name as keyof typeof metrics] })),
+          ...(['loss', 'gradNorm', 'clipFraction', 'approxKl'] as const).map((name) => ({ kind: 'train', scope: agent, name, value: metrics[name] })),
           // the agent's own entropy, not its model's (agents may share one): a role's collapse shows
           { kind: 'train', scope: agent, name: 'entropy', value: batch.entropy[agent] ?? NaN },
+          ...Object.entries(corrected?.agents[agent] ?? {}).map(([name, value]) => ({ kind: 'train', scope: agent, name, value })),
         );
       }
       rows.push(...agentRows(batch, actors));
@@ -290,8 +296,14 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
     ]);
   }
 
+  /** Decoupled PPO for a stale rollout: the base version scores the tokens (the proximal policy), off-policy.ts weights them. */
+  async function correctOffPolicy(runId: string, model: string, baseVersion: number, sequences: UpdateSequence[], samples: UpdateSampleInput[], cap: number) {
+    const base = await withVersion(runId, model, baseVersion, () => engine().score({ modelKey: modelKey(runId, model), version: baseVersion, sequences: sequences.map((q) => ({ context: q.context, tokens: q.tokens })) }));
+    return offPolicyCorrection(sequences, samples, base.sequences.map((q) => q.logprobs), baseVersion, cap);
+  }
+
   /** Adds reference log-probs (version 0) when the model's KL term is on. */
-  async function withReferences(runId: string, model: string, sequences: UpdateSequence[], s: OptimizerSettings) {
+  async function withReferences(runId: string, model: string, sequences: UpdateSequence[], s: OptimizerSettings): Promise<UpdateSampleInput[]> {
     const base = sequences.map((q) => ({ context: q.context, tokens: q.tokens, lossMask: q.mask, advantages: q.advantages, oldLogprobs: q.oldLogprobs, lossWeights: q.weights }));
     if (s.kl.type === 'none' || s.kl.coef === 0) return base;
     const ref = await withVersion(runId, model, 0, () => engine().score({ modelKey: modelKey(runId, model), version: 0, sequences: sequences.map((q) => ({ context: q.context, tokens: q.tokens })) }));

@@ -31,12 +31,18 @@ export async function resumePoint(sql: Sql, runId: string, models: readonly stri
   for (const r of [...committed, ...skipped]) handled.set(r.model, Math.max(handled.get(r.model) ?? -1, r.step));
   const fresh = committed.length === 0;
   const startStep = fresh ? 0 : Math.min(...models.map((m) => (handled.get(m) ?? -1) + 1));
-  const versions: Record<string, number> = {};
-  for (const m of models) {
-    const [row] = await sql`SELECT max(version) AS v FROM versions WHERE run_id = ${runId} AND model = ${m} AND step < ${startStep}`;
-    versions[m] = row?.v ?? 0;
-  }
+  const versions = await versionsBefore(sql, runId, models, startStep);
   const evals = await sql`SELECT step FROM metrics WHERE run_id = ${runId} AND kind = 'eval' AND scope = 'team' AND name = 'episodes' ORDER BY step`;
   const [changed] = await sql`SELECT detail->'optimizer' AS optimizer FROM run_events WHERE run_id = ${runId} AND kind = 'optimizer-changed' ORDER BY id DESC LIMIT 1`;
   return { startStep, versions, fresh, evals: evals.map((r) => r.step as number), optimizer: (changed?.optimizer as OptimizerConfig | undefined) ?? null };
+}
+
+/** Each model's serving version at a step: its newest version committed before it (0 when none). */
+export async function versionsBefore(sql: Sql, runId: string, models: readonly string[], step: number): Promise<Record<string, number>> {
+  const versions: Record<string, number> = {};
+  for (const m of models) {
+    const [row] = await sql`SELECT max(version) AS v FROM versions WHERE run_id = ${runId} AND model = ${m} AND step < ${step}`;
+    versions[m] = row?.v ?? 0;
+  }
+  return versions;
 }

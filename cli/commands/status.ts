@@ -38,6 +38,14 @@ export function agentStepLine(agent: string, a: AgentStep): string {
   return `${agent} (step ${a.step}): reward ${rewards}  truncated ${pct(a.truncatedShare)}  failed ${pct(a.failedShare)}`;
 }
 
+/** The off-policy metrics an asynchronous run's update stores per agent (activities/training/off-policy.ts), with the clip fraction. */
+export const OFF_POLICY_METRICS = ['staleness', 'isWeight.mean', 'isWeight.max', 'isWeight.truncated', 'behaviourKl', 'clipFraction'] as const;
+
+export function offPolicyLine(agent: string, step: number, m: Record<string, number>): string {
+  const f = (name: string, digits = 3) => (m[name] === undefined ? '-' : m[name]!.toFixed(digits));
+  return `${agent} (step ${step}): staleness ${f('staleness', 2)}  IS weight mean ${f('isWeight.mean')} max ${f('isWeight.max')} truncated ${pct(m['isWeight.truncated'])}  KL(behaviour‖current) ${m.behaviourKl === undefined ? '-' : m.behaviourKl.toExponential(2)}  clip ${pct(m.clipFraction)}`;
+}
+
 export default defineCommand({
   name: 'status',
   summary: 'Show the state of a training run',
@@ -79,6 +87,11 @@ export default defineCommand({
       // per-agent policy entropy of the last committed step: a role collapsing onto one answer shows as ~0
       const entropyRows = await c.sql`SELECT step, scope, value FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND name = 'entropy'
         AND step = (SELECT max(step) FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND name = 'entropy') ORDER BY scope`;
+      // Asynchronous runs: the last step's off-policy correction per agent.
+      const offRows = await c.sql`SELECT step, scope, name, value FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND name IN ${c.sql([...OFF_POLICY_METRICS])}
+        AND step = (SELECT max(step) FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND name = 'staleness')`;
+      const offPolicy = offRows.length === 0 ? null : { step: offRows[0]!.step as number, agents: {} as Record<string, Record<string, number>> };
+      for (const r of offRows) (offPolicy!.agents[r.scope as string] ??= {})[r.name as string] = r.value as number;
       const out = {
         runId,
         team: run?.team,
@@ -90,6 +103,7 @@ export default defineCommand({
         evals: evals.map((e) => ({ step: e.step, success: e.value })),
         agents,
         events: events.map((e) => ({ step: e.step, kind: e.kind, detail: e.detail })),
+        offPolicy,
         entropy: entropyRows.length === 0 ? null : { step: entropyRows[0]!.step as number, agents: Object.fromEntries(entropyRows.map((r) => [r.scope as string, r.value as number])) },
       };
       if (values.json) {
@@ -103,6 +117,7 @@ export default defineCommand({
       console.log(`  eval success: ${out.evals.map((e) => `step ${e.step}: ${e.success.toFixed(3)}`).join(', ') || '-'}`);
       for (const [agent, a] of Object.entries(agents)) console.log(`  ${agentStepLine(agent, a)}`);
       if (out.entropy) console.log(`  policy entropy at step ${out.entropy.step}: ${Object.entries(out.entropy.agents).map(([a, h]) => `${a} ${h.toFixed(2)}`).join(', ')}`);
+      if (offPolicy) for (const [agent, m] of Object.entries(offPolicy.agents)) console.log(`  off-policy ${offPolicyLine(agent, offPolicy.step, m)}`);
       for (const e of out.events) console.log(`  event at step ${e.step}: ${e.kind} ${JSON.stringify(e.detail)}`);
       return 0;
     } finally {

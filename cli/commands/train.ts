@@ -44,6 +44,7 @@ export default defineCommand({
     lr: { type: 'number', valueName: 'X', example: '0.001', description: 'learning rate of every model' },
     seed: { type: 'number', valueName: 'N', example: '0', description: 'run seed' },
     'eval-every': { type: 'number', valueName: 'N', example: '10', description: 'eval on held-out tasks every N steps' },
+    staleness: { type: 'number', valueName: 'K', example: '1', description: 'asynchronous RL: step t samples the version of step t-K while updates run (0: synchronous)' },
     'team-options': { type: 'string', valueName: 'JSON', description: 'options of the team, e.g. {"models":"separate"}' },
     'run-id': { type: 'string', valueName: 'ID', description: 'run id (default: <team>-<time>-<rand>)' },
     json: { type: 'boolean', description: 'print the summary as one JSON object on the last line of stdout' },
@@ -75,6 +76,7 @@ export default defineCommand({
       ...(values.rollout ? { rollout: values.rollout as 'batched' } : {}),
       ...(values.seed !== undefined ? { seed: values.seed } : {}),
       ...(values['eval-every'] !== undefined ? { evalEvery: values['eval-every'] } : {}),
+      ...(values.staleness !== undefined ? { staleness: values.staleness } : {}),
       ...(Object.keys(all).length > 0 ? { optimizer: { ...fileOptimizer, all } } : {}),
     };
     const runId = values['run-id'] ?? (fromFile.runId as string | undefined) ?? runIdFor(team);

@@ -11,10 +11,12 @@
  * TROUPE_CHAOS_LONG=1) and runnable on its own:
  *
  *   node --import tsx test/chaos/chaos.ts [--long] [--no-pause | --transformer] [--seed N] [--kills N] [--steps N] [--modes batched,durable]
- *                                         [--kinds control-worker,pool-worker,engine,temporal,postgres]
+ *                                         [--kinds control-worker,pool-worker,engine,temporal,postgres] [--staleness K]
  *
  * --no-pause: the no-pause, double-kill discipline (SHORT_NO_PAUSE, or LONG_NO_PAUSE with --long).
  * --transformer: the `recall` team's transformer (SHORT_TRANSFORMER, or LONG_TRANSFORMER with --long).
+ * --staleness K: asynchronous runs (SHORT_STALE, or LONG_STALE with --long), kills land while rollouts
+ * of later steps overlap updates.
  */
 import { parseArgs } from 'node:util';
 import { WorkflowFailedError, WorkflowNotFoundError, type WorkflowHandle } from '@temporalio/client';
@@ -62,6 +64,8 @@ export interface ChaosOptions {
    * in PAIRS (Temporal + PostgreSQL, control + pool worker). Unset: none.
    */
   pairShare?: number;
+  /** The runs' staleness k (asynchronous RL); unset: synchronous. */
+  staleness?: number;
   log?: (line: string) => void;
 }
 
@@ -132,6 +136,28 @@ export const LONG_TRANSFORMER: Omit<ChaosOptions, 'log'> = {
   team: { name: 'recall' },
   steps: { batched: 24, durable: 12 },
   kills: 10,
+};
+
+/**
+ * Asynchronous runs (staleness 1): the worker kills that land in overlapped work (a rollout of
+ * step t + 1 beside the update of step t). Batched, to fit the CI budget; the long one adds durable.
+ */
+export const SHORT_STALE: Omit<ChaosOptions, 'log'> = {
+  ...SHORT,
+  seed: 11,
+  modes: ['batched'],
+  steps: { batched: 12, durable: 5 },
+  kills: 2,
+  kinds: ['pool-worker', 'control-worker'],
+  staleness: 1,
+};
+
+export const LONG_STALE: Omit<ChaosOptions, 'log'> = {
+  ...LONG,
+  seed: 13,
+  steps: { batched: 30, durable: 10 },
+  kills: 10,
+  staleness: 1,
 };
 
 /** The process killed together with a kind in a paired kill (the engine dies with its pool worker anyway). */
@@ -220,9 +246,9 @@ export function schedule(opts: Pick<ChaosOptions, 'seed' | 'kills' | 'kinds' | '
 }
 
 /** The run config of a mode. Batched steps are bigger (32 episodes), so they last long enough to be hit mid-rollout. */
-export function runConfig(opts: Pick<ChaosOptions, 'team' | 'runSeed' | 'steps'>, mode: Mode) {
+export function runConfig(opts: Pick<ChaosOptions, 'team' | 'runSeed' | 'steps' | 'staleness'>, mode: Mode) {
   const size = mode === 'batched' ? { groupsPerStep: 4, groupSize: 8 } : { groupsPerStep: 2, groupSize: 4 };
-  return { team: opts.team.name, teamOptions: opts.team.options ?? {}, steps: opts.steps[mode], ...size, rollout: mode, evalEvery: 3, evalTasks: 4, seed: opts.runSeed };
+  return { team: opts.team.name, teamOptions: opts.team.options ?? {}, steps: opts.steps[mode], ...size, rollout: mode, evalEvery: 3, evalTasks: 4, seed: opts.runSeed, ...(opts.staleness ? { staleness: opts.staleness } : {}) };
 }
 
 /** The run's result, waiting through server restarts (bounded by `deadline`). */
@@ -641,11 +667,14 @@ async function main() {
       steps: { type: 'string' },
       modes: { type: 'string' },
       kinds: { type: 'string' },
+      staleness: { type: 'string' },
     },
   });
   const long = values.long || process.env.TROUPE_CHAOS_LONG === '1';
-  if (values['no-pause'] && values.transformer) throw new Error('--no-pause and --transformer: choose one schedule');
-  const base = values['no-pause'] ? (long ? LONG_NO_PAUSE : SHORT_NO_PAUSE) : values.transformer ? (long ? LONG_TRANSFORMER : SHORT_TRANSFORMER) : long ? LONG : SHORT;
+  if ([values['no-pause'], values.transformer, values.staleness].filter(Boolean).length > 1) throw new Error('--no-pause, --transformer and --staleness: choose one schedule');
+  const base = values.staleness
+    ? { ...(long ? LONG_STALE : SHORT_STALE), staleness: Number(values.staleness) }
+    : values['no-pause'] ? (long ? LONG_NO_PAUSE : SHORT_NO_PAUSE) : values.transformer ? (long ? LONG_TRANSFORMER : SHORT_TRANSFORMER) : long ? LONG : SHORT;
   const steps = values.steps ? Number(values.steps) : undefined;
   const options: ChaosOptions = {
     ...base,

@@ -34,9 +34,30 @@ it('curves: one series per agent and component, a sum only for agents with sever
     { step: 0, series: 'eval success', value: 0.1 },
     { step: 10, series: 'eval success', value: 0.9 },
   ]);
+  assert.deepEqual(c.offPolicy, [], 'a synchronous run has no off-policy panel');
   const spec = curvesSpec(c, 't');
+  assert.equal(spec.vconcat.length, 4);
   assert.deepEqual(spec.vconcat[2]!.mark, { type: 'point', filled: true, size: 50 }, 'eval: points, no line between evals');
   assert.equal((spec.vconcat[0]!.mark as { type: string }).type, 'line');
+});
+
+it('curves: an asynchronous run adds the off-policy correction per agent, with its clip fraction', () => {
+  const c = curves([
+    row(2, 'train', 'solver', 'staleness', 1),
+    row(2, 'train', 'solver', 'isWeight.mean', 1.02),
+    row(2, 'train', 'solver', 'isWeight.truncated', 0),
+    row(2, 'train', 'solver', 'behaviourKl', 0.003),
+    row(2, 'train', 'solver', 'clipFraction', 0.1),
+    row(2, 'update', 'policy', 'staleness', 1),
+  ]);
+  assert.deepEqual(c.offPolicy, [
+    { step: 3, series: 'solver staleness', value: 1 },
+    { step: 3, series: 'solver IS weight mean', value: 1.02 },
+    { step: 3, series: 'solver truncated IS weights', value: 0 },
+    { step: 3, series: 'solver KL(behaviour‖current)', value: 0.003 },
+    { step: 3, series: 'solver clip fraction', value: 0.1 },
+  ]);
+  assert.equal(curvesSpec(c, 't').vconcat.length, 5);
 });
 
 it('renders empty, single-point and constant series without throwing', async () => {

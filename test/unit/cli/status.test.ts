@@ -1,7 +1,7 @@
 // `troupe status` shows each agent's latest reward components and truncated/failed shares.
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
-import { agentStepLine, latestAgentSteps } from '../../../cli/commands/status';
+import { agentStepLine, latestAgentSteps, offPolicyLine } from '../../../cli/commands/status';
 
 it('takes each agent\'s latest train step, with its reward components and episode endings', () => {
   const agents = latestAgentSteps([
@@ -18,4 +18,12 @@ it('takes each agent\'s latest train step, with its reward components and episod
   });
   assert.equal(agentStepLine('solver', agents.solver!), 'solver (step 1): reward correct=0.000  truncated 88%  failed 0%');
   assert.equal(agentStepLine('verifier', agents.verifier!), 'verifier (step 0): reward judged=2.000  truncated -  failed -');
+});
+
+it('offPolicyLine: an asynchronous run\'s correction for one agent', () => {
+  assert.equal(
+    offPolicyLine('solver', 3, { staleness: 1, 'isWeight.mean': 1.0123, 'isWeight.max': 2.5, 'isWeight.truncated': 0.04, behaviourKl: 0.00123, clipFraction: 0.1 }),
+    'solver (step 3): staleness 1.00  IS weight mean 1.012 max 2.500 truncated 4%  KL(behaviour‖current) 1.23e-3  clip 10%',
+  );
+  assert.equal(offPolicyLine('verifier', 0, {}), 'verifier (step 0): staleness -  IS weight mean - max - truncated -  KL(behaviour‖current) -  clip -');
 });

@@ -15,9 +15,10 @@ const dir = path.join(__dirname, '..', '..', 'fixtures', 'histories');
 const files = fs.readdirSync(dir).filter((f) => f.endsWith('.json'));
 
 describe('replay of recorded histories', () => {
-  it('has fixtures for both rollout modes and an episode, from before and after step plans became references', () => {
+  it('has fixtures for both rollout modes and an episode, from before and after step plans became references, and asynchronous runs (staleness 1)', () => {
     const kinds = ['episode-math', 'training-run-batched', 'training-run-durable'];
-    assert.deepEqual(files.sort(), [...kinds.map((k) => `${k}.json`), ...kinds.map((k) => `${k}-plan-ref.json`)].sort());
+    const stale = ['training-run-batched-stale', 'training-run-durable-stale'];
+    assert.deepEqual(files.sort(), [...kinds.map((k) => `${k}.json`), ...kinds.map((k) => `${k}-plan-ref.json`), ...stale.map((k) => `${k}.json`)].sort());
   });
   for (const file of files) {
     it(`${file} replays without nondeterminism`, async () => {

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { mathTeam } from '../../../agents/teams/math';
-import { checkAgainstTeam, parseRunConfig, RunConfigError } from '../../../schema/run-config';
+import { checkAgainstTeam, parseRunConfig, RunConfigError, stalenessOf } from '../../../schema/run-config';
 
 describe('run config', () => {
   it('fills defaults', () => {
@@ -47,6 +47,19 @@ describe('run config', () => {
     // With separate models an agent may set its own learning rate.
     const sep = checkAgainstTeam(parseRunConfig({ team: 'math', teamOptions: { models: 'separate' }, optimizer: { agents: { solver: { lr: 0.05 } } } }), mathTeam({ models: 'separate' }));
     assert.equal(sep.agents.solver!.lr, 0.05);
+  });
+
+  it('staleness: 0 by default, one k for all models or one per model, bad values and names by path', () => {
+    const d = parseRunConfig({ team: 'math' });
+    assert.equal(stalenessOf(d, 'policy'), 0);
+    assert.equal(d.importanceCap, 5);
+    assert.equal(stalenessOf(parseRunConfig({ team: 'math', staleness: 2 }), 'policy'), 2);
+    const per = parseRunConfig({ team: 'math', teamOptions: { models: 'separate' }, staleness: { solver: 1 } });
+    assert.deepEqual([stalenessOf(per, 'solver'), stalenessOf(per, 'verifier')], [1, 0]);
+    assert.throws(() => parseRunConfig({ team: 'math', staleness: -1 }), /staleness: must be >= 0/);
+    assert.throws(() => parseRunConfig({ team: 'math', staleness: { policy: 1.5 } }), /staleness\.policy: must be an integer/);
+    assert.throws(() => parseRunConfig({ team: 'math', importanceCap: 0.5 }), /importanceCap: must be >= 1/);
+    assert.throws(() => checkAgainstTeam(parseRunConfig({ team: 'math', staleness: { polcy: 1 } }), mathTeam()), /staleness\.polcy: unknown model/);
   });
 
   it('rejects bad optimizer values by path', () => {
