@@ -15,9 +15,9 @@ const dir = path.join(__dirname, '..', '..', 'fixtures', 'histories');
 const files = fs.readdirSync(dir).filter((f) => f.endsWith('.json'));
 
 describe('replay of recorded histories', () => {
-  it('has fixtures for both rollout modes and an episode, from before and after step plans became references', () => {
+  it('has fixtures for both rollout modes and an episode, from before and after step plans became references, and with the dashboard link', () => {
     const kinds = ['episode-math', 'training-run-batched', 'training-run-durable'];
-    assert.deepEqual(files.sort(), [...kinds.map((k) => `${k}.json`), ...kinds.map((k) => `${k}-plan-ref.json`)].sort());
+    assert.deepEqual(files.sort(), ['', '-plan-ref', '-dashboard-link'].flatMap((suffix) => kinds.map((k) => `${k}${suffix}.json`)).sort());
   });
   for (const file of files) {
     it(`${file} replays without nondeterminism`, async () => {
