@@ -35,7 +35,7 @@ function failedEpisode(i: number, agents: string[]): StoredEpisode {
   };
 }
 
-it('a skipped update keeps the step\'s per-agent endings', async () => {
+it('a skipped update keeps the step\'s per-agent endings and episode lengths', async () => {
   const config = parseRunConfig({ team: 'math' });
   await createRun(db.sql, { runId: 'r', team: 'math', config });
   // The solver acted in all 4 episodes, the verifier in 3; every one failed (a reward threw).
@@ -47,9 +47,14 @@ it('a skipped update keeps the step\'s per-agent endings', async () => {
   });
   assert.equal(res.skipped, 'no trainable tokens');
   const rows = await db.sql`SELECT scope, name, value FROM metrics WHERE run_id = 'r' AND step = 0 AND kind = 'train' ORDER BY scope, name`;
+  // Each agent took one turn of two tokens per episode it acted in.
   assert.deepEqual(rows.map((r) => ({ ...r })), [
+    { scope: 'solver', name: 'episodeTokens', value: 2 },
+    { scope: 'solver', name: 'episodeTurns', value: 1 },
     { scope: 'solver', name: 'failedShare', value: 1 },
     { scope: 'solver', name: 'truncatedShare', value: 0 },
+    { scope: 'verifier', name: 'episodeTokens', value: 2 },
+    { scope: 'verifier', name: 'episodeTurns', value: 1 },
     { scope: 'verifier', name: 'failedShare', value: 1 },
     { scope: 'verifier', name: 'truncatedShare', value: 0 },
   ]);
