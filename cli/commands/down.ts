@@ -1,5 +1,6 @@
 // troupe down: stop exactly what `troupe up` started (its pid files in <state>/), nothing else.
 // An external Temporal (TEMPORAL_ADDRESS) or PostgreSQL (DATABASE_URL) is never touched.
+import * as fs from 'node:fs';
 import { loadConfig } from '../../infra/config';
 import { stopRecordedPostgres } from '../../infra/postgres';
 import { readRecord, stopService } from '../../infra/processes';
@@ -8,9 +9,15 @@ import { defineCommand } from '../command';
 /** Stop order: the supervisor (so it restarts nothing), the dashboard, workers (they finish in-flight tasks), Temporal, PostgreSQL. */
 export const SERVICES = ['supervisor', 'dashboard', 'pool-worker', 'control-worker', 'temporal', 'postgres'] as const;
 
+/** SERVICES, with the extra pool workers of `up --pool-workers N` (pool-worker-2, ...) after the first. */
+function recordedServices(stateDir: string): string[] {
+  const extra = (fs.existsSync(stateDir) ? fs.readdirSync(stateDir) : []).map((f) => /^(pool-worker-\d+)\.pid$/.exec(f)?.[1]).filter((n): n is string => !!n).sort();
+  return SERVICES.flatMap((name) => (name === 'pool-worker' ? [name, ...extra] : [name]));
+}
+
 export async function down(stateDir: string, log: (line: string) => void = console.log): Promise<number> {
   let stopped = 0;
-  for (const name of SERVICES) {
+  for (const name of recordedServices(stateDir)) {
     const rec = readRecord(stateDir, name);
     if (!rec) continue;
     const t0 = Date.now();
