@@ -11,7 +11,7 @@ import { repoRoot } from '../../infra/paths';
 import { ensureDatabase } from '../../infra/postgres';
 import { withLockFile } from '../../infra/lock';
 import { ServiceRecord, pidAlive, runningService, spawnService, tailFile } from '../../infra/processes';
-import { assertNamespaceReady } from '../../infra/namespace';
+import { namespaceError, namespaceProblems } from '../../infra/namespace';
 import { connectTemporal, ensureTemporalServer, pollerIdentities } from '../../infra/temporal';
 import { migrate } from '../../schema/migrate';
 import { ensureDashboard } from '../../dashboard/service';
@@ -152,9 +152,16 @@ async function upLocked(
   lines.push(`Temporal     ${temporal.address}  namespace ${temporal.namespace}  (server ${temporal.serverVersion}; ${how})`);
   if (temporal.uiUrl) lines.push(`Web UI       ${temporal.uiUrl}`);
   // Workers on a namespace without Troupe's search attributes would start, and runs hang.
+  // A dev server registers them right after it answers: give the one we manage a moment.
   const connection = await connectTemporal(temporal.address);
   try {
-    await assertNamespaceReady(connection, config.namespace, temporal.address);
+    const deadline = Date.now() + (temporal.managed ? 15_000 : 0);
+    for (;;) {
+      const problems = await namespaceProblems(connection, config.namespace, temporal.address);
+      if (problems.length === 0) break;
+      if (Date.now() >= deadline) throw namespaceError(config.namespace, problems);
+      await sleep(500);
+    }
   } finally {
     await connection.close();
   }
