@@ -1,9 +1,8 @@
 // troupe down: stop exactly what `troupe up` started (its pid files in <state>/), nothing else.
 // An external Temporal (TEMPORAL_ADDRESS) or PostgreSQL (DATABASE_URL) is never touched.
-import * as fs from 'node:fs';
 import { loadConfig } from '../../infra/config';
 import { stopRecordedPostgres } from '../../infra/postgres';
-import { readRecord, stopService } from '../../infra/processes';
+import { EXTRA_POOL_WORKER, readRecord, recordedServiceNames, stopService } from '../../infra/processes';
 import { defineCommand } from '../command';
 
 /** Stop order: the supervisor (so it restarts nothing), the dashboard, workers (they finish in-flight tasks), Temporal, PostgreSQL. */
@@ -11,7 +10,7 @@ export const SERVICES = ['supervisor', 'dashboard', 'pool-worker', 'control-work
 
 /** SERVICES, with the extra pool workers of `up --pool-workers N` (pool-worker-2, ...) after the first. */
 function recordedServices(stateDir: string): string[] {
-  const extra = (fs.existsSync(stateDir) ? fs.readdirSync(stateDir) : []).map((f) => /^(pool-worker-\d+)\.pid$/.exec(f)?.[1]).filter((n): n is string => !!n).sort();
+  const extra = recordedServiceNames(stateDir, EXTRA_POOL_WORKER);
   return SERVICES.flatMap((name) => (name === 'pool-worker' ? [name, ...extra] : [name]));
 }
 
