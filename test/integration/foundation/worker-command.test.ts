@@ -2,16 +2,21 @@
  * `troupe worker pool` as a process manager runs it (cli/bin.js in child processes): two of
  * them on one queue both serve a run's work (their identities are in the Temporal history of
  * its activities), /healthz says 503 while a worker waits for Temporal and 200 once it polls
- * with its engine up, and SIGTERM ends a worker with exit code 0.
+ * with its engine up, and SIGTERM ends a worker with exit code 0. And `troupe up
+ * --pool-workers 2` starts two pool workers that both poll, which `troupe down` stops.
  */
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, before, it } from 'node:test';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Worker } from '@temporalio/worker';
 import { createControlWorker } from '../../../infra/control-worker';
 import { repoRoot } from '../../../infra/paths';
+import { pidAlive, readRecord } from '../../../infra/processes';
+import { connectTemporal, pollerIdentities } from '../../../infra/temporal';
 import type { trainingRun } from '../../../workflows';
 import { createTestDatabase, freePort, startTemporal, uniqueTaskQueue, workflowBundle, type TestDatabase } from '../../helpers';
 
@@ -111,5 +116,38 @@ it('two `troupe worker pool` processes on one queue share a run; /healthz answer
     w.kill('SIGTERM');
     const code = await new Promise<number | null>((r) => (w.exitCode !== null ? r(w.exitCode) : w.once('exit', (c) => r(c))));
     assert.equal(code, 0, w.output().slice(-2000));
+  }
+});
+
+it('up --pool-workers 2 starts two pool workers on the pool queue, each polling under its own identity; down stops both', async () => {
+  const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-pools-'));
+  const queue = uniqueTaskQueue('pool');
+  const cliEnv = { ...process.env, TEMPORAL_ADDRESS: env.address, DATABASE_URL: db.url, TROUPE_STATE_DIR: stateDir, TROUPE_DEVICE: 'cpu', TROUPE_TASK_QUEUE: uniqueTaskQueue('troupe'), TROUPE_POOL_TASK_QUEUE: queue, TROUPE_DASHBOARD_PORT: String(await freePort()) };
+  const troupe = (args: string[]) =>
+    new Promise<{ code: number | null; out: string }>((resolve) => {
+      const child = spawn(process.execPath, [path.join(repoRoot, 'cli', 'bin.js'), ...args], { env: cliEnv, stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      child.stdout.on('data', (c) => (out += c));
+      child.stderr.on('data', (c) => (out += c));
+      child.on('close', (code) => resolve({ code, out }));
+    });
+  try {
+    const up = await troupe(['up', '--pool-workers', '2', '--no-supervise']);
+    assert.equal(up.code, 0, up.out);
+    const pools = ['pool-worker', 'pool-worker-2'].map((name) => readRecord(stateDir, name));
+    assert.ok(pools.every((r) => r && pidAlive(r.pid)), up.out);
+    const connection = await connectTemporal(env.address);
+    try {
+      const ids = await pollerIdentities(connection, 'default', queue, 'activity');
+      for (const r of pools) assert.ok(ids.some((id) => id.startsWith(`${r!.pid}@`)), `pid ${r!.pid} polls ${queue}: ${ids.join(', ')}`);
+    } finally {
+      await connection.close();
+    }
+    const down = await troupe(['down']);
+    assert.match(down.out, /pool-worker-2\s+stopped/);
+    assert.ok(pools.every((r) => !pidAlive(r!.pid)), down.out);
+  } finally {
+    await troupe(['down']);
+    fs.rmSync(stateDir, { recursive: true, force: true });
   }
 });
