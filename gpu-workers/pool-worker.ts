@@ -22,7 +22,7 @@ import { loadConfig } from '../infra/config';
 import { connect, type Sql } from '../infra/db';
 import { loadTeamCode, workerIdentity } from '../infra/team-code';
 import { untilAvailable } from '../infra/backoff';
-import { TroupeError, errorMessage, isTroupeError } from '../infra/errors';
+import { TroupeError, isTroupeError } from '../infra/errors';
 import { assertNamespaceReady } from '../infra/namespace';
 
 export interface PoolWorkerOptions {
@@ -225,7 +225,8 @@ export async function runPoolWorkerProcess(
 
 if (require.main === module) {
   main().catch((e) => {
-    process.stderr.write(`pool-worker: ${errorMessage(e)}\n${isTroupeError(e) && e.hint ? `  → ${e.hint}\n` : ''}`);
+    // The whole message: an engine's start-up error carries its stderr on the lines after the first.
+    process.stderr.write(`pool-worker: ${(e as Error).message}\n${isTroupeError(e) && e.hint ? `  → ${e.hint}\n` : ''}`);
     process.exit(1);
   });
 }
