@@ -7,7 +7,7 @@
  */
 import type { TroupeConfig } from '../infra/config';
 import { TroupeError } from '../infra/errors';
-import { runningService, stopService } from '../infra/processes';
+import { EXTRA_POOL_WORKER, recordedServiceNames, runningService, stopService } from '../infra/processes';
 import { localPid, pollersOf, staleTeamCode, teamCodeHash, teamCodeOf, type Poller } from '../infra/team-code';
 import { connectTemporal } from '../infra/temporal';
 import { up } from './commands/up';
@@ -30,7 +30,9 @@ export async function upWithCurrentTeams(config: TroupeConfig, log: (line: strin
   const stale = await stalePollers(config, stack.result.address, hash);
   if (stale.length === 0) return stack;
 
-  const ours = WORKERS.flatMap((name) => {
+  // `up --pool-workers N` recorded more pool workers: they are ours too, and restarted as many.
+  const extra = recordedServiceNames(config.stateDir, EXTRA_POOL_WORKER);
+  const ours = [...WORKERS, ...extra].flatMap((name) => {
     const rec = runningService(config.stateDir, name);
     return rec && stale.some((p) => localPid(p.identity) === rec.pid) ? [name] : [];
   });
@@ -45,7 +47,7 @@ export async function upWithCurrentTeams(config: TroupeConfig, log: (line: strin
     log(`troupe: agents/teams/ changed since the ${name} started (team code ${hash}): restarting it`);
     await stopService(config.stateDir, name, { timeoutMs: 30_000 });
   }
-  stack = await up(config, { ...opts, log });
+  stack = await up(config, { ...opts, poolWorkers: 1 + extra.length, log });
   if (!stack.ok) throw new TroupeError('the stack did not come up completely', stack.lines.join('; '));
   return stack;
 }

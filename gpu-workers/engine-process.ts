@@ -3,6 +3,12 @@
  * and restarts it (with backoff) whenever it exits unexpectedly, also while starting. A restarted
  * engine has an empty cache: callers get NOT_FOUND (VERSION_NOT_LOADED) and
  * reload versions from the store, as after any engine loss.
+ *
+ * A hung engine (stopped, deadlocked, or stuck in a device run) does not exit: a watchdog asks
+ * it for Health every HEALTH_EVERY_MS and counts it hung when for `hangMs` it has either not
+ * answered or had work queued without finishing a device run. It is then killed, which fails
+ * the calls in flight (retryable: the activity's next attempt reloads and redoes the work),
+ * and restarted like an engine that died.
  */
 import { ChildProcess, spawn } from 'node:child_process';
 import * as path from 'node:path';
@@ -80,7 +86,16 @@ export interface SupervisorOptions {
   log?: (event: Record<string, unknown>) => void;
   /** stop retrying a start once this returns true (the owner is shutting down) */
   stopped?: () => boolean;
+  /**
+   * An engine without progress for this long is hung, killed and restarted (default 20 s).
+   * A single device run (one update, one fused generation) must take less.
+   */
+  hangMs?: number;
 }
+
+/** How often the watchdog asks the engine for Health; each ask waits at most this long. */
+export const HEALTH_EVERY_MS = 2000;
+export const DEFAULT_HANG_MS = 20_000;
 
 /** Keeps one engine child alive; `client()` is the client of the current incarnation. */
 export class EngineSupervisor {
@@ -98,6 +113,12 @@ export class EngineSupervisor {
 
   get pid(): number | undefined {
     return this.current?.engine.child.pid;
+  }
+
+  /** True while an engine process is up (not between a death and its restart). */
+  get running(): boolean {
+    const child = this.current?.engine.child;
+    return !!child && child.exitCode === null && child.signalCode === null;
   }
 
   get listening(): ListeningEvent | undefined {
@@ -143,9 +164,42 @@ export class EngineSupervisor {
       throw new Error('engine supervisor stopped');
     }
     this.current = { engine, client, startedAt: Date.now() };
+    this.watch(this.current);
     this.opts.log?.({ ...engine.listening, event: 'engine_started' });
     for (const w of this.readyWaiters.splice(0)) w();
     return client;
+  }
+
+  /** The hang watchdog of one engine incarnation; it ends with that incarnation. */
+  private watch(incarnation: NonNullable<EngineSupervisor['current']>): void {
+    const hangMs = this.opts.hangMs ?? DEFAULT_HANG_MS;
+    let runs = -1;
+    let progressAt = Date.now();
+    let asking = false;
+    const timer = setInterval(() => {
+      if (asking) return;
+      asking = true;
+      incarnation.client
+        .health({ timeoutMs: HEALTH_EVERY_MS })
+        .then(
+          (h) => {
+            // Idle, or a device run finished since the last answer: progress.
+            if (h.queueDepth === 0 || h.deviceRuns !== runs) progressAt = Date.now();
+            runs = h.deviceRuns;
+          },
+          () => undefined, // no answer in time: no progress
+        )
+        .finally(() => {
+          asking = false;
+          const stalledMs = Date.now() - progressAt;
+          if (stalledMs < hangMs || this.current !== incarnation || this.stopping) return;
+          clearInterval(timer);
+          this.opts.log?.({ event: 'engine_hung', pid: incarnation.engine.child.pid, stalledMs, deviceRuns: runs });
+          incarnation.engine.child.kill('SIGKILL'); // also a stopped process; onExit restarts it
+        });
+    }, HEALTH_EVERY_MS);
+    timer.unref();
+    incarnation.engine.child.once('exit', () => clearInterval(timer));
   }
 
   private onExit(engine: SpawnedEngine, code: number | null, signal: NodeJS.Signals | null): void {

@@ -24,6 +24,8 @@ import { connect, type Sql } from '../infra/db';
 import { loadTeamCode, workerIdentity } from '../infra/team-code';
 import { untilAvailable } from '../infra/backoff';
 import { connectTemporalWorker } from '../infra/temporal';
+import { TroupeError, isTroupeError } from '../infra/errors';
+import { assertNamespaceReady } from '../infra/namespace';
 
 export interface PoolWorkerOptions {
   taskQueue?: string;
@@ -39,6 +41,8 @@ export interface PoolWorkerOptions {
   engineAddress?: string;
   /** device for a spawned engine (default env TROUPE_DEVICE or "auto") */
   device?: string;
+  /** a spawned engine without progress for this long is killed and restarted (default DEFAULT_HANG_MS) */
+  engineHangMs?: number;
   /** extra engine-main flags for a spawned engine */
   engineArgs?: string[];
   /** the store the activities read versions and episodes from and commit updates to */
@@ -79,6 +83,7 @@ export async function createPoolWorker(opts: PoolWorkerOptions): Promise<PoolWor
       device: opts.device ?? process.env.TROUPE_DEVICE ?? 'auto',
       extraArgs: opts.engineArgs,
       quiet: opts.quietEngine,
+      hangMs: opts.engineHangMs,
       log,
       stopped: opts.stopped,
     });
@@ -102,6 +107,7 @@ export async function createPoolWorker(opts: PoolWorkerOptions): Promise<PoolWor
       async () => {
         const connection = opts.connection ?? (await connectTemporalWorker(address));
         try {
+          await assertNamespaceReady(connection, namespace, address);
           const worker = await Worker.create({
             identity: workerIdentity(teams.hash),
             connection,
@@ -117,7 +123,8 @@ export async function createPoolWorker(opts: PoolWorkerOptions): Promise<PoolWor
           throw e;
         }
       },
-      { log: waiting, stopped: opts.stopped },
+      // A namespace that is not ready is a fix for the operator (the error says which), not an outage.
+      { log: waiting, stopped: opts.stopped, retryable: (e) => !isTroupeError(e) },
     ));
   } catch (e) {
     await supervisor?.stop();
@@ -174,10 +181,27 @@ async function main(): Promise<void> {
     process.stdout.write(`${HELP}\n`);
     return;
   }
+  await runPoolWorkerProcess({
+    taskQueue: values['task-queue'],
+    temporalAddress: values['temporal-address'],
+    namespace: values.namespace,
+    engineAddress: values['engine-address'],
+    device: values.device,
+  });
+}
+
+/**
+ * The pool worker as a process (this file's entry, `troupe worker pool`): the store from
+ * DATABASE_URL, logs as JSON lines on stderr, runs until SIGINT/SIGTERM. `onReady` gets the
+ * worker once it exists (before it polls).
+ */
+export async function runPoolWorkerProcess(
+  opts: Pick<PoolWorkerOptions, 'taskQueue' | 'temporalAddress' | 'namespace' | 'engineAddress' | 'device'> & { onReady?: (pool: PoolWorker) => void },
+): Promise<void> {
   const log = (e: Record<string, unknown>) => process.stderr.write(`${JSON.stringify({ ts: new Date().toISOString(), ...e })}\n`);
   // The activities read versions from and commit updates to the store; `troupe up` always passes one.
   const databaseUrl = process.env.DATABASE_URL;
-  if (!databaseUrl) throw new Error('DATABASE_URL is not set: the pool activities need the store (postgres://...)');
+  if (!databaseUrl) throw new TroupeError('DATABASE_URL is not set: the pool activities need the store', 'set DATABASE_URL=postgres://user:password@host:5432/db (the database the control worker uses)');
   const sql = connect(databaseUrl, { max: 8 });
   // The Temporal runtime shuts the worker down on SIGINT/SIGTERM; a terminal's Ctrl-C also
   // reaches the engine child, which must then not be restarted. Before the worker exists,
@@ -190,23 +214,24 @@ async function main(): Promise<void> {
       pool?.supervisor?.beginStop();
     });
   }
+  const config = loadConfig();
   pool = await createPoolWorker({
-    taskQueue: values['task-queue'] ?? loadConfig().poolTaskQueue,
-    temporalAddress: values['temporal-address'],
-    namespace: values.namespace,
-    engineAddress: values['engine-address'],
-    device: values.device,
+    ...opts,
+    taskQueue: opts.taskQueue ?? config.poolTaskQueue,
+    engineHangMs: config.engineHangS * 1000,
     log,
     stopped: () => stopping,
     sql,
   });
+  opts.onReady?.(pool);
   await pool.run();
   await sql.end({ timeout: 2 });
 }
 
 if (require.main === module) {
   main().catch((e) => {
-    process.stderr.write(`pool-worker: ${(e as Error).message}\n`);
+    // The whole message: an engine's start-up error carries its stderr on the lines after the first.
+    process.stderr.write(`pool-worker: ${(e as Error).message}\n${isTroupeError(e) && e.hint ? `  → ${e.hint}\n` : ''}`);
     process.exit(1);
   });
 }

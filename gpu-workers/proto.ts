@@ -191,6 +191,8 @@ export interface WireHealthResponse {
   fell_back: boolean;
   fallback_reason: string;
   uptime_s: number;
+  device_runs: string | number;
+  queue_depth: number;
 }
 
 export interface WireStatsResponse {

@@ -216,6 +216,10 @@ export interface HealthResponse {
   fellBack: boolean;
   fallbackReason: string;
   uptimeS: number;
+  /** device runs finished since the engine started */
+  deviceRuns: number;
+  /** requests queued or running on the device */
+  queueDepth: number;
 }
 
 export interface ModelStats {

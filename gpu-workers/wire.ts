@@ -377,6 +377,8 @@ export const healthToWire = (h: T.HealthResponse): P.WireHealthResponse => ({
   fell_back: h.fellBack,
   fallback_reason: h.fallbackReason,
   uptime_s: h.uptimeS,
+  device_runs: h.deviceRuns,
+  queue_depth: h.queueDepth,
 });
 
 export const healthFromWire = (w: P.WireHealthResponse): T.HealthResponse => ({
@@ -386,6 +388,8 @@ export const healthFromWire = (w: P.WireHealthResponse): T.HealthResponse => ({
   fellBack: w.fell_back,
   fallbackReason: w.fallback_reason,
   uptimeS: w.uptime_s,
+  deviceRuns: Number(w.device_runs ?? 0),
+  queueDepth: w.queue_depth ?? 0,
 });
 
 export const statsToWire = (s: T.StatsResponse): P.WireStatsResponse => ({

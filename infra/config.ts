@@ -67,6 +67,18 @@ const postgresUrl = z.preprocess(
     .optional(),
 );
 
+const seconds = (d: number) =>
+  z.preprocess(
+    unsetIfEmpty,
+    z
+      .string()
+      .trim()
+      .regex(/^\d+(\.\d+)?$/, 'must be a number of seconds, e.g. 20')
+      .transform(Number)
+      .refine((n) => n > 0, 'must be > 0')
+      .default(d),
+  );
+
 const device = z.preprocess(
   unsetIfEmpty,
   z
@@ -145,6 +157,7 @@ const schema = z.object({
   TROUPE_TASK_QUEUE: stringWithDefault('troupe'),
   TROUPE_POOL_TASK_QUEUE: stringWithDefault(DEFAULT_POOL),
   TROUPE_DEVICE: device,
+  TROUPE_ENGINE_HANG_S: seconds(20),
   TROUPE_TEMPORAL_PORT: port(7233),
   TROUPE_TEMPORAL_UI_PORT: port(8233),
   TROUPE_POSTGRES_PORT: port(54329),
@@ -207,6 +220,8 @@ export interface TroupeConfig {
   poolTaskQueue: string;
   /** Device for the pool worker's engine: auto | cpu | cuda | cuda:N (TROUPE_DEVICE). */
   device: string;
+  /** A spawned engine without progress for this long is killed and restarted (TROUPE_ENGINE_HANG_S). */
+  engineHangS: number;
   /** gRPC port of the dev server `up` starts (TROUPE_TEMPORAL_PORT). */
   temporalPort: number;
   /** Web UI port of the dev server (TROUPE_TEMPORAL_UI_PORT). */
@@ -276,6 +291,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): TroupeConfig {
     taskQueue: e.TROUPE_TASK_QUEUE,
     poolTaskQueue: e.TROUPE_POOL_TASK_QUEUE,
     device: e.TROUPE_DEVICE,
+    engineHangS: e.TROUPE_ENGINE_HANG_S,
     temporalPort: e.TROUPE_TEMPORAL_PORT,
     temporalUiPort: e.TROUPE_TEMPORAL_UI_PORT,
     postgresPort: e.TROUPE_POSTGRES_PORT,

@@ -5,12 +5,14 @@
 // SIGINT/SIGTERM, on which it finishes in-flight tasks and exits. Until PostgreSQL and
 // Temporal answer it waits for them with capped backoff, saying so in its log.
 import { parseArgs } from 'node:util';
+import type { Worker } from '@temporalio/worker';
 import { loadConfig, redactUrl, temporalAddressOf } from './config';
 import { untilAvailable } from './backoff';
 import { createControlWorker } from './control-worker';
 import { dashboardUrl } from '../dashboard/service';
 import { connect } from './db';
-import { formatError } from './errors';
+import { formatError, isTroupeError } from './errors';
+import { assertNamespaceReady } from './namespace';
 import { ensureDatabase } from './postgres';
 import { connectTemporalWorker } from './temporal';
 import { migrate } from '../schema/migrate';
@@ -25,10 +27,18 @@ async function main(): Promise<void> {
       'task-queue': { type: 'string' },
     },
   });
+  await runControlWorkerProcess({ temporalAddress: values['temporal-address'], namespace: values.namespace, taskQueue: values['task-queue'] });
+}
+
+/**
+ * The control worker as a process (this file's entry, `troupe worker control`): runs until
+ * SIGINT/SIGTERM. `onReady` gets the worker once it exists (before it polls).
+ */
+export async function runControlWorkerProcess(opts: { temporalAddress?: string; namespace?: string; taskQueue?: string; onReady?: (worker: Worker) => void }): Promise<void> {
   const config = loadConfig();
-  const address = values['temporal-address'] ?? temporalAddressOf(config);
-  const namespace = values.namespace ?? config.namespace;
-  const taskQueue = values['task-queue'] ?? config.taskQueue;
+  const address = opts.temporalAddress ?? temporalAddressOf(config);
+  const namespace = opts.namespace ?? config.namespace;
+  const taskQueue = opts.taskQueue ?? config.taskQueue;
 
   // PostgreSQL and Temporal may be down or still starting: wait for each (capped backoff)
   // instead of exiting, so the worker comes up by itself once they do.
@@ -46,16 +56,19 @@ async function main(): Promise<void> {
     async () => {
       const connection = await connectTemporalWorker(address, config);
       try {
+        await assertNamespaceReady(connection, namespace, address);
         return { connection, worker: await createControlWorker({ connection, namespace, taskQueue, sql, poolTaskQueue: config.poolTaskQueue, dashboardUrl: dashboardUrl(config), payloadKeys: config.payloadKeys }) };
       } catch (e) {
         await connection.close().catch(() => undefined);
         throw e;
       }
     },
-    wait,
+    // A namespace that is not ready is a fix for the operator (the error says which), not an outage.
+    { ...wait, retryable: (e) => !isTroupeError(e) },
   );
   try {
     console.log(`${READY_LINE} (temporal ${address}, namespace ${namespace}, task queue ${taskQueue})`);
+    opts.onReady?.(worker);
     await worker.run();
   } finally {
     await connection.close();

@@ -42,6 +42,15 @@ export function procArgv(pid: number): string[] | undefined {
   }
 }
 
+/** Names of the services with a pid file in `stateDir` that match `pattern`, sorted. */
+export function recordedServiceNames(stateDir: string, pattern: RegExp): string[] {
+  const names = fs.existsSync(stateDir) ? fs.readdirSync(stateDir).filter((f) => f.endsWith('.pid')).map((f) => f.slice(0, -'.pid'.length)) : [];
+  return names.filter((n) => pattern.test(n)).sort();
+}
+
+/** The extra pool workers of `up --pool-workers N` (pool-worker-2, ...) recorded in `stateDir`. */
+export const EXTRA_POOL_WORKER = /^pool-worker-\d+$/;
+
 export function readRecord(stateDir: string, name: string): ServiceRecord | undefined {
   try {
     const rec = JSON.parse(fs.readFileSync(pidFilePath(stateDir, name), 'utf8')) as ServiceRecord;

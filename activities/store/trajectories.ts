@@ -106,23 +106,44 @@ export async function saveEpisodes(sql: Sql, episodes: readonly StoredEpisode[])
 }
 
 export async function loadEpisode(sql: Sql, episodeId: string): Promise<StoredEpisode | undefined> {
-  const [episode] = await loadEpisodes(sql, sql`episode_id = ${episodeId}`);
+  const [episode] = await loadEpisodes(sql, sql`e.episode_id = ${episodeId}`);
   return episode;
 }
 
 /** All stored episodes of a step and split, trajectories and rewards included. */
 export async function loadStepEpisodes(sql: Sql, runId: string, step: number, split: Split): Promise<StoredEpisode[]> {
-  return loadEpisodes(sql, sql`run_id = ${runId} AND step = ${step} AND split = ${split}`);
+  return loadEpisodes(sql, stepEpisodes(sql, runId, step, split));
+}
+
+/** The episodes of a step and split, as a condition on `episodes e` (matches the index episodes_run_step). */
+export function stepEpisodes(sql: Sql, runId: string, step: number, split: Split): ReturnType<Sql> {
+  return sql`e.run_id = ${runId} AND e.step = ${step} AND e.split = ${split}`;
+}
+
+/**
+ * The four queries that read the episodes matching `where` (a condition on `episodes e`).
+ * Turns, tool calls and rewards are joined from the episodes, not selected by a list of
+ * ids: on a table without statistics (autovacuum off, never ANALYZEd) the planner takes
+ * `episode_id IN (128 ids)` for half the table and scans all of it, while the join probes
+ * each child table's primary key once per episode whatever the statistics say.
+ */
+export function episodeQueries(sql: Sql, where: ReturnType<Sql>) {
+  return {
+    episodes: () => sql`SELECT e.* FROM episodes e WHERE ${where} ORDER BY e.group_index, e.episode_index, e.episode_id`,
+    turns: () => sql`SELECT t.* FROM episodes e JOIN turns t ON t.episode_id = e.episode_id WHERE ${where} ORDER BY t.episode_id, t.turn_index`,
+    calls: () => sql`SELECT c.* FROM episodes e JOIN tool_calls c ON c.episode_id = e.episode_id WHERE ${where} ORDER BY c.episode_id, c.turn_index, c.call_index`,
+    rewards: () => sql`SELECT r.* FROM episodes e JOIN rewards r ON r.episode_id = e.episode_id WHERE ${where} ORDER BY r.episode_id, r.turn_index, r.component`,
+  };
 }
 
 /** Four queries for any number of episodes, assembled in (group, episode) order. */
 async function loadEpisodes(sql: Sql, where: ReturnType<Sql>): Promise<StoredEpisode[]> {
-  const episodes = await sql`SELECT * FROM episodes WHERE ${where} ORDER BY group_index, episode_index, episode_id`;
+  const q = episodeQueries(sql, where);
+  const episodes = await q.episodes();
   if (episodes.length === 0) return [];
-  const ids = episodes.map((e) => e.episode_id as string);
-  const turns = await sql`SELECT * FROM turns WHERE episode_id IN ${sql(ids)} ORDER BY episode_id, turn_index`;
-  const calls = await sql`SELECT * FROM tool_calls WHERE episode_id IN ${sql(ids)} ORDER BY episode_id, turn_index, call_index`;
-  const rewards = await sql`SELECT * FROM rewards WHERE episode_id IN ${sql(ids)} ORDER BY episode_id, turn_index, component`;
+  const turns = await q.turns();
+  const calls = await q.calls();
+  const rewards = await q.rewards();
   const byEpisode = <T extends { episode_id: string }>(rows: readonly T[]) => {
     const m = new Map<string, T[]>();
     for (const r of rows) {

@@ -7,7 +7,9 @@ import { describeModel } from '../../gpu-workers/families';
 import { errorMessage } from '../../infra/errors';
 import { packagesStaleReason } from '../../infra/install';
 import { checkExecutionProviders, ortVersion } from '../../infra/onnx-check';
+import { namespaceProblems } from '../../infra/namespace';
 import { repoRoot } from '../../infra/paths';
+import { TROUPE_SEARCH_ATTRIBUTES } from '../../infra/search-attributes';
 import { embeddedPostgresStatus, embeddedPostgresUrl } from '../../infra/postgres';
 import {
   MIN_GO_VERSION,
@@ -67,6 +69,9 @@ export async function doctor(config: TroupeConfig): Promise<Line[]> {
     try {
       const connection = await connectTemporal(address);
       try {
+        const problems = await namespaceProblems(connection, config.namespace, address);
+        if (problems.length === 0) add('ok', 'namespace', `"${config.namespace}" exists with Troupe's search attributes (${Object.keys(TROUPE_SEARCH_ATTRIBUTES).join(', ')})`);
+        for (const p of problems) add('FAIL', 'namespace', `${p.what} — run: ${p.fix}`);
         const control = await pollerIdentities(connection, config.namespace, config.taskQueue, 'workflow');
         const pool = await pollerIdentities(connection, config.namespace, config.poolTaskQueue, 'activity');
         add(control.length ? 'ok' : 'warn', 'control worker', control.length ? `${control.length} poller(s) on "${config.taskQueue}": ${control.join(', ')}` : `nobody polls "${config.taskQueue}" — \`npx troupe up\` starts one`);

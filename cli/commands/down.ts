@@ -2,15 +2,21 @@
 // An external Temporal (TEMPORAL_ADDRESS) or PostgreSQL (DATABASE_URL) is never touched.
 import { loadConfig } from '../../infra/config';
 import { stopRecordedPostgres } from '../../infra/postgres';
-import { readRecord, stopService } from '../../infra/processes';
+import { EXTRA_POOL_WORKER, readRecord, recordedServiceNames, stopService } from '../../infra/processes';
 import { defineCommand } from '../command';
 
 /** Stop order: the supervisor (so it restarts nothing), the dashboard, workers (they finish in-flight tasks), Temporal, PostgreSQL. */
 export const SERVICES = ['supervisor', 'dashboard', 'pool-worker', 'control-worker', 'temporal', 'postgres'] as const;
 
+/** SERVICES, with the extra pool workers of `up --pool-workers N` (pool-worker-2, ...) after the first. */
+function recordedServices(stateDir: string): string[] {
+  const extra = recordedServiceNames(stateDir, EXTRA_POOL_WORKER);
+  return SERVICES.flatMap((name) => (name === 'pool-worker' ? [name, ...extra] : [name]));
+}
+
 export async function down(stateDir: string, log: (line: string) => void = console.log): Promise<number> {
   let stopped = 0;
-  for (const name of SERVICES) {
+  for (const name of recordedServices(stateDir)) {
     const rec = readRecord(stateDir, name);
     if (!rec) continue;
     const t0 = Date.now();

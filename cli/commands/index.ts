@@ -16,4 +16,5 @@ export const commands: Record<string, () => Promise<Command>> = {
   'export-model': async () => (require('./export-model') as typeof import('./export-model')).default,
   supervise: async () => (require('./supervise') as typeof import('./supervise')).default,
   dashboard: async () => (require('./dashboard') as typeof import('./dashboard')).default,
+  worker: async () => (require('./worker') as typeof import('./worker')).default,
 };

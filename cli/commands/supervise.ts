@@ -9,29 +9,29 @@ import { errorMessage } from '../../infra/errors';
 import { embeddedPostgresStatus } from '../../infra/postgres';
 import { logFilePath, runningService, tailFile } from '../../infra/processes';
 import { defineCommand } from '../command';
-import { up } from './up';
+import { poolWorkerNames, up } from './up';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** The processes `up` starts, each with its pid now (undefined: not running). */
-function servicePids(config: TroupeConfig, opts: { pool: boolean }): Map<string, number | undefined> {
+function servicePids(config: TroupeConfig, opts: { pool: boolean; poolWorkers?: number }): Map<string, number | undefined> {
   const names = [
     ...(config.temporalAddress ? [] : ['temporal']),
     ...(config.databaseUrl ? [] : ['postgres']),
     'control-worker',
-    ...(opts.pool ? ['pool-worker'] : []),
+    ...(opts.pool ? poolWorkerNames(opts.poolWorkers ?? 1) : []),
   ];
   return new Map(names.map((name) => [name, name === 'postgres' ? embeddedPostgresStatus(config.stateDir).pid : runningService(config.stateDir, name)?.pid]));
 }
 
 /** What `up` started that is not running now, each with the last line of its log. */
-export function deadServices(config: TroupeConfig, opts: { pool: boolean }): Array<{ name: string; lastLine: string }> {
+export function deadServices(config: TroupeConfig, opts: { pool: boolean; poolWorkers?: number }): Array<{ name: string; lastLine: string }> {
   const dead = [...servicePids(config, opts)].filter(([, pid]) => pid === undefined).map(([name]) => name);
   return dead.map((name) => ({ name, lastLine: (tailFile(logFilePath(config.stateDir, name), 5).split('\n').filter((l) => l.trim()).at(-1) ?? '').slice(0, 200) }));
 }
 
 /** Runs until `stopped()`: restarts whatever of the stack dies. */
-export async function supervise(config: TroupeConfig, opts: { pool: boolean; log: (line: string) => void; stopped: () => boolean; intervalMs?: number }): Promise<void> {
+export async function supervise(config: TroupeConfig, opts: { pool: boolean; poolWorkers?: number; log: (line: string) => void; stopped: () => boolean; intervalMs?: number }): Promise<void> {
   const log = (line: string) => opts.log(`${new Date().toISOString()} supervisor: ${line}`);
   log(`watching ${config.stateDir} (pool worker ${opts.pool ? 'included' : 'not started by up'})`);
   let failures = 0;
@@ -45,7 +45,7 @@ export async function supervise(config: TroupeConfig, opts: { pool: boolean; log
     const before = servicePids(config, opts);
     log(`not running: ${dead.map((d) => `${d.name}${d.lastLine ? ` (last log line: ${d.lastLine})` : ''}`).join('; ')}; restarting`);
     try {
-      const { ok, lines } = await up(config, { pool: opts.pool, supervise: false, log });
+      const { ok, lines } = await up(config, { pool: opts.pool, poolWorkers: opts.poolWorkers, supervise: false, log });
       if (!ok) throw new Error(lines.filter((l) => /FAILED/.test(l)).join('; ') || 'up reported a partial start');
       failures = 0;
       // Also what died while `up` ran: every process whose pid changed.
@@ -63,7 +63,7 @@ export async function supervise(config: TroupeConfig, opts: { pool: boolean; log
 export default defineCommand({
   name: 'supervise',
   summary: 'Restart whatever `troupe up` started when it dies (`up` runs this in the background)',
-  usage: 'troupe supervise [--no-pool]',
+  usage: 'troupe supervise [--no-pool] [--pool-workers N]',
   description: [
     'Checks every second that the processes `troupe up` started are running (Temporal dev server,',
     'embedded PostgreSQL, control worker, pool worker) and runs `up` again when one is not, with',
@@ -72,11 +72,12 @@ export default defineCommand({
   ].join('\n'),
   options: {
     'no-pool': { type: 'boolean', description: 'do not start or restart a pool worker' },
+    'pool-workers': { type: 'number', valueName: 'N', example: '2', description: 'pool workers `up` started (default 1)' },
   },
   async run({ values }) {
     // Stop at once: what a restart in flight already spawned is recorded, and `down` stops it next.
     for (const sig of ['SIGINT', 'SIGTERM'] as const) process.once(sig, () => process.exit(0));
-    await supervise(loadConfig(), { pool: !values['no-pool'], log: (l) => console.log(l), stopped: () => false });
+    await supervise(loadConfig(), { pool: !values['no-pool'], poolWorkers: values['pool-workers'], log: (l) => console.log(l), stopped: () => false });
     return 0;
   },
 });

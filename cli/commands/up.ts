@@ -2,6 +2,7 @@
 // control worker, one pool worker and the supervisor that restarts them (cli/commands/supervise.ts)
 // in the background. Idempotent: what already runs is reused.
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import { TroupeConfig, loadConfig, redactUrl } from '../../infra/config';
 import { connect } from '../../infra/db';
@@ -10,6 +11,7 @@ import { repoRoot } from '../../infra/paths';
 import { ensureDatabase } from '../../infra/postgres';
 import { withLockFile } from '../../infra/lock';
 import { ServiceRecord, pidAlive, runningService, spawnService, tailFile } from '../../infra/processes';
+import { namespaceError, namespaceProblems } from '../../infra/namespace';
 import { connectTemporal, ensureTemporalServer, pollerIdentities } from '../../infra/temporal';
 import { migrate } from '../../schema/migrate';
 import { ensureDashboard } from '../../dashboard/service';
@@ -33,26 +35,26 @@ function lastLines(file: string, n = 5): string {
 }
 
 /**
- * Wait until the worker `rec` polls `taskQueue`: a poller identity `<pid>@<host>` (the SDK's
- * default), or with `anyPoller` any poller at all (for workers that set their own identity).
- * Returns false if the process exits first.
+ * Wait until the worker `rec` polls `taskQueue` under its own identity (`<pid>@<host> ...`,
+ * infra/team-code.ts). Any other poller proves nothing: Temporal lists a killed worker's
+ * entry for minutes. Returns false if the process exits first.
  */
-async function waitForPoller(
-  rec: ServiceRecord,
+export async function waitForPoller(
+  rec: Pick<ServiceRecord, 'pid' | 'name' | 'log'>,
   address: string,
   namespace: string,
   taskQueue: string,
   kind: 'workflow' | 'activity',
   timeoutMs: number,
-  anyPoller = false,
 ): Promise<boolean> {
   const connection = await connectTemporal(address);
+  const own = `${rec.pid}@${os.hostname()} `;
   try {
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline) {
       if (!pidAlive(rec.pid)) return false;
       const ids = await pollerIdentities(connection, namespace, taskQueue, kind).catch(() => []);
-      if (ids.some((id) => id.startsWith(`${rec.pid}@`)) || (anyPoller && ids.length > 0)) return true;
+      if (ids.some((id) => id.startsWith(own))) return true;
       await sleep(500);
     }
     throw new TroupeError(`${rec.name} (pid ${rec.pid}) did not start polling "${taskQueue}" in ${timeoutMs / 1000}s`, `see ${rec.log}`);
@@ -65,13 +67,56 @@ function nodeTsArgs(entry: string, args: string[]): string[] {
   return ['--import', 'tsx', entry, ...args];
 }
 
+/** Service names of `n` pool workers: `pool-worker`, `pool-worker-2`, ... */
+export function poolWorkerNames(n: number): string[] {
+  return Array.from({ length: n }, (_, i) => (i === 0 ? 'pool-worker' : `pool-worker-${i + 1}`));
+}
+
+/** Reuses or starts the pool worker `name` and waits for its own poller; undefined if it exited during start-up. */
+async function ensurePoolWorker(
+  config: TroupeConfig,
+  name: string,
+  address: string,
+  env: NodeJS.ProcessEnv,
+  lines: string[],
+  log: (line: string) => void,
+): Promise<ServiceRecord | undefined> {
+  const label = name.replace('-worker', '').padEnd(12);
+  const running = runningService(config.stateDir, name);
+  if (running) {
+    lines.push(`${label} already running (pid ${running.pid}), task queue ${config.poolTaskQueue}, log ${running.log}`);
+    return running;
+  }
+  const pool = spawnService({
+    stateDir: config.stateDir,
+    name,
+    command: process.execPath,
+    args: nodeTsArgs(POOL_WORKER_ENTRY, ['--task-queue', config.poolTaskQueue, '--temporal-address', address, '--namespace', config.namespace, '--device', config.device]),
+    env,
+    cwd: repoRoot,
+  });
+  log(`troupe: started ${name} (pid ${pool.pid}); waiting for it to poll "${config.poolTaskQueue}"...`);
+  const polling = await waitForPoller(pool, address, config.namespace, config.poolTaskQueue, 'activity', 90_000).catch((err: Error) => {
+    lines.push(`${label} pid ${pool.pid} started but not polling yet: ${err.message}`);
+    return undefined;
+  });
+  if (polling === false) {
+    lines.push(`${label} FAILED: exited during start-up: ${lastLines(pool.log)} (log ${pool.log})`);
+    return undefined;
+  }
+  if (polling) lines.push(`${label} pid ${pool.pid}, task queue ${config.poolTaskQueue}, device ${config.device}, log ${pool.log}`);
+  return pool;
+}
+
 export interface UpResult {
   address: string;
   namespace: string;
   uiUrl?: string;
   databaseUrl: string;
   control: ServiceRecord;
+  /** The first pool worker (`pool-worker`), and all of them. */
   pool?: ServiceRecord;
+  pools: ServiceRecord[];
   supervisor?: ServiceRecord;
   dashboardUrl?: string;
 }
@@ -84,7 +129,7 @@ export interface UpResult {
  */
 export async function up(
   config: TroupeConfig,
-  opts: { pool?: boolean; supervise?: boolean; log?: (line: string) => void } = {},
+  opts: { pool?: boolean; poolWorkers?: number; supervise?: boolean; log?: (line: string) => void } = {},
 ): Promise<{ result: UpResult; lines: string[]; ok: boolean }> {
   const log = opts.log ?? ((l: string) => process.stderr.write(l + '\n'));
   fs.mkdirSync(config.stateDir, { recursive: true });
@@ -95,7 +140,7 @@ export async function up(
 
 async function upLocked(
   config: TroupeConfig,
-  opts: { pool?: boolean; supervise?: boolean },
+  opts: { pool?: boolean; poolWorkers?: number; supervise?: boolean },
   log: (line: string) => void,
 ): Promise<{ result: UpResult; lines: string[]; ok: boolean }> {
   const lines: string[] = [];
@@ -106,6 +151,20 @@ async function upLocked(
   const how = temporal.managed ? (temporal.rec ? `dev server, pid ${temporal.rec.pid}` : 'dev server') : 'external, left alone by `down`';
   lines.push(`Temporal     ${temporal.address}  namespace ${temporal.namespace}  (server ${temporal.serverVersion}; ${how})`);
   if (temporal.uiUrl) lines.push(`Web UI       ${temporal.uiUrl}`);
+  // Workers on a namespace without Troupe's search attributes would start, and runs hang.
+  // A dev server registers them right after it answers: give the one we manage a moment.
+  const connection = await connectTemporal(temporal.address);
+  try {
+    const deadline = Date.now() + (temporal.managed ? 15_000 : 0);
+    for (;;) {
+      const problems = await namespaceProblems(connection, config.namespace, temporal.address);
+      if (problems.length === 0) break;
+      if (Date.now() >= deadline) throw namespaceError(config.namespace, problems);
+      await sleep(500);
+    }
+  } finally {
+    await connection.close();
+  }
 
   // 2. PostgreSQL + migrations
   const db = await ensureDatabase(config, log);
@@ -146,39 +205,14 @@ async function upLocked(
     lines.push(`control      pid ${control.pid}, task queue ${config.taskQueue}, log ${control.log}`);
   }
 
-  // 4. Pool worker
-  let pool: ServiceRecord | undefined;
-  if (opts.pool === false) {
-    lines.push('pool         not started (--no-pool)');
-  } else if ((pool = runningService(config.stateDir, 'pool-worker'))) {
-    lines.push(`pool         already running (pid ${pool.pid}), task queue ${config.poolTaskQueue}, log ${pool.log}`);
-  } else {
-    pool = spawnService({
-      stateDir: config.stateDir,
-      name: 'pool-worker',
-      command: process.execPath,
-      args: nodeTsArgs(POOL_WORKER_ENTRY, [
-        '--task-queue', config.poolTaskQueue,
-        '--temporal-address', temporal.address,
-        '--namespace', config.namespace,
-        '--device', config.device,
-      ]),
-      env: childEnv,
-      cwd: repoRoot,
-    });
-    log(`troupe: started pool worker (pid ${pool.pid}); waiting for it to poll "${config.poolTaskQueue}"...`);
-    const polling = await waitForPoller(pool, temporal.address, config.namespace, config.poolTaskQueue, 'activity', 90_000, true).catch(
-      (err: Error) => {
-        lines.push(`pool         pid ${pool!.pid} started but not polling yet: ${err.message}`);
-        return undefined;
-      },
-    );
-    if (polling === false) {
-      ok = false;
-      lines.push(`pool         FAILED: exited during start-up: ${lastLines(pool.log)} (log ${pool.log})`);
-      pool = undefined;
-    } else if (polling) {
-      lines.push(`pool         pid ${pool.pid}, task queue ${config.poolTaskQueue}, device ${config.device}, log ${pool.log}`);
+  // 4. Pool workers: several on one machine share the pool queue's work.
+  const pools: ServiceRecord[] = [];
+  if (opts.pool === false) lines.push('pool         not started (--no-pool)');
+  else {
+    for (const name of poolWorkerNames(opts.poolWorkers ?? 1)) {
+      const started = await ensurePoolWorker(config, name, temporal.address, childEnv, lines, log);
+      if (started) pools.push(started);
+      else ok = false;
     }
   }
   const dashboard = await ensureDashboard(config, childEnv, temporal.uiUrl);
@@ -193,7 +227,7 @@ async function upLocked(
         stateDir: config.stateDir,
         name: 'supervisor',
         command: process.execPath,
-        args: [CLI_ENTRY, 'supervise', ...(opts.pool === false ? ['--no-pool'] : [])],
+        args: [CLI_ENTRY, 'supervise', ...(opts.pool === false ? ['--no-pool'] : ['--pool-workers', String(opts.poolWorkers ?? 1)])],
         env: { ...process.env, TROUPE_STATE_DIR: config.stateDir },
         cwd: repoRoot,
       });
@@ -202,7 +236,7 @@ async function upLocked(
   }
   lines.push(`state        ${config.stateDir}`);
   return {
-    result: { address: temporal.address, namespace: config.namespace, uiUrl: temporal.uiUrl, databaseUrl: db.url, control, pool, supervisor, dashboardUrl: dashboard.url },
+    result: { address: temporal.address, namespace: config.namespace, uiUrl: temporal.uiUrl, databaseUrl: db.url, control, pool: pools[0], pools, supervisor, dashboardUrl: dashboard.url },
     lines,
     ok,
   };
@@ -211,7 +245,7 @@ async function upLocked(
 export default defineCommand({
   name: 'up',
   summary: 'Start (or attach to) Temporal and PostgreSQL, apply migrations, start the workers in the background',
-  usage: 'troupe up [--ping] [--no-pool] [--no-supervise]',
+  usage: 'troupe up [--ping] [--no-pool] [--pool-workers N] [--no-supervise]',
   description: [
     'Temporal: TEMPORAL_ADDRESS if set, else a local dev server (built with Go on first use)',
     'with its SQLite state in <state>/temporal.db and the Web UI on TROUPE_TEMPORAL_UI_PORT.',
@@ -224,11 +258,14 @@ export default defineCommand({
   options: {
     ping: { type: 'boolean', description: 'run the trivial workflow afterwards (like `troupe ping`)' },
     'no-pool': { type: 'boolean', description: 'do not start the pool worker' },
+    'pool-workers': { type: 'number', valueName: 'N', example: '2', description: 'pool workers to start on this machine, each with its engine (default 1)' },
     'no-supervise': { type: 'boolean', description: 'leave no supervisor: nothing restarts a process that dies' },
   },
   async run({ values, log }) {
     const config = loadConfig();
-    const { result, lines, ok } = await up(config, { pool: !values['no-pool'], supervise: !values['no-supervise'], log });
+    const poolWorkers = values['pool-workers'] ?? 1;
+    if (!Number.isInteger(poolWorkers) || poolWorkers < 1) throw new TroupeError(`--pool-workers: must be a whole number >= 1, got ${poolWorkers}`, 'e.g. --pool-workers 2');
+    const { result, lines, ok } = await up(config, { pool: !values['no-pool'], poolWorkers, supervise: !values['no-supervise'], log });
     console.log(ok ? 'Troupe is up.' : 'Troupe is partly up:');
     for (const l of lines) console.log('  ' + l);
     if (result.uiUrl) console.log(`\nOpen the Temporal Web UI: ${result.uiUrl}`);

@@ -8,6 +8,12 @@ export class DeviceQueue {
   private tail: Promise<unknown> = Promise.resolve();
   private waiting = 0;
   private running = false;
+  private finished = 0;
+
+  /** Tasks finished (or failed) so far: the engine's progress, reported in Health. */
+  get completed(): number {
+    return this.finished;
+  }
 
   /** Tasks queued or running. */
   get depth(): number {
@@ -23,6 +29,7 @@ export class DeviceQueue {
         return await task();
       } finally {
         this.running = false;
+        this.finished++;
       }
     });
     this.tail = result.catch(() => undefined);

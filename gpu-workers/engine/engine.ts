@@ -386,6 +386,8 @@ export class Engine {
       fellBack: this.device.fellBack,
       fallbackReason: this.device.fallbackReason,
       uptimeS: (Date.now() - this.started) / 1000,
+      deviceRuns: this.queue.completed,
+      queueDepth: this.queue.depth + this.batcher.waiting,
     };
   }
 

@@ -21,6 +21,7 @@ test('defaults', () => {
   assert.equal(c.taskQueue, 'troupe');
   assert.equal(c.poolTaskQueue, 'troupe-gpu');
   assert.equal(c.device, 'auto');
+  assert.equal(c.engineHangS, 20);
   assert.equal(c.temporalPort, 7233);
   assert.equal(c.temporalUiPort, 8233);
   assert.equal(c.postgresPort, 54329);
@@ -37,6 +38,7 @@ test('values are read and empty strings count as unset', () => {
     DATABASE_URL: 'postgresql://u:p@db:5432/troupe',
     TROUPE_STATE_DIR: 'rel/state',
     TROUPE_DEVICE: 'cuda:1',
+    TROUPE_ENGINE_HANG_S: '7.5',
     TROUPE_TEMPORAL_PORT: '17233',
     TROUPE_TASK_QUEUE: '',
   });
@@ -46,6 +48,7 @@ test('values are read and empty strings count as unset', () => {
   assert.equal(c.databaseUrl, 'postgresql://u:p@db:5432/troupe');
   assert.equal(c.stateDir, path.resolve('rel/state'));
   assert.equal(c.device, 'cuda:1');
+  assert.equal(c.engineHangS, 7.5);
   assert.equal(c.temporalPort, 17233);
   assert.equal(c.taskQueue, 'troupe');
 });
@@ -72,6 +75,7 @@ test('each variable names itself in its error', () => {
     TROUPE_TEMPORAL_UI_PORT: '70000',
     TROUPE_POSTGRES_PORT: '-1',
     TROUPE_DEVICE: 'gpu',
+    TROUPE_ENGINE_HANG_S: '0',
   };
   for (const [variable, value] of Object.entries(cases)) {
     const err = configError({ [variable]: value });

@@ -3,7 +3,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { test } from 'node:test';
-import { pidAlive, readRecord, runningService, spawnService, stopService, writeRecord } from '../../../infra/processes';
+import { EXTRA_POOL_WORKER, pidAlive, readRecord, recordedServiceNames, runningService, spawnService, stopService, writeRecord } from '../../../infra/processes';
 
 const tmp = () => fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-proc-'));
 
@@ -31,4 +31,11 @@ test('a pid file whose pid now runs another command is not ours: nothing is sign
   } finally {
     await stopService(stateDir, 'other');
   }
+});
+
+test('recordedServiceNames lists the pid files of extra pool workers, not the first one or other services', () => {
+  const stateDir = tmp();
+  for (const f of ['pool-worker.pid', 'pool-worker-3.pid', 'pool-worker-2.pid', 'pool-worker-2.log', 'control-worker.pid', 'pool-worker-x.pid']) fs.writeFileSync(path.join(stateDir, f), '{}');
+  assert.deepEqual(recordedServiceNames(stateDir, EXTRA_POOL_WORKER), ['pool-worker-2', 'pool-worker-3']);
+  assert.deepEqual(recordedServiceNames(path.join(stateDir, 'missing'), EXTRA_POOL_WORKER), []);
 });
