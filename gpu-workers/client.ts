@@ -43,6 +43,7 @@ export class VersionNotLoadedError extends EngineError {}
 export class StaleBaseError extends EngineError {}
 export class VersionConflictError extends EngineError {}
 export class RequestIdReusedError extends EngineError {}
+export class ReferenceUnreadableError extends EngineError {}
 export class NonFiniteUpdateError extends EngineError {}
 export class EngineUnavailableError extends EngineError {}
 export class EngineCancelledError extends EngineError {}
@@ -55,6 +56,7 @@ const CLASS_BY_REASON: Record<ErrorReason, typeof EngineError> = {
   STALE_BASE: StaleBaseError,
   VERSION_CONFLICT: VersionConflictError,
   REQUEST_ID_REUSED: RequestIdReusedError,
+  REFERENCE_UNREADABLE: ReferenceUnreadableError,
   NON_FINITE_UPDATE: NonFiniteUpdateError,
   INTERNAL: EngineInternalError,
   UNAVAILABLE: EngineUnavailableError,

@@ -69,6 +69,14 @@ export interface WireLoadVersionRequest {
   weights: Uint8Array;
   optimizer_state: Uint8Array;
   weights_sha256: string;
+  weights_ref: WireBlobReference | null;
+  optimizer_state_ref: WireBlobReference | null;
+}
+
+export interface WireBlobReference {
+  uri: string;
+  size: U64;
+  sha256: string;
 }
 
 export interface WireExportVersionRequest {

@@ -109,13 +109,18 @@ export const initModelFromWire = (w: P.WireInitModelRequest): T.InitModelRequest
   seed: w.seed,
 });
 
+const blobRefToWire = (r: T.BlobReference | undefined): P.WireBlobReference | null => (r ? { uri: r.uri, size: String(r.size), sha256: r.sha256 } : null);
+const blobRefFromWire = (w: P.WireBlobReference | null): T.BlobReference | undefined => (w?.uri ? { uri: w.uri, size: u64ToNumber(w.size), sha256: w.sha256 } : undefined);
+
 export const loadVersionToWire = (r: T.LoadVersionRequest): P.WireLoadVersionRequest => ({
   model_key: r.modelKey,
   version: String(r.version),
   spec: specToWire(r.spec),
-  weights: r.weights,
+  weights: r.weights ?? new Uint8Array(0),
   optimizer_state: r.optimizerState ?? new Uint8Array(0),
   weights_sha256: r.weightsSha256 ?? '',
+  weights_ref: blobRefToWire(r.weightsRef),
+  optimizer_state_ref: blobRefToWire(r.optimizerStateRef),
 });
 
 export const loadVersionFromWire = (w: P.WireLoadVersionRequest): T.LoadVersionRequest => ({
@@ -125,6 +130,8 @@ export const loadVersionFromWire = (w: P.WireLoadVersionRequest): T.LoadVersionR
   weights: bytes(w.weights),
   optimizerState: bytes(w.optimizer_state),
   weightsSha256: w.weights_sha256 || undefined,
+  weightsRef: blobRefFromWire(w.weights_ref),
+  optimizerStateRef: blobRefFromWire(w.optimizer_state_ref),
 });
 
 export const exportVersionToWire = (r: T.ExportVersionRequest): P.WireExportVersionRequest => ({

@@ -15,4 +15,5 @@ export const commands: Record<string, () => Promise<Command>> = {
   export: async () => (require('./export') as typeof import('./export')).default,
   supervise: async () => (require('./supervise') as typeof import('./supervise')).default,
   dashboard: async () => (require('./dashboard') as typeof import('./dashboard')).default,
+  gc: async () => (require('./gc') as typeof import('./gc')).default,
 };

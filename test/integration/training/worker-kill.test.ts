@@ -53,7 +53,7 @@ it('a durable episode survives kill -9 of the pool worker mid-episode and ends w
   try {
     // Reference: the same episode (same seed) on an undisturbed in-process pool worker.
     const pool = await startPool(env, db);
-    const activities = createTrainingPoolActivities({ sql: db.sql, engine: () => pool.getClient() });
+    const activities = createTrainingPoolActivities({ sql: db.sql, engine: () => pool.getClient(), checkpoints: db.checkpoints });
     for (const runId of ['calm', 'killed']) {
       await createRun(db.sql, { runId, team: 'math', config: {} });
       await new MockActivityEnvironment().run(activities.initModel, { ...ref, runId, model: 'policy', seed: 4 });
