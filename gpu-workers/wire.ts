@@ -7,6 +7,7 @@ import { invalid } from './errors';
 import type { ModelSpecInput } from './model-family';
 import type * as T from './types';
 import type * as P from './proto';
+import { CHUNK_BYTES } from './proto';
 
 export function u64ToNumber(u: P.U64 | undefined | null): number {
   if (u === undefined || u === null || u === '') return 0;
@@ -155,6 +156,30 @@ export const exportedFromWire = (w: P.WireExportVersionResponse): T.ExportedVers
   weights: bytes(w.weights),
   optimizerState: bytes(w.optimizer_state),
 });
+
+// ---- chunked load / export (LoadVersionChunks, ExportVersionChunks) ----
+
+type ChunkBytes = { weights: Uint8Array; optimizer_state: Uint8Array };
+const EMPTY = new Uint8Array(0);
+
+/** A version's bytes as chunk messages of at most `size` bytes each (at least one message). */
+export function byteChunks(weights: Uint8Array, optimizerState: Uint8Array, size = CHUNK_BYTES): ChunkBytes[] {
+  const out: ChunkBytes[] = [];
+  for (let o = 0; o < weights.length; o += size) out.push({ weights: weights.subarray(o, o + size), optimizer_state: EMPTY });
+  for (let o = 0; o < optimizerState.length; o += size) out.push({ weights: EMPTY, optimizer_state: optimizerState.subarray(o, o + size) });
+  return out.length ? out : [{ weights: EMPTY, optimizer_state: EMPTY }];
+}
+
+/** The bytes of chunk messages joined back, in order. */
+export function joinChunks(chunks: readonly ChunkBytes[]): { weights: Uint8Array; optimizerState: Uint8Array } {
+  const join = (parts: Uint8Array[]) => {
+    const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+    let o = 0;
+    for (const p of parts) out.set(p, (o += p.length) - p.length);
+    return out;
+  };
+  return { weights: join(chunks.map((c) => bytes(c.weights))), optimizerState: join(chunks.map((c) => bytes(c.optimizer_state))) };
+}
 
 // ---- generate / score ----
 
