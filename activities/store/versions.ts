@@ -65,7 +65,7 @@ export async function readVersionBytes(store: CheckpointStore, v: VersionMeta & 
   if (b.kind === 'pruned') throw new TroupeError(`version ${v.version} of ${v.model} in run ${v.runId} was pruned by troupe gc; its bytes are gone`);
   if (b.kind === 'inline') {
     if (sha256Hex(b.weights) !== v.sha256) throw new TroupeError(`version ${v.version} of ${v.model} in run ${v.runId}: inline weights do not match their recorded sha256`);
-    return b;
+    return { weights: b.weights, optimizerState: b.optimizerState };
   }
   return { weights: await store.read(b.weights), optimizerState: await store.read(b.optimizer) };
 }
