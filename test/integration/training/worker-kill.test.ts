@@ -37,7 +37,8 @@ after(async () => {
 function poolProcess(): ChildProcess {
   const child = spawn(process.execPath, ['--import', 'tsx', path.join(repo, 'gpu-workers', 'pool-worker.ts'), '--task-queue', 'troupe-gpu', '--temporal-address', env.address, '--device', 'cpu'], {
     cwd: repo,
-    env: { ...process.env, DATABASE_URL: db.url },
+    // The store's files where this test's in-process activities put them (a cluster shares one path).
+    env: { ...process.env, DATABASE_URL: db.url, TROUPE_CHECKPOINT_DIR: db.checkpoints.dir },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   child.stderr!.resume();
