@@ -18,7 +18,7 @@ async function main() {
   const n = Number(process.argv[2] ?? 64);
   console.log(`command: node --import tsx bench/episodes.ts ${n}`);
   const h = await startHarness();
-  const pool = createTrainingPoolActivities({ sql: h.db.sql, engine: () => h.pool.getClient() });
+  const pool = createTrainingPoolActivities({ sql: h.db.sql, engine: () => h.pool.getClient(), checkpoints: h.db.checkpoints });
   const rows: string[] = [];
   try {
     for (const teamName of ['math', 'research']) {

@@ -14,7 +14,8 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import { ERROR_REASON_METADATA, ErrorReason } from './errors';
-import { engineServiceDefinition, MAX_MESSAGE_BYTES } from './proto';
+import { CHUNK_BYTES, engineServiceDefinition, MAX_MESSAGE_BYTES } from './proto';
+import type * as P from './proto';
 import type * as T from './types';
 import * as wire from './wire';
 
@@ -43,6 +44,7 @@ export class VersionNotLoadedError extends EngineError {}
 export class StaleBaseError extends EngineError {}
 export class VersionConflictError extends EngineError {}
 export class RequestIdReusedError extends EngineError {}
+export class ReferenceUnreadableError extends EngineError {}
 export class NonFiniteUpdateError extends EngineError {}
 export class EngineUnavailableError extends EngineError {}
 export class EngineCancelledError extends EngineError {}
@@ -55,6 +57,7 @@ const CLASS_BY_REASON: Record<ErrorReason, typeof EngineError> = {
   STALE_BASE: StaleBaseError,
   VERSION_CONFLICT: VersionConflictError,
   REQUEST_ID_REUSED: RequestIdReusedError,
+  REFERENCE_UNREADABLE: ReferenceUnreadableError,
   NON_FINITE_UPDATE: NonFiniteUpdateError,
   INTERNAL: EngineInternalError,
   UNAVAILABLE: EngineUnavailableError,
@@ -190,12 +193,64 @@ export class EngineClient {
     return wire.versionInfoFromWire(await this.call('InitModel', wire.initModelToWire(req), opts));
   }
 
+  /** Bytes above one chunk are streamed (LoadVersionChunks): no message nears the gRPC limit. */
   async loadVersion(req: T.LoadVersionRequest, opts?: CallOptions): Promise<T.VersionInfo> {
-    return wire.versionInfoFromWire(await this.call('LoadVersion', wire.loadVersionToWire(req), opts));
+    const { weights = new Uint8Array(0), optimizerState = new Uint8Array(0) } = req;
+    if (weights.length + optimizerState.length <= CHUNK_BYTES) return wire.versionInfoFromWire(await this.call('LoadVersion', wire.loadVersionToWire(req), opts));
+    const header = wire.loadVersionToWire({ ...req, weights: undefined, optimizerState: undefined });
+    const chunks = wire.byteChunks(weights, optimizerState).map((c, i) => ({ header: i === 0 ? header : null, ...c }));
+    return wire.versionInfoFromWire(await this.clientStream<P.WireVersionInfo>('LoadVersionChunks', chunks, opts));
   }
 
+  /** Streamed (ExportVersionChunks); an engine without that RPC answers the unary ExportVersion. */
   async exportVersion(req: T.ExportVersionRequest, opts?: CallOptions): Promise<T.ExportedVersion> {
-    return wire.exportedFromWire(await this.call('ExportVersion', wire.exportVersionToWire(req), opts));
+    let chunks: P.WireExportVersionChunk[];
+    try {
+      chunks = await this.serverStream<P.WireExportVersionChunk>('ExportVersionChunks', wire.exportVersionToWire(req), opts);
+    } catch (e) {
+      if ((e as EngineError).code !== grpc.status.UNIMPLEMENTED) throw e;
+      return wire.exportedFromWire(await this.call('ExportVersion', wire.exportVersionToWire(req), opts));
+    }
+    return { info: wire.versionInfoFromWire(chunks[0]!.info!), ...wire.joinChunks(chunks) };
+  }
+
+  private clientStream<Res>(method: string, messages: unknown[], opts: CallOptions = {}): Promise<Res> {
+    const def = this.methods[method];
+    return new Promise<Res>((resolve, reject) => {
+      const callOpts: grpc.CallOptions = opts.timeoutMs !== undefined ? { deadline: Date.now() + opts.timeoutMs } : {};
+      const call = this.client.makeClientStreamRequest<unknown, Res>(
+        def.path,
+        def.requestSerialize as (r: unknown) => Buffer,
+        def.responseDeserialize as (b: Buffer) => Res,
+        new grpc.Metadata(),
+        callOpts,
+        (err, res) => (err ? reject(toEngineError(err, method)) : resolve(res as Res)),
+      );
+      opts.signal?.addEventListener('abort', () => call.cancel(), { once: true });
+      for (const m of messages) call.write(m);
+      call.end();
+    });
+  }
+
+  private serverStream<Msg>(method: string, req: unknown, opts: CallOptions = {}): Promise<Msg[]> {
+    const def = this.methods[method];
+    return new Promise<Msg[]>((resolve, reject) => {
+      const callOpts: grpc.CallOptions = opts.timeoutMs !== undefined ? { deadline: Date.now() + opts.timeoutMs } : {};
+      const call = this.client.makeServerStreamRequest<unknown, Msg>(
+        def.path,
+        def.requestSerialize as (r: unknown) => Buffer,
+        def.responseDeserialize as (b: Buffer) => Msg,
+        req,
+        new grpc.Metadata(),
+        callOpts,
+      );
+      opts.signal?.addEventListener('abort', () => call.cancel(), { once: true });
+      const out: Msg[] = [];
+      call.on('data', (m: Msg) => out.push(m));
+      call.on('error', (err: grpc.ServiceError) => reject(toEngineError(err, method)));
+      // The status comes after the last message; only OK means the stream is whole.
+      call.on('status', (s: grpc.StatusObject) => s.code === grpc.status.OK && resolve(out));
+    });
   }
 
   async generate(req: T.GenerateRequest, opts: CallOptions = {}): Promise<T.GenerateResponse> {

@@ -19,6 +19,7 @@ import { EngineSupervisor } from './engine-process';
 import { createTrainingPoolActivities } from '../activities/training/pool';
 import { DEFAULT_POOL } from '../agents/model';
 import { payloadDataConverter } from '../infra/codec';
+import { checkpointStoreOf, type CheckpointStore } from '../infra/checkpoint-store';
 import { loadConfig, type PayloadKeysConfig } from '../infra/config';
 import { connect, type Sql } from '../infra/db';
 import { loadTeamCode, workerIdentity } from '../infra/team-code';
@@ -47,6 +48,8 @@ export interface PoolWorkerOptions {
   engineArgs?: string[];
   /** the store the activities read versions and episodes from and commit updates to */
   sql: Sql;
+  /** where large versions' bytes go (default: the configured one, TROUPE_CHECKPOINT_DIR) */
+  checkpoints?: CheckpointStore;
   /** max activities running at once (default 64, so many callers can be coalesced by the engine) */
   maxConcurrentActivities?: number;
   /** do not forward a spawned engine's log lines */
@@ -90,6 +93,7 @@ export async function createPoolWorker(opts: PoolWorkerOptions): Promise<PoolWor
     await supervisor.start();
   }
   const getClient = () => external ?? supervisor!.client();
+  const checkpoints = opts.checkpoints ?? checkpointStoreOf(loadConfig());
 
   // Temporal may be down or still starting: connect and create the worker (which checks the
   // namespace) until both succeed.
@@ -113,7 +117,7 @@ export async function createPoolWorker(opts: PoolWorkerOptions): Promise<PoolWor
             connection,
             namespace,
             taskQueue,
-            activities: createTrainingPoolActivities({ sql: opts.sql, engine: getClient }),
+            activities: createTrainingPoolActivities({ sql: opts.sql, engine: getClient, checkpoints }),
             maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? 64,
             dataConverter: payloadDataConverter(opts.payloadKeys ?? loadConfig().payloadKeys),
           });

@@ -20,6 +20,9 @@ export const LOADER_OPTIONS: protoLoader.Options = {
 /** gRPC message size limit on both ends (Update batches and exported weights can be large). */
 export const MAX_MESSAGE_BYTES = 256 * 1024 * 1024;
 
+/** Bytes per message of LoadVersionChunks / ExportVersionChunks. */
+export const CHUNK_BYTES = 4 * 1024 * 1024;
+
 let cached: grpc.ServiceDefinition | undefined;
 
 export function engineServiceDefinition(): grpc.ServiceDefinition {
@@ -69,6 +72,26 @@ export interface WireLoadVersionRequest {
   weights: Uint8Array;
   optimizer_state: Uint8Array;
   weights_sha256: string;
+  weights_ref: WireBlobReference | null;
+  optimizer_state_ref: WireBlobReference | null;
+}
+
+export interface WireBlobReference {
+  uri: string;
+  size: U64;
+  sha256: string;
+}
+
+export interface WireLoadVersionChunk {
+  header: WireLoadVersionRequest | null;
+  weights: Uint8Array;
+  optimizer_state: Uint8Array;
+}
+
+export interface WireExportVersionChunk {
+  info: WireVersionInfo | null;
+  weights: Uint8Array;
+  optimizer_state: Uint8Array;
 }
 
 export interface WireExportVersionRequest {

@@ -28,15 +28,26 @@ export interface InitModelRequest {
   seed: Seed;
 }
 
+/** Bytes by reference: a file:// URI the engine reads, checked against size and sha256. */
+export interface BlobReference {
+  uri: string;
+  size: number;
+  sha256: string;
+}
+
 export interface LoadVersionRequest {
   modelKey: string;
   version: number;
   spec: ModelSpecInput;
-  weights: Uint8Array;
+  /** required unless weightsRef is given */
+  weights?: Uint8Array;
   /** empty = fresh optimizer */
   optimizerState?: Uint8Array;
   /** verified when given */
   weightsSha256?: string;
+  /** instead of weights / optimizerState: files the engine shares with the checkpoint store */
+  weightsRef?: BlobReference;
+  optimizerStateRef?: BlobReference;
 }
 
 export interface ExportVersionRequest {

@@ -7,6 +7,7 @@ import { invalid } from './errors';
 import type { ModelSpecInput } from './model-family';
 import type * as T from './types';
 import type * as P from './proto';
+import { CHUNK_BYTES } from './proto';
 
 export function u64ToNumber(u: P.U64 | undefined | null): number {
   if (u === undefined || u === null || u === '') return 0;
@@ -109,13 +110,18 @@ export const initModelFromWire = (w: P.WireInitModelRequest): T.InitModelRequest
   seed: w.seed,
 });
 
+const blobRefToWire = (r: T.BlobReference | undefined): P.WireBlobReference | null => (r ? { uri: r.uri, size: String(r.size), sha256: r.sha256 } : null);
+const blobRefFromWire = (w: P.WireBlobReference | null): T.BlobReference | undefined => (w?.uri ? { uri: w.uri, size: u64ToNumber(w.size), sha256: w.sha256 } : undefined);
+
 export const loadVersionToWire = (r: T.LoadVersionRequest): P.WireLoadVersionRequest => ({
   model_key: r.modelKey,
   version: String(r.version),
   spec: specToWire(r.spec),
-  weights: r.weights,
+  weights: r.weights ?? new Uint8Array(0),
   optimizer_state: r.optimizerState ?? new Uint8Array(0),
   weights_sha256: r.weightsSha256 ?? '',
+  weights_ref: blobRefToWire(r.weightsRef),
+  optimizer_state_ref: blobRefToWire(r.optimizerStateRef),
 });
 
 export const loadVersionFromWire = (w: P.WireLoadVersionRequest): T.LoadVersionRequest => ({
@@ -125,6 +131,8 @@ export const loadVersionFromWire = (w: P.WireLoadVersionRequest): T.LoadVersionR
   weights: bytes(w.weights),
   optimizerState: bytes(w.optimizer_state),
   weightsSha256: w.weights_sha256 || undefined,
+  weightsRef: blobRefFromWire(w.weights_ref),
+  optimizerStateRef: blobRefFromWire(w.optimizer_state_ref),
 });
 
 export const exportVersionToWire = (r: T.ExportVersionRequest): P.WireExportVersionRequest => ({
@@ -148,6 +156,30 @@ export const exportedFromWire = (w: P.WireExportVersionResponse): T.ExportedVers
   weights: bytes(w.weights),
   optimizerState: bytes(w.optimizer_state),
 });
+
+// ---- chunked load / export (LoadVersionChunks, ExportVersionChunks) ----
+
+type ChunkBytes = { weights: Uint8Array; optimizer_state: Uint8Array };
+const EMPTY = new Uint8Array(0);
+
+/** A version's bytes as chunk messages of at most `size` bytes each (at least one message). */
+export function byteChunks(weights: Uint8Array, optimizerState: Uint8Array, size = CHUNK_BYTES): ChunkBytes[] {
+  const out: ChunkBytes[] = [];
+  for (let o = 0; o < weights.length; o += size) out.push({ weights: weights.subarray(o, o + size), optimizer_state: EMPTY });
+  for (let o = 0; o < optimizerState.length; o += size) out.push({ weights: EMPTY, optimizer_state: optimizerState.subarray(o, o + size) });
+  return out.length ? out : [{ weights: EMPTY, optimizer_state: EMPTY }];
+}
+
+/** The bytes of chunk messages joined back, in order. */
+export function joinChunks(chunks: readonly ChunkBytes[]): { weights: Uint8Array; optimizerState: Uint8Array } {
+  const join = (parts: Uint8Array[]) => {
+    const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+    let o = 0;
+    for (const p of parts) out.set(p, (o += p.length) - p.length);
+    return out;
+  };
+  return { weights: join(chunks.map((c) => bytes(c.weights))), optimizerState: join(chunks.map((c) => bytes(c.optimizer_state))) };
+}
 
 // ---- generate / score ----
 

@@ -79,6 +79,17 @@ const seconds = (d: number) =>
       .default(d),
   );
 
+const byteCount = (d: number) =>
+  z.preprocess(
+    unsetIfEmpty,
+    z
+      .string()
+      .trim()
+      .regex(/^\d+$/, 'must be a whole number of bytes (0 = every version to files)')
+      .transform(Number)
+      .default(d),
+  );
+
 const device = z.preprocess(
   unsetIfEmpty,
   z
@@ -154,6 +165,8 @@ const schema = z.object({
   TROUPE_TEMPORAL_BIN: optionalString,
   DATABASE_URL: postgresUrl,
   TROUPE_STATE_DIR: optionalString,
+  TROUPE_CHECKPOINT_DIR: optionalString,
+  TROUPE_CHECKPOINT_INLINE_MAX_BYTES: byteCount(1 << 20),
   TROUPE_TASK_QUEUE: stringWithDefault('troupe'),
   TROUPE_POOL_TASK_QUEUE: stringWithDefault(DEFAULT_POOL),
   TROUPE_DEVICE: device,
@@ -214,6 +227,10 @@ export interface TroupeConfig {
   databaseUrl?: string;
   /** Absolute folder for pid files, logs, the dev server's SQLite file, the embedded Postgres (TROUPE_STATE_DIR). */
   stateDir: string;
+  /** Folder of the checkpoint store's files (TROUPE_CHECKPOINT_DIR; default <stateDir>/checkpoints). Every pool worker and engine of a cluster must see it at the same path. */
+  checkpointDir: string;
+  /** Versions up to this many bytes (weights + optimizer state) stay inline in Postgres (TROUPE_CHECKPOINT_INLINE_MAX_BYTES). */
+  checkpointInlineMaxBytes: number;
   /** Control task queue: workflows and control activities (TROUPE_TASK_QUEUE). */
   taskQueue: string;
   /** Task queue that serves the default pool (TROUPE_POOL_TASK_QUEUE): `up`'s pool worker polls it, runs send its models' work there. */
@@ -266,6 +283,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): TroupeConfig {
     throw new ConfigError('TROUPE_PAYLOAD_KEY', 'is required when TROUPE_PAYLOAD_OLD_KEYS is set', 'set the current key; old keys only decrypt');
   }
   const tlsImplied = Boolean(e.TEMPORAL_TLS_SERVER_CA_CERT_PATH || e.TEMPORAL_TLS_CLIENT_CERT_PATH || e.TEMPORAL_TLS_SERVER_NAME || e.TEMPORAL_API_KEY);
+  const stateDir = path.resolve(e.TROUPE_STATE_DIR ?? path.join(repoRoot, '.troupe'));
   return {
     temporalAddress: e.TEMPORAL_ADDRESS,
     temporalTls: {
@@ -287,7 +305,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): TroupeConfig {
     namespace: e.TEMPORAL_NAMESPACE,
     temporalBin: e.TROUPE_TEMPORAL_BIN,
     databaseUrl: e.DATABASE_URL,
-    stateDir: path.resolve(e.TROUPE_STATE_DIR ?? path.join(repoRoot, '.troupe')),
+    stateDir,
+    checkpointDir: path.resolve(e.TROUPE_CHECKPOINT_DIR ?? path.join(stateDir, 'checkpoints')),
+    checkpointInlineMaxBytes: e.TROUPE_CHECKPOINT_INLINE_MAX_BYTES,
     taskQueue: e.TROUPE_TASK_QUEUE,
     poolTaskQueue: e.TROUPE_POOL_TASK_QUEUE,
     device: e.TROUPE_DEVICE,

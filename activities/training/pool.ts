@@ -22,7 +22,8 @@ import type { OptimizerSettings } from '../../schema/optimizer';
 import type { ResolvedTraining } from '../../schema/run-config';
 import { writeMetrics } from '../store/metrics';
 import { recordEvent } from '../store/runs';
-import { commitUpdate, getVersion, saveInitialVersion, versionOfStep } from '../store/versions';
+import { commitUpdate, locateVersion, readVersionBytes, saveInitialVersion, versionOfStep } from '../store/versions';
+import type { CheckpointStore } from '../../infra/checkpoint-store';
 import { loadStepEpisodes, saveEpisodes, storedEpisodeIds, type StoredEpisode } from '../store/trajectories';
 import { executeTool } from '../tools';
 import { buildStepBatch, type StepBatch, type UpdateSequence } from './batch';
@@ -57,6 +58,8 @@ export async function generateOne(engine: Pick<EngineApi, 'generate'>, runId: st
 export interface PoolDeps {
   sql: Sql;
   engine: () => EngineApi;
+  /** Where versions above the inline limit keep their bytes. */
+  checkpoints: CheckpointStore;
 }
 
 export interface UpdateResult {
@@ -75,7 +78,32 @@ const ROLLOUT_FLUSH = 32;
 
 const reasonOf = (e: unknown) => (e as { reason?: string })?.reason;
 
-export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
+export function createTrainingPoolActivities({ sql, engine, checkpoints }: PoolDeps) {
+  /**
+   * Puts a stored version into the engine: by reference when its bytes are
+   * files (the engine reads and checks them where it shares the path), else,
+   * or when the engine cannot read the reference, by sending the bytes.
+   */
+  async function loadFromStore(runId: string, model: string, version: number): Promise<void> {
+    const stored = await locateVersion(sql, runId, model, version);
+    if (!stored) throw ApplicationFailure.nonRetryable(`version ${version} of ${model} in run ${runId} is not in the store`, 'MissingVersion');
+    const req = { modelKey: modelKey(runId, model), version, spec: stored.spec as LoadVersionRequest['spec'], weightsSha256: stored.sha256 };
+    const b = stored.bytes;
+    if (b.kind === 'files') {
+      try {
+        await engine().loadVersion({
+          ...req,
+          weightsRef: { uri: checkpoints.uri(b.weights.file), size: b.weights.size, sha256: b.weights.sha256 },
+          optimizerStateRef: { uri: checkpoints.uri(b.optimizer.file), size: b.optimizer.size, sha256: b.optimizer.sha256 },
+        });
+        return;
+      } catch (e) {
+        if (reasonOf(e) !== 'REFERENCE_UNREADABLE') throw e;
+      }
+    }
+    await engine().loadVersion({ ...req, ...(await readVersionBytes(checkpoints, stored)) });
+  }
+
   /** Runs `fn`; if the engine lacks the version, loads it from the store and runs it again. */
   async function withVersion<T>(runId: string, model: string, version: number, fn: () => Promise<T>): Promise<T> {
     try {
@@ -83,9 +111,7 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
     } catch (e) {
       const reason = reasonOf(e);
       if (reason !== 'VERSION_NOT_LOADED' && reason !== 'MODEL_NOT_LOADED') throw e;
-      const stored = await getVersion(sql, runId, model, version);
-      if (!stored) throw ApplicationFailure.nonRetryable(`version ${version} of ${model} in run ${runId} is not in the store`, 'MissingVersion');
-      await engine().loadVersion({ modelKey: modelKey(runId, model), version, spec: stored.spec as LoadVersionRequest['spec'], weights: stored.weights, optimizerState: stored.optimizerState, weightsSha256: stored.sha256 });
+      await loadFromStore(runId, model, version);
       return fn();
     }
   }
@@ -102,7 +128,7 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
 
     /** Version 0 of a model, from the run seed; stored once, a repeat is a no-op. */
     async initModel(input: TeamRef & { runId: string; model: string; seed: number }): Promise<{ version: 0 }> {
-      if (await getVersion(sql, input.runId, input.model, 0)) return { version: 0 };
+      if (await versionOfStep(sql, input.runId, input.model, -1)) return { version: 0 };
       const team = loadTeam(input.team, input.teamOptions);
       const spec = team.models[input.model];
       if (!spec) throw ApplicationFailure.nonRetryable(`team ${team.name} has no model ${input.model}`);
@@ -112,7 +138,7 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
         await engine().initModel({ modelKey: key, spec: engineSpec(spec), seed: deriveSeed(input.seed, 'init', input.model) });
         return engine().exportVersion({ modelKey: key, version: 0 });
       });
-      await saveInitialVersion(sql, { runId: input.runId, model: input.model, spec: v.info.spec, weights: v.weights, optimizerState: v.optimizerState, sha256: v.info.weightsSha256 });
+      await saveInitialVersion(sql, checkpoints, { runId: input.runId, model: input.model, spec: v.info.spec, weights: v.weights, optimizerState: v.optimizerState, sha256: v.info.weightsSha256 });
       return { version: 0 };
     },
 
@@ -270,7 +296,7 @@ export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
         );
       }
       rows.push(...agentRows(batch, actors));
-      const commit = await commitUpdate(sql, {
+      const commit = await commitUpdate(sql, checkpoints, {
         version: { runId, model, version: res.info.version, step, spec: exported.info.spec, weights: exported.weights, optimizerState: exported.optimizerState, sha256: exported.info.weightsSha256, metrics },
         metrics: rows.filter((r) => Number.isFinite(r.value)),
         stepMetrics: { counts: batch.counts, [`update.${model}`]: metrics },

@@ -2,6 +2,7 @@
 // directory (config.json, model.safetensors, tokenizer files), to serve with transformers / vLLM / SGLang.
 import * as fs from 'node:fs';
 import { getVersion } from '../../activities/store/versions';
+import { checkpointStoreOf, type CheckpointStore } from '../../infra/checkpoint-store';
 import { loadConfig } from '../../infra/config';
 import { connect, type Sql } from '../../infra/db';
 import { TroupeError } from '../../infra/errors';
@@ -21,8 +22,8 @@ export interface ExportModelArgs {
 }
 
 /** Writes the version; returns the files written and their dtype. */
-export async function exportModelVersion(sql: Sql, a: ExportModelArgs): Promise<{ files: string[]; dtype: string }> {
-  const stored = await getVersion(sql, a.runId, a.model, a.version);
+export async function exportModelVersion(sql: Sql, store: CheckpointStore, a: ExportModelArgs): Promise<{ files: string[]; dtype: string }> {
+  const stored = await getVersion(sql, store, a.runId, a.model, a.version);
   if (!stored) {
     const known = await sql`SELECT model, max(version) AS latest FROM versions WHERE run_id = ${a.runId} GROUP BY model ORDER BY model`;
     const have = known.map((r) => `${r.model} (versions 0..${r.latest})`).join(', ');
@@ -59,10 +60,11 @@ export default defineCommand({
     if (!values.model) throw new TroupeError('--model: required', 'e.g. --model policy');
     if (values.version === undefined || !Number.isInteger(values.version) || values.version < 0) throw new TroupeError('--version: a version number >= 0 is required', 'e.g. --version 0');
     if (!values.out) throw new TroupeError('--out: required', 'e.g. --out ./exported');
-    const db = await ensureDatabase(loadConfig(), log);
+    const config = loadConfig();
+    const db = await ensureDatabase(config, log);
     const sql = connect(db.url, { max: 1 });
     try {
-      const r = await exportModelVersion(sql, { runId, model: values.model, version: values.version, out: values.out, from: values.from });
+      const r = await exportModelVersion(sql, checkpointStoreOf(config), { runId, model: values.model, version: values.version, out: values.out, from: values.from });
       log(`troupe: wrote ${r.files.join(', ')} (${r.dtype}) to ${values.out}`);
       return 0;
     } finally {

@@ -17,4 +17,5 @@ export const commands: Record<string, () => Promise<Command>> = {
   supervise: async () => (require('./supervise') as typeof import('./supervise')).default,
   dashboard: async () => (require('./dashboard') as typeof import('./dashboard')).default,
   worker: async () => (require('./worker') as typeof import('./worker')).default,
+  gc: async () => (require('./gc') as typeof import('./gc')).default,
 };

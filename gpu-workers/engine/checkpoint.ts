@@ -8,9 +8,16 @@
  *                    optimizer: t = 0, m = v = 0)
  *
  * sha256 fields are lowercase hex digests of exactly these bytes.
+ *
+ * Either may come by reference (a file of the checkpoint store, infra/checkpoint-store.ts)
+ * instead of inline: readReference reads and checks it.
  */
-import { createHash } from 'node:crypto';
+import { pathOfUri, readVerified, sha256Hex } from '../../infra/checkpoint-store';
+import { ErrorReason, EngineFault } from '../errors';
 import type { OptimState } from '../model-runtime';
+import type { BlobReference } from '../types';
+
+export { sha256Hex };
 
 const MAGIC = 0x44415254; // "TRAD" read as little-endian u32
 const FORMAT = 1;
@@ -82,6 +89,11 @@ export function decodeOptimizerState(bytes: Uint8Array, paramCount: number): Pic
   return { m, v, step };
 }
 
-export function sha256Hex(bytes: Uint8Array): string {
-  return createHash('sha256').update(bytes).digest('hex');
+/** The bytes a reference names, checked; any failure means "send the bytes instead". */
+export async function readReference(ref: BlobReference, field: string): Promise<Uint8Array> {
+  try {
+    return await readVerified(pathOfUri(ref.uri, `${field}.uri`), ref.size, ref.sha256);
+  } catch (e) {
+    throw new EngineFault(ErrorReason.REFERENCE_UNREADABLE, `${field}: ${(e as Error).message}`);
+  }
 }

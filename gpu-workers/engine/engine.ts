@@ -31,6 +31,7 @@ import {
   decodeWeights,
   encodeOptimizerState,
   encodeWeights,
+  readReference,
   sha256Hex,
 } from './checkpoint';
 import { DeviceQueue } from './device-queue';
@@ -185,15 +186,17 @@ export class Engine {
     const key = validate.modelKey(req.modelKey);
     const version = validate.versionNumber(req.version);
     const spec = validate.spec(req.spec, this.memory.budgetBytes);
-    if (!(req.weights instanceof Uint8Array)) throw invalid('weights: required (bytes)');
-    if (req.weightsSha256 && sha256Hex(req.weights) !== req.weightsSha256.toLowerCase()) {
-      throw invalid(`weights_sha256: the weights bytes hash to ${sha256Hex(req.weights)}, not ${req.weightsSha256}`);
+    const weights = req.weightsRef ? await readReference(req.weightsRef, 'weights_ref') : req.weights;
+    const optimizerState = req.optimizerStateRef ? await readReference(req.optimizerStateRef, 'optimizer_state_ref') : req.optimizerState;
+    if (!(weights instanceof Uint8Array)) throw invalid('weights: required (bytes, or weights_ref)');
+    if (req.weightsSha256 && sha256Hex(weights) !== req.weightsSha256.toLowerCase()) {
+      throw invalid(`weights_sha256: the weights bytes hash to ${sha256Hex(weights)}, not ${req.weightsSha256}`);
     }
     const { runtime } = await this.runtimeFor(spec);
     let state;
     try {
-      const theta = decodeWeights(req.weights, runtime.paramCount);
-      state = { theta, ...decodeOptimizerState(req.optimizerState ?? new Uint8Array(0), runtime.paramCount) };
+      const theta = decodeWeights(weights, runtime.paramCount);
+      state = { theta, ...decodeOptimizerState(optimizerState ?? new Uint8Array(0), runtime.paramCount) };
     } catch (e) {
       if (e instanceof CheckpointError) throw invalid(e.message);
       throw e;

@@ -4,7 +4,7 @@
  * handler failure never takes the process down.
  */
 import * as grpc from '@grpc/grpc-js';
-import { ERROR_REASON_METADATA, ErrorReason, EngineFault } from '../errors';
+import { ERROR_REASON_METADATA, ErrorReason, EngineFault, invalid } from '../errors';
 import { engineServiceDefinition, MAX_MESSAGE_BYTES } from '../proto';
 import type * as P from '../proto';
 import * as wire from '../wire';
@@ -45,11 +45,42 @@ function unary<Req, Res>(
   };
 }
 
+/** LoadVersionChunks: gathers the stream, then loads as LoadVersion does. */
+function loadVersionChunks(engine: Engine): grpc.handleClientStreamingCall<P.WireLoadVersionChunk, P.WireVersionInfo> {
+  return (call, callback) => {
+    const chunks: P.WireLoadVersionChunk[] = [];
+    call.on('data', (c: P.WireLoadVersionChunk) => chunks.push(c));
+    call.on('error', () => undefined); // the client went away: nothing to answer
+    call.on('end', () => {
+      const header = chunks[0]?.header;
+      if (!header) return callback(toServiceError(invalid('header: the first LoadVersionChunk must carry the request header')));
+      engine
+        .loadVersion({ ...wire.loadVersionFromWire(header), ...wire.joinChunks(chunks) })
+        .then((info) => callback(null, wire.versionInfoToWire(info)), (e) => callback(toServiceError(e)));
+    });
+  };
+}
+
+/** ExportVersionChunks: the version's info, then its bytes in chunks. */
+function exportVersionChunks(engine: Engine): grpc.handleServerStreamingCall<P.WireExportVersionRequest, P.WireExportVersionChunk> {
+  return (call) => {
+    engine.exportVersion(wire.exportVersionFromWire(call.request)).then(
+      (v) => {
+        wire.byteChunks(v.weights, v.optimizerState).forEach((c, i) => call.write({ info: i === 0 ? wire.versionInfoToWire(v.info) : null, ...c }));
+        call.end();
+      },
+      (e) => call.emit('error', toServiceError(e)),
+    );
+  };
+}
+
 export function engineHandlers(engine: Engine): grpc.UntypedServiceImplementation {
   return {
     InitModel: unary(async (req: P.WireInitModelRequest) => wire.versionInfoToWire(await engine.initModel(wire.initModelFromWire(req)))),
     LoadVersion: unary(async (req: P.WireLoadVersionRequest) => wire.versionInfoToWire(await engine.loadVersion(wire.loadVersionFromWire(req)))),
     ExportVersion: unary(async (req: P.WireExportVersionRequest) => wire.exportedToWire(await engine.exportVersion(wire.exportVersionFromWire(req)))),
+    LoadVersionChunks: loadVersionChunks(engine),
+    ExportVersionChunks: exportVersionChunks(engine),
     Generate: unary(async (req: P.WireGenerateRequest, cancel) =>
       wire.generateResponseToWire(await engine.generate(wire.generateFromWire(req), cancel)),
     ),

@@ -7,7 +7,10 @@
  * rewards) per (step, split, group, episode).
  */
 import { createHash } from 'node:crypto';
+import { checkpointStoreOf } from '../../infra/checkpoint-store';
+import { loadConfig } from '../../infra/config';
 import type { Sql } from '../../infra/db';
+import { getVersion } from '../../activities/store/versions';
 
 export interface StoredRun {
   runId: string;
@@ -21,7 +24,10 @@ export interface StoredRun {
 const sha = (b: Uint8Array) => createHash('sha256').update(b).digest('hex');
 
 export async function loadStoredRun(sql: Sql, runId: string): Promise<StoredRun> {
-  const versions = await sql`SELECT model, version, step, sha256, weights, optimizer_state FROM versions WHERE run_id = ${runId} ORDER BY model, version`;
+  // Bytes read through the store (inline or files, hash-checked), as the run itself reads them.
+  const store = checkpointStoreOf(loadConfig());
+  const listed = await sql`SELECT model, version FROM versions WHERE run_id = ${runId} ORDER BY model, version`;
+  const versions = await Promise.all(listed.map(async (r) => (await getVersion(sql, store, runId, r.model, r.version))!));
   const steps = await sql`SELECT step, status FROM steps WHERE run_id = ${runId} ORDER BY step`;
   const events = await sql`SELECT step, kind, detail FROM run_events WHERE run_id = ${runId} ORDER BY id`;
   const rows = await sql`
@@ -58,7 +64,7 @@ export async function loadStoredRun(sql: Sql, runId: string): Promise<StoredRun>
   }
   return {
     runId,
-    versions: versions.map((v) => ({ model: v.model, version: v.version, step: v.step, sha256: v.sha256, weightsSha256: sha(v.weights), optimizerSha256: sha(v.optimizer_state) })),
+    versions: versions.map((v) => ({ model: v.model, version: v.version, step: v.step, sha256: v.sha256, weightsSha256: sha(v.weights), optimizerSha256: sha(v.optimizerState) })),
     steps: steps.map((s) => ({ step: s.step, status: s.status })),
     episodes,
     events: events.map((e) => ({ step: e.step, kind: e.kind, detail: e.detail })),

@@ -4,6 +4,10 @@
 // answers, else the embedded PostgreSQL (started under TROUPE_STATE_DIR if needed).
 // `npm test` resolves it once and passes it to the test processes as TROUPE_TEST_DATABASE_URL.
 import { randomBytes } from 'node:crypto';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { checkpointStoreOf, type CheckpointStore } from '../../infra/checkpoint-store';
 import { loadConfig, redactUrl } from '../../infra/config';
 import { Sql, checkDatabase, connect, withDatabase } from '../../infra/db';
 import { embeddedPostgresUrl, ensureEmbeddedPostgres, stopEmbeddedPostgres } from '../../infra/postgres';
@@ -60,7 +64,12 @@ export interface TestDatabase {
   name: string;
   url: string;
   sql: Sql;
-  /** Close `sql` and drop the database. */
+  /**
+   * A checkpoint store of its own (a temp folder, removed by drop), with the
+   * configured inline limit: TROUPE_CHECKPOINT_INLINE_MAX_BYTES=0 runs a test with every version in files.
+   */
+  checkpoints: CheckpointStore;
+  /** Close `sql`, drop the database and the checkpoint folder. */
   drop(): Promise<void>;
 }
 
@@ -79,11 +88,14 @@ export async function createTestDatabase(opts: { migrate?: boolean } = {}): Prom
   const url = withDatabase(server.url, name);
   const sql = connect(url);
   if (opts.migrate !== false) await migrate(sql);
+  const checkpointDir = fs.mkdtempSync(path.join(os.tmpdir(), `${name}-ckpt-`));
   return {
     name,
     url,
     sql,
+    checkpoints: checkpointStoreOf({ ...loadConfig(), checkpointDir }),
     async drop() {
+      fs.rmSync(checkpointDir, { recursive: true, force: true });
       await sql.end({ timeout: 1 }).catch(() => undefined);
       const a = connect(server.url, { max: 1 });
       try {

@@ -8,6 +8,7 @@
  * non-finite too), `fail` fails the run at once, non-retryably, naming the step
  * and the model.
  */
+import { getVersion } from '../../../activities/store/versions';
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { WorkflowFailedError } from '@temporalio/client';
@@ -63,13 +64,18 @@ describe('nonFinite policies in a training run', () => {
   });
 
   const versions = async (runId: string) =>
-    (await h.db.sql`SELECT version, step, sha256, weights, optimizer_state FROM versions WHERE run_id = ${runId} AND model = 'policy' ORDER BY version`).map((r) => ({
-      version: r.version as number,
-      step: r.step as number,
-      sha256: r.sha256 as string,
-      theta: decodeWeights(new Uint8Array(r.weights), r.weights.length / 4), // throws on a non-finite weight
-      optimizerStep: Buffer.from(r.optimizer_state).readUInt32LE(8),
-    }));
+    Promise.all(
+      (await h.db.sql`SELECT version FROM versions WHERE run_id = ${runId} AND model = 'policy' ORDER BY version`).map(async (row) => {
+        const r = (await getVersion(h.db.sql, h.db.checkpoints, runId, 'policy', row.version))!;
+        return {
+          version: r.version,
+          step: r.step,
+          sha256: r.sha256,
+          theta: decodeWeights(r.weights, r.weights.length / 4), // throws on a non-finite weight
+          optimizerStep: Buffer.from(r.optimizerState).readUInt32LE(8),
+        };
+      }),
+    );
   const events = async (runId: string) => (await h.db.sql`SELECT step, kind, detail FROM run_events WHERE run_id = ${runId} AND kind IN ('non-finite-update', 'update-skipped') ORDER BY id`).map((e) => ({ step: e.step as number, kind: e.kind as string, detail: e.detail as Record<string, string> }));
   const maxDelta = (a: Float32Array, b: Float32Array) => a.reduce((m, x, i) => Math.max(m, Math.abs(x - b[i]!)), 0);
   const run = (id: string, policy: 'skip' | 'reduce-lr' | 'fail') => h.env.client.workflow.execute<typeof trainingRun>('trainingRun', { taskQueue: h.taskQueue, workflowId: id, args: [config(id, policy)] });

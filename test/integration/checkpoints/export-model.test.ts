@@ -32,7 +32,7 @@ describe('troupe export-model', () => {
     for (const [version, theta] of [[0, ckpt.theta], [1, trained]] as const) {
       const weights = encodeWeights(theta);
       const sha256 = createHash('sha256').update(weights).digest('hex');
-      if (version === 0) await saveInitialVersion(db.sql, { runId: 'r1', model: 'policy', spec: ckpt.spec, weights, optimizerState: new Uint8Array(0), sha256 });
+      if (version === 0) await saveInitialVersion(db.sql, db.checkpoints, { runId: 'r1', model: 'policy', spec: ckpt.spec, weights, optimizerState: new Uint8Array(0), sha256 });
       else await db.sql`INSERT INTO versions (run_id, model, version, step, spec, weights, optimizer_state, sha256) VALUES ('r1', 'policy', 1, 0, ${db.sql.json(ckpt.spec as never)}, ${weights}, ${new Uint8Array(0)}, ${sha256})`;
     }
   });
@@ -40,7 +40,7 @@ describe('troupe export-model', () => {
 
   it('version 0 of a pretrained model exports back to the checkpoint: same config, same θ, same dtype', async () => {
     const out = path.join(tmp(), 'v0');
-    const r = await exportModelVersion(db.sql, { runId: 'r1', model: 'policy', version: 0, out, from: FIXTURE });
+    const r = await exportModelVersion(db.sql, db.checkpoints, { runId: 'r1', model: 'policy', version: 0, out, from: FIXTURE });
     assert.equal(r.dtype, 'F16');
     const back = loadHfCheckpoint(out);
     assert.deepEqual(back.spec, ckpt.spec);
@@ -50,7 +50,7 @@ describe('troupe export-model', () => {
 
   it('a trained version exports as F32 and reloads bit-identical, also without the source directory', async () => {
     const out = path.join(tmp(), 'v1');
-    assert.equal((await exportModelVersion(db.sql, { runId: 'r1', model: 'policy', version: 1, out })).dtype, 'F32');
+    assert.equal((await exportModelVersion(db.sql, db.checkpoints, { runId: 'r1', model: 'policy', version: 1, out })).dtype, 'F32');
     const back = loadHfCheckpoint(out);
     assert.ok(sameBits(back.theta, trained));
     assert.equal(back.model.modelType, 'llama', 'without the source config a rope model is written as llama');
@@ -58,12 +58,12 @@ describe('troupe export-model', () => {
 
   it('names what is wrong', async () => {
     await assert.rejects(
-      exportModelVersion(db.sql, { runId: 'r1', model: 'policy', version: 5, out: tmp() }),
+      exportModelVersion(db.sql, db.checkpoints, { runId: 'r1', model: 'policy', version: 5, out: tmp() }),
       (e: TroupeError) => /run r1 has no version 5 of model policy/.test(e.message) && e.hint === 'the run has: policy (versions 0..1)',
     );
-    await assert.rejects(exportModelVersion(db.sql, { runId: 'r1', model: 'critic', version: 0, out: tmp() }), /no version 0 of model critic/);
+    await assert.rejects(exportModelVersion(db.sql, db.checkpoints, { runId: 'r1', model: 'critic', version: 0, out: tmp() }), /no version 0 of model critic/);
     const full = tmp();
     fs.writeFileSync(path.join(full, 'x'), '');
-    await assert.rejects(exportModelVersion(db.sql, { runId: 'r1', model: 'policy', version: 0, out: full }), /--out .*: not empty/);
+    await assert.rejects(exportModelVersion(db.sql, db.checkpoints, { runId: 'r1', model: 'policy', version: 0, out: full }), /--out .*: not empty/);
   });
 });

@@ -27,7 +27,7 @@ const WF_QUEUE = uniqueTaskQueue('engine-test-workflows');
 before(async () => {
   env = await startTemporal();
   db = await createTestDatabase();
-  pool = await createPoolWorker({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue: POOL_QUEUE, device: 'cpu', quietEngine: true, sql: db.sql });
+  pool = await createPoolWorker({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue: POOL_QUEUE, device: 'cpu', quietEngine: true, sql: db.sql, checkpoints: db.checkpoints });
   wfWorker = await Worker.create({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue: WF_QUEUE, workflowsPath: require.resolve('./workflows') });
 });
 

@@ -13,7 +13,7 @@ import { loadTasks } from '../../../activities/tasks';
 import { planTrainEpisodes } from '../../../activities/training/plan';
 import { createTrainingPoolActivities } from '../../../activities/training/pool';
 import { loadEpisode, saveEpisodes } from '../../../activities/store/trajectories';
-import { getVersion } from '../../../activities/store/versions';
+import { locateVersion } from '../../../activities/store/versions';
 import { createRun } from '../../../activities/store/runs';
 import { WORKFLOWS_PATH } from '../../../infra/control-worker';
 import type { episodeWorkflow } from '../../../workflows';
@@ -33,7 +33,7 @@ describe('episodes against Temporal, the engine and Postgres', () => {
   for (const teamName of ['math', 'research']) {
     it(`${teamName}: durable and batched episodes give identical trajectories, stored and read back exactly`, async () => {
       const team = loadTeam(teamName);
-      const pool = createTrainingPoolActivities({ sql: h.db.sql, engine: () => h.pool.getClient() });
+      const pool = createTrainingPoolActivities({ sql: h.db.sql, engine: () => h.pool.getClient(), checkpoints: h.db.checkpoints });
       const ref = { team: teamName, teamOptions: {} };
       for (const runId of [`${teamName}-durable`, `${teamName}-batched`]) {
         await createRun(h.db.sql, { runId, team: teamName, config: {} });
@@ -41,7 +41,7 @@ describe('episodes against Temporal, the engine and Postgres', () => {
       }
       // Same seed, different runs: the same initial weights.
       const model = Object.keys(team.models)[0]!;
-      assert.equal((await getVersion(h.db.sql, `${teamName}-durable`, model, 0))!.sha256, (await getVersion(h.db.sql, `${teamName}-batched`, model, 0))!.sha256);
+      assert.equal((await locateVersion(h.db.sql, `${teamName}-durable`, model, 0))!.sha256, (await locateVersion(h.db.sql, `${teamName}-batched`, model, 0))!.sha256);
 
       const plan = (runId: string) => planTrainEpisodes(loadTasks(team), { runId, step: 0, seed: 3, groupsPerStep: 3, groupSize: 2 });
       const versions = Object.fromEntries(Object.keys(team.models).map((m) => [m, 0]));

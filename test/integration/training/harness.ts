@@ -30,6 +30,7 @@ export async function startPool(env: TestWorkflowEnvironment, db: TestDatabase):
     device: 'cpu',
     quietEngine: true,
     sql: db.sql,
+    checkpoints: db.checkpoints,
   });
   void pool.run();
   return pool;

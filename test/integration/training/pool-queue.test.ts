@@ -34,6 +34,7 @@ before(async () => {
     device: 'cpu',
     quietEngine: true,
     sql: db.sql,
+    checkpoints: db.checkpoints,
   });
   void pool.run();
 });

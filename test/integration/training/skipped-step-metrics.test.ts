@@ -40,7 +40,7 @@ it('a skipped update keeps the step\'s per-agent endings and episode lengths', a
   await createRun(db.sql, { runId: 'r', team: 'math', config });
   // The solver acted in all 4 episodes, the verifier in 3; every one failed (a reward threw).
   await saveEpisodes(db.sql, [failedEpisode(0, ['solver', 'verifier']), failedEpisode(1, ['solver', 'verifier']), failedEpisode(2, ['solver', 'verifier']), failedEpisode(3, ['solver'])]);
-  const pool = createTrainingPoolActivities({ sql: db.sql, engine: () => assert.fail('the engine is not needed for a skipped update') });
+  const pool = createTrainingPoolActivities({ sql: db.sql, engine: () => assert.fail('the engine is not needed for a skipped update'), checkpoints: db.checkpoints });
   const res = await pool.updateModel({
     team: 'math', teamOptions: {}, runId: 'r', step: 0, model: 'policy', baseVersion: 0,
     settings: checkAgainstTeam(config, mathTeam()), nonFinite: 'skip', rollout: { seconds: 1, episodes: 4, failed: 4 },

@@ -37,7 +37,8 @@ after(async () => {
 function poolProcess(): ChildProcess {
   const child = spawn(process.execPath, ['--import', 'tsx', path.join(repo, 'gpu-workers', 'pool-worker.ts'), '--task-queue', 'troupe-gpu', '--temporal-address', env.address, '--device', 'cpu'], {
     cwd: repo,
-    env: { ...process.env, DATABASE_URL: db.url },
+    // The store's files where this test's in-process activities put them (a cluster shares one path).
+    env: { ...process.env, DATABASE_URL: db.url, TROUPE_CHECKPOINT_DIR: db.checkpoints.dir },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   child.stderr!.resume();
@@ -53,7 +54,7 @@ it('a durable episode survives kill -9 of the pool worker mid-episode and ends w
   try {
     // Reference: the same episode (same seed) on an undisturbed in-process pool worker.
     const pool = await startPool(env, db);
-    const activities = createTrainingPoolActivities({ sql: db.sql, engine: () => pool.getClient() });
+    const activities = createTrainingPoolActivities({ sql: db.sql, engine: () => pool.getClient(), checkpoints: db.checkpoints });
     for (const runId of ['calm', 'killed']) {
       await createRun(db.sql, { runId, team: 'math', config: {} });
       await new MockActivityEnvironment().run(activities.initModel, { ...ref, runId, model: 'policy', seed: 4 });

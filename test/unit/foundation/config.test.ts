@@ -91,3 +91,15 @@ test('formatError prints one line plus the hint, no stack', () => {
   assert.match(lines[0], /^troupe: TROUPE_DEVICE: must be auto, cpu, cuda or cuda:N$/);
   assert.match(lines[1], /^  → /);
 });
+
+test('checkpoint store: under the state dir by default, inline limit in bytes', () => {
+  const c = loadConfig({ TROUPE_STATE_DIR: '/tmp/s' });
+  assert.equal(c.checkpointDir, '/tmp/s/checkpoints');
+  assert.equal(c.checkpointInlineMaxBytes, 1048576);
+  const d = loadConfig({ TROUPE_STATE_DIR: '/tmp/s', TROUPE_CHECKPOINT_DIR: '/mnt/nfs/ckpt', TROUPE_CHECKPOINT_INLINE_MAX_BYTES: '0' });
+  assert.equal(d.checkpointDir, '/mnt/nfs/ckpt');
+  assert.equal(d.checkpointInlineMaxBytes, 0);
+  const e = configError({ TROUPE_CHECKPOINT_INLINE_MAX_BYTES: '1MiB' });
+  assert.equal(e.variable, 'TROUPE_CHECKPOINT_INLINE_MAX_BYTES');
+  assert.match(e.message, /whole number of bytes/);
+});
