@@ -86,7 +86,10 @@ async function fetchRunMetrics(runId, fromStep) {
  * Panels from metric rows. As in `troupe plot`, train and update metrics of step s are
  * drawn at s + 1 (after that step's update); evals and events at the step they happened.
  */
-/** The off-policy panels of an asynchronous run (staleness > 0, activities/training/off-policy.ts); a synchronous run stores none of them, so they are not drawn. */
+/**
+ * The off-policy panels of an asynchronous run (staleness > 0, activities/training/off-policy.ts):
+ * a synchronous run stores none of their metrics, so they are not drawn. clipFraction (every run) beside them.
+ */
 const OFF_POLICY = ['staleness', 'importance weight', 'importance weights truncated', 'behaviour KL', 'clipFraction'];
 const FIRST = ['reward components', 'success', 'eval success', 'truncated / failed shares', 'episode length (turns)', 'episode length (tokens)', 'gradNorm', 'learning rate', 'entropy', 'advantage mean', 'advantage std', ...OFF_POLICY];
 /** Metrics drawn in a named panel, with what their series are called there. */

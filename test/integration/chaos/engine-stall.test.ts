@@ -78,7 +78,10 @@ it('an engine that answers Health but stalls an update is found hung within the 
   const answers: Array<{ at: number; deviceRuns: number; queueDepth: number }> = [];
   const deadline = Date.now() + 180_000;
   while (!events.some((e) => e.event === 'engine_hung')) {
-    assert.ok(Date.now() < deadline, `the stalled engine was never found hung (events: ${JSON.stringify(events.map((e) => e.event))})`);
+    if (Date.now() > deadline) {
+      process.kill(stalledPid, 'SIGKILL'); // else the pool worker's shutdown would wait on the stalled update
+      assert.fail(`the stalled engine was never found hung (events: ${JSON.stringify(events.map((e) => e.event))})`);
+    }
     try {
       const h = await pool.supervisor!.client().health({ timeoutMs: 1000 });
       if (pool.supervisor!.pid === stalledPid) answers.push({ at: Date.now(), deviceRuns: h.deviceRuns, queueDepth: h.queueDepth });
