@@ -86,9 +86,18 @@ async function fetchRunMetrics(runId, fromStep) {
  * Panels from metric rows. As in `troupe plot`, train and update metrics of step s are
  * drawn at s + 1 (after that step's update); evals and events at the step they happened.
  */
-const FIRST = ['reward components', 'success', 'eval success', 'truncated / failed shares', 'episode length (turns)', 'episode length (tokens)', 'gradNorm', 'learning rate', 'entropy', 'advantage mean', 'advantage std'];
+/**
+ * The off-policy panels of an asynchronous run (staleness > 0, activities/training/off-policy.ts):
+ * a synchronous run stores none of their metrics, so they are not drawn. clipFraction (every run) beside them.
+ */
+const OFF_POLICY = ['staleness', 'importance weight', 'importance weights truncated', 'behaviour KL', 'clipFraction'];
+const FIRST = ['reward components', 'success', 'eval success', 'truncated / failed shares', 'episode length (turns)', 'episode length (tokens)', 'gradNorm', 'learning rate', 'entropy', 'advantage mean', 'advantage std', ...OFF_POLICY];
 /** Metrics drawn in a named panel, with what their series are called there. */
 const PANEL_OF = {
+  'isWeight.mean': ['importance weight', ' mean'],
+  'isWeight.max': ['importance weight', ' max'],
+  'isWeight.truncated': ['importance weights truncated', ''],
+  behaviourKl: ['behaviour KL', ''],
   episodeTurns: ['episode length (turns)', ''],
   episodeTokens: ['episode length (tokens)', ''],
   // Before: the scores the estimator started from; after: the advantages it gave.
@@ -99,6 +108,8 @@ const PANEL_OF = {
 };
 
 export function panelsOf(metrics, lrs = []) {
+  // An update row is its model's (one per model and step), a train row an agent's.
+  const model = (r) => (r.kind === 'update' ? ' (model)' : '');
   const panels = new Map(FIRST.map((p) => [p, []]));
   const add = (panel, row, series, x) => {
     if (!panels.has(panel)) panels.set(panel, []);
@@ -111,8 +122,8 @@ export function panelsOf(metrics, lrs = []) {
       if (r.name.startsWith('reward.')) add('reward components', r, `${r.scope} ${r.name.slice(7)}`, r.step + 1);
       else if (r.name === 'truncatedShare' || r.name === 'failedShare') add('truncated / failed shares', r, `${r.scope} ${r.name.replace('Share', '')}`, r.step + 1);
       else if (r.name === 'updateMs') continue;
-      else if (PANEL_OF[r.name]) add(PANEL_OF[r.name][0], r, `${r.scope}${PANEL_OF[r.name][1]}`, r.step + 1);
-      else add(r.name, r, `${r.scope}${r.kind === 'update' ? ' (model)' : ''}`, r.step + 1);
+      else if (PANEL_OF[r.name]) add(PANEL_OF[r.name][0], r, `${r.scope}${model(r)}${PANEL_OF[r.name][1]}`, r.step + 1);
+      else add(r.name, r, `${r.scope}${model(r)}`, r.step + 1);
     }
   }
   for (const r of lrs) add('learning rate', { ...r, value: r.lr, kind: 'settings', scope: r.model, name: 'lr' }, `${r.model} (model)`, r.step + 1);

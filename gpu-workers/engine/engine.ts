@@ -309,7 +309,12 @@ export class Engine {
     const settings = validate.updateSettings(req.settings);
     this.checkBase(model, base, !!req.allowStaleBase);
 
+    const stall = this.faults.stallUpdate(requestId);
     const promise = this.queue.run(async (): Promise<UpdateResponse> => {
+      if (stall) {
+        this.log({ event: 'fault_injected', fault: 'stall-update', requestId });
+        await new Promise<never>(() => undefined); // holds the device queue; the event loop stays free
+      }
       const t0 = performance.now();
       const { v } = this.cache.version(key, base);
       this.checkBase(model, base, !!req.allowStaleBase); // another update may have committed meanwhile

@@ -39,6 +39,9 @@ function assertAdvantages(turns: Awaited<ReturnType<typeof advantagesOf>>) {
   }
 }
 
+/** What an asynchronous run's update stores per model (update) and agent (train) besides a synchronous run's metrics. */
+const OFF_POLICY = ['staleness', 'isWeight.mean', 'isWeight.max', 'isWeight.truncated', 'behaviourKl'];
+
 describe('dashboard API', () => {
   let h: Harness;
   let dash: Dashboard;
@@ -188,6 +191,19 @@ describe('dashboard API', () => {
     const [ep] = await h.db.sql`SELECT episode_id FROM episodes WHERE run_id = ${durable} AND split = 'train' AND status <> 'failed' ORDER BY episode_id LIMIT 1`;
     const { body } = await getJson(`${dash.url}/api/episodes/${encodeURIComponent(ep!.episode_id)}`);
     assert.ok(body.turns.every((t: any) => typeof t.advantage === 'number'));
+  });
+
+  it("gives an asynchronous run's staleness and importance-weight rows as stored", async () => {
+    const stale = 'dash-api-stale';
+    await h.env.client.workflow.execute('trainingRun', { taskQueue: h.taskQueue, workflowId: stale, args: [{ ...RUN, evalEvery: 0, staleness: 1 }] });
+    const got = (await getJson(`${dash.url}/api/runs/${stale}/metrics?limit=${MAX_LIMIT}`)).body.metrics.filter((r: any) => OFF_POLICY.includes(r.name));
+    const stored = await h.db.sql`SELECT step, kind, scope, name, value FROM metrics WHERE run_id = ${stale} AND name IN ${h.db.sql(OFF_POLICY)} ORDER BY step, kind, scope, name`;
+    assert.deepEqual(got, stored.map((r) => ({ ...r })));
+    // Per step: the model's update row and one train row per agent of each, staleness min(step, 1) in all.
+    assert.equal(stored.length, RUN.steps * OFF_POLICY.length * 3);
+    for (const r of stored.filter((x) => x.name === 'staleness')) assert.equal(r.value, Math.min(r.step, 1), `${r.kind} ${r.scope} step ${r.step}`);
+    // A synchronous run stores none of them.
+    assert.equal((await getJson(`${dash.url}/api/runs/${runId}/metrics?limit=${MAX_LIMIT}`)).body.metrics.filter((r: any) => OFF_POLICY.includes(r.name)).length, 0);
   });
 
   it('serves the page Vite built, and no file outside it', async () => {

@@ -25,6 +25,14 @@ async function open(page: Page, url: string) {
   await page.waitForFunction(() => (globalThis as any).troupe?.ready === true);
 }
 
+/** The off-policy panels of an asynchronous run: per panel, its metrics and what their series are suffixed with. */
+const OFF_POLICY_PANELS: Record<string, Record<string, string>> = {
+  staleness: { staleness: '' },
+  'importance weight': { 'isWeight.mean': ' mean', 'isWeight.max': ' max' },
+  'importance weights truncated': { 'isWeight.truncated': '' },
+  'behaviour KL': { behaviourKl: '' },
+};
+
 describe('dashboard pages', { skip }, () => {
   let h: Harness;
   let dash: Dashboard;
@@ -171,6 +179,23 @@ describe('dashboard pages', { skip }, () => {
     } finally {
       await guarded.close();
     }
+  });
+
+  it("draws an asynchronous run's staleness and importance weights, one point per stored row; a synchronous run has no such panels", async () => {
+    const stale = 'dash-pages-stale';
+    await h.env.client.workflow.execute('trainingRun', { taskQueue: h.taskQueue, workflowId: stale, args: [{ ...RUN, evalEvery: 0, staleness: 1 }] });
+    await open(page, `${dash.url}/#/runs/${stale}`);
+    for (const [panel, names] of Object.entries(OFF_POLICY_PANELS)) {
+      const rows = await h.db.sql`SELECT step, kind, scope, name, value FROM metrics WHERE run_id = ${stale} AND name IN ${h.db.sql(Object.keys(names))}`;
+      assert.equal(rows.length, RUN.steps * Object.keys(names).length * 3, `${panel}: the model and both agents, each step`);
+      const drawn = await page.evaluate((p) => (globalThis as any).troupe.views[p].data('points').map((x: any) => [x.x, x.series, x.value]), panel);
+      const series = (r: (typeof rows)[number]) => `${r.scope}${r.kind === 'update' ? ' (model)' : ''}${names[r.name]}`;
+      assert.deepEqual(drawn.sort(), rows.map((r) => [r.step + 1, series(r), r.value]).sort(), panel);
+      assert.equal(await drawnPoints(page, `[data-panel="${panel}"]`), rows.length, panel);
+    }
+    await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-run-async.png'), fullPage: true });
+    await open(page, `${dash.url}/#/runs/${runId}`);
+    for (const panel of Object.keys(OFF_POLICY_PANELS)) assert.equal(await page.locator(`[data-panel="${panel}"]`).count(), 0, panel);
   });
 
   it("overlays two runs' curves, checked in the runs list", async () => {
