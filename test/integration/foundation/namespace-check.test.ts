@@ -40,10 +40,22 @@ after(async () => {
 const configFor = (namespace: string, stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-ns-'))) =>
   loadConfig({ TEMPORAL_ADDRESS: env.address, TEMPORAL_NAMESPACE: namespace, DATABASE_URL: db.url, TROUPE_STATE_DIR: stateDir, TROUPE_TASK_QUEUE: uniqueTaskQueue('control') });
 
-/** Runs a fix line as a user pastes it, with the Temporal CLI Troupe uses as `temporal`. */
+/**
+ * Runs a fix line as a user pastes it, with the Temporal CLI Troupe uses as `temporal`. A namespace
+ * just created is not yet visible to every server API (its namespace cache refreshes on a timer),
+ * so a "not found" answer is retried for up to 30 s, as a user would run the line again.
+ */
 function runFix(line: string): void {
-  const r = spawnSync('sh', ['-c', line], { env: { ...process.env, PATH: `${path.dirname(temporalBin)}:${process.env.PATH}` }, encoding: 'utf8' });
-  assert.equal(r.status, 0, `${line}\n${r.stdout}${r.stderr}`);
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    const r = spawnSync('sh', ['-c', line], { env: { ...process.env, PATH: `${path.dirname(temporalBin)}:${process.env.PATH}` }, encoding: 'utf8' });
+    if (r.status !== 0 && /is not found/.test(r.stdout + r.stderr) && Date.now() < deadline) {
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1000);
+      continue;
+    }
+    assert.equal(r.status, 0, `${line}\n${r.stdout}${r.stderr}`);
+    return;
+  }
 }
 
 test('a missing namespace, then missing and wrongly typed search attributes: each named with the command that fixes it', async () => {

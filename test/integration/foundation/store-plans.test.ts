@@ -2,8 +2,9 @@
  * The store's hot reads do not depend on statistics: on tables with many rows
  * that were never ANALYZEd (autovacuum off), the queries that read a step's
  * episodes for its update probe indexes instead of scanning the child tables.
- * The same data with the old query shape (`episode_id IN (ids)`) is planned as
- * a sequential scan of turns, which shows the tables really lack statistics.
+ * That the tables really lack statistics is checked (reltuples < 0). The old
+ * query shape (`episode_id IN (ids)`) is only reported: its plan without
+ * statistics varies with the server (a full scan of turns where it was slow).
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
@@ -70,17 +71,19 @@ async function assertIndexedPlans(label: string) {
   }
 }
 
-test('without statistics, the reads of a step use the indexes (and the old id-list shape would not)', async () => {
+test('without statistics, the reads of a step use the indexes', async (t) => {
   const stats = await db.sql`SELECT relname, reltuples FROM pg_class WHERE relname IN ${db.sql(TABLES)}`;
   for (const r of stats) assert.ok(Number(r.reltuples) < 0, `${r.relname} was never analyzed (reltuples ${r.reltuples})`);
 
   await assertIndexedPlans('no statistics');
 
-  // The shape this replaced, on the same tables: planned as a scan of all of turns.
+  // The shape this replaced, on the same tables, for the record: without statistics its plan depends
+  // on the table's size on disk and the server's version (a scan of all of turns where it was seen
+  // slow, an index scan elsewhere), which is why the queries above no longer use it.
   const ids = (await db.sql`SELECT episode_id FROM episodes WHERE run_id = 'r7' AND step = 3`).map((r) => r.episode_id as string);
   assert.equal(ids.length, 128);
   const old = await planOf(db.sql, db.sql`SELECT * FROM turns WHERE episode_id IN ${db.sql(ids)} ORDER BY episode_id, turn_index`, ids);
-  assert.ok(old.some((n) => n['Node Type'] === 'Seq Scan' && n['Relation Name'] === 'turns'), `old shape: ${scans(old).join('; ')}`);
+  t.diagnostic(`old id-list shape: ${scans(old).join('; ')}`);
 
   // And what the queries return is the step, whole and in order.
   const episodes = await loadStepEpisodes(db.sql, 'r7', 3, 'train');
