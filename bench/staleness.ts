@@ -107,18 +107,18 @@ async function plot(runs: Run[]): Promise<{ svg: string; png: Uint8Array }> {
   const means = meanCurves(runs);
   const color = { field: 'k', type: 'nominal', title: null, legend: { orient: 'top' } };
   const y = { field: 'success', type: 'quantitative', title: 'eval success', scale: { domain: [0, 1] } };
-  const panel = (x: string, title: string) => ({
+  const panel = (x: string, title: string, axis: string) => ({
     title,
     width: 320,
     height: 200,
     layer: [
-      { data: { values: perSeed }, mark: { type: 'line', opacity: 0.35, strokeWidth: 1, point: { size: 12 } }, encoding: { x: { field: x, type: 'quantitative', title }, y, color, detail: { field: 'seed' } } },
-      { data: { values: means }, mark: { type: 'line', strokeWidth: 2.5 }, encoding: { x: { field: x, type: 'quantitative', title }, y, color } },
+      { data: { values: perSeed }, mark: { type: 'line', opacity: 0.35, strokeWidth: 1, point: { size: 12 } }, encoding: { x: { field: x, type: 'quantitative', title: axis }, y, color, detail: { field: 'seed' } } },
+      { data: { values: means }, mark: { type: 'line', strokeWidth: 2.5 }, encoding: { x: { field: x, type: 'quantitative', title: axis }, y, color } },
     ],
   });
   return renderVegaLite({
-    title: { text: `Staleness k on ${values.team} ${values['team-options']}: eval success (${seeds.length} seeds, interleaved)`, subtitle: 'thin: one seed; thick: mean over seeds (on the right at the mean time of each eval step)' },
-    hconcat: [panel('step', 'training step'), panel('seconds', 'wall-clock seconds since the initial version')],
+    title: { text: `Staleness k on ${values.team}${values['team-options'] === '{}' ? '' : ` ${values['team-options']}`}: held-out eval success (greedy), ${seeds.length} seeds interleaved`, subtitle: 'thin: one seed; thick: mean over seeds (on the right at the mean time of each eval step)' },
+    hconcat: [panel('step', 'per training step', 'step'), panel('seconds', 'per wall-clock second', 'seconds since the initial version was committed')],
     resolve: { scale: { color: 'shared' } },
   });
 }
