@@ -35,7 +35,7 @@ import type { RunConfigInput } from '../schema/run-config';
 import { startHarness, type Harness } from '../test/integration/training/harness';
 import type { RunSummary } from '../workflows/training-run';
 import { trainInProcess, type InProcessStep } from './lib/inprocess';
-import { renderVegaLite } from './lib/plot';
+import { renderVegaLite } from '../cli/plot';
 
 const { values } = parseArgs({
   options: {
@@ -278,7 +278,7 @@ async function report(runs: Run[], seconds: number) {
   };
   if (values['no-write']) return;
   fs.mkdirSync(RESULTS, { recursive: true });
-  const { svg, png } = await renderVegaLite(spec);
+  const { svg, png } = await renderVegaLite(spec, 1.5);
   fs.writeFileSync(path.join(RESULTS, 'drmas.svg'), svg);
   fs.writeFileSync(path.join(RESULTS, 'drmas.png'), png);
   out();

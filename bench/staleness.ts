@@ -4,13 +4,21 @@
  *
  *   node --import tsx bench/staleness.ts [--ks 0,1,2] [--seeds 1,2,3] [--steps 8] [--groups 4] [--group-size 8]
  *                                        [--team math] [--team-options '{"policy":"transformer"}']
+ *                                        [--eval-every 0] [--eval-tasks 0] [--write]
  *
  * Step time is measured from the store: (commit of the last step − commit of step 0) / (steps − 1),
- * so start-up and the initial eval are left out; evals only before and after training.
+ * so start-up and the initial eval are left out (evals during training are in it).
+ * Eval curves: eval success at each eval step s, at the wall-clock time the version it
+ * measured was committed (the commit of step s − 1; step 0: the initial version, time 0).
+ * With --write, bench/results/staleness.{md,png,svg} are (re)written after every run, so a
+ * cut-short sweep still leaves its finished runs.
  */
 import { parseArgs } from 'node:util';
+import * as fs from 'node:fs';
 import * as os from 'node:os';
-import { startHarness } from '../test/integration/training/harness';
+import * as path from 'node:path';
+import { startHarness, type Harness } from '../test/integration/training/harness';
+import { renderVegaLite } from '../cli/plot';
 import { runTroupe } from './lib/troupe';
 
 const { values } = parseArgs({
@@ -22,40 +30,128 @@ const { values } = parseArgs({
     'group-size': { type: 'string', default: '8' },
     team: { type: 'string', default: 'math' },
     'team-options': { type: 'string', default: '{}' },
+    'eval-every': { type: 'string', default: '0' },
+    'eval-tasks': { type: 'string', default: '0' },
+    write: { type: 'boolean', default: false },
   },
 });
 const ks = values.ks!.split(',').map(Number);
 const seeds = values.seeds!.split(',').map(Number);
 const steps = Number(values.steps);
+const evalEvery = Number(values['eval-every']);
 const teamOptions = JSON.parse(values['team-options']!) as Record<string, unknown>;
+const RESULTS = path.join(__dirname, 'results');
+const COMMAND = `node --import tsx bench/staleness.ts --team ${values.team} --team-options '${values['team-options']}' --ks ${ks} --seeds ${seeds} --steps ${steps} --groups ${values.groups} --group-size ${values['group-size']} --eval-every ${evalEvery} --eval-tasks ${values['eval-tasks']}${values.write ? ' --write' : ''}`;
+
+interface Run {
+  k: number;
+  seed: number;
+  secondsPerStep: number;
+  /** initial version to the last step's commit, seconds */
+  wallSeconds: number;
+  evals: Array<{ step: number; seconds: number; success: number }>;
+  /** 1-, 5- and 15-minute load averages when the run ended */
+  load: number[];
+}
+
+/** Commit time of each step's versions (the latest over models), seconds after the initial version. */
+async function commitTimes(h: Harness, runId: string): Promise<Map<number, number>> {
+  const rows = await h.db.sql`SELECT step, max(extract(epoch FROM created_at)::float8) AS at FROM versions WHERE run_id = ${runId} GROUP BY step ORDER BY step`;
+  const start = rows[0]!.at as number;
+  return new Map(rows.map((r) => [r.step as number, (r.at as number) - start]));
+}
+
+const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+const f = (x: number, d = 3) => (Number.isFinite(x) ? x.toFixed(d) : '-');
+
+/** Mean over seeds of each eval step, per k: success and seconds (the thick lines). */
+function meanCurves(runs: Run[]) {
+  return ks.flatMap((k) => {
+    const mine = runs.filter((r) => r.k === k);
+    const evalSteps = [...new Set(mine.flatMap((r) => r.evals.map((e) => e.step)))].sort((a, b) => a - b);
+    return evalSteps.map((step) => {
+      const at = mine.flatMap((r) => r.evals.filter((e) => e.step === step));
+      return { k: `k = ${k}`, step, seconds: mean(at.map((e) => e.seconds)), success: mean(at.map((e) => e.success)), min: Math.min(...at.map((e) => e.success)), max: Math.max(...at.map((e) => e.success)), n: at.length };
+    });
+  });
+}
+
+function report(runs: Run[], startLoad: number[]): string[] {
+  const lines = [`# ${COMMAND}`, `# ${new Date().toISOString()}, node ${process.version}, ${os.cpus().length} cores (${os.cpus()[0]?.model ?? '?'}); load average at start ${startLoad.map((x) => x.toFixed(1)).join(' / ')}`, ''];
+  const sync = mean(runs.filter((r) => r.k === 0).map((r) => 1 / r.secondsPerStep));
+  lines.push('| k | seeds | s/step (mean) | steps/s vs k=0 | wall to last commit, s (mean) | final eval (mean, min–max) |', '|---|---|---|---|---|---|');
+  for (const k of ks) {
+    const mine = runs.filter((r) => r.k === k);
+    if (mine.length === 0) continue;
+    const finals = mine.map((r) => r.evals.at(-1)?.success ?? NaN);
+    lines.push(`| ${k} | ${mine.length} | ${f(mean(mine.map((r) => r.secondsPerStep)), 2)} | ${f(mean(mine.map((r) => 1 / r.secondsPerStep)) / sync, 2)} | ${f(mean(mine.map((r) => r.wallSeconds)), 0)} | ${f(mean(finals))} (${f(Math.min(...finals))}–${f(Math.max(...finals))}) |`);
+  }
+  const curves = meanCurves(runs);
+  const evalSteps = [...new Set(curves.map((c) => c.step))].sort((a, b) => a - b);
+  if (evalSteps.length > 0) {
+    lines.push('', 'Eval success per eval step, mean over seeds (min–max) @ mean seconds since the initial version:', '');
+    lines.push(`| k | ${evalSteps.map((s) => `step ${s}`).join(' | ')} |`, `|---|${evalSteps.map(() => '---|').join('')}`);
+    for (const k of ks) {
+      const mine = curves.filter((c) => c.k === `k = ${k}`);
+      if (mine.length === 0) continue;
+      lines.push(`| ${k} | ${evalSteps.map((s) => mine.find((c) => c.step === s)).map((c) => (c ? `${f(c.success, 2)} (${f(c.min, 2)}–${f(c.max, 2)}) @ ${f(c.seconds, 0)} s` : '-')).join(' | ')} |`);
+    }
+  }
+  lines.push('', 'Per run (in the order run; load average 1/5/15 min when it ended):', '', '| seed | k | s/step | wall, s | evals (step: success @ s) | load |', '|---|---|---|---|---|---|');
+  for (const r of runs) lines.push(`| ${r.seed} | ${r.k} | ${f(r.secondsPerStep, 2)} | ${f(r.wallSeconds, 0)} | ${r.evals.map((e) => `${e.step}: ${f(e.success, 2)} @ ${f(e.seconds, 0)}`).join(', ')} | ${r.load.map((x) => x.toFixed(1)).join(' / ')} |`);
+  return lines;
+}
+
+async function plot(runs: Run[]): Promise<{ svg: string; png: Uint8Array }> {
+  const perSeed = runs.flatMap((r) => r.evals.map((e) => ({ k: `k = ${r.k}`, seed: r.seed, ...e })));
+  const means = meanCurves(runs);
+  const color = { field: 'k', type: 'nominal', title: null, legend: { orient: 'top' } };
+  const y = { field: 'success', type: 'quantitative', title: 'eval success', scale: { domain: [0, 1] } };
+  const panel = (x: string, title: string, axis: string) => ({
+    title,
+    width: 320,
+    height: 200,
+    layer: [
+      { data: { values: perSeed }, mark: { type: 'line', opacity: 0.35, strokeWidth: 1, point: { size: 12 } }, encoding: { x: { field: x, type: 'quantitative', title: axis }, y, color, detail: { field: 'seed' } } },
+      { data: { values: means }, mark: { type: 'line', strokeWidth: 2.5 }, encoding: { x: { field: x, type: 'quantitative', title: axis }, y, color } },
+    ],
+  });
+  return renderVegaLite({
+    title: { text: `Staleness k on ${values.team}${values['team-options'] === '{}' ? '' : ` ${values['team-options']}`}: held-out eval success (greedy), ${seeds.length} seeds interleaved`, subtitle: 'thin: one seed; thick: mean over seeds (on the right at the mean time of each eval step)' },
+    hconcat: [panel('step', 'per training step', 'step'), panel('seconds', 'per wall-clock second', 'seconds since the initial version was committed')],
+    resolve: { scale: { color: 'shared' } },
+  });
+}
 
 async function main() {
-  console.log(`# node --import tsx bench/staleness.ts --team ${values.team} --team-options '${values['team-options']}' --ks ${ks} --seeds ${seeds} --steps ${steps} --groups ${values.groups} --group-size ${values['group-size']}; ${os.cpus().length} cores (${os.cpus()[0]?.model ?? '?'})`);
+  const startLoad = os.loadavg();
+  console.log(`# ${COMMAND}; ${os.cpus().length} cores; load average ${startLoad.map((x) => x.toFixed(1)).join(' / ')}`);
   const h = await startHarness();
-  const rows: Array<{ k: number; seed: number; secondsPerStep: number; finalEval: number }> = [];
+  const runs: Run[] = [];
   try {
     for (const seed of seeds) {
       for (const k of ks) {
         const runId = `bench-stale-k${k}-s${seed}`;
-        const r = await runTroupe(h, { runId, team: values.team!, teamOptions, steps, groupsPerStep: Number(values.groups), groupSize: Number(values['group-size']), evalEvery: 0, seed, staleness: k });
-        const commits = await h.db.sql`SELECT step, extract(epoch FROM created_at)::float8 AS at FROM versions WHERE run_id = ${runId} AND step >= 0 ORDER BY step`;
-        const secondsPerStep = (commits.at(-1)!.at - commits[0]!.at) / Math.max(1, commits.length - 1);
-        rows.push({ k, seed, secondsPerStep, finalEval: r.summary.finalEval?.success ?? NaN });
-        console.log(`k=${k} seed=${seed}: ${secondsPerStep.toFixed(2)} s/step, final eval ${r.summary.finalEval?.success.toFixed(3)} (wall ${r.wallSeconds.toFixed(0)} s)`);
+        await runTroupe(h, { runId, team: values.team!, teamOptions, steps, groupsPerStep: Number(values.groups), groupSize: Number(values['group-size']), evalEvery, evalTasks: Number(values['eval-tasks']), seed, staleness: k });
+        const at = await commitTimes(h, runId);
+        const evalRows = await h.db.sql`SELECT step, value FROM metrics WHERE run_id = ${runId} AND kind = 'eval' AND scope = 'team' AND name = 'success' ORDER BY step`;
+        const evals = evalRows.map((e) => ({ step: e.step as number, seconds: at.get((e.step as number) - 1)!, success: e.value as number }));
+        const run = { k, seed, secondsPerStep: (at.get(steps - 1)! - at.get(0)!) / Math.max(1, steps - 1), wallSeconds: at.get(steps - 1)!, evals, load: os.loadavg() };
+        runs.push(run);
+        console.log(`k=${k} seed=${seed}: ${f(run.secondsPerStep, 2)} s/step, evals ${evals.map((e) => `${e.step}: ${f(e.success, 2)} @ ${f(e.seconds, 0)} s`).join(', ')}; load ${run.load.map((x) => x.toFixed(1)).join(' / ')}`);
+        if (values.write) {
+          fs.mkdirSync(RESULTS, { recursive: true });
+          const { svg, png } = await plot(runs);
+          fs.writeFileSync(path.join(RESULTS, 'staleness.svg'), svg);
+          fs.writeFileSync(path.join(RESULTS, 'staleness.png'), png);
+          fs.writeFileSync(path.join(RESULTS, 'staleness.md'), [...report(runs, startLoad), '', 'Curves: [staleness.png](staleness.png) (and .svg).', ''].join('\n'));
+        }
       }
     }
   } finally {
     await h.shutdown();
   }
-  const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
-  const sync = mean(rows.filter((r) => r.k === 0).map((r) => 1 / r.secondsPerStep));
-  console.log('\n| k | seeds | s/step (mean) | steps/s (mean) | ratio to k=0 | final eval (mean) |');
-  console.log('|---|---|---|---|---|---|');
-  for (const k of ks) {
-    const mine = rows.filter((r) => r.k === k);
-    const sps = mean(mine.map((r) => 1 / r.secondsPerStep));
-    console.log(`| ${k} | ${mine.length} | ${mean(mine.map((r) => r.secondsPerStep)).toFixed(2)} | ${sps.toFixed(3)} | ${Number.isFinite(sync) ? (sps / sync).toFixed(2) : '-'} | ${mean(mine.map((r) => r.finalEval)).toFixed(3)} |`);
-  }
+  console.log('\n' + report(runs, startLoad).join('\n'));
 }
 
 main().catch((e) => {

@@ -96,16 +96,21 @@ export function curvesSpec(c: ReturnType<typeof curves>, title: string) {
   };
 }
 
-export async function renderCurves(c: ReturnType<typeof curves>, title: string): Promise<{ svg: string; png: Uint8Array }> {
+/** Vega-Lite spec -> SVG (vega, headless) -> PNG (resvg, scaled by zoom); also draws the benchmark figures. */
+export async function renderVegaLite(spec: Record<string, unknown>, zoom = 2): Promise<{ svg: string; png: Uint8Array }> {
   const vl = await esm<{ compile(spec: unknown): { spec: unknown } }>('vega-lite');
   const vega = await esm<typeof import('vega')>('vega');
-  const compiled = vl.compile(curvesSpec(c, title)).spec;
+  const compiled = vl.compile({ $schema: 'https://vega.github.io/schema/vega-lite/v6.json', background: 'white', ...spec }).spec;
   const view = new vega.View(vega.parse(compiled as never), { renderer: 'none' });
   const svg = await view.toSVG();
   view.finalize();
   const { Resvg } = await import('@resvg/resvg-js');
-  const png = new Resvg(svg, { fitTo: { mode: 'zoom', value: 2 }, background: 'white' }).render().asPng();
+  const png = new Resvg(svg, { fitTo: { mode: 'zoom', value: zoom }, background: 'white' }).render().asPng();
   return { svg, png: new Uint8Array(png) };
+}
+
+export function renderCurves(c: ReturnType<typeof curves>, title: string): Promise<{ svg: string; png: Uint8Array }> {
+  return renderVegaLite(curvesSpec(c, title));
 }
 
 /** Writes <dir>/curves.svg and <dir>/curves.png for a run. */
