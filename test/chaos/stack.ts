@@ -176,6 +176,14 @@ export async function startChaosStack(opts: { env?: Record<string, string>; log?
   let shut = false;
   const killAllOnExit = () => {
     if (shut) return;
+    const dashboard = livePid(stateDir, 'dashboard');
+    if (dashboard !== undefined) {
+      try {
+        process.kill(dashboard, 'SIGKILL');
+      } catch {
+        /* gone */
+      }
+    }
     for (const kind of ['pool-worker', 'control-worker', 'temporal', 'postgres'] as const) {
       const pid = pidOf(kind);
       if (pid === undefined) continue;
@@ -242,7 +250,8 @@ export async function startChaosStack(opts: { env?: Record<string, string>; log?
       process.off('exit', killAllOnExit);
       await connection.close().catch(() => undefined);
       await sql.end({ timeout: 2 }).catch(() => undefined);
-      for (const name of ['pool-worker', 'control-worker', 'temporal'] as const) await stopService(stateDir, name, { timeoutMs: 10_000 }).catch(() => undefined);
+      // The dashboard `up` started too: left running it outlives the test (seen: one per chaos run).
+      for (const name of ['dashboard', 'pool-worker', 'control-worker', 'temporal'] as const) await stopService(stateDir, name, { timeoutMs: 10_000 }).catch(() => undefined);
       if (fs.existsSync(embeddedDataDir(stateDir))) await stopEmbeddedPostgres(stateDir, 15_000).catch(() => undefined);
       if (!keepState) fs.rmSync(stateDir, { recursive: true, force: true });
     },
