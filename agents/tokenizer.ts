@@ -19,6 +19,12 @@ export interface Tokenizer {
   readonly eosId: number;
   encode(text: string): number[];
   decode(ids: readonly number[]): string;
+  /**
+   * Every token whose text contains `char`: sampling one may complete a text
+   * ending in it (a tool-call trigger). A BPE vocabulary merges a trigger's last
+   * character into longer tokens (`)]`, `>\n`), so `encode(char)` alone misses them.
+   */
+  idsContaining(char: string): number[];
 }
 
 export interface CharTokenizer extends Tokenizer {
@@ -54,6 +60,10 @@ export function charTokenizer(chars: string): CharTokenizer {
         ids.push(id);
       }
       return ids;
+    },
+    idsContaining(char) {
+      const id = index.get(char);
+      return id === undefined ? [] : [id];
     },
     decode(ids) {
       let out = '';
