@@ -7,7 +7,7 @@ import type { AgentSpec } from './agent';
 import type { AgentHandle } from './episode';
 import { normalizeModelSpec } from '../gpu-workers/families';
 import { ModelSpecError } from '../gpu-workers/model-family';
-import { engineSpec, type ModelSpec } from './model';
+import { checkpointIssues, checkpointOf, engineSpec, type ModelSpec } from './model';
 import type { TaskSource } from './tasks';
 import type { ChatTemplate } from './chat-template';
 import type { Tokenizer } from './tokenizer';
@@ -91,6 +91,10 @@ export function defineTeam<TTask, TOutcome, Roles extends string>(def: TeamDefin
   for (const [m, spec] of Object.entries(def.models ?? {})) {
     if (spec.tokenizer !== def.tokenizer) bad(`models.${m}.tokenizer`, "must be the team's tokenizer");
     if (typeof spec.tokenizer?.size !== 'number') continue;
+    if (checkpointOf(spec) !== undefined) {
+      for (const i of checkpointIssues(spec)) bad(`models.${m}.${i.field}`, i.message);
+      continue;
+    }
     try {
       normalizeModelSpec(engineSpec(spec), `models.${m}`); // the family's own rules, errors by field path
     } catch (e) {

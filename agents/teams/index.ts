@@ -9,7 +9,8 @@
  * `troupe status` keep working.
  */
 import { TroupeError, errorMessage } from '../../infra/errors';
-import type { AnyTeam } from '../team';
+import { defineTeam, type AnyTeam } from '../team';
+import { withCheckpoint } from '../model';
 
 export type TeamFactory = (options: Record<string, unknown>) => AnyTeam;
 
@@ -35,8 +36,13 @@ export function loadTeam(name: string, options: Record<string, unknown> = {}): A
   if (!make) {
     throw new TeamLoadError(name, `team: unknown team ${JSON.stringify(name)} (known: ${Object.keys(teams).join(', ')})`, 'register it with one line in agents/teams/index.ts');
   }
+  // `checkpoint` is the run's, not the team's: every model of the team starts from that directory (`troupe train --model DIR`)
+  const { checkpoint, ...own } = options;
   try {
-    return make(options);
+    const team = make(own);
+    if (checkpoint === undefined) return team;
+    const models = Object.fromEntries(Object.entries(team.models).map(([m, spec]) => [m, withCheckpoint(spec, checkpoint as string)]));
+    return defineTeam({ ...team, models });
   } catch (e) {
     throw new TeamLoadError(name, `team ${JSON.stringify(name)} failed to load: ${errorMessage(e)}`, `fix the team's definition (its module in agents/teams/); other teams are unaffected`);
   }

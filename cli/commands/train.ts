@@ -45,6 +45,7 @@ export default defineCommand({
     seed: { type: 'number', valueName: 'N', example: '0', description: 'run seed' },
     'eval-every': { type: 'number', valueName: 'N', example: '10', description: 'eval on held-out tasks every N steps' },
     staleness: { type: 'number', valueName: 'K', example: '1', description: 'asynchronous RL: step t samples the version of step t-K while updates run (0: synchronous)' },
+    model: { type: 'string', valueName: 'DIR', description: "a Hugging Face-layout directory every model of the team starts from (version 0 = its weights; sets teamOptions.checkpoint)" },
     'team-options': { type: 'string', valueName: 'JSON', description: 'options of the team, e.g. {"models":"separate"}' },
     'run-id': { type: 'string', valueName: 'ID', description: 'run id (default: <team>-<time>-<rand>)' },
     json: { type: 'boolean', description: 'print the summary as one JSON object on the last line of stdout' },
@@ -63,6 +64,8 @@ export default defineCommand({
         throw new TroupeError('--team-options: not JSON', `e.g. --team-options '{"models":"separate"}'`);
       }
     }
+    // absolute: the workers that read it may run in another directory
+    if (values.model !== undefined) teamOptions = { ...(fromFile.teamOptions as Record<string, unknown> | undefined), ...teamOptions, checkpoint: path.resolve(values.model) };
     const estimator = values.estimator || values.scope ? { ...(values.estimator ? { name: values.estimator } : {}), ...(values.scope ? { scope: values.scope } : {}) } : undefined;
     const fileOptimizer = (fromFile.optimizer ?? {}) as Record<string, any>;
     const all = mergeOverrides(fileOptimizer.all, { ...(values.lr !== undefined ? { lr: values.lr } : {}), ...(estimator ? { estimator } : {}) } as OptimizerOverrides);
