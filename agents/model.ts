@@ -104,9 +104,9 @@ export function checkpointIssues(spec: ModelSpec): Array<{ field: string; messag
 }
 
 /** The model started from `dir` instead: its shape options dropped (config.json has them), maxSeq kept. */
-export function withCheckpoint(spec: ModelSpec, dir: string): ModelSpec {
+export function withCheckpoint(spec: ModelSpec, dir: string, tokenizer: Tokenizer): ModelSpec {
   const maxSeq = spec.config.maxSeq;
-  return { ...spec, config: { checkpoint: dir, ...(maxSeq !== undefined ? { maxSeq } : {}) } };
+  return { ...spec, tokenizer, config: { checkpoint: dir, ...(maxSeq !== undefined ? { maxSeq } : {}) } };
 }
 
 /** The engine's view of a model: plain JSON (no tokenizer object). */

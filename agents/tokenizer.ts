@@ -9,7 +9,8 @@
  * tokenizer.json, for pretrained checkpoints).
  */
 export interface Tokenizer {
-  readonly kind: 'chars' | 'hf';
+  /** `placeholder`: a checkpoint's tokenizer seen from workflow code (agents/tokenizers/checkpoint.ts) */
+  readonly kind: 'chars' | 'hf' | 'placeholder';
   /** ids are 0..size−1 */
   readonly size: number;
   readonly padId: number;

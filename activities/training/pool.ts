@@ -12,7 +12,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import type { EpisodeIO, GenerateCall, GenerateReply } from '../../agents/episode';
 import { runBatchedEpisode } from './episode-sandbox';
 import { checkpointOf, engineSpec } from '../../agents/model';
-import { pretrainedVersion } from './pretrained';
+import { pretrainedVersion, readCheckpointTokenizers } from './pretrained';
 import type { Sampling } from '../../agents/agent';
 import { deriveSeed } from '../../agents/seed';
 import type { Split } from '../../agents/tasks';
@@ -77,6 +77,7 @@ const ROLLOUT_FLUSH = 32;
 const reasonOf = (e: unknown) => (e as { reason?: string })?.reason;
 
 export function createTrainingPoolActivities({ sql, engine }: PoolDeps) {
+  readCheckpointTokenizers();
   /** Runs `fn`; if the engine lacks the version, loads it from the store and runs it again. */
   async function withVersion<T>(runId: string, model: string, version: number, fn: () => Promise<T>): Promise<T> {
     try {

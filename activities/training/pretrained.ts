@@ -12,6 +12,13 @@ import { HfConfigError } from '../../gpu-workers/checkpoints/hf-config';
 import { encodeWeights, sha256Hex } from '../../gpu-workers/engine/checkpoint';
 import { ModelSpecError } from '../../gpu-workers/model-family';
 import type { TransformerSpec } from '../../gpu-workers/transformer/spec';
+import { setCheckpointTokenizerLoader } from '../../agents/tokenizers/checkpoint';
+import { loadHfTokenizer } from '../../agents/tokenizers/hf-dir';
+
+/** Teams loaded in this process read a checkpoint's tokenizer.json (agents/tokenizers/checkpoint.ts): called by every worker's activities. */
+export function readCheckpointTokenizers(): void {
+  setCheckpointTokenizerLoader(loadHfTokenizer);
+}
 
 export interface PretrainedVersion {
   spec: TransformerSpec;

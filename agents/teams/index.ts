@@ -11,6 +11,7 @@
 import { TroupeError, errorMessage } from '../../infra/errors';
 import { defineTeam, type AnyTeam } from '../team';
 import { withCheckpoint } from '../model';
+import { checkpointTokenizer } from '../tokenizers/checkpoint';
 
 export type TeamFactory = (options: Record<string, unknown>) => AnyTeam;
 
@@ -36,13 +37,15 @@ export function loadTeam(name: string, options: Record<string, unknown> = {}): A
   if (!make) {
     throw new TeamLoadError(name, `team: unknown team ${JSON.stringify(name)} (known: ${Object.keys(teams).join(', ')})`, 'register it with one line in agents/teams/index.ts');
   }
-  // `checkpoint` is the run's, not the team's: every model of the team starts from that directory (`troupe train --model DIR`)
-  const { checkpoint, ...own } = options;
+  // The run's, not the team's: every model of the team starts from the `checkpoint` directory
+  // (`troupe train --model DIR`), with its tokenizer.json when `checkpointTokenizer`.
+  const { checkpoint, checkpointTokenizer: ownTokenizer, ...own } = options;
   try {
     const team = make(own);
     if (checkpoint === undefined) return team;
-    const models = Object.fromEntries(Object.entries(team.models).map(([m, spec]) => [m, withCheckpoint(spec, checkpoint as string)]));
-    return defineTeam({ ...team, models });
+    const tokenizer = ownTokenizer === true && typeof checkpoint === 'string' ? checkpointTokenizer(checkpoint) : team.tokenizer;
+    const models = Object.fromEntries(Object.entries(team.models).map(([m, spec]) => [m, withCheckpoint(spec, checkpoint as string, tokenizer)]));
+    return defineTeam({ ...team, tokenizer, models });
   } catch (e) {
     throw new TeamLoadError(name, `team ${JSON.stringify(name)} failed to load: ${errorMessage(e)}`, `fix the team's definition (its module in agents/teams/); other teams are unaffected`);
   }

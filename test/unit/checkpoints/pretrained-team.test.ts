@@ -3,12 +3,14 @@
  * option (`transformer({ checkpoint })`), the run-level one
  * (`teamOptions.checkpoint`, what `troupe train --model DIR` sets), their
  * refusals by field, and version 0 as initModel stores it — the checkpoint's
- * θ as float32 bytes, the same on every call.
+ * θ as float32 bytes, the same on every call — and the directory's own
+ * tokenizer.json (`teamOptions.checkpointTokenizer`): a placeholder until the
+ * process registers the loader (as workers do; workflow code never does).
  */
 import assert from 'node:assert/strict';
 import * as path from 'node:path';
 import { describe, it } from 'node:test';
-import { pretrainedVersion } from '../../../activities/training/pretrained';
+import { pretrainedVersion, readCheckpointTokenizers } from '../../../activities/training/pretrained';
 import { transformer } from '../../../agents/model';
 import { defineTeam } from '../../../agents/team';
 import { loadTeam } from '../../../agents/teams';
@@ -16,6 +18,7 @@ import { charTokenizer } from '../../../agents/tokenizer';
 import { loadHfCheckpoint } from '../../../gpu-workers/checkpoints/hf-layout';
 import { decodeWeights, sha256Hex } from '../../../gpu-workers/engine/checkpoint';
 import { sameBits } from '../engine/helpers';
+import { qwenWithTokenizer } from './pretrained-dir';
 
 const HF = path.join(__dirname, '../../fixtures/hf');
 const QWEN = path.join(HF, 'qwen2-tiny');
@@ -46,6 +49,29 @@ describe('teams that start from a checkpoint', () => {
       });
     assert.throws(() => def(transformer({ tokenizer, checkpoint: QWEN, width: 64, heads: 4 })), /models\.policy\.width: comes from the checkpoint's config\.json; leave it out.*models\.policy\.heads/s);
     assert.deepEqual(def(transformer({ tokenizer, checkpoint: QWEN })).models.policy!.config, { checkpoint: QWEN });
+  });
+});
+
+describe("the checkpoint's own tokenizer", () => {
+  const dir = qwenWithTokenizer();
+  const load = () => loadTeam('math', { policy: 'transformer', checkpoint: dir, checkpointTokenizer: true });
+
+  it('is a placeholder where files cannot be read (workflow code): the team loads, encoding refuses naming the rollout mode', () => {
+    const team = load();
+    assert.equal(team.tokenizer.kind, 'placeholder');
+    assert.throws(() => team.tokenizer.encode('1+1='), /tokenizer of .* is read in activities only: train this team with rollout "batched"/);
+  });
+
+  it("is the directory's tokenizer.json in a worker, for the team and every model", () => {
+    readCheckpointTokenizers();
+    const team = load();
+    assert.equal(team.tokenizer.kind, 'hf');
+    assert.equal(team.models.policy!.tokenizer, team.tokenizer);
+    assert.equal(team.tokenizer.size, 22);
+    assert.equal(team.tokenizer.bosId, 0, 'no BOS of its own: the end-of-text token');
+    assert.deepEqual(team.tokenizer.encode('21=?10+1='), [5, 19, 15, 21, 13, 19]);
+    assert.deepEqual(team.tokenizer.idsContaining('='), [14, 19], "math's trigger also ends inside the merged token 1=");
+    assert.equal(pretrainedVersion(team.models.policy!, 'policy').spec.vocabSize, 48);
   });
 });
 
