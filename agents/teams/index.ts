@@ -12,6 +12,9 @@ import { TroupeError, errorMessage } from '../../infra/errors';
 import { defineTeam, type AnyTeam } from '../team';
 import { withCheckpoint } from '../model';
 import { checkpointTokenizer } from '../tokenizers/checkpoint';
+import type { HfTokenizer } from '../tokenizers/hf';
+import { chatTemplate, type ChatTemplate } from '../chat-template';
+import type { Tokenizer } from '../tokenizer';
 
 export type TeamFactory = (options: Record<string, unknown>) => AnyTeam;
 
@@ -32,6 +35,13 @@ export class TeamLoadError extends TroupeError {
   }
 }
 
+/** A checkpoint tokenizer's chat template (tokenizer_config.json / chat_template.jinja), framing turns that end with its EOS. */
+function templateOf(tokenizer: Tokenizer): ChatTemplate | undefined {
+  const { chatTemplate: source, specialTokens } = tokenizer as Partial<HfTokenizer>;
+  if (source === undefined || !specialTokens) return undefined;
+  return chatTemplate(source, specialTokens, specialTokens.eos_token ?? tokenizer.decode([tokenizer.eosId]));
+}
+
 export function loadTeam(name: string, options: Record<string, unknown> = {}): AnyTeam {
   const make = Object.hasOwn(teams, name) ? teams[name] : undefined;
   if (!make) {
@@ -45,7 +55,7 @@ export function loadTeam(name: string, options: Record<string, unknown> = {}): A
     if (checkpoint === undefined) return team;
     const tokenizer = ownTokenizer === true && typeof checkpoint === 'string' ? checkpointTokenizer(checkpoint) : team.tokenizer;
     const models = Object.fromEntries(Object.entries(team.models).map(([m, spec]) => [m, withCheckpoint(spec, checkpoint as string, tokenizer)]));
-    return defineTeam({ ...team, tokenizer, models });
+    return defineTeam({ ...team, tokenizer, models, chatTemplate: team.chatTemplate ?? templateOf(tokenizer) });
   } catch (e) {
     throw new TeamLoadError(name, `team ${JSON.stringify(name)} failed to load: ${errorMessage(e)}`, `fix the team's definition (its module in agents/teams/); other teams are unaffected`);
   }

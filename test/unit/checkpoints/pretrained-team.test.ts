@@ -8,6 +8,7 @@
  * process registers the loader (as workers do; workflow code never does).
  */
 import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { describe, it } from 'node:test';
 import { pretrainedVersion, readCheckpointTokenizers } from '../../../activities/training/pretrained';
@@ -72,6 +73,18 @@ describe("the checkpoint's own tokenizer", () => {
     assert.deepEqual(team.tokenizer.encode('21=?10+1='), [5, 19, 15, 21, 13, 19]);
     assert.deepEqual(team.tokenizer.idsContaining('='), [14, 19], "math's trigger also ends inside the merged token 1=");
     assert.equal(pretrainedVersion(team.models.policy!, 'policy').spec.vocabSize, 48);
+    assert.equal(team.chatTemplate, undefined, 'this directory has no chat template');
+  });
+
+  it("frames the team's turns with the directory's chat template, ending assistant turns with its EOS", () => {
+    readCheckpointTokenizers();
+    const chatDir = qwenWithTokenizer();
+    const template = '{% for m in messages %}<|im_start|>{{ m.content }}<|im_end|>{% endfor %}{% if add_generation_prompt %}<|im_start|>{% endif %}';
+    fs.writeFileSync(path.join(chatDir, 'tokenizer_config.json'), JSON.stringify({ eos_token: '<|im_end|>', chat_template: template }));
+    const team = loadTeam('math', { policy: 'transformer', checkpoint: chatDir, checkpointTokenizer: true });
+    assert.equal(team.tokenizer.eosId, 2);
+    // <|im_start|> 1 + 1 <|im_end|> <|im_start|>
+    assert.deepEqual(team.tokenizer.encode(team.chatTemplate!.open([{ role: 'user', content: '1+1' }])), [1, 4, 20, 2, 1]);
   });
 });
 
