@@ -118,7 +118,7 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: Ep
   const handles: TurnHandle[] = [];
   const lastTurnOf = new Map<string, number>();
   const syntax = team.toolSyntax;
-  const triggerIds = syntax ? [...new Set(syntax.triggers.map((t) => tok.encode(t.slice(-1))[0]!))] : [];
+  const triggerIds = syntax ? [...new Set(syntax.triggers.flatMap((t) => tok.idsContaining(t.slice(-1))))] : [];
 
   async function act(role: string, message: string, opts?: { after?: readonly TurnHandle[] }): Promise<TurnHandle> {
     const spec = team.agents[role]!;

@@ -63,8 +63,14 @@ export interface TransformerOptions extends CommonOptions {
   mlp?: 'gelu' | 'swiglu';
   bias?: boolean;
   tiedHead?: boolean;
-  /** longest context + generated sequence (default 256) */
+  /** longest context + generated sequence (default 256; with a checkpoint, a rope model's bound from config.json may only be lowered) */
   maxSeq?: number;
+  /**
+   * Absolute path of a Hugging Face-layout directory (config.json + safetensors):
+   * version 0 is its weights and config.json gives every shape field, so the
+   * shape options above must be left out (gpu-workers/checkpoints/hf-layout.ts).
+   */
+  checkpoint?: string;
 }
 
 /**
@@ -74,6 +80,33 @@ export interface TransformerOptions extends CommonOptions {
  */
 export function transformer(opts: TransformerOptions): ModelSpec {
   return model('transformer', { ...opts });
+}
+
+/** Options a checkpoint model may still set: everything else is its config.json's. */
+const CHECKPOINT_KEEPS = new Set(['checkpoint', 'maxSeq']);
+
+/** The directory a model starts from, if it names one. */
+export function checkpointOf(spec: ModelSpec): string | undefined {
+  return spec.config.checkpoint as string | undefined;
+}
+
+/** A checkpoint model's problems, by field of its config (the checkpoint itself is read where files can be: initModel). */
+export function checkpointIssues(spec: ModelSpec): Array<{ field: string; message: string }> {
+  const dir = spec.config.checkpoint;
+  const issues: Array<{ field: string; message: string }> = [];
+  if (spec.family !== 'transformer') issues.push({ field: 'checkpoint', message: `only transformer models load a checkpoint; this is a ${spec.family} model` });
+  // absolute: workers resolve it on their own machines, whatever their working directory
+  if (typeof dir !== 'string' || !dir.startsWith('/')) issues.push({ field: 'checkpoint', message: `must be an absolute directory path, got ${JSON.stringify(dir)}` });
+  for (const key of Object.keys(spec.config)) {
+    if (!CHECKPOINT_KEEPS.has(key)) issues.push({ field: key, message: "comes from the checkpoint's config.json; leave it out" });
+  }
+  return issues;
+}
+
+/** The model started from `dir` instead: its shape options dropped (config.json has them), maxSeq kept. */
+export function withCheckpoint(spec: ModelSpec, dir: string, tokenizer: Tokenizer): ModelSpec {
+  const maxSeq = spec.config.maxSeq;
+  return { ...spec, tokenizer, config: { checkpoint: dir, ...(maxSeq !== undefined ? { maxSeq } : {}) } };
 }
 
 /** The engine's view of a model: plain JSON (no tokenizer object). */

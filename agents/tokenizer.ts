@@ -9,7 +9,8 @@
  * tokenizer.json, for pretrained checkpoints).
  */
 export interface Tokenizer {
-  readonly kind: 'chars' | 'hf';
+  /** `placeholder`: a checkpoint's tokenizer seen from workflow code (agents/tokenizers/checkpoint.ts) */
+  readonly kind: 'chars' | 'hf' | 'placeholder';
   /** ids are 0..size−1 */
   readonly size: number;
   readonly padId: number;
@@ -19,6 +20,12 @@ export interface Tokenizer {
   readonly eosId: number;
   encode(text: string): number[];
   decode(ids: readonly number[]): string;
+  /**
+   * Every token whose text contains `char`: sampling one may complete a text
+   * ending in it (a tool-call trigger). A BPE vocabulary merges a trigger's last
+   * character into longer tokens (`)]`, `>\n`), so `encode(char)` alone misses them.
+   */
+  idsContaining(char: string): number[];
 }
 
 export interface CharTokenizer extends Tokenizer {
@@ -54,6 +61,10 @@ export function charTokenizer(chars: string): CharTokenizer {
         ids.push(id);
       }
       return ids;
+    },
+    idsContaining(char) {
+      const id = index.get(char);
+      return id === undefined ? [] : [id];
     },
     decode(ids) {
       let out = '';

@@ -115,6 +115,8 @@ function validate(rawConfig: unknown, carried: Carried | null | undefined): { co
   if (carried) config = { ...config, optimizer: carried.optimizer };
   const settings = checkAgainstTeam(config, team);
   const pools = new Set(Object.values(team.models).map((m) => m.pool));
+  // its episodes would run in workflow code, which cannot read the checkpoint's tokenizer.json
+  if (config.rollout === 'durable' && team.tokenizer.kind === 'placeholder') throw new RunConfigError([{ path: 'rollout', message: `team ${team.name} uses the tokenizer.json of its checkpoint (teamOptions.checkpointTokenizer), which only activities read: use "batched"` }]);
   if (config.rollout === 'batched' && pools.size > 1) throw new RunConfigError([{ path: 'rollout', message: `batched rollouts need every model on one pool; team ${team.name} uses ${[...pools].join(', ')}` }]);
   return { config, team, settings };
 }

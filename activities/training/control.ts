@@ -17,6 +17,7 @@ import { loadStepEpisodes, saveEpisodes, type EpisodeMeta, type StoredEpisode } 
 import { loadTasks } from '../tasks';
 import { executeTool } from '../tools';
 import { episodesOf, type EpisodeSpec, type StepPlan } from './plan';
+import { readCheckpointTokenizers } from './pretrained';
 import { resumePoint, versionsBefore } from './resume';
 
 export interface TeamRef {
@@ -33,6 +34,7 @@ export interface EvalSummary {
 }
 
 export function createTrainingControlActivities({ sql }: { sql: Sql }) {
+  readCheckpointTokenizers();
   return {
     /**
      * Creates the run, or continues it when this start is a resume; tells the

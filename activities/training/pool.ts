@@ -11,7 +11,8 @@ import { Context, heartbeat } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import type { EpisodeIO, GenerateCall, GenerateReply } from '../../agents/episode';
 import { runBatchedEpisode } from './episode-sandbox';
-import { engineSpec } from '../../agents/model';
+import { checkpointOf, engineSpec } from '../../agents/model';
+import { pretrainedVersion, readCheckpointTokenizers } from './pretrained';
 import type { Sampling } from '../../agents/agent';
 import { deriveSeed } from '../../agents/seed';
 import type { Split } from '../../agents/tasks';
@@ -79,6 +80,7 @@ const ROLLOUT_FLUSH = 32;
 const reasonOf = (e: unknown) => (e as { reason?: string })?.reason;
 
 export function createTrainingPoolActivities({ sql, engine, checkpoints }: PoolDeps) {
+  readCheckpointTokenizers();
   /**
    * Puts a stored version into the engine: by reference when its bytes are
    * files (the engine reads and checks them where it shares the path), else,
@@ -126,12 +128,17 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints }: PoolD
       return generateDirect(input.runId, input.call);
     },
 
-    /** Version 0 of a model, from the run seed; stored once, a repeat is a no-op. */
+    /** Version 0 of a model, from its checkpoint or else the run seed; stored once, a repeat is a no-op. */
     async initModel(input: TeamRef & { runId: string; model: string; seed: number }): Promise<{ version: 0 }> {
       if (await versionOfStep(sql, input.runId, input.model, -1)) return { version: 0 };
       const team = loadTeam(input.team, input.teamOptions);
       const spec = team.models[input.model];
       if (!spec) throw ApplicationFailure.nonRetryable(`team ${team.name} has no model ${input.model}`);
+      if (checkpointOf(spec) !== undefined) {
+        // stored as is: engines load it from the store on first use (withVersion)
+        await saveInitialVersion(sql, checkpoints, { runId: input.runId, model: input.model, ...pretrainedVersion(spec, input.model) });
+        return { version: 0 };
+      }
       const key = modelKey(input.runId, input.model);
       // A cold engine builds (and probes) its sessions for a new spec first: heartbeat meanwhile.
       const v = await heartbeating(() => ({ phase: 'init' }), async () => {

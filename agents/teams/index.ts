@@ -9,7 +9,12 @@
  * `troupe status` keep working.
  */
 import { TroupeError, errorMessage } from '../../infra/errors';
-import type { AnyTeam } from '../team';
+import { defineTeam, type AnyTeam } from '../team';
+import { withCheckpoint } from '../model';
+import { checkpointTokenizer } from '../tokenizers/checkpoint';
+import type { HfTokenizer } from '../tokenizers/hf';
+import { chatTemplate, type ChatTemplate } from '../chat-template';
+import type { Tokenizer } from '../tokenizer';
 
 export type TeamFactory = (options: Record<string, unknown>) => AnyTeam;
 
@@ -30,13 +35,27 @@ export class TeamLoadError extends TroupeError {
   }
 }
 
+/** A checkpoint tokenizer's chat template (tokenizer_config.json / chat_template.jinja), framing turns that end with its EOS. */
+function templateOf(tokenizer: Tokenizer): ChatTemplate | undefined {
+  const { chatTemplate: source, specialTokens } = tokenizer as Partial<HfTokenizer>;
+  if (source === undefined || !specialTokens) return undefined;
+  return chatTemplate(source, specialTokens, specialTokens.eos_token ?? tokenizer.decode([tokenizer.eosId]));
+}
+
 export function loadTeam(name: string, options: Record<string, unknown> = {}): AnyTeam {
   const make = Object.hasOwn(teams, name) ? teams[name] : undefined;
   if (!make) {
     throw new TeamLoadError(name, `team: unknown team ${JSON.stringify(name)} (known: ${Object.keys(teams).join(', ')})`, 'register it with one line in agents/teams/index.ts');
   }
+  // The run's, not the team's: every model of the team starts from the `checkpoint` directory
+  // (`troupe train --model DIR`), with its tokenizer.json when `checkpointTokenizer`.
+  const { checkpoint, checkpointTokenizer: ownTokenizer, ...own } = options;
   try {
-    return make(options);
+    const team = make(own);
+    if (checkpoint === undefined) return team;
+    const tokenizer = ownTokenizer === true && typeof checkpoint === 'string' ? checkpointTokenizer(checkpoint) : team.tokenizer;
+    const models = Object.fromEntries(Object.entries(team.models).map(([m, spec]) => [m, withCheckpoint(spec, checkpoint as string, tokenizer)]));
+    return defineTeam({ ...team, tokenizer, models, chatTemplate: team.chatTemplate ?? templateOf(tokenizer) });
   } catch (e) {
     throw new TeamLoadError(name, `team ${JSON.stringify(name)} failed to load: ${errorMessage(e)}`, `fix the team's definition (its module in agents/teams/); other teams are unaffected`);
   }

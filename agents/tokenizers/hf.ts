@@ -55,6 +55,9 @@ export function hfTokenizer(tokenizerJson: unknown, config: Json = {}, source = 
   const eosId = idOf('eos_token') ?? impl.token_to_id('<|endoftext|>') ?? impl.token_to_id('</s>');
   if (eosId === undefined) throw new Error(`${source}: no end-of-sequence token (tokenizer_config.json eos_token, or <|endoftext|> / </s> in the vocabulary)`);
   const template = config.chat_template;
+  const decodeOne = (id: number) => impl.decode([id], { skip_special_tokens: false, clean_up_tokenization_spaces: false });
+  // a vocabulary scan per character (~10^5 decodes), once per tokenizer
+  const containing = new Map<string, number[]>();
   return {
     kind: 'hf',
     size,
@@ -66,6 +69,15 @@ export function hfTokenizer(tokenizerJson: unknown, config: Json = {}, source = 
     chatTemplate: typeof template === 'string' ? template : undefined,
     tokenId: (token) => impl.token_to_id(token),
     encode: (text) => impl.encode(text, { add_special_tokens: false }).ids,
+    idsContaining(char) {
+      let ids = containing.get(char);
+      if (!ids) {
+        ids = [];
+        for (let id = 0; id < size; id++) if (decodeOne(id).includes(char)) ids.push(id);
+        containing.set(char, ids);
+      }
+      return ids;
+    },
     decode: (ids) => (ids.length === 0 ? '' : impl.decode([...ids], { skip_special_tokens: false, clean_up_tokenization_spaces: false })),
   };
 }

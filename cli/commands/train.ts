@@ -1,4 +1,5 @@
 // troupe train <team>: bring the stack up, start a trainingRun workflow, watch it, summarise, plot.
+import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { loadConfig } from '../../infra/config';
 import { TroupeError, errorMessage } from '../../infra/errors';
@@ -45,6 +46,7 @@ export default defineCommand({
     seed: { type: 'number', valueName: 'N', example: '0', description: 'run seed' },
     'eval-every': { type: 'number', valueName: 'N', example: '10', description: 'eval on held-out tasks every N steps' },
     staleness: { type: 'number', valueName: 'K', example: '1', description: 'asynchronous RL: step t samples the version of step t-K while updates run (0: synchronous)' },
+    model: { type: 'string', valueName: 'DIR', description: 'a Hugging Face-layout directory every model of the team starts from: version 0 = its weights, its tokenizer.json if any (sets teamOptions.checkpoint, checkpointTokenizer)' },
     'team-options': { type: 'string', valueName: 'JSON', description: 'options of the team, e.g. {"models":"separate"}' },
     'run-id': { type: 'string', valueName: 'ID', description: 'run id (default: <team>-<time>-<rand>)' },
     json: { type: 'boolean', description: 'print the summary as one JSON object on the last line of stdout' },
@@ -62,6 +64,13 @@ export default defineCommand({
       } catch {
         throw new TroupeError('--team-options: not JSON', `e.g. --team-options '{"models":"separate"}'`);
       }
+    }
+    // absolute: the workers that read it may run in another directory
+    if (values.model !== undefined) {
+      const dir = path.resolve(values.model);
+      // the directory's own tokenizer when it has one; else the team's (its vocabulary must fit the checkpoint's)
+      const checkpointTokenizer = fs.existsSync(path.join(dir, 'tokenizer.json'));
+      teamOptions = { ...(fromFile.teamOptions as Record<string, unknown> | undefined), ...teamOptions, checkpoint: dir, checkpointTokenizer };
     }
     const estimator = values.estimator || values.scope ? { ...(values.estimator ? { name: values.estimator } : {}), ...(values.scope ? { scope: values.scope } : {}) } : undefined;
     const fileOptimizer = (fromFile.optimizer ?? {}) as Record<string, any>;

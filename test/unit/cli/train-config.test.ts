@@ -64,3 +64,10 @@ it('a number option that is not a number names the option and suggests a sensibl
   assert.match(train('math', '--lr', '1e300').stderr, /^troupe: invalid run config: optimizer\.all\.lr: must be at most 3\.4e38 in magnitude/);
   assert.deepEqual(fs.readdirSync(state), []);
 });
+
+it('--model DIR moves the team onto the directory: a model that cannot load it is refused by field, starting nothing', () => {
+  const r = train('math', '--model', path.join('test', 'fixtures', 'hf', 'qwen2-tiny'));
+  assert.equal(r.status, 1);
+  assert.match(r.stderr, /models\.policy\.checkpoint: only transformer models load a checkpoint; this is a tiny-lm model/);
+  assert.deepEqual(fs.readdirSync(state), []);
+});

@@ -118,6 +118,26 @@ describe('HF tokenizer.json: GPT-2 vocabulary vs gpt-tokenizer', () => {
     for (const s of STRINGS) assert.equal(tok.decode(tok.encode(s)), s, JSON.stringify(s));
   });
 
+  it('lists every token that can complete a trigger, also where BPE merges its last character', () => {
+    const stops = new Set(tok.idsContaining('>'));
+    // single tokens of the independent encoder that hold '>' inside a longer text
+    for (const t of ['>>', ' >', '/>']) {
+      const ids = gptEncode(t);
+      assert.equal(ids.length, 1, `${JSON.stringify(t)} is one GPT-2 token`);
+      assert.ok(stops.has(ids[0]!), JSON.stringify(t));
+    }
+    assert.ok(!stops.has(15496), '"Hello" holds no ">"');
+    // the token at which a trigger is first complete is a stop token; for some it is not encode('>')[0]
+    let merged = 0;
+    for (const text of ['<call>x</call>\n\nmore', 'a</call>>b', '<call>y</call>=1']) {
+      const ids = tok.encode(text);
+      const at = ids.findIndex((_, i) => tok.decode(ids.slice(0, i + 1)).includes('</call>'));
+      assert.ok(stops.has(ids[at]!), JSON.stringify(text));
+      if (ids[at] !== tok.encode('>')[0]) merged++;
+    }
+    assert.ok(merged > 0, 'a merged trigger character is covered');
+  });
+
   it('decodes a byte sequence split between tokens only once whole', () => {
     const ids = tok.encode('🙂');
     assert.ok(ids.length > 1, 'the emoji takes several byte tokens');

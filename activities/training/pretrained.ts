@@ -1,0 +1,52 @@
+/**
+ * Version 0 of a model that starts from a pretrained checkpoint
+ * (`transformer({ checkpoint })`, `troupe train --model DIR`): the directory's
+ * weights as the engine stores them (float32 bytes, fresh optimizer), so a
+ * retried initModel stores the same bytes and no seeded init is drawn.
+ */
+import { ApplicationFailure } from '@temporalio/common';
+import * as path from 'node:path';
+import { checkpointOf, type ModelSpec } from '../../agents/model';
+import { HfCheckpointError, loadHfCheckpoint } from '../../gpu-workers/checkpoints/hf-layout';
+import { HfConfigError } from '../../gpu-workers/checkpoints/hf-config';
+import { encodeWeights, sha256Hex } from '../../gpu-workers/engine/checkpoint';
+import { ModelSpecError } from '../../gpu-workers/model-family';
+import type { TransformerSpec } from '../../gpu-workers/transformer/spec';
+import { setCheckpointTokenizerLoader } from '../../agents/tokenizers/checkpoint';
+import { loadHfTokenizer } from '../../agents/tokenizers/hf-dir';
+
+/** Teams loaded in this process read a checkpoint's tokenizer.json (agents/tokenizers/checkpoint.ts): called by every worker's activities. */
+export function readCheckpointTokenizers(): void {
+  setCheckpointTokenizerLoader(loadHfTokenizer);
+}
+
+export interface PretrainedVersion {
+  spec: TransformerSpec;
+  weights: Uint8Array;
+  /** empty: a fresh AdamW state */
+  optimizerState: Uint8Array;
+  sha256: string;
+}
+
+/** The checkpoint's version 0; a directory that cannot be this model fails non-retryably, naming the file and field. */
+export function pretrainedVersion(spec: ModelSpec, model: string): PretrainedVersion {
+  const dir = checkpointOf(spec)!;
+  const maxSeq = spec.config.maxSeq as number | undefined;
+  let ckpt;
+  try {
+    ckpt = loadHfCheckpoint(dir, maxSeq === undefined ? {} : { maxSeq });
+  } catch (e) {
+    if (e instanceof HfCheckpointError || e instanceof HfConfigError || e instanceof ModelSpecError) throw ApplicationFailure.nonRetryable(`model ${model}: checkpoint ${dir}: ${e.message}`, 'BadCheckpoint');
+    throw e;
+  }
+  // a vocabulary may be padded past the tokenizer's ids (Qwen's is), never short of them
+  if (ckpt.spec.vocabSize < spec.tokenizer.size) {
+    throw ApplicationFailure.nonRetryable(`model ${model}: ${path.join(dir, 'config.json')}: vocab_size ${ckpt.spec.vocabSize} is smaller than the team's tokenizer (${spec.tokenizer.size} ids)`, 'BadCheckpoint');
+  }
+  // a learned-position model cannot reach past its table; a rope model's bound was lowered to maxSeq above
+  if (maxSeq !== undefined && maxSeq > ckpt.spec.maxSeq) {
+    throw ApplicationFailure.nonRetryable(`model ${model}: maxSeq ${maxSeq} is more than the checkpoint's ${ckpt.spec.maxSeq} (${path.join(dir, 'config.json')} n_positions / max_position_embeddings)`, 'BadCheckpoint');
+  }
+  const weights = encodeWeights(ckpt.theta);
+  return { spec: ckpt.spec, weights, optimizerState: new Uint8Array(0), sha256: sha256Hex(weights) };
+}
