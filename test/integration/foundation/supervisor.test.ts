@@ -2,34 +2,22 @@
 // control worker and the pool worker, and both come back by themselves, each restart logged;
 // `troupe down` stops the supervisor first, so nothing comes back after it.
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, test } from 'node:test';
 import { Connection } from '@temporalio/client';
-import { repoRoot } from '../../../infra/paths';
 import { pidAlive, readRecord, runningService } from '../../../infra/processes';
 import { pollerIdentities } from '../../../infra/temporal';
 import { createTestDatabase, freePort, uniqueTaskQueue } from '../../helpers';
+import { troupe } from '../../helpers/cli';
 
-const bin = path.join(repoRoot, 'cli', 'bin.js');
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const cleanups: (() => Promise<unknown>)[] = [];
 after(async () => {
   for (const c of cleanups.reverse()) await c().catch(() => undefined);
 });
 
-function troupe(args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [bin, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c) => (stdout += c));
-    child.stderr.on('data', (c) => (stderr += c));
-    child.on('close', (code) => resolve({ code: code ?? 1, stdout, stderr }));
-  });
-}
 
 test('the supervisor restarts a killed control worker and a killed pool worker; down stops it first', { timeout: 420_000 }, async () => {
   const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-supervisor-'));

@@ -1,7 +1,6 @@
 // Workers load team code once, at start. After agents/teams/ changes, starting a run through the
 // CLI restarts the workers `troupe up` started, and refuses a worker it cannot restart.
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -10,27 +9,17 @@ import { NativeConnection, Worker } from '@temporalio/worker';
 import { upWithCurrentTeams } from '../../../cli/teams';
 import { loadConfig } from '../../../infra/config';
 import { isTroupeError } from '../../../infra/errors';
-import { repoRoot } from '../../../infra/paths';
 import { pidAlive, readRecord } from '../../../infra/processes';
 import { pollersOf, teamCodeHash, TEAMS_DIR } from '../../../infra/team-code';
 import { connectTemporal } from '../../../infra/temporal';
 import { createTestDatabase, freePort, uniqueTaskQueue } from '../../helpers';
+import { troupe } from '../../helpers/cli';
 
 const cleanups: (() => Promise<unknown>)[] = [];
 after(async () => {
   for (const c of cleanups.reverse()) await c().catch(() => undefined);
 });
 
-function troupe(args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [path.join(repoRoot, 'cli', 'bin.js'), ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c) => (stdout += c));
-    child.stderr.on('data', (c) => (stderr += c));
-    child.on('close', (code) => resolve({ code: code ?? 1, stdout, stderr }));
-  });
-}
 
 test('an edited team registry restarts the workers troupe up started, and refuses a foreign stale worker', async () => {
   const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-team-code-'));
