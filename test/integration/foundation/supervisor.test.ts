@@ -64,7 +64,13 @@ test('the supervisor restarts a killed control worker and a killed pool worker; 
       await sleep(250);
     }
   }
-  const log = fs.readFileSync(supervisor.log, 'utf8');
+  // The new worker polls a moment before the supervisor's own readiness check logs the restart.
+  const logDeadline = Date.now() + 60_000;
+  let log = fs.readFileSync(supervisor.log, 'utf8');
+  while (!/supervisor: restarted .*pool-worker \(pid \d+\)/.test(log) && Date.now() < logDeadline) {
+    await sleep(250);
+    log = fs.readFileSync(supervisor.log, 'utf8');
+  }
   // (the pool worker may die while the supervisor is restarting the control worker: one restart then brings both)
   assert.match(log, /supervisor: not running: control-worker.*; restarting/);
   assert.match(log, /supervisor: restarted .*control-worker \(pid \d+\)/);
