@@ -7,49 +7,28 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, it } from 'node:test';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import type { Worker } from '@temporalio/worker';
-import { createPoolWorker, type PoolWorker } from '../../../gpu-workers/pool-worker';
 import { DEFAULT_HANG_MS } from '../../../gpu-workers/engine-process';
-import { createControlWorker } from '../../../infra/control-worker';
 import type { trainingRun } from '../../../workflows';
 import { compareRuns, loadStoredRun } from '../../chaos/compare';
-import { createTestDatabase, startTemporal, uniqueTaskQueue, workflowBundle, type TestDatabase } from '../../helpers';
+import { startHarness, type Harness } from '../training/harness';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const STEPS = 3;
 const config = (runId: string) => ({ team: 'math', runId, steps: STEPS, groupsPerStep: 4, groupSize: 4, rollout: 'batched' as const, evalEvery: 0, evalTasks: 4, seed: 7 });
 
-let env: TestWorkflowEnvironment;
-let db: TestDatabase;
-let control: Worker;
-let controlRun: Promise<void>;
-let pool: PoolWorker;
-const taskQueue = uniqueTaskQueue('troupe');
+let h: Harness;
 const events: Array<Record<string, unknown> & { at: number }> = [];
 
 before(async () => {
-  env = await startTemporal();
-  db = await createTestDatabase();
-  const poolTaskQueue = uniqueTaskQueue('pool');
-  control = await createControlWorker({ connection: env.nativeConnection, namespace: 'default', taskQueue, sql: db.sql, poolTaskQueue, workflowBundle: await workflowBundle() });
-  controlRun = control.run();
-  pool = await createPoolWorker({ connection: env.nativeConnection, namespace: 'default', taskQueue: poolTaskQueue, device: 'cpu', quietEngine: true, sql: db.sql, log: (e) => events.push({ ...e, at: Date.now() }) });
-  void pool.run();
+  h = await startHarness({ pool: { log: (e) => events.push({ ...e, at: Date.now() }) } });
 });
-after(async () => {
-  control?.shutdown();
-  await controlRun?.catch(() => undefined);
-  await pool?.shutdown();
-  await db?.drop();
-  await env?.teardown();
-});
+after(async () => h?.shutdown());
 
 it('a SIGSTOPped engine is found hung within 30 s, restarted, and the run ends bit-identical to an uninterrupted one', async () => {
-  const calm = await env.client.workflow.execute<typeof trainingRun>('trainingRun', { taskQueue, workflowId: 'hang-calm', args: [config('hang-calm')] });
+  const calm = await h.env.client.workflow.execute<typeof trainingRun>('trainingRun', { taskQueue: h.taskQueue, workflowId: 'hang-calm', args: [config('hang-calm')] });
   assert.equal(calm.status, 'completed');
 
-  const handle = await env.client.workflow.start<typeof trainingRun>('trainingRun', { taskQueue, workflowId: 'hang-stopped', args: [config('hang-stopped')] });
+  const handle = await h.env.client.workflow.start<typeof trainingRun>('trainingRun', { taskQueue: h.taskQueue, workflowId: 'hang-stopped', args: [config('hang-stopped')] });
   // Stop the engine while step 1's rollout or update is in flight on the pool.
   let stoppedAt = 0;
   let stoppedPid = 0;
@@ -58,11 +37,11 @@ it('a SIGSTOPped engine is found hung within 30 s, restarted, and the run ends b
   while (!stoppedAt) {
     const d = await handle.describe();
     const pending = (d.raw.pendingActivities ?? []).map((a) => a.activityType?.name ?? '');
-    const [{ n }] = await db.sql`SELECT count(*)::int AS n FROM versions WHERE run_id = 'hang-stopped'`;
+    const [{ n }] = await h.db.sql`SELECT count(*)::int AS n FROM versions WHERE run_id = 'hang-stopped'`;
     // versions: 1 = only v0 (step 0 running), 2 = step 0 committed
     const activity = pending.find((a) => a === 'rolloutBatch' || a === 'updateModel');
     if (n >= 2 && activity) {
-      stoppedPid = pool.supervisor!.pid!;
+      stoppedPid = h.pool.supervisor!.pid!;
       process.kill(stoppedPid, 'SIGSTOP');
       stoppedAt = Date.now();
       during = activity;
@@ -77,9 +56,9 @@ it('a SIGSTOPped engine is found hung within 30 s, restarted, and the run ends b
   const hung = events.find((e) => e.event === 'engine_hung' && e.pid === stoppedPid);
   assert.ok(hung, `the watchdog reported the stopped engine (events: ${JSON.stringify(events.map((e) => e.event))})`);
   const detectedMs = hung.at - stoppedAt;
-  console.log(`engine SIGSTOPped during ${during}: found hung after ${(detectedMs / 1000).toFixed(1)} s (hang limit ${DEFAULT_HANG_MS / 1000} s), restarted as pid ${pool.supervisor!.pid}`);
+  console.log(`engine SIGSTOPped during ${during}: found hung after ${(detectedMs / 1000).toFixed(1)} s (hang limit ${DEFAULT_HANG_MS / 1000} s), restarted as pid ${h.pool.supervisor!.pid}`);
   assert.ok(detectedMs <= 30_000, `detected in ${detectedMs} ms`);
-  assert.notEqual(pool.supervisor!.pid, stoppedPid, 'a new engine serves the pool');
+  assert.notEqual(h.pool.supervisor!.pid, stoppedPid, 'a new engine serves the pool');
   assert.ok(events.some((e) => e.event === 'engine_started' && e.at > hung.at), 'restarted after the kill');
 
   // The attempt on the hung engine failed and was retried.
@@ -87,7 +66,7 @@ it('a SIGSTOPped engine is found hung within 30 s, restarted, and the run ends b
   const attempts = history.events!.map((e) => e.activityTaskStartedEventAttributes?.attempt ?? 0);
   assert.ok(Math.max(...attempts) >= 2, 'an activity was retried');
 
-  const comparison = compareRuns(await loadStoredRun(db.sql, 'hang-calm'), await loadStoredRun(db.sql, 'hang-stopped'), STEPS, ['policy']);
+  const comparison = compareRuns(await loadStoredRun(h.db.sql, 'hang-calm'), await loadStoredRun(h.db.sql, 'hang-stopped'), STEPS, ['policy']);
   assert.deepEqual(comparison.problems, []);
   assert.equal(comparison.versionsCompared, STEPS + 1);
   assert.ok(comparison.episodesCompared >= STEPS * 16);

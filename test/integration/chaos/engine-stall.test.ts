@@ -9,15 +9,11 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, it } from 'node:test';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import type { Worker } from '@temporalio/worker';
 import { parseEngineFaults } from '../../../gpu-workers/engine/faults';
 import { HEALTH_EVERY_MS } from '../../../gpu-workers/engine-process';
-import { createPoolWorker, type PoolWorker } from '../../../gpu-workers/pool-worker';
-import { createControlWorker } from '../../../infra/control-worker';
 import type { trainingRun } from '../../../workflows';
 import { compareRuns, loadStoredRun } from '../../chaos/compare';
-import { createTestDatabase, startTemporal, uniqueTaskQueue, workflowBundle, type TestDatabase } from '../../helpers';
+import { startHarness, type Harness } from '../training/harness';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const HANG_MS = 10_000;
@@ -25,37 +21,20 @@ const STEPS = 2;
 const STALLED = 'stall-stalled';
 const config = (runId: string) => ({ team: 'math', runId, steps: STEPS, groupsPerStep: 2, groupSize: 4, rollout: 'batched' as const, evalEvery: 0, evalTasks: 4, seed: 5 });
 
-let env: TestWorkflowEnvironment;
-let db: TestDatabase;
-let control: Worker;
-let controlRun: Promise<void>;
-let pool: PoolWorker;
-const taskQueue = uniqueTaskQueue('troupe');
+let h: Harness;
 const events: Array<Record<string, unknown> & { at: number }> = [];
 
 before(async () => {
-  env = await startTemporal();
-  db = await createTestDatabase();
-  const poolTaskQueue = uniqueTaskQueue('pool');
-  control = await createControlWorker({ connection: env.nativeConnection, namespace: 'default', taskQueue, sql: db.sql, poolTaskQueue, workflowBundle: await workflowBundle() });
-  controlRun = control.run();
   // Only the first engine gets the fault (it reads the environment it is spawned with): the
   // engine the watchdog starts in its place redoes the update normally.
   process.env.TROUPE_ENGINE_FAULTS = `stall-update:${STALLED}/policy/step1$`;
   try {
-    pool = await createPoolWorker({ connection: env.nativeConnection, namespace: 'default', taskQueue: poolTaskQueue, device: 'cpu', quietEngine: true, engineHangMs: HANG_MS, sql: db.sql, log: (e) => events.push({ ...e, at: Date.now() }) });
+    h = await startHarness({ pool: { engineHangMs: HANG_MS, log: (e) => events.push({ ...e, at: Date.now() }) } });
   } finally {
     delete process.env.TROUPE_ENGINE_FAULTS;
   }
-  void pool.run();
 });
-after(async () => {
-  control?.shutdown();
-  await controlRun?.catch(() => undefined);
-  await pool?.shutdown();
-  await db?.drop();
-  await env?.teardown();
-});
+after(async () => h?.shutdown());
 
 it('the stall-update fault matches request ids like nan-update, and only its own', () => {
   const f = parseEngineFaults('stall-update:r/policy/step1$,nan-update:r/policy/step0$');
@@ -68,12 +47,12 @@ it('the stall-update fault matches request ids like nan-update, and only its own
 });
 
 it('an engine that answers Health but stalls an update is found hung within the limit, restarted, and the run ends bit-identical', async () => {
-  const calm = await env.client.workflow.execute<typeof trainingRun>('trainingRun', { taskQueue, workflowId: 'stall-calm', args: [config('stall-calm')] });
+  const calm = await h.env.client.workflow.execute<typeof trainingRun>('trainingRun', { taskQueue: h.taskQueue, workflowId: 'stall-calm', args: [config('stall-calm')] });
   assert.equal(calm.status, 'completed');
   assert.ok(!events.some((e) => e.event === 'engine_hung'), 'a working engine is never hung');
 
-  const stalledPid = pool.supervisor!.pid!;
-  const handle = await env.client.workflow.start<typeof trainingRun>('trainingRun', { taskQueue, workflowId: STALLED, args: [config(STALLED)] });
+  const stalledPid = h.pool.supervisor!.pid!;
+  const handle = await h.env.client.workflow.start<typeof trainingRun>('trainingRun', { taskQueue: h.taskQueue, workflowId: STALLED, args: [config(STALLED)] });
   // Ask the engine for Health ourselves while the run goes: during the stall it answers.
   const answers: Array<{ at: number; deviceRuns: number; queueDepth: number }> = [];
   const deadline = Date.now() + 180_000;
@@ -83,8 +62,8 @@ it('an engine that answers Health but stalls an update is found hung within the 
       assert.fail(`the stalled engine was never found hung (events: ${JSON.stringify(events.map((e) => e.event))})`);
     }
     try {
-      const h = await pool.supervisor!.client().health({ timeoutMs: 1000 });
-      if (pool.supervisor!.pid === stalledPid) answers.push({ at: Date.now(), deviceRuns: h.deviceRuns, queueDepth: h.queueDepth });
+      const health = await h.pool.supervisor!.client().health({ timeoutMs: 1000 });
+      if (h.pool.supervisor!.pid === stalledPid) answers.push({ at: Date.now(), deviceRuns: health.deviceRuns, queueDepth: health.queueDepth });
     } catch {
       // killed between our check and the call
     }
@@ -96,13 +75,13 @@ it('an engine that answers Health but stalls an update is found hung within the 
   const hung = events.find((e) => e.event === 'engine_hung')!;
   assert.equal(hung.pid, stalledPid);
   const stalledMs = hung.stalledMs as number;
-  console.log(`engine answering Health with a stalled update: found hung after ${(stalledMs / 1000).toFixed(1)} s without progress (limit ${HANG_MS / 1000} s, Health every ${HEALTH_EVERY_MS / 1000} s), restarted as pid ${pool.supervisor!.pid}`);
+  console.log(`engine answering Health with a stalled update: found hung after ${(stalledMs / 1000).toFixed(1)} s without progress (limit ${HANG_MS / 1000} s, Health every ${HEALTH_EVERY_MS / 1000} s), restarted as pid ${h.pool.supervisor!.pid}`);
   assert.ok(stalledMs >= HANG_MS && stalledMs <= HANG_MS + 2 * HEALTH_EVERY_MS + 1000, `detected after ${stalledMs} ms without progress`);
   // It answered all along the stall, with work queued and no device run finishing.
   const during = answers.filter((a) => a.at >= hung.at - stalledMs + HEALTH_EVERY_MS && a.at <= hung.at);
   assert.ok(during.length >= 2, `Health answered during the stall (${JSON.stringify(answers.slice(-30))})`);
   assert.ok(during.every((a) => a.queueDepth >= 1 && a.deviceRuns === during[0]!.deviceRuns), JSON.stringify(during));
-  assert.notEqual(pool.supervisor!.pid, stalledPid, 'a new engine serves the pool');
+  assert.notEqual(h.pool.supervisor!.pid, stalledPid, 'a new engine serves the pool');
   assert.ok(events.some((e) => e.event === 'engine_started' && e.at > hung.at), 'restarted after the kill');
 
   // The update attempt on the stalled engine failed and was retried.
@@ -110,7 +89,7 @@ it('an engine that answers Health but stalls an update is found hung within the 
   const retried = history.events!.filter((e) => (e.activityTaskStartedEventAttributes?.attempt ?? 0) >= 2);
   assert.ok(retried.length >= 1, 'an activity was retried');
 
-  const comparison = compareRuns(await loadStoredRun(db.sql, 'stall-calm'), await loadStoredRun(db.sql, STALLED), STEPS, ['policy']);
+  const comparison = compareRuns(await loadStoredRun(h.db.sql, 'stall-calm'), await loadStoredRun(h.db.sql, STALLED), STEPS, ['policy']);
   assert.deepEqual(comparison.problems, []);
   assert.equal(comparison.versionsCompared, STEPS + 1);
 });

@@ -7,7 +7,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import assert from 'node:assert/strict';
 import type { Worker } from '@temporalio/worker';
 import { listVersions } from '../../../activities/store/versions';
-import { createPoolWorker, type PoolWorker } from '../../../gpu-workers/pool-worker';
+import { createPoolWorker, type PoolWorker, type PoolWorkerOptions } from '../../../gpu-workers/pool-worker';
 import { createControlWorker } from '../../../infra/control-worker';
 import { createTestDatabase, startTemporal, uniqueTaskQueue, workflowBundle, type TestDatabase } from '../../helpers';
 
@@ -22,35 +22,45 @@ export interface Harness {
   shutdown(): Promise<void>;
 }
 
-export async function startPool(env: TestWorkflowEnvironment, db: TestDatabase): Promise<PoolWorker> {
+/** What a test may change about the stack: the pool's task queue, and any pool worker option (log, hang limit...). */
+export interface HarnessOptions {
+  env?: TestWorkflowEnvironment;
+  dashboardUrl?: string;
+  /** The pool's task queue, served by the pool worker and configured on the control worker (default troupe-gpu). */
+  poolTaskQueue?: string;
+  pool?: Partial<PoolWorkerOptions>;
+}
+
+export async function startPool(env: TestWorkflowEnvironment, db: TestDatabase, opts: Pick<HarnessOptions, 'poolTaskQueue' | 'pool'> = {}): Promise<PoolWorker> {
   const pool = await createPoolWorker({
     connection: env.nativeConnection,
     namespace: env.namespace ?? 'default',
-    taskQueue: 'troupe-gpu',
+    taskQueue: opts.poolTaskQueue ?? 'troupe-gpu',
     device: 'cpu',
     quietEngine: true,
     sql: db.sql,
     checkpoints: db.checkpoints,
+    ...opts.pool,
   });
   void pool.run();
   return pool;
 }
 
-export async function startHarness(opts: { env?: TestWorkflowEnvironment; dashboardUrl?: string } = {}): Promise<Harness> {
+export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> {
   const env = opts.env ?? (await startTemporal());
   const db = await createTestDatabase();
   const taskQueue = uniqueTaskQueue('troupe');
-  const control = await createControlWorker({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue, sql: db.sql, dashboardUrl: opts.dashboardUrl, workflowBundle: await workflowBundle() });
+  const control = await createControlWorker({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue, sql: db.sql, poolTaskQueue: opts.poolTaskQueue, dashboardUrl: opts.dashboardUrl, workflowBundle: await workflowBundle() });
   const controlRun = control.run();
   const h: Harness = {
     env,
     db,
     taskQueue,
     control,
-    pool: await startPool(env, db),
+    pool: await startPool(env, db, opts),
     async restartPool() {
       await h.pool.shutdown();
-      h.pool = await startPool(env, db);
+      h.pool = await startPool(env, db, opts);
     },
     async shutdown() {
       control.shutdown();

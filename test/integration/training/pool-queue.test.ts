@@ -6,45 +6,19 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, it } from 'node:test';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import type { Worker } from '@temporalio/worker';
 import { poolTaskQueue } from '../../../activities/training/pool-queues';
 import { DEFAULT_POOL } from '../../../agents/model';
-import { createPoolWorker, type PoolWorker } from '../../../gpu-workers/pool-worker';
-import { createControlWorker } from '../../../infra/control-worker';
 import type { trainingRun } from '../../../workflows/training-run';
-import { createTestDatabase, startTemporal, uniqueTaskQueue, workflowBundle, type TestDatabase } from '../../helpers';
+import { uniqueTaskQueue } from '../../helpers';
+import { startHarness, type Harness } from './harness';
 
-let env: TestWorkflowEnvironment;
-let db: TestDatabase;
-let control: Worker;
-let controlRun: Promise<void>;
-let pool: PoolWorker;
-const taskQueue = uniqueTaskQueue('troupe');
+let h: Harness;
 const movedPoolQueue = uniqueTaskQueue('moved-gpu');
 
 before(async () => {
-  env = await startTemporal();
-  db = await createTestDatabase();
-  control = await createControlWorker({ connection: env.nativeConnection, namespace: 'default', taskQueue, sql: db.sql, poolTaskQueue: movedPoolQueue, workflowBundle: await workflowBundle() });
-  controlRun = control.run();
-  pool = await createPoolWorker({
-    connection: env.nativeConnection,
-    taskQueue: movedPoolQueue,
-    device: 'cpu',
-    quietEngine: true,
-    sql: db.sql,
-    checkpoints: db.checkpoints,
-  });
-  void pool.run();
+  h = await startHarness({ poolTaskQueue: movedPoolQueue });
 });
-after(async () => {
-  control?.shutdown();
-  await controlRun?.catch(() => undefined);
-  await pool?.shutdown();
-  await db?.drop();
-  await env?.teardown();
-});
+after(async () => h?.shutdown());
 
 it('the default pool is served on the configured queue; other pools on their own name', () => {
   assert.equal(poolTaskQueue(DEFAULT_POOL, 'moved'), 'moved');
@@ -53,8 +27,8 @@ it('the default pool is served on the configured queue; other pools on their own
 
 for (const rollout of ['batched', 'durable'] as const) {
   it(`a ${rollout} run trains on a pool moved to another task queue`, { timeout: 120_000 }, async () => {
-    const handle = await env.client.workflow.start<typeof trainingRun>('trainingRun', {
-      taskQueue,
+    const handle = await h.env.client.workflow.start<typeof trainingRun>('trainingRun', {
+      taskQueue: h.taskQueue,
       workflowId: `moved-pool-${rollout}`,
       args: [{ team: 'math', steps: 1, groupsPerStep: 2, groupSize: 2, evalEvery: 0, evalTasks: 2, rollout, seed: 1 }],
     });
