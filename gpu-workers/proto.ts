@@ -7,7 +7,7 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 
 export const PROTO_PATH = path.join(__dirname, 'engine.proto');
-export const SERVICE_NAME = 'troupe.engine.v1.Engine';
+export const SERVICE_NAME = 'troupe.engine.v2.Engine';
 
 export const LOADER_OPTIONS: protoLoader.Options = {
   keepCase: true,
@@ -29,9 +29,9 @@ export function engineServiceDefinition(): grpc.ServiceDefinition {
   if (!cached) {
     const def = protoLoader.loadSync(PROTO_PATH, LOADER_OPTIONS);
     const pkg = grpc.loadPackageDefinition(def) as unknown as {
-      troupe: { engine: { v1: { Engine: grpc.ServiceClientConstructor } } };
+      troupe: { engine: { v2: { Engine: grpc.ServiceClientConstructor } } };
     };
-    cached = pkg.troupe.engine.v1.Engine.service;
+    cached = pkg.troupe.engine.v2.Engine.service;
   }
   return cached;
 }
