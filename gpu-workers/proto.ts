@@ -97,12 +97,15 @@ export interface WireExportVersionChunk {
 export interface WireExportVersionRequest {
   model_key: string;
   version: U64;
+  destination_uri?: string;
 }
 
 export interface WireExportVersionResponse {
   info: WireVersionInfo | null;
   weights: Uint8Array;
   optimizer_state: Uint8Array;
+  weights_ref?: WireBlobReference | null;
+  optimizer_state_ref?: WireBlobReference | null;
 }
 
 export interface WireSamplingParams {
@@ -118,15 +121,17 @@ export interface WireGenerateRequest {
   version: U64;
   sequences: { context: number[]; seed: U64; sampling?: WireSamplingParams | null }[];
   sampling: WireSamplingParams | null;
+  request_id?: string;
 }
 
-export type WireStopReason = 'STOP_REASON_UNSPECIFIED' | 'STOP_TOKEN' | 'MAX_TOKENS' | 'CONTEXT_FULL';
+export type WireStopReason = 'STOP_REASON_UNSPECIFIED' | 'STOP_TOKEN' | 'MAX_TOKENS' | 'CONTEXT_FULL' | 'ABORTED';
 
 export interface WireGeneratedSequence {
   tokens: number[];
   logprobs: number[];
   sample_logprobs: number[];
   stop_reason: WireStopReason;
+  version: U64;
 }
 
 export interface WireGenerateResponse {
@@ -207,6 +212,43 @@ export interface WireUpdateResponse {
   logprob_gap_max: number;
 }
 
+export interface WireUpdateProgress {
+  phase: string;
+  queue_position: number;
+  inner_step: number;
+  inner_steps: number;
+  micro_batches: number;
+  elapsed_ms: number;
+}
+
+/** UpdateStream's messages (oneof `event`: with oneofs: true the loader also sets `event` to the field's name). */
+export interface WireUpdateEvent {
+  progress?: WireUpdateProgress | null;
+  result?: WireUpdateResponse | null;
+  event?: 'progress' | 'result';
+}
+
+export interface WireAbortRequest {
+  model_key: string;
+  request_ids: string[];
+}
+
+export interface WireAbortResponse {
+  aborted_requests: number;
+}
+
+export interface WireCapabilities {
+  protocol_version: number;
+  engine: string;
+  rpcs: string[];
+  families: string[];
+  deterministic: boolean;
+  score_matches_generate: string;
+  score_tolerance: number;
+  max_batch: number;
+  weights_by_reference: boolean;
+}
+
 export interface WireHealthResponse {
   status: string;
   device: string;
@@ -216,6 +258,7 @@ export interface WireHealthResponse {
   uptime_s: number;
   device_runs: string | number;
   queue_depth: number;
+  capabilities: WireCapabilities | null;
 }
 
 export interface WireStatsResponse {

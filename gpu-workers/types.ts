@@ -53,12 +53,18 @@ export interface LoadVersionRequest {
 export interface ExportVersionRequest {
   modelKey: string;
   version: number;
+  /** file:///abs/dir: the engine writes the bytes there as files and answers with references instead */
+  destinationUri?: string;
 }
 
 export interface ExportedVersion {
   info: VersionInfo;
+  /** empty when exported by reference */
   weights: Uint8Array;
   optimizerState: Uint8Array;
+  /** set when exported to a destinationUri */
+  weightsRef?: BlobReference;
+  optimizerStateRef?: BlobReference;
 }
 
 export interface SamplingParams {
@@ -85,9 +91,11 @@ export interface GenerateRequest {
   sequences: GenerateSequenceInput[];
   /** applies to every sequence without its own `sampling` (required unless all have one) */
   sampling?: SamplingParams;
+  /** names the call for Abort */
+  requestId?: string;
 }
 
-export type StopReason = 'stop_token' | 'max_tokens' | 'context_full';
+export type StopReason = 'stop_token' | 'max_tokens' | 'context_full' | 'aborted';
 
 export interface GeneratedSequence {
   tokens: number[];
@@ -96,6 +104,8 @@ export interface GeneratedSequence {
   /** log-prob under the distribution actually sampled from; 0 for greedy */
   sampleLogprobs: number[];
   stopReason: StopReason;
+  /** the weight version that produced every token of it */
+  version: number;
 }
 
 export interface GenerateResponse {
@@ -231,6 +241,41 @@ export interface HealthResponse {
   deviceRuns: number;
   /** requests queued or running on the device */
   queueDepth: number;
+  capabilities: Capabilities;
+}
+
+/** What an engine serves and promises (engine.proto Capabilities). */
+export interface Capabilities {
+  protocolVersion: number;
+  engine: string;
+  rpcs: string[];
+  families: string[];
+  deterministic: boolean;
+  scoreMatchesGenerate: 'bit-identical' | 'tolerance' | string;
+  scoreTolerance: number;
+  maxBatch: number;
+  weightsByReference: boolean;
+}
+
+/** UpdateStream progress (engine.proto UpdateProgress). */
+export interface UpdateProgress {
+  phase: string;
+  queuePosition: number;
+  innerStep: number;
+  innerSteps: number;
+  microBatches: number;
+  elapsedMs: number;
+}
+
+export interface AbortRequest {
+  /** empty = every model */
+  modelKey?: string;
+  /** empty = every Generate of the model(s) */
+  requestIds?: string[];
+}
+
+export interface AbortResponse {
+  abortedRequests: number;
 }
 
 export interface ModelStats {

@@ -22,22 +22,10 @@ const bytes = (b: Uint8Array | undefined | null) => (b ? new Uint8Array(b.buffer
 
 const isTinyLm = (family: string | undefined) => !family || family === 'tiny-lm';
 
-/** tiny-lm keeps its v1 fields; other families travel as family + vocab_size + config_json. */
+/** v2: every family travels as family + vocab_size + config_json (tiny-lm's v1 fields 3-7 are only read). */
 export function specToWire(s: ModelSpecInput): P.WireModelSpec {
-  if (isTinyLm(s.family)) {
-    return {
-      family: s.family ?? '',
-      vocab_size: s.vocabSize ?? 0,
-      context_window: (s.contextWindow as number | undefined) ?? 0,
-      embed_dim: (s.embedDim as number | undefined) ?? 0,
-      hidden_dim: (s.hiddenDim as number | undefined) ?? 0,
-      layers: (s.layers as number | undefined) ?? 0,
-      activation: (s.activation as string | undefined) ?? '',
-      config_json: '',
-    };
-  }
   const { family, vocabSize, ...config } = s;
-  return { family, vocab_size: vocabSize ?? 0, config_json: JSON.stringify(config) };
+  return { family: family ?? 'tiny-lm', vocab_size: vocabSize ?? 0, config_json: JSON.stringify(config) };
 }
 
 export function specFromWire(w: P.WireModelSpec | null | undefined): T.ModelSpecInput | undefined {
@@ -138,24 +126,34 @@ export const loadVersionFromWire = (w: P.WireLoadVersionRequest): T.LoadVersionR
 export const exportVersionToWire = (r: T.ExportVersionRequest): P.WireExportVersionRequest => ({
   model_key: r.modelKey,
   version: String(r.version),
+  destination_uri: r.destinationUri ?? '',
 });
 
 export const exportVersionFromWire = (w: P.WireExportVersionRequest): T.ExportVersionRequest => ({
   modelKey: w.model_key,
   version: u64ToNumber(w.version),
+  ...(w.destination_uri ? { destinationUri: w.destination_uri } : {}),
 });
 
 export const exportedToWire = (e: T.ExportedVersion): P.WireExportVersionResponse => ({
   info: versionInfoToWire(e.info),
   weights: e.weights,
   optimizer_state: e.optimizerState,
+  weights_ref: blobRefToWire(e.weightsRef),
+  optimizer_state_ref: blobRefToWire(e.optimizerStateRef),
 });
 
-export const exportedFromWire = (w: P.WireExportVersionResponse): T.ExportedVersion => ({
-  info: versionInfoFromWire(w.info),
-  weights: bytes(w.weights),
-  optimizerState: bytes(w.optimizer_state),
-});
+export const exportedFromWire = (w: P.WireExportVersionResponse): T.ExportedVersion => {
+  const weightsRef = blobRefFromWire(w.weights_ref ?? null);
+  const optimizerStateRef = blobRefFromWire(w.optimizer_state_ref ?? null);
+  return {
+    info: versionInfoFromWire(w.info),
+    weights: bytes(w.weights),
+    optimizerState: bytes(w.optimizer_state),
+    ...(weightsRef ? { weightsRef } : {}),
+    ...(optimizerStateRef ? { optimizerStateRef } : {}),
+  };
+};
 
 // ---- chunked load / export (LoadVersionChunks, ExportVersionChunks) ----
 
@@ -187,12 +185,14 @@ const STOP_TO_WIRE: Record<T.StopReason, P.WireStopReason> = {
   stop_token: 'STOP_TOKEN',
   max_tokens: 'MAX_TOKENS',
   context_full: 'CONTEXT_FULL',
+  aborted: 'ABORTED',
 };
 const STOP_FROM_WIRE: Record<P.WireStopReason, T.StopReason> = {
   STOP_REASON_UNSPECIFIED: 'max_tokens',
   STOP_TOKEN: 'stop_token',
   MAX_TOKENS: 'max_tokens',
   CONTEXT_FULL: 'context_full',
+  ABORTED: 'aborted',
 };
 
 const samplingToWire = (p: T.SamplingParams): P.WireSamplingParams => ({
@@ -220,6 +220,7 @@ export const generateToWire = (r: T.GenerateRequest): P.WireGenerateRequest => (
     ...(s.sampling ? { sampling: samplingToWire(s.sampling) } : {}),
   })),
   sampling: r.sampling ? samplingToWire(r.sampling) : null,
+  request_id: r.requestId ?? '',
 });
 
 export const generateFromWire = (w: P.WireGenerateRequest): T.GenerateRequest => ({
@@ -231,6 +232,7 @@ export const generateFromWire = (w: P.WireGenerateRequest): T.GenerateRequest =>
     ...(s.sampling ? { sampling: samplingFromWire(s.sampling) } : {}),
   })),
   sampling: w.sampling ? samplingFromWire(w.sampling) : undefined,
+  ...(w.request_id ? { requestId: w.request_id } : {}),
 });
 
 export const generateResponseToWire = (r: T.GenerateResponse): P.WireGenerateResponse => ({
@@ -240,6 +242,7 @@ export const generateResponseToWire = (r: T.GenerateResponse): P.WireGenerateRes
     logprobs: s.logprobs,
     sample_logprobs: s.sampleLogprobs,
     stop_reason: STOP_TO_WIRE[s.stopReason],
+    version: String(s.version),
   })),
 });
 
@@ -250,6 +253,8 @@ export const generateResponseFromWire = (w: P.WireGenerateResponse): T.GenerateR
     logprobs: s.logprobs,
     sampleLogprobs: s.sample_logprobs,
     stopReason: STOP_FROM_WIRE[s.stop_reason] ?? 'max_tokens',
+    // a v1-style engine that leaves it unset produced the requested version
+    version: s.version !== undefined && String(s.version) !== '0' ? u64ToNumber(s.version) : u64ToNumber(w.version),
   })),
 });
 
@@ -411,6 +416,17 @@ export const healthToWire = (h: T.HealthResponse): P.WireHealthResponse => ({
   uptime_s: h.uptimeS,
   device_runs: h.deviceRuns,
   queue_depth: h.queueDepth,
+  capabilities: {
+    protocol_version: h.capabilities.protocolVersion,
+    engine: h.capabilities.engine,
+    rpcs: h.capabilities.rpcs,
+    families: h.capabilities.families,
+    deterministic: h.capabilities.deterministic,
+    score_matches_generate: h.capabilities.scoreMatchesGenerate,
+    score_tolerance: h.capabilities.scoreTolerance,
+    max_batch: h.capabilities.maxBatch,
+    weights_by_reference: h.capabilities.weightsByReference,
+  },
 });
 
 export const healthFromWire = (w: P.WireHealthResponse): T.HealthResponse => ({
@@ -422,6 +438,38 @@ export const healthFromWire = (w: P.WireHealthResponse): T.HealthResponse => ({
   uptimeS: w.uptime_s,
   deviceRuns: Number(w.device_runs ?? 0),
   queueDepth: w.queue_depth ?? 0,
+  capabilities: capabilitiesFromWire(w.capabilities),
+});
+
+/** An engine that sends none (not v2) promises nothing. */
+const capabilitiesFromWire = (c: P.WireCapabilities | null): T.Capabilities => ({
+  protocolVersion: c?.protocol_version ?? 0,
+  engine: c?.engine ?? '',
+  rpcs: c?.rpcs ?? [],
+  families: c?.families ?? [],
+  deterministic: c?.deterministic ?? false,
+  scoreMatchesGenerate: c?.score_matches_generate ?? '',
+  scoreTolerance: c?.score_tolerance ?? 0,
+  maxBatch: c?.max_batch ?? 0,
+  weightsByReference: c?.weights_by_reference ?? false,
+});
+
+export const updateProgressFromWire = (p: P.WireUpdateProgress): T.UpdateProgress => ({
+  phase: p.phase,
+  queuePosition: p.queue_position,
+  innerStep: p.inner_step,
+  innerSteps: p.inner_steps,
+  microBatches: p.micro_batches,
+  elapsedMs: p.elapsed_ms,
+});
+
+export const updateProgressToWire = (p: T.UpdateProgress): P.WireUpdateProgress => ({
+  phase: p.phase,
+  queue_position: p.queuePosition,
+  inner_step: p.innerStep,
+  inner_steps: p.innerSteps,
+  micro_batches: p.microBatches,
+  elapsed_ms: p.elapsedMs,
 });
 
 export const statsToWire = (s: T.StatsResponse): P.WireStatsResponse => ({

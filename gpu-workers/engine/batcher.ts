@@ -16,7 +16,8 @@ export interface GenerateJob {
   rows: GenerateRow[];
   /** set when the caller went away; the job is skipped if not started */
   cancelled: boolean;
-  resolve(results: GenerateRowResult[]): void;
+  /** null = aborted before it reached the device (Engine.abort) */
+  resolve(results: Array<GenerateRowResult | null>): void;
   reject(err: unknown): void;
 }
 

@@ -12,6 +12,9 @@
  * Either may come by reference (a file of the checkpoint store, infra/checkpoint-store.ts)
  * instead of inline: readReference reads and checks it.
  */
+import { promises as fs } from 'node:fs';
+import * as path from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { pathOfUri, readVerified, sha256Hex } from '../../infra/checkpoint-store';
 import { ErrorReason, EngineFault } from '../errors';
 import type { OptimState } from '../model-runtime';
@@ -90,6 +93,24 @@ export function decodeOptimizerState(bytes: Uint8Array, paramCount: number): Pic
 }
 
 /** The bytes a reference names, checked; any failure means "send the bytes instead". */
+/**
+ * Writes `bytes` as `name` in the directory `dirUri` (file:///abs/dir, created if missing),
+ * aside first and then renamed, so a reader never sees a partial file.
+ */
+export async function writeReference(dirUri: string, name: string, bytes: Uint8Array, field: string): Promise<BlobReference> {
+  try {
+    const dir = pathOfUri(dirUri, field);
+    await fs.mkdir(dir, { recursive: true });
+    const file = path.join(dir, name);
+    const aside = `${file}.${process.pid}.${Date.now()}.tmp`;
+    await fs.writeFile(aside, bytes);
+    await fs.rename(aside, file);
+    return { uri: pathToFileURL(file).href, size: bytes.length, sha256: sha256Hex(bytes) };
+  } catch (e) {
+    throw new EngineFault(ErrorReason.REFERENCE_UNREADABLE, `${field}: cannot write ${name} there: ${(e as Error).message}`);
+  }
+}
+
 export async function readReference(ref: BlobReference, field: string): Promise<Uint8Array> {
   try {
     return await readVerified(pathOfUri(ref.uri, `${field}.uri`), ref.size, ref.sha256);

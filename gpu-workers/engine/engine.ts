@@ -5,10 +5,13 @@
  */
 import { createHash } from 'node:crypto';
 import { ErrorReason, EngineFault, invalid } from '../errors';
-import { describeSpec, familyOf, specKey } from '../families';
+import { describeSpec, FAMILY_NAMES, familyOf, specKey } from '../families';
 import type { ModelSpec } from '../model-family';
 import type { GenerateRowResult, MemoryPolicy, ModelRuntime, StepMetrics, UpdateSample } from '../model-runtime';
 import type {
+  AbortRequest,
+  AbortResponse,
+  Capabilities,
   ExportedVersion,
   ExportVersionRequest,
   GenerateRequest,
@@ -20,6 +23,7 @@ import type {
   ScoreResponse,
   StatsResponse,
   UpdateMetrics,
+  UpdateProgress,
   UpdateRequest,
   UpdateResponse,
   VersionInfo,
@@ -33,6 +37,7 @@ import {
   encodeWeights,
   readReference,
   sha256Hex,
+  writeReference,
 } from './checkpoint';
 import { DeviceQueue } from './device-queue';
 import { parseEngineFaults, withNanAdvantage, type EngineFaults } from './faults';
@@ -76,6 +81,24 @@ interface GenerateGroupCtx {
   theta: Float32Array;
 }
 
+/** A Generate call not yet answered, for Abort. */
+interface InflightGenerate {
+  modelKey: string;
+  requestId?: string;
+  job: GenerateJob;
+  /** its rows reached the device: the fused run finishes them */
+  started: boolean;
+}
+
+/** The RPCs of protocol v2 this engine serves (all of them). */
+export const ENGINE_RPCS = [
+  'InitModel', 'LoadVersion', 'ExportVersion', 'LoadVersionChunks', 'ExportVersionChunks',
+  'Generate', 'Score', 'Update', 'UpdateStream', 'Abort', 'Health', 'Stats',
+];
+
+/** |Score − Generate| log-prob bound this engine promises (transformer KV-cache decode vs full-sequence scoring; measured ≤ 1.6e-6). */
+const SCORE_TOLERANCE = 1e-5;
+
 interface UpdateRecord {
   fingerprint: string;
   promise: Promise<UpdateResponse>;
@@ -113,6 +136,7 @@ export class Engine {
   private readonly batcher: GenerateBatcher<GenerateGroupCtx>;
   private readonly runtimes = new Map<string, Promise<SpecRuntime>>();
   private readonly updates = new Map<string, UpdateRecord>();
+  private readonly inflight = new Set<InflightGenerate>();
   private readonly started = Date.now();
   private readonly log: (event: Record<string, unknown>) => void;
   private readonly batchShape: 'auto' | 'free' | 'fixed';
@@ -207,10 +231,18 @@ export class Engine {
 
   async exportVersion(req: ExportVersionRequest): Promise<ExportedVersion> {
     const { model, v } = this.cache.version(validate.modelKey(req.modelKey), validate.versionNumber(req.version));
+    const info = this.cache.info(model, v);
+    const weights = encodeWeights(v.state.theta);
+    const optimizerState = encodeOptimizerState(v.state);
+    if (!req.destinationUri) return { info, weights, optimizerState };
+    const name = `${encodeURIComponent(model.key)}-v${info.version}`;
+    const empty = new Uint8Array(0);
     return {
-      info: this.cache.info(model, v),
-      weights: encodeWeights(v.state.theta),
-      optimizerState: encodeOptimizerState(v.state),
+      info,
+      weights: empty,
+      optimizerState: empty,
+      weightsRef: await writeReference(req.destinationUri, `${name}.weights`, weights, 'destination_uri'),
+      optimizerStateRef: await writeReference(req.destinationUri, `${name}.optimizer`, optimizerState, 'destination_uri'),
     };
   }
 
@@ -220,12 +252,14 @@ export class Engine {
     if (!Array.isArray(req.sequences) || req.sequences.length === 0) throw invalid('sequences: empty batch (send at least one sequence)');
     const { model, v } = this.cache.version(key, version);
     const rows = validate.generateRows(req, model.spec);
-    const results = await new Promise<GenerateRowResult[]>((resolve, reject) => {
+    const requestId = req.requestId === undefined || req.requestId === '' ? undefined : validate.requestId(req.requestId);
+    let entry: InflightGenerate | undefined;
+    const results = await new Promise<Array<GenerateRowResult | null>>((resolve, reject) => {
       let settled = false;
-      const job = {
+      const job: GenerateJob = {
         rows,
         cancelled: false,
-        resolve: (r: GenerateRowResult[]) => ((settled = true), resolve(r)),
+        resolve: (r) => ((settled = true), resolve(r)),
         reject: (e: unknown) => ((settled = true), reject(e)),
       };
       cancel?.onCancel(() => {
@@ -233,20 +267,42 @@ export class Engine {
         job.cancelled = true;
         job.reject(new EngineFault(ErrorReason.CANCELLED, 'generate cancelled by the caller'));
       });
+      entry = { modelKey: key, requestId, job, started: false };
+      this.inflight.add(entry);
       this.batcher.submit(`${key}\u0000${version}`, { runtime: model.runtime, theta: v.state.theta }, job);
-    });
+    }).finally(() => this.inflight.delete(entry!));
     return {
       version,
-      sequences: results.map((r) => ({
-        tokens: r.tokens,
-        logprobs: r.logprobs,
-        sampleLogprobs: r.sampleLogprobs,
-        stopReason: r.stopReason,
-      })),
+      sequences: results.map((r) =>
+        r
+          ? { tokens: r.tokens, logprobs: r.logprobs, sampleLogprobs: r.sampleLogprobs, stopReason: r.stopReason, version }
+          : { tokens: [], logprobs: [], sampleLogprobs: [], stopReason: 'aborted' as const, version },
+      ),
     };
   }
 
+  /**
+   * Abort: Generate calls still waiting for the device come back at once with every
+   * sequence ABORTED and no tokens; a batch already on the device is one fused run and
+   * finishes (its callers get their tokens).
+   */
+  abort(req: AbortRequest): AbortResponse {
+    const key = req.modelKey ? validate.modelKey(req.modelKey) : undefined;
+    const ids = new Set(req.requestIds ?? []);
+    let aborted = 0;
+    for (const e of this.inflight) {
+      if (e.started || (key !== undefined && e.modelKey !== key) || (ids.size > 0 && (e.requestId === undefined || !ids.has(e.requestId)))) continue;
+      e.job.cancelled = true; // the batcher skips it
+      e.job.resolve(e.job.rows.map(() => null));
+      this.inflight.delete(e);
+      aborted++;
+    }
+    if (aborted > 0) this.log({ event: 'generate_aborted', modelKey: key ?? '*', requests: aborted });
+    return { abortedRequests: aborted };
+  }
+
   private async runGenerateGroup(ctx: GenerateGroupCtx, jobs: GenerateJob[]): Promise<void> {
+    for (const e of this.inflight) if (jobs.includes(e.job)) e.started = true;
     const rows = jobs.flatMap((j) => j.rows);
     const results: GenerateRowResult[] = [];
     for (let start = 0; start < rows.length; start += this.maxBatch) {
@@ -282,7 +338,8 @@ export class Engine {
     };
   }
 
-  async update(req: UpdateRequest): Promise<UpdateResponse> {
+  /** `progress` hears the update's phases (UpdateStream); a replayed request has none. */
+  async update(req: UpdateRequest, progress: (p: Partial<UpdateProgress>) => void = () => undefined): Promise<UpdateResponse> {
     const key = validate.modelKey(req.modelKey);
     const base = validate.versionNumber(req.baseVersion, 'base_version');
     const requestId = validate.requestId(req.requestId);
@@ -310,6 +367,8 @@ export class Engine {
     this.checkBase(model, base, !!req.allowStaleBase);
 
     const stall = this.faults.stallUpdate(requestId);
+    const innerSteps = settings.innerSteps;
+    progress({ phase: 'queued', queuePosition: this.queue.depth, innerSteps });
     const promise = this.queue.run(async (): Promise<UpdateResponse> => {
       if (stall) {
         this.log({ event: 'fault_injected', fault: 'stall-update', requestId });
@@ -318,7 +377,9 @@ export class Engine {
       const t0 = performance.now();
       const { v } = this.cache.version(key, base);
       this.checkBase(model, base, !!req.allowStaleBase); // another update may have committed meanwhile
+      progress({ phase: 'scoring', innerSteps });
       const logprobGap = await this.logprobGap(model.runtime, v.state.theta, samples);
+      progress({ phase: 'training', innerSteps });
       const out = await model.runtime.update(v.state, samples, settings);
       this.counters.updateRuns++;
       const bad = out.steps.findIndex((s) => !Number.isFinite(s.loss) || !Number.isFinite(s.grad_norm));
@@ -396,6 +457,22 @@ export class Engine {
       uptimeS: (Date.now() - this.started) / 1000,
       deviceRuns: this.queue.completed,
       queueDepth: this.queue.depth + this.batcher.waiting,
+      capabilities: this.capabilities(),
+    };
+  }
+
+  capabilities(): Capabilities {
+    return {
+      protocolVersion: 2,
+      engine: 'troupe-onnx 2 (onnxruntime-node)',
+      rpcs: ENGINE_RPCS,
+      families: FAMILY_NAMES,
+      // Philox noise per (seed, token), row-independent graphs, fixed update threads (engine/README.md)
+      deterministic: true,
+      scoreMatchesGenerate: 'tolerance',
+      scoreTolerance: SCORE_TOLERANCE,
+      maxBatch: this.maxBatch,
+      weightsByReference: true,
     };
   }
 
