@@ -18,4 +18,5 @@ export const commands: Record<string, () => Promise<Command>> = {
   dashboard: async () => (require('./dashboard') as typeof import('./dashboard')).default,
   worker: async () => (require('./worker') as typeof import('./worker')).default,
   gc: async () => (require('./gc') as typeof import('./gc')).default,
+  'engine-check': async () => (require('./engine-check') as typeof import('./engine-check')).default,
 };

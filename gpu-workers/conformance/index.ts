@@ -132,3 +132,20 @@ export async function runConformance(address: string, opts: ConformanceOptions =
     client.close();
   }
 }
+
+/** The failed checks of a report, one line each (empty when conformant). */
+export function failures(rep: ConformanceReport): string[] {
+  return rep.results.filter((r) => r.status === 'fail').map(formatResult);
+}
+
+/**
+ * Runs the suite against `address` and throws (an Error listing every failed
+ * check) unless none failed: the one-liner for an engine's own test, e.g.
+ * `await assertConformant(engine.address)`. Returns the report.
+ */
+export async function assertConformant(address: string, opts: ConformanceOptions = {}): Promise<ConformanceReport> {
+  const rep = await runConformance(address, opts);
+  const failed = failures(rep);
+  if (failed.length) throw new Error(`${formatSummary(rep)}\n${failed.join('\n')}`);
+  return rep;
+}
