@@ -742,6 +742,7 @@ class Engine(pbg.EngineServicer):
                 if i + 1 >= sp["max_tokens"]:
                     break
                 logits = model.decode(W, tok, len(ctx) + i, cache)
+                self.queue.progress()  # each decode step is a device run (the hang watchdog sees progress)
         # log π(token) by the same full-sequence forward Score uses: Generate's logprobs equal Score's bit for bit
         lps, _ = self._score_one(model, W, ctx, tokens)
         return pb.GeneratedSequence(tokens=tokens, logprobs=lps, sample_logprobs=slps, stop_reason=reason)
@@ -1005,6 +1006,18 @@ def main():
     pbg.add_EngineServicer_to_server(engine, server)
     host = a.host
     target = f"[{host}]:{a.port}" if ":" in host and not host.startswith("[") else f"{host}:{a.port}"
+    if a.port != 0:  # a clean one-line error for a taken port (gRPC core would log its own first)
+        import errno
+        import socket
+        probe = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host.strip("[]"), a.port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                fail_start(f"port {a.port} on {host} is already in use")
+        finally:
+            probe.close()
     try:
         port = server.add_insecure_port(target)
     except RuntimeError:
