@@ -11,6 +11,7 @@ RoPE: rotate-half convention, angle(p, i) = p·θ^(−2(i mod hd/2)/hd) (tables 
 MLP: GPT-2's tanh GELU 0.5·z·(1 + tanh(√(2/π)(z + 0.044715 z³))), or SwiGLU silu(x·Wg)·(x·Wu).
 """
 import math
+import os
 
 import numpy as np
 import torch
@@ -21,6 +22,46 @@ from spec import head_dim, param_layout
 GELU_C = math.sqrt(2 / math.pi)
 GELU_A = 0.044715
 SIGMA = 0.02
+
+
+# Dense float32 matmuls on CPU through oneDNN (mkldnn_linear): Debian's python3-torch links the
+# generic reference BLAS, ~10x slower for these shapes. Used for inputs of ≥ MKLDNN_MIN_ROWS rows
+# (prefill, Score, Update); single-row decode steps stay on aten's mm, which is faster there. The
+# choice depends only on shapes, so results stay deterministic. TROUPE_TORCH_MKLDNN=0 turns it off.
+MKLDNN = os.environ.get("TROUPE_TORCH_MKLDNN", "1") != "0" and torch.backends.mkldnn.is_available() and hasattr(torch._C._nn, "mkldnn_linear")
+MKLDNN_MIN_ROWS = 4
+
+
+def _onednn(a, w_out_in):
+    """a [N, in] @ w_out_inᵀ → [N, out] (both dense, contiguous, float32)"""
+    return torch._C._nn.mkldnn_linear(a.to_mkldnn(), w_out_in.to_mkldnn(), None).to_dense()
+
+
+class _OneDnnMatMul(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):  # x [..., K] · w [K, M]
+        ctx.save_for_backward(x, w)
+        x2 = x.reshape(-1, x.shape[-1]).contiguous()
+        return _onednn(x2, w.t().contiguous()).view(*x.shape[:-1], w.shape[1])
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        g2 = g.reshape(-1, g.shape[-1]).contiguous()
+        gx = gw = None
+        if ctx.needs_input_grad[0]:
+            gx = _onednn(g2, w.contiguous()).view(x.shape)  # g · wᵀ
+        if ctx.needs_input_grad[1]:
+            x2 = x.reshape(-1, x.shape[-1])
+            gw = _onednn(x2.t().contiguous(), g2.t().contiguous())  # xᵀ · g
+        return gx, gw
+
+
+def matmul(x, w):
+    """x [..., K] · w [K, M]"""
+    if MKLDNN and x.device.type == "cpu" and x.dtype == torch.float32 and x.numel() // x.shape[-1] >= MKLDNN_MIN_ROWS:
+        return _OneDnnMatMul.apply(x, w)
+    return x @ w
 
 
 def init_weights(spec, seed: int) -> torch.Tensor:
@@ -69,7 +110,7 @@ class Transformer:
         return x * r * W[f"{name}_g"]
 
     def linear(self, W, x, layer, n):
-        y = x @ W[f"{layer}w{n}"]
+        y = matmul(x, W[f"{layer}w{n}"])
         b = W.get(f"{layer}b{n}")
         return y + b if b is not None else y
 
@@ -121,7 +162,7 @@ class Transformer:
 
     def head(self, W, h):
         nf = self.norm(W, h, "lnf")
-        return nf @ (W["tok_emb"].t() if self.spec["tiedHead"] else W["head"])
+        return matmul(nf, W["tok_emb"].t() if self.spec["tiedHead"] else W["head"])
 
     # ---- whole sequences ----
     def forward(self, W, tokens):

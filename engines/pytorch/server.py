@@ -270,7 +270,7 @@ class DeviceQueue:
     @property
     def depth(self):
         with self.cv:
-            return len(self.pending) + (1 if self.running is not None else 0)
+            return sum(1 for j in self.pending if not j.future.done()) + (1 if self.running is not None else 0)
 
     def progress(self, n=1):
         with self.cv:
