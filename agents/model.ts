@@ -15,6 +15,12 @@ export interface ModelSpec {
   readonly config: Readonly<Record<string, unknown>>;
   /** The pool whose engines serve this model (default DEFAULT_POOL); the deployment maps it to a task queue. */
   readonly pool: string;
+  /**
+   * The pool that trains it, where that is another (e.g. a PyTorch trainer behind an ONNX sampler):
+   * version 0 and every update run there; the sampling pool loads each new version by reference.
+   * Default: `pool`. A run may override both (run config `pools`).
+   */
+  readonly trainPool?: string;
   /** Optimizer settings for every agent on this model (agents may override). */
   readonly optimizer?: Record<string, unknown>;
 }
@@ -22,6 +28,7 @@ export interface ModelSpec {
 interface CommonOptions {
   tokenizer: Tokenizer;
   pool?: string;
+  trainPool?: string;
   optimizer?: Record<string, unknown>;
 }
 
@@ -32,8 +39,8 @@ interface CommonOptions {
  */
 export const DEFAULT_POOL = 'troupe-gpu';
 
-function model(family: string, { tokenizer, pool, optimizer, ...config }: CommonOptions & Record<string, unknown>): ModelSpec {
-  return { family, tokenizer, config, pool: pool ?? DEFAULT_POOL, optimizer };
+function model(family: string, { tokenizer, pool, trainPool, optimizer, ...config }: CommonOptions & Record<string, unknown>): ModelSpec {
+  return { family, tokenizer, config, pool: pool ?? DEFAULT_POOL, ...(trainPool ? { trainPool } : {}), optimizer };
 }
 
 export interface TinyLMOptions extends CommonOptions {

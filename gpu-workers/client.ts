@@ -202,8 +202,10 @@ export class EngineClient {
     return wire.versionInfoFromWire(await this.clientStream<P.WireVersionInfo>('LoadVersionChunks', chunks, opts));
   }
 
-  /** Streamed (ExportVersionChunks); an engine without that RPC answers the unary ExportVersion. */
+  /** Streamed (ExportVersionChunks; unary with a destinationUri); an engine without that RPC answers the unary ExportVersion. */
   async exportVersion(req: T.ExportVersionRequest, opts?: CallOptions): Promise<T.ExportedVersion> {
+    // by reference: the answer is two references, not bytes
+    if (req.destinationUri) return wire.exportedFromWire(await this.call('ExportVersion', wire.exportVersionToWire(req), opts));
     let chunks: P.WireExportVersionChunk[];
     try {
       chunks = await this.serverStream<P.WireExportVersionChunk>('ExportVersionChunks', wire.exportVersionToWire(req), opts);
@@ -254,7 +256,8 @@ export class EngineClient {
   }
 
   async generate(req: T.GenerateRequest, opts: CallOptions = {}): Promise<T.GenerateResponse> {
-    if (!this.coalesce) return this.generateNow(req, opts);
+    // A named call stays its own RPC, so Abort can find it by its request_id.
+    if (!this.coalesce || req.requestId) return this.generateNow(req, opts);
     return new Promise<T.GenerateResponse>((resolve, reject) => {
       const item: PendingGenerate = { req, opts, settled: false, resolve, reject };
       const settle = (f: () => void) => {
@@ -355,6 +358,45 @@ export class EngineClient {
 
   async update(req: T.UpdateRequest, opts?: CallOptions): Promise<T.UpdateResponse> {
     return wire.updateResponseFromWire(await this.call('Update', wire.updateToWire(req), opts));
+  }
+
+  /**
+   * Update through UpdateStream: `onProgress` hears each progress event (the pool activity
+   * heartbeats on them). An engine without UpdateStream answers the unary Update.
+   */
+  async updateStream(req: T.UpdateRequest, onProgress: (p: T.UpdateProgress) => void, opts?: CallOptions): Promise<T.UpdateResponse> {
+    const def = this.methods.UpdateStream;
+    if (!def) return this.update(req, opts);
+    try {
+      return await new Promise<T.UpdateResponse>((resolve, reject) => {
+        const callOpts: grpc.CallOptions = opts?.timeoutMs !== undefined ? { deadline: Date.now() + opts.timeoutMs } : {};
+        const call = this.client.makeServerStreamRequest<unknown, P.WireUpdateEvent>(
+          def.path,
+          def.requestSerialize as (r: unknown) => Buffer,
+          def.responseDeserialize as (b: Buffer) => P.WireUpdateEvent,
+          wire.updateToWire(req),
+          new grpc.Metadata(),
+          callOpts,
+        );
+        opts?.signal?.addEventListener('abort', () => call.cancel(), { once: true });
+        let result: T.UpdateResponse | undefined;
+        call.on('data', (ev: P.WireUpdateEvent) => {
+          if (ev.result) result = wire.updateResponseFromWire(ev.result);
+          else if (ev.progress) onProgress(wire.updateProgressFromWire(ev.progress));
+        });
+        call.on('error', (err: grpc.ServiceError) => reject(toEngineError(err, 'UpdateStream')));
+        call.on('end', () => (result ? resolve(result) : reject(new Error('engine UpdateStream: the stream ended without a result'))));
+      });
+    } catch (e) {
+      if ((e as EngineError).code !== grpc.status.UNIMPLEMENTED) throw e;
+      return this.update(req, opts);
+    }
+  }
+
+  /** Ends in-flight Generate calls (all of a model, or those with the given request ids) early. */
+  async abort(req: T.AbortRequest, opts?: CallOptions): Promise<T.AbortResponse> {
+    const res = await this.call<P.WireAbortRequest, P.WireAbortResponse>('Abort', { model_key: req.modelKey ?? '', request_ids: req.requestIds ?? [] }, opts);
+    return { abortedRequests: res.aborted_requests };
   }
 
   async health(opts?: CallOptions): Promise<T.HealthResponse> {

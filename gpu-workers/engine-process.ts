@@ -39,10 +39,18 @@ export class EngineStartupError extends Error {
   override name = 'EngineStartupError';
 }
 
-/** Start one engine process; resolves on its "listening" line, rejects with its stderr tail if it exits first. */
-export function spawnEngine(args: string[], opts: { startTimeoutMs?: number; quiet?: boolean } = {}): Promise<SpawnedEngine> {
+/** The built-in engine's command line (engine-main.ts under this Node). */
+export const BUILT_IN_ENGINE_COMMAND: readonly string[] = [process.execPath, '--import', 'tsx', ENGINE_MAIN];
+
+/**
+ * Start one engine process; resolves on its "listening" line, rejects with its stderr tail if it exits first.
+ * `command` is any engine that keeps engine-main's launch contract (gpu-workers/ENGINE-PROTOCOL.md):
+ * --port/--device/--exit-with-stdin flags, one JSON "listening" line on stdout, exit code 1 on a start-up error.
+ */
+export function spawnEngine(args: string[], opts: { startTimeoutMs?: number; quiet?: boolean; command?: readonly string[] } = {}): Promise<SpawnedEngine> {
+  const [program, ...prefix] = opts.command ?? BUILT_IN_ENGINE_COMMAND;
   // stdin stays open as a lifeline: the engine exits when this process dies (--exit-with-stdin).
-  const child = spawn(process.execPath, ['--import', 'tsx', ENGINE_MAIN, '--exit-with-stdin', ...args], {
+  const child = spawn(program!, [...prefix, '--exit-with-stdin', ...args], {
     cwd: REPO_ROOT,
     stdio: ['pipe', 'pipe', 'pipe'],
     env: process.env,
@@ -79,6 +87,8 @@ export function spawnEngine(args: string[], opts: { startTimeoutMs?: number; qui
 
 export interface SupervisorOptions {
   device: string;
+  /** the engine's command line (default BUILT_IN_ENGINE_COMMAND; see gpu-workers/engine-kinds.ts) */
+  command?: readonly string[];
   /** extra engine-main flags, e.g. ['--threads', '2'] */
   extraArgs?: string[];
   /** do not forward the engine's stderr log lines */
@@ -139,7 +149,7 @@ export class EngineSupervisor {
   }
 
   private async startOnce(): Promise<EngineClient> {
-    const engine = await spawnEngine(['--port', '0', '--device', this.opts.device, ...(this.opts.extraArgs ?? [])], { quiet: this.opts.quiet });
+    const engine = await spawnEngine(['--port', '0', '--device', this.opts.device, ...(this.opts.extraArgs ?? [])], { quiet: this.opts.quiet, command: this.opts.command });
     // Registered before connecting: an engine that dies between "listening" and the
     // connection must neither be waited for nor missed.
     const died = new Promise<never>((_, reject) =>

@@ -12,6 +12,7 @@ import { FieldError, issuesFromZod, type FieldIssue } from './issues';
 /** Bound on staleness: each step of lag keeps one more step's rollout in flight. */
 export const MAX_STALENESS = 8;
 
+const poolName = z.string().regex(/^[A-Za-z0-9._-]{1,100}$/, 'a pool name: letters, digits, . _ - only (1-100)');
 const int = (min: number, max: number) => z.number().int('must be an integer').min(min, `must be >= ${min}`).max(max, `must be <= ${max}`);
 
 export const runConfigSchema = z.strictObject({
@@ -49,6 +50,11 @@ export const runConfigSchema = z.strictObject({
     .default(0),
   /** Cap of the truncated importance weights that correct stale rollouts (decoupled PPO, rl/loss.ts). */
   importanceCap: z.number().min(1, 'must be >= 1').max(1e6, 'must be <= 1000000').default(5),
+  /**
+   * Where each model samples and trains, overriding its team's `pool` / `trainPool`: { <model>: { sample?, train? } }.
+   * Pool names map to task queues as the team's do (activities/training/pool-queues.ts).
+   */
+  pools: z.record(z.string(), z.strictObject({ sample: poolName.optional(), train: poolName.optional() })).optional(),
   /** Fail the run after this many consecutive steps in which no model could train (every update skipped); 0: never. */
   maxStepsWithoutSignal: int(0, 1_000_000).default(3),
 });
@@ -106,6 +112,7 @@ export function checkAgainstTeam(config: RunConfig, team: AnyTeam): ResolvedTrai
   const issues: FieldIssue[] = [];
   const modelNames = Object.keys(team.models);
   for (const m of Object.keys(config.optimizer.models)) if (!modelNames.includes(m)) issues.push({ path: `optimizer.models.${m}`, message: `unknown model (team ${team.name} has: ${modelNames.join(', ')})` });
+  for (const m of Object.keys(config.pools ?? {})) if (!modelNames.includes(m)) issues.push({ path: `pools.${m}`, message: `unknown model (team ${team.name} has: ${modelNames.join(', ')})` });
   if (typeof config.staleness === 'object') for (const m of Object.keys(config.staleness)) if (!modelNames.includes(m)) issues.push({ path: `staleness.${m}`, message: `unknown model (team ${team.name} has: ${modelNames.join(', ')})` });
   for (const a of Object.keys(config.optimizer.agents)) if (!team.roles.includes(a)) issues.push({ path: `optimizer.agents.${a}`, message: `unknown agent (team ${team.name} has: ${team.roles.join(', ')})` });
   const modelLevel = (m: string) => mergeOverrides(team.models[m]?.optimizer as OptimizerOverrides, config.optimizer.all, config.optimizer.models[m]);
@@ -133,6 +140,13 @@ export function checkAgainstTeam(config: RunConfig, team: AnyTeam): ResolvedTrai
   }
   if (issues.length > 0) throw new RunConfigError(issues);
   return { models, agents };
+}
+
+/** The pools a model samples (turns, rollouts) and trains (version 0, updates) on in this run. */
+export function poolsOf(config: Pick<RunConfig, 'pools'>, team: AnyTeam, model: string): { sample: string; train: string } {
+  const m = team.models[model]!;
+  const sample = config.pools?.[model]?.sample ?? m.pool;
+  return { sample, train: config.pools?.[model]?.train ?? (config.pools?.[model]?.sample !== undefined ? sample : (m.trainPool ?? sample)) };
 }
 
 /** The staleness k of a model (0 when not set). */

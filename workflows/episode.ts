@@ -22,6 +22,8 @@ export type EpisodeWorkflowInput = TeamRef & {
   sampling?: Partial<Sampling>;
   /** pool name -> task queue (from the parent run); absent in runs that predate it: the pool's name */
   poolQueues?: Record<string, string>;
+  /** model -> task queue of its sampling pool, where the run or team moved it off the team's `pool` */
+  modelQueues?: Record<string, string>;
 } & (
     // The episode by reference (its plan and index), looked up by a local activity, or
     // listed in full (episodes started before plans were references).
@@ -38,7 +40,7 @@ export async function episodeWorkflow(input: EpisodeWorkflowInput): Promise<{ ep
   const pools = new Map<string, TrainingPoolActivities>();
   const pool = (model: string) => {
     const name = team.models[model]!.pool;
-    const queue = input.poolQueues?.[name] ?? name;
+    const queue = input.modelQueues?.[model] ?? input.poolQueues?.[name] ?? name;
     let p = pools.get(queue);
     if (!p) {
       p = proxyActivities<TrainingPoolActivities>(turnActivities(queue));

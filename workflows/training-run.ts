@@ -45,7 +45,7 @@ import type { PoolQueueActivities } from '../activities/training/pool-queues';
 import type { DashboardLinkActivities } from '../activities/training/dashboard-link';
 import { TroupeEvalSuccess, TroupeRunId, TroupeStatus, TroupeStep, TroupeTeam } from '../infra/search-attributes';
 import { applyOptimizerChange, parseOptimizerChange, SettingsError, type OptimizerChange, type OptimizerConfig } from '../schema/optimizer';
-import { checkAgainstTeam, parseRunConfig, RunConfigError, stalenessOf, type ResolvedTraining, type RunConfig } from '../schema/run-config';
+import { checkAgainstTeam, parseRunConfig, poolsOf, RunConfigError, stalenessOf, type ResolvedTraining, type RunConfig } from '../schema/run-config';
 import { pauseSignal, resumeSignal, setOptimizerUpdate, statusQuery, stopSignal, type RunStatusView } from './definitions';
 import { episodeWorkflow } from './episode';
 import { controlActivities, controlLocalActivities, poolActivities } from './timeouts';
@@ -114,7 +114,7 @@ function validate(rawConfig: unknown, carried: Carried | null | undefined): { co
   }
   if (carried) config = { ...config, optimizer: carried.optimizer };
   const settings = checkAgainstTeam(config, team);
-  const pools = new Set(Object.values(team.models).map((m) => m.pool));
+  const pools = new Set(Object.keys(team.models).map((m) => poolsOf(config, team, m).sample));
   // its episodes would run in workflow code, which cannot read the checkpoint's tokenizer.json
   if (config.rollout === 'durable' && team.tokenizer.kind === 'placeholder') throw new RunConfigError([{ path: 'rollout', message: `team ${team.name} uses the tokenizer.json of its checkpoint (teamOptions.checkpointTokenizer), which only activities read: use "batched"` }]);
   if (config.rollout === 'batched' && pools.size > 1) throw new RunConfigError([{ path: 'rollout', message: `batched rollouts need every model on one pool; team ${team.name} uses ${[...pools].join(', ')}` }]);
@@ -146,9 +146,15 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
   // pool name -> task queue, from the control worker's configuration (recorded in history);
   // runs started before 'pool-task-queues' used each pool's name as its queue.
   let poolQueues: Record<string, string> | undefined;
-  const poolOf = (model: string) => {
-    const pool = team.models[model]!.pool;
+  /** A model's sampling pool (rollouts) or training pool (version 0, updates): the same one unless the team or run splits them. */
+  const poolOf = (model: string, role: 'sample' | 'train' = 'sample') => {
+    const pool = poolsOf(config, team, model)[role];
     return proxyActivities<TrainingPoolActivities>(poolActivities(poolQueues?.[pool] ?? pool));
+  };
+  /** Task queue of each model's sampling pool, for durable episodes (only where a run or team moved one). */
+  const sampleQueues = () => {
+    if (!config.pools && models.every((m) => !team.models[m]!.trainPool)) return {};
+    return { modelQueues: Object.fromEntries(models.map((m) => { const p = poolsOf(config, team, m).sample; return [m, poolQueues?.[p] ?? p]; })) };
   };
 
   // ---- state, visible through the status query
@@ -246,7 +252,7 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
     if (config.rollout === 'durable') {
       const results = await Promise.all(
         Array.from({ length: episodes }, (_, index) =>
-          executeChild(episodeWorkflow, { workflowId: episodeIdOf(byRef, index), args: [{ ...ref, runId, step: at, split, plan: byRef, index, versions: serving, sampling, poolQueues }] }),
+          executeChild(episodeWorkflow, { workflowId: episodeIdOf(byRef, index), args: [{ ...ref, runId, step: at, split, plan: byRef, index, versions: serving, sampling, poolQueues, ...sampleQueues() }] }),
         ),
       );
       return results.filter((r) => r.status === 'failed').length;
@@ -294,7 +300,7 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
       settings = checkAgainstTeam(config, team);
     }
     // Idempotent: makes version 0 from the run seed only where it is missing.
-    await Promise.all(models.map((m) => poolOf(m).initModel({ ...ref, runId, model: m, seed: config.seed })));
+    await Promise.all(models.map((m) => poolOf(m, 'train').initModel({ ...ref, runId, model: m, seed: config.seed })));
     if (point.fresh) {
       initialEval = await evaluate(0);
     } else if (patched('eval-resume-point')) {
@@ -356,7 +362,7 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
     const t1 = Date.now();
     const correction = (model: string) => (offPolicy && lag(model) > 0 ? { offPolicy: { importanceCap: config.importanceCap } } : {});
     const updates: UpdateResult[] = await Promise.all(
-      models.map((model) => poolOf(model).updateModel({ ...ref, runId, step, model, baseVersion: versions[model]!, settings, nonFinite: config.nonFinite, rollout: rolloutDone, ...correction(model) })),
+      models.map((model) => poolOf(model, 'train').updateModel({ ...ref, runId, step, model, baseVersion: versions[model]!, settings, nonFinite: config.nonFinite, rollout: rolloutDone, ...correction(model) })),
     );
     const t2 = Date.now();
     if (offPolicy) offPolicyMetrics = Object.fromEntries(updates.map((u, i) => [models[i]!, u.metrics]));
@@ -441,7 +447,7 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
 
   try {
     if (patched('pool-task-queues')) {
-      poolQueues = await poolQueueLookup.poolTaskQueues({ pools: [...new Set(Object.values(team.models).map((m) => m.pool))] });
+      poolQueues = await poolQueueLookup.poolTaskQueues({ pools: [...new Set(models.flatMap((m) => Object.values(poolsOf(config, team, m))))] });
     }
     if (patched('dashboard-link')) {
       const base = await dashboardLookup.dashboardUrl();

@@ -17,7 +17,7 @@ import type { Sampling } from '../../agents/agent';
 import { deriveSeed } from '../../agents/seed';
 import type { Split } from '../../agents/tasks';
 import { loadTeam } from '../../agents/teams';
-import type { GenerateRequest, GenerateResponse, ExportedVersion, InitModelRequest, LoadVersionRequest, ScoreRequest, ScoreResponse, UpdateRequest, UpdateSampleInput, UpdateResponse, UpdateSettingsInput, VersionInfo } from '../../gpu-workers/types';
+import type { GenerateRequest, GenerateResponse, ExportedVersion, InitModelRequest, LoadVersionRequest, ScoreRequest, ScoreResponse, UpdateRequest, UpdateSampleInput, UpdateProgress, UpdateResponse, UpdateSettingsInput, VersionInfo } from '../../gpu-workers/types';
 import type { Sql } from '../../infra/db';
 import type { OptimizerSettings } from '../../schema/optimizer';
 import type { ResolvedTraining } from '../../schema/run-config';
@@ -42,6 +42,8 @@ export interface EngineApi {
   generate(req: GenerateRequest): Promise<GenerateResponse>;
   score(req: ScoreRequest): Promise<ScoreResponse>;
   update(req: UpdateRequest): Promise<UpdateResponse>;
+  /** Update with progress events (EngineClient: UpdateStream), where the engine API has it. */
+  updateStream?(req: UpdateRequest, onProgress: (p: UpdateProgress) => void): Promise<UpdateResponse>;
 }
 
 /** One agent turn's generation: a batch of one sequence on the engine. */
@@ -53,6 +55,8 @@ export async function generateOne(engine: Pick<EngineApi, 'generate'>, runId: st
     sampling: { temperature: call.sampling.temperature, topK: call.sampling.topK, topP: call.sampling.topP, maxTokens: call.maxTokens, stopTokens: call.stopTokens },
   });
   const s = res.sequences[0]!;
+  // Troupe never aborts its own calls; an operator's Abort leaves a partial turn, which is not a sample: retry it.
+  if (s.stopReason === 'aborted') throw ApplicationFailure.retryable(`generation of ${call.model} v${call.version} was aborted on the engine; retrying the turn`, 'GenerateAborted');
   return { tokens: s.tokens, logprobs: s.logprobs, stopReason: s.stopReason === 'stop_token' ? 'stop_token' : 'max_tokens' };
 }
 
@@ -255,10 +259,16 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints }: PoolD
         samples,
         settings: engineSettings(modelSettings, lrScale),
       });
+      // The engine's progress goes out with the heartbeats (visible in the Web UI's pending activity).
+      let progress: UpdateProgress | undefined;
+      const send = (req: UpdateRequest) => {
+        const e = engine();
+        return e.updateStream ? e.updateStream(req, (p) => void (progress = p)) : e.update(req);
+      };
       // The engine's answer, or the step skipped after a non-finite update.
-      const updated = await heartbeating(() => ({ phase: 'update' }), async (): Promise<UpdateResponse | UpdateResult> => {
+      const updated = await heartbeating(() => ({ phase: 'update', ...(progress ? { engine: progress } : {}) }), async (): Promise<UpdateResponse | UpdateResult> => {
         try {
-          return await withVersion(runId, model, input.baseVersion, () => engine().update(request(1, '')));
+          return await withVersion(runId, model, input.baseVersion, () => send(request(1, '')));
         } catch (e) {
           if (reasonOf(e) !== 'NON_FINITE_UPDATE') throw e;
           const message = (e as Error).message;
@@ -266,7 +276,7 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints }: PoolD
           if (input.nonFinite === 'fail') throw ApplicationFailure.nonRetryable(`step ${step}, model ${model}: non-finite update (${message}); the run's nonFinite policy is 'fail'`, 'NonFiniteUpdate');
           if (input.nonFinite === 'skip') return skip('non-finite', { message });
           try {
-            return await withVersion(runId, model, input.baseVersion, () => engine().update(request(0.1, '/lr0.1')));
+            return await withVersion(runId, model, input.baseVersion, () => send(request(0.1, '/lr0.1')));
           } catch (e2) {
             if (reasonOf(e2) !== 'NON_FINITE_UPDATE') throw e2;
             return skip('non-finite after reducing lr', { message: (e2 as Error).message });

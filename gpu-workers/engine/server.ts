@@ -64,12 +64,51 @@ function loadVersionChunks(engine: Engine): grpc.handleClientStreamingCall<P.Wir
 /** ExportVersionChunks: the version's info, then its bytes in chunks. */
 function exportVersionChunks(engine: Engine): grpc.handleServerStreamingCall<P.WireExportVersionRequest, P.WireExportVersionChunk> {
   return (call) => {
-    engine.exportVersion(wire.exportVersionFromWire(call.request)).then(
+    // by reference is unary ExportVersion's: the chunks always carry the bytes
+    engine.exportVersion({ ...wire.exportVersionFromWire(call.request), destinationUri: undefined }).then(
       (v) => {
         wire.byteChunks(v.weights, v.optimizerState).forEach((c, i) => call.write({ info: i === 0 ? wire.versionInfoToWire(v.info) : null, ...c }));
         call.end();
       },
       (e) => call.emit('error', toServiceError(e)),
+    );
+  };
+}
+
+/** How often UpdateStream repeats its latest progress while an update waits or runs. */
+const PROGRESS_EVERY_MS = 2000;
+
+/** UpdateStream: progress events (one on arrival, then each phase, and every PROGRESS_EVERY_MS), then the result. */
+function updateStream(engine: Engine): grpc.handleServerStreamingCall<P.WireUpdateRequest, P.WireUpdateEvent> {
+  return (call) => {
+    const t0 = performance.now();
+    let last: P.WireUpdateProgress = { phase: 'received', queue_position: 0, inner_step: 0, inner_steps: 0, micro_batches: 0, elapsed_ms: 0 };
+    const send = () => {
+      if (!call.cancelled && call.writable) call.write({ progress: { ...last, elapsed_ms: performance.now() - t0 } });
+    };
+    send();
+    const timer = setInterval(send, PROGRESS_EVERY_MS);
+    let result: Promise<import('../types').UpdateResponse>;
+    try {
+      result = engine.update(wire.updateFromWire(call.request), (p) => {
+        last = { ...last, ...wire.updateProgressToWire({ ...wire.updateProgressFromWire(last), ...p }) };
+        send();
+      });
+    } catch (e) {
+      clearInterval(timer);
+      call.emit('error', toServiceError(e));
+      return;
+    }
+    result.then(
+      (res) => {
+        clearInterval(timer);
+        call.write({ result: wire.updateResponseToWire(res) });
+        call.end();
+      },
+      (e) => {
+        clearInterval(timer);
+        if (!call.cancelled) call.emit('error', toServiceError(e));
+      },
     );
   };
 }
@@ -86,6 +125,11 @@ export function engineHandlers(engine: Engine): grpc.UntypedServiceImplementatio
     ),
     Score: unary(async (req: P.WireScoreRequest) => wire.scoreResponseToWire(await engine.score(wire.scoreFromWire(req)))),
     Update: unary(async (req: P.WireUpdateRequest) => wire.updateResponseToWire(await engine.update(wire.updateFromWire(req)))),
+    UpdateStream: updateStream(engine),
+    Abort: unary(async (req: P.WireAbortRequest) => {
+      const res = engine.abort({ modelKey: req.model_key, requestIds: req.request_ids });
+      return { aborted_requests: res.abortedRequests } satisfies P.WireAbortResponse;
+    }),
     Health: unary(async () => wire.healthToWire(engine.health())),
     Stats: unary(async () => wire.statsToWire(await engine.stats())),
   };

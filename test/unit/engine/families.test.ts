@@ -40,11 +40,14 @@ test('specs dispatch to their family by name; errors name the field under the pr
   assert.deepEqual(issues({ vocabSize: 8, hiddenDim: 1e9 }), ['models.policy.hiddenDim: must be an integer in [1, 4096], got 1000000000']);
 });
 
-test('wire: tiny-lm keeps its v1 fields, other families travel as config_json', () => {
+test('wire (v2): every family travels as config_json; tiny-lm\'s v1 fields 3-7 are still read', () => {
   const tiny = specToWire({ vocabSize: 8, contextWindow: 4 });
-  assert.equal(tiny.context_window, 4);
-  assert.equal(tiny.config_json, '');
-  assert.deepEqual(specFromWire(tiny), { family: undefined, vocabSize: 8, contextWindow: 4 });
+  assert.equal(tiny.family, 'tiny-lm');
+  assert.equal(tiny.context_window, undefined);
+  assert.deepEqual(JSON.parse(tiny.config_json!), { contextWindow: 4 });
+  assert.deepEqual(specFromWire(tiny), { family: 'tiny-lm', vocabSize: 8, contextWindow: 4 });
+  // a v1 client's tiny-lm spec
+  assert.deepEqual(specFromWire({ family: '', vocab_size: 8, context_window: 4, config_json: '' }), { family: undefined, vocabSize: 8, contextWindow: 4 });
   const tf = specToWire(TF);
   assert.equal(tf.family, 'transformer');
   assert.equal(tf.context_window, undefined);

@@ -1,0 +1,210 @@
+"""The transformer of gpu-workers/transformer/ (forward.ts, reference.ts) in PyTorch,
+reading its weights straight out of the flat parameter vector θ (spec.py layout):
+
+  h = tok_emb[tokens] (+ pos_emb[positions] when learned)
+  per layer (pre-norm): h += Wo·attn(norm1(h)); h += mlp(norm2(h))
+  logits = norm_f(h)·head (tied: tok_embᵀ), log-softmax
+
+norm: LayerNorm (x − mean)·rsqrt(mean((x − mean)²) + eps)·g + b, or RMSNorm x·rsqrt(mean(x²) + eps)·g;
+attention: softmax(q·kᵀ / √hd) over keys j ≤ i, query head h reads kv head ⌊h / (heads / kvHeads)⌋;
+RoPE: rotate-half convention, angle(p, i) = p·θ^(−2(i mod hd/2)/hd) (tables in float64, then float32);
+MLP: GPT-2's tanh GELU 0.5·z·(1 + tanh(√(2/π)(z + 0.044715 z³))), or SwiGLU silu(x·Wg)·(x·Wu).
+"""
+import math
+import os
+
+import numpy as np
+import torch
+
+import philox
+from spec import head_dim, param_layout
+
+GELU_C = math.sqrt(2 / math.pi)
+GELU_A = 0.044715
+SIGMA = 0.02
+
+
+# Dense float32 matmuls on CPU through oneDNN (mkldnn_linear): Debian's python3-torch links the
+# generic reference BLAS, ~10x slower for these shapes. Used for inputs of ≥ MKLDNN_MIN_ROWS rows
+# (prefill, Score, Update); single-row decode steps stay on aten's mm, which is faster there. The
+# choice depends only on shapes, so results stay deterministic. TROUPE_TORCH_MKLDNN=0 turns it off.
+MKLDNN = os.environ.get("TROUPE_TORCH_MKLDNN", "1") != "0" and torch.backends.mkldnn.is_available() and hasattr(torch._C._nn, "mkldnn_linear")
+MKLDNN_MIN_ROWS = 4
+
+
+def _onednn(a, w_out_in):
+    """a [N, in] @ w_out_inᵀ → [N, out] (both dense, contiguous, float32)"""
+    return torch._C._nn.mkldnn_linear(a.to_mkldnn(), w_out_in.to_mkldnn(), None).to_dense()
+
+
+class _OneDnnMatMul(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):  # x [..., K] · w [K, M]
+        ctx.save_for_backward(x, w)
+        x2 = x.reshape(-1, x.shape[-1]).contiguous()
+        return _onednn(x2, w.t().contiguous()).view(*x.shape[:-1], w.shape[1])
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        g2 = g.reshape(-1, g.shape[-1]).contiguous()
+        gx = gw = None
+        if ctx.needs_input_grad[0]:
+            gx = _onednn(g2, w.contiguous()).view(x.shape)  # g · wᵀ
+        if ctx.needs_input_grad[1]:
+            x2 = x.reshape(-1, x.shape[-1])
+            gw = _onednn(x2.t().contiguous(), g2.t().contiguous())  # xᵀ · g
+        return gx, gw
+
+
+def matmul(x, w):
+    """x [..., K] · w [K, M]"""
+    if MKLDNN and x.device.type == "cpu" and x.dtype == torch.float32 and x.numel() // x.shape[-1] >= MKLDNN_MIN_ROWS:
+        return _OneDnnMatMul.apply(x, w)
+    return x @ w
+
+
+def init_weights(spec, seed: int) -> torch.Tensor:
+    """θ₀ as init.ts draws it: Philox(seed, STREAM_INIT) uniforms, U(±σ√3) (residual-out /√(2·layers)), gains 1, biases 0.
+    Bit-identical to the built-in engine's InitModel."""
+    slots, total = param_layout(spec)
+    u = philox.uniforms(seed, philox.STREAM_INIT, total)
+    theta = np.zeros(total, dtype=np.float32)
+    half = SIGMA * math.sqrt(3)
+    for name, off, shape, kind in slots:
+        size = int(np.prod(shape))
+        if kind == "gain":
+            theta[off:off + size] = 1
+            continue
+        a = 0.0 if kind == "bias" else (half / math.sqrt(2 * spec["layers"]) if kind == "residual-out" else half)
+        theta[off:off + size] = ((2 * u[off:off + size] - 1) * a).astype(np.float32)
+    return torch.from_numpy(theta)
+
+
+class Transformer:
+    def __init__(self, spec, device):
+        self.spec = spec
+        self.device = device
+        self.slots, self.P = param_layout(spec)
+        self.hd = head_dim(spec)
+        self.group = spec["heads"] // spec["kvHeads"]
+        if spec["positions"] == "rope":
+            half = self.hd // 2
+            p = np.arange(spec["maxSeq"], dtype=np.float64)[:, None]
+            i = np.arange(self.hd) % half
+            ang = p * np.power(float(spec["ropeTheta"]), (-2.0 * i) / self.hd)[None, :]
+            self.cos = torch.tensor(np.cos(ang), dtype=torch.float32, device=device)
+            self.sin = torch.tensor(np.sin(ang), dtype=torch.float32, device=device)
+
+    def weights(self, theta: torch.Tensor):
+        return {name: theta[off:off + int(np.prod(shape))].view(shape) for name, off, shape, _ in self.slots}
+
+    # ---- building blocks ----
+    def norm(self, W, x, name):
+        eps = self.spec["normEps"]
+        if self.spec["norm"] == "layernorm":
+            c = x - x.mean(dim=-1, keepdim=True)
+            r = 1.0 / torch.sqrt((c * c).mean(dim=-1, keepdim=True) + eps)
+            return c * r * W[f"{name}_g"] + W[f"{name}_b"]
+        r = 1.0 / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps)
+        return x * r * W[f"{name}_g"]
+
+    def linear(self, W, x, layer, n):
+        y = matmul(x, W[f"{layer}w{n}"])
+        b = W.get(f"{layer}b{n}")
+        return y + b if b is not None else y
+
+    def rotate(self, x, pos):
+        """x [B, n, S, hd], pos: LongTensor [S]"""
+        cos, sin = self.cos[pos], self.sin[pos]
+        half = self.hd // 2
+        x1, x2 = x[..., :half], x[..., half:]
+        return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+    def mlp(self, W, x, L):
+        if self.spec["mlp"] == "gelu":
+            z = self.linear(W, x, L, "1")
+            a = 0.5 * z * (1 + torch.tanh(GELU_C * (z + GELU_A * (z * z * z))))
+            return self.linear(W, a, L, "2")
+        gate = self.linear(W, x, L, "g")
+        up = self.linear(W, x, L, "u")
+        return self.linear(W, gate * torch.sigmoid(gate) * up, L, "d")
+
+    def heads(self, W, n1, L, pos):
+        B, S, _ = n1.shape
+        s = self.spec
+        q = self.linear(W, n1, L, "q").view(B, S, s["heads"], self.hd).transpose(1, 2)
+        k = self.linear(W, n1, L, "k").view(B, S, s["kvHeads"], self.hd).transpose(1, 2)
+        v = self.linear(W, n1, L, "v").view(B, S, s["kvHeads"], self.hd).transpose(1, 2)
+        if s["positions"] == "rope":
+            q = self.rotate(q, pos)
+            k = self.rotate(k, pos)
+        return q, k, v
+
+    def attend(self, q, k, v, mask):
+        """q [B, H, S, hd], k/v [B, Hkv, T, hd], mask bool [S, T] or None → [B, S, H·hd]"""
+        if self.group > 1:
+            k = k.repeat_interleave(self.group, dim=1)
+            v = v.repeat_interleave(self.group, dim=1)
+        scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.hd))
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        p = torch.softmax(scores, dim=-1)
+        ctx = p @ v
+        B, H, S, hd = ctx.shape
+        return ctx.transpose(1, 2).reshape(B, S, H * hd)
+
+    def embed(self, W, tokens, pos):
+        h = W["tok_emb"][tokens]
+        if self.spec["positions"] == "learned":
+            h = h + W["pos_emb"][pos]
+        return h
+
+    def head(self, W, h):
+        nf = self.norm(W, h, "lnf")
+        return matmul(nf, W["tok_emb"].t() if self.spec["tiedHead"] else W["head"])
+
+    # ---- whole sequences ----
+    def forward(self, W, tokens):
+        """tokens LongTensor [B, S] (right-padded) → logits [B, S, V]; position p predicts token p+1."""
+        S = tokens.shape[1]
+        pos = torch.arange(S, device=tokens.device)
+        mask = torch.ones(S, S, dtype=torch.bool, device=tokens.device).tril()
+        h = self.embed(W, tokens, pos)
+        for l in range(self.spec["layers"]):
+            L = f"l{l}."
+            q, k, v = self.heads(W, self.norm(W, h, f"{L}ln1"), L, pos)
+            h = h + self.linear(W, self.attend(q, k, v, mask), L, "o")
+            h = h + self.mlp(W, self.norm(W, h, f"{L}ln2"), L)
+        return self.head(W, h)
+
+    # ---- incremental decoding with a KV cache (batch of one sequence) ----
+    def prefill(self, W, tokens):
+        """tokens [1, S] → (logits of the last position [V], cache)"""
+        S = tokens.shape[1]
+        pos = torch.arange(S, device=tokens.device)
+        mask = torch.ones(S, S, dtype=torch.bool, device=tokens.device).tril()
+        h = self.embed(W, tokens, pos)
+        cache = []
+        for l in range(self.spec["layers"]):
+            L = f"l{l}."
+            q, k, v = self.heads(W, self.norm(W, h, f"{L}ln1"), L, pos)
+            cache.append([k, v])
+            h = h + self.linear(W, self.attend(q, k, v, mask), L, "o")
+            h = h + self.mlp(W, self.norm(W, h, f"{L}ln2"), L)
+        return self.head(W, h[:, -1:, :])[0, 0], cache
+
+    def decode(self, W, token: int, position: int, cache):
+        """One new token at `position` attending to the cache (extended in place) → logits [V]."""
+        tokens = torch.tensor([[token]], dtype=torch.long, device=self.device)
+        pos = torch.tensor([position], dtype=torch.long, device=self.device)
+        h = self.embed(W, tokens, pos)
+        for l in range(self.spec["layers"]):
+            L = f"l{l}."
+            q, k, v = self.heads(W, self.norm(W, h, f"{L}ln1"), L, pos)
+            k = torch.cat([cache[l][0], k], dim=2)
+            v = torch.cat([cache[l][1], v], dim=2)
+            cache[l] = [k, v]
+            h = h + self.linear(W, self.attend(q, k, v, None), L, "o")
+            h = h + self.mlp(W, self.norm(W, h, f"{L}ln2"), L)
+        return self.head(W, h)[0, 0]

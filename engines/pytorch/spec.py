@@ -1,0 +1,262 @@
+"""The "transformer" family's config: normalization (defaults, limits, messages
+by field path) and the flat parameter layout, mirroring gpu-workers/transformer/spec.ts
+field for field, so that a spec and a weights vector mean the same in both engines.
+"""
+import json
+import math
+
+FAMILY = "transformer"
+POSITIONS = ["learned", "rope"]
+NORMS = ["layernorm", "rmsnorm"]
+MLPS = ["gelu", "swiglu"]
+LIMITS = {
+    "vocabSize": 262_144,
+    "width": 8192,
+    "layers": 128,
+    "heads": 256,
+    "mlpWidth": 65_536,
+    "maxSeq": 32_768,
+    "params": 1_000_000_000,
+}
+# normalized field order (the order spec.ts's zod schema declares them)
+FIELDS = ["width", "layers", "heads", "kvHeads", "mlpWidth", "positions", "ropeTheta", "norm", "normEps", "mlp", "bias", "tiedHead", "maxSeq"]
+
+
+class SpecError(Exception):
+    def __init__(self, issues):
+        self.issues = issues
+        super().__init__("; ".join(f"{p}: {m}" for p, m in issues))
+
+
+def _type_name(v):
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, (int, float)):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, list):
+        return "array"
+    return "object"
+
+
+def _is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def normalize(family: str, vocab_size: int, config: dict, prefix="spec"):
+    """The normalized spec dict {family, vocabSize, width, ...}; raises SpecError (every issue by path)."""
+    issues = []
+    at = lambda f, m: issues.append((f"{prefix}.{f}", m))
+    if family != FAMILY:
+        raise SpecError([(f"{prefix}.family", f"unknown model family {json.dumps(family)} (this engine hosts: {FAMILY})")])
+    if not isinstance(config, dict):
+        raise SpecError([(f"{prefix}.config_json", "must be a JSON object")])
+    cfg = {k: v for k, v in config.items() if k not in ("family", "vocabSize")}
+    if "checkpoint" in cfg:
+        raise SpecError([(f"{prefix}.checkpoint", "pretrained checkpoints are not supported by the PyTorch engine (send weights with LoadVersion instead)")])
+    out = {}
+
+    def count(name, value, maximum, minimum=1, default=None, optional=False):
+        if value is None:
+            if optional:
+                return None
+            if default is None:
+                at(name, "Invalid input: expected number, received undefined")
+                return None
+            return default
+        if not _is_number(value):
+            at(name, f"Invalid input: expected number, received {_type_name(value)}")
+            return None
+        if float(value) != math.floor(value):
+            at(name, "must be an integer")
+            return None
+        v = int(value)
+        if v < minimum:
+            at(name, f"must be ≥ {minimum}")
+            return None
+        if v > maximum:
+            at(name, f"must be ≤ {maximum}")
+            return None
+        return v
+
+    def one_of(name, value, options, default):
+        if value is None:
+            return default
+        if not isinstance(value, str) or value not in options:
+            at(name, f"unknown option {json.dumps(value)}; known: {', '.join(options)}")
+            return None
+        return value
+
+    def boolean(name, value, default):
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            at(name, f"Invalid input: expected boolean, received {_type_name(value)}")
+            return None
+        return value
+
+    def number(name, value, default, check):
+        if value is None:
+            return default
+        if not _is_number(value):
+            at(name, f"Invalid input: expected number, received {_type_name(value)}")
+            return None
+        msg = check(value)
+        if msg:
+            at(name, msg)
+            return None
+        return float(value)
+
+    g = cfg.get
+    vocab = count("vocabSize", vocab_size, LIMITS["vocabSize"], 2)
+    out["width"] = count("width", g("width"), LIMITS["width"], default=128)
+    out["layers"] = count("layers", g("layers"), LIMITS["layers"], default=2)
+    out["heads"] = count("heads", g("heads"), LIMITS["heads"], default=4)
+    out["kvHeads"] = count("kvHeads", g("kvHeads"), LIMITS["heads"], optional=True)
+    out["mlpWidth"] = count("mlpWidth", g("mlpWidth"), LIMITS["mlpWidth"], optional=True)
+    out["positions"] = one_of("positions", g("positions"), POSITIONS, "learned")
+    out["ropeTheta"] = number("ropeTheta", g("ropeTheta"), 10_000.0, lambda v: None if v > 1 else "must be > 1")
+    out["norm"] = one_of("norm", g("norm"), NORMS, "layernorm")
+    out["normEps"] = number("normEps", g("normEps"), 1e-5, lambda v: "must be > 0" if not v > 0 else ("must be ≤ 1" if v > 1 else None))
+    out["mlp"] = one_of("mlp", g("mlp"), MLPS, "gelu")
+    out["bias"] = boolean("bias", g("bias"), True)
+    out["tiedHead"] = boolean("tiedHead", g("tiedHead"), True)
+    out["maxSeq"] = count("maxSeq", g("maxSeq"), LIMITS["maxSeq"], default=256)
+    for k in cfg:
+        if k not in FIELDS:
+            at(k, "unknown option")
+    if issues:
+        raise SpecError(issues)
+    spec = {"family": FAMILY, "vocabSize": vocab, **out}
+    if spec["kvHeads"] is None:
+        spec["kvHeads"] = spec["heads"]
+    if spec["mlpWidth"] is None:
+        spec["mlpWidth"] = 4 * spec["width"]
+    if spec["width"] % spec["heads"] != 0:
+        at("heads", f"must divide width ({spec['width']} is not a multiple of {spec['heads']})")
+    elif spec["positions"] == "rope" and (spec["width"] // spec["heads"]) % 2 != 0:
+        at("positions", f"rope needs an even head dimension (width / heads = {spec['width'] // spec['heads']})")
+    if spec["heads"] % spec["kvHeads"] != 0:
+        at("kvHeads", f"must divide heads ({spec['heads']} is not a multiple of {spec['kvHeads']})")
+    if not issues:
+        total = param_layout(spec)[1]
+        if total > LIMITS["params"]:
+            at("width", f"{total} parameters exceed the limit of {LIMITS['params']} (reduce width, layers, mlpWidth or vocabSize)")
+    if issues:
+        raise SpecError(issues)
+    return spec
+
+
+def head_dim(s):
+    return s["width"] // s["heads"]
+
+
+def param_layout(s):
+    """([(name, offset, shape, kind)], total): spec.ts paramLayout, matrices stored [in, out] row-major."""
+    D = s["width"]
+    hd = s["width"] // s["heads"]
+    slots = []
+    offset = 0
+
+    def add(name, shape, kind):
+        nonlocal offset
+        size = 1
+        for d in shape:
+            size *= d
+        slots.append((name, offset, tuple(shape), kind))
+        offset += size
+
+    def norm(name):
+        add(f"{name}_g", [D], "gain")
+        if s["norm"] == "layernorm":
+            add(f"{name}_b", [D], "bias")
+
+    def linear(layer, name, fan_in, fan_out, kind="matrix"):
+        add(f"{layer}w{name}", [fan_in, fan_out], kind)
+        if s["bias"]:
+            add(f"{layer}b{name}", [fan_out], "bias")
+
+    add("tok_emb", [s["vocabSize"], D], "embedding")
+    if s["positions"] == "learned":
+        add("pos_emb", [s["maxSeq"], D], "position")
+    for l in range(s["layers"]):
+        p = f"l{l}."
+        norm(f"{p}ln1")
+        linear(p, "q", D, s["heads"] * hd)
+        linear(p, "k", D, s["kvHeads"] * hd)
+        linear(p, "v", D, s["kvHeads"] * hd)
+        linear(p, "o", s["heads"] * hd, D, "residual-out")
+        norm(f"{p}ln2")
+        if s["mlp"] == "gelu":
+            mlp = [("1", D, s["mlpWidth"], "matrix"), ("2", s["mlpWidth"], D, "residual-out")]
+        else:
+            mlp = [("g", D, s["mlpWidth"], "matrix"), ("u", D, s["mlpWidth"], "matrix"), ("d", s["mlpWidth"], D, "residual-out")]
+        for n, i, o, kind in mlp:
+            linear(p, n, i, o, kind)
+    norm("lnf")
+    if not s["tiedHead"]:
+        add("head", [D, s["vocabSize"]], "matrix")
+    return slots, offset
+
+
+def spec_key(s):
+    return json.dumps([s[k] for k in ["family", "vocabSize"] + FIELDS])
+
+
+def js_number(x) -> str:
+    """A number as JavaScript's JSON.stringify writes it (shortest round-trip digits, JS exponent rules)."""
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if isinstance(x, int):
+        return str(x)
+    if x == 0:
+        return "0"
+    r = repr(float(x))
+    sign = "-" if r.startswith("-") else ""
+    r = r.lstrip("-")
+    if "e" in r:
+        mant, exp = r.split("e")
+        exp = int(exp)
+    else:
+        mant, exp = r, 0
+    if "." in mant:
+        ip, fp = mant.split(".")
+    else:
+        ip, fp = mant, ""
+    digits = (ip + fp).lstrip("0")
+    # position of the decimal point relative to the digit string: value = 0.digits * 10^n
+    lead_zeros = len(ip + fp) - len((ip + fp).lstrip("0"))
+    n = len(ip) + exp - lead_zeros
+    digits = digits.rstrip("0") or "0"
+    k = len(digits)
+    if k <= n <= 21:
+        s = digits + "0" * (n - k)
+    elif 0 < n <= 21:
+        s = digits[:n] + "." + digits[n:]
+    elif -6 < n <= 0:
+        s = "0." + "0" * (-n) + digits
+    else:
+        e = n - 1
+        es = f"e+{e}" if e >= 0 else f"e-{-e}"
+        s = digits + es if k == 1 else digits[0] + "." + digits[1:] + es
+    return sign + s
+
+
+def config_json(s) -> str:
+    """The normalized config (every field but family / vocabSize) as JSON, in spec.ts order, JS number formatting."""
+    parts = []
+    for k in FIELDS:
+        v = s[k]
+        if isinstance(v, str):
+            val = json.dumps(v)
+        elif isinstance(v, bool):
+            val = "true" if v else "false"
+        elif isinstance(v, float) and v.is_integer() and abs(v) < 1e21:
+            val = str(int(v))
+        else:
+            val = js_number(v)
+        parts.append(f"{json.dumps(k)}:{val}")
+    return "{" + ",".join(parts) + "}"

@@ -1,0 +1,159 @@
+"""One training update (UpdateRequest) with autograd, float32: the objective of
+gpu-workers/tiny-lm/objective.ts + policy-loss.ts and the optimizer of adamw.ts.
+
+Per trained token t (loss mask 1), with logp_t = log π(token_t) at the step's weights:
+  log_ratio = clamp(logp − old, −20, 20), ratio = exp(log_ratio)
+  L1 = −A·ratio, L2 = −A·clamp(ratio, 1−ε_low, 1+ε_high), L = L2 if L2 > L1 else L1
+  dual clip (A < 0 and L > −A·c): L = −A·c
+  KL (only with ref log-probs): k1 = logp − ref; k3 = clamp(e^x − x − 1, −10, 10), x = clamp(ref − logp, −20, 20)
+  loss = Σ_t w_t (L_t + kl_coef·KL_t) − entropy_coef·Σ_t w_t H_t   (no further normalization)
+Then global-norm clipping g ← g·min(1, max_norm / (‖g‖ + 1e−6)) and AdamW:
+  θ ← θ·(1 − lr·wd); m ← β1 m + (1−β1) g; v ← β2 v + (1−β2) g²;
+  θ ← θ − step_size·m / (√v / bc2_sqrt + eps), step_size = lr / (1 − β1^t), bc2_sqrt = √(1 − β2^t)
+(the two per-step constants in float64 on the host, rounded to float32, as adamw.ts does).
+"""
+import math
+
+import numpy as np
+import torch
+
+
+class NonFiniteUpdate(Exception):
+    def __init__(self, step, loss, grad_norm, message):
+        super().__init__(message)
+        self.step = step
+        self.loss = loss
+        self.grad_norm = grad_norm
+
+
+METRIC_NAMES = ["loss", "pg_loss", "kl_loss", "grad_norm", "clip_fraction", "approx_kl", "entropy", "dual_clip_fraction", "entropy_sum"]
+
+
+def f32(x):
+    return float(np.float32(x))
+
+
+def build_batch(samples, device):
+    """Right-padded [B, S] tokens and, for each trained token, its grid row and loss inputs."""
+    B = len(samples)
+    S = max(1, max(len(s["context"]) + len(s["tokens"]) - 1 for s in samples))
+    tokens = torch.zeros(B, S, dtype=torch.long)
+    rows, targets, adv, old, w, ref, has_ref = [], [], [], [], [], [], []
+    for b, s in enumerate(samples):
+        full = list(s["context"]) + list(s["tokens"])
+        if len(full) > 1:
+            tokens[b, : len(full) - 1] = torch.tensor(full[:-1], dtype=torch.long)
+        C = len(s["context"])
+        for t, tok in enumerate(s["tokens"]):
+            if s["loss_mask"][t] != 1:
+                continue
+            rows.append(b * S + C - 1 + t)
+            targets.append(tok)
+            adv.append(s["advantages"][t])
+            old.append(s["old_logprobs"][t])
+            w.append(s["loss_weights"][t])
+            if s["ref_logprobs"]:
+                ref.append(s["ref_logprobs"][t])
+                has_ref.append(True)
+            else:
+                ref.append(0.0)
+                has_ref.append(False)
+    f = lambda xs: torch.tensor(xs, dtype=torch.float32, device=device)
+    return {
+        "tokens": tokens.to(device),
+        "rows": torch.tensor(rows, dtype=torch.long, device=device),
+        "targets": torch.tensor(targets, dtype=torch.long, device=device),
+        "adv": f(adv),
+        "old": f(old),
+        "w": f(w),
+        "ref": f(ref),
+        "has_ref": torch.tensor(has_ref, dtype=torch.bool, device=device),
+        "n": len(rows),
+    }
+
+
+def objective(model, theta, batch, st):
+    """(loss tensor, metrics dict of floats except grad_norm) at θ."""
+    W = model.weights(theta)
+    logits = model.forward(W, batch["tokens"])
+    V = logits.shape[-1]
+    logp = torch.log_softmax(logits.reshape(-1, V)[batch["rows"]], dim=-1)  # [N, V]
+    lp = logp.gather(1, batch["targets"][:, None])[:, 0]
+    dev = lp.device
+    c = lambda v: torch.tensor(v, dtype=torch.float32, device=dev)
+    adv, old, w = batch["adv"], batch["old"], batch["w"]
+    diff = lp - old
+    log_ratio = torch.clamp(diff, -20.0, 20.0)
+    ratio = torch.exp(log_ratio)
+    neg_a = -adv
+    l1 = neg_a * ratio
+    l2 = neg_a * torch.clamp(ratio, 1 - st["clip_low"], 1 + st["clip_high"])
+    use_l2 = l2 > l1
+    l_clip = torch.where(use_l2, l2, l1)
+    l3 = neg_a * c(st["dual_clip"])
+    dual_on = (adv < 0) & (l_clip > l3)
+    l_pg = torch.where(dual_on, l3, l_clip)
+    if st["kl_type"] == "k1":
+        kl_raw = lp - batch["ref"]
+    else:
+        xr = torch.clamp(batch["ref"] - lp, -20.0, 20.0)
+        kl_raw = torch.clamp(torch.exp(xr) - xr - 1, -10.0, 10.0)
+    kl = torch.where(batch["has_ref"], kl_raw, torch.zeros_like(kl_raw))
+    probs = torch.exp(logp)
+    H = -(probs * logp).sum(dim=-1)
+    weighted_loss = w * (l_pg + c(st["kl_coef"]) * kl)
+    entropy_sum = (w * H).sum()
+    loss = weighted_loss.sum() - c(st["entropy_coef"]) * entropy_sum
+    with torch.no_grad():
+        row_mask = (w != 0).to(torch.float32)
+        n_rows = max(float(row_mask.sum().item()), 1.0)
+        mean = lambda x: float((row_mask * x).sum().item()) / n_rows
+        metrics = {
+            "loss": float(loss.item()),
+            "pg_loss": float((w * l_pg).sum().item()),
+            "kl_loss": float((w * kl).sum().item()),
+            "entropy_sum": float(entropy_sum.item()),
+            "clip_fraction": mean((use_l2 & ~dual_on).to(torch.float32)),
+            "dual_clip_fraction": mean(dual_on.to(torch.float32)),
+            "approx_kl": mean((ratio - 1) - log_ratio),
+            "entropy": mean(H),
+        }
+    return loss, metrics
+
+
+def run_update(model, theta, m, v, step, samples, st, on_step=None):
+    """K = inner_steps AdamW steps on the whole batch. Returns (theta, m, v, step, [metrics per step], trained tokens).
+    Inputs are not modified; raises NonFiniteUpdate."""
+    device = model.device
+    batch = build_batch(samples, device)
+    theta = theta.clone()
+    m = m.clone()
+    v = v.clone()
+    lr, b1, b2 = f32(st["lr"]), f32(st["beta1"]), f32(st["beta2"])
+    c = lambda x: torch.tensor(f32(x), dtype=torch.float32, device=device)
+    max_norm = c(st["max_grad_norm"]) if st["max_grad_norm"] > 0 else c(float("inf"))
+    steps = []
+    for k in range(st["inner_steps"]):
+        t = step + k + 1
+        th = theta.detach().clone().requires_grad_(True)
+        loss, metrics = objective(model, th, batch, st)
+        loss.backward()
+        g = th.grad.detach()
+        norm = torch.sqrt((g * g).sum())
+        metrics["grad_norm"] = float(norm.item())
+        steps.append(metrics)
+        if not math.isfinite(metrics["loss"]) or not math.isfinite(metrics["grad_norm"]):
+            raise NonFiniteUpdate(k, metrics["loss"], metrics["grad_norm"], f"inner step {k}")
+        coef = torch.clamp(max_norm / (norm + c(1e-6)), max=1.0)
+        g = g * coef
+        step_size = c(lr / (1 - math.pow(b1, t)))
+        bc2 = c(math.sqrt(1 - math.pow(b2, t)))
+        theta = theta * (c(1) - c(lr) * c(st["weight_decay"]))
+        m = c(b1) * m + (c(1) - c(b1)) * g
+        v = c(b2) * v + (c(1) - c(b2)) * (g * g)
+        theta = theta - step_size * (m / (torch.sqrt(v) / bc2 + c(st["eps"])))
+        if on_step:
+            on_step(k + 1)
+    if not bool(torch.isfinite(theta).all()):
+        raise NonFiniteUpdate(len(steps) - 1, steps[-1]["loss"], steps[-1]["grad_norm"], "final weights")
+    return theta.detach(), m, v, step + st["inner_steps"], steps, batch["n"]
