@@ -1,13 +1,13 @@
 // troupe engine-check: runs the engine protocol v2 conformance suite
 // (gpu-workers/conformance/) against an engine at host:port.
 import { TroupeError } from '../../infra/errors';
-import { CHECKS, EngineUnreachableError, formatSummary, runConformance, selectChecks } from '../../gpu-workers/conformance';
+import { CHECKS, checkIds, EngineUnreachableError, formatSummary, runConformance } from '../../gpu-workers/conformance';
 import { defineCommand } from '../command';
 
 export default defineCommand({
   name: 'engine-check',
   summary: 'Check that a model engine at host:port implements engine protocol v2 (conformance suite)',
-  usage: 'troupe engine-check <host:port> [--json] [--only id,id] [--shared-dir DIR]',
+  usage: 'troupe engine-check <host:port> [--json] [--only id,id] [--skip id,id] [--shared-dir DIR]',
   description:
     'Talks to the engine over gRPC as any caller could, with well-formed and malformed requests: Health and capabilities, ' +
     'InitModel, export/load round trips (bytes, chunks, by reference), Generate, Score, Update/UpdateStream, error reasons, Abort, chunk sizes. ' +
@@ -19,6 +19,7 @@ export default defineCommand({
   options: {
     json: { type: 'boolean', description: 'print one JSON object (results, capabilities, counts) instead of lines' },
     only: { type: 'string', valueName: 'IDS', description: 'run only these checks (comma-separated ids or prefixes like "update.")' },
+    skip: { type: 'string', valueName: 'IDS', description: 'report these checks as SKIP without running them (ids or prefixes)' },
     'shared-dir': { type: 'string', valueName: 'DIR', description: 'a directory the engine reads and writes at the same path (by-reference checks; default the OS temp dir)' },
   },
   positionals: true,
@@ -30,16 +31,21 @@ export default defineCommand({
     if (!/^(\[[0-9a-fA-F:.]+\]|[^\s:/]+):\d+$/.test(address)) {
       throw new TroupeError(`engine-check: "${address}" is not host:port`, 'e.g. `npx troupe engine-check 127.0.0.1:50051`');
     }
-    const only = values.only?.split(',').map((s) => s.trim()).filter(Boolean);
-    try {
-      selectChecks(only);
-    } catch (e) {
-      throw new TroupeError(`engine-check: --only: ${(e as Error).message}`);
+    const list = (v: string | undefined) => v?.split(',').map((s) => s.trim()).filter(Boolean);
+    const only = list(values.only);
+    const skip = list(values.skip);
+    for (const [flag, ids] of [['--only', only], ['--skip', skip]] as const) {
+      try {
+        if (ids) checkIds(ids);
+      } catch (e) {
+        throw new TroupeError(`engine-check: ${flag}: ${(e as Error).message}`);
+      }
     }
     let report;
     try {
       report = await runConformance(address, {
         only,
+        skip,
         sharedDir: values['shared-dir'],
         log: values.json ? undefined : (line) => console.log(line),
       });

@@ -409,7 +409,9 @@ export const CHECKS: Check[] = [
       await ctx.requireReferences();
       await ctx.requireRpcs('LoadVersion');
       const base = await ctx.base();
+      // an existing directory: whether an engine creates a missing one is not specified
       const dir = path.join(ctx.tmpDir(), 'export');
+      fs.mkdirSync(dir, { recursive: true });
       const res = ok(
         await ctx.client.unary<P.WireExportVersionResponse>('ExportVersion', { model_key: base.key, version: '0', destination_uri: pathToFileURL(dir).href }),
         'ExportVersion by reference',
