@@ -9,7 +9,9 @@ import * as path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type * as P from '../proto';
 import { BASE_SEED, Context, expect, Fail, HEX64, ok, sha256Hex, Skip, type UpdateFixture } from './context';
-import { describeError, protoRpcNames } from './wire-client';
+import { FAMILY_NAMES, normalizeModelSpec } from '../families';
+import * as wire from '../wire';
+import { describeError, protoRpcNames, type WireError } from './wire-client';
 
 export interface Check {
   id: string;
@@ -337,6 +339,58 @@ export const CHECKS: Check[] = [
     },
   },
 
+  {
+    id: 'init.normalized-spec',
+    title: 'InitModel echoes the spec normalized as Troupe does (gpu-workers/families.ts): every field, defaults filled, for a full and a sparse config',
+    async run(ctx) {
+      await ctx.requireRpcs('InitModel');
+      const spec = await ctx.spec();
+      if (!FAMILY_NAMES.includes(spec.family ?? '')) throw new Skip(`family ${spec.family} is not one of Troupe's (${FAMILY_NAMES.join(', ')}): no reference normalization`);
+      const sparse: P.WireModelSpec =
+        spec.family === 'transformer'
+          ? { family: 'transformer', vocab_size: 12, config_json: JSON.stringify({ width: 16, layers: 1, heads: 2, maxSeq: 16 }) }
+          : { family: spec.family, vocab_size: 12, config_json: '{}' };
+      const problems: string[] = [];
+      for (const [name, sent, info] of [
+        ['test', spec, (await ctx.base()).info],
+        ['sparse', sparse, ok(await ctx.client.unary<P.WireVersionInfo>('InitModel', { model_key: ctx.key('sparse'), spec: sparse, seed: '1' }), 'InitModel of a sparse spec')],
+      ] as const) {
+        const want = JSON.parse(wire.specToWire(normalizeModelSpec(wire.specFromWire(sent))).config_json!) as Record<string, unknown>;
+        let got: Record<string, unknown> = {};
+        try {
+          got = JSON.parse(info.spec?.config_json || '{}');
+        } catch {
+          problems.push(`${name}: config_json not JSON`);
+          continue;
+        }
+        const keys = [...new Set([...Object.keys(want), ...Object.keys(got)])];
+        const diff = keys.filter((k) => JSON.stringify(want[k]) !== JSON.stringify(got[k]));
+        if (diff.length) problems.push(`${name} spec: ${diff.map((k) => `${k} ${JSON.stringify(got[k])} (Troupe: ${JSON.stringify(want[k])})`).join(', ')}`);
+        if (info.spec?.family !== sent.family) problems.push(`${name} spec: family ${JSON.stringify(info.spec?.family)}`);
+      }
+      expect(problems.length === 0, problems.join('; '));
+    },
+  },
+  {
+    id: 'init.v1-spec',
+    title: 'InitModel reads the v1 tiny-lm form (family "", fields 3-7, no config_json) and echoes it as family "tiny-lm" with config_json',
+    async run(ctx) {
+      await ctx.requireRpcs('InitModel');
+      if (!(await ctx.capabilities()).families.includes('tiny-lm')) throw new Skip('the engine does not host tiny-lm');
+      const info = ok(
+        await ctx.client.unary<P.WireVersionInfo>('InitModel', { model_key: ctx.key('v1-spec'), spec: { family: '', vocab_size: 16, context_window: 4, embed_dim: 8, hidden_dim: 16 }, seed: '1' }),
+        'InitModel of a v1 tiny-lm spec',
+      );
+      let cfg: Record<string, unknown> = {};
+      try {
+        cfg = JSON.parse(info.spec?.config_json || '{}');
+      } catch {
+        throw new Fail(`config_json ${JSON.stringify(info.spec?.config_json)} not JSON`);
+      }
+      expect(info.spec?.family === 'tiny-lm', `family ${JSON.stringify(info.spec?.family)}, expected "tiny-lm"`);
+      expect(cfg.contextWindow === 4 && cfg.embedDim === 8 && cfg.hiddenDim === 16, `config_json ${info.spec?.config_json}, expected contextWindow 4, embedDim 8, hiddenDim 16`);
+    },
+  },
   // ---- Export / Load ----
   {
     id: 'export.unary',
@@ -451,6 +505,12 @@ export const CHECKS: Check[] = [
         'LoadVersion by reference',
       );
       expect(sameInfo(info, base.info), `loaded by reference: sha ${info.weights_sha256.slice(0, 12)}…, expected ${base.info.weights_sha256.slice(0, 12)}…`);
+      await ctx.expectError(
+        'ExportVersion to an http:// destination',
+        () => ctx.client.unary('ExportVersion', { model_key: base.key, version: '0', destination_uri: 'http://127.0.0.1:1/troupe' }),
+        'FAILED_PRECONDITION',
+        'REFERENCE_UNREADABLE',
+      );
       await ctx.expectError(
         'ExportVersion to a destination under a regular file',
         () => ctx.client.unary('ExportVersion', { model_key: base.key, version: '0', destination_uri: pathToFileURL(path.join(writeFileRef(ctx), 'sub')).href }),
@@ -621,6 +681,50 @@ export const CHECKS: Check[] = [
     },
   },
 
+  {
+    id: 'generate.sampling',
+    title: 'Sampling semantics: top_k 1 and a tiny top_p draw the greedy tokens (sample_logprobs 0); at temperature 1 without top-k/top-p sample_logprobs = logprobs; top_k ≥ V = off',
+    async run(ctx) {
+      await ctx.requireRpcs('Generate');
+      const caps = await ctx.capabilities();
+      const base = await ctx.base();
+      const V = await ctx.vocab();
+      const cs = contexts(V);
+      const run = (sampling: P.WireSamplingParams) =>
+        generateOk(ctx, { model_key: base.key, version: '0', sampling: { max_tokens: 6, ...sampling }, sequences: cs.map((c, i) => ({ context: c, seed: String(300 + i) })) }, `Generate ${JSON.stringify(sampling)}`);
+      const greedy = await run({ temperature: 0 });
+      for (const sampling of [{ temperature: 1, top_k: 1 }, { temperature: 1, top_p: 0.001 }]) {
+        const r = await run(sampling);
+        const i = r.sequences.findIndex((s, k) => s.tokens.join() !== greedy.sequences[k]!.tokens.join() || s.sample_logprobs.some((x) => x !== 0));
+        expect(i < 0, `${JSON.stringify(sampling)}: sequences[${i}] tokens [${r.sequences[i]?.tokens}] sample_logprobs [${r.sequences[i]?.sample_logprobs.map(fmt)}], expected the greedy [${greedy.sequences[i]?.tokens}] with 0s`);
+      }
+      const plain = await run({ temperature: 1 });
+      const tol = caps.score_matches_generate === 'tolerance' ? caps.score_tolerance : 0;
+      let max = 0;
+      for (const s of plain.sequences) s.logprobs.forEach((x, k) => (max = Math.max(max, Math.abs(x - s.sample_logprobs[k]!))));
+      expect(max <= Math.max(tol, 1e-6), `temperature 1, no top-k/top-p: max |sample_logprobs − logprobs| ${fmt(max)}`);
+      if (caps.deterministic) {
+        const allK = await run({ temperature: 1, top_k: V + 5 });
+        const d = firstDifference(plain.sequences, allK.sequences);
+        expect(!d, `top_k ${V + 5} (≥ V) differs from no top_k: ${d}`);
+      }
+    },
+  },
+  {
+    id: 'generate.top-p-off',
+    title: 'top_p ≥ 1 is off (proto: "0 or >= 1 = off"): top_p 1.5 is accepted and samples as without top_p',
+    async run(ctx) {
+      await ctx.requireRpcs('Generate');
+      const base = await ctx.base();
+      const cs = contexts(await ctx.vocab());
+      const req = (sampling: P.WireSamplingParams): GenReq => ({ model_key: base.key, version: '0', sampling: { temperature: 1, max_tokens: 6, ...sampling }, sequences: cs.map((c, i) => ({ context: c, seed: String(320 + i) })) });
+      const off = await generateOk(ctx, req({ top_p: 1.5 }), 'Generate with top_p 1.5');
+      if ((await ctx.capabilities()).deterministic) {
+        const d = firstDifference((await generateOk(ctx, req({}))).sequences, off.sequences);
+        expect(!d, `top_p 1.5 differs from no top_p: ${d}`);
+      }
+    },
+  },
   // ---- Score ----
   {
     id: 'score.shape',
@@ -944,15 +1048,113 @@ export const CHECKS: Check[] = [
     },
   },
 
+  {
+    id: 'errors.sampling-invalid',
+    title: 'Generate with a negative or NaN temperature, or a stop token ≥ vocab → INVALID_REQUEST',
+    async run(ctx) {
+      await ctx.requireRpcs('Generate');
+      const base = await ctx.base();
+      const V = await ctx.vocab();
+      for (const sampling of [{ temperature: -1, max_tokens: 2 }, { temperature: NaN, max_tokens: 2 }, { temperature: 1, max_tokens: 2, stop_tokens: [V] }]) {
+        await ctx.expectError(`Generate with ${JSON.stringify(sampling)}`, () => ctx.client.unary('Generate', { model_key: base.key, version: '0', sampling, sequences: [{ context: [1], seed: '1' }] }), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
+      }
+    },
+  },
+  {
+    id: 'errors.context-length',
+    title: 'transformer: an empty context, or context + max_tokens > maxSeq → INVALID_REQUEST; exactly maxSeq is served',
+    async run(ctx) {
+      await ctx.requireRpcs('Generate');
+      const base = await ctx.base();
+      const maxSeq = JSON.parse(base.info.spec?.config_json || '{}').maxSeq as number | undefined;
+      if (base.info.spec?.family !== 'transformer' || !maxSeq) throw new Skip('the test model is not a transformer with maxSeq');
+      const req = (context: number[], max_tokens: number) => ({ model_key: base.key, version: '0', sampling: { temperature: 1, max_tokens }, sequences: [{ context: [1], seed: '1' }, { context, seed: '2' }] });
+      await ctx.expectError('Generate with an empty context', () => ctx.client.unary('Generate', req([], 2)), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
+      const ctxLen = maxSeq - 4;
+      await ctx.expectError(`Generate with context ${ctxLen} + max_tokens 5 > maxSeq ${maxSeq}`, () => ctx.client.unary('Generate', req(Array(ctxLen).fill(1), 5)), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
+      const full = req(Array(ctxLen).fill(1), 4);
+      await generateOk(ctx, full as GenReq, `Generate with context ${ctxLen} + max_tokens 4 = maxSeq`);
+    },
+  },
+  {
+    id: 'errors.update-settings',
+    title: 'Update with dual_clip_c 0.5 (must be > 1 or 0), a negative loss weight, a loss_mask value 2, or ref_logprobs of the wrong length → INVALID_REQUEST',
+    async run(ctx) {
+      await ctx.requireRpcs('Update');
+      const base = await ctx.base();
+      const sample: P.WireUpdateSample = { context: [1, 2], tokens: [3, 4, 5], loss_mask: [1, 1, 1], advantages: [1, -1, 1], old_logprobs: [-2, -2, -2], loss_weights: [0.25, 0.25, 0.25], ref_logprobs: [] };
+      const cases: [string, Partial<P.WireUpdateSample>, P.WireUpdateSettings | null][] = [
+        ['settings.dual_clip_c 0.5', {}, { dual_clip_c: 0.5 }],
+        ['loss_weights[1] −0.25', { loss_weights: [0.25, -0.25, 0.25] }, null],
+        ['loss_mask[1] 2', { loss_mask: [1, 2, 1] }, null],
+        ['1 ref_logprob for 3 tokens', { ref_logprobs: [-1] }, null],
+      ];
+      for (const [what, s, settings] of cases) {
+        await ctx.expectError(
+          `Update with ${what}`,
+          () => ctx.client.unary('Update', { model_key: base.key, base_version: '0', request_id: ctx.key(`bad-${what}`), allow_stale_base: false, samples: [{ ...sample, ...s }], settings }),
+          'INVALID_ARGUMENT',
+          'INVALID_REQUEST',
+        );
+      }
+      const v1 = await ctx.client.unary('ExportVersion', { model_key: base.key, version: '1' });
+      expect(!v1.ok, 'the base model has a version 1 after failed Updates');
+    },
+  },
+  {
+    id: 'errors.non-finite-update',
+    title: 'An Update whose weights blow up (lr 3e38, 3 inner steps) → NON_FINITE_UPDATE (ABORTED), nothing committed; the next good Update makes version 1',
+    async run(ctx) {
+      const u = await firstUpdate(ctx);
+      const key = ctx.key('non-finite');
+      ok(await ctx.client.unary('LoadVersion', loadRequest(key, '0', u.base.info.spec!, { weights: u.base.weights })), 'LoadVersion');
+      const o = await ctx.client.unary('Update', { ...u.request, model_key: key, request_id: ctx.key('blow-up'), settings: { lr: 3e38, inner_steps: 3 } });
+      expect(!o.ok, 'Update with lr 3e38 succeeded (weights should not be finite)');
+      const e = (o as { error: WireError }).error;
+      const asInvalid = e.codeName === 'INVALID_ARGUMENT' && e.reason === 'INVALID_REQUEST';
+      expect((e.codeName === 'ABORTED' && e.reason === 'NON_FINITE_UPDATE') || asInvalid, `got ${describeError(e)}; expected ABORTED/NON_FINITE_UPDATE`);
+      await ctx.stillServing('NON_FINITE_UPDATE');
+      const v1 = await ctx.client.unary('ExportVersion', { model_key: key, version: '1' });
+      expect(!v1.ok, 'a version 1 exists after the failed Update');
+      const good = ok(await ctx.client.unary<P.WireUpdateResponse>('Update', { ...u.request, model_key: key, request_id: ctx.key('after-blow-up') }), 'Update after NON_FINITE_UPDATE');
+      expect(String(good.info?.version) === '1', `the next Update made version ${good.info?.version}, expected 1`);
+      return asInvalid ? `rejected up front: ${e.message}` : e.message;
+    },
+  },
+  {
+    id: 'errors.streams',
+    title: 'Streaming RPCs fail with the same reasons: LoadVersionChunks without a header → INVALID_REQUEST; ExportVersionChunks / UpdateStream of an unknown model → MODEL_NOT_LOADED',
+    async run(ctx) {
+      const caps = await ctx.capabilities();
+      const key = ctx.key('never-loaded');
+      let n = 0;
+      if (caps.rpcs.includes('LoadVersionChunks')) {
+        n++;
+        await ctx.expectError('LoadVersionChunks without a header', () => ctx.client.clientStream('LoadVersionChunks', [{ header: null, weights: Buffer.alloc(8), optimizer_state: Buffer.alloc(0) }]), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
+      }
+      if (caps.rpcs.includes('ExportVersionChunks')) {
+        n++;
+        await ctx.expectError('ExportVersionChunks of an unknown model', () => ctx.client.serverStream('ExportVersionChunks', { model_key: key, version: '0' }), 'NOT_FOUND', 'MODEL_NOT_LOADED');
+      }
+      if (caps.rpcs.includes('UpdateStream')) {
+        n++;
+        const samples = [{ context: [1], tokens: [2], loss_mask: [1], advantages: [1], old_logprobs: [-1], loss_weights: [1], ref_logprobs: [] }];
+        await ctx.expectError('UpdateStream of an unknown model', () => ctx.client.serverStream('UpdateStream', { model_key: key, base_version: '0', request_id: ctx.key('us-nl'), samples }), 'NOT_FOUND', 'MODEL_NOT_LOADED');
+      }
+      if (n === 0) throw new Skip('the engine lists no streaming RPC');
+    },
+  },
   // ---- Abort ----
   {
     id: 'abort.unknown',
-    title: 'Abort of an unknown request id: 0 aborted, no error',
+    title: 'Abort of an unknown request id, and Abort {} with nothing in flight: 0 aborted, no error',
     async run(ctx) {
       await ctx.requireRpcs('Abort');
       const base = await ctx.base();
       const r = ok(await ctx.client.unary<P.WireAbortResponse>('Abort', { model_key: base.key, request_ids: [ctx.key('no-such-request')] }), 'Abort');
       expect(r.aborted_requests === 0, `aborted_requests ${r.aborted_requests}, expected 0`);
+      const all = ok(await ctx.client.unary<P.WireAbortResponse>('Abort', {}), 'Abort {} (every Generate of every model)');
+      expect(all.aborted_requests === 0, `Abort {} with nothing in flight: aborted_requests ${all.aborted_requests}, expected 0`);
     },
   },
   {
