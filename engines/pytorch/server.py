@@ -61,6 +61,7 @@ def ensure_stubs():
         if not plugin or not protoc:
             fail_start("protoc and grpc_python_plugin are needed to generate the gRPC stubs (Debian: protobuf-compiler protobuf-compiler-grpc)")
         tmp = tempfile.mkdtemp(prefix=".gen-", dir=HERE)
+        os.chmod(tmp, 0o755)
         r = subprocess.run(
             [protoc, f"-I{PROTO_DIR}", f"--python_out={tmp}", f"--grpc_python_out={tmp}", f"--plugin=protoc-gen-grpc_python={plugin}", "engine.proto"],
             capture_output=True, text=True,
@@ -722,7 +723,7 @@ class Engine(pbg.EngineServicer):
         return self._run(context, go)
 
     def _generate_one(self, model, W, ctx, seed, sp, call):
-        tokens, slps = [], []
+        tokens, slps, kv_lps = [], [], []
         reason = pb.MAX_TOKENS
         if call.aborted.is_set():
             return pb.GeneratedSequence(tokens=[], logprobs=[], sample_logprobs=[], stop_reason=pb.ABORTED)
@@ -736,6 +737,7 @@ class Engine(pbg.EngineServicer):
                 tok, slp = sample(logits, float(u[i]), sp["temperature"], sp["top_k"], sp["top_p"])
                 tokens.append(tok)
                 slps.append(slp)
+                kv_lps.append(float(torch.log_softmax(logits, dim=-1)[tok].item()))
                 if tok in sp["stop"]:
                     reason = pb.STOP_TOKEN
                     break
@@ -743,8 +745,10 @@ class Engine(pbg.EngineServicer):
                     break
                 logits = model.decode(W, tok, len(ctx) + i, cache)
                 self.queue.progress()  # each decode step is a device run (the hang watchdog sees progress)
-        # log π(token) by the same full-sequence forward Score uses: Generate's logprobs equal Score's bit for bit
-        lps, _ = self._score_one(model, W, ctx, tokens)
+        # log π(token) by the same full-sequence forward Score uses, so Generate's log-probs equal Score's bit
+        # for bit. An ABORTED sequence (not a finished sample) keeps the KV-cache decode's log-probs
+        # (within ~1e-6 of Score) so that Abort returns at once instead of after a full forward.
+        lps = kv_lps if reason == pb.ABORTED else self._score_one(model, W, ctx, tokens)[0]
         return pb.GeneratedSequence(tokens=tokens, logprobs=lps, sample_logprobs=slps, stop_reason=reason)
 
     def Abort(self, req, context):
@@ -757,7 +761,7 @@ class Engine(pbg.EngineServicer):
                         continue
                     if ids and c.request_id not in ids:
                         continue
-                    if c.job.future.done():
+                    if c.job.future.done() or c.aborted.is_set():  # returned already, or aborted by an earlier Abort
                         continue
                     c.aborted.set()
                     n += 1
