@@ -270,3 +270,45 @@ test('greedy Generate gives the same tokens in both; sampled Generate (same Phil
   console.log(`[interop] sampled sequences identical in both engines: ${sampledSame}/${sampledAll}`);
   assert.ok(sampledSame >= 0.9 * sampledAll, `sampled agreement ${sampledSame}/${sampledAll}`);
 });
+
+test('bad requests: the same gRPC code, reason and message from both engines; both keep serving', { skip, timeout: 600_000 }, async () => {
+  const spec = VARIANTS.llama;
+  const key = 'e-errors';
+  await onnxClient.initModel({ modelKey: key, spec, seed: 3 });
+  await torchClient.initModel({ modelKey: key, spec, seed: 3 });
+  const sampling = { temperature: 1, maxTokens: 4 };
+  const sample = { context: [1, 2], tokens: [3, 4], lossMask: [1, 1], advantages: [1, -1], oldLogprobs: [-2, -2], lossWeights: [0.5, 0.5] };
+  const calls: [string, (c: EngineClient) => Promise<unknown>][] = [
+    ['token out of vocabulary', (c) => c.generate({ modelKey: key, version: 0, sequences: [{ context: [1, 2, 99], seed: 1 }], sampling })],
+    ['empty context', (c) => c.score({ modelKey: key, version: 0, sequences: [{ context: [], tokens: [1] }] })],
+    ['past maxSeq', (c) => c.generate({ modelKey: key, version: 0, sequences: [{ context: [1], seed: 1 }], sampling: { ...sampling, maxTokens: 40 } })],
+    ['unknown model', (c) => c.score({ modelKey: 'nope', version: 0, sequences: [{ context: [1], tokens: [1] }] })],
+    ['unknown version', (c) => c.score({ modelKey: key, version: 9, sequences: [{ context: [1], tokens: [1] }] })],
+    ['bad spec', (c) => c.initModel({ modelKey: 'e-bad', spec: { ...spec, width: 30, mlp: 'relu' }, seed: 1 })],
+    ['unknown spec option', (c) => c.initModel({ modelKey: 'e-bad', spec: { ...spec, dropout: 0.1 }, seed: 1 })],
+    ['other seed for version 0', (c) => c.initModel({ modelKey: key, spec, seed: 4 })],
+    ['NaN advantage', (c) => c.update({ modelKey: key, baseVersion: 0, requestId: 'e1', samples: [{ ...sample, advantages: [1, NaN] }] })],
+    ['no trained tokens', (c) => c.update({ modelKey: key, baseVersion: 0, requestId: 'e2', samples: [{ ...sample, lossMask: [0, 0] }] })],
+    ['bad dual clip', (c) => c.update({ modelKey: key, baseVersion: 0, requestId: 'e3', samples: [sample], settings: { dualClipC: 0.5 } })],
+    ['short weights', (c) => c.loadVersion({ modelKey: key, version: 5, spec, weights: new Uint8Array(8) })],
+  ];
+  for (const [label, call] of calls) {
+    const [a, b] = await Promise.all([call(torchClient).then(() => undefined, (e) => e), call(onnxClient).then(() => undefined, (e) => e)]);
+    assert.ok(a && b, `${label}: both refuse (torch ${a}, onnx ${b})`);
+    assert.equal(a.reason, b.reason, `${label}: reason`);
+    assert.equal(a.code, b.code, `${label}: code`);
+    assert.equal(a.message, b.message, `${label}: message`);
+  }
+  // the same update request twice replays; another request under the same id is REQUEST_ID_REUSED; a stale base is refused
+  const req = { modelKey: key, baseVersion: 0, requestId: 'e-ok', samples: [sample] };
+  for (const c of [torchClient, onnxClient]) {
+    const first = await c.update(req);
+    const again = await c.update(req);
+    assert.equal(again.replayed, true);
+    assert.equal(again.info.weightsSha256, first.info.weightsSha256);
+    await assert.rejects(c.update({ ...req, samples: [{ ...sample, advantages: [2, 2] }] }), (e: { reason: string }) => e.reason === 'REQUEST_ID_REUSED');
+    await assert.rejects(c.update({ ...req, requestId: 'e-stale' }), (e: { reason: string }) => e.reason === 'STALE_BASE');
+  }
+  const h = await torchClient.health();
+  assert.equal(h.status, 'SERVING');
+});
