@@ -143,9 +143,10 @@ class Transformer:
 
     def attend(self, q, k, v, mask):
         """q [B, H, S, hd], k/v [B, Hkv, T, hd], mask bool [S, T] or None → [B, S, H·hd]"""
-        if self.group > 1:
-            k = k.repeat_interleave(self.group, dim=1)
-            v = v.repeat_interleave(self.group, dim=1)
+        if self.group > 1:  # query head h reads kv head ⌊h / group⌋ (expand: its backward is a plain sum)
+            B, Hkv, T, hd = k.shape
+            k = k[:, :, None].expand(B, Hkv, self.group, T, hd).reshape(B, Hkv * self.group, T, hd)
+            v = v[:, :, None].expand(B, Hkv, self.group, T, hd).reshape(B, Hkv * self.group, T, hd)
         scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.hd))
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))

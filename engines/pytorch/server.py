@@ -734,6 +734,7 @@ class Engine(pbg.EngineServicer):
                 if call.aborted.is_set():
                     reason = pb.ABORTED
                     break
+                logits = logits.cpu()  # sampling on the host: V values; same bits on every device
                 tok, slp = sample(logits, float(u[i]), sp["temperature"], sp["top_k"], sp["top_p"])
                 tokens.append(tok)
                 slps.append(slp)
