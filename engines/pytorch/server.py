@@ -36,6 +36,7 @@ REQUEST_ID_LIMIT = 512
 MAX_VERSIONS_PER_MODEL = 64
 MAX_REMEMBERED_UPDATES = 4096
 PROGRESS_EVERY_S = 1.0
+ABORT_RESCORE_MAX = 512  # aborted sequences up to this length are still rescored (bit-identical log-probs)
 
 
 def log(event, **fields):
@@ -747,9 +748,10 @@ class Engine(pbg.EngineServicer):
                 logits = model.decode(W, tok, len(ctx) + i, cache)
                 self.queue.progress()  # each decode step is a device run (the hang watchdog sees progress)
         # log π(token) by the same full-sequence forward Score uses, so Generate's log-probs equal Score's bit
-        # for bit. An ABORTED sequence (not a finished sample) keeps the KV-cache decode's log-probs
-        # (within ~1e-6 of Score) so that Abort returns at once instead of after a full forward.
-        lps = kv_lps if reason == pb.ABORTED else self._score_one(model, W, ctx, tokens)[0]
+        # for bit. A long ABORTED sequence (not a finished sample) keeps the KV-cache decode's log-probs
+        # (within ~1e-6 of Score) so that Abort returns at once instead of after a long full forward.
+        long_abort = reason == pb.ABORTED and len(ctx) + len(tokens) > ABORT_RESCORE_MAX
+        lps = kv_lps if long_abort else self._score_one(model, W, ctx, tokens)[0]
         return pb.GeneratedSequence(tokens=tokens, logprobs=lps, sample_logprobs=slps, stop_reason=reason)
 
     def Abort(self, req, context):
@@ -1005,7 +1007,7 @@ def main():
     if fell_back:
         log("device_fallback", requested=a.device, device=device, reason=reason)
     engine = Engine(device, a.device, fell_back, reason, threads)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=32), options=[
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=[
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.so_reuseport", 0)])
     pbg.add_EngineServicer_to_server(engine, server)
