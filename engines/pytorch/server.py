@@ -661,14 +661,24 @@ class Engine(pbg.EngineServicer):
             yield pb.ExportVersionChunk(optimizer_state=o[at:at + CHUNK_BYTES])
 
     # -- generate / score
-    def _score_one(self, model, W, context, tokens):
-        """log π(tokens[t]) and entropies, one full-sequence forward of this sequence alone (batch of 1)."""
+    def _logp_rows(self, model, W, seq, cache=None, logits_out=None):
+        """log-softmax [S, V] of one sequence's full forward (batch of one): what Score reads its rows from.
+        `logits_out` (a list) receives the raw logits [S, V] too."""
+        x = torch.tensor([list(seq)], dtype=torch.long, device=self.device)
+        logits = model.forward(W, x, cache)[0]
+        if logits_out is not None:
+            logits_out.append(logits)
+        return torch.log_softmax(logits, dim=-1)
+
+    def _score_one(self, model, W, context, tokens, logp=None):
+        """log π(tokens[t]) and entropies, one full-sequence forward of this sequence alone (batch of 1).
+        `logp`: the rows of that forward when already computed (a prefill of exactly context + tokens[:-1])."""
         if len(tokens) == 0:
             return [], []
         full = list(context) + list(tokens)
-        x = torch.tensor([full[:-1]], dtype=torch.long, device=self.device)
         with torch.no_grad():
-            logp = torch.log_softmax(model.forward(W, x)[0], dim=-1)
+            if logp is None:
+                logp = self._logp_rows(model, W, full[:-1])
             C = len(context)
             rows = logp[C - 1: C - 1 + len(tokens)]
             tgt = torch.tensor(tokens, dtype=torch.long, device=self.device)
@@ -730,7 +740,9 @@ class Engine(pbg.EngineServicer):
             return pb.GeneratedSequence(tokens=[], logprobs=[], sample_logprobs=[], stop_reason=pb.ABORTED)
         u = philox.uniforms(seed, philox.STREAM_SAMPLING, sp["max_tokens"]).astype(np.float32)
         with torch.no_grad():
-            logits, cache = model.prefill(W, torch.tensor([ctx], dtype=torch.long, device=self.device))
+            cache, raw = [], []
+            prefill = self._logp_rows(model, W, ctx, cache, raw)  # the forward Score runs on ctx (+ the KV cache)
+            logits = raw[0][-1]
             for i in range(sp["max_tokens"]):
                 if call.aborted.is_set():
                     reason = pb.ABORTED
@@ -751,7 +763,10 @@ class Engine(pbg.EngineServicer):
         # for bit. A long ABORTED sequence (not a finished sample) keeps the KV-cache decode's log-probs
         # (within ~1e-6 of Score) so that Abort returns at once instead of after a long full forward.
         long_abort = reason == pb.ABORTED and len(ctx) + len(tokens) > ABORT_RESCORE_MAX
-        lps = kv_lps if long_abort else self._score_one(model, W, ctx, tokens)[0]
+        if long_abort:
+            lps = kv_lps
+        else:  # one token: Score's forward is the prefill itself (context + tokens[:-1] = context)
+            lps = self._score_one(model, W, ctx, tokens, prefill if len(tokens) == 1 else None)[0]
         return pb.GeneratedSequence(tokens=tokens, logprobs=lps, sample_logprobs=slps, stop_reason=reason)
 
     def Abort(self, req, context):

@@ -49,7 +49,12 @@ async function spawnTorch(): Promise<{ child: ChildProcess; address: string }> {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`pytorch engine did not start within 120 s\n${stderr}`)), 120_000);
     readline.createInterface({ input: child.stdout! }).on('line', (line) => {
-      const ev = JSON.parse(line) as { event: string; address: string };
+      let ev: { event?: string; address: string };
+      try {
+        ev = JSON.parse(line);
+      } catch {
+        return; // not the listening line
+      }
       if (ev.event === 'listening') {
         clearTimeout(timer);
         resolve({ child, address: ev.address });
