@@ -813,6 +813,7 @@ class Engine(pbg.EngineServicer):
                 for ctx, toks in seqs:
                     lp, ent = self._score_one(m.model, W, ctx, toks)
                     out.append(pb.ScoredSequence(logprobs=lp, entropy=ent))
+                    self.queue.progress()
                 self.counters["score_runs"] += 1
                 return out
             return pb.ScoreResponse(version=number, sequences=self._device(work))
@@ -877,6 +878,7 @@ class Engine(pbg.EngineServicer):
                 for x in samples:
                     lp, _ = self._score_one(mm.model, W, x["context"], x["tokens"])
                     gaps += [abs(x["old_logprobs"][t] - lp[t]) for t in range(len(lp)) if x["loss_mask"][t] == 1]
+                    self.queue.progress()
                 progress["phase"] = "training"
 
                 def on_step(k):
