@@ -633,14 +633,18 @@ class Engine(pbg.EngineServicer):
             for data, suffix in ((w, "weights"), (o, "optim")):
                 sha = sha256_hex(data)
                 name = os.path.join(d, f"{sha}.{suffix}")
+                tmp = None
                 try:
-                    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
+                    fd, tmp = tempfile.mkstemp(prefix=f".{sha[:16]}.", suffix=".tmp", dir=d)
                     with os.fdopen(fd, "wb") as f:
                         f.write(data)
                         f.flush()
                         os.fsync(f.fileno())
-                    os.rename(tmp, name)
+                    os.chmod(tmp, 0o644)
+                    os.rename(tmp, name)  # complete before it is named
                 except OSError as e:
+                    if tmp and os.path.exists(tmp):
+                        os.unlink(tmp)
                     raise Fault("REFERENCE_UNREADABLE", f"destination_uri: cannot write {name} ({e.strerror})")
                 refs.append(pb.BlobReference(uri="file://" + urllib.parse.quote(name), size=len(data), sha256=sha))
             return pb.ExportVersionResponse(info=info_of(m, v), weights_ref=refs[0], optimizer_state_ref=refs[1])
