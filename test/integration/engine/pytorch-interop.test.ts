@@ -271,6 +271,24 @@ test('greedy Generate gives the same tokens in both; sampled Generate (same Phil
       });
     }
     console.log(`[interop] ${name}: greedy tokens equal, max|Δlogprob|=${lpGap.toExponential(2)}`);
+
+    // sample with the built-in engine, train with this one: the rollout's log-probs are the policy's here too
+    const rollout = await onnxClient.generate({ ...greedy, sampling: { temperature: 1, maxTokens: 8 } });
+    const trained = await torchClient.update({
+      modelKey: key,
+      baseVersion: u.info.version,
+      requestId: `d-${name}-cross`,
+      samples: rollout.sequences.map((g, i) => ({
+        context: sequences[i].context,
+        tokens: g.tokens,
+        lossMask: g.tokens.map(() => 1),
+        advantages: g.tokens.map(() => (i % 2 ? 1 : -1)),
+        oldLogprobs: g.logprobs,
+        lossWeights: g.tokens.map(() => 0.02),
+      })),
+    });
+    console.log(`[interop] ${name}: built-in rollout → PyTorch update: logprob gap max ${trained.logprobGap.max.toExponential(2)}, approx_kl ${trained.metrics.approxKl.toExponential(2)}`);
+    assert.ok(trained.logprobGap.max <= SCORE_TOL, `${name}: cross-engine logprob gap ${trained.logprobGap.max}`);
   }
   console.log(`[interop] sampled sequences identical in both engines: ${sampledSame}/${sampledAll}`);
   assert.ok(sampledSame >= 0.9 * sampledAll, `sampled agreement ${sampledSame}/${sampledAll}`);
