@@ -17,6 +17,7 @@ import { after, before, test } from 'node:test';
 import { EngineClient } from '../../../gpu-workers/client';
 import { spawnEngine, type SpawnedEngine } from '../../../gpu-workers/engine-process';
 import type { ModelSpecInput, UpdateRequest } from '../../../gpu-workers/types';
+import { referenceForward } from '../../../gpu-workers/transformer/reference';
 import { normalizeTransformerSpec, paramLayout } from '../../../gpu-workers/transformer/spec';
 import { pytorchEngine } from '../../../engines/pytorch/index';
 
@@ -334,4 +335,23 @@ test('bad requests: the same gRPC code, reason and message from both engines; bo
   }
   const h = await torchClient.health();
   assert.equal(h.status, 'SERVING');
+});
+
+test('PyTorch Score against the float64 reference (transformer/reference.ts)', { skip, timeout: 600_000 }, async () => {
+  for (const [name, spec] of Object.entries(VARIANTS)) {
+    const key = `f-${name}`;
+    await torchClient.initModel({ modelKey: key, spec, seed: 17 });
+    await torchClient.update(updateRequest(key, 0, `f-${name}-u`, spec.vocabSize));
+    const e = await torchClient.exportVersion({ modelKey: key, version: 1 });
+    const theta = f32(e.weights);
+    const seqs = scoreSeqs(spec.vocabSize).slice(0, 2);
+    const ref = referenceForward(normalizeTransformerSpec(spec), theta, seqs.map((s) => [...s.context, ...s.tokens]));
+    const got = await torchClient.score({ modelKey: key, version: 1, sequences: seqs });
+    let gap = 0;
+    seqs.forEach((s, i) =>
+      s.tokens.forEach((tok, t) => (gap = Math.max(gap, Math.abs(got.sequences[i].logprobs[t] - ref.logp[i][s.context.length - 1 + t][tok])))),
+    );
+    console.log(`[interop] ${name}: PyTorch Score vs float64 reference max|Δlogp|=${gap.toExponential(2)}`);
+    assert.ok(gap <= 1e-5, `${name}: ${gap}`);
+  }
 });
