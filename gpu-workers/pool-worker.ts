@@ -16,6 +16,7 @@ import { parseArgs } from 'node:util';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { EngineClient } from './client';
 import { EngineSupervisor } from './engine-process';
+import { DEFAULT_ENGINE_KIND, engineCommand, ENGINE_KINDS } from './engine-kinds';
 import { createTrainingPoolActivities } from '../activities/training/pool';
 import { DEFAULT_POOL } from '../agents/model';
 import { payloadDataConverter } from '../infra/codec';
@@ -40,6 +41,8 @@ export interface PoolWorkerOptions {
   payloadKeys?: PayloadKeysConfig;
   /** connect to this engine instead of spawning one */
   engineAddress?: string;
+  /** which engine to spawn (gpu-workers/engine-kinds.ts: onnx, pytorch; default env TROUPE_ENGINE or onnx) */
+  engine?: string;
   /** device for a spawned engine (default env TROUPE_DEVICE or "auto") */
   device?: string;
   /** a spawned engine without progress for this long is killed and restarted (default DEFAULT_HANG_MS) */
@@ -83,6 +86,7 @@ export async function createPoolWorker(opts: PoolWorkerOptions): Promise<PoolWor
     external = await untilAvailable(`the engine at ${address}`, () => EngineClient.connect(address), { log: waiting, stopped: opts.stopped });
   } else {
     supervisor = new EngineSupervisor({
+      command: engineCommand(opts.engine ?? process.env.TROUPE_ENGINE ?? DEFAULT_ENGINE_KIND),
       device: opts.device ?? process.env.TROUPE_DEVICE ?? 'auto',
       extraArgs: opts.engineArgs,
       quiet: opts.quietEngine,
@@ -166,6 +170,7 @@ usage: node --import tsx gpu-workers/pool-worker.ts [options]
   --temporal-address A   Temporal frontend (default env TEMPORAL_ADDRESS or localhost:7233)
   --namespace N          Temporal namespace (default env TEMPORAL_NAMESPACE or default)
   --engine-address A     use the engine at host:port instead of spawning one
+  --engine KIND          the engine to spawn: ${Object.keys(ENGINE_KINDS).join(' | ')} (default env TROUPE_ENGINE or ${DEFAULT_ENGINE_KIND})
   --device D             device of the spawned engine: cpu | cuda:N | auto (default env TROUPE_DEVICE or auto)
   -h, --help             this text`;
 
@@ -176,6 +181,7 @@ async function main(): Promise<void> {
       'temporal-address': { type: 'string' },
       namespace: { type: 'string' },
       'engine-address': { type: 'string' },
+      engine: { type: 'string' },
       device: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
@@ -190,6 +196,7 @@ async function main(): Promise<void> {
     temporalAddress: values['temporal-address'],
     namespace: values.namespace,
     engineAddress: values['engine-address'],
+    engine: values.engine,
     device: values.device,
   });
 }
@@ -200,7 +207,7 @@ async function main(): Promise<void> {
  * worker once it exists (before it polls).
  */
 export async function runPoolWorkerProcess(
-  opts: Pick<PoolWorkerOptions, 'taskQueue' | 'temporalAddress' | 'namespace' | 'engineAddress' | 'device'> & { onReady?: (pool: PoolWorker) => void },
+  opts: Pick<PoolWorkerOptions, 'taskQueue' | 'temporalAddress' | 'namespace' | 'engineAddress' | 'engine' | 'device'> & { onReady?: (pool: PoolWorker) => void },
 ): Promise<void> {
   const log = (e: Record<string, unknown>) => process.stderr.write(`${JSON.stringify({ ts: new Date().toISOString(), ...e })}\n`);
   // The activities read versions from and commit updates to the store; `troupe up` always passes one.

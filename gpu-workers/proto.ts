@@ -20,8 +20,12 @@ export const LOADER_OPTIONS: protoLoader.Options = {
 /** gRPC message size limit on both ends (Update batches and exported weights can be large). */
 export const MAX_MESSAGE_BYTES = 256 * 1024 * 1024;
 
-/** Bytes per message of LoadVersionChunks / ExportVersionChunks. */
-export const CHUNK_BYTES = 4 * 1024 * 1024;
+/**
+ * Bytes per message of LoadVersionChunks / ExportVersionChunks: 4 MiB less room for the
+ * message's framing and header, so every chunk message fits gRPC's default 4 MiB receive
+ * limit (an engine or client built with default settings accepts it).
+ */
+export const CHUNK_BYTES = 4 * 1024 * 1024 - 64 * 1024;
 
 let cached: grpc.ServiceDefinition | undefined;
 

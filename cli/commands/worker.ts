@@ -14,7 +14,7 @@ import { defineCommand } from '../command';
 export default defineCommand({
   name: 'worker',
   summary: 'Run a control or pool worker in the foreground (for systemd or Kubernetes)',
-  usage: 'troupe worker control|pool [--queue Q] [--device D] [--engine-address A] [--health-port P]',
+  usage: 'troupe worker control|pool [--queue Q] [--engine onnx|pytorch] [--device D] [--engine-address A] [--health-port P]',
   description: [
     'control: all workflows and control activities, on TROUPE_TASK_QUEUE (or --queue).',
     'pool: the pool activities on TROUPE_POOL_TASK_QUEUE (or --queue), against an engine it spawns',
@@ -28,6 +28,7 @@ export default defineCommand({
     queue: { type: 'string', valueName: 'Q', description: 'task queue to poll' },
     device: { type: 'string', valueName: 'D', description: 'pool: device of the spawned engine (cpu, cuda, cuda:N, auto)' },
     'engine-address': { type: 'string', valueName: 'A', description: 'pool: use the engine at host:port instead of spawning one' },
+    engine: { type: 'string', valueName: 'KIND', description: 'pool: the engine to spawn: onnx (built-in, default TROUPE_ENGINE or onnx) or pytorch (engines/pytorch)' },
     'health-port': { type: 'number', valueName: 'P', example: '9464', description: 'serve GET /healthz on this port (all interfaces)' },
   },
   async run({ values, positionals }) {
@@ -35,8 +36,8 @@ export default defineCommand({
     if ((kind !== 'control' && kind !== 'pool') || rest.length > 0) {
       throw new TroupeError(`worker: expected \`control\` or \`pool\`, got ${positionals.length ? positionals.map((p) => JSON.stringify(p)).join(' ') : 'nothing'}`, 'e.g. `npx troupe worker pool --device cuda:0`');
     }
-    if (kind === 'control' && (values.device || values['engine-address'])) {
-      throw new TroupeError('worker control: --device and --engine-address are for pool workers', 'drop them, or run `troupe worker pool`');
+    if (kind === 'control' && (values.device || values['engine-address'] || values.engine)) {
+      throw new TroupeError('worker control: --device, --engine and --engine-address are for pool workers', 'drop them, or run `troupe worker pool`');
     }
     const port = values['health-port'];
     if (port !== undefined && !(Number.isInteger(port) && port >= 1 && port <= 65535)) {
@@ -58,6 +59,7 @@ export default defineCommand({
           ...common,
           device: values.device,
           engineAddress: values['engine-address'],
+          engine: values.engine,
           onReady: (pool) =>
             (readiness = () => {
               const engineUp = pool.supervisor ? pool.supervisor.running : true;

@@ -143,9 +143,10 @@ class Transformer:
 
     def attend(self, q, k, v, mask):
         """q [B, H, S, hd], k/v [B, Hkv, T, hd], mask bool [S, T] or None → [B, S, H·hd]"""
-        if self.group > 1:
-            k = k.repeat_interleave(self.group, dim=1)
-            v = v.repeat_interleave(self.group, dim=1)
+        if self.group > 1:  # query head h reads kv head ⌊h / group⌋ (expand: its backward is a plain sum)
+            B, Hkv, T, hd = k.shape
+            k = k[:, :, None].expand(B, Hkv, self.group, T, hd).reshape(B, Hkv * self.group, T, hd)
+            v = v[:, :, None].expand(B, Hkv, self.group, T, hd).reshape(B, Hkv * self.group, T, hd)
         scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.hd))
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
@@ -165,8 +166,9 @@ class Transformer:
         return matmul(nf, W["tok_emb"].t() if self.spec["tiedHead"] else W["head"])
 
     # ---- whole sequences ----
-    def forward(self, W, tokens):
-        """tokens LongTensor [B, S] (right-padded) → logits [B, S, V]; position p predicts token p+1."""
+    def forward(self, W, tokens, cache=None):
+        """tokens LongTensor [B, S] (right-padded) → logits [B, S, V]; position p predicts token p+1.
+        With `cache` (a list), each layer's keys and values [B, Hkv, S, hd] are appended to it (a prefill)."""
         S = tokens.shape[1]
         pos = torch.arange(S, device=tokens.device)
         mask = torch.ones(S, S, dtype=torch.bool, device=tokens.device).tril()
@@ -174,26 +176,13 @@ class Transformer:
         for l in range(self.spec["layers"]):
             L = f"l{l}."
             q, k, v = self.heads(W, self.norm(W, h, f"{L}ln1"), L, pos)
+            if cache is not None:
+                cache.append([k, v])
             h = h + self.linear(W, self.attend(q, k, v, mask), L, "o")
             h = h + self.mlp(W, self.norm(W, h, f"{L}ln2"), L)
         return self.head(W, h)
 
     # ---- incremental decoding with a KV cache (batch of one sequence) ----
-    def prefill(self, W, tokens):
-        """tokens [1, S] → (logits of the last position [V], cache)"""
-        S = tokens.shape[1]
-        pos = torch.arange(S, device=tokens.device)
-        mask = torch.ones(S, S, dtype=torch.bool, device=tokens.device).tril()
-        h = self.embed(W, tokens, pos)
-        cache = []
-        for l in range(self.spec["layers"]):
-            L = f"l{l}."
-            q, k, v = self.heads(W, self.norm(W, h, f"{L}ln1"), L, pos)
-            cache.append([k, v])
-            h = h + self.linear(W, self.attend(q, k, v, mask), L, "o")
-            h = h + self.mlp(W, self.norm(W, h, f"{L}ln2"), L)
-        return self.head(W, h[:, -1:, :])[0, 0], cache
-
     def decode(self, W, token: int, position: int, cache):
         """One new token at `position` attending to the cache (extended in place) → logits [V]."""
         tokens = torch.tensor([[token]], dtype=torch.long, device=self.device)

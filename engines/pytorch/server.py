@@ -36,6 +36,7 @@ REQUEST_ID_LIMIT = 512
 MAX_VERSIONS_PER_MODEL = 64
 MAX_REMEMBERED_UPDATES = 4096
 PROGRESS_EVERY_S = 1.0
+ABORT_RESCORE_MAX = 512  # aborted sequences up to this length are still rescored (bit-identical log-probs)
 
 
 def log(event, **fields):
@@ -61,6 +62,7 @@ def ensure_stubs():
         if not plugin or not protoc:
             fail_start("protoc and grpc_python_plugin are needed to generate the gRPC stubs (Debian: protobuf-compiler protobuf-compiler-grpc)")
         tmp = tempfile.mkdtemp(prefix=".gen-", dir=HERE)
+        os.chmod(tmp, 0o755)
         r = subprocess.run(
             [protoc, f"-I{PROTO_DIR}", f"--python_out={tmp}", f"--grpc_python_out={tmp}", f"--plugin=protoc-gen-grpc_python={plugin}", "engine.proto"],
             capture_output=True, text=True,
@@ -631,14 +633,18 @@ class Engine(pbg.EngineServicer):
             for data, suffix in ((w, "weights"), (o, "optim")):
                 sha = sha256_hex(data)
                 name = os.path.join(d, f"{sha}.{suffix}")
+                tmp = None
                 try:
-                    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
+                    fd, tmp = tempfile.mkstemp(prefix=f".{sha[:16]}.", suffix=".tmp", dir=d)
                     with os.fdopen(fd, "wb") as f:
                         f.write(data)
                         f.flush()
                         os.fsync(f.fileno())
-                    os.rename(tmp, name)
+                    os.chmod(tmp, 0o644)
+                    os.rename(tmp, name)  # complete before it is named
                 except OSError as e:
+                    if tmp and os.path.exists(tmp):
+                        os.unlink(tmp)
                     raise Fault("REFERENCE_UNREADABLE", f"destination_uri: cannot write {name} ({e.strerror})")
                 refs.append(pb.BlobReference(uri="file://" + urllib.parse.quote(name), size=len(data), sha256=sha))
             return pb.ExportVersionResponse(info=info_of(m, v), weights_ref=refs[0], optimizer_state_ref=refs[1])
@@ -659,14 +665,24 @@ class Engine(pbg.EngineServicer):
             yield pb.ExportVersionChunk(optimizer_state=o[at:at + CHUNK_BYTES])
 
     # -- generate / score
-    def _score_one(self, model, W, context, tokens):
-        """log π(tokens[t]) and entropies, one full-sequence forward of this sequence alone (batch of 1)."""
+    def _logp_rows(self, model, W, seq, cache=None, logits_out=None):
+        """log-softmax [S, V] of one sequence's full forward (batch of one): what Score reads its rows from.
+        `logits_out` (a list) receives the raw logits [S, V] too."""
+        x = torch.tensor([list(seq)], dtype=torch.long, device=self.device)
+        logits = model.forward(W, x, cache)[0]
+        if logits_out is not None:
+            logits_out.append(logits)
+        return torch.log_softmax(logits, dim=-1)
+
+    def _score_one(self, model, W, context, tokens, logp=None):
+        """log π(tokens[t]) and entropies, one full-sequence forward of this sequence alone (batch of 1).
+        `logp`: the rows of that forward when already computed (a prefill of exactly context + tokens[:-1])."""
         if len(tokens) == 0:
             return [], []
         full = list(context) + list(tokens)
-        x = torch.tensor([full[:-1]], dtype=torch.long, device=self.device)
         with torch.no_grad():
-            logp = torch.log_softmax(model.forward(W, x)[0], dim=-1)
+            if logp is None:
+                logp = self._logp_rows(model, W, full[:-1])
             C = len(context)
             rows = logp[C - 1: C - 1 + len(tokens)]
             tgt = torch.tensor(tokens, dtype=torch.long, device=self.device)
@@ -722,20 +738,24 @@ class Engine(pbg.EngineServicer):
         return self._run(context, go)
 
     def _generate_one(self, model, W, ctx, seed, sp, call):
-        tokens, slps = [], []
+        tokens, slps, kv_lps = [], [], []
         reason = pb.MAX_TOKENS
         if call.aborted.is_set():
             return pb.GeneratedSequence(tokens=[], logprobs=[], sample_logprobs=[], stop_reason=pb.ABORTED)
         u = philox.uniforms(seed, philox.STREAM_SAMPLING, sp["max_tokens"]).astype(np.float32)
         with torch.no_grad():
-            logits, cache = model.prefill(W, torch.tensor([ctx], dtype=torch.long, device=self.device))
+            cache, raw = [], []
+            prefill = self._logp_rows(model, W, ctx, cache, raw)  # the forward Score runs on ctx (+ the KV cache)
+            logits = raw[0][-1]
             for i in range(sp["max_tokens"]):
                 if call.aborted.is_set():
                     reason = pb.ABORTED
                     break
+                logits = logits.cpu()  # sampling on the host: V values; same bits on every device
                 tok, slp = sample(logits, float(u[i]), sp["temperature"], sp["top_k"], sp["top_p"])
                 tokens.append(tok)
                 slps.append(slp)
+                kv_lps.append(float(torch.log_softmax(logits, dim=-1)[tok].item()))
                 if tok in sp["stop"]:
                     reason = pb.STOP_TOKEN
                     break
@@ -743,8 +763,14 @@ class Engine(pbg.EngineServicer):
                     break
                 logits = model.decode(W, tok, len(ctx) + i, cache)
                 self.queue.progress()  # each decode step is a device run (the hang watchdog sees progress)
-        # log π(token) by the same full-sequence forward Score uses: Generate's logprobs equal Score's bit for bit
-        lps, _ = self._score_one(model, W, ctx, tokens)
+        # log π(token) by the same full-sequence forward Score uses, so Generate's log-probs equal Score's bit
+        # for bit. A long ABORTED sequence (not a finished sample) keeps the KV-cache decode's log-probs
+        # (within ~1e-6 of Score) so that Abort returns at once instead of after a long full forward.
+        long_abort = reason == pb.ABORTED and len(ctx) + len(tokens) > ABORT_RESCORE_MAX
+        if long_abort:
+            lps = kv_lps
+        else:  # one token: Score's forward is the prefill itself (context + tokens[:-1] = context)
+            lps = self._score_one(model, W, ctx, tokens, prefill if len(tokens) == 1 else None)[0]
         return pb.GeneratedSequence(tokens=tokens, logprobs=lps, sample_logprobs=slps, stop_reason=reason)
 
     def Abort(self, req, context):
@@ -757,7 +783,7 @@ class Engine(pbg.EngineServicer):
                         continue
                     if ids and c.request_id not in ids:
                         continue
-                    if c.job.future.done():
+                    if c.job.future.done() or c.aborted.is_set():  # returned already, or aborted by an earlier Abort
                         continue
                     c.aborted.set()
                     n += 1
@@ -791,6 +817,7 @@ class Engine(pbg.EngineServicer):
                 for ctx, toks in seqs:
                     lp, ent = self._score_one(m.model, W, ctx, toks)
                     out.append(pb.ScoredSequence(logprobs=lp, entropy=ent))
+                    self.queue.progress()
                 self.counters["score_runs"] += 1
                 return out
             return pb.ScoreResponse(version=number, sequences=self._device(work))
@@ -855,6 +882,7 @@ class Engine(pbg.EngineServicer):
                 for x in samples:
                     lp, _ = self._score_one(mm.model, W, x["context"], x["tokens"])
                     gaps += [abs(x["old_logprobs"][t] - lp[t]) for t in range(len(lp)) if x["loss_mask"][t] == 1]
+                    self.queue.progress()
                 progress["phase"] = "training"
 
                 def on_step(k):
@@ -1000,7 +1028,7 @@ def main():
     if fell_back:
         log("device_fallback", requested=a.device, device=device, reason=reason)
     engine = Engine(device, a.device, fell_back, reason, threads)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=32), options=[
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=[
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.so_reuseport", 0)])
     pbg.add_EngineServicer_to_server(engine, server)

@@ -22,6 +22,9 @@ LIMITS = {
 FIELDS = ["width", "layers", "heads", "kvHeads", "mlpWidth", "positions", "ropeTheta", "norm", "normEps", "mlp", "bias", "tiedHead", "maxSeq"]
 
 
+_ABSENT = object()
+
+
 class SpecError(Exception):
     def __init__(self, issues):
         self.issues = issues
@@ -60,7 +63,7 @@ def normalize(family: str, vocab_size: int, config: dict, prefix="spec"):
     out = {}
 
     def count(name, value, maximum, minimum=1, default=None, optional=False):
-        if value is None:
+        if value is _ABSENT:
             if optional:
                 return None
             if default is None:
@@ -83,7 +86,7 @@ def normalize(family: str, vocab_size: int, config: dict, prefix="spec"):
         return v
 
     def one_of(name, value, options, default):
-        if value is None:
+        if value is _ABSENT:
             return default
         if not isinstance(value, str) or value not in options:
             at(name, f"unknown option {json.dumps(value)}; known: {', '.join(options)}")
@@ -91,7 +94,7 @@ def normalize(family: str, vocab_size: int, config: dict, prefix="spec"):
         return value
 
     def boolean(name, value, default):
-        if value is None:
+        if value is _ABSENT:
             return default
         if not isinstance(value, bool):
             at(name, f"Invalid input: expected boolean, received {_type_name(value)}")
@@ -99,7 +102,7 @@ def normalize(family: str, vocab_size: int, config: dict, prefix="spec"):
         return value
 
     def number(name, value, default, check):
-        if value is None:
+        if value is _ABSENT:
             return default
         if not _is_number(value):
             at(name, f"Invalid input: expected number, received {_type_name(value)}")
@@ -110,7 +113,7 @@ def normalize(family: str, vocab_size: int, config: dict, prefix="spec"):
             return None
         return float(value)
 
-    g = cfg.get
+    g = lambda k: cfg.get(k, _ABSENT)
     vocab = count("vocabSize", vocab_size, LIMITS["vocabSize"], 2)
     out["width"] = count("width", g("width"), LIMITS["width"], default=128)
     out["layers"] = count("layers", g("layers"), LIMITS["layers"], default=2)
@@ -130,10 +133,16 @@ def normalize(family: str, vocab_size: int, config: dict, prefix="spec"):
             at(k, "unknown option")
     if issues:
         raise SpecError(issues)
-    spec = {"family": FAMILY, "vocabSize": vocab, **out}
-    if spec["kvHeads"] is None:
+    # Key order as spec.ts produces it: zod's output keeps the schema order of the keys it has, then
+    # `{ ...s, kvHeads, mlpWidth }` appends the optional ones the input left out (config_json round-trips
+    # byte for byte between the engines).
+    spec = {"family": FAMILY, "vocabSize": vocab}
+    for k, v in out.items():
+        if v is not None:
+            spec[k] = v
+    if out["kvHeads"] is None:
         spec["kvHeads"] = spec["heads"]
-    if spec["mlpWidth"] is None:
+    if out["mlpWidth"] is None:
         spec["mlpWidth"] = 4 * spec["width"]
     if spec["width"] % spec["heads"] != 0:
         at("heads", f"must divide width ({spec['width']} is not a multiple of {spec['heads']})")
@@ -246,9 +255,9 @@ def js_number(x) -> str:
 
 
 def config_json(s) -> str:
-    """The normalized config (every field but family / vocabSize) as JSON, in spec.ts order, JS number formatting."""
+    """The normalized config (every field but family / vocabSize) as JSON, keys in the spec's order, JS number formatting."""
     parts = []
-    for k in FIELDS:
+    for k in [k for k in s if k in FIELDS]:
         v = s[k]
         if isinstance(v, str):
             val = json.dumps(v)

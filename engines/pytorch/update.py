@@ -78,7 +78,10 @@ def objective(model, theta, batch, st):
     logits = model.forward(W, batch["tokens"])
     V = logits.shape[-1]
     logp = torch.log_softmax(logits.reshape(-1, V)[batch["rows"]], dim=-1)  # [N, V]
-    lp = logp.gather(1, batch["targets"][:, None])[:, 0]
+    # log π(target) by a one-hot sum (exact: one non-zero term), not gather, whose backward is a scatter-add
+    # without a deterministic CUDA kernel
+    onehot = torch.nn.functional.one_hot(batch["targets"], V).to(logp.dtype)
+    lp = (logp * onehot).sum(dim=-1)
     dev = lp.device
     c = lambda v: torch.tensor(v, dtype=torch.float32, device=dev)
     adv, old, w = batch["adv"], batch["old"], batch["w"]

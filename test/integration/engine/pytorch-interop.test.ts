@@ -17,6 +17,7 @@ import { after, before, test } from 'node:test';
 import { EngineClient } from '../../../gpu-workers/client';
 import { spawnEngine, type SpawnedEngine } from '../../../gpu-workers/engine-process';
 import type { ModelSpecInput, UpdateRequest } from '../../../gpu-workers/types';
+import { referenceForward } from '../../../gpu-workers/transformer/reference';
 import { normalizeTransformerSpec, paramLayout } from '../../../gpu-workers/transformer/spec';
 import { pytorchEngine } from '../../../engines/pytorch/index';
 
@@ -49,7 +50,12 @@ async function spawnTorch(): Promise<{ child: ChildProcess; address: string }> {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`pytorch engine did not start within 120 s\n${stderr}`)), 120_000);
     readline.createInterface({ input: child.stdout! }).on('line', (line) => {
-      const ev = JSON.parse(line) as { event: string; address: string };
+      let ev: { event?: string; address: string };
+      try {
+        ev = JSON.parse(line);
+      } catch {
+        return; // not the listening line
+      }
       if (ev.event === 'listening') {
         clearTimeout(timer);
         resolve({ child, address: ev.address });
@@ -266,7 +272,86 @@ test('greedy Generate gives the same tokens in both; sampled Generate (same Phil
       });
     }
     console.log(`[interop] ${name}: greedy tokens equal, max|Δlogprob|=${lpGap.toExponential(2)}`);
+
+    // sample with the built-in engine, train with this one: the rollout's log-probs are the policy's here too
+    const rollout = await onnxClient.generate({ ...greedy, sampling: { temperature: 1, maxTokens: 8 } });
+    const trained = await torchClient.update({
+      modelKey: key,
+      baseVersion: u.info.version,
+      requestId: `d-${name}-cross`,
+      samples: rollout.sequences.map((g, i) => ({
+        context: sequences[i].context,
+        tokens: g.tokens,
+        lossMask: g.tokens.map(() => 1),
+        advantages: g.tokens.map(() => (i % 2 ? 1 : -1)),
+        oldLogprobs: g.logprobs,
+        lossWeights: g.tokens.map(() => 0.02),
+      })),
+    });
+    console.log(`[interop] ${name}: built-in rollout → PyTorch update: logprob gap max ${trained.logprobGap.max.toExponential(2)}, approx_kl ${trained.metrics.approxKl.toExponential(2)}`);
+    assert.ok(trained.logprobGap.max <= SCORE_TOL, `${name}: cross-engine logprob gap ${trained.logprobGap.max}`);
   }
   console.log(`[interop] sampled sequences identical in both engines: ${sampledSame}/${sampledAll}`);
   assert.ok(sampledSame >= 0.9 * sampledAll, `sampled agreement ${sampledSame}/${sampledAll}`);
+});
+
+test('bad requests: the same gRPC code, reason and message from both engines; both keep serving', { skip, timeout: 600_000 }, async () => {
+  const spec = VARIANTS.llama;
+  const key = 'e-errors';
+  await onnxClient.initModel({ modelKey: key, spec, seed: 3 });
+  await torchClient.initModel({ modelKey: key, spec, seed: 3 });
+  const sampling = { temperature: 1, maxTokens: 4 };
+  const sample = { context: [1, 2], tokens: [3, 4], lossMask: [1, 1], advantages: [1, -1], oldLogprobs: [-2, -2], lossWeights: [0.5, 0.5] };
+  const calls: [string, (c: EngineClient) => Promise<unknown>][] = [
+    ['token out of vocabulary', (c) => c.generate({ modelKey: key, version: 0, sequences: [{ context: [1, 2, 99], seed: 1 }], sampling })],
+    ['empty context', (c) => c.score({ modelKey: key, version: 0, sequences: [{ context: [], tokens: [1] }] })],
+    ['past maxSeq', (c) => c.generate({ modelKey: key, version: 0, sequences: [{ context: [1], seed: 1 }], sampling: { ...sampling, maxTokens: 40 } })],
+    ['unknown model', (c) => c.score({ modelKey: 'nope', version: 0, sequences: [{ context: [1], tokens: [1] }] })],
+    ['unknown version', (c) => c.score({ modelKey: key, version: 9, sequences: [{ context: [1], tokens: [1] }] })],
+    ['bad spec', (c) => c.initModel({ modelKey: 'e-bad', spec: { ...spec, width: 30, mlp: 'relu' }, seed: 1 })],
+    ['unknown spec option', (c) => c.initModel({ modelKey: 'e-bad', spec: { ...spec, dropout: 0.1 }, seed: 1 })],
+    ['other seed for version 0', (c) => c.initModel({ modelKey: key, spec, seed: 4 })],
+    ['NaN advantage', (c) => c.update({ modelKey: key, baseVersion: 0, requestId: 'e1', samples: [{ ...sample, advantages: [1, NaN] }] })],
+    ['no trained tokens', (c) => c.update({ modelKey: key, baseVersion: 0, requestId: 'e2', samples: [{ ...sample, lossMask: [0, 0] }] })],
+    ['bad dual clip', (c) => c.update({ modelKey: key, baseVersion: 0, requestId: 'e3', samples: [sample], settings: { dualClipC: 0.5 } })],
+    ['short weights', (c) => c.loadVersion({ modelKey: key, version: 5, spec, weights: new Uint8Array(8) })],
+  ];
+  for (const [label, call] of calls) {
+    const [a, b] = await Promise.all([call(torchClient).then(() => undefined, (e) => e), call(onnxClient).then(() => undefined, (e) => e)]);
+    assert.ok(a && b, `${label}: both refuse (torch ${a}, onnx ${b})`);
+    assert.equal(a.reason, b.reason, `${label}: reason`);
+    assert.equal(a.code, b.code, `${label}: code`);
+    assert.equal(a.message, b.message, `${label}: message`);
+  }
+  // the same update request twice replays; another request under the same id is REQUEST_ID_REUSED; a stale base is refused
+  const req = { modelKey: key, baseVersion: 0, requestId: 'e-ok', samples: [sample] };
+  for (const c of [torchClient, onnxClient]) {
+    const first = await c.update(req);
+    const again = await c.update(req);
+    assert.equal(again.replayed, true);
+    assert.equal(again.info.weightsSha256, first.info.weightsSha256);
+    await assert.rejects(c.update({ ...req, samples: [{ ...sample, advantages: [2, 2] }] }), (e: { reason: string }) => e.reason === 'REQUEST_ID_REUSED');
+    await assert.rejects(c.update({ ...req, requestId: 'e-stale' }), (e: { reason: string }) => e.reason === 'STALE_BASE');
+  }
+  const h = await torchClient.health();
+  assert.equal(h.status, 'SERVING');
+});
+
+test('PyTorch Score against the float64 reference (transformer/reference.ts)', { skip, timeout: 600_000 }, async () => {
+  for (const [name, spec] of Object.entries(VARIANTS)) {
+    const key = `f-${name}`;
+    await torchClient.initModel({ modelKey: key, spec, seed: 17 });
+    await torchClient.update(updateRequest(key, 0, `f-${name}-u`, spec.vocabSize));
+    const e = await torchClient.exportVersion({ modelKey: key, version: 1 });
+    const theta = f32(e.weights);
+    const seqs = scoreSeqs(spec.vocabSize).slice(0, 2);
+    const ref = referenceForward(normalizeTransformerSpec(spec), theta, seqs.map((s) => [...s.context, ...s.tokens]));
+    const got = await torchClient.score({ modelKey: key, version: 1, sequences: seqs });
+    let gap = 0;
+    seqs.forEach((s, i) =>
+      s.tokens.forEach((tok, t) => (gap = Math.max(gap, Math.abs(got.sequences[i].logprobs[t] - ref.logp[i][s.context.length - 1 + t][tok])))),
+    );
+    console.log(`[interop] ${name}: PyTorch Score vs float64 reference max|Δlogp|=${gap.toExponential(2)}`);
+    assert.ok(gap <= 1e-5, `${name}: ${gap}`);
+  }
 });

@@ -1,0 +1,29 @@
+/**
+ * Engines a pool worker can spawn, by name (`troupe worker pool --engine NAME`, env TROUPE_ENGINE):
+ * each is a command line that keeps engine-main's launch contract (gpu-workers/ENGINE-PROTOCOL.md).
+ * Adding an engine = its own directory plus one line here. An engine running elsewhere needs
+ * none of this: point the pool worker at it with --engine-address.
+ */
+import { pytorchEngine } from '../engines/pytorch';
+import { TroupeError } from '../infra/errors';
+import { BUILT_IN_ENGINE_COMMAND } from './engine-process';
+
+export const ENGINE_KINDS: Record<string, () => readonly string[]> = {
+  /** the built-in ONNX Runtime engine (gpu-workers/engine/) */
+  onnx: () => BUILT_IN_ENGINE_COMMAND,
+  /** the reference PyTorch engine (engines/pytorch/), with Debian's python3-torch */
+  pytorch: () => {
+    const e = pytorchEngine();
+    if ('missing' in e) throw new TroupeError(e.missing);
+    return e.command;
+  },
+};
+
+export const DEFAULT_ENGINE_KIND = 'onnx';
+
+/** The command line of engine `kind`; an unknown name or an engine that cannot run here is a TroupeError saying why. */
+export function engineCommand(kind: string): readonly string[] {
+  const make = ENGINE_KINDS[kind];
+  if (!make) throw new TroupeError(`engine: unknown engine "${kind}" (known: ${Object.keys(ENGINE_KINDS).join(', ')})`, 'pass --engine onnx or --engine pytorch (or TROUPE_ENGINE)');
+  return make();
+}
