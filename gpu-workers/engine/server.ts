@@ -64,8 +64,11 @@ function loadVersionChunks(engine: Engine): grpc.handleClientStreamingCall<P.Wir
 /** ExportVersionChunks: the version's info, then its bytes in chunks. */
 function exportVersionChunks(engine: Engine): grpc.handleServerStreamingCall<P.WireExportVersionRequest, P.WireExportVersionChunk> {
   return (call) => {
-    // by reference is unary ExportVersion's: the chunks always carry the bytes
-    engine.exportVersion({ ...wire.exportVersionFromWire(call.request), destinationUri: undefined }).then(
+    if (call.request.destination_uri) {
+      call.emit('error', toServiceError(invalid('destination_uri: export by reference is for the unary ExportVersion only')));
+      return;
+    }
+    engine.exportVersion(wire.exportVersionFromWire(call.request)).then(
       (v) => {
         wire.byteChunks(v.weights, v.optimizerState).forEach((c, i) => call.write({ info: i === 0 ? wire.versionInfoToWire(v.info) : null, ...c }));
         call.end();
