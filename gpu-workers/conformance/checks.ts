@@ -992,11 +992,12 @@ export const CHECKS: Check[] = [
   },
   {
     id: 'errors.max-tokens-zero',
-    title: 'Generate with max_tokens 0 → INVALID_REQUEST',
+    title: 'Generate with max_tokens 0 → INVALID_REQUEST naming max_tokens',
     async run(ctx) {
       await ctx.requireRpcs('Generate');
       const base = await ctx.base();
       const e = await ctx.expectError('Generate with max_tokens 0', () => ctx.client.unary('Generate', { model_key: base.key, version: '0', sampling: { temperature: 1, max_tokens: 0 }, sequences: [{ context: [1], seed: '1' }] }), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
+      expect(/max_tokens/.test(e.message), `message ${JSON.stringify(e.message)} does not name max_tokens`);
       return e.message;
     },
   },
@@ -1024,7 +1025,7 @@ export const CHECKS: Check[] = [
   },
   {
     id: 'errors.update-invalid',
-    title: 'Update with a NaN advantage, or a loss_mask of the wrong length → INVALID_REQUEST, nothing committed',
+    title: 'Update with a NaN advantage, or a loss_mask of the wrong length → INVALID_REQUEST naming the field, nothing committed',
     async run(ctx) {
       await ctx.requireRpcs('Update');
       const base = await ctx.base();
@@ -1032,6 +1033,8 @@ export const CHECKS: Check[] = [
       const req = (s: Partial<P.WireUpdateSample>, id: string): P.WireUpdateRequest => ({ model_key: base.key, base_version: '0', request_id: ctx.key(id), allow_stale_base: false, samples: [sample, { ...sample, ...s }], settings: null });
       const nan = await ctx.expectError('Update with advantages[1] NaN', () => ctx.client.unary('Update', req({ advantages: [1, NaN, 1] }, 'nan')), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
       const mask = await ctx.expectError('Update with a loss_mask of 2 for 3 tokens', () => ctx.client.unary('Update', req({ loss_mask: [1, 1] }, 'mask')), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
+      expect(/samples\[1\]/.test(nan.message) && /advantages/.test(nan.message), `message ${JSON.stringify(nan.message)} does not name samples[1]…advantages`);
+      expect(/samples\[1\]/.test(mask.message) && /loss_mask/.test(mask.message), `message ${JSON.stringify(mask.message)} does not name samples[1]…loss_mask`);
       const v1 = await ctx.client.unary('ExportVersion', { model_key: base.key, version: '1' });
       expect(!v1.ok, 'the base model has a version 1 after failed Updates');
       return `${nan.message} | ${mask.message}`;
@@ -1103,7 +1106,7 @@ export const CHECKS: Check[] = [
   },
   {
     id: 'errors.non-finite-update',
-    title: 'An Update whose weights blow up (lr 3e38, 3 inner steps) → NON_FINITE_UPDATE (ABORTED), nothing committed; the next good Update makes version 1',
+    title: 'An Update whose weights blow up (lr 3e38, 3 inner steps) → NON_FINITE_UPDATE (ABORTED), nothing committed, not remembered: a good Update with its request_id makes version 1',
     async run(ctx) {
       const u = await firstUpdate(ctx);
       const key = ctx.key('non-finite');
@@ -1116,14 +1119,15 @@ export const CHECKS: Check[] = [
       await ctx.stillServing('NON_FINITE_UPDATE');
       const v1 = await ctx.client.unary('ExportVersion', { model_key: key, version: '1' });
       expect(!v1.ok, 'a version 1 exists after the failed Update');
-      const good = ok(await ctx.client.unary<P.WireUpdateResponse>('Update', { ...u.request, model_key: key, request_id: ctx.key('after-blow-up') }), 'Update after NON_FINITE_UPDATE');
-      expect(String(good.info?.version) === '1', `the next Update made version ${good.info?.version}, expected 1`);
+      // failed updates are not remembered: the same request_id with a good request runs
+      const good = ok(await ctx.client.unary<P.WireUpdateResponse>('Update', { ...u.request, model_key: key, request_id: ctx.key('blow-up') }), 'a good Update reusing the failed one\'s request_id');
+      expect(String(good.info?.version) === '1' && !good.replayed, `the next Update made version ${good.info?.version} (replayed ${good.replayed}), expected a new version 1`);
       return asInvalid ? `rejected up front: ${e.message}` : e.message;
     },
   },
   {
     id: 'errors.streams',
-    title: 'Streaming RPCs fail with the same reasons: LoadVersionChunks without a header → INVALID_REQUEST; ExportVersionChunks / UpdateStream of an unknown model → MODEL_NOT_LOADED',
+    title: 'Streaming RPCs fail with the same reasons: LoadVersionChunks without a header → INVALID_REQUEST; ExportVersionChunks / UpdateStream of an unknown model → MODEL_NOT_LOADED; ExportVersionChunks with a destination_uri → INVALID_REQUEST',
     async run(ctx) {
       const caps = await ctx.capabilities();
       const key = ctx.key('never-loaded');
@@ -1135,6 +1139,9 @@ export const CHECKS: Check[] = [
       if (caps.rpcs.includes('ExportVersionChunks')) {
         n++;
         await ctx.expectError('ExportVersionChunks of an unknown model', () => ctx.client.serverStream('ExportVersionChunks', { model_key: key, version: '0' }), 'NOT_FOUND', 'MODEL_NOT_LOADED');
+        const base = await ctx.base();
+        const dest = pathToFileURL(path.join(ctx.tmpDir(), 'chunks-dest')).href;
+        await ctx.expectError('ExportVersionChunks with a destination_uri', () => ctx.client.serverStream('ExportVersionChunks', { model_key: base.key, version: '0', destination_uri: dest }), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
       }
       if (caps.rpcs.includes('UpdateStream')) {
         n++;

@@ -108,7 +108,13 @@ export class Context {
   }
 
   health(): Promise<P.WireHealthResponse> {
-    return this.once('health', async () => ok(await this.client.unary<P.WireHealthResponse>('Health', {}), 'Health'));
+    return this.once('health', async () => {
+      const o = await this.client.unary<P.WireHealthResponse>('Health', {});
+      if (!o.ok && o.error.codeName === 'UNIMPLEMENTED') {
+        throw new Fail(`Health: UNIMPLEMENTED: the server does not serve troupe.engine.v2.Engine (a protocol v1 engine serves troupe.engine.v1; every check needs Health)`);
+      }
+      return ok(o, 'Health');
+    });
   }
 
   async capabilities(): Promise<P.WireCapabilities> {

@@ -39,12 +39,10 @@ const show = (rep: ConformanceReport) => rep.results.map(formatResult).join('\n'
  * Checks the built-in engine is known to fail, each with why; they run and are
  * reported, but do not fail this test. Empty this list as the engine is fixed
  * (the test says when one of them passes).
- *   limits.chunk-size: ExportVersionChunks messages carry 4 MiB (CHUNK_BYTES in
- *   gpu-workers/proto.ts) plus framing, just over gRPC's default 4 MiB receive limit.
  *   generate.top-p-off: engine.proto says top_p "0 or >= 1 = off"; validate.ts
  *   rejects top_p > 1 as INVALID_REQUEST.
  */
-const KNOWN_FAILURES = ['limits.chunk-size', 'generate.top-p-off'];
+const KNOWN_FAILURES = ['generate.top-p-off'];
 
 test('the built-in engine passes every check of the conformance suite', async () => {
   const t0 = Date.now();
