@@ -122,11 +122,12 @@ async function updateSamples(ctx: Context, key: string, version: string): Promis
     sequences: cs.map((c, i) => ({ context: c, seed: String(500 + i) })),
     sampling: { temperature: 1, max_tokens: 6 },
   });
-  const total = res.sequences.reduce((n, s) => n + s.tokens.length, 0);
+  // the first sample's last token is context only (loss_mask 0): not trained, not counted
+  const total = res.sequences.reduce((n, s) => n + s.tokens.length, 0) - 1;
   return res.sequences.map((s, i) => ({
     context: cs[i]!,
     tokens: s.tokens,
-    loss_mask: s.tokens.map(() => 1),
+    loss_mask: s.tokens.map((_, t) => (i === 0 && t === s.tokens.length - 1 ? 0 : 1)),
     advantages: s.tokens.map(() => (i % 2 === 0 ? 1 : -1)),
     old_logprobs: s.logprobs,
     loss_weights: s.tokens.map(() => 1 / total),
@@ -268,6 +269,21 @@ export const CHECKS: Check[] = [
       expect(m, `Stats.models has no entry for ${base.key} (${s.models.length} models)`);
       expect(m.versions.map(String).includes('0'), `Stats.models[${base.key}].versions [${m.versions}], expected to include 0`);
       return `${s.models.length} models; device ${s.device}`;
+    },
+  },
+
+  {
+    id: 'health.progress',
+    title: 'Health.device_runs grows with a Generate, and queue_depth is 0 when idle (the supervisor\'s hang detection reads them)',
+    async run(ctx) {
+      await ctx.requireRpcs('Generate');
+      const base = await ctx.base();
+      const before = ok(await ctx.client.unary<P.WireHealthResponse>('Health', {}), 'Health');
+      await generateOk(ctx, { model_key: base.key, version: '0', sampling: { temperature: 1, max_tokens: 3 }, sequences: [{ context: [1], seed: '9' }] });
+      const after = ok(await ctx.client.unary<P.WireHealthResponse>('Health', {}), 'Health');
+      expect(BigInt(after.device_runs) > BigInt(before.device_runs), `device_runs ${before.device_runs} → ${after.device_runs} across a Generate`);
+      expect(after.queue_depth === 0, `queue_depth ${after.queue_depth} with nothing in flight`);
+      return `device_runs ${before.device_runs} → ${after.device_runs}`;
     },
   },
 
@@ -555,7 +571,7 @@ export const CHECKS: Check[] = [
   },
   {
     id: 'load.wrong-length',
-    title: 'LoadVersion with weights one parameter short → INVALID_REQUEST',
+    title: 'LoadVersion with weights one parameter short, or an optimizer_state without the "TRAD" header → INVALID_REQUEST',
     async run(ctx) {
       await ctx.requireRpcs('LoadVersion');
       const base = await ctx.base();
@@ -563,6 +579,12 @@ export const CHECKS: Check[] = [
       await ctx.expectError(
         'LoadVersion with 4 weight bytes too few',
         () => ctx.client.unary('LoadVersion', loadRequest(ctx.key('short'), '0', spec, { weights: base.weights.subarray(0, base.weights.length - 4) })),
+        'INVALID_ARGUMENT',
+        'INVALID_REQUEST',
+      );
+      await ctx.expectError(
+        'LoadVersion with an optimizer_state that is not "TRAD"',
+        () => ctx.client.unary('LoadVersion', loadRequest(ctx.key('bad-optimizer'), '0', spec, { weights: base.weights, optimizer_state: Buffer.from('not an optimizer state') })),
         'INVALID_ARGUMENT',
         'INVALID_REQUEST',
       );
@@ -711,6 +733,68 @@ export const CHECKS: Check[] = [
     },
   },
   {
+    id: 'generate.sample-logprobs',
+    title: 'With temperature, top_k and top_p, each drawn token is in the kept set and sample_logprobs is its log-prob renormalized over that set (full distribution from Score)',
+    async run(ctx) {
+      await ctx.requireRpcs('Generate', 'Score');
+      const base = await ctx.base();
+      const V = await ctx.vocab();
+      const cs = contexts(V);
+      const samplings: P.WireSamplingParams[] = [
+        { temperature: 0.7, top_k: 5, max_tokens: 4 },
+        { temperature: 1.3, top_p: 0.7, max_tokens: 4 },
+        { temperature: 0.9, top_k: 8, top_p: 0.9, max_tokens: 4 },
+      ];
+      const gen = await generateOk(ctx, { model_key: base.key, version: '0', sampling: null, sequences: samplings.map((sp, i) => ({ context: cs[i]!, seed: String(340 + i), sampling: sp })) });
+      // every candidate token at every position: log p(v | prefix)
+      const rows: { seq: number; t: number }[] = [];
+      const scoreSeqs: { context: number[]; tokens: number[] }[] = [];
+      gen.sequences.forEach((g, i) =>
+        g.tokens.forEach((_, t) => {
+          rows.push({ seq: i, t });
+          for (let v = 0; v < V; v++) scoreSeqs.push({ context: [...cs[i]!, ...g.tokens.slice(0, t)], tokens: [v] });
+        }),
+      );
+      const sc = ok(await ctx.client.unary<P.WireScoreResponse>('Score', { model_key: base.key, version: '0', sequences: scoreSeqs }), `Score of ${scoreSeqs.length} candidates`);
+      const problems: string[] = [];
+      let maxErr = 0;
+      rows.forEach(({ seq, t }, r) => {
+        const sp = samplings[seq]!;
+        const T = sp.temperature!;
+        const logp = Array.from({ length: V }, (_, v) => sc.sequences[r * V + v]!.logprobs[0]!);
+        const scaled = logp.map((x) => x / T);
+        const m = Math.max(...scaled);
+        const q = scaled.map((x) => Math.exp(x - m));
+        const order = Array.from({ length: V }, (_, v) => v).sort((a, b) => q[b]! - q[a]! || a - b);
+        const k = sp.top_k && sp.top_k < V ? sp.top_k : V;
+        const kept = order.slice(0, k);
+        const massK = kept.reduce((a, v) => a + q[v]!, 0);
+        const p = sp.top_p && sp.top_p < 1 ? sp.top_p : 2;
+        let cum = 0;
+        const nucleus: number[] = [];
+        const boundary = new Set<number>(); // ranks within float noise of the top-p cut
+        for (const v of kept) {
+          if (cum < p * massK) nucleus.push(v);
+          if (Math.abs(cum - p * massK) < 1e-5 * massK) boundary.add(v);
+          cum += q[v]!;
+        }
+        const tok = gen.sequences[seq]!.tokens[t]!;
+        const at = `sequences[${seq}] token ${t}`;
+        if (!nucleus.includes(tok) && !boundary.has(tok)) {
+          problems.push(`${at}: ${tok} (rank ${order.indexOf(tok)}) outside the kept set [${nucleus}] of ${JSON.stringify(sp)}`);
+          return;
+        }
+        const set = nucleus.includes(tok) ? nucleus : [...nucleus, tok];
+        const expected = Math.log(q[tok]! / set.reduce((a, v) => a + q[v]!, 0));
+        const err = Math.abs(expected - gen.sequences[seq]!.sample_logprobs[t]!);
+        maxErr = Math.max(maxErr, err);
+        if (!(err <= 1e-4)) problems.push(`${at}: sample_logprob ${fmt(gen.sequences[seq]!.sample_logprobs[t]!)}, expected ${fmt(expected)} (renormalized over ${set.length} kept tokens)`);
+      });
+      expect(problems.length === 0, problems.slice(0, 3).join('; '));
+      return `${rows.length} tokens, max |Δ| ${fmt(maxErr)}`;
+    },
+  },
+  {
     id: 'generate.top-p-off',
     title: 'top_p ≥ 1 is off (proto: "0 or >= 1 = off"): top_p 1.5 is accepted and samples as without top_p',
     async run(ctx) {
@@ -795,11 +879,11 @@ export const CHECKS: Check[] = [
   // ---- Update ----
   {
     id: 'update.basic',
-    title: 'Update from version 0: version 1, base_version 0, tokens/samples counted, metrics finite, optimizer_step + 1, new sha ≠ base sha, exportable',
+    title: 'Update from version 0: version 1, base_version 0, tokens (loss_mask 1 only) and samples counted, metrics finite, optimizer_step + 1, new sha ≠ base sha, exportable',
     async run(ctx) {
       const u = await firstUpdate(ctx);
       const r = u.response;
-      const trained = u.request.samples.reduce((n, s) => n + s.tokens.length, 0);
+      const trained = u.request.samples.reduce((n, s) => n + s.loss_mask.filter((m) => m === 1).length, 0);
       const problems: string[] = [];
       if (!r.info) problems.push('info missing');
       else {
@@ -810,7 +894,7 @@ export const CHECKS: Check[] = [
         if (r.info.model_key !== u.key) problems.push(`model_key ${r.info.model_key}`);
       }
       if (String(r.base_version) !== '0') problems.push(`base_version ${r.base_version}, expected 0`);
-      if (r.tokens !== trained) problems.push(`tokens ${r.tokens}, expected ${trained}`);
+      if (r.tokens !== trained) problems.push(`tokens ${r.tokens}, expected ${trained} (loss_mask 1 only)`);
       if (r.samples !== u.request.samples.length) problems.push(`samples ${r.samples}, expected ${u.request.samples.length}`);
       if (r.replayed) problems.push('replayed true on the first run');
       problems.push(...metricProblems(r.metrics, 'metrics'));
