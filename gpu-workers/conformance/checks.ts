@@ -1250,7 +1250,7 @@ export const CHECKS: Check[] = [
   },
   {
     id: 'abort.generate',
-    title: 'Abort of an in-flight Generate: it returns successfully, each sequence finished or ABORTED (logprobs as many as tokens); aborted_requests 0 or 1; later Generates unaffected',
+    title: 'Abort of a running and of a queued Generate: each returns successfully, each sequence finished or ABORTED (logprobs as many as tokens); aborted_requests 0 or 1; later Generates unaffected',
     async run(ctx) {
       await ctx.requireRpcs('Abort', 'Generate');
       const base = await ctx.base();
@@ -1265,31 +1265,49 @@ export const CHECKS: Check[] = [
         sampling: { temperature: 1, max_tokens: 30 },
         sequences: Array.from({ length: 64 }, (_, i) => ({ context: [1 + (i % (V - 1))], seed: String(seed + i) })),
       });
-      const a = big(ctx.key('busy'), 1000);
-      const b = big(ctx.key('abort-me'), 2000);
+      // A starts on the device; B, sent 15 ms later, waits behind it (or joins its run); then both are aborted
+      const a = big(ctx.key('abort-running'), 1000);
+      const b = big(ctx.key('abort-queued'), 2000);
       const pa = generate(ctx, a);
       await sleep(15);
       const pb = generate(ctx, b);
       await sleep(5);
-      const ab = ok(await ctx.client.unary<P.WireAbortResponse>('Abort', { model_key: base.key, request_ids: [b.request_id] }), 'Abort');
+      const [abA, abB] = await Promise.all(
+        [a, b].map(async (r) => ok(await ctx.client.unary<P.WireAbortResponse>('Abort', { model_key: base.key, request_ids: [r.request_id] }), `Abort ${r.request_id}`)),
+      );
       const [ra, rb] = await Promise.all([pa, pb]);
-      expect(ab.aborted_requests === 0 || ab.aborted_requests === 1, `aborted_requests ${ab.aborted_requests}, expected 0 or 1`);
-      const resA = ok(ra, 'the Generate running beside the aborted one');
-      const resB = ok(rb, 'the aborted Generate');
-      const pa2 = sequenceProblems(a, resA, V);
-      expect(pa2.length === 0, `the Generate beside it: ${pa2.slice(0, 2).join('; ')}`);
-      const pb2 = sequenceProblems(b, resB, V, true);
-      expect(pb2.length === 0, `the aborted Generate: ${pb2.slice(0, 2).join('; ')}`);
-      const nAborted = resB.sequences.filter((s) => s.stop_reason === 'ABORTED').length;
-      if (ab.aborted_requests === 0) expect(nAborted === 0, `aborted_requests 0, yet ${nAborted} sequences ABORTED`);
+      const outcome: string[] = [];
+      for (const [name, req, ab, res] of [['running', a, abA!, ra], ['queued', b, abB!, rb]] as const) {
+        expect(ab.aborted_requests === 0 || ab.aborted_requests === 1, `Abort of the ${name} Generate: aborted_requests ${ab.aborted_requests}, expected 0 or 1`);
+        const out = ok(res, `the ${name} Generate after its Abort`);
+        const problems = sequenceProblems(req, out, V, true);
+        expect(problems.length === 0, `the ${name} Generate after its Abort: ${problems.slice(0, 2).join('; ')}`);
+        const aborted = out.sequences.filter((s) => s.stop_reason === 'ABORTED');
+        if (ab.aborted_requests === 0) expect(aborted.length === 0, `Abort of the ${name} Generate said 0 aborted, yet ${aborted.length} sequences came back ABORTED`);
+        outcome.push(`${name}: aborted_requests ${ab.aborted_requests}, ${aborted.length}/64 ABORTED (${aborted.reduce((n, s) => n + s.tokens.length, 0)} tokens kept)`);
+      }
       const again = await generateOk(ctx, b, 'Generate with the aborted request_id again');
       expect(!again.sequences.some((s) => s.stop_reason === 'ABORTED'), 'a later Generate with the same request_id came back ABORTED');
+      if (caps.deterministic) {
+        // what an aborted sequence kept is a prefix of the same sequence run to the end
+        const full = { running: await generateOk(ctx, a, 'the running Generate again'), queued: again };
+        for (const [name, res] of [['running', ra], ['queued', rb]] as const) {
+          if (!res.ok) continue;
+          res.value.sequences.forEach((s, i) => {
+            if (s.stop_reason !== 'ABORTED' || s.tokens.length === 0) return;
+            const f = full[name].sequences[i]!;
+            const n = s.tokens.length;
+            const d = firstDifference([s], [{ ...f, tokens: f.tokens.slice(0, n), logprobs: f.logprobs.slice(0, n), sample_logprobs: f.sample_logprobs.slice(0, n), stop_reason: 'ABORTED' }]);
+            expect(!d, `the ${name} Generate's sequences[${i}] (ABORTED after ${n} tokens) is not a prefix of the same sequence run to the end: ${d}`);
+          });
+        }
+      }
       const after = await generateOk(ctx, reference, 'the reference Generate after the Abort');
       if (caps.deterministic) {
         const d = firstDifference(before.sequences, after.sequences);
         expect(!d, `the reference Generate differs after the Abort: ${d}`);
       }
-      return `aborted_requests ${ab.aborted_requests}; ${nAborted}/64 sequences ABORTED (${resB.sequences.filter((s) => s.stop_reason === 'ABORTED').reduce((n, s) => n + s.tokens.length, 0)} tokens kept)`;
+      return outcome.join('; ');
     },
   },
 
