@@ -274,7 +274,7 @@ export const CHECKS: Check[] = [
 
   {
     id: 'health.progress',
-    title: 'Health.device_runs grows with a Generate, and queue_depth is 0 when idle (the supervisor\'s hang detection reads them)',
+    title: 'Health.device_runs grows across a Generate (the supervisor\'s hang detection reads it)',
     async run(ctx) {
       await ctx.requireRpcs('Generate');
       const base = await ctx.base();
@@ -282,7 +282,6 @@ export const CHECKS: Check[] = [
       await generateOk(ctx, { model_key: base.key, version: '0', sampling: { temperature: 1, max_tokens: 3 }, sequences: [{ context: [1], seed: '9' }] });
       const after = ok(await ctx.client.unary<P.WireHealthResponse>('Health', {}), 'Health');
       expect(BigInt(after.device_runs) > BigInt(before.device_runs), `device_runs ${before.device_runs} → ${after.device_runs} across a Generate`);
-      expect(after.queue_depth === 0, `queue_depth ${after.queue_depth} with nothing in flight`);
       return `device_runs ${before.device_runs} → ${after.device_runs}`;
     },
   },
@@ -1238,14 +1237,15 @@ export const CHECKS: Check[] = [
   // ---- Abort ----
   {
     id: 'abort.unknown',
-    title: 'Abort of an unknown request id, and Abort {} with nothing in flight: 0 aborted, no error',
+    title: 'Abort of an unknown request id, and of every Generate of a model with none in flight: 0 aborted, no error',
     async run(ctx) {
       await ctx.requireRpcs('Abort');
       const base = await ctx.base();
       const r = ok(await ctx.client.unary<P.WireAbortResponse>('Abort', { model_key: base.key, request_ids: [ctx.key('no-such-request')] }), 'Abort');
       expect(r.aborted_requests === 0, `aborted_requests ${r.aborted_requests}, expected 0`);
-      const all = ok(await ctx.client.unary<P.WireAbortResponse>('Abort', {}), 'Abort {} (every Generate of every model)');
-      expect(all.aborted_requests === 0, `Abort {} with nothing in flight: aborted_requests ${all.aborted_requests}, expected 0`);
+      // every Generate of the suite's own model (never Abort {}: the engine may be serving others)
+      const all = ok(await ctx.client.unary<P.WireAbortResponse>('Abort', { model_key: base.key, request_ids: [] }), 'Abort of every Generate of the base model');
+      expect(all.aborted_requests === 0, `Abort of every Generate of the base model with none in flight: aborted_requests ${all.aborted_requests}, expected 0`);
     },
   },
   {
