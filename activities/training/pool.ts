@@ -110,6 +110,22 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints }: PoolD
     await engine().loadVersion({ ...req, ...(await readVersionBytes(checkpoints, stored)) });
   }
 
+  /**
+   * Loads in progress, by version: the many turns of a batched rollout that find a new
+   * version missing at once (a trainer on another pool made it, or the engine restarted)
+   * share one load instead of sending the version once each.
+   */
+  const loading = new Map<string, Promise<void>>();
+  function loadOnce(runId: string, model: string, version: number): Promise<void> {
+    const key = `${runId}\u0000${model}\u0000${version}`;
+    let p = loading.get(key);
+    if (!p) {
+      p = loadFromStore(runId, model, version).finally(() => loading.delete(key));
+      loading.set(key, p);
+    }
+    return p;
+  }
+
   /** Runs `fn`; if the engine lacks the version, loads it from the store and runs it again. */
   async function withVersion<T>(runId: string, model: string, version: number, fn: () => Promise<T>): Promise<T> {
     try {
@@ -117,7 +133,7 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints }: PoolD
     } catch (e) {
       const reason = reasonOf(e);
       if (reason !== 'VERSION_NOT_LOADED' && reason !== 'MODEL_NOT_LOADED') throw e;
-      await loadFromStore(runId, model, version);
+      await loadOnce(runId, model, version);
       return fn();
     }
   }
