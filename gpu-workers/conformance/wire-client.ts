@@ -87,10 +87,9 @@ export class WireClient {
     });
   }
 
-  /** Server streaming: every message, or the error (with the messages before it). */
+  /** Server streaming: every message, or the error (with the messages before it); `sizes` are the messages' encoded sizes in bytes. */
   serverStream<Res = any>(name: string, req: unknown, timeoutMs?: number): Promise<Outcome<Res[]> & { messages: Res[]; sizes: number[] }> {
     const m = this.method(name);
-    // measure each message's encoded size: re-encode it with the method's serializer
     return new Promise((resolve) => {
       const messages: Res[] = [];
       const sizes: number[] = [];
