@@ -808,6 +808,28 @@ export const CHECKS: Check[] = [
       }
     },
   },
+  {
+    id: 'generate.over-max-batch',
+    title: 'A Generate of max_batch + 1 sequences is served whole (split into device runs), the last one as when sent alone (deterministic engines)',
+    async run(ctx) {
+      await ctx.requireRpcs('Generate');
+      const caps = await ctx.capabilities();
+      if (!(caps.max_batch >= 1)) throw new Skip('capabilities.max_batch is 0 (no fixed limit)');
+      if (caps.max_batch > 2048) throw new Skip(`max_batch ${caps.max_batch}: too many sequences for a quick check`);
+      const base = await ctx.base();
+      const V = await ctx.vocab();
+      const n = caps.max_batch + 1;
+      const seqs: Seq[] = Array.from({ length: n }, (_, i) => ({ context: [1 + (i % (V - 1))], seed: String(5000 + i) }));
+      const res = await generateOk(ctx, { model_key: base.key, version: '0', sampling: { temperature: 1, max_tokens: 2 }, sequences: seqs }, `Generate of ${n} sequences`);
+      if (caps.deterministic) {
+        const alone = await generateOk(ctx, { model_key: base.key, version: '0', sampling: { temperature: 1, max_tokens: 2 }, sequences: [seqs[n - 1]!] });
+        const d = firstDifference([res.sequences[n - 1]!], alone.sequences);
+        expect(!d, `sequence ${n - 1} of ${n} vs alone: ${d}`);
+      }
+      return `${n} sequences`;
+    },
+  },
+
   // ---- Score ----
   {
     id: 'score.shape',
@@ -961,6 +983,24 @@ export const CHECKS: Check[] = [
       const r = ok(await ctx.client.unary<P.WireUpdateResponse>('Update', { ...u.request, model_key: key, request_id: ctx.key('update-twin') }), 'Update on the twin');
       expect(r.info?.weights_sha256 === u.response.info?.weights_sha256, `twin's new sha ${r.info?.weights_sha256.slice(0, 12)}…, first ${u.response.info?.weights_sha256.slice(0, 12)}…`);
       expect(r.info?.optimizer_sha256 === u.response.info?.optimizer_sha256, 'same weights but another optimizer_sha256');
+    },
+  },
+  {
+    id: 'update.resume',
+    title: 'A trained version (weights + optimizer state) exported and loaded under a new key keeps its info (optimizer_step 1); an Update from it makes version 2 with optimizer_step 2',
+    async run(ctx) {
+      await ctx.requireRpcs('LoadVersion');
+      const u = await firstUpdate(ctx);
+      const v1 = ok(await ctx.client.unary<P.WireExportVersionResponse>('ExportVersion', { model_key: u.key, version: '1' }), 'ExportVersion v1');
+      const key = ctx.key('resume');
+      const info = ok(
+        await ctx.client.unary<P.WireVersionInfo>('LoadVersion', loadRequest(key, '1', u.base.info.spec!, { weights: v1.weights, optimizer_state: v1.optimizer_state })),
+        'LoadVersion of v1 as version 1 under a new key',
+      );
+      expect(sameInfo(info, u.response.info) && info.optimizer_step === u.response.info!.optimizer_step, `loaded v${info.version} step ${info.optimizer_step} sha ${info.weights_sha256.slice(0, 12)}…, trained v${u.response.info?.version} step ${u.response.info?.optimizer_step} sha ${u.response.info?.weights_sha256.slice(0, 12)}…`);
+      const r = ok(await ctx.client.unary<P.WireUpdateResponse>('Update', { ...u.request, model_key: key, base_version: '1', request_id: ctx.key('resume-1') }), 'Update from the loaded version 1');
+      expect(String(r.info?.version) === '2' && String(r.base_version) === '1', `version ${r.info?.version} from ${r.base_version}, expected 2 from 1`);
+      expect(r.info?.optimizer_step === u.response.info!.optimizer_step + 1, `optimizer_step ${r.info?.optimizer_step}, expected ${u.response.info!.optimizer_step + 1}`);
     },
   },
   {
