@@ -388,7 +388,7 @@ export const CHECKS: Check[] = [
   },
   {
     id: 'init.v1-spec',
-    title: 'InitModel reads the v1 tiny-lm form (family "", fields 3-7, no config_json) and echoes it as family "tiny-lm" with config_json',
+    title: 'InitModel reads the v1 tiny-lm form (family "", fields 3-7, no config_json) and echoes it as family "tiny-lm" with config_json; tiny-lm generates from an empty context, past its window, without CONTEXT_FULL',
     async run(ctx) {
       await ctx.requireRpcs('InitModel');
       if (!(await ctx.capabilities()).families.includes('tiny-lm')) throw new Skip('the engine does not host tiny-lm');
@@ -404,6 +404,11 @@ export const CHECKS: Check[] = [
       }
       expect(info.spec?.family === 'tiny-lm', `family ${JSON.stringify(info.spec?.family)}, expected "tiny-lm"`);
       expect(cfg.contextWindow === 4 && cfg.embedDim === 8 && cfg.hiddenDim === 16, `config_json ${info.spec?.config_json}, expected contextWindow 4, embedDim 8, hiddenDim 16`);
+      if ((await ctx.capabilities()).rpcs.includes('Generate')) {
+        // tiny-lm: an empty context is allowed, and its sliding window never fills (no CONTEXT_FULL)
+        const g = await generateOk(ctx, { model_key: info.model_key, version: '0', sampling: { temperature: 1, max_tokens: 40 }, sequences: [{ context: [], seed: '1' }, { context: [3], seed: '2' }] }, 'tiny-lm Generate (empty context, 40 tokens > window 4)');
+        expect(g.sequences.every((x) => x.tokens.length === 40 && x.stop_reason === 'MAX_TOKENS'), `tiny-lm: ${g.sequences.map((x) => `${x.tokens.length} ${x.stop_reason}`).join(', ')}, expected 40 MAX_TOKENS`);
+      }
     },
   },
   // ---- Export / Load ----
@@ -926,6 +931,53 @@ export const CHECKS: Check[] = [
       const sha = await ctx.exportedSha(u.key, '1');
       expect(sha === r.info!.weights_sha256, `ExportVersion v1: sha ${sha.slice(0, 12)}…, Update said ${r.info!.weights_sha256.slice(0, 12)}…`);
       return `loss ${fmt(r.metrics!.loss)}, grad_norm ${fmt(r.metrics!.grad_norm)}, ${r.tokens} tokens, logprob gap max ${fmt(r.logprob_gap_max)}`;
+    },
+  },
+  {
+    id: 'update.metrics',
+    title: 'Update metrics at the base weights (old_logprobs = the policy\'s, K = 1): ratio 1 so pg_loss = loss = −Σ w·A, clip fractions 0, approx_kl ≈ 0, kl_loss 0 without ref_logprobs; entropy / entropy_sum match Score\'s entropies',
+    async run(ctx) {
+      await ctx.requireRpcs('Score');
+      const u = await firstUpdate(ctx);
+      const m = u.response.metrics;
+      expect(m, 'metrics missing');
+      const sc = ok(
+        await ctx.client.unary<P.WireScoreResponse>('Score', { model_key: u.key, version: '0', sequences: u.request.samples.map((x) => ({ context: x.context, tokens: x.tokens })) }),
+        'Score of the samples on the base version',
+      );
+      let pg = 0;
+      let hSum = 0;
+      let hMean = 0;
+      let n = 0;
+      u.request.samples.forEach((x, i) =>
+        x.tokens.forEach((_, t) => {
+          if (x.loss_mask[t] !== 1) return;
+          const w = x.loss_weights[t]!;
+          const h = sc.sequences[i]!.entropy[t]!;
+          pg -= w * x.advantages[t]!;
+          hSum += w * h;
+          if (w !== 0) {
+            hMean += h;
+            n++;
+          }
+        }),
+      );
+      hMean /= n;
+      const problems: string[] = [];
+      const near = (name: string, got: number, want: number, tol = 1e-4) => {
+        if (!(Math.abs(got - want) <= tol)) problems.push(`${name} ${fmt(got)}, expected ${fmt(want)}`);
+      };
+      near('pg_loss', m.pg_loss, pg);
+      near('loss', m.loss, pg);
+      near('kl_loss', m.kl_loss, 0, 0);
+      near('clip_fraction', m.clip_fraction, 0, 0);
+      near('dual_clip_fraction', m.dual_clip_fraction, 0, 0);
+      near('approx_kl', m.approx_kl, 0, 1e-5);
+      near('entropy', m.entropy, hMean);
+      near('entropy_sum', m.entropy_sum, hSum);
+      if (!(m.grad_norm > 0)) problems.push(`grad_norm ${m.grad_norm}, expected > 0`);
+      expect(problems.length === 0, problems.join('; '));
+      return `pg_loss ${fmt(m.pg_loss)}, entropy ${fmt(m.entropy)}`;
     },
   },
   {
