@@ -210,11 +210,13 @@ export const CHECKS: Check[] = [
   // ---- Health ----
   {
     id: 'health.serving',
-    title: 'Health answers with status SERVING',
+    title: 'Health answers with status SERVING, a device and an uptime',
     async run(ctx) {
       const h = await ctx.health();
       expect(h.status === 'SERVING', `status ${JSON.stringify(h.status)}, expected "SERVING"`);
-      return `device ${h.device || '(none)'}`;
+      expect(h.device !== '', 'device empty');
+      expect(Number.isFinite(h.uptime_s) && h.uptime_s >= 0, `uptime_s ${h.uptime_s}`);
+      return `device ${h.device}${h.fell_back ? ` (fell back from ${h.requested_device}: ${h.fallback_reason})` : ''}`;
     },
   },
   {
@@ -462,15 +464,17 @@ export const CHECKS: Check[] = [
   },
   {
     id: 'load.chunks',
-    title: 'LoadVersionChunks with the bytes split into several small chunks gives the same shas',
+    title: 'LoadVersionChunks with the bytes split into several small chunks (bytes in the header message, one message with both kinds) gives the same shas',
     async run(ctx) {
       await ctx.requireRpcs('LoadVersionChunks');
       const base = await ctx.base();
       const header = loadRequest(ctx.key('chunk-loaded'), '0', await ctx.spec(), { weights_sha256: base.info.weights_sha256 });
       const size = Math.max(1, Math.ceil(base.weights.length / 5));
+      // bytes in the header's message too, odd offsets, and one message carrying both weights and optimizer bytes
       const msgs: P.WireLoadVersionChunk[] = [{ header, weights: base.weights.subarray(0, 3), optimizer_state: Buffer.alloc(0) }];
       for (let o = 3; o < base.weights.length; o += size) msgs.push({ header: null, weights: base.weights.subarray(o, o + size), optimizer_state: Buffer.alloc(0) });
-      for (let o = 0; o < base.optimizerState.length; o += size * 2) msgs.push({ header: null, weights: Buffer.alloc(0), optimizer_state: base.optimizerState.subarray(o, o + size * 2) });
+      msgs[msgs.length - 1]!.optimizer_state = base.optimizerState.subarray(0, 5);
+      for (let o = 5; o < base.optimizerState.length; o += size * 2) msgs.push({ header: null, weights: Buffer.alloc(0), optimizer_state: base.optimizerState.subarray(o, o + size * 2) });
       const info = ok(await ctx.client.clientStream<P.WireVersionInfo>('LoadVersionChunks', msgs), 'LoadVersionChunks');
       expect(sameInfo(info, base.info), `loaded sha ${info.weights_sha256.slice(0, 12)}… opt ${info.optimizer_sha256.slice(0, 12)}…, expected ${base.info.weights_sha256.slice(0, 12)}… opt ${base.info.optimizer_sha256.slice(0, 12)}…`);
       return `${msgs.length} chunks`;
