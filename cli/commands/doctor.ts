@@ -22,6 +22,7 @@ import {
   versionAtLeast,
 } from '../../infra/temporal';
 import { loadMigrations, schemaVersion } from '../../schema/migrate';
+import { pytorchEngine } from '../../engines/pytorch';
 import { defineCommand } from '../command';
 
 type Status = 'ok' | 'warn' | 'FAIL' | 'info';
@@ -60,6 +61,10 @@ export async function doctor(config: TroupeConfig): Promise<Line[]> {
   else if (config.temporalAddress) add('info', 'temporal binary', 'not found (not needed: TEMPORAL_ADDRESS is set)');
   else if (go) add('warn', 'temporal binary', 'not built yet — `npx troupe up` builds it with Go (a few minutes, once)');
   else add('FAIL', 'temporal binary', 'not found, and no Go to build it — set TROUPE_TEMPORAL_BIN or TEMPORAL_ADDRESS, or install Go');
+
+  // Engines other than the built-in one (optional)
+  const torch = pytorchEngine();
+  add('info', 'pytorch engine', 'missing' in torch ? `not available (only for --engine pytorch): ${torch.missing}` : `available: ${torch.command.join(' ')} (troupe worker pool --engine pytorch)`);
 
   // Temporal
   const address = temporalAddressOf(config);

@@ -8,6 +8,7 @@ import { loadConfig, temporalAddressOf } from '../../infra/config';
 import { runControlWorkerProcess } from '../../infra/control-worker-main';
 import { TroupeError } from '../../infra/errors';
 import { serveHealth, type Readiness } from '../../infra/health';
+import { embeddedPostgresStatus, embeddedPostgresUrl } from '../../infra/postgres';
 import { runPoolWorkerProcess } from '../../gpu-workers/pool-worker';
 import { defineCommand } from '../command';
 
@@ -18,7 +19,8 @@ export default defineCommand({
   description: [
     'control: all workflows and control activities, on TROUPE_TASK_QUEUE (or --queue).',
     'pool: the pool activities on TROUPE_POOL_TASK_QUEUE (or --queue), against an engine it spawns',
-    'on --device (default TROUPE_DEVICE) or the one at --engine-address; needs DATABASE_URL.',
+    'on --device (default TROUPE_DEVICE) or the one at --engine-address; needs DATABASE_URL',
+    '(default: the embedded PostgreSQL of `troupe up`, when it is running).',
     'Temporal and the namespace come from TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE. Run one pool worker',
     'per GPU; several on one queue share its work. Logs go to stdout/stderr.',
     'Readiness: with --health-port P, GET http://<host>:P/healthz is 200 when ready, 503 before.',
@@ -44,6 +46,11 @@ export default defineCommand({
       throw new TroupeError(`--health-port: must be a port number (1-65535), got ${port}`, 'e.g. --health-port 9464');
     }
     const config = loadConfig();
+    // Next to `troupe up` (an extra pool, e.g. --engine pytorch), the store is the embedded one.
+    if (kind === 'pool' && !process.env.DATABASE_URL) {
+      const embedded = embeddedPostgresStatus(config.stateDir);
+      if (embedded.running) process.env.DATABASE_URL = embeddedPostgresUrl(embedded.port ?? config.postgresPort);
+    }
     // Until the worker exists, the endpoint says what it is waiting for.
     let readiness: () => Readiness = () => ({ ready: false, kind, state: 'starting' });
     const health = port === undefined ? undefined : await serveHealth({ port }, () => readiness());
