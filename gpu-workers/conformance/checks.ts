@@ -909,7 +909,7 @@ export const CHECKS: Check[] = [
   // ---- Update ----
   {
     id: 'update.basic',
-    title: 'Update from version 0: version 1, base_version 0, tokens (loss_mask 1 only) and samples counted, metrics finite, optimizer_step + 1, new sha ≠ base sha, exportable',
+    title: 'Update from version 0: version 1, base_version 0, tokens (loss_mask 1 only) and samples counted, metrics finite, optimizer_step + 1, new sha ≠ base sha, exportable, Generate on it says version 1',
     async run(ctx) {
       const u = await firstUpdate(ctx);
       const r = u.response;
@@ -934,6 +934,8 @@ export const CHECKS: Check[] = [
       expect(problems.length === 0, problems.slice(0, 5).join('; '));
       const sha = await ctx.exportedSha(u.key, '1');
       expect(sha === r.info!.weights_sha256, `ExportVersion v1: sha ${sha.slice(0, 12)}…, Update said ${r.info!.weights_sha256.slice(0, 12)}…`);
+      // the new version serves, and says so per sequence
+      await generateOk(ctx, { model_key: u.key, version: '1', sampling: { temperature: 1, max_tokens: 4 }, sequences: [{ context: [1], seed: '1' }, { context: [2, 3], seed: '2' }] }, 'Generate on version 1');
       return `loss ${fmt(r.metrics!.loss)}, grad_norm ${fmt(r.metrics!.grad_norm)}, ${r.tokens} tokens, logprob gap max ${fmt(r.logprob_gap_max)}`;
     },
   },

@@ -120,7 +120,7 @@ async function lyingProxy(target: string, tamper: Record<string, (res: any) => a
         void upstream.serverStream(name, call.request).then((o) => {
           for (const msg of o.messages) call.write(change(name, msg));
           if (o.ok) call.end();
-          else call.destroy(Object.assign(new Error(o.error.message), toStatus(o.error)));
+          else call.emit('error', toStatus(o.error));
         });
       };
     }
