@@ -185,6 +185,47 @@ test('negative control: an error without troupe-error-reason, and an RPC listed 
   }
 });
 
+test('negative control: mutants of the real engine\'s answers fail the checks that should see them', async () => {
+  const mutants: [string, Record<string, (x: any) => any>, string[], string[]][] = [
+    ['sample_logprobs = logprobs', { Generate: (g: P.WireGenerateResponse) => ({ ...g, sequences: g.sequences.map((s) => ({ ...s, sample_logprobs: s.logprobs })) }) }, ['generate.'], ['generate.sampling', 'generate.sample-logprobs']],
+    ['negative entropies', { Score: (r: P.WireScoreResponse) => ({ ...r, sequences: r.sequences.map((s) => ({ ...s, entropy: s.entropy.map((h) => -h) })) }) }, ['score.'], ['score.shape']],
+    ['Abort counts 2', { Abort: () => ({ aborted_requests: 2 }) }, ['abort.unknown'], ['abort.unknown']],
+    ['Update never replays', { Update: (r: P.WireUpdateResponse) => ({ ...r, replayed: false }) }, ['update.replay'], ['update.replay']],
+  ];
+  for (const [name, tamper, only, expected] of mutants) {
+    const proxy = await lyingProxy(engine.listening.address, tamper);
+    try {
+      const rep = await runConformance(proxy.address, { only });
+      const failed = rep.results.filter((r) => r.status === 'fail').map((r) => r.id);
+      for (const id of expected) assert.ok(failed.includes(id), `${name}: ${id} should fail\n${show(rep)}`);
+    } finally {
+      proxy.close();
+    }
+  }
+});
+
+test('an engine that dies mid-suite: the remaining checks fail as not run, quickly', async () => {
+  const spare = await spawnEngine(['--device', 'cpu', '--port', '0'], { quiet: true });
+  const proxy = await lyingProxy(spare.listening.address, {
+    ExportVersionChunks: (c: unknown) => {
+      spare.child.kill('SIGKILL');
+      return c;
+    },
+  });
+  try {
+    const t0 = Date.now();
+    const rep = await runConformance(proxy.address, { only: ['health.serving', 'export.chunks', 'load.chunks', 'generate.shape'], connectTimeoutMs: 5000 });
+    const byId = Object.fromEntries(rep.results.map((r) => [r.id, r]));
+    assert.equal(byId['health.serving']!.status, 'pass', show(rep));
+    assert.equal(byId['generate.shape']!.status, 'fail', show(rep));
+    assert.match(byId['generate.shape']!.detail, /not run: the engine stopped answering Health after (export|load)\.chunks/);
+    assert.ok(Date.now() - t0 < 30_000, `took ${Date.now() - t0} ms`);
+  } finally {
+    proxy.close();
+    spare.child.kill('SIGKILL');
+  }
+});
+
 test('another engine (TROUPE_CONFORMANCE_ADDRESS) passes the suite', { skip: !process.env.TROUPE_CONFORMANCE_ADDRESS && 'set TROUPE_CONFORMANCE_ADDRESS=host:port to check another engine' }, async () => {
   const skip = process.env.TROUPE_CONFORMANCE_SKIP?.split(',').filter(Boolean);
   const rep = await assertConformant(process.env.TROUPE_CONFORMANCE_ADDRESS!, { skip, log: (l) => console.log(l) });
