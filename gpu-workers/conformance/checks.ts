@@ -803,17 +803,24 @@ export const CHECKS: Check[] = [
     },
   },
   {
-    id: 'generate.top-p-off',
-    title: 'top_p ≥ 1 is off (proto: "0 or >= 1 = off"): top_p 1.5 is accepted and samples as without top_p',
+    id: 'generate.top-p-range',
+    title: 'top_p 0 and 1 are off (same bits as without top_p); outside [0, 1] (1.5, −0.1) → INVALID_REQUEST',
     async run(ctx) {
       await ctx.requireRpcs('Generate');
       const base = await ctx.base();
       const cs = contexts(await ctx.vocab());
       const req = (sampling: P.WireSamplingParams): GenReq => ({ model_key: base.key, version: '0', sampling: { temperature: 1, max_tokens: 6, ...sampling }, sequences: cs.map((c, i) => ({ context: c, seed: String(320 + i) })) });
-      const off = await generateOk(ctx, req({ top_p: 1.5 }), 'Generate with top_p 1.5');
-      if ((await ctx.capabilities()).deterministic) {
-        const d = firstDifference((await generateOk(ctx, req({}))).sequences, off.sequences);
-        expect(!d, `top_p 1.5 differs from no top_p: ${d}`);
+      const plain = await generateOk(ctx, req({}));
+      for (const top_p of [1, 0]) {
+        const off = await generateOk(ctx, req({ top_p }), `Generate with top_p ${top_p}`);
+        if ((await ctx.capabilities()).deterministic) {
+          const d = firstDifference(plain.sequences, off.sequences);
+          expect(!d, `top_p ${top_p} differs from no top_p: ${d}`);
+        }
+      }
+      for (const top_p of [1.5, -0.1]) {
+        const e = await ctx.expectError(`Generate with top_p ${top_p}`, () => ctx.client.unary('Generate', req({ top_p })), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
+        expect(/top_p/.test(e.message), `message ${JSON.stringify(e.message)} does not name top_p`);
       }
     },
   },
