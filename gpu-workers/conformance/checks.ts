@@ -803,17 +803,24 @@ export const CHECKS: Check[] = [
     },
   },
   {
-    id: 'generate.top-p-off',
-    title: 'top_p ≥ 1 is off (proto: "0 or >= 1 = off"): top_p 1.5 is accepted and samples as without top_p',
+    id: 'generate.top-p-range',
+    title: 'top_p 0 and 1 are off (same bits as without top_p); outside [0, 1] (1.5, −0.1) → INVALID_REQUEST',
     async run(ctx) {
       await ctx.requireRpcs('Generate');
       const base = await ctx.base();
       const cs = contexts(await ctx.vocab());
       const req = (sampling: P.WireSamplingParams): GenReq => ({ model_key: base.key, version: '0', sampling: { temperature: 1, max_tokens: 6, ...sampling }, sequences: cs.map((c, i) => ({ context: c, seed: String(320 + i) })) });
-      const off = await generateOk(ctx, req({ top_p: 1.5 }), 'Generate with top_p 1.5');
-      if ((await ctx.capabilities()).deterministic) {
-        const d = firstDifference((await generateOk(ctx, req({}))).sequences, off.sequences);
-        expect(!d, `top_p 1.5 differs from no top_p: ${d}`);
+      const plain = await generateOk(ctx, req({}));
+      for (const top_p of [1, 0]) {
+        const off = await generateOk(ctx, req({ top_p }), `Generate with top_p ${top_p}`);
+        if ((await ctx.capabilities()).deterministic) {
+          const d = firstDifference(plain.sequences, off.sequences);
+          expect(!d, `top_p ${top_p} differs from no top_p: ${d}`);
+        }
+      }
+      for (const top_p of [1.5, -0.1]) {
+        const e = await ctx.expectError(`Generate with top_p ${top_p}`, () => ctx.client.unary('Generate', req({ top_p })), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
+        expect(/top_p/.test(e.message), `message ${JSON.stringify(e.message)} does not name top_p`);
       }
     },
   },
@@ -909,7 +916,7 @@ export const CHECKS: Check[] = [
   // ---- Update ----
   {
     id: 'update.basic',
-    title: 'Update from version 0: version 1, base_version 0, tokens (loss_mask 1 only) and samples counted, metrics finite, optimizer_step + 1, new sha ≠ base sha, exportable',
+    title: 'Update from version 0: version 1, base_version 0, tokens (loss_mask 1 only) and samples counted, metrics finite, optimizer_step + 1, new sha ≠ base sha, exportable, Generate on it says version 1',
     async run(ctx) {
       const u = await firstUpdate(ctx);
       const r = u.response;
@@ -934,6 +941,8 @@ export const CHECKS: Check[] = [
       expect(problems.length === 0, problems.slice(0, 5).join('; '));
       const sha = await ctx.exportedSha(u.key, '1');
       expect(sha === r.info!.weights_sha256, `ExportVersion v1: sha ${sha.slice(0, 12)}…, Update said ${r.info!.weights_sha256.slice(0, 12)}…`);
+      // the new version serves, and says so per sequence
+      await generateOk(ctx, { model_key: u.key, version: '1', sampling: { temperature: 1, max_tokens: 4 }, sequences: [{ context: [1], seed: '1' }, { context: [2, 3], seed: '2' }] }, 'Generate on version 1');
       return `loss ${fmt(r.metrics!.loss)}, grad_norm ${fmt(r.metrics!.grad_norm)}, ${r.tokens} tokens, logprob gap max ${fmt(r.logprob_gap_max)}`;
     },
   },

@@ -129,12 +129,19 @@ export async function runConformance(address: string, opts: ConformanceOptions =
       throw new EngineUnreachableError(`no engine answers at ${address}: ${describeError(h.error)}`);
     }
     const results: CheckResult[] = [];
+    let gone: string | undefined; // the engine stopped answering: the rest are not run
     for (const check of checks) {
       const r = skipped.some((p) => matches(p, check.id))
         ? { id: check.id, title: check.title, status: 'skip' as const, detail: 'skipped by request (--skip)', ms: 0 }
-        : await runCheck(ctx, check, opts.checkTimeoutMs ?? 60_000);
+        : gone
+          ? { id: check.id, title: check.title, status: 'fail' as const, detail: `not run: ${gone}`, ms: 0 }
+          : await runCheck(ctx, check, opts.checkTimeoutMs ?? 60_000);
       results.push(r);
       opts.log?.(formatResult(r));
+      if (r.status === 'fail' && !gone) {
+        const alive = await client.unary<P.WireHealthResponse>('Health', {}, 10_000);
+        if (!alive.ok && ['UNAVAILABLE', 'DEADLINE_EXCEEDED'].includes(alive.error.codeName)) gone = `the engine stopped answering Health after ${check.id} (${describeError(alive.error)})`;
+      }
     }
     const counts = { pass: 0, fail: 0, skip: 0 };
     for (const r of results) counts[r.status]++;

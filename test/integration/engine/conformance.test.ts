@@ -38,11 +38,11 @@ const show = (rep: ConformanceReport) => rep.results.map(formatResult).join('\n'
 /**
  * Checks the built-in engine is known to fail, each with why; they run and are
  * reported, but do not fail this test. Empty this list as the engine is fixed
- * (the test says when one of them passes).
- *   generate.top-p-off: engine.proto says top_p "0 or >= 1 = off"; validate.ts
- *   rejects top_p > 1 as INVALID_REQUEST.
+ * (the test says when one of them passes). Was: limits.chunk-size (chunks of
+ * 4 MiB + framing) and generate.top-p-off (the proto said top_p >= 1 was off),
+ * both settled on main.
  */
-const KNOWN_FAILURES = ['generate.top-p-off'];
+const KNOWN_FAILURES: string[] = [];
 
 test('the built-in engine passes every check of the conformance suite', async () => {
   const t0 = Date.now();
@@ -84,8 +84,9 @@ test('`troupe engine-check <addr>` prints a line per check and the summary, exit
   assert.match(typo.stderr, /unknown check id\(s\): nope/);
 });
 
-test('`troupe engine-check` over the whole suite: exit 0 and the summary line (known failures --skip\'ed)', async () => {
-  const r = await troupe(['engine-check', engine.listening.address, '--skip', KNOWN_FAILURES.join(',')], { ...process.env, TROUPE_DEBUG: '' });
+test('`troupe engine-check` over the whole suite: exit 0 and the summary line', async () => {
+  const skip = KNOWN_FAILURES.length ? ['--skip', KNOWN_FAILURES.join(',')] : [];
+  const r = await troupe(['engine-check', engine.listening.address, ...skip], { ...process.env, TROUPE_DEBUG: '' });
   assert.equal(r.code, 0, `${r.stdout}\n${r.stderr}`);
   assert.match(r.stdout, /^engine-check \S+: \d+ passed, 0 failed, \d+ skipped \(\d+ checks, [\d.]+ s\)$/m);
   for (const id of KNOWN_FAILURES) assert.match(r.stdout, new RegExp(`^SKIP ${id.replace('.', '\\.')}: skipped by request`, 'm'));
@@ -120,7 +121,7 @@ async function lyingProxy(target: string, tamper: Record<string, (res: any) => a
         void upstream.serverStream(name, call.request).then((o) => {
           for (const msg of o.messages) call.write(change(name, msg));
           if (o.ok) call.end();
-          else call.destroy(Object.assign(new Error(o.error.message), toStatus(o.error)));
+          else call.emit('error', toStatus(o.error));
         });
       };
     }
@@ -182,6 +183,47 @@ test('negative control: an error without troupe-error-reason, and an RPC listed 
   } finally {
     server.forceShutdown();
     upstream.close();
+  }
+});
+
+test('negative control: mutants of the real engine\'s answers fail the checks that should see them', async () => {
+  const mutants: [string, Record<string, (x: any) => any>, string[], string[]][] = [
+    ['sample_logprobs = logprobs', { Generate: (g: P.WireGenerateResponse) => ({ ...g, sequences: g.sequences.map((s) => ({ ...s, sample_logprobs: s.logprobs })) }) }, ['generate.'], ['generate.sampling', 'generate.sample-logprobs']],
+    ['negative entropies', { Score: (r: P.WireScoreResponse) => ({ ...r, sequences: r.sequences.map((s) => ({ ...s, entropy: s.entropy.map((h) => -h) })) }) }, ['score.'], ['score.shape']],
+    ['Abort counts 2', { Abort: () => ({ aborted_requests: 2 }) }, ['abort.unknown'], ['abort.unknown']],
+    ['Update never replays', { Update: (r: P.WireUpdateResponse) => ({ ...r, replayed: false }) }, ['update.replay'], ['update.replay']],
+  ];
+  for (const [name, tamper, only, expected] of mutants) {
+    const proxy = await lyingProxy(engine.listening.address, tamper);
+    try {
+      const rep = await runConformance(proxy.address, { only });
+      const failed = rep.results.filter((r) => r.status === 'fail').map((r) => r.id);
+      for (const id of expected) assert.ok(failed.includes(id), `${name}: ${id} should fail\n${show(rep)}`);
+    } finally {
+      proxy.close();
+    }
+  }
+});
+
+test('an engine that dies mid-suite: the remaining checks fail as not run, quickly', async () => {
+  const spare = await spawnEngine(['--device', 'cpu', '--port', '0'], { quiet: true });
+  const proxy = await lyingProxy(spare.listening.address, {
+    ExportVersionChunks: (c: unknown) => {
+      spare.child.kill('SIGKILL');
+      return c;
+    },
+  });
+  try {
+    const t0 = Date.now();
+    const rep = await runConformance(proxy.address, { only: ['health.serving', 'export.chunks', 'load.chunks', 'generate.shape'], connectTimeoutMs: 5000 });
+    const byId = Object.fromEntries(rep.results.map((r) => [r.id, r]));
+    assert.equal(byId['health.serving']!.status, 'pass', show(rep));
+    assert.equal(byId['generate.shape']!.status, 'fail', show(rep));
+    assert.match(byId['generate.shape']!.detail, /not run: the engine stopped answering Health after (export|load)\.chunks/);
+    assert.ok(Date.now() - t0 < 30_000, `took ${Date.now() - t0} ms`);
+  } finally {
+    proxy.close();
+    spare.child.kill('SIGKILL');
   }
 });
 
