@@ -690,13 +690,17 @@ class Engine(pbg.EngineServicer):
             ent = -(torch.exp(rows) * rows).sum(dim=-1)
         return lp.cpu().tolist(), ent.cpu().tolist()
 
+    def _batch_version(self, req):
+        """The model and version a Generate or Score request names, and that it has sequences."""
+        key = check_key(req.model_key)
+        number = check_version(req.version)
+        if len(req.sequences) == 0:
+            raise invalid("sequences: empty batch (send at least one sequence)")
+        return self.cache.version(key, number)
+
     def Generate(self, req, context):
         def go():
-            key = check_key(req.model_key)
-            number = check_version(req.version)
-            if len(req.sequences) == 0:
-                raise invalid("sequences: empty batch (send at least one sequence)")
-            m, v = self.cache.version(key, number)
+            m, v = self._batch_version(req)
             s = m.spec
             shared = sampling_of(req.sampling, s, "sampling") if req.HasField("sampling") else None
             rows = []
@@ -707,7 +711,7 @@ class Engine(pbg.EngineServicer):
                 ctx = token_ids(q.context, s["vocabSize"], f"sequences[{i}].context")
                 sequence_issue(s, f"sequences[{i}]", len(ctx), len(ctx) + own["max_tokens"])
                 rows.append((ctx, int(q.seed), own))
-            call = GenerateCall(key, req.request_id, len(rows))
+            call = GenerateCall(m.key, req.request_id, len(rows))
             theta = v.theta
 
             def work(job):
@@ -733,8 +737,8 @@ class Engine(pbg.EngineServicer):
                 with self.calls_lock:
                     self.calls.discard(call)
             for r in seqs:
-                r.version = number
-            return pb.GenerateResponse(version=number, sequences=seqs)
+                r.version = v.number
+            return pb.GenerateResponse(version=v.number, sequences=seqs)
         return self._run(context, go)
 
     def _generate_one(self, model, W, ctx, seed, sp, call):
@@ -797,11 +801,7 @@ class Engine(pbg.EngineServicer):
 
     def Score(self, req, context):
         def go():
-            key = check_key(req.model_key)
-            number = check_version(req.version)
-            if len(req.sequences) == 0:
-                raise invalid("sequences: empty batch (send at least one sequence)")
-            m, v = self.cache.version(key, number)
+            m, v = self._batch_version(req)
             s = m.spec
             seqs = []
             for i, q in enumerate(req.sequences):
@@ -820,7 +820,7 @@ class Engine(pbg.EngineServicer):
                     self.queue.progress()
                 self.counters["score_runs"] += 1
                 return out
-            return pb.ScoreResponse(version=number, sequences=self._device(work))
+            return pb.ScoreResponse(version=v.number, sequences=self._device(work))
         return self._run(context, go)
 
     # -- update
