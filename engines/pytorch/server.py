@@ -627,6 +627,10 @@ class Engine(pbg.EngineServicer):
                 d = path_of_uri(req.destination_uri, "destination_uri")
             except ValueError as e:
                 raise Fault("REFERENCE_UNREADABLE", str(e))
+            try:
+                os.makedirs(d, exist_ok=True)  # the proto: created if missing
+            except OSError as e:
+                raise Fault("REFERENCE_UNREADABLE", f"destination_uri: cannot create {d} ({e.strerror})")
             if not os.path.isdir(d) or not os.access(d, os.W_OK):
                 raise Fault("REFERENCE_UNREADABLE", f"destination_uri: {d} is not a directory this engine can write")
             refs = []
