@@ -482,14 +482,13 @@ export const CHECKS: Check[] = [
   },
   {
     id: 'export.reference',
-    title: 'ExportVersion to a destination_uri writes files matching the refs; LoadVersion by weights_ref/optimizer_state_ref gives the same shas',
+    title: 'ExportVersion to a destination_uri (created if missing) writes files matching the refs; LoadVersion by weights_ref/optimizer_state_ref gives the same shas',
     async run(ctx) {
       await ctx.requireReferences();
       await ctx.requireRpcs('LoadVersion');
       const base = await ctx.base();
-      // an existing directory: whether an engine creates a missing one is not specified
-      const dir = path.join(ctx.tmpDir(), 'export');
-      fs.mkdirSync(dir, { recursive: true });
+      // a directory that does not exist yet: the proto says the engine creates it
+      const dir = path.join(ctx.tmpDir(), 'export', 'new');
       const res = ok(
         await ctx.client.unary<P.WireExportVersionResponse>('ExportVersion', { model_key: base.key, version: '0', destination_uri: pathToFileURL(dir).href }),
         'ExportVersion by reference',
