@@ -132,6 +132,7 @@ export class EngineClient {
   private readonly maxCoalesced: number;
   private readonly pendingGenerate = new Map<string, PendingGenerate[]>();
   private flushScheduled = false;
+  private closed = false;
 
   constructor(
     readonly address: string,
@@ -164,6 +165,7 @@ export class EngineClient {
 
   private call<Req, Res>(method: string, req: Req, opts: CallOptions = {}): Promise<Res> {
     const def = this.methods[method];
+    if (this.closed) return Promise.reject(this.closedError(method));
     return new Promise<Res>((resolve, reject) => {
       if (opts.signal?.aborted) {
         reject(new EngineCancelledError(`engine ${method}: aborted before the call`, grpc.status.CANCELLED, ErrorReason.CANCELLED, method));
@@ -218,6 +220,7 @@ export class EngineClient {
 
   private clientStream<Res>(method: string, messages: unknown[], opts: CallOptions = {}): Promise<Res> {
     const def = this.methods[method];
+    if (this.closed) return Promise.reject(this.closedError(method));
     return new Promise<Res>((resolve, reject) => {
       const callOpts: grpc.CallOptions = opts.timeoutMs !== undefined ? { deadline: Date.now() + opts.timeoutMs } : {};
       const call = this.client.makeClientStreamRequest<unknown, Res>(
@@ -236,6 +239,7 @@ export class EngineClient {
 
   private serverStream<Msg>(method: string, req: unknown, opts: CallOptions = {}): Promise<Msg[]> {
     const def = this.methods[method];
+    if (this.closed) return Promise.reject(this.closedError(method));
     return new Promise<Msg[]>((resolve, reject) => {
       const callOpts: grpc.CallOptions = opts.timeoutMs !== undefined ? { deadline: Date.now() + opts.timeoutMs } : {};
       const call = this.client.makeServerStreamRequest<unknown, Msg>(
@@ -367,6 +371,7 @@ export class EngineClient {
   async updateStream(req: T.UpdateRequest, onProgress: (p: T.UpdateProgress) => void, opts?: CallOptions): Promise<T.UpdateResponse> {
     const def = this.methods.UpdateStream;
     if (!def) return this.update(req, opts);
+    if (this.closed) throw this.closedError('UpdateStream');
     try {
       return await new Promise<T.UpdateResponse>((resolve, reject) => {
         const callOpts: grpc.CallOptions = opts?.timeoutMs !== undefined ? { deadline: Date.now() + opts.timeoutMs } : {};
@@ -408,6 +413,15 @@ export class EngineClient {
   }
 
   close(): void {
+    this.closed = true;
     this.client.close();
+  }
+
+  /**
+   * A call on a closed client (its engine died and the supervisor replaced it): retryable like
+   * an unreachable engine, instead of grpc-js's untyped "Channel has been shut down".
+   */
+  private closedError(method: string): EngineUnavailableError {
+    return new EngineUnavailableError(`engine ${method}: the client of the engine at ${this.address} is closed (the engine was restarted); retry with the current one`, grpc.status.UNAVAILABLE, ErrorReason.UNAVAILABLE, method);
   }
 }
