@@ -17,7 +17,8 @@ export interface ModelSpec {
   readonly pool: string;
   /**
    * The pool that trains it, where that is another (e.g. a PyTorch trainer behind an ONNX sampler):
-   * version 0 and every update run there; the sampling pool loads each new version by reference.
+   * version 0 and every update run there; the sampling pool's engines load each new version from
+   * the store (by reference where they share its checkpoint files) when a rollout first needs it.
    * Default: `pool`. A run may override both (run config `pools`).
    */
   readonly trainPool?: string;

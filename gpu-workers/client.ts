@@ -366,12 +366,14 @@ export class EngineClient {
 
   /**
    * Update through UpdateStream: `onProgress` hears each progress event (the pool activity
-   * heartbeats on them). An engine without UpdateStream answers the unary Update.
+   * heartbeats on them). An engine that answers UpdateStream UNIMPLEMENTED (one that lists
+   * only Update) gets the unary Update. grpc-js emits 'error' before 'end' for a failed
+   * stream, so 'end' without a result is a stream the engine ended early.
    */
   async updateStream(req: T.UpdateRequest, onProgress: (p: T.UpdateProgress) => void, opts?: CallOptions): Promise<T.UpdateResponse> {
     const def = this.methods.UpdateStream;
-    if (!def) return this.update(req, opts);
     if (this.closed) throw this.closedError('UpdateStream');
+    if (opts?.signal?.aborted) throw new EngineCancelledError('engine UpdateStream: aborted before the call', grpc.status.CANCELLED, ErrorReason.CANCELLED, 'UpdateStream');
     try {
       return await new Promise<T.UpdateResponse>((resolve, reject) => {
         const callOpts: grpc.CallOptions = opts?.timeoutMs !== undefined ? { deadline: Date.now() + opts.timeoutMs } : {};
@@ -383,7 +385,9 @@ export class EngineClient {
           new grpc.Metadata(),
           callOpts,
         );
-        opts?.signal?.addEventListener('abort', () => call.cancel(), { once: true });
+        const onAbort = () => call.cancel();
+        opts?.signal?.addEventListener('abort', onAbort, { once: true });
+        call.on('close', () => opts?.signal?.removeEventListener('abort', onAbort));
         let result: T.UpdateResponse | undefined;
         call.on('data', (ev: P.WireUpdateEvent) => {
           if (ev.result) result = wire.updateResponseFromWire(ev.result);

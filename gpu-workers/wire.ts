@@ -253,7 +253,7 @@ export const generateResponseFromWire = (w: P.WireGenerateResponse): T.GenerateR
     logprobs: s.logprobs,
     sampleLogprobs: s.sample_logprobs,
     stopReason: STOP_FROM_WIRE[s.stop_reason] ?? 'max_tokens',
-    // a v1-style engine that leaves it unset produced the requested version
+    // an engine that leaves it unset produced the requested version
     version: s.version !== undefined && String(s.version) !== '0' ? u64ToNumber(s.version) : u64ToNumber(w.version),
   })),
 });

@@ -266,7 +266,7 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
   // Histories from before plans were references: planStep/planEval returned the episode list.
   async function rolloutListed(specs: EpisodeSpec[], split: Split, at: number, sampling?: Partial<Sampling>): Promise<number> {
     if (config.rollout === 'durable') {
-      const results = await Promise.all(specs.map((spec) => executeChild(episodeWorkflow, { workflowId: spec.episodeId, args: [{ ...ref, runId, step: at, split, spec, versions, sampling, poolQueues }] })));
+      const results = await Promise.all(specs.map((spec) => executeChild(episodeWorkflow, { workflowId: spec.episodeId, args: [{ ...ref, runId, step: at, split, spec, versions, sampling, poolQueues, ...sampleQueues() }] })));
       return results.filter((r) => r.status === 'failed').length;
     }
     const parts: EpisodeSpec[][] = [];

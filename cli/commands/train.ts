@@ -48,7 +48,7 @@ export default defineCommand({
     'eval-every': { type: 'number', valueName: 'N', example: '10', description: 'eval on held-out tasks every N steps' },
     staleness: { type: 'number', valueName: 'K', example: '1', description: 'asynchronous RL: step t samples the version of step t-K while updates run (0: synchronous)' },
     'sample-pool': { type: 'string', valueName: 'POOL', description: 'the pool every model samples on (rollouts); also trains on unless --train-pool (run config pools)' },
-    'train-pool': { type: 'string', valueName: 'POOL', description: 'the pool every model trains on (version 0, updates), e.g. a PyTorch pool behind an ONNX sampler; the sampler loads each version by reference' },
+    'train-pool': { type: 'string', valueName: 'POOL', description: 'the pool every model trains on (version 0, updates), e.g. a PyTorch pool behind an ONNX sampler; the sampler loads each new version from the store' },
     model: { type: 'string', valueName: 'DIR', description: 'a Hugging Face-layout directory every model of the team starts from: version 0 = its weights, its tokenizer.json if any (sets teamOptions.checkpoint, checkpointTokenizer)' },
     'team-options': { type: 'string', valueName: 'JSON', description: 'options of the team, e.g. {"models":"separate"}' },
     'run-id': { type: 'string', valueName: 'ID', description: 'run id (default: <team>-<time>-<rand>)' },
@@ -93,7 +93,9 @@ export default defineCommand({
     };
     if (values['sample-pool'] !== undefined || values['train-pool'] !== undefined) {
       const where = { ...(values['sample-pool'] !== undefined ? { sample: values['sample-pool'] } : {}), ...(values['train-pool'] !== undefined ? { train: values['train-pool'] } : {}) };
-      input.pools = Object.fromEntries(Object.keys(loadTeam(team, input.teamOptions ?? {}).models).map((m) => [m, { ...(fromFile.pools as RunConfigInput['pools'])?.[m], ...where }]));
+      const filePools = (fromFile.pools ?? {}) as NonNullable<RunConfigInput['pools']>;
+      // the file's entries stay (one for a model the team lacks is then named by the run config's check)
+      input.pools = { ...filePools, ...Object.fromEntries(Object.keys(loadTeam(team, input.teamOptions ?? {}).models).map((m) => [m, { ...filePools[m], ...where }])) };
     }
     const runId = values['run-id'] ?? (fromFile.runId as string | undefined) ?? runIdFor(team);
     const config = validateRunConfig({ ...input, runId });

@@ -13,6 +13,11 @@ import { FAMILY_NAMES, normalizeModelSpec } from '../families';
 import * as wire from '../wire';
 import { describeError, protoRpcNames, type WireError } from './wire-client';
 
+/** abort.generate: an Abort sent this long after the Generate it names finds it, if the engine is reading its messages at all. */
+const QUEUED_ABORT_AFTER_MS = 20;
+/** Sequences of each abort.generate call: enough to keep an engine busy for a while. */
+const ABORT_BATCH = 512;
+
 export interface Check {
   id: string;
   /** What it checks, one line. */
@@ -1354,7 +1359,7 @@ export const CHECKS: Check[] = [
   },
   {
     id: 'abort.generate',
-    title: 'Abort of a running and of a queued Generate: each returns successfully, each sequence finished or ABORTED (logprobs as many as tokens); aborted_requests 0 or 1; later Generates unaffected',
+    title: 'Abort of a running and of a queued Generate: each returns successfully, each sequence finished or ABORTED (logprobs as many as tokens); aborted_requests 0 or 1; an Abort answered while the first runs, sent well after the queued one (another model), finds it; later Generates unaffected',
     async run(ctx) {
       await ctx.requireRpcs('Abort', 'Generate');
       const base = await ctx.base();
@@ -1362,24 +1367,43 @@ export const CHECKS: Check[] = [
       const V = await ctx.vocab();
       const reference: GenReq = { model_key: base.key, version: '0', sampling: { temperature: 1, max_tokens: 9 }, sequences: contexts(V).map((c, i) => ({ context: c, seed: String(700 + i) })) };
       const before = await generateOk(ctx, reference, 'reference Generate');
-      const big = (id: string, seed: number): GenReq => ({
-        model_key: base.key,
+      // B is on another model: no engine can have put it into A's device run, so while A still runs, B waits and must be aborted
+      const other = await ctx.initModel('abort-other');
+      const big = (id: string, seed: number, key = base.key): GenReq => ({
+        model_key: key,
         version: '0',
         request_id: id,
         sampling: { temperature: 1, max_tokens: 30 },
-        sequences: Array.from({ length: 64 }, (_, i) => ({ context: [1 + (i % (V - 1))], seed: String(seed + i) })),
+        sequences: Array.from({ length: ABORT_BATCH }, (_, i) => ({ context: [1 + (i % (V - 1))], seed: String(seed + i) })),
       });
-      // A starts on the device; B, sent 15 ms later, waits behind it (or joins its run); then both are aborted
+      // A starts on the device; B, sent 3 ms later, waits behind it; then both are aborted
       const a = big(ctx.key('abort-running'), 1000);
-      const b = big(ctx.key('abort-queued'), 2000);
-      const pa = generate(ctx, a);
-      await sleep(15);
-      const pb = generate(ctx, b);
-      await sleep(5);
-      const [abA, abB] = await Promise.all(
-        [a, b].map(async (r) => ok(await ctx.client.unary<P.WireAbortResponse>('Abort', { model_key: base.key, request_ids: [r.request_id] }), `Abort ${r.request_id}`)),
-      );
+      const b = big(ctx.key('abort-queued'), 2000, other.key);
+      let aDone = false;
+      const pa = generate(ctx, a).finally(() => (aDone = true));
+      await sleep(3);
+      let bDone = false;
+      const bSent = Date.now();
+      const pb = generate(ctx, b).finally(() => (bDone = true));
+      await sleep(2);
+      const abort = async (r: GenReq) => ok(await ctx.client.unary<P.WireAbortResponse>('Abort', { model_key: r.model_key, request_ids: [r.request_id!] }), `Abort ${r.request_id}`);
+      // B's Abort is repeated (every 2 ms) until it lands or B returns: an Abort may reach the engine before the Generate it names.
+      // One that was sent well after B and answered while A still ran proves the engine had B waiting (it was reading its
+      // messages, and B came first): from then on B had to be found.
+      let mustHaveFound = false;
+      const abortB = async () => {
+        let total = 0;
+        for (let i = 0; i < 2000 && !bDone && total === 0; i++) {
+          const sentLate = Date.now() - bSent >= QUEUED_ABORT_AFTER_MS;
+          total += (await abort(b)).aborted_requests;
+          if (total === 0 && sentLate && !aDone && !bDone) mustHaveFound = true;
+          if (total === 0) await sleep(2);
+        }
+        return { aborted_requests: total };
+      };
+      const [abA, abB] = await Promise.all([abort(a), abortB()]);
       const [ra, rb] = await Promise.all([pa, pb]);
+      expect(!mustHaveFound, `an Abort of the queued Generate (another model) sent ${QUEUED_ABORT_AFTER_MS}+ ms after it and answered while the first Generate still ran did not find it (aborted_requests 0)`);
       const outcome: string[] = [];
       for (const [name, req, ab, res] of [['running', a, abA!, ra], ['queued', b, abB!, rb]] as const) {
         expect(ab.aborted_requests === 0 || ab.aborted_requests === 1, `Abort of the ${name} Generate: aborted_requests ${ab.aborted_requests}, expected 0 or 1`);
@@ -1388,18 +1412,20 @@ export const CHECKS: Check[] = [
         expect(problems.length === 0, `the ${name} Generate after its Abort: ${problems.slice(0, 2).join('; ')}`);
         const aborted = out.sequences.filter((s) => s.stop_reason === 'ABORTED');
         if (ab.aborted_requests === 0) expect(aborted.length === 0, `Abort of the ${name} Generate said 0 aborted, yet ${aborted.length} sequences came back ABORTED`);
-        outcome.push(`${name}: aborted_requests ${ab.aborted_requests}, ${aborted.length}/64 ABORTED (${aborted.reduce((n, s) => n + s.tokens.length, 0)} tokens kept)`);
+        outcome.push(`${name}: aborted_requests ${ab.aborted_requests}, ${aborted.length}/${ABORT_BATCH} ABORTED (${aborted.reduce((n, s) => n + s.tokens.length, 0)} tokens kept)`);
       }
-      const again = await generateOk(ctx, b, 'Generate with the aborted request_id again');
+      const again = await generateOk(ctx, { ...b, sequences: b.sequences.slice(0, 8) }, 'Generate with the aborted request_id again');
       expect(!again.sequences.some((s) => s.stop_reason === 'ABORTED'), 'a later Generate with the same request_id came back ABORTED');
       if (caps.deterministic) {
-        // what an aborted sequence kept is a prefix of the same sequence run to the end
-        const full = { running: await generateOk(ctx, a, 'the running Generate again'), queued: again };
-        for (const [name, res] of [['running', ra], ['queued', rb]] as const) {
+        // what an aborted sequence kept is a prefix of the same sequence run to the end (only those are run again)
+        for (const [name, req, res] of [['running', a, ra], ['queued', b, rb]] as const) {
           if (!res.ok) continue;
-          res.value.sequences.forEach((s, i) => {
-            if (s.stop_reason !== 'ABORTED' || s.tokens.length === 0) return;
-            const f = full[name].sequences[i]!;
+          const partial = res.value.sequences.flatMap((s, i) => (s.stop_reason === 'ABORTED' && s.tokens.length > 0 ? [i] : []));
+          if (partial.length === 0) continue;
+          const full = await generateOk(ctx, { ...req, request_id: '', sequences: partial.map((i) => req.sequences[i]!) }, `the ${name} Generate's partial sequences again`);
+          partial.forEach((i, k) => {
+            const s = res.value.sequences[i]!;
+            const f = full.sequences[k]!;
             const n = s.tokens.length;
             const d = firstDifference([s], [{ ...f, tokens: f.tokens.slice(0, n), logprobs: f.logprobs.slice(0, n), sample_logprobs: f.sample_logprobs.slice(0, n), stop_reason: 'ABORTED' }]);
             expect(!d, `the ${name} Generate's sequences[${i}] (ABORTED after ${n} tokens) is not a prefix of the same sequence run to the end: ${d}`);

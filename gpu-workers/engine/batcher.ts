@@ -35,6 +35,8 @@ interface Group<C> {
 
 export class GenerateBatcher<C> {
   private readonly open = new Map<string, Group<C>>();
+  /** The group of each job not yet started (for withdraw). */
+  private readonly groupOf = new Map<GenerateJob, Group<C>>();
   private pendingJobs = 0;
 
   constructor(
@@ -56,6 +58,7 @@ export class GenerateBatcher<C> {
     }
     g.jobs.push(job);
     g.rows += job.rows.length;
+    this.groupOf.set(job, g);
     this.pendingJobs++;
     if (g.rows >= this.opts.maxBatch) {
       this.open.delete(key); // full: later callers start a new group
@@ -64,6 +67,25 @@ export class GenerateBatcher<C> {
       const group = g;
       g.timer = setTimeout(() => this.schedule(group), this.opts.windowMs);
     }
+  }
+
+  /**
+   * Takes a job that has not started out of its group (Engine.abort): its rows no longer
+   * count towards the group's size nor the queue depth; a group left empty is dropped.
+   * False when the job has started (or is unknown).
+   */
+  withdraw(job: GenerateJob): boolean {
+    const g = this.groupOf.get(job);
+    if (!g) return false;
+    this.groupOf.delete(job);
+    g.jobs.splice(g.jobs.indexOf(job), 1);
+    g.rows -= job.rows.length;
+    this.pendingJobs--;
+    if (g.jobs.length === 0 && !g.scheduled) {
+      if (g.timer) clearTimeout(g.timer);
+      if (this.open.get(g.key) === g) this.open.delete(g.key);
+    }
+    return true;
   }
 
   private schedule(g: Group<C>): void {
@@ -75,6 +97,7 @@ export class GenerateBatcher<C> {
       .run(async () => {
         if (this.open.get(g.key) === g) this.open.delete(g.key); // close: no more joiners
         this.pendingJobs -= g.jobs.length;
+        for (const j of g.jobs) this.groupOf.delete(j);
         const live = g.jobs.filter((j) => !j.cancelled);
         if (live.length > 0) await this.runner(g.ctx, live);
       })

@@ -92,7 +92,6 @@ export function decodeOptimizerState(bytes: Uint8Array, paramCount: number): Pic
   return { m, v, step };
 }
 
-/** The bytes a reference names, checked; any failure means "send the bytes instead". */
 /**
  * Writes `bytes` as `name` in the directory `dirUri` (file:///abs/dir, created if missing),
  * aside first and then renamed, so a reader never sees a partial file.
@@ -111,6 +110,7 @@ export async function writeReference(dirUri: string, name: string, bytes: Uint8A
   }
 }
 
+/** The bytes a reference names, checked; any failure means "send the bytes instead". */
 export async function readReference(ref: BlobReference, field: string): Promise<Uint8Array> {
   try {
     return await readVerified(pathOfUri(ref.uri, `${field}.uri`), ref.size, ref.sha256);

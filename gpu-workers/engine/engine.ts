@@ -265,6 +265,7 @@ export class Engine {
       cancel?.onCancel(() => {
         if (settled) return; // grpc-js may report 'cancelled' after the call completed
         job.cancelled = true;
+        this.batcher.withdraw(job);
         job.reject(new EngineFault(ErrorReason.CANCELLED, 'generate cancelled by the caller'));
       });
       entry = { modelKey: key, requestId, job, started: false };
@@ -292,7 +293,8 @@ export class Engine {
     let aborted = 0;
     for (const e of this.inflight) {
       if (e.started || (key !== undefined && e.modelKey !== key) || (ids.size > 0 && (e.requestId === undefined || !ids.has(e.requestId)))) continue;
-      e.job.cancelled = true; // the batcher skips it
+      e.job.cancelled = true; // the batcher skips it, if it is still in a group
+      this.batcher.withdraw(e.job);
       e.job.resolve(e.job.rows.map(() => null));
       this.inflight.delete(e);
       aborted++;

@@ -8,6 +8,7 @@ import { ERROR_REASON_METADATA, ErrorReason, EngineFault, invalid } from '../err
 import { engineServiceDefinition, MAX_MESSAGE_BYTES } from '../proto';
 import type * as P from '../proto';
 import * as wire from '../wire';
+import type { UpdateProgress, UpdateResponse } from '../types';
 import type { CancelSignal, Engine } from './engine';
 
 function toServiceError(err: unknown): grpc.ServiceError {
@@ -85,34 +86,32 @@ const PROGRESS_EVERY_MS = 2000;
 function updateStream(engine: Engine): grpc.handleServerStreamingCall<P.WireUpdateRequest, P.WireUpdateEvent> {
   return (call) => {
     const t0 = performance.now();
-    let last: P.WireUpdateProgress = { phase: 'received', queue_position: 0, inner_step: 0, inner_steps: 0, micro_batches: 0, elapsed_ms: 0 };
+    let last: UpdateProgress = { phase: 'received', queuePosition: 0, innerStep: 0, innerSteps: 0, microBatches: 0, elapsedMs: 0 };
     const send = () => {
-      if (!call.cancelled && call.writable) call.write({ progress: { ...last, elapsed_ms: performance.now() - t0 } });
+      if (!call.cancelled && call.writable) call.write({ progress: wire.updateProgressToWire({ ...last, elapsedMs: performance.now() - t0 }) });
     };
     send();
     const timer = setInterval(send, PROGRESS_EVERY_MS);
-    let result: Promise<import('../types').UpdateResponse>;
+    const fail = (e: unknown) => {
+      clearInterval(timer);
+      if (!call.cancelled) call.emit('error', toServiceError(e));
+    };
+    let result: Promise<UpdateResponse>;
     try {
+      // updateFromWire throws synchronously on a malformed request
       result = engine.update(wire.updateFromWire(call.request), (p) => {
-        last = { ...last, ...wire.updateProgressToWire({ ...wire.updateProgressFromWire(last), ...p }) };
+        last = { ...last, ...p };
         send();
       });
     } catch (e) {
-      clearInterval(timer);
-      call.emit('error', toServiceError(e));
+      fail(e);
       return;
     }
-    result.then(
-      (res) => {
-        clearInterval(timer);
-        call.write({ result: wire.updateResponseToWire(res) });
-        call.end();
-      },
-      (e) => {
-        clearInterval(timer);
-        if (!call.cancelled) call.emit('error', toServiceError(e));
-      },
-    );
+    result.then((res) => {
+      clearInterval(timer);
+      call.write({ result: wire.updateResponseToWire(res) });
+      call.end();
+    }, fail);
   };
 }
 

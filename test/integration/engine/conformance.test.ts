@@ -101,7 +101,7 @@ function toStatus(e: WireError): Partial<grpc.StatusObject> {
 }
 
 /** A server for the Engine service that forwards every call to `target`, passing each answer through `tamper`. */
-async function lyingProxy(target: string, tamper: Record<string, (res: any) => any>): Promise<{ address: string; close: () => void }> {
+async function lyingProxy(target: string, tamper: Record<string, (res: any) => any>, local: Record<string, (req: any) => unknown> = {}): Promise<{ address: string; close: () => void }> {
   const upstream = new WireClient(target);
   const server = new grpc.Server({ 'grpc.max_receive_message_length': MAX_MESSAGE_BYTES, 'grpc.max_send_message_length': MAX_MESSAGE_BYTES });
   const handlers: grpc.UntypedServiceImplementation = {};
@@ -109,7 +109,9 @@ async function lyingProxy(target: string, tamper: Record<string, (res: any) => a
   const answer = (cb: grpc.sendUnaryData<unknown>, name: string) => (o: Outcome<unknown>) => (o.ok ? cb(null, change(name, o.value)) : cb(toStatus(o.error)));
   for (const [name, m] of Object.entries(engineServiceDefinition())) {
     if (!m.requestStream && !m.responseStream) {
-      handlers[name] = (call: grpc.ServerUnaryCall<unknown, unknown>, cb: grpc.sendUnaryData<unknown>) => void upstream.unary(name, call.request).then(answer(cb, name));
+      // `local` answers a unary RPC here, without the engine ever seeing it
+      handlers[name] = (call: grpc.ServerUnaryCall<unknown, unknown>, cb: grpc.sendUnaryData<unknown>) =>
+        local[name] ? cb(null, local[name]!(call.request)) : void upstream.unary(name, call.request).then(answer(cb, name));
     } else if (m.requestStream) {
       handlers[name] = (call: grpc.ServerReadableStream<unknown, unknown>, cb: grpc.sendUnaryData<unknown>) => {
         const msgs: unknown[] = [];
@@ -199,6 +201,17 @@ test('negative control: mutants of the real engine\'s answers fail the checks th
       const rep = await runConformance(proxy.address, { only });
       const failed = rep.results.filter((r) => r.status === 'fail').map((r) => r.id);
       for (const id of expected) assert.ok(failed.includes(id), `${name}: ${id} should fail\n${show(rep)}`);
+    } finally {
+      proxy.close();
+    }
+  }
+  // An Abort that never reaches the engine (answered "0 aborted" at once) is caught: the queued call it named ran anyway.
+  {
+    const proxy = await lyingProxy(engine.listening.address, {}, { Abort: () => ({ aborted_requests: 0 }) });
+    try {
+      const rep = await runConformance(proxy.address, { only: ['abort.generate'] });
+      assert.equal(rep.results[0]!.status, 'fail', show(rep));
+      assert.match(rep.results[0]!.detail, /did not find it/);
     } finally {
       proxy.close();
     }

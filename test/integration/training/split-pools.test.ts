@@ -44,14 +44,17 @@ describe('sampler and trainer on different pools', { skip }, () => {
       args: [{ team: 'recall', steps, groupsPerStep: 3, groupSize: 4, evalEvery: 0, evalTasks: 4, seed: 5, pools }],
     });
 
-  /** Kills `pool`'s engine once the run has committed version `after` and the engine has work, or soon after that. */
-  async function killEngineMidRun(runId: string, pool: PoolWorker, afterVersion: number): Promise<number> {
+  /**
+   * Kills `pool`'s engine once the run has committed version `afterVersion`, as soon as the
+   * engine has work within `busyWithinMs` (0: at once).
+   */
+  async function killEngineMidRun(runId: string, pool: PoolWorker, afterVersion: number, busyWithinMs: number): Promise<number> {
     for (;;) {
       const v = await listVersions(h.db.sql, runId);
       if (v.some((x) => x.version >= afterVersion)) break;
       await new Promise((r) => setTimeout(r, 50));
     }
-    const deadline = Date.now() + 3000;
+    const deadline = Date.now() + busyWithinMs;
     while (Date.now() < deadline) {
       const busy = await pool.getClient().health({ timeoutMs: 500 }).then((x) => x.queueDepth > 0, () => false);
       if (busy) break;
@@ -61,6 +64,11 @@ describe('sampler and trainer on different pools', { skip }, () => {
     process.kill(pid, 'SIGKILL');
     await pool.supervisor!.waitForRestart(pid);
     return pid;
+  }
+
+  /** Whether `pool`'s engine (a restarted one: its cache starts empty) holds a version of the run: it reloaded it from the store. */
+  async function reloaded(pool: PoolWorker, runId: string) {
+    return (await pool.getClient().stats()).models.some((m) => m.modelKey.includes(runId) && m.versions.length > 0);
   }
 
   async function shas(runId: string) {
@@ -91,10 +99,13 @@ describe('sampler and trainer on different pools', { skip }, () => {
     console.log(`split ONNX->PyTorch: logprobGapMax over ${steps} steps = ${gap.toExponential(2)}`);
 
     const killed = run('split-killed', pools);
-    await killEngineMidRun('split-killed', torchPool, 1);
-    await killEngineMidRun('split-killed', h.pool, 2);
+    // the trainer in its update of step 1 (~0.3 s of work); the sampler as version 2 appears, before it rolls out with it
+    await killEngineMidRun('split-killed', torchPool, 1, 3000);
+    await killEngineMidRun('split-killed', h.pool, 2, 0);
     const s = await killed;
     assert.equal(s.status, 'completed');
+    assert.ok(await reloaded(torchPool, 'split-killed'), 'the restarted trainer reloaded a version from the store');
+    assert.ok(await reloaded(h.pool, 'split-killed'), 'the restarted sampler reloaded a version from the store');
     await checkRunBookkeeping(h, 'split-killed', steps, ['reader'], ['policy']);
     assert.deepEqual(await shas('split-killed'), await shas('split-clean'), 'killed run ends where the clean one does');
   });
@@ -109,9 +120,10 @@ describe('sampler and trainer on different pools', { skip }, () => {
     console.log(`PyTorch both: logprobGapMax over ${steps} steps = ${gap.toExponential(2)}`);
 
     const killed = run('torch-killed', pools);
-    await killEngineMidRun('torch-killed', torchPool, 1);
+    await killEngineMidRun('torch-killed', torchPool, 1, 3000);
     const s = await killed;
     assert.equal(s.status, 'completed');
+    assert.ok(await reloaded(torchPool, 'torch-killed'), 'the restarted engine reloaded a version from the store');
     await checkRunBookkeeping(h, 'torch-killed', steps, ['reader'], ['policy']);
     assert.deepEqual(await shas('torch-killed'), await shas('torch-clean'), 'killed run ends where the clean one does');
   });

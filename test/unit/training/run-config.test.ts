@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { mathTeam } from '../../../agents/teams/math';
-import { checkAgainstTeam, parseRunConfig, RunConfigError, stalenessOf } from '../../../schema/run-config';
+import { transformer } from '../../../agents/model';
+import { checkAgainstTeam, parseRunConfig, poolsOf, RunConfigError, stalenessOf } from '../../../schema/run-config';
 
 describe('run config', () => {
   it('fills defaults', () => {
@@ -60,6 +61,22 @@ describe('run config', () => {
     assert.throws(() => parseRunConfig({ team: 'math', staleness: { policy: 1.5 } }), /staleness\.policy: must be an integer/);
     assert.throws(() => parseRunConfig({ team: 'math', importanceCap: 0.5 }), /importanceCap: must be >= 1/);
     assert.throws(() => checkAgainstTeam(parseRunConfig({ team: 'math', staleness: { polcy: 1 } }), mathTeam()), /staleness\.polcy: unknown model/);
+  });
+
+  it('pools: the team\'s pool (and trainPool) unless the run moves them; sample alone moves both; bad names by path', () => {
+    const team = mathTeam();
+    const none = parseRunConfig({ team: 'math' });
+    assert.deepEqual(poolsOf(none, team, 'policy'), { sample: 'troupe-gpu', train: 'troupe-gpu' });
+    assert.deepEqual(poolsOf(parseRunConfig({ team: 'math', pools: { policy: { train: 'torch' } } }), team, 'policy'), { sample: 'troupe-gpu', train: 'torch' });
+    assert.deepEqual(poolsOf(parseRunConfig({ team: 'math', pools: { policy: { sample: 'torch' } } }), team, 'policy'), { sample: 'torch', train: 'torch' });
+    // a team whose model trains elsewhere
+    const split = { ...team, models: { policy: { ...team.models.policy!, trainPool: 'trainers' } } };
+    assert.deepEqual(poolsOf(none, split, 'policy'), { sample: 'troupe-gpu', train: 'trainers' });
+    assert.deepEqual(poolsOf(parseRunConfig({ team: 'math', pools: { policy: { train: 'torch' } } }), split, 'policy'), { sample: 'troupe-gpu', train: 'torch' });
+    assert.equal(transformer({ tokenizer: team.tokenizer, trainPool: 'torch' }).trainPool, 'torch');
+    assert.throws(() => parseRunConfig({ team: 'math', pools: { policy: { train: 'has space' } } }), /pools\.policy\.train: a pool name/);
+    assert.throws(() => parseRunConfig({ team: 'math', pools: { policy: { trainer: 'torch' } } }), /pools\.policy\.trainer: unknown field/);
+    assert.throws(() => checkAgainstTeam(parseRunConfig({ team: 'math', pools: { polcy: { train: 'torch' } } }), team), /pools\.polcy: unknown model \(team math has: policy\)/);
   });
 
   it('rejects bad optimizer values by path', () => {
