@@ -237,7 +237,8 @@ export class EngineClient {
     });
   }
 
-  private serverStream<Msg>(method: string, req: unknown, opts: CallOptions = {}): Promise<Msg[]> {
+  /** A server-streaming call's messages, once its status is OK; `onMessage` hears each as it arrives. */
+  private serverStream<Msg>(method: string, req: unknown, opts: CallOptions = {}, onMessage?: (m: Msg) => void): Promise<Msg[]> {
     const def = this.methods[method];
     if (this.closed) return Promise.reject(this.closedError(method));
     return new Promise<Msg[]>((resolve, reject) => {
@@ -250,9 +251,15 @@ export class EngineClient {
         new grpc.Metadata(),
         callOpts,
       );
-      opts.signal?.addEventListener('abort', () => call.cancel(), { once: true });
+      if (opts.signal?.aborted) call.cancel();
+      const onAbort = () => call.cancel();
+      opts.signal?.addEventListener('abort', onAbort, { once: true });
+      call.on('close', () => opts.signal?.removeEventListener('abort', onAbort));
       const out: Msg[] = [];
-      call.on('data', (m: Msg) => out.push(m));
+      call.on('data', (m: Msg) => {
+        out.push(m);
+        onMessage?.(m);
+      });
       call.on('error', (err: grpc.ServiceError) => reject(toEngineError(err, method)));
       // The status comes after the last message; only OK means the stream is whole.
       call.on('status', (s: grpc.StatusObject) => s.code === grpc.status.OK && resolve(out));
@@ -367,39 +374,19 @@ export class EngineClient {
   /**
    * Update through UpdateStream: `onProgress` hears each progress event (the pool activity
    * heartbeats on them). An engine that answers UpdateStream UNIMPLEMENTED (one that lists
-   * only Update) gets the unary Update. grpc-js emits 'error' before 'end' for a failed
-   * stream, so 'end' without a result is a stream the engine ended early.
+   * only Update) gets the unary Update.
    */
   async updateStream(req: T.UpdateRequest, onProgress: (p: T.UpdateProgress) => void, opts?: CallOptions): Promise<T.UpdateResponse> {
-    const def = this.methods.UpdateStream;
-    if (this.closed) throw this.closedError('UpdateStream');
-    if (opts?.signal?.aborted) throw new EngineCancelledError('engine UpdateStream: aborted before the call', grpc.status.CANCELLED, ErrorReason.CANCELLED, 'UpdateStream');
+    let events: P.WireUpdateEvent[];
     try {
-      return await new Promise<T.UpdateResponse>((resolve, reject) => {
-        const callOpts: grpc.CallOptions = opts?.timeoutMs !== undefined ? { deadline: Date.now() + opts.timeoutMs } : {};
-        const call = this.client.makeServerStreamRequest<unknown, P.WireUpdateEvent>(
-          def.path,
-          def.requestSerialize as (r: unknown) => Buffer,
-          def.responseDeserialize as (b: Buffer) => P.WireUpdateEvent,
-          wire.updateToWire(req),
-          new grpc.Metadata(),
-          callOpts,
-        );
-        const onAbort = () => call.cancel();
-        opts?.signal?.addEventListener('abort', onAbort, { once: true });
-        call.on('close', () => opts?.signal?.removeEventListener('abort', onAbort));
-        let result: T.UpdateResponse | undefined;
-        call.on('data', (ev: P.WireUpdateEvent) => {
-          if (ev.result) result = wire.updateResponseFromWire(ev.result);
-          else if (ev.progress) onProgress(wire.updateProgressFromWire(ev.progress));
-        });
-        call.on('error', (err: grpc.ServiceError) => reject(toEngineError(err, 'UpdateStream')));
-        call.on('end', () => (result ? resolve(result) : reject(new Error('engine UpdateStream: the stream ended without a result'))));
-      });
+      events = await this.serverStream<P.WireUpdateEvent>('UpdateStream', wire.updateToWire(req), opts, (ev) => ev.progress && onProgress(wire.updateProgressFromWire(ev.progress)));
     } catch (e) {
       if ((e as EngineError).code !== grpc.status.UNIMPLEMENTED) throw e;
       return this.update(req, opts);
     }
+    const result = events.find((ev) => ev.result)?.result;
+    if (!result) throw new Error('engine UpdateStream: the stream ended without a result');
+    return wire.updateResponseFromWire(result);
   }
 
   /** Ends in-flight Generate calls (all of a model, or those with the given request ids) early. */

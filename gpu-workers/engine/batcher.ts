@@ -14,8 +14,6 @@ import type { DeviceQueue } from './device-queue';
 
 export interface GenerateJob {
   rows: GenerateRow[];
-  /** set when the caller went away; the job is skipped if not started */
-  cancelled: boolean;
   /** null = aborted before it reached the device (Engine.abort) */
   resolve(results: Array<GenerateRowResult | null>): void;
   reject(err: unknown): void;
@@ -98,8 +96,8 @@ export class GenerateBatcher<C> {
         if (this.open.get(g.key) === g) this.open.delete(g.key); // close: no more joiners
         this.pendingJobs -= g.jobs.length;
         for (const j of g.jobs) this.groupOf.delete(j);
-        const live = g.jobs.filter((j) => !j.cancelled);
-        if (live.length > 0) await this.runner(g.ctx, live);
+        // jobs whose callers went away or were aborted were withdrawn
+        if (g.jobs.length > 0) await this.runner(g.ctx, g.jobs);
       })
       .catch((err) => {
         for (const j of g.jobs) j.reject(err);

@@ -86,8 +86,6 @@ interface InflightGenerate {
   modelKey: string;
   requestId?: string;
   job: GenerateJob;
-  /** its rows reached the device: the fused run finishes them */
-  started: boolean;
 }
 
 /** The RPCs of protocol v2 this engine serves (all of them). */
@@ -258,17 +256,15 @@ export class Engine {
       let settled = false;
       const job: GenerateJob = {
         rows,
-        cancelled: false,
         resolve: (r) => ((settled = true), resolve(r)),
         reject: (e: unknown) => ((settled = true), reject(e)),
       };
       cancel?.onCancel(() => {
         if (settled) return; // grpc-js may report 'cancelled' after the call completed
-        job.cancelled = true;
-        this.batcher.withdraw(job);
+        this.batcher.withdraw(job); // not started: skipped; started: its result is dropped
         job.reject(new EngineFault(ErrorReason.CANCELLED, 'generate cancelled by the caller'));
       });
-      entry = { modelKey: key, requestId, job, started: false };
+      entry = { modelKey: key, requestId, job };
       this.inflight.add(entry);
       this.batcher.submit(`${key}\u0000${version}`, { runtime: model.runtime, theta: v.state.theta }, job);
     }).finally(() => this.inflight.delete(entry!));
@@ -292,9 +288,8 @@ export class Engine {
     const ids = new Set(req.requestIds ?? []);
     let aborted = 0;
     for (const e of this.inflight) {
-      if (e.started || (key !== undefined && e.modelKey !== key) || (ids.size > 0 && (e.requestId === undefined || !ids.has(e.requestId)))) continue;
-      e.job.cancelled = true; // the batcher skips it, if it is still in a group
-      this.batcher.withdraw(e.job);
+      if ((key !== undefined && e.modelKey !== key) || (ids.size > 0 && (e.requestId === undefined || !ids.has(e.requestId)))) continue;
+      if (!this.batcher.withdraw(e.job)) continue; // on the device already: it finishes
       e.job.resolve(e.job.rows.map(() => null));
       this.inflight.delete(e);
       aborted++;
@@ -304,7 +299,6 @@ export class Engine {
   }
 
   private async runGenerateGroup(ctx: GenerateGroupCtx, jobs: GenerateJob[]): Promise<void> {
-    for (const e of this.inflight) if (jobs.includes(e.job)) e.started = true;
     const rows = jobs.flatMap((j) => j.rows);
     const results: GenerateRowResult[] = [];
     for (let start = 0; start < rows.length; start += this.maxBatch) {

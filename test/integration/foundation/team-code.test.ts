@@ -12,8 +12,7 @@ import { isTroupeError } from '../../../infra/errors';
 import { pidAlive, readRecord } from '../../../infra/processes';
 import { pollersOf, teamCodeHash, TEAMS_DIR } from '../../../infra/team-code';
 import { connectTemporal } from '../../../infra/temporal';
-import { createTestDatabase, freePort, uniqueTaskQueue } from '../../helpers';
-import { troupe } from '../../helpers/cli';
+import { cliStack, troupe } from '../../helpers/cli';
 
 const cleanups: (() => Promise<unknown>)[] = [];
 after(async () => {
@@ -22,25 +21,14 @@ after(async () => {
 
 
 test('an edited team registry restarts the workers troupe up started, and refuses a foreign stale worker', async () => {
-  const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-team-code-'));
-  const db = await createTestDatabase({ migrate: false });
-  Object.assign(process.env, {
-    TROUPE_STATE_DIR: stateDir,
-    TROUPE_TEMPORAL_PORT: String(await freePort()),
-    TROUPE_TEMPORAL_UI_PORT: String(await freePort()),
-    TROUPE_DASHBOARD_PORT: String(await freePort()),
-    TROUPE_TASK_QUEUE: uniqueTaskQueue('control'),
-    TROUPE_POOL_TASK_QUEUE: uniqueTaskQueue('pool'),
-    DATABASE_URL: db.url,
-    TEMPORAL_ADDRESS: '',
-    TROUPE_DEBUG: '',
-  });
+  // in-process code (upWithCurrentTeams, loadConfig) reads the stack's settings from process.env
+  const stack = await cliStack();
+  Object.assign(process.env, stack.env);
+  const { stateDir } = stack;
   const edit = path.join(TEAMS_DIR, `.team-code-test-${process.pid}.json`);
   cleanups.push(async () => {
     fs.rmSync(edit, { force: true });
-    await troupe(['down'], process.env);
-    await db.drop();
-    fs.rmSync(stateDir, { recursive: true, force: true });
+    await stack.cleanup();
   });
   const config = loadConfig();
   const lines: string[] = [];
