@@ -1,6 +1,6 @@
 // Every activity of the control worker (task queue TROUPE_TASK_QUEUE).
 // To add yours: write `createXActivities(deps)` in its own file and spread it below.
-// Workflows import the type only: `import type { ControlActivities } from '../activities'`.
+// Workflows import the type only: `import type { ControlActivities } from '.'`.
 import type { Sql } from '../infra/db';
 import { createPingActivities } from './ping';
 import { createTrainingControlActivities } from './training/control';

@@ -1,14 +1,14 @@
 /**
  * Models: trainable policies. Agents name a model; several agents may share one
  * (full sharing), each may have its own (separation), or some share (partial).
- * A model is a family (gpu-workers/families.ts) plus that family's config;
+ * A model is a family (engines/families/index.ts) plus that family's config;
  * the team's tokenizer gives the vocabulary size.
  */
-import type { ModelSpecInput } from '../gpu-workers/model-family';
+import type { ModelSpecInput } from '../engines/families/model-family';
 import type { Tokenizer } from './tokenizer';
 
 export interface ModelSpec {
-  /** `tiny-lm`, `transformer`, ... (gpu-workers/families.ts) */
+  /** `tiny-lm`, `transformer`, ... (engines/families/index.ts) */
   readonly family: string;
   readonly tokenizer: Tokenizer;
   /** the family's own fields (validated at team load, defaults filled by the family) */
@@ -38,7 +38,9 @@ interface CommonOptions {
  * (default: this name); any other pool name is its own task queue
  * (activities/training/pool-queues.ts).
  */
-export const DEFAULT_POOL = 'troupe-gpu';
+import { DEFAULT_POOL } from '../infra/pools';
+
+export { DEFAULT_POOL };
 
 function model(family: string, { tokenizer, pool, trainPool, optimizer, ...config }: CommonOptions & Record<string, unknown>): ModelSpec {
   return { family, tokenizer, config, pool: pool ?? DEFAULT_POOL, ...(trainPool ? { trainPool } : {}), optimizer };
@@ -76,13 +78,13 @@ export interface TransformerOptions extends CommonOptions {
   /**
    * Absolute path of a Hugging Face-layout directory (config.json + safetensors):
    * version 0 is its weights and config.json gives every shape field, so the
-   * shape options above must be left out (gpu-workers/checkpoints/hf-layout.ts).
+   * shape options above must be left out (engines/checkpoints/hf-layout.ts).
    */
   checkpoint?: string;
 }
 
 /**
- * A decoder-only transformer (gpu-workers/transformer/README.md). It attends over
+ * A decoder-only transformer (engines/onnx/transformer/README.md). It attends over
  * its whole context, so every turn needs at least one context token (a start token)
  * and context + generated tokens must fit in `maxSeq`.
  */

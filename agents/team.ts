@@ -5,14 +5,14 @@
 import type { EpisodeStatus } from '../schema/trajectory';
 import type { AgentSpec } from './agent';
 import type { AgentHandle } from './episode';
-import { normalizeModelSpec } from '../gpu-workers/families';
-import { ModelSpecError } from '../gpu-workers/model-family';
+import { normalizeModelSpec } from '../engines/families';
+import { ModelSpecError } from '../engines/families/model-family';
 import { checkpointIssues, checkpointOf, engineSpec, type ModelSpec } from './model';
 import type { TaskSource } from './tasks';
 import type { ChatTemplate } from './chat-template';
 import type { Tokenizer } from './tokenizer';
 import { toolIssues, type ToolSyntax } from './tool';
-import { FieldError, joinPath, type FieldIssue } from '../schema/issues';
+import { FieldError, joinPath, type FieldIssue } from '../infra/issues';
 
 /** A turn as reward functions see it. */
 export interface TurnView {

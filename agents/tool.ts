@@ -4,7 +4,7 @@
  * workflow code; the parsing and validation here are pure and run anywhere.
  */
 import type { z } from 'zod';
-import { describe, FieldError, joinPath, type FieldIssue } from '../schema/issues';
+import { describe, FieldError, joinPath, type FieldIssue } from '../infra/issues';
 
 export interface ToolContext {
   episodeId: string;

@@ -12,15 +12,15 @@
  * run per token step.
  */
 import { parseArgs } from 'node:util';
-import { EngineClient } from '../gpu-workers/client';
-import { sessionFactory } from '../gpu-workers/engine/device';
+import { EngineClient } from '../engines/protocol/client';
+import { sessionFactory } from '../engines/onnx/device';
 import { spawnEngine } from '../gpu-workers/engine-process';
-import { seedKey } from '../gpu-workers/philox';
-import { initWeights } from '../gpu-workers/tiny-lm/init';
-import type { GenerateRow } from '../gpu-workers/model-runtime';
-import { TinyLmRuntime } from '../gpu-workers/tiny-lm/runtime';
-import { normalizeSpec, paramLayout } from '../gpu-workers/tiny-lm/spec';
-import type { UpdateSampleInput } from '../gpu-workers/types';
+import { seedKey } from '../engines/families/philox';
+import { initWeights } from '../engines/families/tiny-lm/init';
+import type { GenerateRow } from '../engines/onnx/model-runtime';
+import { TinyLmRuntime } from '../engines/onnx/tiny-lm/runtime';
+import { normalizeSpec, paramLayout } from '../engines/families/tiny-lm/spec';
+import type { UpdateSampleInput } from '../engines/protocol/types';
 import { fmt, time } from './lib/timing';
 
 /** Median wall time (ms) of `reps` runs after one warm-up. */

@@ -23,7 +23,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
-import { EngineClient } from '../gpu-workers/client';
+import { EngineClient } from '../engines/protocol/client';
 import { spawnEngine } from '../gpu-workers/engine-process';
 import type { RunConfigInput } from '../schema/run-config';
 import { parseRunConfig } from '../schema/run-config';

@@ -20,17 +20,17 @@ import { execFileSync, spawn } from 'node:child_process';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
-import { EngineClient } from '../gpu-workers/client';
-import { defaultMemoryPolicy, sessionFactory } from '../gpu-workers/engine/device';
-import { updateSettings } from '../gpu-workers/engine/validate';
+import { EngineClient } from '../engines/protocol/client';
+import { defaultMemoryPolicy, sessionFactory } from '../engines/onnx/device';
+import { updateSettings } from '../engines/onnx/validate';
 import { spawnEngine } from '../gpu-workers/engine-process';
-import type { GenerateRow, UpdateSample } from '../gpu-workers/model-runtime';
-import { seedKey } from '../gpu-workers/philox';
-import { initTransformerWeights } from '../gpu-workers/transformer/init';
-import { stateBytes, updateBytesPerSequence } from '../gpu-workers/transformer/memory';
-import { TransformerRuntime } from '../gpu-workers/transformer/runtime';
-import { normalizeTransformerSpec, paramLayout, TransformerSpec } from '../gpu-workers/transformer/spec';
-import { DEFAULT_UPDATE_SETTINGS } from '../gpu-workers/types';
+import type { GenerateRow, UpdateSample } from '../engines/onnx/model-runtime';
+import { seedKey } from '../engines/families/philox';
+import { initTransformerWeights } from '../engines/families/transformer/init';
+import { stateBytes, updateBytesPerSequence } from '../engines/families/transformer/memory';
+import { TransformerRuntime } from '../engines/onnx/transformer/runtime';
+import { normalizeTransformerSpec, paramLayout, TransformerSpec } from '../engines/families/transformer/spec';
+import { DEFAULT_UPDATE_SETTINGS } from '../engines/protocol/types';
 import { fmt, time, Timing } from './lib/timing';
 
 const { values } = parseArgs({

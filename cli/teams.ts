@@ -1,14 +1,14 @@
 /**
  * Before the CLI starts or resumes a run: bring the stack up and make sure the
  * workers polling the run's task queues run this checkout's team code (see
- * infra/team-code.ts). Workers that `troupe up` started from this state dir are
+ * processes/team-code.ts). Workers that `troupe up` started from this state dir are
  * restarted (runs survive a worker restart); any other worker with other team
  * code is refused with what to do, since Troupe cannot restart it.
  */
 import type { TroupeConfig } from '../infra/config';
 import { TroupeError } from '../infra/errors';
 import { EXTRA_POOL_WORKER, recordedServiceNames, runningService, stopService } from '../infra/processes';
-import { localPid, pollersOf, staleTeamCode, teamCodeHash, teamCodeOf, type Poller } from '../infra/team-code';
+import { localPid, pollersOf, staleTeamCode, teamCodeHash, teamCodeOf, type Poller } from '../processes/team-code';
 import { connectTemporal } from '../infra/temporal';
 import { up } from './commands/up';
 

@@ -1,6 +1,6 @@
 /**
  * Engines a pool worker can spawn, by name (`troupe worker pool --engine NAME`, env TROUPE_ENGINE):
- * each is a command line that keeps engine-main's launch contract (gpu-workers/ENGINE-PROTOCOL.md).
+ * each is a command line that keeps engine-main's launch contract (engines/protocol/README.md).
  * Adding an engine = its own directory plus one line here. An engine running elsewhere needs
  * none of this: point the pool worker at it with --engine-address.
  */
@@ -9,7 +9,7 @@ import { TroupeError } from '../infra/errors';
 import { BUILT_IN_ENGINE_COMMAND } from './engine-process';
 
 export const ENGINE_KINDS: Record<string, () => readonly string[]> = {
-  /** the built-in ONNX Runtime engine (gpu-workers/engine/) */
+  /** the built-in ONNX Runtime engine (engines/onnx/) */
   onnx: () => BUILT_IN_ENGINE_COMMAND,
   /** the reference PyTorch engine (engines/pytorch/), with Debian's python3-torch */
   pytorch: () => {

@@ -1,5 +1,5 @@
 /**
- * Spawns `engine-main.ts` as a child process, waits for its "listening" line,
+ * Spawns `processes/onnx-engine.ts` as a child process, waits for its "listening" line,
  * and restarts it (with backoff) whenever it exits unexpectedly, also while starting. A restarted
  * engine has an empty cache: callers get NOT_FOUND (VERSION_NOT_LOADED) and
  * reload versions from the store, as after any engine loss.
@@ -13,10 +13,10 @@
 import { ChildProcess, spawn } from 'node:child_process';
 import * as path from 'node:path';
 import * as readline from 'node:readline';
-import { EngineClient } from './client';
+import { EngineClient } from '../engines/protocol/client';
 import { backoffDelay, untilAvailable } from '../infra/backoff';
 
-export const ENGINE_MAIN = path.join(__dirname, 'engine-main.ts');
+export const ENGINE_MAIN = path.join(__dirname, '..', 'processes', 'onnx-engine.ts');
 const REPO_ROOT = path.resolve(__dirname, '..');
 
 export interface ListeningEvent {
@@ -39,12 +39,12 @@ export class EngineStartupError extends Error {
   override name = 'EngineStartupError';
 }
 
-/** The built-in engine's command line (engine-main.ts under this Node). */
+/** The built-in engine's command line (processes/onnx-engine.ts under this Node). */
 export const BUILT_IN_ENGINE_COMMAND: readonly string[] = [process.execPath, '--import', 'tsx', ENGINE_MAIN];
 
 /**
  * Start one engine process; resolves on its "listening" line, rejects with its stderr tail if it exits first.
- * `command` is any engine that keeps engine-main's launch contract (gpu-workers/ENGINE-PROTOCOL.md):
+ * `command` is any engine that keeps the built-in engine's launch contract (engines/protocol/README.md):
  * --port/--device/--exit-with-stdin flags, one JSON "listening" line on stdout, exit code 1 on a start-up error.
  */
 export function spawnEngine(args: string[], opts: { startTimeoutMs?: number; quiet?: boolean; command?: readonly string[] } = {}): Promise<SpawnedEngine> {
@@ -89,7 +89,7 @@ export interface SupervisorOptions {
   device: string;
   /** the engine's command line (default BUILT_IN_ENGINE_COMMAND; see gpu-workers/engine-kinds.ts) */
   command?: readonly string[];
-  /** extra engine-main flags, e.g. ['--threads', '2'] */
+  /** extra engine flags, e.g. ['--threads', '2'] */
   extraArgs?: string[];
   /** do not forward the engine's stderr log lines */
   quiet?: boolean;

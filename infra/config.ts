@@ -1,12 +1,12 @@
 // Environment configuration, parsed once with zod. Every error names the variable.
 //
-//   import { loadConfig } from '../infra/config';
+//   import { loadConfig } from './config';
 //   const config = loadConfig();            // throws ConfigError (a TroupeError) on bad input
 //
 // The table in README.md ("Configuration") lists the same variables; keep them in step.
 import * as path from 'node:path';
 import { z } from 'zod';
-import { DEFAULT_POOL } from '../agents/model';
+import { DEFAULT_POOL } from './pools';
 import { TroupeError } from './errors';
 import { repoRoot } from './paths';
 

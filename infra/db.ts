@@ -1,6 +1,6 @@
 // PostgreSQL client (porsager `postgres`), configured once for all of Troupe.
 //
-//   import { connect } from '../infra/db';
+//   import { connect } from './db';
 //   const sql = connect(url);          // lazy: connects on first query
 //   const [row] = await sql`select 1 as one`;
 //   await sql.end();

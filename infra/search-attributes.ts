@@ -1,7 +1,7 @@
 // Troupe's custom search attributes. Workflow-safe: imports only @temporalio/common,
 // so workflow code may import the typed keys and call upsertSearchAttributes with them.
 //
-//   import { TroupeRunId } from '../infra/search-attributes';
+//   import { TroupeRunId } from './search-attributes';
 //   upsertSearchAttributes([{ key: TroupeRunId, value: runId }]);   // in a workflow
 //
 // The dev server registers them at start (`--search-attribute Name=Type`); a

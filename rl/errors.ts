@@ -1,10 +1,10 @@
 /**
- * Bad input to the RL core: a FieldError (schema/issues.ts) whose issues name
+ * Bad input to the RL core: a FieldError (infra/issues.ts) whose issues name
  * the field by path (`samples[3].rewards.correct`).
  */
-import { FieldError, IssueList as FieldIssueList, type FieldIssue } from '../schema/issues';
+import { FieldError, IssueList as FieldIssueList, type FieldIssue } from '../infra/issues';
 
-export { describe } from '../schema/issues';
+export { describe } from '../infra/issues';
 export type InputIssue = FieldIssue;
 
 export class RlInputError extends FieldError {

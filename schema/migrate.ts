@@ -1,6 +1,6 @@
 // Versioned SQL migrations: schema/migrations/NNN_name.sql, applied in order.
 //
-//   import { migrate } from '../schema/migrate';
+//   import { migrate } from './migrate';
 //   const { from, to, applied } = await migrate(sql);
 //
 // - Adding a migration = adding a file `NNN_what.sql` (next free number). No code change.

@@ -19,7 +19,7 @@ import { ESTIMATOR_NAMES, ESTIMATORS, unknownEstimatorMessage, type AdvantageSpe
 import { SCOPES, type Scope } from '../rl/advantages/types';
 import { KL_TYPES, type KlType, type PolicyLossSettings } from '../rl/loss';
 import { LOSS_AGGREGATIONS, type LossAggregation } from '../rl/tokens';
-import { FieldError, issuesFromZod } from './issues';
+import { FieldError, issuesFromZod } from '../infra/issues';
 
 // ---- field validators (shared by the override and the full schema) --------
 

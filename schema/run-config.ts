@@ -7,7 +7,7 @@
 import { z } from 'zod';
 import type { AnyTeam } from '../agents/team';
 import { mergeOverrides, optimizerConfigSchema, resolveSettings, SettingsError, type OptimizerOverrides, type OptimizerSettings } from './optimizer';
-import { FieldError, issuesFromZod, type FieldIssue } from './issues';
+import { FieldError, issuesFromZod, type FieldIssue } from '../infra/issues';
 
 /** Bound on staleness: each step of lag keeps one more step's rollout in flight. */
 export const MAX_STALENESS = 8;

@@ -7,8 +7,8 @@
  */
 import { heartbeat } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
-import { EngineError } from '../../gpu-workers/client';
-import { ErrorReason } from '../../gpu-workers/errors';
+import { EngineError } from '../../engines/protocol/client';
+import { ErrorReason } from '../../engines/protocol/errors';
 
 /** Heartbeat period of pool activities (their heartbeat timeout is 10 s). */
 export const HEARTBEAT_EVERY_MS = 2000;

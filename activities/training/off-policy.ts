@@ -10,7 +10,7 @@
  * Also the correction's metrics, per model and per agent.
  */
 import { importanceWeights } from '../../rl';
-import type { UpdateSampleInput } from '../../gpu-workers/types';
+import type { UpdateSampleInput } from '../../engines/protocol/types';
 import type { UpdateSequence } from './batch';
 
 export interface OffPolicyMetrics {

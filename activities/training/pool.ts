@@ -17,7 +17,7 @@ import type { Sampling } from '../../agents/agent';
 import { deriveSeed } from '../../agents/seed';
 import type { Split } from '../../agents/tasks';
 import { loadTeam } from '../../agents/teams';
-import type { GenerateRequest, GenerateResponse, ExportedVersion, InitModelRequest, LoadVersionRequest, ScoreRequest, ScoreResponse, UpdateRequest, UpdateSampleInput, UpdateProgress, UpdateResponse, UpdateSettingsInput, VersionInfo } from '../../gpu-workers/types';
+import type { GenerateRequest, GenerateResponse, ExportedVersion, InitModelRequest, LoadVersionRequest, ScoreRequest, ScoreResponse, UpdateRequest, UpdateSampleInput, UpdateProgress, UpdateResponse, UpdateSettingsInput, VersionInfo } from '../../engines/protocol/types';
 import type { Sql } from '../../infra/db';
 import type { OptimizerSettings } from '../../schema/optimizer';
 import type { ResolvedTraining } from '../../schema/run-config';
@@ -34,7 +34,7 @@ import { scoredEpisode, type TeamRef } from './control';
 import { episodesOf, type RolloutEpisodes } from './plan';
 import { loadTasks } from '../tasks';
 
-/** The engine calls these activities need (gpu-workers/client.ts provides them over gRPC). */
+/** The engine calls these activities need (engines/protocol/client.ts provides them over gRPC). */
 export interface EngineApi {
   initModel(req: InitModelRequest): Promise<VersionInfo>;
   loadVersion(req: LoadVersionRequest): Promise<VersionInfo>;

@@ -7,11 +7,11 @@
 import { ApplicationFailure } from '@temporalio/common';
 import * as path from 'node:path';
 import { checkpointOf, type ModelSpec } from '../../agents/model';
-import { HfCheckpointError, loadHfCheckpoint } from '../../gpu-workers/checkpoints/hf-layout';
-import { HfConfigError } from '../../gpu-workers/checkpoints/hf-config';
-import { encodeWeights, sha256Hex } from '../../gpu-workers/engine/checkpoint';
-import { ModelSpecError } from '../../gpu-workers/model-family';
-import type { TransformerSpec } from '../../gpu-workers/transformer/spec';
+import { HfCheckpointError, loadHfCheckpoint } from '../../engines/checkpoints/hf-layout';
+import { HfConfigError } from '../../engines/checkpoints/hf-config';
+import { encodeWeights, sha256Hex } from '../../engines/protocol/version-bytes';
+import { ModelSpecError } from '../../engines/families/model-family';
+import type { TransformerSpec } from '../../engines/families/transformer/spec';
 import { setCheckpointTokenizerLoader } from '../../agents/tokenizers/checkpoint';
 import { loadHfTokenizer } from '../../agents/tokenizers/hf-dir';
 

@@ -3,7 +3,7 @@ import { loadConfig, redactUrl, temporalAddressOf, TroupeConfig } from '../../in
 import { checkDatabase, connect } from '../../infra/db';
 import { engineSpec } from '../../agents/model';
 import { loadTeam, teams } from '../../agents/teams';
-import { describeModel } from '../../gpu-workers/families';
+import { describeModel } from '../../engines/families';
 import { errorMessage } from '../../infra/errors';
 import { packagesStaleReason } from '../../infra/install';
 import { checkExecutionProviders, ortVersion } from '../../infra/onnx-check';

@@ -1,7 +1,7 @@
 // troupe engine-check: runs the engine protocol v2 conformance suite
-// (gpu-workers/conformance/) against an engine at host:port.
+// (engines/conformance/) against an engine at host:port.
 import { TroupeError } from '../../infra/errors';
-import { CHECKS, checkIds, EngineUnreachableError, formatSummary, runConformance } from '../../gpu-workers/conformance';
+import { CHECKS, checkIds, EngineUnreachableError, formatSummary, runConformance } from '../../engines/conformance';
 import { defineCommand } from '../command';
 
 export default defineCommand({
@@ -13,7 +13,7 @@ export default defineCommand({
     'InitModel, export/load round trips (bytes, chunks, by reference), Generate, Score, Update/UpdateStream, error reasons, Abort, chunk sizes. ' +
     'Prints one line per check (PASS/FAIL/SKIP id: detail) and a summary; exits 0 iff no check failed. ' +
     'It loads small models under keys "conformance-<random>-*" into the engine. ' +
-    'Checks (gpu-workers/conformance/README.md says what each means): ' +
+    'Checks (engines/conformance/README.md says what each means): ' +
     CHECKS.map((c) => c.id).join(', ') +
     '. --only takes ids or prefixes ending in "." (e.g. --only update.,abort.generate).',
   options: {
@@ -51,7 +51,7 @@ export default defineCommand({
       });
     } catch (e) {
       if (e instanceof EngineUnreachableError) {
-        throw new TroupeError(`engine-check: no engine answers at ${address} (${e.message})`, 'start one (e.g. `node --import tsx gpu-workers/engine-main.ts --port 50051`) or check the address');
+        throw new TroupeError(`engine-check: no engine answers at ${address} (${e.message})`, 'start one (e.g. `node --import tsx processes/onnx-engine.ts --port 50051`) or check the address');
       }
       throw e;
     }

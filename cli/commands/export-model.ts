@@ -7,9 +7,9 @@ import { loadConfig } from '../../infra/config';
 import { connect, type Sql } from '../../infra/db';
 import { TroupeError } from '../../infra/errors';
 import { ensureDatabase } from '../../infra/postgres';
-import { exportHfCheckpoint, HfCheckpointError, loadHfCheckpoint } from '../../gpu-workers/checkpoints/hf-layout';
-import { CheckpointError, decodeWeights } from '../../gpu-workers/engine/checkpoint';
-import { normalizeTransformerSpec, paramLayout } from '../../gpu-workers/transformer/spec';
+import { exportHfCheckpoint, HfCheckpointError, loadHfCheckpoint } from '../../engines/checkpoints/hf-layout';
+import { CheckpointError, decodeWeights } from '../../engines/protocol/version-bytes';
+import { normalizeTransformerSpec, paramLayout } from '../../engines/families/transformer/spec';
 import { defineCommand } from '../command';
 
 export interface ExportModelArgs {

@@ -3,7 +3,7 @@ import { WorkflowNotFoundError } from '@temporalio/client';
 import { TroupeError } from '../../infra/errors';
 import { getRun } from '../../activities/store/runs';
 import { listVersions } from '../../activities/store/versions';
-import { describeModel } from '../../gpu-workers/families';
+import { describeModel } from '../../engines/families';
 import { statusQuery } from '../../workflows/definitions';
 import type { trainingRun } from '../../workflows/training-run';
 import { defineCommand } from '../command';

@@ -20,8 +20,8 @@ import { formatPingRow, runPing } from './ping';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-export const CONTROL_WORKER_ENTRY = path.join(repoRoot, 'infra', 'control-worker-main.ts');
-export const POOL_WORKER_ENTRY = path.join(repoRoot, 'gpu-workers', 'pool-worker.ts');
+export const CONTROL_WORKER_ENTRY = path.join(repoRoot, 'processes', 'control-worker.ts');
+export const POOL_WORKER_ENTRY = path.join(repoRoot, 'processes', 'pool-worker.ts');
 const CLI_ENTRY = path.join(repoRoot, 'cli', 'bin.js');
 
 function lastLines(file: string, n = 5): string {
@@ -36,7 +36,7 @@ function lastLines(file: string, n = 5): string {
 
 /**
  * Wait until the worker `rec` polls `taskQueue` under its own identity (`<pid>@<host> ...`,
- * infra/team-code.ts). Any other poller proves nothing: Temporal lists a killed worker's
+ * processes/team-code.ts). Any other poller proves nothing: Temporal lists a killed worker's
  * entry for minutes. Returns false if the process exits first.
  */
 export async function waitForPoller(

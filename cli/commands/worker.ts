@@ -5,11 +5,11 @@
 // done. `--health-port` serves GET /healthz: 200 once the worker polls (a pool worker: and its
 // engine is up), else 503.
 import { loadConfig, temporalAddressOf } from '../../infra/config';
-import { runControlWorkerProcess } from '../../infra/control-worker-main';
+import { runControlWorkerProcess } from '../../processes/control-worker';
 import { TroupeError } from '../../infra/errors';
 import { serveHealth, type Readiness } from '../../infra/health';
 import { embeddedPostgresStatus, embeddedPostgresUrl } from '../../infra/postgres';
-import { runPoolWorkerProcess } from '../../gpu-workers/pool-worker';
+import { runPoolWorkerProcess } from '../../processes/pool-worker';
 import { defineCommand } from '../command';
 
 export default defineCommand({

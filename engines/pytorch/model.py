@@ -1,4 +1,4 @@
-"""The transformer of gpu-workers/transformer/ (forward.ts, reference.ts) in PyTorch,
+"""The transformer of engines/onnx/transformer/ (forward.ts, reference.ts) in PyTorch,
 reading its weights straight out of the flat parameter vector θ (spec.py layout):
 
   h = tok_emb[tokens] (+ pos_emb[positions] when learned)

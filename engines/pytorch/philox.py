@@ -1,6 +1,6 @@
 """Philox4x32-10 counter-based PRNG, vectorized with numpy.
 
-The same generator as gpu-workers/philox.ts: draw number i of (seed, stream) is
+The same generator as engines/families/philox.ts: draw number i of (seed, stream) is
 unit(philox(counter=(i // 4, 0, stream, 0), key=(seed & 0xffffffff, seed >> 32))[i % 4]),
 unit(x) = (x >> 8) * 2^-24. Pure integer arithmetic, so the draws are the same bits
 as the built-in engine's (init weights and sampling noise match it).

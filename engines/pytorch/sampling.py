@@ -1,4 +1,4 @@
-"""Drawing one token from next-token logits, the way gpu-workers/tiny-lm/sampling.ts does
+"""Drawing one token from next-token logits, the way engines/onnx/ops/sampling.ts does
 (inverse CDF with a Philox uniform u per token, so with equal logits both engines draw
 the same token):
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Troupe engine protocol v2 (gpu-workers/engine.proto) in Python + PyTorch, for the
+"""Troupe engine protocol v2 (engines/protocol/engine.proto) in Python + PyTorch, for the
 "transformer" family. See README.md.
 
     /usr/bin/python3 engines/pytorch/server.py --port 50061 [--device cpu|cuda:N|auto] [--exit-with-stdin]
@@ -23,7 +23,7 @@ import urllib.parse
 from concurrent import futures
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PROTO_DIR = os.path.normpath(os.path.join(HERE, "..", "..", "gpu-workers"))
+PROTO_DIR = os.path.normpath(os.path.join(HERE, "..", "protocol"))
 PROTO = os.path.join(PROTO_DIR, "engine.proto")
 GEN = os.path.join(HERE, ".gen")
 PROTOCOL_VERSION = 2
@@ -158,7 +158,7 @@ def invalid(message):
     return Fault("INVALID_REQUEST", message)
 
 
-# ---------------------------------------------------------------- byte formats (gpu-workers/engine/checkpoint.ts)
+# ---------------------------------------------------------------- byte formats (engines/protocol/version-bytes.ts)
 
 MAGIC = b"TRAD"
 
@@ -301,7 +301,7 @@ class DeviceQueue:
                     self.completed += 1
 
 
-# ---------------------------------------------------------------- version cache (gpu-workers/engine/version-cache.ts)
+# ---------------------------------------------------------------- version cache (engines/onnx/version-cache.ts)
 
 class Version:
     def __init__(self, number, theta, m, v, step):

@@ -1,5 +1,5 @@
 """The "transformer" family's config: normalization (defaults, limits, messages
-by field path) and the flat parameter layout, mirroring gpu-workers/transformer/spec.ts
+by field path) and the flat parameter layout, mirroring engines/families/transformer/spec.ts
 field for field, so that a spec and a weights vector mean the same in both engines.
 """
 import json

@@ -1,5 +1,5 @@
 """One training update (UpdateRequest) with autograd, float32: the objective of
-gpu-workers/tiny-lm/objective.ts + policy-loss.ts and the optimizer of adamw.ts.
+engines/onnx/ops/objective.ts + policy-loss.ts and the optimizer of adamw.ts.
 
 Per trained token t (loss mask 1), with logp_t = log π(token_t) at the step's weights:
   log_ratio = clamp(logp − old, −20, 20), ratio = exp(log_ratio)

@@ -88,7 +88,7 @@ export function childProcesses(pid: number): Array<{ pid: number; argv: string[]
 
 function enginePid(poolPid: number | undefined): number | undefined {
   if (poolPid === undefined) return undefined;
-  return childProcesses(poolPid).find((c) => c.argv.some((a) => a.endsWith('engine-main.ts')))?.pid;
+  return childProcesses(poolPid).find((c) => c.argv.some((a) => a.endsWith('onnx-engine.ts')))?.pid;
 }
 
 function livePid(stateDir: string, name: string): number | undefined {

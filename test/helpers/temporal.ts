@@ -4,8 +4,8 @@
 import { randomBytes } from 'node:crypto';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, DefaultLogger, Runtime, WorkflowBundleWithSourceMap } from '@temporalio/worker';
-import { isolateTeamBuildErrors } from '../../infra/team-bundle';
-import { WORKFLOWS_PATH } from '../../infra/control-worker';
+import { isolateTeamBuildErrors } from '../../processes/team-bundle';
+import { WORKFLOWS_PATH } from '../../processes/control-worker';
 import { TROUPE_SEARCH_ATTRIBUTE_KEYS } from '../../infra/search-attributes';
 import { ensureTemporalBinary } from '../../infra/temporal';
 

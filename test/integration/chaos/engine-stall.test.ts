@@ -1,6 +1,6 @@
 /**
  * An engine that answers Health but makes no progress: step 1's update takes the device
- * queue and never finishes (test fault `stall-update`, gpu-workers/engine/faults.ts), while
+ * queue and never finishes (test fault `stall-update`, engines/onnx/faults.ts), while
  * the engine process stays alive and keeps answering Health with its queue depth and
  * unchanged device runs. The pool worker's watchdog counts it hung within its limit, kills
  * it (the update attempt fails, retryably) and starts a new engine (without the fault), and
@@ -9,7 +9,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, it } from 'node:test';
-import { parseEngineFaults } from '../../../gpu-workers/engine/faults';
+import { parseEngineFaults } from '../../../engines/onnx/faults';
 import { HEALTH_EVERY_MS } from '../../../gpu-workers/engine-process';
 import type { trainingRun } from '../../../workflows';
 import { compareRuns, loadStoredRun } from '../../chaos/compare';

@@ -1,6 +1,6 @@
 /**
  * The non-finite guard, end to end: a NaN is injected into one step's Update
- * (TROUPE_ENGINE_FAULTS=nan-update:<request id>, gpu-workers/engine/faults.ts),
+ * (TROUPE_ENGINE_FAULTS=nan-update:<request id>, engines/onnx/faults.ts),
  * the real update graph turns it into a NaN loss and NaN gradients, the engine
  * refuses the update, nothing is committed for that attempt, the incident is a
  * run event, and the run follows its `nonFinite` policy: `skip` keeps the
@@ -13,9 +13,9 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { WorkflowFailedError } from '@temporalio/client';
 import { ActivityFailure, ApplicationFailure } from '@temporalio/common';
-import { decodeWeights } from '../../../gpu-workers/engine/checkpoint';
+import { decodeWeights } from '../../../engines/protocol/version-bytes';
 import { cpuEngine } from '../../unit/engine/helpers';
-import { parseEngineFaults } from '../../../gpu-workers/engine/faults';
+import { parseEngineFaults } from '../../../engines/onnx/faults';
 import type { trainingRun } from '../../../workflows';
 import { startHarness, type Harness } from '../training/harness';
 import { TroupeStatus } from '../../../infra/search-attributes';

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { after, before, it } from 'node:test';
 import { WorkflowFailedError } from '@temporalio/client';
 import { ActivityFailure } from '@temporalio/common';
-import { createPoolWorker, type PoolWorker } from '../../../gpu-workers/pool-worker';
+import { createPoolWorker, type PoolWorker } from '../../../processes/pool-worker';
 import { connect } from '../../../infra/db';
 import { activityRetry } from '../../../workflows/timeouts';
 import type { trainingRun } from '../../../workflows';

@@ -1,5 +1,5 @@
 /**
- * The engine protocol v2 conformance suite (gpu-workers/conformance/) against the
+ * The engine protocol v2 conformance suite (engines/conformance/) against the
  * built-in engine: every check passes, through runConformance and through
  * `troupe engine-check`. A negative control proves the suite can fail: a proxy in
  * front of the same engine that lies in Health (protocol_version 1) and drops a
@@ -15,12 +15,12 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
-import { assertConformant, type ConformanceReport, formatResult, runConformance, selectChecks } from '../../../gpu-workers/conformance';
-import { type Outcome, WireClient, type WireError } from '../../../gpu-workers/conformance/wire-client';
-import { ERROR_REASON_METADATA } from '../../../gpu-workers/errors';
+import { assertConformant, type ConformanceReport, formatResult, runConformance, selectChecks } from '../../../engines/conformance';
+import { type Outcome, WireClient, type WireError } from '../../../engines/conformance/wire-client';
+import { ERROR_REASON_METADATA } from '../../../engines/protocol/errors';
 import { spawnEngine, type SpawnedEngine } from '../../../gpu-workers/engine-process';
-import { engineServiceDefinition, MAX_MESSAGE_BYTES } from '../../../gpu-workers/proto';
-import type * as P from '../../../gpu-workers/proto';
+import { engineServiceDefinition, MAX_MESSAGE_BYTES } from '../../../engines/protocol/proto';
+import type * as P from '../../../engines/protocol/proto';
 import { troupe } from '../../helpers/cli';
 
 let engine: SpawnedEngine;

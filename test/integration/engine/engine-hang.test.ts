@@ -7,7 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { EngineError } from '../../../gpu-workers/client';
+import { EngineError } from '../../../engines/protocol/client';
 import { EngineSupervisor, HEALTH_EVERY_MS } from '../../../gpu-workers/engine-process';
 
 const HANG_MS = 6000;

@@ -18,7 +18,7 @@ import {
   VersionConflictError,
   VersionNotLoadedError,
   isNotLoaded,
-} from '../../../gpu-workers/client';
+} from '../../../engines/protocol/client';
 import { ENGINE_MAIN, spawnEngine, SpawnedEngine } from '../../../gpu-workers/engine-process';
 
 const run = promisify(execFile);

@@ -5,9 +5,9 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { EngineClient } from '../../../gpu-workers/client';
+import { EngineClient } from '../../../engines/protocol/client';
 import { spawnEngine, SpawnedEngine } from '../../../gpu-workers/engine-process';
-import type { GeneratedSequence, GenerateRequest, SamplingParams } from '../../../gpu-workers/types';
+import type { GeneratedSequence, GenerateRequest, SamplingParams } from '../../../engines/protocol/types';
 
 let engine: SpawnedEngine;
 let client: EngineClient;

@@ -13,7 +13,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { loadTeam } from '../../../agents/teams';
 import type { GenerateCall } from '../../../agents/episode';
 import { createRun } from '../../../activities/store/runs';
-import { createPoolWorker, type PoolWorker } from '../../../gpu-workers/pool-worker';
+import { createPoolWorker, type PoolWorker } from '../../../processes/pool-worker';
 import { createTestDatabase, startTemporal, uniqueTaskQueue, type TestDatabase } from '../../helpers';
 import { engineSmokeWorkflow, type SmokeInput, type SmokeOutput } from './workflows';
 

@@ -14,12 +14,12 @@ import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import * as readline from 'node:readline';
 import { after, before, test } from 'node:test';
-import { EngineClient } from '../../../gpu-workers/client';
+import { EngineClient } from '../../../engines/protocol/client';
 import { spawnEngine, type SpawnedEngine } from '../../../gpu-workers/engine-process';
-import type { ModelSpecInput, UpdateRequest } from '../../../gpu-workers/types';
-import { referenceForward } from '../../../gpu-workers/transformer/reference';
-import { normalizeTransformerSpec, paramLayout } from '../../../gpu-workers/transformer/spec';
-import { pytorchEngine } from '../../../engines/pytorch/index';
+import type { ModelSpecInput, UpdateRequest } from '../../../engines/protocol/types';
+import { referenceForward } from '../../../engines/onnx/transformer/reference';
+import { normalizeTransformerSpec, paramLayout } from '../../../engines/families/transformer/spec';
+import { pytorchEngine } from '../../../engines/pytorch';
 
 const engine = pytorchEngine();
 const skip = 'missing' in engine ? engine.missing : false;

@@ -19,7 +19,7 @@ import { TroupeError } from '../../../infra/errors';
 import { namespaceProblems } from '../../../infra/namespace';
 import { repoRoot } from '../../../infra/paths';
 import { connectTemporal, ensureTemporalBinary, pollerIdentities } from '../../../infra/temporal';
-import { teamCodeHash, workerIdentity } from '../../../infra/team-code';
+import { teamCodeHash, workerIdentity } from '../../../processes/team-code';
 import { createTestDatabase, startTemporal, uniqueTaskQueue, type TestDatabase } from '../../helpers';
 
 let env: TestWorkflowEnvironment;
@@ -77,7 +77,7 @@ test('a missing namespace, then missing and wrongly typed search attributes: eac
 
     // The control worker says what is wrong and exits; it does not call it a bug.
     const worker = await new Promise<{ code: number | null; out: string }>((resolve) => {
-      const child = spawn(process.execPath, ['--import', 'tsx', path.join(repoRoot, 'infra', 'control-worker-main.ts'), '--temporal-address', env.address, '--namespace', namespace], {
+      const child = spawn(process.execPath, ['--import', 'tsx', path.join(repoRoot, 'processes', 'control-worker.ts'), '--temporal-address', env.address, '--namespace', namespace], {
         cwd: repoRoot,
         env: { ...process.env, DATABASE_URL: db.url, TEMPORAL_ADDRESS: env.address },
         stdio: ['ignore', 'pipe', 'pipe'],

@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { createControlWorker } from '../../../infra/control-worker';
+import { createControlWorker } from '../../../processes/control-worker';
 import { TROUPE_SEARCH_ATTRIBUTES } from '../../../infra/search-attributes';
 import { pingWorkflow } from '../../../workflows';
 import { createTestDatabase, startTemporal, TestDatabase, uniqueTaskQueue, workflowBundle } from '../../helpers';

@@ -10,7 +10,7 @@ import { upWithCurrentTeams } from '../../../cli/teams';
 import { loadConfig } from '../../../infra/config';
 import { isTroupeError } from '../../../infra/errors';
 import { pidAlive, readRecord } from '../../../infra/processes';
-import { pollersOf, teamCodeHash, TEAMS_DIR } from '../../../infra/team-code';
+import { pollersOf, teamCodeHash, TEAMS_DIR } from '../../../processes/team-code';
 import { connectTemporal } from '../../../infra/temporal';
 import { cliStack, troupe } from '../../helpers/cli';
 

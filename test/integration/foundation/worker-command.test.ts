@@ -13,7 +13,7 @@ import * as path from 'node:path';
 import { after, before, it } from 'node:test';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Worker } from '@temporalio/worker';
-import { createControlWorker } from '../../../infra/control-worker';
+import { createControlWorker } from '../../../processes/control-worker';
 import { repoRoot } from '../../../infra/paths';
 import { pidAlive, readRecord } from '../../../infra/processes';
 import { connectTemporal, pollerIdentities } from '../../../infra/temporal';

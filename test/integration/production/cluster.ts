@@ -227,7 +227,7 @@ export async function startCluster(opts: { serverBin: string; sqlTool: string; s
       return r.pid;
     },
     startWorker(name) {
-      const entry = name === 'control-worker' ? path.join(repoRoot, 'infra', 'control-worker-main.ts') : path.join(repoRoot, 'gpu-workers', 'pool-worker.ts');
+      const entry = name === 'control-worker' ? path.join(repoRoot, 'processes', 'control-worker.ts') : path.join(repoRoot, 'processes', 'pool-worker.ts');
       return spawnService({ stateDir, name, command: process.execPath, args: ['--import', 'tsx', entry], env: workerEnv, cwd: repoRoot });
     },
     async killWorker(name) {

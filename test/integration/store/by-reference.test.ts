@@ -12,7 +12,7 @@ import { defaultSampling } from '../../../agents/agent';
 import { createTrainingPoolActivities } from '../../../activities/training/pool';
 import { getVersion, listVersions, locateVersion } from '../../../activities/store/versions';
 import { resumeRun } from '../../../cli/runs';
-import { ReferenceUnreadableError } from '../../../gpu-workers/client';
+import { ReferenceUnreadableError } from '../../../engines/protocol/client';
 import { CheckpointStore, type BlobRef } from '../../../infra/checkpoint-store';
 import type { GenerateReply } from '../../../agents/episode';
 import { statusQuery } from '../../../workflows/definitions';

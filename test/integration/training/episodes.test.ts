@@ -15,7 +15,7 @@ import { createTrainingPoolActivities } from '../../../activities/training/pool'
 import { loadEpisode, saveEpisodes } from '../../../activities/store/trajectories';
 import { locateVersion } from '../../../activities/store/versions';
 import { createRun } from '../../../activities/store/runs';
-import { WORKFLOWS_PATH } from '../../../infra/control-worker';
+import { WORKFLOWS_PATH } from '../../../processes/control-worker';
 import type { episodeWorkflow } from '../../../workflows';
 import { startHarness, type Harness } from './harness';
 

@@ -7,8 +7,8 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import assert from 'node:assert/strict';
 import type { Worker } from '@temporalio/worker';
 import { listVersions } from '../../../activities/store/versions';
-import { createPoolWorker, type PoolWorker, type PoolWorkerOptions } from '../../../gpu-workers/pool-worker';
-import { createControlWorker } from '../../../infra/control-worker';
+import { createPoolWorker, type PoolWorker, type PoolWorkerOptions } from '../../../processes/pool-worker';
+import { createControlWorker } from '../../../processes/control-worker';
 import { createTestDatabase, startTemporal, uniqueTaskQueue, workflowBundle, type TestDatabase } from '../../helpers';
 
 export interface Harness {

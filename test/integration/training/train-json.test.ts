@@ -9,7 +9,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Worker } from '@temporalio/worker';
 import { failureJson } from '../../../cli/commands/train';
 import { watchRun } from '../../../cli/runs';
-import { createControlWorker } from '../../../infra/control-worker';
+import { createControlWorker } from '../../../processes/control-worker';
 import type { trainingRun } from '../../../workflows/training-run';
 import { createTestDatabase, startTemporal, uniqueTaskQueue, workflowBundle, type TestDatabase } from '../../helpers';
 

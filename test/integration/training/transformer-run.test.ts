@@ -14,7 +14,7 @@ import { loadStepEpisodes } from '../../../activities/store/trajectories';
 import type { trainingRun } from '../../../workflows';
 import { checkRunBookkeeping, startHarness, type Harness } from './harness';
 
-/** gpu-workers/transformer/README.md: generated log-probs equal Score's within 1e-5. */
+/** engines/onnx/transformer/README.md: generated log-probs equal Score's within 1e-5. */
 const SCORE_GENERATE_TOLERANCE = 1e-5;
 
 describe('a transformer team in both rollout modes', () => {

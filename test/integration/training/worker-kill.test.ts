@@ -14,7 +14,7 @@ import { loadEpisode } from '../../../activities/store/trajectories';
 import { loadTasks } from '../../../activities/tasks';
 import { planTrainEpisodes } from '../../../activities/training/plan';
 import { createTrainingPoolActivities } from '../../../activities/training/pool';
-import { createControlWorker } from '../../../infra/control-worker';
+import { createControlWorker } from '../../../processes/control-worker';
 import type { episodeWorkflow } from '../../../workflows';
 import { createTestDatabase, startTemporal, uniqueTaskQueue, workflowBundle, type TestDatabase } from '../../helpers';
 import { startPool } from './harness';
@@ -35,7 +35,7 @@ after(async () => {
 });
 
 function poolProcess(): ChildProcess {
-  const child = spawn(process.execPath, ['--import', 'tsx', path.join(repo, 'gpu-workers', 'pool-worker.ts'), '--task-queue', 'troupe-gpu', '--temporal-address', env.address, '--device', 'cpu'], {
+  const child = spawn(process.execPath, ['--import', 'tsx', path.join(repo, 'processes', 'pool-worker.ts'), '--task-queue', 'troupe-gpu', '--temporal-address', env.address, '--device', 'cpu'], {
     cwd: repo,
     // The store's files where this test's in-process activities put them (a cluster shares one path).
     env: { ...process.env, DATABASE_URL: db.url, TROUPE_CHECKPOINT_DIR: db.checkpoints.dir },

@@ -8,8 +8,8 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { after, before, it } from 'node:test';
 import { bundleWorkflowCode, DefaultLogger, Runtime } from '@temporalio/worker';
-import { isolateTeamBuildErrors } from '../../../infra/team-bundle';
-import { TEAMS_DIR } from '../../../infra/team-code';
+import { isolateTeamBuildErrors } from '../../../processes/team-bundle';
+import { TEAMS_DIR } from '../../../processes/team-code';
 
 const broken = path.join(TEAMS_DIR, `.syntax-${process.pid}.ts`);
 const workflows = path.join(__dirname, `.bundle-probe-${process.pid}.ts`);

@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import { z } from 'zod';
 import { agent, charTokenizer, defineTeam, defineTool, generatedTasks, keySyntax, TeamDefinitionError, tinyLM } from '../../../agents';
 import type { Tool, ToolSyntax } from '../../../agents/tool';
-import { FieldError } from '../../../schema/issues';
+import { FieldError } from '../../../infra/issues';
 
 const tokenizer = charTokenizer('0123456789+=?E');
 const calculator = defineTool({

@@ -8,10 +8,10 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { describe, it } from 'node:test';
-import { parseHfConfig } from '../../../gpu-workers/checkpoints/hf-config';
-import { exportHfCheckpoint, loadHfCheckpoint } from '../../../gpu-workers/checkpoints/hf-layout';
-import { readSafetensors, representable, writeSafetensors } from '../../../gpu-workers/checkpoints/safetensors';
-import { paramLayout } from '../../../gpu-workers/transformer/spec';
+import { parseHfConfig } from '../../../engines/checkpoints/hf-config';
+import { exportHfCheckpoint, loadHfCheckpoint } from '../../../engines/checkpoints/hf-layout';
+import { readSafetensors, representable, writeSafetensors } from '../../../engines/checkpoints/safetensors';
+import { paramLayout } from '../../../engines/families/transformer/spec';
 import { sameBits } from '../engine/helpers';
 
 const FIXTURES = path.join(__dirname, '../../fixtures/hf');

@@ -16,9 +16,9 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { describe, it } from 'node:test';
 import * as ort from 'onnxruntime-node';
-import { loadHfCheckpoint } from '../../../gpu-workers/checkpoints/hf-layout';
-import { referenceForward } from '../../../gpu-workers/transformer/reference';
-import { buildTransformerLogitsGraph } from '../../../gpu-workers/transformer/score-graph';
+import { loadHfCheckpoint } from '../../../engines/checkpoints/hf-layout';
+import { referenceForward } from '../../../engines/onnx/transformer/reference';
+import { buildTransformerLogitsGraph } from '../../../engines/onnx/transformer/score-graph';
 import { session } from '../engine/helpers';
 
 const FIXTURES = path.join(__dirname, '../../fixtures/hf');

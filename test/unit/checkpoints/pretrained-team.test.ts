@@ -16,8 +16,8 @@ import { transformer } from '../../../agents/model';
 import { defineTeam } from '../../../agents/team';
 import { loadTeam } from '../../../agents/teams';
 import { charTokenizer } from '../../../agents/tokenizer';
-import { loadHfCheckpoint } from '../../../gpu-workers/checkpoints/hf-layout';
-import { decodeWeights, sha256Hex } from '../../../gpu-workers/engine/checkpoint';
+import { loadHfCheckpoint } from '../../../engines/checkpoints/hf-layout';
+import { decodeWeights, sha256Hex } from '../../../engines/protocol/version-bytes';
 import { sameBits } from '../engine/helpers';
 import { qwenWithTokenizer } from './pretrained-dir';
 

@@ -8,14 +8,14 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import * as ort from 'onnxruntime-node';
-import { biasCorrections } from '../../../gpu-workers/tiny-lm/adamw';
-import { initWeights } from '../../../gpu-workers/tiny-lm/init';
-import type { OptimState, UpdateSample, UpdateSettings } from '../../../gpu-workers/model-runtime';
-import { TinyLmRuntime } from '../../../gpu-workers/tiny-lm/runtime';
-import { normalizeSpec, paramLayout } from '../../../gpu-workers/tiny-lm/spec';
-import { updateRows } from '../../../gpu-workers/tiny-lm/batch';
-import { buildAdamwGraph, buildGradGraph } from '../../../gpu-workers/tiny-lm/update-graph';
-import { sessionFactory } from '../../../gpu-workers/engine/device';
+import { biasCorrections } from '../../../engines/onnx/ops/adamw';
+import { initWeights } from '../../../engines/families/tiny-lm/init';
+import type { OptimState, UpdateSample, UpdateSettings } from '../../../engines/onnx/model-runtime';
+import { TinyLmRuntime } from '../../../engines/onnx/tiny-lm/runtime';
+import { normalizeSpec, paramLayout } from '../../../engines/families/tiny-lm/spec';
+import { updateRows } from '../../../engines/onnx/tiny-lm/batch';
+import { buildAdamwGraph, buildGradGraph } from '../../../engines/onnx/tiny-lm/update-graph';
+import { sessionFactory } from '../../../engines/onnx/device';
 import { rng, sameBits, session } from './helpers';
 
 interface Hyper {

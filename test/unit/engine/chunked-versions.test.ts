@@ -2,10 +2,10 @@
 // through a real gRPC server and client in chunks and arrives bit-identical.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { EngineClient, InvalidRequestError } from '../../../gpu-workers/client';
-import { startEngineServer, type RunningServer } from '../../../gpu-workers/engine/server';
-import { CHUNK_BYTES } from '../../../gpu-workers/proto';
-import { byteChunks, joinChunks } from '../../../gpu-workers/wire';
+import { EngineClient, InvalidRequestError } from '../../../engines/protocol/client';
+import { startEngineServer, type RunningServer } from '../../../engines/onnx/server';
+import { CHUNK_BYTES } from '../../../engines/protocol/proto';
+import { byteChunks, joinChunks } from '../../../engines/protocol/wire';
 import { cpuEngine } from './helpers';
 
 test('byteChunks splits weights then optimizer state at the chunk size; joinChunks undoes it', () => {

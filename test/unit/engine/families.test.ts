@@ -5,12 +5,12 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { EngineClient, InvalidRequestError } from '../../../gpu-workers/client';
-import { startEngineServer } from '../../../gpu-workers/engine/server';
-import { EngineFault } from '../../../gpu-workers/errors';
-import { FAMILY_NAMES, normalizeModelSpec, paramCount } from '../../../gpu-workers/families';
-import { ModelSpecError } from '../../../gpu-workers/model-family';
-import { specFromWire, specToWire } from '../../../gpu-workers/wire';
+import { EngineClient, InvalidRequestError } from '../../../engines/protocol/client';
+import { startEngineServer } from '../../../engines/onnx/server';
+import { EngineFault } from '../../../engines/protocol/errors';
+import { FAMILY_NAMES, normalizeModelSpec, paramCount } from '../../../engines/families';
+import { ModelSpecError } from '../../../engines/families/model-family';
+import { specFromWire, specToWire } from '../../../engines/protocol/wire';
 import { cpuEngine } from './helpers';
 
 const TF = { family: 'transformer', vocabSize: 12, width: 16, layers: 1, heads: 2, maxSeq: 24 };

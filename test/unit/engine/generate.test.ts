@@ -6,10 +6,10 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { encodeWeights } from '../../../gpu-workers/engine/checkpoint';
-import { initWeights } from '../../../gpu-workers/tiny-lm/init';
-import { normalizeSpec } from '../../../gpu-workers/tiny-lm/spec';
-import type { GenerateRequest, GeneratedSequence, SamplingParams } from '../../../gpu-workers/types';
+import { encodeWeights } from '../../../engines/protocol/version-bytes';
+import { initWeights } from '../../../engines/families/tiny-lm/init';
+import { normalizeSpec } from '../../../engines/families/tiny-lm/spec';
+import type { GenerateRequest, GeneratedSequence, SamplingParams } from '../../../engines/protocol/types';
 import { cpuEngine, rng, sameBits } from './helpers';
 
 const V = 12;

@@ -9,10 +9,10 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import * as ort from 'onnxruntime-node';
-import { initWeights } from '../../../gpu-workers/tiny-lm/init';
-import { normalizeSpec, paramLayout, TinyLmSpec } from '../../../gpu-workers/tiny-lm/spec';
-import { buildGradGraph } from '../../../gpu-workers/tiny-lm/update-graph';
-import { buildScoreGraph } from '../../../gpu-workers/tiny-lm/score-graph';
+import { initWeights } from '../../../engines/families/tiny-lm/init';
+import { normalizeSpec, paramLayout, TinyLmSpec } from '../../../engines/families/tiny-lm/spec';
+import { buildGradGraph } from '../../../engines/onnx/tiny-lm/update-graph';
+import { buildScoreGraph } from '../../../engines/onnx/tiny-lm/score-graph';
 import { referenceLogp, session } from './helpers';
 
 interface Row {

@@ -1,8 +1,8 @@
 /** Shared fixtures for the engine unit tests. */
 import * as ort from 'onnxruntime-node';
-import { Engine, EngineOptions } from '../../../gpu-workers/engine/engine';
-import type { ResolvedDevice } from '../../../gpu-workers/engine/device';
-import { paramLayout, TinyLmSpec } from '../../../gpu-workers/tiny-lm/spec';
+import { Engine, EngineOptions } from '../../../engines/onnx/engine';
+import type { ResolvedDevice } from '../../../engines/onnx/device';
+import { paramLayout, TinyLmSpec } from '../../../engines/families/tiny-lm/spec';
 
 export const CPU: ResolvedDevice = { device: 'cpu', requested: 'cpu', fellBack: false, fallbackReason: '' };
 

@@ -1,7 +1,7 @@
 /** Philox4x32-10 against the Random123 known-answer vectors, and the uniform mapping. */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { fillUniforms, philox4x32, seedKey, STREAM_SAMPLING, toUnit } from '../../../gpu-workers/philox';
+import { fillUniforms, philox4x32, seedKey, STREAM_SAMPLING, toUnit } from '../../../engines/families/philox';
 
 const hex = (a: Uint32Array) => Array.from(a, (x) => x.toString(16).padStart(8, '0')).join(' ');
 

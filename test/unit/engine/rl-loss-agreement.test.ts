@@ -1,5 +1,5 @@
 /**
- * The engine's in-graph policy loss (gpu-workers/tiny-lm/policy-loss.ts) and
+ * The engine's in-graph policy loss (engines/onnx/ops/policy-loss.ts) and
  * the TypeScript reference of the RL core (rl/loss.ts) are the same function:
  * loss, per-token gradient coefficient ∂loss/∂logp_t and diagnostics agree on
  * random tokens covering every regime (clip, dual clip, log-ratio clamp, k3
@@ -10,12 +10,12 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import * as ort from 'onnxruntime-node';
 import { policyLoss as referenceLoss, PolicyLossSettings } from '../../../rl/loss';
-import { encodeModel, Graph, int } from '../../../gpu-workers/onnx/builder';
-import { policyLoss } from '../../../gpu-workers/tiny-lm/policy-loss';
-import { TinyLmRuntime } from '../../../gpu-workers/tiny-lm/runtime';
-import { initWeights } from '../../../gpu-workers/tiny-lm/init';
-import { normalizeSpec, paramLayout } from '../../../gpu-workers/tiny-lm/spec';
-import { sessionFactory } from '../../../gpu-workers/engine/device';
+import { encodeModel, Graph, int } from '../../../engines/onnx/graph/builder';
+import { policyLoss } from '../../../engines/onnx/ops/policy-loss';
+import { TinyLmRuntime } from '../../../engines/onnx/tiny-lm/runtime';
+import { initWeights } from '../../../engines/families/tiny-lm/init';
+import { normalizeSpec, paramLayout } from '../../../engines/families/tiny-lm/spec';
+import { sessionFactory } from '../../../engines/onnx/device';
 import { rng, session } from './helpers';
 
 function lossGraph(): Uint8Array {

@@ -1,6 +1,6 @@
 /**
  * The transformer's fused rollout with a preallocated KV cache
- * (gpu-workers/transformer/generate-graph.ts): left-padded contexts of
+ * (engines/onnx/transformer/generate-graph.ts): left-padded contexts of
  * different lengths, plain / top-k / greedy rows in one run. The log-probs it
  * returns match full-sequence scoring (score graph) within the stated
  * tolerance, and the float64 reference; greedy rows take the reference's
@@ -9,12 +9,12 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import * as ort from 'onnxruntime-node';
-import { fillUniforms, seedKey, STREAM_SAMPLING } from '../../../gpu-workers/philox';
-import { initTransformerWeights } from '../../../gpu-workers/transformer/init';
-import { referenceForward } from '../../../gpu-workers/transformer/reference';
-import { buildTransformerGenerateGraph } from '../../../gpu-workers/transformer/generate-graph';
-import { buildTransformerScoreGraph } from '../../../gpu-workers/transformer/score-graph';
-import { normalizeTransformerSpec, TransformerSpec } from '../../../gpu-workers/transformer/spec';
+import { fillUniforms, seedKey, STREAM_SAMPLING } from '../../../engines/families/philox';
+import { initTransformerWeights } from '../../../engines/families/transformer/init';
+import { referenceForward } from '../../../engines/onnx/transformer/reference';
+import { buildTransformerGenerateGraph } from '../../../engines/onnx/transformer/generate-graph';
+import { buildTransformerScoreGraph } from '../../../engines/onnx/transformer/score-graph';
+import { normalizeTransformerSpec, TransformerSpec } from '../../../engines/families/transformer/spec';
 import { session } from './helpers';
 
 /** Generate vs Score: the same function computed over cache columns vs whole sequences (float32). */

@@ -1,5 +1,5 @@
 /**
- * The transformer's hand-built backward (gpu-workers/transformer/backward.ts):
+ * The transformer's hand-built backward (engines/onnx/transformer/backward.ts):
  *  - float64 grad graph vs central finite differences of its own loss, for every
  *    parameter, for small configs covering each option (LayerNorm/RMSNorm,
  *    learned/RoPE, MHA/GQA/MQA, GELU/SwiGLU, tied/untied, biases or none);
@@ -12,10 +12,10 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import * as ort from 'onnxruntime-node';
-import { referenceForward, referenceObjective } from '../../../gpu-workers/transformer/reference';
-import { buildTransformerLogitsGraph } from '../../../gpu-workers/transformer/score-graph';
-import { normalizeTransformerSpec, paramLayout, TransformerSpec } from '../../../gpu-workers/transformer/spec';
-import { buildTransformerGradGraph } from '../../../gpu-workers/transformer/update-graph';
+import { referenceForward, referenceObjective } from '../../../engines/onnx/transformer/reference';
+import { buildTransformerLogitsGraph } from '../../../engines/onnx/transformer/score-graph';
+import { normalizeTransformerSpec, paramLayout, TransformerSpec } from '../../../engines/families/transformer/spec';
+import { buildTransformerGradGraph } from '../../../engines/onnx/transformer/update-graph';
 import { rng, session } from './helpers';
 
 /**

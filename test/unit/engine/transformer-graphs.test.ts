@@ -9,13 +9,13 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import * as ort from 'onnxruntime-node';
-import { biasCorrections } from '../../../gpu-workers/tiny-lm/adamw';
-import { buildAdamwGraph } from '../../../gpu-workers/tiny-lm/update-graph';
-import { initTransformerWeights } from '../../../gpu-workers/transformer/init';
-import { referenceForward } from '../../../gpu-workers/transformer/reference';
-import { buildTransformerScoreGraph } from '../../../gpu-workers/transformer/score-graph';
-import { normalizeTransformerSpec, paramLayout, TransformerSpec } from '../../../gpu-workers/transformer/spec';
-import { buildTransformerGradGraph, buildTransformerUpdateGraph } from '../../../gpu-workers/transformer/update-graph';
+import { biasCorrections } from '../../../engines/onnx/ops/adamw';
+import { buildAdamwGraph } from '../../../engines/onnx/tiny-lm/update-graph';
+import { initTransformerWeights } from '../../../engines/families/transformer/init';
+import { referenceForward } from '../../../engines/onnx/transformer/reference';
+import { buildTransformerScoreGraph } from '../../../engines/onnx/transformer/score-graph';
+import { normalizeTransformerSpec, paramLayout, TransformerSpec } from '../../../engines/families/transformer/spec';
+import { buildTransformerGradGraph, buildTransformerUpdateGraph } from '../../../engines/onnx/transformer/update-graph';
 import { rng, sameBits, session } from './helpers';
 
 const SPECS: [string, TransformerSpec][] = [

@@ -1,13 +1,13 @@
 /**
- * The transformer memory estimate (gpu-workers/transformer/memory.ts) against
+ * The transformer memory estimate (engines/families/transformer/memory.ts) against
  * hand-computed byte counts, the refusal naming the dominant field, and the
  * engine refusing a spec that does not fit its budget at InitModel.
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { EngineFault } from '../../../gpu-workers/errors';
-import { checkTransformerFits, generateBytesPerRow, rowsThatFit, stateBytes, updateBytesPerSequence } from '../../../gpu-workers/transformer/memory';
-import { normalizeTransformerSpec, paramLayout, TransformerSpecError } from '../../../gpu-workers/transformer/spec';
+import { EngineFault } from '../../../engines/protocol/errors';
+import { checkTransformerFits, generateBytesPerRow, rowsThatFit, stateBytes, updateBytesPerSequence } from '../../../engines/families/transformer/memory';
+import { normalizeTransformerSpec, paramLayout, TransformerSpecError } from '../../../engines/families/transformer/spec';
 import { cpuEngine } from './helpers';
 
 // V 10, D 8, 2 layers, 2 heads over 1 kv head (hd 4, Dkv 4), F 16, GELU, learned positions, maxSeq 6.

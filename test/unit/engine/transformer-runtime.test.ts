@@ -1,5 +1,5 @@
 /**
- * TransformerRuntime (gpu-workers/transformer/runtime.ts) through the engine's
+ * TransformerRuntime (engines/onnx/transformer/runtime.ts) through the engine's
  * session factory: Score of generated sequences reproduces Generate's
  * log-probs within the stated tolerance; a row's generation does not depend on
  * the other rows of its batch; updates are bitwise deterministic, advance the
@@ -8,13 +8,13 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { defaultMemoryPolicy, sessionFactory } from '../../../gpu-workers/engine/device';
-import { seedKey } from '../../../gpu-workers/philox';
-import type { GenerateRow, OptimState, SessionFactory, UpdateSettings } from '../../../gpu-workers/model-runtime';
-import { initTransformerWeights } from '../../../gpu-workers/transformer/init';
-import { TransformerRequestError, TransformerRuntime } from '../../../gpu-workers/transformer/runtime';
-import { generateBytesPerRow, stateBytes, updateBytesPerSequence } from '../../../gpu-workers/transformer/memory';
-import { normalizeTransformerSpec } from '../../../gpu-workers/transformer/spec';
+import { defaultMemoryPolicy, sessionFactory } from '../../../engines/onnx/device';
+import { seedKey } from '../../../engines/families/philox';
+import type { GenerateRow, OptimState, SessionFactory, UpdateSettings } from '../../../engines/onnx/model-runtime';
+import { initTransformerWeights } from '../../../engines/families/transformer/init';
+import { TransformerRequestError, TransformerRuntime } from '../../../engines/onnx/transformer/runtime';
+import { generateBytesPerRow, stateBytes, updateBytesPerSequence } from '../../../engines/families/transformer/memory';
+import { normalizeTransformerSpec } from '../../../engines/families/transformer/spec';
 import { sameBits } from './helpers';
 
 const SPEC = normalizeTransformerSpec({ vocabSize: 12, width: 32, layers: 2, heads: 4, kvHeads: 2, positions: 'rope', norm: 'rmsnorm', mlp: 'swiglu', maxSeq: 24 });

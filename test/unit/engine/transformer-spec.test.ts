@@ -1,12 +1,12 @@
 /**
- * The transformer config (gpu-workers/transformer/spec.ts): defaults, the flat
+ * The transformer config (engines/families/transformer/spec.ts): defaults, the flat
  * parameter layout against hand-counted sizes, errors that name the field, and
  * the deterministic init (init.ts).
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { initTransformerWeights } from '../../../gpu-workers/transformer/init';
-import { normalizeTransformerSpec, paramLayout, TransformerSpecError, transformerSpecKey } from '../../../gpu-workers/transformer/spec';
+import { initTransformerWeights } from '../../../engines/families/transformer/init';
+import { normalizeTransformerSpec, paramLayout, TransformerSpecError, transformerSpecKey } from '../../../engines/families/transformer/spec';
 import { sameBits } from './helpers';
 
 test('defaults give a small GPT-style model', () => {

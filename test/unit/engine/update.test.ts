@@ -5,9 +5,9 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { decodeOptimizerState, decodeWeights } from '../../../gpu-workers/engine/checkpoint';
-import { EngineFault } from '../../../gpu-workers/errors';
-import type { UpdateRequest, UpdateSampleInput } from '../../../gpu-workers/types';
+import { decodeOptimizerState, decodeWeights } from '../../../engines/protocol/version-bytes';
+import { EngineFault } from '../../../engines/protocol/errors';
+import type { UpdateRequest, UpdateSampleInput } from '../../../engines/protocol/types';
 import { cpuEngine, rng, sameBits } from './helpers';
 
 const SPEC = { vocabSize: 16, contextWindow: 4, embedDim: 8, hiddenDim: 32, layers: 2 };

@@ -5,11 +5,11 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { encodeWeights } from '../../../gpu-workers/engine/checkpoint';
-import { EngineFault } from '../../../gpu-workers/errors';
-import { initWeights } from '../../../gpu-workers/tiny-lm/init';
-import { normalizeSpec } from '../../../gpu-workers/tiny-lm/spec';
-import type { UpdateSampleInput } from '../../../gpu-workers/types';
+import { encodeWeights } from '../../../engines/protocol/version-bytes';
+import { EngineFault } from '../../../engines/protocol/errors';
+import { initWeights } from '../../../engines/families/tiny-lm/init';
+import { normalizeSpec } from '../../../engines/families/tiny-lm/spec';
+import type { UpdateSampleInput } from '../../../engines/protocol/types';
 import { cpuEngine } from './helpers';
 
 const SPEC = { vocabSize: 8, contextWindow: 4, embedDim: 4, hiddenDim: 16 };

@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import { validateSamples } from '../../../rl/samples';
 import { RlInputError } from '../../../rl/errors';
 import { resolveSettings, SettingsError } from '../../../schema/optimizer';
-import { FieldError } from '../../../schema/issues';
+import { FieldError } from '../../../infra/issues';
 import { parseRunConfig, RunConfigError } from '../../../schema/run-config';
 
 const errorOf = (fn: () => unknown): Error => {

@@ -1,11 +1,11 @@
-// The team-code hash and which pollers run other team code (pure parts of infra/team-code.ts).
+// The team-code hash and which pollers run other team code (pure parts of processes/team-code.ts).
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { it } from 'node:test';
-import { staleTeamCode, teamCodeHash, teamCodeOf, workerIdentity, type Poller } from '../../../infra/team-code';
+import { staleTeamCode, teamCodeHash, teamCodeOf, workerIdentity, type Poller } from '../../../processes/team-code';
 
 it('hashes the relative paths and contents of every file under the folder', () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'team-code-'));

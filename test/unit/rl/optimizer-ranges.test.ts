@@ -7,8 +7,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { engineSettings } from '../../../activities/training/pool';
-import { updateSettings } from '../../../gpu-workers/engine/validate';
-import type { UpdateSettingsInput } from '../../../gpu-workers/types';
+import { updateSettings } from '../../../engines/onnx/validate';
+import type { UpdateSettingsInput } from '../../../engines/protocol/types';
 import { parseOverrides, resolveSettings } from '../../../schema/optimizer';
 import { checkAgainstTeam, parseRunConfig } from '../../../schema/run-config';
 import { mathTeam } from '../../../agents/teams/math';

@@ -5,8 +5,8 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, test } from 'node:test';
 import { CheckpointFileError, CheckpointStore, pathOfUri } from '../../../infra/checkpoint-store';
-import { readReference } from '../../../gpu-workers/engine/checkpoint';
-import { EngineFault } from '../../../gpu-workers/errors';
+import { readReference } from '../../../engines/protocol/version-bytes';
+import { EngineFault } from '../../../engines/protocol/errors';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-ckpt-unit-'));
 after(() => fs.rmSync(dir, { recursive: true, force: true }));

@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import { ApplicationFailure } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { engineFailure, heartbeating, HEARTBEAT_EVERY_MS, withEngineFailures } from '../../../activities/training/engine-work';
-import { EngineError, InvalidRequestError, NonFiniteUpdateError, VersionNotLoadedError, EngineUnavailableError } from '../../../gpu-workers/client';
+import { EngineError, InvalidRequestError, NonFiniteUpdateError, VersionNotLoadedError, EngineUnavailableError } from '../../../engines/protocol/client';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

@@ -1,0 +1,168 @@
+/**
+ * The "transformer" policy family: a decoder-only transformer whose options
+ * express both the GPT-2 layout (learned positions, LayerNorm, GELU, biases,
+ * tied head) and the Llama/Qwen layout (RoPE, RMSNorm, SwiGLU, grouped-query
+ * attention, no biases, untied head). This file holds the config (zod, errors
+ * by field path), its defaults and limits, and the flat parameter layout θ
+ * shared by every graph, the reference, init and the weights format.
+ */
+import { z } from 'zod';
+import { issuesFromZod, type FieldIssue } from '../../../infra/issues';
+import { ModelSpecError } from '../model-family';
+
+export const POSITIONS = ['learned', 'rope'] as const;
+export const NORMS = ['layernorm', 'rmsnorm'] as const;
+export const MLPS = ['gelu', 'swiglu'] as const;
+
+/** Per-field bounds keep a typo from allocating gigabytes inside the engine. */
+export const TRANSFORMER_LIMITS = {
+  vocabSize: 262_144,
+  width: 8192,
+  layers: 128,
+  heads: 256,
+  mlpWidth: 65_536,
+  maxSeq: 32_768,
+  /** θ + AdamW m, v are 12 bytes per parameter: 1e9 parameters is 12 GB before activations. */
+  params: 1_000_000_000,
+};
+
+const count = (max: number, min = 1) => z.number().int('must be an integer').min(min, `must be ≥ ${min}`).max(max, `must be ≤ ${max}`);
+const oneOf = <T extends string>(values: readonly T[]) =>
+  z.enum(values as unknown as [T, ...T[]], { error: (iss) => `unknown option ${JSON.stringify(iss.input)}; known: ${values.join(', ')}` });
+
+const schema = z
+  .object({
+    family: z.literal('transformer').default('transformer'),
+    /** V: token ids are 0..V−1 (the team's tokenizer). */
+    vocabSize: count(TRANSFORMER_LIMITS.vocabSize, 2),
+    /** D: residual stream width. */
+    width: count(TRANSFORMER_LIMITS.width).default(128),
+    layers: count(TRANSFORMER_LIMITS.layers).default(2),
+    /** query heads; head dim = width / heads. */
+    heads: count(TRANSFORMER_LIMITS.heads).default(4),
+    /** key/value heads (grouped-query attention when < heads); default = heads. */
+    kvHeads: count(TRANSFORMER_LIMITS.heads).optional(),
+    /** F: MLP hidden width; default 4·width. */
+    mlpWidth: count(TRANSFORMER_LIMITS.mlpWidth).optional(),
+    positions: oneOf(POSITIONS).default('learned'),
+    /** RoPE base θ: frequencies θ^(−2i/headDim). */
+    ropeTheta: z.number().gt(1, 'must be > 1').default(10_000),
+    norm: oneOf(NORMS).default('layernorm'),
+    normEps: z.number().gt(0, 'must be > 0').max(1, 'must be ≤ 1').default(1e-5),
+    mlp: oneOf(MLPS).default('gelu'),
+    /** biases on the q/k/v/o and MLP projections (GPT-2: yes, Llama: no). */
+    bias: z.boolean().default(true),
+    /** output head = token embeddingᵀ. */
+    tiedHead: z.boolean().default(true),
+    /** longest sequence (context + generated tokens) the model accepts. */
+    maxSeq: count(TRANSFORMER_LIMITS.maxSeq).default(256),
+  })
+  .strict();
+
+export type TransformerSpec = Required<z.output<typeof schema>>;
+
+/** A bad config: every issue names its field (`spec.heads: …`). */
+export class TransformerSpecError extends ModelSpecError {
+  constructor(issues: FieldIssue[]) {
+    super(issues);
+    this.name = 'TransformerSpecError';
+  }
+}
+
+/** Validate, fill defaults and check the cross-field rules; throws TransformerSpecError. */
+export function normalizeTransformerSpec(input: unknown, prefix = 'spec'): TransformerSpec {
+  const parsed = schema.safeParse(input);
+  if (!parsed.success) throw new TransformerSpecError(issuesFromZod(parsed.error, { prefix, unknownKey: 'unknown option', root: prefix }));
+  const s = parsed.data;
+  const spec: TransformerSpec = { ...s, kvHeads: s.kvHeads ?? s.heads, mlpWidth: s.mlpWidth ?? 4 * s.width };
+  const issues: FieldIssue[] = [];
+  const at = (field: string, message: string) => issues.push({ path: `${prefix}.${field}`, message });
+  if (spec.width % spec.heads !== 0) at('heads', `must divide width (${spec.width} is not a multiple of ${spec.heads})`);
+  else if (spec.positions === 'rope' && (spec.width / spec.heads) % 2 !== 0) {
+    at('positions', `rope needs an even head dimension (width / heads = ${spec.width / spec.heads})`);
+  }
+  if (spec.heads % spec.kvHeads !== 0) at('kvHeads', `must divide heads (${spec.heads} is not a multiple of ${spec.kvHeads})`);
+  if (issues.length === 0) {
+    const total = paramLayout(spec).total;
+    if (total > TRANSFORMER_LIMITS.params) {
+      at('width', `${total} parameters exceed the limit of ${TRANSFORMER_LIMITS.params} (reduce width, layers, mlpWidth or vocabSize)`);
+    }
+  }
+  if (issues.length > 0) throw new TransformerSpecError(issues);
+  return spec;
+}
+
+export function headDim(s: TransformerSpec): number {
+  return s.width / s.heads;
+}
+
+export interface ParamSlot {
+  name: string;
+  offset: number;
+  shape: number[];
+  size: number;
+  /** drives init only; AdamW treats every slot alike */
+  kind: 'embedding' | 'position' | 'matrix' | 'residual-out' | 'bias' | 'gain';
+}
+
+export interface ParamLayout {
+  slots: ParamSlot[];
+  total: number;
+}
+
+/**
+ * Flat θ, matrices stored [in, out] (y = x·W):
+ *   tok_emb [V, D]; pos_emb [maxSeq, D] (learned only);
+ *   per layer l: ln1_g [D], ln1_b [D] (LayerNorm only); wq [D, H·hd], bq; wk [D, Hkv·hd], bk;
+ *     wv [D, Hkv·hd], bv; wo [H·hd, D], bo; ln2_g, ln2_b;
+ *     GELU: w1 [D, F], b1, w2 [F, D], b2 — SwiGLU: wg [D, F], bg, wu [D, F], bu, wd [F, D], bd
+ *     (b* only with bias);
+ *   lnf_g, lnf_b; head [D, V] (untied only).
+ * Slot names carry the layer as `l<i>.`: `l0.wq`.
+ */
+export function paramLayout(s: TransformerSpec): ParamLayout {
+  const D = s.width;
+  const hd = s.width / s.heads;
+  const slots: ParamSlot[] = [];
+  let offset = 0;
+  const add = (name: string, shape: number[], kind: ParamSlot['kind']) => {
+    const size = shape.reduce((a, b) => a * b, 1);
+    slots.push({ name, offset, shape, size, kind });
+    offset += size;
+  };
+  const norm = (name: string) => {
+    add(`${name}_g`, [D], 'gain');
+    if (s.norm === 'layernorm') add(`${name}_b`, [D], 'bias');
+  };
+  const linear = (layer: string, name: string, fanIn: number, fanOut: number, kind: ParamSlot['kind'] = 'matrix') => {
+    add(`${layer}w${name}`, [fanIn, fanOut], kind);
+    if (s.bias) add(`${layer}b${name}`, [fanOut], 'bias');
+  };
+  add('tok_emb', [s.vocabSize, D], 'embedding');
+  if (s.positions === 'learned') add('pos_emb', [s.maxSeq, D], 'position');
+  for (let l = 0; l < s.layers; l++) {
+    const p = `l${l}.`;
+    norm(`${p}ln1`);
+    linear(p, 'q', D, s.heads * hd);
+    linear(p, 'k', D, s.kvHeads * hd);
+    linear(p, 'v', D, s.kvHeads * hd);
+    linear(p, 'o', s.heads * hd, D, 'residual-out');
+    norm(`${p}ln2`);
+    const mlp: [string, number, number, ParamSlot['kind']][] =
+      s.mlp === 'gelu'
+        ? [['1', D, s.mlpWidth, 'matrix'], ['2', s.mlpWidth, D, 'residual-out']]
+        : [['g', D, s.mlpWidth, 'matrix'], ['u', D, s.mlpWidth, 'matrix'], ['d', s.mlpWidth, D, 'residual-out']];
+    for (const [n, i, o, kind] of mlp) linear(p, n, i, o, kind);
+  }
+  norm('lnf');
+  if (!s.tiedHead) add('head', [D, s.vocabSize], 'matrix');
+  return { slots, total: offset };
+}
+
+/** Canonical JSON (fixed key order) used to compare specs. */
+export function transformerSpecKey(s: TransformerSpec): string {
+  return JSON.stringify([
+    s.family, s.vocabSize, s.width, s.layers, s.heads, s.kvHeads, s.mlpWidth, s.positions, s.ropeTheta,
+    s.norm, s.normEps, s.mlp, s.bias, s.tiedHead, s.maxSeq,
+  ]);
+}

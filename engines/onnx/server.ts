@@ -1,0 +1,181 @@
+/**
+ * gRPC transport for the Engine: proto ↔ TypeScript conversion and error
+ * mapping (EngineFault → status code + `troupe-error-reason` metadata). A
+ * handler failure never takes the process down.
+ */
+import * as grpc from '@grpc/grpc-js';
+import { ERROR_REASON_METADATA, ErrorReason, EngineFault, invalid } from '../protocol/errors';
+import { engineServiceDefinition, MAX_MESSAGE_BYTES } from '../protocol/proto';
+import type * as P from '../protocol/proto';
+import * as wire from '../protocol/wire';
+import type { UpdateProgress, UpdateResponse } from '../protocol/types';
+import type { CancelSignal, Engine } from './engine';
+
+function toServiceError(err: unknown): grpc.ServiceError {
+  const fault =
+    err instanceof EngineFault
+      ? err
+      : new EngineFault(ErrorReason.INTERNAL, `internal engine error: ${(err as Error)?.message ?? String(err)}`);
+  const metadata = new grpc.Metadata();
+  metadata.set(ERROR_REASON_METADATA, fault.reason);
+  const e = new Error(fault.message) as grpc.ServiceError;
+  e.code = fault.code;
+  e.details = fault.message;
+  e.metadata = metadata;
+  return e;
+}
+
+function unary<Req, Res>(
+  fn: (req: Req, cancel: CancelSignal) => Promise<Res>,
+): grpc.handleUnaryCall<Req, Res> {
+  return (call, callback) => {
+    const cancel: CancelSignal = { onCancel: (f) => call.on('cancelled', f) };
+    let result: Promise<Res>;
+    try {
+      result = fn(call.request, cancel);
+    } catch (e) {
+      callback(toServiceError(e));
+      return;
+    }
+    result.then(
+      (res) => callback(null, res),
+      (err) => {
+        if (!call.cancelled) callback(toServiceError(err));
+      },
+    );
+  };
+}
+
+/** LoadVersionChunks: gathers the stream, then loads as LoadVersion does. */
+function loadVersionChunks(engine: Engine): grpc.handleClientStreamingCall<P.WireLoadVersionChunk, P.WireVersionInfo> {
+  return (call, callback) => {
+    const chunks: P.WireLoadVersionChunk[] = [];
+    call.on('data', (c: P.WireLoadVersionChunk) => chunks.push(c));
+    call.on('error', () => undefined); // the client went away: nothing to answer
+    call.on('end', () => {
+      const header = chunks[0]?.header;
+      if (!header) return callback(toServiceError(invalid('header: the first LoadVersionChunk must carry the request header')));
+      engine
+        .loadVersion({ ...wire.loadVersionFromWire(header), ...wire.joinChunks(chunks) })
+        .then((info) => callback(null, wire.versionInfoToWire(info)), (e) => callback(toServiceError(e)));
+    });
+  };
+}
+
+/** ExportVersionChunks: the version's info, then its bytes in chunks. */
+function exportVersionChunks(engine: Engine): grpc.handleServerStreamingCall<P.WireExportVersionRequest, P.WireExportVersionChunk> {
+  return (call) => {
+    if (call.request.destination_uri) {
+      call.emit('error', toServiceError(invalid('destination_uri: export by reference is for the unary ExportVersion only')));
+      return;
+    }
+    engine.exportVersion(wire.exportVersionFromWire(call.request)).then(
+      (v) => {
+        wire.byteChunks(v.weights, v.optimizerState).forEach((c, i) => call.write({ info: i === 0 ? wire.versionInfoToWire(v.info) : null, ...c }));
+        call.end();
+      },
+      (e) => call.emit('error', toServiceError(e)),
+    );
+  };
+}
+
+/** How often UpdateStream repeats its latest progress while an update waits or runs. */
+const PROGRESS_EVERY_MS = 2000;
+
+/** UpdateStream: progress events (one on arrival, then each phase, and every PROGRESS_EVERY_MS), then the result. */
+function updateStream(engine: Engine): grpc.handleServerStreamingCall<P.WireUpdateRequest, P.WireUpdateEvent> {
+  return (call) => {
+    const t0 = performance.now();
+    let last: UpdateProgress = { phase: 'received', queuePosition: 0, innerStep: 0, innerSteps: 0, microBatches: 0, elapsedMs: 0 };
+    const send = () => {
+      if (!call.cancelled && call.writable) call.write({ progress: wire.updateProgressToWire({ ...last, elapsedMs: performance.now() - t0 }) });
+    };
+    send();
+    const timer = setInterval(send, PROGRESS_EVERY_MS);
+    const fail = (e: unknown) => {
+      clearInterval(timer);
+      if (!call.cancelled) call.emit('error', toServiceError(e));
+    };
+    let result: Promise<UpdateResponse>;
+    try {
+      // updateFromWire throws synchronously on a malformed request
+      result = engine.update(wire.updateFromWire(call.request), (p) => {
+        last = { ...last, ...p };
+        send();
+      });
+    } catch (e) {
+      fail(e);
+      return;
+    }
+    result.then((res) => {
+      clearInterval(timer);
+      call.write({ result: wire.updateResponseToWire(res) });
+      call.end();
+    }, fail);
+  };
+}
+
+export function engineHandlers(engine: Engine): grpc.UntypedServiceImplementation {
+  return {
+    InitModel: unary(async (req: P.WireInitModelRequest) => wire.versionInfoToWire(await engine.initModel(wire.initModelFromWire(req)))),
+    LoadVersion: unary(async (req: P.WireLoadVersionRequest) => wire.versionInfoToWire(await engine.loadVersion(wire.loadVersionFromWire(req)))),
+    ExportVersion: unary(async (req: P.WireExportVersionRequest) => wire.exportedToWire(await engine.exportVersion(wire.exportVersionFromWire(req)))),
+    LoadVersionChunks: loadVersionChunks(engine),
+    ExportVersionChunks: exportVersionChunks(engine),
+    Generate: unary(async (req: P.WireGenerateRequest, cancel) =>
+      wire.generateResponseToWire(await engine.generate(wire.generateFromWire(req), cancel)),
+    ),
+    Score: unary(async (req: P.WireScoreRequest) => wire.scoreResponseToWire(await engine.score(wire.scoreFromWire(req)))),
+    Update: unary(async (req: P.WireUpdateRequest) => wire.updateResponseToWire(await engine.update(wire.updateFromWire(req)))),
+    UpdateStream: updateStream(engine),
+    Abort: unary(async (req: P.WireAbortRequest) => {
+      const res = engine.abort({ modelKey: req.model_key, requestIds: req.request_ids });
+      return { aborted_requests: res.abortedRequests } satisfies P.WireAbortResponse;
+    }),
+    Health: unary(async () => wire.healthToWire(engine.health())),
+    Stats: unary(async () => wire.statsToWire(await engine.stats())),
+  };
+}
+
+export class PortInUseError extends Error {}
+
+export interface RunningServer {
+  server: grpc.Server;
+  port: number;
+  address: string;
+  shutdown(): Promise<void>;
+}
+
+/** Serve `engine` on host:port (port 0 = any free port). */
+export function startEngineServer(engine: Engine, host: string, port: number): Promise<RunningServer> {
+  const server = new grpc.Server({
+    'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
+    'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
+  });
+  server.addService(engineServiceDefinition(), engineHandlers(engine));
+  const target = host.includes(':') && !host.startsWith('[') ? `[${host}]:${port}` : `${host}:${port}`;
+  return new Promise((resolve, reject) => {
+    server.bindAsync(target, grpc.ServerCredentials.createInsecure(), (err, bound) => {
+      if (err) {
+        server.forceShutdown();
+        const inUse = /EADDRINUSE|address already in use/i.test(err.message);
+        reject(inUse ? new PortInUseError(`port ${port} on ${host} is already in use`) : err);
+        return;
+      }
+      const address = `${host.includes(':') ? `[${host}]` : host}:${bound}`;
+      resolve({
+        server,
+        port: bound,
+        address,
+        shutdown: () =>
+          new Promise<void>((res) => {
+            server.tryShutdown(() => res());
+            setTimeout(() => {
+              server.forceShutdown();
+              res();
+            }, 2000).unref();
+          }),
+      });
+    });
+  });
+}

@@ -1,0 +1,194 @@
+/**
+ * Runs the transformer graphs for one spec with the same interface as
+ * tiny-lm/runtime.ts (what the engine's model-family seam calls): owns the
+ * generate, score and update sessions (weights are inputs, so every model with
+ * this spec shares them), assembles padded batches on the host and decodes
+ * outputs. No batching policy lives here beyond row padding.
+ *
+ * Sequences: a context of ≥ 1 token (position 0 has no predecessor, so the
+ * first scored or generated token needs one) plus tokens, at most maxSeq in
+ * all. Generate left-pads contexts (generate-graph.ts); Score and Update
+ * right-pad whole sequences, and row (b, p) predicts token p + 1.
+ */
+import * as ort from 'onnxruntime-node';
+import { ModelRequestError } from '../../families/model-family';
+import type { GenerateRow, GenerateRowResult, ModelRuntime, OptimState, RowPolicy, ScoreSequence, SessionFactory, UpdateOutput, UpdateSample, UpdateSettings } from '../model-runtime';
+import { f32, generatedRows, i64, optimizerFeeds, PolicySessions, samplingFeeds, updateOutput } from '../graph/runtime-io';
+import { transformerSequenceIssue } from '../../families/transformer/family';
+import { buildTransformerGenerateGraph } from './generate-graph';
+import { generateBytesPerRow, rowsThatFit, updateBytesPerSequence } from '../../families/transformer/memory';
+import { buildTransformerScoreGraph } from './score-graph';
+import { paramLayout, TransformerSpec } from '../../families/transformer/spec';
+import { buildTransformerUpdateGraph } from './update-graph';
+
+/** A request the spec cannot run; the message names the field (`sequences[2].context`). */
+export class TransformerRequestError extends ModelRequestError {
+  constructor(field: string, message: string) {
+    super(field, message);
+    this.name = 'TransformerRequestError';
+  }
+}
+
+type Sequence = { context: ArrayLike<number>; tokens: ArrayLike<number> };
+
+/** S of the grid: the longest sequence minus its last token (nothing predicts past it). */
+const gridLength = (seqs: Sequence[]) => Math.max(1, ...seqs.map((s) => s.context.length + s.tokens.length - 1));
+
+/** Right-padded [B, S] token grid of whole sequences minus their last token, and targets = next tokens. */
+interface SequenceGrid {
+  B: number;
+  S: number;
+  tokens: BigInt64Array;
+  targets: BigInt64Array;
+}
+
+export class TransformerRuntime implements ModelRuntime {
+  private readonly sessions: PolicySessions;
+  readonly paramCount: number;
+
+  constructor(
+    readonly spec: TransformerSpec,
+    private readonly factory: SessionFactory,
+    readonly rows: RowPolicy = { minRows: 2 },
+  ) {
+    this.paramCount = paramLayout(spec).total;
+    this.sessions = new PolicySessions(factory, {
+      generate: () => buildTransformerGenerateGraph(spec),
+      score: () => buildTransformerScoreGraph(spec),
+      update: () => buildTransformerUpdateGraph(spec),
+    });
+  }
+
+  warm(): Promise<void> {
+    return this.sessions.warm();
+  }
+
+  private checkLength(field: string, contextLength: number, total: number): void {
+    const issue = transformerSequenceIssue(this.spec, contextLength, total);
+    if (issue) throw new TransformerRequestError(issue.field ? `${field}.${issue.field}` : field, issue.message);
+  }
+
+
+  /**
+   * One fused run over all rows (callers split batches larger than they want), or several when
+   * the rows' KV caches and prefill would not fit in the memory budget together (memory.ts).
+   */
+  async generate(theta: Float32Array, rows: GenerateRow[]): Promise<GenerateRowResult[]> {
+    rows.forEach((r, b) => this.checkLength(`sequences[${b}]`, r.context.length, r.context.length + r.maxTokens));
+    // a run's caches span the longest context plus the most tokens (C + T), whichever rows they come from
+    const span = Math.max(0, ...rows.map((r) => r.context.length)) + Math.max(0, ...rows.map((r) => r.maxTokens));
+    const perRun = rowsThatFit(this.spec, this.factory.memory.budgetBytes, generateBytesPerRow(this.spec, span));
+    const out: GenerateRowResult[] = [];
+    for (let at = 0; at < rows.length; at += perRun) out.push(...(await this.generateRun(theta, rows.slice(at, at + perRun))));
+    return out;
+  }
+
+  private async generateRun(theta: Float32Array, rows: GenerateRow[]): Promise<GenerateRowResult[]> {
+    const n = rows.length;
+    if (n === 0) return [];
+    const B = Math.max(n, this.rows.minRows);
+    const V = this.spec.vocabSize;
+    const C = Math.max(...rows.map((r) => r.context.length));
+    const context = new BigInt64Array(B * C); // left padding: token 0, masked in the graph
+    const contextLen = new BigInt64Array(B).fill(1n);
+    rows.forEach((r, b) => {
+      for (let i = 0; i < r.context.length; i++) context[b * C + C - r.context.length + i] = BigInt(r.context[i]);
+      contextLen[b] = BigInt(r.context.length);
+    });
+    const sampling = samplingFeeds(rows, B, V);
+    const out = await (
+      await this.sessions.get('generate')
+    ).run({ theta: f32(theta, [theta.length]), context: i64(context, [B, C]), context_len: i64(contextLen, [B]), ...sampling.feeds });
+    return generatedRows(out, rows, B, V, sampling.stopMask);
+  }
+
+  /** `rows`: at least this many sequences (the rest are zero padding). */
+  private grid(seqs: Sequence[], field: string, rows = this.rows.minRows): SequenceGrid {
+    seqs.forEach((s, b) => this.checkLength(`${field}[${b}]`, s.context.length, s.context.length + s.tokens.length));
+    const B = Math.max(seqs.length, rows);
+    const S = gridLength(seqs);
+    const tokens = new BigInt64Array(B * S);
+    const targets = new BigInt64Array(B * S);
+    seqs.forEach((s, b) => {
+      const full = [...Array.from(s.context), ...Array.from(s.tokens)];
+      for (let p = 0; p + 1 < full.length; p++) {
+        tokens[b * S + p] = BigInt(full[p]);
+        targets[b * S + p] = BigInt(full[p + 1]);
+      }
+    });
+    return { B, S, tokens, targets };
+  }
+
+  /** Log-prob and entropy of every given token; one array per sequence. */
+  async score(theta: Float32Array, seqs: ScoreSequence[]): Promise<{ logprobs: Float32Array[]; entropy: Float32Array[] }> {
+    if (seqs.length === 0) return { logprobs: [], entropy: [] };
+    const grid = this.grid(seqs, 'sequences');
+    const out = await (
+      await this.sessions.get('score')
+    ).run({
+      theta: f32(theta, [theta.length]),
+      tokens: i64(grid.tokens, [grid.B, grid.S]),
+      targets: i64(grid.targets, [grid.B, grid.S]),
+    });
+    const lp = out.logprobs.data as Float32Array;
+    const ent = out.entropy.data as Float32Array;
+    const at = (b: number, s: ScoreSequence) => b * grid.S + s.context.length - 1; // predicts tokens[0]
+    return {
+      logprobs: seqs.map((s, b) => lp.slice(at(b, s), at(b, s) + s.tokens.length)),
+      entropy: seqs.map((s, b) => ent.slice(at(b, s), at(b, s) + s.tokens.length)),
+    };
+  }
+
+  /**
+   * K = settings.innerSteps fused AdamW steps on the whole batch, in one run; each step sums the
+   * gradient over micro-batches of as many sequences as `memory.microBatchBytes` holds
+   * (memory.ts; padding sequences have weight 0). The split depends only on the batch, the spec
+   * and that setting, so the result is bitwise reproducible.
+   */
+  async update(state: OptimState, samples: UpdateSample[], s: UpdateSettings): Promise<UpdateOutput> {
+    const fit = Math.floor(this.factory.memory.microBatchBytes / updateBytesPerSequence(this.spec, gridLength(samples)));
+    const perMicro = Math.max(this.rows.minRows, Math.min(fit, samples.length));
+    const micro = Math.max(1, Math.ceil(samples.length / perMicro));
+    const grid = this.grid(samples, 'samples', micro * perMicro);
+    const N = grid.B * grid.S;
+    const advantages = new Float32Array(N);
+    const oldLogprobs = new Float32Array(N);
+    const weights = new Float32Array(N);
+    const rowMask = new Float32Array(N);
+    const refLogprobs = new Float32Array(N);
+    const hasRef = new Uint8Array(N);
+    let trained = 0;
+    samples.forEach((x, b) => {
+      for (let t = 0; t < x.tokens.length; t++) {
+        if (x.lossMask[t] !== 1) continue;
+        const r = b * grid.S + x.context.length - 1 + t;
+        trained++;
+        advantages[r] = x.advantages[t];
+        oldLogprobs[r] = x.oldLogprobs[t];
+        weights[r] = x.lossWeights[t];
+        rowMask[r] = x.lossWeights[t] !== 0 ? 1 : 0;
+        if (x.refLogprobs.length > 0) {
+          refLogprobs[r] = x.refLogprobs[t];
+          hasRef[r] = 1;
+        }
+      }
+    });
+    const dims = [micro, grid.B / micro, grid.S];
+    const out = await (
+      await this.sessions.get('update')
+    ).run({
+      ...optimizerFeeds(state, s),
+      tokens: i64(grid.tokens, dims),
+      targets: i64(grid.targets, dims),
+      advantages: f32(advantages, dims),
+      old_logprobs: f32(oldLogprobs, dims),
+      weights: f32(weights, dims),
+      row_mask: f32(rowMask, dims),
+      ref_logprobs: f32(refLogprobs, dims),
+      has_ref: new ort.Tensor('bool', hasRef, dims),
+    });
+    return updateOutput(out, state, s.innerSteps, trained);
+  }
+}
+
+export const createRuntime = (spec: TransformerSpec, factory: SessionFactory, rows: RowPolicy): ModelRuntime => new TransformerRuntime(spec, factory, rows);

@@ -1,0 +1,134 @@
+/**
+ * The training graphs of the transformer family.
+ *
+ *  - update graph (float32): K fused optimizer steps in one ONNX `Loop`; each
+ *    step = for each of M micro-batches (an inner `Loop`, so activations are
+ *    held for one micro-batch at a time): forward → RL objective
+ *    (tiny-lm/objective.ts: PPO/KL as rl/loss.ts, entropy bonus) → hand-built
+ *    backward (backward.ts), gradients and metric sums accumulated in a fixed
+ *    order; then global-norm clip → AdamW (tiny-lm/adamw.ts). θ, m, v are
+ *    loop-carried; per-step metrics (tiny-lm STEP_METRICS order) are scan
+ *    outputs. Mean metrics divide by the row count of the whole batch, so
+ *    every metric is a sum over micro-batches; with M = 1 the step is exactly
+ *    the single-batch step (0 + x = x).
+ *  - grad graph (float32 or float64): loss and flat gradient at θ, no optimizer
+ *    — for finite-difference and reference checks.
+ *
+ * Batch layout: B right-padded sequences of S tokens ([M, B, S] in the update
+ * graph: M micro-batches of B sequences). Row (b, p) is the
+ * prediction at position p of targets[b, p] (normally tokens[b, p+1]); rows
+ * with weight 0 (context, padding) contribute nothing.
+ */
+import { encodeModel, FloatType, Graph, graphAttr, int } from '../graph/builder';
+import { optimizerLoop } from '../ops/adamw';
+import { metricVector, rlObjective, type ObjectiveInputs, type ObjectiveValues } from '../ops/objective';
+import { STEP_METRICS } from '../model-runtime';
+import { backward } from './backward';
+import { forward, Ops, sequencePositions, sliceParams, type Weights } from './forward';
+import { paramLayout, TransformerSpec } from '../../families/transformer/spec';
+
+interface BatchInputs extends Omit<ObjectiveInputs, 'targetsCol' | 'onehot' | 'nRows'> {
+  tokens: string;
+  targets: string;
+}
+
+const ROW_INPUTS = ['tokens', 'targets', 'advantages', 'old_logprobs', 'weights', 'row_mask', 'ref_logprobs', 'has_ref'] as const;
+type RowInputs = Record<(typeof ROW_INPUTS)[number], string>;
+type Settings = Pick<BatchInputs, 'clipLow' | 'clipHigh' | 'dualClip' | 'klCoef' | 'klIsK3' | 'entropyCoef'>;
+
+/** Per-row inputs with the given leading dims ([B, S] or [M, B, S]); loss settings as scalars. */
+function declareBatch(g: Graph, ft: FloatType, dims: string[]): { rows: RowInputs; settings: Settings } {
+  const type = (n: string) => (n === 'tokens' || n === 'targets' ? 'int64' : n === 'has_ref' ? 'bool' : ft);
+  const rows = Object.fromEntries(ROW_INPUTS.map((n) => [n, g.input(n, type(n), dims)])) as RowInputs;
+  const sc = (name: string) => g.input(name, ft, []);
+  return {
+    rows,
+    settings: {
+      clipLow: sc('clip_low'),
+      clipHigh: sc('clip_high'),
+      dualClip: sc('dual_clip'),
+      klCoef: sc('kl_coef'),
+      klIsK3: g.input('kl_is_k3', 'bool', []),
+      entropyCoef: sc('entropy_coef'),
+    },
+  };
+}
+
+/** The batch (or micro-batch `micro` of it) as objective rows; tokens stay [B, S]. */
+function batchRows(g: Graph, r: RowInputs, settings: Settings, micro?: string): BatchInputs {
+  const pick = (t: string) => (micro ? g.op('Gather', [t, micro], { axis: int(0) }) : t);
+  const flat = (t: string) => g.op('Reshape', [pick(t), g.constant('int64', [-1])]);
+  return {
+    ...settings,
+    tokens: pick(r.tokens),
+    targets: flat(r.targets),
+    advantages: flat(r.advantages),
+    oldLogp: flat(r.old_logprobs),
+    weights: flat(r.weights),
+    rowMask: flat(r.row_mask),
+    refLogp: flat(r.ref_logprobs),
+    hasRef: flat(r.has_ref),
+  };
+}
+
+/** max(number of counted rows, 1) over the whole batch */
+function countRows(g: Graph, ft: FloatType, rowMask: string): string {
+  return g.op('Max', [g.op('ReduceSum', [rowMask], { keepdims: int(0) }), g.constant(ft, 1)]);
+}
+
+interface StepValues extends Omit<ObjectiveValues, 'dLogits'> {
+  grad: string;
+}
+
+function lossAndGrad(g: Graph, spec: TransformerSpec, ft: FloatType, w: Weights, x: BatchInputs, nRows: string): StepValues {
+  const o = new Ops(g, spec, ft);
+  const targetsCol = g.op('Unsqueeze', [x.targets, g.constant('int64', [1])]);
+  const ids = g.constant('int64', Array.from({ length: spec.vocabSize }, (_, i) => i), [1, spec.vocabSize]);
+  const onehot = g.op('Cast', [g.op('Equal', [ids, targetsCol])], { to: int(ft === 'float32' ? 1 : 11) });
+  const pos = sequencePositions(o, x.tokens);
+  const fw = forward(o, w, x.tokens, pos);
+  const { dLogits, ...values } = rlObjective(g, ft, o.rows(fw.logp, spec.vocabSize), { ...x, targetsCol, onehot, nRows });
+  return { ...values, grad: backward(o, w, fw, x.tokens, pos, dLogits) };
+}
+
+export function buildTransformerUpdateGraph(spec: TransformerSpec): Uint8Array {
+  const ft: FloatType = 'float32';
+  const P = paramLayout(spec).total;
+  const nMetrics = STEP_METRICS.length;
+  const g = new Graph('transformer_update');
+  const batch = declareBatch(g, ft, ['M', 'B', 'S']);
+  const nRows = countRows(g, ft, batch.rows.row_mask);
+  const microBatches = g.op('Gather', [g.op('Shape', [batch.rows.tokens]), g.constant('int64', 0)], { axis: int(0) });
+  const zeroGrad = g.op('Expand', [g.constant(ft, 0), g.constant('int64', [P])]);
+  const zeroSums = g.constant(ft, new Array(nMetrics).fill(0), [nMetrics]);
+
+  optimizerLoop(g, ft, P, (b, theta) => {
+    const w = sliceParams(b, spec, theta);
+    // Inner loop: Σ over micro-batches of the gradient and of every metric (grad_norm slot stays 0).
+    const mb = b.subgraph('micro_batch');
+    const micro = mb.input('micro', 'int64', []);
+    const microCond = mb.input('micro_cond_in', 'bool', []);
+    const gradIn = mb.input('grad_in', ft, [P]);
+    const sumsIn = mb.input('sums_in', ft, [nMetrics]);
+    const { grad, ...values } = lossAndGrad(mb, spec, ft, w, batchRows(mb, batch.rows, batch.settings, micro), nRows);
+    mb.output(mb.op('Identity', [microCond]), 'micro_cond_out', 'bool', []);
+    mb.output(mb.op('Add', [gradIn, grad]), 'grad_out', ft, [P]);
+    mb.output(mb.op('Add', [sumsIn, metricVector(mb, ft, values)]), 'sums_out', ft, [nMetrics]);
+    const [sum, metrics] = b.opN('Loop', [microBatches, b.constant('bool', 1), zeroGrad, zeroSums], 2, { body: graphAttr(mb.toProto()) });
+    return { grad: sum, metrics };
+  });
+  return encodeModel(g, 'transformer update: K x (M micro-batches of forward, PPO loss, backward; clip, AdamW) in one Loop');
+}
+
+/** Loss and flat gradient at θ for one [B, S] batch, no optimizer (float64 variant for finite differences). */
+export function buildTransformerGradGraph(spec: TransformerSpec, ft: FloatType): Uint8Array {
+  const g = new Graph('transformer_grad');
+  const P = paramLayout(spec).total;
+  const theta = g.input('theta', ft, [P]);
+  const batch = declareBatch(g, ft, ['B', 'S']);
+  const x = batchRows(g, batch.rows, batch.settings);
+  const st = lossAndGrad(g, spec, ft, sliceParams(g, spec, theta), x, countRows(g, ft, x.rowMask));
+  g.output(st.loss, 'loss', ft, []);
+  g.output(st.grad, 'grad', ft, [P]);
+  return encodeModel(g, 'transformer loss and gradient');
+}

@@ -1,0 +1,203 @@
+/**
+ * Request validation. Every check names the offending field by path, so a bad
+ * request comes back as INVALID_ARGUMENT with a message a caller can act on,
+ * before anything touches the device or the cache.
+ */
+import { invalid } from '../protocol/errors';
+import { seedKey } from '../families/philox';
+import { familyOf, normalizeModelSpec } from '../families';
+import { ModelSpecError, type ModelSpec } from '../families/model-family';
+import type { GenerateRow, UpdateSample, UpdateSettings } from './model-runtime';
+import {
+  DEFAULT_UPDATE_SETTINGS,
+  GenerateRequest,
+  ModelSpecInput,
+  SamplingParams,
+  ScoreRequest,
+  UpdateRequest,
+  UpdateSettingsInput,
+} from '../protocol/types';
+
+export const LIMITS = {
+  maxTokens: 4096,
+  innerSteps: 256,
+  modelKeyLength: 256,
+  requestIdLength: 512,
+};
+
+export function modelKey(key: unknown): string {
+  if (typeof key !== 'string' || key.length === 0) throw invalid('model_key: required');
+  if (key.length > LIMITS.modelKeyLength) throw invalid(`model_key: longer than ${LIMITS.modelKeyLength} characters`);
+  return key;
+}
+
+export function versionNumber(v: unknown, field = 'version'): number {
+  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) {
+    throw invalid(`${field}: must be a non-negative integer below 2^53, got ${String(v)}`);
+  }
+  return v;
+}
+
+/** A normalized spec whose smallest run fits in `memoryBytes` (the family's checkMemory). */
+export function spec(s: ModelSpecInput | undefined, memoryBytes: number): ModelSpec {
+  if (!s) throw invalid('spec: required');
+  try {
+    const spec = normalizeModelSpec(s);
+    familyOf(spec.family).checkMemory?.(spec, memoryBytes, 'spec');
+    return spec;
+  } catch (e) {
+    if (e instanceof ModelSpecError) throw invalid(e.message);
+    throw e;
+  }
+}
+
+export function seed(s: unknown, field: string): [number, number] {
+  try {
+    return seedKey(s as never);
+  } catch {
+    throw invalid(`${field}: must be an unsigned 64-bit integer, got ${String(s)}`);
+  }
+}
+
+function tokenIds(ids: unknown, V: number, field: string): number[] {
+  if (!Array.isArray(ids)) throw invalid(`${field}: must be a list of token ids`);
+  for (let i = 0; i < ids.length; i++) {
+    const t = ids[i];
+    if (!Number.isInteger(t) || t < 0 || t >= V) {
+      throw invalid(`${field}[${i}]: token id ${String(t)} is outside the vocabulary [0, ${V - 1}]`);
+    }
+  }
+  return ids as number[];
+}
+
+function finiteList(xs: unknown, n: number, field: string, opts: { nonNegative?: boolean } = {}): number[] {
+  if (!Array.isArray(xs)) throw invalid(`${field}: must be a list of numbers`);
+  if (xs.length !== n) throw invalid(`${field}: has ${xs.length} entries, expected ${n} (one per token)`);
+  for (let i = 0; i < n; i++) {
+    const x = xs[i];
+    if (typeof x !== 'number' || !Number.isFinite(x)) throw invalid(`${field}[${i}]: must be finite, got ${String(x)}`);
+    if (opts.nonNegative && x < 0) throw invalid(`${field}[${i}]: must be >= 0, got ${x}`);
+  }
+  return xs as number[];
+}
+
+function num(x: number | undefined, def: number, field: string, ok: (v: number) => boolean, rule: string): number {
+  const v = x === undefined ? def : x;
+  if (typeof v !== 'number' || Number.isNaN(v) || !ok(v)) throw invalid(`${field}: ${rule}, got ${String(v)}`);
+  return v;
+}
+
+type RowSampling = Pick<GenerateRow, 'temperature' | 'topK' | 'topP' | 'maxTokens' | 'stopTokens'>;
+
+function sampling(p: SamplingParams, s: ModelSpec, field: string): RowSampling {
+  const temperature = num(p.temperature, 1, `${field}.temperature`, (v) => v >= 0 && Number.isFinite(v), 'must be a finite number >= 0 (0 = greedy)');
+  const topK = num(p.topK, 0, `${field}.top_k`, (v) => Number.isInteger(v) && v >= 0, 'must be an integer >= 0 (0 = off)');
+  const topP = num(p.topP, 0, `${field}.top_p`, (v) => v >= 0 && v <= 1, 'must be in [0, 1] (0 or 1 = off)');
+  const maxTokens = num(
+    p.maxTokens,
+    0,
+    `${field}.max_tokens`,
+    (v) => Number.isInteger(v) && v >= 1 && v <= LIMITS.maxTokens,
+    `must be an integer in [1, ${LIMITS.maxTokens}]`,
+  );
+  const stopTokens = [...new Set(tokenIds(p.stopTokens ?? [], s.vocabSize, `${field}.stop_tokens`))].sort((a, b) => a - b);
+  return { temperature, topK: Math.min(topK, s.vocabSize), topP, maxTokens, stopTokens };
+}
+
+/** The family's length rule for one sequence (e.g. the transformer's maxSeq), before it joins a batch. */
+function checkSequence(s: ModelSpec, field: string, contextLength: number, total: number): void {
+  const issue = familyOf(s.family).sequenceIssue(s, contextLength, total);
+  if (issue) throw invalid(`${issue.field ? `${field}.${issue.field}` : field}: ${issue.message}`);
+}
+
+export function generateRows(req: GenerateRequest, s: ModelSpec): GenerateRow[] {
+  if (!Array.isArray(req.sequences) || req.sequences.length === 0) throw invalid('sequences: empty batch (send at least one sequence)');
+  const shared = req.sampling ? sampling(req.sampling, s, 'sampling') : undefined;
+  return req.sequences.map((q, i) => {
+    const own = q.sampling ? sampling(q.sampling, s, `sequences[${i}].sampling`) : shared;
+    if (!own) throw invalid(`sampling: required (at least max_tokens), or sequences[${i}].sampling`);
+    const context = tokenIds(q.context, s.vocabSize, `sequences[${i}].context`);
+    checkSequence(s, `sequences[${i}]`, context.length, context.length + own.maxTokens);
+    return {
+      context,
+      seedKey: seed(q.seed, `sequences[${i}].seed`),
+      ...own,
+    };
+  });
+}
+
+export function scoreSequences(req: ScoreRequest, s: ModelSpec): { context: number[]; tokens: number[] }[] {
+  if (!Array.isArray(req.sequences) || req.sequences.length === 0) throw invalid('sequences: empty batch (send at least one sequence)');
+  return req.sequences.map((q, i) => {
+    const seq = { context: tokenIds(q.context, s.vocabSize, `sequences[${i}].context`), tokens: tokenIds(q.tokens, s.vocabSize, `sequences[${i}].tokens`) };
+    checkSequence(s, `sequences[${i}]`, seq.context.length, seq.context.length + seq.tokens.length);
+    return seq;
+  });
+}
+
+export function updateSamples(req: UpdateRequest, s: ModelSpec): UpdateSample[] {
+  if (!Array.isArray(req.samples) || req.samples.length === 0) throw invalid('samples: empty batch (send at least one sample)');
+  let trained = 0;
+  const out = req.samples.map((x, i) => {
+    const f = `samples[${i}]`;
+    const tokens = tokenIds(x.tokens, s.vocabSize, `${f}.tokens`);
+    const n = tokens.length;
+    const lossMask = finiteList(x.lossMask, n, `${f}.loss_mask`);
+    lossMask.forEach((m, t) => {
+      if (m !== 0 && m !== 1) throw invalid(`${f}.loss_mask[${t}]: must be 0 or 1, got ${m}`);
+      trained += m;
+    });
+    const ref = x.refLogprobs ?? [];
+    const context = tokenIds(x.context, s.vocabSize, `${f}.context`);
+    checkSequence(s, f, context.length, context.length + n);
+    return {
+      context,
+      tokens,
+      lossMask,
+      advantages: finiteList(x.advantages, n, `${f}.advantages`),
+      oldLogprobs: finiteList(x.oldLogprobs, n, `${f}.old_logprobs`),
+      lossWeights: finiteList(x.lossWeights, n, `${f}.loss_weights`, { nonNegative: true }),
+      refLogprobs: ref.length === 0 ? [] : finiteList(ref, n, `${f}.ref_logprobs`),
+    };
+  });
+  if (trained === 0) throw invalid('samples: no trained tokens (every loss_mask is 0)');
+  return out;
+}
+
+export function updateSettings(x: UpdateSettingsInput | undefined): UpdateSettings {
+  const d = DEFAULT_UPDATE_SETTINGS;
+  const s = x ?? {};
+  const finiteNonNeg = (v: number) => Number.isFinite(v) && v >= 0;
+  const unit = (v: number) => v >= 0 && v < 1;
+  const maxGradNorm = num(s.maxGradNorm, d.maxGradNorm, 'settings.max_grad_norm', finiteNonNeg, 'must be >= 0 (0 = off)');
+  const dualClip = num(s.dualClipC, d.dualClipC, 'settings.dual_clip_c', (v) => v === 0 || (v > 1 && Number.isFinite(v)), 'must be > 1 (0 = off)');
+  const klType = s.klType ?? d.klType;
+  if (klType !== 'k1' && klType !== 'low_var_kl') throw invalid(`settings.kl_type: must be "k1" or "low_var_kl", got "${String(klType)}"`);
+  return {
+    lr: num(s.lr, d.lr, 'settings.lr', finiteNonNeg, 'must be a finite number >= 0'),
+    beta1: num(s.beta1, d.beta1, 'settings.beta1', unit, 'must be in [0, 1)'),
+    beta2: num(s.beta2, d.beta2, 'settings.beta2', unit, 'must be in [0, 1)'),
+    eps: num(s.eps, d.eps, 'settings.eps', (v) => v > 0 && Number.isFinite(v), 'must be > 0'),
+    weightDecay: num(s.weightDecay, d.weightDecay, 'settings.weight_decay', finiteNonNeg, 'must be >= 0'),
+    maxGradNorm: maxGradNorm === 0 ? Infinity : maxGradNorm,
+    clipLow: num(s.clipEpsLow, d.clipEpsLow, 'settings.clip_eps_low', unit, 'must be in [0, 1)'),
+    clipHigh: num(s.clipEpsHigh, d.clipEpsHigh, 'settings.clip_eps_high', finiteNonNeg, 'must be >= 0'),
+    dualClip: dualClip === 0 ? Infinity : dualClip,
+    klCoef: num(s.klCoef, d.klCoef, 'settings.kl_coef', finiteNonNeg, 'must be >= 0'),
+    klType,
+    entropyCoef: num(s.entropyCoef, d.entropyCoef, 'settings.entropy_coef', Number.isFinite, 'must be a finite number'),
+    innerSteps: num(
+      s.innerSteps,
+      d.innerSteps,
+      'settings.inner_steps',
+      (v) => Number.isInteger(v) && v >= 1 && v <= LIMITS.innerSteps,
+      `must be an integer in [1, ${LIMITS.innerSteps}]`,
+    ),
+  };
+}
+
+export function requestId(id: unknown): string {
+  if (typeof id !== 'string' || id.length === 0) throw invalid('request_id: required (the idempotency key of this update)');
+  if (id.length > LIMITS.requestIdLength) throw invalid(`request_id: longer than ${LIMITS.requestIdLength} characters`);
+  return id;
+}

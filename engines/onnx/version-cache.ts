@@ -1,0 +1,139 @@
+/**
+ * The engine's cache of model versions. The store (Postgres) is the source of
+ * truth; this holds what was initialized, loaded or produced here, evicting
+ * least-recently-used versions beyond a per-model cap (never the latest).
+ * Versions are immutable: re-putting a version with different bytes is refused.
+ */
+import { ErrorReason, EngineFault } from '../protocol/errors';
+import { specKey } from '../families';
+import type { ModelSpec } from '../families/model-family';
+import type { ModelRuntime, OptimState } from './model-runtime';
+import type { VersionInfo } from '../protocol/types';
+import { encodeOptimizerState, encodeWeights, sha256Hex } from '../protocol/version-bytes';
+
+export interface CachedVersion {
+  version: number;
+  state: OptimState;
+  weightsSha256: string;
+  optimizerSha256: string;
+  lastUsed: number;
+}
+
+export interface ModelEntry {
+  key: string;
+  spec: ModelSpec;
+  runtime: ModelRuntime;
+  versions: Map<number, CachedVersion>;
+  /** highest version number ever held here (survives eviction) */
+  latest: number;
+}
+
+let clock = 0;
+
+export class VersionCache {
+  private readonly models = new Map<string, ModelEntry>();
+
+  constructor(private readonly maxVersionsPerModel: number) {}
+
+  list(): ModelEntry[] {
+    return [...this.models.values()];
+  }
+
+  find(key: string): ModelEntry | undefined {
+    return this.models.get(key);
+  }
+
+  model(key: string): ModelEntry {
+    const m = this.models.get(key);
+    if (!m) {
+      throw new EngineFault(
+        ErrorReason.MODEL_NOT_LOADED,
+        `model "${key}" is not loaded on this engine (InitModel or LoadVersion it first)`,
+        { modelKey: key },
+      );
+    }
+    return m;
+  }
+
+  version(key: string, version: number): { model: ModelEntry; v: CachedVersion } {
+    const model = this.model(key);
+    const v = model.versions.get(version);
+    if (!v) {
+      const held = [...model.versions.keys()].sort((a, b) => a - b);
+      throw new EngineFault(
+        ErrorReason.VERSION_NOT_LOADED,
+        `model "${key}" version ${version} is not loaded on this engine (loaded: ${held.join(', ') || 'none'}); LoadVersion it from the store and retry`,
+        { modelKey: key, version },
+      );
+    }
+    v.lastUsed = ++clock;
+    return { model, v };
+  }
+
+  /** The entry for `key`, created with `spec` if new; refuses a different spec. */
+  ensureModel(key: string, spec: ModelSpec, runtime: () => ModelRuntime): ModelEntry {
+    const m = this.models.get(key);
+    if (m) {
+      if (specKey(m.spec) !== specKey(spec)) {
+        throw new EngineFault(
+          ErrorReason.VERSION_CONFLICT,
+          `model "${key}" is loaded with spec ${JSON.stringify(m.spec)}, request has ${JSON.stringify(spec)}`,
+          { modelKey: key },
+        );
+      }
+      return m;
+    }
+    const entry: ModelEntry = { key, spec, runtime: runtime(), versions: new Map(), latest: -1 };
+    this.models.set(key, entry);
+    return entry;
+  }
+
+  /**
+   * Add an immutable version. Identical bytes → returns the existing one;
+   * different bytes under the same number → VERSION_CONFLICT.
+   */
+  put(model: ModelEntry, version: number, state: OptimState): CachedVersion {
+    const weightsSha256 = sha256Hex(encodeWeights(state.theta));
+    const optimizerSha256 = sha256Hex(encodeOptimizerState(state));
+    const existing = model.versions.get(version);
+    if (existing) {
+      if (existing.weightsSha256 === weightsSha256 && existing.optimizerSha256 === optimizerSha256) return existing;
+      throw new EngineFault(
+        ErrorReason.VERSION_CONFLICT,
+        `model "${model.key}" version ${version} already exists here with different ${
+          existing.weightsSha256 === weightsSha256 ? 'optimizer state' : 'weights'
+        } (versions are immutable)`,
+        { modelKey: model.key, version },
+      );
+    }
+    const v: CachedVersion = { version, state, weightsSha256, optimizerSha256, lastUsed: ++clock };
+    model.versions.set(version, v);
+    model.latest = Math.max(model.latest, version);
+    this.evict(model);
+    return v;
+  }
+
+  private evict(model: ModelEntry): void {
+    while (model.versions.size > this.maxVersionsPerModel) {
+      let victim: CachedVersion | undefined;
+      for (const v of model.versions.values()) {
+        if (v.version === model.latest) continue;
+        if (!victim || v.lastUsed < victim.lastUsed) victim = v;
+      }
+      if (!victim) return;
+      model.versions.delete(victim.version);
+    }
+  }
+
+  info(model: ModelEntry, v: CachedVersion): VersionInfo {
+    return {
+      modelKey: model.key,
+      version: v.version,
+      spec: model.spec,
+      weightsSha256: v.weightsSha256,
+      optimizerSha256: v.optimizerSha256,
+      paramCount: model.runtime.paramCount,
+      optimizerStep: v.state.step,
+    };
+  }
+}

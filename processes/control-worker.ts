@@ -1,0 +1,125 @@
+// The control worker process: all workflows (workflows/index.ts) and all control activities
+// (activities/index.ts), on the control task queue (TROUPE_TASK_QUEUE, default "troupe").
+// `troupe up` starts it in the background:
+//   node --import tsx processes/control-worker.ts [--temporal-address H:P] [--namespace N] [--task-queue Q]
+// Configuration otherwise comes from the environment (infra/config.ts). It connects to
+// Postgres (DATABASE_URL, else the embedded one), applies migrations, then polls until
+// SIGINT/SIGTERM, on which it finishes in-flight tasks and exits. Until PostgreSQL and
+// Temporal answer it waits for them with capped backoff, saying so in its log.
+import { parseArgs } from 'node:util';
+import { NativeConnection, Worker, WorkerOptions } from '@temporalio/worker';
+import { createControlActivities } from '../activities';
+import { dashboardUrl } from '../dashboard/service';
+import { untilAvailable } from '../infra/backoff';
+import { payloadDataConverter } from '../infra/codec';
+import { loadConfig, redactUrl, temporalAddressOf, type PayloadKeysConfig } from '../infra/config';
+import { connect, type Sql } from '../infra/db';
+import { formatError, isTroupeError } from '../infra/errors';
+import { assertNamespaceReady } from '../infra/namespace';
+import { ensureDatabase } from '../infra/postgres';
+import { connectTemporalWorker } from '../infra/temporal';
+import { migrate } from '../schema/migrate';
+import { isolateTeamBuildErrors } from './team-bundle';
+import { loadTeamCode, workerIdentity } from './team-code';
+
+export interface ControlWorkerOptions {
+  connection: NativeConnection;
+  namespace: string;
+  taskQueue: string;
+  sql: Sql;
+  /** Task queue of the default pool (config.poolTaskQueue); runs route their pool work by it. */
+  poolTaskQueue?: string;
+  /** The dashboard's base URL (dashboard/service.ts dashboardUrl), linked from each run's Current Details. */
+  dashboardUrl?: string;
+  /** Encrypt payloads with these keys (config.payloadKeys); the clients that start runs need the same. */
+  payloadKeys?: PayloadKeysConfig;
+  /** A prebuilt bundle (bundleWorkflowCode) to skip bundling, e.g. in tests that create many workers. */
+  workflowBundle?: WorkerOptions['workflowBundle'];
+  /** Any other Worker option (identity, concurrency limits, interceptors...). */
+  workerOptions?: Partial<WorkerOptions>;
+}
+
+/** Path handed to Temporal's bundler. */
+export const WORKFLOWS_PATH = require.resolve('../workflows');
+
+export async function createControlWorker(opts: ControlWorkerOptions): Promise<Worker> {
+  const teams = loadTeamCode();
+  for (const [team, why] of Object.entries(teams.failed)) console.warn(`troupe control worker: team ${team} is unusable: ${why}`);
+  return Worker.create({
+    identity: workerIdentity(teams.hash),
+    connection: opts.connection,
+    namespace: opts.namespace,
+    taskQueue: opts.taskQueue,
+    ...(opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath: WORKFLOWS_PATH, bundlerOptions: { webpackConfigHook: isolateTeamBuildErrors } }),
+    activities: createControlActivities({ sql: opts.sql, poolTaskQueue: opts.poolTaskQueue, dashboardUrl: opts.dashboardUrl }),
+    dataConverter: payloadDataConverter(opts.payloadKeys),
+    ...opts.workerOptions,
+  });
+}
+
+export const READY_LINE = 'troupe control worker: ready';
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      'temporal-address': { type: 'string' },
+      namespace: { type: 'string' },
+      'task-queue': { type: 'string' },
+    },
+  });
+  await runControlWorkerProcess({ temporalAddress: values['temporal-address'], namespace: values.namespace, taskQueue: values['task-queue'] });
+}
+
+/**
+ * The control worker as a process (this file's entry, `troupe worker control`): runs until
+ * SIGINT/SIGTERM. `onReady` gets the worker once it exists (before it polls).
+ */
+export async function runControlWorkerProcess(opts: { temporalAddress?: string; namespace?: string; taskQueue?: string; onReady?: (worker: Worker) => void }): Promise<void> {
+  const config = loadConfig();
+  const address = opts.temporalAddress ?? temporalAddressOf(config);
+  const namespace = opts.namespace ?? config.namespace;
+  const taskQueue = opts.taskQueue ?? config.taskQueue;
+
+  // PostgreSQL and Temporal may be down or still starting: wait for each (capped backoff)
+  // instead of exiting, so the worker comes up by itself once they do.
+  const waiting = (line: string) => console.log(`troupe control worker: ${line}`);
+  let stopping = false;
+  for (const sig of ['SIGINT', 'SIGTERM'] as const) process.once(sig, () => void (stopping = true));
+  const wait = { log: waiting, stopped: () => stopping };
+  const db = await untilAvailable('PostgreSQL', () => ensureDatabase(config, console.log), wait);
+  const sql = connect(db.url, { max: 10, applicationName: 'troupe-control-worker' });
+  const { from, to } = await untilAvailable('PostgreSQL (migrations)', () => migrate(sql, { log: console.log }), wait);
+  console.log(`troupe control worker: database ${redactUrl(db.url)} (schema ${from} -> ${to})`);
+
+  const { connection, worker } = await untilAvailable(
+    `Temporal at ${address} (namespace ${namespace})`,
+    async () => {
+      const connection = await connectTemporalWorker(address, config);
+      try {
+        await assertNamespaceReady(connection, namespace, address);
+        return { connection, worker: await createControlWorker({ connection, namespace, taskQueue, sql, poolTaskQueue: config.poolTaskQueue, dashboardUrl: dashboardUrl(config), payloadKeys: config.payloadKeys }) };
+      } catch (e) {
+        await connection.close().catch(() => undefined);
+        throw e;
+      }
+    },
+    // A namespace that is not ready is a fix for the operator (the error says which), not an outage.
+    { ...wait, retryable: (e) => !isTroupeError(e) },
+  );
+  try {
+    console.log(`${READY_LINE} (temporal ${address}, namespace ${namespace}, task queue ${taskQueue})`);
+    opts.onReady?.(worker);
+    await worker.run();
+  } finally {
+    await connection.close();
+    await sql.end({ timeout: 5 });
+  }
+  console.log('troupe control worker: stopped');
+}
+
+if (require.main === module) {
+  main().catch((err) => {
+    console.error(formatError(err, { debug: true }));
+    process.exit(1);
+  });
+}

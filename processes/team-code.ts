@@ -1,0 +1,106 @@
+/**
+ * Team code: which version of the team registry (`agents/teams/`) a process
+ * runs. Workers load team code once, at start (the workflow bundle is built
+ * then, and every team module is loaded then), so after a team file is edited
+ * a running worker keeps the old code. Each worker built by Troupe therefore
+ * puts a hash of the registry's files into its Temporal identity
+ * (`<pid>@<host> team-code=<hash>`), and the CLI, before it starts or resumes a
+ * run, compares the identities polling the run's task queues with the hash of
+ * its own checkout (`staleTeamCodeWorkers`).
+ */
+import { createHash } from 'node:crypto';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import type { Connection } from '@temporalio/client';
+import { teamLoadErrors } from '../agents/teams';
+import { repoRoot } from '../infra/paths';
+import { pidAlive } from '../infra/processes';
+
+/** Where teams live; every file below it counts (team modules, their data files). */
+export const TEAMS_DIR = path.join(repoRoot, 'agents', 'teams');
+
+function filesUnder(dir: string, rel = ''): string[] {
+  return fs
+    .readdirSync(path.join(dir, rel), { withFileTypes: true })
+    .flatMap((e) => (e.isDirectory() ? filesUnder(dir, path.join(rel, e.name)) : e.isFile() ? [path.join(rel, e.name)] : []));
+}
+
+/** sha256 over the sorted relative paths and contents of the files under `dir`, 12 hex digits. */
+export function teamCodeHash(dir = TEAMS_DIR): string {
+  const h = createHash('sha256');
+  for (const f of filesUnder(dir).sort()) {
+    h.update(`${f.split(path.sep).join('/')}\0`);
+    h.update(new Uint8Array(fs.readFileSync(path.join(dir, f))));
+    h.update('\0');
+  }
+  return h.digest('hex').slice(0, 12);
+}
+
+/**
+ * What a worker does at start: hash the registry, then load every team, so that
+ * the code it runs is the code it hashed. Returns the hash and the teams that
+ * failed to load (unusable in this worker, the others are fine).
+ */
+export function loadTeamCode(): { hash: string; failed: Record<string, string> } {
+  const hash = teamCodeHash();
+  return { hash, failed: teamLoadErrors() };
+}
+
+/** A worker identity: the SDK's default `<pid>@<host>` (what `troupe up` waits for), plus the team code. */
+export function workerIdentity(hash: string): string {
+  return `${process.pid}@${os.hostname()} team-code=${hash}`;
+}
+
+export function teamCodeOf(identity: string): string | undefined {
+  return / team-code=([0-9a-f]+)$/.exec(identity)?.[1];
+}
+
+export interface Poller {
+  taskQueue: string;
+  kind: 'workflow' | 'activity';
+  identity: string;
+  /** when the poller last polled (ms since epoch) */
+  lastAccessMs: number;
+}
+
+/** Pollers not seen for this long are gone (a live worker polls again within ~70 s). */
+const GONE_AFTER_MS = 120_000;
+
+/**
+ * The pollers that run other team code than `hash` (or do not say which). Temporal lists a
+ * poller for minutes after its process died: those on this host whose pid is gone, and
+ * those silent for two minutes, are skipped.
+ */
+export function staleTeamCode(pollers: Poller[], hash: string, now = Date.now(), host = os.hostname(), alive = pidAlive): Poller[] {
+  return pollers.filter((p) => {
+    if (now - p.lastAccessMs > GONE_AFTER_MS) return false;
+    const m = /^(\d+)@(\S+)/.exec(p.identity);
+    if (m && m[2] === host && !alive(Number(m[1]))) return false;
+    return teamCodeOf(p.identity) !== hash;
+  });
+}
+
+/** Every poller of the given task queues, workflow and activity pollers both. */
+export async function pollersOf(connection: Connection, namespace: string, taskQueues: string[]): Promise<Poller[]> {
+  const out: Poller[] = [];
+  for (const taskQueue of new Set(taskQueues)) {
+    for (const kind of ['workflow', 'activity'] as const) {
+      type DescribeRequest = Parameters<Connection['workflowService']['describeTaskQueue']>[0];
+      const res = await connection.withDeadline(Date.now() + 5000, () =>
+        connection.workflowService.describeTaskQueue({ namespace, taskQueue: { name: taskQueue }, taskQueueType: (kind === 'workflow' ? 1 : 2) as DescribeRequest['taskQueueType'] }),
+      );
+      for (const p of res.pollers ?? []) {
+        const t = p.lastAccessTime;
+        out.push({ taskQueue, kind, identity: p.identity ?? '', lastAccessMs: t ? Number(t.seconds ?? 0) * 1000 + Math.floor((t.nanos ?? 0) / 1e6) : 0 });
+      }
+    }
+  }
+  return out;
+}
+
+/** The pid of a poller on this host, if its identity says so. */
+export function localPid(identity: string, host = os.hostname()): number | undefined {
+  const m = /^(\d+)@(\S+)/.exec(identity);
+  return m && m[2] === host ? Number(m[1]) : undefined;
+}
