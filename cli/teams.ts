@@ -7,7 +7,7 @@
  */
 import type { TroupeConfig } from '../infra/config';
 import { TroupeError } from '../infra/errors';
-import { EXTRA_POOL_WORKER, recordedServiceNames, runningService, stopService } from '../infra/processes';
+import { EXTRA_POOL_WORKER, recordedServiceNames, runningService } from '../infra/processes';
 import { localPid, pollersOf, staleTeamCode, teamCodeHash, teamCodeOf, type Poller } from '../processes/team-code';
 import { connectTemporal } from '../infra/temporal';
 import { up } from './commands/up';
@@ -43,11 +43,10 @@ export async function upWithCurrentTeams(config: TroupeConfig, log: (line: strin
       'restart that worker so it loads the current teams (workers load team code once, at start), then run this again',
     );
   }
-  for (const name of ours) {
-    log(`troupe: agents/teams/ changed since the ${name} started (team code ${hash}): restarting it`);
-    await stopService(config.stateDir, name, { timeoutMs: 30_000 });
-  }
-  stack = await up(config, { ...opts, poolWorkers: 1 + extra.length, log });
+  for (const name of ours) log(`troupe: agents/teams/ changed since the ${name} started (team code ${hash}): restarting it`);
+  // Stopped and started again inside one `up` (under its lock): the supervisor, which restarts
+  // what dies, must not see the stopped worker missing and start a second one.
+  stack = await up(config, { ...opts, poolWorkers: 1 + extra.length, replace: ours, log });
   if (!stack.ok) throw new TroupeError('the stack did not come up completely', stack.lines.join('; '));
   return stack;
 }

@@ -1,7 +1,10 @@
 // Background processes that `troupe up` starts and `troupe down` stops.
 // Each one has `<state>/<name>.pid` (JSON: pid, exact argv, log path) and `<state>/<name>.log`.
 // A process counts as ours only while its pid is alive AND its command line is the one
-// we recorded, so `down` never signals a process that merely reused the pid.
+// we recorded, so `down` never signals a process that merely reused the pid. Every process
+// spawnService starts also carries its state dir and service name in its environment
+// (inherited by its children), so a process whose record was lost is still found and
+// ended (strayProcesses) instead of running on untracked.
 import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -65,7 +68,12 @@ export function writeRecord(stateDir: string, rec: ServiceRecord): void {
   fs.writeFileSync(pidFilePath(stateDir, rec.name), JSON.stringify(rec, null, 2) + '\n');
 }
 
-export function removeRecord(stateDir: string, name: string): void {
+/**
+ * Remove `name`'s record; with `pid`, only while the record is still that process's: another
+ * process may have started under the same name meanwhile, and its record must survive.
+ */
+export function removeRecord(stateDir: string, name: string, pid?: number): void {
+  if (pid !== undefined && readRecord(stateDir, name)?.pid !== pid) return;
   fs.rmSync(pidFilePath(stateDir, name), { force: true });
 }
 
@@ -82,7 +90,7 @@ export function runningService(stateDir: string, name: string): ServiceRecord | 
   const rec = readRecord(stateDir, name);
   if (!rec) return undefined;
   if (recordIsRunning(rec)) return rec;
-  removeRecord(stateDir, name);
+  removeRecord(stateDir, name, rec.pid);
   return undefined;
 }
 
@@ -107,7 +115,7 @@ export function spawnService(opts: SpawnServiceOptions): ServiceRecord {
   try {
     const child = spawn(opts.command, opts.args, {
       cwd: opts.cwd,
-      env: opts.env ?? process.env,
+      env: { ...(opts.env ?? process.env), [SERVICE_STATE_DIR_ENV]: path.resolve(opts.stateDir), [SERVICE_NAME_ENV]: opts.name },
       detached: true,
       stdio: ['ignore', fd, fd],
     });
@@ -155,22 +163,116 @@ export async function stopService(
   const timeoutMs = opts.timeoutMs ?? 15_000;
   const rec = readRecord(stateDir, name);
   if (!rec || !recordIsRunning(rec)) {
-    removeRecord(stateDir, name);
+    if (rec) removeRecord(stateDir, name, rec.pid);
     return 'not-running';
   }
-  signal(rec.pid, opts.signal ?? 'SIGTERM');
-  const deadline = Date.now() + timeoutMs;
+  const outcome = await endProcess(rec.pid, { timeoutMs, signal: opts.signal, what: `${name} (pid ${rec.pid})` });
+  removeRecord(stateDir, name, rec.pid);
+  return outcome;
+}
+
+/**
+ * Signal `pid`'s process group, SIGKILL it after `timeoutMs`, and verify it is gone: a
+ * process that outlives SIGKILL (it should not) is an error, never a silent survivor.
+ */
+async function endProcess(pid: number, opts: { timeoutMs: number; signal?: NodeJS.Signals; what: string }): Promise<'stopped' | 'killed'> {
+  signal(pid, opts.signal ?? 'SIGTERM');
+  const deadline = Date.now() + opts.timeoutMs;
   while (Date.now() < deadline) {
-    if (!pidAlive(rec.pid)) {
-      removeRecord(stateDir, name);
-      return 'stopped';
-    }
+    if (!pidAlive(pid)) return 'stopped';
     await sleep(100);
   }
-  signal(rec.pid, 'SIGKILL');
-  for (let i = 0; i < 50 && pidAlive(rec.pid); i++) await sleep(100);
-  removeRecord(stateDir, name);
+  signal(pid, 'SIGKILL');
+  for (let i = 0; i < 50 && pidAlive(pid); i++) await sleep(100);
+  if (pidAlive(pid) && procState(pid) !== 'Z') throw new Error(`${opts.what} is still alive 5 s after SIGKILL`);
   return 'killed';
+}
+
+/** Environment variables that mark a process spawnService started (and its children). */
+export const SERVICE_STATE_DIR_ENV = 'TROUPE_SERVICE_STATE_DIR';
+export const SERVICE_NAME_ENV = 'TROUPE_SERVICE';
+
+export interface MarkedProcess {
+  pid: number;
+  /** the service it was started as, or whose child it is */
+  service: string;
+  argv: string[];
+}
+
+/** One-letter state (R, S, Z, ...) and parent pid of a live process, from /proc/<pid>/stat. */
+function procStat(pid: number): { state: string; ppid: number } | undefined {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const [state, ppid] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return { state: state!, ppid: Number(ppid) };
+  } catch {
+    return undefined;
+  }
+}
+
+function procState(pid: number): string | undefined {
+  return procStat(pid)?.state;
+}
+
+function procEnv(pid: number, key: string): string | undefined {
+  try {
+    const entry = fs.readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0').find((e) => e.startsWith(key + '='));
+    return entry?.slice(key.length + 1);
+  } catch {
+    return undefined;
+  }
+}
+
+function livePids(): number[] {
+  try {
+    return fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d)).map(Number);
+  } catch {
+    return []; // no /proc: only records can be followed
+  }
+}
+
+/** Parent pid of every live process (zombies left out), from /proc. */
+function processTree(): Map<number, number> {
+  const parent = new Map<number, number>();
+  for (const pid of livePids()) {
+    const st = procStat(pid);
+    if (st && st.state !== 'Z') parent.set(pid, st.ppid);
+  }
+  return parent;
+}
+
+/** Live processes of `stateDir`: started by spawnService for it, or children of those. */
+export function markedProcesses(stateDir: string, tree = processTree()): MarkedProcess[] {
+  const dir = path.resolve(stateDir);
+  return [...tree.keys()]
+    .filter((pid) => procEnv(pid, SERVICE_STATE_DIR_ENV) === dir)
+    .map((pid) => ({ pid, service: procEnv(pid, SERVICE_NAME_ENV) ?? '?', argv: procArgv(pid) ?? [] }));
+}
+
+/**
+ * Processes of `stateDir` (of `services`, if given) that no record accounts for: neither a
+ * recorded pid nor a descendant of one. Such a process was replaced or lost its record, and
+ * nobody would ever stop it. This process and its ancestors are never listed.
+ */
+export function strayProcesses(stateDir: string, services?: readonly string[]): MarkedProcess[] {
+  const tree = processTree();
+  const recorded = new Set(recordedServiceNames(stateDir, /.*/).flatMap((name) => readRecord(stateDir, name)?.pid ?? []).filter(pidAlive));
+  const ancestors = (pid: number): number[] => {
+    const out: number[] = [];
+    for (let p: number | undefined = pid; p && out.length < 64 && !out.includes(p); p = tree.get(p)) out.push(p);
+    return out;
+  };
+  const mine = new Set(ancestors(process.pid));
+  return markedProcesses(stateDir, tree).filter(
+    (p) => !mine.has(p.pid) && !ancestors(p.pid).some((a) => recorded.has(a)) && (!services || services.includes(p.service)),
+  );
+}
+
+/** End every stray process of `stateDir` (of `services`, if given); returns what was ended. */
+export async function endStrayProcesses(stateDir: string, services?: readonly string[], timeoutMs = 15_000): Promise<MarkedProcess[]> {
+  const strays = strayProcesses(stateDir, services);
+  await Promise.all(strays.map((p) => endProcess(p.pid, { timeoutMs, what: `stray ${p.service} (pid ${p.pid})` })));
+  return strays;
 }
 
 /** Last `n` lines of a file ('' if it does not exist). */

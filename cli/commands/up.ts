@@ -10,7 +10,7 @@ import { TroupeError } from '../../infra/errors';
 import { repoRoot } from '../../infra/paths';
 import { ensureDatabase } from '../../infra/postgres';
 import { withLockFile } from '../../infra/lock';
-import { ServiceRecord, pidAlive, runningService, spawnService, tailFile } from '../../infra/processes';
+import { ServiceRecord, endStrayProcesses, pidAlive, runningService, spawnService, stopService, tailFile } from '../../infra/processes';
 import { namespaceError, namespaceProblems } from '../../infra/namespace';
 import { connectTemporal, ensureTemporalServer, pollerIdentities } from '../../infra/temporal';
 import { migrate } from '../../schema/migrate';
@@ -67,6 +67,14 @@ function nodeTsArgs(entry: string, args: string[]): string[] {
   return ['--import', 'tsx', entry, ...args];
 }
 
+/**
+ * Before starting service `name`: end any process of this state dir that still runs as `name`
+ * without a record (replaced, or its record lost), so two never poll the same task queue.
+ */
+async function endStrays(config: TroupeConfig, name: string, log: (line: string) => void): Promise<void> {
+  for (const p of await endStrayProcesses(config.stateDir, [name])) log(`troupe: ended a stray ${p.service} (pid ${p.pid}) that had no record`);
+}
+
 /** Service names of `n` pool workers: `pool-worker`, `pool-worker-2`, ... */
 export function poolWorkerNames(n: number): string[] {
   return Array.from({ length: n }, (_, i) => (i === 0 ? 'pool-worker' : `pool-worker-${i + 1}`));
@@ -87,6 +95,7 @@ async function ensurePoolWorker(
     lines.push(`${label} already running (pid ${running.pid}), task queue ${config.poolTaskQueue}, log ${running.log}`);
     return running;
   }
+  await endStrays(config, name, log);
   const pool = spawnService({
     stateDir: config.stateDir,
     name,
@@ -127,10 +136,19 @@ export interface UpResult {
  * `supervise: false` starts no supervisor (the supervisor's own calls; harnesses that restart
  * processes themselves).
  */
-export async function up(
-  config: TroupeConfig,
-  opts: { pool?: boolean; poolWorkers?: number; supervise?: boolean; log?: (line: string) => void } = {},
-): Promise<{ result: UpResult; lines: string[]; ok: boolean }> {
+export interface UpOptions {
+  pool?: boolean;
+  poolWorkers?: number;
+  supervise?: boolean;
+  /**
+   * Services to stop first and start anew (team code changed). Done under the `up` lock, so
+   * the supervisor cannot start a second one in between.
+   */
+  replace?: readonly string[];
+  log?: (line: string) => void;
+}
+
+export async function up(config: TroupeConfig, opts: UpOptions = {}): Promise<{ result: UpResult; lines: string[]; ok: boolean }> {
   const log = opts.log ?? ((l: string) => process.stderr.write(l + '\n'));
   fs.mkdirSync(config.stateDir, { recursive: true });
   return withLockFile(path.join(config.stateDir, 'up.lock'), () => upLocked(config, opts, log), {
@@ -138,13 +156,13 @@ export async function up(
   });
 }
 
-async function upLocked(
-  config: TroupeConfig,
-  opts: { pool?: boolean; poolWorkers?: number; supervise?: boolean },
-  log: (line: string) => void,
-): Promise<{ result: UpResult; lines: string[]; ok: boolean }> {
+async function upLocked(config: TroupeConfig, opts: UpOptions, log: (line: string) => void): Promise<{ result: UpResult; lines: string[]; ok: boolean }> {
   const lines: string[] = [];
   let ok = true;
+  for (const name of opts.replace ?? []) {
+    const outcome = await stopService(config.stateDir, name, { timeoutMs: 30_000 });
+    if (outcome !== 'not-running') log(`troupe: ${name} ${outcome}; starting it anew`);
+  }
 
   // 1. Temporal
   const temporal = await ensureTemporalServer(config, log);
@@ -185,6 +203,7 @@ async function upLocked(
   if (control) {
     lines.push(`control      already running (pid ${control.pid}), task queue ${config.taskQueue}, log ${control.log}`);
   } else {
+    await endStrays(config, 'control-worker', log);
     control = spawnService({
       stateDir: config.stateDir,
       name: 'control-worker',
@@ -223,6 +242,7 @@ async function upLocked(
     if ((supervisor = runningService(config.stateDir, 'supervisor'))) {
       lines.push(`supervisor   already running (pid ${supervisor.pid}), log ${supervisor.log}`);
     } else {
+      await endStrays(config, 'supervisor', log);
       supervisor = spawnService({
         stateDir: config.stateDir,
         name: 'supervisor',

@@ -3,7 +3,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { test } from 'node:test';
-import { EXTRA_POOL_WORKER, pidAlive, readRecord, recordedServiceNames, runningService, spawnService, stopService, writeRecord } from '../../../infra/processes';
+import { EXTRA_POOL_WORKER, endStrayProcesses, pidAlive, readRecord, recordedServiceNames, removeRecord, runningService, spawnService, stopService, strayProcesses, writeRecord } from '../../../infra/processes';
 
 const tmp = () => fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-proc-'));
 
@@ -38,4 +38,46 @@ test('recordedServiceNames lists the pid files of extra pool workers, not the fi
   for (const f of ['pool-worker.pid', 'pool-worker-3.pid', 'pool-worker-2.pid', 'pool-worker-2.log', 'control-worker.pid', 'pool-worker-x.pid']) fs.writeFileSync(path.join(stateDir, f), '{}');
   assert.deepEqual(recordedServiceNames(stateDir, EXTRA_POOL_WORKER), ['pool-worker-2', 'pool-worker-3']);
   assert.deepEqual(recordedServiceNames(path.join(stateDir, 'missing'), EXTRA_POOL_WORKER), []);
+});
+
+// The duplicate-worker bug: a restart stopped the old worker while the supervisor started a new
+// one under the same name; the stopper then removed the NEW record, leaving a worker nobody tracked.
+test('stopping a service keeps the record of another process started under its name meanwhile', async () => {
+  const stateDir = tmp();
+  // Takes ~0.5 s to exit on SIGTERM, as a worker draining its tasks does.
+  const slow = spawnService({ stateDir, name: 'worker', command: 'sh', args: ['-c', 'trap "sleep 0.5; exit 0" TERM; sleep 60 & wait; sleep 0.6'] });
+  await new Promise((r) => setTimeout(r, 200)); // let sh install its trap
+  const stopping = stopService(stateDir, 'worker');
+  const replacement = spawnService({ stateDir, name: 'worker', command: 'sleep', args: ['60'] });
+  try {
+    assert.equal(await stopping, 'stopped');
+    assert.equal(pidAlive(slow.pid), false);
+    assert.equal(readRecord(stateDir, 'worker')?.pid, replacement.pid, 'the replacement must stay recorded');
+  } finally {
+    await stopService(stateDir, 'worker');
+    await endStrayProcesses(stateDir);
+  }
+});
+
+test('a process of the state dir that lost its record is a stray; recorded ones and their children are not', async () => {
+  const stateDir = tmp();
+  const other = tmp();
+  const tracked = spawnService({ stateDir, name: 'pool', command: 'sh', args: ['-c', 'sleep 60 & wait'] });
+  const lost = spawnService({ stateDir, name: 'control', command: 'sleep', args: ['61'] });
+  const elsewhere = spawnService({ stateDir: other, name: 'control', command: 'sleep', args: ['62'] });
+  try {
+    await new Promise((r) => setTimeout(r, 200)); // the child `sleep 60` of the tracked shell
+    assert.deepEqual(strayProcesses(stateDir), []);
+    removeRecord(stateDir, 'control');
+    assert.deepEqual(strayProcesses(stateDir).map((p) => [p.pid, p.service]), [[lost.pid, 'control']]);
+    assert.deepEqual(strayProcesses(stateDir, ['pool']), []);
+    const ended = await endStrayProcesses(stateDir, ['control']);
+    assert.deepEqual(ended.map((p) => p.pid), [lost.pid]);
+    assert.equal(pidAlive(lost.pid), false);
+    assert.ok(pidAlive(tracked.pid) && pidAlive(elsewhere.pid), 'recorded processes and other state dirs are left alone');
+  } finally {
+    await stopService(stateDir, 'pool');
+    await stopService(other, 'control');
+    await endStrayProcesses(stateDir);
+  }
 });
