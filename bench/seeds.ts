@@ -17,7 +17,7 @@
  * seeded apart from training, so their frequency changes no training step.
  * --trace prints every step of every run (rewards, entropy, share of groups
  * with zero advantage per agent). --config merges into each run's config
- * (for trying a change; the README table is from the defaults).
+ * (for trying a change; the table in docs/performance.md is from the defaults).
  */
 import * as fs from 'node:fs';
 import * as os from 'node:os';

@@ -36,7 +36,7 @@ export async function globalHelp(): Promise<string> {
     ...loaded.map((c) => `  ${c.name.padEnd(width)}  ${c.summary}`),
     '',
     'Run `troupe <command> --help` for a command\'s options.',
-    'Configuration comes from environment variables (see README.md, "Configuration").',
+    'Configuration comes from environment variables (see docs/operations.md, "Configuration").',
     'TROUPE_DEBUG=1 shows stack traces on errors.',
   ].join('\n');
 }

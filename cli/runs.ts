@@ -49,7 +49,7 @@ export function validateRunConfig(input: RunConfigInput): RunConfig {
     checkAgainstTeam(config, loadTeam(config.team, config.teamOptions));
     return config;
   } catch (e) {
-    if (e instanceof RunConfigError) throw new TroupeError(e.message, 'fix the fields named above (see `troupe train --help` and the README for the run config)');
+    if (e instanceof RunConfigError) throw new TroupeError(e.message, 'fix the fields named above (see `troupe train --help` and docs/running.md for the run config)');
     throw e;
   }
 }

@@ -1,6 +1,6 @@
 /**
  * Engines a pool worker can spawn, by name (`troupe worker pool --engine NAME`, env TROUPE_ENGINE):
- * each is a command line that keeps engine-main's launch contract (engines/protocol/README.md).
+ * each is a command line that keeps the built-in engine's (processes/onnx-engine.ts) launch contract (engines/protocol/README.md).
  * Adding an engine = its own directory plus one line here. An engine running elsewhere needs
  * none of this: point the pool worker at it with --engine-address.
  */

@@ -3,7 +3,7 @@
 //   import { loadConfig } from './config';
 //   const config = loadConfig();            // throws ConfigError (a TroupeError) on bad input
 //
-// The table in README.md ("Configuration") lists the same variables; keep them in step.
+// The table in docs/operations.md ("Configuration") lists the same variables; keep them in step.
 import * as path from 'node:path';
 import { z } from 'zod';
 import { DEFAULT_POOL } from './pools';

@@ -7,7 +7,7 @@
 //   spawn(server, temporalServerArgs(DEPLOY_TEMPORAL_CONFIG_DIR), { env: { TEMPORAL_SERVER_DB: 'temporal', ... } });
 //
 // The server's configuration is deploy/temporal/production.yaml, a template the server renders
-// from TEMPORAL_SERVER_* variables; infra/PRODUCTION.md walks through it.
+// from TEMPORAL_SERVER_* variables; docs/operations.md walks through it.
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';

@@ -35,7 +35,7 @@ export const runConfigSchema = z.strictObject({
   /** What to do when an update's loss or gradients are not finite. */
   nonFinite: z.enum(['skip', 'reduce-lr', 'fail']).default('skip'),
   /**
-   * Asynchronous RL (README "Asynchronous RL"): the rollout of step t uses the version each model
+   * Asynchronous RL (docs/running.md, "Asynchronous RL"): the rollout of step t uses the version each model
    * had at step max(0, t − k) and runs while the updates of steps t − k … t − 1 are in flight.
    * One k for every model, or one per model name (missing models: 0). 0: synchronous.
    */

@@ -16,7 +16,7 @@
  * continueAsNew carries only ids, counters and settings when Temporal suggests it.
  *
  * History compatibility: every change to the commands this workflow issues is
- * behind a patched() id (listed in the README, "Changing workflow code"), and
+ * behind a patched() id (listed in docs/contributing.md, "Workflow patches"), and
  * the branches for histories recorded before it are kept next to the new ones.
  */
 import {

@@ -55,7 +55,7 @@ export interface InProcessStep {
 export interface InProcessOptions {
   /**
    * 'troupe' (default): advantages exactly as a Troupe run computes them (buildStepBatch).
-   * 'global-joint': the global baseline as DESIGN.md defines it — every agent's samples of a
+   * 'global-joint': the global baseline Dr. MAS (langfengQ/DrMAS) compares against — every agent's samples of a
    * task group in one statistics set, each sample carrying its episode's average score over
    * all agents' turns — built independently of how buildStepBatch groups roles: every turn
    * is relabelled to one pseudo-agent first, so the estimator sees one role. bench/drmas.ts

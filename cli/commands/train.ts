@@ -36,7 +36,7 @@ export default defineCommand({
   ].join('\n'),
   positionals: true,
   options: {
-    config: { type: 'string', valueName: 'FILE', description: 'run config JSON (see README: run config)' },
+    config: { type: 'string', valueName: 'FILE', description: 'run config JSON (see docs/running.md, "The run config")' },
     steps: { type: 'number', valueName: 'N', example: '40', description: 'training steps' },
     groups: { type: 'number', valueName: 'N', example: '16', description: 'task groups per step' },
     'group-size': { type: 'number', valueName: 'G', example: '8', description: 'episodes per task group' },

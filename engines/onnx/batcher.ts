@@ -7,7 +7,7 @@
  *
  * Coalescing cannot change anyone's result: each row carries its own sampling
  * settings and Philox key, and the graphs are row-independent (see
- * engine/README.md, "Batch invariance").
+ * engines/onnx/README.md, "Batch invariance").
  */
 import type { GenerateRow, GenerateRowResult } from './model-runtime';
 import type { DeviceQueue } from './device-queue';

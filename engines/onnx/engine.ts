@@ -463,7 +463,7 @@ export class Engine {
       engine: 'troupe-onnx 2 (onnxruntime-node)',
       rpcs: ENGINE_RPCS,
       families: FAMILY_NAMES,
-      // Philox noise per (seed, token), row-independent graphs, fixed update threads (engine/README.md)
+      // Philox noise per (seed, token), row-independent graphs, fixed update threads (engines/onnx/README.md, "Determinism")
       deterministic: true,
       scoreMatchesGenerate: 'tolerance',
       scoreTolerance: SCORE_TOLERANCE,

@@ -9,7 +9,7 @@
  * queries that never settle (a connection left unable to write), and uncaught
  * exceptions from the driver (porsager/postgres#1154: `socket.write` on a closed
  * connection, which ends a worker process). Exit code 1 if either of the last
- * two happened. Found by the chaos test; see README "Durability".
+ * two happened. Found by the chaos test; see docs/durability.md, "Known issues".
  */
 import { parseArgs } from 'node:util';
 import { connect } from '../../infra/db';

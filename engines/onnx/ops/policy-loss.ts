@@ -1,6 +1,6 @@
 /**
  * PPO-clip policy loss with dual clip and an optional KL-to-reference term, per
- * trained token, as ONNX nodes — the formula of DESIGN.md "RL math":
+ * trained token, as ONNX nodes — the formula of rl/loss.ts, the reference it must equal:
  *
  *   ratio = exp(clamp(logp − logp_old, −20, 20))
  *   L1 = −A·ratio,  L2 = −A·clip(ratio, 1−ε_low, 1+ε_high),  L = max(L1, L2)

@@ -1,7 +1,7 @@
 /**
  * Host-side batch assembly: sequences → per-token rows of left-padded windows
  * (score and update graphs), with padding rows so no run has fewer than
- * `minRows` rows (see engine/README.md, "Batch invariance").
+ * `minRows` rows (see engines/onnx/README.md, "Batch invariance").
  */
 import type { ScoreSequence, UpdateSample } from '../model-runtime';
 import { TinyLmSpec, writeWindow } from '../../families/tiny-lm/spec';

@@ -65,7 +65,7 @@ describe('training from a pretrained checkpoint', () => {
     await exportModelVersion(h.db.sql, h.db.checkpoints, { runId: 'pretrained-qwen2', model: 'policy', version: 2, out, from: dir });
     const last = await getVersion(h.db.sql, h.db.checkpoints, 'pretrained-qwen2', 'policy', 2);
     const back = loadHfCheckpoint(out);
-    // training moves the o_proj/MLP biases qwen2 holds as zeros, so the export is the llama layout with those biases (README: Export)
+    // training moves the o_proj/MLP biases qwen2 holds as zeros, so the export is the llama layout with those biases (docs/pretrained-models.md, "Export")
     assert.equal(back.model.modelType, 'llama');
     assert.deepEqual(back.model.biases, { qkv: true, o: true, mlp: true });
     assert.ok(sameBits(back.theta, decodeWeights(last!.weights, ckpt.theta.length)));

@@ -4,7 +4,7 @@
  * frontend TLS with client certificates required (certificates made here with openssl),
  * a namespace and Troupe's search attributes created with the Temporal CLI, and Troupe's
  * workers as separate processes: one control worker and two pool workers, attached the way
- * infra/PRODUCTION.md says (TEMPORAL_ADDRESS, TEMPORAL_TLS_*, DATABASE_URL, payload key).
+ * docs/operations.md says (TEMPORAL_ADDRESS, TEMPORAL_TLS_*, DATABASE_URL, payload key).
  */
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -282,7 +282,7 @@ export async function startCluster(opts: { serverBin: string; sqlTool: string; s
 
 /**
  * The namespace and Troupe's search attributes, with the Temporal CLI: the commands of
- * infra/PRODUCTION.md, configured by the same TEMPORAL_* variables as Troupe's workers (the
+ * docs/operations.md, configured by the same TEMPORAL_* variables as Troupe's workers (the
  * Temporal CLI reads these names too), so a plain-text or certificate-less CLI would be refused.
  */
 async function createNamespace(cluster: Cluster, log: (line: string) => void): Promise<void> {

@@ -1,5 +1,5 @@
 /**
- * The production path (infra/PRODUCTION.md), end to end: a real Temporal server 1.29.1 built
+ * The production path (docs/operations.md), end to end: a real Temporal server 1.29.1 built
  * from its Go module (once per machine, cached in <cache>/bin next to the CLI), on PostgreSQL
  * with temporal-sql-tool's schema, mTLS on its frontend; a namespace and Troupe's search
  * attributes; a control worker and two pool workers as separate processes with TLS and the
