@@ -73,15 +73,55 @@ function postgresIds(): { uid: number; gid: number } | undefined {
   }
 }
 
-/** Folders up to the data dir must be enterable by the `postgres` user (mkdtemp makes 0700). */
-function makeTraversable(dir: string): void {
-  if (!isRoot()) return;
-  for (let d = path.resolve(dir); d !== path.dirname(d); d = path.dirname(d)) {
+/**
+ * The first folder on the way to `target` (itself included) that `who` cannot enter, or
+ * undefined. `who` undefined: a user not created yet, so neither owner nor group of anything.
+ * Supplementary groups are not considered (conservative: a folder may be reported needlessly).
+ */
+export function blockingFolder(target: string, who?: { uid: number; gid: number }): string | undefined {
+  const chain: string[] = [];
+  for (let d = path.resolve(target); ; d = path.dirname(d)) {
+    chain.unshift(d);
+    if (d === path.dirname(d)) break;
+  }
+  for (const d of chain) {
+    let st: fs.Stats;
     try {
-      const st = fs.statSync(d);
-      if ((st.mode & 0o001) === 0 && st.uid === 0) fs.chmodSync(d, st.mode | 0o111);
+      st = fs.statSync(d);
     } catch {
-      return;
+      return undefined; // not there yet: whatever creates it decides its mode
+    }
+    if (!st.isDirectory()) return undefined;
+    const bit = who && st.uid === who.uid ? 0o100 : who && st.gid === who.gid ? 0o010 : 0o001;
+    if ((st.mode & bit) === 0) return d;
+  }
+  return undefined;
+}
+
+/**
+ * As root, the embedded server runs as the `postgres` user, which must enter every folder
+ * above its binaries and its data (a checkout under /root, mode 700, blocks it: initdb then
+ * fails with EACCES). Folders in the state dir are Troupe's and opened quietly; any other is
+ * opened (o+x: enter, not list) with a line saying so and how to undo it, or refused with
+ * what to run when it cannot be changed.
+ */
+function openFoldersForPostgres(stateDir: string, targets: string[], log: Log): void {
+  if (!isRoot()) return;
+  const who = postgresIds();
+  const state = path.resolve(stateDir);
+  for (const target of targets) {
+    for (let d = blockingFolder(target, who), tries = 0; d !== undefined && tries < 64; d = blockingFolder(target, who), tries++) {
+      try {
+        fs.chmodSync(d, fs.statSync(d).mode | 0o001);
+      } catch (err) {
+        throw new TroupeError(
+          `the embedded PostgreSQL runs as the \`${EMBEDDED_USER}\` user (Troupe runs as root), who cannot enter ${d} (${errorMessage(err)})`,
+          `run \`chmod o+x ${d}\`, or set TROUPE_STATE_DIR and install Troupe under folders that user can enter, or set DATABASE_URL to use another PostgreSQL`,
+        );
+      }
+      if (d !== state && !d.startsWith(state + path.sep)) {
+        log(`troupe: the embedded PostgreSQL runs as the \`${EMBEDDED_USER}\` user, who could not enter ${d}: ran \`chmod o+x ${d}\` (undo: \`chmod o-x ${d}\`; or set DATABASE_URL to use another PostgreSQL)`);
+      }
     }
   }
 }
@@ -179,7 +219,8 @@ export async function ensureEmbeddedPostgres(opts: {
   const dataDir = embeddedDataDir(stateDir);
   const logFile = path.join(stateDir, 'postgres.log');
   fs.mkdirSync(stateDir, { recursive: true });
-  makeTraversable(stateDir);
+  const bin = await binaries();
+  openFoldersForPostgres(stateDir, [path.dirname(bin.initdb), stateDir], log);
   const result = await withLockFile(
     path.join(stateDir, 'postgres.lock'),
     async () => {
@@ -198,7 +239,6 @@ export async function ensureEmbeddedPostgres(opts: {
       const ids = postgresIds();
       fs.closeSync(fs.openSync(logFile, 'a'));
       if (ids) fs.chownSync(logFile, ids.uid, ids.gid);
-      const bin = await binaries();
       const r = await run(bin.pg_ctl, ['start', '-D', dataDir, '-w', '-t', '60', '-l', logFile, '-o', `-p ${opts.port}`], ids ?? {});
       const after = embeddedPostgresStatus(stateDir);
       if (r.code !== 0 || !after.running) {

@@ -13,19 +13,30 @@ import { readRecord } from '../../../infra/processes';
 import { migrate } from '../../../schema/migrate';
 import { freePort } from '../../helpers';
 
-const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-embedded-'));
+// The state dir sits in a folder of mode 700 that Troupe did not create (as `mktemp -d` makes):
+// as root, the server's `postgres` user must be let in, and Troupe must say that it did so.
+const parent = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-embedded-'));
+const stateDir = path.join(parent, 'state');
+const asRoot = process.getuid?.() === 0;
 
 after(async () => {
   await stopEmbeddedPostgres(stateDir);
-  fs.rmSync(stateDir, { recursive: true, force: true });
+  fs.rmSync(parent, { recursive: true, force: true });
 });
 
 test('embedded PostgreSQL: init once, start, migrate, query, stop, start again with the data kept', async () => {
   const port = await freePort();
   const config = loadConfig({ TROUPE_STATE_DIR: stateDir, TROUPE_POSTGRES_PORT: String(port) });
   const quiet = () => undefined;
+  const lines: string[] = [];
 
-  const first = await ensureDatabase(config, quiet);
+  const first = await ensureDatabase(config, (l) => lines.push(l));
+  if (asRoot) {
+    assert.deepEqual(lines.filter((l) => l.includes('chmod')), [
+      `troupe: the embedded PostgreSQL runs as the \`postgres\` user, who could not enter ${parent}: ran \`chmod o+x ${parent}\` (undo: \`chmod o-x ${parent}\`; or set DATABASE_URL to use another PostgreSQL)`,
+    ]);
+    assert.equal(fs.statSync(parent).mode & 0o777, 0o701);
+  }
   assert.equal(first.source, 'embedded');
   assert.equal(first.started, true);
   assert.match(first.url, new RegExp(`@127\\.0\\.0\\.1:${port}/troupe$`));
