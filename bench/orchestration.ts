@@ -26,7 +26,7 @@ import { parseArgs } from 'node:util';
 import { buildStepBatch } from '../activities/training/batch';
 import { loadStepEpisodes, saveEpisodes, type StoredEpisode } from '../activities/store/trajectories';
 import { versionOfStep } from '../activities/store/versions';
-import { modelKey } from '../activities/training/pool';
+import { modelKey } from '../activities/training/update-step';
 import { loadTeam } from '../agents/teams';
 import { checkAgainstTeam, parseRunConfig, type RunConfigInput } from '../schema/run-config';
 import { startHarness, type Harness } from '../test/integration/training/harness';

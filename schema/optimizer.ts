@@ -15,7 +15,7 @@
  */
 
 import { z } from 'zod';
-import { ESTIMATOR_NAMES, ESTIMATORS, unknownEstimatorMessage, type AdvantageSpec } from '../rl/advantages/registry';
+import { ESTIMATOR_NAMES, ESTIMATORS, normalizeStdMessage, unknownEstimatorMessage, type AdvantageSpec } from '../rl/advantages/registry';
 import { SCOPES, type Scope } from '../rl/advantages/types';
 import { KL_TYPES, type KlType, type PolicyLossSettings } from '../rl/loss';
 import { LOSS_AGGREGATIONS, type LossAggregation } from '../rl/tokens';
@@ -162,7 +162,7 @@ export const optimizerSettingsSchema = z
       ctx.addIssue({
         code: 'custom',
         path: ['estimator', 'normalizeStd'],
-        message: `is not an option of ${s.estimator.name} (only grpo and mc-grpo)`,
+        message: normalizeStdMessage(s.estimator.name),
       });
   });
 export type OptimizerSettings = z.output<typeof optimizerSettingsSchema>;

@@ -7,7 +7,7 @@
  * Failed episodes are left out (and counted); truncated ones are trained on
  * with whatever rewards their roles gave them.
  */
-import { aggregationWeights, broadcastAdvantages, computeAdvantages, computeAdvantagesByAgent, scoreOf, stepDiagnostics, type AgentStepDiagnostics, type Sample } from '../../rl';
+import { aggregationWeights, broadcastAdvantages, computeAdvantages, computeAdvantagesByAgent, getEstimator, scoreOf, stepDiagnostics, type AgentStepDiagnostics, type Sample } from '../../rl';
 import type { OptimizerSettings } from '../../schema/optimizer';
 import { toAdvantageSpec } from '../../schema/optimizer';
 import type { StoredEpisode } from '../store/trajectories';
@@ -189,8 +189,9 @@ export function buildStepBatch(
  * so scope `group` really is the global baseline (each turn gets its episode's
  * average score over all roles) and `batch` spans all roles. Per-role reward
  * weights are applied first (each turn scored with its role's weights) unless
- * the estimator is gdpo, which needs the components themselves. Roles with
- * different estimators are estimated role by role (each role its own batch).
+ * the estimator is `perComponent` (it needs the components themselves: then
+ * role by role). Roles with different estimators are estimated role by role
+ * (each role its own batch).
  */
 export function advantagesFor(samples: Sample[], agents: Record<string, OptimizerSettings>) {
   const specs = Object.fromEntries(Object.entries(agents).map(([role, s]) => [role, toAdvantageSpec(s)]));
@@ -200,7 +201,7 @@ export function advantagesFor(samples: Sample[], agents: Record<string, Optimize
   if (list.length === 0 || list.some((s) => shape(s) !== shape(list[0]!))) return computeAdvantagesByAgent(samples, specs);
   const first = list[0]!;
   if (list.every((s) => weights(s) === weights(first))) return computeAdvantages(samples, first);
-  if (first.estimator === 'gdpo') return computeAdvantagesByAgent(samples, specs);
+  if (getEstimator(first.estimator).perComponent) return computeAdvantagesByAgent(samples, specs);
   const scored = samples.map((s) => ({ ...s, rewards: { score: scoreOf(s, specs[s.agentId]?.options?.weights ?? {}) } }));
   return computeAdvantages(scored, { estimator: first.estimator, options: { ...first.options, weights: {} } });
 }

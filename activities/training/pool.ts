@@ -17,9 +17,8 @@ import type { Sampling } from '../../agents/agent';
 import { deriveSeed } from '../../agents/seed';
 import type { Split } from '../../agents/tasks';
 import { loadTeam } from '../../agents/teams';
-import type { GenerateRequest, GenerateResponse, ExportedVersion, InitModelRequest, LoadVersionRequest, ScoreRequest, ScoreResponse, UpdateRequest, UpdateSampleInput, UpdateProgress, UpdateResponse, UpdateSettingsInput, VersionInfo } from '../../engines/protocol/types';
+import type { GenerateRequest, GenerateResponse, ExportedVersion, InitModelRequest, LoadVersionRequest, ScoreRequest, ScoreResponse, UpdateRequest, UpdateProgress, UpdateResponse, VersionInfo } from '../../engines/protocol/types';
 import type { Sql } from '../../infra/db';
-import type { OptimizerSettings } from '../../schema/optimizer';
 import type { ResolvedTraining } from '../../schema/run-config';
 import { writeMetrics } from '../store/metrics';
 import { recordEvent } from '../store/runs';
@@ -27,9 +26,10 @@ import { commitUpdate, locateVersion, readVersionBytes, saveInitialVersion, vers
 import type { CheckpointStore } from '../../infra/checkpoint-store';
 import { loadStepEpisodes, saveEpisodes, storedEpisodeIds, type StoredEpisode } from '../store/trajectories';
 import { executeTool } from '../tools';
-import { buildStepBatch, type StepBatch, type UpdateSequence } from './batch';
+import { buildStepBatch, type UpdateSequence } from './batch';
 import { heartbeating, withEngineFailures } from './engine-work';
 import { offPolicyCorrection } from './off-policy';
+import { FIRST_ATTEMPT, REDUCED_LR, agentRows, agentsOfModel, modelKey, needsReference, scoreRequest, skipReason, updateMetrics, updateRequest, updateRows, updateSamples, type UpdateAttempt } from './update-step';
 import { scoredEpisode, type TeamRef } from './control';
 import { episodesOf, type RolloutEpisodes } from './plan';
 import { loadTasks } from '../tasks';
@@ -75,8 +75,6 @@ export interface UpdateResult {
   metrics: Record<string, number>;
   rewards: Record<string, Record<string, number>>;
 }
-
-export const modelKey = (runId: string, model: string) => `${runId}/${model}`;
 
 /** Finished episodes per store transaction in a batched rollout: few round trips, early progress. */
 const ROLLOUT_FLUSH = 32;
@@ -251,30 +249,23 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints }: PoolD
 
       const modelSettings = input.settings.models[model]!;
       const sequences = batch.models[model] ?? [];
-      const team = loadTeam(input.team, input.teamOptions);
-      const agentsOfModel = team.roles.filter((a) => team.agents[a]!.model === model && batch.diagnostics[a]);
-      // Agents that acted this step, also in episodes that failed (no samples, no diagnostics).
-      const actors = team.roles.filter((a) => team.agents[a]!.model === model && (batch.diagnostics[a] || batch.endings[a]));
+      const agents = agentsOfModel(loadTeam(input.team, input.teamOptions), model, batch);
       const skip = async (reason: string, detail: Record<string, unknown> = {}) => {
         // The step's rewards and endings are kept even without an update: they say why there was none.
-        await writeMetrics(sql, runId, agentRows(batch, actors).map((r) => ({ ...r, step })));
+        await writeMetrics(sql, runId, agentRows(batch, agents.acted).map((r) => ({ ...r, step })));
         await recordEvent(sql, { runId, step, kind: 'update-skipped', detail: { model, reason, ...detail } });
         return { version: input.baseVersion, committed: false, skipped: reason, metrics: {}, rewards: batch.rewards };
       };
-      if (sequences.every((s) => s.weights.every((w) => w === 0))) return skip('no trainable tokens');
+      const untrainable = skipReason(sequences);
+      if (untrainable) return skip(untrainable);
 
       const key = modelKey(runId, model);
-      const onPolicy = await withReferences(runId, model, sequences, modelSettings);
-      const corrected = input.offPolicy && (await correctOffPolicy(runId, model, input.baseVersion, sequences, onPolicy, input.offPolicy.importanceCap));
+      const refLogprobs = needsReference(modelSettings) ? await score(runId, model, 0, sequences) : undefined;
+      const onPolicy = updateSamples(sequences, refLogprobs);
+      // Decoupled PPO for a stale rollout: the base version scores the tokens (the proximal policy), off-policy.ts weights them.
+      const corrected = input.offPolicy && offPolicyCorrection(sequences, onPolicy, await score(runId, model, input.baseVersion, sequences), input.baseVersion, input.offPolicy.importanceCap);
       const samples = corrected ? corrected.samples : onPolicy;
-      const request = (lrScale: number, attempt: string): UpdateRequest => ({
-        modelKey: key,
-        baseVersion: input.baseVersion,
-        requestId: `${runId}/${model}/step${step}${attempt}`,
-        allowStaleBase: true,
-        samples,
-        settings: engineSettings(modelSettings, lrScale),
-      });
+      const request = (attempt: UpdateAttempt) => updateRequest({ runId, model, step, baseVersion: input.baseVersion }, samples, modelSettings, attempt);
       // The engine's progress goes out with the heartbeats (visible in the Web UI's pending activity).
       let progress: UpdateProgress | undefined;
       const send = (req: UpdateRequest) => {
@@ -284,7 +275,7 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints }: PoolD
       // The engine's answer, or the step skipped after a non-finite update.
       const updated = await heartbeating(() => ({ phase: 'update', ...(progress ? { engine: progress } : {}) }), async (): Promise<UpdateResponse | UpdateResult> => {
         try {
-          return await withVersion(runId, model, input.baseVersion, () => send(request(1, '')));
+          return await withVersion(runId, model, input.baseVersion, () => send(request(FIRST_ATTEMPT)));
         } catch (e) {
           if (reasonOf(e) !== 'NON_FINITE_UPDATE') throw e;
           const message = (e as Error).message;
@@ -292,7 +283,7 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints }: PoolD
           if (input.nonFinite === 'fail') throw ApplicationFailure.nonRetryable(`step ${step}, model ${model}: non-finite update (${message}); the run's nonFinite policy is 'fail'`, 'NonFiniteUpdate');
           if (input.nonFinite === 'skip') return skip('non-finite', { message });
           try {
-            return await withVersion(runId, model, input.baseVersion, () => send(request(0.1, '/lr0.1')));
+            return await withVersion(runId, model, input.baseVersion, () => send(request(REDUCED_LR)));
           } catch (e2) {
             if (reasonOf(e2) !== 'NON_FINITE_UPDATE') throw e2;
             return skip('non-finite after reducing lr', { message: (e2 as Error).message });
@@ -302,33 +293,8 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints }: PoolD
       if (!('info' in updated)) return updated;
       const res = updated;
       const exported = await engine().exportVersion({ modelKey: key, version: res.info.version });
-      const m = res.metrics;
-      const metrics = { loss: m.loss, pgLoss: m.pgLoss, klLoss: m.klLoss, gradNorm: m.gradNorm, clipFraction: m.clipFraction, approxKl: m.approxKl, entropy: m.entropy, tokens: res.tokens, samples: res.samples, updateMs: res.durationMs, logprobGapMean: res.logprobGap.mean, logprobGapMax: res.logprobGap.max, ...corrected?.model };
-      const rows: Array<{ kind: string; scope: string; name: string; value: number }> = Object.entries(metrics).map(([name, value]) => ({ kind: 'update', scope: model, name, value }));
-      rows.push(
-        { kind: 'train', scope: 'team', name: 'rolloutSeconds', value: input.rollout.seconds },
-        { kind: 'train', scope: 'team', name: 'episodes', value: input.rollout.episodes },
-        { kind: 'train', scope: 'team', name: 'failedEpisodes', value: input.rollout.failed },
-      );
-      for (const agent of agentsOfModel) {
-        const d = batch.diagnostics[agent]!;
-        rows.push(
-          { kind: 'train', scope: agent, name: 'advantage.mean', value: d.advantage.mean },
-          { kind: 'train', scope: agent, name: 'advantage.std', value: d.advantage.std },
-          { kind: 'train', scope: agent, name: 'advantage.min', value: d.advantage.min },
-          { kind: 'train', scope: agent, name: 'advantage.max', value: d.advantage.max },
-          // before the estimator's baseline and normalization: the scores it started from
-          { kind: 'train', scope: agent, name: 'score.mean', value: batch.scores[agent]!.mean },
-          { kind: 'train', scope: agent, name: 'score.std', value: batch.scores[agent]!.std },
-          { kind: 'train', scope: agent, name: 'zeroAdvantageGroupFraction', value: d.zeroAdvantageGroupFraction },
-          { kind: 'train', scope: agent, name: 'samples', value: d.samples },
-          ...(['loss', 'gradNorm', 'clipFraction', 'approxKl'] as const).map((name) => ({ kind: 'train', scope: agent, name, value: metrics[name] })),
-          // the agent's own entropy, not its model's (agents may share one): a role's collapse shows
-          { kind: 'train', scope: agent, name: 'entropy', value: batch.entropy[agent] ?? NaN },
-          ...Object.entries(corrected?.agents[agent] ?? {}).map(([name, value]) => ({ kind: 'train', scope: agent, name, value })),
-        );
-      }
-      rows.push(...agentRows(batch, actors));
+      const metrics = updateMetrics(res, corrected?.model);
+      const rows = updateRows(model, metrics, input.rollout, batch, agents, corrected?.agents);
       const commit = await commitUpdate(sql, checkpoints, {
         version: { runId, model, version: res.info.version, step, spec: exported.info.spec, weights: exported.weights, optimizerState: exported.optimizerState, sha256: exported.info.weightsSha256, metrics },
         metrics: rows.filter((r) => Number.isFinite(r.value)),
@@ -340,53 +306,11 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints }: PoolD
     },
   });
 
-  /** A step's train rows per agent that need no update: reward components, episode endings and lengths. */
-  function agentRows(batch: StepBatch, agents: string[]): Array<{ kind: string; scope: string; name: string; value: number }> {
-    return agents.flatMap((agent) => [
-      ...Object.entries(batch.rewards[agent] ?? {}).map(([name, value]) => ({ kind: 'train', scope: agent, name: `reward.${name}`, value })),
-      ...(batch.endings[agent] ? [
-        { kind: 'train', scope: agent, name: 'truncatedShare', value: batch.endings[agent].truncatedShare },
-        { kind: 'train', scope: agent, name: 'failedShare', value: batch.endings[agent].failedShare },
-      ] : []),
-      ...(batch.lengths[agent] ? [
-        { kind: 'train', scope: agent, name: 'episodeTurns', value: batch.lengths[agent].turns },
-        { kind: 'train', scope: agent, name: 'episodeTokens', value: batch.lengths[agent].tokens },
-      ] : []),
-    ]);
+  /** The log-probs of the sequences' tokens under a version of the model (engine Score). */
+  async function score(runId: string, model: string, version: number, sequences: UpdateSequence[]): Promise<number[][]> {
+    const res = await withVersion(runId, model, version, () => engine().score(scoreRequest(modelKey(runId, model), version, sequences)));
+    return res.sequences.map((q) => q.logprobs);
   }
-
-  /** Decoupled PPO for a stale rollout: the base version scores the tokens (the proximal policy), off-policy.ts weights them. */
-  async function correctOffPolicy(runId: string, model: string, baseVersion: number, sequences: UpdateSequence[], samples: UpdateSampleInput[], cap: number) {
-    const base = await withVersion(runId, model, baseVersion, () => engine().score({ modelKey: modelKey(runId, model), version: baseVersion, sequences: sequences.map((q) => ({ context: q.context, tokens: q.tokens })) }));
-    return offPolicyCorrection(sequences, samples, base.sequences.map((q) => q.logprobs), baseVersion, cap);
-  }
-
-  /** Adds reference log-probs (version 0) when the model's KL term is on. */
-  async function withReferences(runId: string, model: string, sequences: UpdateSequence[], s: OptimizerSettings): Promise<UpdateSampleInput[]> {
-    const base = sequences.map((q) => ({ context: q.context, tokens: q.tokens, lossMask: q.mask, advantages: q.advantages, oldLogprobs: q.oldLogprobs, lossWeights: q.weights }));
-    if (s.kl.type === 'none' || s.kl.coef === 0) return base;
-    const ref = await withVersion(runId, model, 0, () => engine().score({ modelKey: modelKey(runId, model), version: 0, sequences: sequences.map((q) => ({ context: q.context, tokens: q.tokens })) }));
-    return base.map((b, i) => ({ ...b, refLogprobs: ref.sequences[i]!.logprobs }));
-  }
-}
-
-/** Our optimizer settings in the engine's terms. */
-export function engineSettings(s: OptimizerSettings, lrScale = 1): UpdateSettingsInput {
-  return {
-    lr: s.lr * lrScale,
-    beta1: s.betas[0],
-    beta2: s.betas[1],
-    eps: s.eps,
-    weightDecay: s.weightDecay,
-    maxGradNorm: s.gradClipMaxNorm ?? 0,
-    clipEpsLow: s.clipLow,
-    clipEpsHigh: s.clipHigh,
-    dualClipC: s.dualClip ?? 0,
-    klCoef: s.kl.type === 'none' ? 0 : s.kl.coef,
-    ...(s.kl.type === 'none' ? {} : { klType: s.kl.type }),
-    entropyCoef: s.entropyCoef,
-    innerSteps: 1,
-  };
 }
 
 export type TrainingPoolActivities = ReturnType<typeof createTrainingPoolActivities>;

@@ -11,7 +11,8 @@
  *             generateDirect in activities/training/pool.ts), tools via executeTool
  *   reward    scoredEpisode (activities/training/control.ts), minus the store
  *   advantage buildStepBatch on in-memory StoredEpisode objects
- *   update    one engine Update per model, in parallel, with engineSettings()
+ *   update    one engine Update per model, in parallel, prepared as updateModel
+ *             prepares it (activities/training/update-step.ts)
  *
  * What it leaves out is exactly what Troupe adds: workflow and activity
  * round trips, heartbeats, Postgres writes and reads of episodes, exporting and
@@ -26,7 +27,8 @@ import { loadTeam } from '../../agents/teams';
 import { buildStepBatch } from '../../activities/training/batch';
 import { scoredEpisode } from '../../activities/training/control';
 import { planEvalEpisodes, planTrainEpisodes, type EpisodeSpec } from '../../activities/training/plan';
-import { engineSettings, generateOne, modelKey, type EngineApi } from '../../activities/training/pool';
+import { generateOne, type EngineApi } from '../../activities/training/pool';
+import { modelKey, needsReference, scoreRequest, skipReason, updateRequest, updateSamples } from '../../activities/training/update-step';
 import type { StoredEpisode } from '../../activities/store/trajectories';
 import { loadTasks } from '../../activities/tasks';
 import { executeTool } from '../../activities/tools';
@@ -153,14 +155,11 @@ export async function trainInProcess(engine: EngineApi, input: RunConfigInput & 
     await Promise.all(
       models.map(async (model) => {
         const sequences = batch.models[model] ?? [];
-        if (sequences.every((q) => q.weights.every((w) => w === 0))) return; // Troupe skips these too
+        if (skipReason(sequences)) return;
         const s = settings.models[model]!;
-        let samples = sequences.map((q) => ({ context: q.context, tokens: q.tokens, lossMask: q.mask, advantages: q.advantages, oldLogprobs: q.oldLogprobs, lossWeights: q.weights }));
-        if (s.kl.type !== 'none' && s.kl.coef !== 0) {
-          const ref = await engine.score({ modelKey: modelKey(runId, model), version: 0, sequences: sequences.map((q) => ({ context: q.context, tokens: q.tokens })) });
-          samples = samples.map((b, i) => ({ ...b, refLogprobs: ref.sequences[i]!.logprobs }));
-        }
-        const res = await engine.update({ modelKey: modelKey(runId, model), baseVersion: versions[model]!, requestId: `${runId}/${model}/step${step}`, allowStaleBase: true, samples, settings: engineSettings(s) });
+        const ref = needsReference(s) ? await engine.score(scoreRequest(modelKey(runId, model), 0, sequences)) : undefined;
+        const samples = updateSamples(sequences, ref?.sequences.map((q) => q.logprobs));
+        const res = await engine.update(updateRequest({ runId, model, step, baseVersion: versions[model]! }, samples, s));
         versions[model] = res.info.version;
         gradNorm[model] = res.metrics.gradNorm;
       }),

@@ -11,6 +11,7 @@ import { connectRuns, readConfigFile, startTrainingRun, summaryJson, summaryLine
 import { writePlot } from '../plot';
 import { upWithCurrentTeams } from '../teams';
 import { loadTeam } from '../../agents/teams';
+import { ESTIMATOR_NAMES } from '../../rl/advantages/registry';
 
 export function runIdFor(team: string, now = new Date()): string {
   const t = now.toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15);
@@ -41,7 +42,7 @@ export default defineCommand({
     groups: { type: 'number', valueName: 'N', example: '16', description: 'task groups per step' },
     'group-size': { type: 'number', valueName: 'G', example: '8', description: 'episodes per task group' },
     rollout: { type: 'string', valueName: 'MODE', description: 'batched (default) or durable' },
-    estimator: { type: 'string', valueName: 'NAME', description: 'grpo, mc-grpo, gdpo, rloo, reinforce++-baseline' },
+    estimator: { type: 'string', valueName: 'NAME', description: ESTIMATOR_NAMES.join(', ') },
     scope: { type: 'string', valueName: 'SCOPE', description: 'group-agent (Dr. MAS, default), group, batch' },
     lr: { type: 'number', valueName: 'X', example: '0.001', description: 'learning rate of every model' },
     seed: { type: 'number', valueName: 'N', example: '0', description: 'run seed' },

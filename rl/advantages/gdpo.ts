@@ -44,5 +44,6 @@ export const gdpoEstimator: AdvantageEstimator = {
   name: 'gdpo',
   summary: 'per-component (r − mean)/(std + 1e-4) per set, weighted sum, then batch renormalization',
   supportsNormalizeStd: false,
+  perComponent: true,
   estimate: gdpo,
 };

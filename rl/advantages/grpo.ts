@@ -28,5 +28,6 @@ export const grpoEstimator: AdvantageEstimator = {
   name: 'grpo',
   summary: '(s − mean)/(std + 1e-6) per set; normalizeStd=false is Dr. GRPO',
   supportsNormalizeStd: true,
+  perComponent: false,
   estimate: grpo,
 };

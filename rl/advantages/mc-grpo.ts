@@ -51,5 +51,6 @@ export const mcGrpoEstimator: AdvantageEstimator = {
   name: 'mc-grpo',
   summary: '(s − median)/(MAD + 1e-3) per set; the median sample (pivot) is not trained',
   supportsNormalizeStd: true,
+  perComponent: false,
   estimate: mcGrpo,
 };

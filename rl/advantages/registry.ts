@@ -3,7 +3,9 @@
  * estimator for the whole batch) or `computeAdvantagesByAgent` (one per
  * role); both validate input, resolve options and dispatch by name. No
  * estimator is special-cased here or at any call site: everything an
- * estimator needs (scope, pivots, whitening) happens inside it.
+ * estimator needs (scope, pivots, whitening) happens inside it, and what a
+ * caller must know about it is a capability it declares (types.ts), read
+ * through the registry (`estimatorsWith`, `getEstimator(name).perComponent`).
  *
  * Simplified: the registry is a fixed table; there is no runtime
  * registration, so the set of names is known when config is validated.
@@ -25,16 +27,24 @@ import {
   type ResolvedAdvantageOptions,
 } from './types';
 
-export const ESTIMATOR_NAMES = ['grpo', 'mc-grpo', 'gdpo', 'rloo', 'reinforce++-baseline'] as const;
-export type EstimatorName = (typeof ESTIMATOR_NAMES)[number];
-
-export const ESTIMATORS: Readonly<Record<EstimatorName, AdvantageEstimator>> = {
+/** The registry: a new estimator is its own file plus one line here. */
+export const ESTIMATORS = {
   grpo: grpoEstimator,
   'mc-grpo': mcGrpoEstimator,
   gdpo: gdpoEstimator,
   rloo: rlooEstimator,
   'reinforce++-baseline': reinforcePlusPlusBaselineEstimator,
-};
+} as const satisfies Readonly<Record<string, AdvantageEstimator>>;
+export type EstimatorName = keyof typeof ESTIMATORS;
+export const ESTIMATOR_NAMES = Object.keys(ESTIMATORS) as [EstimatorName, ...EstimatorName[]];
+
+/** A yes/no property an estimator declares (e.g. `supportsNormalizeStd`). */
+export type EstimatorCapability = { [K in keyof AdvantageEstimator]: AdvantageEstimator[K] extends boolean ? K : never }[keyof AdvantageEstimator];
+
+/** The estimators that declare `capability`, in registry order: for help texts and messages. */
+export function estimatorsWith(capability: EstimatorCapability): EstimatorName[] {
+  return ESTIMATOR_NAMES.filter((name) => ESTIMATORS[name][capability]);
+}
 
 export function isEstimatorName(name: unknown): name is EstimatorName {
   return typeof name === 'string' && Object.prototype.hasOwnProperty.call(ESTIMATORS, name);
@@ -42,6 +52,13 @@ export function isEstimatorName(name: unknown): name is EstimatorName {
 
 export function unknownEstimatorMessage(name: unknown): string {
   return `unknown estimator ${describe(name)}; known: ${ESTIMATOR_NAMES.join(', ')}`;
+}
+
+/** Why `normalizeStd` is refused for an estimator that does not support it. */
+export function normalizeStdMessage(name: string): string {
+  const names = estimatorsWith('supportsNormalizeStd');
+  const list = names.length > 1 ? `${names.slice(0, -1).join(', ')} and ${names.at(-1)}` : names.join('');
+  return `is not an option of ${name} (only ${list})`;
 }
 
 /** The estimator registered under `name`; throws listing the known names. */
@@ -76,7 +93,7 @@ export function resolveOptions(
     if (typeof o.normalizeStd !== 'boolean')
       issues.add(`${path}.normalizeStd`, `must be a boolean, got ${describe(o.normalizeStd)}`);
     else if (!estimator.supportsNormalizeStd)
-      issues.add(`${path}.normalizeStd`, `is not an option of ${estimator.name} (only grpo and mc-grpo)`);
+      issues.add(`${path}.normalizeStd`, normalizeStdMessage(estimator.name));
   }
   for (const key of Object.keys(o))
     if (key !== 'weights' && key !== 'scope' && key !== 'normalizeStd')

@@ -46,5 +46,6 @@ export const reinforcePlusPlusBaselineEstimator: AdvantageEstimator = {
   name: 'reinforce++-baseline',
   summary: 's − set mean, then whitened over all trainable tokens of the batch',
   supportsNormalizeStd: false,
+  perComponent: false,
   estimate: reinforcePlusPlusBaseline,
 };

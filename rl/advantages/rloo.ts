@@ -26,5 +26,6 @@ export const rlooEstimator: AdvantageEstimator = {
   name: 'rloo',
   summary: 'n/(n − 1)·(s − mean) per set; singleton 0',
   supportsNormalizeStd: false,
+  perComponent: false,
   estimate: rloo,
 };

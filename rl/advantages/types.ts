@@ -62,5 +62,11 @@ export interface AdvantageEstimator {
   summary: string;
   /** Whether `normalizeStd: false` means something for this estimator. */
   supportsNormalizeStd: boolean;
+  /**
+   * Whether it normalizes each reward component on its own (GDPO), so its input
+   * must keep the components: roles with different reward weights cannot share
+   * one call on scores weighted beforehand (activities/training/batch.ts).
+   */
+  perComponent: boolean;
   estimate(samples: readonly Sample[], options: ResolvedAdvantageOptions): AdvantageResult;
 }

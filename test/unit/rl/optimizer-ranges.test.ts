@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { engineSettings } from '../../../activities/training/pool';
+import { engineSettings } from '../../../activities/training/update-step';
 import { updateSettings } from '../../../engines/onnx/validate';
 import type { UpdateSettingsInput } from '../../../engines/protocol/types';
 import { parseOverrides, resolveSettings } from '../../../schema/optimizer';

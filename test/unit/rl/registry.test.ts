@@ -2,7 +2,7 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { computeAdvantages, computeAdvantagesByAgent, ESTIMATOR_NAMES, getEstimator } from '../../../rl/advantages/registry';
+import { computeAdvantages, computeAdvantagesByAgent, ESTIMATOR_NAMES, estimatorsWith, getEstimator, normalizeStdMessage } from '../../../rl/advantages/registry';
 import { RlInputError } from '../../../rl/errors';
 import { assertClose, sample } from './helpers';
 
@@ -18,6 +18,12 @@ test('an unknown estimator name is rejected, listing the known ones', () => {
       e instanceof RlInputError &&
       e.message === 'estimator: unknown estimator "ppo-gae"; known: grpo, mc-grpo, gdpo, rloo, reinforce++-baseline',
   );
+});
+
+test('capabilities are declared by the estimators and read through the registry', () => {
+  assert.deepEqual(estimatorsWith('supportsNormalizeStd'), ['grpo', 'mc-grpo']);
+  assert.deepEqual(estimatorsWith('perComponent'), ['gdpo']);
+  assert.equal(normalizeStdMessage('rloo'), 'is not an option of rloo (only grpo and mc-grpo)');
 });
 
 test('options are checked against the estimator', () => {

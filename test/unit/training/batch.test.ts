@@ -83,6 +83,20 @@ describe('buildStepBatch', () => {
     assert.deepEqual(batch.rewards.verifier, { judged: 5 }, 'logged rewards stay unweighted');
   });
 
+  it('estimates a per-component estimator (gdpo) role by role when the roles weigh rewards differently', () => {
+    const gdpo = checkAgainstTeam(parseRunConfig({ team: 'math', optimizer: { all: { estimator: { name: 'gdpo', scope: 'group' } }, agents: { verifier: { rewardWeights: { judged: 0.1 } } } } }), mathTeam());
+    // Role by role. Solver: correct [1, 0] -> A_correct = ±0.5/(sqrt(0.5) + 1e-4) = ±c; pre [c, -c] has mean 0 and
+    // unbiased std c·sqrt(2), so A = ±c/(c·sqrt(2) + 1e-4) ≈ ±0.7071. Verifier: judged [10, 0] -> ±5/(sqrt(50) + 1e-4),
+    // times its weight 0.1 = c', then the same. Scored beforehand with the weights, the four turns would share one
+    // set ([1, 1, 0, 0] by episode): ±0.866 instead.
+    const batch = buildStepBatch([episode(0, 0, 1, 10), episode(0, 1, 0, 0)], gdpo);
+    const renormalized = (c: number) => c / (c * Math.sqrt(2) + 1e-4);
+    const solver = renormalized(0.5 / (Math.sqrt(0.5) + 1e-4));
+    const verifier = renormalized((0.1 * 5) / (Math.sqrt(50) + 1e-4));
+    const first = batch.models.policy!.map((s) => s.advantages[0]!);
+    [solver, verifier, -solver, -verifier].forEach((x, i) => assert.ok(Math.abs(first[i]! - x) < 1e-12, `turn ${i}: ${first[i]} vs ${x}`));
+  });
+
   it('estimates each agent\'s policy entropy as the mean −log p of its sampled tokens, though both share one model', () => {
     const a = episode(0, 0, 1, 10);
     const b = episode(0, 1, 0, 0);
