@@ -213,7 +213,7 @@ function protocolStaleReason(repoRoot) {
   if (generated === undefined) return 'the engine protocol types are not generated';
   const proto = mtimeMs(path.join(repoRoot, PROTOCOL_DIR, 'engine.proto'));
   const packages = mtimeMs(path.join(repoRoot, 'node_modules', '.package-lock.json'));
-  if ((proto !== undefined && proto > generated) || (packages !== undefined && packages > generated)) return 'the engine protocol types are older than engine.proto';
+  if ((proto !== undefined && proto > generated) || (packages !== undefined && packages > generated)) return 'the engine protocol types are older than engine.proto or the installed packages';
   return undefined;
 }
 
