@@ -3,7 +3,9 @@
 // Shared by cli/bin.js (the `troupe` command) and infra/test.js (`npm test`).
 //
 // ensurePackages(repoRoot): runs `npm ci` when node_modules is missing or older
-// than package-lock.json. ensureDashboardBuild(repoRoot): then builds the dashboard's
+// than package-lock.json. ensureProtocolTypes(repoRoot): then generates the engine
+// protocol's TypeScript messages from engines/protocol/engine.proto when they are
+// missing or older than it. ensureDashboardBuild(repoRoot): then builds the dashboard's
 // page with Vite when dashboard/dist is missing or older than its sources. npm writes node_modules/.package-lock.json at the end of
 // every install, so its mtime is when node_modules was last brought in line with a
 // lockfile. A lock file in the temp dir (one per clone) keeps two concurrent
@@ -195,4 +197,85 @@ function ensureDashboardBuild(repoRoot, log = (line) => process.stderr.write(lin
   );
 }
 
-module.exports = { ensurePackages, packagesStaleReason, ensureDashboardBuild, dashboardStaleReason, withLockFile, pidAlive };
+// ---- engine protocol types ----
+
+const PROTOCOL_DIR = path.join('engines', 'protocol');
+/** The generated module: engines/protocol/gen/engine.ts (ignored by git, like dashboard/dist). */
+const PROTOCOL_OUT = path.join(PROTOCOL_DIR, 'gen', 'engine.ts');
+// ts-proto's options: camelCase fields, uint64 as decimal strings (seeds span all 64 bits),
+// enums by name, bytes as Uint8Array, a generic service definition (engines/protocol/proto.ts
+// builds grpc-js's from it), no JSON codecs.
+const TS_PROTO_OPTIONS = ['forceLong=string', 'stringEnums=true', 'outputServices=generic-definitions', 'outputJsonMethods=false'];
+
+/** Why the protocol types need (re)generating, or undefined when they are up to date. */
+function protocolStaleReason(repoRoot) {
+  const generated = mtimeMs(path.join(repoRoot, PROTOCOL_OUT));
+  if (generated === undefined) return 'the engine protocol types are not generated';
+  const proto = mtimeMs(path.join(repoRoot, PROTOCOL_DIR, 'engine.proto'));
+  const packages = mtimeMs(path.join(repoRoot, 'node_modules', '.package-lock.json'));
+  if ((proto !== undefined && proto > generated) || (packages !== undefined && packages > generated)) return 'the engine protocol types are older than engine.proto or the installed packages';
+  return undefined;
+}
+
+/**
+ * Generates engines/protocol/gen/engine.ts from engine.proto with ts-proto, through the
+ * buf CLI (both npm packages: no protoc needed). Run after ensurePackages; exits on failure.
+ * Writes aside and renames, so a concurrent reader never sees half a file.
+ */
+function ensureProtocolTypes(repoRoot, log = (line) => process.stderr.write(line + '\n')) {
+  if (!protocolStaleReason(repoRoot)) return false;
+  const id = crypto.createHash('sha1').update(path.resolve(repoRoot)).digest('hex').slice(0, 12);
+  return withLockFile(
+    path.join(os.tmpdir(), `troupe-protocol-gen-${id}.lock`),
+    (pid) => log(`troupe: waiting for another protocol generation (pid ${pid}) to finish...`),
+    () => {
+      const reason = protocolStaleReason(repoRoot);
+      if (!reason) return false;
+      log(`troupe: ${reason}; generating them...`);
+      const out = path.join(repoRoot, PROTOCOL_OUT);
+      const aside = fs.mkdtempSync(path.join(path.dirname(path.dirname(out)), '.gen-'));
+      const plugin = path.join(repoRoot, 'node_modules', 'ts-proto', 'protoc-gen-ts_proto');
+      const template = { version: 'v2', plugins: [{ local: [process.execPath, plugin], out: aside, opt: TS_PROTO_OPTIONS }] };
+      const buf = path.join(repoRoot, 'node_modules', '@bufbuild', 'buf', 'bin', 'buf');
+      const r = spawnSync(process.execPath, [buf, 'generate', path.join(repoRoot, PROTOCOL_DIR), '--template', JSON.stringify(template)], {
+        cwd: repoRoot,
+        encoding: 'utf8',
+        stdio: ['ignore', 2, 2],
+      });
+      try {
+        if (r.error || r.status !== 0) {
+          log(`troupe: generating the engine protocol types failed (${r.error ? r.error.message : `exit ${r.status}`}; output above)`);
+          log(`  → fix it, then run \`node infra/install.js\` in ${repoRoot}`);
+          process.exit(r.status || 1);
+        }
+        fs.mkdirSync(path.dirname(out), { recursive: true });
+        fs.renameSync(path.join(aside, 'engine.ts'), out);
+      } finally {
+        fs.rmSync(aside, { recursive: true, force: true });
+      }
+      return true;
+    },
+  );
+}
+
+/** Everything a fresh clone needs before its TypeScript runs or typechecks, in order. */
+function ensureInstalled(repoRoot, log) {
+  ensurePackages(repoRoot, log);
+  ensureProtocolTypes(repoRoot, log);
+  ensureDashboardBuild(repoRoot, log);
+}
+
+// `node infra/install.js` (npm run typecheck runs it first)
+if (require.main === module) ensureInstalled(path.join(__dirname, '..'));
+
+module.exports = {
+  ensureInstalled,
+  ensurePackages,
+  packagesStaleReason,
+  ensureProtocolTypes,
+  protocolStaleReason,
+  ensureDashboardBuild,
+  dashboardStaleReason,
+  withLockFile,
+  pidAlive,
+};

@@ -1,8 +1,8 @@
 #!/usr/bin/env node
 'use strict';
 // `npm test` — plain JavaScript, no dependencies at load time:
-//   1. installs packages if node_modules is missing or stale, and builds the dashboard's page
-//      if it is (infra/install.js, as cli/bin.js does);
+//   1. installs packages if node_modules is missing or stale, generates the engine protocol's
+//      types and builds the dashboard's page if they are (infra/install.js, as cli/bin.js does);
 //   2. for integration tests: makes sure the Temporal CLI exists (the users' code path:
 //      TROUPE_TEMPORAL_BIN → PATH → cache → go install), and picks the test PostgreSQL server
 //      (TROUPE_TEST_DATABASE_URL → postgres://postgres@127.0.0.1:5432/postgres → embedded);
@@ -12,7 +12,7 @@
 const fs = require('node:fs');
 const path = require('node:path');
 const { spawn } = require('node:child_process');
-const { ensurePackages, ensureDashboardBuild } = require('./install.js');
+const { ensurePackages, ensureProtocolTypes, ensureDashboardBuild } = require('./install.js');
 
 const repoRoot = path.resolve(__dirname, '..');
 const log = (line) => process.stderr.write(line + '\n');
@@ -35,6 +35,7 @@ function findTests(dir) {
 async function main() {
   const filters = process.argv.slice(2);
   ensurePackages(repoRoot, log);
+  ensureProtocolTypes(repoRoot, log);
   ensureDashboardBuild(repoRoot, log);
 
   const all = [...findTests('test/unit'), ...findTests('test/integration')];

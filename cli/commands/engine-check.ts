@@ -58,7 +58,7 @@ export default defineCommand({
     if (values.json) console.log(JSON.stringify(report, null, 2));
     else {
       const c = report.capabilities;
-      if (c) log(`engine: ${c.engine} (protocol ${c.protocol_version})`);
+      if (c) log(`engine: ${c.engine} (protocol ${c.protocolVersion})`);
       console.log(formatSummary(report));
     }
     return report.counts.fail === 0 ? 0 : 1;

@@ -7,11 +7,12 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { pathToFileURL } from 'node:url';
-import type * as P from '../protocol/proto';
-import { BASE_SEED, Context, expect, Fail, HEX64, ok, sha256Hex, Skip, type UpdateFixture } from './context';
+import * as P from '../protocol/proto';
+import type { DeepPartial } from '../protocol/proto';
+import { BASE_SEED, Context, expect, Fail, HEX64, ok, sha256Hex, Skip, type Spec, type UpdateFixture } from './context';
 import { FAMILY_NAMES, normalizeModelSpec } from '../families';
 import * as wire from '../protocol/wire';
-import { describeError, protoRpcNames, type WireError } from './wire-client';
+import { describeError, protoRpcNames, type Req, type WireError } from './wire-client';
 
 /** abort.generate: an Abort sent this long after the Generate it names finds it, if the engine is reading its messages at all. */
 const QUEUED_ABORT_AFTER_MS = 20;
@@ -28,14 +29,15 @@ export interface Check {
 
 // ---------- helpers ----------
 
-type Seq = { context: number[]; seed: string; sampling?: P.WireSamplingParams | null };
+type Sampling = DeepPartial<P.SamplingParams>;
+type Seq = { context: number[]; seed: string; sampling?: Sampling | undefined };
 
 interface GenReq {
-  model_key: string;
+  modelKey: string;
   version: string;
   sequences: Seq[];
-  sampling: P.WireSamplingParams | null;
-  request_id?: string;
+  sampling: Sampling | undefined;
+  requestId?: string;
 }
 
 const MAX_U64 = '18446744073709551615';
@@ -43,10 +45,10 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const fmt = (x: number) => (x === 0 ? '0' : Math.abs(x) < 1e-3 || Math.abs(x) >= 1e4 ? x.toExponential(2) : x.toPrecision(4));
 
 function generate(ctx: Context, req: GenReq, timeoutMs?: number) {
-  return ctx.client.unary<P.WireGenerateResponse>('Generate', req, timeoutMs);
+  return ctx.client.unary('Generate', req, timeoutMs);
 }
 
-async function generateOk(ctx: Context, req: GenReq, what = 'Generate'): Promise<P.WireGenerateResponse> {
+async function generateOk(ctx: Context, req: GenReq, what = 'Generate'): Promise<P.GenerateResponse> {
   const res = ok(await generate(ctx, req), what);
   const problems = sequenceProblems(req, res, await ctx.vocab());
   if (problems.length) throw new Fail(`${what}: ${problems.slice(0, 3).join('; ')}${problems.length > 3 ? ` (+${problems.length - 3} more)` : ''}`);
@@ -58,7 +60,7 @@ async function generateOk(ctx: Context, req: GenReq, what = 'Generate'): Promise
  * log-prob ranges, token ids, versions, stop reasons. ABORTED sequences only
  * when `allowAborted`.
  */
-export function sequenceProblems(req: GenReq, res: P.WireGenerateResponse, V: number, allowAborted = false): string[] {
+export function sequenceProblems(req: GenReq, res: P.GenerateResponse, V: number, allowAborted = false): string[] {
   const out: string[] = [];
   if (String(res.version) !== String(req.version)) out.push(`response version ${res.version}, requested ${req.version}`);
   if (res.sequences.length !== req.sequences.length) {
@@ -68,45 +70,45 @@ export function sequenceProblems(req: GenReq, res: P.WireGenerateResponse, V: nu
   res.sequences.forEach((s, i) => {
     const at = `sequences[${i}]`;
     const sampling = req.sequences[i]!.sampling ?? req.sampling ?? {};
-    const max = sampling.max_tokens ?? 0;
-    const stops = new Set(sampling.stop_tokens ?? []);
+    const max = sampling.maxTokens ?? 0;
+    const stops = new Set(sampling.stopTokens ?? []);
     const n = s.tokens.length;
     if (String(s.version) !== String(req.version)) out.push(`${at}.version ${s.version}, requested ${req.version}`);
     if (n > max) out.push(`${at}: ${n} tokens > max_tokens ${max}`);
     if (s.logprobs.length !== n) out.push(`${at}: ${s.logprobs.length} logprobs for ${n} tokens`);
-    if (s.sample_logprobs.length !== n) out.push(`${at}: ${s.sample_logprobs.length} sample_logprobs for ${n} tokens`);
+    if (s.sampleLogprobs.length !== n) out.push(`${at}: ${s.sampleLogprobs.length} sample_logprobs for ${n} tokens`);
     const badTok = s.tokens.findIndex((t) => !(t >= 0 && t < V));
     if (badTok >= 0) out.push(`${at}.tokens[${badTok}] = ${s.tokens[badTok]} outside [0, ${V - 1}]`);
     const badLp = s.logprobs.findIndex((x) => !(Number.isFinite(x) && x <= 0));
     if (badLp >= 0) out.push(`${at}.logprobs[${badLp}] = ${s.logprobs[badLp]}, expected finite <= 0`);
-    const badSlp = s.sample_logprobs.findIndex((x) => !(Number.isFinite(x) && x <= 1e-6));
-    if (badSlp >= 0) out.push(`${at}.sample_logprobs[${badSlp}] = ${s.sample_logprobs[badSlp]}, expected finite <= 0`);
+    const badSlp = s.sampleLogprobs.findIndex((x) => !(Number.isFinite(x) && x <= 1e-6));
+    if (badSlp >= 0) out.push(`${at}.sample_logprobs[${badSlp}] = ${s.sampleLogprobs[badSlp]}, expected finite <= 0`);
     const earlyStop = s.tokens.slice(0, -1).findIndex((t) => stops.has(t));
-    if (earlyStop >= 0 && s.stop_reason !== 'ABORTED') out.push(`${at}: stop token ${s.tokens[earlyStop]} at position ${earlyStop}, generation went on`);
-    if (s.stop_reason === 'ABORTED') {
+    if (earlyStop >= 0 && s.stopReason !== 'ABORTED') out.push(`${at}: stop token ${s.tokens[earlyStop]} at position ${earlyStop}, generation went on`);
+    if (s.stopReason === 'ABORTED') {
       if (!allowAborted) out.push(`${at}: stop_reason ABORTED without an Abort`);
       return;
     }
     const last = s.tokens[n - 1];
     const expected = n > 0 && stops.has(last!) ? 'STOP_TOKEN' : n === max ? 'MAX_TOKENS' : undefined;
-    if (expected === undefined) out.push(`${at}: ${n} of max ${max} tokens, last ${last} not a stop token, stop_reason ${s.stop_reason}`);
-    else if (s.stop_reason !== expected) out.push(`${at}: stop_reason ${s.stop_reason}, expected ${expected} (${n}/${max} tokens, last ${last}, stop_tokens [${[...stops]}])`);
+    if (expected === undefined) out.push(`${at}: ${n} of max ${max} tokens, last ${last} not a stop token, stop_reason ${s.stopReason}`);
+    else if (s.stopReason !== expected) out.push(`${at}: stop_reason ${s.stopReason}, expected ${expected} (${n}/${max} tokens, last ${last}, stop_tokens [${[...stops]}])`);
   });
   return out;
 }
 
 /** First difference of two sequence lists, bit for bit, or undefined. */
-function firstDifference(a: P.WireGeneratedSequence[], b: P.WireGeneratedSequence[]): string | undefined {
+function firstDifference(a: P.GeneratedSequence[], b: P.GeneratedSequence[]): string | undefined {
   if (a.length !== b.length) return `${a.length} vs ${b.length} sequences`;
   for (let i = 0; i < a.length; i++) {
     const x = a[i]!;
     const y = b[i]!;
     if (x.tokens.join() !== y.tokens.join()) return `sequences[${i}].tokens [${x.tokens}] vs [${y.tokens}]`;
-    for (const f of ['logprobs', 'sample_logprobs'] as const) {
+    for (const f of ['logprobs', 'sampleLogprobs'] as const) {
       const j = x[f].findIndex((v, k) => !Object.is(v, y[f][k]));
       if (j >= 0 || x[f].length !== y[f].length) return `sequences[${i}].${f}[${j}] ${x[f][j]} vs ${y[f][j]}`;
     }
-    if (x.stop_reason !== y.stop_reason) return `sequences[${i}].stop_reason ${x.stop_reason} vs ${y.stop_reason}`;
+    if (x.stopReason !== y.stopReason) return `sequences[${i}].stop_reason ${x.stopReason} vs ${y.stopReason}`;
   }
   return undefined;
 }
@@ -118,29 +120,29 @@ function contexts(V: number): number[][] {
 }
 
 /** Update samples from a Generate on (key, version): advantages ±1, old_logprobs = the generated ones, token-mean weights. */
-async function updateSamples(ctx: Context, key: string, version: string): Promise<P.WireUpdateSample[]> {
+async function updateSamples(ctx: Context, key: string, version: string): Promise<P.UpdateSample[]> {
   const V = await ctx.vocab();
   const cs = contexts(V).slice(0, 3);
   const res = await generateOk(ctx, {
-    model_key: key,
+    modelKey: key,
     version,
     sequences: cs.map((c, i) => ({ context: c, seed: String(500 + i) })),
-    sampling: { temperature: 1, max_tokens: 6 },
+    sampling: { temperature: 1, maxTokens: 6 },
   });
   // the first sample's last token is context only (loss_mask 0): not trained, not counted
   const total = res.sequences.reduce((n, s) => n + s.tokens.length, 0) - 1;
   return res.sequences.map((s, i) => ({
     context: cs[i]!,
     tokens: s.tokens,
-    loss_mask: s.tokens.map((_, t) => (i === 0 && t === s.tokens.length - 1 ? 0 : 1)),
+    lossMask: s.tokens.map((_, t) => (i === 0 && t === s.tokens.length - 1 ? 0 : 1)),
     advantages: s.tokens.map(() => (i % 2 === 0 ? 1 : -1)),
-    old_logprobs: s.logprobs,
-    loss_weights: s.tokens.map(() => 1 / total),
-    ref_logprobs: [],
+    oldLogprobs: s.logprobs,
+    lossWeights: s.tokens.map(() => 1 / total),
+    refLogprobs: [],
   }));
 }
 
-function metricProblems(m: P.WireUpdateMetrics | null | undefined, at: string): string[] {
+function metricProblems(m: P.UpdateMetrics | null | undefined, at: string): string[] {
   if (!m) return [`${at}: missing`];
   return Object.entries(m)
     .filter(([, v]) => typeof v !== 'number' || !Number.isFinite(v))
@@ -152,27 +154,26 @@ function firstUpdate(ctx: Context): Promise<UpdateFixture> {
   return ctx.once('update', async () => {
     await ctx.requireRpcs('Update', 'Generate');
     const base = await ctx.initModel('train');
-    const request: P.WireUpdateRequest = {
-      model_key: base.key,
-      base_version: '0',
-      request_id: ctx.key('update-1'),
-      allow_stale_base: false,
+    const request = P.UpdateRequest.fromPartial({
+      modelKey: base.key,
+      baseVersion: '0',
+      requestId: ctx.key('update-1'),
       samples: await updateSamples(ctx, base.key, '0'),
       settings: { lr: 0.01 },
-    };
-    const response = ok(await ctx.client.unary<P.WireUpdateResponse>('Update', request), 'Update from version 0');
+    });
+    const response = ok(await ctx.client.unary('Update', request), 'Update from version 0');
     return { key: base.key, base, request, response };
   });
 }
 
-const sameInfo = (a: P.WireVersionInfo | null, b: P.WireVersionInfo | null) =>
-  !!a && !!b && String(a.version) === String(b.version) && a.weights_sha256 === b.weights_sha256 && a.optimizer_sha256 === b.optimizer_sha256;
+const sameInfo = (a: P.VersionInfo | undefined, b: P.VersionInfo | undefined) =>
+  !!a && !!b && String(a.version) === String(b.version) && a.weightsSha256 === b.weightsSha256 && a.optimizerSha256 === b.optimizerSha256;
 
-function loadRequest(key: string, version: string, spec: P.WireModelSpec, m: Partial<P.WireLoadVersionRequest>): P.WireLoadVersionRequest {
-  return { model_key: key, version, spec, weights: Buffer.alloc(0), optimizer_state: Buffer.alloc(0), weights_sha256: '', weights_ref: null, optimizer_state_ref: null, ...m };
+function loadRequest(key: string, version: string, spec: Spec, m: Req<'LoadVersion'>): Req<'LoadVersion'> {
+  return { modelKey: key, version, spec, weights: Buffer.alloc(0), optimizerState: Buffer.alloc(0), weightsSha256: '', ...m };
 }
 
-function writeFile(ctx: Context, name: string, bytes: Uint8Array): P.WireBlobReference {
+function writeFile(ctx: Context, name: string, bytes: Uint8Array): P.BlobReference {
   const file = path.join(ctx.tmpDir(), name);
   fs.writeFileSync(file, bytes);
   return { uri: pathToFileURL(file).href, size: String(bytes.length), sha256: sha256Hex(bytes) };
@@ -183,26 +184,26 @@ function writeFile(ctx: Context, name: string, bytes: Uint8Array): P.WireBlobRef
  * when the engine hosts it (about 2 s to make on 2 CPU cores), else a one-layer
  * transformer (about 6 s).
  */
-function bigSpec(families: string[]): P.WireModelSpec | undefined {
-  if (families.includes('tiny-lm')) return { family: 'tiny-lm', vocab_size: 16, config_json: JSON.stringify({ contextWindow: 8, embedDim: 128, hiddenDim: 1100 }) };
+function bigSpec(families: string[]): Spec | undefined {
+  if (families.includes('tiny-lm')) return { family: 'tiny-lm', vocabSize: 16, configJson: JSON.stringify({ contextWindow: 8, embedDim: 128, hiddenDim: 1100 }) };
   if (families.includes('transformer')) {
-    return { family: 'transformer', vocab_size: 16, config_json: JSON.stringify({ width: 256, layers: 1, heads: 4, maxSeq: 32, positions: 'rope', norm: 'rmsnorm', mlp: 'swiglu' }) };
+    return { family: 'transformer', vocabSize: 16, configJson: JSON.stringify({ width: 256, layers: 1, heads: 4, maxSeq: 32, positions: 'rope', norm: 'rmsnorm', mlp: 'swiglu' }) };
   }
   return undefined;
 }
 
 /** The big model, made once, and its ExportVersionChunks stream with each message's encoded size. */
-function bigExport(ctx: Context): Promise<{ info: P.WireVersionInfo; messages: P.WireExportVersionChunk[]; sizes: number[]; initMs: number }> {
+function bigExport(ctx: Context): Promise<{ info: P.VersionInfo; messages: P.ExportVersionChunk[]; sizes: number[]; initMs: number }> {
   return ctx.once('big', async () => {
     await ctx.requireRpcs('InitModel', 'ExportVersionChunks');
     const spec = bigSpec((await ctx.capabilities()).families);
     if (!spec) throw new Skip('the engine hosts neither tiny-lm nor transformer: no big spec known');
     const key = ctx.key('big');
     const t0 = Date.now();
-    const info = ok(await ctx.client.unary<P.WireVersionInfo>('InitModel', { model_key: key, spec, seed: '7' }, 120_000), 'InitModel of the big model');
+    const info = ok(await ctx.client.unary('InitModel', { modelKey: key, spec, seed: '7' }, 120_000), 'InitModel of the big model');
     const initMs = Date.now() - t0;
-    expect(info.param_count * 4 > GRPC_DEFAULT_MAX_MESSAGE, `the big model has ${info.param_count} params: not over 4 MiB`);
-    const o = await ctx.client.serverStream<P.WireExportVersionChunk>('ExportVersionChunks', { model_key: key, version: '0' }, 120_000);
+    expect(info.paramCount * 4 > GRPC_DEFAULT_MAX_MESSAGE, `the big model has ${info.paramCount} params: not over 4 MiB`);
+    const o = await ctx.client.serverStream('ExportVersionChunks', { modelKey: key, version: '0' }, 120_000);
     return { info, messages: ok(o, 'ExportVersionChunks of the big model'), sizes: o.sizes, initMs };
   });
 }
@@ -220,8 +221,8 @@ export const CHECKS: Check[] = [
       const h = await ctx.health();
       expect(h.status === 'SERVING', `status ${JSON.stringify(h.status)}, expected "SERVING"`);
       expect(h.device !== '', 'device empty');
-      expect(Number.isFinite(h.uptime_s) && h.uptime_s >= 0, `uptime_s ${h.uptime_s}`);
-      return `device ${h.device}${h.fell_back ? ` (fell back from ${h.requested_device}: ${h.fallback_reason})` : ''}`;
+      expect(Number.isFinite(h.uptimeS) && h.uptimeS >= 0, `uptime_s ${h.uptimeS}`);
+      return `device ${h.device}${h.fellBack ? ` (fell back from ${h.requestedDevice}: ${h.fallbackReason})` : ''}`;
     },
   },
   {
@@ -232,17 +233,17 @@ export const CHECKS: Check[] = [
       expect(h.capabilities, 'Health.capabilities missing');
       const c = h.capabilities;
       const problems: string[] = [];
-      if (c.protocol_version !== 2) problems.push(`protocol_version ${c.protocol_version}, expected 2`);
+      if (c.protocolVersion !== 2) problems.push(`protocol_version ${c.protocolVersion}, expected 2`);
       if (!c.engine) problems.push('engine name empty');
       const names = protoRpcNames();
-      const unknown = c.rpcs.filter((r) => !names.includes(r));
+      const unknown = c.rpcs.filter((r) => !(names as string[]).includes(r));
       if (c.rpcs.length === 0) problems.push('rpcs empty');
       if (unknown.length) problems.push(`rpcs not in engine.proto: ${unknown.join(', ')}`);
       if (c.families.length === 0) problems.push('families empty');
-      if (!['bit-identical', 'tolerance'].includes(c.score_matches_generate)) problems.push(`score_matches_generate ${JSON.stringify(c.score_matches_generate)}, expected "bit-identical" or "tolerance"`);
-      if (c.score_matches_generate === 'tolerance' && !(Number.isFinite(c.score_tolerance) && c.score_tolerance >= 0)) problems.push(`score_tolerance ${c.score_tolerance}`);
+      if (!['bit-identical', 'tolerance'].includes(c.scoreMatchesGenerate)) problems.push(`score_matches_generate ${JSON.stringify(c.scoreMatchesGenerate)}, expected "bit-identical" or "tolerance"`);
+      if (c.scoreMatchesGenerate === 'tolerance' && !(Number.isFinite(c.scoreTolerance) && c.scoreTolerance >= 0)) problems.push(`score_tolerance ${c.scoreTolerance}`);
       expect(problems.length === 0, problems.join('; '));
-      return `${c.engine}; ${c.rpcs.length} rpcs; families ${c.families.join(', ')}; deterministic ${c.deterministic}; score ${c.score_matches_generate}${c.score_matches_generate === 'tolerance' ? ` ${fmt(c.score_tolerance)}` : ''}; by reference ${c.weights_by_reference}`;
+      return `${c.engine}; ${c.rpcs.length} rpcs; families ${c.families.join(', ')}; deterministic ${c.deterministic}; score ${c.scoreMatchesGenerate}${c.scoreMatchesGenerate === 'tolerance' ? ` ${fmt(c.scoreTolerance)}` : ''}; by reference ${c.weightsByReference}`;
     },
   },
   {
@@ -271,8 +272,8 @@ export const CHECKS: Check[] = [
     async run(ctx) {
       await ctx.requireRpcs('Stats');
       const base = await ctx.base();
-      const s = ok(await ctx.client.unary<P.WireStatsResponse>('Stats', {}), 'Stats');
-      const m = s.models.find((x) => x.model_key === base.key);
+      const s = ok(await ctx.client.unary('Stats', {}), 'Stats');
+      const m = s.models.find((x) => x.modelKey === base.key);
       expect(m, `Stats.models has no entry for ${base.key} (${s.models.length} models)`);
       expect(m.versions.map(String).includes('0'), `Stats.models[${base.key}].versions [${m.versions}], expected to include 0`);
       return `${s.models.length} models; device ${s.device}`;
@@ -285,11 +286,11 @@ export const CHECKS: Check[] = [
     async run(ctx) {
       await ctx.requireRpcs('Generate');
       const base = await ctx.base();
-      const before = ok(await ctx.client.unary<P.WireHealthResponse>('Health', {}), 'Health');
-      await generateOk(ctx, { model_key: base.key, version: '0', sampling: { temperature: 1, max_tokens: 3 }, sequences: [{ context: [1], seed: '9' }] });
-      const after = ok(await ctx.client.unary<P.WireHealthResponse>('Health', {}), 'Health');
-      expect(BigInt(after.device_runs) > BigInt(before.device_runs), `device_runs ${before.device_runs} → ${after.device_runs} across a Generate`);
-      return `device_runs ${before.device_runs} → ${after.device_runs}`;
+      const before = ok(await ctx.client.unary('Health', {}), 'Health');
+      await generateOk(ctx, { modelKey: base.key, version: '0', sampling: { temperature: 1, maxTokens: 3 }, sequences: [{ context: [1], seed: '9' }] });
+      const after = ok(await ctx.client.unary('Health', {}), 'Health');
+      expect(BigInt(after.deviceRuns) > BigInt(before.deviceRuns), `device_runs ${before.deviceRuns} → ${after.deviceRuns} across a Generate`);
+      return `device_runs ${before.deviceRuns} → ${after.deviceRuns}`;
     },
   },
 
@@ -305,28 +306,28 @@ export const CHECKS: Check[] = [
       if (!info.spec) problems.push('spec missing');
       else {
         if (info.spec.family !== spec.family) problems.push(`spec.family ${JSON.stringify(info.spec.family)}, sent ${JSON.stringify(spec.family)}`);
-        if (info.spec.vocab_size !== spec.vocab_size) problems.push(`spec.vocab_size ${info.spec.vocab_size}, sent ${spec.vocab_size}`);
+        if (info.spec.vocabSize !== spec.vocabSize) problems.push(`spec.vocab_size ${info.spec.vocabSize}, sent ${spec.vocabSize}`);
         let cfg: Record<string, unknown> | undefined;
         try {
-          cfg = JSON.parse(info.spec.config_json || 'null');
+          cfg = JSON.parse(info.spec.configJson || 'null');
         } catch {
-          problems.push(`spec.config_json not JSON: ${JSON.stringify(info.spec.config_json).slice(0, 80)}`);
+          problems.push(`spec.config_json not JSON: ${JSON.stringify(info.spec.configJson).slice(0, 80)}`);
         }
         if (cfg !== undefined) {
-          if (!cfg || typeof cfg !== 'object') problems.push(`spec.config_json ${JSON.stringify(info.spec.config_json).slice(0, 80)} is not an object`);
+          if (!cfg || typeof cfg !== 'object') problems.push(`spec.config_json ${JSON.stringify(info.spec.configJson).slice(0, 80)} is not an object`);
           else {
-            const sent = JSON.parse(spec.config_json || '{}') as Record<string, unknown>;
+            const sent = JSON.parse(spec.configJson || '{}') as Record<string, unknown>;
             const diff = Object.keys(sent).filter((k) => JSON.stringify(cfg[k]) !== JSON.stringify(sent[k]));
             if (diff.length) problems.push(`spec.config_json differs from the sent config at ${diff.map((k) => `${k} (${JSON.stringify(cfg[k])} vs ${JSON.stringify(sent[k])})`).join(', ')}`);
           }
         }
       }
-      if (!(info.param_count > 0)) problems.push(`param_count ${info.param_count}`);
-      if (!HEX64.test(info.weights_sha256)) problems.push(`weights_sha256 ${JSON.stringify(info.weights_sha256)} not 64 lowercase hex`);
-      if (!HEX64.test(info.optimizer_sha256)) problems.push(`optimizer_sha256 ${JSON.stringify(info.optimizer_sha256)} not 64 lowercase hex`);
-      if (info.optimizer_step !== 0) problems.push(`optimizer_step ${info.optimizer_step}, expected 0`);
+      if (!(info.paramCount > 0)) problems.push(`param_count ${info.paramCount}`);
+      if (!HEX64.test(info.weightsSha256)) problems.push(`weights_sha256 ${JSON.stringify(info.weightsSha256)} not 64 lowercase hex`);
+      if (!HEX64.test(info.optimizerSha256)) problems.push(`optimizer_sha256 ${JSON.stringify(info.optimizerSha256)} not 64 lowercase hex`);
+      if (info.optimizerStep !== 0) problems.push(`optimizer_step ${info.optimizerStep}, expected 0`);
       expect(problems.length === 0, problems.join('; '));
-      return `${info.param_count} params; config ${info.spec?.config_json}`;
+      return `${info.paramCount} params; config ${info.spec?.configJson}`;
     },
   },
   {
@@ -334,8 +335,8 @@ export const CHECKS: Check[] = [
     title: 'InitModel repeated with the same key, spec and seed returns the same version 0',
     async run(ctx) {
       const base = await ctx.base();
-      const again = ok(await ctx.client.unary<P.WireVersionInfo>('InitModel', { model_key: base.key, spec: await ctx.spec(), seed: BASE_SEED }), 'repeated InitModel');
-      expect(sameInfo(again, base.info), `repeat gave v${again.version} sha ${again.weights_sha256.slice(0, 12)}…, first v${base.info.version} sha ${base.info.weights_sha256.slice(0, 12)}…`);
+      const again = ok(await ctx.client.unary('InitModel', { modelKey: base.key, spec: await ctx.spec(), seed: BASE_SEED }), 'repeated InitModel');
+      expect(sameInfo(again, base.info), `repeat gave v${again.version} sha ${again.weightsSha256.slice(0, 12)}…, first v${base.info.version} sha ${base.info.weightsSha256.slice(0, 12)}…`);
     },
   },
   {
@@ -344,8 +345,8 @@ export const CHECKS: Check[] = [
     async run(ctx) {
       await ctx.requireDeterministic();
       const base = await ctx.base();
-      const info = ok(await ctx.client.unary<P.WireVersionInfo>('InitModel', { model_key: ctx.key('init-same-seed'), spec: await ctx.spec(), seed: BASE_SEED }), 'InitModel');
-      expect(info.weights_sha256 === base.info.weights_sha256, `sha ${info.weights_sha256.slice(0, 12)}…, expected ${base.info.weights_sha256.slice(0, 12)}… (same spec and seed)`);
+      const info = ok(await ctx.client.unary('InitModel', { modelKey: ctx.key('init-same-seed'), spec: await ctx.spec(), seed: BASE_SEED }), 'InitModel');
+      expect(info.weightsSha256 === base.info.weightsSha256, `sha ${info.weightsSha256.slice(0, 12)}…, expected ${base.info.weightsSha256.slice(0, 12)}… (same spec and seed)`);
     },
   },
   {
@@ -355,9 +356,9 @@ export const CHECKS: Check[] = [
       await ctx.requireRpcs('InitModel');
       const base = await ctx.base();
       const spec = await ctx.spec();
-      const info = ok(await ctx.client.unary<P.WireVersionInfo>('InitModel', { model_key: ctx.key('init-other-seed'), spec, seed: '4321' }), 'InitModel seed 4321');
-      expect(info.weights_sha256 !== base.info.weights_sha256, `seed 4321 gave the same weights sha as seed ${BASE_SEED}`);
-      await ctx.expectError('InitModel of the base key with another seed', () => ctx.client.unary('InitModel', { model_key: base.key, spec, seed: '4321' }), 'FAILED_PRECONDITION', 'VERSION_CONFLICT');
+      const info = ok(await ctx.client.unary('InitModel', { modelKey: ctx.key('init-other-seed'), spec, seed: '4321' }), 'InitModel seed 4321');
+      expect(info.weightsSha256 !== base.info.weightsSha256, `seed 4321 gave the same weights sha as seed ${BASE_SEED}`);
+      await ctx.expectError('InitModel of the base key with another seed', () => ctx.client.unary('InitModel', { modelKey: base.key, spec, seed: '4321' }), 'FAILED_PRECONDITION', 'VERSION_CONFLICT');
     },
   },
 
@@ -368,19 +369,19 @@ export const CHECKS: Check[] = [
       await ctx.requireRpcs('InitModel');
       const spec = await ctx.spec();
       if (!FAMILY_NAMES.includes(spec.family ?? '')) throw new Skip(`family ${spec.family} is not one of Troupe's (${FAMILY_NAMES.join(', ')}): no reference normalization`);
-      const sparse: P.WireModelSpec =
+      const sparse: Spec =
         spec.family === 'transformer'
-          ? { family: 'transformer', vocab_size: 12, config_json: JSON.stringify({ width: 16, layers: 1, heads: 2, maxSeq: 16 }) }
-          : { family: spec.family, vocab_size: 12, config_json: '{}' };
+          ? { family: 'transformer', vocabSize: 12, configJson: JSON.stringify({ width: 16, layers: 1, heads: 2, maxSeq: 16 }) }
+          : { family: spec.family, vocabSize: 12, configJson: '{}' };
       const problems: string[] = [];
       for (const [name, sent, info] of [
         ['test', spec, (await ctx.base()).info],
-        ['sparse', sparse, ok(await ctx.client.unary<P.WireVersionInfo>('InitModel', { model_key: ctx.key('sparse'), spec: sparse, seed: '1' }), 'InitModel of a sparse spec')],
+        ['sparse', sparse, ok(await ctx.client.unary('InitModel', { modelKey: ctx.key('sparse'), spec: sparse, seed: '1' }), 'InitModel of a sparse spec')],
       ] as const) {
-        const want = JSON.parse(wire.specToWire(normalizeModelSpec(wire.specFromWire(sent))).config_json!) as Record<string, unknown>;
+        const want = JSON.parse(wire.specToWire(normalizeModelSpec(wire.specFromWire(P.ModelSpec.fromPartial(sent)))).configJson!) as Record<string, unknown>;
         let got: Record<string, unknown> = {};
         try {
-          got = JSON.parse(info.spec?.config_json || '{}');
+          got = JSON.parse(info.spec?.configJson || '{}');
         } catch {
           problems.push(`${name}: config_json not JSON`);
           continue;
@@ -400,21 +401,21 @@ export const CHECKS: Check[] = [
       await ctx.requireRpcs('InitModel');
       if (!(await ctx.capabilities()).families.includes('tiny-lm')) throw new Skip('the engine does not host tiny-lm');
       const info = ok(
-        await ctx.client.unary<P.WireVersionInfo>('InitModel', { model_key: ctx.key('v1-spec'), spec: { family: '', vocab_size: 16, context_window: 4, embed_dim: 8, hidden_dim: 16 }, seed: '1' }),
+        await ctx.client.unary('InitModel', { modelKey: ctx.key('v1-spec'), spec: { family: '', vocabSize: 16, contextWindow: 4, embedDim: 8, hiddenDim: 16 }, seed: '1' }),
         'InitModel of a v1 tiny-lm spec',
       );
       let cfg: Record<string, unknown> = {};
       try {
-        cfg = JSON.parse(info.spec?.config_json || '{}');
+        cfg = JSON.parse(info.spec?.configJson || '{}');
       } catch {
-        throw new Fail(`config_json ${JSON.stringify(info.spec?.config_json)} not JSON`);
+        throw new Fail(`config_json ${JSON.stringify(info.spec?.configJson)} not JSON`);
       }
       expect(info.spec?.family === 'tiny-lm', `family ${JSON.stringify(info.spec?.family)}, expected "tiny-lm"`);
-      expect(cfg.contextWindow === 4 && cfg.embedDim === 8 && cfg.hiddenDim === 16, `config_json ${info.spec?.config_json}, expected contextWindow 4, embedDim 8, hiddenDim 16`);
+      expect(cfg.contextWindow === 4 && cfg.embedDim === 8 && cfg.hiddenDim === 16, `config_json ${info.spec?.configJson}, expected contextWindow 4, embedDim 8, hiddenDim 16`);
       if ((await ctx.capabilities()).rpcs.includes('Generate')) {
         // tiny-lm: an empty context is allowed, and its sliding window never fills (no CONTEXT_FULL)
-        const g = await generateOk(ctx, { model_key: info.model_key, version: '0', sampling: { temperature: 1, max_tokens: 40 }, sequences: [{ context: [], seed: '1' }, { context: [3], seed: '2' }] }, 'tiny-lm Generate (empty context, 40 tokens > window 4)');
-        expect(g.sequences.every((x) => x.tokens.length === 40 && x.stop_reason === 'MAX_TOKENS'), `tiny-lm: ${g.sequences.map((x) => `${x.tokens.length} ${x.stop_reason}`).join(', ')}, expected 40 MAX_TOKENS`);
+        const g = await generateOk(ctx, { modelKey: info.modelKey, version: '0', sampling: { temperature: 1, maxTokens: 40 }, sequences: [{ context: [], seed: '1' }, { context: [3], seed: '2' }] }, 'tiny-lm Generate (empty context, 40 tokens > window 4)');
+        expect(g.sequences.every((x) => x.tokens.length === 40 && x.stopReason === 'MAX_TOKENS'), `tiny-lm: ${g.sequences.map((x) => `${x.tokens.length} ${x.stopReason}`).join(', ')}, expected 40 MAX_TOKENS`);
       }
     },
   },
@@ -425,9 +426,9 @@ export const CHECKS: Check[] = [
     async run(ctx) {
       const { info, weights, optimizerState } = await ctx.base();
       const problems: string[] = [];
-      if (sha256Hex(weights) !== info.weights_sha256) problems.push(`sha256(weights) ${sha256Hex(weights).slice(0, 12)}… != weights_sha256 ${info.weights_sha256.slice(0, 12)}…`);
-      if (weights.length !== 4 * info.param_count) problems.push(`${weights.length} weight bytes, expected 4 × ${info.param_count}`);
-      if (sha256Hex(optimizerState) !== info.optimizer_sha256) problems.push(`sha256(optimizer_state) != optimizer_sha256`);
+      if (sha256Hex(weights) !== info.weightsSha256) problems.push(`sha256(weights) ${sha256Hex(weights).slice(0, 12)}… != weights_sha256 ${info.weightsSha256.slice(0, 12)}…`);
+      if (weights.length !== 4 * info.paramCount) problems.push(`${weights.length} weight bytes, expected 4 × ${info.paramCount}`);
+      if (sha256Hex(optimizerState) !== info.optimizerSha256) problems.push(`sha256(optimizer_state) != optimizer_sha256`);
       expect(problems.length === 0, problems.join('; '));
       return `${weights.length} + ${optimizerState.length} bytes`;
     },
@@ -439,12 +440,12 @@ export const CHECKS: Check[] = [
       await ctx.requireRpcs('LoadVersion');
       const base = await ctx.base();
       const info = ok(
-        await ctx.client.unary<P.WireVersionInfo>('LoadVersion', loadRequest(ctx.key('loaded'), '0', await ctx.spec(), { weights: base.weights, optimizer_state: base.optimizerState, weights_sha256: base.info.weights_sha256 })),
+        await ctx.client.unary('LoadVersion', loadRequest(ctx.key('loaded'), '0', await ctx.spec(), { weights: base.weights, optimizerState: base.optimizerState, weightsSha256: base.info.weightsSha256 })),
         'LoadVersion',
       );
-      expect(sameInfo(info, base.info), `loaded v${info.version} sha ${info.weights_sha256.slice(0, 12)}… opt ${info.optimizer_sha256.slice(0, 12)}…, exported v0 ${base.info.weights_sha256.slice(0, 12)}… opt ${base.info.optimizer_sha256.slice(0, 12)}…`);
+      expect(sameInfo(info, base.info), `loaded v${info.version} sha ${info.weightsSha256.slice(0, 12)}… opt ${info.optimizerSha256.slice(0, 12)}…, exported v0 ${base.info.weightsSha256.slice(0, 12)}… opt ${base.info.optimizerSha256.slice(0, 12)}…`);
       const again = ok(
-        await ctx.client.unary<P.WireVersionInfo>('LoadVersion', loadRequest(ctx.key('loaded'), '0', await ctx.spec(), { weights: base.weights, optimizer_state: base.optimizerState })),
+        await ctx.client.unary('LoadVersion', loadRequest(ctx.key('loaded'), '0', await ctx.spec(), { weights: base.weights, optimizerState: base.optimizerState })),
         'LoadVersion repeated (idempotent for identical bytes)',
       );
       expect(sameInfo(again, base.info), 'repeated LoadVersion gave other version info');
@@ -456,12 +457,12 @@ export const CHECKS: Check[] = [
     async run(ctx) {
       await ctx.requireRpcs('ExportVersionChunks');
       const base = await ctx.base();
-      const o = await ctx.client.serverStream<P.WireExportVersionChunk>('ExportVersionChunks', { model_key: base.key, version: '0' });
+      const o = await ctx.client.serverStream('ExportVersionChunks', { modelKey: base.key, version: '0' });
       const msgs = ok(o, 'ExportVersionChunks');
       expect(msgs.length > 0 && msgs[0]!.info, `first chunk has no info (${msgs.length} messages)`);
       expect(sameInfo(msgs[0]!.info, base.info), 'chunk info differs from ExportVersion\'s');
       const w = Buffer.concat(msgs.map((m) => Buffer.from(m.weights)));
-      const s = Buffer.concat(msgs.map((m) => Buffer.from(m.optimizer_state)));
+      const s = Buffer.concat(msgs.map((m) => Buffer.from(m.optimizerState)));
       expect(w.equals(base.weights), `joined weights ${w.length} bytes sha ${sha256Hex(w).slice(0, 12)}… != unary ${base.weights.length} bytes`);
       expect(s.equals(base.optimizerState), `joined optimizer_state ${s.length} bytes != unary ${base.optimizerState.length} bytes`);
       return `${msgs.length} messages`;
@@ -473,15 +474,15 @@ export const CHECKS: Check[] = [
     async run(ctx) {
       await ctx.requireRpcs('LoadVersionChunks');
       const base = await ctx.base();
-      const header = loadRequest(ctx.key('chunk-loaded'), '0', await ctx.spec(), { weights_sha256: base.info.weights_sha256 });
+      const header = loadRequest(ctx.key('chunk-loaded'), '0', await ctx.spec(), { weightsSha256: base.info.weightsSha256 });
       const size = Math.max(1, Math.ceil(base.weights.length / 5));
       // bytes in the header's message too, odd offsets, and one message carrying both weights and optimizer bytes
-      const msgs: P.WireLoadVersionChunk[] = [{ header, weights: base.weights.subarray(0, 3), optimizer_state: Buffer.alloc(0) }];
-      for (let o = 3; o < base.weights.length; o += size) msgs.push({ header: null, weights: base.weights.subarray(o, o + size), optimizer_state: Buffer.alloc(0) });
-      msgs[msgs.length - 1]!.optimizer_state = base.optimizerState.subarray(0, 5);
-      for (let o = 5; o < base.optimizerState.length; o += size * 2) msgs.push({ header: null, weights: Buffer.alloc(0), optimizer_state: base.optimizerState.subarray(o, o + size * 2) });
-      const info = ok(await ctx.client.clientStream<P.WireVersionInfo>('LoadVersionChunks', msgs), 'LoadVersionChunks');
-      expect(sameInfo(info, base.info), `loaded sha ${info.weights_sha256.slice(0, 12)}… opt ${info.optimizer_sha256.slice(0, 12)}…, expected ${base.info.weights_sha256.slice(0, 12)}… opt ${base.info.optimizer_sha256.slice(0, 12)}…`);
+      const msgs: Req<'LoadVersionChunks'>[] = [{ header, weights: base.weights.subarray(0, 3), optimizerState: Buffer.alloc(0) }];
+      for (let o = 3; o < base.weights.length; o += size) msgs.push({ header: undefined, weights: base.weights.subarray(o, o + size), optimizerState: Buffer.alloc(0) });
+      msgs[msgs.length - 1]!.optimizerState = base.optimizerState.subarray(0, 5);
+      for (let o = 5; o < base.optimizerState.length; o += size * 2) msgs.push({ header: undefined, weights: Buffer.alloc(0), optimizerState: base.optimizerState.subarray(o, o + size * 2) });
+      const info = ok(await ctx.client.clientStream('LoadVersionChunks', msgs), 'LoadVersionChunks');
+      expect(sameInfo(info, base.info), `loaded sha ${info.weightsSha256.slice(0, 12)}… opt ${info.optimizerSha256.slice(0, 12)}…, expected ${base.info.weightsSha256.slice(0, 12)}… opt ${base.info.optimizerSha256.slice(0, 12)}…`);
       return `${msgs.length} chunks`;
     },
   },
@@ -495,14 +496,14 @@ export const CHECKS: Check[] = [
       // a directory that does not exist yet: the proto says the engine creates it
       const dir = path.join(ctx.tmpDir(), 'export', 'new');
       const res = ok(
-        await ctx.client.unary<P.WireExportVersionResponse>('ExportVersion', { model_key: base.key, version: '0', destination_uri: pathToFileURL(dir).href }),
+        await ctx.client.unary('ExportVersion', { modelKey: base.key, version: '0', destinationUri: pathToFileURL(dir).href }),
         'ExportVersion by reference',
       );
       const problems: string[] = [];
-      if (res.weights.length || res.optimizer_state.length) problems.push(`response also carries ${res.weights.length} + ${res.optimizer_state.length} bytes`);
+      if (res.weights.length || res.optimizerState.length) problems.push(`response also carries ${res.weights.length} + ${res.optimizerState.length} bytes`);
       if (!sameInfo(res.info, base.info)) problems.push('info differs from ExportVersion\'s');
-      const refs = { weights_ref: res.weights_ref, optimizer_state_ref: res.optimizer_state_ref };
-      const expected = { weights_ref: base.weights, optimizer_state_ref: base.optimizerState };
+      const refs = { weightsRef: res.weightsRef, optimizerStateRef: res.optimizerStateRef };
+      const expected = { weightsRef: base.weights, optimizerStateRef: base.optimizerState };
       for (const [name, ref] of Object.entries(refs)) {
         if (!ref) {
           problems.push(`${name} missing`);
@@ -529,19 +530,19 @@ export const CHECKS: Check[] = [
       }
       expect(problems.length === 0, problems.join('; '));
       const info = ok(
-        await ctx.client.unary<P.WireVersionInfo>('LoadVersion', loadRequest(ctx.key('ref-loaded'), '0', await ctx.spec(), { weights_ref: res.weights_ref!, optimizer_state_ref: res.optimizer_state_ref! })),
+        await ctx.client.unary('LoadVersion', loadRequest(ctx.key('ref-loaded'), '0', await ctx.spec(), { weightsRef: res.weightsRef!, optimizerStateRef: res.optimizerStateRef! })),
         'LoadVersion by reference',
       );
-      expect(sameInfo(info, base.info), `loaded by reference: sha ${info.weights_sha256.slice(0, 12)}…, expected ${base.info.weights_sha256.slice(0, 12)}…`);
+      expect(sameInfo(info, base.info), `loaded by reference: sha ${info.weightsSha256.slice(0, 12)}…, expected ${base.info.weightsSha256.slice(0, 12)}…`);
       await ctx.expectError(
         'ExportVersion to an http:// destination',
-        () => ctx.client.unary('ExportVersion', { model_key: base.key, version: '0', destination_uri: 'http://127.0.0.1:1/troupe' }),
+        () => ctx.client.unary('ExportVersion', { modelKey: base.key, version: '0', destinationUri: 'http://127.0.0.1:1/troupe' }),
         'FAILED_PRECONDITION',
         'REFERENCE_UNREADABLE',
       );
       await ctx.expectError(
         'ExportVersion to a destination under a regular file',
-        () => ctx.client.unary('ExportVersion', { model_key: base.key, version: '0', destination_uri: pathToFileURL(path.join(writeFileRef(ctx), 'sub')).href }),
+        () => ctx.client.unary('ExportVersion', { modelKey: base.key, version: '0', destinationUri: pathToFileURL(path.join(writeFileRef(ctx), 'sub')).href }),
         'FAILED_PRECONDITION',
         'REFERENCE_UNREADABLE',
       );
@@ -556,13 +557,13 @@ export const CHECKS: Check[] = [
       const base = await ctx.base();
       const spec = await ctx.spec();
       const ref = writeFile(ctx, 'weights.bin', base.weights);
-      const cases: [string, P.WireBlobReference][] = [
+      const cases: [string, P.BlobReference][] = [
         ['wrong sha256', { ...ref, sha256: sha256Hex(Buffer.from('not these weights')) }],
         ['wrong size', { ...ref, size: String(base.weights.length + 4) }],
         ['missing file', { ...ref, uri: pathToFileURL(path.join(ctx.tmpDir(), 'no-such-file.bin')).href }],
       ];
       for (const [what, r] of cases) {
-        await ctx.expectError(`LoadVersion by a weights_ref with a ${what}`, () => ctx.client.unary('LoadVersion', loadRequest(ctx.key('bad-ref'), '0', spec, { weights_ref: r })), 'FAILED_PRECONDITION', 'REFERENCE_UNREADABLE');
+        await ctx.expectError(`LoadVersion by a weights_ref with a ${what}`, () => ctx.client.unary('LoadVersion', loadRequest(ctx.key('bad-ref'), '0', spec, { weightsRef: r })), 'FAILED_PRECONDITION', 'REFERENCE_UNREADABLE');
       }
     },
   },
@@ -575,7 +576,7 @@ export const CHECKS: Check[] = [
       const spec = await ctx.spec();
       await ctx.expectError(
         'LoadVersion with a wrong weights_sha256',
-        () => ctx.client.unary('LoadVersion', loadRequest(ctx.key('bad-sha'), '0', spec, { weights: base.weights, weights_sha256: sha256Hex(Buffer.from('other')) })),
+        () => ctx.client.unary('LoadVersion', loadRequest(ctx.key('bad-sha'), '0', spec, { weights: base.weights, weightsSha256: sha256Hex(Buffer.from('other')) })),
         'INVALID_ARGUMENT',
         'INVALID_REQUEST',
       );
@@ -596,7 +597,7 @@ export const CHECKS: Check[] = [
       );
       await ctx.expectError(
         'LoadVersion with an optimizer_state that is not "TRAD"',
-        () => ctx.client.unary('LoadVersion', loadRequest(ctx.key('bad-optimizer'), '0', spec, { weights: base.weights, optimizer_state: Buffer.from('not an optimizer state') })),
+        () => ctx.client.unary('LoadVersion', loadRequest(ctx.key('bad-optimizer'), '0', spec, { weights: base.weights, optimizerState: Buffer.from('not an optimizer state') })),
         'INVALID_ARGUMENT',
         'INVALID_REQUEST',
       );
@@ -623,18 +624,18 @@ export const CHECKS: Check[] = [
       const base = await ctx.base();
       const [c0, c1, c2, c3] = contexts(await ctx.vocab());
       const req: GenReq = {
-        model_key: base.key,
+        modelKey: base.key,
         version: '0',
-        sampling: { temperature: 1, max_tokens: 8 },
+        sampling: { temperature: 1, maxTokens: 8 },
         sequences: [
           { context: c0!, seed: '11' },
-          { context: c1!, seed: '12', sampling: { temperature: 0.7, top_k: 5, max_tokens: 6, stop_tokens: [3, 7] } },
-          { context: c2!, seed: MAX_U64, sampling: { temperature: 1.3, top_p: 0.9, max_tokens: 10, stop_tokens: [0] } },
-          { context: c3!, seed: '0', sampling: { temperature: 1, max_tokens: 12, stop_tokens: [1, 2, 4, 5, 6, 8] } },
+          { context: c1!, seed: '12', sampling: { temperature: 0.7, topK: 5, maxTokens: 6, stopTokens: [3, 7] } },
+          { context: c2!, seed: MAX_U64, sampling: { temperature: 1.3, topP: 0.9, maxTokens: 10, stopTokens: [0] } },
+          { context: c3!, seed: '0', sampling: { temperature: 1, maxTokens: 12, stopTokens: [1, 2, 4, 5, 6, 8] } },
         ],
       };
       const res = await generateOk(ctx, req);
-      return res.sequences.map((s) => `${s.tokens.length} ${s.stop_reason}`).join(', ');
+      return res.sequences.map((s) => `${s.tokens.length} ${s.stopReason}`).join(', ');
     },
   },
   {
@@ -644,9 +645,9 @@ export const CHECKS: Check[] = [
       await ctx.requireRpcs('Generate');
       const base = await ctx.base();
       const cs = contexts(await ctx.vocab());
-      const res = await generateOk(ctx, { model_key: base.key, version: '0', sampling: { temperature: 1, max_tokens: 7 }, sequences: cs.map((c, i) => ({ context: c, seed: String(20 + i) })) });
-      const wrong = res.sequences.findIndex((s) => s.tokens.length !== 7 || s.stop_reason !== 'MAX_TOKENS');
-      expect(wrong < 0, `sequences[${wrong}]: ${res.sequences[wrong]?.tokens.length} tokens ${res.sequences[wrong]?.stop_reason}, expected 7 MAX_TOKENS`);
+      const res = await generateOk(ctx, { modelKey: base.key, version: '0', sampling: { temperature: 1, maxTokens: 7 }, sequences: cs.map((c, i) => ({ context: c, seed: String(20 + i) })) });
+      const wrong = res.sequences.findIndex((s) => s.tokens.length !== 7 || s.stopReason !== 'MAX_TOKENS');
+      expect(wrong < 0, `sequences[${wrong}]: ${res.sequences[wrong]?.tokens.length} tokens ${res.sequences[wrong]?.stopReason}, expected 7 MAX_TOKENS`);
     },
   },
   {
@@ -657,9 +658,9 @@ export const CHECKS: Check[] = [
       const base = await ctx.base();
       const V = await ctx.vocab();
       const all = Array.from({ length: V }, (_, i) => i);
-      const res = await generateOk(ctx, { model_key: base.key, version: '0', sampling: { temperature: 1, max_tokens: 5, stop_tokens: all }, sequences: contexts(V).map((c, i) => ({ context: c, seed: String(30 + i) })) });
-      const wrong = res.sequences.findIndex((s) => s.tokens.length !== 1 || s.stop_reason !== 'STOP_TOKEN');
-      expect(wrong < 0, `sequences[${wrong}]: ${res.sequences[wrong]?.tokens.length} tokens ${res.sequences[wrong]?.stop_reason}, expected 1 STOP_TOKEN`);
+      const res = await generateOk(ctx, { modelKey: base.key, version: '0', sampling: { temperature: 1, maxTokens: 5, stopTokens: all }, sequences: contexts(V).map((c, i) => ({ context: c, seed: String(30 + i) })) });
+      const wrong = res.sequences.findIndex((s) => s.tokens.length !== 1 || s.stopReason !== 'STOP_TOKEN');
+      expect(wrong < 0, `sequences[${wrong}]: ${res.sequences[wrong]?.tokens.length} tokens ${res.sequences[wrong]?.stopReason}, expected 1 STOP_TOKEN`);
     },
   },
   {
@@ -669,10 +670,10 @@ export const CHECKS: Check[] = [
       await ctx.requireRpcs('Generate');
       const base = await ctx.base();
       const cs = contexts(await ctx.vocab());
-      const req = (seed: number): GenReq => ({ model_key: base.key, version: '0', sampling: { temperature: 0, max_tokens: 8 }, sequences: cs.map((c, i) => ({ context: c, seed: String(seed + i) })) });
+      const req = (seed: number): GenReq => ({ modelKey: base.key, version: '0', sampling: { temperature: 0, maxTokens: 8 }, sequences: cs.map((c, i) => ({ context: c, seed: String(seed + i) })) });
       const a = await generateOk(ctx, req(40));
-      const nonzero = a.sequences.findIndex((s) => s.sample_logprobs.some((x) => x !== 0));
-      expect(nonzero < 0, `sequences[${nonzero}].sample_logprobs [${a.sequences[nonzero]?.sample_logprobs.map(fmt)}], expected all 0`);
+      const nonzero = a.sequences.findIndex((s) => s.sampleLogprobs.some((x) => x !== 0));
+      expect(nonzero < 0, `sequences[${nonzero}].sample_logprobs [${a.sequences[nonzero]?.sampleLogprobs.map(fmt)}], expected all 0`);
       const b = await generateOk(ctx, req(90));
       const i = a.sequences.findIndex((s, k) => s.tokens.join() !== b.sequences[k]!.tokens.join());
       expect(i < 0, `greedy sequences[${i}] differs between seeds: [${a.sequences[i]?.tokens}] vs [${b.sequences[i]?.tokens}]`);
@@ -686,9 +687,9 @@ export const CHECKS: Check[] = [
       await ctx.requireRpcs('Generate');
       const base = await ctx.base();
       const [c0, c1, c2, c3] = contexts(await ctx.vocab());
-      const seq: Seq = { context: c0!, seed: '77', sampling: { temperature: 1, max_tokens: 10 } };
-      const seq2: Seq = { context: c3!, seed: '78', sampling: { temperature: 0.8, top_k: 6, top_p: 0.95, max_tokens: 7 } };
-      const one = (sequences: Seq[]): GenReq => ({ model_key: base.key, version: '0', sampling: null, sequences });
+      const seq: Seq = { context: c0!, seed: '77', sampling: { temperature: 1, maxTokens: 10 } };
+      const seq2: Seq = { context: c3!, seed: '78', sampling: { temperature: 0.8, topK: 6, topP: 0.95, maxTokens: 7 } };
+      const one = (sequences: Seq[]): GenReq => ({ modelKey: base.key, version: '0', sampling: undefined, sequences });
       const a = await generateOk(ctx, one([seq, seq2]));
       const b = await generateOk(ctx, one([seq, seq2]));
       let d = firstDifference(a.sequences, b.sequences);
@@ -696,19 +697,19 @@ export const CHECKS: Check[] = [
       const mixed = await generateOk(
         ctx,
         one([
-          { context: c1!, seed: '5', sampling: { temperature: 1, max_tokens: 3 } },
+          { context: c1!, seed: '5', sampling: { temperature: 1, maxTokens: 3 } },
           seq,
-          { context: c2!, seed: '6', sampling: { temperature: 0, max_tokens: 12 } },
-          { context: c0!, seed: '78', sampling: { temperature: 1, max_tokens: 10 } },
+          { context: c2!, seed: '6', sampling: { temperature: 0, maxTokens: 12 } },
+          { context: c0!, seed: '78', sampling: { temperature: 1, maxTokens: 10 } },
           seq2,
         ]),
       );
       d = firstDifference(a.sequences, [mixed.sequences[1]!, mixed.sequences[4]!]);
       expect(!d, `inside a mixed batch: ${d}`);
       const concurrent = await Promise.all([
-        generateOk(ctx, one([{ context: c2!, seed: '9', sampling: { temperature: 1, max_tokens: 11 } }])),
+        generateOk(ctx, one([{ context: c2!, seed: '9', sampling: { temperature: 1, maxTokens: 11 } }])),
         generateOk(ctx, one([seq])),
-        generateOk(ctx, one([{ context: c1!, seed: '8', sampling: { temperature: 1.5, max_tokens: 2 } }, seq2])),
+        generateOk(ctx, one([{ context: c1!, seed: '8', sampling: { temperature: 1.5, maxTokens: 2 } }, seq2])),
       ]);
       d = firstDifference(a.sequences, [concurrent[1].sequences[0]!, concurrent[2].sequences[1]!]);
       expect(!d, `in concurrent calls: ${d}`);
@@ -724,21 +725,21 @@ export const CHECKS: Check[] = [
       const base = await ctx.base();
       const V = await ctx.vocab();
       const cs = contexts(V);
-      const run = (sampling: P.WireSamplingParams) =>
-        generateOk(ctx, { model_key: base.key, version: '0', sampling: { max_tokens: 6, ...sampling }, sequences: cs.map((c, i) => ({ context: c, seed: String(300 + i) })) }, `Generate ${JSON.stringify(sampling)}`);
+      const run = (sampling: Sampling) =>
+        generateOk(ctx, { modelKey: base.key, version: '0', sampling: { maxTokens: 6, ...sampling }, sequences: cs.map((c, i) => ({ context: c, seed: String(300 + i) })) }, `Generate ${JSON.stringify(sampling)}`);
       const greedy = await run({ temperature: 0 });
-      for (const sampling of [{ temperature: 1, top_k: 1 }, { temperature: 1, top_p: 0.001 }]) {
+      for (const sampling of [{ temperature: 1, topK: 1 }, { temperature: 1, topP: 0.001 }]) {
         const r = await run(sampling);
-        const i = r.sequences.findIndex((s, k) => s.tokens.join() !== greedy.sequences[k]!.tokens.join() || s.sample_logprobs.some((x) => x !== 0));
-        expect(i < 0, `${JSON.stringify(sampling)}: sequences[${i}] tokens [${r.sequences[i]?.tokens}] sample_logprobs [${r.sequences[i]?.sample_logprobs.map(fmt)}], expected the greedy [${greedy.sequences[i]?.tokens}] with 0s`);
+        const i = r.sequences.findIndex((s, k) => s.tokens.join() !== greedy.sequences[k]!.tokens.join() || s.sampleLogprobs.some((x) => x !== 0));
+        expect(i < 0, `${JSON.stringify(sampling)}: sequences[${i}] tokens [${r.sequences[i]?.tokens}] sample_logprobs [${r.sequences[i]?.sampleLogprobs.map(fmt)}], expected the greedy [${greedy.sequences[i]?.tokens}] with 0s`);
       }
       const plain = await run({ temperature: 1 });
-      const tol = caps.score_matches_generate === 'tolerance' ? caps.score_tolerance : 0;
+      const tol = caps.scoreMatchesGenerate === 'tolerance' ? caps.scoreTolerance : 0;
       let max = 0;
-      for (const s of plain.sequences) s.logprobs.forEach((x, k) => (max = Math.max(max, Math.abs(x - s.sample_logprobs[k]!))));
+      for (const s of plain.sequences) s.logprobs.forEach((x, k) => (max = Math.max(max, Math.abs(x - s.sampleLogprobs[k]!))));
       expect(max <= Math.max(tol, 1e-6), `temperature 1, no top-k/top-p: max |sample_logprobs − logprobs| ${fmt(max)}`);
       if (caps.deterministic) {
-        const allK = await run({ temperature: 1, top_k: V + 5 });
+        const allK = await run({ temperature: 1, topK: V + 5 });
         const d = firstDifference(plain.sequences, allK.sequences);
         expect(!d, `top_k ${V + 5} (≥ V) differs from no top_k: ${d}`);
       }
@@ -752,12 +753,12 @@ export const CHECKS: Check[] = [
       const base = await ctx.base();
       const V = await ctx.vocab();
       const cs = contexts(V);
-      const samplings: P.WireSamplingParams[] = [
-        { temperature: 0.7, top_k: 5, max_tokens: 4 },
-        { temperature: 1.3, top_p: 0.7, max_tokens: 4 },
-        { temperature: 0.9, top_k: 8, top_p: 0.9, max_tokens: 4 },
+      const samplings: Sampling[] = [
+        { temperature: 0.7, topK: 5, maxTokens: 4 },
+        { temperature: 1.3, topP: 0.7, maxTokens: 4 },
+        { temperature: 0.9, topK: 8, topP: 0.9, maxTokens: 4 },
       ];
-      const gen = await generateOk(ctx, { model_key: base.key, version: '0', sampling: null, sequences: samplings.map((sp, i) => ({ context: cs[i]!, seed: String(340 + i), sampling: sp })) });
+      const gen = await generateOk(ctx, { modelKey: base.key, version: '0', sampling: undefined, sequences: samplings.map((sp, i) => ({ context: cs[i]!, seed: String(340 + i), sampling: sp })) });
       // every candidate token at every position: log p(v | prefix)
       const rows: { seq: number; t: number }[] = [];
       const scoreSeqs: { context: number[]; tokens: number[] }[] = [];
@@ -767,7 +768,7 @@ export const CHECKS: Check[] = [
           for (let v = 0; v < V; v++) scoreSeqs.push({ context: [...cs[i]!, ...g.tokens.slice(0, t)], tokens: [v] });
         }),
       );
-      const sc = ok(await ctx.client.unary<P.WireScoreResponse>('Score', { model_key: base.key, version: '0', sequences: scoreSeqs }), `Score of ${scoreSeqs.length} candidates`);
+      const sc = ok(await ctx.client.unary('Score', { modelKey: base.key, version: '0', sequences: scoreSeqs }), `Score of ${scoreSeqs.length} candidates`);
       const problems: string[] = [];
       let maxErr = 0;
       rows.forEach(({ seq, t }, r) => {
@@ -778,10 +779,10 @@ export const CHECKS: Check[] = [
         const m = Math.max(...scaled);
         const q = scaled.map((x) => Math.exp(x - m));
         const order = Array.from({ length: V }, (_, v) => v).sort((a, b) => q[b]! - q[a]! || a - b);
-        const k = sp.top_k && sp.top_k < V ? sp.top_k : V;
+        const k = sp.topK && sp.topK < V ? sp.topK : V;
         const kept = order.slice(0, k);
         const massK = kept.reduce((a, v) => a + q[v]!, 0);
-        const p = sp.top_p && sp.top_p < 1 ? sp.top_p : 2;
+        const p = sp.topP && sp.topP < 1 ? sp.topP : 2;
         let cum = 0;
         const nucleus: number[] = [];
         const boundary = new Set<number>(); // ranks within float noise of the top-p cut
@@ -798,9 +799,9 @@ export const CHECKS: Check[] = [
         }
         const set = nucleus.includes(tok) ? nucleus : [...nucleus, tok];
         const expected = Math.log(q[tok]! / set.reduce((a, v) => a + q[v]!, 0));
-        const err = Math.abs(expected - gen.sequences[seq]!.sample_logprobs[t]!);
+        const err = Math.abs(expected - gen.sequences[seq]!.sampleLogprobs[t]!);
         maxErr = Math.max(maxErr, err);
-        if (!(err <= 1e-4)) problems.push(`${at}: sample_logprob ${fmt(gen.sequences[seq]!.sample_logprobs[t]!)}, expected ${fmt(expected)} (renormalized over ${set.length} kept tokens)`);
+        if (!(err <= 1e-4)) problems.push(`${at}: sample_logprob ${fmt(gen.sequences[seq]!.sampleLogprobs[t]!)}, expected ${fmt(expected)} (renormalized over ${set.length} kept tokens)`);
       });
       expect(problems.length === 0, problems.slice(0, 3).join('; '));
       return `${rows.length} tokens, max |Δ| ${fmt(maxErr)}`;
@@ -813,17 +814,17 @@ export const CHECKS: Check[] = [
       await ctx.requireRpcs('Generate');
       const base = await ctx.base();
       const cs = contexts(await ctx.vocab());
-      const req = (sampling: P.WireSamplingParams): GenReq => ({ model_key: base.key, version: '0', sampling: { temperature: 1, max_tokens: 6, ...sampling }, sequences: cs.map((c, i) => ({ context: c, seed: String(320 + i) })) });
+      const req = (sampling: Sampling): GenReq => ({ modelKey: base.key, version: '0', sampling: { temperature: 1, maxTokens: 6, ...sampling }, sequences: cs.map((c, i) => ({ context: c, seed: String(320 + i) })) });
       const plain = await generateOk(ctx, req({}));
-      for (const top_p of [1, 0]) {
-        const off = await generateOk(ctx, req({ top_p }), `Generate with top_p ${top_p}`);
+      for (const topP of [1, 0]) {
+        const off = await generateOk(ctx, req({ topP }), `Generate with top_p ${topP}`);
         if ((await ctx.capabilities()).deterministic) {
           const d = firstDifference(plain.sequences, off.sequences);
-          expect(!d, `top_p ${top_p} differs from no top_p: ${d}`);
+          expect(!d, `top_p ${topP} differs from no top_p: ${d}`);
         }
       }
-      for (const top_p of [1.5, -0.1]) {
-        const e = await ctx.expectError(`Generate with top_p ${top_p}`, () => ctx.client.unary('Generate', req({ top_p })), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
+      for (const topP of [1.5, -0.1]) {
+        const e = await ctx.expectError(`Generate with top_p ${topP}`, () => ctx.client.unary('Generate', req({ topP })), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
         expect(/top_p/.test(e.message), `message ${JSON.stringify(e.message)} does not name top_p`);
       }
     },
@@ -834,15 +835,15 @@ export const CHECKS: Check[] = [
     async run(ctx) {
       await ctx.requireRpcs('Generate');
       const caps = await ctx.capabilities();
-      if (!(caps.max_batch >= 1)) throw new Skip('capabilities.max_batch is 0 (no fixed limit)');
-      if (caps.max_batch > 2048) throw new Skip(`max_batch ${caps.max_batch}: too many sequences for a quick check`);
+      if (!(caps.maxBatch >= 1)) throw new Skip('capabilities.max_batch is 0 (no fixed limit)');
+      if (caps.maxBatch > 2048) throw new Skip(`max_batch ${caps.maxBatch}: too many sequences for a quick check`);
       const base = await ctx.base();
       const V = await ctx.vocab();
-      const n = caps.max_batch + 1;
+      const n = caps.maxBatch + 1;
       const seqs: Seq[] = Array.from({ length: n }, (_, i) => ({ context: [1 + (i % (V - 1))], seed: String(5000 + i) }));
-      const res = await generateOk(ctx, { model_key: base.key, version: '0', sampling: { temperature: 1, max_tokens: 2 }, sequences: seqs }, `Generate of ${n} sequences`);
+      const res = await generateOk(ctx, { modelKey: base.key, version: '0', sampling: { temperature: 1, maxTokens: 2 }, sequences: seqs }, `Generate of ${n} sequences`);
       if (caps.deterministic) {
-        const alone = await generateOk(ctx, { model_key: base.key, version: '0', sampling: { temperature: 1, max_tokens: 2 }, sequences: [seqs[n - 1]!] });
+        const alone = await generateOk(ctx, { modelKey: base.key, version: '0', sampling: { temperature: 1, maxTokens: 2 }, sequences: [seqs[n - 1]!] });
         const d = firstDifference([res.sequences[n - 1]!], alone.sequences);
         expect(!d, `sequence ${n - 1} of ${n} vs alone: ${d}`);
       }
@@ -860,7 +861,7 @@ export const CHECKS: Check[] = [
       const V = await ctx.vocab();
       const cs = contexts(V);
       const seqs = cs.map((c, i) => ({ context: c, tokens: Array.from({ length: 3 + i }, (_, k) => (k * 5 + i) % V) }));
-      const res = ok(await ctx.client.unary<P.WireScoreResponse>('Score', { model_key: base.key, version: '0', sequences: seqs }), 'Score');
+      const res = ok(await ctx.client.unary('Score', { modelKey: base.key, version: '0', sequences: seqs }), 'Score');
       const problems: string[] = [];
       if (String(res.version) !== '0') problems.push(`version ${res.version}, expected 0`);
       if (res.sequences.length !== seqs.length) problems.push(`${res.sequences.length} sequences for ${seqs.length}`);
@@ -884,15 +885,15 @@ export const CHECKS: Check[] = [
       const caps = await ctx.capabilities();
       const base = await ctx.base();
       const cs = contexts(await ctx.vocab());
-      const samplings: P.WireSamplingParams[] = [
-        { temperature: 1, max_tokens: 12 },
-        { temperature: 0.7, top_k: 4, max_tokens: 10 },
-        { temperature: 1.2, top_p: 0.8, max_tokens: 9 },
-        { temperature: 0, max_tokens: 8 },
+      const samplings: Sampling[] = [
+        { temperature: 1, maxTokens: 12 },
+        { temperature: 0.7, topK: 4, maxTokens: 10 },
+        { temperature: 1.2, topP: 0.8, maxTokens: 9 },
+        { temperature: 0, maxTokens: 8 },
       ];
-      const gen = await generateOk(ctx, { model_key: base.key, version: '0', sampling: null, sequences: cs.map((c, i) => ({ context: c, seed: String(60 + i), sampling: samplings[i] })) });
+      const gen = await generateOk(ctx, { modelKey: base.key, version: '0', sampling: undefined, sequences: cs.map((c, i) => ({ context: c, seed: String(60 + i), sampling: samplings[i] })) });
       const sc = ok(
-        await ctx.client.unary<P.WireScoreResponse>('Score', { model_key: base.key, version: '0', sequences: cs.map((c, i) => ({ context: c, tokens: gen.sequences[i]!.tokens })) }),
+        await ctx.client.unary('Score', { modelKey: base.key, version: '0', sequences: cs.map((c, i) => ({ context: c, tokens: gen.sequences[i]!.tokens })) }),
         'Score',
       );
       let max = 0;
@@ -908,12 +909,12 @@ export const CHECKS: Check[] = [
           if (!(d <= max)) max = Number.isNaN(d) ? NaN : d;
         });
       });
-      if (caps.score_matches_generate === 'bit-identical') {
+      if (caps.scoreMatchesGenerate === 'bit-identical') {
         expect(differ === 0, `${differ} of ${n} log-probs differ (max |Δ| ${fmt(max)}), capabilities say bit-identical`);
         return `bit-identical over ${n} tokens`;
       }
-      expect(max <= caps.score_tolerance, `max |Δ| ${fmt(max)} > score_tolerance ${fmt(caps.score_tolerance)} over ${n} tokens`);
-      return `max |Δ| ${fmt(max)} (tolerance ${fmt(caps.score_tolerance)}; ${differ}/${n} not bit-equal)`;
+      expect(max <= caps.scoreTolerance, `max |Δ| ${fmt(max)} > score_tolerance ${fmt(caps.scoreTolerance)} over ${n} tokens`);
+      return `max |Δ| ${fmt(max)} (tolerance ${fmt(caps.scoreTolerance)}; ${differ}/${n} not bit-equal)`;
     },
   },
 
@@ -924,30 +925,30 @@ export const CHECKS: Check[] = [
     async run(ctx) {
       const u = await firstUpdate(ctx);
       const r = u.response;
-      const trained = u.request.samples.reduce((n, s) => n + s.loss_mask.filter((m) => m === 1).length, 0);
+      const trained = u.request.samples.reduce((n, s) => n + s.lossMask.filter((m) => m === 1).length, 0);
       const problems: string[] = [];
       if (!r.info) problems.push('info missing');
       else {
         if (String(r.info.version) !== '1') problems.push(`info.version ${r.info.version}, expected 1`);
-        if (r.info.weights_sha256 === u.base.info.weights_sha256) problems.push('new weights_sha256 equals the base\'s');
-        if (!HEX64.test(r.info.weights_sha256)) problems.push(`weights_sha256 ${JSON.stringify(r.info.weights_sha256)}`);
-        if (r.info.optimizer_step !== u.base.info.optimizer_step + 1) problems.push(`optimizer_step ${r.info.optimizer_step}, expected ${u.base.info.optimizer_step + 1}`);
-        if (r.info.model_key !== u.key) problems.push(`model_key ${r.info.model_key}`);
+        if (r.info.weightsSha256 === u.base.info.weightsSha256) problems.push('new weights_sha256 equals the base\'s');
+        if (!HEX64.test(r.info.weightsSha256)) problems.push(`weights_sha256 ${JSON.stringify(r.info.weightsSha256)}`);
+        if (r.info.optimizerStep !== u.base.info.optimizerStep + 1) problems.push(`optimizer_step ${r.info.optimizerStep}, expected ${u.base.info.optimizerStep + 1}`);
+        if (r.info.modelKey !== u.key) problems.push(`model_key ${r.info.modelKey}`);
       }
-      if (String(r.base_version) !== '0') problems.push(`base_version ${r.base_version}, expected 0`);
+      if (String(r.baseVersion) !== '0') problems.push(`base_version ${r.baseVersion}, expected 0`);
       if (r.tokens !== trained) problems.push(`tokens ${r.tokens}, expected ${trained} (loss_mask 1 only)`);
       if (r.samples !== u.request.samples.length) problems.push(`samples ${r.samples}, expected ${u.request.samples.length}`);
       if (r.replayed) problems.push('replayed true on the first run');
       problems.push(...metricProblems(r.metrics, 'metrics'));
-      if (r.step_metrics.length !== 1) problems.push(`${r.step_metrics.length} step_metrics, expected 1 (inner_steps 1)`);
-      r.step_metrics.forEach((m, i) => problems.push(...metricProblems(m, `step_metrics[${i}]`)));
-      if (!(r.logprob_gap_max >= 0 && Number.isFinite(r.logprob_gap_max))) problems.push(`logprob_gap_max ${r.logprob_gap_max}`);
+      if (r.stepMetrics.length !== 1) problems.push(`${r.stepMetrics.length} step_metrics, expected 1 (inner_steps 1)`);
+      r.stepMetrics.forEach((m, i) => problems.push(...metricProblems(m, `step_metrics[${i}]`)));
+      if (!(r.logprobGapMax >= 0 && Number.isFinite(r.logprobGapMax))) problems.push(`logprob_gap_max ${r.logprobGapMax}`);
       expect(problems.length === 0, problems.slice(0, 5).join('; '));
       const sha = await ctx.exportedSha(u.key, '1');
-      expect(sha === r.info!.weights_sha256, `ExportVersion v1: sha ${sha.slice(0, 12)}…, Update said ${r.info!.weights_sha256.slice(0, 12)}…`);
+      expect(sha === r.info!.weightsSha256, `ExportVersion v1: sha ${sha.slice(0, 12)}…, Update said ${r.info!.weightsSha256.slice(0, 12)}…`);
       // the new version serves, and says so per sequence
-      await generateOk(ctx, { model_key: u.key, version: '1', sampling: { temperature: 1, max_tokens: 4 }, sequences: [{ context: [1], seed: '1' }, { context: [2, 3], seed: '2' }] }, 'Generate on version 1');
-      return `loss ${fmt(r.metrics!.loss)}, grad_norm ${fmt(r.metrics!.grad_norm)}, ${r.tokens} tokens, logprob gap max ${fmt(r.logprob_gap_max)}`;
+      await generateOk(ctx, { modelKey: u.key, version: '1', sampling: { temperature: 1, maxTokens: 4 }, sequences: [{ context: [1], seed: '1' }, { context: [2, 3], seed: '2' }] }, 'Generate on version 1');
+      return `loss ${fmt(r.metrics!.loss)}, grad_norm ${fmt(r.metrics!.gradNorm)}, ${r.tokens} tokens, logprob gap max ${fmt(r.logprobGapMax)}`;
     },
   },
   {
@@ -959,7 +960,7 @@ export const CHECKS: Check[] = [
       const m = u.response.metrics;
       expect(m, 'metrics missing');
       const sc = ok(
-        await ctx.client.unary<P.WireScoreResponse>('Score', { model_key: u.key, version: '0', sequences: u.request.samples.map((x) => ({ context: x.context, tokens: x.tokens })) }),
+        await ctx.client.unary('Score', { modelKey: u.key, version: '0', sequences: u.request.samples.map((x) => ({ context: x.context, tokens: x.tokens })) }),
         'Score of the samples on the base version',
       );
       let pg = 0;
@@ -968,8 +969,8 @@ export const CHECKS: Check[] = [
       let n = 0;
       u.request.samples.forEach((x, i) =>
         x.tokens.forEach((_, t) => {
-          if (x.loss_mask[t] !== 1) return;
-          const w = x.loss_weights[t]!;
+          if (x.lossMask[t] !== 1) return;
+          const w = x.lossWeights[t]!;
           const h = sc.sequences[i]!.entropy[t]!;
           pg -= w * x.advantages[t]!;
           hSum += w * h;
@@ -984,17 +985,17 @@ export const CHECKS: Check[] = [
       const near = (name: string, got: number, want: number, tol = 1e-4) => {
         if (!(Math.abs(got - want) <= tol)) problems.push(`${name} ${fmt(got)}, expected ${fmt(want)}`);
       };
-      near('pg_loss', m.pg_loss, pg);
+      near('pg_loss', m.pgLoss, pg);
       near('loss', m.loss, pg);
-      near('kl_loss', m.kl_loss, 0, 0);
-      near('clip_fraction', m.clip_fraction, 0, 0);
-      near('dual_clip_fraction', m.dual_clip_fraction, 0, 0);
-      near('approx_kl', m.approx_kl, 0, 1e-5);
+      near('kl_loss', m.klLoss, 0, 0);
+      near('clip_fraction', m.clipFraction, 0, 0);
+      near('dual_clip_fraction', m.dualClipFraction, 0, 0);
+      near('approx_kl', m.approxKl, 0, 1e-5);
       near('entropy', m.entropy, hMean);
-      near('entropy_sum', m.entropy_sum, hSum);
-      if (!(m.grad_norm > 0)) problems.push(`grad_norm ${m.grad_norm}, expected > 0`);
+      near('entropy_sum', m.entropySum, hSum);
+      if (!(m.gradNorm > 0)) problems.push(`grad_norm ${m.gradNorm}, expected > 0`);
       expect(problems.length === 0, problems.join('; '));
-      return `pg_loss ${fmt(m.pg_loss)}, entropy ${fmt(m.entropy)}`;
+      return `pg_loss ${fmt(m.pgLoss)}, entropy ${fmt(m.entropy)}`;
     },
   },
   {
@@ -1002,9 +1003,9 @@ export const CHECKS: Check[] = [
     title: 'Update repeated with the same request_id: replayed true, the same version info',
     async run(ctx) {
       const u = await firstUpdate(ctx);
-      const r = ok(await ctx.client.unary<P.WireUpdateResponse>('Update', u.request), 'repeated Update');
+      const r = ok(await ctx.client.unary('Update', u.request), 'repeated Update');
       expect(r.replayed === true, 'replayed false on a repeat');
-      expect(sameInfo(r.info, u.response.info) && String(r.base_version) === String(u.response.base_version), `replay gave v${r.info?.version} sha ${r.info?.weights_sha256.slice(0, 12)}…, first v${u.response.info?.version} sha ${u.response.info?.weights_sha256.slice(0, 12)}…`);
+      expect(sameInfo(r.info, u.response.info) && String(r.baseVersion) === String(u.response.baseVersion), `replay gave v${r.info?.version} sha ${r.info?.weightsSha256.slice(0, 12)}…, first v${u.response.info?.version} sha ${u.response.info?.weightsSha256.slice(0, 12)}…`);
     },
   },
   {
@@ -1015,7 +1016,7 @@ export const CHECKS: Check[] = [
       const other = { ...u.request, samples: u.request.samples.map((s) => ({ ...s, advantages: s.advantages.map((a) => -a) })) };
       await ctx.expectError('Update reusing a request_id', () => ctx.client.unary('Update', other), 'FAILED_PRECONDITION', 'REQUEST_ID_REUSED');
       const sha = await ctx.exportedSha(u.key, '1');
-      expect(sha === u.response.info!.weights_sha256, 'version 1 changed after REQUEST_ID_REUSED');
+      expect(sha === u.response.info!.weightsSha256, 'version 1 changed after REQUEST_ID_REUSED');
     },
   },
   {
@@ -1023,8 +1024,8 @@ export const CHECKS: Check[] = [
     title: 'Update from a base that is not the latest (allow_stale_base false) → STALE_BASE, nothing committed',
     async run(ctx) {
       const u = await firstUpdate(ctx);
-      await ctx.expectError('Update from a stale base', () => ctx.client.unary('Update', { ...u.request, request_id: ctx.key('update-stale') }), 'FAILED_PRECONDITION', 'STALE_BASE');
-      const v2 = await ctx.client.unary('ExportVersion', { model_key: u.key, version: '2' });
+      await ctx.expectError('Update from a stale base', () => ctx.client.unary('Update', { ...u.request, requestId: ctx.key('update-stale') }), 'FAILED_PRECONDITION', 'STALE_BASE');
+      const v2 = await ctx.client.unary('ExportVersion', { modelKey: u.key, version: '2' });
       expect(!v2.ok, 'version 2 exists after a STALE_BASE');
     },
   },
@@ -1033,8 +1034,8 @@ export const CHECKS: Check[] = [
     title: 'Update from a stale base with allow_stale_base true → a new latest version (2), base_version 0',
     async run(ctx) {
       const u = await firstUpdate(ctx);
-      const r = ok(await ctx.client.unary<P.WireUpdateResponse>('Update', { ...u.request, request_id: ctx.key('update-allow-stale'), allow_stale_base: true }), 'Update with allow_stale_base');
-      expect(String(r.info?.version) === '2' && String(r.base_version) === '0', `version ${r.info?.version} base_version ${r.base_version}, expected 2 from 0`);
+      const r = ok(await ctx.client.unary('Update', { ...u.request, requestId: ctx.key('update-allow-stale'), allowStaleBase: true }), 'Update with allow_stale_base');
+      expect(String(r.info?.version) === '2' && String(r.baseVersion) === '0', `version ${r.info?.version} base_version ${r.baseVersion}, expected 2 from 0`);
     },
   },
   {
@@ -1046,12 +1047,12 @@ export const CHECKS: Check[] = [
       const u = await firstUpdate(ctx);
       const key = ctx.key('train-twin');
       ok(
-        await ctx.client.unary('LoadVersion', loadRequest(key, '0', u.base.info.spec!, { weights: u.base.weights, optimizer_state: u.base.optimizerState })),
+        await ctx.client.unary('LoadVersion', loadRequest(key, '0', u.base.info.spec!, { weights: u.base.weights, optimizerState: u.base.optimizerState })),
         'LoadVersion of the base bytes',
       );
-      const r = ok(await ctx.client.unary<P.WireUpdateResponse>('Update', { ...u.request, model_key: key, request_id: ctx.key('update-twin') }), 'Update on the twin');
-      expect(r.info?.weights_sha256 === u.response.info?.weights_sha256, `twin's new sha ${r.info?.weights_sha256.slice(0, 12)}…, first ${u.response.info?.weights_sha256.slice(0, 12)}…`);
-      expect(r.info?.optimizer_sha256 === u.response.info?.optimizer_sha256, 'same weights but another optimizer_sha256');
+      const r = ok(await ctx.client.unary('Update', { ...u.request, modelKey: key, requestId: ctx.key('update-twin') }), 'Update on the twin');
+      expect(r.info?.weightsSha256 === u.response.info?.weightsSha256, `twin's new sha ${r.info?.weightsSha256.slice(0, 12)}…, first ${u.response.info?.weightsSha256.slice(0, 12)}…`);
+      expect(r.info?.optimizerSha256 === u.response.info?.optimizerSha256, 'same weights but another optimizer_sha256');
     },
   },
   {
@@ -1060,16 +1061,16 @@ export const CHECKS: Check[] = [
     async run(ctx) {
       await ctx.requireRpcs('LoadVersion');
       const u = await firstUpdate(ctx);
-      const v1 = ok(await ctx.client.unary<P.WireExportVersionResponse>('ExportVersion', { model_key: u.key, version: '1' }), 'ExportVersion v1');
+      const v1 = ok(await ctx.client.unary('ExportVersion', { modelKey: u.key, version: '1' }), 'ExportVersion v1');
       const key = ctx.key('resume');
       const info = ok(
-        await ctx.client.unary<P.WireVersionInfo>('LoadVersion', loadRequest(key, '1', u.base.info.spec!, { weights: v1.weights, optimizer_state: v1.optimizer_state })),
+        await ctx.client.unary('LoadVersion', loadRequest(key, '1', u.base.info.spec!, { weights: v1.weights, optimizerState: v1.optimizerState })),
         'LoadVersion of v1 as version 1 under a new key',
       );
-      expect(sameInfo(info, u.response.info) && info.optimizer_step === u.response.info!.optimizer_step, `loaded v${info.version} step ${info.optimizer_step} sha ${info.weights_sha256.slice(0, 12)}…, trained v${u.response.info?.version} step ${u.response.info?.optimizer_step} sha ${u.response.info?.weights_sha256.slice(0, 12)}…`);
-      const r = ok(await ctx.client.unary<P.WireUpdateResponse>('Update', { ...u.request, model_key: key, base_version: '1', request_id: ctx.key('resume-1') }), 'Update from the loaded version 1');
-      expect(String(r.info?.version) === '2' && String(r.base_version) === '1', `version ${r.info?.version} from ${r.base_version}, expected 2 from 1`);
-      expect(r.info?.optimizer_step === u.response.info!.optimizer_step + 1, `optimizer_step ${r.info?.optimizer_step}, expected ${u.response.info!.optimizer_step + 1}`);
+      expect(sameInfo(info, u.response.info) && info.optimizerStep === u.response.info!.optimizerStep, `loaded v${info.version} step ${info.optimizerStep} sha ${info.weightsSha256.slice(0, 12)}…, trained v${u.response.info?.version} step ${u.response.info?.optimizerStep} sha ${u.response.info?.weightsSha256.slice(0, 12)}…`);
+      const r = ok(await ctx.client.unary('Update', { ...u.request, modelKey: key, baseVersion: '1', requestId: ctx.key('resume-1') }), 'Update from the loaded version 1');
+      expect(String(r.info?.version) === '2' && String(r.baseVersion) === '1', `version ${r.info?.version} from ${r.baseVersion}, expected 2 from 1`);
+      expect(r.info?.optimizerStep === u.response.info!.optimizerStep + 1, `optimizer_step ${r.info?.optimizerStep}, expected ${u.response.info!.optimizerStep + 1}`);
     },
   },
   {
@@ -1078,16 +1079,16 @@ export const CHECKS: Check[] = [
     async run(ctx) {
       await ctx.requireRpcs('UpdateStream', 'Update', 'Generate');
       const base = await ctx.initModel('stream');
-      const request: P.WireUpdateRequest = {
-        model_key: base.key,
-        base_version: '0',
-        request_id: ctx.key('stream-1'),
-        allow_stale_base: false,
+      const request: Req<'Update'> = {
+        modelKey: base.key,
+        baseVersion: '0',
+        requestId: ctx.key('stream-1'),
+        allowStaleBase: false,
         samples: await updateSamples(ctx, base.key, '0'),
-        settings: { lr: 0.01, inner_steps: 2 },
+        settings: { lr: 0.01, innerSteps: 2 },
       };
-      const stream = async (req: P.WireUpdateRequest, what: string) => {
-        const o = await ctx.client.serverStream<P.WireUpdateEvent>('UpdateStream', req);
+      const stream = async (req: Req<'Update'>, what: string) => {
+        const o = await ctx.client.serverStream('UpdateStream', req);
         const events = ok(o, what);
         const kinds = events.map((e) => (e.result ? 'result' : e.progress ? 'progress' : 'empty'));
         const results = kinds.filter((k) => k === 'result').length;
@@ -1097,18 +1098,18 @@ export const CHECKS: Check[] = [
       };
       const first = await stream(request, 'UpdateStream');
       expect(first.progress.length >= 1, `UpdateStream: no progress event before the result`);
-      const badPhase = first.progress.find((p) => !p.phase || !(p.elapsed_ms >= 0));
-      expect(!badPhase, `a progress event with phase ${JSON.stringify(badPhase?.phase)} elapsed_ms ${badPhase?.elapsed_ms}`);
+      const badPhase = first.progress.find((p) => !p.phase || !(p.elapsedMs >= 0));
+      expect(!badPhase, `a progress event with phase ${JSON.stringify(badPhase?.phase)} elapsed_ms ${badPhase?.elapsedMs}`);
       const r = first.result;
-      expect(String(r.info?.version) === '1' && String(r.base_version) === '0' && !r.replayed, `result v${r.info?.version} from ${r.base_version} replayed ${r.replayed}, expected v1 from 0, not replayed`);
-      expect(r.step_metrics.length === 2, `${r.step_metrics.length} step_metrics, expected 2 (inner_steps 2)`);
-      const replay = ok(await ctx.client.unary<P.WireUpdateResponse>('Update', request), 'Update repeating the UpdateStream request');
+      expect(String(r.info?.version) === '1' && String(r.baseVersion) === '0' && !r.replayed, `result v${r.info?.version} from ${r.baseVersion} replayed ${r.replayed}, expected v1 from 0, not replayed`);
+      expect(r.stepMetrics.length === 2, `${r.stepMetrics.length} step_metrics, expected 2 (inner_steps 2)`);
+      const replay = ok(await ctx.client.unary('Update', request), 'Update repeating the UpdateStream request');
       expect(replay.replayed && sameInfo(replay.info, r.info), `Update after UpdateStream: replayed ${replay.replayed}, v${replay.info?.version}; expected the stream's v1 replayed`);
-      const second: P.WireUpdateRequest = { ...request, base_version: '1', request_id: ctx.key('stream-2') };
-      const u2 = ok(await ctx.client.unary<P.WireUpdateResponse>('Update', second), 'Update from version 1');
+      const second: Req<'Update'> = { ...request, baseVersion: '1', requestId: ctx.key('stream-2') };
+      const u2 = ok(await ctx.client.unary('Update', second), 'Update from version 1');
       const replay2 = await stream(second, 'UpdateStream repeating an Update');
       expect(replay2.result.replayed && sameInfo(replay2.result.info, u2.info), `UpdateStream after Update: replayed ${replay2.result.replayed}, v${replay2.result.info?.version}; expected the Update's v2 replayed`);
-      const stale = await ctx.client.serverStream('UpdateStream', { ...request, request_id: ctx.key('stream-stale') });
+      const stale = await ctx.client.serverStream('UpdateStream', { ...request, requestId: ctx.key('stream-stale') });
       expect(!stale.ok, 'UpdateStream from a stale base succeeded');
       expect(stale.error.reason === 'STALE_BASE' && stale.error.codeName === 'FAILED_PRECONDITION', `UpdateStream from a stale base: ${describeError(stale.error)}, expected FAILED_PRECONDITION/STALE_BASE`);
       expect(!stale.messages.some((e) => e.result), 'UpdateStream from a stale base sent a result before its error');
@@ -1125,11 +1126,11 @@ export const CHECKS: Check[] = [
       const caps = await ctx.capabilities();
       const key = ctx.key('never-loaded');
       const V = await ctx.vocab();
-      const calls: [string, string, unknown][] = [
-        ['Generate', 'Generate', { model_key: key, version: '0', sequences: [{ context: [1], seed: '1' }], sampling: { max_tokens: 2 } }],
-        ['Score', 'Score', { model_key: key, version: '0', sequences: [{ context: [1], tokens: [2 % V] }] }],
-        ['ExportVersion', 'ExportVersion', { model_key: key, version: '0' }],
-        ['Update', 'Update', { model_key: key, base_version: '0', request_id: ctx.key('nl'), samples: [{ context: [1], tokens: [2], loss_mask: [1], advantages: [1], old_logprobs: [-1], loss_weights: [1] }] }],
+      const calls: [P.RpcName, string, Req<P.RpcName>][] = [
+        ['Generate', 'Generate', { modelKey: key, version: '0', sequences: [{ context: [1], seed: '1' }], sampling: { maxTokens: 2 } }],
+        ['Score', 'Score', { modelKey: key, version: '0', sequences: [{ context: [1], tokens: [2 % V] }] }],
+        ['ExportVersion', 'ExportVersion', { modelKey: key, version: '0' }],
+        ['Update', 'Update', { modelKey: key, baseVersion: '0', requestId: ctx.key('nl'), samples: [{ context: [1], tokens: [2], lossMask: [1], advantages: [1], oldLogprobs: [-1], lossWeights: [1] }] }],
       ];
       for (const [rpc, what, req] of calls) {
         if (!caps.rpcs.includes(rpc)) continue;
@@ -1144,11 +1145,11 @@ export const CHECKS: Check[] = [
       await ctx.requireRpcs('Generate');
       const caps = await ctx.capabilities();
       const base = await ctx.base();
-      const calls: [string, unknown][] = [
-        ['Generate', { model_key: base.key, version: '999', sequences: [{ context: [1], seed: '1' }], sampling: { max_tokens: 2 } }],
-        ['Score', { model_key: base.key, version: '999', sequences: [{ context: [1], tokens: [2] }] }],
-        ['ExportVersion', { model_key: base.key, version: '999' }],
-        ['Update', { model_key: base.key, base_version: '999', request_id: ctx.key('vnl'), samples: [{ context: [1], tokens: [2], loss_mask: [1], advantages: [1], old_logprobs: [-1], loss_weights: [1] }] }],
+      const calls: [P.RpcName, Req<P.RpcName>][] = [
+        ['Generate', { modelKey: base.key, version: '999', sequences: [{ context: [1], seed: '1' }], sampling: { maxTokens: 2 } }],
+        ['Score', { modelKey: base.key, version: '999', sequences: [{ context: [1], tokens: [2] }] }],
+        ['ExportVersion', { modelKey: base.key, version: '999' }],
+        ['Update', { modelKey: base.key, baseVersion: '999', requestId: ctx.key('vnl'), samples: [{ context: [1], tokens: [2], lossMask: [1], advantages: [1], oldLogprobs: [-1], lossWeights: [1] }] }],
       ];
       for (const [rpc, req] of calls) {
         if (!caps.rpcs.includes(rpc)) continue;
@@ -1165,7 +1166,7 @@ export const CHECKS: Check[] = [
       const V = await ctx.vocab();
       const e = await ctx.expectError(
         'Generate with sequences[1].context[1] = vocab_size',
-        () => ctx.client.unary('Generate', { model_key: base.key, version: '0', sampling: { max_tokens: 2 }, sequences: [{ context: [1], seed: '1' }, { context: [1, V], seed: '2' }] }),
+        () => ctx.client.unary('Generate', { modelKey: base.key, version: '0', sampling: { maxTokens: 2 }, sequences: [{ context: [1], seed: '1' }, { context: [1, V], seed: '2' }] }),
         'INVALID_ARGUMENT',
         'INVALID_REQUEST',
       );
@@ -1173,7 +1174,7 @@ export const CHECKS: Check[] = [
       if ((await ctx.capabilities()).rpcs.includes('Score')) {
         const s = await ctx.expectError(
           'Score with sequences[0].tokens[1] = vocab_size',
-          () => ctx.client.unary('Score', { model_key: base.key, version: '0', sequences: [{ context: [1], tokens: [2, V + 3] }] }),
+          () => ctx.client.unary('Score', { modelKey: base.key, version: '0', sequences: [{ context: [1], tokens: [2, V + 3] }] }),
           'INVALID_ARGUMENT',
           'INVALID_REQUEST',
         );
@@ -1188,7 +1189,7 @@ export const CHECKS: Check[] = [
     async run(ctx) {
       await ctx.requireRpcs('Generate');
       const base = await ctx.base();
-      const e = await ctx.expectError('Generate with max_tokens 0', () => ctx.client.unary('Generate', { model_key: base.key, version: '0', sampling: { temperature: 1, max_tokens: 0 }, sequences: [{ context: [1], seed: '1' }] }), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
+      const e = await ctx.expectError('Generate with max_tokens 0', () => ctx.client.unary('Generate', { modelKey: base.key, version: '0', sampling: { temperature: 1, maxTokens: 0 }, sequences: [{ context: [1], seed: '1' }] }), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
       expect(/max_tokens/.test(e.message), `message ${JSON.stringify(e.message)} does not name max_tokens`);
       return e.message;
     },
@@ -1200,17 +1201,17 @@ export const CHECKS: Check[] = [
       await ctx.requireRpcs('Generate');
       const caps = await ctx.capabilities();
       const base = await ctx.base();
-      const calls: [string, unknown][] = [
-        ['Generate', { model_key: base.key, version: '0', sampling: { max_tokens: 2 }, sequences: [] }],
-        ['Score', { model_key: base.key, version: '0', sequences: [] }],
-        ['Update', { model_key: base.key, base_version: '0', request_id: ctx.key('empty'), samples: [] }],
+      const calls: [P.RpcName, Req<P.RpcName>][] = [
+        ['Generate', { modelKey: base.key, version: '0', sampling: { maxTokens: 2 }, sequences: [] }],
+        ['Score', { modelKey: base.key, version: '0', sequences: [] }],
+        ['Update', { modelKey: base.key, baseVersion: '0', requestId: ctx.key('empty'), samples: [] }],
       ];
       for (const [rpc, req] of calls) {
         if (!caps.rpcs.includes(rpc)) continue;
         await ctx.expectError(`${rpc} with an empty batch`, () => ctx.client.unary(rpc, req), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
       }
       if (caps.rpcs.includes('Update')) {
-        const v1 = await ctx.client.unary('ExportVersion', { model_key: base.key, version: '1' });
+        const v1 = await ctx.client.unary('ExportVersion', { modelKey: base.key, version: '1' });
         expect(!v1.ok, 'the base model has a version 1 after a failed Update');
       }
     },
@@ -1221,13 +1222,13 @@ export const CHECKS: Check[] = [
     async run(ctx) {
       await ctx.requireRpcs('Update');
       const base = await ctx.base();
-      const sample: P.WireUpdateSample = { context: [1, 2], tokens: [3, 4, 5], loss_mask: [1, 1, 1], advantages: [1, 1, 1], old_logprobs: [-2, -2, -2], loss_weights: [1 / 3, 1 / 3, 1 / 3], ref_logprobs: [] };
-      const req = (s: Partial<P.WireUpdateSample>, id: string): P.WireUpdateRequest => ({ model_key: base.key, base_version: '0', request_id: ctx.key(id), allow_stale_base: false, samples: [sample, { ...sample, ...s }], settings: null });
+      const sample: P.UpdateSample = { context: [1, 2], tokens: [3, 4, 5], lossMask: [1, 1, 1], advantages: [1, 1, 1], oldLogprobs: [-2, -2, -2], lossWeights: [1 / 3, 1 / 3, 1 / 3], refLogprobs: [] };
+      const req = (s: Partial<P.UpdateSample>, id: string): Req<'Update'> => ({ modelKey: base.key, baseVersion: '0', requestId: ctx.key(id), allowStaleBase: false, samples: [sample, { ...sample, ...s }], settings: undefined });
       const nan = await ctx.expectError('Update with advantages[1] NaN', () => ctx.client.unary('Update', req({ advantages: [1, NaN, 1] }, 'nan')), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
-      const mask = await ctx.expectError('Update with a loss_mask of 2 for 3 tokens', () => ctx.client.unary('Update', req({ loss_mask: [1, 1] }, 'mask')), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
+      const mask = await ctx.expectError('Update with a loss_mask of 2 for 3 tokens', () => ctx.client.unary('Update', req({ lossMask: [1, 1] }, 'mask')), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
       expect(/samples\[1\]/.test(nan.message) && /advantages/.test(nan.message), `message ${JSON.stringify(nan.message)} does not name samples[1]…advantages`);
       expect(/samples\[1\]/.test(mask.message) && /loss_mask/.test(mask.message), `message ${JSON.stringify(mask.message)} does not name samples[1]…loss_mask`);
-      const v1 = await ctx.client.unary('ExportVersion', { model_key: base.key, version: '1' });
+      const v1 = await ctx.client.unary('ExportVersion', { modelKey: base.key, version: '1' });
       expect(!v1.ok, 'the base model has a version 1 after failed Updates');
       return `${nan.message} | ${mask.message}`;
     },
@@ -1238,8 +1239,8 @@ export const CHECKS: Check[] = [
     async run(ctx) {
       await ctx.requireRpcs('InitModel');
       const spec = await ctx.spec();
-      await ctx.expectError('InitModel with vocab_size 1', () => ctx.client.unary('InitModel', { model_key: ctx.key('bad-spec'), spec: { ...spec, vocab_size: 1 }, seed: '1' }), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
-      await ctx.expectError('InitModel of family "no-such-family"', () => ctx.client.unary('InitModel', { model_key: ctx.key('bad-family'), spec: { ...spec, family: 'no-such-family' }, seed: '1' }), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
+      await ctx.expectError('InitModel with vocab_size 1', () => ctx.client.unary('InitModel', { modelKey: ctx.key('bad-spec'), spec: { ...spec, vocabSize: 1 }, seed: '1' }), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
+      await ctx.expectError('InitModel of family "no-such-family"', () => ctx.client.unary('InitModel', { modelKey: ctx.key('bad-family'), spec: { ...spec, family: 'no-such-family' }, seed: '1' }), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
     },
   },
 
@@ -1250,8 +1251,8 @@ export const CHECKS: Check[] = [
       await ctx.requireRpcs('Generate');
       const base = await ctx.base();
       const V = await ctx.vocab();
-      for (const sampling of [{ temperature: -1, max_tokens: 2 }, { temperature: NaN, max_tokens: 2 }, { temperature: 1, max_tokens: 2, stop_tokens: [V] }]) {
-        await ctx.expectError(`Generate with ${JSON.stringify(sampling)}`, () => ctx.client.unary('Generate', { model_key: base.key, version: '0', sampling, sequences: [{ context: [1], seed: '1' }] }), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
+      for (const sampling of [{ temperature: -1, maxTokens: 2 }, { temperature: NaN, maxTokens: 2 }, { temperature: 1, maxTokens: 2, stopTokens: [V] }]) {
+        await ctx.expectError(`Generate with ${JSON.stringify(sampling)}`, () => ctx.client.unary('Generate', { modelKey: base.key, version: '0', sampling, sequences: [{ context: [1], seed: '1' }] }), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
       }
     },
   },
@@ -1261,9 +1262,9 @@ export const CHECKS: Check[] = [
     async run(ctx) {
       await ctx.requireRpcs('Generate');
       const base = await ctx.base();
-      const maxSeq = JSON.parse(base.info.spec?.config_json || '{}').maxSeq as number | undefined;
+      const maxSeq = JSON.parse(base.info.spec?.configJson || '{}').maxSeq as number | undefined;
       if (base.info.spec?.family !== 'transformer' || !maxSeq) throw new Skip('the test model is not a transformer with maxSeq');
-      const req = (context: number[], max_tokens: number) => ({ model_key: base.key, version: '0', sampling: { temperature: 1, max_tokens }, sequences: [{ context: [1], seed: '1' }, { context, seed: '2' }] });
+      const req = (context: number[], maxTokens: number) => ({ modelKey: base.key, version: '0', sampling: { temperature: 1, maxTokens }, sequences: [{ context: [1], seed: '1' }, { context, seed: '2' }] });
       await ctx.expectError('Generate with an empty context', () => ctx.client.unary('Generate', req([], 2)), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
       const ctxLen = maxSeq - 4;
       await ctx.expectError(`Generate with context ${ctxLen} + max_tokens 5 > maxSeq ${maxSeq}`, () => ctx.client.unary('Generate', req(Array(ctxLen).fill(1), 5)), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
@@ -1277,22 +1278,22 @@ export const CHECKS: Check[] = [
     async run(ctx) {
       await ctx.requireRpcs('Update');
       const base = await ctx.base();
-      const sample: P.WireUpdateSample = { context: [1, 2], tokens: [3, 4, 5], loss_mask: [1, 1, 1], advantages: [1, -1, 1], old_logprobs: [-2, -2, -2], loss_weights: [0.25, 0.25, 0.25], ref_logprobs: [] };
-      const cases: [string, Partial<P.WireUpdateSample>, P.WireUpdateSettings | null][] = [
-        ['settings.dual_clip_c 0.5', {}, { dual_clip_c: 0.5 }],
-        ['loss_weights[1] −0.25', { loss_weights: [0.25, -0.25, 0.25] }, null],
-        ['loss_mask[1] 2', { loss_mask: [1, 2, 1] }, null],
-        ['1 ref_logprob for 3 tokens', { ref_logprobs: [-1] }, null],
+      const sample: P.UpdateSample = { context: [1, 2], tokens: [3, 4, 5], lossMask: [1, 1, 1], advantages: [1, -1, 1], oldLogprobs: [-2, -2, -2], lossWeights: [0.25, 0.25, 0.25], refLogprobs: [] };
+      const cases: [string, Partial<P.UpdateSample>, DeepPartial<P.UpdateSettings> | undefined][] = [
+        ['settings.dual_clip_c 0.5', {}, { dualClipC: 0.5 }],
+        ['loss_weights[1] −0.25', { lossWeights: [0.25, -0.25, 0.25] }, undefined],
+        ['loss_mask[1] 2', { lossMask: [1, 2, 1] }, undefined],
+        ['1 ref_logprob for 3 tokens', { refLogprobs: [-1] }, undefined],
       ];
       for (const [what, s, settings] of cases) {
         await ctx.expectError(
           `Update with ${what}`,
-          () => ctx.client.unary('Update', { model_key: base.key, base_version: '0', request_id: ctx.key(`bad-${what}`), allow_stale_base: false, samples: [{ ...sample, ...s }], settings }),
+          () => ctx.client.unary('Update', { modelKey: base.key, baseVersion: '0', requestId: ctx.key(`bad-${what}`), allowStaleBase: false, samples: [{ ...sample, ...s }], settings }),
           'INVALID_ARGUMENT',
           'INVALID_REQUEST',
         );
       }
-      const v1 = await ctx.client.unary('ExportVersion', { model_key: base.key, version: '1' });
+      const v1 = await ctx.client.unary('ExportVersion', { modelKey: base.key, version: '1' });
       expect(!v1.ok, 'the base model has a version 1 after failed Updates');
     },
   },
@@ -1303,16 +1304,16 @@ export const CHECKS: Check[] = [
       const u = await firstUpdate(ctx);
       const key = ctx.key('non-finite');
       ok(await ctx.client.unary('LoadVersion', loadRequest(key, '0', u.base.info.spec!, { weights: u.base.weights })), 'LoadVersion');
-      const o = await ctx.client.unary('Update', { ...u.request, model_key: key, request_id: ctx.key('blow-up'), settings: { lr: 3e38, inner_steps: 3 } });
+      const o = await ctx.client.unary('Update', { ...u.request, modelKey: key, requestId: ctx.key('blow-up'), settings: { lr: 3e38, innerSteps: 3 } });
       expect(!o.ok, 'Update with lr 3e38 succeeded (weights should not be finite)');
       const e = (o as { error: WireError }).error;
       const asInvalid = e.codeName === 'INVALID_ARGUMENT' && e.reason === 'INVALID_REQUEST';
       expect((e.codeName === 'ABORTED' && e.reason === 'NON_FINITE_UPDATE') || asInvalid, `got ${describeError(e)}; expected ABORTED/NON_FINITE_UPDATE`);
       await ctx.stillServing('NON_FINITE_UPDATE');
-      const v1 = await ctx.client.unary('ExportVersion', { model_key: key, version: '1' });
+      const v1 = await ctx.client.unary('ExportVersion', { modelKey: key, version: '1' });
       expect(!v1.ok, 'a version 1 exists after the failed Update');
       // failed updates are not remembered: the same request_id with a good request runs
-      const good = ok(await ctx.client.unary<P.WireUpdateResponse>('Update', { ...u.request, model_key: key, request_id: ctx.key('blow-up') }), 'a good Update reusing the failed one\'s request_id');
+      const good = ok(await ctx.client.unary('Update', { ...u.request, modelKey: key, requestId: ctx.key('blow-up') }), 'a good Update reusing the failed one\'s request_id');
       expect(String(good.info?.version) === '1' && !good.replayed, `the next Update made version ${good.info?.version} (replayed ${good.replayed}), expected a new version 1`);
       return asInvalid ? `rejected up front: ${e.message}` : e.message;
     },
@@ -1326,19 +1327,19 @@ export const CHECKS: Check[] = [
       let n = 0;
       if (caps.rpcs.includes('LoadVersionChunks')) {
         n++;
-        await ctx.expectError('LoadVersionChunks without a header', () => ctx.client.clientStream('LoadVersionChunks', [{ header: null, weights: Buffer.alloc(8), optimizer_state: Buffer.alloc(0) }]), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
+        await ctx.expectError('LoadVersionChunks without a header', () => ctx.client.clientStream('LoadVersionChunks', [{ header: undefined, weights: Buffer.alloc(8), optimizerState: Buffer.alloc(0) }]), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
       }
       if (caps.rpcs.includes('ExportVersionChunks')) {
         n++;
-        await ctx.expectError('ExportVersionChunks of an unknown model', () => ctx.client.serverStream('ExportVersionChunks', { model_key: key, version: '0' }), 'NOT_FOUND', 'MODEL_NOT_LOADED');
+        await ctx.expectError('ExportVersionChunks of an unknown model', () => ctx.client.serverStream('ExportVersionChunks', { modelKey: key, version: '0' }), 'NOT_FOUND', 'MODEL_NOT_LOADED');
         const base = await ctx.base();
         const dest = pathToFileURL(path.join(ctx.tmpDir(), 'chunks-dest')).href;
-        await ctx.expectError('ExportVersionChunks with a destination_uri', () => ctx.client.serverStream('ExportVersionChunks', { model_key: base.key, version: '0', destination_uri: dest }), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
+        await ctx.expectError('ExportVersionChunks with a destination_uri', () => ctx.client.serverStream('ExportVersionChunks', { modelKey: base.key, version: '0', destinationUri: dest }), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
       }
       if (caps.rpcs.includes('UpdateStream')) {
         n++;
-        const samples = [{ context: [1], tokens: [2], loss_mask: [1], advantages: [1], old_logprobs: [-1], loss_weights: [1], ref_logprobs: [] }];
-        await ctx.expectError('UpdateStream of an unknown model', () => ctx.client.serverStream('UpdateStream', { model_key: key, base_version: '0', request_id: ctx.key('us-nl'), samples }), 'NOT_FOUND', 'MODEL_NOT_LOADED');
+        const samples = [{ context: [1], tokens: [2], lossMask: [1], advantages: [1], oldLogprobs: [-1], lossWeights: [1], refLogprobs: [] }];
+        await ctx.expectError('UpdateStream of an unknown model', () => ctx.client.serverStream('UpdateStream', { modelKey: key, baseVersion: '0', requestId: ctx.key('us-nl'), samples }), 'NOT_FOUND', 'MODEL_NOT_LOADED');
       }
       if (n === 0) throw new Skip('the engine lists no streaming RPC');
     },
@@ -1350,11 +1351,11 @@ export const CHECKS: Check[] = [
     async run(ctx) {
       await ctx.requireRpcs('Abort');
       const base = await ctx.base();
-      const r = ok(await ctx.client.unary<P.WireAbortResponse>('Abort', { model_key: base.key, request_ids: [ctx.key('no-such-request')] }), 'Abort');
-      expect(r.aborted_requests === 0, `aborted_requests ${r.aborted_requests}, expected 0`);
+      const r = ok(await ctx.client.unary('Abort', { modelKey: base.key, requestIds: [ctx.key('no-such-request')] }), 'Abort');
+      expect(r.abortedRequests === 0, `aborted_requests ${r.abortedRequests}, expected 0`);
       // every Generate of the suite's own model (never Abort {}: the engine may be serving others)
-      const all = ok(await ctx.client.unary<P.WireAbortResponse>('Abort', { model_key: base.key, request_ids: [] }), 'Abort of every Generate of the base model');
-      expect(all.aborted_requests === 0, `Abort of every Generate of the base model with none in flight: aborted_requests ${all.aborted_requests}, expected 0`);
+      const all = ok(await ctx.client.unary('Abort', { modelKey: base.key, requestIds: [] }), 'Abort of every Generate of the base model');
+      expect(all.abortedRequests === 0, `Abort of every Generate of the base model with none in flight: aborted_requests ${all.abortedRequests}, expected 0`);
     },
   },
   {
@@ -1365,15 +1366,15 @@ export const CHECKS: Check[] = [
       const base = await ctx.base();
       const caps = await ctx.capabilities();
       const V = await ctx.vocab();
-      const reference: GenReq = { model_key: base.key, version: '0', sampling: { temperature: 1, max_tokens: 9 }, sequences: contexts(V).map((c, i) => ({ context: c, seed: String(700 + i) })) };
+      const reference: GenReq = { modelKey: base.key, version: '0', sampling: { temperature: 1, maxTokens: 9 }, sequences: contexts(V).map((c, i) => ({ context: c, seed: String(700 + i) })) };
       const before = await generateOk(ctx, reference, 'reference Generate');
       // B is on another model: no engine can have put it into A's device run, so while A still runs, B waits and must be aborted
       const other = await ctx.initModel('abort-other');
       const big = (id: string, seed: number, key = base.key): GenReq => ({
-        model_key: key,
+        modelKey: key,
         version: '0',
-        request_id: id,
-        sampling: { temperature: 1, max_tokens: 30 },
+        requestId: id,
+        sampling: { temperature: 1, maxTokens: 30 },
         sequences: Array.from({ length: ABORT_BATCH }, (_, i) => ({ context: [1 + (i % (V - 1))], seed: String(seed + i) })),
       });
       // A starts on the device; B, sent 3 ms later, waits behind it; then both are aborted
@@ -1386,7 +1387,7 @@ export const CHECKS: Check[] = [
       const bSent = Date.now();
       const pb = generate(ctx, b).finally(() => (bDone = true));
       await sleep(2);
-      const abort = async (r: GenReq) => ok(await ctx.client.unary<P.WireAbortResponse>('Abort', { model_key: r.model_key, request_ids: [r.request_id!] }), `Abort ${r.request_id}`);
+      const abort = async (r: GenReq) => ok(await ctx.client.unary('Abort', { modelKey: r.modelKey, requestIds: [r.requestId!] }), `Abort ${r.requestId}`);
       // B's Abort is repeated (every 2 ms) until it lands or B returns: an Abort may reach the engine before the Generate it names.
       // One that was sent well after B and answered while A still ran proves the engine had B waiting (it was reading its
       // messages, and B came first): from then on B had to be found.
@@ -1395,39 +1396,39 @@ export const CHECKS: Check[] = [
         let total = 0;
         for (let i = 0; i < 2000 && !bDone && total === 0; i++) {
           const sentLate = Date.now() - bSent >= QUEUED_ABORT_AFTER_MS;
-          total += (await abort(b)).aborted_requests;
+          total += (await abort(b)).abortedRequests;
           if (total === 0 && sentLate && !aDone && !bDone) mustHaveFound = true;
           if (total === 0) await sleep(2);
         }
-        return { aborted_requests: total };
+        return { abortedRequests: total };
       };
       const [abA, abB] = await Promise.all([abort(a), abortB()]);
       const [ra, rb] = await Promise.all([pa, pb]);
       expect(!mustHaveFound, `an Abort of the queued Generate (another model) sent ${QUEUED_ABORT_AFTER_MS}+ ms after it and answered while the first Generate still ran did not find it (aborted_requests 0)`);
       const outcome: string[] = [];
       for (const [name, req, ab, res] of [['running', a, abA!, ra], ['queued', b, abB!, rb]] as const) {
-        expect(ab.aborted_requests === 0 || ab.aborted_requests === 1, `Abort of the ${name} Generate: aborted_requests ${ab.aborted_requests}, expected 0 or 1`);
+        expect(ab.abortedRequests === 0 || ab.abortedRequests === 1, `Abort of the ${name} Generate: aborted_requests ${ab.abortedRequests}, expected 0 or 1`);
         const out = ok(res, `the ${name} Generate after its Abort`);
         const problems = sequenceProblems(req, out, V, true);
         expect(problems.length === 0, `the ${name} Generate after its Abort: ${problems.slice(0, 2).join('; ')}`);
-        const aborted = out.sequences.filter((s) => s.stop_reason === 'ABORTED');
-        if (ab.aborted_requests === 0) expect(aborted.length === 0, `Abort of the ${name} Generate said 0 aborted, yet ${aborted.length} sequences came back ABORTED`);
-        outcome.push(`${name}: aborted_requests ${ab.aborted_requests}, ${aborted.length}/${ABORT_BATCH} ABORTED (${aborted.reduce((n, s) => n + s.tokens.length, 0)} tokens kept)`);
+        const aborted = out.sequences.filter((s) => s.stopReason === 'ABORTED');
+        if (ab.abortedRequests === 0) expect(aborted.length === 0, `Abort of the ${name} Generate said 0 aborted, yet ${aborted.length} sequences came back ABORTED`);
+        outcome.push(`${name}: aborted_requests ${ab.abortedRequests}, ${aborted.length}/${ABORT_BATCH} ABORTED (${aborted.reduce((n, s) => n + s.tokens.length, 0)} tokens kept)`);
       }
       const again = await generateOk(ctx, { ...b, sequences: b.sequences.slice(0, 8) }, 'Generate with the aborted request_id again');
-      expect(!again.sequences.some((s) => s.stop_reason === 'ABORTED'), 'a later Generate with the same request_id came back ABORTED');
+      expect(!again.sequences.some((s) => s.stopReason === 'ABORTED'), 'a later Generate with the same request_id came back ABORTED');
       if (caps.deterministic) {
         // what an aborted sequence kept is a prefix of the same sequence run to the end (only those are run again)
         for (const [name, req, res] of [['running', a, ra], ['queued', b, rb]] as const) {
           if (!res.ok) continue;
-          const partial = res.value.sequences.flatMap((s, i) => (s.stop_reason === 'ABORTED' && s.tokens.length > 0 ? [i] : []));
+          const partial = res.value.sequences.flatMap((s, i) => (s.stopReason === 'ABORTED' && s.tokens.length > 0 ? [i] : []));
           if (partial.length === 0) continue;
-          const full = await generateOk(ctx, { ...req, request_id: '', sequences: partial.map((i) => req.sequences[i]!) }, `the ${name} Generate's partial sequences again`);
+          const full = await generateOk(ctx, { ...req, requestId: '', sequences: partial.map((i) => req.sequences[i]!) }, `the ${name} Generate's partial sequences again`);
           partial.forEach((i, k) => {
             const s = res.value.sequences[i]!;
             const f = full.sequences[k]!;
             const n = s.tokens.length;
-            const d = firstDifference([s], [{ ...f, tokens: f.tokens.slice(0, n), logprobs: f.logprobs.slice(0, n), sample_logprobs: f.sample_logprobs.slice(0, n), stop_reason: 'ABORTED' }]);
+            const d = firstDifference([s], [{ ...f, tokens: f.tokens.slice(0, n), logprobs: f.logprobs.slice(0, n), sampleLogprobs: f.sampleLogprobs.slice(0, n), stopReason: P.StopReason.ABORTED }]);
             expect(!d, `the ${name} Generate's sequences[${i}] (ABORTED after ${n} tokens) is not a prefix of the same sequence run to the end: ${d}`);
           });
         }
@@ -1447,12 +1448,12 @@ export const CHECKS: Check[] = [
     title: 'ExportVersionChunks of a model over 4 MiB: several messages whose joined bytes match the shas',
     async run(ctx) {
       const big = await bigExport(ctx);
-      expect(big.messages.length >= 2, `${big.messages.length} message(s) for ${big.info.param_count * 4} weight bytes`);
+      expect(big.messages.length >= 2, `${big.messages.length} message(s) for ${big.info.paramCount * 4} weight bytes`);
       const w = Buffer.concat(big.messages.map((m) => Buffer.from(m.weights)));
-      const s = Buffer.concat(big.messages.map((m) => Buffer.from(m.optimizer_state)));
-      expect(w.length === big.info.param_count * 4 && sha256Hex(w) === big.info.weights_sha256, `joined weights ${w.length} bytes, sha ${sha256Hex(w).slice(0, 12)}… vs ${big.info.weights_sha256.slice(0, 12)}…`);
-      expect(sha256Hex(s) === big.info.optimizer_sha256, `joined optimizer_state sha ${sha256Hex(s).slice(0, 12)}… vs ${big.info.optimizer_sha256.slice(0, 12)}…`);
-      return `${big.info.spec?.family} with ${big.info.param_count} params: ${big.messages.length} messages; InitModel ${big.initMs} ms`;
+      const s = Buffer.concat(big.messages.map((m) => Buffer.from(m.optimizerState)));
+      expect(w.length === big.info.paramCount * 4 && sha256Hex(w) === big.info.weightsSha256, `joined weights ${w.length} bytes, sha ${sha256Hex(w).slice(0, 12)}… vs ${big.info.weightsSha256.slice(0, 12)}…`);
+      expect(sha256Hex(s) === big.info.optimizerSha256, `joined optimizer_state sha ${sha256Hex(s).slice(0, 12)}… vs ${big.info.optimizerSha256.slice(0, 12)}…`);
+      return `${big.info.spec?.family} with ${big.info.paramCount} params: ${big.messages.length} messages; InitModel ${big.initMs} ms`;
     },
   },
   {

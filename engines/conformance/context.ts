@@ -8,6 +8,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import type * as P from '../protocol/proto';
+import type { DeepPartial } from '../protocol/proto';
 import { describeError, type Outcome, type WireClient, type WireError } from './wire-client';
 
 /** Thrown by a check (or a fixture it uses) that does not apply to this engine. */
@@ -33,17 +34,20 @@ export function ok<T>(o: Outcome<T>, what: string): T {
   return o.value;
 }
 
+/** A model spec as the suite sends it (fields left out are proto3 defaults). */
+export type Spec = DeepPartial<P.ModelSpec>;
+
 /** Transformer spec of the suite (vocab 16, 2 layers of width 32, maxSeq 32). */
-export const TRANSFORMER_TEST_SPEC: P.WireModelSpec = {
+export const TRANSFORMER_TEST_SPEC: Spec = {
   family: 'transformer',
-  vocab_size: 16,
-  config_json: JSON.stringify({ width: 32, layers: 2, heads: 4, kvHeads: 2, maxSeq: 32, positions: 'rope', norm: 'rmsnorm', mlp: 'swiglu' }),
+  vocabSize: 16,
+  configJson: JSON.stringify({ width: 32, layers: 2, heads: 4, kvHeads: 2, maxSeq: 32, positions: 'rope', norm: 'rmsnorm', mlp: 'swiglu' }),
 };
 
-export const TINY_LM_TEST_SPEC: P.WireModelSpec = {
+export const TINY_LM_TEST_SPEC: Spec = {
   family: 'tiny-lm',
-  vocab_size: 16,
-  config_json: JSON.stringify({ contextWindow: 4, embedDim: 8, hiddenDim: 16 }),
+  vocabSize: 16,
+  configJson: JSON.stringify({ contextWindow: 4, embedDim: 8, hiddenDim: 16 }),
 };
 
 /** The test seed of the base model. */
@@ -51,7 +55,7 @@ export const BASE_SEED = '1234';
 
 export interface Model {
   key: string;
-  info: P.WireVersionInfo;
+  info: P.VersionInfo;
   /** version 0's bytes, from ExportVersion */
   weights: Buffer;
   optimizerState: Buffer;
@@ -60,13 +64,13 @@ export interface Model {
 export interface UpdateFixture {
   key: string;
   base: Model;
-  request: P.WireUpdateRequest;
-  response: P.WireUpdateResponse;
+  request: P.UpdateRequest;
+  response: P.UpdateResponse;
 }
 
 export interface ContextOptions {
   /** The model spec the checks use (default: the transformer test spec, or tiny-lm's): any family the engine lists; its sequences must allow context + tokens of 32. */
-  spec?: P.WireModelSpec;
+  spec?: Spec;
   /** A directory the engine can read and write at the same path (weights by reference); default the OS temp dir. */
   sharedDir?: string;
   log?: (line: string) => void;
@@ -107,9 +111,9 @@ export class Context {
     if (this.tmp) fs.rmSync(this.tmp, { recursive: true, force: true });
   }
 
-  health(): Promise<P.WireHealthResponse> {
+  health(): Promise<P.HealthResponse> {
     return this.once('health', async () => {
-      const o = await this.client.unary<P.WireHealthResponse>('Health', {});
+      const o = await this.client.unary('Health', {});
       if (!o.ok && o.error.codeName === 'UNIMPLEMENTED') {
         throw new Fail(`Health: UNIMPLEMENTED: the server does not serve troupe.engine.v2.Engine (a protocol v1 engine serves troupe.engine.v1; every check needs Health)`);
       }
@@ -117,7 +121,7 @@ export class Context {
     });
   }
 
-  async capabilities(): Promise<P.WireCapabilities> {
+  async capabilities(): Promise<P.Capabilities> {
     const h = await this.health();
     if (!h.capabilities) throw new Skip('Health has no capabilities');
     return h.capabilities;
@@ -135,11 +139,11 @@ export class Context {
   }
 
   async requireReferences(): Promise<void> {
-    if (!(await this.capabilities()).weights_by_reference) throw new Skip('the engine does not read/write weights by reference (capabilities.weights_by_reference false)');
+    if (!(await this.capabilities()).weightsByReference) throw new Skip('the engine does not read/write weights by reference (capabilities.weights_by_reference false)');
   }
 
   /** The test spec: the given one, else transformer's, else tiny-lm's, whichever family the engine lists first. */
-  async spec(): Promise<P.WireModelSpec> {
+  async spec(): Promise<Spec> {
     if (this.opts.spec) return this.opts.spec;
     const fams = (await this.capabilities()).families;
     if (fams.includes('transformer')) return TRANSFORMER_TEST_SPEC;
@@ -148,16 +152,16 @@ export class Context {
   }
 
   async vocab(): Promise<number> {
-    return (await this.spec()).vocab_size ?? 0;
+    return (await this.spec()).vocabSize ?? 0;
   }
 
   /** InitModel + ExportVersion of version 0 under `name`. */
   async initModel(name: string, seed = BASE_SEED): Promise<Model> {
     await this.requireRpcs('InitModel', 'ExportVersion');
     const key = this.key(name);
-    const info = ok(await this.client.unary<P.WireVersionInfo>('InitModel', { model_key: key, spec: await this.spec(), seed }), `InitModel ${key}`);
-    const ex = ok(await this.client.unary<P.WireExportVersionResponse>('ExportVersion', { model_key: key, version: '0' }), `ExportVersion ${key} v0`);
-    return { key, info, weights: Buffer.from(ex.weights), optimizerState: Buffer.from(ex.optimizer_state) };
+    const info = ok(await this.client.unary('InitModel', { modelKey: key, spec: await this.spec(), seed }), `InitModel ${key}`);
+    const ex = ok(await this.client.unary('ExportVersion', { modelKey: key, version: '0' }), `ExportVersion ${key} v0`);
+    return { key, info, weights: Buffer.from(ex.weights), optimizerState: Buffer.from(ex.optimizerState) };
   }
 
   /** The model most checks read (version 0, never updated). */
@@ -167,7 +171,7 @@ export class Context {
 
   /** weights_sha256 of an export of (key, version), or a Fail. */
   async exportedSha(key: string, version: string): Promise<string> {
-    const ex = ok(await this.client.unary<P.WireExportVersionResponse>('ExportVersion', { model_key: key, version }), `ExportVersion ${key} v${version}`);
+    const ex = ok(await this.client.unary('ExportVersion', { modelKey: key, version }), `ExportVersion ${key} v${version}`);
     return sha256Hex(ex.weights);
   }
 
@@ -186,10 +190,10 @@ export class Context {
 
   /** After an error: Health answers SERVING and the base model's version 0 exports with the same sha. */
   async stillServing(after: string): Promise<void> {
-    const h = await this.client.unary<P.WireHealthResponse>('Health', {});
+    const h = await this.client.unary('Health', {});
     expect(h.ok && h.value.status === 'SERVING', `after ${after}: Health ${h.ok ? `status ${h.value.status}` : describeError(h.error)}, expected SERVING`);
     const base = await this.base();
     const sha = await this.exportedSha(base.key, '0');
-    expect(sha === base.info.weights_sha256, `after ${after}: base version 0 now exports with sha ${sha.slice(0, 12)}…, was ${base.info.weights_sha256.slice(0, 12)}…`);
+    expect(sha === base.info.weightsSha256, `after ${after}: base version 0 now exports with sha ${sha.slice(0, 12)}…, was ${base.info.weightsSha256.slice(0, 12)}…`);
   }
 }

@@ -11,7 +11,7 @@
  */
 import type * as P from '../protocol/proto';
 import { CHECKS, type Check } from './checks';
-import { Context, Fail, Skip } from './context';
+import { Context, Fail, Skip, type Spec } from './context';
 import { describeError, WireClient } from './wire-client';
 
 export { CHECKS, type Check } from './checks';
@@ -36,7 +36,7 @@ export interface ConformanceOptions {
   /** Report these (ids or prefixes) as SKIP without running them, e.g. a known failure being fixed elsewhere. */
   skip?: string[];
   /** Model spec for the checks (default: transformer's test spec, or tiny-lm's). */
-  spec?: P.WireModelSpec;
+  spec?: Spec;
   /** A directory the engine reads and writes at the same path, for the by-reference checks (default: the OS temp dir; the engine must share it). */
   sharedDir?: string;
   /** Give up connecting after this long (default 10 s). */
@@ -49,7 +49,7 @@ export interface ConformanceReport {
   address: string;
   results: CheckResult[];
   /** Health.capabilities, null when the engine sent none (or Health failed). */
-  capabilities: P.WireCapabilities | null;
+  capabilities: P.Capabilities | null;
   counts: Record<CheckStatus, number>;
   ms: number;
 }
@@ -124,7 +124,7 @@ export async function runConformance(address: string, opts: ConformanceOptions =
     } catch (e) {
       throw new EngineUnreachableError(`no engine reachable at ${address}: ${(e as Error).message}`);
     }
-    const h = await client.unary<P.WireHealthResponse>('Health', {}, opts.connectTimeoutMs ?? 10_000);
+    const h = await client.unary('Health', {}, opts.connectTimeoutMs ?? 10_000);
     if (!h.ok && (h.error.codeName === 'UNAVAILABLE' || h.error.codeName === 'DEADLINE_EXCEEDED')) {
       throw new EngineUnreachableError(`no engine answers at ${address}: ${describeError(h.error)}`);
     }
@@ -139,7 +139,7 @@ export async function runConformance(address: string, opts: ConformanceOptions =
       results.push(r);
       opts.log?.(formatResult(r));
       if (r.status === 'fail' && !gone) {
-        const alive = await client.unary<P.WireHealthResponse>('Health', {}, 10_000);
+        const alive = await client.unary('Health', {}, 10_000);
         if (!alive.ok && ['UNAVAILABLE', 'DEADLINE_EXCEEDED'].includes(alive.error.codeName)) gone = `the engine stopped answering Health after ${check.id} (${describeError(alive.error)})`;
       }
     }

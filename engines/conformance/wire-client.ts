@@ -1,13 +1,15 @@
 /**
- * A raw gRPC client for the Engine service, at the wire level: requests are the
- * plain objects of engines/protocol/proto.ts (snake_case, uint64 as decimal strings,
- * enums by name, bytes as Buffer) and go out as given, so the suite can send
- * requests a typed client would refuse. Errors come back as values with the
- * gRPC code and the `troupe-error-reason` trailing metadata, never thrown.
+ * A gRPC client for the Engine service at the wire level: requests are the
+ * generated messages of engines/protocol/proto.ts (fields left out take their
+ * proto3 defaults) and go out as given, without the checks and conversions of
+ * engines/protocol/client.ts, so the suite can send requests Troupe's client
+ * would refuse (ids out of vocabulary, NaN, unknown versions, a chunk stream
+ * without its header...). Errors come back as values with the gRPC code and the
+ * `troupe-error-reason` trailing metadata, never thrown.
  */
 import * as grpc from '@grpc/grpc-js';
 import { ERROR_REASON_METADATA } from '../protocol/errors';
-import { engineServiceDefinition, MAX_MESSAGE_BYTES } from '../protocol/proto';
+import { type DeepPartial, engineServiceDefinition, MAX_MESSAGE_BYTES, RPC_NAMES, RPCS, type RequestOf, type ResponseOf, type RpcName } from '../protocol/proto';
 
 export interface WireError {
   code: grpc.status;
@@ -38,10 +40,17 @@ export interface WireClientOptions {
   timeoutMs?: number;
 }
 
-/** The RPC names of engine.proto (the service definition's keys). */
-export function protoRpcNames(): string[] {
-  return Object.keys(engineServiceDefinition());
+/** A request as the suite writes it: any field left out takes its proto3 default. */
+export type Req<N extends RpcName> = DeepPartial<RequestOf<N>>;
+
+/** The RPC names of engine.proto. */
+export function protoRpcNames(): RpcName[] {
+  return [...RPC_NAMES];
 }
+
+/** The full message for a request with fields left out. */
+const complete = <N extends RpcName>(name: N, req: Req<N>): RequestOf<N> =>
+  (RPCS[name].requestType as { fromPartial(o: unknown): unknown }).fromPartial(req) as RequestOf<N>;
 
 export class WireClient {
   readonly client: grpc.Client;
@@ -68,27 +77,27 @@ export class WireClient {
     this.client.close();
   }
 
-  private method(name: string): grpc.MethodDefinition<unknown, unknown> {
-    const m = this.def[name];
-    if (!m) throw new Error(`engine.proto has no RPC ${name}`);
-    return m as grpc.MethodDefinition<unknown, unknown>;
+  private method(name: RpcName): grpc.MethodDefinition<unknown, unknown> {
+    return this.def[name] as grpc.MethodDefinition<unknown, unknown>;
   }
 
   private deadline(timeoutMs?: number): grpc.CallOptions {
     return { deadline: Date.now() + (timeoutMs ?? this.timeoutMs) };
   }
 
-  unary<Res = any>(name: string, req: unknown, timeoutMs?: number): Promise<Outcome<Res>> {
+  unary<N extends RpcName>(name: N, req: Req<N>, timeoutMs?: number): Promise<Outcome<ResponseOf<N>>> {
+    type Res = ResponseOf<N>;
     const m = this.method(name);
     return new Promise((resolve) => {
-      this.client.makeUnaryRequest(m.path, m.requestSerialize, m.responseDeserialize, req, new grpc.Metadata(), this.deadline(timeoutMs), (err, res) =>
+      this.client.makeUnaryRequest(m.path, m.requestSerialize, m.responseDeserialize, complete(name, req), new grpc.Metadata(), this.deadline(timeoutMs), (err, res) =>
         resolve(err ? { ok: false, error: toWireError(err) } : { ok: true, value: res as Res }),
       );
     });
   }
 
   /** Server streaming: every message, or the error (with the messages before it); `sizes` are the messages' encoded sizes in bytes. */
-  serverStream<Res = any>(name: string, req: unknown, timeoutMs?: number): Promise<Outcome<Res[]> & { messages: Res[]; sizes: number[] }> {
+  serverStream<N extends RpcName>(name: N, req: Req<N>, timeoutMs?: number): Promise<Outcome<ResponseOf<N>[]> & { messages: ResponseOf<N>[]; sizes: number[] }> {
+    type Res = ResponseOf<N>;
     const m = this.method(name);
     return new Promise((resolve) => {
       const messages: Res[] = [];
@@ -100,7 +109,7 @@ export class WireClient {
           sizes.push(buf.length);
           return m.responseDeserialize(buf) as Res;
         },
-        req,
+        complete(name, req),
         new grpc.Metadata(),
         this.deadline(timeoutMs),
       );
@@ -120,13 +129,14 @@ export class WireClient {
   }
 
   /** Client streaming: writes every message, then half-closes. */
-  clientStream<Res = any>(name: string, reqs: unknown[], timeoutMs?: number): Promise<Outcome<Res>> {
+  clientStream<N extends RpcName>(name: N, reqs: Req<N>[], timeoutMs?: number): Promise<Outcome<ResponseOf<N>>> {
+    type Res = ResponseOf<N>;
     const m = this.method(name);
     return new Promise((resolve) => {
       const call = this.client.makeClientStreamRequest(m.path, m.requestSerialize, m.responseDeserialize, new grpc.Metadata(), this.deadline(timeoutMs), (err, res) =>
         resolve(err ? { ok: false, error: toWireError(err) } : { ok: true, value: res as Res }),
       );
-      for (const r of reqs) call.write(r);
+      for (const r of reqs) call.write(complete(name, r));
       call.end();
     });
   }

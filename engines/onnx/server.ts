@@ -47,10 +47,10 @@ function unary<Req, Res>(
 }
 
 /** LoadVersionChunks: gathers the stream, then loads as LoadVersion does. */
-function loadVersionChunks(engine: Engine): grpc.handleClientStreamingCall<P.WireLoadVersionChunk, P.WireVersionInfo> {
+function loadVersionChunks(engine: Engine): grpc.handleClientStreamingCall<P.LoadVersionChunk, P.VersionInfo> {
   return (call, callback) => {
-    const chunks: P.WireLoadVersionChunk[] = [];
-    call.on('data', (c: P.WireLoadVersionChunk) => chunks.push(c));
+    const chunks: P.LoadVersionChunk[] = [];
+    call.on('data', (c: P.LoadVersionChunk) => chunks.push(c));
     call.on('error', () => undefined); // the client went away: nothing to answer
     call.on('end', () => {
       const header = chunks[0]?.header;
@@ -63,15 +63,15 @@ function loadVersionChunks(engine: Engine): grpc.handleClientStreamingCall<P.Wir
 }
 
 /** ExportVersionChunks: the version's info, then its bytes in chunks. */
-function exportVersionChunks(engine: Engine): grpc.handleServerStreamingCall<P.WireExportVersionRequest, P.WireExportVersionChunk> {
+function exportVersionChunks(engine: Engine): grpc.handleServerStreamingCall<P.ExportVersionRequest, P.ExportVersionChunk> {
   return (call) => {
-    if (call.request.destination_uri) {
+    if (call.request.destinationUri) {
       call.emit('error', toServiceError(invalid('destination_uri: export by reference is for the unary ExportVersion only')));
       return;
     }
     engine.exportVersion(wire.exportVersionFromWire(call.request)).then(
       (v) => {
-        wire.byteChunks(v.weights, v.optimizerState).forEach((c, i) => call.write({ info: i === 0 ? wire.versionInfoToWire(v.info) : null, ...c }));
+        wire.byteChunks(v.weights, v.optimizerState).forEach((c, i) => call.write({ info: i === 0 ? wire.versionInfoToWire(v.info) : undefined, ...c }));
         call.end();
       },
       (e) => call.emit('error', toServiceError(e)),
@@ -83,12 +83,12 @@ function exportVersionChunks(engine: Engine): grpc.handleServerStreamingCall<P.W
 const PROGRESS_EVERY_MS = 2000;
 
 /** UpdateStream: progress events (one on arrival, then each phase, and every PROGRESS_EVERY_MS), then the result. */
-function updateStream(engine: Engine): grpc.handleServerStreamingCall<P.WireUpdateRequest, P.WireUpdateEvent> {
+function updateStream(engine: Engine): grpc.handleServerStreamingCall<P.UpdateRequest, P.UpdateEvent> {
   return (call) => {
     const t0 = performance.now();
     let last: UpdateProgress = { phase: 'received', queuePosition: 0, innerStep: 0, innerSteps: 0, microBatches: 0, elapsedMs: 0 };
     const send = () => {
-      if (!call.cancelled && call.writable) call.write({ progress: wire.updateProgressToWire({ ...last, elapsedMs: performance.now() - t0 }) });
+      if (!call.cancelled && call.writable) call.write({ progress: { ...last, elapsedMs: performance.now() - t0 } });
     };
     send();
     const timer = setInterval(send, PROGRESS_EVERY_MS);
@@ -117,21 +117,18 @@ function updateStream(engine: Engine): grpc.handleServerStreamingCall<P.WireUpda
 
 export function engineHandlers(engine: Engine): grpc.UntypedServiceImplementation {
   return {
-    InitModel: unary(async (req: P.WireInitModelRequest) => wire.versionInfoToWire(await engine.initModel(wire.initModelFromWire(req)))),
-    LoadVersion: unary(async (req: P.WireLoadVersionRequest) => wire.versionInfoToWire(await engine.loadVersion(wire.loadVersionFromWire(req)))),
-    ExportVersion: unary(async (req: P.WireExportVersionRequest) => wire.exportedToWire(await engine.exportVersion(wire.exportVersionFromWire(req)))),
+    InitModel: unary(async (req: P.InitModelRequest) => wire.versionInfoToWire(await engine.initModel(wire.initModelFromWire(req)))),
+    LoadVersion: unary(async (req: P.LoadVersionRequest) => wire.versionInfoToWire(await engine.loadVersion(wire.loadVersionFromWire(req)))),
+    ExportVersion: unary(async (req: P.ExportVersionRequest) => wire.exportedToWire(await engine.exportVersion(wire.exportVersionFromWire(req)))),
     LoadVersionChunks: loadVersionChunks(engine),
     ExportVersionChunks: exportVersionChunks(engine),
-    Generate: unary(async (req: P.WireGenerateRequest, cancel) =>
+    Generate: unary(async (req: P.GenerateRequest, cancel) =>
       wire.generateResponseToWire(await engine.generate(wire.generateFromWire(req), cancel)),
     ),
-    Score: unary(async (req: P.WireScoreRequest) => wire.scoreResponseToWire(await engine.score(wire.scoreFromWire(req)))),
-    Update: unary(async (req: P.WireUpdateRequest) => wire.updateResponseToWire(await engine.update(wire.updateFromWire(req)))),
+    Score: unary(async (req: P.ScoreRequest) => wire.scoreResponseToWire(await engine.score(wire.scoreFromWire(req)))),
+    Update: unary(async (req: P.UpdateRequest) => wire.updateResponseToWire(await engine.update(wire.updateFromWire(req)))),
     UpdateStream: updateStream(engine),
-    Abort: unary(async (req: P.WireAbortRequest) => {
-      const res = engine.abort({ modelKey: req.model_key, requestIds: req.request_ids });
-      return { aborted_requests: res.abortedRequests } satisfies P.WireAbortResponse;
-    }),
+    Abort: unary(async (req: P.AbortRequest) => engine.abort(req)),
     Health: unary(async () => wire.healthToWire(engine.health())),
     Stats: unary(async () => wire.statsToWire(await engine.stats())),
   };

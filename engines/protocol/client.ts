@@ -163,9 +163,11 @@ export class EngineClient {
     });
   }
 
-  private call<Req, Res>(method: string, req: Req, opts: CallOptions = {}): Promise<Res> {
+  private call<N extends P.RpcName>(method: N, req: P.RequestOf<N>, opts: CallOptions = {}): Promise<P.ResponseOf<N>> {
     const def = this.methods[method];
     if (this.closed) return Promise.reject(this.closedError(method));
+    type Req = P.RequestOf<N>;
+    type Res = P.ResponseOf<N>;
     return new Promise<Res>((resolve, reject) => {
       if (opts.signal?.aborted) {
         reject(new EngineCancelledError(`engine ${method}: aborted before the call`, grpc.status.CANCELLED, ErrorReason.CANCELLED, method));
@@ -200,17 +202,17 @@ export class EngineClient {
     const { weights = new Uint8Array(0), optimizerState = new Uint8Array(0) } = req;
     if (weights.length + optimizerState.length <= CHUNK_BYTES) return wire.versionInfoFromWire(await this.call('LoadVersion', wire.loadVersionToWire(req), opts));
     const header = wire.loadVersionToWire({ ...req, weights: undefined, optimizerState: undefined });
-    const chunks = wire.byteChunks(weights, optimizerState).map((c, i) => ({ header: i === 0 ? header : null, ...c }));
-    return wire.versionInfoFromWire(await this.clientStream<P.WireVersionInfo>('LoadVersionChunks', chunks, opts));
+    const chunks = wire.byteChunks(weights, optimizerState).map((c, i) => ({ header: i === 0 ? header : undefined, ...c }));
+    return wire.versionInfoFromWire(await this.clientStream('LoadVersionChunks', chunks, opts));
   }
 
   /** Streamed (ExportVersionChunks; unary with a destinationUri); an engine without that RPC answers the unary ExportVersion. */
   async exportVersion(req: T.ExportVersionRequest, opts?: CallOptions): Promise<T.ExportedVersion> {
     // by reference: the answer is two references, not bytes
     if (req.destinationUri) return wire.exportedFromWire(await this.call('ExportVersion', wire.exportVersionToWire(req), opts));
-    let chunks: P.WireExportVersionChunk[];
+    let chunks: P.ExportVersionChunk[];
     try {
-      chunks = await this.serverStream<P.WireExportVersionChunk>('ExportVersionChunks', wire.exportVersionToWire(req), opts);
+      chunks = await this.serverStream('ExportVersionChunks', wire.exportVersionToWire(req), opts);
     } catch (e) {
       if ((e as EngineError).code !== grpc.status.UNIMPLEMENTED) throw e;
       return wire.exportedFromWire(await this.call('ExportVersion', wire.exportVersionToWire(req), opts));
@@ -218,14 +220,15 @@ export class EngineClient {
     return { info: wire.versionInfoFromWire(chunks[0]!.info!), ...wire.joinChunks(chunks) };
   }
 
-  private clientStream<Res>(method: string, messages: unknown[], opts: CallOptions = {}): Promise<Res> {
+  private clientStream<N extends P.RpcName>(method: N, messages: P.RequestOf<N>[], opts: CallOptions = {}): Promise<P.ResponseOf<N>> {
+    type Res = P.ResponseOf<N>;
     const def = this.methods[method];
     if (this.closed) return Promise.reject(this.closedError(method));
     return new Promise<Res>((resolve, reject) => {
       const callOpts: grpc.CallOptions = opts.timeoutMs !== undefined ? { deadline: Date.now() + opts.timeoutMs } : {};
-      const call = this.client.makeClientStreamRequest<unknown, Res>(
+      const call = this.client.makeClientStreamRequest<P.RequestOf<N>, Res>(
         def.path,
-        def.requestSerialize as (r: unknown) => Buffer,
+        def.requestSerialize as (r: P.RequestOf<N>) => Buffer,
         def.responseDeserialize as (b: Buffer) => Res,
         new grpc.Metadata(),
         callOpts,
@@ -238,14 +241,15 @@ export class EngineClient {
   }
 
   /** A server-streaming call's messages, once its status is OK; `onMessage` hears each as it arrives. */
-  private serverStream<Msg>(method: string, req: unknown, opts: CallOptions = {}, onMessage?: (m: Msg) => void): Promise<Msg[]> {
+  private serverStream<N extends P.RpcName>(method: N, req: P.RequestOf<N>, opts: CallOptions = {}, onMessage?: (m: P.ResponseOf<N>) => void): Promise<P.ResponseOf<N>[]> {
+    type Msg = P.ResponseOf<N>;
     const def = this.methods[method];
     if (this.closed) return Promise.reject(this.closedError(method));
     return new Promise<Msg[]>((resolve, reject) => {
       const callOpts: grpc.CallOptions = opts.timeoutMs !== undefined ? { deadline: Date.now() + opts.timeoutMs } : {};
-      const call = this.client.makeServerStreamRequest<unknown, Msg>(
+      const call = this.client.makeServerStreamRequest<P.RequestOf<N>, Msg>(
         def.path,
-        def.requestSerialize as (r: unknown) => Buffer,
+        def.requestSerialize as (r: P.RequestOf<N>) => Buffer,
         def.responseDeserialize as (b: Buffer) => Msg,
         req,
         new grpc.Metadata(),
@@ -301,9 +305,7 @@ export class EngineClient {
   }
 
   private generateNow(req: T.GenerateRequest, opts?: CallOptions): Promise<T.GenerateResponse> {
-    return this.call<unknown, Parameters<typeof wire.generateResponseFromWire>[0]>('Generate', wire.generateToWire(req), opts).then(
-      wire.generateResponseFromWire,
-    );
+    return this.call('Generate', wire.generateToWire(req), opts).then(wire.generateResponseFromWire);
   }
 
   private flushGenerate(): void {
@@ -377,9 +379,9 @@ export class EngineClient {
    * only Update) gets the unary Update.
    */
   async updateStream(req: T.UpdateRequest, onProgress: (p: T.UpdateProgress) => void, opts?: CallOptions): Promise<T.UpdateResponse> {
-    let events: P.WireUpdateEvent[];
+    let events: P.UpdateEvent[];
     try {
-      events = await this.serverStream<P.WireUpdateEvent>('UpdateStream', wire.updateToWire(req), opts, (ev) => ev.progress && onProgress(wire.updateProgressFromWire(ev.progress)));
+      events = await this.serverStream('UpdateStream', wire.updateToWire(req), opts, (ev) => ev.progress && onProgress(ev.progress));
     } catch (e) {
       if ((e as EngineError).code !== grpc.status.UNIMPLEMENTED) throw e;
       return this.update(req, opts);
@@ -391,8 +393,7 @@ export class EngineClient {
 
   /** Ends in-flight Generate calls (all of a model, or those with the given request ids) early. */
   async abort(req: T.AbortRequest, opts?: CallOptions): Promise<T.AbortResponse> {
-    const res = await this.call<P.WireAbortRequest, P.WireAbortResponse>('Abort', { model_key: req.modelKey ?? '', request_ids: req.requestIds ?? [] }, opts);
-    return { abortedRequests: res.aborted_requests };
+    return this.call('Abort', { modelKey: req.modelKey ?? '', requestIds: req.requestIds ?? [] }, opts);
   }
 
   async health(opts?: CallOptions): Promise<T.HealthResponse> {

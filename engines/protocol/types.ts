@@ -1,10 +1,19 @@
 /**
- * TypeScript shapes of the engine API (camelCase mirrors of engine.proto).
- * The in-process Engine, the gRPC client and the pool activities all speak
- * these; engines/protocol/wire.ts converts them to and from proto messages.
+ * The engine API as Troupe's code speaks it (the in-process Engine, the gRPC client,
+ * the pool activities); engines/protocol/wire.ts converts it to and from the messages
+ * generated from engine.proto (proto.ts). Messages that mean the same here as on the
+ * wire are the generated types themselves. The others differ where Troupe's meaning
+ * differs from the wire's:
+ * - versions, sizes and counters are numbers (uint64 travels as a decimal string);
+ * - a model spec is the family's config object (ModelSpec), not family + config_json;
+ * - request fields are optional where Troupe has a default (temperature 1, not the
+ *   wire's 0 = greedy; the update settings' defaults below);
+ * - stop reasons and KL types use the names of rl/ and the trajectory records
+ *   ('stop_token', 'low_var_kl'), not the proto enums.
  * Everything here is plain JSON except bytes (Uint8Array).
  */
 import type { ModelSpec, ModelSpecInput } from '../families/model-family';
+import type * as P from './proto';
 
 /** A spec as callers may send it: family (default tiny-lm), vocabSize and the family's fields (defaults fill the rest). */
 export type { ModelSpec, ModelSpecInput } from '../families/model-family';
@@ -113,10 +122,7 @@ export interface GenerateResponse {
   sequences: GeneratedSequence[];
 }
 
-export interface ScoreSequenceInput {
-  context: number[];
-  tokens: number[];
-}
+export type ScoreSequenceInput = P.ScoreSequence;
 
 export interface ScoreRequest {
   modelKey: string;
@@ -124,28 +130,15 @@ export interface ScoreRequest {
   sequences: ScoreSequenceInput[];
 }
 
-export interface ScoredSequence {
-  logprobs: number[];
-  entropy: number[];
-}
+export type ScoredSequence = P.ScoredSequence;
 
 export interface ScoreResponse {
   version: number;
   sequences: ScoredSequence[];
 }
 
-export interface UpdateSampleInput {
-  context: number[];
-  tokens: number[];
-  /** 1 = trained, 0 = context only; one per token */
-  lossMask: number[];
-  advantages: number[];
-  oldLogprobs: number[];
-  /** w_t ≥ 0, loss = Σ w_t·L_t */
-  lossWeights: number[];
-  /** optional reference log-probs, one per token (or absent/empty) */
-  refLogprobs?: number[];
-}
+/** One trajectory segment (engine.proto UpdateSample); refLogprobs absent = empty = no KL term. */
+export type UpdateSampleInput = Omit<P.UpdateSample, 'refLogprobs'> & { refLogprobs?: number[] };
 
 export type KlType = 'k1' | 'low_var_kl';
 
@@ -194,26 +187,7 @@ export interface UpdateRequest {
 }
 
 /** Sums are over trained tokens; means over trained tokens with w_t ≠ 0 (as rl/loss.ts diagnostics). */
-export interface UpdateMetrics {
-  /** Σ w·L_pg + kl_coef·Σ w·KL − entropy_coef·Σ w·H */
-  loss: number;
-  /** Σ w·L_pg */
-  pgLoss: number;
-  /** Σ w·KL (before kl_coef; 0 without reference log-probs) */
-  klLoss: number;
-  /** Σ w·H (before entropy_coef) */
-  entropySum: number;
-  /** global gradient norm before clipping */
-  gradNorm: number;
-  /** fraction where the PPO clip binds strictly */
-  clipFraction: number;
-  /** fraction where the dual clip binds strictly */
-  dualClipFraction: number;
-  /** mean of ratio − 1 − log ratio (k3 estimate of KL(old‖new)) */
-  approxKl: number;
-  /** mean entropy of the next-token distribution */
-  entropy: number;
-}
+export type UpdateMetrics = P.UpdateMetrics;
 
 export interface UpdateResponse {
   info: VersionInfo;
@@ -244,39 +218,15 @@ export interface HealthResponse {
   capabilities: Capabilities;
 }
 
-/** What an engine serves and promises (engine.proto Capabilities). */
-export interface Capabilities {
-  protocolVersion: number;
-  engine: string;
-  rpcs: string[];
-  families: string[];
-  deterministic: boolean;
-  scoreMatchesGenerate: 'bit-identical' | 'tolerance' | string;
-  scoreTolerance: number;
-  maxBatch: number;
-  weightsByReference: boolean;
-}
+/** What an engine serves and promises. */
+export type Capabilities = P.Capabilities;
 
-/** UpdateStream progress (engine.proto UpdateProgress). */
-export interface UpdateProgress {
-  phase: string;
-  queuePosition: number;
-  innerStep: number;
-  innerSteps: number;
-  microBatches: number;
-  elapsedMs: number;
-}
+export type UpdateProgress = P.UpdateProgress;
 
-export interface AbortRequest {
-  /** empty = every model */
-  modelKey?: string;
-  /** empty = every Generate of the model(s) */
-  requestIds?: string[];
-}
+/** modelKey empty or absent = every model; requestIds empty or absent = every Generate of the model(s) */
+export type AbortRequest = Partial<P.AbortRequest>;
 
-export interface AbortResponse {
-  abortedRequests: number;
-}
+export type AbortResponse = P.AbortResponse;
 
 export interface ModelStats {
   modelKey: string;

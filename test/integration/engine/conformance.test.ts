@@ -16,11 +16,12 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { assertConformant, type ConformanceReport, formatResult, runConformance, selectChecks } from '../../../engines/conformance';
-import { type Outcome, WireClient, type WireError } from '../../../engines/conformance/wire-client';
+import { type Outcome, type Req, WireClient, type WireError } from '../../../engines/conformance/wire-client';
 import { ERROR_REASON_METADATA } from '../../../engines/protocol/errors';
 import { spawnEngine, type SpawnedEngine } from '../../../gpu-workers/engine-process';
 import { engineServiceDefinition, MAX_MESSAGE_BYTES } from '../../../engines/protocol/proto';
 import type * as P from '../../../engines/protocol/proto';
+import type { RpcName } from '../../../engines/protocol/proto';
 import { troupe } from '../../helpers/cli';
 
 let engine: SpawnedEngine;
@@ -52,7 +53,7 @@ test('the built-in engine passes every check of the conformance suite', async ()
   for (const r of rep.results.filter((x) => KNOWN_FAILURES.includes(x.id))) {
     console.log(r.status === 'fail' ? `known failure: ${formatResult(r)}` : `${r.id} now ${r.status}: remove it from KNOWN_FAILURES`);
   }
-  assert.equal(rep.capabilities?.protocol_version, 2);
+  assert.equal(rep.capabilities?.protocolVersion, 2);
   // the built-in engine lists every RPC and claims determinism and references, so every conditional check runs
   assert.deepEqual(rep.results.filter((r) => r.status === 'skip').map((r) => r.id), ['health.unlisted-unimplemented'], show(rep));
   assert.ok(rep.counts.pass >= 40, show(rep));
@@ -107,20 +108,20 @@ async function lyingProxy(target: string, tamper: Record<string, (res: any) => a
   const handlers: grpc.UntypedServiceImplementation = {};
   const change = (name: string, x: unknown) => (tamper[name] ? tamper[name]!(x) : x);
   const answer = (cb: grpc.sendUnaryData<unknown>, name: string) => (o: Outcome<unknown>) => (o.ok ? cb(null, change(name, o.value)) : cb(toStatus(o.error)));
-  for (const [name, m] of Object.entries(engineServiceDefinition())) {
+  for (const [name, m] of Object.entries(engineServiceDefinition()) as [RpcName, grpc.MethodDefinition<unknown, unknown>][]) {
     if (!m.requestStream && !m.responseStream) {
       // `local` answers a unary RPC here, without the engine ever seeing it
       handlers[name] = (call: grpc.ServerUnaryCall<unknown, unknown>, cb: grpc.sendUnaryData<unknown>) =>
-        local[name] ? cb(null, local[name]!(call.request)) : void upstream.unary(name, call.request).then(answer(cb, name));
+        local[name] ? cb(null, local[name]!(call.request)) : void upstream.unary(name, call.request as Req<RpcName>).then(answer(cb, name));
     } else if (m.requestStream) {
       handlers[name] = (call: grpc.ServerReadableStream<unknown, unknown>, cb: grpc.sendUnaryData<unknown>) => {
         const msgs: unknown[] = [];
         call.on('data', (d) => msgs.push(d));
-        call.on('end', () => void upstream.clientStream(name, msgs).then(answer(cb, name)));
+        call.on('end', () => void upstream.clientStream(name, msgs as Req<RpcName>[]).then(answer(cb, name)));
       };
     } else {
       handlers[name] = (call: grpc.ServerWritableStream<unknown, unknown>) => {
-        void upstream.serverStream(name, call.request).then((o) => {
+        void upstream.serverStream(name, call.request as Req<RpcName>).then((o) => {
           for (const msg of o.messages) call.write(change(name, msg));
           if (o.ok) call.end();
           else call.emit('error', toStatus(o.error));
@@ -141,8 +142,8 @@ async function lyingProxy(target: string, tamper: Record<string, (res: any) => a
 
 test('negative control: Health claiming protocol_version 1 and Generate with a log-prob missing fail those checks', async () => {
   const proxy = await lyingProxy(engine.listening.address, {
-    Health: (h: P.WireHealthResponse) => ({ ...h, capabilities: h.capabilities && { ...h.capabilities, protocol_version: 1 } }),
-    Generate: (g: P.WireGenerateResponse) => ({ ...g, sequences: g.sequences.map((s) => ({ ...s, logprobs: s.logprobs.slice(1) })) }),
+    Health: (h: P.HealthResponse) => ({ ...h, capabilities: h.capabilities && { ...h.capabilities, protocolVersion: 1 } }),
+    Generate: (g: P.GenerateResponse) => ({ ...g, sequences: g.sequences.map((s) => ({ ...s, logprobs: s.logprobs.slice(1) })) }),
   });
   try {
     const rep = await runConformance(proxy.address, { only: ['health.', 'init.version0', 'export.unary', 'generate.', 'score.shape'] });
@@ -190,10 +191,10 @@ test('negative control: an error without troupe-error-reason, and an RPC listed 
 
 test('negative control: mutants of the real engine\'s answers fail the checks that should see them', async () => {
   const mutants: [string, Record<string, (x: any) => any>, string[], string[]][] = [
-    ['sample_logprobs = logprobs', { Generate: (g: P.WireGenerateResponse) => ({ ...g, sequences: g.sequences.map((s) => ({ ...s, sample_logprobs: s.logprobs })) }) }, ['generate.'], ['generate.sampling', 'generate.sample-logprobs']],
-    ['negative entropies', { Score: (r: P.WireScoreResponse) => ({ ...r, sequences: r.sequences.map((s) => ({ ...s, entropy: s.entropy.map((h) => -h) })) }) }, ['score.'], ['score.shape']],
-    ['Abort counts 2', { Abort: () => ({ aborted_requests: 2 }) }, ['abort.unknown'], ['abort.unknown']],
-    ['Update never replays', { Update: (r: P.WireUpdateResponse) => ({ ...r, replayed: false }) }, ['update.replay'], ['update.replay']],
+    ['sample_logprobs = logprobs', { Generate: (g: P.GenerateResponse) => ({ ...g, sequences: g.sequences.map((s) => ({ ...s, sampleLogprobs: s.logprobs })) }) }, ['generate.'], ['generate.sampling', 'generate.sample-logprobs']],
+    ['negative entropies', { Score: (r: P.ScoreResponse) => ({ ...r, sequences: r.sequences.map((s) => ({ ...s, entropy: s.entropy.map((h) => -h) })) }) }, ['score.'], ['score.shape']],
+    ['Abort counts 2', { Abort: () => ({ abortedRequests: 2 }) }, ['abort.unknown'], ['abort.unknown']],
+    ['Update never replays', { Update: (r: P.UpdateResponse) => ({ ...r, replayed: false }) }, ['update.replay'], ['update.replay']],
   ];
   for (const [name, tamper, only, expected] of mutants) {
     const proxy = await lyingProxy(engine.listening.address, tamper);
@@ -207,7 +208,7 @@ test('negative control: mutants of the real engine\'s answers fail the checks th
   }
   // An Abort that never reaches the engine (answered "0 aborted" at once) is caught: the queued call it named ran anyway.
   {
-    const proxy = await lyingProxy(engine.listening.address, {}, { Abort: () => ({ aborted_requests: 0 }) });
+    const proxy = await lyingProxy(engine.listening.address, {}, { Abort: () => ({ abortedRequests: 0 }) });
     try {
       const rep = await runConformance(proxy.address, { only: ['abort.generate'] });
       assert.equal(rep.results[0]!.status, 'fail', show(rep));

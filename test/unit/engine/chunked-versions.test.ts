@@ -12,7 +12,7 @@ test('byteChunks splits weights then optimizer state at the chunk size; joinChun
   const w = Uint8Array.from([1, 2, 3, 4, 5]);
   const o = Uint8Array.from([6, 7]);
   const chunks = byteChunks(w, o, 2);
-  assert.deepEqual(chunks.map((c) => [Array.from(c.weights), Array.from(c.optimizer_state)]), [[[1, 2], []], [[3, 4], []], [[5], []], [[], [6, 7]]]);
+  assert.deepEqual(chunks.map((c) => [Array.from(c.weights), Array.from(c.optimizerState)]), [[[1, 2], []], [[3, 4], []], [[5], []], [[], [6, 7]]]);
   assert.deepEqual(joinChunks(chunks), { weights: w, optimizerState: o });
   // Nothing to send is still one message (it carries the header).
   assert.equal(byteChunks(new Uint8Array(0), new Uint8Array(0)).length, 1);

@@ -10,6 +10,7 @@ import { startEngineServer } from '../../../engines/onnx/server';
 import { EngineFault } from '../../../engines/protocol/errors';
 import { FAMILY_NAMES, normalizeModelSpec, paramCount } from '../../../engines/families';
 import { ModelSpecError } from '../../../engines/families/model-family';
+import { ModelSpec } from '../../../engines/protocol/proto';
 import { specFromWire, specToWire } from '../../../engines/protocol/wire';
 import { cpuEngine } from './helpers';
 
@@ -43,17 +44,17 @@ test('specs dispatch to their family by name; errors name the field under the pr
 test('wire (v2): every family travels as config_json; tiny-lm\'s v1 fields 3-7 are still read', () => {
   const tiny = specToWire({ vocabSize: 8, contextWindow: 4 });
   assert.equal(tiny.family, 'tiny-lm');
-  assert.equal(tiny.context_window, undefined);
-  assert.deepEqual(JSON.parse(tiny.config_json!), { contextWindow: 4 });
+  assert.equal(tiny.contextWindow, 0); // proto3 default: not on the wire
+  assert.deepEqual(JSON.parse(tiny.configJson!), { contextWindow: 4 });
   assert.deepEqual(specFromWire(tiny), { family: 'tiny-lm', vocabSize: 8, contextWindow: 4 });
   // a v1 client's tiny-lm spec
-  assert.deepEqual(specFromWire({ family: '', vocab_size: 8, context_window: 4, config_json: '' }), { family: undefined, vocabSize: 8, contextWindow: 4 });
+  assert.deepEqual(specFromWire(ModelSpec.fromPartial({ family: '', vocabSize: 8, contextWindow: 4 })), { family: undefined, vocabSize: 8, contextWindow: 4 });
   const tf = specToWire(TF);
   assert.equal(tf.family, 'transformer');
-  assert.equal(tf.context_window, undefined);
-  assert.deepEqual(JSON.parse(tf.config_json!), { width: 16, layers: 1, heads: 2, maxSeq: 24 });
+  assert.equal(tf.contextWindow, 0);
+  assert.deepEqual(JSON.parse(tf.configJson!), { width: 16, layers: 1, heads: 2, maxSeq: 24 });
   assert.deepEqual(specFromWire(tf), TF);
-  assert.throws(() => specFromWire({ family: 'transformer', vocab_size: 12, config_json: '[1]' }), /spec\.config_json: must be a JSON object/);
+  assert.throws(() => specFromWire(ModelSpec.fromPartial({ family: 'transformer', vocabSize: 12, configJson: '[1]' })), /spec\.config_json: must be a JSON object/);
 });
 
 test('the engine serves a transformer and tiny-lm side by side over gRPC', async () => {
