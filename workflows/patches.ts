@@ -29,6 +29,8 @@ export const Patch = {
   boundedStaleness: 'bounded-staleness',
   /** Pool name -> task queue from the control worker's configuration (before: the pool's name). */
   poolTaskQueues: 'pool-task-queues',
+  /** A setOptimizer change is recorded in the store (an `optimizer-change-accepted` event) before the update returns. */
+  acceptedChangeEvent: 'accepted-change-event',
 } as const;
 
 export type PatchId = (typeof Patch)[keyof typeof Patch];

@@ -14,14 +14,14 @@
  * behind a patched() id (workflows/patches.ts, listed in docs/contributing.md),
  * and the branches for histories recorded before it are kept next to the new ones.
  */
-import { ApplicationFailure, ContinueAsNew, continueAsNew, isCancellation, patched, setCurrentDetails, setHandler, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
+import { allHandlersFinished, ApplicationFailure, condition, ContinueAsNew, continueAsNew, isCancellation, patched, setCurrentDetails, setHandler, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
 import type { EvalSummary } from '../../activities/training/control';
 import { TroupeStatus, TroupeTeam } from '../../infra/search-attributes';
 import { applyOptimizerChange, parseOptimizerChange, SettingsError } from '../../schema/optimizer';
 import { RunConfigError } from '../../schema/run-config';
 import { pauseSignal, resumeSignal, setOptimizerUpdate, statusQuery, stopSignal } from '../definitions';
 import { Patch } from '../patches';
-import { control, dashboardLookup, finalBookkeeping, poolQueueLookup } from './activities';
+import { control, controlLocal, dashboardLookup, finalBookkeeping, poolQueueLookup } from './activities';
 import { resolve, withOptimizer, type Resolved } from './resolve';
 import { poolsUsed } from './rollout';
 import { StalePipeline } from './stale';
@@ -61,7 +61,9 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
   }
   const info = workflowInfo();
   const run = new RunState(resolved, resolved.config.runId ?? info.workflowId, carried);
-  handleMessages(run);
+  // Decided here, in the first activation, not in the update handler: the decision must not
+  // depend on when an update arrives.
+  handleMessages(run, patched(Patch.acceptedChangeEvent));
 
   try {
     if (patched(Patch.poolTaskQueues)) run.poolQueues = await poolQueueLookup.poolTaskQueues({ pools: poolsUsed(run) });
@@ -96,7 +98,10 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
       if (workflowInfo().continueAsNewSuggested && run.step < run.config.steps) {
         // This execution closes: a TroupeStatus="running" search must find only the one that goes on.
         if (patched(Patch.continuedStatus)) upsertSearchAttributes([{ key: TroupeStatus, value: 'continued' }]);
-        await continueAsNew<typeof trainingRun>(rawConfig, run.toCarried(run.pipeline ? await run.pipeline.drain() : undefined));
+        const rolledOut = run.pipeline ? await run.pipeline.drain() : undefined;
+        // A setOptimizer update still recording its change finishes in this execution (no command: handlers of older histories never wait).
+        await condition(allHandlersFinished);
+        await continueAsNew<typeof trainingRun>(rawConfig, run.toCarried(rolledOut));
       }
     }
 
@@ -107,6 +112,7 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
     run.phase = status;
     run.publish();
     await control.setRunStatus({ runId: run.runId, status });
+    await condition(allHandlersFinished);
     return { runId: run.runId, workflowId: info.workflowId, team: run.config.team, steps: run.step, status, versions: run.versions, initialEval: run.initialEval, finalEval, failedEpisodes: run.failedEpisodes };
   } catch (e) {
     // continue-as-new and cancellation pass through; any other failure marks the run
@@ -117,16 +123,23 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
   }
 }
 
-/** Signals (pause, resume, stop), the setOptimizer update and the status query. */
-function handleMessages(run: RunState) {
+/**
+ * Signals (pause, resume, stop), the setOptimizer update and the status query.
+ * recordAccepted: an accepted change is written to the store (a run event) before the
+ * update returns, so a terminate before the step that applies it does not lose it.
+ */
+function handleMessages(run: RunState, recordAccepted: boolean) {
   setHandler(pauseSignal, () => void (run.paused = true));
   setHandler(resumeSignal, () => void (run.paused = false));
   setHandler(stopSignal, () => void (run.stopRequested = true));
   setHandler(
     setOptimizerUpdate,
-    (change) => {
-      run.pendingChanges.push(parseOptimizerChange(change));
-      return { effectiveStep: run.step + (run.phase === 'running' ? 1 : 0) };
+    async (raw) => {
+      const change = parseOptimizerChange(raw);
+      const effectiveStep = run.step + (run.phase === 'running' ? 1 : 0);
+      run.pendingChanges.push(change);
+      if (recordAccepted) await controlLocal.recordEvent({ runId: run.runId, step: run.step, kind: 'optimizer-change-accepted', detail: { change, effectiveStep } });
+      return { effectiveStep };
     },
     {
       // Rejected here, the change is never recorded; every problem once, at the path the user sent.
