@@ -31,6 +31,24 @@ export const Patch = {
   poolTaskQueues: 'pool-task-queues',
   /** A setOptimizer change is recorded in the store (an `optimizer-change-accepted` event) before the update returns. */
   acceptedChangeEvent: 'accepted-change-event',
+  /**
+   * Every other patch decided in the first activation, before any local activity, and the
+   * continue-as-new suggestion read only where a task's own events resolve a step (see
+   * decidePatches): what a local activity resolves during replay arrives in an activation
+   * that carries neither the patch notifications nor the suggestion of the task it ran in.
+   */
+  decideAtStart: 'decide-at-start',
 } as const;
+
+/**
+ * Runs started with decide-at-start decide every patch here, in their first activation,
+ * so each later patched() call returns this decision (the SDK keeps it) whatever
+ * activation it runs in. Older runs replay the per-call decisions they recorded.
+ */
+export function decidePatches(patched: (id: string) => boolean): boolean {
+  if (!patched(Patch.decideAtStart)) return false;
+  for (const id of Object.values(Patch)) if (id !== Patch.validationFailureAttributes && id !== Patch.decideAtStart) patched(id);
+  return true;
+}
 
 export type PatchId = (typeof Patch)[keyof typeof Patch];

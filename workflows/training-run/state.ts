@@ -3,7 +3,7 @@
  * carries (toCarried), what the status query answers (view) and what the Web UI
  * shows (publish: search attributes and Current Details).
  */
-import { setCurrentDetails, upsertSearchAttributes } from '@temporalio/workflow';
+import { setCurrentDetails, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
 import type { EvalSummary, TeamRef } from '../../activities/training/control';
 import { TroupeEvalSuccess, TroupeRunId, TroupeStatus, TroupeStep, TroupeTeam } from '../../infra/search-attributes';
 import type { OptimizerChange, OptimizerConfig } from '../../schema/optimizer';
@@ -66,6 +66,10 @@ export class RunState {
   owned: boolean;
   /** Asynchronous runs (staleness > 0 for some model): rollouts in flight; decided once per execution. */
   pipeline: StalePipeline | null = null;
+  /** Runs with the decide-at-start patch: patches decided in the first activation, continue-as-new suggestion noted at each update (noteSuggestion). */
+  decidedAtStart = false;
+  /** Whether Temporal suggested continue-as-new in an activation that resolved this step's update. */
+  private suggested = false;
   private readonly started = Date.now();
   private stepsThisExecution = 0;
 
@@ -100,6 +104,21 @@ export class RunState {
     this.rewards = rewards;
     this.step++;
     this.stepsThisExecution++;
+  }
+
+  /**
+   * Called where a step's update resolves: an activity result, delivered with the task that
+   * recorded it, live and in replay alike. Code after a local activity may run in another
+   * activation in replay than it did live, and an activation that delivers only a local
+   * activity's result does not carry its task's suggestion.
+   */
+  noteSuggestion() {
+    this.suggested ||= workflowInfo().continueAsNewSuggested;
+  }
+
+  /** Whether to continue as new after this step. */
+  continueAsNewSuggested(): boolean {
+    return this.decidedAtStart ? this.suggested : workflowInfo().continueAsNewSuggested;
   }
 
   toCarried(rolledOut?: Record<number, RolloutDone>): Carried {

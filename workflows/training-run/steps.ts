@@ -120,6 +120,7 @@ async function updateStep(run: RunState, rolloutDone: RolloutDone, bookkeeping: 
     models.map((model) => poolOf(run, model, 'train').updateModel({ ...run.ref, runId, step: run.step, model, baseVersion: run.versions[model]!, settings: run.settings, nonFinite: config.nonFinite, rollout: rolloutDone, ...correction(model) })),
   );
   const t2 = Date.now();
+  run.noteSuggestion();
   if (offPolicy) run.pipeline!.offPolicyMetrics = Object.fromEntries(updates.map((u, i) => [models[i]!, u.metrics]));
   const versions = { ...run.versions };
   updates.forEach((u, i) => (versions[models[i]!] = u.version));

@@ -20,7 +20,7 @@ import { TroupeStatus, TroupeTeam } from '../../infra/search-attributes';
 import { applyOptimizerChange, parseOptimizerChange, SettingsError } from '../../schema/optimizer';
 import { RunConfigError } from '../../schema/run-config';
 import { pauseSignal, resumeSignal, setOptimizerUpdate, statusQuery, stopSignal } from '../definitions';
-import { Patch } from '../patches';
+import { decidePatches, Patch } from '../patches';
 import { control, controlLocal, dashboardLookup, finalBookkeeping, poolQueueLookup } from './activities';
 import { resolve, withOptimizer, type Resolved } from './resolve';
 import { poolsUsed } from './rollout';
@@ -61,6 +61,7 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
   }
   const info = workflowInfo();
   const run = new RunState(resolved, resolved.config.runId ?? info.workflowId, carried);
+  run.decidedAtStart = decidePatches(patched);
   // Decided here, in the first activation, not in the update handler: the decision must not
   // depend on when an update arrives.
   handleMessages(run, patched(Patch.acceptedChangeEvent));
@@ -95,7 +96,7 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
         run.phase = 'running';
         run.publish();
       }
-      if (workflowInfo().continueAsNewSuggested && run.step < run.config.steps) {
+      if (run.continueAsNewSuggested() && run.step < run.config.steps) {
         // This execution closes: a TroupeStatus="running" search must find only the one that goes on.
         if (patched(Patch.continuedStatus)) upsertSearchAttributes([{ key: TroupeStatus, value: 'continued' }]);
         const rolledOut = run.pipeline ? await run.pipeline.drain() : undefined;

@@ -32,10 +32,12 @@ test('every patch id in workflows/patches.ts is in the docs table, and the table
 });
 
 test('workflow code calls patched() only with a Patch constant, and uses each one', () => {
-  const sources = workflowSources(path.join(root, 'workflows')).map((f) => fs.readFileSync(f, 'utf8'));
-  const calls = sources.flatMap((s) => [...s.matchAll(/\bpatched\(([^)]+)\)/g)].map((m) => m[1]!));
+  const files = workflowSources(path.join(root, 'workflows'));
+  const read = (f: string) => fs.readFileSync(f, 'utf8');
+  // patches.ts itself decides every id in a loop (decidePatches)
+  const calls = files.filter((f) => path.basename(f) !== 'patches.ts').flatMap((f) => [...read(f).matchAll(/\bpatched\(([^)]+)\)/g)].map((m) => m[1]!));
   assert.ok(calls.length > 0);
   assert.deepEqual(calls.filter((arg) => !/^Patch\.\w+$/.test(arg)), [], 'patched() with a literal id');
-  const used = new Set(calls.map((arg) => arg.slice('Patch.'.length)));
+  const used = new Set(files.flatMap((f) => [...read(f).matchAll(/\bPatch\.(\w+)/g)].map((m) => m[1]!)));
   assert.deepEqual(Object.keys(Patch).filter((k) => !used.has(k)), [], 'constants no workflow uses');
 });
