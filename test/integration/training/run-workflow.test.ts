@@ -8,7 +8,8 @@
  * Covered: setOptimizer validation, pause / stop, changes accepted mid-step
  * carried over continue-as-new, TroupeStatus of continued and invalid
  * executions, a refused start leaving the store alone, a run without
- * trainable signal failing, and a resume redoing an interrupted eval.
+ * trainable signal failing, a resume redoing an interrupted eval, and an
+ * accepted setOptimizer change recorded in the store (PostgreSQL) before a terminate.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
@@ -27,7 +28,10 @@ import { pauseSignal, resumeSignal, setOptimizerUpdate, statusQuery, stopSignal 
 import type { trainingRun } from '../../../workflows';
 import { startTrainingRun } from '../../../cli/runs';
 import { parseRunConfig } from '../../../schema/run-config';
+import { createRun, recordEvent } from '../../../activities/store/runs';
+import type { Sql } from '../../../infra/db';
 import { startTemporal, uniqueTaskQueue, workflowBundle } from '../../helpers';
+import { createTestDatabase } from '../../helpers/database';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 async function until<T>(what: string, fn: () => Promise<T | undefined> | T | undefined, timeoutMs = 30_000): Promise<T> {
@@ -49,6 +53,8 @@ class Fake {
   /** Holds updateModel of this step until released. */
   holdUpdate: { step: number; release: () => void; reached: boolean } | null = null;
   version = 0;
+  /** Where given, recordEvent writes to this store (the real one) as well. */
+  store: Sql | null = null;
 
   events = (kind: string) => this.calls.filter((c) => c.name === 'recordEvent' && c.input.kind === kind).map((c) => c.input);
   named = (name: string) => this.calls.filter((c) => c.name === name).map((c) => c.input);
@@ -75,7 +81,10 @@ class Fake {
       },
       finishStep: async (input: any) => void log('finishStep', input),
       setRunStatus: async (input: any) => void log('setRunStatus', input),
-      recordEvent: async (input: any) => void log('recordEvent', input),
+      recordEvent: async (input: any) => {
+        log('recordEvent', input);
+        if (this.store) await recordEvent(this.store, input);
+      },
     };
   }
 
@@ -212,6 +221,33 @@ describe('trainingRun control paths (mocked activities)', () => {
       const summary = await handle.result();
       assert.ok(summary.status === 'stopped' || summary.steps === 8, summary.status);
       assert.equal(fake.named('recordEval').at(-1).step, summary.steps, 'final eval at the last step');
+    }),
+  );
+
+  it(
+    'a setOptimizer change is in the store when the update returns: terminating the run before the step that applies it loses nothing',
+    withWorkers(async () => {
+      const db = await createTestDatabase();
+      try {
+        fake.store = db.sql;
+        fake.holdUpdate = { step: 0, release: () => undefined, reached: false };
+        const runId = `accepted-${Date.now()}`;
+        await createRun(db.sql, { runId, team: 'math', config: {} });
+        const handle = await start(config({ steps: 3 }), runId);
+        await until('step 0 update', () => (fake.holdUpdate!.reached ? true : undefined));
+        const { effectiveStep } = await handle.executeUpdate(setOptimizerUpdate, { args: [{ models: { policy: { lr: 0.05 } } }] });
+        assert.equal(effectiveStep, 1);
+        await handle.terminate('test: terminated before the change applies');
+        assert.deepEqual(fake.events('optimizer-changed'), [], 'not applied yet');
+        const rows = await db.sql`SELECT step, detail FROM run_events WHERE run_id = ${runId} AND kind = 'optimizer-change-accepted'`;
+        assert.deepEqual(
+          rows.map((r) => ({ step: r.step, detail: r.detail })),
+          [{ step: 0, detail: { change: { models: { policy: { lr: 0.05 } } }, effectiveStep: 1 } }],
+        );
+      } finally {
+        fake.holdUpdate?.release();
+        await db.drop();
+      }
     }),
   );
 

@@ -1,0 +1,54 @@
+/**
+ * Ids of the patched() branches in workflow code. A run started before a change
+ * replays the old branch; one started after records the marker and takes the new
+ * one. Each id is listed, with what it guards, in docs/contributing.md
+ * ("Workflow patches"); test/unit/replay/patches.test.ts keeps the two in step.
+ */
+export const Patch = {
+  /** planStep/finishStep as local activities (before: ordinary activities). */
+  localStepBookkeeping: 'local-step-bookkeeping',
+  /** Step and eval plans by reference (before: the full episode list). */
+  stepPlanReference: 'step-plan-reference',
+  /** A resume redoes an eval the resume point does not list as finished. */
+  evalResumePoint: 'eval-resume-point',
+  /** A run without trainable signal for maxStepsWithoutSignal steps fails. */
+  failWithoutSignal: 'fail-without-signal',
+  /** TroupeStatus "continued" on an execution that continues as new. */
+  continuedStatus: 'continued-status',
+  /** A refused start (run id taken) leaves the store alone. */
+  startOwnsRun: 'start-owns-run',
+  /** An invalid config sets TroupeStatus and TroupeTeam and Current Details. */
+  validationFailureAttributes: 'validation-failure-attributes',
+  /** Accepted optimizer changes are recorded when the run fails. */
+  pendingChangesOnFailure: 'pending-changes-on-failure',
+  /** The dashboard link in Current Details (a local activity asks for it). */
+  dashboardLink: 'dashboard-link',
+  /** A `paused` run event. */
+  pauseEvent: 'pause-event',
+  /** Asynchronous runs (staleness > 0); runs with every k = 0 never reach it. */
+  boundedStaleness: 'bounded-staleness',
+  /** Pool name -> task queue from the control worker's configuration (before: the pool's name). */
+  poolTaskQueues: 'pool-task-queues',
+  /** A setOptimizer change is recorded in the store (an `optimizer-change-accepted` event) before the update returns. */
+  acceptedChangeEvent: 'accepted-change-event',
+  /**
+   * Every other patch decided in the first activation, before any local activity, and the
+   * continue-as-new suggestion read only where a task's own events resolve a step (see
+   * decidePatches): what a local activity resolves during replay arrives in an activation
+   * that carries neither the patch notifications nor the suggestion of the task it ran in.
+   */
+  decideAtStart: 'decide-at-start',
+} as const;
+
+/**
+ * Runs started with decide-at-start decide every patch here, in their first activation,
+ * so each later patched() call returns this decision (the SDK keeps it) whatever
+ * activation it runs in. Older runs replay the per-call decisions they recorded.
+ */
+export function decidePatches(patched: (id: string) => boolean): boolean {
+  if (!patched(Patch.decideAtStart)) return false;
+  for (const id of Object.values(Patch)) if (id !== Patch.validationFailureAttributes && id !== Patch.decideAtStart) patched(id);
+  return true;
+}
+
+export type PatchId = (typeof Patch)[keyof typeof Patch];
