@@ -4,7 +4,7 @@
  * Node-side code can read the files: workers register the loader
  * (activities/training/pretrained.ts). Workflow code gets a placeholder that
  * refuses to encode — the team is validated and its episodes run in
- * activities, so such a run needs batched rollouts (workflows/training-run.ts).
+ * activities, so such a run needs batched rollouts (workflows/training-run/).
  * Workflow-safe: no Node imports.
  */
 import type { Tokenizer } from '../tokenizer';
