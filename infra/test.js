@@ -49,9 +49,12 @@ async function main() {
   // tsx runs TypeScript without checking types, so the whole suite starts with the type check,
   // then the lint (layers, cycles, floating promises, ...).
   if (filters.length === 0) {
-    log('troupe test: type check (tsc --noEmit)');
-    const tsc = require('node:child_process').spawnSync(process.execPath, [require.resolve('typescript/bin/tsc'), '--noEmit', '-p', repoRoot], { cwd: repoRoot, stdio: 'inherit' });
-    if (tsc.status !== 0) {
+    // Two projects: the Node code (tsconfig.json) and the dashboard's browser page (DOM types).
+    log('troupe test: type check (tsc --noEmit, tsconfig.json and dashboard/web)');
+    const tscOk = ['.', 'dashboard/web'].every(
+      (p) => require('node:child_process').spawnSync(process.execPath, [require.resolve('typescript/bin/tsc'), '--noEmit', '-p', path.join(repoRoot, p)], { cwd: repoRoot, stdio: 'inherit' }).status === 0,
+    );
+    if (!tscOk) {
       log('troupe test: the type check failed (errors above); no tests were run');
       console.log('0 passed, 1 failed');
       return 1;
