@@ -24,8 +24,9 @@ function run(name, cmd, args) {
 
 function lint() {
   const node = process.execPath;
-  let ok = run('eslint', node, [require.resolve('eslint/bin/eslint.js', { paths: [repoRoot] }), '--max-warnings=0', '.']);
-  if (CHECK_FORMAT) ok = run('prettier --check', node, [require.resolve('prettier/bin/prettier.cjs', { paths: [repoRoot] }), '--check', '--log-level=warn', '.']) && ok;
+  const bin = (...p) => path.join(repoRoot, 'node_modules', ...p); // not in the packages' exports
+  let ok = run('eslint', node, [bin('eslint', 'bin', 'eslint.js'), '--max-warnings=0', '.']);
+  if (CHECK_FORMAT) ok = run('prettier --check', node, [bin('prettier', 'bin', 'prettier.cjs'), '--check', '--log-level=warn', '.']) && ok;
   if (spawnSync('flake8', ['--version'], { stdio: 'ignore' }).status === 0) ok = run('flake8', 'flake8', []) && ok;
   else log('troupe lint: flake8: SKIPPED (not installed; Debian: apt-get install flake8)');
   return ok;
