@@ -101,11 +101,17 @@ def main():
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     w = json.loads(a.workloads)
-    emit = lambda **kv: print(json.dumps(kv), flush=True)
+
+    def emit(**kv):
+        print(json.dumps(kv), flush=True)
+
     for name, c in json.loads(a.configs).items():
         model = Gpt(c)
         V = c["vocabSize"]
-        ctx = lambda B, C: torch.tensor([[(i * 31 + j * 7) % V for j in range(C)] for i in range(B)])
+
+        def ctx(B, C):
+            return torch.tensor([[(i * 31 + j * 7) % V for j in range(C)] for i in range(B)])
+
         for B in w["generateBatches"]:
             t = timed(a.reps, lambda: model.generate(ctx(B, w["generateContext"]), w["generateTokens"]))
             emit(config=name, metric="generate", batch=B, **t)

@@ -16,7 +16,6 @@ export interface ProviderCheck {
 
 /** A model computing y = x + x on a float tensor of shape [1], encoded as ONNX bytes. */
 export function tinyModelBytes(): Uint8Array {
-  // eslint-disable-next-line @typescript-eslint/no-require-imports
   const { onnx } = require('onnx-proto') as typeof import('onnx-proto');
   const tensor = { tensorType: { elemType: onnx.TensorProto.DataType.FLOAT, shape: { dim: [{ dimValue: 1 }] } } };
   const model = onnx.ModelProto.create({

@@ -6,7 +6,8 @@
 //   2. for integration tests: makes sure the Temporal CLI exists (the users' code path:
 //      TROUPE_TEMPORAL_BIN → PATH → cache → go install), and picks the test PostgreSQL server
 //      (TROUPE_TEST_DATABASE_URL → postgres://postgres@127.0.0.1:5432/postgres → embedded);
-//   3. runs `node --import tsx --test --test-concurrency=1` over test/unit/**/*.test.ts, then
+//   3. with no arguments, checks types (tsc) and lints (infra/lint.js) before any test runs;
+//   4. runs `node --import tsx --test --test-concurrency=1` over test/unit/**/*.test.ts, then
 //      over test/integration/**/*.test.ts, and ends with one line "N passed, N failed".
 // Arguments filter the files by substring of their path: `npm test -- unit`, `npm test -- foundation ping`.
 const fs = require('node:fs');
@@ -46,12 +47,22 @@ async function main() {
     return 1;
   }
 
-  // tsx runs TypeScript without checking types, so the whole suite starts with the type check.
+  // tsx runs TypeScript without checking types, so the whole suite starts with the type check,
+  // then the lint (layers, cycles, floating promises, ...).
   if (filters.length === 0) {
-    log('troupe test: type check (tsc --noEmit)');
-    const tsc = require('node:child_process').spawnSync(process.execPath, [require.resolve('typescript/bin/tsc'), '--noEmit', '-p', repoRoot], { cwd: repoRoot, stdio: 'inherit' });
-    if (tsc.status !== 0) {
+    // Two projects: the Node code (tsconfig.json) and the dashboard's browser page (DOM types).
+    log('troupe test: type check (tsc --noEmit, tsconfig.json and dashboard/web)');
+    const tscOk = ['.', 'dashboard/web'].every(
+      (p) => require('node:child_process').spawnSync(process.execPath, [require.resolve('typescript/bin/tsc'), '--noEmit', '-p', path.join(repoRoot, p)], { cwd: repoRoot, stdio: 'inherit' }).status === 0,
+    );
+    if (!tscOk) {
       log('troupe test: the type check failed (errors above); no tests were run');
+      console.log('0 passed, 1 failed');
+      return 1;
+    }
+    log('troupe test: lint (npm run lint)');
+    if (!require('./lint.js').lint()) {
+      log('troupe test: the lint failed (errors above); no tests were run');
       console.log('0 passed, 1 failed');
       return 1;
     }
@@ -71,7 +82,8 @@ async function main() {
         env.TROUPE_TEMPORAL_BIN = bin.path;
         log(`troupe test: Temporal CLI: ${bin.path} (from ${bin.source})`);
       }
-      const { resolveTestDatabaseServer, dropStaleTestDatabases, redactUrl } = require('../test/helpers/database.ts');
+      const { resolveTestDatabaseServer, dropStaleTestDatabases } = require('./test-database.ts');
+      const { redactUrl } = require('./config.ts');
       const db = await resolveTestDatabaseServer({ log });
       env.TROUPE_TEST_DATABASE_URL = db.url;
       stopDatabase = db.stop;

@@ -173,8 +173,8 @@ class Transformer:
         pos = torch.arange(S, device=tokens.device)
         mask = torch.ones(S, S, dtype=torch.bool, device=tokens.device).tril()
         h = self.embed(W, tokens, pos)
-        for l in range(self.spec["layers"]):
-            L = f"l{l}."
+        for layer in range(self.spec["layers"]):
+            L = f"l{layer}."
             q, k, v = self.heads(W, self.norm(W, h, f"{L}ln1"), L, pos)
             if cache is not None:
                 cache.append([k, v])
@@ -188,12 +188,12 @@ class Transformer:
         tokens = torch.tensor([[token]], dtype=torch.long, device=self.device)
         pos = torch.tensor([position], dtype=torch.long, device=self.device)
         h = self.embed(W, tokens, pos)
-        for l in range(self.spec["layers"]):
-            L = f"l{l}."
+        for layer in range(self.spec["layers"]):
+            L = f"l{layer}."
             q, k, v = self.heads(W, self.norm(W, h, f"{L}ln1"), L, pos)
-            k = torch.cat([cache[l][0], k], dim=2)
-            v = torch.cat([cache[l][1], v], dim=2)
-            cache[l] = [k, v]
+            k = torch.cat([cache[layer][0], k], dim=2)
+            v = torch.cat([cache[layer][1], v], dim=2)
+            cache[layer] = [k, v]
             h = h + self.linear(W, self.attend(q, k, v, None), L, "o")
             h = h + self.mlp(W, self.norm(W, h, f"{L}ln2"), L)
         return self.head(W, h)[0, 0]

@@ -340,7 +340,10 @@ class VersionCache:
             v = m.versions.get(number)
             if v is None:
                 held = ", ".join(str(x) for x in sorted(m.versions)) or "none"
-                raise Fault("VERSION_NOT_LOADED", f'model "{key}" version {number} is not loaded on this engine (loaded: {held}); LoadVersion it from the store and retry')
+                raise Fault(
+                    "VERSION_NOT_LOADED",
+                    f'model "{key}" version {number} is not loaded on this engine (loaded: {held}); LoadVersion it from the store and retry',
+                )
             self.clock += 1
             v.last_used = self.clock
             return m, v
@@ -484,8 +487,13 @@ def settings_of(x):
         if np.isnan(v) or not ok(v):
             raise invalid(f"settings.{name}: {rule}, got {js_float(v)}")
         return float(v)
-    fnn = lambda v: np.isfinite(v) and v >= 0
-    unit = lambda v: 0 <= v < 1
+
+    def fnn(v):
+        return np.isfinite(v) and v >= 0
+
+    def unit(v):
+        return 0 <= v < 1
+
     max_grad_norm = num("max_grad_norm", fnn, "must be >= 0 (0 = off)")
     dual = num("dual_clip_c", lambda v: v == 0 or (v > 1 and np.isfinite(v)), "must be > 1 (0 = off)")
     kl_type = x.kl_type if x is not None else 0
@@ -567,7 +575,10 @@ class Engine(pbg.EngineServicer):
             def work(job):
                 m = self.cache.ensure_model(key, s)
                 theta = init_weights(s, int(req.seed))
-                z = lambda: torch.zeros(theta.numel())
+
+                def z():
+                    return torch.zeros(theta.numel())
+
                 return info_of(m, self.cache.put(m, 0, theta.to(self.device), z().to(self.device), z().to(self.device), 0))
             return self._device(work)
         return self._run(context, go)
@@ -895,7 +906,11 @@ class Engine(pbg.EngineServicer):
                 try:
                     theta, mo, ve, step, steps, ntok = run_update(mm.model, v.theta, v.m, v.v, v.step, samples, st, on_step)
                 except NonFiniteUpdate as e:
-                    raise Fault("NON_FINITE_UPDATE", f'update of "{key}" from version {base} produced non-finite values at {e} (loss={js_float(e.loss)}, grad_norm={js_float(e.grad_norm)}); nothing was committed')
+                    raise Fault(
+                        "NON_FINITE_UPDATE",
+                        f'update of "{key}" from version {base} produced non-finite values at {e} '
+                        f"(loss={js_float(e.loss)}, grad_norm={js_float(e.grad_norm)}); nothing was committed",
+                    )
                 finally:
                     self.counters["update_runs"] += 1
                 with self.cache.lock:

