@@ -82,10 +82,21 @@ function withLockFile(lockPath, onWait, fn) {
   }
 }
 
+/**
+ * The environment of Troupe's own `npm ci`: onnxruntime-node installs CPU-only (its install
+ * script reads ONNXRUNTIME_NODE_INSTALL; "skip" keeps it from downloading CUDA libraries) unless
+ * the caller chose otherwise, e.g. ONNXRUNTIME_NODE_INSTALL=cuda12 (README "GPU hosts"). An env
+ * var, not an .npmrc key: npm 11 warns about unknown .npmrc keys on every `npx troupe`.
+ */
+function npmEnv(env = process.env) {
+  return { ...env, ONNXRUNTIME_NODE_INSTALL: env.ONNXRUNTIME_NODE_INSTALL || 'skip' };
+}
+
 function runNpm(repoRoot, args, capture) {
   const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
   const r = spawnSync(npm, args, {
     cwd: repoRoot,
+    env: npmEnv(),
     encoding: 'utf8',
     stdio: capture ? ['ignore', 'pipe', 'pipe'] : ['ignore', 2, 2],
   });
@@ -195,4 +206,4 @@ function ensureDashboardBuild(repoRoot, log = (line) => process.stderr.write(lin
   );
 }
 
-module.exports = { ensurePackages, packagesStaleReason, ensureDashboardBuild, dashboardStaleReason, withLockFile, pidAlive };
+module.exports = { npmEnv, ensurePackages, packagesStaleReason, ensureDashboardBuild, dashboardStaleReason, withLockFile, pidAlive };
