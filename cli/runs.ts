@@ -188,7 +188,7 @@ export async function watchRun(handle: WorkflowHandle<typeof trainingRun>, opts:
 }
 
 /** The innermost error of a cause chain (the gRPC status, not the SDK's wrapper). */
-function innermostCause(e: unknown): unknown {
+export function innermostCause(e: unknown): unknown {
   let cur = e;
   while ((cur as { cause?: unknown })?.cause) cur = (cur as { cause?: unknown }).cause;
   return cur;

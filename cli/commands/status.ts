@@ -9,7 +9,7 @@ import { describeModel } from '../../engines/families';
 import { statusQuery } from '../../workflows/definitions';
 import type { trainingRun } from '../../workflows/training-run';
 import { defineCommand } from '../command';
-import { connectRuns, problemLines, progressLine, trained, watchRun } from '../runs';
+import { connectRuns, innermostCause, problemLines, progressLine, trained, watchRun } from '../runs';
 
 export interface AgentStep {
   step: number;
@@ -78,7 +78,7 @@ export default defineCommand({
         const d = await handle.describe();
         execution = { status: d.status.name, runId: d.runId };
         if (run && d.typedSearchAttributes.get(TroupeRunId) === undefined && d.status.name !== 'RUNNING') {
-          const reason = await c.client.workflow.getHandle(runId, d.runId).result().then(() => '', (e: unknown) => errorMessage((e as { cause?: unknown }).cause ?? e));
+          const reason = await c.client.workflow.getHandle(runId, d.runId).result().then(() => '', (e: unknown) => errorMessage(innermostCause(e)));
           refusedStart = { status: d.status.name, at: d.startTime.toISOString(), reason };
           execution = await executionThatRan(c.client, runId);
         }
