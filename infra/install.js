@@ -84,10 +84,21 @@ function withLockFile(lockPath, onWait, fn) {
   }
 }
 
+/**
+ * The environment of Troupe's own `npm ci`: onnxruntime-node installs CPU-only (its install
+ * script reads ONNXRUNTIME_NODE_INSTALL; "skip" keeps it from downloading CUDA libraries) unless
+ * the caller chose otherwise, e.g. ONNXRUNTIME_NODE_INSTALL=cuda12 (README "GPU hosts"). An env
+ * var, not an .npmrc key: npm 11 warns about unknown .npmrc keys on every `npx troupe`.
+ */
+function npmEnv(env = process.env) {
+  return { ...env, ONNXRUNTIME_NODE_INSTALL: env.ONNXRUNTIME_NODE_INSTALL || 'skip' };
+}
+
 function runNpm(repoRoot, args, capture) {
   const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
   const r = spawnSync(npm, args, {
     cwd: repoRoot,
+    env: npmEnv(),
     encoding: 'utf8',
     stdio: capture ? ['ignore', 'pipe', 'pipe'] : ['ignore', 2, 2],
   });
@@ -269,6 +280,7 @@ function ensureInstalled(repoRoot, log) {
 if (require.main === module) ensureInstalled(path.join(__dirname, '..'));
 
 module.exports = {
+  npmEnv,
   ensureInstalled,
   ensurePackages,
   packagesStaleReason,

@@ -6,7 +6,7 @@
  */
 import { z } from 'zod';
 import type { AnyTeam } from '../agents/team';
-import { mergeOverrides, optimizerConfigSchema, resolveSettings, SettingsError, type OptimizerOverrides, type OptimizerSettings } from './optimizer';
+import { applyOptimizerChange, mergeOverrides, optimizerConfigSchema, parseOptimizerChange, resolveSettings, SettingsError, type OptimizerChange, type OptimizerOverrides, type OptimizerSettings } from './optimizer';
 import { FieldError, issuesFromZod, type FieldIssue } from '../infra/issues';
 
 /** Bound on staleness: each step of lag keeps one more step's rollout in flight. */
@@ -152,4 +152,41 @@ export function poolsOf(config: Pick<RunConfig, 'pools'>, team: AnyTeam, model: 
 /** The staleness k of a model (0 when not set). */
 export function stalenessOf(config: Pick<RunConfig, 'staleness'>, model: string): number {
   return typeof config.staleness === 'number' ? config.staleness : (config.staleness[model] ?? 0);
+}
+
+/**
+ * Every problem of a setOptimizer change against a run, at the paths the user sent
+ * (`all.lr`, `agents.ghost`): its own fields and the models and agents it names, both
+ * even when the other fails; then, when those are fine, the settings it leads to
+ * (after the changes already accepted, `pending`).
+ */
+export function optimizerChangeIssues(raw: unknown, config: RunConfig, team: AnyTeam, pending: OptimizerChange[] = []): FieldIssue[] {
+  const issues: FieldIssue[] = [];
+  let change: OptimizerChange | undefined;
+  try {
+    change = parseOptimizerChange(raw);
+  } catch (e) {
+    if (!(e instanceof SettingsError)) throw e;
+    issues.push(...e.issues);
+  }
+  const named = (raw ?? {}) as { models?: unknown; agents?: unknown };
+  const keys = (v: unknown) => (typeof v === 'object' && v !== null && !Array.isArray(v) ? Object.keys(v) : []);
+  const modelNames = Object.keys(team.models);
+  for (const m of keys(named.models)) if (!modelNames.includes(m)) issues.push({ path: `models.${m}`, message: `unknown model (team ${team.name} has: ${modelNames.join(', ')})` });
+  for (const a of keys(named.agents)) if (!team.roles.includes(a)) issues.push({ path: `agents.${a}`, message: `unknown agent (team ${team.name} has: ${team.roles.join(', ')})` });
+  if (issues.length > 0 || !change) return issues;
+  try {
+    checkAgainstTeam({ ...config, optimizer: [...pending, change].reduce(applyOptimizerChange, config.optimizer) }, team);
+  } catch (e) {
+    if (!(e instanceof FieldError)) throw e;
+    const seen = new Set<string>();
+    for (const i of e.issues) {
+      const issue = { path: i.path.replace(/^optimizer\./, ''), message: i.message };
+      const key = `${issue.path}\u0000${issue.message}`;
+      if (seen.has(key)) continue;
+      seen.add(key);
+      issues.push(issue);
+    }
+  }
+  return issues;
 }

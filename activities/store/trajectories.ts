@@ -222,3 +222,37 @@ export async function storedEpisodeIds(sql: Sql, ids: readonly string[]): Promis
   const rows = await sql`SELECT episode_id FROM episodes WHERE episode_id IN ${sql(ids as string[])}`;
   return new Set(rows.map((r) => r.episode_id as string));
 }
+
+/** What went wrong with a run's episodes: failed and empty (no agent turn) counts, the most common errors first. */
+export interface EpisodeProblems {
+  /** Train and eval episodes stored. */
+  episodes: number;
+  failed: number;
+  /** Episodes that ended without a single agent turn: nothing in them can train. */
+  empty: number;
+  errors: Array<{ error: string; count: number }>;
+  /** Updates skipped, per model and reason (events `update-skipped`): steps that trained nothing. */
+  skippedUpdates: Array<{ model: string; reason: string; steps: number }>;
+}
+
+export async function episodeProblems(sql: Sql, runId: string, topErrors = 3): Promise<EpisodeProblems> {
+  const [counts] = await sql`
+    SELECT count(*)::int AS episodes,
+      count(*) FILTER (WHERE e.status = 'failed')::int AS failed,
+      count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM turns t WHERE t.episode_id = e.episode_id))::int AS empty
+    FROM episodes e WHERE e.run_id = ${runId}`;
+  const errors = await sql`
+    SELECT error, count(*)::int AS count FROM episodes
+    WHERE run_id = ${runId} AND status = 'failed' AND error IS NOT NULL
+    GROUP BY error ORDER BY count DESC, error LIMIT ${topErrors}`;
+  const skipped = await sql`
+    SELECT detail->>'model' AS model, detail->>'reason' AS reason, count(*)::int AS steps FROM run_events
+    WHERE run_id = ${runId} AND kind = 'update-skipped' GROUP BY 1, 2 ORDER BY 1, 2`;
+  return {
+    episodes: counts!.episodes,
+    failed: counts!.failed,
+    empty: counts!.empty,
+    errors: errors.map((r) => ({ error: r.error as string, count: r.count as number })),
+    skippedUpdates: skipped.map((r) => ({ model: r.model as string, reason: r.reason as string, steps: r.steps as number })),
+  };
+}

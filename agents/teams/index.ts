@@ -9,7 +9,7 @@
  * `troupe status` keep working.
  */
 import { TroupeError, errorMessage } from '../../infra/errors';
-import { defineTeam, type AnyTeam } from '../team';
+import { defineTeam, TeamDefinitionError, type AnyTeam } from '../team';
 import { withCheckpoint } from '../model';
 import { checkpointTokenizer } from '../tokenizers/checkpoint';
 import type { HfTokenizer } from '../tokenizers/hf';
@@ -57,6 +57,10 @@ export function loadTeam(name: string, options: Record<string, unknown> = {}): A
     const models = Object.fromEntries(Object.entries(team.models).map(([m, spec]) => [m, withCheckpoint(spec, checkpoint as string, tokenizer)]));
     return defineTeam({ ...team, tokenizer, models, chatTemplate: team.chatTemplate ?? templateOf(tokenizer) });
   } catch (e) {
+    // Bad team options are the run's to fix, not the team's definition: say so, once.
+    if (e instanceof TeamDefinitionError && e.issues.every((i) => i.path.startsWith('teamOptions'))) {
+      throw new TeamLoadError(name, `team ${name}: ${e.problems.join('; ')}`, 'fix the team options (--team-options, or teamOptions in the run config)');
+    }
     throw new TeamLoadError(name, `team ${JSON.stringify(name)} failed to load: ${errorMessage(e)}`, `fix the team's definition (its module in agents/teams/); other teams are unaffected`);
   }
 }

@@ -1,6 +1,7 @@
 // troupe export-model <run> --model M --version V --out DIR: a stored version as a Hugging Face-layout
 // directory (config.json, model.safetensors, tokenizer files), to serve with transformers / vLLM / SGLang.
 import * as fs from 'node:fs';
+import { getRun } from '../../activities/store/runs';
 import { getVersion } from '../../activities/store/versions';
 import { checkpointStoreOf, type CheckpointStore } from '../../infra/checkpoint-store';
 import { loadConfig } from '../../infra/config';
@@ -23,6 +24,7 @@ export interface ExportModelArgs {
 
 /** Writes the version; returns the files written and their dtype. */
 export async function exportModelVersion(sql: Sql, store: CheckpointStore, a: ExportModelArgs): Promise<{ files: string[]; dtype: string }> {
+  if (!(await getRun(sql, a.runId))) throw new TroupeError(`no run ${a.runId}`, 'list runs with `npx troupe list`');
   const stored = await getVersion(sql, store, a.runId, a.model, a.version);
   if (!stored) {
     const known = await sql`SELECT model, max(version) AS latest FROM versions WHERE run_id = ${a.runId} GROUP BY model ORDER BY model`;

@@ -1,6 +1,7 @@
 // troupe export <run>: every stored episode of a run as JSONL (one graph trajectory per line).
 import * as fs from 'node:fs';
 import { TroupeError } from '../../infra/errors';
+import { getRun } from '../../activities/store/runs';
 import { loadStepEpisodes } from '../../activities/store/trajectories';
 import { defineCommand } from '../command';
 import { connectRuns } from '../runs';
@@ -19,10 +20,13 @@ export default defineCommand({
     if (!runId) throw new TroupeError('export: name a run', 'list runs with `npx troupe list`');
     if (values.split && values.split !== 'train' && values.split !== 'eval') throw new TroupeError('--split: must be train or eval');
     const c = await connectRuns(log);
-    const out: NodeJS.WritableStream = values.out ? fs.createWriteStream(values.out) : process.stdout;
+    let out: NodeJS.WritableStream | undefined;
     try {
+      // Checked before --out is created: an unknown run leaves no empty file behind.
+      if (!(await getRun(c.sql, runId))) throw new TroupeError(`no run ${runId}`, 'list runs with `npx troupe list`');
       const steps = await c.sql`SELECT DISTINCT step, split FROM episodes WHERE run_id = ${runId} ORDER BY step, split`;
-      if (steps.length === 0) throw new TroupeError(`run ${runId} has no stored episodes`, 'list runs with `npx troupe list`');
+      if (steps.length === 0) throw new TroupeError(`run ${runId} has no stored episodes`, `see \`npx troupe status ${runId}\``);
+      out = values.out ? fs.createWriteStream(values.out) : process.stdout;
       let n = 0;
       for (const s of steps) {
         if (values.split && s.split !== values.split) continue;
@@ -34,7 +38,7 @@ export default defineCommand({
       if (values.out) log(`troupe: wrote ${n} episodes to ${values.out}`);
       return 0;
     } finally {
-      if (values.out) (out as fs.WriteStream).end();
+      if (values.out && out) await new Promise((resolve) => (out as fs.WriteStream).end(resolve));
       await c.close();
     }
   },

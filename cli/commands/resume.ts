@@ -1,39 +1,59 @@
-// troupe resume <run>: continue a failed, terminated or timed-out run from its last committed step.
+// troupe resume <run>: continue a paused run, or a failed, terminated or timed-out one from its last committed step.
+import { episodeProblems } from '../../activities/store/trajectories';
 import { loadConfig } from '../../infra/config';
 import { TroupeError } from '../../infra/errors';
+import { resumeSignal } from '../../workflows/definitions';
 import { defineCommand } from '../command';
-import { connectRuns, resumeRun, summaryJson, summaryLines, watchRun } from '../runs';
+import { openRun } from '../control';
+import { connectRuns, resumeRun, runExitCode, summaryJson, summaryLines, watchRun } from '../runs';
 import { upWithCurrentTeams } from '../teams';
 
 export default defineCommand({
   name: 'resume',
-  summary: 'Continue a run that failed, was terminated or timed out, from its last committed step',
+  summary: 'Continue a paused run, or one that failed, was terminated or timed out',
   usage: 'troupe resume <run> [--json] [--detach]',
   description: [
-    'Starts a new execution of the run\'s workflow (same workflow id, same stored config). It picks up',
-    'the versions and steps already committed in Postgres, so no update is lost or repeated; the',
-    'new execution is recorded in the run\'s lineage (run_executions).',
+    'One command for both ways a run can be held up:',
+    '- a paused run (`troupe pause`, or the dashboard): sends its `resume` signal; it goes on at the',
+    '  next step. A run still running gets the signal too, which cancels a pause not yet taken effect.',
+    '- a failed, terminated or timed-out run: starts a new execution of its workflow (same workflow',
+    '  id, same stored config) that picks up the versions and steps already committed in Postgres,',
+    '  so no update is lost or repeated; it is recorded in the run\'s lineage (run_executions).',
+    'A completed or stopped run cannot be resumed: start a new one with `troupe train`.',
+    'Then it watches the run like `troupe train` (exit status 0 only when it completes and trained).',
   ].join('\n'),
   positionals: true,
   options: {
     json: { type: 'boolean', description: 'print the summary as one JSON object on the last line of stdout' },
-    detach: { type: 'boolean', description: 'start and return at once' },
+    detach: { type: 'boolean', description: 'resume and return at once' },
   },
   async run({ values, positionals, log }) {
     const runId = positionals[0];
-    if (!runId) throw new TroupeError('resume: name a run', 'list runs with `npx troupe list`');
+    if (!runId || positionals.length > 1) throw new TroupeError('resume: name one run', 'list runs with `npx troupe list`');
     const started = Date.now();
     await upWithCurrentTeams(loadConfig(), log);
     const c = await connectRuns(log);
     try {
-      const next = await resumeRun(c.client, c.sql, c.config.taskQueue, runId);
-      log(`troupe: resumed run ${runId} (new execution ${next.firstExecutionRunId})`);
+      const open = await openRun(c, runId);
+      let handle;
+      if (open) {
+        await open.handle.signal(resumeSignal);
+        log(open.view.status === 'paused'
+          ? `troupe: resumed paused run ${runId} at step ${open.view.step}/${open.view.steps}`
+          : `troupe: run ${runId} is ${open.view.status}, not paused; sent resume, which cancels a pause not yet taken effect`);
+        handle = open.handle;
+      } else {
+        handle = await resumeRun(c.client, c.sql, c.config.taskQueue, runId);
+        log(`troupe: resumed run ${runId} (new execution ${handle.firstExecutionRunId})`);
+      }
       if (values.detach) return 0;
-      const summary = await watchRun(next);
-      const wallSeconds = (Date.now() - started) / 1000;
-      for (const l of summaryLines(summary, wallSeconds)) console.log(l);
-      if (values.json) console.log(JSON.stringify(summaryJson(summary, wallSeconds)));
-      return 0;
+      const resumed = Date.now();
+      const summary = await watchRun(handle);
+      const times = { runSeconds: (Date.now() - resumed) / 1000, setupSeconds: (resumed - started) / 1000 };
+      const problems = await episodeProblems(c.sql, runId);
+      for (const l of summaryLines(summary, times, problems)) console.log(l);
+      if (values.json) console.log(JSON.stringify(summaryJson(summary, times, problems)));
+      return runExitCode(summary);
     } finally {
       await c.close();
     }

@@ -1,13 +1,15 @@
 // troupe status <run>: the live state of a run (status query), or its stored record once closed.
-import { WorkflowNotFoundError } from '@temporalio/client';
-import { TroupeError } from '../../infra/errors';
+import { WorkflowNotFoundError, type Client } from '@temporalio/client';
+import { TroupeError, errorMessage } from '../../infra/errors';
+import { TroupeRunId } from '../../infra/search-attributes';
+import { episodeProblems } from '../../activities/store/trajectories';
 import { getRun } from '../../activities/store/runs';
 import { listVersions } from '../../activities/store/versions';
 import { describeModel } from '../../engines/families';
 import { statusQuery } from '../../workflows/definitions';
 import type { trainingRun } from '../../workflows/training-run';
 import { defineCommand } from '../command';
-import { connectRuns, progressLine, watchRun } from '../runs';
+import { connectRuns, innermostCause, problemLines, progressLine, trained, watchRun } from '../runs';
 
 export interface AgentStep {
   step: number;
@@ -46,6 +48,13 @@ export function offPolicyLine(agent: string, step: number, m: Record<string, num
   return `${agent} (step ${step}): staleness ${f('staleness', 2)}  IS weight mean ${f('isWeight.mean')} max ${f('isWeight.max')} truncated ${pct(m['isWeight.truncated'])}  KL(behaviour‖current) ${m.behaviourKl === undefined ? '-' : m.behaviourKl.toExponential(2)}  clip ${pct(m.clipFraction)}`;
 }
 
+/** The newest execution under the run's id that worked on the run (set TroupeRunId). */
+async function executionThatRan(client: Client, runId: string): Promise<{ status: string; runId: string } | undefined> {
+  const quoted = JSON.stringify(runId);
+  for await (const w of client.workflow.list({ query: `WorkflowId = ${quoted} AND TroupeRunId = ${quoted}` })) return { status: w.status.name, runId: w.runId };
+  return undefined;
+}
+
 export default defineCommand({
   name: 'status',
   summary: 'Show the state of a training run',
@@ -63,9 +72,16 @@ export default defineCommand({
       const run = await getRun(c.sql, runId);
       const handle = c.client.workflow.getHandle<typeof trainingRun>(runId);
       let execution: { status: string; runId: string } | undefined;
+      /** The newest start under this id, when it was refused (the id was taken) and so never worked on the run. */
+      let refusedStart: { status: string; at: string; reason: string } | undefined;
       try {
         const d = await handle.describe();
         execution = { status: d.status.name, runId: d.runId };
+        if (run && d.typedSearchAttributes.get(TroupeRunId) === undefined && d.status.name !== 'RUNNING') {
+          const reason = await c.client.workflow.getHandle(runId, d.runId).result().then(() => '', (e: unknown) => errorMessage(innermostCause(e)));
+          refusedStart = { status: d.status.name, at: d.startTime.toISOString(), reason };
+          execution = await executionThatRan(c.client, runId);
+        }
       } catch (e) {
         if (!(e instanceof WorkflowNotFoundError)) throw e;
       }
@@ -92,17 +108,20 @@ export default defineCommand({
         AND step = (SELECT max(step) FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND name = 'staleness')`;
       const offPolicy = offRows.length === 0 ? null : { step: offRows[0]!.step as number, agents: {} as Record<string, Record<string, number>> };
       for (const r of offRows) (offPolicy!.agents[r.scope as string] ??= {})[r.name as string] = r.value as number;
+      const problems = await episodeProblems(c.sql, runId);
       const out = {
         runId,
         team: run?.team,
         stored: run?.status,
         workflow: execution?.status ?? 'not found',
+        ...(refusedStart ? { refusedStart } : {}),
         live: live ?? null,
         versions: latest,
         models,
         evals: evals.map((e) => ({ step: e.step, success: e.value })),
         agents,
         events: events.map((e) => ({ step: e.step, kind: e.kind, detail: e.detail })),
+        problems,
         offPolicy,
         entropy: entropyRows.length === 0 ? null : { step: entropyRows[0]!.step as number, agents: Object.fromEntries(entropyRows.map((r) => [r.scope as string, r.value as number])) },
       };
@@ -111,11 +130,14 @@ export default defineCommand({
         return 0;
       }
       console.log(`run ${runId}  team ${out.team ?? '?'}  workflow ${out.workflow}  store ${out.stored ?? '-'}`);
+      if (refusedStart) console.log(`  a later start under this id was refused (${refusedStart.status} at ${refusedStart.at}): ${refusedStart.reason}; the run is unchanged`);
       if (live) console.log('  ' + progressLine(live));
       console.log(`  versions: ${Object.entries(latest).map(([m, v]) => `${m} v${v}`).join(', ') || '-'}`);
       for (const [m, d] of Object.entries(models)) console.log(`  model ${m}: ${d}`);
       console.log(`  eval success: ${out.evals.map((e) => `step ${e.step}: ${e.success.toFixed(3)}`).join(', ') || '-'}`);
       for (const [agent, a] of Object.entries(agents)) console.log(`  ${agentStepLine(agent, a)}`);
+      for (const l of problemLines(problems)) console.log(l);
+      if (Object.keys(latest).length > 0 && !trained(latest) && (out.stored === 'completed' || out.stored === 'stopped')) console.log('  never trained: every model is still at version 0');
       if (out.entropy) console.log(`  policy entropy at step ${out.entropy.step}: ${Object.entries(out.entropy.agents).map(([a, h]) => `${a} ${h.toFixed(2)}`).join(', ')}`);
       if (offPolicy) for (const [agent, m] of Object.entries(offPolicy.agents)) console.log(`  off-policy ${offPolicyLine(agent, offPolicy.step, m)}`);
       for (const e of out.events) console.log(`  event at step ${e.step}: ${e.kind} ${JSON.stringify(e.detail)}`);

@@ -3,14 +3,16 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { loadConfig } from '../../infra/config';
 import { TroupeError, errorMessage } from '../../infra/errors';
-import type { WorkflowHandle } from '@temporalio/client';
+import { WorkflowExecutionAlreadyStartedError, type WorkflowHandle } from '@temporalio/client';
+import { getRun } from '../../activities/store/runs';
+import { episodeProblems, type EpisodeProblems } from '../../activities/store/trajectories';
 import { mergeOverrides, type OptimizerOverrides } from '../../schema/optimizer';
-import type { RunConfigInput } from '../../schema/run-config';
+import type { RunConfig, RunConfigInput } from '../../schema/run-config';
 import { defineCommand } from '../command';
-import { connectRuns, readConfigFile, startTrainingRun, summaryJson, summaryLines, validateRunConfig, watchRun } from '../runs';
+import { connectRuns, problemLines, readConfigFile, runExitCode, startTrainingRun, summaryJson, summaryLines, validateRunConfig, watchRun, type Connected, type RunTimes } from '../runs';
 import { writePlot } from '../plot';
 import { upWithCurrentTeams } from '../teams';
-import { loadTeam } from '../../agents/teams';
+import { loadTeam, teams } from '../../agents/teams';
 import { ESTIMATOR_NAMES } from '../../rl/advantages/registry';
 
 export function runIdFor(team: string, now = new Date()): string {
@@ -19,9 +21,28 @@ export function runIdFor(team: string, now = new Date()): string {
 }
 
 /** The --json line of a run that did not end with a summary: its workflow status as Temporal has it, and why. */
-export async function failureJson(handle: WorkflowHandle, team: string, error: unknown, wallSeconds: number) {
+export async function failureJson(handle: WorkflowHandle, team: string, error: unknown, times: RunTimes, problems?: EpisodeProblems) {
   const status = await handle.describe().then((d) => d.status.name.toLowerCase(), () => 'unknown');
-  return { runId: handle.workflowId, workflowId: handle.workflowId, team, status, error: errorMessage(error), wallSeconds };
+  return { runId: handle.workflowId, workflowId: handle.workflowId, team, status, error: errorMessage(error), ...(problems ? { problems } : {}), wallSeconds: times.runSeconds + times.setupSeconds, ...times };
+}
+
+/**
+ * Starts a new run, refusing (before anything is said to have started) an id that a stored run
+ * or a running workflow already has: a new start never continues or changes an existing run.
+ */
+export async function startNewRun(c: Connected, config: RunConfig) {
+  const runId = config.runId!;
+  const existing = await getRun(c.sql, runId);
+  if (existing) {
+    const hint = existing.status === 'failed' ? `pick a new --run-id, or continue this one with \`npx troupe resume ${runId}\`` : existing.status === 'completed' || existing.status === 'stopped' ? 'pick a new --run-id (or leave it out for a fresh one)' : `pick a new --run-id; watch this one with \`npx troupe status ${runId} --watch\``;
+    throw new TroupeError(`run ${runId} already exists (${existing.status}, team ${existing.team}); a new start never continues or changes it`, hint);
+  }
+  try {
+    return await startTrainingRun(c.client, c.config.taskQueue, config);
+  } catch (e) {
+    if (e instanceof WorkflowExecutionAlreadyStartedError) throw new TroupeError(`a workflow ${runId} is already running`, `pick a new --run-id; watch it with \`npx troupe status ${runId} --watch\``);
+    throw e;
+  }
 }
 
 export default defineCommand({
@@ -32,8 +53,10 @@ export default defineCommand({
     'Starts the trainingRun workflow on the control task queue with a run config built from',
     '--config (a JSON file) and the flags below (flags win), shows a live progress line, and',
     'ends with a summary (and with --json one JSON object as the last line of stdout).',
+    'Exit status: 0 when the run completed and trained (some model past version 0); 1 when it',
+    'failed, was stopped or terminated, or completed without training (the summary says why).',
     'The run keeps going if you press Ctrl-C: watch it again with `troupe status <run> --watch`.',
-    'Teams: see agents/teams/index.ts (bundled: math, research).',
+    `Teams: ${Object.keys(teams).join(', ')} (the registry: agents/teams/index.ts).`,
   ].join('\n'),
   positionals: true,
   options: {
@@ -105,7 +128,9 @@ export default defineCommand({
     const stack = await upWithCurrentTeams(loadConfig(), log);
     const c = await connectRuns(log);
     try {
-      const handle = await startTrainingRun(c.client, c.config.taskQueue, config);
+      const handle = await startNewRun(c, config);
+      const runStarted = Date.now();
+      const times = () => ({ runSeconds: (Date.now() - runStarted) / 1000, setupSeconds: (runStarted - started) / 1000 });
       log(`troupe: started run ${runId} (${config.steps} steps x ${config.groupsPerStep} groups x ${config.groupSize} episodes, ${config.rollout} rollouts)`);
       if (stack.result.uiUrl) log(`troupe: watch it in the Web UI: ${stack.result.uiUrl}/namespaces/${c.config.namespace}/workflows/${encodeURIComponent(runId)}`);
       if (values.detach) {
@@ -116,12 +141,14 @@ export default defineCommand({
       try {
         summary = await watchRun(handle);
       } catch (e) {
-        // A run that ends badly still gets its --json line (then the error and exit status 1).
-        if (values.json) console.log(JSON.stringify(await failureJson(handle, team, e, (Date.now() - started) / 1000)));
+        // A run that ends badly still shows its episodes' errors and gets its --json line (then the error and exit status 1).
+        const problems = await episodeProblems(c.sql, runId).catch(() => undefined);
+        if (problems) for (const l of problemLines(problems)) log(l);
+        if (values.json) console.log(JSON.stringify(await failureJson(handle, team, e, times(), problems)));
         throw e;
       }
-      const wallSeconds = (Date.now() - started) / 1000;
-      for (const l of summaryLines(summary, wallSeconds)) console.log(l);
+      const problems = await episodeProblems(c.sql, runId);
+      for (const l of summaryLines(summary, times(), problems)) console.log(l);
       const dashboard = stack.result.dashboardUrl ? `${stack.result.dashboardUrl}/#/runs/${encodeURIComponent(runId)}` : undefined;
       if (dashboard) console.log(`  dashboard: ${dashboard}`);
       let plot: { png: string; svg: string } | undefined;
@@ -135,8 +162,8 @@ export default defineCommand({
         }
       }
       console.log('The stack is still up (Web UI, workers); stop it with: npx troupe down');
-      if (values.json) console.log(JSON.stringify(summaryJson(summary, wallSeconds, { ...(plot ? { plot } : {}), ...(dashboard ? { dashboard } : {}) })));
-      return summary.status === 'completed' || summary.status === 'stopped' ? 0 : 1;
+      if (values.json) console.log(JSON.stringify(summaryJson(summary, times(), problems, { ...(plot ? { plot } : {}), ...(dashboard ? { dashboard } : {}) })));
+      return runExitCode(summary);
     } finally {
       await c.close();
     }

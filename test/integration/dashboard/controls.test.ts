@@ -3,7 +3,8 @@
  * refused without the access token: no token configured → 403, a missing or
  * wrong token → 401, and the run goes on untouched. With the token, pause,
  * setOptimizer (validated by the workflow: a bad value is a 400 naming the
- * field and records nothing), resume and stop act on the run.
+ * field and records nothing), resume and stop act on the run; a control for an
+ * unknown run is a 404.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
@@ -94,5 +95,13 @@ describe('dashboard controls', () => {
     // The run page shows the pause and the change as events.
     const kinds = (await getJson(`${open.url}/api/runs/${runId}`)).body.events.map((e: any) => e.kind);
     assert.ok(kinds.includes('paused') && kinds.includes('optimizer-changed') && kinds.includes('resumed-from-pause'), kinds.join(','));
+  });
+
+  it('a control for a run that does not exist is a 404 naming it', async () => {
+    for (const what of ['pause', 'stop', 'setOptimizer']) {
+      const r = await getJson(`${guarded.url}/api/runs/no-such-run/${what}`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: what === 'setOptimizer' ? '{"all": {"lr": 0.01}}' : undefined });
+      assert.equal(r.status, 404, `${what}: ${JSON.stringify(r.body)}`);
+      assert.equal(r.body.error, 'run "no-such-run" not found');
+    }
   });
 });

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { after, before, it } from 'node:test';
 import { createRun } from '../../../activities/store/runs';
-import { saveEpisodes, type StoredEpisode } from '../../../activities/store/trajectories';
+import { episodeProblems, saveEpisodes, type StoredEpisode } from '../../../activities/store/trajectories';
 import { createTrainingPoolActivities } from '../../../activities/training/pool';
 import { mathTeam } from '../../../agents/teams/math';
 import { checkAgainstTeam, parseRunConfig } from '../../../schema/run-config';
@@ -60,4 +60,25 @@ it('a skipped update keeps the step\'s per-agent endings and episode lengths', a
   ]);
   const [event] = await db.sql`SELECT kind FROM run_events WHERE run_id = 'r'`;
   assert.equal(event!.kind, 'update-skipped');
+});
+
+it('episodeProblems: what `troupe train`/`status` show for such a run: failed and empty episodes, the most common errors, skipped updates', async () => {
+  // One more step: an episode that ended without any agent turn, and one that failed with another error.
+  const empty = failedEpisode(4, []);
+  const other = failedEpisode(5, ['solver']);
+  await saveEpisodes(db.sql, [
+    { ...empty, meta: { ...empty.meta, episodeId: 'r/s1/e4', step: 1 }, trajectory: { episodeId: 'r/s1/e4', status: 'completed', turns: [] } },
+    { ...other, meta: { ...other.meta, episodeId: 'r/s1/e5', step: 1 }, trajectory: { ...other.trajectory, episodeId: 'r/s1/e5', error: 'episode: tokenizer: character "{" is not in the vocabulary' } },
+  ]);
+  assert.deepEqual(await episodeProblems(db.sql, 'r', 3), {
+    episodes: 6,
+    failed: 5,
+    empty: 1,
+    errors: [
+      { error: 'rewards.solver: boom', count: 4 },
+      { error: 'episode: tokenizer: character "{" is not in the vocabulary', count: 1 },
+    ],
+    skippedUpdates: [{ model: 'policy', reason: 'no trainable tokens', steps: 1 }],
+  });
+  assert.deepEqual(await episodeProblems(db.sql, 'no-such-run'), { episodes: 0, failed: 0, empty: 0, errors: [], skippedUpdates: [] });
 });

@@ -69,3 +69,10 @@ it('importing the registry loads no team module (so commands that need no team n
   );
   assert.equal(out.trim(), '0');
 });
+
+it('a bad team option is named once, as the run\'s to fix, not as a broken team definition', () => {
+  assert.throws(() => validateRunConfig({ team: 'math', teamOptions: { policy: 'gpt' } }), (e: unknown) => {
+    assert.equal(formatError(e), 'troupe: team math: teamOptions.policy: must be "tiny-lm" or "transformer", got "gpt"\n  → fix the team options (--team-options, or teamOptions in the run config)');
+    return true;
+  });
+});

@@ -1,0 +1,41 @@
+// What `troupe train`/`resume` say at the end of a run and the exit status they give it.
+import assert from 'node:assert/strict';
+import { it } from 'node:test';
+import { problemLines, runExitCode, summaryLines } from '../../../cli/runs';
+import type { RunSummary } from '../../../workflows/training-run';
+
+const summary = (over: Partial<RunSummary>): RunSummary => ({
+  runId: 'r1', workflowId: 'r1', team: 'math', steps: 2, status: 'completed', versions: { policy: 2 }, initialEval: null, finalEval: null, failedEpisodes: 0, ...over,
+});
+
+it('exit status: 0 only for a run that completed and trained; stopped or untrained runs are non-zero', () => {
+  assert.equal(runExitCode(summary({})), 0);
+  assert.equal(runExitCode(summary({ versions: { solver: 0, verifier: 1 } })), 0);
+  assert.equal(runExitCode(summary({ versions: { policy: 0 } })), 1, 'completed at version 0: learned nothing');
+  assert.equal(runExitCode(summary({ status: 'stopped' })), 1);
+});
+
+it('a run that learned nothing says why: failed and empty episodes with their most common errors, skipped updates', () => {
+  const problems = {
+    episodes: 8,
+    failed: 6,
+    empty: 2,
+    errors: [{ error: 'rewards.solver.correct: must be a finite number, got NaN', count: 6 }],
+    skippedUpdates: [{ model: 'policy', reason: 'no trainable tokens', steps: 2 }],
+  };
+  assert.deepEqual(summaryLines(summary({ versions: { policy: 0 }, failedEpisodes: 6 }), { runSeconds: 34.2, setupSeconds: 267 }, problems), [
+    'run r1 (math) completed after 2 steps in 34s (setting up the stack took 4m27s more)',
+    '  eval success: -',
+    '             -> -',
+    '  versions: policy v0',
+    '  episodes: 6 failed (excluded from updates), 2 empty (no agent turn) of 8; most common errors:',
+    '    6x rewards.solver.correct: must be a finite number, got NaN',
+    '  update skipped: policy: no trainable tokens (2 steps)',
+    '  never trained: every model is still at version 0',
+  ]);
+  assert.deepEqual(problemLines({ episodes: 8, failed: 0, empty: 0, errors: [], skippedUpdates: [] }), [], 'a healthy run adds nothing');
+});
+
+it('the run\'s own time is reported apart from setting up the stack (none when the stack was up)', () => {
+  assert.equal(summaryLines(summary({}), { runSeconds: 40, setupSeconds: 0.4 })[0], 'run r1 (math) completed after 2 steps in 40s');
+});
