@@ -32,7 +32,7 @@ import * as path from 'node:path';
 import { parseArgs } from 'node:util';
 import { loadTeam } from '../agents/teams';
 import type { RunConfigInput } from '../schema/run-config';
-import { startHarness, type Harness } from '../test/integration/training/harness';
+import { startHarness, type Harness } from '../testing/stack';
 import type { RunSummary } from '../workflows/training-run';
 import { trainInProcess, type InProcessStep } from './lib/inprocess';
 import { renderVegaLite } from '../cli/plot';

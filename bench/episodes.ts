@@ -12,7 +12,7 @@ import { loadTasks } from '../activities/tasks';
 import { planTrainEpisodes } from '../activities/training/plan';
 import { createTrainingPoolActivities } from '../activities/training/pool';
 import type { episodeWorkflow } from '../workflows';
-import { startHarness } from '../test/integration/training/harness';
+import { startHarness } from '../testing/stack';
 
 async function main() {
   const n = Number(process.argv[2] ?? 64);

@@ -29,7 +29,7 @@ import { versionOfStep } from '../activities/store/versions';
 import { modelKey } from '../activities/training/update-step';
 import { loadTeam } from '../agents/teams';
 import { checkAgainstTeam, parseRunConfig, type RunConfigInput } from '../schema/run-config';
-import { startHarness, type Harness } from '../test/integration/training/harness';
+import { startHarness, type Harness } from '../testing/stack';
 import { cpuDelta, cpuSample, type CpuSample } from './lib/cpu';
 import { childCounts, childTimings, execSpan, type ChildTimings } from './lib/history';
 import { trainInProcess, type InProcessResult } from './lib/inprocess';

@@ -17,7 +17,7 @@ import { parseArgs } from 'node:util';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { startHarness, type Harness } from '../test/integration/training/harness';
+import { startHarness, type Harness } from '../testing/stack';
 import { renderVegaLite } from '../cli/plot';
 import { runTroupe } from './lib/troupe';
 

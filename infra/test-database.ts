@@ -1,5 +1,5 @@
 // The PostgreSQL server integration tests use: `npm test` (infra/test.js) resolves it once and
-// passes it to the test processes as TROUPE_TEST_DATABASE_URL; test/helpers/database.ts makes
+// passes it to the test processes as TROUPE_TEST_DATABASE_URL; testing/database.ts makes
 // the fresh per-test databases on it.
 //
 // Server: TROUPE_TEST_DATABASE_URL, else postgres://postgres@127.0.0.1:5432/postgres if it

@@ -5,7 +5,7 @@
  * reading back what it did: per-step wall time and activity spans from the
  * workflow history, step metrics and gradient norms from Postgres.
  */
-import type { Harness } from '../../test/integration/training/harness';
+import type { Harness } from '../../testing/stack';
 import type { RunConfigInput } from '../../schema/run-config';
 import type { RunSummary } from '../../workflows/training-run';
 import { stepSpans, type History, type StepSpans } from './history';

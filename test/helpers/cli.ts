@@ -5,9 +5,9 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { repoRoot } from '../../infra/paths';
-import { createTestDatabase, type TestDatabase } from './database';
-import { freePort } from './ports';
-import { uniqueTaskQueue } from './temporal';
+import { createTestDatabase, type TestDatabase } from '../../testing/database';
+import { freePort } from '../../testing/ports';
+import { uniqueTaskQueue } from '../../testing/temporal';
 
 const bin = path.join(repoRoot, 'cli', 'bin.js');
 

@@ -1,6 +1,6 @@
 // What integration tests share. See each file for details.
-export { createTestDatabase, testDatabaseServer, resolveTestDatabaseServer, dropStaleTestDatabases } from './database';
-export type { TestDatabase, TestDatabaseServer } from './database';
-export { startTemporal, uniqueTaskQueue, workflowBundle } from './temporal';
-export type { StartTemporalOptions } from './temporal';
-export { freePort } from './ports';
+export { createTestDatabase, testDatabaseServer, resolveTestDatabaseServer, dropStaleTestDatabases } from '../../testing/database';
+export type { TestDatabase, TestDatabaseServer } from '../../testing/database';
+export { startTemporal, uniqueTaskQueue, workflowBundle } from '../../testing/temporal';
+export type { StartTemporalOptions } from '../../testing/temporal';
+export { freePort } from '../../testing/ports';

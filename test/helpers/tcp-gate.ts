@@ -2,7 +2,7 @@
 // it, the target (Temporal, PostgreSQL) is down while the gate is closed (connections are
 // refused, open ones are cut) and back when it opens. The target itself keeps running.
 import * as net from 'node:net';
-import { freePort } from './ports';
+import { freePort } from '../../testing/ports';
 
 export interface TcpGate {
   /** host:port clients use */

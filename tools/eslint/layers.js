@@ -23,6 +23,7 @@ const LAYERS = [
   ['gpu-workers'],
   ['processes'],
   ['cli'],
+  ['testing'],
   ['bench'],
   ['tools'],
   ['test'],

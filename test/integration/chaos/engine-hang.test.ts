@@ -10,7 +10,7 @@ import { after, before, it } from 'node:test';
 import { DEFAULT_HANG_MS } from '../../../gpu-workers/engine-process';
 import type { trainingRun } from '../../../workflows';
 import { compareRuns, loadStoredRun } from '../../chaos/compare';
-import { startHarness, type Harness } from '../training/harness';
+import { startHarness, type Harness } from '../../../testing/stack';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const STEPS = 3;

@@ -13,7 +13,7 @@ import { parseEngineFaults } from '../../../engines/onnx/faults';
 import { HEALTH_EVERY_MS } from '../../../gpu-workers/engine-process';
 import type { trainingRun } from '../../../workflows';
 import { compareRuns, loadStoredRun } from '../../chaos/compare';
-import { startHarness, type Harness } from '../training/harness';
+import { startHarness, type Harness } from '../../../testing/stack';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const HANG_MS = 10_000;

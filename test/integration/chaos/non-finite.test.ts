@@ -17,7 +17,7 @@ import { decodeWeights } from '../../../engines/protocol/version-bytes';
 import { cpuEngine } from '../../unit/engine/helpers';
 import { parseEngineFaults } from '../../../engines/onnx/faults';
 import type { trainingRun } from '../../../workflows';
-import { startHarness, type Harness } from '../training/harness';
+import { startHarness, type Harness } from '../../../testing/stack';
 import { TroupeStatus } from '../../../infra/search-attributes';
 import { resumeRun } from '../../../cli/runs';
 

@@ -12,7 +12,7 @@ import { createPoolWorker, type PoolWorker } from '../../../processes/pool-worke
 import { connect } from '../../../infra/db';
 import { activityRetry } from '../../../workflows/timeouts';
 import type { trainingRun } from '../../../workflows';
-import { startHarness, type Harness } from '../training/harness';
+import { startHarness, type Harness } from '../../../testing/stack';
 
 const long = process.env.TROUPE_CHAOS_LONG === '1';
 

@@ -12,7 +12,7 @@ import { watchRun } from '../../../cli/runs';
 import { pauseSignal, resumeSignal, statusQuery } from '../../../workflows/definitions';
 import type { trainingRun } from '../../../workflows/training-run';
 import { hostPort, tcpGate, type TcpGate } from '../../helpers/tcp-gate';
-import { startHarness, type Harness } from '../training/harness';
+import { startHarness, type Harness } from '../../../testing/stack';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 let h: Harness;

@@ -22,7 +22,7 @@ import { decodeWeights, encodeWeights, sha256Hex } from '../../../engines/protoc
 import type { trainingRun } from '../../../workflows';
 import { qwenWithTokenizer } from '../../unit/checkpoints/pretrained-dir';
 import { sameBits } from '../../unit/engine/helpers';
-import { startHarness, type Harness } from '../training/harness';
+import { startHarness, type Harness } from '../../../testing/stack';
 
 const HF = path.resolve(__dirname, '../../fixtures/hf');
 

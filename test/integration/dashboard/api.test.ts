@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { MAX_LIMIT } from '../../../dashboard/api';
 import type { Dashboard } from '../../../dashboard/server';
-import type { Harness } from '../training/harness';
+import type { Harness } from '../../../testing/stack';
 import { getJson, RUN, runAndServe } from './fixture';
 
 /**

@@ -11,7 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import { startDashboard, type Dashboard } from '../../../dashboard/server';
 import { statusQuery } from '../../../workflows/definitions';
 import { freePort } from '../../helpers';
-import { startHarness, type Harness } from '../training/harness';
+import { startHarness, type Harness } from '../../../testing/stack';
 import { getJson } from './fixture';
 
 const until = async <T>(what: string, f: () => Promise<T | undefined>): Promise<T> => {

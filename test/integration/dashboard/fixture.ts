@@ -1,7 +1,7 @@
 /** A real short run on the real stack, and a dashboard over its database, for the dashboard's tests. */
 import { startDashboard, type Dashboard, type DashboardOptions } from '../../../dashboard/server';
 import { freePort } from '../../helpers';
-import { startHarness, type Harness } from '../training/harness';
+import { startHarness, type Harness } from '../../../testing/stack';
 
 export const RUN = { team: 'math', steps: 2, groupsPerStep: 2, groupSize: 4, rollout: 'batched', evalEvery: 1, evalTasks: 4, seed: 3 } as const;
 

@@ -11,7 +11,7 @@ import type { Page } from 'playwright-core';
 import { startDashboard, type Dashboard } from '../../../dashboard/server';
 import { freePort } from '../../helpers';
 import { pauseSignal, resumeSignal, statusQuery, stopSignal } from '../../../workflows/definitions';
-import type { Harness } from '../training/harness';
+import type { Harness } from '../../../testing/stack';
 import { ARTIFACTS, browserSkipReason, launchBrowser } from './browser';
 import { RUN, runAndServe } from './fixture';
 

@@ -20,7 +20,7 @@ import { TROUPE_SEARCH_ATTRIBUTES } from '../../../infra/search-attributes';
 import { ensureTemporalBinary, pollerIdentities, temporalConnectionOptions, temporalServerVersion } from '../../../infra/temporal';
 import { setupTemporalSchema, temporalServerArgs } from '../../../infra/temporal-server';
 import { repoRoot } from '../../../infra/paths';
-import { freePort } from '../../helpers/ports';
+import { freePort } from '../../../testing/ports';
 import { childProcesses } from '../../chaos/stack';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

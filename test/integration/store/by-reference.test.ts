@@ -17,7 +17,7 @@ import { CheckpointStore, type BlobRef } from '../../../infra/checkpoint-store';
 import type { GenerateReply } from '../../../agents/episode';
 import { statusQuery } from '../../../workflows/definitions';
 import type { trainingRun } from '../../../workflows';
-import { startHarness, type Harness } from '../training/harness';
+import { startHarness, type Harness } from '../../../testing/stack';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

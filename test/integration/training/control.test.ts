@@ -15,7 +15,7 @@ import { loadTeam } from '../../../agents/teams';
 import { ensureTemporalBinary } from '../../../infra/temporal';
 import { pauseSignal, resumeSignal, setOptimizerUpdate, statusQuery, stopSignal } from '../../../workflows/definitions';
 import type { trainingRun } from '../../../workflows';
-import { checkRunBookkeeping, startHarness, type Harness } from './harness';
+import { checkRunBookkeeping, startHarness, type Harness } from '../../../testing/stack';
 
 const run = promisify(execFile);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

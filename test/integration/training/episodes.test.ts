@@ -17,7 +17,7 @@ import { locateVersion } from '../../../activities/store/versions';
 import { createRun } from '../../../activities/store/runs';
 import { WORKFLOWS_PATH } from '../../../processes/control-worker';
 import type { episodeWorkflow } from '../../../workflows';
-import { startHarness, type Harness } from './harness';
+import { startHarness, type Harness } from '../../../testing/stack';
 
 const stripIds = (t: { turns: Array<Record<string, unknown>> }) => t.turns.map(({ durationMs, toolCalls, ...rest }) => ({ ...rest, toolCalls: (toolCalls as Array<Record<string, unknown>>).map(({ durationMs: _d, ...c }) => c) }));
 

@@ -10,7 +10,7 @@ import { poolTaskQueue } from '../../../activities/training/pool-queues';
 import { DEFAULT_POOL } from '../../../agents/model';
 import type { trainingRun } from '../../../workflows/training-run';
 import { uniqueTaskQueue } from '../../helpers';
-import { startHarness, type Harness } from './harness';
+import { startHarness, type Harness } from '../../../testing/stack';
 
 let h: Harness;
 const movedPoolQueue = uniqueTaskQueue('moved-gpu');

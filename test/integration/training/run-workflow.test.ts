@@ -31,7 +31,7 @@ import { parseRunConfig } from '../../../schema/run-config';
 import { createRun, recordEvent } from '../../../activities/store/runs';
 import type { Sql } from '../../../infra/db';
 import { startTemporal, uniqueTaskQueue, workflowBundle } from '../../helpers';
-import { createTestDatabase } from '../../helpers/database';
+import { createTestDatabase } from '../../../testing/database';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 async function until<T>(what: string, fn: () => Promise<T | undefined> | T | undefined, timeoutMs = 30_000): Promise<T> {

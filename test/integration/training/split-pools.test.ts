@@ -15,7 +15,7 @@ import { listVersions } from '../../../activities/store/versions';
 import { pytorchEngine } from '../../../engines/pytorch';
 import type { PoolWorker } from '../../../processes/pool-worker';
 import type { trainingRun } from '../../../workflows';
-import { checkRunBookkeeping, startHarness, startPool, type Harness } from './harness';
+import { checkRunBookkeeping, startHarness, startPool, type Harness } from '../../../testing/stack';
 
 const torch = pytorchEngine();
 const skip = 'missing' in torch ? torch.missing : false;

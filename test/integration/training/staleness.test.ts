@@ -12,7 +12,7 @@ import type { trainingRun } from '../../../workflows';
 import { listVersions } from '../../../activities/store/versions';
 import { loadStepEpisodes } from '../../../activities/store/trajectories';
 import type { RunConfigInput } from '../../../schema/run-config';
-import { checkRunBookkeeping, startHarness, type Harness } from './harness';
+import { checkRunBookkeeping, startHarness, type Harness } from '../../../testing/stack';
 
 const STEPS = 4;
 const base = { team: 'math', steps: STEPS, groupsPerStep: 3, groupSize: 4, evalEvery: 2, evalTasks: 4, seed: 11 } satisfies RunConfigInput;

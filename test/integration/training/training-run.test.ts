@@ -10,7 +10,7 @@ import { Worker } from '@temporalio/worker';
 import { workflowBundle } from '../../helpers';
 import type { trainingRun } from '../../../workflows';
 import { loadStepEpisodes } from '../../../activities/store/trajectories';
-import { checkRunBookkeeping, startHarness, type Harness } from './harness';
+import { checkRunBookkeeping, startHarness, type Harness } from '../../../testing/stack';
 
 describe('trainingRun', () => {
   let h: Harness;

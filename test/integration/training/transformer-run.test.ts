@@ -12,7 +12,7 @@ import { after, before, describe, it } from 'node:test';
 import { listVersions } from '../../../activities/store/versions';
 import { loadStepEpisodes } from '../../../activities/store/trajectories';
 import type { trainingRun } from '../../../workflows';
-import { checkRunBookkeeping, startHarness, type Harness } from './harness';
+import { checkRunBookkeeping, startHarness, type Harness } from '../../../testing/stack';
 
 /** engines/onnx/transformer/README.md: generated log-probs equal Score's within 1e-5. */
 const SCORE_GENERATE_TOLERANCE = 1e-5;

@@ -17,7 +17,7 @@ import { createTrainingPoolActivities } from '../../../activities/training/pool'
 import { createControlWorker } from '../../../processes/control-worker';
 import type { episodeWorkflow } from '../../../workflows';
 import { createTestDatabase, startTemporal, uniqueTaskQueue, workflowBundle, type TestDatabase } from '../../helpers';
-import { startPool } from './harness';
+import { startPool } from '../../../testing/stack';
 
 const repo = path.join(__dirname, '..', '..', '..');
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -4,10 +4,10 @@
 import { randomBytes } from 'node:crypto';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, DefaultLogger, Runtime, WorkflowBundleWithSourceMap } from '@temporalio/worker';
-import { isolateTeamBuildErrors } from '../../processes/team-bundle';
-import { WORKFLOWS_PATH } from '../../processes/control-worker';
-import { TROUPE_SEARCH_ATTRIBUTE_KEYS } from '../../infra/search-attributes';
-import { ensureTemporalBinary } from '../../infra/temporal';
+import { isolateTeamBuildErrors } from '../processes/team-bundle';
+import { WORKFLOWS_PATH } from '../processes/control-worker';
+import { TROUPE_SEARCH_ATTRIBUTE_KEYS } from '../infra/search-attributes';
+import { ensureTemporalBinary } from '../infra/temporal';
 
 export interface StartTemporalOptions {
   namespace?: string;

@@ -3,13 +3,13 @@ import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { checkpointStoreOf, type CheckpointStore } from '../../infra/checkpoint-store';
-import { loadConfig } from '../../infra/config';
-import { type Sql, connect, withDatabase } from '../../infra/db';
-import { resolveTestDatabaseServer, TEST_DATABASE_PREFIX, type TestDatabaseServer } from '../../infra/test-database';
-import { migrate } from '../../schema/migrate';
+import { checkpointStoreOf, type CheckpointStore } from '../infra/checkpoint-store';
+import { loadConfig } from '../infra/config';
+import { type Sql, connect, withDatabase } from '../infra/db';
+import { resolveTestDatabaseServer, TEST_DATABASE_PREFIX, type TestDatabaseServer } from '../infra/test-database';
+import { migrate } from '../schema/migrate';
 
-export { dropStaleTestDatabases, resolveTestDatabaseServer, type TestDatabaseServer } from '../../infra/test-database';
+export { dropStaleTestDatabases, resolveTestDatabaseServer, type TestDatabaseServer } from '../infra/test-database';
 
 let serverPromise: Promise<TestDatabaseServer> | undefined;
 

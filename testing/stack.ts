@@ -1,15 +1,16 @@
 /**
- * A whole Troupe stack for integration tests, in this process: a real Temporal
+ * A whole Troupe stack in this process, for integration tests and benchmarks: a real Temporal
  * dev server, a fresh Postgres database, the control worker, and a pool worker
  * with its engine child process on CPU.
  */
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import assert from 'node:assert/strict';
 import type { Worker } from '@temporalio/worker';
-import { listVersions } from '../../../activities/store/versions';
-import { createPoolWorker, type PoolWorker, type PoolWorkerOptions } from '../../../processes/pool-worker';
-import { createControlWorker } from '../../../processes/control-worker';
-import { createTestDatabase, startTemporal, uniqueTaskQueue, workflowBundle, type TestDatabase } from '../../helpers';
+import { listVersions } from '../activities/store/versions';
+import { createPoolWorker, type PoolWorker, type PoolWorkerOptions } from '../processes/pool-worker';
+import { createControlWorker } from '../processes/control-worker';
+import { createTestDatabase, type TestDatabase } from './database';
+import { startTemporal, uniqueTaskQueue, workflowBundle } from './temporal';
 
 export interface Harness {
   env: TestWorkflowEnvironment;
