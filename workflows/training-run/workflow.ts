@@ -17,12 +17,12 @@
 import { allHandlersFinished, ApplicationFailure, condition, ContinueAsNew, continueAsNew, isCancellation, patched, setCurrentDetails, setHandler, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
 import type { EvalSummary } from '../../activities/training/control';
 import { TroupeStatus, TroupeTeam } from '../../infra/search-attributes';
-import { applyOptimizerChange, parseOptimizerChange, SettingsError } from '../../schema/optimizer';
-import { RunConfigError } from '../../schema/run-config';
+import { parseOptimizerChange } from '../../schema/optimizer';
+import { optimizerChangeIssues, RunConfigError } from '../../schema/run-config';
 import { pauseSignal, resumeSignal, setOptimizerUpdate, statusQuery, stopSignal } from '../definitions';
 import { decidePatches, Patch } from '../patches';
 import { control, controlLocal, dashboardLookup, finalBookkeeping, poolQueueLookup } from './activities';
-import { resolve, withOptimizer, type Resolved } from './resolve';
+import { resolve, type Resolved } from './resolve';
 import { poolsUsed } from './rollout';
 import { StalePipeline } from './stale';
 import { RunState, type Carried } from './state';
@@ -145,12 +145,8 @@ function handleMessages(run: RunState, recordAccepted: boolean) {
     {
       // Rejected here, the change is never recorded; every problem once, at the path the user sent.
       validator: (raw) => {
-        try {
-          const change = parseOptimizerChange(raw);
-          withOptimizer(run.resolved, [...run.pendingChanges, change].reduce(applyOptimizerChange, run.config.optimizer));
-        } catch (e) {
-          if (!(e instanceof SettingsError || e instanceof RunConfigError)) throw e;
-          const issues = dedupe(e.issues.map((i) => ({ path: i.path.replace(/^optimizer\./, ''), message: i.message })));
+        const issues = optimizerChangeIssues(raw, run.config, run.resolved.team, run.pendingChanges);
+        if (issues.length > 0) {
           throw ApplicationFailure.create({ message: `invalid optimizer change: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`, type: 'InvalidOptimizerChange', nonRetryable: true, details: [issues] });
         }
       },
@@ -173,9 +169,4 @@ async function fail(run: RunState, e: Error) {
   if (run.pendingChanges.length > 0 && patched(Patch.pendingChangesOnFailure)) await applyPendingChanges(run, finalBookkeeping).catch(() => undefined);
   await finalBookkeeping.recordEvent({ runId: run.runId, step: run.step, kind: 'run-failed', detail: { message: e.message, cause: (e as { cause?: Error }).cause?.message } }).catch(() => undefined);
   await finalBookkeeping.setRunStatus({ runId: run.runId, status: 'failed' }).catch(() => undefined);
-}
-
-function dedupe<T extends { path: string; message: string }>(issues: T[]): T[] {
-  const seen = new Set<string>();
-  return issues.filter((i) => !seen.has(`${i.path}\u0000${i.message}`) && !!seen.add(`${i.path}\u0000${i.message}`));
 }
