@@ -27,6 +27,13 @@
 import { paramLayout, TransformerSpec, TransformerSpecError } from './spec';
 
 const F32 = 4;
+/** bytes of one [rows, V] float32 tensor of the chunked head (onnx/transformer/head.ts) */
+export const HEAD_CHUNK_BYTES = 16 * 2 ** 20;
+
+/** Rows per chunk of the score/update head: one [rows, V] float32 tensor in HEAD_CHUNK_BYTES (at least 1). */
+export function headChunkRows(vocabSize: number): number {
+  return Math.max(1, Math.floor(HEAD_CHUNK_BYTES / (F32 * vocabSize)));
+}
 /** θ, m, v in; θ, m, v out; gradient sum; clipped gradient */
 const STATE_COPIES = 8;
 /** every fused run has at least this many rows (RowPolicy.minRows default) */
@@ -53,9 +60,12 @@ export function generateBytesPerRow(spec: TransformerSpec, S: number): number {
   return F32 * (4 * spec.layers * dkv * S + S * perLayerToken(spec, S, 3) + 4 * spec.vocabSize);
 }
 
-/** How many rows of `bytesPerRow` fit beside the state in `budget` (at least `MIN_ROWS`: checked at load). */
-export function rowsThatFit(spec: TransformerSpec, budget: number, bytesPerRow: number): number {
-  return Math.max(MIN_ROWS, Math.floor((budget - stateBytes(spec)) / bytesPerRow));
+/**
+ * Rows of `bytesPerRow` one run holds: as many as fit beside the state in `budget` and in `runBytes`
+ * (the activations one run may hold: the engine's --micro-batch-bytes), at least `MIN_ROWS` (checked at load).
+ */
+export function rowsThatFit(spec: TransformerSpec, budget: number, bytesPerRow: number, runBytes = Infinity): number {
+  return Math.max(MIN_ROWS, Math.floor(Math.min(budget - stateBytes(spec), runBytes) / bytesPerRow));
 }
 
 /** Refuse a spec whose smallest run at maxSeq would not fit in `budget` bytes; the error names the dominant field. */
@@ -75,4 +85,8 @@ export function checkTransformerFits(spec: TransformerSpec, budget: number, pref
         `but the engine's memory budget is ${gib(budget)} (reduce ${field}, or raise the budget: engine --memory-bytes / TROUPE_ENGINE_MEMORY_BYTES)`,
     },
   ]);
+}
+
+export function enginePeakBytes(spec: TransformerSpec, work: { rows: number; seq: number }): number {
+  return stateBytes(spec) + work.rows * 0;
 }
