@@ -26,7 +26,8 @@ usage: node --import tsx processes/onnx-engine.ts [options]
   --batch-shape S     auto | free | fixed  (default auto: probed per model spec)
   --memory-bytes N    memory one model spec may use: weights, optimizer state, one run's
                       activations; larger specs are refused naming the field (default: env
-                      TROUPE_ENGINE_MEMORY_BYTES or 80% of RAM; on CUDA give the GPU's memory)
+                      TROUPE_ENGINE_MEMORY_BYTES, else the host's MemAvailable at start-up plus
+                      what the engine holds; on CUDA give the GPU's memory)
   --micro-batch-bytes N  activations one update micro-batch may hold (default 268435456;
                       keep it equal across a pool so retried updates give the same bits)
   --exit-with-stdin   exit when stdin closes (used by a supervising parent so the

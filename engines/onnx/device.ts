@@ -39,8 +39,25 @@ export interface SessionSettings {
   memory?: MemoryPolicy;
 }
 
-/** 80% of this host's RAM per spec (on CUDA pass the GPU's memory with --memory-bytes), 256 MiB micro-batches. */
-export function defaultMemoryPolicy(budgetBytes = Math.floor(0.8 * os.totalmem())): MemoryPolicy {
+/**
+ * What this process may use: MemAvailable of /proc/meminfo (what the host can give without
+ * swapping, so other processes count) plus what the engine already holds (its RSS); 80% of
+ * total RAM where /proc is missing. On CUDA pass the GPU's memory with --memory-bytes.
+ */
+export function freeMemoryBytes(): number {
+  try {
+    const kb = (file: string, field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(fs.readFileSync(file, 'utf8'))?.[1]) * 1024;
+    const available = kb('/proc/meminfo', 'MemAvailable');
+    const held = kb('/proc/self/status', 'VmRSS');
+    if (Number.isFinite(available) && Number.isFinite(held)) return available + held;
+  } catch {
+    // not Linux
+  }
+  return Math.floor(0.8 * os.totalmem());
+}
+
+/** The budget (default freeMemoryBytes() at start-up) and 256 MiB micro-batches. */
+export function defaultMemoryPolicy(budgetBytes = freeMemoryBytes()): MemoryPolicy {
   return { budgetBytes, microBatchBytes: DEFAULT_MICRO_BATCH_BYTES };
 }
 

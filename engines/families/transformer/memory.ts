@@ -8,12 +8,13 @@
  * L layers, V vocabulary, S the sequence length (context + tokens):
  *
  *   state       = 4·P·8: θ, AdamW m, v in; θ, m, v out; gradient sum, clipped gradient
- *   update      = 4·S·[(L + 1)·(10·D + 2·Dkv + 2·H·S + k·F) + 4·V] bytes per sequence:
+ *   update      = 4·S·(L + 1)·(10·D + 2·Dkv + 2·H·S + k·F) bytes per sequence:
  *                 per layer and token the forward values the backward reads (h, norm
  *                 outputs and x̂, q, k, v, ctx, h1: 10·D + 2·Dkv; scores and
  *                 probabilities: 2·H·S; MLP pre-activations and activation: k·F,
- *                 k = 3 GELU, 4 SwiGLU), one more layer's worth of backward transients,
- *                 and logits, log-probs, one-hot targets and ∂logits (4·V)
+ *                 k = 3 GELU, 4 SwiGLU) and one more layer's worth of backward transients;
+ *                 the head's vocabulary-sized values exist for one chunk of rows at a time
+ *                 (onnx/transformer/head.ts: HEAD_CHUNK_BYTES each), counted by enginePeakBytes
  *   generate    = 4·[4·L·Dkv·S + S·(10·D + 2·Dkv + 3·H·S + k·F) + 4·V] bytes per row:
  *                 key/value caches (context cache plus the generated cache carried
  *                 in and out of the Loop: at most 2·2·L·Dkv·S) and one prefill layer's
@@ -27,6 +28,13 @@
 import { paramLayout, TransformerSpec, TransformerSpecError } from './spec';
 
 const F32 = 4;
+/** bytes of one [rows, V] float32 tensor of the chunked head (onnx/transformer/head.ts) */
+export const HEAD_CHUNK_BYTES = 16 * 2 ** 20;
+
+/** Rows per chunk of the score/update head: one [rows, V] float32 tensor in HEAD_CHUNK_BYTES (at least 1). */
+export function headChunkRows(vocabSize: number): number {
+  return Math.max(1, Math.floor(HEAD_CHUNK_BYTES / (F32 * vocabSize)));
+}
 /** θ, m, v in; θ, m, v out; gradient sum; clipped gradient */
 const STATE_COPIES = 8;
 /** every fused run has at least this many rows (RowPolicy.minRows default) */
@@ -44,7 +52,7 @@ function perLayerToken(spec: TransformerSpec, S: number, attentionCopies: number
 
 /** Activation bytes one update sequence of S tokens holds while its micro-batch runs. */
 export function updateBytesPerSequence(spec: TransformerSpec, S: number): number {
-  return F32 * S * ((spec.layers + 1) * perLayerToken(spec, S, 2) + 4 * spec.vocabSize);
+  return F32 * S * (spec.layers + 1) * perLayerToken(spec, S, 2);
 }
 
 /** Bytes one generate row of S tokens (context + generated) holds: KV caches and prefill transients. */
@@ -53,9 +61,12 @@ export function generateBytesPerRow(spec: TransformerSpec, S: number): number {
   return F32 * (4 * spec.layers * dkv * S + S * perLayerToken(spec, S, 3) + 4 * spec.vocabSize);
 }
 
-/** How many rows of `bytesPerRow` fit beside the state in `budget` (at least `MIN_ROWS`: checked at load). */
-export function rowsThatFit(spec: TransformerSpec, budget: number, bytesPerRow: number): number {
-  return Math.max(MIN_ROWS, Math.floor((budget - stateBytes(spec)) / bytesPerRow));
+/**
+ * Rows of `bytesPerRow` one run holds: as many as fit beside the state in `budget` and in `runBytes`
+ * (the activations one run may hold: the engine's --micro-batch-bytes), at least `MIN_ROWS` (checked at load).
+ */
+export function rowsThatFit(spec: TransformerSpec, budget: number, bytesPerRow: number, runBytes = Infinity): number {
+  return Math.max(MIN_ROWS, Math.floor(Math.min(budget - stateBytes(spec), runBytes) / bytesPerRow));
 }
 
 /** Refuse a spec whose smallest run at maxSeq would not fit in `budget` bytes; the error names the dominant field. */
@@ -75,4 +86,29 @@ export function checkTransformerFits(spec: TransformerSpec, budget: number, pref
         `but the engine's memory budget is ${gib(budget)} (reduce ${field}, or raise the budget: engine --memory-bytes / TROUPE_ENGINE_MEMORY_BYTES)`,
     },
   ]);
+}
+
+/** node, onnxruntime and the sessions of one spec before any run (measured: 157 MiB peak at V 100, 32 tokens: bench/memory.ts) */
+export const ENGINE_BASE_BYTES = 150 * 2 ** 20;
+/** [rows, V] tensors live at once in one chunk of the head (measured at V 152k): score's and update's */
+const SCORE_HEAD_CHUNKS = 6;
+const UPDATE_HEAD_CHUNKS = 18;
+/** V-sized float values per generate row (carried logits / log-probs in and out, the sampler's) */
+const GENERATE_V_VALUES = 10;
+
+/**
+ * Peak RSS of an engine that loaded `spec` and ran one training step's calls on `rows` sequences
+ * of `seq` tokens (Generate, Score, Update). onnxruntime's arena keeps each session's high-water
+ * mark, so the three runs' peaks add up rather than overlap.
+ */
+export function enginePeakBytes(spec: TransformerSpec, work: { rows: number; seq: number }, microBatchBytes = 256 * 2 ** 20): number {
+  const V = spec.vocabSize;
+  const chunk = Math.min(headChunkRows(V), work.rows * work.seq) * F32 * V;
+  const fwd = (S: number) => F32 * S * spec.layers * perLayerToken(spec, S, 2);
+  const genRow = generateBytesPerRow(spec, work.seq) + F32 * GENERATE_V_VALUES * V;
+  const generate = Math.min(work.rows, rowsThatFit(spec, Infinity, genRow, microBatchBytes)) * genRow;
+  const score = work.rows * fwd(work.seq) + SCORE_HEAD_CHUNKS * chunk;
+  const perMicro = Math.max(MIN_ROWS, Math.min(work.rows, Math.floor(microBatchBytes / updateBytesPerSequence(spec, work.seq))));
+  const update = perMicro * updateBytesPerSequence(spec, work.seq) + UPDATE_HEAD_CHUNKS * chunk + 4 * F32 * V * spec.width;
+  return ENGINE_BASE_BYTES + stateBytes(spec) + generate + score + update;
 }

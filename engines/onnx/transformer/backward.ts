@@ -1,6 +1,8 @@
 /**
  * Hand-derived backward pass of the transformer forward (forward.ts), from
- * ∂loss/∂logits to the gradient of every parameter, flattened in the θ layout.
+ * ∂loss/∂nf and the head's gradient to the gradient of every parameter,
+ * flattened in the θ layout. The head's part runs per chunk of rows in the
+ * update graph (head.ts), which passes its sums:
  *
  *   head:   dnf = dlogits·headᵀ (tied: dlogits·tok_emb), dhead = nfᵀ·dlogits (tied: adds dlogitsᵀ·nf to dtok_emb)
  *   norm:   dxhat = dy⊙g; dg = Σ dy⊙xhat; db = Σ dy;
@@ -18,7 +20,13 @@ import { int, str } from '../graph/builder';
 import { ForwardValues, GELU_A, GELU_C, NormSaved, Ops, Positions, Weights } from './forward';
 import { paramLayout } from '../../families/transformer/spec';
 
-export function backward(o: Ops, w: Weights, fw: ForwardValues, tokens: string, pos: Positions, dLogits: string): string {
+/** What the head's backward (per chunk, update-graph.ts) hands on: ∂nf [B, S, D] and ∂head ([V, D] to add to tok_emb when tied, else [D, V]). */
+export interface HeadGrad {
+  dnf: string;
+  grad: string;
+}
+
+export function backward(o: Ops, w: Weights, fw: ForwardValues, tokens: string, pos: Positions, head: HeadGrad): string {
   const s = o.spec;
   const D = s.width;
   const grads = new Map<string, string>();
@@ -48,17 +56,10 @@ export function backward(o: Ops, w: Weights, fw: ForwardValues, tokens: string, 
   };
   const sumGroups = (t: string) => o.op('ReduceSum', [t, o.i64([2])], { keepdims: int(1) });
 
-  // Head and final norm.
-  const dLog = o.op('Reshape', [dLogits, o.op('Shape', [fw.logits])]);
+  // Final norm (the head's gradient comes in).
   const V = s.vocabSize;
-  let dnf: string;
-  if (s.tiedHead) {
-    dnf = o.op('MatMul', [dLog, w.get('tok_emb')]);
-  } else {
-    dnf = o.op('MatMul', [dLog, o.op('Transpose', [w.get('head')])]);
-    grads.set('head', tMatMul(fw.nf, dLog, D, V));
-  }
-  let dh = normBack(dnf, fw.lnf, 'lnf');
+  if (!s.tiedHead) grads.set('head', head.grad);
+  let dh = normBack(head.dnf, fw.lnf, 'lnf');
 
   const H = s.heads * o.hd;
   const Hkv = s.kvHeads * o.hd;
@@ -113,7 +114,7 @@ export function backward(o: Ops, w: Weights, fw: ForwardValues, tokens: string, 
   const zeros = (rows: number) => o.op('Expand', [o.c(0), o.i64([rows, D])]);
   const tokIdx = o.op('Reshape', [tokens, o.i64([-1, 1])]);
   let dTok = o.op('ScatterND', [zeros(V), tokIdx, o.rows(dh, D)], { reduction: str('add') });
-  if (s.tiedHead) dTok = o.op('Add', [dTok, tMatMul(dLog, fw.nf, V, D)]);
+  if (s.tiedHead) dTok = o.op('Add', [dTok, head.grad]);
   grads.set('tok_emb', dTok);
   if (s.positions === 'learned') {
     const posIdx = o.op('Reshape', [pos.ids, o.i64([-1, 1])]);

@@ -12,7 +12,10 @@
  * (GEMM rows are computed independently of their neighbours).
  *
  * Per layer (pre-norm): h ← h + Wo·attn(norm1(h)); h ← h + mlp(norm2(h));
- * then norm_f, logits = nf·head (tied: nf·tok_embᵀ), log-softmax.
+ * then norm_f. The head (logits = nf·head, tied: nf·tok_embᵀ, and log-softmax)
+ * is vocabulary-sized per position, so `forward` stops at nf: callers take
+ * logits of the positions they need (generate: the last one) or in chunks of
+ * rows (head.ts: score and update).
  */
 import { FloatType, Graph, int, ints } from '../graph/builder';
 import { headDim, paramLayout, TransformerSpec } from '../../families/transformer/spec';
@@ -181,10 +184,8 @@ export interface LayerSaved {
 export interface ForwardValues {
   layers: LayerSaved[];
   lnf: NormSaved;
+  /** final-norm output [B, S, D] (the head's input) */
   nf: string;
-  logits: string;
-  /** log-softmax [B, S, V], the policy at temperature 1 */
-  logp: string;
 }
 
 export function norm(o: Ops, w: Weights, x: string, name: string): { y: string; saved: NormSaved } {
@@ -276,15 +277,23 @@ export function block(o: Ops, w: Weights, h: string, layer: string, attention: (
   return { h: o.op('Add', [h1, m.out]), n1, ctx, n2, m };
 }
 
-/** Final norm, logits (tied: nf·tok_embᵀ) and log-softmax over the last axis. */
-export function headLogits(o: Ops, w: Weights, h: string): { lnf: NormSaved; nf: string; logits: string; logp: string } {
-  const nf = norm(o, w, h, 'lnf');
-  const head = o.spec.tiedHead ? o.op('Transpose', [w.get('tok_emb')]) : w.get('head');
-  const logits = o.op('MatMul', [nf.y, head]);
-  return { lnf: nf.saved, nf: nf.y, logits, logp: o.op('LogSoftmax', [logits], { axis: int(-1) }) };
+/** The head as [D, V] (tied: tok_embᵀ). */
+export function headMatrix(o: Ops, w: Weights): string {
+  return o.spec.tiedHead ? o.op('Transpose', [w.get('tok_emb')]) : w.get('head');
 }
 
-/** tokens: int64 [B, S]; `lastOnly`: logits of the last position only ([B, 1, V], for a prefill). */
+/** Logits nf·head and their log-softmax over the last axis, for every row of nf. */
+export function logitsOf(o: Ops, w: Weights, nf: string, head = headMatrix(o, w)): { logits: string; logp: string } {
+  const logits = o.op('MatMul', [nf, head]);
+  return { logits, logp: o.op('LogSoftmax', [logits], { axis: int(-1) }) };
+}
+
+/** Final norm, logits (tied: nf·tok_embᵀ) and log-softmax over the last axis. */
+export function headLogits(o: Ops, w: Weights, h: string): { logits: string; logp: string } {
+  return logitsOf(o, w, norm(o, w, h, 'lnf').y);
+}
+
+/** tokens: int64 [B, S] → layers' saved values and nf; `lastOnly`: nf of the last position only ([B, 1, D], for a prefill). */
 export function forward(o: Ops, w: Weights, tokens: string, pos: Positions, lastOnly = false): ForwardValues {
   let h = embed(o, w, tokens, pos);
   const layers: LayerSaved[] = [];
@@ -300,5 +309,6 @@ export function forward(o: Ops, w: Weights, tokens: string, pos: Positions, last
     layers.push({ ln1: r.n1.saved, n1: r.n1.y, ...heads, ctx: r.ctx, ln2: r.n2.saved, n2: r.n2.y, pre: r.m.pre, act: r.m.act });
   }
   if (lastOnly) h = o.op('Slice', [h, o.i64([-1]), o.i64([2 ** 62]), o.i64([1])]);
-  return { layers, ...headLogits(o, w, h) };
+  const nf = norm(o, w, h, 'lnf');
+  return { layers, lnf: nf.saved, nf: nf.y };
 }

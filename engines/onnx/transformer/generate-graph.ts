@@ -31,7 +31,7 @@
  */
 import { encodeModel, Graph, graphAttr, int } from '../graph/builder';
 import { declareSamplingInputs, prepareSampling, sampleStep } from '../ops/sampling';
-import { block, embed, forward, headLogits, maskedScores, Ops, Positions, projectHeads, ropeConstants, rotationAt, sliceParams } from './forward';
+import { block, embed, forward, headLogits, logitsOf, maskedScores, Ops, Positions, projectHeads, ropeConstants, rotationAt, sliceParams } from './forward';
 import { paramLayout, TransformerSpec } from '../../families/transformer/spec';
 
 export function buildTransformerGenerateGraph(spec: TransformerSpec): Uint8Array {
@@ -57,7 +57,8 @@ export function buildTransformerGenerateGraph(spec: TransformerSpec): Uint8Array
   const prefillMask = g.op('Or', [g.op('And', [g.op('GreaterOrEqual', [queryCol, colRow]), keyValid]), g.op('Equal', [queryCol, colRow])]);
   const tables = spec.positions === 'rope' ? ropeConstants(o) : undefined;
   const prefillPos: Positions = { ids, mask: prefillMask, ...rotationAt(o, ids, tables) };
-  const fw = forward(o, w, context, prefillPos, true);
+  const fw = forward(o, w, context, prefillPos, true); // the prefill's logits: last position only
+  const prefill = logitsOf(o, w, fw.nf);
   const lastOf = (t: string) => g.op('Squeeze', [t, o.i64([1])]); // [B, 1, V] → [B, V]
   const B = g.op('Gather', [g.op('Shape', [context]), g.constant('int64', [0])], { axis: int(0) }); // [1]
   const genShape = g.op('Concat', [B, o.i64([spec.kvHeads]), g.op('Reshape', [steps, o.i64([1])]), o.i64([o.hd])], { axis: int(0) });
@@ -113,7 +114,7 @@ export function buildTransformerGenerateGraph(spec: TransformerSpec): Uint8Array
   b.output(squeeze1(st.sampleLogp), 'sample_logp_out', 'float32', ['B']);
 
   const carried = 3 + caches0.length;
-  const outs = g.opN('Loop', [steps, g.constant('bool', 1), lastOf(fw.logits), lastOf(fw.logp), sampling.doneInit, ...caches0], carried + 3, {
+  const outs = g.opN('Loop', [steps, g.constant('bool', 1), lastOf(prefill.logits), lastOf(prefill.logp), sampling.doneInit, ...caches0], carried + 3, {
     body: graphAttr(b.toProto()),
   });
   g.output(outs[carried], 'tokens', 'int64', ['S', 'B']);

@@ -71,13 +71,16 @@ export class TransformerRuntime implements ModelRuntime {
 
   /**
    * One fused run over all rows (callers split batches larger than they want), or several when
-   * the rows' KV caches and prefill would not fit in the memory budget together (memory.ts).
+   * the rows' KV caches, prefill and vocabulary-sized sampling values would not fit in the memory
+   * budget or in one run's `microBatchBytes` together (memory.ts); rows are independent, so the
+   * results are those of one run.
    */
   async generate(theta: Float32Array, rows: GenerateRow[]): Promise<GenerateRowResult[]> {
     rows.forEach((r, b) => this.checkLength(`sequences[${b}]`, r.context.length, r.context.length + r.maxTokens));
     // a run's caches span the longest context plus the most tokens (C + T), whichever rows they come from
     const span = Math.max(0, ...rows.map((r) => r.context.length)) + Math.max(0, ...rows.map((r) => r.maxTokens));
-    const perRun = rowsThatFit(this.spec, this.factory.memory.budgetBytes, generateBytesPerRow(this.spec, span));
+    const { budgetBytes, microBatchBytes } = this.factory.memory;
+    const perRun = rowsThatFit(this.spec, budgetBytes, generateBytesPerRow(this.spec, span), microBatchBytes);
     const out: GenerateRowResult[] = [];
     for (let at = 0; at < rows.length; at += perRun) out.push(...(await this.generateRun(theta, rows.slice(at, at + perRun))));
     return out;

@@ -1,12 +1,15 @@
 /**
  * Score graph: log-prob (policy at temperature 1) and entropy at every
- * position of right-padded sequences — the same forward as the update graph.
+ * position of right-padded sequences — the same forward and chunked head as
+ * the update graph.
  * The logits graph returns the raw logits (checks against reference
  * implementations and imported checkpoints).
  */
 import { encodeModel, FloatType, Graph, int } from '../graph/builder';
 import { lastColumn } from '../ops/sampling';
-import { forward, Ops, sequencePositions, sliceParams } from './forward';
+import { forward, headMatrix, logitsOf, Ops, sequencePositions, sliceParams } from './forward';
+import { overRowChunks } from './head';
+import { headChunkRows } from '../../families/transformer/memory';
 import { paramLayout, TransformerSpec } from '../../families/transformer/spec';
 
 function model(name: string, spec: TransformerSpec, ft: FloatType) {
@@ -14,27 +17,38 @@ function model(name: string, spec: TransformerSpec, ft: FloatType) {
   const theta = g.input('theta', ft, [paramLayout(spec).total]);
   const tokens = g.input('tokens', 'int64', ['B', 'S']);
   const o = new Ops(g, spec, ft);
-  return { g, fw: forward(o, sliceParams(g, spec, theta), tokens, sequencePositions(o, tokens)) };
+  const w = sliceParams(g, spec, theta);
+  return { g, o, w, fw: forward(o, w, tokens, sequencePositions(o, tokens)) };
 }
 
-/** tokens [B, S], targets [B, S] (targets[b, p] scored at position p) → logprobs, entropy [B, S]. */
-export function buildTransformerScoreGraph(spec: TransformerSpec, ft: FloatType = 'float32'): Uint8Array {
-  const { g, fw } = model('transformer_score', spec, ft);
+/**
+ * tokens [B, S], targets [B, S] (targets[b, p] scored at position p) → logprobs, entropy [B, S].
+ * The head runs in chunks of rows (head.ts): no [B·S, V] tensor.
+ */
+export function buildTransformerScoreGraph(spec: TransformerSpec, ft: FloatType = 'float32', headChunk = headChunkRows(spec.vocabSize)): Uint8Array {
+  const { g, o, w, fw } = model('transformer_score', spec, ft);
   const targets = g.input('targets', 'int64', ['B', 'S']);
-  const last = g.constant('int64', [2]);
-  const picked = g.op('GatherElements', [fw.logp, g.op('Unsqueeze', [targets, last])], { axis: int(2) });
-  // Row sum via CumSum (position-independent bits, see tiny-lm/sampling.ts lastColumn).
-  const plogp = g.op('Reshape', [g.op('Mul', [g.op('Exp', [fw.logp]), fw.logp]), g.constant('int64', [-1, spec.vocabSize])]);
-  const rowSums = lastColumn(g, g.op('CumSum', [plogp, g.constant('int64', 1)]));
-  const entropy = g.op('Neg', [g.op('Reshape', [rowSums, g.op('Shape', [targets])])]);
-  g.output(g.op('Squeeze', [picked, last]), 'logprobs', ft, ['B', 'S']);
-  g.output(entropy, 'entropy', ft, ['B', 'S']);
+  const nf = o.rows(fw.nf, spec.width);
+  const N = g.op('Gather', [g.op('Shape', [nf]), g.constant('int64', 0)], { axis: int(0) });
+  const flatTargets = g.op('Reshape', [targets, g.constant('int64', [-1, 1])]);
+  const head = headMatrix(o, w);
+  const { perRow } = overRowChunks(g, ft, headChunk, N, [[], []], [], (b, chunk) => {
+    const { logp } = logitsOf(new Ops(b, spec, ft), w, chunk.rows(nf), head); // [c, V]
+    const axis1 = b.constant('int64', [1]);
+    const picked = b.op('Squeeze', [b.op('GatherElements', [logp, chunk.rows(flatTargets)], { axis: int(1) }), axis1]);
+    // Row sum via CumSum (position-independent bits, see tiny-lm/sampling.ts lastColumn).
+    const rowSums = lastColumn(b, b.op('CumSum', [b.op('Mul', [b.op('Exp', [logp]), logp]), axis1]));
+    return { perRow: [picked, b.op('Neg', [b.op('Squeeze', [rowSums, axis1])])], sums: [] };
+  });
+  const shape = g.op('Shape', [targets]);
+  g.output(g.op('Reshape', [perRow[0], shape]), 'logprobs', ft, ['B', 'S']);
+  g.output(g.op('Reshape', [perRow[1], shape]), 'entropy', ft, ['B', 'S']);
   return encodeModel(g, 'transformer score: log-prob of given tokens');
 }
 
-/** tokens [B, S] → logits [B, S, V]. */
+/** tokens [B, S] → logits [B, S, V] of every position (checks against references and imported checkpoints). */
 export function buildTransformerLogitsGraph(spec: TransformerSpec, ft: FloatType = 'float32'): Uint8Array {
-  const { g, fw } = model('transformer_logits', spec, ft);
-  g.output(fw.logits, 'logits', ft, ['B', 'S', spec.vocabSize]);
+  const { g, o, w, fw } = model('transformer_logits', spec, ft);
+  g.output(logitsOf(o, w, fw.nf).logits, 'logits', ft, ['B', 'S', spec.vocabSize]);
   return encodeModel(g, 'transformer logits');
 }

@@ -3,7 +3,7 @@
  *
  *  - update graph (float32): K fused optimizer steps in one ONNX `Loop`; each
  *    step = for each of M micro-batches (an inner `Loop`, so activations are
- *    held for one micro-batch at a time): forward → RL objective
+ *    held for one micro-batch at a time): forward → (per chunk of rows, head.ts) RL objective
  *    (tiny-lm/objective.ts: PPO/KL as rl/loss.ts, entropy bonus) → hand-built
  *    backward (backward.ts), gradients and metric sums accumulated in a fixed
  *    order; then global-norm clip → AdamW (tiny-lm/adamw.ts). θ, m, v are
@@ -21,10 +21,12 @@
  */
 import { encodeModel, FloatType, Graph, graphAttr, int } from '../graph/builder';
 import { optimizerLoop } from '../ops/adamw';
-import { metricVector, rlObjective, type ObjectiveInputs, type ObjectiveValues } from '../ops/objective';
+import { metricVector, rlObjective, type ObjectiveInputs } from '../ops/objective';
 import { STEP_METRICS } from '../model-runtime';
 import { backward } from './backward';
-import { forward, Ops, sequencePositions, sliceParams, type Weights } from './forward';
+import { forward, headMatrix, logitsOf, Ops, sequencePositions, sliceParams, type Weights } from './forward';
+import { overRowChunks } from './head';
+import { headChunkRows } from '../../families/transformer/memory';
 import { paramLayout, TransformerSpec } from '../../families/transformer/spec';
 
 interface BatchInputs extends Omit<ObjectiveInputs, 'targetsCol' | 'onehot' | 'nRows'> {
@@ -76,22 +78,56 @@ function countRows(g: Graph, ft: FloatType, rowMask: string): string {
   return g.op('Max', [g.op('ReduceSum', [rowMask], { keepdims: int(0) }), g.constant(ft, 1)]);
 }
 
-interface StepValues extends Omit<ObjectiveValues, 'dLogits'> {
+interface StepValues {
   grad: string;
+  /** [STEP_METRICS] sums (grad_norm 0) */
+  metrics: string;
 }
 
-function lossAndGrad(g: Graph, spec: TransformerSpec, ft: FloatType, w: Weights, x: BatchInputs, nRows: string): StepValues {
+/**
+ * Forward to nf, then the head, RL objective and ∂logits in chunks of rows (head.ts), so no
+ * [B·S, V] tensor exists; the backward starts from ∂nf and the head's gradient summed over chunks.
+ */
+function lossAndGrad(g: Graph, spec: TransformerSpec, ft: FloatType, w: Weights, x: BatchInputs, nRows: string, headChunk: number): StepValues {
   const o = new Ops(g, spec, ft);
-  const targetsCol = g.op('Unsqueeze', [x.targets, g.constant('int64', [1])]);
-  const ids = g.constant('int64', Array.from({ length: spec.vocabSize }, (_, i) => i), [1, spec.vocabSize]);
-  const onehot = g.op('Cast', [g.op('Equal', [ids, targetsCol])], { to: int(ft === 'float32' ? 1 : 11) });
+  const V = spec.vocabSize;
+  const D = spec.width;
   const pos = sequencePositions(o, x.tokens);
   const fw = forward(o, w, x.tokens, pos);
-  const { dLogits, ...values } = rlObjective(g, ft, o.rows(fw.logp, spec.vocabSize), { ...x, targetsCol, onehot, nRows });
-  return { ...values, grad: backward(o, w, fw, x.tokens, pos, dLogits) };
+  const nf = o.rows(fw.nf, D); // [N, D]
+  const N = g.op('Gather', [g.op('Shape', [nf]), g.constant('int64', 0)], { axis: int(0) });
+  const head = headMatrix(o, w); // [D, V]
+  const headT = spec.tiedHead ? w.get('tok_emb') : o.transpose(w.get('head'), [1, 0]); // [V, D]
+  const ids = g.constant('int64', Array.from({ length: V }, (_, i) => i), [1, V]);
+  const headGrad0 = g.op('Expand', [g.constant(ft, 0), g.constant('int64', spec.tiedHead ? [V, D] : [D, V])]);
+  const metrics0 = g.constant(ft, new Array(STEP_METRICS.length).fill(0), [STEP_METRICS.length]);
+  const { perRow, sums } = overRowChunks(g, ft, headChunk, N, [[D]], [headGrad0, metrics0], (b, chunk) => {
+    const ob = new Ops(b, spec, ft);
+    const nfc = chunk.rows(nf);
+    const targetsCol = b.op('Unsqueeze', [chunk.rows(x.targets), b.constant('int64', [1])]);
+    const onehot = b.op('Cast', [b.op('Equal', [ids, targetsCol])], { to: int(ft === 'float32' ? 1 : 11) });
+    const { dLogits, ...values } = rlObjective(b, ft, logitsOf(ob, w, nfc, head).logp, {
+      ...x,
+      advantages: chunk.rows(x.advantages),
+      oldLogp: chunk.rows(x.oldLogp),
+      weights: chunk.rows(x.weights),
+      rowMask: chunk.rows(x.rowMask),
+      refLogp: chunk.rows(x.refLogp),
+      hasRef: chunk.rows(x.hasRef),
+      targetsCol,
+      onehot,
+      nRows,
+    });
+    // tied: ∂tok_emb += ∂logitsᵀ·nf [V, D]; untied: ∂head += nfᵀ·∂logits [D, V]
+    const headGrad = spec.tiedHead ? b.op('Gemm', [dLogits, nfc], { transA: int(1) }) : b.op('Gemm', [nfc, dLogits], { transA: int(1) });
+    return { perRow: [b.op('MatMul', [dLogits, headT])], sums: [headGrad, metricVector(b, ft, values)] };
+  });
+  const dnf = g.op('Reshape', [perRow[0], g.op('Shape', [fw.nf])]);
+  return { grad: backward(o, w, fw, x.tokens, pos, { dnf, grad: sums[0] }), metrics: sums[1] };
 }
 
-export function buildTransformerUpdateGraph(spec: TransformerSpec): Uint8Array {
+/** `headChunk`: rows per chunk of the head (default headChunkRows(V); tests pick small ones). */
+export function buildTransformerUpdateGraph(spec: TransformerSpec, headChunk = headChunkRows(spec.vocabSize)): Uint8Array {
   const ft: FloatType = 'float32';
   const P = paramLayout(spec).total;
   const nMetrics = STEP_METRICS.length;
@@ -110,10 +146,10 @@ export function buildTransformerUpdateGraph(spec: TransformerSpec): Uint8Array {
     const microCond = mb.input('micro_cond_in', 'bool', []);
     const gradIn = mb.input('grad_in', ft, [P]);
     const sumsIn = mb.input('sums_in', ft, [nMetrics]);
-    const { grad, ...values } = lossAndGrad(mb, spec, ft, w, batchRows(mb, batch.rows, batch.settings, micro), nRows);
+    const step = lossAndGrad(mb, spec, ft, w, batchRows(mb, batch.rows, batch.settings, micro), nRows, headChunk);
     mb.output(mb.op('Identity', [microCond]), 'micro_cond_out', 'bool', []);
-    mb.output(mb.op('Add', [gradIn, grad]), 'grad_out', ft, [P]);
-    mb.output(mb.op('Add', [sumsIn, metricVector(mb, ft, values)]), 'sums_out', ft, [nMetrics]);
+    mb.output(mb.op('Add', [gradIn, step.grad]), 'grad_out', ft, [P]);
+    mb.output(mb.op('Add', [sumsIn, step.metrics]), 'sums_out', ft, [nMetrics]);
     const [sum, metrics] = b.opN('Loop', [microBatches, b.constant('bool', 1), zeroGrad, zeroSums], 2, { body: graphAttr(mb.toProto()) });
     return { grad: sum, metrics };
   });
@@ -121,14 +157,15 @@ export function buildTransformerUpdateGraph(spec: TransformerSpec): Uint8Array {
 }
 
 /** Loss and flat gradient at θ for one [B, S] batch, no optimizer (float64 variant for finite differences). */
-export function buildTransformerGradGraph(spec: TransformerSpec, ft: FloatType): Uint8Array {
+export function buildTransformerGradGraph(spec: TransformerSpec, ft: FloatType, headChunk = headChunkRows(spec.vocabSize)): Uint8Array {
   const g = new Graph('transformer_grad');
   const P = paramLayout(spec).total;
   const theta = g.input('theta', ft, [P]);
   const batch = declareBatch(g, ft, ['B', 'S']);
   const x = batchRows(g, batch.rows, batch.settings);
-  const st = lossAndGrad(g, spec, ft, sliceParams(g, spec, theta), x, countRows(g, ft, x.rowMask));
-  g.output(st.loss, 'loss', ft, []);
+  const st = lossAndGrad(g, spec, ft, sliceParams(g, spec, theta), x, countRows(g, ft, x.rowMask), headChunk);
+  const loss = g.op('Gather', [st.metrics, g.constant('int64', STEP_METRICS.indexOf('loss'))], { axis: int(0) });
+  g.output(loss, 'loss', ft, []);
   g.output(st.grad, 'grad', ft, [P]);
   return encodeModel(g, 'transformer loss and gradient');
 }

@@ -18,16 +18,16 @@ test('byte counts match hand computation', () => {
   assert.equal(paramLayout(SMALL).total, 1200);
   assert.equal(stateBytes(SMALL), 4 * 8 * 1200); // 38,400
   // per layer and token: 10·8 + 2·4 + 3·16 = 136, plus copies·H·S attention values
-  // update, S 6: (2 + 1) × (136 + 2·2·6 = 160) + 4·10 = 520 per token → 4 × 6 × 520
-  assert.equal(updateBytesPerSequence(SMALL, 6), 12_480);
+  // update, S 6: (2 + 1) × (136 + 2·2·6 = 160) = 480 per token → 4 × 6 × 480 (the head runs in chunks: no V term)
+  assert.equal(updateBytesPerSequence(SMALL, 6), 11_520);
   // generate, S 6: caches 4·2·4·6 = 192; prefill 6 × (136 + 3·2·6 = 172) = 1032; head 40 → 4 × 1264
   assert.equal(generateBytesPerRow(SMALL, 6), 5_056);
-  // S 3: update 3 × ((3 × (136 + 12)) + 40) × 4 = 5,808
-  assert.equal(updateBytesPerSequence(SMALL, 3), 5_808);
+  // S 3: update 3 × 3 × (136 + 12) × 4 = 5,328
+  assert.equal(updateBytesPerSequence(SMALL, 3), 5_328);
 });
 
 test('a spec fits exactly at state + 2 of its largest rows; one byte less is refused naming the dominant field', () => {
-  const need = 38_400 + 2 * 12_480; // 63,360
+  const need = 38_400 + 2 * 11_520; // 61,440
   assert.doesNotThrow(() => checkTransformerFits(SMALL, need));
   assert.throws(
     () => checkTransformerFits(SMALL, need - 1, 'models.policy'),
