@@ -80,7 +80,7 @@ async function main() {
           Promise.all(sequences(64, salt++).map((q) => client.generate({ modelKey: 'bench', version: 0, sequences: [q], sampling }))),
         );
         const separate = await measure(() =>
-          Promise.all(sequences(64, salt++).map((q, i) => plain[i].generate({ modelKey: 'bench', version: 0, sequences: [q], sampling }))),
+          Promise.all(sequences(64, salt++).map((q, i) => plain[i]!.generate({ modelKey: 'bench', version: 0, sequences: [q], sampling }))),
         );
         if (r > 0) {
           t.big.push(big);
@@ -147,7 +147,7 @@ async function main() {
       for (let t = 0; t < T; t++) {
         // One token per run; per-step seeds stand in for the per-token uniforms.
         const out = await rt.generate(theta, r.map((x, b) => ({ ...x, context: ctx[b], maxTokens: 1, seedKey: [x.seedKey[0], t] })));
-        out.forEach((o, b) => ctx[b].push(o.tokens[0]));
+        out.forEach((o, b) => ctx[b]!.push(o.tokens[0]!));
       }
     });
     console.log(

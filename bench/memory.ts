@@ -115,7 +115,7 @@ export async function measureCase(vocab: number, seq: number, capBytes: number, 
           ...s,
           lossMask: s.tokens.map(() => 1),
           advantages: s.tokens.map(() => (i % 2 ? 1 : -1)),
-          oldLogprobs: Array.from(scored.sequences[i].logprobs),
+          oldLogprobs: Array.from(scored.sequences[i]!.logprobs),
           lossWeights: s.tokens.map(() => 1 / s.tokens.length),
         })),
       });

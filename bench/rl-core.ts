@@ -47,7 +47,7 @@ function time(fn: () => void, runs = 7): number {
     fn();
     ms.push(Number(process.hrtime.bigint() - t0) / 1e6);
   }
-  return ms.sort((a, b) => a - b)[runs >> 1];
+  return ms.sort((a, b) => a - b)[runs >> 1]!;
 }
 
 const fmt = (x: number) => x.toLocaleString('en-US', { maximumFractionDigits: 0 });

@@ -148,7 +148,7 @@ async function torchColumn(table: Table, python: string) {
   if (code !== 0) throw new Error(`${python} bench/transformer_torch.py exited with ${code}`);
   for (const line of out.trim().split('\n')) {
     const r = JSON.parse(line) as Timing & { config: string; metric: string; batch?: number; position?: number };
-    const set = (label: string, v: string) => (table.get(label)![r.config][1] = v);
+    const set = (label: string, v: string) => (table.get(label)![r.config]![1] = v);
     if (r.metric === 'generate') set(`generate batch ${r.batch} (tokens/s)`, both(r, tokensPerS(r.batch! * W.generateTokens)));
     if (r.metric === 'decode') set(`decode at position ${r.position} (ms/token, batch ${W.decodeBatch})`, both(r, (ms) => ms, 2));
     if (r.metric === 'update') set('update (trained tokens/s)', both(r, tokensPerS(W.updateSequences * W.updateTokens)));
@@ -195,7 +195,7 @@ async function grpcRatio(name: string, spec: TransformerSpec): Promise<string> {
 
 /** Child mode: one update of the RSS batch with the given micro-batch bytes; prints peak RSS. */
 async function rssChild(microBatchBytes: number) {
-  const spec = CONFIGS[RSS.config];
+  const spec = CONFIGS[RSS.config]!;
   const rt = runtime(spec, microBatchBytes);
   const t0 = performance.now();
   await rt.update(optimState(spec), updateSamples(RSS.sequences), updateSettings({ ...DEFAULT_UPDATE_SETTINGS }));
@@ -220,14 +220,14 @@ async function main() {
   if (torch.python) await torchColumn(table, torch.python);
   console.log(`# PyTorch: ${torch.why}\n`);
   const names = Object.keys(CONFIGS);
-  console.log(`| | ${names.map((n) => `${n} (${fmt(paramLayout(CONFIGS[n]).total)} params) ONNX | PyTorch`).join(' | ')} |`);
+  console.log(`| | ${names.map((n) => `${n} (${fmt(paramLayout(CONFIGS[n]!).total)} params) ONNX | PyTorch`).join(' | ')} |`);
   console.log(`|---|${names.map(() => '---|---').join('|')}|`);
-  for (const [label, cells] of table) console.log(`| ${label} | ${names.map((n) => `${cells[n][0]} | ${cells[n][1] || '–'}`).join(' | ')} |`);
+  for (const [label, cells] of table) console.log(`| ${label} | ${names.map((n) => `${cells[n]![0]} | ${cells[n]![1] || '–'}`).join(' | ')} |`);
 
   console.log('\n## Engine over gRPC vs the same session run directly');
   for (const [name, spec] of Object.entries(CONFIGS)) console.log(await grpcRatio(name, spec));
 
-  const spec = CONFIGS[RSS.config];
+  const spec = CONFIGS[RSS.config]!;
   const S = W.updateContext + W.updateTokens - 1;
   console.log(`\n## Peak RSS of one update, ${RSS.sequences} × ${S + 1} tokens on ${RSS.config} (fresh process each)`);
   console.log(`# estimate (transformer/memory.ts): state ${fmt(stateBytes(spec) / 2 ** 20)} MiB + ${fmt(updateBytesPerSequence(spec, S) / 2 ** 20, 1)} MiB per sequence`);

@@ -102,8 +102,8 @@ async function control(opts: DashboardOptions, req: http.IncomingMessage, runId:
 async function route(opts: DashboardOptions, req: http.IncomingMessage, url: URL): Promise<unknown> {
   const parts = url.pathname.split('/').filter(Boolean).map(decodeURIComponent);
   const q = url.searchParams;
-  if (req.method === 'POST' && parts[0] === 'api' && parts[1] === 'runs' && parts.length === 4 && (CONTROLS as readonly string[]).includes(parts[3])) {
-    return control(opts, req, parts[2], parts[3] as Control);
+  if (req.method === 'POST' && parts[0] === 'api' && parts[1] === 'runs' && parts.length === 4 && (CONTROLS as readonly string[]).includes(parts[3]!)) {
+    return control(opts, req, parts[2]!, parts[3] as Control);
   }
   if (req.method !== 'GET') throw new ApiError(405, `${req.method} ${url.pathname}: not allowed`);
   if (parts[1] === 'config' && parts.length === 2) {
@@ -111,14 +111,14 @@ async function route(opts: DashboardOptions, req: http.IncomingMessage, url: URL
   }
   if (parts[1] === 'runs') {
     if (parts.length === 2) return listRuns(opts.sql, q);
-    if (parts.length === 3) return getRunDetail(opts.sql, parts[2], q);
-    if (parts.length === 4 && parts[3] === 'metrics') return getRunMetrics(opts.sql, parts[2], q);
+    if (parts.length === 3) return getRunDetail(opts.sql, parts[2]!, q);
+    if (parts.length === 4 && parts[3] === 'metrics') return getRunMetrics(opts.sql, parts[2]!, q);
     if (parts.length === 6 && parts[3] === 'steps' && parts[5] === 'episodes') {
       const step = intParam(new URLSearchParams({ step: parts[4] }), 'step', undefined, -1, 1e9)!;
-      return listStepEpisodes(opts.sql, parts[2], step, q);
+      return listStepEpisodes(opts.sql, parts[2]!, step, q);
     }
   }
-  if (parts[1] === 'episodes' && parts.length === 3) return getEpisode(opts.sql, parts[2]);
+  if (parts[1] === 'episodes' && parts.length === 3) return getEpisode(opts.sql, parts[2]!);
   throw new ApiError(404, `${url.pathname}: no such API path`);
 }
 

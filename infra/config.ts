@@ -266,7 +266,7 @@ const hints: Record<string, string> = {
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): TroupeConfig {
   const result = schema.safeParse(env);
   if (!result.success) {
-    const issue = result.error.issues[0];
+    const issue = result.error.issues[0]!;
     const variable = String(issue.path[0] ?? 'environment');
     const others = result.error.issues.length - 1;
     const hint = [hints[variable], others > 0 ? `${others} more problem(s) after this one` : undefined]

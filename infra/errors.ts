@@ -19,8 +19,8 @@ export function isTroupeError(err: unknown): err is TroupeError {
 
 /** The message of any thrown value, on one line. */
 export function errorMessage(err: unknown): string {
-  if (err instanceof Error) return (err.message || err.name).split('\n')[0];
-  return String(err).split('\n')[0];
+  if (err instanceof Error) return (err.message || err.name).split('\n')[0]!;
+  return String(err).split('\n')[0]!;
 }
 
 /** Format an error the way the CLI prints it: one line, then `  → hint` if there is one. */

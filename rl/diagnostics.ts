@@ -58,7 +58,7 @@ export function stepDiagnostics(
     // A group has signal if any trained sample in it has a non-zero advantage.
     const groupHasSignal = new Map<string, boolean>();
     for (const i of indices) {
-      const g = samples[i].groupId;
+      const g = samples[i]!.groupId;
       const signal = !result.excluded[i] && result.advantages[i] !== 0;
       groupHasSignal.set(g, (groupHasSignal.get(g) ?? false) || signal);
     }

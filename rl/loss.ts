@@ -189,11 +189,11 @@ export function policyLoss(input: PolicyLossInput, settings: Partial<PolicyLossS
   let ratioMax = 0;
 
   for (let t = 0; t < n; t++) {
-    const w = weights[t];
-    const A = advantages[t];
+    const w = weights[t]!;
+    const A = advantages[t]!;
 
     // Ratio; the clamp passes gradient on [−20, 20] inclusive.
-    const d = logp[t] - logpOld[t];
+    const d = logp[t]! - logpOld[t]!;
     const dc = Math.min(Math.max(d, -LOG_RATIO_CLAMP), LOG_RATIO_CLAMP);
     const ratio = Math.exp(dc);
     const dRatio = d >= -LOG_RATIO_CLAMP && d <= LOG_RATIO_CLAMP ? ratio : 0;
@@ -220,10 +220,10 @@ export function policyLoss(input: PolicyLossInput, settings: Partial<PolicyLossS
     let klT = 0;
     let dKl = 0;
     if (s.kl.type === 'k1') {
-      klT = logp[t] - refLogp![t];
+      klT = logp[t]! - refLogp![t]!;
       dKl = 1;
     } else if (s.kl.type === 'low_var_kl') {
-      const u = refLogp![t] - logp[t];
+      const u = refLogp![t]! - logp[t]!;
       const eu = Math.exp(u);
       const raw = eu - u - 1;
       klT = Math.min(Math.max(raw, -K3_CLAMP), K3_CLAMP);
@@ -234,7 +234,7 @@ export function policyLoss(input: PolicyLossInput, settings: Partial<PolicyLossS
     pg += w * is * L;
     kl += w * klT;
     grad[t] = w * (is * dL + klCoef * dKl);
-    if (entropy !== undefined) ent += w * entropy[t];
+    if (entropy !== undefined) ent += w * entropy[t]!;
     if (s.entropyCoef !== 0) entropyGrad[t] = -s.entropyCoef * w;
 
     if (w !== 0) {
@@ -244,7 +244,7 @@ export function policyLoss(input: PolicyLossInput, settings: Partial<PolicyLossS
       approxKl += ratio - 1 - dc;
       ratioSum += ratio;
       ratioMax = Math.max(ratioMax, ratio);
-      if (entropy !== undefined) entropySum += entropy[t];
+      if (entropy !== undefined) entropySum += entropy[t]!;
     }
   }
 
@@ -302,12 +302,12 @@ export function importanceWeights(logpProx: ArrayLike<number>, logpBehav: ArrayL
   for (let t = 0; t < n; t++) {
     if (mask[t] === 0) continue;
     for (const [name, a] of [['logpProx', logpProx], ['logpBehav', logpBehav]] as const) if (!Number.isFinite(a[t])) issues.add(`${name}[${t}]`, `must be a finite number, got ${a[t]}`);
-    const d = Math.min(Math.max(logpProx[t] - logpBehav[t], -LOG_RATIO_CLAMP), LOG_RATIO_CLAMP);
+    const d = Math.min(Math.max(logpProx[t]! - logpBehav[t]!, -LOG_RATIO_CLAMP), LOG_RATIO_CLAMP);
     const rho = Math.exp(d);
     weights[t] = Math.min(rho, cap);
     tokens++;
-    sum += weights[t];
-    max = Math.max(max, weights[t]);
+    sum += weights[t]!;
+    max = Math.max(max, weights[t]!);
     if (rho > cap) truncated++;
     kl += rho - 1 - d;
   }

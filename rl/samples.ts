@@ -114,7 +114,7 @@ export function validateWeights(weights: unknown, path: string): RewardWeights {
 /** A sample's score: the weighted sum of its reward components. */
 export function scoreOf(sample: Sample, weights: RewardWeights): number {
   let s = 0;
-  for (const k in sample.rewards) s += (weights[k] ?? 1) * sample.rewards[k];
+  for (const k in sample.rewards) s += (weights[k] ?? 1) * sample.rewards[k]!;
   return s;
 }
 

@@ -48,7 +48,7 @@ export function validateMasks(masks: readonly LossMask[], name = 'masks'): void 
 
 export function countTrainable(mask: LossMask): number {
   let n = 0;
-  for (let t = 0; t < mask.length; t++) n += mask[t];
+  for (let t = 0; t < mask.length; t++) n += mask[t]!;
   return n;
 }
 
@@ -62,7 +62,7 @@ export function broadcastAdvantages(advantages: ArrayLike<number>, masks: readon
   validateMasks(masks);
   return masks.map((mask, i) => {
     const out = new Float64Array(mask.length);
-    for (let t = 0; t < mask.length; t++) if (mask[t] === 1) out[t] = advantages[i];
+    for (let t = 0; t < mask.length; t++) if (mask[t] === 1) out[t] = advantages[i]!;
     return out;
   });
 }
@@ -104,9 +104,9 @@ export function aggregationWeights(
   let sequences = 0;
   let longest = 0;
   for (let i = 0; i < masks.length; i++) {
-    tokens += trained[i];
-    if (trained[i] > 0) sequences++;
-    longest = Math.max(longest, masks[i].length);
+    tokens += trained[i]!;
+    if (trained[i]! > 0) sequences++;
+    longest = Math.max(longest, masks[i]!.length);
   }
   const horizon = options.horizon ?? longest;
 
@@ -115,9 +115,9 @@ export function aggregationWeights(
     const w = new Float64Array(mask.length);
     if (trained[i] === 0) return w;
     const perToken =
-      mode === 'token-mean' ? 1 / tokens : mode === 'seq-mean-token-mean' ? 1 / (sequences * trained[i]) : 1 / (sequences * horizon);
+      mode === 'token-mean' ? 1 / tokens : mode === 'seq-mean-token-mean' ? 1 / (sequences * trained[i]!) : 1 / (sequences * horizon);
     for (let t = 0; t < mask.length; t++) if (mask[t] === 1) w[t] = perToken;
-    total += perToken * trained[i];
+    total += perToken * trained[i]!;
     return w;
   });
   return { weights, total, tokens, sequences };

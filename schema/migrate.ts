@@ -59,7 +59,7 @@ export function loadMigrations(dir: string = MIGRATIONS_DIR): Migration[] {
     const text = fs.readFileSync(path.join(dir, file), 'utf8');
     migrations.push({
       version,
-      name: m[2],
+      name: m[2]!,
       file,
       sql: text,
       checksum: createHash('sha256').update(text).digest('hex'),
@@ -96,7 +96,7 @@ export async function migrate(
   opts: { dir?: string; log?: (line: string) => void } = {},
 ): Promise<MigrateResult> {
   const migrations = loadMigrations(opts.dir);
-  const newest = migrations.length ? migrations[migrations.length - 1].version : 0;
+  const newest = migrations.length ? migrations[migrations.length - 1]!.version : 0;
   const applied: string[] = [];
   let from: number | undefined;
   for (;;) {
@@ -111,7 +111,7 @@ export async function migrate(
           applied_at timestamptz not null default now()
         )`;
       const rows = await tx<VersionRow[]>`select version, checksum from schema_version order by version`;
-      const current = rows.length ? rows[rows.length - 1].version : 0;
+      const current = rows.length ? rows[rows.length - 1]!.version : 0;
       if (from === undefined) {
         from = current;
         for (const row of rows) {

@@ -106,7 +106,7 @@ export async function doctor(config: TroupeConfig): Promise<Line[]> {
       try {
         const v = await schemaVersion(sql);
         const migrations = loadMigrations();
-        const newest = migrations.length ? migrations[migrations.length - 1].version : 0;
+        const newest = migrations.length ? migrations[migrations.length - 1]!.version : 0;
         add(v > newest ? 'FAIL' : v === newest ? 'ok' : 'info', 'schema', `version ${v}, code's newest migration ${newest}${v < newest ? ' (applied at start-up)' : v > newest ? ' — database is newer than this code' : ''}`);
       } finally {
         await sql.end({ timeout: 1 });

@@ -98,6 +98,6 @@ export function fillUniforms(
   const block = new Uint32Array(4);
   for (let i = 0; i < n; i += 4) {
     philox4x32(i / 4, 0, stream, 0, key[0], key[1], block);
-    for (let j = 0; j < 4 && i + j < n; j++) out[at + i + j] = toUnit(block[j]);
+    for (let j = 0; j < 4 && i + j < n; j++) out[at + i + j] = toUnit(block[j]!);
   }
 }

@@ -330,7 +330,7 @@ export class Engine {
     this.counters.scoreRuns++;
     return {
       version,
-      sequences: out.logprobs.map((lp, i) => ({ logprobs: Array.from(lp), entropy: Array.from(out.entropy[i]) })),
+      sequences: out.logprobs.map((lp, i) => ({ logprobs: Array.from(lp), entropy: Array.from(out.entropy[i]!) })),
     };
   }
 
@@ -380,7 +380,7 @@ export class Engine {
       this.counters.updateRuns++;
       const bad = out.steps.findIndex((s) => !Number.isFinite(s.loss) || !Number.isFinite(s.grad_norm));
       if (bad >= 0 || out.state.theta.some((x) => !Number.isFinite(x))) {
-        const s = out.steps[bad >= 0 ? bad : out.steps.length - 1];
+        const s = out.steps[bad >= 0 ? bad : out.steps.length - 1]!;
         throw new EngineFault(
           ErrorReason.NON_FINITE_UPDATE,
           `update of "${key}" from version ${base} produced non-finite values at inner step ${bad >= 0 ? bad : 'final weights'} (loss=${s.loss}, grad_norm=${s.grad_norm}); nothing was committed`,
@@ -416,7 +416,7 @@ export class Engine {
     samples.forEach((s, i) => {
       for (let t = 0; t < s.tokens.length; t++) {
         if (s.lossMask[t] !== 1) continue;
-        const gap = Math.abs(s.oldLogprobs[t] - base.logprobs[i][t]);
+        const gap = Math.abs(s.oldLogprobs[t]! - base.logprobs[i]![t]!);
         sum += gap;
         max = Math.max(max, gap);
         n++;

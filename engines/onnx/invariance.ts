@@ -34,7 +34,7 @@ function lcg(seed: number) {
 async function rowsAgree(rt: ModelRuntime, spec: ModelSpec, sizes: number[], minRows: number): Promise<boolean> {
   const family = familyOf(spec.family);
   const theta = family.init(spec, 12345);
-  for (let i = 0; i < theta.length; i++) theta[i] *= 4; // non-trivial activations
+  for (let i = 0; i < theta.length; i++) theta[i]! *= 4; // non-trivial activations
   const rnd = lcg(7);
   const seq = () => ({
     context: Array.from({ length: family.probeContextLength(spec) }, () => rnd(spec.vocabSize)),
@@ -43,15 +43,15 @@ async function rowsAgree(rt: ModelRuntime, spec: ModelSpec, sizes: number[], min
   const genRow = (k: number): GenerateRow => ({
     context: seq().context,
     seedKey: [rnd(2 ** 31), k],
-    temperature: [1, 0.7, 1.3, 0][k % 4],
-    topK: [0, 3, 0, 0][k % 4],
-    topP: [0, 0, 0.9, 0][k % 4],
+    temperature: [1, 0.7, 1.3, 0][k % 4]!,
+    topK: [0, 3, 0, 0][k % 4]!,
+    topP: [0, 0, 0.9, 0][k % 4]!,
     maxTokens: 3,
     stopTokens: [],
   });
   const probes = Array.from({ length: 4 }, seq);
   const genProbes = Array.from({ length: 4 }, (_, k) => genRow(k));
-  const ref = await Promise.all(probes.map((p) => rt.score(theta, [p]).then((r) => r.logprobs[0][0])));
+  const ref = await Promise.all(probes.map((p) => rt.score(theta, [p]).then((r) => r.logprobs[0]![0])));
   const genRef = await Promise.all(genProbes.map((p) => rt.generate(theta, [p]).then((r) => r[0])));
   const same = (a: GenerateRowResult, b: GenerateRowResult) =>
     a.tokens.join() === b.tokens.join() &&
@@ -64,14 +64,14 @@ async function rowsAgree(rt: ModelRuntime, spec: ModelSpec, sizes: number[], min
       const genBatch = Array.from({ length: size }, (_, k) => genRow(k + 1));
       const placed = Math.min(size, probes.length);
       for (let k = 0; k < placed; k++) {
-        batch[(at + k) % size] = probes[k];
-        genBatch[(at + k) % size] = genProbes[k];
+        batch[(at + k) % size] = probes[k]!;
+        genBatch[(at + k) % size] = genProbes[k]!;
       }
       const out = await rt.score(theta, batch);
       const gen = await rt.generate(theta, genBatch);
       for (let k = 0; k < placed; k++) {
-        if (!Object.is(out.logprobs[(at + k) % size][0], ref[k])) return false;
-        if (!same(gen[(at + k) % size], genRef[k])) return false;
+        if (!Object.is(out.logprobs[(at + k) % size]![0], ref[k])) return false;
+        if (!same(gen[(at + k) % size]!, genRef[k]!)) return false;
       }
     }
   }

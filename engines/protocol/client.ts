@@ -164,7 +164,7 @@ export class EngineClient {
   }
 
   private call<N extends P.RpcName>(method: N, req: P.RequestOf<N>, opts: CallOptions = {}): Promise<P.ResponseOf<N>> {
-    const def = this.methods[method];
+    const def = this.methods[method]!;
     if (this.closed) return Promise.reject(this.closedError(method));
     type Req = P.RequestOf<N>;
     type Res = P.ResponseOf<N>;
@@ -222,7 +222,7 @@ export class EngineClient {
 
   private clientStream<N extends P.RpcName>(method: N, messages: P.RequestOf<N>[], opts: CallOptions = {}): Promise<P.ResponseOf<N>> {
     type Res = P.ResponseOf<N>;
-    const def = this.methods[method];
+    const def = this.methods[method]!;
     if (this.closed) return Promise.reject(this.closedError(method));
     return new Promise<Res>((resolve, reject) => {
       const callOpts: grpc.CallOptions = opts.timeoutMs !== undefined ? { deadline: Date.now() + opts.timeoutMs } : {};
@@ -243,7 +243,7 @@ export class EngineClient {
   /** A server-streaming call's messages, once its status is OK; `onMessage` hears each as it arrives. */
   private serverStream<N extends P.RpcName>(method: N, req: P.RequestOf<N>, opts: CallOptions = {}, onMessage?: (m: P.ResponseOf<N>) => void): Promise<P.ResponseOf<N>[]> {
     type Msg = P.ResponseOf<N>;
-    const def = this.methods[method];
+    const def = this.methods[method]!;
     if (this.closed) return Promise.reject(this.closedError(method));
     return new Promise<Msg[]>((resolve, reject) => {
       const callOpts: grpc.CallOptions = opts.timeoutMs !== undefined ? { deadline: Date.now() + opts.timeoutMs } : {};
@@ -335,7 +335,7 @@ export class EngineClient {
       const [only] = items;
       return this.generateNow(only.req, { signal: only.opts.signal }).then(only.resolve, only.reject);
     }
-    const first = items[0].req;
+    const first = items[0]!.req;
     // The first caller's sampling is the request default; others' sequences carry theirs only if different.
     const shared = JSON.stringify(first.sampling ?? null);
     const merged: T.GenerateRequest = {

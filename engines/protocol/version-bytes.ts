@@ -36,7 +36,7 @@ export class CheckpointError extends Error {}
 
 function writeF32(out: Uint8Array, offset: number, a: Float32Array): void {
   const view = new DataView(out.buffer, out.byteOffset + offset, a.length * 4);
-  for (let i = 0; i < a.length; i++) view.setFloat32(i * 4, a[i], true);
+  for (let i = 0; i < a.length; i++) view.setFloat32(i * 4, a[i]!, true);
 }
 
 function readF32(buf: Uint8Array, offset: number, n: number): Float32Array {
@@ -91,7 +91,7 @@ export function decodeOptimizerState(bytes: Uint8Array, paramCount: number): Opt
   const m = readF32(bytes, HEADER, n);
   const v = readF32(bytes, HEADER + 4 * n, n);
   for (let i = 0; i < n; i++) {
-    if (!Number.isFinite(m[i]) || !(v[i] >= 0) || !Number.isFinite(v[i])) {
+    if (!Number.isFinite(m[i]) || !(v[i]! >= 0) || !Number.isFinite(v[i])) {
       throw new CheckpointError(`optimizer_state: moment ${i} is invalid (m=${m[i]}, v=${v[i]})`);
     }
   }

@@ -25,10 +25,10 @@ export function gdpo(samples: readonly Sample[], options: ResolvedAdvantageOptio
     const w = options.weights[name] ?? 1;
     for (const set of scoped.sets) {
       if (set.length < 2) continue;
-      const r = pick(scoped.componentValues[j], set);
+      const r = pick(scoped.componentValues[j]!, set);
       const m = mean(r);
       const std = unbiasedStd(r, m);
-      for (let k = 0; k < set.length; k++) pre[set[k]] += (w * (r[k] - m)) / (std + GDPO_EPS);
+      for (let k = 0; k < set.length; k++) pre[set[k]!]! += (w * (r[k]! - m)) / (std + GDPO_EPS);
     }
   });
 
@@ -36,7 +36,7 @@ export function gdpo(samples: readonly Sample[], options: ResolvedAdvantageOptio
   const m = mean(pre);
   const std = unbiasedStd(pre, m);
   const adv = new Float64Array(samples.length);
-  for (let i = 0; i < samples.length; i++) adv[i] = (pre[i] - m) / (std + GDPO_EPS);
+  for (let i = 0; i < samples.length; i++) adv[i] = (pre[i]! - m) / (std + GDPO_EPS);
   return toResult('gdpo', samples, scoped, adv, options);
 }
 

@@ -19,7 +19,7 @@ export function grpo(samples: readonly Sample[], options: ResolvedAdvantageOptio
     const s = pick(scoped.scores, set);
     const m = s.length === 1 ? 0 : mean(s);
     const std = s.length === 1 ? 1 : unbiasedStd(s, m);
-    for (let k = 0; k < set.length; k++) adv[set[k]] = options.normalizeStd ? (s[k] - m) / (std + GRPO_EPS) : s[k] - m;
+    for (let k = 0; k < set.length; k++) adv[set[k]!] = options.normalizeStd ? (s[k]! - m) / (std + GRPO_EPS) : s[k]! - m;
   }
   return toResult('grpo', samples, scoped, adv, options);
 }

@@ -31,14 +31,14 @@ export function mcGrpo(samples: readonly Sample[], options: ResolvedAdvantageOpt
   const excluded: boolean[] = new Array<boolean>(samples.length).fill(false);
 
   for (const set of scoped.sets) {
-    const order = [...set].sort((a, b) => scores[a] - scores[b] || compareIds(samples[a].sampleId, samples[b].sampleId));
-    const pivot = order[(order.length - 1) >> 1];
-    const med = scores[pivot];
-    const mad = lowerMedian(set.map((i) => Math.abs(scores[i] - med)));
-    for (const i of set) adv[i] = options.normalizeStd ? (scores[i] - med) / (mad + MC_GRPO_EPS) : scores[i] - med;
+    const order = [...set].sort((a, b) => scores[a]! - scores[b]! || compareIds(samples[a]!.sampleId, samples[b]!.sampleId));
+    const pivot = order[(order.length - 1) >> 1]!;
+    const med = scores[pivot]!;
+    const mad = lowerMedian(set.map((i) => Math.abs(scores[i]! - med)));
+    for (const i of set) adv[i] = options.normalizeStd ? (scores[i]! - med) / (mad + MC_GRPO_EPS) : scores[i]! - med;
 
     excluded[pivot] = true;
-    if (options.scope === 'group') for (const i of set) if (samples[i].episodeId === samples[pivot].episodeId) excluded[i] = true;
+    if (options.scope === 'group') for (const i of set) if (samples[i]!.episodeId === samples[pivot]!.episodeId) excluded[i] = true;
   }
   return toResult('mc-grpo', samples, scoped, adv, options, excluded);
 }

@@ -161,8 +161,8 @@ export function computeAdvantagesByAgent(
     const subset: Sample[] = indices.map((i) => valid[i]);
     const result = estimator.estimate(subset, options);
     indices.forEach((i, k) => {
-      advantages[i] = result.advantages[k];
-      excluded[i] = result.excluded[k];
+      advantages[i] = result.advantages[k]!;
+      excluded[i] = result.excluded[k]!;
     });
     diagnostics[agentId] = result.diagnostics;
   }

@@ -24,7 +24,7 @@ export function reinforcePlusPlusBaseline(samples: readonly Sample[], options: R
   for (const set of scoped.sets) {
     const s = pick(scoped.scores, set);
     const m = s.length === 1 ? 0 : mean(s);
-    for (let k = 0; k < set.length; k++) centered[set[k]] = s[k] - m;
+    for (let k = 0; k < set.length; k++) centered[set[k]!] = s[k]! - m;
   }
 
   const tokens = Float64Array.from(samples, (s) => s.trainableTokens);
@@ -34,10 +34,10 @@ export function reinforcePlusPlusBaseline(samples: readonly Sample[], options: R
   if (total > 0) {
     const mu = weightedMean(centered, tokens);
     let ss = 0;
-    for (let i = 0; i < n; i++) ss += tokens[i] * (centered[i] - mu) ** 2;
+    for (let i = 0; i < n; i++) ss += tokens[i]! * (centered[i]! - mu) ** 2;
     const variance = total > 1 ? ss / (total - 1) : 0;
     const scale = 1 / Math.sqrt(variance + WHITEN_EPS);
-    for (let i = 0; i < n; i++) adv[i] = (centered[i] - mu) * scale;
+    for (let i = 0; i < n; i++) adv[i] = (centered[i]! - mu) * scale;
   }
   return toResult('reinforce++-baseline', samples, scoped, adv, options);
 }

@@ -17,7 +17,7 @@ export function rloo(samples: readonly Sample[], options: ResolvedAdvantageOptio
     if (n < 2) continue;
     const s = pick(scoped.scores, set);
     const m = mean(s);
-    for (let k = 0; k < n; k++) adv[set[k]] = (n / (n - 1)) * (s[k] - m);
+    for (let k = 0; k < n; k++) adv[set[k]!] = (n / (n - 1)) * (s[k]! - m);
   }
   return toResult('rloo', samples, scoped, adv, options);
 }

@@ -33,8 +33,8 @@ export function scopeSamples(samples: readonly Sample[], options: ResolvedAdvant
   const scores = new Float64Array(n);
   const componentValues = components.map(() => new Float64Array(n));
   for (let i = 0; i < n; i++) {
-    scores[i] = scoreOf(samples[i], options.weights);
-    for (let j = 0; j < components.length; j++) componentValues[j][i] = samples[i].rewards[components[j]] ?? 0;
+    scores[i] = scoreOf(samples[i]!, options.weights);
+    for (let j = 0; j < components.length; j++) componentValues[j]![i] = samples[i]!.rewards[components[j]!] ?? 0;
   }
   if (options.scope === 'group') {
     averagePerEpisode(samples, scores);
@@ -44,7 +44,7 @@ export function scopeSamples(samples: readonly Sample[], options: ResolvedAdvant
   const sets: number[][] = [];
   const setOfKey = new Map<string, number[]>();
   for (let i = 0; i < n; i++) {
-    const s = samples[i];
+    const s = samples[i]!;
     // '\u0000' cannot be confused with characters inside ids.
     const key = options.scope === 'batch' ? '' : options.scope === 'group' ? s.groupId : `${s.groupId}\u0000${s.agentId}`;
     let set = setOfKey.get(key);
@@ -66,9 +66,9 @@ function averagePerEpisode(samples: readonly Sample[], values: Float64Array): vo
   const acc = new Map<string, { first: number; shifted: number; count: number }>();
   samples.forEach((s, i) => {
     const a = acc.get(s.episodeId);
-    if (a === undefined) acc.set(s.episodeId, { first: values[i], shifted: 0, count: 1 });
+    if (a === undefined) acc.set(s.episodeId, { first: values[i]!, shifted: 0, count: 1 });
     else {
-      a.shifted += values[i] - a.first;
+      a.shifted += values[i]! - a.first;
       a.count++;
     }
   });
@@ -81,7 +81,7 @@ function averagePerEpisode(samples: readonly Sample[], values: Float64Array): vo
 /** Values of one set, in set order. */
 export function pick(values: ArrayLike<number>, set: readonly number[]): Float64Array {
   const out = new Float64Array(set.length);
-  for (let k = 0; k < set.length; k++) out[k] = values[set[k]];
+  for (let k = 0; k < set.length; k++) out[k] = values[set[k]!]!;
   return out;
 }
 
@@ -102,8 +102,8 @@ export function toResult(
   for (let i = 0; i < samples.length; i++) {
     if (excluded[i]) {
       advantages[i] = 0;
-      excludedSampleIds.push(samples[i].sampleId);
-    } else advantages[i] += 0;
+      excludedSampleIds.push(samples[i]!.sampleId);
+    } else advantages[i]! += 0;
   }
   let singletonSets = 0;
   let zeroAdvantageSets = 0;

@@ -9,9 +9,9 @@
 export function mean(xs: ArrayLike<number>): number {
   const n = xs.length;
   if (n === 0) return 0;
-  const x0 = xs[0];
+  const x0 = xs[0]!;
   let acc = 0;
-  for (let i = 1; i < n; i++) acc += xs[i] - x0;
+  for (let i = 1; i < n; i++) acc += xs[i]! - x0;
   return x0 + acc / n;
 }
 
@@ -21,7 +21,7 @@ export function unbiasedStd(xs: ArrayLike<number>, m: number): number {
   if (n < 2) return 0;
   let acc = 0;
   for (let i = 0; i < n; i++) {
-    const d = xs[i] - m;
+    const d = xs[i]! - m;
     acc += d * d;
   }
   return Math.sqrt(acc / (n - 1));
@@ -36,11 +36,11 @@ export function weightedMean(xs: ArrayLike<number>, ws: ArrayLike<number>): numb
   for (let i = 0; i < xs.length; i++) {
     if (ws[i] === 0) continue;
     if (!seen) {
-      x0 = xs[i];
+      x0 = xs[i]!;
       seen = true;
     }
-    total += ws[i];
-    acc += ws[i] * (xs[i] - x0);
+    total += ws[i]!;
+    acc += ws[i]! * (xs[i]! - x0);
   }
   return total === 0 ? 0 : x0 + acc / total;
 }
@@ -52,5 +52,5 @@ export function weightedMean(xs: ArrayLike<number>, ws: ArrayLike<number>): numb
  */
 export function lowerMedian(xs: ArrayLike<number>): number {
   const sorted = Float64Array.from(xs).sort();
-  return sorted[(sorted.length - 1) >> 1];
+  return sorted[(sorted.length - 1) >> 1]!;
 }

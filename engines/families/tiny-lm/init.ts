@@ -21,7 +21,7 @@ export function initWeights(spec: TinyLmSpec, seed: bigint | number | string): F
     else if (slot.kind === 'embedding') a = 0.5;
     else if (slot.name === 'wo') a = 0.1 / Math.sqrt(slot.fanIn);
     else a = Math.sqrt(3 / slot.fanIn) * (slot.name === 'w0' ? 1 : 0.5);
-    for (let i = 0; i < slot.size; i++) theta[slot.offset + i] = (2 * u[slot.offset + i] - 1) * a;
+    for (let i = 0; i < slot.size; i++) theta[slot.offset + i] = (2 * u[slot.offset + i]! - 1) * a;
   }
   return theta;
 }

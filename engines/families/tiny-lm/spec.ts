@@ -133,6 +133,6 @@ export function writeWindow(
   const pad = BigInt(padId(s));
   for (let j = 0; j < W; j++) {
     const src = end - W + j;
-    out[at + j] = src >= 0 ? BigInt(seq[src]) : pad;
+    out[at + j] = src >= 0 ? BigInt(seq[src]!) : pad;
   }
 }

@@ -26,7 +26,7 @@ export function initTransformerWeights(spec: TransformerSpec, seed: bigint | num
       continue;
     }
     const a = slot.kind === 'bias' ? 0 : slot.kind === 'residual-out' ? half / Math.sqrt(2 * spec.layers) : half;
-    for (let i = slot.offset; i < slot.offset + slot.size; i++) theta[i] = (2 * u[i] - 1) * a;
+    for (let i = slot.offset; i < slot.offset + slot.size; i++) theta[i] = (2 * u[i]! - 1) * a;
   }
   return theta;
 }

@@ -76,7 +76,7 @@ function tensorProto(dtype: DType, dims: number[], values: ArrayLike<number>): o
       break;
     case 'int64': {
       const a = new BigInt64Array(n);
-      for (let i = 0; i < n; i++) a[i] = BigInt(values[i]);
+      for (let i = 0; i < n; i++) a[i] = BigInt(values[i]!);
       raw = new Uint8Array(a.buffer);
       break;
     }
@@ -133,7 +133,7 @@ export class Graph {
   }
 
   op(opType: string, inputs: string[], attrs: Record<string, Attr> = {}, hint?: string): string {
-    return this.opN(opType, inputs, 1, attrs, hint)[0];
+    return this.opN(opType, inputs, 1, attrs, hint)[0]!;
   }
 
   opN(opType: string, inputs: string[], nOut: number, attrs: Record<string, Attr> = {}, hint?: string): string[] {

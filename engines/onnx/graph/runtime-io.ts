@@ -73,14 +73,14 @@ export function generatedRows(out: ort.InferenceSession.OnnxValueMapType, rows: 
   const toks = out.tokens.data as BigInt64Array;
   const lps = out.logprobs.data as Float32Array;
   const slps = out.sample_logprobs.data as Float32Array;
-  const S = out.tokens.dims[0];
+  const S = out.tokens.dims[0]!;
   return rows.map((r, b) => {
     const res: GenerateRowResult = { tokens: [], logprobs: [], sampleLogprobs: [], stopReason: 'max_tokens' };
     for (let t = 0; t < S && t < r.maxTokens; t++) {
       const tok = Number(toks[t * B + b]);
       res.tokens.push(tok);
-      res.logprobs.push(lps[t * B + b]);
-      res.sampleLogprobs.push(slps[t * B + b]);
+      res.logprobs.push(lps[t * B + b]!);
+      res.sampleLogprobs.push(slps[t * B + b]!);
       if (stopMask[b * V + tok]) {
         res.stopReason = 'stop_token';
         break;

@@ -37,7 +37,7 @@ export function backward(
   const dLogits = x.dLogits;
 
   const L = spec.layers;
-  const hLast = fw.h[L - 1];
+  const hLast = fw.h[L - 1]!;
   const dWo = tMatMul(hLast, dLogits);
   const dbo = rowSum(dLogits);
   let dh = matMulT(dLogits, p.wo);
@@ -46,7 +46,7 @@ export function backward(
   let dx = '';
   const one = g.constant(ft, 1);
   for (let l = L - 1; l >= 0; l--) {
-    const a = fw.a[l];
+    const a = fw.a[l]!;
     const dAct =
       spec.activation === 'tanh'
         ? g.op('Sub', [one, g.op('Mul', [a, a])])
@@ -55,7 +55,7 @@ export function backward(
     const input = l === 0 ? fw.x : fw.h[l - 1];
     dW[l] = tMatMul(input, dPre);
     db[l] = rowSum(dPre);
-    const dIn = matMulT(dPre, p.w[l]);
+    const dIn = matMulT(dPre, p.w[l]!);
     if (l > 0) dh = g.op('Add', [dh, dIn]);
     else dx = dIn;
   }
@@ -66,7 +66,7 @@ export function backward(
 
   const flat = (t: string) => g.op('Reshape', [t, g.constant('int64', [-1])]);
   const parts = [flat(dEmb)];
-  for (let l = 0; l < L; l++) parts.push(flat(dW[l]), db[l]);
+  for (let l = 0; l < L; l++) parts.push(flat(dW[l]!), db[l]!);
   parts.push(flat(dWo), dbo);
   return g.op('Concat', parts, { axis: int(0) }, 'grad');
 }

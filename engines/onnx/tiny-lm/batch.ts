@@ -28,7 +28,7 @@ export function scoreRows(spec: TinyLmSpec, seqs: ScoreSequence[], minRows: numb
     const full = concat(s.context, s.tokens);
     for (let t = 0; t < s.tokens.length; t++, r++) {
       writeWindow(spec, full, s.context.length + t, windows, r * W);
-      targets[r] = BigInt(s.tokens[t]);
+      targets[r] = BigInt(s.tokens[t]!);
     }
   }
   return { n, rows, windows, targets };
@@ -36,8 +36,8 @@ export function scoreRows(spec: TinyLmSpec, seqs: ScoreSequence[], minRows: numb
 
 export function concat(a: ArrayLike<number>, b: ArrayLike<number>): number[] {
   const out = new Array<number>(a.length + b.length);
-  for (let i = 0; i < a.length; i++) out[i] = a[i];
-  for (let i = 0; i < b.length; i++) out[a.length + i] = b[i];
+  for (let i = 0; i < a.length; i++) out[i] = a[i]!;
+  for (let i = 0; i < b.length; i++) out[a.length + i] = b[i]!;
   return out;
 }
 
@@ -76,13 +76,13 @@ export function updateRows(spec: TinyLmSpec, samples: UpdateSample[], minRows: n
     for (let t = 0; t < s.tokens.length; t++) {
       if (s.lossMask[t] !== 1) continue;
       writeWindow(spec, full, s.context.length + t, out.windows, r * W);
-      out.targets[r] = BigInt(s.tokens[t]);
-      out.advantages[r] = s.advantages[t];
-      out.oldLogprobs[r] = s.oldLogprobs[t];
-      out.weights[r] = s.lossWeights[t];
+      out.targets[r] = BigInt(s.tokens[t]!);
+      out.advantages[r] = s.advantages[t]!;
+      out.oldLogprobs[r] = s.oldLogprobs[t]!;
+      out.weights[r] = s.lossWeights[t]!;
       out.rowMask[r] = s.lossWeights[t] !== 0 ? 1 : 0;
       if (hasRef) {
-        out.refLogprobs[r] = s.refLogprobs[t];
+        out.refLogprobs[r] = s.refLogprobs[t]!;
         out.hasRef[r] = 1;
       }
       r++;

@@ -65,7 +65,7 @@ export function forward(g: Graph, spec: TinyLmSpec, p: Params, windows: string):
   const a: string[] = [];
   let cur = x;
   for (let l = 0; l < spec.layers; l++) {
-    const pre = g.op('Add', [g.op('MatMul', [cur, p.w[l]]), p.b[l]]);
+    const pre = g.op('Add', [g.op('MatMul', [cur, p.w[l]!]), p.b[l]!]);
     const act = activation(g, spec, pre);
     a.push(act);
     cur = l === 0 ? act : g.op('Add', [cur, act]);

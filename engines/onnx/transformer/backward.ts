@@ -67,7 +67,7 @@ export function backward(o: Ops, w: Weights, fw: ForwardValues, tokens: string, 
   const scale = o.c(1 / Math.sqrt(o.hd));
   for (let l = s.layers - 1; l >= 0; l--) {
     const L = `l${l}.`;
-    const sv = fw.layers[l];
+    const sv = fw.layers[l]!;
     // MLP block: h ← h + down(act(n2))
     let dn2: string;
     if (s.mlp === 'gelu') {

@@ -90,7 +90,7 @@ export function buildTransformerGenerateGraph(spec: TransformerSpec): Uint8Array
       const [kg, vg] = [k, v].map((t, j) => {
         const fresh = b.op('Squeeze', [t, ob.i64([2])]); // [B, Hkv, 1, hd]
         const at = b.op('Expand', [iter, b.op('Shape', [fresh])]);
-        const cache = b.op('ScatterElements', [cachesIn[2 * l + j], at, fresh], { axis: int(2) });
+        const cache = b.op('ScatterElements', [cachesIn[2 * l + j]!, at, fresh], { axis: int(2) });
         cachesOut.push(cache);
         return b.op('Unsqueeze', [cache, ob.i64([2])]); // [B, Hkv, 1, T, hd]
       });
@@ -117,8 +117,8 @@ export function buildTransformerGenerateGraph(spec: TransformerSpec): Uint8Array
   const outs = g.opN('Loop', [steps, g.constant('bool', 1), lastOf(prefill.logits), lastOf(prefill.logp), sampling.doneInit, ...caches0], carried + 3, {
     body: graphAttr(b.toProto()),
   });
-  g.output(outs[carried], 'tokens', 'int64', ['S', 'B']);
-  g.output(outs[carried + 1], 'logprobs', 'float32', ['S', 'B']);
-  g.output(outs[carried + 2], 'sample_logprobs', 'float32', ['S', 'B']);
+  g.output(outs[carried]!, 'tokens', 'int64', ['S', 'B']);
+  g.output(outs[carried + 1]!, 'logprobs', 'float32', ['S', 'B']);
+  g.output(outs[carried + 2]!, 'sample_logprobs', 'float32', ['S', 'B']);
   return encodeModel(g, 'transformer fused rollout (prefill, then a Loop over tokens with a preallocated KV cache)');
 }

@@ -61,17 +61,17 @@ export function overRowChunks(
   b.output(b.op('Identity', [cond]), 'cond_out', 'bool', []);
   // outputs under their own names: a renaming Identity would copy each accumulator once more per chunk
   const output = (t: string) => b.output(t, t, ft);
-  out.sums.forEach((s, k) => output(b.op('Add', [accIn[k], s])));
+  out.sums.forEach((s, k) => output(b.op('Add', [accIn[k]!, s])));
   out.perRow.forEach((t, k) => {
     // pads [0…, pad, 0…]: `pad` rows after the last one, nothing on the other axes
-    const rest = trailing[k].length;
+    const rest = trailing[k]!.length;
     const pads = b.op('Concat', [bi64(new Array(rest + 1).fill(0)), pad, ...(rest > 0 ? [bi64(new Array(rest).fill(0))] : [])], { axis: int(0) });
     output(b.op('Pad', [t, pads]));
   });
 
   const outs = g.opN('Loop', [count, g.constant('bool', 1), ...zeros], zeros.length + trailing.length, { body: graphAttr(b.toProto()) });
   const perRow = trailing.map((dims, k) => {
-    const flat = g.op('Reshape', [outs[zeros.length + k], i64([-1, ...dims])]); // [count, c, ...] → [count·c, ...]
+    const flat = g.op('Reshape', [outs[zeros.length + k]!, i64([-1, ...dims])]); // [count, c, ...] → [count·c, ...]
     return g.op('Slice', [flat, i64([0]), n, axis0Outer]);
   });
   return { perRow, sums: outs.slice(0, zeros.length) };

@@ -28,51 +28,51 @@ class Tape {
     return this.val.length - 1;
   }
   add(x: number, y: number): number {
-    return this.node(this.val[x] + this.val[y], x, 1, y, 1);
+    return this.node(this.val[x]! + this.val[y]!, x, 1, y, 1);
   }
   sub(x: number, y: number): number {
-    return this.node(this.val[x] - this.val[y], x, 1, y, -1);
+    return this.node(this.val[x]! - this.val[y]!, x, 1, y, -1);
   }
   mul(x: number, y: number): number {
-    return this.node(this.val[x] * this.val[y], x, this.val[y], y, this.val[x]);
+    return this.node(this.val[x]! * this.val[y]!, x, this.val[y], y, this.val[x]);
   }
   scale(x: number, c: number): number {
-    return this.node(this.val[x] * c, x, c);
+    return this.node(this.val[x]! * c, x, c);
   }
   shift(x: number, c: number): number {
-    return this.node(this.val[x] + c, x, 1);
+    return this.node(this.val[x]! + c, x, 1);
   }
   exp(x: number): number {
-    const e = Math.exp(this.val[x]);
+    const e = Math.exp(this.val[x]!);
     return this.node(e, x, e);
   }
   log(x: number): number {
-    return this.node(Math.log(this.val[x]), x, 1 / this.val[x]);
+    return this.node(Math.log(this.val[x]!), x, 1 / this.val[x]!);
   }
   recip(x: number): number {
-    const r = 1 / this.val[x];
+    const r = 1 / this.val[x]!;
     return this.node(r, x, -r * r);
   }
   tanh(x: number): number {
-    const t = Math.tanh(this.val[x]);
+    const t = Math.tanh(this.val[x]!);
     return this.node(t, x, 1 - t * t);
   }
   sigmoid(x: number): number {
-    const s = 1 / (1 + Math.exp(-this.val[x]));
+    const s = 1 / (1 + Math.exp(-this.val[x]!));
     return this.node(s, x, s * (1 - s));
   }
   /** 1/√x */
   rsqrt(x: number): number {
-    const r = 1 / Math.sqrt(this.val[x]);
-    return this.node(r, x, (-0.5 * r) / this.val[x]);
+    const r = 1 / Math.sqrt(this.val[x]!);
+    return this.node(r, x, (-0.5 * r) / this.val[x]!);
   }
   sum(xs: number[]): number {
-    let s = xs[0];
-    for (let i = 1; i < xs.length; i++) s = this.add(s, xs[i]);
+    let s = xs[0]!;
+    for (let i = 1; i < xs.length; i++) s = this.add(s, xs[i]!);
     return s;
   }
   dot(xs: number[], ys: number[]): number {
-    return this.sum(xs.map((x, i) => this.mul(x, ys[i])));
+    return this.sum(xs.map((x, i) => this.mul(x, ys[i]!)));
   }
   /** ∂out/∂(every node), by one reverse sweep. */
   gradient(out: number): Float64Array {
@@ -80,8 +80,8 @@ class Tape {
     g[out] = 1;
     for (let i = out; i >= 0; i--) {
       if (g[i] === 0) continue;
-      if (this.pa[i] >= 0) g[this.pa[i]] += this.da[i] * g[i];
-      if (this.pb[i] >= 0) g[this.pb[i]] += this.db[i] * g[i];
+      if (this.pa[i]! >= 0) g[this.pa[i]!]! += this.da[i]! * g[i]!;
+      if (this.pb[i]! >= 0) g[this.pb[i]!]! += this.db[i]! * g[i]!;
     }
     return g;
   }
@@ -101,7 +101,7 @@ class Model {
     const layout = paramLayout(spec);
     if (theta.length !== layout.total) throw new RangeError(`theta: expected ${layout.total} values, got ${theta.length}`);
     this.slots = new Map(layout.slots.map((s) => [s.name, s]));
-    for (let i = 0; i < layout.total; i++) this.t.node(theta[i]);
+    for (let i = 0; i < layout.total; i++) this.t.node(theta[i]!);
   }
 
   private w(name: string, i: number): number {
@@ -147,8 +147,8 @@ class Model {
       const angle = pos * Math.pow(this.spec.ropeTheta, (-2 * i) / x.length);
       const c = Math.cos(angle);
       const s = Math.sin(angle);
-      out[i] = t.sub(t.scale(x[i], c), t.scale(x[i + half], s));
-      out[i + half] = t.add(t.scale(x[i + half], c), t.scale(x[i], s));
+      out[i] = t.sub(t.scale(x[i]!, c), t.scale(x[i + half]!, s));
+      out[i + half] = t.add(t.scale(x[i + half]!, c), t.scale(x[i]!, s));
     }
     return out;
   }
@@ -187,24 +187,24 @@ class Model {
         for (let hh = 0; hh < s.heads; hh++) {
           const kv = Math.floor(hh / group);
           const scores: number[] = [];
-          for (let j = 0; j <= i; j++) scores.push(t.scale(t.dot(qp[hh], k[j][kv]), 1 / Math.sqrt(hd)));
+          for (let j = 0; j <= i; j++) scores.push(t.scale(t.dot(qp[hh]!, k[j]![kv]!), 1 / Math.sqrt(hd)));
           const m = Math.max(...scores.map((x) => t.val[x]));
           const e = scores.map((x) => t.exp(t.shift(x, -m)));
           const inv = t.recip(t.sum(e));
-          for (let d = 0; d < hd; d++) out.push(t.sum(e.map((ej, j) => t.mul(t.mul(ej, inv), v[j][kv][d]))));
+          for (let d = 0; d < hd; d++) out.push(t.sum(e.map((ej, j) => t.mul(t.mul(ej, inv), v[j]![kv]![d]!))));
         }
         return this.linear(out, L, 'o', D);
       });
-      h = h.map((x, p) => x.map((xd, d) => t.add(xd, attn[p][d])));
+      h = h.map((x, p) => x.map((xd, d) => t.add(xd, attn[p]![d]!)));
       const n2 = h.map((x) => this.norm(x, `${L}ln2`));
       const mlp = n2.map((x) => {
         if (s.mlp === 'gelu') return this.linear(this.linear(x, L, '1', s.mlpWidth).map((z) => this.gelu(z)), L, '2', D);
         // SwiGLU: silu(x·Wg)·(x·Wu), silu(z) = z·σ(z)
         const up = this.linear(x, L, 'u', s.mlpWidth);
-        const a = this.linear(x, L, 'g', s.mlpWidth).map((z, f) => t.mul(t.mul(z, t.sigmoid(z)), up[f]));
+        const a = this.linear(x, L, 'g', s.mlpWidth).map((z, f) => t.mul(t.mul(z, t.sigmoid(z)), up[f]!));
         return this.linear(a, L, 'd', D);
       });
-      h = h.map((x, p) => x.map((xd, d) => t.add(xd, mlp[p][d])));
+      h = h.map((x, p) => x.map((xd, d) => t.add(xd, mlp[p]![d]!)));
     }
     return h.map((x) => {
       const nf = this.norm(x, 'lnf');
@@ -259,13 +259,13 @@ export function referenceObjective(spec: TransformerSpec, theta: ArrayLike<numbe
   for (const r of rows) {
     m.logits(r.tokens).forEach((z, p) => {
       const lp = m.logSoftmax(z);
-      if (r.logpCoef[p] !== 0) terms.push(t.scale(lp[r.targets[p]], r.logpCoef[p]));
+      if (r.logpCoef[p] !== 0) terms.push(t.scale(lp[r.targets[p]!]!, r.logpCoef[p]!));
       if (r.entropyCoef[p] !== 0) {
         const negH = t.sum(lp.map((x) => t.mul(t.exp(x), x)));
-        terms.push(t.scale(negH, -r.entropyCoef[p]));
+        terms.push(t.scale(negH, -r.entropyCoef[p]!));
       }
     });
   }
   const out = t.sum(terms);
-  return { value: t.val[out], grad: t.gradient(out).slice(0, theta.length) };
+  return { value: t.val[out]!, grad: t.gradient(out).slice(0, theta.length) };
 }

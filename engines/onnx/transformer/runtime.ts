@@ -95,7 +95,7 @@ export class TransformerRuntime implements ModelRuntime {
     const context = new BigInt64Array(B * C); // left padding: token 0, masked in the graph
     const contextLen = new BigInt64Array(B).fill(1n);
     rows.forEach((r, b) => {
-      for (let i = 0; i < r.context.length; i++) context[b * C + C - r.context.length + i] = BigInt(r.context[i]);
+      for (let i = 0; i < r.context.length; i++) context[b * C + C - r.context.length + i] = BigInt(r.context[i]!);
       contextLen[b] = BigInt(r.context.length);
     });
     const sampling = samplingFeeds(rows, B, V);
@@ -115,8 +115,8 @@ export class TransformerRuntime implements ModelRuntime {
     seqs.forEach((s, b) => {
       const full = [...Array.from(s.context), ...Array.from(s.tokens)];
       for (let p = 0; p + 1 < full.length; p++) {
-        tokens[b * S + p] = BigInt(full[p]);
-        targets[b * S + p] = BigInt(full[p + 1]);
+        tokens[b * S + p] = BigInt(full[p]!);
+        targets[b * S + p] = BigInt(full[p + 1]!);
       }
     });
     return { B, S, tokens, targets };
@@ -166,12 +166,12 @@ export class TransformerRuntime implements ModelRuntime {
         if (x.lossMask[t] !== 1) continue;
         const r = b * grid.S + x.context.length - 1 + t;
         trained++;
-        advantages[r] = x.advantages[t];
-        oldLogprobs[r] = x.oldLogprobs[t];
-        weights[r] = x.lossWeights[t];
+        advantages[r] = x.advantages[t]!;
+        oldLogprobs[r] = x.oldLogprobs[t]!;
+        weights[r] = x.lossWeights[t]!;
         rowMask[r] = x.lossWeights[t] !== 0 ? 1 : 0;
         if (x.refLogprobs.length > 0) {
-          refLogprobs[r] = x.refLogprobs[t];
+          refLogprobs[r] = x.refLogprobs[t]!;
           hasRef[r] = 1;
         }
       }

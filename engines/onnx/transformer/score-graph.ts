@@ -41,8 +41,8 @@ export function buildTransformerScoreGraph(spec: TransformerSpec, ft: FloatType 
     return { perRow: [picked, b.op('Neg', [b.op('Squeeze', [rowSums, axis1])])], sums: [] };
   });
   const shape = g.op('Shape', [targets]);
-  g.output(g.op('Reshape', [perRow[0], shape]), 'logprobs', ft, ['B', 'S']);
-  g.output(g.op('Reshape', [perRow[1], shape]), 'entropy', ft, ['B', 'S']);
+  g.output(g.op('Reshape', [perRow[0]!, shape]), 'logprobs', ft, ['B', 'S']);
+  g.output(g.op('Reshape', [perRow[1]!, shape]), 'entropy', ft, ['B', 'S']);
   return encodeModel(g, 'transformer score: log-prob of given tokens');
 }
 

@@ -122,8 +122,8 @@ function lossAndGrad(g: Graph, spec: TransformerSpec, ft: FloatType, w: Weights,
     const headGrad = spec.tiedHead ? b.op('Gemm', [dLogits, nfc], { transA: int(1) }) : b.op('Gemm', [nfc, dLogits], { transA: int(1) });
     return { perRow: [b.op('MatMul', [dLogits, headT])], sums: [headGrad, metricVector(b, ft, values)] };
   });
-  const dnf = g.op('Reshape', [perRow[0], g.op('Shape', [fw.nf])]);
-  return { grad: backward(o, w, fw, x.tokens, pos, { dnf, grad: sums[0] }), metrics: sums[1] };
+  const dnf = g.op('Reshape', [perRow[0]!, g.op('Shape', [fw.nf])]);
+  return { grad: backward(o, w, fw, x.tokens, pos, { dnf, grad: sums[0]! }), metrics: sums[1]! };
 }
 
 /** `headChunk`: rows per chunk of the head (default headChunkRows(V); tests pick small ones). */

@@ -126,7 +126,7 @@ test('bad requests map to gRPC codes and typed errors; the engine keeps serving,
   const stats = await client.stats();
   assert.deepEqual(stats.models.find((m) => m.modelKey === 'g')?.versions, [0]);
   const ok = await client.generate(gen);
-  assert.equal(ok.sequences[0].tokens.length, 2);
+  assert.equal(ok.sequences[0]!.tokens.length, 2);
   const u = await client.update({ modelKey: 'g', baseVersion: 0, requestId: 'u1', samples: [sample] });
   assert.equal(u.info.version, 1);
   assert.equal(u.baseVersion, 0);

@@ -38,7 +38,7 @@ test('64 concurrent callers each get exactly what they get alone', async () => {
   // Make the policy peaked enough that tiny numeric differences would show.
   const base = await client.exportVersion({ modelKey: 'load', version: 0 });
   const theta = new Float32Array(base.weights.buffer.slice(base.weights.byteOffset, base.weights.byteOffset + base.weights.byteLength));
-  for (let i = 0; i < theta.length; i++) theta[i] *= 5;
+  for (let i = 0; i < theta.length; i++) theta[i]! *= 5;
   await client.loadVersion({ modelKey: 'load', version: 1, spec: base.info.spec, weights: new Uint8Array(theta.buffer) });
 
   const samplings: SamplingParams[] = [
@@ -56,7 +56,7 @@ test('64 concurrent callers each get exactly what they get alone', async () => {
   }));
 
   const alone: GeneratedSequence[] = [];
-  for (const c of calls) alone.push((await client.generate(c)).sequences[0]);
+  for (const c of calls) alone.push((await client.generate(c)).sequences[0]!);
 
   // Server-side batching: 64 separate RPCs (client coalescing off).
   const plain = await EngineClient.connect(engine.listening.address, { coalesce: false });
@@ -64,7 +64,7 @@ test('64 concurrent callers each get exactly what they get alone', async () => {
     const before = await client.stats();
     for (let round = 0; round < 2; round++) {
       const together = await Promise.all(calls.map((c) => plain.generate(c)));
-      together.forEach((r, i) => assert.ok(same(r.sequences[0], alone[i]), `caller ${i} (round ${round}) differs from its solo result`));
+      together.forEach((r, i) => assert.ok(same(r.sequences[0]!, alone[i]!), `caller ${i} (round ${round}) differs from its solo result`));
     }
     const after = await client.stats();
     const runs = after.generateBatches - before.generateBatches;
@@ -78,23 +78,23 @@ test('64 concurrent callers each get exactly what they get alone', async () => {
   // Client-side coalescing (the default): one merged RPC per event-loop turn, same results.
   const before = await client.stats();
   const merged = await Promise.all(calls.map((c) => client.generate(c)));
-  merged.forEach((r, i) => assert.ok(same(r.sequences[0], alone[i]), `caller ${i} (client-coalesced) differs from its solo result`));
+  merged.forEach((r, i) => assert.ok(same(r.sequences[0]!, alone[i]!), `caller ${i} (client-coalesced) differs from its solo result`));
   const after = await client.stats();
   assert.equal(after.generateBatches - before.generateBatches, 1, '64 callers in one turn: one RPC, one fused run');
   assert.ok(alone.some((s) => s.stopReason === 'stop_token') && alone.some((s) => s.stopReason === 'max_tokens'));
 
   // One malformed caller in a merged batch fails alone, with its own field path.
   const mixed = await Promise.allSettled([
-    client.generate(calls[0]),
+    client.generate(calls[0]!),
     client.generate({ ...calls[1], sequences: [{ context: [V + 3], seed: 1 }] }),
-    client.generate(calls[2]),
+    client.generate(calls[2]!),
   ]);
   assert.equal(mixed[0].status, 'fulfilled');
   assert.equal(mixed[2].status, 'fulfilled');
   assert.ok(mixed[1].status === 'rejected' && /sequences\[0\]\.context\[0\]: token id 35/.test(String(mixed[1].reason)));
-  assert.ok(same((mixed[0] as PromiseFulfilledResult<{ sequences: GeneratedSequence[] }>).value.sequences[0], alone[0]));
+  assert.ok(same((mixed[0] as PromiseFulfilledResult<{ sequences: GeneratedSequence[] }>).value.sequences[0]!, alone[0]!));
 
   // A multi-sequence request splits into the same per-sequence results too.
   const multi = await client.generate({ ...calls[0], sequences: calls.filter((_, i) => i % 5 === 0).map((c) => c.sequences[0]) });
-  multi.sequences.forEach((s, j) => assert.ok(same(s, alone[j * 5]), `sequence ${j} of a batched request`));
+  multi.sequences.forEach((s, j) => assert.ok(same(s, alone[j * 5]!), `sequence ${j} of a batched request`));
 });

@@ -110,10 +110,10 @@ async function scoreGap(modelKey: string, version: number, V: number): Promise<{
   let lp = 0;
   let ent = 0;
   a.sequences.forEach((s, i) => {
-    assert.equal(s.logprobs.length, b.sequences[i].logprobs.length);
+    assert.equal(s.logprobs.length, b.sequences[i]!.logprobs.length);
     s.logprobs.forEach((x, t) => {
-      lp = Math.max(lp, Math.abs(x - b.sequences[i].logprobs[t]));
-      ent = Math.max(ent, Math.abs(s.entropy[t] - b.sequences[i].entropy[t]));
+      lp = Math.max(lp, Math.abs(x - b.sequences[i]!.logprobs[t]!));
+      ent = Math.max(ent, Math.abs(s.entropy[t]! - b.sequences[i]!.entropy[t]!));
     });
   });
   return { lp, ent };
@@ -125,7 +125,7 @@ function absDiffs(a: Uint8Array, b: Uint8Array, keep: (i: number) => boolean = (
   const x = f32(a);
   const y = f32(b);
   assert.equal(x.length, y.length);
-  return Float64Array.from(x.map((v, i) => (keep(i) ? Math.abs(v - y[i]) : 0))).sort();
+  return Float64Array.from(x.map((v, i) => (keep(i) ? Math.abs(v - y[i]!) : 0))).sort();
 }
 
 /** The largest |Δ| per parameter slot, worst first. */
@@ -135,7 +135,7 @@ function worstSlots(spec: ModelSpecInput, a: Uint8Array, b: Uint8Array): string 
   return paramLayout(normalizeTransformerSpec(spec))
     .slots.map((s) => {
       let m = 0;
-      for (let i = s.offset; i < s.offset + s.size; i++) m = Math.max(m, Math.abs(x[i] - y[i]));
+      for (let i = s.offset; i < s.offset + s.size; i++) m = Math.max(m, Math.abs(x[i]! - y[i]!));
       return [s.name, m] as const;
     })
     .sort((p, q) => q[1] - p[1])
@@ -220,10 +220,10 @@ test('the same Update from the same base: weights and metrics agree', { skip, ti
       const [ea, eb] = await Promise.all([torchClient.exportVersion({ modelKey: key, version: v + 1 }), onnxClient.exportVersion({ modelKey: key, version: v + 1 })]);
       const diffs = absDiffs(ea.weights, eb.weights);
       const dw = diffs.at(-1)!;
-      const p999 = diffs[Math.floor(0.999 * (diffs.length - 1))];
+      const p999 = diffs[Math.floor(0.999 * (diffs.length - 1))]!;
       const rel = (x: number, y: number) => Math.abs(x - y) / Math.max(1e-6, Math.abs(y));
       const m = (k: 'loss' | 'gradNorm' | 'pgLoss' | 'klLoss' | 'entropySum' | 'approxKl' | 'entropy') =>
-        Math.max(...a.stepMetrics.map((s, i) => rel(s[k], b.stepMetrics[i][k])));
+        Math.max(...a.stepMetrics.map((s, i) => rel(s[k], b.stepMetrics[i]![k])));
       console.log(
         `[interop] ${name} update (${label}): max|Δθ|=${dw.toExponential(2)} p99.9|Δθ|=${p999.toExponential(2)} rel Δloss=${m('loss').toExponential(2)} rel Δgrad_norm=${m('gradNorm').toExponential(2)} ` +
           `rel Δkl=${m('klLoss').toExponential(2)} rel Δentropy=${m('entropy').toExponential(2)} clip ${a.metrics.clipFraction}/${b.metrics.clipFraction} ` +
@@ -256,9 +256,9 @@ test('greedy Generate gives the same tokens in both; sampled Generate (same Phil
     const [a, b] = await Promise.all([torchClient.generate(greedy), onnxClient.generate(greedy)]);
     let lpGap = 0;
     a.sequences.forEach((s, i) => {
-      assert.deepEqual(s.tokens, b.sequences[i].tokens, `${name} seq ${i}`);
-      assert.equal(s.stopReason, b.sequences[i].stopReason);
-      s.logprobs.forEach((x, t) => (lpGap = Math.max(lpGap, Math.abs(x - b.sequences[i].logprobs[t]))));
+      assert.deepEqual(s.tokens, b.sequences[i]!.tokens, `${name} seq ${i}`);
+      assert.equal(s.stopReason, b.sequences[i]!.stopReason);
+      s.logprobs.forEach((x, t) => (lpGap = Math.max(lpGap, Math.abs(x - b.sequences[i]!.logprobs[t]!))));
       assert.ok(s.sampleLogprobs.every((x) => x === 0));
     });
     assert.ok(lpGap <= SCORE_TOL, `${name}: generate logprob gap ${lpGap}`);
@@ -268,7 +268,7 @@ test('greedy Generate gives the same tokens in both; sampled Generate (same Phil
       const [c, d] = await Promise.all([torchClient.generate(req), onnxClient.generate(req)]);
       c.sequences.forEach((s, i) => {
         sampledAll++;
-        if (JSON.stringify(s.tokens) === JSON.stringify(d.sequences[i].tokens)) sampledSame++;
+        if (JSON.stringify(s.tokens) === JSON.stringify(d.sequences[i]!.tokens)) sampledSame++;
       });
     }
     console.log(`[interop] ${name}: greedy tokens equal, max|Δlogprob|=${lpGap.toExponential(2)}`);
@@ -280,7 +280,7 @@ test('greedy Generate gives the same tokens in both; sampled Generate (same Phil
       baseVersion: u.info.version,
       requestId: `d-${name}-cross`,
       samples: rollout.sequences.map((g, i) => ({
-        context: sequences[i].context,
+        context: sequences[i]!.context,
         tokens: g.tokens,
         lossMask: g.tokens.map(() => 1),
         advantages: g.tokens.map(() => (i % 2 ? 1 : -1)),
@@ -349,7 +349,7 @@ test('PyTorch Score against the float64 reference (transformer/reference.ts)', {
     const got = await torchClient.score({ modelKey: key, version: 1, sequences: seqs });
     let gap = 0;
     seqs.forEach((s, i) =>
-      s.tokens.forEach((tok, t) => (gap = Math.max(gap, Math.abs(got.sequences[i].logprobs[t] - ref.logp[i][s.context.length - 1 + t][tok])))),
+      s.tokens.forEach((tok, t) => (gap = Math.max(gap, Math.abs(got.sequences[i]!.logprobs[t]! - ref.logp[i]![s.context.length - 1 + t]![tok]!)))),
     );
     console.log(`[interop] ${name}: PyTorch Score vs float64 reference max|Δlogp|=${gap.toExponential(2)}`);
     assert.ok(gap <= 1e-5, `${name}: ${gap}`);

@@ -97,5 +97,5 @@ test('a port taken by something that is not Temporal: one clear line plus what t
   const lines = up.stderr.trim().split('\n');
   assert.equal(lines.length, 2, up.stderr);
   assert.equal(lines[0], `troupe: port ${port} is in use by something that is not a Temporal server`);
-  assert.match(lines[1], /→ .*TROUPE_TEMPORAL_PORT/);
+  assert.match(lines[1]!, /→ .*TROUPE_TEMPORAL_PORT/);
 });

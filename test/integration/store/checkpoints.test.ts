@@ -97,7 +97,7 @@ describe('checkpoint store durability', () => {
     const file = store.absolute((v.bytes as { weights: { file: string } }).weights.file);
     const saved = new Uint8Array(fs.readFileSync(file));
     const damaged = new Uint8Array(saved);
-    damaged[12345] ^= 0xff;
+    damaged[12345]! ^= 0xff;
     fs.writeFileSync(file, damaged);
     try {
       await assert.rejects(getVersion(db.sql, store, RUN, 'policy', 1), (e: Error) => e.message.includes(file) && /sha256 is .* the store recorded/.test(e.message));

@@ -41,10 +41,10 @@ function adamwReference(theta: Float32Array, m: Float32Array, v: Float32Array, g
   const omb2 = f(1 - b2);
   const out = { theta: new Float32Array(theta.length), m: new Float32Array(theta.length), v: new Float32Array(theta.length) };
   for (let i = 0; i < theta.length; i++) {
-    const g = f(grad[i] * coef);
-    const p = f(theta[i] * decay);
-    const mi = f(f(b1 * m[i]) + f(omb1 * g));
-    const vi = f(f(b2 * v[i]) + f(omb2 * f(g * g)));
+    const g = f(grad[i]! * coef);
+    const p = f(theta[i]! * decay);
+    const mi = f(f(b1 * m[i]!) + f(omb1 * g));
+    const vi = f(f(b2 * v[i]!) + f(omb2 * f(g * g)));
     const denom = f(f(f(Math.sqrt(vi)) / f(h.bc2Sqrt)) + f(h.eps));
     out.theta[i] = f(p - f(f(h.stepSize) * f(mi / denom)));
     out.m[i] = mi;
@@ -93,7 +93,7 @@ test('one AdamW step in ONNX equals the TypeScript reference bit for bit', async
     const v = Float32Array.from({ length: n }, () => (t === 1 ? 0 : r.range(0, 0.01)));
     const grad = Float32Array.from({ length: n }, () => r.range(-0.2, 0.2) * (r.uniform() < 0.1 ? 100 : 1));
     const bc = biasCorrections(1e-3, Math.fround(0.9), Math.fround(0.999), t, 1);
-    const h: Hyper = { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay, maxGradNorm, stepSize: bc.stepSize[0], bc2Sqrt: bc.bc2Sqrt[0] };
+    const h: Hyper = { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay, maxGradNorm, stepSize: bc.stepSize[0]!, bc2Sqrt: bc.bc2Sqrt[0]! };
     const got = await runAdamwGraph(s, theta, m, v, grad, h);
     const normRef = Math.sqrt(grad.reduce((a, g) => a + g * g, 0));
     assert.ok(Math.abs(got.norm - normRef) < 1e-5 * normRef, `grad norm ${got.norm} vs ${normRef}`);
@@ -170,10 +170,10 @@ test('an update-graph step is its own gradient, clipped, through the AdamW step'
   });
   const grad = out.grad.data as Float32Array;
   const bc = biasCorrections(Math.fround(SETTINGS.lr), Math.fround(0.9), Math.fround(0.999), 1, 1);
-  const h: Hyper = { ...SETTINGS, stepSize: bc.stepSize[0], bc2Sqrt: bc.bc2Sqrt[0] };
+  const h: Hyper = { ...SETTINGS, stepSize: bc.stepSize[0]!, bc2Sqrt: bc.bc2Sqrt[0]! };
   const step = await runAdamwGraph(await session(buildAdamwGraph()), theta, state.m, state.v, grad, h);
-  assert.equal(upd.steps[0].grad_norm, step.norm);
-  assert.ok(upd.steps[0].grad_norm > SETTINGS.maxGradNorm, 'the clip is exercised');
+  assert.equal(upd.steps[0]!.grad_norm, step.norm);
+  assert.ok(upd.steps[0]!.grad_norm > SETTINGS.maxGradNorm, 'the clip is exercised');
   assert.ok(sameBits(upd.state.theta, step.theta));
   assert.ok(sameBits(upd.state.m, step.m));
   assert.ok(sameBits(upd.state.v, step.v));
@@ -189,7 +189,7 @@ test('K fused inner steps equal K separate single-step runs, bit for bit', async
   // Behaviour log-probs from Score: the first inner step must then see ratio = 1 exactly.
   const samples = batch(2);
   const scored = await rt.score(start.theta, samples);
-  samples.forEach((x, i) => (x.oldLogprobs = Array.from(scored.logprobs[i])));
+  samples.forEach((x, i) => (x.oldLogprobs = Array.from(scored.logprobs[i]!)));
   const fused = await rt.update(start, samples, { ...SETTINGS, innerSteps: 3 });
   let state = start;
   const metrics = [];
@@ -204,7 +204,7 @@ test('K fused inner steps equal K separate single-step runs, bit for bit', async
   assert.ok(sameBits(fused.state.m, state.m));
   assert.ok(sameBits(fused.state.v, state.v));
   assert.deepEqual(fused.steps, metrics);
-  assert.equal(fused.steps[0].clip_fraction, 0, 'first inner step: ratio 1 (no clipping)');
-  assert.equal(fused.steps[0].approx_kl, 0, 'first inner step: ratio exactly 1');
-  assert.ok(fused.steps[2].approx_kl > 0, 'later inner steps move away from the behaviour policy');
+  assert.equal(fused.steps[0]!.clip_fraction, 0, 'first inner step: ratio 1 (no clipping)');
+  assert.equal(fused.steps[0]!.approx_kl, 0, 'first inner step: ratio exactly 1');
+  assert.ok(fused.steps[2]!.approx_kl > 0, 'later inner steps move away from the behaviour policy');
 });

@@ -45,10 +45,10 @@ test('same version, contexts, settings and seeds give bit-identical results (als
   const b = await e2.generate(req(seqs, sampling));
   const c = await e2.generate(req(seqs, sampling));
   for (let i = 0; i < seqs.length; i++) {
-    assertSame(a.sequences[i], b.sequences[i], `seq ${i} engine 1 vs 2`);
-    assertSame(b.sequences[i], c.sequences[i], `seq ${i} repeat`);
+    assertSame(a.sequences[i]!, b.sequences[i]!, `seq ${i} engine 1 vs 2`);
+    assertSame(b.sequences[i]!, c.sequences[i]!, `seq ${i} repeat`);
   }
-  assert.notDeepEqual(a.sequences[0].tokens, a.sequences[1].tokens, 'different seeds differ');
+  assert.notDeepEqual(a.sequences[0]!.tokens, a.sequences[1]!.tokens, 'different seeds differ');
 });
 
 test('a sequence gets the same result alone, in one big batch, or coalesced with other callers', async () => {
@@ -66,17 +66,17 @@ test('a sequence gets the same result alone, in one big batch, or coalesced with
   }));
   // Alone: one call at a time (each run has one real row).
   const alone: GeneratedSequence[] = [];
-  for (const c of calls) alone.push((await engine.generate(req([c.seq], c.sampling))).sequences[0]);
+  for (const c of calls) alone.push((await engine.generate(req([c.seq], c.sampling))).sequences[0]!);
   // One batch per sampling setting, sequences in reverse order.
   for (const [k, s] of settings.entries()) {
     const group = calls.map((c, i) => ({ c, i })).filter(({ i }) => i % settings.length === k).reverse();
     const out = await engine.generate(req(group.map(({ c }) => c.seq), s));
-    group.forEach(({ i }, j) => assertSame(out.sequences[j], alone[i], `batched call ${i}`));
+    group.forEach(({ i }, j) => assertSame(out.sequences[j]!, alone[i]!, `batched call ${i}`));
   }
   // All at once, concurrently: coalesced into shared runs with mixed settings.
   const before = await engine.stats();
   const together = await Promise.all(calls.map((c) => engine.generate(req([c.seq], c.sampling))));
-  together.forEach((out, i) => assertSame(out.sequences[0], alone[i], `concurrent call ${i}`));
+  together.forEach((out, i) => assertSame(out.sequences[0]!, alone[i]!, `concurrent call ${i}`));
   const after = await engine.stats();
   const runs = after.generateBatches - before.generateBatches;
   assert.ok(runs < calls.length / 4, `concurrent calls were coalesced (${calls.length} calls in ${runs} runs)`);
@@ -89,12 +89,12 @@ test('Score returns exactly the log-probs Generate reported', async () => {
   const score = await engine.score({
     modelKey: 'm',
     version: 3,
-    sequences: seqs.map((s, i) => ({ context: s.context, tokens: gen.sequences[i].tokens })),
+    sequences: seqs.map((s, i) => ({ context: s.context, tokens: gen.sequences[i]!.tokens })),
   });
-  gen.sequences.forEach((g, i) => assert.ok(sameBits(score.sequences[i].logprobs, g.logprobs), `sequence ${i}`));
+  gen.sequences.forEach((g, i) => assert.ok(sameBits(score.sequences[i]!.logprobs, g.logprobs), `sequence ${i}`));
   // One token alone scores the same as inside the batch.
-  const single = await engine.score({ modelKey: 'm', version: 3, sequences: [{ context: seqs[2].context, tokens: gen.sequences[2].tokens.slice(0, 1) }] });
-  assert.ok(Object.is(single.sequences[0].logprobs[0], gen.sequences[2].logprobs[0]));
+  const single = await engine.score({ modelKey: 'm', version: 3, sequences: [{ context: seqs[2]!.context, tokens: gen.sequences[2]!.tokens.slice(0, 1) }] });
+  assert.ok(Object.is(single.sequences[0]!.logprobs[0], gen.sequences[2]!.logprobs[0]));
 });
 
 /** Full next-token distribution after `context` (log-probs for all V ids). */
@@ -110,8 +110,8 @@ async function distribution(engine: Awaited<ReturnType<typeof engineWithModel>>,
 test('greedy and top_k = 1 pick the most likely token; stop tokens end the sequence', async () => {
   const engine = await engineWithModel();
   const context = [4, 7, 1];
-  const greedy = (await engine.generate(req([{ context, seed: 1 }], { temperature: 0, maxTokens: 6 }))).sequences[0];
-  const top1 = (await engine.generate(req([{ context, seed: 2 }], { temperature: 1.5, topK: 1, maxTokens: 6 }))).sequences[0];
+  const greedy = (await engine.generate(req([{ context, seed: 1 }], { temperature: 0, maxTokens: 6 }))).sequences[0]!;
+  const top1 = (await engine.generate(req([{ context, seed: 2 }], { temperature: 1.5, topK: 1, maxTokens: 6 }))).sequences[0]!;
   assert.deepEqual(top1.tokens, greedy.tokens);
   let ctx = [...context];
   for (const tok of greedy.tokens) {
@@ -121,8 +121,8 @@ test('greedy and top_k = 1 pick the most likely token; stop tokens end the seque
   }
   assert.ok(greedy.sampleLogprobs.every((x) => x === 0), 'greedy sample log-prob is 0');
   assert.equal(greedy.stopReason, 'max_tokens');
-  const stopAt = greedy.tokens[2];
-  const stopped = (await engine.generate(req([{ context, seed: 1 }], { temperature: 0, maxTokens: 6, stopTokens: [stopAt] }))).sequences[0];
+  const stopAt = greedy.tokens[2]!;
+  const stopped = (await engine.generate(req([{ context, seed: 1 }], { temperature: 0, maxTokens: 6, stopTokens: [stopAt] }))).sequences[0]!;
   const first = greedy.tokens.indexOf(stopAt);
   assert.deepEqual(stopped.tokens, greedy.tokens.slice(0, first + 1), 'ends with the stop token');
   assert.equal(stopped.stopReason, 'stop_token');
@@ -133,19 +133,19 @@ test('sampling frequencies follow temperature, top-k and top-p', async () => {
   const context = [3, 3, 9];
   const lp = await distribution(engine, context);
   const p = lp.map(Math.exp);
-  const order = p.map((_, i) => i).sort((a, b) => p[b] - p[a] || a - b);
+  const order = p.map((_, i) => i).sort((a, b) => p[b]! - p[a]! || a - b);
   const n = 3000;
   const sample = async (s: Omit<SamplingParams, 'maxTokens'>) => {
     const seqs = Array.from({ length: n }, (_, i) => ({ context, seed: 7_000_000 + i }));
     const out = await engine.generate(req(seqs, { ...s, maxTokens: 1 }));
     const counts = new Array(V).fill(0);
-    for (const q of out.sequences) counts[q.tokens[0]]++;
+    for (const q of out.sequences) counts[q.tokens[0]!]++;
     return { counts, out };
   };
   const expectFreq = (counts: number[], q: number[], what: string) => {
     for (let v = 0; v < V; v++) {
-      const sd = Math.sqrt((n * q[v] * (1 - q[v])) || 1e-12);
-      assert.ok(Math.abs(counts[v] - n * q[v]) <= 5 * sd + 1, `${what}: token ${v} seen ${counts[v]}, expected ${(n * q[v]).toFixed(1)}`);
+      const sd = Math.sqrt((n * q[v]! * (1 - q[v]!)) || 1e-12);
+      assert.ok(Math.abs(counts[v]! - n * q[v]!) <= 5 * sd + 1, `${what}: token ${v} seen ${counts[v]}, expected ${(n * q[v]!).toFixed(1)}`);
     }
   };
   const normalize = (xs: number[]) => {
@@ -164,7 +164,7 @@ test('sampling frequencies follow temperature, top-k and top-p', async () => {
   const qk = normalize(p.map((x, v) => (top3.has(v) ? x : 0)));
   const k = await sample({ temperature: 1, topK: 3 });
   expectFreq(k.counts, qk, 'top-k 3');
-  k.out.sequences.forEach((q) => assert.ok(Math.abs(q.sampleLogprobs[0] - Math.log(qk[q.tokens[0]])) < 1e-4, 'top-k sample log-prob'));
+  k.out.sequences.forEach((q) => assert.ok(Math.abs(q.sampleLogprobs[0]! - Math.log(qk[q.tokens[0]!]!)) < 1e-4, 'top-k sample log-prob'));
 
   // top-p 0.6: the smallest prefix of the sorted distribution whose mass reaches 0.6.
   const kept = new Set<number>();
@@ -172,7 +172,7 @@ test('sampling frequencies follow temperature, top-k and top-p', async () => {
   for (const v of order) {
     if (mass >= 0.6) break;
     kept.add(v);
-    mass += p[v];
+    mass += p[v]!;
   }
   assert.ok(kept.size >= 2 && kept.size < V, `top-p keeps ${kept.size} tokens (a meaningful case)`);
   expectFreq((await sample({ temperature: 1, topP: 0.6 })).counts, normalize(p.map((x, v) => (kept.has(v) ? x : 0))), 'top-p 0.6');
@@ -187,7 +187,7 @@ test('a Generate cancelled before its batch runs is dropped; the others in the b
   const kept = engine.generate(req([{ context: [2], seed: 2 }], { maxTokens: 4 }));
   fire();
   await assert.rejects(doomed, /cancelled by the caller/);
-  assert.equal((await kept).sequences[0].tokens.length, 4);
+  assert.equal((await kept).sequences[0]!.tokens.length, 4);
   const after = await engine.stats();
   assert.equal(after.generateBatches - before.generateBatches, 1);
   assert.equal(after.tokensGenerated - before.tokensGenerated, 4, 'only the live caller was generated');

@@ -56,10 +56,10 @@ async function check(spec: TinyLmSpec, s: Settings): Promise<void> {
     windows: new ort.Tensor('int64', BigInt64Array.from(ROWS.flatMap((r) => r.window), BigInt), [N, W]),
     targets: new ort.Tensor('int64', BigInt64Array.from(ROWS.map((r) => r.target), BigInt), [N]),
     advantages: f64(ROWS.map((r) => r.advantage)),
-    old_logprobs: f64(ROWS.map((r, i) => logpAt[i] - Math.log(r.ratio))),
+    old_logprobs: f64(ROWS.map((r, i) => logpAt[i]! - Math.log(r.ratio))),
     weights: f64(ROWS.map((r) => r.weight)),
     row_mask: f64(ROWS.map(() => 1)),
-    ref_logprobs: f64(ROWS.map((r, i) => (r.refGap === null ? 0 : logpAt[i] + r.refGap))),
+    ref_logprobs: f64(ROWS.map((r, i) => (r.refGap === null ? 0 : logpAt[i]! + r.refGap))),
     has_ref: new ort.Tensor('bool', Uint8Array.from(ROWS.map((r) => (r.refGap === null ? 0 : 1))), [N]),
     clip_low: sc(0.2),
     clip_high: sc(0.28),
@@ -80,11 +80,11 @@ async function check(spec: TinyLmSpec, s: Settings): Promise<void> {
   let nonZero = 0;
   for (let i = 0; i < P; i++) {
     const plus = theta.slice();
-    plus[i] += h;
+    plus[i]! += h;
     const minus = theta.slice();
-    minus[i] -= h;
+    minus[i]! -= h;
     const fd = ((await run(plus)).loss - (await run(minus)).loss) / (2 * h);
-    const err = Math.abs(fd - base.grad[i]) / Math.max(1, Math.abs(fd));
+    const err = Math.abs(fd - base.grad[i]!) / Math.max(1, Math.abs(fd));
     worst = Math.max(worst, err);
     if (Math.abs(fd) > 1e-6) nonZero++;
     assert.ok(err < 1e-6, `param ${i}: finite difference ${fd} vs backward ${base.grad[i]}`);
@@ -105,7 +105,7 @@ async function check(spec: TinyLmSpec, s: Settings): Promise<void> {
   const out32 = await grad32.run({ ...feeds32, theta: new ort.Tensor('float32', Float32Array.from(theta), [P]) });
   const g32 = out32.grad.data as Float32Array;
   const scale = Math.max(...Array.from(base.grad, Math.abs));
-  for (let i = 0; i < P; i++) assert.ok(Math.abs(g32[i] - base.grad[i]) < 2e-4 * scale, `float32 grad ${i}: ${g32[i]} vs ${base.grad[i]}`);
+  for (let i = 0; i < P; i++) assert.ok(Math.abs(g32[i]! - base.grad[i]!) < 2e-4 * scale, `float32 grad ${i}: ${g32[i]} vs ${base.grad[i]}`);
 }
 
 test('backward matches central finite differences: tanh, 2 layers (residual), k3 KL + entropy bonus', async () => {
@@ -134,6 +134,6 @@ test('the graph forward equals a plain TypeScript forward (float32 vs float64)',
       targets: new ort.Tensor('int64', BigInt64Array.from([target, target, target], BigInt), [3]),
     });
     const lp = out.logprobs.data as Float32Array;
-    windows.forEach((w, i) => assert.ok(Math.abs(lp[i] - referenceLogp(spec, theta, w)[target]) < 1e-5));
+    windows.forEach((w, i) => assert.ok(Math.abs(lp[i]! - referenceLogp(spec, theta, w)[target]!) < 1e-5));
   }
 });

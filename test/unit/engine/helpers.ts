@@ -50,15 +50,15 @@ export function referenceLogp(spec: TinyLmSpec, theta: ArrayLike<number>, window
     const out: number[] = [];
     for (let j = 0; j < H; j++) {
       let z = at(`b${l}`, j);
-      for (let i = 0; i < input.length; i++) z += input[i] * at(`w${l}`, i * H + j);
-      out.push(l === 0 ? act(z) : h[j] + act(z));
+      for (let i = 0; i < input.length; i++) z += input[i]! * at(`w${l}`, i * H + j);
+      out.push(l === 0 ? act(z) : h[j]! + act(z));
     }
     h = out;
   }
   const logits: number[] = [];
   for (let v = 0; v < V; v++) {
     let z = at('bo', v);
-    for (let j = 0; j < H; j++) z += h[j] * at('wo', j * V + v);
+    for (let j = 0; j < H; j++) z += h[j]! * at('wo', j * V + v);
     logits.push(z);
   }
   const m = Math.max(...logits);

@@ -100,20 +100,20 @@ test('in-graph PPO/KL loss and ∂loss/∂logp agree with rl/loss.ts', async () 
       kl_coef: sc(klType === 'none' ? 0 : settings.kl!.coef),
       kl_is_k3: new ort.Tensor('bool', Uint8Array.of(klType === 'low_var_kl' ? 1 : 0), []),
     });
-    const one = (k: string) => (out[k].data as Float64Array)[0];
+    const one = (k: string) => (out[k]!.data as Float64Array)[0];
     assert.ok(close(one('loss'), ref.loss), `loss ${one('loss')} vs ${ref.loss}`);
     assert.ok(close(one('pg'), ref.pg), 'pg');
     assert.ok(close(one('kl'), ref.kl), 'kl');
     const grad = out.grad.data as Float64Array;
     for (let t = 0; t < n; t++) {
-      assert.ok(close(grad[t], ref.grad[t]), `token ${t}: graph ${grad[t]} vs rl/loss ${ref.grad[t]}`);
+      assert.ok(close(grad[t]!, ref.grad[t]!), `token ${t}: graph ${grad[t]} vs rl/loss ${ref.grad[t]}`);
       if (grad[t] === 0 && x.w[t] !== 0) seen.zeroGrad++;
     }
     // Diagnostics are means over tokens with w ≠ 0 (as the engine's row mask).
     const counted = x.w.map((w) => (w !== 0 ? 1 : 0));
     const mean = (k: string) => {
-      const a = out[k].data as Float64Array;
-      return a.reduce((acc, v, t) => acc + v * counted[t], 0) / ref.diagnostics.tokens;
+      const a = out[k]!.data as Float64Array;
+      return a.reduce((acc, v, t) => acc + v * counted[t]!, 0) / ref.diagnostics.tokens;
     };
     assert.ok(close(mean('clipped'), ref.diagnostics.clipFraction), 'clip fraction');
     assert.ok(close(mean('dual'), ref.diagnostics.dualClipFraction), 'dual clip fraction');
@@ -148,16 +148,16 @@ test('update-graph loss with entropy bonus and KL equals rl/loss.ts on the engin
     samples.flatMap((s, i) => s.tokens.map((_, t) => ({ s, t, i }))).filter(({ s, t }) => s.lossMask[t] === 1).map(({ s, t, i }) => f(s, t, i));
   const ref = referenceLoss(
     {
-      logp: pick((_, t, i) => scored.logprobs[i][t]),
+      logp: pick((_, t, i) => scored.logprobs[i]![t]),
       logpOld: pick((s, t) => s.oldLogprobs[t]),
       advantages: pick((s, t) => s.advantages[t]),
       weights: pick((s, t) => s.lossWeights[t]),
       refLogp: pick((s, t) => s.refLogprobs[t]),
-      entropy: pick((_, t, i) => scored.entropy[i][t]),
+      entropy: pick((_, t, i) => scored.entropy[i]![t]),
     },
     { clipLow: settings.clipLow, clipHigh: settings.clipHigh, dualClip: settings.dualClip, kl: { type: 'low_var_kl', coef: settings.klCoef }, entropyCoef: settings.entropyCoef },
   );
-  const m = out.steps[0];
+  const m = out.steps[0]!;
   const near = (a: number, b: number) => Math.abs(a - b) <= 1e-5 * Math.max(1, Math.abs(b));
   assert.ok(near(m.loss, ref.loss), `loss ${m.loss} vs ${ref.loss}`);
   assert.ok(near(m.pg_loss, ref.pg), 'pg');

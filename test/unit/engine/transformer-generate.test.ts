@@ -63,7 +63,7 @@ async function generate(s: ort.InferenceSession, spec: TransformerSpec, theta: F
     max_tokens: new ort.Tensor('int64', BigInt64Array.from(rows, (r) => BigInt(r.maxTokens)), [B]),
     steps: new ort.Tensor('int64', BigInt64Array.of(BigInt(steps)), []),
   });
-  const S = out.tokens.dims[0];
+  const S = out.tokens.dims[0]!;
   const toks = out.tokens.data as BigInt64Array;
   const lps = out.logprobs.data as Float32Array;
   return {
@@ -83,7 +83,7 @@ for (const [name, spec] of SPECS) {
     assert.equal(out.S, 6);
 
     // Score the same sequences (right-padded, positions from 0) in one batch.
-    const full = ROWS.map((r, b) => [...r.context, ...out.rows[b].tokens]);
+    const full = ROWS.map((r, b) => [...r.context, ...out.rows[b]!.tokens]);
     const S = Math.max(...full.map((f) => f.length));
     const pad = (f: number[]) => [...f, ...new Array(S - f.length).fill(0)];
     const sc = await session(buildTransformerScoreGraph(spec));
@@ -96,15 +96,15 @@ for (const [name, spec] of SPECS) {
     const ref = referenceForward(spec, theta, full);
     let worst = 0;
     ROWS.forEach((r, b) => {
-      out.rows[b].tokens.forEach((tok, i) => {
+      out.rows[b]!.tokens.forEach((tok, i) => {
         const p = r.context.length - 1 + i; // the position that predicts generated token i
-        const g = out.rows[b].logprobs[i];
-        const gap = Math.abs(g - scoreLp[b * S + p]);
+        const g = out.rows[b]!.logprobs[i]!;
+        const gap = Math.abs(g - scoreLp[b * S + p]!);
         worst = Math.max(worst, gap);
         assert.ok(gap <= GENERATE_SCORE_TOLERANCE, `row ${b} token ${i}: generate ${g} vs score ${scoreLp[b * S + p]}`);
-        assert.ok(Math.abs(g - ref.logp[b][p][tok]) < 1e-4, `row ${b} token ${i}: generate ${g} vs reference ${ref.logp[b][p][tok]}`);
+        assert.ok(Math.abs(g - ref.logp[b]![p]![tok]!) < 1e-4, `row ${b} token ${i}: generate ${g} vs reference ${ref.logp[b]![p]![tok]}`);
         if (r.temperature === 0) {
-          const best = ref.logp[b][p].indexOf(Math.max(...ref.logp[b][p]));
+          const best = ref.logp[b]![p]!.indexOf(Math.max(...ref.logp[b]![p]!));
           assert.equal(tok, best, `greedy row ${b} token ${i}`);
         }
       });
@@ -117,6 +117,6 @@ for (const [name, spec] of SPECS) {
     // Rows stop at max_tokens; the loop exits once every row is done.
     const short = await generate(gen, spec, theta, ROWS.map((r) => ({ ...r, maxTokens: 3 })), 6);
     assert.equal(short.S, 3);
-    ROWS.forEach((_, b) => assert.deepEqual(short.rows[b].tokens, out.rows[b].tokens.slice(0, 3), 'same seeds, same tokens'));
+    ROWS.forEach((_, b) => assert.deepEqual(short.rows[b]!.tokens, out.rows[b]!.tokens.slice(0, 3), 'same seeds, same tokens'));
   });
 }

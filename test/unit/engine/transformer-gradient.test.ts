@@ -73,8 +73,8 @@ const ROWS: Row[][] = [
   ],
 ];
 const B = SEQS.length;
-const S = SEQS[0].length;
-const targetOf = (b: number, p: number) => (p + 1 < S ? SEQS[b][p + 1] : 0);
+const S = SEQS[0]!.length;
+const targetOf = (b: number, p: number) => (p + 1 < S ? SEQS[b]![p + 1] : 0);
 
 interface Settings {
   klIsK3: boolean;
@@ -119,7 +119,7 @@ async function finiteDifferenceCheck(spec: TransformerSpec, s: Settings, headChu
   const P = paramLayout(spec).total;
   const theta = testTheta(spec, 7);
   const ref = referenceForward(spec, theta, SEQS);
-  const run = await gradRunner(spec, feeds((b, p) => ref.logp[b][p][targetOf(b, p)], s), headChunk);
+  const run = await gradRunner(spec, feeds((b, p) => ref.logp[b]![p]![targetOf(b, p)], s), headChunk);
   const base = await run(theta);
   assert.ok(Number.isFinite(base.loss));
   const h = 1e-6;
@@ -127,11 +127,11 @@ async function finiteDifferenceCheck(spec: TransformerSpec, s: Settings, headChu
   let nonZero = 0;
   for (let i = 0; i < P; i++) {
     const plus = theta.slice();
-    plus[i] += h;
+    plus[i]! += h;
     const minus = theta.slice();
-    minus[i] -= h;
+    minus[i]! -= h;
     const fd = ((await run(plus)).loss - (await run(minus)).loss) / (2 * h);
-    const err = Math.abs(fd - base.grad[i]) / Math.max(1, Math.abs(fd));
+    const err = Math.abs(fd - base.grad[i]!) / Math.max(1, Math.abs(fd));
     worst = Math.max(worst, err);
     if (Math.abs(fd) > 1e-7) nonZero++;
     assert.ok(err < 1e-6, `${slotOf(spec, i)}: finite difference ${fd} vs backward ${base.grad[i]}`);
@@ -186,14 +186,14 @@ for (const [name, opts] of CONFIGS) {
     let worstLogit = 0;
     for (let b = 0; b < B; b++)
       for (let p = 0; p < S; p++)
-        for (let v = 0; v < V; v++) worstLogit = Math.max(worstLogit, Math.abs(logits[(b * S + p) * V + v] - ref.logits[b][p][v]));
+        for (let v = 0; v < V; v++) worstLogit = Math.max(worstLogit, Math.abs(logits[(b * S + p) * V + v]! - ref.logits[b]![p]![v]!));
     assert.ok(worstLogit < 1e-12, `logits differ by ${worstLogit}`);
 
     // With old log-probs equal to the current ones (ratio 1, unclipped) and no KL, the loss is
     // Σ −w·A·logp − β_H·Σ w·H: the reference objective with those coefficients.
     const s: Settings = { klIsK3: false, klCoef: 0, entropyCoef: 0.05 };
     const rows = ROWS.map((rs) => rs.map((r) => ({ ...r, ratio: 1 })));
-    const run = await gradRunner(spec, feeds((b, p) => ref.logp[b][p][targetOf(b, p)], s, rows), CHUNKED);
+    const run = await gradRunner(spec, feeds((b, p) => ref.logp[b]![p]![targetOf(b, p)], s, rows), CHUNKED);
     const graph = await run(theta);
     const expected = referenceObjective(
       spec,
@@ -201,8 +201,8 @@ for (const [name, opts] of CONFIGS) {
       SEQS.map((tokens, b) => ({
         tokens,
         targets: tokens.map((_, p) => targetOf(b, p)),
-        logpCoef: rows[b].map((r) => -r.weight * r.advantage),
-        entropyCoef: rows[b].map((r) => -s.entropyCoef * r.weight),
+        logpCoef: rows[b]!.map((r) => -r.weight * r.advantage),
+        entropyCoef: rows[b]!.map((r) => -s.entropyCoef * r.weight),
       })),
     );
     // Loss values: the graph's PPO term is Σ −w·A·ratio = Σ −w·A; the entropy parts must agree.
@@ -210,23 +210,23 @@ for (const [name, opts] of CONFIGS) {
     let logpTerm = 0;
     rows.forEach((rs, b) => rs.forEach((r, p) => {
       pg += -r.weight * r.advantage;
-      logpTerm += -r.weight * r.advantage * ref.logp[b][p][targetOf(b, p)];
+      logpTerm += -r.weight * r.advantage * ref.logp[b]![p]![targetOf(b, p)];
     }));
     assert.ok(Math.abs(graph.loss - (pg + expected.value - logpTerm)) < 1e-12, `loss ${graph.loss} vs reference ${pg + expected.value - logpTerm}`);
     const scale = Math.max(...Array.from(expected.grad, Math.abs));
     let worst = 0;
     for (let i = 0; i < theta.length; i++) {
-      worst = Math.max(worst, Math.abs(graph.grad[i] - expected.grad[i]) / scale);
-      assert.ok(Math.abs(graph.grad[i] - expected.grad[i]) < 1e-10 * scale, `${slotOf(spec, i)}: graph ${graph.grad[i]} vs reference ${expected.grad[i]}`);
+      worst = Math.max(worst, Math.abs(graph.grad[i]! - expected.grad[i]!) / scale);
+      assert.ok(Math.abs(graph.grad[i]! - expected.grad[i]!) < 1e-10 * scale, `${slotOf(spec, i)}: graph ${graph.grad[i]} vs reference ${expected.grad[i]}`);
     }
     console.log(`# ${name}: logits max |Δ| ${worstLogit.toExponential(2)}, gradient max |Δ|/max|g| ${worst.toExponential(2)}`);
 
     // float32 graph: same gradient up to float32 rounding.
     const grad32 = await session(buildTransformerGradGraph(spec, 'float32'));
-    const f64feeds = feeds((b, p) => ref.logp[b][p][targetOf(b, p)], s, rows);
+    const f64feeds = feeds((b, p) => ref.logp[b]![p]![targetOf(b, p)], s, rows);
     const f32feeds: Record<string, ort.Tensor> = {};
     for (const [k, v] of Object.entries(f64feeds)) f32feeds[k] = v.type === 'float64' ? new ort.Tensor('float32', Float32Array.from(v.data as Float64Array), v.dims) : v;
     const g32 = (await grad32.run({ ...f32feeds, theta: new ort.Tensor('float32', Float32Array.from(theta), [theta.length]) })).grad.data as Float32Array;
-    for (let i = 0; i < theta.length; i++) assert.ok(Math.abs(g32[i] - expected.grad[i]) < 2e-4 * scale, `float32 ${slotOf(spec, i)}: ${g32[i]} vs ${expected.grad[i]}`);
+    for (let i = 0; i < theta.length; i++) assert.ok(Math.abs(g32[i]! - expected.grad[i]!) < 2e-4 * scale, `float32 ${slotOf(spec, i)}: ${g32[i]} vs ${expected.grad[i]}`);
   });
 }

@@ -31,7 +31,7 @@ function theta32(spec: TransformerSpec, seed: number): Float32Array {
   return Float32Array.from(initTransformerWeights(spec, seed), (x) => x * 20);
 }
 
-const i64 = (rows: number[][]) => new ort.Tensor('int64', BigInt64Array.from(rows.flat(), BigInt), [rows.length, rows[0].length]);
+const i64 = (rows: number[][]) => new ort.Tensor('int64', BigInt64Array.from(rows.flat(), BigInt), [rows.length, rows[0]!.length]);
 
 async function score(s: ort.InferenceSession, theta: Float32Array, tokens: number[][], targets: number[][]) {
   const out = await s.run({ theta: new ort.Tensor('float32', theta, [theta.length]), tokens: i64(tokens), targets: i64(targets) });
@@ -55,7 +55,7 @@ for (const [name, spec] of SPECS) {
       assert.ok(!sameBits(a.subarray(k), b.subarray(k)), `positions ≥ ${k} should see the change`);
       // A prefix scored alone (shorter S: other GEMM/softmax shapes) agrees within float32 rounding.
       const alone = await score(s, theta, [base.slice(0, k), base.slice(0, k)], [targets.slice(0, k), targets.slice(0, k)]);
-      for (let p = 0; p < k; p++) assert.ok(Math.abs(alone.logprobs[p] - a[p]) < 1e-5, `prefix alone, position ${p}: ${alone.logprobs[p]} vs ${a[p]}`);
+      for (let p = 0; p < k; p++) assert.ok(Math.abs(alone.logprobs[p]! - a[p]!) < 1e-5, `prefix alone, position ${p}: ${alone.logprobs[p]} vs ${a[p]}`);
     }
   });
 
@@ -69,15 +69,15 @@ for (const [name, spec] of SPECS) {
     // (not bit for bit: the head's GEMM runs at other shapes)
     const chunked = await score(await session(buildTransformerScoreGraph(spec, 'float32', 4)), theta, seqs, targets);
     const rel = (a: number, b: number) => Math.abs(a - b) / Math.max(1, Math.abs(b));
-    const worstChunked = Math.max(...[...out.logprobs.keys()].map((i) => Math.max(rel(chunked.logprobs[i], out.logprobs[i]), rel(chunked.entropy[i], out.entropy[i]))));
+    const worstChunked = Math.max(...[...out.logprobs.keys()].map((i) => Math.max(rel(chunked.logprobs[i]!, out.logprobs[i]!), rel(chunked.entropy[i]!, out.entropy[i]!))));
     assert.ok(worstChunked < 1e-6, `chunked head differs by ${worstChunked} (relative)`);
     const ref = referenceForward(spec, theta, seqs);
     seqs.forEach((q, b) =>
       q.forEach((_, p) => {
-        const want = ref.logp[b][p][targets[b][p]];
-        const entropy = -ref.logp[b][p].reduce((acc, lp) => acc + Math.exp(lp) * lp, 0);
-        assert.ok(Math.abs(out.logprobs[b * 7 + p] - want) < 1e-4, `(${b}, ${p}): ${out.logprobs[b * 7 + p]} vs ${want}`);
-        assert.ok(Math.abs(out.entropy[b * 7 + p] - entropy) < 1e-4, `entropy (${b}, ${p})`);
+        const want = ref.logp[b]![p]![targets[b]![p]!]!;
+        const entropy = -ref.logp[b]![p]!.reduce((acc, lp) => acc + Math.exp(lp) * lp, 0);
+        assert.ok(Math.abs(out.logprobs[b * 7 + p]! - want) < 1e-4, `(${b}, ${p}): ${out.logprobs[b * 7 + p]} vs ${want}`);
+        assert.ok(Math.abs(out.entropy[b * 7 + p]! - entropy) < 1e-4, `entropy (${b}, ${p})`);
       }),
     );
     // The reference log-probs are far from uniform, so the comparison is not vacuous.
@@ -116,7 +116,7 @@ function batchFeeds(spec: TransformerSpec, seed: number) {
 /** The batch's [B, S] row tensors as M micro-batches [M, B/M, S]. */
 function microBatches(feeds: Record<string, ort.Tensor>, M: number): Record<string, ort.Tensor> {
   const out: Record<string, ort.Tensor> = {};
-  for (const [k, t] of Object.entries(feeds)) out[k] = t.dims.length === 2 ? new ort.Tensor(t.type, t.data as never, [M, t.dims[0] / M, t.dims[1]]) : t;
+  for (const [k, t] of Object.entries(feeds)) out[k] = t.dims.length === 2 ? new ort.Tensor(t.type, t.data as never, [M, t.dims[0]! / M, t.dims[1]!]) : t;
   return out;
 }
 
@@ -173,13 +173,13 @@ for (const [name, spec] of SPECS) {
       eps: sc(HYPER.eps),
       weight_decay: sc(HYPER.weightDecay),
       max_grad_norm: sc(HYPER.maxGradNorm),
-      step_size: sc(bc.stepSize[0]),
-      bc2_sqrt: sc(bc.bc2Sqrt[0]),
+      step_size: sc(bc.stepSize[0]!),
+      bc2_sqrt: sc(bc.bc2Sqrt[0]!),
     });
     assert.ok(sameBits(one.theta, ref.new_theta.data as Float32Array), 'θ after one step');
     assert.ok(sameBits(one.m, ref.new_adam_m.data as Float32Array), 'm after one step');
     assert.equal(one.metrics[0], (g.loss.data as Float32Array)[0], 'step metric "loss" is the loss at the starting weights');
-    assert.ok((ref.grad_norm.data as Float32Array)[0] > HYPER.maxGradNorm, 'the clip binds in this batch');
+    assert.ok((ref.grad_norm.data as Float32Array)[0]! > HYPER.maxGradNorm, 'the clip binds in this batch');
     assert.ok(!sameBits(one.theta, theta));
 
     const fused = await runUpdate(upd, spec, theta, zeros, zeros, 1, 3);
@@ -204,10 +204,10 @@ for (const [name, spec] of SPECS) {
     let worst = 0;
     let moved = 0;
     for (let i = 0; i < P; i++) {
-      worst = Math.max(worst, Math.abs(split.theta[i] - whole.theta[i]));
-      moved = Math.max(moved, Math.abs(whole.theta[i] - theta[i]));
+      worst = Math.max(worst, Math.abs(split.theta[i]! - whole.theta[i]!));
+      moved = Math.max(moved, Math.abs(whole.theta[i]! - theta[i]!));
     }
     assert.ok(worst < 1e-3 * moved, `θ differs by ${worst} (update size ${moved})`);
-    whole.metrics.forEach((x, i) => assert.ok(Math.abs(split.metrics[i] - x) <= 1e-4 * Math.max(1, Math.abs(x)), `metric ${i}: ${split.metrics[i]} vs ${x}`));
+    whole.metrics.forEach((x, i) => assert.ok(Math.abs(split.metrics[i]! - x) <= 1e-4 * Math.max(1, Math.abs(x)), `metric ${i}: ${split.metrics[i]} vs ${x}`));
   });
 }

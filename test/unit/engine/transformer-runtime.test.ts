@@ -51,16 +51,16 @@ test('transformer runtime: Score reproduces Generate log-probs; a row does not d
   const theta = Float32Array.from(initTransformerWeights(SPEC, 5), (x) => x * 10);
   const rows = [row([1, 2, 3], 1), row([4], 2, 7), row([5, 5, 5, 5, 5, 6], 3, 3)];
   const gen = await rt.generate(theta, rows);
-  const scored = await rt.score(theta, rows.map((r, i) => ({ context: r.context, tokens: gen[i].tokens })));
+  const scored = await rt.score(theta, rows.map((r, i) => ({ context: r.context, tokens: gen[i]!.tokens })));
   gen.forEach((g, i) => {
-    assert.equal(g.tokens.length, rows[i].maxTokens);
-    g.logprobs.forEach((lp, t) => assert.ok(Math.abs(lp - scored.logprobs[i][t]) <= 1e-5, `row ${i} token ${t}: ${lp} vs ${scored.logprobs[i][t]}`));
+    assert.equal(g.tokens.length, rows[i]!.maxTokens);
+    g.logprobs.forEach((lp, t) => assert.ok(Math.abs(lp - scored.logprobs[i]![t]!) <= 1e-5, `row ${i} token ${t}: ${lp} vs ${scored.logprobs[i]![t]}`));
   });
   // Alone (padded to 2 rows; other C and T), the first row generates the same tokens and log-probs
   // (bit-identical on this CPU here; bit-level batch invariance is for the engine's probe to establish).
-  const alone = await rt.generate(theta, [rows[0]]);
-  assert.deepEqual(alone[0].tokens, gen[0].tokens);
-  assert.ok(alone[0].logprobs.every((lp, t) => Math.abs(lp - gen[0].logprobs[t]) <= 1e-5));
+  const alone = await rt.generate(theta, [rows[0]!]);
+  assert.deepEqual(alone[0]!.tokens, gen[0]!.tokens);
+  assert.ok(alone[0]!.logprobs.every((lp, t) => Math.abs(lp - gen[0]!.logprobs[t]!) <= 1e-5));
 });
 
 test('transformer runtime: updates are bitwise deterministic and learn a bandit that needs attention', async () => {
@@ -85,21 +85,21 @@ test('transformer runtime: updates are bitwise deterministic and learn a bandit 
   const micro = await split().update(state, samples((c) => (c === 2 ? 7 : 9)), SETTINGS);
   const microAgain = await split().update(state, samples((c) => (c === 2 ? 7 : 9)), SETTINGS);
   assert.ok(sameBits(micro.state.theta, microAgain.state.theta) && sameBits(micro.state.m, microAgain.state.m) && sameBits(micro.state.v, microAgain.state.v));
-  const moved = Math.max(...first.state.theta.map((x, i) => Math.abs(x - state.theta[i])));
+  const moved = Math.max(...first.state.theta.map((x, i) => Math.abs(x - state.theta[i]!)));
   assert.ok(!sameBits(micro.state.theta, first.state.theta), 'the batch really ran as 2 micro-batches (summation order differs)');
-  assert.ok(first.state.theta.every((x, i) => Math.abs(x - micro.state.theta[i]) < 1e-3 * moved));
+  assert.ok(first.state.theta.every((x, i) => Math.abs(x - micro.state.theta[i]!) < 1e-3 * moved));
 
   const probe = async () => {
     const s = await rt.score(state.theta, [
       { context: [2, 0, 1, 1], tokens: [7] },
       { context: [3, 0, 1, 1], tokens: [9] },
     ]);
-    return Math.min(Math.exp(s.logprobs[0][0]), Math.exp(s.logprobs[1][0]));
+    return Math.min(Math.exp(s.logprobs[0]![0]!), Math.exp(s.logprobs[1]![0]!));
   };
   assert.ok((await probe()) < 0.2);
   for (let i = 0; i < 40 && (await probe()) < 0.9; i++) {
     const old = await rt.score(state.theta, samples((c) => (c === 2 ? 7 : 9)));
-    const batch = samples((c) => (c === 2 ? 7 : 9)).map((x, j) => ({ ...x, oldLogprobs: Array.from(old.logprobs[j]) }));
+    const batch = samples((c) => (c === 2 ? 7 : 9)).map((x, j) => ({ ...x, oldLogprobs: Array.from(old.logprobs[j]!) }));
     state = (await rt.update(state, batch, SETTINGS)).state;
   }
   assert.ok((await probe()) >= 0.9, `p(target | cue) = ${await probe()}`);
@@ -124,8 +124,8 @@ test('transformer runtime: rows whose caches do not fit the budget together run 
   const parts = await new TransformerRuntime(SPEC, counting).generate(theta, rows);
   assert.equal(runs, 3, '5 rows in runs of 2');
   parts.forEach((p, i) => {
-    assert.deepEqual(p.tokens, whole[i].tokens, `row ${i}`);
-    p.logprobs.forEach((lp, t) => assert.ok(Math.abs(lp - whole[i].logprobs[t]) <= 1e-5, `row ${i} token ${t}`));
+    assert.deepEqual(p.tokens, whole[i]!.tokens, `row ${i}`);
+    p.logprobs.forEach((lp, t) => assert.ok(Math.abs(lp - whole[i]!.logprobs[t]!) <= 1e-5, `row ${i} token ${t}`));
   });
 });
 

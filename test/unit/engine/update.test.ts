@@ -59,7 +59,7 @@ test('same base version and batch give bitwise-identical new weights and optimiz
   assert.ok(sameBits(a.exported.optimizerState, b.exported.optimizerState));
   assert.deepEqual(a.u.stepMetrics, b.u.stepMetrics);
   assert.equal(a.u.info.optimizerStep, 2);
-  const trained = results[0].samples.reduce((n, s) => n + s.lossMask.filter((m) => m === 1).length, 0);
+  const trained = results[0]!.samples.reduce((n, s) => n + s.lossMask.filter((m) => m === 1).length, 0);
   assert.equal(a.u.tokens, trained);
 });
 
@@ -117,7 +117,7 @@ test('Update is idempotent by request_id; stale bases are refused unless allowed
     assert.deepEqual(r.info, a.info);
     assert.deepEqual(r.metrics, a.metrics);
   }
-  assert.deepEqual((await engine.stats()).models[0].versions, [0, 1], 'one version was produced');
+  assert.deepEqual((await engine.stats()).models[0]!.versions, [0, 1], 'one version was produced');
 
   const reused = await fault(engine.update({ ...req, samples: samples.slice(1) }));
   assert.equal(reused.reason, 'REQUEST_ID_REUSED');
@@ -144,8 +144,8 @@ test('a non-finite update commits nothing and says so', async () => {
   assert.equal(e.code, 10); // ABORTED
   assert.match(e.message, /non-finite .* nothing was committed/);
   const stats = await engine.stats();
-  assert.deepEqual(stats.models[0].versions, [0]);
-  assert.equal(stats.models[0].latestVersion, 0);
+  assert.deepEqual(stats.models[0]!.versions, [0]);
+  assert.equal(stats.models[0]!.latestVersion, 0);
   // The engine still serves, and the same request id is free for a sane retry.
   const ok = await engine.update({ modelKey: 'm', baseVersion: 0, requestId: 'nf', samples, settings });
   assert.equal(ok.info.version, 1);
@@ -157,7 +157,7 @@ test('toy bandit: a few dozen updates push the target token above 0.9', async ()
   const target = 7;
   const G = 32;
   const probability = async (version: number) =>
-    Math.exp((await engine.score({ modelKey: 'bandit', version, sequences: [{ context: [1, 2], tokens: [target] }] })).sequences[0].logprobs[0]);
+    Math.exp((await engine.score({ modelKey: 'bandit', version, sequences: [{ context: [1, 2], tokens: [target] }] })).sequences[0]!.logprobs[0]!);
   const p0 = await probability(0);
   assert.ok(p0 < 0.2, `starts near uniform (p = ${p0})`);
   let version = 0;
@@ -180,7 +180,7 @@ test('toy bandit: a few dozen updates push the target token above 0.9', async ()
         context: [1, 2],
         tokens: s.tokens,
         lossMask: [1],
-        advantages: [rewards[i] - mean],
+        advantages: [rewards[i]! - mean],
         oldLogprobs: s.logprobs,
         lossWeights: [1 / G],
       })),
@@ -204,7 +204,7 @@ test('the version cache evicts least-recently-used versions beyond its cap, neve
     v = (await engine.update({ modelKey: 'm', baseVersion: v, requestId: `e${k}`, samples, settings })).info.version;
     await engine.score({ modelKey: 'm', version: 0, sequences: [{ context: [], tokens: [1] }] }); // keep v0 in use (a reference model)
   }
-  const model = (await engine.stats()).models[0];
+  const model = (await engine.stats()).models[0]!;
   assert.equal(model.latestVersion, 4);
   assert.deepEqual(model.versions, [0, 3, 4], 'v0 stays (used after every update); v1 and v2 were evicted');
   const e = await fault(engine.generate({ modelKey: 'm', version: 1, sequences: [{ context: [], seed: 1 }], sampling: { maxTokens: 1 } }));

@@ -80,8 +80,8 @@ test('bad requests are refused with the right reason and a clear message', async
   // Nothing changed, and the engine still serves.
   const stats = await engine.stats();
   assert.equal(stats.models.length, 1);
-  assert.deepEqual(stats.models[0].versions, [0]);
+  assert.deepEqual(stats.models[0]!.versions, [0]);
   assert.deepEqual(await engine.initModel({ modelKey: 'm', spec: SPEC, seed: 1 }), info, 'InitModel is idempotent');
   const ok = await engine.generate(gen());
-  assert.equal(ok.sequences[0].tokens.length, 3);
+  assert.equal(ok.sequences[0]!.tokens.length, 3);
 });

@@ -88,8 +88,8 @@ test('formatError prints one line plus the hint, no stack', () => {
   const out = formatError(configError({ TROUPE_DEVICE: 'tpu' }));
   const lines = out.split('\n');
   assert.equal(lines.length, 2);
-  assert.match(lines[0], /^troupe: TROUPE_DEVICE: must be auto, cpu, cuda or cuda:N$/);
-  assert.match(lines[1], /^  → /);
+  assert.match(lines[0]!, /^troupe: TROUPE_DEVICE: must be auto, cpu, cuda or cuda:N$/);
+  assert.match(lines[1]!, /^  → /);
 });
 
 test('checkpoint store: under the state dir by default, inline limit in bytes', () => {

@@ -15,8 +15,8 @@ function dirWith(files: Record<string, string>): string {
 test('the shipped migrations load, 001 first, numbers unique', () => {
   const ms = loadMigrations();
   assert.ok(ms.length >= 1);
-  assert.equal(ms[0].version, 1);
-  assert.equal(ms[0].file, '001_init.sql');
+  assert.equal(ms[0]!.version, 1);
+  assert.equal(ms[0]!.file, '001_init.sql');
   assert.equal(new Set(ms.map((m) => m.version)).size, ms.length);
 });
 
@@ -26,7 +26,7 @@ test('migrations sort by number, not by name', () => {
     ms.map((m) => m.version),
     [1, 2, 10],
   );
-  assert.equal(ms[0].checksum.length, 64);
+  assert.equal(ms[0]!.checksum.length, 64);
 });
 
 test('duplicate numbers and misnamed files are refused with what to do', () => {

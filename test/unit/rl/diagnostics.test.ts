@@ -25,25 +25,25 @@ test('advantage stats and zero-advantage groups per agent', () => {
 
   const a = 1 / (1 + 1e-6);
   // solver advantages [−a, 0, a, 0, 0]: mean 0; unbiased std = √(2a²/4) = a/√2; min −a, max a
-  assertClose([d.solver.advantage.mean, d.solver.advantage.std, d.solver.advantage.min, d.solver.advantage.max], [0, a / Math.SQRT2, -a, a]);
-  assert.equal(d.solver.groups, 2);
-  assert.equal(d.solver.zeroAdvantageGroupFraction, 0.5); // group b
-  assert.equal(d.verifier.zeroAdvantageGroupFraction, 1);
+  assertClose([d.solver!.advantage.mean, d.solver!.advantage.std, d.solver!.advantage.min, d.solver!.advantage.max], [0, a / Math.SQRT2, -a, a]);
+  assert.equal(d.solver!.groups, 2);
+  assert.equal(d.solver!.zeroAdvantageGroupFraction, 0.5); // group b
+  assert.equal(d.verifier!.zeroAdvantageGroupFraction, 1);
   // loss: token 0 ratio 1.5 > 1.2 with A > 0 → clipped; token 1 ratio 1 → not; entropy mean (1 + 3)/2
-  assert.equal(d.solver.clipFraction, 0.5);
-  assert.equal(d.solver.entropy, 2);
-  assertClose([d.solver.approxKl ?? NaN], [(0.5 - Math.log(1.5)) / 2]);
-  assert.equal(d.verifier.clipFraction, null);
+  assert.equal(d.solver!.clipFraction, 0.5);
+  assert.equal(d.solver!.entropy, 2);
+  assertClose([d.solver!.approxKl ?? NaN], [(0.5 - Math.log(1.5)) / 2]);
+  assert.equal(d.verifier!.clipFraction, null);
 });
 
 test('excluded samples (MC-GRPO pivots) are left out of the advantage stats', () => {
   // [1, 0, 0] → pivot excluded; trained advantages [1000, 0]
   const samples = [sample({ sampleId: 'a', reward: 1 }), sample({ sampleId: 'b', reward: 0 }), sample({ sampleId: 'c', reward: 0 })];
   const d = stepDiagnostics(samples, computeAdvantages(samples, { estimator: 'mc-grpo' }));
-  assert.equal(d.solver.samples, 3);
-  assert.equal(d.solver.trainedSamples, 2);
-  assertClose([d.solver.advantage.mean, d.solver.advantage.max], [500, 1000]);
-  assert.equal(d.solver.zeroAdvantageGroupFraction, 0);
+  assert.equal(d.solver!.samples, 3);
+  assert.equal(d.solver!.trainedSamples, 2);
+  assertClose([d.solver!.advantage.mean, d.solver!.advantage.max], [500, 1000]);
+  assert.equal(d.solver!.zeroAdvantageGroupFraction, 0);
 });
 
 test('merging loss diagnostics of token slices is token-weighted', () => {

@@ -29,20 +29,20 @@ export function group(rewards: number[], over: Partial<Sample> = {}): Sample[] {
 export function assertClose(actual: ArrayLike<number>, expected: ArrayLike<number>, tol = 1e-9, what = 'value'): void {
   assert.equal(actual.length, expected.length, `${what}: length`);
   for (let i = 0; i < expected.length; i++) {
-    const ok = Math.abs(actual[i] - expected[i]) <= tol * Math.max(1, Math.abs(expected[i]));
+    const ok = Math.abs(actual[i]! - expected[i]!) <= tol * Math.max(1, Math.abs(expected[i]!));
     assert.ok(ok, `${what}[${i}]: expected ${expected[i]}, got ${actual[i]}`);
   }
 }
 
 export function meanOf(xs: ArrayLike<number>): number {
   let s = 0;
-  for (let i = 0; i < xs.length; i++) s += xs[i];
+  for (let i = 0; i < xs.length; i++) s += xs[i]!;
   return s / xs.length;
 }
 
 export function unbiasedStdOf(xs: ArrayLike<number>): number {
   const m = meanOf(xs);
   let s = 0;
-  for (let i = 0; i < xs.length; i++) s += (xs[i] - m) ** 2;
+  for (let i = 0; i < xs.length; i++) s += (xs[i]! - m) ** 2;
   return Math.sqrt(s / (xs.length - 1));
 }

@@ -13,7 +13,7 @@ const one = (A: number, ratio: number, extra: Partial<PolicyLossInput> = {}, set
 test('inside the clip range the loss is −A·ratio and g = −A·ratio', () => {
   // A = 1, ratio 1.1 ∈ [0.8, 1.2]: L = −1.1; ∂L/∂logp = −A·ratio = −1.1
   const r = one(1, 1.1);
-  assertClose([r.loss, r.grad[0]], [-1.1, -1.1]);
+  assertClose([r.loss, r.grad[0]!], [-1.1, -1.1]);
   assert.equal(r.diagnostics.clipFraction, 0);
   // approx KL (k3 of old vs new) = ratio − 1 − log ratio = 0.1 − 0.0953102 = 0.0046898
   assertClose([r.diagnostics.approxKl], [0.1 - Math.log(1.1)]);
@@ -42,17 +42,17 @@ test('A < 0 with a large ratio: dual clip bounds the loss at −A·c = 3', () =>
   assert.equal(r.diagnostics.dualClipFraction, 1);
   // below c the unclipped branch stays: ratio 2 → L = 2, g = −A·ratio = 2
   const s = one(-1, 2);
-  assertClose([s.loss, s.grad[0]], [2, 2]);
+  assertClose([s.loss, s.grad[0]!], [2, 2]);
   // dual clip off: ratio 4 → L = 4, g = 4
   const t = one(-1, 4, {}, { dualClip: null });
-  assertClose([t.loss, t.grad[0]], [4, 4]);
+  assertClose([t.loss, t.grad[0]!], [4, 4]);
 });
 
 test('at a clip boundary the unclipped branch is chosen (the gradient flows)', () => {
   // ε_low = ε_high = 0: the range is [1, 1] and ratio = exp(0) = 1 sits exactly on it.
   // L1 = L2 = −2 → tie → unclipped branch: g = −A·ratio = −2; not counted as clipped.
   const r = policyLoss({ logp: [0], logpOld: [0], advantages: [2], weights: [1] }, { clipLow: 0, clipHigh: 0 });
-  assertClose([r.loss, r.grad[0]], [-2, -2]);
+  assertClose([r.loss, r.grad[0]!], [-2, -2]);
   assert.equal(r.diagnostics.clipFraction, 0);
 });
 
@@ -66,7 +66,7 @@ test('the log-ratio clamp at ±20 stops the gradient beyond it', () => {
 test('weights scale loss and gradient; zero-weight tokens do not count in diagnostics', () => {
   // token 0: A = 1, ratio 1.1, w = 0.25 → L = −0.275, g = −0.275; token 1 (w = 0) clipped but ignored
   const r = policyLoss({ logp: [Math.log(1.1), Math.log(1.5)], logpOld: [0, 0], advantages: [1, 1], weights: [0.25, 0] });
-  assertClose([r.loss, r.grad[0], r.grad[1]], [-0.275, -0.275, 0]);
+  assertClose([r.loss, r.grad[0]!, r.grad[1]!], [-0.275, -0.275, 0]);
   assert.equal(r.diagnostics.tokens, 1);
   assert.equal(r.diagnostics.clipFraction, 0);
 });
@@ -77,7 +77,7 @@ test('k1 KL adds coef·(logp − ref) to the loss and coef to g', () => {
     { logp: [-1], logpOld: [-1], advantages: [0], weights: [1], refLogp: [-1.5] },
     { kl: { type: 'k1', coef: 0.1 } },
   );
-  assertClose([r.loss, r.kl, r.grad[0]], [0.05, 0.5, 0.1]);
+  assertClose([r.loss, r.kl, r.grad[0]!], [0.05, 0.5, 0.1]);
 });
 
 test('low_var_kl (k3): exp(u) − u − 1 with u = ref − logp, clamped to [−10, 10]', () => {
@@ -86,13 +86,13 @@ test('low_var_kl (k3): exp(u) − u − 1 with u = ref − logp, clamped to [−
     { logp: [-1], logpOld: [-1], advantages: [0], weights: [1], refLogp: [-1.5] },
     { kl: { type: 'low_var_kl', coef: 1 } },
   );
-  assertClose([r.kl, r.grad[0]], [Math.exp(-0.5) - 0.5, 1 - Math.exp(-0.5)]);
+  assertClose([r.kl, r.grad[0]!], [Math.exp(-0.5) - 0.5, 1 - Math.exp(-0.5)]);
   // u = 3: e^3 − 4 = 16.09 → clamped to 10, gradient 0
   const c = policyLoss(
     { logp: [-4], logpOld: [-4], advantages: [0], weights: [1], refLogp: [-1] },
     { kl: { type: 'low_var_kl', coef: 1 } },
   );
-  assertClose([c.kl, c.grad[0]], [10, 0]);
+  assertClose([c.kl, c.grad[0]!], [10, 0]);
 });
 
 test('entropy bonus: loss −β·Σw·H; g excludes it, entropyGrad = −β·w', () => {
@@ -156,11 +156,11 @@ const caseArb = fc
 /** True when every token is at least `m` away from a kink of the loss (in ratio or k3 units). */
 function awayFromKinks({ settings: s, input }: Case, m = 1e-3): boolean {
   return input.logp.every((lp, t) => {
-    const ratio = Math.exp(lp - input.logpOld[t]);
-    const A = input.advantages[t];
+    const ratio = Math.exp(lp - input.logpOld[t]!);
+    const A = input.advantages[t]!;
     if (Math.abs(ratio - (1 - s.clipLow)) < m || Math.abs(ratio - (1 + s.clipHigh)) < m) return false;
     if (A < 0 && s.dualClip !== null && Math.abs(ratio - s.dualClip) < m) return false;
-    const u = input.refLogp[t] - lp;
+    const u = input.refLogp[t]! - lp;
     if (s.kl.type === 'low_var_kl' && Math.abs(Math.exp(u) - u - 1 - 10) < m) return false;
     return true;
   });
@@ -175,7 +175,7 @@ test('property: g_t matches a central finite difference of the loss (away from k
       c.input.logp.forEach((lp, t) => {
         const at = (x: number) => policyLoss({ ...c.input, logp: c.input.logp.map((v, k) => (k === t ? x : v)) }, c.settings).loss;
         const fd = (at(lp + h) - at(lp - h)) / (2 * h);
-        assert.ok(Math.abs(fd - out.grad[t]) <= 1e-5 * Math.max(1, Math.abs(fd)), `token ${t}: fd ${fd} vs g ${out.grad[t]}`);
+        assert.ok(Math.abs(fd - out.grad[t]!) <= 1e-5 * Math.max(1, Math.abs(fd)), `token ${t}: fd ${fd} vs g ${out.grad[t]}`);
       });
     }),
     { numRuns: 300 },
@@ -190,7 +190,7 @@ test('property: entropyGrad matches a finite difference in H', () => {
       c.input.entropy.forEach((H, t) => {
         const at = (x: number) => policyLoss({ ...c.input, entropy: c.input.entropy.map((v, k) => (k === t ? x : v)) }, c.settings).loss;
         const fd = (at(H + h) - at(H - h)) / (2 * h);
-        assert.ok(Math.abs(fd - out.entropyGrad[t]) <= 1e-7, `token ${t}: fd ${fd} vs e ${out.entropyGrad[t]}`);
+        assert.ok(Math.abs(fd - out.entropyGrad[t]!) <= 1e-7, `token ${t}: fd ${fd} vs e ${out.entropyGrad[t]}`);
       });
     }),
     { numRuns: 100 },
@@ -215,10 +215,10 @@ test('decoupled PPO: truncated importance weights, hand-computed', () => {
 test('decoupled PPO: w·L_pg with w on the loss equals the plain loss with advantages w·A', () => {
   // ratio 1.1 (inside the clip), A = 2, w = 0.5: L = 0.5·(−2·1.1) = −1.1, g = 0.5·(−2·1.1) = −1.1
   const r = policyLoss({ logp: [Math.log(1.1)], logpOld: [0], advantages: [2], weights: [1], isWeights: [0.5] });
-  assertClose([r.loss, r.grad[0]], [-1.1, -1.1]);
+  assertClose([r.loss, r.grad[0]!], [-1.1, -1.1]);
   // A = −1, ratio 4 with dual clip c = 3 and w = 2: L = 2·3 = 6, g = 0
   const d = policyLoss({ logp: [Math.log(4)], logpOld: [0], advantages: [-1], weights: [1], isWeights: [2] });
-  assertClose([d.loss, d.grad[0]], [6, 0]);
+  assertClose([d.loss, d.grad[0]!], [6, 0]);
   // the equivalence token by token, with a KL term that the weight must not scale
   const input = { logp: [Math.log(1.1), Math.log(1.5), Math.log(0.5), Math.log(4)], logpOld: [0, 0, 0, 0], advantages: [1, 1, -1, -1], weights: [0.25, 0.25, 0.25, 0.25], refLogp: [0.1, 0.2, -0.1, 0] };
   const w = [0.5, 5, 1.3, 2];

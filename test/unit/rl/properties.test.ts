@@ -62,12 +62,12 @@ test('property: with group-agent scope, grpo and rloo advantages have mean ≈ 0
       const r = computeAdvantages(samples, { estimator, options: { scope: 'group-agent' } });
       for (const set of setsOf(samples)) {
         if (set.length < 2) continue;
-        const m = set.reduce((acc, i) => acc + r.advantages[i], 0) / set.length;
+        const m = set.reduce((acc, i) => acc + r.advantages[i]!, 0) / set.length;
         // Rounding bound: deviations s − mean carry ~n ulps of the largest score, and grpo
         // divides them by std + 1e-6 ≥ 1e-6 (rewards 3e-13 apart give |A| ~ 1e-7 of pure rounding).
-        const maxScore = Math.max(...set.map((i) => Object.values(samples[i].rewards).reduce((a, v) => a + Math.abs(v), 0)));
+        const maxScore = Math.max(...set.map((i) => Object.values(samples[i]!.rewards).reduce((a, v) => a + Math.abs(v), 0)));
         const rounding = (4 * set.length * Number.EPSILON * maxScore) / (estimator === 'grpo' ? 1e-6 : 1);
-        const scale = Math.max(1, ...set.map((i) => Math.abs(r.advantages[i])));
+        const scale = Math.max(1, ...set.map((i) => Math.abs(r.advantages[i]!)));
         assert.ok(Math.abs(m) <= 1e-9 * scale + rounding, `${estimator}: set mean ${m}`);
       }
     }),
@@ -78,7 +78,7 @@ test('property: with group-agent scope, grpo and rloo advantages have mean ≈ 0
 test('property: grpo advantages do not change when a constant is added to one group’s rewards', () => {
   fc.assert(
     fc.property(samplesArb, fc.double({ min: -500, max: 500, noNaN: true }), (samples, c) => {
-      const shifted = samples.map((s) => (s.groupId === samples[0].groupId ? { ...s, rewards: { ...s.rewards, correct: s.rewards.correct + c } } : s));
+      const shifted = samples.map((s) => (s.groupId === samples[0]!.groupId ? { ...s, rewards: { ...s.rewards, correct: s.rewards.correct! + c } } : s));
       for (const normalizeStd of [true, false]) {
         const a = computeAdvantages(samples, { estimator: 'grpo', options: { normalizeStd } }).advantages;
         const b = computeAdvantages(shifted, { estimator: 'grpo', options: { normalizeStd } }).advantages;
@@ -89,7 +89,7 @@ test('property: grpo advantages do not change when a constant is added to one gr
           // tolerance: a few ulps of scores up to 2500 in magnitude, amplified at most by 1/(std + 1e-6)
           const ulps = 8 * Number.EPSILON * 2500;
           const tol = normalizeStd ? ulps / 1e-6 : ulps;
-          assert.ok(Math.abs(a[i] - b[i]) <= tol, `sample ${i}: ${a[i]} vs ${b[i]}`);
+          assert.ok(Math.abs(a[i]! - b[i]!) <= tol, `sample ${i}: ${a[i]} vs ${b[i]}`);
         });
       }
     }),
@@ -104,7 +104,7 @@ test('property: mc-grpo excludes exactly one sample per (group, agent) set, and 
       for (const set of setsOf(samples)) {
         const pivots = set.filter((i) => r.excluded[i]);
         assert.equal(pivots.length, 1);
-        assert.equal(r.advantages[pivots[0]], 0);
+        assert.equal(r.advantages[pivots[0]!], 0);
       }
     }),
     { numRuns: 200 },

@@ -50,12 +50,12 @@ test('per-role estimators: each role runs its own estimator through the registry
   // verifier mc-grpo on [1, 0, 0] → pivot v3 (ties by id: v2 < v3), A = [1000, 0, 0]
   assertClose(r.advantages, [-1.5, 1000, 0, 0, 1.5, 0]);
   assert.deepEqual(r.excluded, [false, false, false, false, false, true]);
-  assert.equal(r.diagnostics.solver.estimator, 'rloo');
-  assert.equal(r.diagnostics.verifier.estimator, 'mc-grpo');
+  assert.equal(r.diagnostics.solver!.estimator, 'rloo');
+  assert.equal(r.diagnostics.verifier!.estimator, 'mc-grpo');
 
   // Same numbers as calling the registry on each subset.
   const solverOnly = computeAdvantages(samples.filter((s) => s.agentId === 'solver'), { estimator: 'rloo' });
-  assertClose([r.advantages[0], r.advantages[2], r.advantages[4]], solverOnly.advantages);
+  assertClose([r.advantages[0]!, r.advantages[2]!, r.advantages[4]!], solverOnly.advantages);
 });
 
 test('per-role estimators: a role without a configured estimator is an error naming it', () => {

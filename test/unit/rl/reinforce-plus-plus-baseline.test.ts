@@ -28,7 +28,7 @@ test('reinforce++-baseline: whitening weights each sample by its trainable token
   const r = computeAdvantages(samples, { estimator: 'reinforce++-baseline' });
   assertClose(r.advantages, [0.25 / Math.sqrt(0.25 + 1e-8), -0.75 / Math.sqrt(0.25 + 1e-8)]);
   // token-weighted mean of the result is 0: 3·0.5 + 1·(−1.5) = 0
-  assert.ok(Math.abs(3 * r.advantages[0] + r.advantages[1]) < 1e-9);
+  assert.ok(Math.abs(3 * r.advantages[0]! + r.advantages[1]!) < 1e-9);
 });
 
 test('reinforce++-baseline: a singleton group uses mean 0 (as verl)', () => {

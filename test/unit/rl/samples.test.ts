@@ -11,7 +11,7 @@ const fourSamples = () => [sample(), sample(), sample(), sample()] as unknown as
 
 test('a NaN reward names the sample and the component', () => {
   const samples = fourSamples();
-  samples[3].rewards = { correct: NaN };
+  samples[3]!.rewards = { correct: NaN };
   assert.throws(() => computeAdvantages(samples, { estimator: 'grpo' }), {
     name: 'RlInputError',
     message: 'samples[3].rewards.correct: must be a finite number, got NaN',
@@ -20,15 +20,15 @@ test('a NaN reward names the sample and the component', () => {
 
 test('a missing group id is reported as required', () => {
   const samples = fourSamples();
-  delete samples[2].groupId;
+  delete samples[2]!.groupId;
   assert.throws(() => validateSamples(samples), /^RlInputError: samples\[2\]\.groupId: is required \(a non-empty string\)$/);
 });
 
 test('several issues are reported together, each with its path', () => {
   const samples = fourSamples();
-  samples[0].trainableTokens = -1;
-  samples[1].agentId = '';
-  samples[2].rewards = { score: Infinity };
+  samples[0]!.trainableTokens = -1;
+  samples[1]!.agentId = '';
+  samples[2]!.rewards = { score: Infinity };
   try {
     validateSamples(samples);
     assert.fail('expected an error');

@@ -67,7 +67,7 @@ test('group (global) scope does not: the verifier scale swamps the solver', () =
   const verifier = r.advantages.slice(4);
   assert.ok(Math.abs(meanOf(solver)) > 0.1, `solver mean ${meanOf(solver)}`); // ≈ −0.1154
   assert.ok(Math.abs(meanOf(verifier)) > 0.1, `verifier mean ${meanOf(verifier)}`); // ≈ 0.1538
-  assert.ok(solver[1] < 0 && solver[3] < 0, 'correct solver turns are pushed down');
+  assert.ok(solver[1]! < 0 && solver[3]! < 0, 'correct solver turns are pushed down');
 });
 
 test('every estimator honours the scope: sets are (group, agent), group, or the whole batch', () => {

@@ -75,7 +75,7 @@ test('property: broadcasting leaves every mask-0 token at 0 and every mask-1 tok
   fc.assert(
     fc.property(maskArb, fc.array(fc.double({ min: -50, max: 50, noNaN: true }), { minLength: 8, maxLength: 8 }), (ms, adv) => {
       const out = broadcastAdvantages(adv.slice(0, ms.length), ms);
-      ms.forEach((m, i) => m.forEach((bit, t) => assert.equal(out[i][t], bit === 1 ? adv[i] : 0)));
+      ms.forEach((m, i) => m.forEach((bit, t) => assert.equal(out[i]![t], bit === 1 ? adv[i] : 0)));
     }),
   );
 });
@@ -88,15 +88,15 @@ test('property: Σ w·L equals the aggregation written directly', () => {
       const N = trained.reduce((a, b) => a + b, 0);
       const S = trained.filter((n) => n > 0).length;
       const H = Math.max(...ms.map((m) => m.length));
-      const seqSum = ms.map((m, i) => m.reduce((acc, bit, t) => acc + bit * loss[i][t], 0));
+      const seqSum = ms.map((m, i) => m.reduce((acc, bit, t) => acc + bit * loss[i]![t]!, 0));
       let direct = 0;
       if (N > 0) {
         if (mode === 'token-mean') direct = seqSum.reduce((a, b) => a + b, 0) / N;
-        else if (mode === 'seq-mean-token-mean') direct = seqSum.reduce((a, s, i) => a + (trained[i] > 0 ? s / trained[i] : 0), 0) / S;
+        else if (mode === 'seq-mean-token-mean') direct = seqSum.reduce((a, s, i) => a + (trained[i]! > 0 ? s / trained[i]! : 0), 0) / S;
         else direct = seqSum.reduce((a, b) => a + b, 0) / (S * H);
       }
       const { weights, total } = aggregationWeights(ms, mode);
-      const viaWeights = weights.reduce((acc, w, i) => acc + w.reduce((a, wt, t) => a + wt * loss[i][t], 0), 0);
+      const viaWeights = weights.reduce((acc, w, i) => acc + w.reduce((a, wt, t) => a + wt * loss[i]![t]!, 0), 0);
       assert.ok(Math.abs(viaWeights - direct) < 1e-12, `${mode}: ${viaWeights} vs ${direct}`);
       const expectedTotal = N === 0 ? 0 : mode === 'seq-mean-token-sum-norm' ? N / (S * H) : 1;
       assert.ok(Math.abs(total - expectedTotal) < 1e-12, `${mode} total ${total} vs ${expectedTotal}`);

@@ -33,7 +33,7 @@ test('a damaged, truncated or missing file is an error naming it, never other by
   const ref = await store.put('r', 'm', 1, 'weights', bytes);
   const file = store.absolute(ref.file);
   const flipped = new Uint8Array(bytes);
-  flipped[500] ^= 1;
+  flipped[500]! ^= 1;
   fs.writeFileSync(file, flipped);
   await assert.rejects(store.read(ref), (e: Error) => e instanceof CheckpointFileError && e.message.includes(file) && /sha256 is [0-9a-f]{64}, the store recorded/.test(e.message));
   fs.writeFileSync(file, bytes.subarray(0, 999));
