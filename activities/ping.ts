@@ -23,7 +23,7 @@ export function createPingActivities(deps: { sql: Sql }) {
         on conflict (workflow_id) do nothing`;
       const [row] = await sql<{ id: number; workflow_id: string; message: string; created_at: Date }[]>`
         select id, workflow_id, message, created_at from pings where workflow_id = ${workflowId}`;
-      return { id: row.id, workflowId: row.workflow_id, message: row.message, createdAt: row.created_at.toISOString() };
+      return { id: row!.id, workflowId: row!.workflow_id, message: row!.message, createdAt: row!.created_at.toISOString() };
     },
   };
 }

@@ -92,7 +92,7 @@ async function main() {
       for (const c of plain) c.close();
     }
     const runs = (await client.stats()).generateBatches - runsBefore;
-    const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
+    const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
     const big = med(t.big);
     const line = (label: string, ms: number) =>
       console.log(`${label.padEnd(56)} ${fmt(ms, 2).padStart(7)} ms  ${fmt((64 * T) / (ms / 1000)).padStart(8)} tokens/s  ratio ${fmt(big / ms, 2)}`);
@@ -146,7 +146,7 @@ async function main() {
       const ctx = r.map((x) => Array.from(x.context));
       for (let t = 0; t < T; t++) {
         // One token per run; per-step seeds stand in for the per-token uniforms.
-        const out = await rt.generate(theta, r.map((x, b) => ({ ...x, context: ctx[b], maxTokens: 1, seedKey: [x.seedKey[0], t] })));
+        const out = await rt.generate(theta, r.map((x, b) => ({ ...x, context: ctx[b]!, maxTokens: 1, seedKey: [x.seedKey[0], t] })));
         out.forEach((o, b) => ctx[b]!.push(o.tokens[0]!));
       }
     });

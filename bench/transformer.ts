@@ -185,7 +185,7 @@ async function grpcRatio(name: string, spec: TransformerSpec): Promise<string> {
       grpc.push(g);
       direct.push(d);
     }
-    const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
+    const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
     return `${name}: engine over gRPC ${fmt(med(grpc), 1)} ms vs direct ${fmt(med(direct), 1)} ms per batch-32 Generate → ratio ${fmt(med(direct) / med(grpc), 2)} (goal ≥ 0.9)`;
   } finally {
     client.close();

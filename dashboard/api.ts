@@ -111,7 +111,7 @@ export async function listRuns(sql: Sql, q: Query) {
   const status = enumParam(q, 'status', RUN_STATUSES) ?? null;
   const where = sql`(${team}::text IS NULL OR r.team = ${team}) AND (${status}::text IS NULL OR r.status = ${status})`;
   const rows = await sql`SELECT ${runColumns(sql)} FROM runs r ${latestEval(sql)} WHERE ${where} ORDER BY r.created_at DESC, r.run_id LIMIT ${limit} OFFSET ${offset}`;
-  const [{ total }] = await sql`SELECT count(*)::int AS total FROM runs r WHERE ${where}`;
+  const { total } = (await sql`SELECT count(*)::int AS total FROM runs r WHERE ${where}`)[0]!;
   return { runs: rows.map(runRow), total: total as number, limit, offset };
 }
 
@@ -128,7 +128,7 @@ export async function getRunDetail(sql: Sql, runId: string, q: Query) {
   const events = await sql`
     SELECT id, step, kind, detail, at FROM (
       SELECT * FROM run_events WHERE run_id = ${runId} ORDER BY id DESC LIMIT ${eventLimit}) x ORDER BY id`;
-  const [{ steps }] = await sql`SELECT count(*)::int AS steps FROM steps WHERE run_id = ${runId}`;
+  const { steps } = (await sql`SELECT count(*)::int AS steps FROM steps WHERE run_id = ${runId}`)[0]!;
   return {
     run: runRow(row),
     config: row.config,
@@ -190,7 +190,7 @@ export async function listStepEpisodes(sql: Sql, runId: string, step: number, q:
   const rows = await sql`
     SELECT e.episode_id, e.task_id, e.group_index, e.episode_index, e.status, e.success, e.error, rw.total, t.turns
     FROM ${from} WHERE ${where} ORDER BY e.group_index, e.episode_index, e.episode_id LIMIT ${limit} OFFSET ${offset}`;
-  const [{ total }] = await sql`SELECT count(*)::int AS total FROM ${from} WHERE ${where}`;
+  const { total } = (await sql`SELECT count(*)::int AS total FROM ${from} WHERE ${where}`)[0]!;
   return {
     episodes: rows.map((r) => ({
       episodeId: r.episode_id,

@@ -114,7 +114,7 @@ async function route(opts: DashboardOptions, req: http.IncomingMessage, url: URL
     if (parts.length === 3) return getRunDetail(opts.sql, parts[2]!, q);
     if (parts.length === 4 && parts[3] === 'metrics') return getRunMetrics(opts.sql, parts[2]!, q);
     if (parts.length === 6 && parts[3] === 'steps' && parts[5] === 'episodes') {
-      const step = intParam(new URLSearchParams({ step: parts[4] }), 'step', undefined, -1, 1e9)!;
+      const step = intParam(new URLSearchParams({ step: parts[4]! }), 'step', undefined, -1, 1e9)!;
       return listStepEpisodes(opts.sql, parts[2]!, step, q);
     }
   }

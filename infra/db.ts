@@ -163,7 +163,7 @@ export async function checkDatabase(url: string, opts: { connectTimeout?: number
   const sql = connect(url, { max: 1, connectTimeout: opts.connectTimeout ?? 5 });
   try {
     const [row] = await sql<{ server_version: string }[]>`show server_version`;
-    return { serverVersion: row.server_version };
+    return { serverVersion: row!.server_version };
   } catch (err) {
     throw describeDbError(err, url);
   } finally {

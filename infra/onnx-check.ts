@@ -56,7 +56,7 @@ export async function checkExecutionProviders(): Promise<ProviderCheck[]> {
   try {
     const session = await ort.InferenceSession.create(model, { executionProviders: ['cpu'] });
     const out = await session.run({ x: new ort.Tensor('float32', new Float32Array([21]), [1]) });
-    const y = (out.y.data as Float32Array)[0];
+    const y = (out.y!.data as Float32Array)[0];
     await session.release();
     results.push({ name: 'cpu', ok: y === 42, detail: y === 42 ? 'session created and ran' : `wrong result ${y}` });
   } catch (err) {

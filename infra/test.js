@@ -50,9 +50,10 @@ async function main() {
   // tsx runs TypeScript without checking types, so the whole suite starts with the type check,
   // then the lint (layers, cycles, floating promises, ...).
   if (filters.length === 0) {
-    // Two projects: the Node code (tsconfig.json) and the dashboard's browser page (DOM types).
-    log('troupe test: type check (tsc --noEmit, tsconfig.json and dashboard/web)');
-    const tscOk = ['.', 'dashboard/web'].every(
+    // Three projects: the Node code (tsconfig.json), the tests (test/tsconfig.json) and the
+    // dashboard's browser page (DOM types).
+    log('troupe test: type check (tsc --noEmit: tsconfig.json, test, dashboard/web)');
+    const tscOk = ['.', 'test', 'dashboard/web'].every(
       (p) => require('node:child_process').spawnSync(process.execPath, [require.resolve('typescript/bin/tsc'), '--noEmit', '-p', path.join(repoRoot, p)], { cwd: repoRoot, stdio: 'inherit' }).status === 0,
     );
     if (!tscOk) {

@@ -52,7 +52,7 @@ export function stepDiagnostics(
   const out: Record<string, AgentStepDiagnostics> = {};
   for (const [agentId, indices] of byAgent) {
     const trained = indices.filter((i) => !result.excluded[i]);
-    const adv = Float64Array.from(trained, (i) => result.advantages[i]);
+    const adv = Float64Array.from(trained, (i) => result.advantages[i]!);
     const m = mean(adv);
 
     // A group has signal if any trained sample in it has a non-zero advantage.

@@ -231,9 +231,9 @@ export function policyLoss(input: PolicyLossInput, settings: Partial<PolicyLossS
     }
 
     const is = isWeights === undefined ? 1 : isWeights[t];
-    pg += w * is * L;
+    pg += w * is! * L;
     kl += w * klT;
-    grad[t] = w * (is * dL + klCoef * dKl);
+    grad[t] = w * (is! * dL + klCoef * dKl);
     if (entropy !== undefined) ent += w * entropy[t]!;
     if (s.entropyCoef !== 0) entropyGrad[t] = -s.entropyCoef * w;
 

@@ -84,9 +84,9 @@ interface VersionRow {
 
 /** The database's schema version (0 when it has no schema_version table). */
 export async function schemaVersion(sql: Sql): Promise<number> {
-  const [{ exists }] = await sql<{ exists: boolean }[]>`select to_regclass('schema_version') is not null as exists`;
+  const { exists } = (await sql<{ exists: boolean }[]>`select to_regclass('schema_version') is not null as exists`)[0]!;
   if (!exists) return 0;
-  const [{ v }] = await sql<{ v: number | null }[]>`select max(version)::int as v from schema_version`;
+  const { v } = (await sql<{ v: number | null }[]>`select max(version)::int as v from schema_version`)[0]!;
   return v ?? 0;
 }
 

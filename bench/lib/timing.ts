@@ -13,7 +13,7 @@ export interface Timing {
   cpu: number;
 }
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
 
 /** Median wall and CPU time (ms) of `reps` runs after one warm-up. */
 export async function time(reps: number, fn: () => Promise<unknown>): Promise<Timing> {

@@ -333,7 +333,7 @@ export class EngineClient {
   private async sendMerged(items: PendingGenerate[]): Promise<void> {
     if (items.length === 1) {
       const [only] = items;
-      return this.generateNow(only.req, { signal: only.opts.signal }).then(only.resolve, only.reject);
+      return this.generateNow(only!.req, { signal: only!.opts.signal }).then(only!.resolve, only!.reject);
     }
     const first = items[0]!.req;
     // The first caller's sampling is the request default; others' sequences carry theirs only if different.

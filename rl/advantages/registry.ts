@@ -158,7 +158,7 @@ export function computeAdvantagesByAgent(
   const diagnostics: Record<string, AdvantageDiagnostics> = {};
   for (const [agentId, indices] of indicesOf) {
     const { estimator, options } = resolved.get(agentId)!;
-    const subset: Sample[] = indices.map((i) => valid[i]);
+    const subset: Sample[] = indices.map((i) => valid[i]!);
     const result = estimator.estimate(subset, options);
     indices.forEach((i, k) => {
       advantages[i] = result.advantages[k]!;

@@ -98,6 +98,9 @@ class NameSource {
   }
 }
 
+/** N output names: a tuple when N is a literal, else string[]. */
+export type Outputs<N extends number, R extends string[] = []> = number extends N ? string[] : R['length'] extends N ? R : Outputs<N, [...R, string]>;
+
 export class Graph {
   readonly nodes: onnx.INodeProto[] = [];
   readonly inputs: onnx.IValueInfoProto[] = [];
@@ -136,8 +139,9 @@ export class Graph {
     return this.opN(opType, inputs, 1, attrs, hint)[0]!;
   }
 
-  opN(opType: string, inputs: string[], nOut: number, attrs: Record<string, Attr> = {}, hint?: string): string[] {
-    const outs = Array.from({ length: nOut }, () => this.fresh(hint ?? opType.toLowerCase()));
+  /** A node with `nOut` outputs; a literal `nOut` types the result as a tuple of that length. */
+  opN<N extends number>(opType: string, inputs: string[], nOut: N, attrs: Record<string, Attr> = {}, hint?: string): Outputs<N> {
+    const outs = Array.from({ length: nOut }, () => this.fresh(hint ?? opType.toLowerCase())) as Outputs<N>;
     this.nodes.push({
       opType,
       input: inputs,

@@ -70,10 +70,10 @@ export function samplingFeeds(rows: GenerateRow[], B: number, V: number): { feed
 
 /** Each row's tokens and log-probs from a rollout's [S, B] outputs, up to its stop token or maxTokens. */
 export function generatedRows(out: ort.InferenceSession.OnnxValueMapType, rows: GenerateRow[], B: number, V: number, stopMask: Uint8Array): GenerateRowResult[] {
-  const toks = out.tokens.data as BigInt64Array;
-  const lps = out.logprobs.data as Float32Array;
-  const slps = out.sample_logprobs.data as Float32Array;
-  const S = out.tokens.dims[0]!;
+  const toks = out.tokens!.data as BigInt64Array;
+  const lps = out.logprobs!.data as Float32Array;
+  const slps = out.sample_logprobs!.data as Float32Array;
+  const S = out.tokens!.dims[0]!;
   return rows.map((r, b) => {
     const res: GenerateRowResult = { tokens: [], logprobs: [], sampleLogprobs: [], stopReason: 'max_tokens' };
     for (let t = 0; t < S && t < r.maxTokens; t++) {
@@ -123,12 +123,12 @@ export function optimizerFeeds(state: OptimState, s: UpdateSettings): Record<str
 export function updateOutput(out: ort.InferenceSession.OnnxValueMapType, state: OptimState, K: number, tokens: number): UpdateOutput {
   return {
     state: {
-      theta: out.new_theta.data as Float32Array,
-      m: out.new_adam_m.data as Float32Array,
-      v: out.new_adam_v.data as Float32Array,
+      theta: out.new_theta!.data as Float32Array,
+      m: out.new_adam_m!.data as Float32Array,
+      v: out.new_adam_v!.data as Float32Array,
       step: state.step + K,
     },
-    steps: stepMetrics(out.metrics.data as Float32Array, K),
+    steps: stepMetrics(out.metrics!.data as Float32Array, K),
     tokens,
   };
 }

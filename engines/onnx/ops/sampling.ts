@@ -131,7 +131,7 @@ export function sampleStep(b: Graph, s: SamplingPrep, logits: string, logp: stri
   // Filtered rows: sort (only when some row needs it), keep top-k then top-p, inverse CDF in rank order.
   const f = b.subgraph('filtered_sampler');
   const [sortedVals, sortedIdx] = f.opN('TopK', [scaled, f.constant('int64', [V])], 2, { axis: int(-1), largest: int(1), sorted: int(1) });
-  const qs = f.op('Softmax', [sortedVals], { axis: int(-1) });
+  const qs = f.op('Softmax', [sortedVals!], { axis: int(-1) });
   const keepK = f.op('Less', [s.ranks, s.kEff]);
   const qk = f.op('Where', [keepK, qs, zero]);
   const totK = lastColumn(f, f.op('CumSum', [qk, f.constant('int64', 1)]));

@@ -52,7 +52,7 @@ export function backward(
         ? g.op('Sub', [one, g.op('Mul', [a, a])])
         : g.op('Cast', [g.op('Greater', [a, g.constant(ft, 0)])], { to: int(ft === 'float32' ? 1 : 11) });
     const dPre = g.op('Mul', [dh, dAct]);
-    const input = l === 0 ? fw.x : fw.h[l - 1];
+    const input = l === 0 ? fw.x : fw.h[l - 1]!;
     dW[l] = tMatMul(input, dPre);
     db[l] = rowSum(dPre);
     const dIn = matMulT(dPre, p.w[l]!);

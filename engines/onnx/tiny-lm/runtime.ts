@@ -68,8 +68,8 @@ export class TinyLmRuntime implements ModelRuntime {
         windows: i64(windows, [N, W]),
         targets: i64(targets, [N]),
       });
-      lp.set((out.logprobs.data as Float32Array).subarray(0, n), start);
-      ent.set((out.entropy.data as Float32Array).subarray(0, n), start);
+      lp.set((out.logprobs!.data as Float32Array).subarray(0, n), start);
+      ent.set((out.entropy!.data as Float32Array).subarray(0, n), start);
     }
     const logprobs: Float32Array[] = [];
     const entropy: Float32Array[] = [];

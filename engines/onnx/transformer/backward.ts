@@ -73,19 +73,19 @@ export function backward(o: Ops, w: Weights, fw: ForwardValues, tokens: string, 
     if (s.mlp === 'gelu') {
       const [z, t] = sv.pre;
       const dAct = linearBack(sv.act, dh, L, '2', F, D);
-      const dInner = o.op('Mul', [o.c(GELU_C), o.op('Add', [o.c(1), o.op('Mul', [o.c(3 * GELU_A), o.op('Mul', [z, z])])])]);
+      const dInner = o.op('Mul', [o.c(GELU_C), o.op('Add', [o.c(1), o.op('Mul', [o.c(3 * GELU_A), o.op('Mul', [z, z!])])])]);
       const slope = o.op('Add', [
-        o.op('Mul', [o.c(0.5), o.op('Add', [o.c(1), t])]),
-        o.op('Mul', [o.op('Mul', [o.op('Mul', [o.c(0.5), z]), o.op('Sub', [o.c(1), o.op('Mul', [t, t])])]), dInner]),
+        o.op('Mul', [o.c(0.5), o.op('Add', [o.c(1), t!])]),
+        o.op('Mul', [o.op('Mul', [o.op('Mul', [o.c(0.5), z!]), o.op('Sub', [o.c(1), o.op('Mul', [t, t!])])]), dInner]),
       ]);
       dn2 = linearBack(sv.n2, o.op('Mul', [dAct, slope]), L, '1', D, F);
     } else {
       const [gate, up] = sv.pre;
       const dAct = linearBack(sv.act, dh, L, 'd', F, D);
-      const sig = o.op('Sigmoid', [gate]);
+      const sig = o.op('Sigmoid', [gate!]);
       const silu = o.op('Mul', [gate, sig]);
       const dSilu = o.op('Mul', [sig, o.op('Add', [o.c(1), o.op('Mul', [gate, o.op('Sub', [o.c(1), sig])])])]);
-      const dGate = o.op('Mul', [o.op('Mul', [dAct, up]), dSilu]);
+      const dGate = o.op('Mul', [o.op('Mul', [dAct, up!]), dSilu]);
       const dUp = o.op('Mul', [dAct, silu]);
       dn2 = o.op('Add', [linearBack(sv.n2, dGate, L, 'g', D, F), linearBack(sv.n2, dUp, L, 'u', D, F)]);
     }

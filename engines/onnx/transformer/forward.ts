@@ -176,7 +176,7 @@ export interface LayerSaved {
   ln2: NormSaved;
   n2: string;
   /** MLP pre-activations: GELU: [z, tanh(c·(z + a·z³))]; SwiGLU: [gate, up] */
-  pre: string[];
+  pre: [string, string];
   /** MLP activation fed to the down projection */
   act: string;
 }
@@ -246,7 +246,7 @@ export function attend(o: Ops, q: string, k: string, v: string, mask: string): {
   return { p, ctx: o.fromHeads(o.op('MatMul', [p, v])) };
 }
 
-function mlp(o: Ops, w: Weights, n2: string, layer: string): { pre: string[]; act: string; out: string } {
+function mlp(o: Ops, w: Weights, n2: string, layer: string): { pre: [string, string]; act: string; out: string } {
   if (o.spec.mlp === 'gelu') {
     const z = linear(o, w, n2, layer, '1');
     const { y: act, t } = gelu(o, z);

@@ -94,11 +94,11 @@ export function buildTransformerGenerateGraph(spec: TransformerSpec): Uint8Array
         cachesOut.push(cache);
         return b.op('Unsqueeze', [cache, ob.i64([2])]); // [B, Hkv, 1, T, hd]
       });
-      const { k: kc, v: vc } = fw.layers[l]; // context keys / values [B, Hkv, 1, C, hd]
-      const scores = b.op('Concat', [maskedScores(ob, q, kc, keyValid), maskedScores(ob, q, kg, genVisible)], { axis: int(-1) });
+      const { k: kc, v: vc } = fw.layers[l]!; // context keys / values [B, Hkv, 1, C, hd]
+      const scores = b.op('Concat', [maskedScores(ob, q, kc, keyValid), maskedScores(ob, q, kg!, genVisible)], { axis: int(-1) });
       const p = b.op('Softmax', [scores], { axis: int(-1) });
       const part = (from: string, to: string, values: string) => b.op('MatMul', [b.op('Slice', [p, from, to, ob.i64([-1])]), values]);
-      return ob.fromHeads(b.op('Add', [part(ob.i64([0]), cEnd, vc), part(cEnd, ob.i64([2 ** 62]), vg)]));
+      return ob.fromHeads(b.op('Add', [part(ob.i64([0]), cEnd, vc), part(cEnd, ob.i64([2 ** 62]), vg!)]));
     }).h;
   }
   const next = headLogits(ob, w, h);

@@ -188,7 +188,7 @@ class Model {
           const kv = Math.floor(hh / group);
           const scores: number[] = [];
           for (let j = 0; j <= i; j++) scores.push(t.scale(t.dot(qp[hh]!, k[j]![kv]!), 1 / Math.sqrt(hd)));
-          const m = Math.max(...scores.map((x) => t.val[x]));
+          const m = Math.max(...scores.map((x) => t.val[x]!));
           const e = scores.map((x) => t.exp(t.shift(x, -m)));
           const inv = t.recip(t.sum(e));
           for (let d = 0; d < hd; d++) out.push(t.sum(e.map((ej, j) => t.mul(t.mul(ej, inv), v[j]![kv]![d]!))));
@@ -217,7 +217,7 @@ class Model {
   /** log-softmax nodes of one logit row. */
   logSoftmax(z: number[]): number[] {
     const t = this.t;
-    const m = Math.max(...z.map((x) => t.val[x]));
+    const m = Math.max(...z.map((x) => t.val[x]!));
     const lse = t.shift(t.log(t.sum(z.map((x) => t.exp(t.shift(x, -m))))), m);
     return z.map((x) => t.sub(x, lse));
   }
@@ -234,7 +234,7 @@ export function referenceForward(spec: TransformerSpec, theta: ArrayLike<number>
   const m = new Model(spec, theta);
   const logits = seqs.map((seq) => m.logits(seq));
   const logp = logits.map((rows) => rows.map((z) => m.logSoftmax(z)));
-  const vals = (nodes: number[][][]) => nodes.map((rows) => rows.map((r) => r.map((x) => m.t.val[x])));
+  const vals = (nodes: number[][][]) => nodes.map((rows) => rows.map((r) => r.map((x) => m.t.val[x]!)));
   return { logits: vals(logits), logp: vals(logp) };
 }
 

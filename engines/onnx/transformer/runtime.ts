@@ -133,8 +133,8 @@ export class TransformerRuntime implements ModelRuntime {
       tokens: i64(grid.tokens, [grid.B, grid.S]),
       targets: i64(grid.targets, [grid.B, grid.S]),
     });
-    const lp = out.logprobs.data as Float32Array;
-    const ent = out.entropy.data as Float32Array;
+    const lp = out.logprobs!.data as Float32Array;
+    const ent = out.entropy!.data as Float32Array;
     const at = (b: number, s: ScoreSequence) => b * grid.S + s.context.length - 1; // predicts tokens[0]
     return {
       logprobs: seqs.map((s, b) => lp.slice(at(b, s), at(b, s) + s.tokens.length)),

@@ -37,7 +37,7 @@ it('a SIGSTOPped engine is found hung within 30 s, restarted, and the run ends b
   while (!stoppedAt) {
     const d = await handle.describe();
     const pending = (d.raw.pendingActivities ?? []).map((a) => a.activityType?.name ?? '');
-    const [{ n }] = await h.db.sql`SELECT count(*)::int AS n FROM versions WHERE run_id = 'hang-stopped'`;
+    const { n } = (await h.db.sql`SELECT count(*)::int AS n FROM versions WHERE run_id = 'hang-stopped'`)[0]!;
     // versions: 1 = only v0 (step 0 running), 2 = step 0 committed
     const activity = pending.find((a) => a === 'rolloutBatch' || a === 'updateModel');
     if (n >= 2 && activity) {

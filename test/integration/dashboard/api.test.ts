@@ -120,7 +120,7 @@ describe('dashboard API', () => {
     const high = (await getJson(`${dash.url}/api/runs/${runId}/steps/0/episodes?minReward=${threshold}`)).body;
     assert.equal(high.total, [...want.values()].filter((v) => v >= threshold).length);
     const completed = (await getJson(`${dash.url}/api/runs/${runId}/steps/0/episodes?status=completed`)).body;
-    const [{ n }] = await h.db.sql`SELECT count(*)::int AS n FROM episodes WHERE run_id = ${runId} AND step = 0 AND split = 'train' AND status = 'completed'`;
+    const { n } = (await h.db.sql`SELECT count(*)::int AS n FROM episodes WHERE run_id = ${runId} AND step = 0 AND split = 'train' AND status = 'completed'`)[0]!;
     assert.equal(completed.total, n);
     const evals = (await getJson(`${dash.url}/api/runs/${runId}/steps/0/episodes?split=eval`)).body;
     assert.equal(evals.total, RUN.evalTasks);
@@ -150,7 +150,7 @@ describe('dashboard API', () => {
 
   it("keeps each trained turn's advantage with its step's update (batched), none on eval turns", async () => {
     for (let step = 0; step < RUN.steps; step++) assertAdvantages(await advantagesOf(h.db.sql, runId, step));
-    const [{ n }] = await h.db.sql`SELECT count(*)::int AS n FROM turns t JOIN episodes e USING (episode_id) WHERE e.run_id = ${runId} AND e.split = 'eval' AND t.advantage IS NOT NULL`;
+    const { n } = (await h.db.sql`SELECT count(*)::int AS n FROM turns t JOIN episodes e USING (episode_id) WHERE e.run_id = ${runId} AND e.split = 'eval' AND t.advantage IS NOT NULL`)[0]!;
     assert.equal(n, 0);
   });
 
@@ -185,7 +185,7 @@ describe('dashboard API', () => {
   it("keeps each trained turn's advantage in durable mode too", async () => {
     const durable = 'dash-api-durable';
     await h.env.client.workflow.execute('trainingRun', { taskQueue: h.taskQueue, workflowId: durable, args: [{ ...RUN, steps: 1, evalEvery: 0, rollout: 'durable' }] });
-    const [{ mode }] = await h.db.sql`SELECT DISTINCT mode FROM episodes WHERE run_id = ${durable} AND split = 'train'`;
+    const { mode } = (await h.db.sql`SELECT DISTINCT mode FROM episodes WHERE run_id = ${durable} AND split = 'train'`)[0]!;
     assert.equal(mode, 'durable');
     assertAdvantages(await advantagesOf(h.db.sql, durable, 0));
     const [ep] = await h.db.sql`SELECT episode_id FROM episodes WHERE run_id = ${durable} AND split = 'train' AND status <> 'failed' ORDER BY episode_id LIMIT 1`;

@@ -111,10 +111,10 @@ describe('dashboard pages', { skip }, () => {
     assert.ok(advantages.every((a) => typeof a.advantage === 'number'), 'a train turn of a completed step has its advantage');
     assert.deepEqual(await page.locator('.turn .advantage').allInnerTexts(), advantages.map((a) => (a.advantage as number).toFixed(4)));
     // Every generated token is shown, shaded by its loss mask.
-    const [{ trained, untrained }] = await h.db.sql`
+    const { trained, untrained } = (await h.db.sql`
       SELECT sum((SELECT count(*) FROM unnest(loss_mask) m WHERE m = 1))::int AS trained,
              sum((SELECT count(*) FROM unnest(loss_mask) m WHERE m = 0))::int AS untrained
-      FROM turns WHERE episode_id = ${ep!.episode_id}`;
+      FROM turns WHERE episode_id = ${ep!.episode_id}`)[0]!;
     assert.equal(await page.locator('#turns .tok.masked').count(), trained);
     assert.equal(await page.locator('#turns .tok.unmasked').count(), untrained);
     await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-episode.png'), fullPage: true });

@@ -46,7 +46,7 @@ test('embedded PostgreSQL: init once, start, migrate, query, stop, start again w
   let sql = connect(first.url);
   await migrate(sql);
   await sql`insert into pings (workflow_id, message) values ('embedded-test', 'kept')`;
-  const [{ version }] = await sql`select current_setting('server_version') as version`;
+  const { version } = (await sql`select current_setting('server_version') as version`)[0]!;
   assert.match(version, /^\d+/);
   await sql.end();
 

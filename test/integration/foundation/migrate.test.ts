@@ -17,7 +17,7 @@ test('migrations apply in order on an empty database, and a second run is a no-o
     assert.equal(first.from, 0);
     assert.equal(first.to, newest());
     assert.deepEqual(first.applied, loadMigrations().map((m) => m.file));
-    const [{ n }] = await db.sql`select count(*) as n from pings`;
+    const { n } = (await db.sql`select count(*) as n from pings`)[0]!;
     assert.equal(n, 0);
 
     const second = await migrate(db.sql);
@@ -65,7 +65,7 @@ test('a failing migration leaves nothing behind (its own transaction)', async ()
   try {
     await assert.rejects(migrate(db.sql, { dir }), /no_such_table/);
     assert.equal(await schemaVersion(db.sql), 1);
-    const [{ b }] = await db.sql`select to_regclass('b') is not null as b`;
+    const { b } = (await db.sql`select to_regclass('b') is not null as b`)[0]!;
     assert.equal(b, false);
   } finally {
     await db.drop();

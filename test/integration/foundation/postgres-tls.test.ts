@@ -25,8 +25,8 @@ async function usesTls(url: string, tls = {}): Promise<boolean> {
 test('PostgreSQL TLS: sslmode and sslrootcert, from the URL or PG* settings, on a real server', async (t) => {
   const server = await testDatabaseServer();
   const admin = connect(server.url, { max: 1 });
-  const [{ ssl }] = await admin<{ ssl: string }[]>`SHOW ssl`;
-  const [{ ssl_cert_file: certFile }] = await admin<{ ssl_cert_file: string }[]>`SHOW ssl_cert_file`;
+  const { ssl } = (await admin<{ ssl: string }[]>`SHOW ssl`)[0]!;
+  const { ssl_cert_file: certFile } = (await admin<{ ssl_cert_file: string }[]>`SHOW ssl_cert_file`)[0]!;
   await admin.end({ timeout: 1 });
   if (ssl !== 'on' || !fs.existsSync(certFile)) {
     t.skip(`the test PostgreSQL server has ssl=${ssl}${ssl === 'on' ? ` and its certificate ${certFile} is not readable here` : ''}`);

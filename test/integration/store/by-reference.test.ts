@@ -56,8 +56,8 @@ describe('weights by reference', () => {
         assert.equal((await locateVersion(h.db.sql, run, 'policy', v.version))!.bytes.kind, 'files', `${run} v${v.version} stored by reference`);
         return (await getVersion(h.db.sql, h.db.checkpoints, run, 'policy', v.version))!;
       }));
-      assert.deepEqual(resumed.weights, twin.weights, `v${v.version}: weights bit-identical`);
-      assert.deepEqual(resumed.optimizerState, twin.optimizerState, `v${v.version}: optimizer state bit-identical`);
+      assert.deepEqual(resumed!.weights, twin!.weights, `v${v.version}: weights bit-identical`);
+      assert.deepEqual(resumed!.optimizerState, twin!.optimizerState, `v${v.version}: optimizer state bit-identical`);
     }
   });
 

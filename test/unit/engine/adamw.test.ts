@@ -72,10 +72,10 @@ async function runAdamwGraph(s: ort.InferenceSession, theta: Float32Array, m: Fl
     bc2_sqrt: scalar(h.bc2Sqrt),
   });
   return {
-    theta: out.new_theta.data as Float32Array,
-    m: out.new_adam_m.data as Float32Array,
-    v: out.new_adam_v.data as Float32Array,
-    norm: (out.grad_norm.data as Float32Array)[0],
+    theta: out.new_theta!.data as Float32Array,
+    m: out.new_adam_m!.data as Float32Array,
+    v: out.new_adam_v!.data as Float32Array,
+    norm: (out.grad_norm!.data as Float32Array)[0],
   };
 }
 
@@ -96,7 +96,7 @@ test('one AdamW step in ONNX equals the TypeScript reference bit for bit', async
     const h: Hyper = { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay, maxGradNorm, stepSize: bc.stepSize[0]!, bc2Sqrt: bc.bc2Sqrt[0]! };
     const got = await runAdamwGraph(s, theta, m, v, grad, h);
     const normRef = Math.sqrt(grad.reduce((a, g) => a + g * g, 0));
-    assert.ok(Math.abs(got.norm - normRef) < 1e-5 * normRef, `grad norm ${got.norm} vs ${normRef}`);
+    assert.ok(Math.abs(got.norm! - normRef) < 1e-5 * normRef, `grad norm ${got.norm} vs ${normRef}`);
     const ref = adamwReference(theta, m, v, grad, got.norm, h);
     assert.ok(sameBits(got.m, ref.m), 'first moment');
     assert.ok(sameBits(got.v, ref.v), 'second moment');
@@ -168,7 +168,7 @@ test('an update-graph step is its own gradient, clipped, through the AdamW step'
     kl_is_k3: new ort.Tensor('bool', Uint8Array.of(1), []),
     entropy_coef: scalar(0),
   });
-  const grad = out.grad.data as Float32Array;
+  const grad = out.grad!.data as Float32Array;
   const bc = biasCorrections(Math.fround(SETTINGS.lr), Math.fround(0.9), Math.fround(0.999), 1, 1);
   const h: Hyper = { ...SETTINGS, stepSize: bc.stepSize[0]!, bc2Sqrt: bc.bc2Sqrt[0]! };
   const step = await runAdamwGraph(await session(buildAdamwGraph()), theta, state.m, state.v, grad, h);

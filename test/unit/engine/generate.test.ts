@@ -66,7 +66,7 @@ test('a sequence gets the same result alone, in one big batch, or coalesced with
   }));
   // Alone: one call at a time (each run has one real row).
   const alone: GeneratedSequence[] = [];
-  for (const c of calls) alone.push((await engine.generate(req([c.seq], c.sampling))).sequences[0]!);
+  for (const c of calls) alone.push((await engine.generate(req([c.seq], c.sampling!))).sequences[0]!);
   // One batch per sampling setting, sequences in reverse order.
   for (const [k, s] of settings.entries()) {
     const group = calls.map((c, i) => ({ c, i })).filter(({ i }) => i % settings.length === k).reverse();
@@ -75,7 +75,7 @@ test('a sequence gets the same result alone, in one big batch, or coalesced with
   }
   // All at once, concurrently: coalesced into shared runs with mixed settings.
   const before = await engine.stats();
-  const together = await Promise.all(calls.map((c) => engine.generate(req([c.seq], c.sampling))));
+  const together = await Promise.all(calls.map((c) => engine.generate(req([c.seq], c.sampling!))));
   together.forEach((out, i) => assertSame(out.sequences[0]!, alone[i]!, `concurrent call ${i}`));
   const after = await engine.stats();
   const runs = after.generateBatches - before.generateBatches;
@@ -104,7 +104,7 @@ async function distribution(engine: Awaited<ReturnType<typeof engineWithModel>>,
     version: 3,
     sequences: Array.from({ length: V }, (_, v) => ({ context, tokens: [v] })),
   });
-  return out.sequences.map((s) => s.logprobs[0]);
+  return out.sequences.map((s) => s.logprobs[0]!);
 }
 
 test('greedy and top_k = 1 pick the most likely token; stop tokens end the sequence', async () => {

@@ -71,7 +71,7 @@ async function check(spec: TinyLmSpec, s: Settings): Promise<void> {
   const grad = await session(buildGradGraph(spec, 'float64'));
   const run = async (t: Float64Array) => {
     const out = await grad.run({ ...feeds, theta: new ort.Tensor('float64', t, [P]) });
-    return { loss: (out.loss.data as Float64Array)[0], grad: out.grad.data as Float64Array };
+    return { loss: (out.loss!.data as Float64Array)[0], grad: out.grad!.data as Float64Array };
   };
   const base = await run(theta);
   assert.ok(Number.isFinite(base.loss));
@@ -83,7 +83,7 @@ async function check(spec: TinyLmSpec, s: Settings): Promise<void> {
     plus[i]! += h;
     const minus = theta.slice();
     minus[i]! -= h;
-    const fd = ((await run(plus)).loss - (await run(minus)).loss) / (2 * h);
+    const fd = ((await run(plus)).loss! - (await run(minus)).loss!) / (2 * h);
     const err = Math.abs(fd - base.grad[i]!) / Math.max(1, Math.abs(fd));
     worst = Math.max(worst, err);
     if (Math.abs(fd) > 1e-6) nonZero++;
@@ -103,7 +103,7 @@ async function check(spec: TinyLmSpec, s: Settings): Promise<void> {
     feeds32[k] = v.type === 'float64' ? new ort.Tensor('float32', Float32Array.from(v.data as Float64Array), v.dims) : v;
   }
   const out32 = await grad32.run({ ...feeds32, theta: new ort.Tensor('float32', Float32Array.from(theta), [P]) });
-  const g32 = out32.grad.data as Float32Array;
+  const g32 = out32.grad!.data as Float32Array;
   const scale = Math.max(...Array.from(base.grad, Math.abs));
   for (let i = 0; i < P; i++) assert.ok(Math.abs(g32[i]! - base.grad[i]!) < 2e-4 * scale, `float32 grad ${i}: ${g32[i]} vs ${base.grad[i]}`);
 }
@@ -133,7 +133,7 @@ test('the graph forward equals a plain TypeScript forward (float32 vs float64)',
       windows: new ort.Tensor('int64', BigInt64Array.from(windows.flat(), BigInt), [3, 4]),
       targets: new ort.Tensor('int64', BigInt64Array.from([target, target, target], BigInt), [3]),
     });
-    const lp = out.logprobs.data as Float32Array;
+    const lp = out.logprobs!.data as Float32Array;
     windows.forEach((w, i) => assert.ok(Math.abs(lp[i]! - referenceLogp(spec, theta, w)[target]!) < 1e-5));
   }
 });

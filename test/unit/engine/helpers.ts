@@ -50,16 +50,16 @@ export function referenceLogp(spec: TinyLmSpec, theta: ArrayLike<number>, window
     const out: number[] = [];
     for (let j = 0; j < H; j++) {
       let z = at(`b${l}`, j);
-      for (let i = 0; i < input.length; i++) z += input[i]! * at(`w${l}`, i * H + j);
-      out.push(l === 0 ? act(z) : h[j]! + act(z));
+      for (let i = 0; i < input.length; i++) z! += input[i]! * at(`w${l}`, i * H + j)!;
+      out.push(l === 0 ? act(z!) : h[j]! + act(z!));
     }
     h = out;
   }
   const logits: number[] = [];
   for (let v = 0; v < V; v++) {
     let z = at('bo', v);
-    for (let j = 0; j < H; j++) z += h[j]! * at('wo', j * V + v);
-    logits.push(z);
+    for (let j = 0; j < H; j++) z! += h[j]! * at('wo', j * V + v)!;
+    logits.push(z!);
   }
   const m = Math.max(...logits);
   const lse = m + Math.log(logits.reduce((a, z) => a + Math.exp(z - m), 0));

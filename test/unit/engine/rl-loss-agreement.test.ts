@@ -104,7 +104,7 @@ test('in-graph PPO/KL loss and ∂loss/∂logp agree with rl/loss.ts', async () 
     assert.ok(close(one('loss'), ref.loss), `loss ${one('loss')} vs ${ref.loss}`);
     assert.ok(close(one('pg'), ref.pg), 'pg');
     assert.ok(close(one('kl'), ref.kl), 'kl');
-    const grad = out.grad.data as Float64Array;
+    const grad = out.grad!.data as Float64Array;
     for (let t = 0; t < n; t++) {
       assert.ok(close(grad[t]!, ref.grad[t]!), `token ${t}: graph ${grad[t]} vs rl/loss ${ref.grad[t]}`);
       if (grad[t] === 0 && x.w[t] !== 0) seen.zeroGrad++;

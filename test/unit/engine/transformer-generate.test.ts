@@ -63,9 +63,9 @@ async function generate(s: ort.InferenceSession, spec: TransformerSpec, theta: F
     max_tokens: new ort.Tensor('int64', BigInt64Array.from(rows, (r) => BigInt(r.maxTokens)), [B]),
     steps: new ort.Tensor('int64', BigInt64Array.of(BigInt(steps)), []),
   });
-  const S = out.tokens.dims[0]!;
-  const toks = out.tokens.data as BigInt64Array;
-  const lps = out.logprobs.data as Float32Array;
+  const S = out.tokens!.dims[0]!;
+  const toks = out.tokens!.data as BigInt64Array;
+  const lps = out.logprobs!.data as Float32Array;
   return {
     S,
     rows: rows.map((r, b) => ({
@@ -92,7 +92,7 @@ for (const [name, spec] of SPECS) {
       tokens: new ort.Tensor('int64', BigInt64Array.from(full.flatMap(pad), BigInt), [ROWS.length, S]),
       targets: new ort.Tensor('int64', BigInt64Array.from(full.flatMap((f) => pad(f.slice(1))), BigInt), [ROWS.length, S]),
     });
-    const scoreLp = scored.logprobs.data as Float32Array;
+    const scoreLp = scored.logprobs!.data as Float32Array;
     const ref = referenceForward(spec, theta, full);
     let worst = 0;
     ROWS.forEach((r, b) => {
@@ -111,7 +111,7 @@ for (const [name, spec] of SPECS) {
     });
     // The sampled rows are not degenerate (the policy is far from uniform, tokens vary).
     const all = out.rows.flatMap((r) => r.tokens);
-    assert.ok(new Set(all).size > 2 && out.rows.flatMap((r) => r.logprobs).some((lp) => lp > Math.log(1 / spec.vocabSize) + 0.5));
+    assert.ok(new Set(all).size > 2 && out.rows.flatMap((r) => r.logprobs).some((lp) => lp! > Math.log(1 / spec.vocabSize) + 0.5));
     console.log(`# ${name}: max |generate − score| = ${worst.toExponential(2)}`);
 
     // Rows stop at max_tokens; the loop exits once every row is done.

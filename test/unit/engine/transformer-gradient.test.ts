@@ -110,7 +110,7 @@ async function gradRunner(spec: TransformerSpec, base: Record<string, ort.Tensor
   const grad = await session64(buildTransformerGradGraph(spec, 'float64', headChunk));
   return async (t: Float64Array) => {
     const out = await grad.run({ ...base, theta: new ort.Tensor('float64', t, [P]) });
-    return { loss: (out.loss.data as Float64Array)[0], grad: out.grad.data as Float64Array };
+    return { loss: (out.loss!.data as Float64Array)[0], grad: out.grad!.data as Float64Array };
   };
 }
 
@@ -130,7 +130,7 @@ async function finiteDifferenceCheck(spec: TransformerSpec, s: Settings, headChu
     plus[i]! += h;
     const minus = theta.slice();
     minus[i]! -= h;
-    const fd = ((await run(plus)).loss - (await run(minus)).loss) / (2 * h);
+    const fd = ((await run(plus)).loss! - (await run(minus)).loss!) / (2 * h);
     const err = Math.abs(fd - base.grad[i]!) / Math.max(1, Math.abs(fd));
     worst = Math.max(worst, err);
     if (Math.abs(fd) > 1e-7) nonZero++;
@@ -181,7 +181,7 @@ for (const [name, opts] of CONFIGS) {
       theta: new ort.Tensor('float64', theta, [theta.length]),
       tokens: new ort.Tensor('int64', BigInt64Array.from(SEQS.flat(), BigInt), [B, S]),
     });
-    const logits = out.logits.data as Float64Array;
+    const logits = out.logits!.data as Float64Array;
     const V = spec.vocabSize;
     let worstLogit = 0;
     for (let b = 0; b < B; b++)
@@ -212,7 +212,7 @@ for (const [name, opts] of CONFIGS) {
       pg += -r.weight * r.advantage;
       logpTerm += -r.weight * r.advantage * ref.logp[b]![p]![targetOf(b, p)];
     }));
-    assert.ok(Math.abs(graph.loss - (pg + expected.value - logpTerm)) < 1e-12, `loss ${graph.loss} vs reference ${pg + expected.value - logpTerm}`);
+    assert.ok(Math.abs(graph.loss! - (pg + expected.value - logpTerm)) < 1e-12, `loss ${graph.loss} vs reference ${pg + expected.value - logpTerm}`);
     const scale = Math.max(...Array.from(expected.grad, Math.abs));
     let worst = 0;
     for (let i = 0; i < theta.length; i++) {
@@ -226,7 +226,7 @@ for (const [name, opts] of CONFIGS) {
     const f64feeds = feeds((b, p) => ref.logp[b]![p]![targetOf(b, p)], s, rows);
     const f32feeds: Record<string, ort.Tensor> = {};
     for (const [k, v] of Object.entries(f64feeds)) f32feeds[k] = v.type === 'float64' ? new ort.Tensor('float32', Float32Array.from(v.data as Float64Array), v.dims) : v;
-    const g32 = (await grad32.run({ ...f32feeds, theta: new ort.Tensor('float32', Float32Array.from(theta), [theta.length]) })).grad.data as Float32Array;
+    const g32 = (await grad32.run({ ...f32feeds, theta: new ort.Tensor('float32', Float32Array.from(theta), [theta.length]) })).grad!.data as Float32Array;
     for (let i = 0; i < theta.length; i++) assert.ok(Math.abs(g32[i]! - expected.grad[i]!) < 2e-4 * scale, `float32 ${slotOf(spec, i)}: ${g32[i]} vs ${expected.grad[i]}`);
   });
 }

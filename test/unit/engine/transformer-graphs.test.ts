@@ -35,7 +35,7 @@ const i64 = (rows: number[][]) => new ort.Tensor('int64', BigInt64Array.from(row
 
 async function score(s: ort.InferenceSession, theta: Float32Array, tokens: number[][], targets: number[][]) {
   const out = await s.run({ theta: new ort.Tensor('float32', theta, [theta.length]), tokens: i64(tokens), targets: i64(targets) });
-  return { logprobs: out.logprobs.data as Float32Array, entropy: out.entropy.data as Float32Array };
+  return { logprobs: out.logprobs!.data as Float32Array, entropy: out.entropy!.data as Float32Array };
 }
 
 for (const [name, spec] of SPECS) {
@@ -64,10 +64,10 @@ for (const [name, spec] of SPECS) {
     const r = rng(9);
     const seqs = [0, 1, 2].map(() => Array.from({ length: 7 }, () => r.int(spec.vocabSize)));
     const targets = seqs.map((q) => q.map((_, p) => q[(p + 1) % q.length]));
-    const out = await score(await session(buildTransformerScoreGraph(spec)), theta, seqs, targets);
+    const out = await score(await session(buildTransformerScoreGraph(spec)), theta, seqs, targets!);
     // 21 rows in chunks of 4 (the last one partial): the same per-row values up to float32 rounding
     // (not bit for bit: the head's GEMM runs at other shapes)
-    const chunked = await score(await session(buildTransformerScoreGraph(spec, 'float32', 4)), theta, seqs, targets);
+    const chunked = await score(await session(buildTransformerScoreGraph(spec, 'float32', 4)), theta, seqs, targets!);
     const rel = (a: number, b: number) => Math.abs(a - b) / Math.max(1, Math.abs(b));
     const worstChunked = Math.max(...[...out.logprobs.keys()].map((i) => Math.max(rel(chunked.logprobs[i]!, out.logprobs[i]!), rel(chunked.entropy[i]!, out.entropy[i]!))));
     assert.ok(worstChunked < 1e-6, `chunked head differs by ${worstChunked} (relative)`);
@@ -141,10 +141,10 @@ async function runUpdate(s: ort.InferenceSession, spec: TransformerSpec, theta: 
     steps: new ort.Tensor('int64', BigInt64Array.of(BigInt(K)), []),
   });
   return {
-    theta: out.new_theta.data as Float32Array,
-    m: out.new_adam_m.data as Float32Array,
-    v: out.new_adam_v.data as Float32Array,
-    metrics: out.metrics.data as Float32Array,
+    theta: out.new_theta!.data as Float32Array,
+    m: out.new_adam_m!.data as Float32Array,
+    v: out.new_adam_v!.data as Float32Array,
+    metrics: out.metrics!.data as Float32Array,
   };
 }
 
@@ -176,10 +176,10 @@ for (const [name, spec] of SPECS) {
       step_size: sc(bc.stepSize[0]!),
       bc2_sqrt: sc(bc.bc2Sqrt[0]!),
     });
-    assert.ok(sameBits(one.theta, ref.new_theta.data as Float32Array), 'θ after one step');
-    assert.ok(sameBits(one.m, ref.new_adam_m.data as Float32Array), 'm after one step');
-    assert.equal(one.metrics[0], (g.loss.data as Float32Array)[0], 'step metric "loss" is the loss at the starting weights');
-    assert.ok((ref.grad_norm.data as Float32Array)[0]! > HYPER.maxGradNorm, 'the clip binds in this batch');
+    assert.ok(sameBits(one.theta, ref.new_theta!.data as Float32Array), 'θ after one step');
+    assert.ok(sameBits(one.m, ref.new_adam_m!.data as Float32Array), 'm after one step');
+    assert.equal(one.metrics[0], (g.loss!.data as Float32Array)[0], 'step metric "loss" is the loss at the starting weights');
+    assert.ok((ref.grad_norm!.data as Float32Array)[0]! > HYPER.maxGradNorm, 'the clip binds in this batch');
     assert.ok(!sameBits(one.theta, theta));
 
     const fused = await runUpdate(upd, spec, theta, zeros, zeros, 1, 3);

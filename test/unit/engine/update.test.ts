@@ -52,15 +52,15 @@ test('same base version and batch give bitwise-identical new weights and optimiz
     results.push({ u, samples, exported: await engine.exportVersion({ modelKey: 'm', version: 1 }) });
   }
   const [a, b] = results;
-  assert.equal(a.u.info.version, 1);
-  assert.equal(a.u.info.weightsSha256, b.u.info.weightsSha256);
-  assert.equal(a.u.info.optimizerSha256, b.u.info.optimizerSha256);
-  assert.ok(sameBits(a.exported.weights, b.exported.weights));
-  assert.ok(sameBits(a.exported.optimizerState, b.exported.optimizerState));
-  assert.deepEqual(a.u.stepMetrics, b.u.stepMetrics);
-  assert.equal(a.u.info.optimizerStep, 2);
+  assert.equal(a!.u.info.version, 1);
+  assert.equal(a!.u.info.weightsSha256, b!.u.info.weightsSha256);
+  assert.equal(a!.u.info.optimizerSha256, b!.u.info.optimizerSha256);
+  assert.ok(sameBits(a!.exported.weights, b!.exported.weights));
+  assert.ok(sameBits(a!.exported.optimizerState, b!.exported.optimizerState));
+  assert.deepEqual(a!.u.stepMetrics, b!.u.stepMetrics);
+  assert.equal(a!.u.info.optimizerStep, 2);
   const trained = results[0]!.samples.reduce((n, s) => n + s.lossMask.filter((m) => m === 1).length, 0);
-  assert.equal(a.u.tokens, trained);
+  assert.equal(a!.u.tokens, trained);
 });
 
 test('an engine refilled from exported bytes continues exactly (weights, AdamW moments, step count)', async () => {
