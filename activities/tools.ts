@@ -28,7 +28,10 @@ export async function executeTool(team: AnyTeam, req: ToolCallRequest, cancelled
     }, tool.timeoutMs);
   });
   try {
-    const raw = await Promise.race([tool.execute(input.data, { episodeId: req.episodeId, turn: req.turn, call: req.call, seed: req.seed, signal: controller.signal }), timeout]);
+    const raw = await Promise.race([
+      tool.execute(input.data, { episodeId: req.episodeId, turn: req.turn, call: req.call, seed: req.seed, signal: controller.signal }),
+      timeout,
+    ]);
     const output = tool.output.safeParse(raw);
     if (!output.success) return { ok: false, error: `${tool.name}: invalid output: ${zodMessage(output.error, 'output')}`, durationMs: elapsed() };
     return { ok: true, output: output.data, rendered: tool.render(output.data), durationMs: elapsed() };

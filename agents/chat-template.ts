@@ -62,14 +62,21 @@ export function chatTemplate(source: string, specialTokens: Readonly<Record<stri
   // template writes after that content is the closing of the turn, the new messages and the
   // generation prompt. Rendering the whole also handles templates that render the last
   // assistant turn differently from earlier ones (Qwen3's empty think block).
-  const base: ChatMessage[] = [{ role: 'system', content: 'system' }, { role: 'user', content: 'user' }, { role: 'assistant', content: MARK }];
+  const base: ChatMessage[] = [
+    { role: 'system', content: 'system' },
+    { role: 'user', content: 'user' },
+    { role: 'assistant', content: MARK },
+  ];
   const afterTurn = (messages: readonly ChatMessage[]): string => {
     const text = render([...base, ...messages], true);
     const at = text.indexOf(MARK);
     if (at < 0) throw new ChatTemplateError('an assistant message’s content does not appear in the rendering');
     const rest = text.slice(at + MARK.length);
     // generation stops on the end token, so the template's text after it is still to add
-    if (!rest.startsWith(endToken)) throw new ChatTemplateError(`an assistant message is not closed by the end token ${JSON.stringify(endToken)} (it is followed by ${JSON.stringify(rest.slice(0, 40))})`);
+    if (!rest.startsWith(endToken))
+      throw new ChatTemplateError(
+        `an assistant message is not closed by the end token ${JSON.stringify(endToken)} (it is followed by ${JSON.stringify(rest.slice(0, 40))})`,
+      );
     return rest;
   };
   afterTurn([{ role: 'user', content: 'user' }]); // checks the template once, not on the first turn

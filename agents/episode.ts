@@ -136,8 +136,14 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: Ep
     const context: number[] = [];
     if (chat) {
       // Framed by the chat template; the earlier turn's ids are kept as they were, never re-rendered.
-      if (prev) context.push(...prev.contextTokens, ...prev.responseTokens, ...tok.encode(chat.next([{ role: 'user', content: message }], prev.stopReason === 'eos')));
-      else context.push(...tok.encode(chat.open([...(spec.instructions ? [{ role: 'system' as const, content: spec.instructions }] : []), { role: 'user', content: message }])));
+      if (prev)
+        context.push(...prev.contextTokens, ...prev.responseTokens, ...tok.encode(chat.next([{ role: 'user', content: message }], prev.stopReason === 'eos')));
+      else
+        context.push(
+          ...tok.encode(
+            chat.open([...(spec.instructions ? [{ role: 'system' as const, content: spec.instructions }] : []), { role: 'user', content: message }]),
+          ),
+        );
     } else {
       context.push(tok.bosId, ...tok.encode(spec.instructions));
       // The agent's own earlier turns, as it saw and wrote them (BOS dropped).
@@ -222,7 +228,13 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: Ep
     return handle;
   }
 
-  async function runTool(role: string, parsed: NonNullable<ReturnType<NonNullable<typeof syntax>['parse']>>, turn: number, call: number, calls: ToolCallRecord[]): Promise<string> {
+  async function runTool(
+    role: string,
+    parsed: NonNullable<ReturnType<NonNullable<typeof syntax>['parse']>>,
+    turn: number,
+    call: number,
+    calls: ToolCallRecord[],
+  ): Promise<string> {
     const allowed = team.agents[role]!.tools;
     const fail = (tool: string, inputValue: unknown, error: string, durationMs = 0) => {
       calls.push({ index: call, tool, input: inputValue, error, durationMs });
@@ -230,7 +242,12 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: Ep
     };
     if ('error' in parsed) return fail(parsed.tool ?? '', null, parsed.error);
     const tool = allowed.find((t) => t.name === parsed.tool);
-    if (!tool) return fail(parsed.tool, parsed.input, `unknown tool ${JSON.stringify(parsed.tool)} for agent ${role} (allowed: ${allowed.map((t) => t.name).join(', ') || 'none'})`);
+    if (!tool)
+      return fail(
+        parsed.tool,
+        parsed.input,
+        `unknown tool ${JSON.stringify(parsed.tool)} for agent ${role} (allowed: ${allowed.map((t) => t.name).join(', ') || 'none'})`,
+      );
     const valid = tool.input.safeParse(parsed.input);
     if (!valid.success) return fail(tool.name, parsed.input, `${tool.name}: invalid input: ${zodMessage(valid.error, 'input')}`);
     const reply = await io.callTool({

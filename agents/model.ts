@@ -106,7 +106,8 @@ export function checkpointIssues(spec: ModelSpec): Array<{ field: string; messag
   const issues: Array<{ field: string; message: string }> = [];
   if (spec.family !== 'transformer') issues.push({ field: 'checkpoint', message: `only transformer models load a checkpoint; this is a ${spec.family} model` });
   // absolute: workers resolve it on their own machines, whatever their working directory
-  if (typeof dir !== 'string' || !dir.startsWith('/')) issues.push({ field: 'checkpoint', message: `must be an absolute directory path, got ${JSON.stringify(dir)}` });
+  if (typeof dir !== 'string' || !dir.startsWith('/'))
+    issues.push({ field: 'checkpoint', message: `must be an absolute directory path, got ${JSON.stringify(dir)}` });
   for (const key of Object.keys(spec.config)) {
     if (!CHECKPOINT_KEEPS.has(key)) issues.push({ field: key, message: "comes from the checkpoint's config.json; leave it out" });
   }

@@ -3,7 +3,7 @@
  * a pure function of its id and the source's seed, so adding tasks never moves
  * an existing task between splits.
  */
-import { z } from 'zod';
+import { type z } from 'zod';
 import { deriveSeed, seededRandom } from './seed';
 
 export type Split = 'train' | 'eval';

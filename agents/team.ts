@@ -153,7 +153,8 @@ export function defineTeam<TTask, TOutcome, Roles extends string>(def: TeamDefin
   }
   const maxTurns = def.limits?.maxTurns ?? roles.reduce((n, r) => n + (def.agents[r]?.maxTurns ?? 0), 0);
   if (!positiveInt(maxTurns)) bad('limits.maxTurns', `must be a positive integer, got ${maxTurns}`);
-  if (def.chatTemplate !== undefined && typeof def.chatTemplate?.open !== 'function') bad('chatTemplate', 'must be chatTemplate(...) (agents/chat-template.ts)');
+  if (def.chatTemplate !== undefined && typeof def.chatTemplate?.open !== 'function')
+    bad('chatTemplate', 'must be chatTemplate(...) (agents/chat-template.ts)');
   if (typeof def.episode !== 'function') bad('episode', 'must be an async function');
   if (typeof def.success !== 'function') bad('success', 'must be a function');
   if (!def.tasks || (def.tasks.kind !== 'generated' && def.tasks.kind !== 'jsonl')) bad('tasks', 'must be generatedTasks(...) or jsonlTasks(...)');

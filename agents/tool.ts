@@ -51,9 +51,11 @@ export function toolIssues(t: unknown): FieldIssue[] {
   const issues: FieldIssue[] = [];
   const bad = (path: string, message: string) => issues.push({ path, message });
   if (typeof x.name !== 'string' || !toolName.test(x.name)) bad('name', `must match ${toolName}, got ${JSON.stringify(x.name)}`);
-  for (const k of ['input', 'output']) if (typeof (x[k] as { safeParse?: unknown } | undefined)?.safeParse !== 'function') bad(k, 'must be a zod schema (build tools with defineTool)');
+  for (const k of ['input', 'output'])
+    if (typeof (x[k] as { safeParse?: unknown } | undefined)?.safeParse !== 'function') bad(k, 'must be a zod schema (build tools with defineTool)');
   for (const k of ['execute', 'render']) if (typeof x[k] !== 'function') bad(k, 'must be a function (build tools with defineTool)');
-  if (!(typeof x.timeoutMs === 'number' && x.timeoutMs > 0 && Number.isFinite(x.timeoutMs))) bad('timeoutMs', `must be a number > 0, got ${describe(x.timeoutMs)}`);
+  if (!(typeof x.timeoutMs === 'number' && x.timeoutMs > 0 && Number.isFinite(x.timeoutMs)))
+    bad('timeoutMs', `must be a number > 0, got ${describe(x.timeoutMs)}`);
   return issues;
 }
 
@@ -128,7 +130,9 @@ export function keySyntax(opts: { trigger: string; tool: string; argument: strin
     },
     renderError: () => opts.error,
     check: (team) => [
-      ...(team.tools.includes(opts.tool) ? [] : [{ path: 'tool', message: `unknown tool ${JSON.stringify(opts.tool)} (the agents' tools: ${team.tools.join(', ') || 'none'})` }]),
+      ...(team.tools.includes(opts.tool)
+        ? []
+        : [{ path: 'tool', message: `unknown tool ${JSON.stringify(opts.tool)} (the agents' tools: ${team.tools.join(', ') || 'none'})` }]),
       ...encodeIssue(team, 'error', opts.error),
     ],
   };
@@ -164,7 +168,5 @@ export function tagSyntax(): ToolSyntax {
 
 /** Formats a zod failure as `field: message; field: message`. */
 export function zodMessage(error: z.ZodError, root = ''): string {
-  return error.issues
-    .map((i) => `${[root, ...i.path.map(String)].filter(Boolean).join('.') || '(root)'}: ${i.message}`)
-    .join('; ');
+  return error.issues.map((i) => `${[root, ...i.path.map(String)].filter(Boolean).join('.') || '(root)'}: ${i.message}`).join('; ');
 }

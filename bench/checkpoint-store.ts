@@ -26,7 +26,10 @@ async function main() {
     return r;
   };
   const total = weights.length + optimizer.length;
-  const refs = await time('put (hash, write, fsync, rename)', total, async () => [await store.put('bench', 'policy', 1, 'weights', weights), await store.put('bench', 'policy', 1, 'optimizer', optimizer)]);
+  const refs = await time('put (hash, write, fsync, rename)', total, async () => [
+    await store.put('bench', 'policy', 1, 'weights', weights),
+    await store.put('bench', 'policy', 1, 'optimizer', optimizer),
+  ]);
   await time('read (sha256 checked)', total, async () => Promise.all(refs.map((r) => store.read(r))));
   console.log(rows.join('\n'));
   if (!process.argv[3]) fs.rmSync(dir, { recursive: true, force: true });

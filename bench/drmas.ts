@@ -127,7 +127,9 @@ async function train(h: Harness, setting: Setting, seed: number, runner: Runner)
   };
   const gradNorm = Object.fromEntries(AGENTS.map((a) => [a, series(a, (n) => n === 'gradNorm')]));
   const reward = Object.fromEntries(AGENTS.map((a) => [a, series(a, (n) => n.startsWith('reward.'))]));
-  const evals = rows.filter((r) => r.kind === 'eval' && r.scope === 'team' && r.name === 'success').map((r) => ({ step: r.step as number, success: r.value as number }));
+  const evals = rows
+    .filter((r) => r.kind === 'eval' && r.scope === 'team' && r.name === 'success')
+    .map((r) => ({ step: r.step as number, success: r.value as number }));
   return { setting, runner, seed, runId, wallSeconds, gradNorm, reward, evals, finalEval: summary.finalEval?.success ?? NaN };
 }
 
@@ -147,8 +149,15 @@ function gradDiff(a: Run, b: Run): number {
 
 async function main() {
   console.log(`# ${COMMAND}`);
-  console.log(`# math team, teamOptions ${JSON.stringify(TEAM_OPTIONS)}, GRPO, ${STEPS} steps x 16 groups x 8 episodes, eval every ${EVAL_EVERY} steps on ${EVAL_TASKS || 'all'} held-out tasks, seeds 0..${SEEDS - 1}, ${PARALLEL} runs at a time`);
-  console.log(`# node ${process.version}, ${os.cpus().length} cores, load ${os.loadavg().map((x) => x.toFixed(2)).join(' ')}`);
+  console.log(
+    `# math team, teamOptions ${JSON.stringify(TEAM_OPTIONS)}, GRPO, ${STEPS} steps x 16 groups x 8 episodes, eval every ${EVAL_EVERY} steps on ${EVAL_TASKS || 'all'} held-out tasks, seeds 0..${SEEDS - 1}, ${PARALLEL} runs at a time`,
+  );
+  console.log(
+    `# node ${process.version}, ${os.cpus().length} cores, load ${os
+      .loadavg()
+      .map((x) => x.toFixed(2))
+      .join(' ')}`,
+  );
   const t0 = performance.now();
   const h = await startHarness();
   const runs: Run[] = [];
@@ -186,12 +195,18 @@ async function report(runs: Run[], seconds: number) {
   out(`# ${COMMAND}`);
   out(`# ${new Date().toISOString()}, node ${process.version}, ${os.cpus().length} cores; bench took ${f(seconds, 0)} s`);
   out();
-  out(`math team, one model per role (\`teamOptions: ${JSON.stringify(TEAM_OPTIONS)}\`), GRPO, Troupe batched rollouts; ${STEPS} steps x 16 groups x 8 episodes; greedy eval on ${EVAL_TASKS || 'all'} held-out tasks every ${EVAL_EVERY} steps. Everything but \`estimator.scope\` equal.`);
-  out('Spikes: steps whose gradient norm (before clipping; the update clips at 1.0) exceeds 3x the median over the run\'s steps that trained (norm > 0); "trained" = those steps. A step with no learning signal in any group has a norm of exactly 0.');
+  out(
+    `math team, one model per role (\`teamOptions: ${JSON.stringify(TEAM_OPTIONS)}\`), GRPO, Troupe batched rollouts; ${STEPS} steps x 16 groups x 8 episodes; greedy eval on ${EVAL_TASKS || 'all'} held-out tasks every ${EVAL_EVERY} steps. Everything but \`estimator.scope\` equal.`,
+  );
+  out(
+    'Spikes: steps whose gradient norm (before clipping; the update clips at 1.0) exceeds 3x the median over the run\'s steps that trained (norm > 0); "trained" = those steps. A step with no learning signal in any group has a norm of exactly 0.',
+  );
   out();
   out('## Per seed');
   out();
-  out('| setting | seed | solver: trained steps, spikes, max/median (max) | verifier: trained steps, spikes, max/median (max) | final eval success | eval success at steps 0,5,10,... |');
+  out(
+    '| setting | seed | solver: trained steps, spikes, max/median (max) | verifier: trained steps, spikes, max/median (max) | final eval success | eval success at steps 0,5,10,... |',
+  );
   out('|---|---|---|---|---|---|');
   const shown = runs.filter((r) => r.runner === 'troupe');
   for (const r of shown) {
@@ -204,7 +219,9 @@ async function report(runs: Run[], seconds: number) {
   out();
   out('## Mean over seeds');
   out();
-  out('| setting | seeds | solver spikes (total) | solver max/median (mean; worst) | verifier spikes (total) | verifier max/median (mean; worst) | final eval success mean (min-max) | final solver reward (mean) | final verifier reward (mean, max 10) |');
+  out(
+    '| setting | seeds | solver spikes (total) | solver max/median (mean; worst) | verifier spikes (total) | verifier max/median (mean; worst) | final eval success mean (min-max) | final solver reward (mean) | final verifier reward (mean, max 10) |',
+  );
   out('|---|---|---|---|---|---|---|---|---|');
   const summary: Record<string, unknown> = {};
   for (const setting of SETTINGS) {
@@ -245,28 +262,61 @@ async function report(runs: Run[], seconds: number) {
         const y = runs.find((r) => r.setting === setting && r.runner === 'troupe' && r.seed === x.seed);
         return { seed: x.seed, diff: y ? gradDiff(x, y) : NaN };
       });
-  const describe = (ps: Array<{ seed: number; diff: number }>) => ps.map((p) => `seed ${p.seed} ${p.diff === 0 ? 'identical' : Number.isNaN(p.diff) ? 'n/a' : `max rel diff ${p.diff.toExponential(1)}`}`).join(', ');
+  const describe = (ps: Array<{ seed: number; diff: number }>) =>
+    ps.map((p) => `seed ${p.seed} ${p.diff === 0 ? 'identical' : Number.isNaN(p.diff) ? 'n/a' : `max rel diff ${p.diff.toExponential(1)}`}`).join(', ');
   const checks = { perAgent: pairs('per-agent'), global: pairs('global') };
   out(`- per-agent: in-process loop (buildStepBatch) vs the Troupe run, gradient norm of every step and model: ${describe(checks.perAgent)}.`);
-  out(`- global: in-process loop with every turn relabelled to one pseudo-agent (so the episode average spans all agents whatever buildStepBatch groups by) vs the Troupe \`scope: 'group'\` run: ${describe(checks.global)}.`);
+  out(
+    `- global: in-process loop with every turn relabelled to one pseudo-agent (so the episode average spans all agents whatever buildStepBatch groups by) vs the Troupe \`scope: 'group'\` run: ${describe(checks.global)}.`,
+  );
   summary.checks = checks;
 
   // ---- learning curves
   const evalRows = shown.flatMap((r) => r.evals.map((e) => ({ setting: LABEL[r.setting], seed: r.seed, step: e.step, value: e.success })));
-  const trainRows = shown.flatMap((r) => AGENTS.flatMap((agent) => r.reward[agent]!.map((value, s) => ({ setting: LABEL[r.setting], seed: r.seed, agent, step: s + 1, value }))));
-  const gradRows = shown.flatMap((r) => AGENTS.flatMap((agent) => r.gradNorm[agent]!.map((value, s) => ({ setting: LABEL[r.setting], seed: r.seed, agent, step: s + 1, value }))));
-  const color = { field: 'setting', type: 'nominal', title: null, legend: { orient: 'top', labelLimit: 400 }, scale: { domain: SETTINGS.map((s) => LABEL[s]), range: ['#1f77b4', '#d62728'] } };
+  const trainRows = shown.flatMap((r) =>
+    AGENTS.flatMap((agent) => r.reward[agent]!.map((value, s) => ({ setting: LABEL[r.setting], seed: r.seed, agent, step: s + 1, value }))),
+  );
+  const gradRows = shown.flatMap((r) =>
+    AGENTS.flatMap((agent) => r.gradNorm[agent]!.map((value, s) => ({ setting: LABEL[r.setting], seed: r.seed, agent, step: s + 1, value }))),
+  );
+  const color = {
+    field: 'setting',
+    type: 'nominal',
+    title: null,
+    legend: { orient: 'top', labelLimit: 400 },
+    scale: { domain: SETTINGS.map((s) => LABEL[s]), range: ['#1f77b4', '#d62728'] },
+  };
   const band = (title: string, yTitle: string, rows: unknown[], extra: Record<string, unknown> = {}) => ({
     title,
     width: 300,
     height: 160,
     data: { values: rows },
     layer: [
-      { mark: { type: 'line', opacity: 0.3, strokeWidth: 1 }, encoding: { x: { field: 'step', type: 'quantitative' }, y: { field: 'value', type: 'quantitative', title: yTitle, ...extra }, color, detail: { field: 'seed' } } },
-      { mark: { type: 'line', strokeWidth: 2.5 }, encoding: { x: { field: 'step', type: 'quantitative' }, y: { aggregate: 'mean', field: 'value', type: 'quantitative', title: yTitle, ...extra }, color } },
+      {
+        mark: { type: 'line', opacity: 0.3, strokeWidth: 1 },
+        encoding: {
+          x: { field: 'step', type: 'quantitative' },
+          y: { field: 'value', type: 'quantitative', title: yTitle, ...extra },
+          color,
+          detail: { field: 'seed' },
+        },
+      },
+      {
+        mark: { type: 'line', strokeWidth: 2.5 },
+        encoding: {
+          x: { field: 'step', type: 'quantitative' },
+          y: { aggregate: 'mean', field: 'value', type: 'quantitative', title: yTitle, ...extra },
+          color,
+        },
+      },
     ],
   });
-  const perAgent = (agent: string, title: string, rows: Array<{ agent: string }>, yTitle: string) => band(`${agent}: ${title}`, yTitle, rows.filter((r) => r.agent === agent));
+  const perAgent = (agent: string, title: string, rows: Array<{ agent: string }>, yTitle: string) =>
+    band(
+      `${agent}: ${title}`,
+      yTitle,
+      rows.filter((r) => r.agent === agent),
+    );
   const spec = {
     title: { text: `Dr. MAS on math: one model per role, verifier reward x10, ${SEEDS} seeds per setting`, subtitle: 'thin: one seed; thick: mean over seeds' },
     vconcat: [
@@ -287,7 +337,16 @@ async function report(runs: Run[], seconds: number) {
   const round = (m: Record<string, number[]>) => Object.fromEntries(Object.entries(m).map(([k, xs]) => [k, xs.map((x) => Number(x.toPrecision(4)))]));
   fs.writeFileSync(
     path.join(RESULTS, 'drmas.json'),
-    JSON.stringify({ command: COMMAND, date: new Date().toISOString(), steps: STEPS, seeds: SEEDS, evalEvery: EVAL_EVERY, teamOptions: TEAM_OPTIONS, summary, runs: shown.map((r) => ({ ...r, gradNorm: round(r.gradNorm), reward: round(r.reward) })) }) + '\n',
+    JSON.stringify({
+      command: COMMAND,
+      date: new Date().toISOString(),
+      steps: STEPS,
+      seeds: SEEDS,
+      evalEvery: EVAL_EVERY,
+      teamOptions: TEAM_OPTIONS,
+      summary,
+      runs: shown.map((r) => ({ ...r, gradNorm: round(r.gradNorm), reward: round(r.reward) })),
+    }) + '\n',
   );
   console.log('\nwrote bench/results/drmas.{md,json,svg,png}');
 }

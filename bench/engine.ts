@@ -99,7 +99,9 @@ async function main() {
     line('one 64-sequence call', big);
     line('64 callers, shared client (coalesced)', med(t.shared));
     line('64 callers, 64 connections (engine-side batching only)', med(t.separate));
-    console.log(`(medians of ${rounds} interleaved rounds; ${3 * (rounds + 1)} scenarios ran as ${runs} fused runs; ratio = throughput vs the one call, goal >= 0.8)`);
+    console.log(
+      `(medians of ${rounds} interleaved rounds; ${3 * (rounds + 1)} scenarios ran as ${runs} fused runs; ratio = throughput vs the one call, goal >= 0.8)`,
+    );
 
     console.log('\n## Update over gRPC (samples: 4-token context + 16 generated tokens, all trained)');
     const gen = await client.generate({ modelKey: 'bench', version: 0, sequences: sequences(256, 7), sampling: { ...sampling, maxTokens: 16 } });
@@ -113,9 +115,21 @@ async function main() {
     }));
     console.log('samples | K | ms/update | samples/s | trained tokens/s');
     let rid = 0;
-    for (const [n, K] of [[16, 1], [64, 1], [256, 1], [256, 4]] as const) {
+    for (const [n, K] of [
+      [16, 1],
+      [64, 1],
+      [256, 1],
+      [256, 4],
+    ] as const) {
       const ms = await wallMs(quick ? 2 : 5, () =>
-        client.update({ modelKey: 'bench', baseVersion: 0, requestId: `bench-${rid++}`, allowStaleBase: true, samples: samples.slice(0, n), settings: { innerSteps: K } }),
+        client.update({
+          modelKey: 'bench',
+          baseVersion: 0,
+          requestId: `bench-${rid++}`,
+          allowStaleBase: true,
+          samples: samples.slice(0, n),
+          settings: { innerSteps: K },
+        }),
       );
       console.log(`${String(n).padStart(7)} | ${K} | ${fmt(ms, 2).padStart(9)} | ${fmt(n / (ms / 1000)).padStart(9)} | ${fmt((n * 16) / (ms / 1000))}`);
     }
@@ -126,7 +140,9 @@ async function main() {
       client.generate({ modelKey: 'bench', version: 0, sequences: [{ context: [1], seed: 1 }], sampling: { maxTokens: 1 } }),
     );
     const window = (await client.stats()).batchWindowMs;
-    console.log(`Health round trip: ${fmt(health * 1000)} us; Generate(1 sequence, 1 token): ${fmt(one * 1000)} us (includes the ${fmt(window, 1)} ms batching window)`);
+    console.log(
+      `Health round trip: ${fmt(health * 1000)} us; Generate(1 sequence, 1 token): ${fmt(one * 1000)} us (includes the ${fmt(window, 1)} ms batching window)`,
+    );
   } finally {
     client.close();
     engine.child.kill('SIGTERM');
@@ -146,7 +162,10 @@ async function main() {
       const ctx = r.map((x) => Array.from(x.context));
       for (let t = 0; t < T; t++) {
         // One token per run; per-step seeds stand in for the per-token uniforms.
-        const out = await rt.generate(theta, r.map((x, b) => ({ ...x, context: ctx[b]!, maxTokens: 1, seedKey: [x.seedKey[0], t] })));
+        const out = await rt.generate(
+          theta,
+          r.map((x, b) => ({ ...x, context: ctx[b]!, maxTokens: 1, seedKey: [x.seedKey[0], t] })),
+        );
         out.forEach((o, b) => ctx[b]!.push(o.tokens[0]!));
       }
     });

@@ -35,7 +35,15 @@ async function main() {
         if (mode === 'batched') {
           await new MockActivityEnvironment().run(pool.rolloutBatch, { ...ref, runId, step: 0, split: 'train' as const, specs, versions });
         } else {
-          await Promise.all(specs.map((spec) => h.env.client.workflow.execute<typeof episodeWorkflow>('episodeWorkflow', { taskQueue: h.taskQueue, workflowId: spec.episodeId, args: [{ ...ref, runId, step: 0, split: 'train', spec, versions }] })));
+          await Promise.all(
+            specs.map((spec) =>
+              h.env.client.workflow.execute<typeof episodeWorkflow>('episodeWorkflow', {
+                taskQueue: h.taskQueue,
+                workflowId: spec.episodeId,
+                args: [{ ...ref, runId, step: 0, split: 'train', spec, versions }],
+              }),
+            ),
+          );
         }
         const seconds = (performance.now() - t0) / 1000;
         if (mode === 'durable') {
@@ -43,7 +51,9 @@ async function main() {
           events /= 8;
         }
         const turns = await h.db.sql`SELECT count(*)::int AS n FROM turns t JOIN episodes e USING (episode_id) WHERE e.run_id = ${runId}`;
-        rows.push(`| ${teamName} | ${mode} | ${n} | ${seconds.toFixed(2)} | ${(n / seconds).toFixed(1)} | ${((seconds * 1000) / turns[0]!.n).toFixed(2)} | ${mode === 'durable' ? events.toFixed(1) : '-'} |`);
+        rows.push(
+          `| ${teamName} | ${mode} | ${n} | ${seconds.toFixed(2)} | ${(n / seconds).toFixed(1)} | ${((seconds * 1000) / turns[0]!.n).toFixed(2)} | ${mode === 'durable' ? events.toFixed(1) : '-'} |`,
+        );
       }
     }
   } finally {

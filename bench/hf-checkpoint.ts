@@ -25,7 +25,9 @@ import { TransformerRuntime } from '../engines/onnx/transformer/runtime';
 import { normalizeTransformerSpec } from '../engines/families/transformer/spec';
 import { DEFAULT_UPDATE_SETTINGS } from '../engines/protocol/types';
 
-const { values } = parseArgs({ options: { dir: { type: 'string' }, threads: { type: 'string' }, 'max-seq': { type: 'string' }, 'no-update': { type: 'boolean' } } });
+const { values } = parseArgs({
+  options: { dir: { type: 'string' }, threads: { type: 'string' }, 'max-seq': { type: 'string' }, 'no-update': { type: 'boolean' } },
+});
 const threads = Number(values.threads ?? os.cpus().length);
 
 function randomGpt2Small(): string {
@@ -33,7 +35,10 @@ function randomGpt2Small(): string {
   if (fs.existsSync(path.join(dir, 'model.safetensors'))) return dir;
   const spec = normalizeTransformerSpec({ vocabSize: 50257, width: 768, layers: 12, heads: 12, maxSeq: 1024 });
   const t0 = performance.now();
-  exportHfCheckpoint(dir, spec, initTransformerWeights(spec, 1), { dir: '/nonexistent', config: { model_type: 'gpt2', torch_dtype: 'float32', bos_token_id: 50256, eos_token_id: 50256 } });
+  exportHfCheckpoint(dir, spec, initTransformerWeights(spec, 1), {
+    dir: '/nonexistent',
+    config: { model_type: 'gpt2', torch_dtype: 'float32', bos_token_id: 50256, eos_token_id: 50256 },
+  });
   console.log(`wrote ${dir} in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
   return dir;
 }
@@ -46,8 +51,13 @@ const ms = async (fn: () => Promise<unknown> | unknown) => {
 
 async function main() {
   const dir = values.dir ?? randomGpt2Small();
-  console.log(`# node --import tsx bench/hf-checkpoint.ts ${values.dir ? `--dir ${dir} ` : ''}--threads ${threads}; CPU EP, ${os.cpus().length} cores (${os.cpus()[0]?.model ?? '?'})`);
-  const bytes = fs.readdirSync(dir).filter((f) => f.endsWith('.safetensors')).reduce((n, f) => n + fs.statSync(path.join(dir, f)).size, 0);
+  console.log(
+    `# node --import tsx bench/hf-checkpoint.ts ${values.dir ? `--dir ${dir} ` : ''}--threads ${threads}; CPU EP, ${os.cpus().length} cores (${os.cpus()[0]?.model ?? '?'})`,
+  );
+  const bytes = fs
+    .readdirSync(dir)
+    .filter((f) => f.endsWith('.safetensors'))
+    .reduce((n, f) => n + fs.statSync(path.join(dir, f)).size, 0);
   let ckpt!: ReturnType<typeof loadHfCheckpoint>;
   const load = await ms(() => (ckpt = loadHfCheckpoint(dir, { maxSeq: values['max-seq'] ? Number(values['max-seq']) : 1024 })));
   const { spec, theta } = ckpt;
@@ -57,7 +67,15 @@ async function main() {
   console.log(`engine sessions built: ${((await ms(() => rt.warm())) / 1000).toFixed(1)} s`);
   const V = spec.vocabSize;
   const rows = (n: number, maxTokens: number): GenerateRow[] =>
-    Array.from({ length: n }, (_, i) => ({ context: Array.from({ length: 16 }, (_, j) => (i * 31 + j * 7) % V), seedKey: seedKey(i + 1), temperature: 1, topK: 0, topP: 1, maxTokens, stopTokens: [] }));
+    Array.from({ length: n }, (_, i) => ({
+      context: Array.from({ length: 16 }, (_, j) => (i * 31 + j * 7) % V),
+      seedKey: seedKey(i + 1),
+      temperature: 1,
+      topK: 0,
+      topP: 1,
+      maxTokens,
+      stopTokens: [],
+    }));
   for (const B of [1, 8]) {
     await rt.generate(theta, rows(B, 2));
     const t = await ms(() => rt.generate(theta, rows(B, 32)));
@@ -78,7 +96,9 @@ async function main() {
   const settings = updateSettings({ ...DEFAULT_UPDATE_SETTINGS });
   const first = await ms(() => rt.update(state, samples, settings));
   const t = await ms(() => rt.update(state, samples, settings));
-  console.log(`update: ${((4 * n) / (t / 1000)).toFixed(1)} trained tokens/s (${(t / 1000).toFixed(1)} s per step of 4 sequences × (16 context + ${n} trained) tokens; the first step, building the session, ${(first / 1000).toFixed(1)} s)`);
+  console.log(
+    `update: ${((4 * n) / (t / 1000)).toFixed(1)} trained tokens/s (${(t / 1000).toFixed(1)} s per step of 4 sequences × (16 context + ${n} trained) tokens; the first step, building the session, ${(first / 1000).toFixed(1)} s)`,
+  );
 }
 
 main().catch((e) => {

@@ -18,7 +18,7 @@ import * as fs from 'node:fs';
 import { parseArgs } from 'node:util';
 import { EngineClient } from '../engines/protocol/client';
 import { enginePeakBytes } from '../engines/families/transformer/memory';
-import { normalizeTransformerSpec, TransformerSpec } from '../engines/families/transformer/spec';
+import { normalizeTransformerSpec, type TransformerSpec } from '../engines/families/transformer/spec';
 import { BUILT_IN_ENGINE_COMMAND, spawnEngine } from '../gpu-workers/engine-process';
 
 export const QWEN3_VOCAB = 151_669;
@@ -152,7 +152,8 @@ async function main(): Promise<void> {
   for (const v of vocabs) for (const s of seqs) console.log(formatCase(await measureCase(v, s, cap)));
 }
 
-if (require.main === module) main().catch((e) => {
-  console.error(e);
-  process.exit(1);
-});
+if (require.main === module)
+  main().catch((e) => {
+    console.error(e);
+    process.exit(1);
+  });

@@ -74,7 +74,17 @@ const median = (xs: number[]) => {
 const f = (x: number, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : 'n/a');
 
 function jobConfig(size: (typeof SIZES)[number], mode: Mode, runId: string): RunConfigInput & { runId: string } {
-  return { team: 'math', runId, seed: 0, steps: STEPS, groupsPerStep: size.groups, groupSize: size.groupSize, rollout: mode === 'durable' ? 'durable' : 'batched', evalEvery: 0, evalTasks: 32 };
+  return {
+    team: 'math',
+    runId,
+    seed: 0,
+    steps: STEPS,
+    groupsPerStep: size.groups,
+    groupSize: size.groupSize,
+    rollout: mode === 'durable' ? 'durable' : 'batched',
+    evalEvery: 0,
+    evalTasks: 32,
+  };
 }
 
 interface Job {
@@ -92,18 +102,47 @@ interface Job {
   troupe?: TroupeResult;
 }
 
-async function runJob(h: Harness, size: (typeof SIZES)[number], mode: Mode, round: number, tag = '', steps = mode === 'durable' ? DURABLE_STEPS : STEPS): Promise<Job> {
+async function runJob(
+  h: Harness,
+  size: (typeof SIZES)[number],
+  mode: Mode,
+  round: number,
+  tag = '',
+  steps = mode === 'durable' ? DURABLE_STEPS : STEPS,
+): Promise<Job> {
   const runId = `bench-${mode}-${size.label}-r${round}${tag}-${Date.now().toString(36)}`;
   const config = { ...jobConfig(size, mode, runId), steps };
   const c0 = cpuSample(h.pool.supervisor?.pid, h.db.name);
   if (mode === 'inprocess') {
     const r = await trainInProcess(h.pool.getClient(), config);
     const cpu = cpuDelta(c0, cpuSample(h.pool.supervisor?.pid, h.db.name));
-    return { mode, size: size.label, round, runId, wallSeconds: r.wallSeconds, stepSeconds: r.steps.slice(1).map((s) => s.seconds), gradNorm: r.steps.map((s) => s.gradNorm), finalEval: r.evals.at(-1)!.success, cpu, inprocess: r };
+    return {
+      mode,
+      size: size.label,
+      round,
+      runId,
+      wallSeconds: r.wallSeconds,
+      stepSeconds: r.steps.slice(1).map((s) => s.seconds),
+      gradNorm: r.steps.map((s) => s.gradNorm),
+      finalEval: r.evals.at(-1)!.success,
+      cpu,
+      inprocess: r,
+    };
   }
   const r = await runTroupe(h, config);
   const cpu = cpuDelta(c0, cpuSample(h.pool.supervisor?.pid, h.db.name));
-  return { mode, size: size.label, round, runId, wallSeconds: r.wallSeconds, stepSeconds: r.steps.slice(1).map((s) => s.seconds), gradNorm: r.steps.map((s) => s.gradNorm), finalEval: r.evals.at(-1)?.success ?? NaN, cpu, troupe: r };
+  return {
+    mode,
+    size: size.label,
+    round,
+    runId,
+    wallSeconds: r.wallSeconds,
+    stepSeconds: r.steps.slice(1).map((s) => s.seconds),
+    gradNorm: r.steps.map((s) => s.gradNorm),
+    finalEval: r.evals.at(-1)?.success ?? NaN,
+    cpu,
+    troupe: r,
+  };
 }
 
 /** Same gradient norms in every step (both jobs ran) and model: bit-identical updates. */
@@ -124,11 +163,20 @@ function sameUpdates(a: Job, b: Job): string {
 
 async function main() {
   console.log(`# ${COMMAND}`);
-  console.log(`# math team, seed 0, ${STEPS} steps per job (durable ${DURABLE_STEPS}; step 0 not timed), evalEvery 0, evalTasks 32; sizes ${SIZES.map((s) => s.label).join(', ')}; ${ROUNDS} interleaved rounds of ${MODES.join(' / ')}`);
-  console.log(`# node ${process.version}, ${os.cpus().length} cores (${os.cpus()[0]?.model ?? '?'}), load ${os.loadavg().map((x) => x.toFixed(2)).join(' ')}`);
+  console.log(
+    `# math team, seed 0, ${STEPS} steps per job (durable ${DURABLE_STEPS}; step 0 not timed), evalEvery 0, evalTasks 32; sizes ${SIZES.map((s) => s.label).join(', ')}; ${ROUNDS} interleaved rounds of ${MODES.join(' / ')}`,
+  );
+  console.log(
+    `# node ${process.version}, ${os.cpus().length} cores (${os.cpus()[0]?.model ?? '?'}), load ${os
+      .loadavg()
+      .map((x) => x.toFixed(2))
+      .join(' ')}`,
+  );
   const tStart = performance.now();
   const h = await startHarness();
-  console.log(`# stack up in ${f((performance.now() - tStart) / 1000)} s (Temporal dev server, Postgres database ${h.db.name}, control + pool worker, CPU engine pid ${h.pool.supervisor?.pid})`);
+  console.log(
+    `# stack up in ${f((performance.now() - tStart) / 1000)} s (Temporal dev server, Postgres database ${h.db.name}, control + pool worker, CPU engine pid ${h.pool.supervisor?.pid})`,
+  );
   const jobs: Job[] = [];
   try {
     // Warm-up, not recorded: JIT, workflow caches and engine sessions. The in-process loop at
@@ -144,7 +192,9 @@ async function main() {
           if (!runs(size, mode)) continue;
           const job = await runJob(h, size, mode, round);
           jobs.push(job);
-          console.log(`  ${size.label} round ${round} ${mode.padEnd(9)} step ${f(median(job.stepSeconds) * 1000, 0).padStart(6)} ms  job ${f(job.wallSeconds, 1).padStart(5)} s  final eval ${f(job.finalEval, 3)}`);
+          console.log(
+            `  ${size.label} round ${round} ${mode.padEnd(9)} step ${f(median(job.stepSeconds) * 1000, 0).padStart(6)} ms  job ${f(job.wallSeconds, 1).padStart(5)} s  final eval ${f(job.finalEval, 3)}`,
+          );
         }
       }
     }
@@ -207,7 +257,13 @@ interface Micro {
 async function storeMicro(h: Harness, job: Job): Promise<Micro> {
   const sql = h.db.sql;
   const step = 1;
-  const config = parseRunConfig(jobConfig(SIZES.find((s) => s.label === job.size)!, 'batched', job.runId));
+  const config = parseRunConfig(
+    jobConfig(
+      SIZES.find((s) => s.label === job.size)!,
+      'batched',
+      job.runId,
+    ),
+  );
   const team = loadTeam(config.team, config.teamOptions);
   const settings = checkAgainstTeam(config, team);
   const reps = 3;
@@ -224,7 +280,11 @@ async function storeMicro(h: Harness, job: Job): Promise<Micro> {
   const loadMs = await timeIt(async () => (episodes = await loadStepEpisodes(sql, job.runId, step, 'train')));
   const buildMs = await timeIt(async () => buildStepBatch(episodes, settings));
   const versionOfStepMs = await timeIt(() => versionOfStep(sql, job.runId, Object.keys(team.models)[0]!, step));
-  const exportMs = await timeIt(() => Promise.all(Object.keys(team.models).map((m) => h.pool.getClient().exportVersion({ modelKey: modelKey(job.runId, m), version: job.troupe!.summary.versions[m]! }))));
+  const exportMs = await timeIt(() =>
+    Promise.all(
+      Object.keys(team.models).map((m) => h.pool.getClient().exportVersion({ modelKey: modelKey(job.runId, m), version: job.troupe!.summary.versions[m]! })),
+    ),
+  );
   // Writes: the same episodes under fresh ids (a scratch step number), as rolloutBatch writes them (all at once) ...
   let rep = 0;
   const copy = (tag: string, scratchStep: number) =>
@@ -265,13 +325,22 @@ function report(jobs: Job[], micro: Micro | undefined, durable: Record<string, D
   };
 
   out(`# ${COMMAND}`);
-  out(`# ${new Date().toISOString()}, node ${process.version}, ${os.cpus().length} cores (${os.cpus()[0]?.model ?? '?'}), load ${os.loadavg().map((x) => x.toFixed(1)).join(' ')}, bench took ${f(totalSeconds, 0)} s`);
+  out(
+    `# ${new Date().toISOString()}, node ${process.version}, ${os.cpus().length} cores (${os.cpus()[0]?.model ?? '?'}), load ${os
+      .loadavg()
+      .map((x) => x.toFixed(1))
+      .join(' ')}, bench took ${f(totalSeconds, 0)} s`,
+  );
   out();
-  out(`Job: bundled math team (shared policy), seed 0, groups x group size as below, ${STEPS} steps (durable ${DURABLE_STEPS}), evalEvery 0, evalTasks 32, CPU engine; ${ROUNDS} rounds, modes interleaved in each round. "Same updates" compares the gradient norm of every step and model with the in-process loop's.`);
+  out(
+    `Job: bundled math team (shared policy), seed 0, groups x group size as below, ${STEPS} steps (durable ${DURABLE_STEPS}), evalEvery 0, evalTasks 32, CPU engine; ${ROUNDS} rounds, modes interleaved in each round. "Same updates" compares the gradient norm of every step and model with the in-process loop's.`,
+  );
   out();
   out('## Wall time per training step (median over steps 1..N-1 of every round) and ratio to the in-process loop');
   out();
-  out('| batch (groups x size) | episodes/step | mode | ms/step | ratio (median of rounds) | ratio range | job wall s | CPU s/step main / engine / temporal / postgres | same updates as in-process |');
+  out(
+    '| batch (groups x size) | episodes/step | mode | ms/step | ratio (median of rounds) | ratio range | job wall s | CPU s/step main / engine / temporal / postgres | same updates as in-process |',
+  );
   out('|---|---|---|---|---|---|---|---|---|');
   for (const size of SIZES) {
     const base = by(size.label, 'inprocess')[0];
@@ -286,13 +355,17 @@ function report(jobs: Job[], micro: Micro | undefined, durable: Record<string, D
     }
   }
   out();
-  out('CPU s/step: CPU seconds of each process group over the whole job divided by the steps (includes the job\'s two 32-task evals); the machine has 2 cores shared by all of them.');
+  out(
+    "CPU s/step: CPU seconds of each process group over the whole job divided by the steps (includes the job's two 32-task evals); the machine has 2 cores shared by all of them.",
+  );
 
   // ---- durable per-turn overhead and history events
   out();
   out('## Durable rollouts: overhead per agent turn and Temporal history events per step');
   out();
-  out('| batch | agent turns/step | generate activities/step | tool activities/step | durable - in-process ms/step | overhead ms per agent turn | per activity | history events/step: parent + children = total | events per episode | batched: parent events/step |');
+  out(
+    '| batch | agent turns/step | generate activities/step | tool activities/step | durable - in-process ms/step | overhead ms per agent turn | per activity | history events/step: parent + children = total | events per episode | batched: parent events/step |',
+  );
   out('|---|---|---|---|---|---|---|---|---|---|');
   for (const size of SIZES) {
     const ip = by(size.label, 'inprocess')[0]?.inprocess;
@@ -306,7 +379,9 @@ function report(jobs: Job[], micro: Micro | undefined, durable: Record<string, D
     );
   }
   out();
-  out('Activities per episode = its generate segments + tool calls + one recordEpisode. Events per step count the parent\'s events of that step plus the full histories of its episode children.');
+  out(
+    "Activities per episode = its generate segments + tool calls + one recordEpisode. Events per step count the parent's events of that step plus the full histories of its episode children.",
+  );
 
   // ---- where the time goes in one step
   for (const mode of ['batched', 'durable'] as const) {
@@ -325,7 +400,14 @@ function report(jobs: Job[], micro: Micro | undefined, durable: Record<string, D
     const finish = med((s) => ex(s, 'finishStep'));
     const rolloutQ = batchedLike ? med((s) => execSpan(s.spans.activities, 'rolloutBatch')?.queuedMs ?? 0) : NaN;
     const updateQ = med((s) => execSpan(s.spans.activities, 'updateModel')?.queuedMs ?? 0);
-    const orchestration = med((s) => s.seconds * 1000 - ex(s, 'planStep') - (batchedLike ? ex(s, 'rolloutBatch') : (s.spans.childEnd ?? 0) - (s.spans.childStart ?? 0)) - ex(s, 'updateModel') - ex(s, 'finishStep'));
+    const orchestration = med(
+      (s) =>
+        s.seconds * 1000 -
+        ex(s, 'planStep') -
+        (batchedLike ? ex(s, 'rolloutBatch') : (s.spans.childEnd ?? 0) - (s.spans.childStart ?? 0)) -
+        ex(s, 'updateModel') -
+        ex(s, 'finishStep'),
+    );
     const ipm = (k: keyof (typeof ipSteps)[number]['phases']) => median(ipSteps.map((s) => s.phases[k] * 1000));
     const ipWall = median(ipSteps.map((s) => s.seconds * 1000));
     const team = med((s) => (s.metrics.rolloutSeconds ?? 0) * 1000);
@@ -333,19 +415,30 @@ function report(jobs: Job[], micro: Micro | undefined, durable: Record<string, D
     out();
     out(`## Where the time goes in one ${mode} step (${DEFAULT_SIZE}, medians over steps 1..N-1, ms)`);
     out();
-    out(`Step metrics (Postgres \`metrics\`, scope team): rolloutSeconds ${f(team, 0)} ms, updateSeconds ${f(upd, 0)} ms; step wall from the workflow history ${f(wall, 0)} ms; in-process step ${f(ipWall, 0)} ms.`);
+    out(
+      `Step metrics (Postgres \`metrics\`, scope team): rolloutSeconds ${f(team, 0)} ms, updateSeconds ${f(upd, 0)} ms; step wall from the workflow history ${f(wall, 0)} ms; in-process step ${f(ipWall, 0)} ms.`,
+    );
     out();
     out('| part | Troupe ms | in-process ms | how measured |');
     out('|---|---|---|---|');
     out(`| plan (planStep, a local activity) | ${f(plan, 1)} | ${f(ipm('plan'), 1)} | history: activity started -> completed |`);
     if (batchedLike) {
-      out(`| rollout activity (rolloutBatch) | ${f(rollout, 0)} | ${f(ipm('rollout') + ipm('reward'), 0)} | history; in-process = generation + tools + reward |`);
+      out(
+        `| rollout activity (rolloutBatch) | ${f(rollout, 0)} | ${f(ipm('rollout') + ipm('reward'), 0)} | history; in-process = generation + tools + reward |`,
+      );
       out(`| - generation + tools | | ${f(ipm('rollout'), 0)} | in-process loop, same tokens |`);
       out(`| - reward (scoreEpisode) | | ${f(ipm('reward'), 1)} | in-process loop |`);
-      if (micro) out(`| - store: saveEpisodes, ${micro.episodes} episodes in one transaction | ${f(micro.bulkSaveMs, 0)} (isolated) | - | re-saved step 1's episodes under new ids; in the step, flushes of 32 overlap generation |`);
-      out(`| - rest of rollout activity (store writes overlapping generation, heartbeats) | ${f(rollout - ipm('rollout') - ipm('reward'), 0)} | - | rollout activity - in-process rollout - reward |`);
+      if (micro)
+        out(
+          `| - store: saveEpisodes, ${micro.episodes} episodes in one transaction | ${f(micro.bulkSaveMs, 0)} (isolated) | - | re-saved step 1's episodes under new ids; in the step, flushes of 32 overlap generation |`,
+        );
+      out(
+        `| - rest of rollout activity (store writes overlapping generation, heartbeats) | ${f(rollout - ipm('rollout') - ipm('reward'), 0)} | - | rollout activity - in-process rollout - reward |`,
+      );
     } else {
-      out(`| rollout (episode children: first start -> last completion) | ${f(rollout, 0)} | ${f(ipm('rollout') + ipm('reward'), 0)} | history; includes every generate/tool/recordEpisode activity and child workflow task |`);
+      out(
+        `| rollout (episode children: first start -> last completion) | ${f(rollout, 0)} | ${f(ipm('rollout') + ipm('reward'), 0)} | history; includes every generate/tool/recordEpisode activity and child workflow task |`,
+      );
       const d = durable[DEFAULT_SIZE];
       if (d) {
         const t = d.timings;
@@ -354,28 +447,40 @@ function report(jobs: Job[], micro: Micro | undefined, durable: Record<string, D
         const acts = t.flatMap((c) => c.activities);
         const actOf = (type: string) => acts.filter((a) => a.type === type);
         out(`| - one episode child, start -> completion (median of ${t.length}) | ${f(median(t.map((c) => c.durationMs)), 0)} | - | child history |`);
-        out(`| - workflow tasks per episode: ${f(wf.length / t.length, 1)}; queue wait / execution (median) | ${f(median(wf.map((w) => w.queuedMs)), 0)} / ${f(median(wf.map((w) => w.execMs)), 0)} | - | execution = from the worker's poll to its completion, waits inside the worker included; first task ${f(median(firstWf), 0)} ms |`);
+        out(
+          `| - workflow tasks per episode: ${f(wf.length / t.length, 1)}; queue wait / execution (median) | ${f(median(wf.map((w) => w.queuedMs)), 0)} / ${f(median(wf.map((w) => w.execMs)), 0)} | - | execution = from the worker's poll to its completion, waits inside the worker included; first task ${f(median(firstWf), 0)} ms |`,
+        );
         for (const type of [...new Set(acts.map((a) => a.type))]) {
           const xs = actOf(type);
-          out(`| - ${type} activities per episode: ${f(xs.length / t.length, 2)}; queue wait / execution (median) | ${f(median(xs.map((a) => a.queuedMs)), 0)} / ${f(median(xs.map((a) => a.execMs)), 0)} | - | child histories |`);
+          out(
+            `| - ${type} activities per episode: ${f(xs.length / t.length, 2)}; queue wait / execution (median) | ${f(median(xs.map((a) => a.queuedMs)), 0)} / ${f(median(xs.map((a) => a.execMs)), 0)} | - | child histories |`,
+          );
         }
       }
     }
-    out(`| update activities (updateModel, parallel per model) | ${f(update, 0)} | ${f(ipm('advantage') + ipm('update'), 0)} | history; in-process = advantage + engine Update |`);
+    out(
+      `| update activities (updateModel, parallel per model) | ${f(update, 0)} | ${f(ipm('advantage') + ipm('update'), 0)} | history; in-process = advantage + engine Update |`,
+    );
     if (micro && batchedLike) {
       out(`| - load the step's episodes (loadStepEpisodes) | ${f(micro.loadMs, 0)} | - | isolated re-run |`);
       out(`| - advantage (buildStepBatch) | ${f(micro.buildMs, 1)} | ${f(ipm('advantage'), 1)} | isolated re-run / in-process loop |`);
       out(`| - engine Update | | ${f(ipm('update'), 0)} | in-process loop |`);
       out(`| - versionOfStep + exportVersion | ${f(micro.versionOfStepMs + micro.exportMs, 1)} | - | isolated re-run |`);
-      out(`| - commit (weights, metrics, step row) + rest | ${f(update - micro.loadMs - micro.buildMs - ipm('update') - micro.versionOfStepMs - micro.exportMs, 0)} | - | update activity - the parts above |`);
+      out(
+        `| - commit (weights, metrics, step row) + rest | ${f(update - micro.loadMs - micro.buildMs - ipm('update') - micro.versionOfStepMs - micro.exportMs, 0)} | - | update activity - the parts above |`,
+      );
     }
     out(`| finishStep (step metrics to Postgres, a local activity) | ${f(finish, 1)} | - | history |`);
-    out(`| orchestration (everything between activity executions) | ${f(orchestration, 0)} | - | step wall - activity executions; of which queue wait before rollout ${f(rolloutQ, 1)} ms, before update ${f(updateQ, 1)} ms |`);
+    out(
+      `| orchestration (everything between activity executions) | ${f(orchestration, 0)} | - | step wall - activity executions; of which queue wait before rollout ${f(rolloutQ, 1)} ms, before update ${f(updateQ, 1)} ms |`,
+    );
     out(`| **step** | **${f(wall, 0)}** | **${f(ipWall, 0)}** | |`);
   }
   if (micro) {
     out();
-    out(`Store writes: the ${micro.episodes} episodes of a step in one transaction with one multi-row INSERT per table (saveEpisodes, as rolloutBatch flushes) take ${f(micro.bulkSaveMs, 0)} ms against ${f(micro.perEpisodeSaveMs, 0)} ms as ${micro.episodes} concurrent one-episode transactions (isolated, same rows).`);
+    out(
+      `Store writes: the ${micro.episodes} episodes of a step in one transaction with one multi-row INSERT per table (saveEpisodes, as rolloutBatch flushes) take ${f(micro.bulkSaveMs, 0)} ms against ${f(micro.perEpisodeSaveMs, 0)} ms as ${micro.episodes} concurrent one-episode transactions (isolated, same rows).`,
+    );
   }
 
   if (!values['no-write']) {
@@ -384,9 +489,29 @@ function report(jobs: Job[], micro: Micro | undefined, durable: Record<string, D
     const slim = jobs.map(({ inprocess, troupe, ...j }) => ({
       ...j,
       phases: inprocess?.steps.map((s) => s.phases),
-      troupeSteps: troupe?.steps.map((s) => ({ step: s.step, seconds: s.seconds, events: s.spans.events, rolloutSeconds: s.metrics.rolloutSeconds, updateSeconds: s.metrics.updateSeconds })),
+      troupeSteps: troupe?.steps.map((s) => ({
+        step: s.step,
+        seconds: s.seconds,
+        events: s.spans.events,
+        rolloutSeconds: s.metrics.rolloutSeconds,
+        updateSeconds: s.metrics.updateSeconds,
+      })),
     }));
-    fs.writeFileSync(path.join(RESULTS, 'orchestration.json'), JSON.stringify({ command: COMMAND, date: new Date().toISOString(), steps: STEPS, durableSteps: DURABLE_STEPS, rounds: ROUNDS, micro, durable: Object.fromEntries(Object.entries(durable).map(([k, { timings, ...d }]) => [k, { ...d, medianEpisodeMs: median(timings.map((t) => t.durationMs)) }])), jobs: slim }) + '\n');
+    fs.writeFileSync(
+      path.join(RESULTS, 'orchestration.json'),
+      JSON.stringify({
+        command: COMMAND,
+        date: new Date().toISOString(),
+        steps: STEPS,
+        durableSteps: DURABLE_STEPS,
+        rounds: ROUNDS,
+        micro,
+        durable: Object.fromEntries(
+          Object.entries(durable).map(([k, { timings, ...d }]) => [k, { ...d, medianEpisodeMs: median(timings.map((t) => t.durationMs)) }]),
+        ),
+        jobs: slim,
+      }) + '\n',
+    );
     console.log(`\nwrote ${path.relative(process.cwd(), path.join(RESULTS, 'orchestration.md'))} and orchestration.json`);
   }
 }

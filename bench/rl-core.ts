@@ -71,7 +71,9 @@ function main(): void {
       );
     }
   const byAgent = time(() => computeAdvantagesByAgent(samples, { solver: { estimator: 'grpo' }, verifier: { estimator: 'mc-grpo' } }));
-  console.log(`per-role (solver grpo, verifier mc-grpo)   ${byAgent.toFixed(1).padStart(7)} ms ${fmt(samples.length / (byAgent / 1000)).padStart(12)} samples/s`);
+  console.log(
+    `per-role (solver grpo, verifier mc-grpo)   ${byAgent.toFixed(1).padStart(7)} ms ${fmt(samples.length / (byAgent / 1000)).padStart(12)} samples/s`,
+  );
 
   // Token side: masks for the same samples (prompt 16 tokens + trainable tokens), then the loss on 1M tokens.
   const masks = samples.map((s) => {

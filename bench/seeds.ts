@@ -101,7 +101,12 @@ async function main() {
   const runs: Run[] = [];
   try {
     console.log(`# ${COMMAND}`);
-    console.log(`# node ${process.version}, ${os.cpus().length} cores, load ${os.loadavg().map((x) => x.toFixed(2)).join(' ')}`);
+    console.log(
+      `# node ${process.version}, ${os.cpus().length} cores, load ${os
+        .loadavg()
+        .map((x) => x.toFixed(2))
+        .join(' ')}`,
+    );
     const queue = TEAMS.flatMap((team) => SEEDS.map((seed) => ({ team, seed })));
     const worker = async () => {
       for (let job = queue.shift(); job; job = queue.shift()) {
@@ -121,8 +126,16 @@ async function main() {
           wallSeconds: (performance.now() - a) / 1000,
         };
         runs.push(run);
-        if (values.trace) for (const e of r.evals) console.log(`    ${team} seed ${seed} eval at ${e.step}: success ${f(e.success)}, greedy: ${Object.entries(e.replies).map(([a, c]) => `${a} ${top(c)}`).join(' | ')}`);
-        console.log(`  ${team} seed ${seed}: final ${f(run.final, 3)}, best ${f(run.best, 3)}, evals ${r.evals.map((e) => `${e.step}:${f(e.success, 2)}`).join(' ')} (${f(run.wallSeconds, 0)} s)`);
+        if (values.trace)
+          for (const e of r.evals)
+            console.log(
+              `    ${team} seed ${seed} eval at ${e.step}: success ${f(e.success)}, greedy: ${Object.entries(e.replies)
+                .map(([a, c]) => `${a} ${top(c)}`)
+                .join(' | ')}`,
+            );
+        console.log(
+          `  ${team} seed ${seed}: final ${f(run.final, 3)}, best ${f(run.best, 3)}, evals ${r.evals.map((e) => `${e.step}:${f(e.success, 2)}`).join(' ')} (${f(run.wallSeconds, 0)} s)`,
+        );
       }
     };
     await Promise.all(Array.from({ length: PARALLEL }, worker));
@@ -141,26 +154,38 @@ async function main() {
     out();
     out(`## ${team}`);
     out();
-    out(`${c.steps} steps x ${c.groupsPerStep} groups x ${c.groupSize} episodes, greedy eval every ${c.evalEvery} steps on ${c.evalTasks || 'all'} held-out tasks${values.config ? `, config ${values.config}` : ''}.`);
+    out(
+      `${c.steps} steps x ${c.groupsPerStep} groups x ${c.groupSize} episodes, greedy eval every ${c.evalEvery} steps on ${c.evalTasks || 'all'} held-out tasks${values.config ? `, config ${values.config}` : ''}.`,
+    );
     out(`Reward: mean over the step's episodes (sum of components). Entropy: mean −log p of the agent's sampled tokens (nats), step 0 → last step.`);
     out();
-    out(`| seed | final eval | best eval | steps to ${TARGET} | ${agents.map((a) => `${a} reward (last step)`).join(' | ')} | ${agents.map((a) => `${a} entropy`).join(' | ')} |`);
+    out(
+      `| seed | final eval | best eval | steps to ${TARGET} | ${agents.map((a) => `${a} reward (last step)`).join(' | ')} | ${agents.map((a) => `${a} entropy`).join(' | ')} |`,
+    );
     out(`|---|---|---|---|${agents.map(() => '---|').join('')}${agents.map(() => '---|').join('')}`);
     for (const r of mine) {
       const first = r.steps[0]!;
       const last = r.steps.at(-1)!;
-      out(`| ${r.seed} | ${f(r.final, 3)} | ${f(r.best, 3)} | ${r.toTarget ?? '—'} | ${agents.map((a) => f(total(last.rewards[a]))).join(' | ')} | ${agents.map((a) => `${f(first.entropy[a])} → ${f(last.entropy[a])}`).join(' | ')} |`);
+      out(
+        `| ${r.seed} | ${f(r.final, 3)} | ${f(r.best, 3)} | ${r.toTarget ?? '—'} | ${agents.map((a) => f(total(last.rewards[a]))).join(' | ')} | ${agents.map((a) => `${f(first.entropy[a])} → ${f(last.entropy[a])}`).join(' | ')} |`,
+      );
     }
     const reached = mine.filter((r) => r.final >= TARGET).length;
     const sorted = mine.map((r) => r.final).sort((a, b) => a - b);
     out();
-    out(`${team}: final eval ≥ ${TARGET} on ${reached} of ${mine.length} seeds; final eval min ${f(sorted[0], 3)}, median ${f(sorted[sorted.length >> 1], 3)}; ${f(mine.reduce((s, r) => s + r.wallSeconds, 0) / mine.length, 0)} s per run.`);
+    out(
+      `${team}: final eval ≥ ${TARGET} on ${reached} of ${mine.length} seeds; final eval min ${f(sorted[0], 3)}, median ${f(sorted[sorted.length >> 1], 3)}; ${f(mine.reduce((s, r) => s + r.wallSeconds, 0) / mine.length, 0)} s per run.`,
+    );
   }
   if (!values['no-write']) {
     fs.mkdirSync(RESULTS, { recursive: true });
     fs.writeFileSync(path.join(RESULTS, 'seeds.md'), lines.join('\n') + '\n');
     // per step only rewards, entropy and zero-advantage shares (the sampled replies would be megabytes)
-    const compact = runs.map((r) => ({ ...r, steps: r.steps.map((s) => ({ step: s.step, rewards: s.rewards, entropy: s.entropy, zeroAdvantage: s.zeroAdvantage })), evals: r.evals.map((e) => ({ step: e.step, success: e.success })) }));
+    const compact = runs.map((r) => ({
+      ...r,
+      steps: r.steps.map((s) => ({ step: s.step, rewards: s.rewards, entropy: s.entropy, zeroAdvantage: s.zeroAdvantage })),
+      evals: r.evals.map((e) => ({ step: e.step, success: e.success })),
+    }));
     const round = (_: string, v: unknown) => (typeof v === 'number' && !Number.isInteger(v) ? Number(v.toFixed(4)) : v);
     fs.writeFileSync(path.join(RESULTS, 'seeds.json'), JSON.stringify({ command: COMMAND, runs: compact }, round) + '\n');
   }

@@ -71,20 +71,34 @@ function meanCurves(runs: Run[]) {
     const evalSteps = [...new Set(mine.flatMap((r) => r.evals.map((e) => e.step)))].sort((a, b) => a - b);
     return evalSteps.map((step) => {
       const at = mine.flatMap((r) => r.evals.filter((e) => e.step === step));
-      return { k: `k = ${k}`, step, seconds: mean(at.map((e) => e.seconds)), success: mean(at.map((e) => e.success)), min: Math.min(...at.map((e) => e.success)), max: Math.max(...at.map((e) => e.success)), n: at.length };
+      return {
+        k: `k = ${k}`,
+        step,
+        seconds: mean(at.map((e) => e.seconds)),
+        success: mean(at.map((e) => e.success)),
+        min: Math.min(...at.map((e) => e.success)),
+        max: Math.max(...at.map((e) => e.success)),
+        n: at.length,
+      };
     });
   });
 }
 
 function report(runs: Run[], startLoad: number[]): string[] {
-  const lines = [`# ${COMMAND}`, `# ${new Date().toISOString()}, node ${process.version}, ${os.cpus().length} cores (${os.cpus()[0]?.model ?? '?'}); load average at start ${startLoad.map((x) => x.toFixed(1)).join(' / ')}`, ''];
+  const lines = [
+    `# ${COMMAND}`,
+    `# ${new Date().toISOString()}, node ${process.version}, ${os.cpus().length} cores (${os.cpus()[0]?.model ?? '?'}); load average at start ${startLoad.map((x) => x.toFixed(1)).join(' / ')}`,
+    '',
+  ];
   const sync = mean(runs.filter((r) => r.k === 0).map((r) => 1 / r.secondsPerStep));
   lines.push('| k | seeds | s/step (mean) | steps/s vs k=0 | wall to last commit, s (mean) | final eval (mean, min–max) |', '|---|---|---|---|---|---|');
   for (const k of ks) {
     const mine = runs.filter((r) => r.k === k);
     if (mine.length === 0) continue;
     const finals = mine.map((r) => r.evals.at(-1)?.success ?? NaN);
-    lines.push(`| ${k} | ${mine.length} | ${f(mean(mine.map((r) => r.secondsPerStep)), 2)} | ${f(mean(mine.map((r) => 1 / r.secondsPerStep)) / sync, 2)} | ${f(mean(mine.map((r) => r.wallSeconds)), 0)} | ${f(mean(finals))} (${f(Math.min(...finals))}–${f(Math.max(...finals))}) |`);
+    lines.push(
+      `| ${k} | ${mine.length} | ${f(mean(mine.map((r) => r.secondsPerStep)), 2)} | ${f(mean(mine.map((r) => 1 / r.secondsPerStep)) / sync, 2)} | ${f(mean(mine.map((r) => r.wallSeconds)), 0)} | ${f(mean(finals))} (${f(Math.min(...finals))}–${f(Math.max(...finals))}) |`,
+    );
   }
   const curves = meanCurves(runs);
   const evalSteps = [...new Set(curves.map((c) => c.step))].sort((a, b) => a - b);
@@ -94,11 +108,25 @@ function report(runs: Run[], startLoad: number[]): string[] {
     for (const k of ks) {
       const mine = curves.filter((c) => c.k === `k = ${k}`);
       if (mine.length === 0) continue;
-      lines.push(`| ${k} | ${evalSteps.map((s) => mine.find((c) => c.step === s)).map((c) => (c ? `${f(c.success, 2)} (${f(c.min, 2)}–${f(c.max, 2)}) @ ${f(c.seconds, 0)} s` : '-')).join(' | ')} |`);
+      lines.push(
+        `| ${k} | ${evalSteps
+          .map((s) => mine.find((c) => c.step === s))
+          .map((c) => (c ? `${f(c.success, 2)} (${f(c.min, 2)}–${f(c.max, 2)}) @ ${f(c.seconds, 0)} s` : '-'))
+          .join(' | ')} |`,
+      );
     }
   }
-  lines.push('', 'Per run (in the order run; load average 1/5/15 min when it ended):', '', '| seed | k | s/step | wall, s | evals (step: success @ s) | load |', '|---|---|---|---|---|---|');
-  for (const r of runs) lines.push(`| ${r.seed} | ${r.k} | ${f(r.secondsPerStep, 2)} | ${f(r.wallSeconds, 0)} | ${r.evals.map((e) => `${e.step}: ${f(e.success, 2)} @ ${f(e.seconds, 0)}`).join(', ')} | ${r.load.map((x) => x.toFixed(1)).join(' / ')} |`);
+  lines.push(
+    '',
+    'Per run (in the order run; load average 1/5/15 min when it ended):',
+    '',
+    '| seed | k | s/step | wall, s | evals (step: success @ s) | load |',
+    '|---|---|---|---|---|---|',
+  );
+  for (const r of runs)
+    lines.push(
+      `| ${r.seed} | ${r.k} | ${f(r.secondsPerStep, 2)} | ${f(r.wallSeconds, 0)} | ${r.evals.map((e) => `${e.step}: ${f(e.success, 2)} @ ${f(e.seconds, 0)}`).join(', ')} | ${r.load.map((x) => x.toFixed(1)).join(' / ')} |`,
+    );
   return lines;
 }
 
@@ -112,12 +140,19 @@ async function plot(runs: Run[]): Promise<{ svg: string; png: Uint8Array }> {
     width: 320,
     height: 200,
     layer: [
-      { data: { values: perSeed }, mark: { type: 'line', opacity: 0.35, strokeWidth: 1, point: { size: 12 } }, encoding: { x: { field: x, type: 'quantitative', title: axis }, y, color, detail: { field: 'seed' } } },
+      {
+        data: { values: perSeed },
+        mark: { type: 'line', opacity: 0.35, strokeWidth: 1, point: { size: 12 } },
+        encoding: { x: { field: x, type: 'quantitative', title: axis }, y, color, detail: { field: 'seed' } },
+      },
       { data: { values: means }, mark: { type: 'line', strokeWidth: 2.5 }, encoding: { x: { field: x, type: 'quantitative', title: axis }, y, color } },
     ],
   });
   return renderVegaLite({
-    title: { text: `Staleness k on ${values.team}${values['team-options'] === '{}' ? '' : ` ${values['team-options']}`}: held-out eval success (greedy), ${seeds.length} seeds interleaved`, subtitle: 'thin: one seed; thick: mean over seeds (on the right at the mean time of each eval step)' },
+    title: {
+      text: `Staleness k on ${values.team}${values['team-options'] === '{}' ? '' : ` ${values['team-options']}`}: held-out eval success (greedy), ${seeds.length} seeds interleaved`,
+      subtitle: 'thin: one seed; thick: mean over seeds (on the right at the mean time of each eval step)',
+    },
     hconcat: [panel('step', 'per training step', 'step'), panel('seconds', 'per wall-clock second', 'seconds since the initial version was committed')],
     resolve: { scale: { color: 'shared' } },
   });
@@ -132,19 +167,43 @@ async function main() {
     for (const seed of seeds) {
       for (const k of ks) {
         const runId = `bench-stale-k${k}-s${seed}`;
-        await runTroupe(h, { runId, team: values.team!, teamOptions, steps, groupsPerStep: Number(values.groups), groupSize: Number(values['group-size']), evalEvery, evalTasks: Number(values['eval-tasks']), seed, staleness: k });
+        await runTroupe(h, {
+          runId,
+          team: values.team!,
+          teamOptions,
+          steps,
+          groupsPerStep: Number(values.groups),
+          groupSize: Number(values['group-size']),
+          evalEvery,
+          evalTasks: Number(values['eval-tasks']),
+          seed,
+          staleness: k,
+        });
         const at = await commitTimes(h, runId);
-        const evalRows = await h.db.sql`SELECT step, value FROM metrics WHERE run_id = ${runId} AND kind = 'eval' AND scope = 'team' AND name = 'success' ORDER BY step`;
+        const evalRows = await h.db
+          .sql`SELECT step, value FROM metrics WHERE run_id = ${runId} AND kind = 'eval' AND scope = 'team' AND name = 'success' ORDER BY step`;
         const evals = evalRows.map((e) => ({ step: e.step as number, seconds: at.get((e.step as number) - 1)!, success: e.value as number }));
-        const run = { k, seed, secondsPerStep: (at.get(steps - 1)! - at.get(0)!) / Math.max(1, steps - 1), wallSeconds: at.get(steps - 1)!, evals, load: os.loadavg() };
+        const run = {
+          k,
+          seed,
+          secondsPerStep: (at.get(steps - 1)! - at.get(0)!) / Math.max(1, steps - 1),
+          wallSeconds: at.get(steps - 1)!,
+          evals,
+          load: os.loadavg(),
+        };
         runs.push(run);
-        console.log(`k=${k} seed=${seed}: ${f(run.secondsPerStep, 2)} s/step, evals ${evals.map((e) => `${e.step}: ${f(e.success, 2)} @ ${f(e.seconds, 0)} s`).join(', ')}; load ${run.load.map((x) => x.toFixed(1)).join(' / ')}`);
+        console.log(
+          `k=${k} seed=${seed}: ${f(run.secondsPerStep, 2)} s/step, evals ${evals.map((e) => `${e.step}: ${f(e.success, 2)} @ ${f(e.seconds, 0)} s`).join(', ')}; load ${run.load.map((x) => x.toFixed(1)).join(' / ')}`,
+        );
         if (values.write) {
           fs.mkdirSync(RESULTS, { recursive: true });
           const { svg, png } = await plot(runs);
           fs.writeFileSync(path.join(RESULTS, 'staleness.svg'), svg);
           fs.writeFileSync(path.join(RESULTS, 'staleness.png'), png);
-          fs.writeFileSync(path.join(RESULTS, 'staleness.md'), [...report(runs, startLoad), '', 'Curves: [staleness.png](staleness.png) (and .svg).', ''].join('\n'));
+          fs.writeFileSync(
+            path.join(RESULTS, 'staleness.md'),
+            [...report(runs, startLoad), '', 'Curves: [staleness.png](staleness.png) (and .svg).', ''].join('\n'),
+          );
         }
       }
     }

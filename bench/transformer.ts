@@ -29,9 +29,9 @@ import { seedKey } from '../engines/families/philox';
 import { initTransformerWeights } from '../engines/families/transformer/init';
 import { stateBytes, updateBytesPerSequence } from '../engines/families/transformer/memory';
 import { TransformerRuntime } from '../engines/onnx/transformer/runtime';
-import { normalizeTransformerSpec, paramLayout, TransformerSpec } from '../engines/families/transformer/spec';
+import { normalizeTransformerSpec, paramLayout, type TransformerSpec } from '../engines/families/transformer/spec';
 import { DEFAULT_UPDATE_SETTINGS } from '../engines/protocol/types';
-import { fmt, time, Timing } from './lib/timing';
+import { fmt, time, type Timing } from './lib/timing';
 
 const { values } = parseArgs({
   options: {
@@ -116,7 +116,10 @@ async function onnxColumn(table: Table) {
     for (const C of W.decodePositions) {
       const one = await time(reps, () => rt.generate(theta, rows(W.decodeBatch, C, 1)));
       const many = await time(reps, () => rt.generate(theta, rows(W.decodeBatch, C, W.decodeTokens + 1)));
-      cell(`decode at position ${C} (ms/token, batch ${W.decodeBatch})`, both({ wall: many.wall - one.wall, cpu: many.cpu - one.cpu }, (ms) => ms / W.decodeTokens, 2));
+      cell(
+        `decode at position ${C} (ms/token, batch ${W.decodeBatch})`,
+        both({ wall: many.wall - one.wall, cpu: many.cpu - one.cpu }, (ms) => ms / W.decodeTokens, 2),
+      );
     }
     const t = await time(reps, () => rt.update(optimState(spec), updateSamples(W.updateSequences), updateSettings({ ...DEFAULT_UPDATE_SETTINGS })));
     cell('update (trained tokens/s)', both(t, tokensPerS(W.updateSequences * W.updateTokens)));
@@ -150,14 +153,20 @@ async function torchColumn(table: Table, python: string) {
     const r = JSON.parse(line) as Timing & { config: string; metric: string; batch?: number; position?: number };
     const set = (label: string, v: string) => (table.get(label)![r.config]![1] = v);
     if (r.metric === 'generate') set(`generate batch ${r.batch} (tokens/s)`, both(r, tokensPerS(r.batch! * W.generateTokens)));
-    if (r.metric === 'decode') set(`decode at position ${r.position} (ms/token, batch ${W.decodeBatch})`, both(r, (ms) => ms, 2));
+    if (r.metric === 'decode')
+      set(
+        `decode at position ${r.position} (ms/token, batch ${W.decodeBatch})`,
+        both(r, (ms) => ms, 2),
+      );
     if (r.metric === 'update') set('update (trained tokens/s)', both(r, tokensPerS(W.updateSequences * W.updateTokens)));
   }
 }
 
 /** Generate at batch 32 through a spawned engine over gRPC vs the same runtime in-process, interleaved. */
 async function grpcRatio(name: string, spec: TransformerSpec): Promise<string> {
-  const engine = await spawnEngine(['--device', 'cpu', '--port', '0', '--threads', String(threads), '--batch-shape', 'free', '--max-batch', '128'], { quiet: true });
+  const engine = await spawnEngine(['--device', 'cpu', '--port', '0', '--threads', String(threads), '--batch-shape', 'free', '--max-batch', '128'], {
+    quiet: true,
+  });
   const client = await EngineClient.connect(engine.listening.address);
   try {
     await client.initModel({ modelKey: 'bench', spec, seed: 1 });
@@ -203,7 +212,9 @@ async function rssChild(microBatchBytes: number) {
 }
 
 function rssLine(microBatchBytes: number, label: string): string {
-  const out = execFileSync(process.execPath, [...process.execArgv, __filename, '--threads', String(threads), '--rss-child', String(microBatchBytes)], { encoding: 'utf8' });
+  const out = execFileSync(process.execPath, [...process.execArgv, __filename, '--threads', String(threads), '--rss-child', String(microBatchBytes)], {
+    encoding: 'utf8',
+  });
   const r = JSON.parse(out.trim().split('\n').pop()!) as { maxRssBytes: number; ms: number };
   return `${label}: peak RSS ${fmt(r.maxRssBytes / 2 ** 20)} MiB, ${fmt(r.ms)} ms`;
 }
@@ -212,7 +223,12 @@ async function main() {
   if (values['rss-child'] !== undefined) return rssChild(Number(values['rss-child']));
   const cpu = os.cpus();
   console.log(`# node --import tsx bench/transformer.ts --threads ${threads} --reps ${reps}`);
-  console.log(`# ${cpu.length} cores (${cpu[0]?.model ?? '?'}), load average ${os.loadavg().map((x) => x.toFixed(1)).join(' ')}, ${new Date().toISOString().slice(0, 10)}`);
+  console.log(
+    `# ${cpu.length} cores (${cpu[0]?.model ?? '?'}), load average ${os
+      .loadavg()
+      .map((x) => x.toFixed(1))
+      .join(' ')}, ${new Date().toISOString().slice(0, 10)}`,
+  );
   console.log(`# CPU EP, ${threads} intra-op thread(s); cells: ONNX | PyTorch, each "wall-time figure (CPU-time figure)", medians of ${reps}`);
   const table: Table = new Map();
   await onnxColumn(table);
@@ -230,7 +246,9 @@ async function main() {
   const spec = CONFIGS[RSS.config]!;
   const S = W.updateContext + W.updateTokens - 1;
   console.log(`\n## Peak RSS of one update, ${RSS.sequences} × ${S + 1} tokens on ${RSS.config} (fresh process each)`);
-  console.log(`# estimate (transformer/memory.ts): state ${fmt(stateBytes(spec) / 2 ** 20)} MiB + ${fmt(updateBytesPerSequence(spec, S) / 2 ** 20, 1)} MiB per sequence`);
+  console.log(
+    `# estimate (transformer/memory.ts): state ${fmt(stateBytes(spec) / 2 ** 20)} MiB + ${fmt(updateBytesPerSequence(spec, S) / 2 ** 20, 1)} MiB per sequence`,
+  );
   console.log(rssLine(2 ** 50, 'one micro-batch (the whole batch)'));
   console.log(rssLine(defaultMemoryPolicy().microBatchBytes, 'default 256 MiB micro-batches'));
 }

@@ -105,7 +105,11 @@ export function parseOptions(cmd: Command, args: readonly string[]): { values: R
   const options = Object.fromEntries(
     Object.entries(cmd.options).map(([name, o]) => [
       name,
-      { type: o.type === 'boolean' ? ('boolean' as const) : ('string' as const), ...(o.short ? { short: o.short } : {}), ...(o.default !== undefined ? { default: o.default } : {}) },
+      {
+        type: o.type === 'boolean' ? ('boolean' as const) : ('string' as const),
+        ...(o.short ? { short: o.short } : {}),
+        ...(o.default !== undefined ? { default: o.default } : {}),
+      },
     ]),
   );
   let parsed: { values: Record<string, string | boolean | undefined>; positionals: string[] };

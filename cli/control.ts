@@ -40,7 +40,10 @@ export async function requireOpenRun(c: Pick<Connected, 'client' | 'sql'>, runId
   if (open) return open;
   const run = await getRun(c.sql, runId);
   const state = run?.status ?? 'closed';
-  const hint = state === 'failed' || state === 'running' || state === 'paused' ? `it is not running; continue it with \`npx troupe resume ${runId}\`` : 'only a running run can be changed; start a new one with `npx troupe train`';
+  const hint =
+    state === 'failed' || state === 'running' || state === 'paused'
+      ? `it is not running; continue it with \`npx troupe resume ${runId}\``
+      : 'only a running run can be changed; start a new one with `npx troupe train`';
   throw new TroupeError(`${what}: run ${runId} is ${state === 'running' || state === 'paused' ? 'not running (its workflow closed)' : state}`, hint);
 }
 
@@ -53,10 +56,15 @@ export async function setOptimizer(c: Pick<Connected, 'client' | 'sql'>, open: O
   const run = await getRun(c.sql, runId);
   if (run) {
     // the effective optimizer: the stored config's, with the changes applied so far
-    const [applied] = await c.sql`SELECT detail->'optimizer' AS optimizer FROM run_events WHERE run_id = ${runId} AND kind = 'optimizer-changed' ORDER BY id DESC LIMIT 1`;
+    const [applied] =
+      await c.sql`SELECT detail->'optimizer' AS optimizer FROM run_events WHERE run_id = ${runId} AND kind = 'optimizer-changed' ORDER BY id DESC LIMIT 1`;
     const config = parseRunConfig({ ...run.config, ...(applied?.optimizer ? { optimizer: applied.optimizer } : {}) });
     const issues = optimizerChangeIssues(change, config, loadTeam(config.team, config.teamOptions));
-    if (issues.length > 0) throw new TroupeError(`invalid optimizer change: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`, 'fix the fields named above (README: "Changing a running run")');
+    if (issues.length > 0)
+      throw new TroupeError(
+        `invalid optimizer change: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`,
+        'fix the fields named above (README: "Changing a running run")',
+      );
   }
   try {
     return await open.handle.executeUpdate(setOptimizerUpdate, { args: [change as OptimizerChange] });

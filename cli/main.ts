@@ -35,7 +35,7 @@ export async function globalHelp(): Promise<string> {
     'Commands:',
     ...loaded.map((c) => `  ${c.name.padEnd(width)}  ${c.summary}`),
     '',
-    'Run `troupe <command> --help` for a command\'s options.',
+    "Run `troupe <command> --help` for a command's options.",
     'Configuration comes from environment variables (see docs/operations.md, "Configuration").',
     'TROUPE_DEBUG=1 shows stack traces on errors.',
   ].join('\n');

@@ -41,13 +41,21 @@ export function curves(rows: Awaited<ReturnType<typeof readMetrics>>) {
     totals.set(key, p);
   }
   const share = { truncatedShare: 'truncated', failedShare: 'failed' } as Record<string, string>;
-  const offPolicy = { staleness: 'staleness', 'isWeight.mean': 'IS weight mean', 'isWeight.max': 'IS weight max', 'isWeight.truncated': 'truncated IS weights', behaviourKl: 'KL(behaviour‖current)' } as Record<string, string>;
+  const offPolicy = {
+    staleness: 'staleness',
+    'isWeight.mean': 'IS weight mean',
+    'isWeight.max': 'IS weight max',
+    'isWeight.truncated': 'truncated IS weights',
+    behaviourKl: 'KL(behaviour‖current)',
+  } as Record<string, string>;
   // Clip fraction with them only in asynchronous runs (the rows of the other four say it is one).
   const asyncSteps = new Set(train.filter((r) => offPolicy[r.name]).map((r) => `${r.step}/${r.scope}`));
   return {
     reward: [...reward, ...totals.values()],
     endings: train.filter((r) => share[r.name]).map((r) => ({ step: r.step + 1, series: `${r.scope} ${share[r.name]}`, value: r.value })),
-    evalSuccess: rows.filter((r) => r.kind === 'eval' && r.scope === 'team' && r.name === 'success').map((r) => ({ step: r.step, series: 'eval success', value: r.value })),
+    evalSuccess: rows
+      .filter((r) => r.kind === 'eval' && r.scope === 'team' && r.name === 'success')
+      .map((r) => ({ step: r.step, series: 'eval success', value: r.value })),
     gradNorm: rows.filter((r) => r.kind === 'update' && r.name === 'gradNorm').map((r) => ({ step: r.step + 1, series: r.scope, value: r.value })),
     offPolicy: train
       .filter((r) => offPolicy[r.name] || (r.name === 'clipFraction' && asyncSteps.has(`${r.step}/${r.scope}`)))
@@ -62,7 +70,14 @@ const HEIGHT = 160;
 function panel(title: string, values: CurvePoint[], y: string, opts: { points?: boolean; domain?: [number, number] } = {}) {
   // An empty panel is a note, not an empty chart: Vega gives an empty chart no size, and the SVG cannot be drawn.
   if (values.length === 0) {
-    return { title, width: WIDTH, height: HEIGHT, data: { values: [{ note: 'no data' }] }, mark: { type: 'text', fontSize: 14, color: 'gray' }, encoding: { text: { field: 'note' }, x: { value: WIDTH / 2 }, y: { value: HEIGHT / 2 } } };
+    return {
+      title,
+      width: WIDTH,
+      height: HEIGHT,
+      data: { values: [{ note: 'no data' }] },
+      mark: { type: 'text', fontSize: 14, color: 'gray' },
+      encoding: { text: { field: 'note' }, x: { value: WIDTH / 2 }, y: { value: HEIGHT / 2 } },
+    };
   }
   return {
     title,

@@ -3,7 +3,7 @@
  * a run config from flags, and watching a run with a live progress line.
  */
 import * as fs from 'node:fs';
-import { Client, WorkflowFailedError, WorkflowNotFoundError, type WorkflowHandle } from '@temporalio/client';
+import { type Client, WorkflowFailedError, WorkflowNotFoundError, type WorkflowHandle } from '@temporalio/client';
 import { getRun } from '../activities/store/runs';
 import type { EpisodeProblems } from '../activities/store/trajectories';
 import { loadTeam } from '../agents/teams';
@@ -50,7 +50,8 @@ export function validateRunConfig(input: RunConfigInput): RunConfig {
     checkAgainstTeam(config, loadTeam(config.team, config.teamOptions));
     return config;
   } catch (e) {
-    if (e instanceof RunConfigError) throw new TroupeError(e.message, 'fix the fields named above (see `troupe train --help` and docs/running.md for the run config)');
+    if (e instanceof RunConfigError)
+      throw new TroupeError(e.message, 'fix the fields named above (see `troupe train --help` and docs/running.md for the run config)');
     throw e;
   }
 }
@@ -62,7 +63,12 @@ export function validateRunConfig(input: RunConfigInput): RunConfig {
 export function startTrainingRun(client: Client, taskQueue: string, config: RunConfig, opts: { resume?: boolean } = {}) {
   const runId = config.runId!;
   const staticSummary = `${config.team}: ${config.steps} steps x ${config.groupsPerStep} groups x ${config.groupSize} episodes (${config.rollout}), run ${runId}${opts.resume ? ' (resumed)' : ''}`;
-  return client.workflow.start<typeof trainingRun>('trainingRun', { taskQueue, workflowId: runId, args: opts.resume ? [config, null, { resume: true }] : [config], staticSummary });
+  return client.workflow.start<typeof trainingRun>('trainingRun', {
+    taskQueue,
+    workflowId: runId,
+    args: opts.resume ? [config, null, { resume: true }] : [config],
+    staticSummary,
+  });
 }
 
 /**
@@ -114,7 +120,12 @@ export function duration(seconds: number): string {
 
 export function progressLine(v: RunStatusView): string {
   const rewards = Object.entries(v.rewards)
-    .map(([agent, cs]) => `${agent} ${Object.values(cs).reduce((a, b) => a + b, 0).toFixed(2)}`)
+    .map(
+      ([agent, cs]) =>
+        `${agent} ${Object.values(cs)
+          .reduce((a, b) => a + b, 0)
+          .toFixed(2)}`,
+    )
     .join('  ');
   const evalPart = v.lastEval ? `eval ${v.lastEval.success.toFixed(2)}` : 'eval -';
   const eta = v.secondsPerStep !== null ? `ETA ${duration(v.secondsPerStep * (v.steps - v.step))}` : 'ETA -';
@@ -140,7 +151,10 @@ export async function watchRun(handle: WorkflowHandle<typeof trainingRun>, opts:
     const prev = progress;
     progress = next;
     if (opts.quiet) return;
-    const waiting = outageSince !== undefined ? `waiting for Temporal (unreachable for ${Math.round((Date.now() - outageSince) / 1000)} s: ${outageCause}); the run goes on without this watcher` : '';
+    const waiting =
+      outageSince !== undefined
+        ? `waiting for Temporal (unreachable for ${Math.round((Date.now() - outageSince) / 1000)} s: ${outageCause}); the run goes on without this watcher`
+        : '';
     if (tty) {
       process.stderr.write(`\r\x1b[2K${progress}${waiting ? `  [${waiting}]` : ''}`);
       return;
@@ -176,7 +190,7 @@ export async function watchRun(handle: WorkflowHandle<typeof trainingRun>, opts:
   } catch (e) {
     if (e instanceof WorkflowFailedError) {
       const cause = (e.cause as { message?: string; cause?: { message?: string } } | undefined) ?? {};
-      const reason = cause.cause?.message ? `${cause.message}: ${cause.cause.message}` : cause.message ?? e.message;
+      const reason = cause.cause?.message ? `${cause.message}: ${cause.cause.message}` : (cause.message ?? e.message);
       throw new TroupeError(`run ${handle.workflowId} failed: ${reason}`, `after fixing the cause: npx troupe resume ${handle.workflowId}`);
     }
     throw e;
@@ -212,15 +226,28 @@ export function runExitCode(s: Pick<RunSummary, 'status' | 'versions'>): number 
 
 export function summaryLines(s: RunSummary, times: RunTimes, problems?: EpisodeProblems): string[] {
   const fmt = (e: RunSummary['initialEval']) =>
-    e ? `${e.success.toFixed(3)} (${e.episodes} held-out tasks; ${Object.entries(e.rewards).map(([a, cs]) => `${a} ${Object.entries(cs).map(([k, v]) => `${k}=${v.toFixed(3)}`).join(',')}`).join('; ')})` : '-';
+    e
+      ? `${e.success.toFixed(3)} (${e.episodes} held-out tasks; ${Object.entries(e.rewards)
+          .map(
+            ([a, cs]) =>
+              `${a} ${Object.entries(cs)
+                .map(([k, v]) => `${k}=${v.toFixed(3)}`)
+                .join(',')}`,
+          )
+          .join('; ')})`
+      : '-';
   const setup = times.setupSeconds >= 1 ? ` (setting up the stack took ${duration(times.setupSeconds)} more)` : '';
   return [
     `run ${s.runId} (${s.team}) ${s.status} after ${s.steps} steps in ${duration(times.runSeconds)}${setup}`,
     `  eval success: ${fmt(s.initialEval)}`,
     `             -> ${fmt(s.finalEval)}`,
-    `  versions: ${Object.entries(s.versions).map(([m, v]) => `${m} v${v}`).join(', ')}`,
+    `  versions: ${Object.entries(s.versions)
+      .map(([m, v]) => `${m} v${v}`)
+      .join(', ')}`,
     ...(problems ? problemLines(problems) : s.failedEpisodes > 0 ? [`  failed episodes (excluded from updates): ${s.failedEpisodes}`] : []),
-    ...(trained(s.versions) ? [] : [`  never trained: every model is still at version 0${problems && problems.skippedUpdates.length === 0 && s.steps === 0 ? ' (no step ran)' : ''}`]),
+    ...(trained(s.versions)
+      ? []
+      : [`  never trained: every model is still at version 0${problems && problems.skippedUpdates.length === 0 && s.steps === 0 ? ' (no step ran)' : ''}`]),
   ];
 }
 

@@ -110,7 +110,8 @@ export async function listRuns(sql: Sql, q: Query) {
   const team = q.get('team') || null;
   const status = enumParam(q, 'status', RUN_STATUSES) ?? null;
   const where = sql`(${team}::text IS NULL OR r.team = ${team}) AND (${status}::text IS NULL OR r.status = ${status})`;
-  const rows = await sql`SELECT ${runColumns(sql)} FROM runs r ${latestEval(sql)} WHERE ${where} ORDER BY r.created_at DESC, r.run_id LIMIT ${limit} OFFSET ${offset}`;
+  const rows =
+    await sql`SELECT ${runColumns(sql)} FROM runs r ${latestEval(sql)} WHERE ${where} ORDER BY r.created_at DESC, r.run_id LIMIT ${limit} OFFSET ${offset}`;
   const { total } = (await sql`SELECT count(*)::int AS total FROM runs r WHERE ${where}`)[0]!;
   return { runs: rows.map(runRow), total: total as number, limit, offset };
 }
@@ -153,7 +154,10 @@ export async function getRunMetrics(sql: Sql, runId: string, q: Query) {
     ORDER BY step, kind, scope, name LIMIT ${limit + 1} OFFSET ${offset}`;
   const more = rows.length > limit;
   // The learning rate in force per model and step (from the step's settings), with the first page.
-  const lr = offset > 0 ? [] : await sql`
+  const lr =
+    offset > 0
+      ? []
+      : await sql`
     SELECT s.step, m.key AS model, (m.value->>'lr')::float8 AS lr FROM steps s, jsonb_each(s.settings) m
     WHERE s.run_id = ${runId} AND s.step >= ${fromStep} AND jsonb_typeof(m.value) = 'object' AND m.value ? 'lr'
     ORDER BY s.step, m.key LIMIT ${MAX_METRIC_LIMIT}`;
@@ -213,7 +217,9 @@ export async function listStepEpisodes(sql: Sql, runId: string, step: number, q:
  * The turn graph of an episode: a node per turn and per tool call; an edge per
  * `after` (parent → turn) and from each turn to its tool calls.
  */
-export function turnGraph(turns: ReadonlyArray<{ index: number; agent: string; parents: number[]; toolCalls: ReadonlyArray<{ index: number; tool: string; error?: string }> }>) {
+export function turnGraph(
+  turns: ReadonlyArray<{ index: number; agent: string; parents: number[]; toolCalls: ReadonlyArray<{ index: number; tool: string; error?: string }> }>,
+) {
   const nodes: Array<{ id: string; kind: 'turn' | 'tool'; agent: string; label: string; turn: number }> = [];
   const edges: Array<{ from: string; to: string; kind: 'after' | 'call' }> = [];
   for (const t of turns) {
@@ -248,7 +254,12 @@ export async function getEpisode(sql: Sql, episodeId: string) {
     decodeError = errorMessage(e);
   }
   // Kept on the turn row by the step's update; null where the turn received none (see migration 003).
-  const advantages = new Map((await sql`SELECT turn_index, advantage FROM turns WHERE episode_id = ${episodeId} AND advantage IS NOT NULL`).map((r) => [r.turn_index as number, r.advantage as number]));
+  const advantages = new Map(
+    (await sql`SELECT turn_index, advantage FROM turns WHERE episode_id = ${episodeId} AND advantage IS NOT NULL`).map((r) => [
+      r.turn_index as number,
+      r.advantage as number,
+    ]),
+  );
   return {
     ...ep.meta,
     status: ep.trajectory.status,

@@ -84,7 +84,8 @@ function sameSecret(a: string, b: string): boolean {
 /** Sends a control through the workflow's handlers; setOptimizer's validator decides what is accepted. */
 async function control(opts: DashboardOptions, req: http.IncomingMessage, runId: string, what: Control) {
   if (!opts.token || !opts.client) throw new ApiError(403, 'controls are disabled: start the dashboard with TROUPE_DASHBOARD_TOKEN set');
-  if (!sameSecret(req.headers.authorization ?? '', `Bearer ${opts.token}`)) throw new ApiError(401, 'controls need the header "Authorization: Bearer <TROUPE_DASHBOARD_TOKEN>"');
+  if (!sameSecret(req.headers.authorization ?? '', `Bearer ${opts.token}`))
+    throw new ApiError(401, 'controls need the header "Authorization: Bearer <TROUPE_DASHBOARD_TOKEN>"');
   const body = await readJson(req);
   const handle = opts.client.workflow.getHandle(runId);
   try {
@@ -107,7 +108,12 @@ async function route(opts: DashboardOptions, req: http.IncomingMessage, url: URL
   }
   if (req.method !== 'GET') throw new ApiError(405, `${req.method} ${url.pathname}: not allowed`);
   if (parts[1] === 'config' && parts.length === 2) {
-    return { temporalUiUrl: opts.temporalUiUrl ?? null, namespace: opts.namespace ?? 'default', controls: Boolean(opts.token && opts.client), pid: process.pid };
+    return {
+      temporalUiUrl: opts.temporalUiUrl ?? null,
+      namespace: opts.namespace ?? 'default',
+      controls: Boolean(opts.token && opts.client),
+      pid: process.pid,
+    };
   }
   if (parts[1] === 'runs') {
     if (parts.length === 2) return listRuns(opts.sql, q);
@@ -135,7 +141,8 @@ export async function startDashboard(opts: DashboardOptions): Promise<Dashboard>
     // Pages are client-routed (#/runs/<id>, #/episodes/<id>): everything else is a static file.
     const s = staticFile(url.pathname);
     if (!s || req.method !== 'GET' || !fs.existsSync(s.file)) {
-      if (s && !fs.existsSync(path.join(DIST, 'index.html'))) return send(res, 503, { error: 'the dashboard page is not built: run `npx troupe up` (or `npm test`), which builds it with Vite' });
+      if (s && !fs.existsSync(path.join(DIST, 'index.html')))
+        return send(res, 503, { error: 'the dashboard page is not built: run `npx troupe up` (or `npm test`), which builds it with Vite' });
       return send(res, 404, { error: `${url.pathname}: not found` });
     }
     // Assets are named by their content hash: cacheable for good; index.html is not.

@@ -29,7 +29,10 @@ export async function ensureDashboard(config: TroupeConfig, env: NodeJS.ProcessE
   const deadline = Date.now() + 30_000;
   while (Date.now() < deadline && pidAlive(rec.pid)) {
     // Ours, not another server on that port: it answers with the pid we started.
-    const pid = await fetch(`${url}/api/config`).then((r) => r.json().then((b) => (b as { pid?: number }).pid), () => undefined);
+    const pid = await fetch(`${url}/api/config`).then(
+      (r) => r.json().then((b) => (b as { pid?: number }).pid),
+      () => undefined,
+    );
     if (pid === rec.pid) return { url, line: `dashboard    ${url} (pid ${rec.pid}, log ${rec.log})` };
     await new Promise((r) => setTimeout(r, 300));
   }

@@ -24,6 +24,10 @@ export const DEFAULT_ENGINE_KIND = 'onnx';
 /** The command line of engine `kind`; an unknown name or an engine that cannot run here is a TroupeError saying why. */
 export function engineCommand(kind: string): readonly string[] {
   const make = ENGINE_KINDS[kind];
-  if (!make) throw new TroupeError(`engine: unknown engine "${kind}" (known: ${Object.keys(ENGINE_KINDS).join(', ')})`, 'pass --engine onnx or --engine pytorch (or TROUPE_ENGINE)');
+  if (!make)
+    throw new TroupeError(
+      `engine: unknown engine "${kind}" (known: ${Object.keys(ENGINE_KINDS).join(', ')})`,
+      'pass --engine onnx or --engine pytorch (or TROUPE_ENGINE)',
+    );
   return make();
 }

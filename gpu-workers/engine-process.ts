@@ -10,7 +10,7 @@
  * the calls in flight (retryable: the activity's next attempt reloads and redoes the work),
  * and restarted like an engine that died.
  */
-import { ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import * as path from 'node:path';
 import * as readline from 'node:readline';
 import { EngineClient } from '../engines/protocol/client';
@@ -149,7 +149,10 @@ export class EngineSupervisor {
   }
 
   private async startOnce(): Promise<EngineClient> {
-    const engine = await spawnEngine(['--port', '0', '--device', this.opts.device, ...(this.opts.extraArgs ?? [])], { quiet: this.opts.quiet, command: this.opts.command });
+    const engine = await spawnEngine(['--port', '0', '--device', this.opts.device, ...(this.opts.extraArgs ?? [])], {
+      quiet: this.opts.quiet,
+      command: this.opts.command,
+    });
     // Registered before connecting: an engine that dies between "listening" and the
     // connection must neither be waited for nor missed.
     const died = new Promise<never>((_, reject) =>
@@ -164,7 +167,10 @@ export class EngineSupervisor {
     try {
       client = await Promise.race([connecting, died]);
     } catch (e) {
-      connecting.then((c) => c.close(), () => undefined);
+      connecting.then(
+        (c) => c.close(),
+        () => undefined,
+      );
       engine.child.kill('SIGKILL');
       throw e;
     }
@@ -219,10 +225,13 @@ export class EngineSupervisor {
     // Quick deaths in a row back off; an engine that ran a minute resets the streak.
     this.quickDeaths = Date.now() - this.current.startedAt < 60_000 ? this.quickDeaths + 1 : 1;
     this.restarts++;
-    setTimeout(() => {
-      if (this.stopping) return;
-      this.start().catch((e) => this.opts.log?.({ event: 'engine_restart_failed', error: (e as Error).message }));
-    }, backoffDelay(this.quickDeaths, { maxMs: 10_000 }));
+    setTimeout(
+      () => {
+        if (this.stopping) return;
+        this.start().catch((e) => this.opts.log?.({ event: 'engine_restart_failed', error: (e as Error).message }));
+      },
+      backoffDelay(this.quickDeaths, { maxMs: 10_000 }),
+    );
   }
 
   /** The current engine's client (calls fail with EngineUnavailableError while it restarts). */

@@ -56,7 +56,7 @@ export async function writeFileDurably(file: string, bytes: Uint8Array): Promise
   const tmp = `${file}${TMP_MARK}${process.pid}-${tmpSeq++}`;
   const h = await fs.open(tmp, 'wx');
   try {
-    for (let off = 0; off < bytes.length; ) off += (await h.write(bytes, off, Math.min(bytes.length - off, 1 << 24))).bytesWritten;
+    for (let off = 0; off < bytes.length;) off += (await h.write(bytes, off, Math.min(bytes.length - off, 1 << 24))).bytesWritten;
     await h.sync();
   } catch (e) {
     await h.close();
@@ -77,7 +77,11 @@ export async function readVerified(absolute: string, size: number, sha256: strin
   try {
     bytes = new Uint8Array(await fs.readFile(absolute));
   } catch (e) {
-    throw new CheckpointFileError(absolute, `cannot be read (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`, 'is TROUPE_CHECKPOINT_DIR the same path on every host of the cluster?');
+    throw new CheckpointFileError(
+      absolute,
+      `cannot be read (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`,
+      'is TROUPE_CHECKPOINT_DIR the same path on every host of the cluster?',
+    );
   }
   if (bytes.length !== size) throw new CheckpointFileError(absolute, `holds ${bytes.length} bytes, the store recorded ${size} (truncated or replaced)`);
   const actual = sha256Hex(bytes);

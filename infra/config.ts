@@ -80,15 +80,7 @@ const seconds = (d: number) =>
   );
 
 const byteCount = (d: number) =>
-  z.preprocess(
-    unsetIfEmpty,
-    z
-      .string()
-      .trim()
-      .regex(/^\d+$/, 'must be a whole number of bytes (0 = every version to files)')
-      .transform(Number)
-      .default(d),
-  );
+  z.preprocess(unsetIfEmpty, z.string().trim().regex(/^\d+$/, 'must be a whole number of bytes (0 = every version to files)').transform(Number).default(d));
 
 const device = z.preprocess(
   unsetIfEmpty,
@@ -254,8 +246,7 @@ export interface TroupeConfig {
 
 const hints: Record<string, string> = {
   TEMPORAL_ADDRESS: 'set it to host:port of a running Temporal frontend, or unset it to let Troupe start a local dev server',
-  DATABASE_URL:
-    'set it like postgres://user:password@host:5432/dbname, or unset it to use the embedded PostgreSQL under TROUPE_STATE_DIR',
+  DATABASE_URL: 'set it like postgres://user:password@host:5432/dbname, or unset it to use the embedded PostgreSQL under TROUPE_STATE_DIR',
   TROUPE_DEVICE: 'use auto (CUDA if available, else CPU), cpu, cuda or cuda:0',
   TEMPORAL_TLS: 'set true to use TLS with the system CAs, or unset it',
   TROUPE_PAYLOAD_KEY: 'generate one with `openssl rand -base64 32`; every client and worker needs the same key',
@@ -269,15 +260,17 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): TroupeConfig {
     const issue = result.error.issues[0]!;
     const variable = String(issue.path[0] ?? 'environment');
     const others = result.error.issues.length - 1;
-    const hint = [hints[variable], others > 0 ? `${others} more problem(s) after this one` : undefined]
-      .filter(Boolean)
-      .join('; ');
+    const hint = [hints[variable], others > 0 ? `${others} more problem(s) after this one` : undefined].filter(Boolean).join('; ');
     throw new ConfigError(variable, issue.message, hint || `fix or unset ${variable}`);
   }
   const e = result.data;
   if (Boolean(e.TEMPORAL_TLS_CLIENT_CERT_PATH) !== Boolean(e.TEMPORAL_TLS_CLIENT_KEY_PATH)) {
     const missing = e.TEMPORAL_TLS_CLIENT_CERT_PATH ? 'TEMPORAL_TLS_CLIENT_KEY_PATH' : 'TEMPORAL_TLS_CLIENT_CERT_PATH';
-    throw new ConfigError(missing, 'is required with the other half of the client certificate pair', 'set both TEMPORAL_TLS_CLIENT_CERT_PATH and TEMPORAL_TLS_CLIENT_KEY_PATH (mTLS), or neither');
+    throw new ConfigError(
+      missing,
+      'is required with the other half of the client certificate pair',
+      'set both TEMPORAL_TLS_CLIENT_CERT_PATH and TEMPORAL_TLS_CLIENT_KEY_PATH (mTLS), or neither',
+    );
   }
   if (e.TROUPE_PAYLOAD_OLD_KEYS && !e.TROUPE_PAYLOAD_KEY) {
     throw new ConfigError('TROUPE_PAYLOAD_KEY', 'is required when TROUPE_PAYLOAD_OLD_KEYS is set', 'set the current key; old keys only decrypt');

@@ -64,7 +64,8 @@ export function postgresTls(url: string, env: DatabaseTlsConfig): { url: string;
   const fromUrl = Object.fromEntries(URL_TLS_PARAMS.map((k) => [k, u.searchParams.get(k) ?? undefined]));
   for (const k of URL_TLS_PARAMS) u.searchParams.delete(k);
   const stripped = URL_TLS_PARAMS.some((k) => fromUrl[k] !== undefined) ? u.toString() : url;
-  const pick = (k: (typeof URL_TLS_PARAMS)[number], variable: string) => (fromUrl[k] ? { value: fromUrl[k]!, from: `DATABASE_URL (${k}=)` } : env[k] ? { value: env[k]!, from: variable } : undefined);
+  const pick = (k: (typeof URL_TLS_PARAMS)[number], variable: string) =>
+    fromUrl[k] ? { value: fromUrl[k]!, from: `DATABASE_URL (${k}=)` } : env[k] ? { value: env[k]!, from: variable } : undefined;
   const mode = pick('sslmode', 'PGSSLMODE');
   const root = pick('sslrootcert', 'PGSSLROOTCERT');
   const cert = pick('sslcert', 'PGSSLCERT');
@@ -72,7 +73,8 @@ export function postgresTls(url: string, env: DatabaseTlsConfig): { url: string;
   if (mode && !(SSL_MODES as readonly string[]).includes(mode.value)) {
     throw new ConfigError(mode.from, `sslmode must be one of ${SSL_MODES.join(', ')} (got ${mode.value})`);
   }
-  if (Boolean(cert) !== Boolean(key)) throw new ConfigError(cert ? key?.from ?? 'PGSSLKEY' : 'PGSSLCERT', 'the client certificate needs both sslcert and sslkey');
+  if (Boolean(cert) !== Boolean(key))
+    throw new ConfigError(cert ? (key?.from ?? 'PGSSLKEY') : 'PGSSLCERT', 'the client certificate needs both sslcert and sslkey');
   if (!mode && !root && !cert) return { url: stripped };
   const read = (p: { value: string; from: string }) => {
     try {
@@ -142,9 +144,13 @@ export function describeDbError(err: unknown, url: string, what = 'PostgreSQL'):
     );
   }
   if (/certificate|SSL|TLS|self.signed/i.test(e?.message ?? '') || /^ERR_TLS|CERT|^DEPTH_ZERO/.test(code)) {
-    return new TroupeError(`${what} at ${where}: TLS: ${errorMessage(err)}`, 'check sslmode / sslrootcert in DATABASE_URL or PGSSLMODE / PGSSLROOTCERT (verify-full needs a certificate for the host name you connect to)', {
-      cause: err,
-    });
+    return new TroupeError(
+      `${what} at ${where}: TLS: ${errorMessage(err)}`,
+      'check sslmode / sslrootcert in DATABASE_URL or PGSSLMODE / PGSSLROOTCERT (verify-full needs a certificate for the host name you connect to)',
+      {
+        cause: err,
+      },
+    );
   }
   if (code === '3D000') {
     return new TroupeError(

@@ -197,7 +197,11 @@ function ensureDashboardBuild(repoRoot, log = (line) => process.stderr.write(lin
       if (!reason) return false;
       log(`troupe: ${reason}; building it with Vite...`);
       const vite = path.join(repoRoot, 'node_modules', 'vite', 'bin', 'vite.js');
-      const r = spawnSync(process.execPath, [vite, 'build', path.join(repoRoot, 'dashboard', 'web'), '--logLevel', 'warn'], { cwd: repoRoot, encoding: 'utf8', stdio: ['ignore', 2, 2] });
+      const r = spawnSync(process.execPath, [vite, 'build', path.join(repoRoot, 'dashboard', 'web'), '--logLevel', 'warn'], {
+        cwd: repoRoot,
+        encoding: 'utf8',
+        stdio: ['ignore', 2, 2],
+      });
       if (r.error || r.status !== 0) {
         log(`troupe: the dashboard build failed (${r.error ? r.error.message : `exit ${r.status}`}; output above)`);
         log(`  → fix it, then run \`node ${vite} build dashboard/web\` in ${repoRoot}`);
@@ -224,7 +228,8 @@ function protocolStaleReason(repoRoot) {
   if (generated === undefined) return 'the engine protocol types are not generated';
   const proto = mtimeMs(path.join(repoRoot, PROTOCOL_DIR, 'engine.proto'));
   const packages = mtimeMs(path.join(repoRoot, 'node_modules', '.package-lock.json'));
-  if ((proto !== undefined && proto > generated) || (packages !== undefined && packages > generated)) return 'the engine protocol types are older than engine.proto or the installed packages';
+  if ((proto !== undefined && proto > generated) || (packages !== undefined && packages > generated))
+    return 'the engine protocol types are older than engine.proto or the installed packages';
   return undefined;
 }
 

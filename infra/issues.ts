@@ -71,6 +71,8 @@ export function joinPath(prefix: string, path: readonly PropertyKey[]): string {
 export function issuesFromZod(error: z.ZodError, opts: { prefix?: string; unknownKey: string; root?: string }): FieldIssue[] {
   const at = (path: readonly PropertyKey[]) => joinPath(opts.prefix ?? '', path) || (opts.root ?? '(root)');
   return error.issues.flatMap((iss) =>
-    iss.code === 'unrecognized_keys' ? iss.keys.map((key) => ({ path: at([...iss.path, key]), message: opts.unknownKey })) : [{ path: at(iss.path), message: iss.message }],
+    iss.code === 'unrecognized_keys'
+      ? iss.keys.map((key) => ({ path: at([...iss.path, key]), message: opts.unknownKey }))
+      : [{ path: at(iss.path), message: iss.message }],
   );
 }

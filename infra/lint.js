@@ -7,10 +7,6 @@
 const path = require('node:path');
 const { spawnSync } = require('node:child_process');
 
-// Prettier's check waits for the one-time format of the whole tree (tools/format-all.sh);
-// until then `npm run format` formats on demand and lint does not check it.
-const CHECK_FORMAT = false;
-
 const repoRoot = path.resolve(__dirname, '..');
 const log = (line) => process.stderr.write(line + '\n');
 
@@ -26,7 +22,7 @@ function lint() {
   const node = process.execPath;
   const bin = (...p) => path.join(repoRoot, 'node_modules', ...p); // not in the packages' exports
   let ok = run('eslint', node, [bin('eslint', 'bin', 'eslint.js'), '--max-warnings=0', '.']);
-  if (CHECK_FORMAT) ok = run('prettier --check', node, [bin('prettier', 'bin', 'prettier.cjs'), '--check', '--log-level=warn', '.']) && ok;
+  ok = run('prettier --check', node, [bin('prettier', 'bin', 'prettier.cjs'), '--check', '--log-level=warn', '.']) && ok;
   if (spawnSync('flake8', ['--version'], { stdio: 'ignore' }).status === 0) ok = run('flake8', 'flake8', []) && ok;
   else log('troupe lint: flake8: SKIPPED (not installed; Debian: apt-get install flake8)');
   return ok;

@@ -23,7 +23,10 @@ const INDEXED_TYPE: Record<(typeof TROUPE_SEARCH_ATTRIBUTES)[TroupeSearchAttribu
 /** A server type as the CLI spells it (INDEXED_VALUE_TYPE_KEYWORD → Keyword). */
 function typeName(type: number): string {
   const name = IndexedValueType[type] ?? String(type);
-  return name.replace(/^INDEXED_VALUE_TYPE_/, '').toLowerCase().replace(/(^|_)(\w)/g, (_, _s, c: string) => c.toUpperCase());
+  return name
+    .replace(/^INDEXED_VALUE_TYPE_/, '')
+    .toLowerCase()
+    .replace(/(^|_)(\w)/g, (_, _s, c: string) => c.toUpperCase());
 }
 
 export interface NamespaceProblem {
@@ -35,7 +38,8 @@ export interface NamespaceProblem {
 const NOT_FOUND = 5;
 
 /** A client's or a worker's connection: both reach the services asked here. */
-type AnyConnection = Pick<Connection, 'workflowService' | 'operatorService' | 'withDeadline'> | Pick<NativeConnection, 'workflowService' | 'operatorService' | 'withDeadline'>;
+type AnyConnection =
+  Pick<Connection, 'workflowService' | 'operatorService' | 'withDeadline'> | Pick<NativeConnection, 'workflowService' | 'operatorService' | 'withDeadline'>;
 
 /**
  * What keeps `namespace` at `address` from serving Troupe, in the order to fix it; [] when

@@ -7,7 +7,12 @@ const OUTAGE_CODES = new Set<number>([14, 4, 8, 10]);
 
 /** A gRPC service error as @grpc/grpc-js rejects with (the shape @temporalio/client's isGrpcServiceError checks). */
 function isGrpcServiceError(e: unknown): e is Error & { code: number } {
-  return e instanceof Error && typeof (e as { details?: unknown }).details === 'string' && typeof (e as { metadata?: unknown }).metadata === 'object' && (e as { metadata?: unknown }).metadata !== null;
+  return (
+    e instanceof Error &&
+    typeof (e as { details?: unknown }).details === 'string' &&
+    typeof (e as { metadata?: unknown }).metadata === 'object' &&
+    (e as { metadata?: unknown }).metadata !== null
+  );
 }
 
 /** True when `err`, or an error in its cause chain, is a gRPC status of an unreachable server. */

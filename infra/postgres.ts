@@ -11,11 +11,11 @@ import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { TroupeConfig, redactUrl } from './config';
+import { type TroupeConfig, redactUrl } from './config';
 import { checkDatabase, connect, describeDbError, withDatabase } from './db';
 import { TroupeError, errorMessage } from './errors';
 import { withLockFile } from './lock';
-import { ServiceRecord, pidAlive, procArgv, removeRecord, stopService, writeRecord } from './processes';
+import { type ServiceRecord, pidAlive, procArgv, removeRecord, stopService, writeRecord } from './processes';
 import { portInUse } from './temporal';
 
 export const EMBEDDED_USER = 'postgres';
@@ -120,7 +120,9 @@ function openFoldersForPostgres(stateDir: string, targets: string[], log: Log): 
         );
       }
       if (d !== state && !d.startsWith(state + path.sep)) {
-        log(`troupe: the embedded PostgreSQL runs as the \`${EMBEDDED_USER}\` user, who could not enter ${d}: ran \`chmod o+x ${d}\` (undo: \`chmod o-x ${d}\`; or set DATABASE_URL to use another PostgreSQL)`);
+        log(
+          `troupe: the embedded PostgreSQL runs as the \`${EMBEDDED_USER}\` user, who could not enter ${d}: ran \`chmod o+x ${d}\` (undo: \`chmod o-x ${d}\`; or set DATABASE_URL to use another PostgreSQL)`,
+        );
       }
     }
   }

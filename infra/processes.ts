@@ -47,7 +47,12 @@ export function procArgv(pid: number): string[] | undefined {
 
 /** Names of the services with a pid file in `stateDir` that match `pattern`, sorted. */
 export function recordedServiceNames(stateDir: string, pattern: RegExp): string[] {
-  const names = fs.existsSync(stateDir) ? fs.readdirSync(stateDir).filter((f) => f.endsWith('.pid')).map((f) => f.slice(0, -'.pid'.length)) : [];
+  const names = fs.existsSync(stateDir)
+    ? fs
+        .readdirSync(stateDir)
+        .filter((f) => f.endsWith('.pid'))
+        .map((f) => f.slice(0, -'.pid'.length))
+    : [];
   return names.filter((n) => pattern.test(n)).sort();
 }
 
@@ -216,7 +221,10 @@ function procState(pid: number): string | undefined {
 
 function procEnv(pid: number, key: string): string | undefined {
   try {
-    const entry = fs.readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0').find((e) => e.startsWith(key + '='));
+    const entry = fs
+      .readFileSync(`/proc/${pid}/environ`, 'utf8')
+      .split('\0')
+      .find((e) => e.startsWith(key + '='));
     return entry?.slice(key.length + 1);
   } catch {
     return undefined;
@@ -225,7 +233,10 @@ function procEnv(pid: number, key: string): string | undefined {
 
 function livePids(): number[] {
   try {
-    return fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d)).map(Number);
+    return fs
+      .readdirSync('/proc')
+      .filter((d) => /^\d+$/.test(d))
+      .map(Number);
   } catch {
     return []; // no /proc: only records can be followed
   }
@@ -256,7 +267,11 @@ export function markedProcesses(stateDir: string, tree = processTree()): MarkedP
  */
 export function strayProcesses(stateDir: string, services?: readonly string[]): MarkedProcess[] {
   const tree = processTree();
-  const recorded = new Set(recordedServiceNames(stateDir, /.*/).flatMap((name) => readRecord(stateDir, name)?.pid ?? []).filter(pidAlive));
+  const recorded = new Set(
+    recordedServiceNames(stateDir, /.*/)
+      .flatMap((name) => readRecord(stateDir, name)?.pid ?? [])
+      .filter(pidAlive),
+  );
   const ancestors = (pid: number): number[] => {
     const out: number[] = [];
     for (let p: number | undefined = pid; p && out.length < 64 && !out.includes(p); p = tree.get(p)) out.push(p);
@@ -279,7 +294,11 @@ export async function endStrayProcesses(stateDir: string, services?: readonly st
 export function tailFile(file: string, n = 20): string {
   try {
     const text = fs.readFileSync(file, 'utf8');
-    return text.split('\n').slice(-n - 1).join('\n').trimEnd();
+    return text
+      .split('\n')
+      .slice(-n - 1)
+      .join('\n')
+      .trimEnd();
   } catch {
     return '';
   }

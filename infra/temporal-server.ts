@@ -57,7 +57,19 @@ export interface SchemaTarget {
 
 /** The schema tool's commands that create both databases and bring their schemas to this server version. */
 export function schemaCommands(t: SchemaTarget): string[][] {
-  const base = (db: string) => ['--plugin', 'postgres12', '--endpoint', t.host, '--port', String(t.port), '--user', t.user, ...(t.password ? ['--password', t.password] : []), '--database', db];
+  const base = (db: string) => [
+    '--plugin',
+    'postgres12',
+    '--endpoint',
+    t.host,
+    '--port',
+    String(t.port),
+    '--user',
+    t.user,
+    ...(t.password ? ['--password', t.password] : []),
+    '--database',
+    db,
+  ];
   return [
     [t.database, 'postgresql/v12/temporal'],
     [t.visibilityDatabase, 'postgresql/v12/visibility'],
@@ -75,8 +87,13 @@ export function setupTemporalSchema(sqlTool: string, t: SchemaTarget, log: Log =
     const out = `${r.stdout ?? ''}${r.stderr ?? ''}`;
     // Re-running on an existing database: create-database and setup-schema report it; update-schema then applies nothing.
     if (r.status !== 0 && !/already exists/.test(out)) {
-      throw new TroupeError(`temporal-sql-tool ${args.filter((a) => a !== t.password).join(' ')} failed (exit ${r.status}): ${out.trim().split('\n').slice(-3).join(' ')}`, 'check that PostgreSQL is reachable and the user may create databases');
+      throw new TroupeError(
+        `temporal-sql-tool ${args.filter((a) => a !== t.password).join(' ')} failed (exit ${r.status}): ${out.trim().split('\n').slice(-3).join(' ')}`,
+        'check that PostgreSQL is reachable and the user may create databases',
+      );
     }
-    log(`troupe: temporal-sql-tool ${args.at(-1) === 'create-database' ? 'create-database' : args.slice(args.indexOf('--database') + 2).join(' ')} on ${args[args.indexOf('--database') + 1]}: ok`);
+    log(
+      `troupe: temporal-sql-tool ${args.at(-1) === 'create-database' ? 'create-database' : args.slice(args.indexOf('--database') + 2).join(' ')} on ${args[args.indexOf('--database') + 1]}: ok`,
+    );
   }
 }

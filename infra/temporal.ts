@@ -16,11 +16,11 @@ import * as path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import type { NativeConnection } from '@temporalio/worker';
 import { payloadDataConverter } from './codec';
-import { ConfigError, TroupeConfig, loadConfig, temporalAddressOf } from './config';
+import { ConfigError, type TroupeConfig, loadConfig, temporalAddressOf } from './config';
 import { TroupeError, errorMessage } from './errors';
 import { withLockFile } from './lock';
 import { cacheBinDir, cacheDir } from './paths';
-import { ServiceRecord, pidAlive, runningService, spawnService, tailFile } from './processes';
+import { type ServiceRecord, pidAlive, runningService, spawnService, tailFile } from './processes';
 import { TROUPE_SEARCH_ATTRIBUTES } from './search-attributes';
 
 export const TEMPORAL_CLI_MODULE = 'github.com/temporalio/cli/cmd/temporal';
@@ -64,9 +64,7 @@ export function cachedTemporalPath(env: NodeJS.ProcessEnv = process.env): string
 }
 
 /** Look for the binary without building it. Throws only for a TROUPE_TEMPORAL_BIN that is not executable. */
-export function findTemporalBinary(
-  opts: { temporalBin?: string; env?: NodeJS.ProcessEnv } = {},
-): TemporalBinary | undefined {
+export function findTemporalBinary(opts: { temporalBin?: string; env?: NodeJS.ProcessEnv } = {}): TemporalBinary | undefined {
   const env = opts.env ?? process.env;
   const explicit = opts.temporalBin ?? (env.TROUPE_TEMPORAL_BIN?.trim() || undefined);
   if (explicit) {
@@ -225,9 +223,7 @@ export async function buildTemporalBinary(opts: { env?: NodeJS.ProcessEnv; log?:
 }
 
 /** Find the Temporal CLI, building it if needed (see the order at the top of this file). */
-export async function ensureTemporalBinary(
-  opts: { temporalBin?: string; env?: NodeJS.ProcessEnv; log?: Log } = {},
-): Promise<TemporalBinary> {
+export async function ensureTemporalBinary(opts: { temporalBin?: string; env?: NodeJS.ProcessEnv; log?: Log } = {}): Promise<TemporalBinary> {
   const found = findTemporalBinary(opts);
   if (found) return found;
   return { path: await buildTemporalBinary(opts), source: 'built' };
@@ -272,9 +268,7 @@ export async function temporalServerVersion(address: string, timeoutMs = 3000, c
   let connection: Connection | undefined;
   try {
     connection = await Connection.connect({ ...temporalConnectionOptions(config, address), connectTimeout: timeoutMs });
-    const info = await connection.withDeadline(Date.now() + timeoutMs, () =>
-      connection!.workflowService.getSystemInfo({}),
-    );
+    const info = await connection.withDeadline(Date.now() + timeoutMs, () => connection!.workflowService.getSystemInfo({}));
     return info.serverVersion || 'unknown';
   } catch {
     return undefined;
@@ -284,19 +278,13 @@ export async function temporalServerVersion(address: string, timeoutMs = 3000, c
 }
 
 /** Poll until a Temporal frontend answers; fail early (with its log) if `rec`'s process dies. */
-export async function waitForTemporal(
-  address: string,
-  opts: { timeoutMs?: number; rec?: ServiceRecord } = {},
-): Promise<string> {
+export async function waitForTemporal(address: string, opts: { timeoutMs?: number; rec?: ServiceRecord } = {}): Promise<string> {
   const deadline = Date.now() + (opts.timeoutMs ?? 60_000);
   for (;;) {
     const version = await temporalServerVersion(address, 2000);
     if (version) return version;
     if (opts.rec && !pidAlive(opts.rec.pid)) {
-      throw new TroupeError(
-        `the Temporal dev server exited during start-up: ${lastLine(opts.rec.log)}`,
-        `see ${opts.rec.log}`,
-      );
+      throw new TroupeError(`the Temporal dev server exited during start-up: ${lastLine(opts.rec.log)}`, `see ${opts.rec.log}`);
     }
     if (Date.now() > deadline) {
       throw new TroupeError(
@@ -423,7 +411,9 @@ export function temporalConnectionOptions(config: TroupeConfig, address = tempor
       serverNameOverride: t.serverName,
       serverRootCACertificate: t.caPath ? readPem('TEMPORAL_TLS_SERVER_CA_CERT_PATH', t.caPath) : undefined,
       clientCertPair:
-        t.certPath && t.keyPath ? { crt: readPem('TEMPORAL_TLS_CLIENT_CERT_PATH', t.certPath), key: readPem('TEMPORAL_TLS_CLIENT_KEY_PATH', t.keyPath) } : undefined,
+        t.certPath && t.keyPath
+          ? { crt: readPem('TEMPORAL_TLS_CLIENT_CERT_PATH', t.certPath), key: readPem('TEMPORAL_TLS_CLIENT_KEY_PATH', t.keyPath) }
+          : undefined,
     },
     apiKey: t.apiKey,
   };

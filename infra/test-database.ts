@@ -22,9 +22,7 @@ export interface TestDatabaseServer {
   stop?: () => Promise<void>;
 }
 
-export async function resolveTestDatabaseServer(
-  opts: { env?: NodeJS.ProcessEnv; log?: (line: string) => void } = {},
-): Promise<TestDatabaseServer> {
+export async function resolveTestDatabaseServer(opts: { env?: NodeJS.ProcessEnv; log?: (line: string) => void } = {}): Promise<TestDatabaseServer> {
   const env = opts.env ?? process.env;
   const log = opts.log ?? ((l: string) => process.stderr.write(l + '\n'));
   const explicit = env.TROUPE_TEST_DATABASE_URL?.trim();

@@ -54,7 +54,11 @@ async function main() {
     // dashboard's browser page (DOM types).
     log('troupe test: type check (tsc --noEmit: tsconfig.json, test, dashboard/web)');
     const tscOk = ['.', 'test', 'dashboard/web'].every(
-      (p) => require('node:child_process').spawnSync(process.execPath, [require.resolve('typescript/bin/tsc'), '--noEmit', '-p', path.join(repoRoot, p)], { cwd: repoRoot, stdio: 'inherit' }).status === 0,
+      (p) =>
+        require('node:child_process').spawnSync(process.execPath, [require.resolve('typescript/bin/tsc'), '--noEmit', '-p', path.join(repoRoot, p)], {
+          cwd: repoRoot,
+          stdio: 'inherit',
+        }).status === 0,
     );
     if (!tscOk) {
       log('troupe test: the type check failed (errors above); no tests were run');
@@ -110,9 +114,15 @@ async function main() {
     log(`troupe test: ${kind}: ${group.length} file(s)`);
     const tapFile = path.join(tapDir, `${kind}.tap`);
     const args = [
-      '--import', 'tsx', '--test', '--test-concurrency=1', '--test-timeout=1200000',
-      `--test-reporter=${reporter}`, '--test-reporter-destination=stdout',
-      '--test-reporter=tap', `--test-reporter-destination=${tapFile}`,
+      '--import',
+      'tsx',
+      '--test',
+      '--test-concurrency=1',
+      '--test-timeout=1200000',
+      `--test-reporter=${reporter}`,
+      '--test-reporter-destination=stdout',
+      '--test-reporter=tap',
+      `--test-reporter-destination=${tapFile}`,
       ...group,
     ];
     const c = await new Promise((resolve) => {

@@ -7,7 +7,7 @@
 // SIGINT/SIGTERM, on which it finishes in-flight tasks and exits. Until PostgreSQL and
 // Temporal answer it waits for them with capped backoff, saying so in its log.
 import { parseArgs } from 'node:util';
-import { NativeConnection, Worker, WorkerOptions } from '@temporalio/worker';
+import { type NativeConnection, Worker, type WorkerOptions } from '@temporalio/worker';
 import { createControlActivities } from '../activities';
 import { dashboardUrl } from '../dashboard/service';
 import { untilAvailable } from '../infra/backoff';
@@ -50,7 +50,9 @@ export async function createControlWorker(opts: ControlWorkerOptions): Promise<W
     connection: opts.connection,
     namespace: opts.namespace,
     taskQueue: opts.taskQueue,
-    ...(opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath: WORKFLOWS_PATH, bundlerOptions: { webpackConfigHook: isolateTeamBuildErrors } }),
+    ...(opts.workflowBundle
+      ? { workflowBundle: opts.workflowBundle }
+      : { workflowsPath: WORKFLOWS_PATH, bundlerOptions: { webpackConfigHook: isolateTeamBuildErrors } }),
     activities: createControlActivities({ sql: opts.sql, poolTaskQueue: opts.poolTaskQueue, dashboardUrl: opts.dashboardUrl }),
     dataConverter: payloadDataConverter(opts.payloadKeys),
     ...opts.workerOptions,
@@ -74,7 +76,12 @@ async function main(): Promise<void> {
  * The control worker as a process (this file's entry, `troupe worker control`): runs until
  * SIGINT/SIGTERM. `onReady` gets the worker once it exists (before it polls).
  */
-export async function runControlWorkerProcess(opts: { temporalAddress?: string; namespace?: string; taskQueue?: string; onReady?: (worker: Worker) => void }): Promise<void> {
+export async function runControlWorkerProcess(opts: {
+  temporalAddress?: string;
+  namespace?: string;
+  taskQueue?: string;
+  onReady?: (worker: Worker) => void;
+}): Promise<void> {
   const config = loadConfig();
   const address = opts.temporalAddress ?? temporalAddressOf(config);
   const namespace = opts.namespace ?? config.namespace;
@@ -97,7 +104,18 @@ export async function runControlWorkerProcess(opts: { temporalAddress?: string; 
       const connection = await connectTemporalWorker(address, config);
       try {
         await assertNamespaceReady(connection, namespace, address);
-        return { connection, worker: await createControlWorker({ connection, namespace, taskQueue, sql, poolTaskQueue: config.poolTaskQueue, dashboardUrl: dashboardUrl(config), payloadKeys: config.payloadKeys }) };
+        return {
+          connection,
+          worker: await createControlWorker({
+            connection,
+            namespace,
+            taskQueue,
+            sql,
+            poolTaskQueue: config.poolTaskQueue,
+            dashboardUrl: dashboardUrl(config),
+            payloadKeys: config.payloadKeys,
+          }),
+        };
       } catch (e) {
         await connection.close().catch(() => undefined);
         throw e;

@@ -94,7 +94,12 @@ async function main(): Promise<void> {
   if (shape !== 'auto' && shape !== 'free' && shape !== 'fixed') fail(`--batch-shape must be auto, free or fixed`);
   const defaults = defaultMemoryPolicy();
   const memory = {
-    budgetBytes: intFlag(values['memory-bytes'] === undefined && process.env.TROUPE_ENGINE_MEMORY_BYTES ? 'memory-bytes (from TROUPE_ENGINE_MEMORY_BYTES)' : 'memory-bytes', values['memory-bytes'] ?? process.env.TROUPE_ENGINE_MEMORY_BYTES, defaults.budgetBytes, 1),
+    budgetBytes: intFlag(
+      values['memory-bytes'] === undefined && process.env.TROUPE_ENGINE_MEMORY_BYTES ? 'memory-bytes (from TROUPE_ENGINE_MEMORY_BYTES)' : 'memory-bytes',
+      values['memory-bytes'] ?? process.env.TROUPE_ENGINE_MEMORY_BYTES,
+      defaults.budgetBytes,
+      1,
+    ),
     microBatchBytes: intFlag('micro-batch-bytes', values['micro-batch-bytes'], defaults.microBatchBytes, 1),
   };
 

@@ -13,7 +13,7 @@
  * await pool.worker.runUntil(promise)` or `pool.run()` / `pool.shutdown()`.
  */
 import { parseArgs } from 'node:util';
-import { NativeConnection, Worker } from '@temporalio/worker';
+import { type NativeConnection, Worker } from '@temporalio/worker';
 import { EngineClient } from '../engines/protocol/client';
 import { EngineSupervisor } from '../gpu-workers/engine-process';
 import { DEFAULT_ENGINE_KIND, engineCommand, ENGINE_KINDS } from '../gpu-workers/engine-kinds';
@@ -207,12 +207,18 @@ async function main(): Promise<void> {
  * worker once it exists (before it polls).
  */
 export async function runPoolWorkerProcess(
-  opts: Pick<PoolWorkerOptions, 'taskQueue' | 'temporalAddress' | 'namespace' | 'engineAddress' | 'engine' | 'device'> & { onReady?: (pool: PoolWorker) => void },
+  opts: Pick<PoolWorkerOptions, 'taskQueue' | 'temporalAddress' | 'namespace' | 'engineAddress' | 'engine' | 'device'> & {
+    onReady?: (pool: PoolWorker) => void;
+  },
 ): Promise<void> {
   const log = (e: Record<string, unknown>) => process.stderr.write(`${JSON.stringify({ ts: new Date().toISOString(), ...e })}\n`);
   // The activities read versions from and commit updates to the store; `troupe up` always passes one.
   const databaseUrl = process.env.DATABASE_URL;
-  if (!databaseUrl) throw new TroupeError('DATABASE_URL is not set: the pool activities need the store', 'set DATABASE_URL=postgres://user:password@host:5432/db (the database the control worker uses)');
+  if (!databaseUrl)
+    throw new TroupeError(
+      'DATABASE_URL is not set: the pool activities need the store',
+      'set DATABASE_URL=postgres://user:password@host:5432/db (the database the control worker uses)',
+    );
   const sql = connect(databaseUrl, { max: 8 });
   // The Temporal runtime shuts the worker down on SIGINT/SIGTERM; a terminal's Ctrl-C also
   // reaches the engine child, which must then not be restarted. Before the worker exists,

@@ -88,7 +88,11 @@ export async function pollersOf(connection: Connection, namespace: string, taskQ
     for (const kind of ['workflow', 'activity'] as const) {
       type DescribeRequest = Parameters<Connection['workflowService']['describeTaskQueue']>[0];
       const res = await connection.withDeadline(Date.now() + 5000, () =>
-        connection.workflowService.describeTaskQueue({ namespace, taskQueue: { name: taskQueue }, taskQueueType: (kind === 'workflow' ? 1 : 2) as DescribeRequest['taskQueueType'] }),
+        connection.workflowService.describeTaskQueue({
+          namespace,
+          taskQueue: { name: taskQueue },
+          taskQueueType: (kind === 'workflow' ? 1 : 2) as DescribeRequest['taskQueueType'],
+        }),
       );
       for (const p of res.pollers ?? []) {
         const t = p.lastAccessTime;

@@ -48,9 +48,4 @@ export {
   type PolicyLossDiagnostics,
   type ImportanceWeights,
 } from './loss';
-export {
-  stepDiagnostics,
-  mergeLossDiagnostics,
-  type AgentStepDiagnostics,
-  type AdvantageSummary,
-} from './diagnostics';
+export { stepDiagnostics, mergeLossDiagnostics, type AgentStepDiagnostics, type AdvantageSummary } from './diagnostics';

@@ -127,8 +127,7 @@ export function resolveLossSettings(settings: Partial<PolicyLossSettings> = {}):
   const issues = new IssueList();
   if (!(s.clipLow >= 0 && s.clipLow < 1)) issues.add('clipLow', `must be in [0, 1), got ${s.clipLow}`);
   if (!(s.clipHigh >= 0 && Number.isFinite(s.clipHigh))) issues.add('clipHigh', `must be ≥ 0, got ${s.clipHigh}`);
-  if (s.dualClip !== null && !(s.dualClip > 1 && Number.isFinite(s.dualClip)))
-    issues.add('dualClip', `must be > 1 or null, got ${s.dualClip}`);
+  if (s.dualClip !== null && !(s.dualClip > 1 && Number.isFinite(s.dualClip))) issues.add('dualClip', `must be > 1 or null, got ${s.dualClip}`);
   if (!KL_TYPES.includes(s.kl.type)) issues.add('kl.type', `must be one of ${KL_TYPES.join(', ')}, got ${String(s.kl.type)}`);
   if (!(s.kl.coef >= 0 && Number.isFinite(s.kl.coef))) issues.add('kl.coef', `must be ≥ 0, got ${s.kl.coef}`);
   if (!Number.isFinite(s.entropyCoef)) issues.add('entropyCoef', `must be a finite number, got ${s.entropyCoef}`);
@@ -291,7 +290,11 @@ export function importanceWeights(logpProx: ArrayLike<number>, logpBehav: ArrayL
   const issues = new IssueList();
   if (!(cap >= 1 && Number.isFinite(cap))) issues.add('cap', `must be a finite number >= 1, got ${cap}`);
   const n = logpProx.length;
-  for (const [name, a] of [['logpBehav', logpBehav], ['mask', mask]] as const) if (a.length !== n) issues.add(name, `expected ${n} tokens (as logpProx), got ${a.length}`);
+  for (const [name, a] of [
+    ['logpBehav', logpBehav],
+    ['mask', mask],
+  ] as const)
+    if (a.length !== n) issues.add(name, `expected ${n} tokens (as logpProx), got ${a.length}`);
   issues.throwIfAny();
   const weights = new Float64Array(n);
   let tokens = 0;
@@ -301,7 +304,11 @@ export function importanceWeights(logpProx: ArrayLike<number>, logpBehav: ArrayL
   let kl = 0;
   for (let t = 0; t < n; t++) {
     if (mask[t] === 0) continue;
-    for (const [name, a] of [['logpProx', logpProx], ['logpBehav', logpBehav]] as const) if (!Number.isFinite(a[t])) issues.add(`${name}[${t}]`, `must be a finite number, got ${a[t]}`);
+    for (const [name, a] of [
+      ['logpProx', logpProx],
+      ['logpBehav', logpBehav],
+    ] as const)
+      if (!Number.isFinite(a[t])) issues.add(`${name}[${t}]`, `must be a finite number, got ${a[t]}`);
     const d = Math.min(Math.max(logpProx[t]! - logpBehav[t]!, -LOG_RATIO_CLAMP), LOG_RATIO_CLAMP);
     const rho = Math.exp(d);
     weights[t] = Math.min(rho, cap);

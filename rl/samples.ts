@@ -56,8 +56,7 @@ export function validateSamples(input: unknown, name = 'samples'): Sample[] {
     for (const field of ID_FIELDS) {
       const v = s[field];
       if (v === undefined) issues.add(`${at}.${field}`, 'is required (a non-empty string)');
-      else if (typeof v !== 'string' || v.length === 0)
-        issues.add(`${at}.${field}`, `must be a non-empty string, got ${describe(v)}`);
+      else if (typeof v !== 'string' || v.length === 0) issues.add(`${at}.${field}`, `must be a non-empty string, got ${describe(v)}`);
     }
 
     const rewards = s.rewards;
@@ -65,8 +64,7 @@ export function validateSamples(input: unknown, name = 'samples'): Sample[] {
       issues.add(`${at}.rewards`, `must be an object of named numbers, got ${describe(rewards)}`);
     } else {
       for (const [k, v] of Object.entries(rewards)) {
-        if (typeof v !== 'number' || !Number.isFinite(v))
-          issues.add(`${at}.rewards.${k}`, `must be a finite number, got ${describe(v)}`);
+        if (typeof v !== 'number' || !Number.isFinite(v)) issues.add(`${at}.rewards.${k}`, `must be a finite number, got ${describe(v)}`);
       }
     }
 
@@ -76,8 +74,7 @@ export function validateSamples(input: unknown, name = 'samples'): Sample[] {
 
     if (typeof s.sampleId === 'string') {
       const first = seenSample.get(s.sampleId);
-      if (first !== undefined)
-        issues.add(`${at}.sampleId`, `duplicate sample id ${JSON.stringify(s.sampleId)} (also ${name}[${first}])`);
+      if (first !== undefined) issues.add(`${at}.sampleId`, `duplicate sample id ${JSON.stringify(s.sampleId)} (also ${name}[${first}])`);
       else seenSample.set(s.sampleId, i);
     }
     if (typeof s.episodeId === 'string' && typeof s.groupId === 'string') {
@@ -86,8 +83,7 @@ export function validateSamples(input: unknown, name = 'samples'): Sample[] {
       else if (prev.groupId !== s.groupId)
         issues.add(
           `${at}.groupId`,
-          `episode ${JSON.stringify(s.episodeId)} is in group ${JSON.stringify(prev.groupId)} ` +
-            `(${name}[${prev.index}]) and ${JSON.stringify(s.groupId)}`,
+          `episode ${JSON.stringify(s.episodeId)} is in group ${JSON.stringify(prev.groupId)} ` + `(${name}[${prev.index}]) and ${JSON.stringify(s.groupId)}`,
         );
     }
   });
@@ -103,8 +99,7 @@ export function validateWeights(weights: unknown, path: string): RewardWeights {
     issues.add(path, `must be an object of named numbers, got ${describe(weights)}`);
   } else {
     for (const [k, v] of Object.entries(weights)) {
-      if (typeof v !== 'number' || !Number.isFinite(v))
-        issues.add(`${path}.${k}`, `must be a finite number, got ${describe(v)}`);
+      if (typeof v !== 'number' || !Number.isFinite(v)) issues.add(`${path}.${k}`, `must be a finite number, got ${describe(v)}`);
     }
   }
   issues.throwIfAny();

@@ -84,14 +84,9 @@ export interface AggregationWeights {
   sequences: number;
 }
 
-export function aggregationWeights(
-  masks: readonly LossMask[],
-  mode: LossAggregation = 'token-mean',
-  options: AggregationOptions = {},
-): AggregationWeights {
+export function aggregationWeights(masks: readonly LossMask[], mode: LossAggregation = 'token-mean', options: AggregationOptions = {}): AggregationWeights {
   const issues = new IssueList();
-  if (!LOSS_AGGREGATIONS.includes(mode))
-    issues.add('lossAggregation', `must be one of ${LOSS_AGGREGATIONS.join(', ')}, got ${JSON.stringify(mode)}`);
+  if (!LOSS_AGGREGATIONS.includes(mode)) issues.add('lossAggregation', `must be one of ${LOSS_AGGREGATIONS.join(', ')}, got ${JSON.stringify(mode)}`);
   if (options.excluded !== undefined && options.excluded.length !== masks.length)
     issues.add('excluded', `expected one flag per mask (${masks.length}), got ${options.excluded.length}`);
   if (options.horizon !== undefined && !(Number.isFinite(options.horizon) && options.horizon > 0))
@@ -114,8 +109,7 @@ export function aggregationWeights(
   const weights = masks.map((mask, i) => {
     const w = new Float64Array(mask.length);
     if (trained[i] === 0) return w;
-    const perToken =
-      mode === 'token-mean' ? 1 / tokens : mode === 'seq-mean-token-mean' ? 1 / (sequences * trained[i]!) : 1 / (sequences * horizon);
+    const perToken = mode === 'token-mean' ? 1 / tokens : mode === 'seq-mean-token-mean' ? 1 / (sequences * trained[i]!) : 1 / (sequences * horizon);
     for (let t = 0; t < mask.length; t++) if (mask[t] === 1) w[t] = perToken;
     total += perToken * trained[i]!;
     return w;

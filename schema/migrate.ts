@@ -41,19 +41,13 @@ export function loadMigrations(dir: string = MIGRATIONS_DIR): Migration[] {
   for (const file of files) {
     const m = FILE_RE.exec(file);
     if (!m) {
-      throw new TroupeError(
-        `migration file ${file} is misnamed`,
-        'name migrations NNN_lower_snake_name.sql, e.g. 002_trajectories.sql',
-      );
+      throw new TroupeError(`migration file ${file} is misnamed`, 'name migrations NNN_lower_snake_name.sql, e.g. 002_trajectories.sql');
     }
     const version = Number(m[1]);
     if (version < 1) throw new TroupeError(`migration ${file}: versions start at 001`, 'renumber it');
     const other = seen.get(version);
     if (other) {
-      throw new TroupeError(
-        `two migrations have version ${version}: ${other} and ${file}`,
-        'give one of them the next free number',
-      );
+      throw new TroupeError(`two migrations have version ${version}: ${other} and ${file}`, 'give one of them the next free number');
     }
     seen.set(version, file);
     const text = fs.readFileSync(path.join(dir, file), 'utf8');
@@ -91,10 +85,7 @@ export async function schemaVersion(sql: Sql): Promise<number> {
 }
 
 /** Apply every pending migration. Idempotent and safe to call from many processes at once. */
-export async function migrate(
-  sql: Sql,
-  opts: { dir?: string; log?: (line: string) => void } = {},
-): Promise<MigrateResult> {
+export async function migrate(sql: Sql, opts: { dir?: string; log?: (line: string) => void } = {}): Promise<MigrateResult> {
   const migrations = loadMigrations(opts.dir);
   const newest = migrations.length ? migrations[migrations.length - 1]!.version : 0;
   const applied: string[] = [];

@@ -142,9 +142,7 @@ export const optimizerSettingsSchema = z
     clipLow: fields.clipLow.default(D.clipLow),
     clipHigh: fields.clipHigh.default(D.clipHigh),
     dualClip: fields.dualClip.default(D.dualClip),
-    kl: z
-      .strictObject({ type: fields.klType.default(D.kl.type), coef: fields.klCoef.default(D.kl.coef) })
-      .prefault({}),
+    kl: z.strictObject({ type: fields.klType.default(D.kl.type), coef: fields.klCoef.default(D.kl.coef) }).prefault({}),
     entropyCoef: fields.entropyCoef.default(D.entropyCoef),
     lossAggregation: fields.lossAggregation.default(D.lossAggregation),
     horizon: fields.horizon.optional(),
@@ -181,11 +179,14 @@ const toIssues = (error: z.ZodError, prefix: string) => issuesFromZod(error, { p
  * problem, at the path the user sent (`models.policy.lr`, `(change)` for the whole).
  */
 export function parseOptimizerChange(input: unknown): OptimizerChange {
-  if (typeof input !== 'object' || input === null || Array.isArray(input)) throw new SettingsError([{ path: '(change)', message: `must be a JSON object like {"all": {"lr": 0.01}}, got ${JSON.stringify(input) ?? String(input)}` }]);
+  if (typeof input !== 'object' || input === null || Array.isArray(input))
+    throw new SettingsError([{ path: '(change)', message: `must be a JSON object like {"all": {"lr": 0.01}}, got ${JSON.stringify(input) ?? String(input)}` }]);
   const r = optimizerChangeSchema.safeParse(input);
   if (!r.success) {
     const issues = issuesFromZod(r.error, { unknownKey: 'unknown setting', root: '(change)' });
-    throw new SettingsError(issues.map((i) => (i.path.includes('.') || i.message !== 'unknown setting' ? i : { ...i, message: 'unknown field (a change has all, models, agents)' })));
+    throw new SettingsError(
+      issues.map((i) => (i.path.includes('.') || i.message !== 'unknown setting' ? i : { ...i, message: 'unknown field (a change has all, models, agents)' })),
+    );
   }
   return r.data;
 }

@@ -6,7 +6,17 @@
  */
 import { z } from 'zod';
 import type { AnyTeam } from '../agents/team';
-import { applyOptimizerChange, mergeOverrides, optimizerConfigSchema, parseOptimizerChange, resolveSettings, SettingsError, type OptimizerChange, type OptimizerOverrides, type OptimizerSettings } from './optimizer';
+import {
+  applyOptimizerChange,
+  mergeOverrides,
+  optimizerConfigSchema,
+  parseOptimizerChange,
+  resolveSettings,
+  SettingsError,
+  type OptimizerChange,
+  type OptimizerOverrides,
+  type OptimizerSettings,
+} from './optimizer';
 import { FieldError, issuesFromZod, type FieldIssue } from '../infra/issues';
 
 /** Bound on staleness: each step of lag keeps one more step's rollout in flight. */
@@ -20,7 +30,10 @@ export const runConfigSchema = z.strictObject({
   team: z.string().min(1, 'must name a team'),
   teamOptions: z.record(z.string(), z.unknown()).default({}),
   /** Stable id of the run; defaults to the workflow id. */
-  runId: z.string().regex(/^[A-Za-z0-9._-]{1,100}$/, 'letters, digits, . _ - only (1-100)').optional(),
+  runId: z
+    .string()
+    .regex(/^[A-Za-z0-9._-]{1,100}$/, 'letters, digits, . _ - only (1-100)')
+    .optional(),
   steps: int(1, 1_000_000).default(40),
   groupsPerStep: int(1, 4096).default(16),
   groupSize: int(1, 1024).default(8),
@@ -85,16 +98,39 @@ export function parseRunConfig(input: unknown): RunConfig {
   if (!r.success) throw new RunConfigError(issuesFromZod(r.error, { unknownKey: 'unknown field', root: '(config)' }));
   const episodes = r.data.groupsPerStep * r.data.groupSize;
   if (r.data.rollout === 'durable' && episodes > MAX_DURABLE_EPISODES) {
-    throw new RunConfigError([{ path: 'groupSize', message: `durable rollouts start every episode of a step as a child workflow: groupsPerStep x groupSize must be <= ${MAX_DURABLE_EPISODES}, got ${episodes}` }]);
+    throw new RunConfigError([
+      {
+        path: 'groupSize',
+        message: `durable rollouts start every episode of a step as a child workflow: groupsPerStep x groupSize must be <= ${MAX_DURABLE_EPISODES}, got ${episodes}`,
+      },
+    ]);
   }
   if (episodes > MAX_STEP_EPISODES) {
-    throw new RunConfigError([{ path: 'groupSize', message: `a step may run at most ${MAX_STEP_EPISODES} episodes: groupsPerStep x groupSize must be <= ${MAX_STEP_EPISODES}, got ${r.data.groupsPerStep} x ${r.data.groupSize} = ${episodes}` }]);
+    throw new RunConfigError([
+      {
+        path: 'groupSize',
+        message: `a step may run at most ${MAX_STEP_EPISODES} episodes: groupsPerStep x groupSize must be <= ${MAX_STEP_EPISODES}, got ${r.data.groupsPerStep} x ${r.data.groupSize} = ${episodes}`,
+      },
+    ]);
   }
   return r.data;
 }
 
 /** Settings that are one per update (per model); an agent on a shared model cannot override them. */
-const MODEL_LEVEL = ['lr', 'betas', 'eps', 'weightDecay', 'gradClipMaxNorm', 'clipLow', 'clipHigh', 'dualClip', 'kl', 'entropyCoef', 'lossAggregation', 'horizon'] as const;
+const MODEL_LEVEL = [
+  'lr',
+  'betas',
+  'eps',
+  'weightDecay',
+  'gradClipMaxNorm',
+  'clipLow',
+  'clipHigh',
+  'dualClip',
+  'kl',
+  'entropyCoef',
+  'lossAggregation',
+  'horizon',
+] as const;
 
 export interface ResolvedTraining {
   /** Optimizer settings per model (what its Update uses). */
@@ -111,10 +147,15 @@ export interface ResolvedTraining {
 export function checkAgainstTeam(config: RunConfig, team: AnyTeam): ResolvedTraining {
   const issues: FieldIssue[] = [];
   const modelNames = Object.keys(team.models);
-  for (const m of Object.keys(config.optimizer.models)) if (!modelNames.includes(m)) issues.push({ path: `optimizer.models.${m}`, message: `unknown model (team ${team.name} has: ${modelNames.join(', ')})` });
-  for (const m of Object.keys(config.pools ?? {})) if (!modelNames.includes(m)) issues.push({ path: `pools.${m}`, message: `unknown model (team ${team.name} has: ${modelNames.join(', ')})` });
-  if (typeof config.staleness === 'object') for (const m of Object.keys(config.staleness)) if (!modelNames.includes(m)) issues.push({ path: `staleness.${m}`, message: `unknown model (team ${team.name} has: ${modelNames.join(', ')})` });
-  for (const a of Object.keys(config.optimizer.agents)) if (!team.roles.includes(a)) issues.push({ path: `optimizer.agents.${a}`, message: `unknown agent (team ${team.name} has: ${team.roles.join(', ')})` });
+  for (const m of Object.keys(config.optimizer.models))
+    if (!modelNames.includes(m)) issues.push({ path: `optimizer.models.${m}`, message: `unknown model (team ${team.name} has: ${modelNames.join(', ')})` });
+  for (const m of Object.keys(config.pools ?? {}))
+    if (!modelNames.includes(m)) issues.push({ path: `pools.${m}`, message: `unknown model (team ${team.name} has: ${modelNames.join(', ')})` });
+  if (typeof config.staleness === 'object')
+    for (const m of Object.keys(config.staleness))
+      if (!modelNames.includes(m)) issues.push({ path: `staleness.${m}`, message: `unknown model (team ${team.name} has: ${modelNames.join(', ')})` });
+  for (const a of Object.keys(config.optimizer.agents))
+    if (!team.roles.includes(a)) issues.push({ path: `optimizer.agents.${a}`, message: `unknown agent (team ${team.name} has: ${team.roles.join(', ')})` });
   const modelLevel = (m: string) => mergeOverrides(team.models[m]?.optimizer as OptimizerOverrides, config.optimizer.all, config.optimizer.models[m]);
   const models: Record<string, OptimizerSettings> = {};
   const agents: Record<string, OptimizerSettings> = {};
@@ -133,10 +174,17 @@ export function checkAgainstTeam(config: RunConfig, team: AnyTeam): ResolvedTrai
     const sharing = team.roles.filter((r) => team.agents[r]!.model === spec.model);
     if (sharing.length > 1) {
       for (const k of MODEL_LEVEL) {
-        if (k in agentLevel) issues.push({ path: `optimizer.agents.${role}.${k}`, message: `${role} shares model ${spec.model} with ${sharing.filter((r) => r !== role).join(', ')}; set it on the model (optimizer.models.${spec.model}) or give ${role} its own model` });
+        if (k in agentLevel)
+          issues.push({
+            path: `optimizer.agents.${role}.${k}`,
+            message: `${role} shares model ${spec.model} with ${sharing.filter((r) => r !== role).join(', ')}; set it on the model (optimizer.models.${spec.model}) or give ${role} its own model`,
+          });
       }
     }
-    capture(() => (agents[role] = resolveSettings(modelLevel(spec.model), agentLevel, { model: `optimizer.models.${spec.model}`, agent: `optimizer.agents.${role}` })));
+    capture(
+      () =>
+        (agents[role] = resolveSettings(modelLevel(spec.model), agentLevel, { model: `optimizer.models.${spec.model}`, agent: `optimizer.agents.${role}` })),
+    );
   }
   if (issues.length > 0) throw new RunConfigError(issues);
   return { models, agents };
@@ -172,8 +220,10 @@ export function optimizerChangeIssues(raw: unknown, config: RunConfig, team: Any
   const named = (raw ?? {}) as { models?: unknown; agents?: unknown };
   const keys = (v: unknown) => (typeof v === 'object' && v !== null && !Array.isArray(v) ? Object.keys(v) : []);
   const modelNames = Object.keys(team.models);
-  for (const m of keys(named.models)) if (!modelNames.includes(m)) issues.push({ path: `models.${m}`, message: `unknown model (team ${team.name} has: ${modelNames.join(', ')})` });
-  for (const a of keys(named.agents)) if (!team.roles.includes(a)) issues.push({ path: `agents.${a}`, message: `unknown agent (team ${team.name} has: ${team.roles.join(', ')})` });
+  for (const m of keys(named.models))
+    if (!modelNames.includes(m)) issues.push({ path: `models.${m}`, message: `unknown model (team ${team.name} has: ${modelNames.join(', ')})` });
+  for (const a of keys(named.agents))
+    if (!team.roles.includes(a)) issues.push({ path: `agents.${a}`, message: `unknown agent (team ${team.name} has: ${team.roles.join(', ')})` });
   if (issues.length > 0 || !change) return issues;
   try {
     checkAgainstTeam({ ...config, optimizer: [...pending, change].reduce(applyOptimizerChange, config.optimizer) }, team);

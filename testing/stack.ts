@@ -32,7 +32,11 @@ export interface HarnessOptions {
   pool?: Partial<PoolWorkerOptions>;
 }
 
-export async function startPool(env: TestWorkflowEnvironment, db: TestDatabase, opts: Pick<HarnessOptions, 'poolTaskQueue' | 'pool'> = {}): Promise<PoolWorker> {
+export async function startPool(
+  env: TestWorkflowEnvironment,
+  db: TestDatabase,
+  opts: Pick<HarnessOptions, 'poolTaskQueue' | 'pool'> = {},
+): Promise<PoolWorker> {
   const pool = await createPoolWorker({
     connection: env.nativeConnection,
     namespace: env.namespace ?? 'default',
@@ -51,7 +55,15 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
   const env = opts.env ?? (await startTemporal());
   const db = await createTestDatabase();
   const taskQueue = uniqueTaskQueue('troupe');
-  const control = await createControlWorker({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue, sql: db.sql, poolTaskQueue: opts.poolTaskQueue, dashboardUrl: opts.dashboardUrl, workflowBundle: await workflowBundle() });
+  const control = await createControlWorker({
+    connection: env.nativeConnection,
+    namespace: env.namespace ?? 'default',
+    taskQueue,
+    sql: db.sql,
+    poolTaskQueue: opts.poolTaskQueue,
+    dashboardUrl: opts.dashboardUrl,
+    workflowBundle: await workflowBundle(),
+  });
   const controlRun = control.run();
   const h: Harness = {
     env,
@@ -79,15 +91,27 @@ export async function checkRunBookkeeping(h: Harness, runId: string, steps: numb
   const versions = await listVersions(h.db.sql, runId);
   for (const m of models) {
     const mine = versions.filter((v) => v.model === m);
-    assert.deepEqual(mine.map((v) => v.version), Array.from({ length: steps + 1 }, (_, i) => i), `${m}: contiguous versions`);
-    assert.deepEqual(mine.map((v) => v.step), Array.from({ length: steps + 1 }, (_, i) => i - 1), `${m}: one version per step`);
+    assert.deepEqual(
+      mine.map((v) => v.version),
+      Array.from({ length: steps + 1 }, (_, i) => i),
+      `${m}: contiguous versions`,
+    );
+    assert.deepEqual(
+      mine.map((v) => v.step),
+      Array.from({ length: steps + 1 }, (_, i) => i - 1),
+      `${m}: one version per step`,
+    );
   }
   const metrics = await h.db.sql`SELECT step, scope, name FROM metrics WHERE run_id = ${runId} AND kind = 'train'`;
   for (let s = 0; s < steps; s++) {
     for (const a of agents) {
       const names = metrics.filter((r) => r.step === s && r.scope === a).map((r) => r.name);
-      for (const n of ['advantage.mean', 'advantage.std', 'gradNorm', 'loss', 'clipFraction', 'approxKl', 'entropy', 'truncatedShare', 'failedShare']) assert.ok(names.includes(n), `step ${s} agent ${a}: ${n}`);
-      assert.ok(names.some((n) => n.startsWith('reward.')), `step ${s} agent ${a}: reward components`);
+      for (const n of ['advantage.mean', 'advantage.std', 'gradNorm', 'loss', 'clipFraction', 'approxKl', 'entropy', 'truncatedShare', 'failedShare'])
+        assert.ok(names.includes(n), `step ${s} agent ${a}: ${n}`);
+      assert.ok(
+        names.some((n) => n.startsWith('reward.')),
+        `step ${s} agent ${a}: reward components`,
+      );
     }
     // Committed with the update itself, so a step interrupted after its commit still has them.
     const team = metrics.filter((r) => r.step === s && r.scope === 'team').map((r) => r.name);

@@ -3,7 +3,7 @@
 // TEMPORAL_ADDRESS set, tests attach to that server instead.
 import { randomBytes } from 'node:crypto';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { bundleWorkflowCode, DefaultLogger, Runtime, WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import { bundleWorkflowCode, DefaultLogger, Runtime, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import { isolateTeamBuildErrors } from '../processes/team-bundle';
 import { WORKFLOWS_PATH } from '../processes/control-worker';
 import { TROUPE_SEARCH_ATTRIBUTE_KEYS } from '../infra/search-attributes';

@@ -24,11 +24,10 @@ export type EpisodeWorkflowInput = TeamRef & {
   poolQueues?: Record<string, string>;
   /** model -> task queue of its sampling pool, where the run or team moved it off the team's `pool` */
   modelQueues?: Record<string, string>;
-} & (
-    // The episode by reference (its plan and index), looked up by a local activity, or
-    // listed in full (episodes started before plans were references).
-    { plan: Omit<StepPlan, 'episodes'>; index: number } | { spec: EpisodeSpec }
-  );
+} &
+  // The episode by reference (its plan and index), looked up by a local activity, or
+  // listed in full (episodes started before plans were references).
+  ({ plan: Omit<StepPlan, 'episodes'>; index: number } | { spec: EpisodeSpec });
 
 const control = proxyActivities<TrainingControlActivities>(controlActivities);
 const controlLocal = proxyLocalActivities<TrainingControlActivities>(controlLocalActivities);
@@ -36,7 +35,9 @@ const controlLocal = proxyLocalActivities<TrainingControlActivities>(controlLoca
 export async function episodeWorkflow(input: EpisodeWorkflowInput): Promise<{ episodeId: string; status: string; success: boolean | null }> {
   const team = loadTeam(input.team, input.teamOptions);
   const ref: TeamRef = { team: input.team, teamOptions: input.teamOptions };
-  const tools = proxyActivities<TrainingControlActivities>(toolActivities(Math.max(0, ...Object.values(team.agents).flatMap((a) => a.tools.map((t) => t.timeoutMs)))));
+  const tools = proxyActivities<TrainingControlActivities>(
+    toolActivities(Math.max(0, ...Object.values(team.agents).flatMap((a) => a.tools.map((t) => t.timeoutMs)))),
+  );
   const pools = new Map<string, TrainingPoolActivities>();
   const pool = (model: string) => {
     const name = team.models[model]!.pool;
@@ -54,7 +55,11 @@ export async function episodeWorkflow(input: EpisodeWorkflowInput): Promise<{ ep
     now: () => Date.now(),
   };
   const spec = 'spec' in input ? input.spec : await controlLocal.episodeSpec({ ...ref, plan: input.plan, index: input.index });
-  const trajectory = await runEpisode(team, { episodeId: spec.episodeId, seed: spec.seed, task: spec.task, versions: input.versions, sampling: input.sampling }, io);
+  const trajectory = await runEpisode(
+    team,
+    { episodeId: spec.episodeId, seed: spec.seed, task: spec.task, versions: input.versions, sampling: input.sampling },
+    io,
+  );
   return control.recordEpisode({
     ...ref,
     meta: {

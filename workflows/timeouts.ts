@@ -52,10 +52,18 @@ export const controlActivities: ActivityOptions = { startToCloseTimeout: '15 sec
 export const controlLocalActivities: LocalActivityOptions = { startToCloseTimeout: '15 seconds', retry: activityRetry };
 
 /** Pool-queue activities of a run (initModel, rolloutBatch, updateModel); they heartbeat while they work. */
-export const poolActivities = (taskQueue: string): ActivityOptions => ({ taskQueue, startToCloseTimeout: '10 minutes', heartbeatTimeout: '10 seconds', retry: activityRetry });
+export const poolActivities = (taskQueue: string): ActivityOptions => ({
+  taskQueue,
+  startToCloseTimeout: '10 minutes',
+  heartbeatTimeout: '10 seconds',
+  retry: activityRetry,
+});
 
 /** One generation segment of a durable episode's turn: one short engine call, no heartbeat. */
 export const turnActivities = (taskQueue: string): ActivityOptions => ({ taskQueue, startToCloseTimeout: '15 seconds', retry: activityRetry });
 
 /** Tool calls of a durable episode: the longest tool timeout of the team (ms) + 15 s. */
-export const toolActivities = (longestToolTimeoutMs: number): ActivityOptions => ({ startToCloseTimeout: Math.max(0, longestToolTimeoutMs) + 15_000, retry: activityRetry });
+export const toolActivities = (longestToolTimeoutMs: number): ActivityOptions => ({
+  startToCloseTimeout: Math.max(0, longestToolTimeoutMs) + 15_000,
+  retry: activityRetry,
+});

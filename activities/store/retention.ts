@@ -28,7 +28,12 @@ export function validatePolicy(p: RetentionPolicy): RetentionPolicy {
  * The versions of one model to keep, given its versions (ascending, all
  * steps), the version a resume starts from, and versions evals used.
  */
-export function keptVersions(versions: readonly { version: number; step: number }[], resumeFrom: number, evalSteps: readonly number[], p: RetentionPolicy): Set<number> {
+export function keptVersions(
+  versions: readonly { version: number; step: number }[],
+  resumeFrom: number,
+  evalSteps: readonly number[],
+  p: RetentionPolicy,
+): Set<number> {
   const keep = new Set<number>();
   const newest = versions.length ? versions[versions.length - 1]!.version : 0;
   for (const { version } of versions) {
@@ -64,7 +69,12 @@ export async function planPrune(sql: Sql, p: RetentionPolicy, runId?: string): P
     const point = await resumePoint(sql, run, models);
     for (const model of models) {
       const mine = rows.filter((r) => r.model === model);
-      const keep = keptVersions(mine.map((r) => ({ version: r.version, step: r.step })), point.versions[model] ?? 0, point.evals, p);
+      const keep = keptVersions(
+        mine.map((r) => ({ version: r.version, step: r.step })),
+        point.versions[model] ?? 0,
+        point.evals,
+        p,
+      );
       for (const r of mine) if (!r.pruned && !keep.has(r.version)) out.push({ runId: run, model, version: r.version, bytes: Number(r.bytes) });
     }
   }
@@ -79,7 +89,8 @@ export async function planPrune(sql: Sql, p: RetentionPolicy, runId?: string): P
 export async function pruneVersions(sql: Sql, store: CheckpointStore, list: readonly PrunableVersion[]): Promise<void> {
   for (const v of list) {
     const files = await sql.begin(async (tx) => {
-      const [r] = await tx`SELECT weights_file, optimizer_file FROM versions WHERE run_id = ${v.runId} AND model = ${v.model} AND version = ${v.version} AND pruned_at IS NULL FOR UPDATE`;
+      const [r] =
+        await tx`SELECT weights_file, optimizer_file FROM versions WHERE run_id = ${v.runId} AND model = ${v.model} AND version = ${v.version} AND pruned_at IS NULL FOR UPDATE`;
       if (!r) return [];
       await tx`
         UPDATE versions SET weights = NULL, optimizer_state = NULL, weights_file = NULL, optimizer_file = NULL, pruned_at = now()

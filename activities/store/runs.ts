@@ -8,14 +8,18 @@ export type RunStatus = 'running' | 'paused' | 'completed' | 'stopped' | 'failed
  * transaction, so a retried start finds itself as the owner). Returns false
  * when the run id is already taken.
  */
-export async function createRun(sql: Sql, run: { runId: string; team: string; config: unknown; resumedFrom?: string; workflowId?: string; executionId?: string }): Promise<boolean> {
+export async function createRun(
+  sql: Sql,
+  run: { runId: string; team: string; config: unknown; resumedFrom?: string; workflowId?: string; executionId?: string },
+): Promise<boolean> {
   return sql.begin(async (tx) => {
     const inserted = await tx`
       INSERT INTO runs (run_id, team, config, resumed_from)
       VALUES (${run.runId}, ${run.team}, ${tx.json(run.config as never)}, ${run.resumedFrom ?? null})
       ON CONFLICT (run_id) DO NOTHING RETURNING run_id`;
     if (inserted.length === 0) return false;
-    if (run.workflowId && run.executionId) await tx`INSERT INTO run_executions (run_id, workflow_id, execution_id, start_step) VALUES (${run.runId}, ${run.workflowId}, ${run.executionId}, 0)`;
+    if (run.workflowId && run.executionId)
+      await tx`INSERT INTO run_executions (run_id, workflow_id, execution_id, start_step) VALUES (${run.runId}, ${run.workflowId}, ${run.executionId}, 0)`;
     return true;
   });
 }

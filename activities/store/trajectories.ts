@@ -97,7 +97,11 @@ export async function saveEpisodes(sql: Sql, episodes: readonly StoredEpisode[])
         })),
       ),
     );
-    const rewards = fresh.flatMap(({ meta, rewards: rs }) => rs.flatMap((r) => Object.entries(r.components).map(([component, value]) => ({ episode_id: meta.episodeId, turn_index: r.turn, agent: r.agent, component, value }))));
+    const rewards = fresh.flatMap(({ meta, rewards: rs }) =>
+      rs.flatMap((r) =>
+        Object.entries(r.components).map(([component, value]) => ({ episode_id: meta.episodeId, turn_index: r.turn, agent: r.agent, component, value })),
+      ),
+    );
     for (const part of chunks(turns)) await tx`INSERT INTO turns ${tx(part as never)}`;
     for (const part of chunks(calls)) await tx`INSERT INTO tool_calls ${tx(part as never)}`;
     for (const part of chunks(rewards)) await tx`INSERT INTO rewards ${tx(part as never)}`;
@@ -131,8 +135,10 @@ export function episodeQueries(sql: Sql, where: ReturnType<Sql>) {
   return {
     episodes: () => sql`SELECT e.* FROM episodes e WHERE ${where} ORDER BY e.group_index, e.episode_index, e.episode_id`,
     turns: () => sql`SELECT t.* FROM episodes e JOIN turns t ON t.episode_id = e.episode_id WHERE ${where} ORDER BY t.episode_id, t.turn_index`,
-    calls: () => sql`SELECT c.* FROM episodes e JOIN tool_calls c ON c.episode_id = e.episode_id WHERE ${where} ORDER BY c.episode_id, c.turn_index, c.call_index`,
-    rewards: () => sql`SELECT r.* FROM episodes e JOIN rewards r ON r.episode_id = e.episode_id WHERE ${where} ORDER BY r.episode_id, r.turn_index, r.component`,
+    calls: () =>
+      sql`SELECT c.* FROM episodes e JOIN tool_calls c ON c.episode_id = e.episode_id WHERE ${where} ORDER BY c.episode_id, c.turn_index, c.call_index`,
+    rewards: () =>
+      sql`SELECT r.* FROM episodes e JOIN rewards r ON r.episode_id = e.episode_id WHERE ${where} ORDER BY r.episode_id, r.turn_index, r.component`,
   };
 }
 

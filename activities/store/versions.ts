@@ -31,9 +31,7 @@ export interface StoredVersion extends VersionMeta {
 
 /** Where a version's bytes are: in the row, in the store's files, or pruned by gc. */
 export type VersionBytes =
-  | { kind: 'inline'; weights: Uint8Array; optimizerState: Uint8Array }
-  | { kind: 'files'; weights: BlobRef; optimizer: BlobRef }
-  | { kind: 'pruned' };
+  { kind: 'inline'; weights: Uint8Array; optimizerState: Uint8Array } | { kind: 'files'; weights: BlobRef; optimizer: BlobRef } | { kind: 'pruned' };
 
 const META = 'run_id, model, version, step, spec, sha256, metrics';
 
@@ -60,11 +58,15 @@ export async function locateVersion(sql: Sql, runId: string, model: string, vers
 }
 
 /** Reads a version's bytes wherever they are, checked against their recorded sha256. */
-export async function readVersionBytes(store: CheckpointStore, v: VersionMeta & { bytes: VersionBytes }): Promise<{ weights: Uint8Array; optimizerState: Uint8Array }> {
+export async function readVersionBytes(
+  store: CheckpointStore,
+  v: VersionMeta & { bytes: VersionBytes },
+): Promise<{ weights: Uint8Array; optimizerState: Uint8Array }> {
   const b = v.bytes;
   if (b.kind === 'pruned') throw new TroupeError(`version ${v.version} of ${v.model} in run ${v.runId} was pruned by troupe gc; its bytes are gone`);
   if (b.kind === 'inline') {
-    if (sha256Hex(b.weights) !== v.sha256) throw new TroupeError(`version ${v.version} of ${v.model} in run ${v.runId}: inline weights do not match their recorded sha256`);
+    if (sha256Hex(b.weights) !== v.sha256)
+      throw new TroupeError(`version ${v.version} of ${v.model} in run ${v.runId}: inline weights do not match their recorded sha256`);
     return { weights: b.weights, optimizerState: b.optimizerState };
   }
   return { weights: await store.read(b.weights), optimizerState: await store.read(b.optimizer) };
@@ -101,16 +103,41 @@ export async function listVersions(sql: Sql, runId: string): Promise<Array<{ mod
  */
 async function byteColumns(store: CheckpointStore, v: StoredVersion) {
   if (!store.wantsFiles(v.weights.length + v.optimizerState.length)) {
-    return { weights: v.weights, optimizer_state: v.optimizerState, weights_file: null, weights_size: null, optimizer_file: null, optimizer_size: null, optimizer_sha256: null };
+    return {
+      weights: v.weights,
+      optimizer_state: v.optimizerState,
+      weights_file: null,
+      weights_size: null,
+      optimizer_file: null,
+      optimizer_size: null,
+      optimizer_sha256: null,
+    };
   }
   const w = await store.put(v.runId, v.model, v.version, 'weights', v.weights);
   if (w.sha256 !== v.sha256) throw new TroupeError(`version ${v.version} of ${v.model}: the weights hash to ${w.sha256}, the engine said ${v.sha256}`);
   const o = await store.put(v.runId, v.model, v.version, 'optimizer', v.optimizerState);
-  return { weights: null, optimizer_state: null, weights_file: w.file, weights_size: w.size, optimizer_file: o.file, optimizer_size: o.size, optimizer_sha256: o.sha256 };
+  return {
+    weights: null,
+    optimizer_state: null,
+    weights_file: w.file,
+    weights_size: w.size,
+    optimizer_file: o.file,
+    optimizer_size: o.size,
+    optimizer_sha256: o.sha256,
+  };
 }
 
 function versionRow(v: StoredVersion, bytes: Awaited<ReturnType<typeof byteColumns>>, json: Sql['json']) {
-  return { run_id: v.runId, model: v.model, version: v.version, step: v.step, spec: json(v.spec as never), sha256: v.sha256, metrics: json(v.metrics as never), ...bytes };
+  return {
+    run_id: v.runId,
+    model: v.model,
+    version: v.version,
+    step: v.step,
+    spec: json(v.spec as never),
+    sha256: v.sha256,
+    metrics: json(v.metrics as never),
+    ...bytes,
+  };
 }
 
 /** Stores version 0 (made from the run seed); a second call is a no-op. */
@@ -143,7 +170,8 @@ export async function commitUpdate(sql: Sql, store: CheckpointStore, c: UpdateCo
     const [existing] = await tx`SELECT * FROM versions WHERE run_id = ${v.runId} AND model = ${v.model} AND step = ${v.step}`;
     if (existing) return { committed: false, version: metaOf(existing) };
     const [latest] = await tx`SELECT max(version) AS v FROM versions WHERE run_id = ${v.runId} AND model = ${v.model}`;
-    if (latest?.v !== v.version - 1) throw new Error(`versions: ${v.model} v${v.version} must follow v${v.version - 1}, but the latest stored is v${latest?.v}`);
+    if (latest?.v !== v.version - 1)
+      throw new Error(`versions: ${v.model} v${v.version} must follow v${v.version - 1}, but the latest stored is v${latest?.v}`);
     await tx`INSERT INTO versions ${tx(versionRow(v, bytes, tx.json))}`;
     if (c.metrics.length > 0) {
       const rows = c.metrics.map((m) => ({ run_id: v.runId, step: v.step, kind: m.kind, scope: m.scope, name: m.name, value: m.value }));
@@ -154,7 +182,16 @@ export async function commitUpdate(sql: Sql, store: CheckpointStore, c: UpdateCo
       const a = c.advantages;
       await tx`
         UPDATE turns t SET advantage = v.advantage
-        FROM unnest(${tx.array(a.map((x) => x.episodeId), 25)}::text[], ${tx.array(a.map((x) => x.turn), 23)}::int[], ${tx.array(a.map((x) => x.advantage), 701)}::float8[]) AS v(episode_id, turn_index, advantage)
+        FROM unnest(${tx.array(
+          a.map((x) => x.episodeId),
+          25,
+        )}::text[], ${tx.array(
+          a.map((x) => x.turn),
+          23,
+        )}::int[], ${tx.array(
+          a.map((x) => x.advantage),
+          701,
+        )}::float8[]) AS v(episode_id, turn_index, advantage)
         WHERE t.episode_id = v.episode_id AND t.turn_index = v.turn_index`;
     }
     await tx`

@@ -7,7 +7,17 @@
  * Failed episodes are left out (and counted); truncated ones are trained on
  * with whatever rewards their roles gave them.
  */
-import { aggregationWeights, broadcastAdvantages, computeAdvantages, computeAdvantagesByAgent, getEstimator, scoreOf, stepDiagnostics, type AgentStepDiagnostics, type Sample } from '../../rl';
+import {
+  aggregationWeights,
+  broadcastAdvantages,
+  computeAdvantages,
+  computeAdvantagesByAgent,
+  getEstimator,
+  scoreOf,
+  stepDiagnostics,
+  type AgentStepDiagnostics,
+  type Sample,
+} from '../../rl';
 import type { OptimizerSettings } from '../../schema/optimizer';
 import { toAdvantageSpec } from '../../schema/optimizer';
 import type { StoredEpisode } from '../store/trajectories';
@@ -82,7 +92,9 @@ export function agentEndings(episodes: readonly Pick<StoredEpisode, 'trajectory'
       if (e.trajectory.status === 'failed') c.failed++;
     }
   }
-  return Object.fromEntries(Object.entries(n).map(([a, c]) => [a, { episodes: c.episodes, truncatedShare: c.truncated / c.episodes, failedShare: c.failed / c.episodes }]));
+  return Object.fromEntries(
+    Object.entries(n).map(([a, c]) => [a, { episodes: c.episodes, truncatedShare: c.truncated / c.episodes, failedShare: c.failed / c.episodes }]),
+  );
 }
 
 /** Episode length per agent, over the episodes it acted in (failed ones too: a failure may be a runaway length). */
@@ -174,13 +186,34 @@ export function buildStepBatch(
 
   // The scores through the same per-agent summary as the advantages: before and after are comparable.
   const scored = samples.map((s) => scoreOf(s, settings.agents[s.agentId]?.rewardWeights ?? {}));
-  const scores = Object.fromEntries(Object.entries(stepDiagnostics(samples, { advantages: scored, excluded: result.excluded })).map(([agent, d]) => [agent, { mean: d.advantage.mean, std: d.advantage.std }]));
-  const turnAdvantages = samples.flatMap((s, i) => (result.excluded[i] ? [] : [{ episodeId: s.episodeId, turn: turns[i]!.index, model: s.modelId, advantage: result.advantages[i]! }]));
+  const scores = Object.fromEntries(
+    Object.entries(stepDiagnostics(samples, { advantages: scored, excluded: result.excluded })).map(([agent, d]) => [
+      agent,
+      { mean: d.advantage.mean, std: d.advantage.std },
+    ]),
+  );
+  const turnAdvantages = samples.flatMap((s, i) =>
+    result.excluded[i] ? [] : [{ episodeId: s.episodeId, turn: turns[i]!.index, model: s.modelId, advantage: result.advantages[i]! }],
+  );
 
   const rewards: Record<string, Record<string, number>> = {};
   for (const [agent, comps] of Object.entries(rewardSums)) rewards[agent] = Object.fromEntries(Object.entries(comps).map(([k, s]) => [k, s.sum / s.n]));
-  const entropy = Object.fromEntries(Object.entries(nll).filter(([, h]) => h.n > 0).map(([agent, h]) => [agent, h.sum / h.n]));
-  return { models, diagnostics: stepDiagnostics(samples, result), rewards, entropy, counts, endings: agentEndings(episodes), lengths: agentLengths(episodes), scores, turnAdvantages };
+  const entropy = Object.fromEntries(
+    Object.entries(nll)
+      .filter(([, h]) => h.n > 0)
+      .map(([agent, h]) => [agent, h.sum / h.n]),
+  );
+  return {
+    models,
+    diagnostics: stepDiagnostics(samples, result),
+    rewards,
+    entropy,
+    counts,
+    endings: agentEndings(episodes),
+    lengths: agentLengths(episodes),
+    scores,
+    turnAdvantages,
+  };
 }
 
 /**

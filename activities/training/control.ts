@@ -47,21 +47,49 @@ export function createTrainingControlActivities({ sql }: { sql: Sql }) {
       const existing = await getRun(sql, input.runId);
       if (existing && !(await hasExecution(sql, input.runId, input.executionId))) {
         if (!input.resume) {
-          const hint = existing.status === 'completed' || existing.status === 'stopped' ? 'start it under a new run id' : `start a new run id, or continue this one with troupe resume ${input.runId}`;
-          throw ApplicationFailure.nonRetryable(`run ${input.runId} already exists (${existing.status}); a new start never continues or changes an existing run: ${hint}`, 'RunExists');
+          const hint =
+            existing.status === 'completed' || existing.status === 'stopped'
+              ? 'start it under a new run id'
+              : `start a new run id, or continue this one with troupe resume ${input.runId}`;
+          throw ApplicationFailure.nonRetryable(
+            `run ${input.runId} already exists (${existing.status}); a new start never continues or changes an existing run: ${hint}`,
+            'RunExists',
+          );
         }
-        if (existing.status === 'completed' || existing.status === 'stopped') throw ApplicationFailure.nonRetryable(`run ${input.runId} is ${existing.status}; only a failed, terminated or timed-out run can be resumed`, 'RunExists');
+        if (existing.status === 'completed' || existing.status === 'stopped')
+          throw ApplicationFailure.nonRetryable(
+            `run ${input.runId} is ${existing.status}; only a failed, terminated or timed-out run can be resumed`,
+            'RunExists',
+          );
         if (!sameConfig(existing.config, input.config)) {
-          throw ApplicationFailure.nonRetryable(`run ${input.runId} already exists with a different config; start a new run id, or resume it with its stored config (troupe resume ${input.runId})`, 'RunConfigMismatch');
+          throw ApplicationFailure.nonRetryable(
+            `run ${input.runId} already exists with a different config; start a new run id, or resume it with its stored config (troupe resume ${input.runId})`,
+            'RunConfigMismatch',
+          );
         }
       }
-      if (!existing && !(await createRun(sql, { runId: input.runId, team: input.config.team, config: input.config, workflowId: input.workflowId, executionId: input.executionId }))) {
+      if (
+        !existing &&
+        !(await createRun(sql, {
+          runId: input.runId,
+          team: input.config.team,
+          config: input.config,
+          workflowId: input.workflowId,
+          executionId: input.executionId,
+        }))
+      ) {
         throw ApplicationFailure.nonRetryable(`run ${input.runId} was just created by another start; pick a new run id`, 'RunExists');
       }
       const point = await resumePoint(sql, input.runId, input.models);
       await recordExecution(sql, { runId: input.runId, workflowId: input.workflowId, executionId: input.executionId, startStep: point.startStep });
       await setRunStatus(sql, input.runId, 'running');
-      if (existing) await recordEvent(sql, { runId: input.runId, step: point.startStep, kind: 'resumed', detail: { executionId: input.executionId, versions: point.versions } });
+      if (existing)
+        await recordEvent(sql, {
+          runId: input.runId,
+          step: point.startStep,
+          kind: 'resumed',
+          detail: { executionId: input.executionId, versions: point.versions },
+        });
       return point;
     },
 
@@ -73,13 +101,23 @@ export function createTrainingControlActivities({ sql }: { sql: Sql }) {
     /** Plans a step: returns a reference (rule and count); the rollout derives the episodes from it. */
     async planStep(input: TeamRef & { runId: string; step: number; seed: number; groupsPerStep: number; groupSize: number }): Promise<StepPlan> {
       const rule = { split: 'train' as const, seed: input.seed, groupsPerStep: input.groupsPerStep, groupSize: input.groupSize };
-      return { runId: input.runId, step: input.step, rule, episodes: episodesOf(loadTasks(loadTeam(input.team, input.teamOptions)), { runId: input.runId, step: input.step, rule }).length };
+      return {
+        runId: input.runId,
+        step: input.step,
+        rule,
+        episodes: episodesOf(loadTasks(loadTeam(input.team, input.teamOptions)), { runId: input.runId, step: input.step, rule }).length,
+      };
     },
 
     /** Plans an eval, as planStep does. */
     async planEval(input: TeamRef & { runId: string; step: number; seed: number; count: number }): Promise<StepPlan> {
       const rule = { split: 'eval' as const, seed: input.seed, count: input.count };
-      return { runId: input.runId, step: input.step, rule, episodes: episodesOf(loadTasks(loadTeam(input.team, input.teamOptions)), { runId: input.runId, step: input.step, rule }).length };
+      return {
+        runId: input.runId,
+        step: input.step,
+        rule,
+        episodes: episodesOf(loadTasks(loadTeam(input.team, input.teamOptions)), { runId: input.runId, step: input.step, rule }).length,
+      };
     },
 
     /** One episode of a plan (what a durable episode workflow runs). */
@@ -118,7 +156,9 @@ export function createTrainingControlActivities({ sql }: { sql: Sql }) {
       await writeMetrics(sql, input.runId, [
         { step: input.step, kind: 'eval', scope: 'team', name: 'success', value: success },
         { step: input.step, kind: 'eval', scope: 'team', name: 'episodes', value: episodes.length },
-        ...Object.entries(rewards).flatMap(([agent, cs]) => Object.entries(cs).map(([name, value]) => ({ step: input.step, kind: 'eval', scope: agent, name: `reward.${name}`, value }))),
+        ...Object.entries(rewards).flatMap(([agent, cs]) =>
+          Object.entries(cs).map(([name, value]) => ({ step: input.step, kind: 'eval', scope: agent, name: `reward.${name}`, value })),
+        ),
       ]);
       return { step: input.step, success, episodes: episodes.length, rewards };
     },
@@ -126,7 +166,11 @@ export function createTrainingControlActivities({ sql }: { sql: Sql }) {
     /** Timings and throughput of a finished step, merged into its row. */
     async finishStep(input: { runId: string; step: number; metrics: Record<string, number> }) {
       await mergeStepMetrics(sql, input.runId, input.step, 'completed', input.metrics);
-      await writeMetrics(sql, input.runId, Object.entries(input.metrics).map(([name, value]) => ({ step: input.step, kind: 'train', scope: 'team', name, value })));
+      await writeMetrics(
+        sql,
+        input.runId,
+        Object.entries(input.metrics).map(([name, value]) => ({ step: input.step, kind: 'train', scope: 'team', name, value })),
+      );
     },
 
     async setRunStatus(input: { runId: string; status: RunStatus }) {
@@ -153,7 +197,12 @@ export function scoredEpisode(team: ReturnType<typeof loadTeam>, meta: EpisodeMe
       success = false;
     }
   }
-  return { meta, trajectory: { ...trajectory, status: scored.status, ...(scored.error === undefined ? {} : { error: scored.error }) }, rewards: scored.rewards, success };
+  return {
+    meta,
+    trajectory: { ...trajectory, status: scored.status, ...(scored.error === undefined ? {} : { error: scored.error }) },
+    rewards: scored.rewards,
+    success,
+  };
 }
 
 /**
@@ -172,7 +221,12 @@ function sameConfig(stored: unknown, config: RunConfig): boolean {
 
 function canonical(v: unknown): unknown {
   if (Array.isArray(v)) return v.map(canonical);
-  if (v && typeof v === 'object') return Object.fromEntries(Object.keys(v as object).sort().map((k) => [k, canonical((v as Record<string, unknown>)[k])]));
+  if (v && typeof v === 'object')
+    return Object.fromEntries(
+      Object.keys(v as object)
+        .sort()
+        .map((k) => [k, canonical((v as Record<string, unknown>)[k])]),
+    );
   return v;
 }
 

@@ -19,7 +19,13 @@ export const HEARTBEAT_EVERY_MS = 2000;
  * next attempt reloads the version from the store) and UNAVAILABLE /
  * DEADLINE_EXCEEDED / INTERNAL / CANCELLED (the engine is restarting).
  */
-const NON_RETRYABLE = new Set<string>([ErrorReason.INVALID_REQUEST, ErrorReason.STALE_BASE, ErrorReason.VERSION_CONFLICT, ErrorReason.REQUEST_ID_REUSED, ErrorReason.NON_FINITE_UPDATE]);
+const NON_RETRYABLE = new Set<string>([
+  ErrorReason.INVALID_REQUEST,
+  ErrorReason.STALE_BASE,
+  ErrorReason.VERSION_CONFLICT,
+  ErrorReason.REQUEST_ID_REUSED,
+  ErrorReason.NON_FINITE_UPDATE,
+]);
 
 /**
  * An engine error as an ApplicationFailure: type = the engine's reason,

@@ -36,7 +36,13 @@ export interface OffPolicyUpdate {
  * `samples[i]` is the engine sample of `sequences[i]`; `baseLogprobs[i]` its
  * tokens' log-probs under the base version (engine Score).
  */
-export function offPolicyCorrection(sequences: readonly UpdateSequence[], samples: readonly UpdateSampleInput[], baseLogprobs: readonly ArrayLike<number>[], baseVersion: number, cap: number): OffPolicyUpdate {
+export function offPolicyCorrection(
+  sequences: readonly UpdateSequence[],
+  samples: readonly UpdateSampleInput[],
+  baseLogprobs: readonly ArrayLike<number>[],
+  baseVersion: number,
+  cap: number,
+): OffPolicyUpdate {
   const sums = new Map<string, { sequences: number; lag: number; tokens: number; w: number; max: number; truncated: number; kl: number }>();
   const add = (key: string, lag: number, d: ReturnType<typeof importanceWeights>['diagnostics']) => {
     const s = sums.get(key) ?? { sequences: 0, lag: 0, tokens: 0, w: 0, max: 0, truncated: 0, kl: 0 };
@@ -65,7 +71,13 @@ export function offPolicyCorrection(sequences: readonly UpdateSequence[], sample
   const metrics = (key: string): OffPolicyMetrics => {
     const s = sums.get(key) ?? { sequences: 0, lag: 0, tokens: 0, w: 0, max: 0, truncated: 0, kl: 0 };
     const per = (x: number) => (s.tokens === 0 ? 0 : x / s.tokens);
-    return { staleness: s.sequences === 0 ? 0 : s.lag / s.sequences, 'isWeight.mean': per(s.w), 'isWeight.max': s.max, 'isWeight.truncated': per(s.truncated), behaviourKl: per(s.kl) };
+    return {
+      staleness: s.sequences === 0 ? 0 : s.lag / s.sequences,
+      'isWeight.mean': per(s.w),
+      'isWeight.max': s.max,
+      'isWeight.truncated': per(s.truncated),
+      behaviourKl: per(s.kl),
+    };
   };
   const agents = [...new Set(sequences.map((s) => s.agent))];
   return { samples: corrected, model: metrics(''), agents: Object.fromEntries(agents.map((a) => [a, metrics(a)])) };

@@ -38,15 +38,27 @@ const evalEpisodeId = (runId: string, step: number, task: number) => `${runId}:e
 /** The id of a plan's index-th episode, without its tasks (workflow code names durable children with it). */
 export function episodeIdOf(plan: Omit<StepPlan, 'episodes'>, index: number): string {
   const r = plan.rule;
-  return r.split === 'train' ? trainEpisodeId(plan.runId, plan.step, Math.floor(index / r.groupSize), index % r.groupSize) : evalEpisodeId(plan.runId, plan.step, index);
+  return r.split === 'train'
+    ? trainEpisodeId(plan.runId, plan.step, Math.floor(index / r.groupSize), index % r.groupSize)
+    : evalEpisodeId(plan.runId, plan.step, index);
 }
 
-export function planTrainEpisodes(all: readonly Task[], o: { runId: string; step: number; seed: number; groupsPerStep: number; groupSize: number }): EpisodeSpec[] {
+export function planTrainEpisodes(
+  all: readonly Task[],
+  o: { runId: string; step: number; seed: number; groupsPerStep: number; groupSize: number },
+): EpisodeSpec[] {
   const tasks = selectTasks(all, 'train', o.groupsPerStep, o.seed, o.step);
   const out: EpisodeSpec[] = [];
   tasks.forEach((t, g) => {
     for (let e = 0; e < o.groupSize; e++) {
-      out.push({ episodeId: trainEpisodeId(o.runId, o.step, g, e), taskId: t.id, task: t.data, groupIndex: g, episodeIndex: e, seed: deriveSeed(o.seed, 'train', o.step, g, e) });
+      out.push({
+        episodeId: trainEpisodeId(o.runId, o.step, g, e),
+        taskId: t.id,
+        task: t.data,
+        groupIndex: g,
+        episodeIndex: e,
+        seed: deriveSeed(o.seed, 'train', o.step, g, e),
+      });
     }
   });
   return out;
@@ -56,15 +68,24 @@ export function planTrainEpisodes(all: readonly Task[], o: { runId: string; step
 export function planEvalEpisodes(all: readonly Task[], o: { runId: string; step: number; seed: number; count: number }): EpisodeSpec[] {
   const pool = all.filter((t) => t.split === 'eval');
   const tasks = o.count > 0 && o.count < pool.length ? selectTasks(all, 'eval', o.count, o.seed, -1) : pool;
-  return tasks.map((t, i) => ({ episodeId: evalEpisodeId(o.runId, o.step, i), taskId: t.id, task: t.data, groupIndex: i, episodeIndex: 0, seed: deriveSeed(o.seed, 'eval', t.id) }));
+  return tasks.map((t, i) => ({
+    episodeId: evalEpisodeId(o.runId, o.step, i),
+    taskId: t.id,
+    task: t.data,
+    groupIndex: i,
+    episodeIndex: 0,
+    seed: deriveSeed(o.seed, 'eval', t.id),
+  }));
 }
 
 /** The episodes of a plan, or of its slice [from, to). */
 export function episodesOf(all: readonly Task[], plan: Omit<StepPlan, 'episodes'>, from = 0, to?: number): EpisodeSpec[] {
-  const specs = plan.rule.split === 'train' ? planTrainEpisodes(all, { runId: plan.runId, step: plan.step, ...plan.rule }) : planEvalEpisodes(all, { runId: plan.runId, step: plan.step, ...plan.rule });
+  const specs =
+    plan.rule.split === 'train'
+      ? planTrainEpisodes(all, { runId: plan.runId, step: plan.step, ...plan.rule })
+      : planEvalEpisodes(all, { runId: plan.runId, step: plan.step, ...plan.rule });
   return specs.slice(from, to);
 }
-
 
 /** What one rollout activity runs: a slice [from, to) of a plan, or (histories from before plans were references) a list. */
 export type RolloutEpisodes = { plan: Omit<StepPlan, 'episodes'>; from: number; to: number } | { specs: EpisodeSpec[] };

@@ -17,7 +17,19 @@ import type { Sampling } from '../../agents/agent';
 import { deriveSeed } from '../../agents/seed';
 import type { Split } from '../../agents/tasks';
 import { loadTeam } from '../../agents/teams';
-import type { GenerateRequest, GenerateResponse, ExportedVersion, InitModelRequest, LoadVersionRequest, ScoreRequest, ScoreResponse, UpdateRequest, UpdateProgress, UpdateResponse, VersionInfo } from '../../engines/protocol/types';
+import type {
+  GenerateRequest,
+  GenerateResponse,
+  ExportedVersion,
+  InitModelRequest,
+  LoadVersionRequest,
+  ScoreRequest,
+  ScoreResponse,
+  UpdateRequest,
+  UpdateProgress,
+  UpdateResponse,
+  VersionInfo,
+} from '../../engines/protocol/types';
 import type { Sql } from '../../infra/db';
 import type { ResolvedTraining } from '../../schema/run-config';
 import { writeMetrics } from '../store/metrics';
@@ -29,7 +41,21 @@ import { executeTool } from '../tools';
 import { buildStepBatch, type UpdateSequence } from './batch';
 import { heartbeating, withEngineFailures } from './engine-work';
 import { offPolicyCorrection } from './off-policy';
-import { FIRST_ATTEMPT, REDUCED_LR, agentRows, agentsOfModel, modelKey, needsReference, scoreRequest, skipReason, updateMetrics, updateRequest, updateRows, updateSamples, type UpdateAttempt } from './update-step';
+import {
+  FIRST_ATTEMPT,
+  REDUCED_LR,
+  agentRows,
+  agentsOfModel,
+  modelKey,
+  needsReference,
+  scoreRequest,
+  skipReason,
+  updateMetrics,
+  updateRequest,
+  updateRows,
+  updateSamples,
+  type UpdateAttempt,
+} from './update-step';
 import { scoredEpisode, type TeamRef } from './control';
 import { episodesOf, type RolloutEpisodes } from './plan';
 import { loadTasks } from '../tasks';
@@ -52,11 +78,18 @@ export async function generateOne(engine: Pick<EngineApi, 'generate'>, runId: st
     modelKey: modelKey(runId, call.model),
     version: call.version,
     sequences: [{ context: call.context, seed: call.seed }],
-    sampling: { temperature: call.sampling.temperature, topK: call.sampling.topK, topP: call.sampling.topP, maxTokens: call.maxTokens, stopTokens: call.stopTokens },
+    sampling: {
+      temperature: call.sampling.temperature,
+      topK: call.sampling.topK,
+      topP: call.sampling.topP,
+      maxTokens: call.maxTokens,
+      stopTokens: call.stopTokens,
+    },
   });
   const s = res.sequences[0]!;
   // Troupe never aborts its own calls; an operator's Abort leaves a partial turn, which is not a sample: retry it.
-  if (s.stopReason === 'aborted') throw ApplicationFailure.retryable(`generation of ${call.model} v${call.version} was aborted on the engine; retrying the turn`, 'GenerateAborted');
+  if (s.stopReason === 'aborted')
+    throw ApplicationFailure.retryable(`generation of ${call.model} v${call.version} was aborted on the engine; retrying the turn`, 'GenerateAborted');
   return { tokens: s.tokens, logprobs: s.logprobs, stopReason: s.stopReason === 'stop_token' ? 'stop_token' : 'max_tokens' };
 }
 
@@ -159,11 +192,21 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints }: PoolD
       }
       const key = modelKey(input.runId, input.model);
       // A cold engine builds (and probes) its sessions for a new spec first: heartbeat meanwhile.
-      const v = await heartbeating(() => ({ phase: 'init' }), async () => {
-        await engine().initModel({ modelKey: key, spec: engineSpec(spec), seed: deriveSeed(input.seed, 'init', input.model) });
-        return engine().exportVersion({ modelKey: key, version: 0 });
+      const v = await heartbeating(
+        () => ({ phase: 'init' }),
+        async () => {
+          await engine().initModel({ modelKey: key, spec: engineSpec(spec), seed: deriveSeed(input.seed, 'init', input.model) });
+          return engine().exportVersion({ modelKey: key, version: 0 });
+        },
+      );
+      await saveInitialVersion(sql, checkpoints, {
+        runId: input.runId,
+        model: input.model,
+        spec: v.info.spec,
+        weights: v.weights,
+        optimizerState: v.optimizerState,
+        sha256: v.info.weightsSha256,
       });
-      await saveInitialVersion(sql, checkpoints, { runId: input.runId, model: input.model, spec: v.info.spec, weights: v.weights, optimizerState: v.optimizerState, sha256: v.info.weightsSha256 });
       return { version: 0 };
     },
 
@@ -174,13 +217,18 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints }: PoolD
      * generating). Episodes already stored are skipped, so a retry only does
      * what is left; progress is heartbeated as the ids stored so far.
      */
-    async rolloutBatch(input: TeamRef & { runId: string; step: number; split: Split; versions: Record<string, number>; sampling?: Partial<Sampling> } & RolloutEpisodes): Promise<{ episodes: number; skipped: number; failed: number }> {
+    async rolloutBatch(
+      input: TeamRef & { runId: string; step: number; split: Split; versions: Record<string, number>; sampling?: Partial<Sampling> } & RolloutEpisodes,
+    ): Promise<{ episodes: number; skipped: number; failed: number }> {
       const team = loadTeam(input.team, input.teamOptions);
       const ctx = Context.current();
       // Episodes by reference (a plan and a slice), or listed (workflows started before plans were references).
       const specs = 'plan' in input ? episodesOf(loadTasks(team), input.plan, input.from, input.to) : input.specs;
       const previously = new Set<string>((ctx.info.heartbeatDetails as { finished?: string[] } | undefined)?.finished ?? []);
-      const stored = await storedEpisodeIds(sql, specs.map((s) => s.episodeId));
+      const stored = await storedEpisodeIds(
+        sql,
+        specs.map((s) => s.episodeId),
+      );
       const finished: string[] = [...stored];
       const todo = specs.filter((s) => !stored.has(s.episodeId) && !previously.has(s.episodeId));
       let failed = 0;
@@ -201,24 +249,31 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints }: PoolD
       };
       // Every concurrent tool call listens on the activity's cancellation signal.
       setMaxListeners(0, ctx.cancellationSignal);
-      await heartbeating(() => ({ finished }), async () => {
-        const io: EpisodeIO = {
-          generate: (call) => generateDirect(input.runId, call),
-          callTool: (req) => executeTool(team, req, ctx.cancellationSignal),
-          now: () => Date.now(),
-        };
-        // All episodes in flight at once: the engine coalesces their turns into batched runs.
-        await Promise.all(
-          todo.map(async (spec) => {
-            const trajectory = await runBatchedEpisode(team, { episodeId: spec.episodeId, seed: spec.seed, task: spec.task, versions: input.versions, sampling: input.sampling }, io);
-            const episode = scoredEpisode(team, { ...spec, runId: input.runId, step: input.step, split: input.split, mode: 'batched' }, trajectory);
-            if (episode.trajectory.status === 'failed') failed++;
-            pending.push(episode);
-            if (pending.length >= ROLLOUT_FLUSH) void flush();
-          }),
-        );
-        await flush();
-      });
+      await heartbeating(
+        () => ({ finished }),
+        async () => {
+          const io: EpisodeIO = {
+            generate: (call) => generateDirect(input.runId, call),
+            callTool: (req) => executeTool(team, req, ctx.cancellationSignal),
+            now: () => Date.now(),
+          };
+          // All episodes in flight at once: the engine coalesces their turns into batched runs.
+          await Promise.all(
+            todo.map(async (spec) => {
+              const trajectory = await runBatchedEpisode(
+                team,
+                { episodeId: spec.episodeId, seed: spec.seed, task: spec.task, versions: input.versions, sampling: input.sampling },
+                io,
+              );
+              const episode = scoredEpisode(team, { ...spec, runId: input.runId, step: input.step, split: input.split, mode: 'batched' }, trajectory);
+              if (episode.trajectory.status === 'failed') failed++;
+              pending.push(episode);
+              if (pending.length >= ROLLOUT_FLUSH) void flush();
+            }),
+          );
+          await flush();
+        },
+      );
       heartbeat({ finished });
       return { episodes: specs.length, skipped: specs.length - todo.length, failed };
     },
@@ -252,7 +307,11 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints }: PoolD
       const agents = agentsOfModel(loadTeam(input.team, input.teamOptions), model, batch);
       const skip = async (reason: string, detail: Record<string, unknown> = {}) => {
         // The step's rewards and endings are kept even without an update: they say why there was none.
-        await writeMetrics(sql, runId, agentRows(batch, agents.acted).map((r) => ({ ...r, step })));
+        await writeMetrics(
+          sql,
+          runId,
+          agentRows(batch, agents.acted).map((r) => ({ ...r, step })),
+        );
         await recordEvent(sql, { runId, step, kind: 'update-skipped', detail: { model, reason, ...detail } });
         return { version: input.baseVersion, committed: false, skipped: reason, metrics: {}, rewards: batch.rewards };
       };
@@ -263,7 +322,9 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints }: PoolD
       const refLogprobs = needsReference(modelSettings) ? await score(runId, model, 0, sequences) : undefined;
       const onPolicy = updateSamples(sequences, refLogprobs);
       // Decoupled PPO for a stale rollout: the base version scores the tokens (the proximal policy), off-policy.ts weights them.
-      const corrected = input.offPolicy && offPolicyCorrection(sequences, onPolicy, await score(runId, model, input.baseVersion, sequences), input.baseVersion, input.offPolicy.importanceCap);
+      const corrected =
+        input.offPolicy &&
+        offPolicyCorrection(sequences, onPolicy, await score(runId, model, input.baseVersion, sequences), input.baseVersion, input.offPolicy.importanceCap);
       const samples = corrected ? corrected.samples : onPolicy;
       const request = (attempt: UpdateAttempt) => updateRequest({ runId, model, step, baseVersion: input.baseVersion }, samples, modelSettings, attempt);
       // The engine's progress goes out with the heartbeats (visible in the Web UI's pending activity).
@@ -273,30 +334,47 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints }: PoolD
         return e.updateStream ? e.updateStream(req, (p) => void (progress = p)) : e.update(req);
       };
       // The engine's answer, or the step skipped after a non-finite update.
-      const updated = await heartbeating(() => ({ phase: 'update', ...(progress ? { engine: progress } : {}) }), async (): Promise<UpdateResponse | UpdateResult> => {
-        try {
-          return await withVersion(runId, model, input.baseVersion, () => send(request(FIRST_ATTEMPT)));
-        } catch (e) {
-          if (reasonOf(e) !== 'NON_FINITE_UPDATE') throw e;
-          const message = (e as Error).message;
-          await recordEvent(sql, { runId, step, kind: 'non-finite-update', detail: { model, message, policy: input.nonFinite } });
-          if (input.nonFinite === 'fail') throw ApplicationFailure.nonRetryable(`step ${step}, model ${model}: non-finite update (${message}); the run's nonFinite policy is 'fail'`, 'NonFiniteUpdate');
-          if (input.nonFinite === 'skip') return skip('non-finite', { message });
+      const updated = await heartbeating(
+        () => ({ phase: 'update', ...(progress ? { engine: progress } : {}) }),
+        async (): Promise<UpdateResponse | UpdateResult> => {
           try {
-            return await withVersion(runId, model, input.baseVersion, () => send(request(REDUCED_LR)));
-          } catch (e2) {
-            if (reasonOf(e2) !== 'NON_FINITE_UPDATE') throw e2;
-            return skip('non-finite after reducing lr', { message: (e2 as Error).message });
+            return await withVersion(runId, model, input.baseVersion, () => send(request(FIRST_ATTEMPT)));
+          } catch (e) {
+            if (reasonOf(e) !== 'NON_FINITE_UPDATE') throw e;
+            const message = (e as Error).message;
+            await recordEvent(sql, { runId, step, kind: 'non-finite-update', detail: { model, message, policy: input.nonFinite } });
+            if (input.nonFinite === 'fail')
+              throw ApplicationFailure.nonRetryable(
+                `step ${step}, model ${model}: non-finite update (${message}); the run's nonFinite policy is 'fail'`,
+                'NonFiniteUpdate',
+              );
+            if (input.nonFinite === 'skip') return skip('non-finite', { message });
+            try {
+              return await withVersion(runId, model, input.baseVersion, () => send(request(REDUCED_LR)));
+            } catch (e2) {
+              if (reasonOf(e2) !== 'NON_FINITE_UPDATE') throw e2;
+              return skip('non-finite after reducing lr', { message: (e2 as Error).message });
+            }
           }
-        }
-      });
+        },
+      );
       if (!('info' in updated)) return updated;
       const res = updated;
       const exported = await engine().exportVersion({ modelKey: key, version: res.info.version });
       const metrics = updateMetrics(res, corrected?.model);
       const rows = updateRows(model, metrics, input.rollout, batch, agents, corrected?.agents);
       const commit = await commitUpdate(sql, checkpoints, {
-        version: { runId, model, version: res.info.version, step, spec: exported.info.spec, weights: exported.weights, optimizerState: exported.optimizerState, sha256: exported.info.weightsSha256, metrics },
+        version: {
+          runId,
+          model,
+          version: res.info.version,
+          step,
+          spec: exported.info.spec,
+          weights: exported.weights,
+          optimizerState: exported.optimizerState,
+          sha256: exported.info.weightsSha256,
+          metrics,
+        },
         metrics: rows.filter((r) => Number.isFinite(r.value)),
         stepMetrics: { counts: batch.counts, [`update.${model}`]: metrics },
         settings: { [model]: modelSettings },

@@ -36,16 +36,23 @@ export function pretrainedVersion(spec: ModelSpec, model: string): PretrainedVer
   try {
     ckpt = loadHfCheckpoint(dir, maxSeq === undefined ? {} : { maxSeq });
   } catch (e) {
-    if (e instanceof HfCheckpointError || e instanceof HfConfigError || e instanceof ModelSpecError) throw ApplicationFailure.nonRetryable(`model ${model}: checkpoint ${dir}: ${e.message}`, 'BadCheckpoint');
+    if (e instanceof HfCheckpointError || e instanceof HfConfigError || e instanceof ModelSpecError)
+      throw ApplicationFailure.nonRetryable(`model ${model}: checkpoint ${dir}: ${e.message}`, 'BadCheckpoint');
     throw e;
   }
   // a vocabulary may be padded past the tokenizer's ids (Qwen's is), never short of them
   if (ckpt.spec.vocabSize < spec.tokenizer.size) {
-    throw ApplicationFailure.nonRetryable(`model ${model}: ${path.join(dir, 'config.json')}: vocab_size ${ckpt.spec.vocabSize} is smaller than the team's tokenizer (${spec.tokenizer.size} ids)`, 'BadCheckpoint');
+    throw ApplicationFailure.nonRetryable(
+      `model ${model}: ${path.join(dir, 'config.json')}: vocab_size ${ckpt.spec.vocabSize} is smaller than the team's tokenizer (${spec.tokenizer.size} ids)`,
+      'BadCheckpoint',
+    );
   }
   // a learned-position model cannot reach past its table; a rope model's bound was lowered to maxSeq above
   if (maxSeq !== undefined && maxSeq > ckpt.spec.maxSeq) {
-    throw ApplicationFailure.nonRetryable(`model ${model}: maxSeq ${maxSeq} is more than the checkpoint's ${ckpt.spec.maxSeq} (${path.join(dir, 'config.json')} n_positions / max_position_embeddings)`, 'BadCheckpoint');
+    throw ApplicationFailure.nonRetryable(
+      `model ${model}: maxSeq ${maxSeq} is more than the checkpoint's ${ckpt.spec.maxSeq} (${path.join(dir, 'config.json')} n_positions / max_position_embeddings)`,
+      'BadCheckpoint',
+    );
   }
   const weights = encodeWeights(ckpt.theta);
   return { spec: ckpt.spec, weights, optimizerState: new Uint8Array(0), sha256: sha256Hex(weights) };

@@ -33,7 +33,8 @@ export async function resumePoint(sql: Sql, runId: string, models: readonly stri
   const startStep = fresh ? 0 : Math.min(...models.map((m) => (handled.get(m) ?? -1) + 1));
   const versions = await versionsBefore(sql, runId, models, startStep);
   const evals = await sql`SELECT step FROM metrics WHERE run_id = ${runId} AND kind = 'eval' AND scope = 'team' AND name = 'episodes' ORDER BY step`;
-  const [changed] = await sql`SELECT detail->'optimizer' AS optimizer FROM run_events WHERE run_id = ${runId} AND kind = 'optimizer-changed' ORDER BY id DESC LIMIT 1`;
+  const [changed] =
+    await sql`SELECT detail->'optimizer' AS optimizer FROM run_events WHERE run_id = ${runId} AND kind = 'optimizer-changed' ORDER BY id DESC LIMIT 1`;
   return { startStep, versions, fresh, evals: evals.map((r) => r.step as number), optimizer: (changed?.optimizer as OptimizerConfig | undefined) ?? null };
 }
 

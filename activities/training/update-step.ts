@@ -106,12 +106,30 @@ export function engineSettings(s: OptimizerSettings, lrScale = 1): UpdateSetting
 /** The update's metrics, stored with the new version: the engine's, and the off-policy correction's per model. */
 export function updateMetrics(res: Pick<UpdateResponse, 'metrics' | 'tokens' | 'samples' | 'durationMs' | 'logprobGap'>, offPolicy?: OffPolicyMetrics) {
   const m = res.metrics;
-  return { loss: m.loss, pgLoss: m.pgLoss, klLoss: m.klLoss, gradNorm: m.gradNorm, clipFraction: m.clipFraction, approxKl: m.approxKl, entropy: m.entropy, tokens: res.tokens, samples: res.samples, updateMs: res.durationMs, logprobGapMean: res.logprobGap.mean, logprobGapMax: res.logprobGap.max, ...offPolicy };
+  return {
+    loss: m.loss,
+    pgLoss: m.pgLoss,
+    klLoss: m.klLoss,
+    gradNorm: m.gradNorm,
+    clipFraction: m.clipFraction,
+    approxKl: m.approxKl,
+    entropy: m.entropy,
+    tokens: res.tokens,
+    samples: res.samples,
+    updateMs: res.durationMs,
+    logprobGapMean: res.logprobGap.mean,
+    logprobGapMax: res.logprobGap.max,
+    ...offPolicy,
+  };
 }
 export type UpdateMetricValues = ReturnType<typeof updateMetrics>;
 
 /** The roles of `model` in team order: those trained this step (with diagnostics), and those that acted (also in failed episodes, which have none). */
-export function agentsOfModel(team: { roles: readonly string[]; agents: Readonly<Record<string, { model: string }>> }, model: string, batch: Pick<StepBatch, 'diagnostics' | 'endings'>) {
+export function agentsOfModel(
+  team: { roles: readonly string[]; agents: Readonly<Record<string, { model: string }>> },
+  model: string,
+  batch: Pick<StepBatch, 'diagnostics' | 'endings'>,
+) {
   const mine = team.roles.filter((a) => team.agents[a]!.model === model);
   return { trained: mine.filter((a) => batch.diagnostics[a]), acted: mine.filter((a) => batch.diagnostics[a] || batch.endings[a]) };
 }
@@ -162,13 +180,17 @@ export function updateRows(
 export function agentRows(batch: Pick<StepBatch, 'rewards' | 'endings' | 'lengths'>, agents: readonly string[]): StepRow[] {
   return agents.flatMap((agent) => [
     ...Object.entries(batch.rewards[agent] ?? {}).map(([name, value]) => ({ kind: 'train', scope: agent, name: `reward.${name}`, value })),
-    ...(batch.endings[agent] ? [
-      { kind: 'train', scope: agent, name: 'truncatedShare', value: batch.endings[agent].truncatedShare },
-      { kind: 'train', scope: agent, name: 'failedShare', value: batch.endings[agent].failedShare },
-    ] : []),
-    ...(batch.lengths[agent] ? [
-      { kind: 'train', scope: agent, name: 'episodeTurns', value: batch.lengths[agent].turns },
-      { kind: 'train', scope: agent, name: 'episodeTokens', value: batch.lengths[agent].tokens },
-    ] : []),
+    ...(batch.endings[agent]
+      ? [
+          { kind: 'train', scope: agent, name: 'truncatedShare', value: batch.endings[agent].truncatedShare },
+          { kind: 'train', scope: agent, name: 'failedShare', value: batch.endings[agent].failedShare },
+        ]
+      : []),
+    ...(batch.lengths[agent]
+      ? [
+          { kind: 'train', scope: agent, name: 'episodeTurns', value: batch.lengths[agent].turns },
+          { kind: 'train', scope: agent, name: 'episodeTokens', value: batch.lengths[agent].tokens },
+        ]
+      : []),
   ]);
 }

@@ -45,7 +45,11 @@ function templateOf(tokenizer: Tokenizer): ChatTemplate | undefined {
 export function loadTeam(name: string, options: Record<string, unknown> = {}): AnyTeam {
   const make = Object.hasOwn(teams, name) ? teams[name] : undefined;
   if (!make) {
-    throw new TeamLoadError(name, `team: unknown team ${JSON.stringify(name)} (known: ${Object.keys(teams).join(', ')})`, 'register it with one line in agents/teams/index.ts');
+    throw new TeamLoadError(
+      name,
+      `team: unknown team ${JSON.stringify(name)} (known: ${Object.keys(teams).join(', ')})`,
+      'register it with one line in agents/teams/index.ts',
+    );
   }
   // The run's, not the team's: every model of the team starts from the `checkpoint` directory
   // (`troupe train --model DIR`), with its tokenizer.json when `checkpointTokenizer`.
@@ -61,7 +65,11 @@ export function loadTeam(name: string, options: Record<string, unknown> = {}): A
     if (e instanceof TeamDefinitionError && e.issues.every((i) => i.path.startsWith('teamOptions'))) {
       throw new TeamLoadError(name, `team ${name}: ${e.problems.join('; ')}`, 'fix the team options (--team-options, or teamOptions in the run config)');
     }
-    throw new TeamLoadError(name, `team ${JSON.stringify(name)} failed to load: ${errorMessage(e)}`, `fix the team's definition (its module in agents/teams/); other teams are unaffected`);
+    throw new TeamLoadError(
+      name,
+      `team ${JSON.stringify(name)} failed to load: ${errorMessage(e)}`,
+      `fix the team's definition (its module in agents/teams/); other teams are unaffected`,
+    );
   }
 }
 

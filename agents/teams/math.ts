@@ -60,7 +60,9 @@ export function mathTeam(options: MathOptions = {}) {
   const scale = options.verifierScale ?? 10;
   const maxOperand = options.maxOperand ?? 49;
   if (options.policy !== undefined && options.policy !== 'tiny-lm' && options.policy !== 'transformer') {
-    throw new TeamDefinitionError('math', [{ path: 'teamOptions.policy', message: `must be "tiny-lm" or "transformer", got ${JSON.stringify(options.policy)}` }]);
+    throw new TeamDefinitionError('math', [
+      { path: 'teamOptions.policy', message: `must be "tiny-lm" or "transformer", got ${JSON.stringify(options.policy)}` },
+    ]);
   }
   // lr 0.02: Adam steps this large suit a 9,811-parameter tiny-lm policy learning from scratch (measured: eval 0 -> 0.98 in 20 steps).
   // entropyCoef 0.01: while the solver is still mostly wrong, 'N' is the verifier's right verdict, and

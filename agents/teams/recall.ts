@@ -26,7 +26,15 @@ export function recallTeam(options: RecallOptions = {}) {
   // (an absolute lookup) learns it in 20-40 steps; 2 layers of width 64 with RoPE, or width 32-64
   // with ten digits, were still below 0.9 at step 40. entropyCoef 0.01 keeps a seed from collapsing
   // onto one answer before the lookup is learned (seen without it at lr 0.002).
-  const policy: ModelSpec = transformer({ tokenizer, width: 128, layers: 1, heads: 2, positions: 'learned', maxSeq: 32, optimizer: { lr: 0.002, entropyCoef: 0.01 } });
+  const policy: ModelSpec = transformer({
+    tokenizer,
+    width: 128,
+    layers: 1,
+    heads: 2,
+    positions: 'learned',
+    maxSeq: 32,
+    optimizer: { lr: 0.002, entropyCoef: 0.01 },
+  });
   return defineTeam({
     name: 'recall',
     description: 'Answer the first digit of a row of digits: a lookup 13 tokens back, which needs attention.',

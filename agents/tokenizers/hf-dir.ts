@@ -8,7 +8,9 @@ function readJson(file: string, optional: boolean): Record<string, unknown> | un
   try {
     return JSON.parse(fs.readFileSync(file, 'utf8'));
   } catch (e) {
-    throw new Error(`${file}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'missing (the model directory needs its tokenizer.json)' : (e as Error).message}`);
+    throw new Error(
+      `${file}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'missing (the model directory needs its tokenizer.json)' : (e as Error).message}`,
+    );
   }
 }
 

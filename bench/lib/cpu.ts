@@ -37,7 +37,10 @@ function allProcs(): Proc[] {
   } catch {
     return [];
   }
-  return names.filter((n) => /^\d+$/.test(n)).map((n) => readProc(Number(n))).filter((p): p is Proc => p !== undefined);
+  return names
+    .filter((n) => /^\d+$/.test(n))
+    .map((n) => readProc(Number(n)))
+    .filter((p): p is Proc => p !== undefined);
 }
 
 export interface CpuSample {
@@ -85,5 +88,11 @@ export function cpuSample(enginePid: number | undefined, database: string): CpuS
 }
 
 export function cpuDelta(a: CpuSample, b: CpuSample): CpuSample {
-  return { main: b.main - a.main, engine: b.engine - a.engine, temporal: b.temporal - a.temporal, postgres: b.postgres - a.postgres, machine: b.machine - a.machine };
+  return {
+    main: b.main - a.main,
+    engine: b.engine - a.engine,
+    temporal: b.temporal - a.temporal,
+    postgres: b.postgres - a.postgres,
+    machine: b.machine - a.machine,
+  };
 }

@@ -112,7 +112,9 @@ export async function trainInProcess(engine: EngineApi, input: RunConfigInput & 
   /** Rollout, then scoring, of a list of episodes; all in flight at once, as rolloutBatch does. */
   async function rollout(specs: EpisodeSpec[], step: number, split: Split, sampling?: Partial<Sampling>) {
     const a = performance.now();
-    const trajectories = await Promise.all(specs.map((spec) => runEpisode(team, { episodeId: spec.episodeId, seed: spec.seed, task: spec.task, versions, sampling }, io)));
+    const trajectories = await Promise.all(
+      specs.map((spec) => runEpisode(team, { episodeId: spec.episodeId, seed: spec.seed, task: spec.task, versions, sampling }, io)),
+    );
     const b = performance.now();
     const episodes = specs.map((spec, i) => scoredEpisode(team, { ...spec, runId, step, split, mode: 'batched' }, trajectories[i]!));
     const c = performance.now();
@@ -158,7 +160,10 @@ export async function trainInProcess(engine: EngineApi, input: RunConfigInput & 
         if (skipReason(sequences)) return;
         const s = settings.models[model]!;
         const ref = needsReference(s) ? await engine.score(scoreRequest(modelKey(runId, model), 0, sequences)) : undefined;
-        const samples = updateSamples(sequences, ref?.sequences.map((q) => q.logprobs));
+        const samples = updateSamples(
+          sequences,
+          ref?.sequences.map((q) => q.logprobs),
+        );
         const res = await engine.update(updateRequest({ runId, model, step, baseVersion: versions[model]! }, samples, s));
         versions[model] = res.info.version;
         gradNorm[model] = res.metrics.gradNorm;

@@ -1,5 +1,5 @@
 // troupe doctor: what this machine has, and whether Troupe's services answer.
-import { loadConfig, redactUrl, temporalAddressOf, TroupeConfig } from '../../infra/config';
+import { loadConfig, redactUrl, temporalAddressOf, type TroupeConfig } from '../../infra/config';
 import { checkDatabase, connect } from '../../infra/db';
 import { engineSpec } from '../../agents/model';
 import { loadTeam, teams } from '../../agents/teams';
@@ -52,9 +52,17 @@ export async function doctor(config: TroupeConfig): Promise<Line[]> {
     binError = errorMessage(err);
   }
   if (go) {
-    add(versionAtLeast(go, MIN_GO_VERSION) ? 'ok' : 'warn', 'go', `go${go}${versionAtLeast(go, MIN_GO_VERSION) ? '' : ` — building the Temporal CLI needs Go ≥ ${MIN_GO_VERSION}`}`);
+    add(
+      versionAtLeast(go, MIN_GO_VERSION) ? 'ok' : 'warn',
+      'go',
+      `go${go}${versionAtLeast(go, MIN_GO_VERSION) ? '' : ` — building the Temporal CLI needs Go ≥ ${MIN_GO_VERSION}`}`,
+    );
   } else {
-    add(bin || config.temporalAddress ? 'info' : 'FAIL', 'go', `not installed${bin || config.temporalAddress ? ' (not needed: a temporal binary or TEMPORAL_ADDRESS is there)' : ` — install Go ≥ ${MIN_GO_VERSION}, or set TROUPE_TEMPORAL_BIN / TEMPORAL_ADDRESS`}`);
+    add(
+      bin || config.temporalAddress ? 'info' : 'FAIL',
+      'go',
+      `not installed${bin || config.temporalAddress ? ' (not needed: a temporal binary or TEMPORAL_ADDRESS is there)' : ` — install Go ≥ ${MIN_GO_VERSION}, or set TROUPE_TEMPORAL_BIN / TEMPORAL_ADDRESS`}`,
+    );
   }
   if (binError) add('FAIL', 'temporal binary', binError);
   else if (bin) add('ok', 'temporal binary', `${bin.path} (from ${bin.source}): ${temporalVersion(bin.path)}`);
@@ -64,7 +72,13 @@ export async function doctor(config: TroupeConfig): Promise<Line[]> {
 
   // Engines other than the built-in one (optional)
   const torch = pytorchEngine();
-  add('info', 'pytorch engine', 'missing' in torch ? `not available (only for --engine pytorch): ${torch.missing}` : `available: ${torch.command.join(' ')} (troupe worker pool --engine pytorch)`);
+  add(
+    'info',
+    'pytorch engine',
+    'missing' in torch
+      ? `not available (only for --engine pytorch): ${torch.missing}`
+      : `available: ${torch.command.join(' ')} (troupe worker pool --engine pytorch)`,
+  );
 
   // Temporal
   const address = temporalAddressOf(config);
@@ -75,12 +89,23 @@ export async function doctor(config: TroupeConfig): Promise<Line[]> {
       const connection = await connectTemporal(address);
       try {
         const problems = await namespaceProblems(connection, config.namespace, address);
-        if (problems.length === 0) add('ok', 'namespace', `"${config.namespace}" exists with Troupe's search attributes (${Object.keys(TROUPE_SEARCH_ATTRIBUTES).join(', ')})`);
+        if (problems.length === 0)
+          add('ok', 'namespace', `"${config.namespace}" exists with Troupe's search attributes (${Object.keys(TROUPE_SEARCH_ATTRIBUTES).join(', ')})`);
         for (const p of problems) add('FAIL', 'namespace', `${p.what} — run: ${p.fix}`);
         const control = await pollerIdentities(connection, config.namespace, config.taskQueue, 'workflow');
         const pool = await pollerIdentities(connection, config.namespace, config.poolTaskQueue, 'activity');
-        add(control.length ? 'ok' : 'warn', 'control worker', control.length ? `${control.length} poller(s) on "${config.taskQueue}": ${control.join(', ')}` : `nobody polls "${config.taskQueue}" — \`npx troupe up\` starts one`);
-        add(pool.length ? 'ok' : 'info', 'pool worker', pool.length ? `${pool.length} poller(s) on "${config.poolTaskQueue}": ${pool.join(', ')}` : `nobody polls "${config.poolTaskQueue}"`);
+        add(
+          control.length ? 'ok' : 'warn',
+          'control worker',
+          control.length
+            ? `${control.length} poller(s) on "${config.taskQueue}": ${control.join(', ')}`
+            : `nobody polls "${config.taskQueue}" — \`npx troupe up\` starts one`,
+        );
+        add(
+          pool.length ? 'ok' : 'info',
+          'pool worker',
+          pool.length ? `${pool.length} poller(s) on "${config.poolTaskQueue}": ${pool.join(', ')}` : `nobody polls "${config.poolTaskQueue}"`,
+        );
       } finally {
         await connection.close();
       }
@@ -88,7 +113,11 @@ export async function doctor(config: TroupeConfig): Promise<Line[]> {
       add('warn', 'task queues', errorMessage(err));
     }
   } else {
-    add(config.temporalAddress ? 'FAIL' : 'warn', 'temporal server', `not reachable at ${address}${config.temporalAddress ? ' (TEMPORAL_ADDRESS)' : ' — `npx troupe up` starts the dev server'}`);
+    add(
+      config.temporalAddress ? 'FAIL' : 'warn',
+      'temporal server',
+      `not reachable at ${address}${config.temporalAddress ? ' (TEMPORAL_ADDRESS)' : ' — `npx troupe up` starts the dev server'}`,
+    );
   }
 
   // PostgreSQL
@@ -96,7 +125,12 @@ export async function doctor(config: TroupeConfig): Promise<Line[]> {
   if (!dbUrl) {
     const st = embeddedPostgresStatus(config.stateDir);
     if (st.running) dbUrl = embeddedPostgresUrl(st.port ?? config.postgresPort);
-    else add('warn', 'postgres', `embedded PostgreSQL ${st.initialised ? 'is initialised but not running' : 'not initialised yet'} (${config.stateDir}/postgres) — \`npx troupe up\` starts it`);
+    else
+      add(
+        'warn',
+        'postgres',
+        `embedded PostgreSQL ${st.initialised ? 'is initialised but not running' : 'not initialised yet'} (${config.stateDir}/postgres) — \`npx troupe up\` starts it`,
+      );
   }
   if (dbUrl) {
     try {
@@ -107,7 +141,11 @@ export async function doctor(config: TroupeConfig): Promise<Line[]> {
         const v = await schemaVersion(sql);
         const migrations = loadMigrations();
         const newest = migrations.length ? migrations[migrations.length - 1]!.version : 0;
-        add(v > newest ? 'FAIL' : v === newest ? 'ok' : 'info', 'schema', `version ${v}, code's newest migration ${newest}${v < newest ? ' (applied at start-up)' : v > newest ? ' — database is newer than this code' : ''}`);
+        add(
+          v > newest ? 'FAIL' : v === newest ? 'ok' : 'info',
+          'schema',
+          `version ${v}, code's newest migration ${newest}${v < newest ? ' (applied at start-up)' : v > newest ? ' — database is newer than this code' : ''}`,
+        );
       } finally {
         await sql.end({ timeout: 1 });
       }
@@ -130,7 +168,13 @@ export async function doctor(config: TroupeConfig): Promise<Line[]> {
   for (const name of Object.keys(teams)) {
     try {
       const team = loadTeam(name);
-      add('ok', `team ${name}`, Object.entries(team.models).map(([m, spec]) => `${m}: ${describeModel(engineSpec(spec))}`).join('; '));
+      add(
+        'ok',
+        `team ${name}`,
+        Object.entries(team.models)
+          .map(([m, spec]) => `${m}: ${describeModel(engineSpec(spec))}`)
+          .join('; '),
+      );
     } catch (err) {
       add('FAIL', `team ${name}`, errorMessage(err));
     }

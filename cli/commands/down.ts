@@ -23,14 +23,18 @@ export async function down(stateDir: string, log: (line: string) => void = conso
   // The supervisor first, outside the lock: it may hold the lock in a restart, and would restart what we stop.
   let stopped = await stopOne(stateDir, 'supervisor', log);
   // Then under `up`'s lock, so no `up` (a `train` in another terminal) starts a process we would miss.
-  return withLockFile(path.join(stateDir, 'up.lock'), async () => {
-    for (const name of recordedServices(stateDir)) stopped += await stopOne(stateDir, name, log);
-    for (const p of await endStrayProcesses(stateDir)) {
-      stopped++;
-      log(`  ${p.service.padEnd(15)} stopped a process without a record (pid ${p.pid}: ${p.argv.slice(0, 4).join(' ')})`);
-    }
-    return stopped;
-  }, { onWait: (pid) => log(`  waiting for \`up\` (pid ${pid}) to finish starting the stack...`) });
+  return withLockFile(
+    path.join(stateDir, 'up.lock'),
+    async () => {
+      for (const name of recordedServices(stateDir)) stopped += await stopOne(stateDir, name, log);
+      for (const p of await endStrayProcesses(stateDir)) {
+        stopped++;
+        log(`  ${p.service.padEnd(15)} stopped a process without a record (pid ${p.pid}: ${p.argv.slice(0, 4).join(' ')})`);
+      }
+      return stopped;
+    },
+    { onWait: (pid) => log(`  waiting for \`up\` (pid ${pid}) to finish starting the stack...`) },
+  );
 }
 
 /** Stop the recorded service `name`; 1 if it was running. */
@@ -39,9 +43,7 @@ async function stopOne(stateDir: string, name: string, log: (line: string) => vo
   if (!rec) return 0;
   const t0 = Date.now();
   const outcome =
-    name === 'postgres'
-      ? await stopRecordedPostgres(stateDir)
-      : await stopService(stateDir, name, { timeoutMs: name === 'temporal' ? 15_000 : 30_000 });
+    name === 'postgres' ? await stopRecordedPostgres(stateDir) : await stopService(stateDir, name, { timeoutMs: name === 'temporal' ? 15_000 : 30_000 });
   if (outcome === 'not-running') {
     log(`  ${name.padEnd(15)} was not running (removed stale pid file)`);
     return 0;
@@ -55,7 +57,7 @@ export default defineCommand({
   name: 'down',
   summary: 'Stop the processes `troupe up` started (from their pid files, and any that lost theirs), and nothing else',
   usage: 'troupe down',
-  description: 'Data stays: the dev server\'s SQLite file and the embedded PostgreSQL data dir are kept in <state>/.',
+  description: "Data stays: the dev server's SQLite file and the embedded PostgreSQL data dir are kept in <state>/.",
   async run() {
     const config = loadConfig();
     console.log(`Stopping what \`troupe up\` started (state ${config.stateDir}):`);

@@ -20,21 +20,35 @@ export default defineCommand({
     json: { type: 'boolean', description: 'print one JSON object (results, capabilities, counts) instead of lines' },
     only: { type: 'string', valueName: 'IDS', description: 'run only these checks (comma-separated ids or prefixes like "update.")' },
     skip: { type: 'string', valueName: 'IDS', description: 'report these checks as SKIP without running them (ids or prefixes)' },
-    'shared-dir': { type: 'string', valueName: 'DIR', description: 'a directory the engine reads and writes at the same path (by-reference checks; default the OS temp dir)' },
+    'shared-dir': {
+      type: 'string',
+      valueName: 'DIR',
+      description: 'a directory the engine reads and writes at the same path (by-reference checks; default the OS temp dir)',
+    },
   },
   positionals: true,
   async run({ values, positionals, log }) {
     if (positionals.length !== 1) {
-      throw new TroupeError(`engine-check: expected one engine address, got ${positionals.length ? positionals.join(' ') : 'none'}`, 'e.g. `npx troupe engine-check 127.0.0.1:50051`');
+      throw new TroupeError(
+        `engine-check: expected one engine address, got ${positionals.length ? positionals.join(' ') : 'none'}`,
+        'e.g. `npx troupe engine-check 127.0.0.1:50051`',
+      );
     }
     const address = positionals[0]!;
     if (!/^(\[[0-9a-fA-F:.]+\]|[^\s:/]+):\d+$/.test(address)) {
       throw new TroupeError(`engine-check: "${address}" is not host:port`, 'e.g. `npx troupe engine-check 127.0.0.1:50051`');
     }
-    const list = (v: string | undefined) => v?.split(',').map((s) => s.trim()).filter(Boolean);
+    const list = (v: string | undefined) =>
+      v
+        ?.split(',')
+        .map((s) => s.trim())
+        .filter(Boolean);
     const only = list(values.only);
     const skip = list(values.skip);
-    for (const [flag, ids] of [['--only', only], ['--skip', skip]] as const) {
+    for (const [flag, ids] of [
+      ['--only', only],
+      ['--skip', skip],
+    ] as const) {
       try {
         if (ids) checkIds(ids);
       } catch (e) {
@@ -51,7 +65,10 @@ export default defineCommand({
       });
     } catch (e) {
       if (e instanceof EngineUnreachableError) {
-        throw new TroupeError(`engine-check: no engine answers at ${address} (${e.message})`, 'start one (e.g. `node --import tsx processes/onnx-engine.ts --port 50051`) or check the address');
+        throw new TroupeError(
+          `engine-check: no engine answers at ${address} (${e.message})`,
+          'start one (e.g. `node --import tsx processes/onnx-engine.ts --port 50051`) or check the address',
+        );
       }
       throw e;
     }

@@ -54,19 +54,30 @@ export default defineCommand({
     model: { type: 'string', valueName: 'M', description: "the team's model name" },
     version: { type: 'number', valueName: 'V', description: 'the version (0 = initial)', example: '0' },
     out: { type: 'string', valueName: 'DIR', description: 'new or empty directory to write' },
-    from: { type: 'string', valueName: 'HF_DIR', description: 'the pretrained directory the model started from: keeps its config fields and copies its tokenizer files' },
+    from: {
+      type: 'string',
+      valueName: 'HF_DIR',
+      description: 'the pretrained directory the model started from: keeps its config fields and copies its tokenizer files',
+    },
   },
   async run({ values, positionals, log }) {
     const runId = positionals[0];
     if (!runId) throw new TroupeError('export-model: name a run', 'list runs with `npx troupe list`');
     if (!values.model) throw new TroupeError('--model: required', 'e.g. --model policy');
-    if (values.version === undefined || !Number.isInteger(values.version) || values.version < 0) throw new TroupeError('--version: a version number >= 0 is required', 'e.g. --version 0');
+    if (values.version === undefined || !Number.isInteger(values.version) || values.version < 0)
+      throw new TroupeError('--version: a version number >= 0 is required', 'e.g. --version 0');
     if (!values.out) throw new TroupeError('--out: required', 'e.g. --out ./exported');
     const config = loadConfig();
     const db = await ensureDatabase(config, log);
     const sql = connect(db.url, { max: 1 });
     try {
-      const r = await exportModelVersion(sql, checkpointStoreOf(config), { runId, model: values.model, version: values.version, out: values.out, from: values.from });
+      const r = await exportModelVersion(sql, checkpointStoreOf(config), {
+        runId,
+        model: values.model,
+        version: values.version,
+        out: values.out,
+        from: values.from,
+      });
       log(`troupe: wrote ${r.files.join(', ')} (${r.dtype}) to ${values.out}`);
       return 0;
     } finally {

@@ -15,13 +15,19 @@ export default defineCommand({
   summary: 'Remove model versions no run needs (keeps latest, every Nth, resume and eval points)',
   usage: 'troupe gc [--run ID] [--keep-every N] [--keep-last N] [--orphan-grace-minutes M] [--dry-run]',
   description:
-    'Per model of each run keeps version 0, the newest --keep-last, every --keep-every-th, the versions evals used, and everything from the run\'s resume point on; ' +
+    "Per model of each run keeps version 0, the newest --keep-last, every --keep-every-th, the versions evals used, and everything from the run's resume point on; " +
     'the others lose their bytes (inline or files) and keep their row (step, sha256, metrics). Then removes checkpoint files no version names, older than the grace period.',
   options: {
     run: { type: 'string', valueName: 'ID', description: 'only this run (default: every run)' },
     'keep-every': { type: 'number', valueName: 'N', default: '10', example: '10', description: 'keep versions whose number is a multiple of N (default 10)' },
     'keep-last': { type: 'number', valueName: 'N', default: '2', example: '2', description: 'keep the N newest versions of each model (default 2)' },
-    'orphan-grace-minutes': { type: 'number', valueName: 'M', default: '60', example: '60', description: 'only remove unnamed files older than this (a newer one may belong to a commit in progress; default 60)' },
+    'orphan-grace-minutes': {
+      type: 'number',
+      valueName: 'M',
+      default: '60',
+      example: '60',
+      description: 'only remove unnamed files older than this (a newer one may belong to a commit in progress; default 60)',
+    },
     'dry-run': { type: 'boolean', description: 'print what would be removed, remove nothing' },
   },
   async run({ values, log }) {
@@ -39,7 +45,9 @@ export default defineCommand({
       const orphans = await orphanFiles(sql, store, graceMinutes * 60_000);
       if (!values['dry-run']) for (const f of orphans) await store.remove(f);
       for (const f of orphans) console.log(`${values['dry-run'] ? 'would remove' : 'removed'} unnamed file ${store.absolute(f)}`);
-      log(`troupe gc: ${verb} ${prune.length} version(s), ${mib(prune.reduce((s, v) => s + v.bytes, 0))}; ${orphans.length} unnamed file(s)${values['dry-run'] ? ' (dry run)' : ''}`);
+      log(
+        `troupe gc: ${verb} ${prune.length} version(s), ${mib(prune.reduce((s, v) => s + v.bytes, 0))}; ${orphans.length} unnamed file(s)${values['dry-run'] ? ' (dry run)' : ''}`,
+      );
       return 0;
     } finally {
       await sql.end({ timeout: 2 });

@@ -19,7 +19,10 @@ export default defineCommand({
       if (values.json) for (const r of rows) console.log(JSON.stringify(r));
       else {
         console.log(`${'run'.padEnd(36)} ${'team'.padEnd(9)} ${'workflow'.padEnd(11)} ${'phase'.padEnd(10)} step  eval   started`);
-        for (const r of rows) console.log(`${String(r.workflowId).padEnd(36)} ${String(r.team ?? '-').padEnd(9)} ${String(r.status).padEnd(11)} ${String(r.phase ?? '-').padEnd(10)} ${String(r.step ?? '-').padStart(4)}  ${typeof r.evalSuccess === 'number' ? r.evalSuccess.toFixed(2) : ' -  '}   ${r.started}`);
+        for (const r of rows)
+          console.log(
+            `${String(r.workflowId).padEnd(36)} ${String(r.team ?? '-').padEnd(9)} ${String(r.status).padEnd(11)} ${String(r.phase ?? '-').padEnd(10)} ${String(r.step ?? '-').padStart(4)}  ${typeof r.evalSuccess === 'number' ? r.evalSuccess.toFixed(2) : ' -  '}   ${r.started}`,
+          );
         if (rows.length === 0) console.log('(no runs yet: npx troupe train math)');
       }
       return 0;
@@ -52,7 +55,17 @@ async function executions(client: Client, limit: number): Promise<ExecutionRow[]
     const run = typeof runId === 'string' ? runId : w.workflowId;
     if (!runs.has(run) && runs.size >= limit) break;
     runs.add(run);
-    out.push({ run, workflowId: w.workflowId, status: w.status.name, team: get('TroupeTeam'), step: get('TroupeStep'), phase: get('TroupeStatus'), evalSuccess: get('TroupeEvalSuccess'), started: w.startTime.toISOString(), ranTheRun: typeof runId === 'string' });
+    out.push({
+      run,
+      workflowId: w.workflowId,
+      status: w.status.name,
+      team: get('TroupeTeam'),
+      step: get('TroupeStep'),
+      phase: get('TroupeStatus'),
+      evalSuccess: get('TroupeEvalSuccess'),
+      started: w.startTime.toISOString(),
+      ranTheRun: typeof runId === 'string',
+    });
   }
   return out;
 }

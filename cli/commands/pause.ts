@@ -9,7 +9,8 @@ export default defineCommand({
   name: 'pause',
   summary: 'Pause a running run after its current step',
   usage: 'troupe pause <run>',
-  description: 'Sends the run\'s `pause` signal: it finishes the step in flight, then waits with its models loaded.\nContinue it with `troupe resume <run>`; `troupe stop <run>` ends it (with a final eval).',
+  description:
+    "Sends the run's `pause` signal: it finishes the step in flight, then waits with its models loaded.\nContinue it with `troupe resume <run>`; `troupe stop <run>` ends it (with a final eval).",
   positionals: true,
   async run({ positionals, log }) {
     const runId = positionals[0];

@@ -18,7 +18,7 @@ export default defineCommand({
     '  next step. A run still running gets the signal too, which cancels a pause not yet taken effect.',
     '- a failed, terminated or timed-out run: starts a new execution of its workflow (same workflow',
     '  id, same stored config) that picks up the versions and steps already committed in Postgres,',
-    '  so no update is lost or repeated; it is recorded in the run\'s lineage (run_executions).',
+    "  so no update is lost or repeated; it is recorded in the run's lineage (run_executions).",
     'A completed or stopped run cannot be resumed: start a new one with `troupe train`.',
     'Then it watches the run like `troupe train` (exit status 0 only when it completes and trained).',
   ].join('\n'),
@@ -38,9 +38,11 @@ export default defineCommand({
       let handle;
       if (open) {
         await open.handle.signal(resumeSignal);
-        log(open.view.status === 'paused'
-          ? `troupe: resumed paused run ${runId} at step ${open.view.step}/${open.view.steps}`
-          : `troupe: run ${runId} is ${open.view.status}, not paused; sent resume, which cancels a pause not yet taken effect`);
+        log(
+          open.view.status === 'paused'
+            ? `troupe: resumed paused run ${runId} at step ${open.view.step}/${open.view.steps}`
+            : `troupe: run ${runId} is ${open.view.status}, not paused; sent resume, which cancels a pause not yet taken effect`,
+        );
         handle = open.handle;
       } else {
         handle = await resumeRun(c.client, c.sql, c.config.taskQueue, runId);

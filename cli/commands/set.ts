@@ -13,7 +13,8 @@ export function changeOf(values: { json?: string; lr?: number; 'entropy-coef'?: 
   };
   const hasFlags = Object.keys(flags).length > 0;
   if (values.json !== undefined) {
-    if (hasFlags || values.model !== undefined || values.agent !== undefined) throw new TroupeError('set: give either --json or settings flags, not both', `e.g. --json '{"all": {"lr": 0.0005}}'`);
+    if (hasFlags || values.model !== undefined || values.agent !== undefined)
+      throw new TroupeError('set: give either --json or settings flags, not both', `e.g. --json '{"all": {"lr": 0.0005}}'`);
     try {
       return JSON.parse(values.json);
     } catch {
@@ -30,9 +31,9 @@ export function changeOf(values: { json?: string; lr?: number; 'entropy-coef'?: 
 export default defineCommand({
   name: 'set',
   summary: "Change a running run's optimizer settings (setOptimizer)",
-  usage: "troupe set <run> (--json CHANGE | --lr X [--entropy-coef X] [--kl-coef X] [--model M | --agent A])",
+  usage: 'troupe set <run> (--json CHANGE | --lr X [--entropy-coef X] [--kl-coef X] [--model M | --agent A])',
   description: [
-    'Sends the run\'s `setOptimizer` update: the change is checked against the run\'s team (every',
+    "Sends the run's `setOptimizer` update: the change is checked against the run's team (every",
     'problem named at once) and takes effect at the next step; the answer says which. A change is',
     '{"all": {...}, "models": {"<model>": {...}}, "agents": {"<agent>": {...}}} with the settings of',
     'the run config\'s optimizer (README: "Optimizer settings"), e.g. --json \'{"all": {"lr": 0.0005}}\'.',

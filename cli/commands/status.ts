@@ -36,7 +36,10 @@ export function latestAgentSteps(rows: ReadonlyArray<{ step: number; scope: stri
 const pct = (v: number | undefined) => (v === undefined ? '-' : `${Math.round(v * 100)}%`);
 
 export function agentStepLine(agent: string, a: AgentStep): string {
-  const rewards = Object.entries(a.rewards).map(([k, v]) => `${k}=${v.toFixed(3)}`).join(' ') || '-';
+  const rewards =
+    Object.entries(a.rewards)
+      .map(([k, v]) => `${k}=${v.toFixed(3)}`)
+      .join(' ') || '-';
   return `${agent} (step ${a.step}): reward ${rewards}  truncated ${pct(a.truncatedShare)}  failed ${pct(a.failedShare)}`;
 }
 
@@ -78,7 +81,13 @@ export default defineCommand({
         const d = await handle.describe();
         execution = { status: d.status.name, runId: d.runId };
         if (run && d.typedSearchAttributes.get(TroupeRunId) === undefined && d.status.name !== 'RUNNING') {
-          const reason = await c.client.workflow.getHandle(runId, d.runId).result().then(() => '', (e: unknown) => errorMessage(innermostCause(e)));
+          const reason = await c.client.workflow
+            .getHandle(runId, d.runId)
+            .result()
+            .then(
+              () => '',
+              (e: unknown) => errorMessage(innermostCause(e)),
+            );
           refusedStart = { status: d.status.name, at: d.startTime.toISOString(), reason };
           execution = await executionThatRan(c.client, runId);
         }
@@ -96,15 +105,18 @@ export default defineCommand({
       for (const v of versions) latest[v.model] = Math.max(latest[v.model] ?? 0, v.version);
       const specs = await c.sql`SELECT DISTINCT ON (model) model, spec FROM versions WHERE run_id = ${runId} ORDER BY model, version`;
       const models = Object.fromEntries(specs.map((r) => [r.model as string, describeModel(r.spec)]));
-      const evals = await c.sql`SELECT step, value FROM metrics WHERE run_id = ${runId} AND kind = 'eval' AND scope = 'team' AND name = 'success' ORDER BY step`;
+      const evals =
+        await c.sql`SELECT step, value FROM metrics WHERE run_id = ${runId} AND kind = 'eval' AND scope = 'team' AND name = 'success' ORDER BY step`;
       const events = await c.sql`SELECT step, kind, detail, at FROM run_events WHERE run_id = ${runId} ORDER BY id`;
-      const agentRows = await c.sql`SELECT step, scope, name, value FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND (name LIKE 'reward.%' OR name IN ('truncatedShare', 'failedShare'))`;
+      const agentRows =
+        await c.sql`SELECT step, scope, name, value FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND (name LIKE 'reward.%' OR name IN ('truncatedShare', 'failedShare'))`;
       const agents = latestAgentSteps(agentRows.map((r) => ({ step: r.step, scope: r.scope, name: r.name, value: r.value })));
       // per-agent policy entropy of the last committed step: a role collapsing onto one answer shows as ~0
       const entropyRows = await c.sql`SELECT step, scope, value FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND name = 'entropy'
         AND step = (SELECT max(step) FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND name = 'entropy') ORDER BY scope`;
       // Asynchronous runs: the last step's off-policy correction per agent.
-      const offRows = await c.sql`SELECT step, scope, name, value FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND name IN ${c.sql([...OFF_POLICY_METRICS])}
+      const offRows =
+        await c.sql`SELECT step, scope, name, value FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND name IN ${c.sql([...OFF_POLICY_METRICS])}
         AND step = (SELECT max(step) FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND name = 'staleness')`;
       const offPolicy = offRows.length === 0 ? null : { step: offRows[0]!.step as number, agents: {} as Record<string, Record<string, number>> };
       for (const r of offRows) (offPolicy!.agents[r.scope as string] ??= {})[r.name as string] = r.value as number;
@@ -123,22 +135,38 @@ export default defineCommand({
         events: events.map((e) => ({ step: e.step, kind: e.kind, detail: e.detail })),
         problems,
         offPolicy,
-        entropy: entropyRows.length === 0 ? null : { step: entropyRows[0]!.step as number, agents: Object.fromEntries(entropyRows.map((r) => [r.scope as string, r.value as number])) },
+        entropy:
+          entropyRows.length === 0
+            ? null
+            : { step: entropyRows[0]!.step as number, agents: Object.fromEntries(entropyRows.map((r) => [r.scope as string, r.value as number])) },
       };
       if (values.json) {
         console.log(JSON.stringify(out));
         return 0;
       }
       console.log(`run ${runId}  team ${out.team ?? '?'}  workflow ${out.workflow}  store ${out.stored ?? '-'}`);
-      if (refusedStart) console.log(`  a later start under this id was refused (${refusedStart.status} at ${refusedStart.at}): ${refusedStart.reason}; the run is unchanged`);
+      if (refusedStart)
+        console.log(`  a later start under this id was refused (${refusedStart.status} at ${refusedStart.at}): ${refusedStart.reason}; the run is unchanged`);
       if (live) console.log('  ' + progressLine(live));
-      console.log(`  versions: ${Object.entries(latest).map(([m, v]) => `${m} v${v}`).join(', ') || '-'}`);
+      console.log(
+        `  versions: ${
+          Object.entries(latest)
+            .map(([m, v]) => `${m} v${v}`)
+            .join(', ') || '-'
+        }`,
+      );
       for (const [m, d] of Object.entries(models)) console.log(`  model ${m}: ${d}`);
       console.log(`  eval success: ${out.evals.map((e) => `step ${e.step}: ${e.success.toFixed(3)}`).join(', ') || '-'}`);
       for (const [agent, a] of Object.entries(agents)) console.log(`  ${agentStepLine(agent, a)}`);
       for (const l of problemLines(problems)) console.log(l);
-      if (Object.keys(latest).length > 0 && !trained(latest) && (out.stored === 'completed' || out.stored === 'stopped')) console.log('  never trained: every model is still at version 0');
-      if (out.entropy) console.log(`  policy entropy at step ${out.entropy.step}: ${Object.entries(out.entropy.agents).map(([a, h]) => `${a} ${h.toFixed(2)}`).join(', ')}`);
+      if (Object.keys(latest).length > 0 && !trained(latest) && (out.stored === 'completed' || out.stored === 'stopped'))
+        console.log('  never trained: every model is still at version 0');
+      if (out.entropy)
+        console.log(
+          `  policy entropy at step ${out.entropy.step}: ${Object.entries(out.entropy.agents)
+            .map(([a, h]) => `${a} ${h.toFixed(2)}`)
+            .join(', ')}`,
+        );
       if (offPolicy) for (const [agent, m] of Object.entries(offPolicy.agents)) console.log(`  off-policy ${offPolicyLine(agent, offPolicy.step, m)}`);
       for (const e of out.events) console.log(`  event at step ${e.step}: ${e.kind} ${JSON.stringify(e.detail)}`);
       return 0;

@@ -27,11 +27,22 @@ function servicePids(config: TroupeConfig, opts: { pool: boolean; poolWorkers?: 
 /** What `up` started that is not running now, each with the last line of its log. */
 export function deadServices(config: TroupeConfig, opts: { pool: boolean; poolWorkers?: number }): Array<{ name: string; lastLine: string }> {
   const dead = [...servicePids(config, opts)].filter(([, pid]) => pid === undefined).map(([name]) => name);
-  return dead.map((name) => ({ name, lastLine: (tailFile(logFilePath(config.stateDir, name), 5).split('\n').filter((l) => l.trim()).at(-1) ?? '').slice(0, 200) }));
+  return dead.map((name) => ({
+    name,
+    lastLine: (
+      tailFile(logFilePath(config.stateDir, name), 5)
+        .split('\n')
+        .filter((l) => l.trim())
+        .at(-1) ?? ''
+    ).slice(0, 200),
+  }));
 }
 
 /** Runs until `stopped()`: restarts whatever of the stack dies. */
-export async function supervise(config: TroupeConfig, opts: { pool: boolean; poolWorkers?: number; log: (line: string) => void; stopped: () => boolean; intervalMs?: number }): Promise<void> {
+export async function supervise(
+  config: TroupeConfig,
+  opts: { pool: boolean; poolWorkers?: number; log: (line: string) => void; stopped: () => boolean; intervalMs?: number },
+): Promise<void> {
   const log = (line: string) => opts.log(`${new Date().toISOString()} supervisor: ${line}`);
   log(`watching ${config.stateDir} (pool worker ${opts.pool ? 'included' : 'not started by up'})`);
   let failures = 0;
@@ -50,7 +61,12 @@ export async function supervise(config: TroupeConfig, opts: { pool: boolean; poo
       failures = 0;
       // Also what died while `up` ran: every process whose pid changed.
       const after = servicePids(config, opts);
-      log(`restarted ${[...after].filter(([name, pid]) => pid !== before.get(name)).map(([name, pid]) => `${name} (pid ${pid})`).join(', ')}`);
+      log(
+        `restarted ${[...after]
+          .filter(([name, pid]) => pid !== before.get(name))
+          .map(([name, pid]) => `${name} (pid ${pid})`)
+          .join(', ')}`,
+      );
     } catch (e) {
       failures++;
       const delay = backoffDelay(failures, { initialMs: 1000, maxMs: 30_000 });

@@ -9,7 +9,19 @@ import { episodeProblems, type EpisodeProblems } from '../../activities/store/tr
 import { mergeOverrides, type OptimizerOverrides } from '../../schema/optimizer';
 import type { RunConfig, RunConfigInput } from '../../schema/run-config';
 import { defineCommand } from '../command';
-import { connectRuns, problemLines, readConfigFile, runExitCode, startTrainingRun, summaryJson, summaryLines, validateRunConfig, watchRun, type Connected, type RunTimes } from '../runs';
+import {
+  connectRuns,
+  problemLines,
+  readConfigFile,
+  runExitCode,
+  startTrainingRun,
+  summaryJson,
+  summaryLines,
+  validateRunConfig,
+  watchRun,
+  type Connected,
+  type RunTimes,
+} from '../runs';
 import { writePlot } from '../plot';
 import { upWithCurrentTeams } from '../teams';
 import { loadTeam, teams } from '../../agents/teams';
@@ -22,8 +34,20 @@ export function runIdFor(team: string, now = new Date()): string {
 
 /** The --json line of a run that did not end with a summary: its workflow status as Temporal has it, and why. */
 export async function failureJson(handle: WorkflowHandle, team: string, error: unknown, times: RunTimes, problems?: EpisodeProblems) {
-  const status = await handle.describe().then((d) => d.status.name.toLowerCase(), () => 'unknown');
-  return { runId: handle.workflowId, workflowId: handle.workflowId, team, status, error: errorMessage(error), ...(problems ? { problems } : {}), wallSeconds: times.runSeconds + times.setupSeconds, ...times };
+  const status = await handle.describe().then(
+    (d) => d.status.name.toLowerCase(),
+    () => 'unknown',
+  );
+  return {
+    runId: handle.workflowId,
+    workflowId: handle.workflowId,
+    team,
+    status,
+    error: errorMessage(error),
+    ...(problems ? { problems } : {}),
+    wallSeconds: times.runSeconds + times.setupSeconds,
+    ...times,
+  };
 }
 
 /**
@@ -34,13 +58,19 @@ export async function startNewRun(c: Connected, config: RunConfig) {
   const runId = config.runId!;
   const existing = await getRun(c.sql, runId);
   if (existing) {
-    const hint = existing.status === 'failed' ? `pick a new --run-id, or continue this one with \`npx troupe resume ${runId}\`` : existing.status === 'completed' || existing.status === 'stopped' ? 'pick a new --run-id (or leave it out for a fresh one)' : `pick a new --run-id; watch this one with \`npx troupe status ${runId} --watch\``;
+    const hint =
+      existing.status === 'failed'
+        ? `pick a new --run-id, or continue this one with \`npx troupe resume ${runId}\``
+        : existing.status === 'completed' || existing.status === 'stopped'
+          ? 'pick a new --run-id (or leave it out for a fresh one)'
+          : `pick a new --run-id; watch this one with \`npx troupe status ${runId} --watch\``;
     throw new TroupeError(`run ${runId} already exists (${existing.status}, team ${existing.team}); a new start never continues or changes it`, hint);
   }
   try {
     return await startTrainingRun(c.client, c.config.taskQueue, config);
   } catch (e) {
-    if (e instanceof WorkflowExecutionAlreadyStartedError) throw new TroupeError(`a workflow ${runId} is already running`, `pick a new --run-id; watch it with \`npx troupe status ${runId} --watch\``);
+    if (e instanceof WorkflowExecutionAlreadyStartedError)
+      throw new TroupeError(`a workflow ${runId} is already running`, `pick a new --run-id; watch it with \`npx troupe status ${runId} --watch\``);
     throw e;
   }
 }
@@ -70,10 +100,29 @@ export default defineCommand({
     lr: { type: 'number', valueName: 'X', example: '0.001', description: 'learning rate of every model' },
     seed: { type: 'number', valueName: 'N', example: '0', description: 'run seed' },
     'eval-every': { type: 'number', valueName: 'N', example: '10', description: 'eval on held-out tasks every N steps' },
-    staleness: { type: 'number', valueName: 'K', example: '1', description: 'asynchronous RL: step t samples the version of step t-K while updates run (0: synchronous)' },
-    'sample-pool': { type: 'string', valueName: 'POOL', description: 'the pool every model samples on (rollouts); also trains on unless --train-pool (run config pools)' },
-    'train-pool': { type: 'string', valueName: 'POOL', description: 'the pool every model trains on (version 0, updates), e.g. a PyTorch pool behind an ONNX sampler; the sampler loads each new version from the store' },
-    model: { type: 'string', valueName: 'DIR', description: 'a Hugging Face-layout directory every model of the team starts from: version 0 = its weights, its tokenizer.json if any (sets teamOptions.checkpoint, checkpointTokenizer)' },
+    staleness: {
+      type: 'number',
+      valueName: 'K',
+      example: '1',
+      description: 'asynchronous RL: step t samples the version of step t-K while updates run (0: synchronous)',
+    },
+    'sample-pool': {
+      type: 'string',
+      valueName: 'POOL',
+      description: 'the pool every model samples on (rollouts); also trains on unless --train-pool (run config pools)',
+    },
+    'train-pool': {
+      type: 'string',
+      valueName: 'POOL',
+      description:
+        'the pool every model trains on (version 0, updates), e.g. a PyTorch pool behind an ONNX sampler; the sampler loads each new version from the store',
+    },
+    model: {
+      type: 'string',
+      valueName: 'DIR',
+      description:
+        'a Hugging Face-layout directory every model of the team starts from: version 0 = its weights, its tokenizer.json if any (sets teamOptions.checkpoint, checkpointTokenizer)',
+    },
     'team-options': { type: 'string', valueName: 'JSON', description: 'options of the team, e.g. {"models":"separate"}' },
     'run-id': { type: 'string', valueName: 'ID', description: 'run id (default: <team>-<time>-<rand>)' },
     json: { type: 'boolean', description: 'print the summary as one JSON object on the last line of stdout' },
@@ -99,9 +148,15 @@ export default defineCommand({
       const checkpointTokenizer = fs.existsSync(path.join(dir, 'tokenizer.json'));
       teamOptions = { ...(fromFile.teamOptions as Record<string, unknown> | undefined), ...teamOptions, checkpoint: dir, checkpointTokenizer };
     }
-    const estimator = values.estimator || values.scope ? { ...(values.estimator ? { name: values.estimator } : {}), ...(values.scope ? { scope: values.scope } : {}) } : undefined;
+    const estimator =
+      values.estimator || values.scope
+        ? { ...(values.estimator ? { name: values.estimator } : {}), ...(values.scope ? { scope: values.scope } : {}) }
+        : undefined;
     const fileOptimizer = (fromFile.optimizer ?? {}) as Record<string, any>;
-    const all = mergeOverrides(fileOptimizer.all, { ...(values.lr !== undefined ? { lr: values.lr } : {}), ...(estimator ? { estimator } : {}) } as OptimizerOverrides);
+    const all = mergeOverrides(fileOptimizer.all, {
+      ...(values.lr !== undefined ? { lr: values.lr } : {}),
+      ...(estimator ? { estimator } : {}),
+    } as OptimizerOverrides);
     const input: RunConfigInput = {
       ...(fromFile as RunConfigInput),
       team,
@@ -116,10 +171,16 @@ export default defineCommand({
       ...(Object.keys(all).length > 0 ? { optimizer: { ...fileOptimizer, all } } : {}),
     };
     if (values['sample-pool'] !== undefined || values['train-pool'] !== undefined) {
-      const where = { ...(values['sample-pool'] !== undefined ? { sample: values['sample-pool'] } : {}), ...(values['train-pool'] !== undefined ? { train: values['train-pool'] } : {}) };
+      const where = {
+        ...(values['sample-pool'] !== undefined ? { sample: values['sample-pool'] } : {}),
+        ...(values['train-pool'] !== undefined ? { train: values['train-pool'] } : {}),
+      };
       const filePools = (fromFile.pools ?? {}) as NonNullable<RunConfigInput['pools']>;
       // the file's entries stay (one for a model the team lacks is then named by the run config's check)
-      input.pools = { ...filePools, ...Object.fromEntries(Object.keys(loadTeam(team, input.teamOptions ?? {}).models).map((m) => [m, { ...filePools[m], ...where }])) };
+      input.pools = {
+        ...filePools,
+        ...Object.fromEntries(Object.keys(loadTeam(team, input.teamOptions ?? {}).models).map((m) => [m, { ...filePools[m], ...where }])),
+      };
     }
     const runId = values['run-id'] ?? (fromFile.runId as string | undefined) ?? runIdFor(team);
     const config = validateRunConfig({ ...input, runId });
@@ -132,7 +193,8 @@ export default defineCommand({
       const runStarted = Date.now();
       const times = () => ({ runSeconds: (Date.now() - runStarted) / 1000, setupSeconds: (runStarted - started) / 1000 });
       log(`troupe: started run ${runId} (${config.steps} steps x ${config.groupsPerStep} groups x ${config.groupSize} episodes, ${config.rollout} rollouts)`);
-      if (stack.result.uiUrl) log(`troupe: watch it in the Web UI: ${stack.result.uiUrl}/namespaces/${c.config.namespace}/workflows/${encodeURIComponent(runId)}`);
+      if (stack.result.uiUrl)
+        log(`troupe: watch it in the Web UI: ${stack.result.uiUrl}/namespaces/${c.config.namespace}/workflows/${encodeURIComponent(runId)}`);
       if (values.detach) {
         console.log(values.json ? JSON.stringify({ runId, workflowId: runId }) : runId);
         return 0;

@@ -4,13 +4,13 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { TroupeConfig, loadConfig, redactUrl } from '../../infra/config';
+import { type TroupeConfig, loadConfig, redactUrl } from '../../infra/config';
 import { connect } from '../../infra/db';
 import { TroupeError } from '../../infra/errors';
 import { repoRoot } from '../../infra/paths';
 import { ensureDatabase } from '../../infra/postgres';
 import { withLockFile } from '../../infra/lock';
-import { ServiceRecord, endStrayProcesses, pidAlive, runningService, spawnService, stopService, tailFile } from '../../infra/processes';
+import { type ServiceRecord, endStrayProcesses, pidAlive, runningService, spawnService, stopService, tailFile } from '../../infra/processes';
 import { namespaceError, namespaceProblems } from '../../infra/namespace';
 import { connectTemporal, ensureTemporalServer, pollerIdentities } from '../../infra/temporal';
 import { migrate } from '../../schema/migrate';
@@ -100,7 +100,16 @@ async function ensurePoolWorker(
     stateDir: config.stateDir,
     name,
     command: process.execPath,
-    args: nodeTsArgs(POOL_WORKER_ENTRY, ['--task-queue', config.poolTaskQueue, '--temporal-address', address, '--namespace', config.namespace, '--device', config.device]),
+    args: nodeTsArgs(POOL_WORKER_ENTRY, [
+      '--task-queue',
+      config.poolTaskQueue,
+      '--temporal-address',
+      address,
+      '--namespace',
+      config.namespace,
+      '--device',
+      config.device,
+    ]),
     env,
     cwd: repoRoot,
   });
@@ -208,11 +217,7 @@ async function upLocked(config: TroupeConfig, opts: UpOptions, log: (line: strin
       stateDir: config.stateDir,
       name: 'control-worker',
       command: process.execPath,
-      args: nodeTsArgs(CONTROL_WORKER_ENTRY, [
-        '--temporal-address', temporal.address,
-        '--namespace', config.namespace,
-        '--task-queue', config.taskQueue,
-      ]),
+      args: nodeTsArgs(CONTROL_WORKER_ENTRY, ['--temporal-address', temporal.address, '--namespace', config.namespace, '--task-queue', config.taskQueue]),
       env: childEnv,
       cwd: repoRoot,
     });
@@ -256,7 +261,17 @@ async function upLocked(config: TroupeConfig, opts: UpOptions, log: (line: strin
   }
   lines.push(`state        ${config.stateDir}`);
   return {
-    result: { address: temporal.address, namespace: config.namespace, uiUrl: temporal.uiUrl, databaseUrl: db.url, control, pool: pools[0], pools, supervisor, dashboardUrl: dashboard.url },
+    result: {
+      address: temporal.address,
+      namespace: config.namespace,
+      uiUrl: temporal.uiUrl,
+      databaseUrl: db.url,
+      control,
+      pool: pools[0],
+      pools,
+      supervisor,
+      dashboardUrl: dashboard.url,
+    },
     lines,
     ok,
   };
@@ -284,7 +299,8 @@ export default defineCommand({
   async run({ values, log }) {
     const config = loadConfig();
     const poolWorkers = values['pool-workers'] ?? 1;
-    if (!Number.isInteger(poolWorkers) || poolWorkers < 1) throw new TroupeError(`--pool-workers: must be a whole number >= 1, got ${poolWorkers}`, 'e.g. --pool-workers 2');
+    if (!Number.isInteger(poolWorkers) || poolWorkers < 1)
+      throw new TroupeError(`--pool-workers: must be a whole number >= 1, got ${poolWorkers}`, 'e.g. --pool-workers 2');
     const { result, lines, ok } = await up(config, { pool: !values['no-pool'], poolWorkers, supervise: !values['no-supervise'], log });
     console.log(ok ? 'Troupe is up.' : 'Troupe is partly up:');
     for (const l of lines) console.log('  ' + l);

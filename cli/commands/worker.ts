@@ -30,13 +30,20 @@ export default defineCommand({
     queue: { type: 'string', valueName: 'Q', description: 'task queue to poll' },
     device: { type: 'string', valueName: 'D', description: 'pool: device of the spawned engine (cpu, cuda, cuda:N, auto)' },
     'engine-address': { type: 'string', valueName: 'A', description: 'pool: use the engine at host:port instead of spawning one' },
-    engine: { type: 'string', valueName: 'KIND', description: 'pool: the engine to spawn: onnx (built-in, default TROUPE_ENGINE or onnx) or pytorch (engines/pytorch)' },
+    engine: {
+      type: 'string',
+      valueName: 'KIND',
+      description: 'pool: the engine to spawn: onnx (built-in, default TROUPE_ENGINE or onnx) or pytorch (engines/pytorch)',
+    },
     'health-port': { type: 'number', valueName: 'P', example: '9464', description: 'serve GET /healthz on this port (all interfaces)' },
   },
   async run({ values, positionals }) {
     const [kind, ...rest] = positionals;
     if ((kind !== 'control' && kind !== 'pool') || rest.length > 0) {
-      throw new TroupeError(`worker: expected \`control\` or \`pool\`, got ${positionals.length ? positionals.map((p) => JSON.stringify(p)).join(' ') : 'nothing'}`, 'e.g. `npx troupe worker pool --device cuda:0`');
+      throw new TroupeError(
+        `worker: expected \`control\` or \`pool\`, got ${positionals.length ? positionals.map((p) => JSON.stringify(p)).join(' ') : 'nothing'}`,
+        'e.g. `npx troupe worker pool --device cuda:0`',
+      );
     }
     if (kind === 'control' && (values.device || values['engine-address'] || values.engine)) {
       throw new TroupeError('worker control: --device, --engine and --engine-address are for pool workers', 'drop them, or run `troupe worker pool`');
@@ -59,7 +66,8 @@ export default defineCommand({
       if (kind === 'control') {
         await runControlWorkerProcess({
           ...common,
-          onReady: (worker) => (readiness = () => ({ ready: worker.getState() === 'RUNNING', kind, state: worker.getState(), taskQueue: worker.options.taskQueue })),
+          onReady: (worker) =>
+            (readiness = () => ({ ready: worker.getState() === 'RUNNING', kind, state: worker.getState(), taskQueue: worker.options.taskQueue })),
         });
       } else {
         await runPoolWorkerProcess({
@@ -70,7 +78,13 @@ export default defineCommand({
           onReady: (pool) =>
             (readiness = () => {
               const engineUp = pool.supervisor ? pool.supervisor.running : true;
-              return { ready: pool.worker.getState() === 'RUNNING' && engineUp, kind, state: pool.worker.getState(), taskQueue: pool.taskQueue, engine: engineUp ? 'up' : 'restarting' };
+              return {
+                ready: pool.worker.getState() === 'RUNNING' && engineUp,
+                kind,
+                state: pool.worker.getState(),
+                taskQueue: pool.taskQueue,
+                engine: engineUp ? 'up' : 'restarting',
+              };
             }),
         });
       }

@@ -124,7 +124,8 @@ let stopPolling = (): void => {};
 
 const ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
 const esc = (s: unknown): string => String(s ?? '').replace(/[&<>"']/g, (c) => ESCAPES[c] ?? c);
-const fmt = (x: unknown, d = 3): string => (x === null || x === undefined ? '–' : typeof x === 'number' ? (Number.isInteger(x) ? String(x) : x.toFixed(d)) : esc(x));
+const fmt = (x: unknown, d = 3): string =>
+  x === null || x === undefined ? '–' : typeof x === 'number' ? (Number.isInteger(x) ? String(x) : x.toFixed(d)) : esc(x);
 const duration = (s: number): string => (s < 60 ? `${s.toFixed(0)}s` : s < 3600 ? `${(s / 60).toFixed(1)}m` : `${(s / 3600).toFixed(1)}h`);
 const message = (e: unknown): string => (e instanceof Error ? e.message : String(e));
 
@@ -188,8 +189,10 @@ const formStrings = (f: FormData): [string, string][] => [...f].map(([k, v]) => 
 async function fetchRunMetrics(runId: string, fromStep: number): Promise<{ rows: MetricRow[]; lr: LrRow[] }> {
   const rows: MetricRow[] = [];
   let lr: LrRow[] = [];
-  for (let offset: number | null = 0; offset !== null; ) {
-    const page: { metrics: MetricRow[]; lr: LrRow[]; nextOffset: number | null } = await api(`/api/runs/${encodeURIComponent(runId)}/metrics?fromStep=${fromStep}&limit=20000&offset=${offset}`);
+  for (let offset: number | null = 0; offset !== null;) {
+    const page: { metrics: MetricRow[]; lr: LrRow[]; nextOffset: number | null } = await api(
+      `/api/runs/${encodeURIComponent(runId)}/metrics?fromStep=${fromStep}&limit=20000&offset=${offset}`,
+    );
     rows.push(...page.metrics);
     if (offset === 0) lr = page.lr;
     offset = page.nextOffset;
@@ -207,7 +210,20 @@ async function fetchRunMetrics(runId: string, fromStep: number): Promise<{ rows:
  * a synchronous run stores none of their metrics, so they are not drawn. clipFraction (every run) beside them.
  */
 const OFF_POLICY = ['staleness', 'importance weight', 'importance weights truncated', 'behaviour KL', 'clipFraction'];
-const FIRST = ['reward components', 'success', 'eval success', 'truncated / failed shares', 'episode length (turns)', 'episode length (tokens)', 'gradNorm', 'learning rate', 'entropy', 'advantage mean', 'advantage std', ...OFF_POLICY];
+const FIRST = [
+  'reward components',
+  'success',
+  'eval success',
+  'truncated / failed shares',
+  'episode length (turns)',
+  'episode length (tokens)',
+  'gradNorm',
+  'learning rate',
+  'entropy',
+  'advantage mean',
+  'advantage std',
+  ...OFF_POLICY,
+];
 /** Metrics drawn in a named panel, with what their series are called there. */
 const PANEL_OF: Record<string, [panel: string, suffix: string]> = {
   'isWeight.mean': ['importance weight', ' mean'],
@@ -236,7 +252,8 @@ export function panelsOf(metrics: readonly MetricRow[], lrs: readonly LrRow[] = 
       if (r.scope === 'team' && r.name === 'success') add('eval success', r, 'eval success', r.step);
     } else if (r.scope !== 'team') {
       if (r.name.startsWith('reward.')) add('reward components', r, `${r.scope} ${r.name.slice(7)}`, r.step + 1);
-      else if (r.name === 'truncatedShare' || r.name === 'failedShare') add('truncated / failed shares', r, `${r.scope} ${r.name.replace('Share', '')}`, r.step + 1);
+      else if (r.name === 'truncatedShare' || r.name === 'failedShare')
+        add('truncated / failed shares', r, `${r.scope} ${r.name.replace('Share', '')}`, r.step + 1);
       else if (r.name === 'updateMs') continue;
       else if (PANEL_OF[r.name]) add(PANEL_OF[r.name]![0], r, `${r.scope}${model(r)}${PANEL_OF[r.name]![1]}`, r.step + 1);
       else add(r.name, r, `${r.scope}${model(r)}`, r.step + 1);
@@ -296,7 +313,8 @@ async function runPage(runId: string, params: URLSearchParams) {
       task <input name="task" size="10"> min reward <input name="minReward" size="5"> <button>show</button></form>
     <div id="episodes"></div>`;
   const summary = (run: RunSummary) =>
-    (byId('summary').innerHTML = `team <b>${esc(run.team)}</b> · status <b id="run-status">${esc(run.status)}</b> · step ${run.step}${run.steps ? ' / ' + run.steps : ''} · eval success ${fmt(run.evalSuccess)} · ${duration(run.durationSeconds)}${t ? ` · <a href="${esc(t)}" target="_blank">Temporal UI</a>` : ''}`);
+    (byId('summary').innerHTML =
+      `team <b>${esc(run.team)}</b> · status <b id="run-status">${esc(run.status)}</b> · step ${run.step}${run.steps ? ' / ' + run.steps : ''} · eval success ${fmt(run.evalSuccess)} · ${duration(run.durationSeconds)}${t ? ` · <a href="${esc(t)}" target="_blank">Temporal UI</a>` : ''}`);
   summary(r);
   controls(runId, cfg.controls);
 
@@ -305,7 +323,14 @@ async function runPage(runId: string, params: URLSearchParams) {
   const views = new Map<string, vega.View>();
   const eventRows = () => events.map((e) => ({ step: e.step, kind: e.kind, at: e.at }));
   const drawEvents = () =>
-    (byId('events').innerHTML = '<tr><th>step</th><th>event</th><th>at</th><th>detail</th></tr>' + events.map((e) => `<tr><td>${e.step}</td><td>${esc(e.kind)}</td><td>${new Date(e.at).toLocaleString()}</td><td><code>${esc(JSON.stringify(e.detail)).slice(0, 200)}</code></td></tr>`).join(''));
+    (byId('events').innerHTML =
+      '<tr><th>step</th><th>event</th><th>at</th><th>detail</th></tr>' +
+      events
+        .map(
+          (e) =>
+            `<tr><td>${e.step}</td><td>${esc(e.kind)}</td><td>${new Date(e.at).toLocaleString()}</td><td><code>${esc(JSON.stringify(e.detail)).slice(0, 200)}</code></td></tr>`,
+        )
+        .join(''));
   drawEvents();
 
   let lrs: LrRow[] = [];
@@ -377,9 +402,15 @@ function controls(runId: string, enabled: boolean) {
     const c = ev.target instanceof HTMLElement ? ev.target.dataset.c : undefined;
     if (!c) return;
     const body = c === 'setOptimizer' ? byId<HTMLInputElement>('optchange').value : '';
-    const res = await fetch(`/api/runs/${encodeURIComponent(runId)}/${c}`, { method: 'POST', headers: { authorization: `Bearer ${byId<HTMLInputElement>('token').value}`, 'content-type': 'application/json' }, body });
+    const res = await fetch(`/api/runs/${encodeURIComponent(runId)}/${c}`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${byId<HTMLInputElement>('token').value}`, 'content-type': 'application/json' },
+      body,
+    });
     const out = (await res.json()) as { effectiveStep?: number; error?: string };
-    byId('ctlmsg').textContent = res.ok ? `${c}: ok ${out.effectiveStep !== undefined ? '(from step ' + out.effectiveStep + ')' : ''}` : (out.error ?? String(res.status));
+    byId('ctlmsg').textContent = res.ok
+      ? `${c}: ok ${out.effectiveStep !== undefined ? '(from step ' + out.effectiveStep + ')' : ''}`
+      : (out.error ?? String(res.status));
   };
 }
 
@@ -388,9 +419,18 @@ async function episodes(runId: string, form: FormData) {
   const q = new URLSearchParams(formStrings(form).filter(([k, v]) => v && k !== 'step'));
   q.set('limit', '200');
   try {
-    const { episodes: eps, total } = await api<{ episodes: EpisodeRow[]; total: number }>(`/api/runs/${encodeURIComponent(runId)}/steps/${encodeURIComponent(String(form.get('step') || '0'))}/episodes?${q}`);
-    el.innerHTML = `<p>${total} episode(s)${total > eps.length ? `, first ${eps.length}` : ''}</p><table><tr><th>episode</th><th>task</th><th>group</th><th>status</th><th>success</th><th>reward</th><th>turns</th></tr>` +
-      eps.map((e) => `<tr><td><a href="#/episodes/${encodeURIComponent(e.episodeId)}">${esc(e.episodeId)}</a></td><td>${esc(e.taskId)}</td><td>${e.groupIndex}.${e.episodeIndex}</td><td>${esc(e.status)}</td><td>${fmt(e.success)}</td><td>${fmt(e.reward)}</td><td>${e.turns}</td></tr>`).join('') + '</table>';
+    const { episodes: eps, total } = await api<{ episodes: EpisodeRow[]; total: number }>(
+      `/api/runs/${encodeURIComponent(runId)}/steps/${encodeURIComponent(String(form.get('step') || '0'))}/episodes?${q}`,
+    );
+    el.innerHTML =
+      `<p>${total} episode(s)${total > eps.length ? `, first ${eps.length}` : ''}</p><table><tr><th>episode</th><th>task</th><th>group</th><th>status</th><th>success</th><th>reward</th><th>turns</th></tr>` +
+      eps
+        .map(
+          (e) =>
+            `<tr><td><a href="#/episodes/${encodeURIComponent(e.episodeId)}">${esc(e.episodeId)}</a></td><td>${esc(e.taskId)}</td><td>${e.groupIndex}.${e.episodeIndex}</td><td>${esc(e.status)}</td><td>${fmt(e.success)}</td><td>${fmt(e.reward)}</td><td>${e.turns}</td></tr>`,
+        )
+        .join('') +
+      '</table>';
   } catch (e) {
     el.innerHTML = `<p class="error">${esc(message(e))}</p>`;
   }
@@ -454,11 +494,21 @@ async function episodePage(episodeId: string) {
     height: Math.max(120, height),
     title: 'turn graph (after edges; tool calls as squares)',
     layer: [
-      { data: { name: 'edges', values: edges }, mark: { type: 'rule', color: '#9ca3af' }, encoding: { x: xs, y: ys, x2: { field: 'x2' }, y2: { field: 'y2' }, strokeDash: { field: 'kind', type: 'nominal', legend: null } } },
+      {
+        data: { name: 'edges', values: edges },
+        mark: { type: 'rule', color: '#9ca3af' },
+        encoding: { x: xs, y: ys, x2: { field: 'x2' }, y2: { field: 'y2' }, strokeDash: { field: 'kind', type: 'nominal', legend: null } },
+      },
       {
         data: { name: 'nodes', values: nodes },
         mark: { type: 'point', filled: true, size: 400, tooltip: true },
-        encoding: { x: xs, y: ys, color: { field: 'agent', type: 'nominal', title: 'agent' }, shape: { field: 'kind', type: 'nominal', scale: { domain: ['turn', 'tool'], range: ['circle', 'square'] }, title: null }, tooltip: [{ field: 'label' }] },
+        encoding: {
+          x: xs,
+          y: ys,
+          color: { field: 'agent', type: 'nominal', title: 'agent' },
+          shape: { field: 'kind', type: 'nominal', scale: { domain: ['turn', 'tool'], range: ['circle', 'square'] }, title: null },
+          tooltip: [{ field: 'label' }],
+        },
       },
       { data: { name: 'labels', values: nodes }, mark: { type: 'text', dy: -18, fontSize: 11 }, encoding: { x: xs, y: ys, text: { field: 'label' } } },
     ],
@@ -481,8 +531,17 @@ function tokensHtml(pieces: string[] | null, ids: number[], cls: string, logprob
 }
 
 function turnHtml(t: Turn, rewards: TurnRewards | undefined, decodeError: string | null) {
-  const comps = rewards ? Object.entries(rewards.components).map(([k, v]) => `${esc(k)} ${fmt(v)}`).join(', ') : '–';
-  const calls = t.toolCalls.map((c) => `<li><b>${esc(c.tool)}</b> input <code>${esc(JSON.stringify(c.input))}</code> → ${c.error ? `<span class="error">${esc(c.error)}</span>` : `<code>${esc(JSON.stringify(c.output))}</code>`}</li>`).join('');
+  const comps = rewards
+    ? Object.entries(rewards.components)
+        .map(([k, v]) => `${esc(k)} ${fmt(v)}`)
+        .join(', ')
+    : '–';
+  const calls = t.toolCalls
+    .map(
+      (c) =>
+        `<li><b>${esc(c.tool)}</b> input <code>${esc(JSON.stringify(c.input))}</code> → ${c.error ? `<span class="error">${esc(c.error)}</span>` : `<code>${esc(JSON.stringify(c.output))}</code>`}</li>`,
+    )
+    .join('');
   const adv = t.advantage === null ? 'none (not trained on)' : t.advantage.toFixed(4);
   return `<div class="turn" data-turn="${t.index}"><h4>turn ${t.index} · ${esc(t.agent)} (model ${esc(t.model)} v${t.version}) · after [${t.parents.join(', ')}] · stop ${esc(t.stopReason)} · rewards: ${comps} · advantage <span class="advantage">${adv}</span></h4>
     ${decodeError ? `<p class="error">tokens not decoded: ${esc(decodeError)}</p>` : ''}

@@ -11,7 +11,10 @@ export const HF_MODEL_TYPES = ['gpt2', 'llama', 'qwen2'] as const;
 export type HfModelType = (typeof HF_MODEL_TYPES)[number];
 
 export class HfConfigError extends Error {
-  constructor(file: string, readonly issues: ReadonlyArray<{ field: string; message: string }>) {
+  constructor(
+    file: string,
+    readonly issues: ReadonlyArray<{ field: string; message: string }>,
+  ) {
     super(`${file}: ${issues.map((i) => `${i.field}: ${i.message}`).join('; ')}`);
     this.name = 'HfConfigError';
   }
@@ -31,7 +34,8 @@ type Config = Record<string, unknown>;
 export function parseHfConfig(config: unknown, file = 'config.json'): HfModel {
   const issues: Array<{ field: string; message: string }> = [];
   const bad = (field: string, message: string) => issues.push({ field, message });
-  if (typeof config !== 'object' || config === null || Array.isArray(config)) throw new HfConfigError(file, [{ field: '(root)', message: 'must be a JSON object' }]);
+  if (typeof config !== 'object' || config === null || Array.isArray(config))
+    throw new HfConfigError(file, [{ field: '(root)', message: 'must be a JSON object' }]);
   const c = config as Config;
   const int = (field: string, fallback?: number): number => {
     const v = c[field] ?? fallback;
@@ -62,7 +66,9 @@ export function parseHfConfig(config: unknown, file = 'config.json'): HfModel {
   };
   const modelType = c.model_type;
   if (!HF_MODEL_TYPES.includes(modelType as HfModelType)) {
-    throw new HfConfigError(file, [{ field: 'model_type', message: `${JSON.stringify(modelType)} is not supported (supported: ${HF_MODEL_TYPES.join(', ')})` }]);
+    throw new HfConfigError(file, [
+      { field: 'model_type', message: `${JSON.stringify(modelType)} is not supported (supported: ${HF_MODEL_TYPES.join(', ')})` },
+    ]);
   }
   let model: HfModel;
   if (c.model_type === 'gpt2') {
@@ -139,7 +145,8 @@ export function parseHfConfig(config: unknown, file = 'config.json'): HfModel {
 export function hfConfigFor(options: Omit<TransformerSpec, 'family'>, base: Config | undefined, nonZero: HfModel['biases']): Config {
   const o = options;
   if (o.positions === 'learned') {
-    if (o.norm !== 'layernorm' || o.mlp !== 'gelu' || !o.bias || o.kvHeads !== o.heads) throw new Error('export: learned positions are written as gpt2, which needs layernorm, gelu, biases and kvHeads = heads');
+    if (o.norm !== 'layernorm' || o.mlp !== 'gelu' || !o.bias || o.kvHeads !== o.heads)
+      throw new Error('export: learned positions are written as gpt2, which needs layernorm, gelu, biases and kvHeads = heads');
     return {
       ...(base?.model_type === 'gpt2' ? base : { architectures: ['GPT2LMHeadModel'], activation_function: 'gelu_new' }),
       model_type: 'gpt2',

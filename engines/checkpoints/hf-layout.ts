@@ -128,13 +128,17 @@ function readWeights(dir: string): { tensors: Map<string, Tensor & { dtype: Dtyp
   const single = path.join(dir, 'model.safetensors');
   const indexFile = path.join(dir, 'model.safetensors.index.json');
   if (fs.existsSync(single)) return readSafetensors(readBytes(single), single);
-  if (!fs.existsSync(indexFile)) throw new HfCheckpointError(`${dir}: neither model.safetensors nor model.safetensors.index.json (PyTorch .bin weights are not read: convert them to safetensors)`);
+  if (!fs.existsSync(indexFile))
+    throw new HfCheckpointError(
+      `${dir}: neither model.safetensors nor model.safetensors.index.json (PyTorch .bin weights are not read: convert them to safetensors)`,
+    );
   const index = readJson(indexFile);
   const map = index.weight_map as Record<string, unknown> | undefined;
   if (typeof map !== 'object' || map === null) throw new HfCheckpointError(`${indexFile}: weight_map must be an object of tensor name → file`);
   const shards = new Set(Object.values(map));
   for (const shard of shards) {
-    if (typeof shard !== 'string' || shard.includes('/') || shard.includes('\\')) throw new HfCheckpointError(`${indexFile}: weight_map: ${JSON.stringify(shard)} is not a file name in ${dir}`);
+    if (typeof shard !== 'string' || shard.includes('/') || shard.includes('\\'))
+      throw new HfCheckpointError(`${indexFile}: weight_map: ${JSON.stringify(shard)} is not a file name in ${dir}`);
   }
   const tensors = new Map<string, Tensor & { dtype: Dtype }>();
   for (const shard of shards as Set<string>) {
@@ -167,7 +171,12 @@ export function loadHfCheckpoint(dir: string, opts: { maxSeq?: number } = {}): H
     if (!t) throw new HfCheckpointError(`${dir}: tensor ${e.name} is missing (config.json model_type ${model.modelType})`);
     if (t.shape.join() !== e.shape.join()) throw new HfCheckpointError(`${dir}: tensor ${e.name} has shape [${t.shape}], config.json implies [${e.shape}]`);
     used.add(e.name);
-    scatter(e, t.data, e.slots.map((n) => slots.get(n)!), theta);
+    scatter(
+      e,
+      t.data,
+      e.slots.map((n) => slots.get(n)!),
+      theta,
+    );
   }
   // a tied head may also be stored; anything else unread would be a different model
   for (const name of byName.keys()) {
@@ -217,7 +226,15 @@ function gather(e: Entry, slots: Array<{ offset: number; size: number }>, theta:
 }
 
 /** Files of a source directory that describe the tokenizer and generation, copied as they are. */
-export const TOKENIZER_FILES = ['tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json', 'generation_config.json', 'vocab.json', 'merges.txt', 'chat_template.jinja'];
+export const TOKENIZER_FILES = [
+  'tokenizer.json',
+  'tokenizer_config.json',
+  'special_tokens_map.json',
+  'generation_config.json',
+  'vocab.json',
+  'merges.txt',
+  'chat_template.jinja',
+];
 
 const TORCH_DTYPE: Record<string, Dtype> = { float32: 'F32', float16: 'F16', bfloat16: 'BF16' };
 const TORCH_NAME: Record<Dtype, string> = { F32: 'float32', F16: 'float16', BF16: 'bfloat16', F64: 'float64' };
@@ -227,7 +244,12 @@ const TORCH_NAME: Record<Dtype, string> = { F32: 'float32', F16: 'float16', BF16
  * the shape fields rewritten), model.safetensors in the source dtype when every
  * value fits it exactly (else F32), and the source's tokenizer files.
  */
-export function exportHfCheckpoint(out: string, spec: TransformerSpec, theta: Float32Array, source?: { dir: string; config: Record<string, unknown> }): { files: string[]; dtype: Dtype } {
+export function exportHfCheckpoint(
+  out: string,
+  spec: TransformerSpec,
+  theta: Float32Array,
+  source?: { dir: string; config: Record<string, unknown> },
+): { files: string[]; dtype: Dtype } {
   const layout = paramLayout(spec);
   if (theta.length !== layout.total) throw new HfCheckpointError(`export: θ has ${theta.length} values, the spec needs ${layout.total}`);
   const slots = new Map(layout.slots.map((s) => [s.name, s]));
@@ -238,9 +260,20 @@ export function exportHfCheckpoint(out: string, spec: TransformerSpec, theta: Fl
   const entries = tensorMap(model, spec);
   const covered = new Set(entries.flatMap((e) => e.slots));
   for (const s of layout.slots) {
-    if (!covered.has(s.name) && theta.subarray(s.offset, s.offset + s.size).some((x) => x !== 0)) throw new HfCheckpointError(`export: ${s.name} is non-zero but ${model.modelType} has no such tensor`);
+    if (!covered.has(s.name) && theta.subarray(s.offset, s.offset + s.size).some((x) => x !== 0))
+      throw new HfCheckpointError(`export: ${s.name} is non-zero but ${model.modelType} has no such tensor`);
   }
-  const tensors: Array<[string, Tensor]> = entries.map((e) => [e.name, { shape: e.shape, data: gather(e, e.slots.map((n) => slots.get(n)!), theta) }]);
+  const tensors: Array<[string, Tensor]> = entries.map((e) => [
+    e.name,
+    {
+      shape: e.shape,
+      data: gather(
+        e,
+        e.slots.map((n) => slots.get(n)!),
+        theta,
+      ),
+    },
+  ]);
   const wanted = TORCH_DTYPE[String(config.torch_dtype)] ?? 'F32';
   const dtype = tensors.every(([, t]) => representable(t.data, wanted)) ? wanted : 'F32';
   config.torch_dtype = TORCH_NAME[dtype];

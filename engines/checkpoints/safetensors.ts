@@ -70,7 +70,8 @@ export function readSafetensors(bytes: Uint8Array, file = 'safetensors'): Safete
     if (!Array.isArray(e.shape) || !e.shape.every((d) => Number.isSafeInteger(d) && d >= 0)) at('shape must be an array of non-negative integers');
     const shape = e.shape as number[];
     const offsets = e.data_offsets;
-    if (!Array.isArray(offsets) || offsets.length !== 2 || !offsets.every((o) => Number.isSafeInteger(o) && o >= 0)) at('data_offsets must be [begin, end] integers');
+    if (!Array.isArray(offsets) || offsets.length !== 2 || !offsets.every((o) => Number.isSafeInteger(o) && o >= 0))
+      at('data_offsets must be [begin, end] integers');
     const [begin, end] = offsets as [number, number];
     if (begin > end || end > dataLength) at(`data_offsets [${begin}, ${end}] outside the ${dataLength} data bytes`);
     const elements = shape.reduce((a, b) => a * b, 1);

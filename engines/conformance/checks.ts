@@ -9,7 +9,7 @@ import * as path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import * as P from '../protocol/proto';
 import type { DeepPartial } from '../protocol/proto';
-import { BASE_SEED, Context, expect, Fail, HEX64, ok, sha256Hex, Skip, type Spec, type UpdateFixture } from './context';
+import { BASE_SEED, type Context, expect, Fail, HEX64, ok, sha256Hex, Skip, type Spec, type UpdateFixture } from './context';
 import { FAMILY_NAMES, normalizeModelSpec } from '../families';
 import * as wire from '../protocol/wire';
 import { describeError, protoRpcNames, type Req, type WireError } from './wire-client';
@@ -92,7 +92,8 @@ export function sequenceProblems(req: GenReq, res: P.GenerateResponse, V: number
     const last = s.tokens[n - 1];
     const expected = n > 0 && stops.has(last!) ? 'STOP_TOKEN' : n === max ? 'MAX_TOKENS' : undefined;
     if (expected === undefined) out.push(`${at}: ${n} of max ${max} tokens, last ${last} not a stop token, stop_reason ${s.stopReason}`);
-    else if (s.stopReason !== expected) out.push(`${at}: stop_reason ${s.stopReason}, expected ${expected} (${n}/${max} tokens, last ${last}, stop_tokens [${[...stops]}])`);
+    else if (s.stopReason !== expected)
+      out.push(`${at}: stop_reason ${s.stopReason}, expected ${expected} (${n}/${max} tokens, last ${last}, stop_tokens [${[...stops]}])`);
   });
   return out;
 }
@@ -185,9 +186,14 @@ function writeFile(ctx: Context, name: string, bytes: Uint8Array): P.BlobReferen
  * transformer (about 6 s).
  */
 function bigSpec(families: string[]): Spec | undefined {
-  if (families.includes('tiny-lm')) return { family: 'tiny-lm', vocabSize: 16, configJson: JSON.stringify({ contextWindow: 8, embedDim: 128, hiddenDim: 1100 }) };
+  if (families.includes('tiny-lm'))
+    return { family: 'tiny-lm', vocabSize: 16, configJson: JSON.stringify({ contextWindow: 8, embedDim: 128, hiddenDim: 1100 }) };
   if (families.includes('transformer')) {
-    return { family: 'transformer', vocabSize: 16, configJson: JSON.stringify({ width: 256, layers: 1, heads: 4, maxSeq: 32, positions: 'rope', norm: 'rmsnorm', mlp: 'swiglu' }) };
+    return {
+      family: 'transformer',
+      vocabSize: 16,
+      configJson: JSON.stringify({ width: 256, layers: 1, heads: 4, maxSeq: 32, positions: 'rope', norm: 'rmsnorm', mlp: 'swiglu' }),
+    };
   }
   return undefined;
 }
@@ -227,7 +233,7 @@ export const CHECKS: Check[] = [
   },
   {
     id: 'health.capabilities',
-    title: 'Health.capabilities: protocol_version 2, rpcs ⊆ the proto\'s RPCs, families non-empty, score_matches_generate valid',
+    title: "Health.capabilities: protocol_version 2, rpcs ⊆ the proto's RPCs, families non-empty, score_matches_generate valid",
     async run(ctx) {
       const h = await ctx.health();
       expect(h.capabilities, 'Health.capabilities missing');
@@ -240,8 +246,10 @@ export const CHECKS: Check[] = [
       if (c.rpcs.length === 0) problems.push('rpcs empty');
       if (unknown.length) problems.push(`rpcs not in engine.proto: ${unknown.join(', ')}`);
       if (c.families.length === 0) problems.push('families empty');
-      if (!['bit-identical', 'tolerance'].includes(c.scoreMatchesGenerate)) problems.push(`score_matches_generate ${JSON.stringify(c.scoreMatchesGenerate)}, expected "bit-identical" or "tolerance"`);
-      if (c.scoreMatchesGenerate === 'tolerance' && !(Number.isFinite(c.scoreTolerance) && c.scoreTolerance >= 0)) problems.push(`score_tolerance ${c.scoreTolerance}`);
+      if (!['bit-identical', 'tolerance'].includes(c.scoreMatchesGenerate))
+        problems.push(`score_matches_generate ${JSON.stringify(c.scoreMatchesGenerate)}, expected "bit-identical" or "tolerance"`);
+      if (c.scoreMatchesGenerate === 'tolerance' && !(Number.isFinite(c.scoreTolerance) && c.scoreTolerance >= 0))
+        problems.push(`score_tolerance ${c.scoreTolerance}`);
       expect(problems.length === 0, problems.join('; '));
       return `${c.engine}; ${c.rpcs.length} rpcs; families ${c.families.join(', ')}; deterministic ${c.deterministic}; score ${c.scoreMatchesGenerate}${c.scoreMatchesGenerate === 'tolerance' ? ` ${fmt(c.scoreTolerance)}` : ''}; by reference ${c.weightsByReference}`;
     },
@@ -257,9 +265,11 @@ export const CHECKS: Check[] = [
       const wrong: string[] = [];
       for (const r of unlisted) {
         const o =
-          r === 'LoadVersionChunks' ? await def.clientStream(r, [])
-          : r === 'ExportVersionChunks' || r === 'UpdateStream' ? await def.serverStream(r, {})
-          : await def.unary(r, {});
+          r === 'LoadVersionChunks'
+            ? await def.clientStream(r, [])
+            : r === 'ExportVersionChunks' || r === 'UpdateStream'
+              ? await def.serverStream(r, {})
+              : await def.unary(r, {});
         if (o.ok || o.error.codeName !== 'UNIMPLEMENTED') wrong.push(`${r}: ${o.ok ? 'answered' : describeError(o.error)}`);
       }
       expect(wrong.length === 0, `unlisted RPCs not UNIMPLEMENTED: ${wrong.join('; ')}`);
@@ -282,7 +292,7 @@ export const CHECKS: Check[] = [
 
   {
     id: 'health.progress',
-    title: 'Health.device_runs grows across a Generate (the supervisor\'s hang detection reads it)',
+    title: "Health.device_runs grows across a Generate (the supervisor's hang detection reads it)",
     async run(ctx) {
       await ctx.requireRpcs('Generate');
       const base = await ctx.base();
@@ -318,7 +328,10 @@ export const CHECKS: Check[] = [
           else {
             const sent = JSON.parse(spec.configJson || '{}') as Record<string, unknown>;
             const diff = Object.keys(sent).filter((k) => JSON.stringify(cfg[k]) !== JSON.stringify(sent[k]));
-            if (diff.length) problems.push(`spec.config_json differs from the sent config at ${diff.map((k) => `${k} (${JSON.stringify(cfg[k])} vs ${JSON.stringify(sent[k])})`).join(', ')}`);
+            if (diff.length)
+              problems.push(
+                `spec.config_json differs from the sent config at ${diff.map((k) => `${k} (${JSON.stringify(cfg[k])} vs ${JSON.stringify(sent[k])})`).join(', ')}`,
+              );
           }
         }
       }
@@ -336,7 +349,10 @@ export const CHECKS: Check[] = [
     async run(ctx) {
       const base = await ctx.base();
       const again = ok(await ctx.client.unary('InitModel', { modelKey: base.key, spec: await ctx.spec(), seed: BASE_SEED }), 'repeated InitModel');
-      expect(sameInfo(again, base.info), `repeat gave v${again.version} sha ${again.weightsSha256.slice(0, 12)}…, first v${base.info.version} sha ${base.info.weightsSha256.slice(0, 12)}…`);
+      expect(
+        sameInfo(again, base.info),
+        `repeat gave v${again.version} sha ${again.weightsSha256.slice(0, 12)}…, first v${base.info.version} sha ${base.info.weightsSha256.slice(0, 12)}…`,
+      );
     },
   },
   {
@@ -346,7 +362,10 @@ export const CHECKS: Check[] = [
       await ctx.requireDeterministic();
       const base = await ctx.base();
       const info = ok(await ctx.client.unary('InitModel', { modelKey: ctx.key('init-same-seed'), spec: await ctx.spec(), seed: BASE_SEED }), 'InitModel');
-      expect(info.weightsSha256 === base.info.weightsSha256, `sha ${info.weightsSha256.slice(0, 12)}…, expected ${base.info.weightsSha256.slice(0, 12)}… (same spec and seed)`);
+      expect(
+        info.weightsSha256 === base.info.weightsSha256,
+        `sha ${info.weightsSha256.slice(0, 12)}…, expected ${base.info.weightsSha256.slice(0, 12)}… (same spec and seed)`,
+      );
     },
   },
   {
@@ -358,7 +377,12 @@ export const CHECKS: Check[] = [
       const spec = await ctx.spec();
       const info = ok(await ctx.client.unary('InitModel', { modelKey: ctx.key('init-other-seed'), spec, seed: '4321' }), 'InitModel seed 4321');
       expect(info.weightsSha256 !== base.info.weightsSha256, `seed 4321 gave the same weights sha as seed ${BASE_SEED}`);
-      await ctx.expectError('InitModel of the base key with another seed', () => ctx.client.unary('InitModel', { modelKey: base.key, spec, seed: '4321' }), 'FAILED_PRECONDITION', 'VERSION_CONFLICT');
+      await ctx.expectError(
+        'InitModel of the base key with another seed',
+        () => ctx.client.unary('InitModel', { modelKey: base.key, spec, seed: '4321' }),
+        'FAILED_PRECONDITION',
+        'VERSION_CONFLICT',
+      );
     },
   },
 
@@ -368,7 +392,8 @@ export const CHECKS: Check[] = [
     async run(ctx) {
       await ctx.requireRpcs('InitModel');
       const spec = await ctx.spec();
-      if (!FAMILY_NAMES.includes(spec.family ?? '')) throw new Skip(`family ${spec.family} is not one of Troupe's (${FAMILY_NAMES.join(', ')}): no reference normalization`);
+      if (!FAMILY_NAMES.includes(spec.family ?? ''))
+        throw new Skip(`family ${spec.family} is not one of Troupe's (${FAMILY_NAMES.join(', ')}): no reference normalization`);
       const sparse: Spec =
         spec.family === 'transformer'
           ? { family: 'transformer', vocabSize: 12, configJson: JSON.stringify({ width: 16, layers: 1, heads: 2, maxSeq: 16 }) }
@@ -396,12 +421,17 @@ export const CHECKS: Check[] = [
   },
   {
     id: 'init.v1-spec',
-    title: 'InitModel reads the v1 tiny-lm form (family "", fields 3-7, no config_json) and echoes it as family "tiny-lm" with config_json; tiny-lm generates from an empty context, past its window, without CONTEXT_FULL',
+    title:
+      'InitModel reads the v1 tiny-lm form (family "", fields 3-7, no config_json) and echoes it as family "tiny-lm" with config_json; tiny-lm generates from an empty context, past its window, without CONTEXT_FULL',
     async run(ctx) {
       await ctx.requireRpcs('InitModel');
       if (!(await ctx.capabilities()).families.includes('tiny-lm')) throw new Skip('the engine does not host tiny-lm');
       const info = ok(
-        await ctx.client.unary('InitModel', { modelKey: ctx.key('v1-spec'), spec: { family: '', vocabSize: 16, contextWindow: 4, embedDim: 8, hiddenDim: 16 }, seed: '1' }),
+        await ctx.client.unary('InitModel', {
+          modelKey: ctx.key('v1-spec'),
+          spec: { family: '', vocabSize: 16, contextWindow: 4, embedDim: 8, hiddenDim: 16 },
+          seed: '1',
+        }),
         'InitModel of a v1 tiny-lm spec',
       );
       let cfg: Record<string, unknown> = {};
@@ -411,11 +441,29 @@ export const CHECKS: Check[] = [
         throw new Fail(`config_json ${JSON.stringify(info.spec?.configJson)} not JSON`);
       }
       expect(info.spec?.family === 'tiny-lm', `family ${JSON.stringify(info.spec?.family)}, expected "tiny-lm"`);
-      expect(cfg.contextWindow === 4 && cfg.embedDim === 8 && cfg.hiddenDim === 16, `config_json ${info.spec?.configJson}, expected contextWindow 4, embedDim 8, hiddenDim 16`);
+      expect(
+        cfg.contextWindow === 4 && cfg.embedDim === 8 && cfg.hiddenDim === 16,
+        `config_json ${info.spec?.configJson}, expected contextWindow 4, embedDim 8, hiddenDim 16`,
+      );
       if ((await ctx.capabilities()).rpcs.includes('Generate')) {
         // tiny-lm: an empty context is allowed, and its sliding window never fills (no CONTEXT_FULL)
-        const g = await generateOk(ctx, { modelKey: info.modelKey, version: '0', sampling: { temperature: 1, maxTokens: 40 }, sequences: [{ context: [], seed: '1' }, { context: [3], seed: '2' }] }, 'tiny-lm Generate (empty context, 40 tokens > window 4)');
-        expect(g.sequences.every((x) => x.tokens.length === 40 && x.stopReason === 'MAX_TOKENS'), `tiny-lm: ${g.sequences.map((x) => `${x.tokens.length} ${x.stopReason}`).join(', ')}, expected 40 MAX_TOKENS`);
+        const g = await generateOk(
+          ctx,
+          {
+            modelKey: info.modelKey,
+            version: '0',
+            sampling: { temperature: 1, maxTokens: 40 },
+            sequences: [
+              { context: [], seed: '1' },
+              { context: [3], seed: '2' },
+            ],
+          },
+          'tiny-lm Generate (empty context, 40 tokens > window 4)',
+        );
+        expect(
+          g.sequences.every((x) => x.tokens.length === 40 && x.stopReason === 'MAX_TOKENS'),
+          `tiny-lm: ${g.sequences.map((x) => `${x.tokens.length} ${x.stopReason}`).join(', ')}, expected 40 MAX_TOKENS`,
+        );
       }
     },
   },
@@ -426,7 +474,8 @@ export const CHECKS: Check[] = [
     async run(ctx) {
       const { info, weights, optimizerState } = await ctx.base();
       const problems: string[] = [];
-      if (sha256Hex(weights) !== info.weightsSha256) problems.push(`sha256(weights) ${sha256Hex(weights).slice(0, 12)}… != weights_sha256 ${info.weightsSha256.slice(0, 12)}…`);
+      if (sha256Hex(weights) !== info.weightsSha256)
+        problems.push(`sha256(weights) ${sha256Hex(weights).slice(0, 12)}… != weights_sha256 ${info.weightsSha256.slice(0, 12)}…`);
       if (weights.length !== 4 * info.paramCount) problems.push(`${weights.length} weight bytes, expected 4 × ${info.paramCount}`);
       if (sha256Hex(optimizerState) !== info.optimizerSha256) problems.push(`sha256(optimizer_state) != optimizer_sha256`);
       expect(problems.length === 0, problems.join('; '));
@@ -440,12 +489,25 @@ export const CHECKS: Check[] = [
       await ctx.requireRpcs('LoadVersion');
       const base = await ctx.base();
       const info = ok(
-        await ctx.client.unary('LoadVersion', loadRequest(ctx.key('loaded'), '0', await ctx.spec(), { weights: base.weights, optimizerState: base.optimizerState, weightsSha256: base.info.weightsSha256 })),
+        await ctx.client.unary(
+          'LoadVersion',
+          loadRequest(ctx.key('loaded'), '0', await ctx.spec(), {
+            weights: base.weights,
+            optimizerState: base.optimizerState,
+            weightsSha256: base.info.weightsSha256,
+          }),
+        ),
         'LoadVersion',
       );
-      expect(sameInfo(info, base.info), `loaded v${info.version} sha ${info.weightsSha256.slice(0, 12)}… opt ${info.optimizerSha256.slice(0, 12)}…, exported v0 ${base.info.weightsSha256.slice(0, 12)}… opt ${base.info.optimizerSha256.slice(0, 12)}…`);
+      expect(
+        sameInfo(info, base.info),
+        `loaded v${info.version} sha ${info.weightsSha256.slice(0, 12)}… opt ${info.optimizerSha256.slice(0, 12)}…, exported v0 ${base.info.weightsSha256.slice(0, 12)}… opt ${base.info.optimizerSha256.slice(0, 12)}…`,
+      );
       const again = ok(
-        await ctx.client.unary('LoadVersion', loadRequest(ctx.key('loaded'), '0', await ctx.spec(), { weights: base.weights, optimizerState: base.optimizerState })),
+        await ctx.client.unary(
+          'LoadVersion',
+          loadRequest(ctx.key('loaded'), '0', await ctx.spec(), { weights: base.weights, optimizerState: base.optimizerState }),
+        ),
         'LoadVersion repeated (idempotent for identical bytes)',
       );
       expect(sameInfo(again, base.info), 'repeated LoadVersion gave other version info');
@@ -453,14 +515,14 @@ export const CHECKS: Check[] = [
   },
   {
     id: 'export.chunks',
-    title: 'ExportVersionChunks: info first, the joined bytes equal ExportVersion\'s',
+    title: "ExportVersionChunks: info first, the joined bytes equal ExportVersion's",
     async run(ctx) {
       await ctx.requireRpcs('ExportVersionChunks');
       const base = await ctx.base();
       const o = await ctx.client.serverStream('ExportVersionChunks', { modelKey: base.key, version: '0' });
       const msgs = ok(o, 'ExportVersionChunks');
       expect(msgs.length > 0 && msgs[0]!.info, `first chunk has no info (${msgs.length} messages)`);
-      expect(sameInfo(msgs[0]!.info, base.info), 'chunk info differs from ExportVersion\'s');
+      expect(sameInfo(msgs[0]!.info, base.info), "chunk info differs from ExportVersion's");
       const w = Buffer.concat(msgs.map((m) => Buffer.from(m.weights)));
       const s = Buffer.concat(msgs.map((m) => Buffer.from(m.optimizerState)));
       expect(w.equals(base.weights), `joined weights ${w.length} bytes sha ${sha256Hex(w).slice(0, 12)}… != unary ${base.weights.length} bytes`);
@@ -478,17 +540,23 @@ export const CHECKS: Check[] = [
       const size = Math.max(1, Math.ceil(base.weights.length / 5));
       // bytes in the header's message too, odd offsets, and one message carrying both weights and optimizer bytes
       const msgs: Req<'LoadVersionChunks'>[] = [{ header, weights: base.weights.subarray(0, 3), optimizerState: Buffer.alloc(0) }];
-      for (let o = 3; o < base.weights.length; o += size) msgs.push({ header: undefined, weights: base.weights.subarray(o, o + size), optimizerState: Buffer.alloc(0) });
+      for (let o = 3; o < base.weights.length; o += size)
+        msgs.push({ header: undefined, weights: base.weights.subarray(o, o + size), optimizerState: Buffer.alloc(0) });
       msgs[msgs.length - 1]!.optimizerState = base.optimizerState.subarray(0, 5);
-      for (let o = 5; o < base.optimizerState.length; o += size * 2) msgs.push({ header: undefined, weights: Buffer.alloc(0), optimizerState: base.optimizerState.subarray(o, o + size * 2) });
+      for (let o = 5; o < base.optimizerState.length; o += size * 2)
+        msgs.push({ header: undefined, weights: Buffer.alloc(0), optimizerState: base.optimizerState.subarray(o, o + size * 2) });
       const info = ok(await ctx.client.clientStream('LoadVersionChunks', msgs), 'LoadVersionChunks');
-      expect(sameInfo(info, base.info), `loaded sha ${info.weightsSha256.slice(0, 12)}… opt ${info.optimizerSha256.slice(0, 12)}…, expected ${base.info.weightsSha256.slice(0, 12)}… opt ${base.info.optimizerSha256.slice(0, 12)}…`);
+      expect(
+        sameInfo(info, base.info),
+        `loaded sha ${info.weightsSha256.slice(0, 12)}… opt ${info.optimizerSha256.slice(0, 12)}…, expected ${base.info.weightsSha256.slice(0, 12)}… opt ${base.info.optimizerSha256.slice(0, 12)}…`,
+      );
       return `${msgs.length} chunks`;
     },
   },
   {
     id: 'export.reference',
-    title: 'ExportVersion to a destination_uri (created if missing) writes files matching the refs; LoadVersion by weights_ref/optimizer_state_ref gives the same shas',
+    title:
+      'ExportVersion to a destination_uri (created if missing) writes files matching the refs; LoadVersion by weights_ref/optimizer_state_ref gives the same shas',
     async run(ctx) {
       await ctx.requireReferences();
       await ctx.requireRpcs('LoadVersion');
@@ -501,7 +569,7 @@ export const CHECKS: Check[] = [
       );
       const problems: string[] = [];
       if (res.weights.length || res.optimizerState.length) problems.push(`response also carries ${res.weights.length} + ${res.optimizerState.length} bytes`);
-      if (!sameInfo(res.info, base.info)) problems.push('info differs from ExportVersion\'s');
+      if (!sameInfo(res.info, base.info)) problems.push("info differs from ExportVersion's");
       const refs = { weightsRef: res.weightsRef, optimizerStateRef: res.optimizerStateRef };
       const expected = { weightsRef: base.weights, optimizerStateRef: base.optimizerState };
       for (const [name, ref] of Object.entries(refs)) {
@@ -530,7 +598,10 @@ export const CHECKS: Check[] = [
       }
       expect(problems.length === 0, problems.join('; '));
       const info = ok(
-        await ctx.client.unary('LoadVersion', loadRequest(ctx.key('ref-loaded'), '0', await ctx.spec(), { weightsRef: res.weightsRef!, optimizerStateRef: res.optimizerStateRef! })),
+        await ctx.client.unary(
+          'LoadVersion',
+          loadRequest(ctx.key('ref-loaded'), '0', await ctx.spec(), { weightsRef: res.weightsRef!, optimizerStateRef: res.optimizerStateRef! }),
+        ),
         'LoadVersion by reference',
       );
       expect(sameInfo(info, base.info), `loaded by reference: sha ${info.weightsSha256.slice(0, 12)}…, expected ${base.info.weightsSha256.slice(0, 12)}…`);
@@ -563,7 +634,12 @@ export const CHECKS: Check[] = [
         ['missing file', { ...ref, uri: pathToFileURL(path.join(ctx.tmpDir(), 'no-such-file.bin')).href }],
       ];
       for (const [what, r] of cases) {
-        await ctx.expectError(`LoadVersion by a weights_ref with a ${what}`, () => ctx.client.unary('LoadVersion', loadRequest(ctx.key('bad-ref'), '0', spec, { weightsRef: r })), 'FAILED_PRECONDITION', 'REFERENCE_UNREADABLE');
+        await ctx.expectError(
+          `LoadVersion by a weights_ref with a ${what}`,
+          () => ctx.client.unary('LoadVersion', loadRequest(ctx.key('bad-ref'), '0', spec, { weightsRef: r })),
+          'FAILED_PRECONDITION',
+          'REFERENCE_UNREADABLE',
+        );
       }
     },
   },
@@ -576,7 +652,11 @@ export const CHECKS: Check[] = [
       const spec = await ctx.spec();
       await ctx.expectError(
         'LoadVersion with a wrong weights_sha256',
-        () => ctx.client.unary('LoadVersion', loadRequest(ctx.key('bad-sha'), '0', spec, { weights: base.weights, weightsSha256: sha256Hex(Buffer.from('other')) })),
+        () =>
+          ctx.client.unary(
+            'LoadVersion',
+            loadRequest(ctx.key('bad-sha'), '0', spec, { weights: base.weights, weightsSha256: sha256Hex(Buffer.from('other')) }),
+          ),
         'INVALID_ARGUMENT',
         'INVALID_REQUEST',
       );
@@ -597,7 +677,11 @@ export const CHECKS: Check[] = [
       );
       await ctx.expectError(
         'LoadVersion with an optimizer_state that is not "TRAD"',
-        () => ctx.client.unary('LoadVersion', loadRequest(ctx.key('bad-optimizer'), '0', spec, { weights: base.weights, optimizerState: Buffer.from('not an optimizer state') })),
+        () =>
+          ctx.client.unary(
+            'LoadVersion',
+            loadRequest(ctx.key('bad-optimizer'), '0', spec, { weights: base.weights, optimizerState: Buffer.from('not an optimizer state') }),
+          ),
         'INVALID_ARGUMENT',
         'INVALID_REQUEST',
       );
@@ -611,7 +695,12 @@ export const CHECKS: Check[] = [
       const base = await ctx.base();
       const other = Buffer.from(base.weights);
       other.writeFloatLE(other.readFloatLE(0) + 0.5, 0);
-      await ctx.expectError('LoadVersion of the base v0 with other weights', () => ctx.client.unary('LoadVersion', loadRequest(base.key, '0', base.info.spec!, { weights: other })), 'FAILED_PRECONDITION', 'VERSION_CONFLICT');
+      await ctx.expectError(
+        'LoadVersion of the base v0 with other weights',
+        () => ctx.client.unary('LoadVersion', loadRequest(base.key, '0', base.info.spec!, { weights: other })),
+        'FAILED_PRECONDITION',
+        'VERSION_CONFLICT',
+      );
     },
   },
 
@@ -645,7 +734,12 @@ export const CHECKS: Check[] = [
       await ctx.requireRpcs('Generate');
       const base = await ctx.base();
       const cs = contexts(await ctx.vocab());
-      const res = await generateOk(ctx, { modelKey: base.key, version: '0', sampling: { temperature: 1, maxTokens: 7 }, sequences: cs.map((c, i) => ({ context: c, seed: String(20 + i) })) });
+      const res = await generateOk(ctx, {
+        modelKey: base.key,
+        version: '0',
+        sampling: { temperature: 1, maxTokens: 7 },
+        sequences: cs.map((c, i) => ({ context: c, seed: String(20 + i) })),
+      });
       const wrong = res.sequences.findIndex((s) => s.tokens.length !== 7 || s.stopReason !== 'MAX_TOKENS');
       expect(wrong < 0, `sequences[${wrong}]: ${res.sequences[wrong]?.tokens.length} tokens ${res.sequences[wrong]?.stopReason}, expected 7 MAX_TOKENS`);
     },
@@ -658,7 +752,12 @@ export const CHECKS: Check[] = [
       const base = await ctx.base();
       const V = await ctx.vocab();
       const all = Array.from({ length: V }, (_, i) => i);
-      const res = await generateOk(ctx, { modelKey: base.key, version: '0', sampling: { temperature: 1, maxTokens: 5, stopTokens: all }, sequences: contexts(V).map((c, i) => ({ context: c, seed: String(30 + i) })) });
+      const res = await generateOk(ctx, {
+        modelKey: base.key,
+        version: '0',
+        sampling: { temperature: 1, maxTokens: 5, stopTokens: all },
+        sequences: contexts(V).map((c, i) => ({ context: c, seed: String(30 + i) })),
+      });
       const wrong = res.sequences.findIndex((s) => s.tokens.length !== 1 || s.stopReason !== 'STOP_TOKEN');
       expect(wrong < 0, `sequences[${wrong}]: ${res.sequences[wrong]?.tokens.length} tokens ${res.sequences[wrong]?.stopReason}, expected 1 STOP_TOKEN`);
     },
@@ -670,7 +769,12 @@ export const CHECKS: Check[] = [
       await ctx.requireRpcs('Generate');
       const base = await ctx.base();
       const cs = contexts(await ctx.vocab());
-      const req = (seed: number): GenReq => ({ modelKey: base.key, version: '0', sampling: { temperature: 0, maxTokens: 8 }, sequences: cs.map((c, i) => ({ context: c, seed: String(seed + i) })) });
+      const req = (seed: number): GenReq => ({
+        modelKey: base.key,
+        version: '0',
+        sampling: { temperature: 0, maxTokens: 8 },
+        sequences: cs.map((c, i) => ({ context: c, seed: String(seed + i) })),
+      });
       const a = await generateOk(ctx, req(40));
       const nonzero = a.sequences.findIndex((s) => s.sampleLogprobs.some((x) => x !== 0));
       expect(nonzero < 0, `sequences[${nonzero}].sample_logprobs [${a.sequences[nonzero]?.sampleLogprobs.map(fmt)}], expected all 0`);
@@ -718,7 +822,8 @@ export const CHECKS: Check[] = [
 
   {
     id: 'generate.sampling',
-    title: 'Sampling semantics: top_k 1 and a tiny top_p draw the greedy tokens (sample_logprobs 0); at temperature 1 without top-k/top-p sample_logprobs = logprobs; top_k ≥ V = off',
+    title:
+      'Sampling semantics: top_k 1 and a tiny top_p draw the greedy tokens (sample_logprobs 0); at temperature 1 without top-k/top-p sample_logprobs = logprobs; top_k ≥ V = off',
     async run(ctx) {
       await ctx.requireRpcs('Generate');
       const caps = await ctx.capabilities();
@@ -726,12 +831,22 @@ export const CHECKS: Check[] = [
       const V = await ctx.vocab();
       const cs = contexts(V);
       const run = (sampling: Sampling) =>
-        generateOk(ctx, { modelKey: base.key, version: '0', sampling: { maxTokens: 6, ...sampling }, sequences: cs.map((c, i) => ({ context: c, seed: String(300 + i) })) }, `Generate ${JSON.stringify(sampling)}`);
+        generateOk(
+          ctx,
+          { modelKey: base.key, version: '0', sampling: { maxTokens: 6, ...sampling }, sequences: cs.map((c, i) => ({ context: c, seed: String(300 + i) })) },
+          `Generate ${JSON.stringify(sampling)}`,
+        );
       const greedy = await run({ temperature: 0 });
-      for (const sampling of [{ temperature: 1, topK: 1 }, { temperature: 1, topP: 0.001 }]) {
+      for (const sampling of [
+        { temperature: 1, topK: 1 },
+        { temperature: 1, topP: 0.001 },
+      ]) {
         const r = await run(sampling);
         const i = r.sequences.findIndex((s, k) => s.tokens.join() !== greedy.sequences[k]!.tokens.join() || s.sampleLogprobs.some((x) => x !== 0));
-        expect(i < 0, `${JSON.stringify(sampling)}: sequences[${i}] tokens [${r.sequences[i]?.tokens}] sample_logprobs [${r.sequences[i]?.sampleLogprobs.map(fmt)}], expected the greedy [${greedy.sequences[i]?.tokens}] with 0s`);
+        expect(
+          i < 0,
+          `${JSON.stringify(sampling)}: sequences[${i}] tokens [${r.sequences[i]?.tokens}] sample_logprobs [${r.sequences[i]?.sampleLogprobs.map(fmt)}], expected the greedy [${greedy.sequences[i]?.tokens}] with 0s`,
+        );
       }
       const plain = await run({ temperature: 1 });
       const tol = caps.scoreMatchesGenerate === 'tolerance' ? caps.scoreTolerance : 0;
@@ -747,7 +862,8 @@ export const CHECKS: Check[] = [
   },
   {
     id: 'generate.sample-logprobs',
-    title: 'With temperature, top_k and top_p, each drawn token is in the kept set and sample_logprobs is its log-prob renormalized over that set (full distribution from Score)',
+    title:
+      'With temperature, top_k and top_p, each drawn token is in the kept set and sample_logprobs is its log-prob renormalized over that set (full distribution from Score)',
     async run(ctx) {
       await ctx.requireRpcs('Generate', 'Score');
       const base = await ctx.base();
@@ -758,7 +874,12 @@ export const CHECKS: Check[] = [
         { temperature: 1.3, topP: 0.7, maxTokens: 4 },
         { temperature: 0.9, topK: 8, topP: 0.9, maxTokens: 4 },
       ];
-      const gen = await generateOk(ctx, { modelKey: base.key, version: '0', sampling: undefined, sequences: samplings.map((sp, i) => ({ context: cs[i]!, seed: String(340 + i), sampling: sp })) });
+      const gen = await generateOk(ctx, {
+        modelKey: base.key,
+        version: '0',
+        sampling: undefined,
+        sequences: samplings.map((sp, i) => ({ context: cs[i]!, seed: String(340 + i), sampling: sp })),
+      });
       // every candidate token at every position: log p(v | prefix)
       const rows: { seq: number; t: number }[] = [];
       const scoreSeqs: { context: number[]; tokens: number[] }[] = [];
@@ -801,7 +922,10 @@ export const CHECKS: Check[] = [
         const expected = Math.log(q[tok]! / set.reduce((a, v) => a + q[v]!, 0));
         const err = Math.abs(expected - gen.sequences[seq]!.sampleLogprobs[t]!);
         maxErr = Math.max(maxErr, err);
-        if (!(err <= 1e-4)) problems.push(`${at}: sample_logprob ${fmt(gen.sequences[seq]!.sampleLogprobs[t]!)}, expected ${fmt(expected)} (renormalized over ${set.length} kept tokens)`);
+        if (!(err <= 1e-4))
+          problems.push(
+            `${at}: sample_logprob ${fmt(gen.sequences[seq]!.sampleLogprobs[t]!)}, expected ${fmt(expected)} (renormalized over ${set.length} kept tokens)`,
+          );
       });
       expect(problems.length === 0, problems.slice(0, 3).join('; '));
       return `${rows.length} tokens, max |Δ| ${fmt(maxErr)}`;
@@ -814,7 +938,12 @@ export const CHECKS: Check[] = [
       await ctx.requireRpcs('Generate');
       const base = await ctx.base();
       const cs = contexts(await ctx.vocab());
-      const req = (sampling: Sampling): GenReq => ({ modelKey: base.key, version: '0', sampling: { temperature: 1, maxTokens: 6, ...sampling }, sequences: cs.map((c, i) => ({ context: c, seed: String(320 + i) })) });
+      const req = (sampling: Sampling): GenReq => ({
+        modelKey: base.key,
+        version: '0',
+        sampling: { temperature: 1, maxTokens: 6, ...sampling },
+        sequences: cs.map((c, i) => ({ context: c, seed: String(320 + i) })),
+      });
       const plain = await generateOk(ctx, req({}));
       for (const topP of [1, 0]) {
         const off = await generateOk(ctx, req({ topP }), `Generate with top_p ${topP}`);
@@ -824,7 +953,12 @@ export const CHECKS: Check[] = [
         }
       }
       for (const topP of [1.5, -0.1]) {
-        const e = await ctx.expectError(`Generate with top_p ${topP}`, () => ctx.client.unary('Generate', req({ topP })), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
+        const e = await ctx.expectError(
+          `Generate with top_p ${topP}`,
+          () => ctx.client.unary('Generate', req({ topP })),
+          'INVALID_ARGUMENT',
+          'INVALID_REQUEST',
+        );
         expect(/top_p/.test(e.message), `message ${JSON.stringify(e.message)} does not name top_p`);
       }
     },
@@ -841,7 +975,11 @@ export const CHECKS: Check[] = [
       const V = await ctx.vocab();
       const n = caps.maxBatch + 1;
       const seqs: Seq[] = Array.from({ length: n }, (_, i) => ({ context: [1 + (i % (V - 1))], seed: String(5000 + i) }));
-      const res = await generateOk(ctx, { modelKey: base.key, version: '0', sampling: { temperature: 1, maxTokens: 2 }, sequences: seqs }, `Generate of ${n} sequences`);
+      const res = await generateOk(
+        ctx,
+        { modelKey: base.key, version: '0', sampling: { temperature: 1, maxTokens: 2 }, sequences: seqs },
+        `Generate of ${n} sequences`,
+      );
       if (caps.deterministic) {
         const alone = await generateOk(ctx, { modelKey: base.key, version: '0', sampling: { temperature: 1, maxTokens: 2 }, sequences: [seqs[n - 1]!] });
         const d = firstDifference([res.sequences[n - 1]!], alone.sequences);
@@ -891,7 +1029,12 @@ export const CHECKS: Check[] = [
         { temperature: 1.2, topP: 0.8, maxTokens: 9 },
         { temperature: 0, maxTokens: 8 },
       ];
-      const gen = await generateOk(ctx, { modelKey: base.key, version: '0', sampling: undefined, sequences: cs.map((c, i) => ({ context: c, seed: String(60 + i), sampling: samplings[i] })) });
+      const gen = await generateOk(ctx, {
+        modelKey: base.key,
+        version: '0',
+        sampling: undefined,
+        sequences: cs.map((c, i) => ({ context: c, seed: String(60 + i), sampling: samplings[i] })),
+      });
       const sc = ok(
         await ctx.client.unary('Score', { modelKey: base.key, version: '0', sequences: cs.map((c, i) => ({ context: c, tokens: gen.sequences[i]!.tokens })) }),
         'Score',
@@ -901,7 +1044,8 @@ export const CHECKS: Check[] = [
       let n = 0;
       gen.sequences.forEach((g, i) => {
         const s = sc.sequences[i]!;
-        if (s.logprobs.length !== g.logprobs.length) throw new Fail(`sequences[${i}]: Score gave ${s.logprobs.length} logprobs for ${g.logprobs.length} tokens`);
+        if (s.logprobs.length !== g.logprobs.length)
+          throw new Fail(`sequences[${i}]: Score gave ${s.logprobs.length} logprobs for ${g.logprobs.length} tokens`);
         g.logprobs.forEach((x, k) => {
           n++;
           const d = Math.abs(x - s.logprobs[k]!);
@@ -921,7 +1065,8 @@ export const CHECKS: Check[] = [
   // ---- Update ----
   {
     id: 'update.basic',
-    title: 'Update from version 0: version 1, base_version 0, tokens (loss_mask 1 only) and samples counted, metrics finite, optimizer_step + 1, new sha ≠ base sha, exportable, Generate on it says version 1',
+    title:
+      'Update from version 0: version 1, base_version 0, tokens (loss_mask 1 only) and samples counted, metrics finite, optimizer_step + 1, new sha ≠ base sha, exportable, Generate on it says version 1',
     async run(ctx) {
       const u = await firstUpdate(ctx);
       const r = u.response;
@@ -930,9 +1075,10 @@ export const CHECKS: Check[] = [
       if (!r.info) problems.push('info missing');
       else {
         if (String(r.info.version) !== '1') problems.push(`info.version ${r.info.version}, expected 1`);
-        if (r.info.weightsSha256 === u.base.info.weightsSha256) problems.push('new weights_sha256 equals the base\'s');
+        if (r.info.weightsSha256 === u.base.info.weightsSha256) problems.push("new weights_sha256 equals the base's");
         if (!HEX64.test(r.info.weightsSha256)) problems.push(`weights_sha256 ${JSON.stringify(r.info.weightsSha256)}`);
-        if (r.info.optimizerStep !== u.base.info.optimizerStep + 1) problems.push(`optimizer_step ${r.info.optimizerStep}, expected ${u.base.info.optimizerStep + 1}`);
+        if (r.info.optimizerStep !== u.base.info.optimizerStep + 1)
+          problems.push(`optimizer_step ${r.info.optimizerStep}, expected ${u.base.info.optimizerStep + 1}`);
         if (r.info.modelKey !== u.key) problems.push(`model_key ${r.info.modelKey}`);
       }
       if (String(r.baseVersion) !== '0') problems.push(`base_version ${r.baseVersion}, expected 0`);
@@ -947,13 +1093,26 @@ export const CHECKS: Check[] = [
       const sha = await ctx.exportedSha(u.key, '1');
       expect(sha === r.info!.weightsSha256, `ExportVersion v1: sha ${sha.slice(0, 12)}…, Update said ${r.info!.weightsSha256.slice(0, 12)}…`);
       // the new version serves, and says so per sequence
-      await generateOk(ctx, { modelKey: u.key, version: '1', sampling: { temperature: 1, maxTokens: 4 }, sequences: [{ context: [1], seed: '1' }, { context: [2, 3], seed: '2' }] }, 'Generate on version 1');
+      await generateOk(
+        ctx,
+        {
+          modelKey: u.key,
+          version: '1',
+          sampling: { temperature: 1, maxTokens: 4 },
+          sequences: [
+            { context: [1], seed: '1' },
+            { context: [2, 3], seed: '2' },
+          ],
+        },
+        'Generate on version 1',
+      );
       return `loss ${fmt(r.metrics!.loss)}, grad_norm ${fmt(r.metrics!.gradNorm)}, ${r.tokens} tokens, logprob gap max ${fmt(r.logprobGapMax)}`;
     },
   },
   {
     id: 'update.metrics',
-    title: 'Update metrics at the base weights (old_logprobs = the policy\'s, K = 1): ratio 1 so pg_loss = loss = −Σ w·A, clip fractions 0, approx_kl ≈ 0, kl_loss 0 without ref_logprobs; entropy / entropy_sum match Score\'s entropies',
+    title:
+      "Update metrics at the base weights (old_logprobs = the policy's, K = 1): ratio 1 so pg_loss = loss = −Σ w·A, clip fractions 0, approx_kl ≈ 0, kl_loss 0 without ref_logprobs; entropy / entropy_sum match Score's entropies",
     async run(ctx) {
       await ctx.requireRpcs('Score');
       const u = await firstUpdate(ctx);
@@ -1005,7 +1164,10 @@ export const CHECKS: Check[] = [
       const u = await firstUpdate(ctx);
       const r = ok(await ctx.client.unary('Update', u.request), 'repeated Update');
       expect(r.replayed === true, 'replayed false on a repeat');
-      expect(sameInfo(r.info, u.response.info) && String(r.baseVersion) === String(u.response.baseVersion), `replay gave v${r.info?.version} sha ${r.info?.weightsSha256.slice(0, 12)}…, first v${u.response.info?.version} sha ${u.response.info?.weightsSha256.slice(0, 12)}…`);
+      expect(
+        sameInfo(r.info, u.response.info) && String(r.baseVersion) === String(u.response.baseVersion),
+        `replay gave v${r.info?.version} sha ${r.info?.weightsSha256.slice(0, 12)}…, first v${u.response.info?.version} sha ${u.response.info?.weightsSha256.slice(0, 12)}…`,
+      );
     },
   },
   {
@@ -1024,7 +1186,12 @@ export const CHECKS: Check[] = [
     title: 'Update from a base that is not the latest (allow_stale_base false) → STALE_BASE, nothing committed',
     async run(ctx) {
       const u = await firstUpdate(ctx);
-      await ctx.expectError('Update from a stale base', () => ctx.client.unary('Update', { ...u.request, requestId: ctx.key('update-stale') }), 'FAILED_PRECONDITION', 'STALE_BASE');
+      await ctx.expectError(
+        'Update from a stale base',
+        () => ctx.client.unary('Update', { ...u.request, requestId: ctx.key('update-stale') }),
+        'FAILED_PRECONDITION',
+        'STALE_BASE',
+      );
       const v2 = await ctx.client.unary('ExportVersion', { modelKey: u.key, version: '2' });
       expect(!v2.ok, 'version 2 exists after a STALE_BASE');
     },
@@ -1034,7 +1201,10 @@ export const CHECKS: Check[] = [
     title: 'Update from a stale base with allow_stale_base true → a new latest version (2), base_version 0',
     async run(ctx) {
       const u = await firstUpdate(ctx);
-      const r = ok(await ctx.client.unary('Update', { ...u.request, requestId: ctx.key('update-allow-stale'), allowStaleBase: true }), 'Update with allow_stale_base');
+      const r = ok(
+        await ctx.client.unary('Update', { ...u.request, requestId: ctx.key('update-allow-stale'), allowStaleBase: true }),
+        'Update with allow_stale_base',
+      );
       expect(String(r.info?.version) === '2' && String(r.baseVersion) === '0', `version ${r.info?.version} base_version ${r.baseVersion}, expected 2 from 0`);
     },
   },
@@ -1051,13 +1221,17 @@ export const CHECKS: Check[] = [
         'LoadVersion of the base bytes',
       );
       const r = ok(await ctx.client.unary('Update', { ...u.request, modelKey: key, requestId: ctx.key('update-twin') }), 'Update on the twin');
-      expect(r.info?.weightsSha256 === u.response.info?.weightsSha256, `twin's new sha ${r.info?.weightsSha256.slice(0, 12)}…, first ${u.response.info?.weightsSha256.slice(0, 12)}…`);
+      expect(
+        r.info?.weightsSha256 === u.response.info?.weightsSha256,
+        `twin's new sha ${r.info?.weightsSha256.slice(0, 12)}…, first ${u.response.info?.weightsSha256.slice(0, 12)}…`,
+      );
       expect(r.info?.optimizerSha256 === u.response.info?.optimizerSha256, 'same weights but another optimizer_sha256');
     },
   },
   {
     id: 'update.resume',
-    title: 'A trained version (weights + optimizer state) exported and loaded under a new key keeps its info (optimizer_step 1); an Update from it makes version 2 with optimizer_step 2',
+    title:
+      'A trained version (weights + optimizer state) exported and loaded under a new key keeps its info (optimizer_step 1); an Update from it makes version 2 with optimizer_step 2',
     async run(ctx) {
       await ctx.requireRpcs('LoadVersion');
       const u = await firstUpdate(ctx);
@@ -1067,10 +1241,19 @@ export const CHECKS: Check[] = [
         await ctx.client.unary('LoadVersion', loadRequest(key, '1', u.base.info.spec!, { weights: v1.weights, optimizerState: v1.optimizerState })),
         'LoadVersion of v1 as version 1 under a new key',
       );
-      expect(sameInfo(info, u.response.info) && info.optimizerStep === u.response.info!.optimizerStep, `loaded v${info.version} step ${info.optimizerStep} sha ${info.weightsSha256.slice(0, 12)}…, trained v${u.response.info?.version} step ${u.response.info?.optimizerStep} sha ${u.response.info?.weightsSha256.slice(0, 12)}…`);
-      const r = ok(await ctx.client.unary('Update', { ...u.request, modelKey: key, baseVersion: '1', requestId: ctx.key('resume-1') }), 'Update from the loaded version 1');
+      expect(
+        sameInfo(info, u.response.info) && info.optimizerStep === u.response.info!.optimizerStep,
+        `loaded v${info.version} step ${info.optimizerStep} sha ${info.weightsSha256.slice(0, 12)}…, trained v${u.response.info?.version} step ${u.response.info?.optimizerStep} sha ${u.response.info?.weightsSha256.slice(0, 12)}…`,
+      );
+      const r = ok(
+        await ctx.client.unary('Update', { ...u.request, modelKey: key, baseVersion: '1', requestId: ctx.key('resume-1') }),
+        'Update from the loaded version 1',
+      );
       expect(String(r.info?.version) === '2' && String(r.baseVersion) === '1', `version ${r.info?.version} from ${r.baseVersion}, expected 2 from 1`);
-      expect(r.info?.optimizerStep === u.response.info!.optimizerStep + 1, `optimizer_step ${r.info?.optimizerStep}, expected ${u.response.info!.optimizerStep + 1}`);
+      expect(
+        r.info?.optimizerStep === u.response.info!.optimizerStep + 1,
+        `optimizer_step ${r.info?.optimizerStep}, expected ${u.response.info!.optimizerStep + 1}`,
+      );
     },
   },
   {
@@ -1101,17 +1284,29 @@ export const CHECKS: Check[] = [
       const badPhase = first.progress.find((p) => !p.phase || !(p.elapsedMs >= 0));
       expect(!badPhase, `a progress event with phase ${JSON.stringify(badPhase?.phase)} elapsed_ms ${badPhase?.elapsedMs}`);
       const r = first.result;
-      expect(String(r.info?.version) === '1' && String(r.baseVersion) === '0' && !r.replayed, `result v${r.info?.version} from ${r.baseVersion} replayed ${r.replayed}, expected v1 from 0, not replayed`);
+      expect(
+        String(r.info?.version) === '1' && String(r.baseVersion) === '0' && !r.replayed,
+        `result v${r.info?.version} from ${r.baseVersion} replayed ${r.replayed}, expected v1 from 0, not replayed`,
+      );
       expect(r.stepMetrics.length === 2, `${r.stepMetrics.length} step_metrics, expected 2 (inner_steps 2)`);
       const replay = ok(await ctx.client.unary('Update', request), 'Update repeating the UpdateStream request');
-      expect(replay.replayed && sameInfo(replay.info, r.info), `Update after UpdateStream: replayed ${replay.replayed}, v${replay.info?.version}; expected the stream's v1 replayed`);
+      expect(
+        replay.replayed && sameInfo(replay.info, r.info),
+        `Update after UpdateStream: replayed ${replay.replayed}, v${replay.info?.version}; expected the stream's v1 replayed`,
+      );
       const second: Req<'Update'> = { ...request, baseVersion: '1', requestId: ctx.key('stream-2') };
       const u2 = ok(await ctx.client.unary('Update', second), 'Update from version 1');
       const replay2 = await stream(second, 'UpdateStream repeating an Update');
-      expect(replay2.result.replayed && sameInfo(replay2.result.info, u2.info), `UpdateStream after Update: replayed ${replay2.result.replayed}, v${replay2.result.info?.version}; expected the Update's v2 replayed`);
+      expect(
+        replay2.result.replayed && sameInfo(replay2.result.info, u2.info),
+        `UpdateStream after Update: replayed ${replay2.result.replayed}, v${replay2.result.info?.version}; expected the Update's v2 replayed`,
+      );
       const stale = await ctx.client.serverStream('UpdateStream', { ...request, requestId: ctx.key('stream-stale') });
       expect(!stale.ok, 'UpdateStream from a stale base succeeded');
-      expect(stale.error.reason === 'STALE_BASE' && stale.error.codeName === 'FAILED_PRECONDITION', `UpdateStream from a stale base: ${describeError(stale.error)}, expected FAILED_PRECONDITION/STALE_BASE`);
+      expect(
+        stale.error.reason === 'STALE_BASE' && stale.error.codeName === 'FAILED_PRECONDITION',
+        `UpdateStream from a stale base: ${describeError(stale.error)}, expected FAILED_PRECONDITION/STALE_BASE`,
+      );
       expect(!stale.messages.some((e) => e.result), 'UpdateStream from a stale base sent a result before its error');
       return `${first.progress.length} progress events (${[...new Set(first.progress.map((p) => p.phase))].join(', ')})`;
     },
@@ -1130,7 +1325,16 @@ export const CHECKS: Check[] = [
         ['Generate', 'Generate', { modelKey: key, version: '0', sequences: [{ context: [1], seed: '1' }], sampling: { maxTokens: 2 } }],
         ['Score', 'Score', { modelKey: key, version: '0', sequences: [{ context: [1], tokens: [2 % V] }] }],
         ['ExportVersion', 'ExportVersion', { modelKey: key, version: '0' }],
-        ['Update', 'Update', { modelKey: key, baseVersion: '0', requestId: ctx.key('nl'), samples: [{ context: [1], tokens: [2], lossMask: [1], advantages: [1], oldLogprobs: [-1], lossWeights: [1] }] }],
+        [
+          'Update',
+          'Update',
+          {
+            modelKey: key,
+            baseVersion: '0',
+            requestId: ctx.key('nl'),
+            samples: [{ context: [1], tokens: [2], lossMask: [1], advantages: [1], oldLogprobs: [-1], lossWeights: [1] }],
+          },
+        ],
       ];
       for (const [rpc, what, req] of calls) {
         if (!caps.rpcs.includes(rpc)) continue;
@@ -1149,7 +1353,15 @@ export const CHECKS: Check[] = [
         ['Generate', { modelKey: base.key, version: '999', sequences: [{ context: [1], seed: '1' }], sampling: { maxTokens: 2 } }],
         ['Score', { modelKey: base.key, version: '999', sequences: [{ context: [1], tokens: [2] }] }],
         ['ExportVersion', { modelKey: base.key, version: '999' }],
-        ['Update', { modelKey: base.key, baseVersion: '999', requestId: ctx.key('vnl'), samples: [{ context: [1], tokens: [2], lossMask: [1], advantages: [1], oldLogprobs: [-1], lossWeights: [1] }] }],
+        [
+          'Update',
+          {
+            modelKey: base.key,
+            baseVersion: '999',
+            requestId: ctx.key('vnl'),
+            samples: [{ context: [1], tokens: [2], lossMask: [1], advantages: [1], oldLogprobs: [-1], lossWeights: [1] }],
+          },
+        ],
       ];
       for (const [rpc, req] of calls) {
         if (!caps.rpcs.includes(rpc)) continue;
@@ -1166,7 +1378,16 @@ export const CHECKS: Check[] = [
       const V = await ctx.vocab();
       const e = await ctx.expectError(
         'Generate with sequences[1].context[1] = vocab_size',
-        () => ctx.client.unary('Generate', { modelKey: base.key, version: '0', sampling: { maxTokens: 2 }, sequences: [{ context: [1], seed: '1' }, { context: [1, V], seed: '2' }] }),
+        () =>
+          ctx.client.unary('Generate', {
+            modelKey: base.key,
+            version: '0',
+            sampling: { maxTokens: 2 },
+            sequences: [
+              { context: [1], seed: '1' },
+              { context: [1, V], seed: '2' },
+            ],
+          }),
         'INVALID_ARGUMENT',
         'INVALID_REQUEST',
       );
@@ -1189,7 +1410,18 @@ export const CHECKS: Check[] = [
     async run(ctx) {
       await ctx.requireRpcs('Generate');
       const base = await ctx.base();
-      const e = await ctx.expectError('Generate with max_tokens 0', () => ctx.client.unary('Generate', { modelKey: base.key, version: '0', sampling: { temperature: 1, maxTokens: 0 }, sequences: [{ context: [1], seed: '1' }] }), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
+      const e = await ctx.expectError(
+        'Generate with max_tokens 0',
+        () =>
+          ctx.client.unary('Generate', {
+            modelKey: base.key,
+            version: '0',
+            sampling: { temperature: 1, maxTokens: 0 },
+            sequences: [{ context: [1], seed: '1' }],
+          }),
+        'INVALID_ARGUMENT',
+        'INVALID_REQUEST',
+      );
       expect(/max_tokens/.test(e.message), `message ${JSON.stringify(e.message)} does not name max_tokens`);
       return e.message;
     },
@@ -1222,10 +1454,35 @@ export const CHECKS: Check[] = [
     async run(ctx) {
       await ctx.requireRpcs('Update');
       const base = await ctx.base();
-      const sample: P.UpdateSample = { context: [1, 2], tokens: [3, 4, 5], lossMask: [1, 1, 1], advantages: [1, 1, 1], oldLogprobs: [-2, -2, -2], lossWeights: [1 / 3, 1 / 3, 1 / 3], refLogprobs: [] };
-      const req = (s: Partial<P.UpdateSample>, id: string): Req<'Update'> => ({ modelKey: base.key, baseVersion: '0', requestId: ctx.key(id), allowStaleBase: false, samples: [sample, { ...sample, ...s }], settings: undefined });
-      const nan = await ctx.expectError('Update with advantages[1] NaN', () => ctx.client.unary('Update', req({ advantages: [1, NaN, 1] }, 'nan')), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
-      const mask = await ctx.expectError('Update with a loss_mask of 2 for 3 tokens', () => ctx.client.unary('Update', req({ lossMask: [1, 1] }, 'mask')), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
+      const sample: P.UpdateSample = {
+        context: [1, 2],
+        tokens: [3, 4, 5],
+        lossMask: [1, 1, 1],
+        advantages: [1, 1, 1],
+        oldLogprobs: [-2, -2, -2],
+        lossWeights: [1 / 3, 1 / 3, 1 / 3],
+        refLogprobs: [],
+      };
+      const req = (s: Partial<P.UpdateSample>, id: string): Req<'Update'> => ({
+        modelKey: base.key,
+        baseVersion: '0',
+        requestId: ctx.key(id),
+        allowStaleBase: false,
+        samples: [sample, { ...sample, ...s }],
+        settings: undefined,
+      });
+      const nan = await ctx.expectError(
+        'Update with advantages[1] NaN',
+        () => ctx.client.unary('Update', req({ advantages: [1, NaN, 1] }, 'nan')),
+        'INVALID_ARGUMENT',
+        'INVALID_REQUEST',
+      );
+      const mask = await ctx.expectError(
+        'Update with a loss_mask of 2 for 3 tokens',
+        () => ctx.client.unary('Update', req({ lossMask: [1, 1] }, 'mask')),
+        'INVALID_ARGUMENT',
+        'INVALID_REQUEST',
+      );
       expect(/samples\[1\]/.test(nan.message) && /advantages/.test(nan.message), `message ${JSON.stringify(nan.message)} does not name samples[1]…advantages`);
       expect(/samples\[1\]/.test(mask.message) && /loss_mask/.test(mask.message), `message ${JSON.stringify(mask.message)} does not name samples[1]…loss_mask`);
       const v1 = await ctx.client.unary('ExportVersion', { modelKey: base.key, version: '1' });
@@ -1239,8 +1496,18 @@ export const CHECKS: Check[] = [
     async run(ctx) {
       await ctx.requireRpcs('InitModel');
       const spec = await ctx.spec();
-      await ctx.expectError('InitModel with vocab_size 1', () => ctx.client.unary('InitModel', { modelKey: ctx.key('bad-spec'), spec: { ...spec, vocabSize: 1 }, seed: '1' }), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
-      await ctx.expectError('InitModel of family "no-such-family"', () => ctx.client.unary('InitModel', { modelKey: ctx.key('bad-family'), spec: { ...spec, family: 'no-such-family' }, seed: '1' }), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
+      await ctx.expectError(
+        'InitModel with vocab_size 1',
+        () => ctx.client.unary('InitModel', { modelKey: ctx.key('bad-spec'), spec: { ...spec, vocabSize: 1 }, seed: '1' }),
+        'INVALID_ARGUMENT',
+        'INVALID_REQUEST',
+      );
+      await ctx.expectError(
+        'InitModel of family "no-such-family"',
+        () => ctx.client.unary('InitModel', { modelKey: ctx.key('bad-family'), spec: { ...spec, family: 'no-such-family' }, seed: '1' }),
+        'INVALID_ARGUMENT',
+        'INVALID_REQUEST',
+      );
     },
   },
 
@@ -1251,8 +1518,17 @@ export const CHECKS: Check[] = [
       await ctx.requireRpcs('Generate');
       const base = await ctx.base();
       const V = await ctx.vocab();
-      for (const sampling of [{ temperature: -1, maxTokens: 2 }, { temperature: NaN, maxTokens: 2 }, { temperature: 1, maxTokens: 2, stopTokens: [V] }]) {
-        await ctx.expectError(`Generate with ${JSON.stringify(sampling)}`, () => ctx.client.unary('Generate', { modelKey: base.key, version: '0', sampling, sequences: [{ context: [1], seed: '1' }] }), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
+      for (const sampling of [
+        { temperature: -1, maxTokens: 2 },
+        { temperature: NaN, maxTokens: 2 },
+        { temperature: 1, maxTokens: 2, stopTokens: [V] },
+      ]) {
+        await ctx.expectError(
+          `Generate with ${JSON.stringify(sampling)}`,
+          () => ctx.client.unary('Generate', { modelKey: base.key, version: '0', sampling, sequences: [{ context: [1], seed: '1' }] }),
+          'INVALID_ARGUMENT',
+          'INVALID_REQUEST',
+        );
       }
     },
   },
@@ -1264,10 +1540,23 @@ export const CHECKS: Check[] = [
       const base = await ctx.base();
       const maxSeq = JSON.parse(base.info.spec?.configJson || '{}').maxSeq as number | undefined;
       if (base.info.spec?.family !== 'transformer' || !maxSeq) throw new Skip('the test model is not a transformer with maxSeq');
-      const req = (context: number[], maxTokens: number) => ({ modelKey: base.key, version: '0', sampling: { temperature: 1, maxTokens }, sequences: [{ context: [1], seed: '1' }, { context, seed: '2' }] });
+      const req = (context: number[], maxTokens: number) => ({
+        modelKey: base.key,
+        version: '0',
+        sampling: { temperature: 1, maxTokens },
+        sequences: [
+          { context: [1], seed: '1' },
+          { context, seed: '2' },
+        ],
+      });
       await ctx.expectError('Generate with an empty context', () => ctx.client.unary('Generate', req([], 2)), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
       const ctxLen = maxSeq - 4;
-      await ctx.expectError(`Generate with context ${ctxLen} + max_tokens 5 > maxSeq ${maxSeq}`, () => ctx.client.unary('Generate', req(Array(ctxLen).fill(1), 5)), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
+      await ctx.expectError(
+        `Generate with context ${ctxLen} + max_tokens 5 > maxSeq ${maxSeq}`,
+        () => ctx.client.unary('Generate', req(Array(ctxLen).fill(1), 5)),
+        'INVALID_ARGUMENT',
+        'INVALID_REQUEST',
+      );
       const full = req(Array(ctxLen).fill(1), 4);
       await generateOk(ctx, full as GenReq, `Generate with context ${ctxLen} + max_tokens 4 = maxSeq`);
     },
@@ -1278,7 +1567,15 @@ export const CHECKS: Check[] = [
     async run(ctx) {
       await ctx.requireRpcs('Update');
       const base = await ctx.base();
-      const sample: P.UpdateSample = { context: [1, 2], tokens: [3, 4, 5], lossMask: [1, 1, 1], advantages: [1, -1, 1], oldLogprobs: [-2, -2, -2], lossWeights: [0.25, 0.25, 0.25], refLogprobs: [] };
+      const sample: P.UpdateSample = {
+        context: [1, 2],
+        tokens: [3, 4, 5],
+        lossMask: [1, 1, 1],
+        advantages: [1, -1, 1],
+        oldLogprobs: [-2, -2, -2],
+        lossWeights: [0.25, 0.25, 0.25],
+        refLogprobs: [],
+      };
       const cases: [string, Partial<P.UpdateSample>, DeepPartial<P.UpdateSettings> | undefined][] = [
         ['settings.dual_clip_c 0.5', {}, { dualClipC: 0.5 }],
         ['loss_weights[1] −0.25', { lossWeights: [0.25, -0.25, 0.25] }, undefined],
@@ -1288,7 +1585,15 @@ export const CHECKS: Check[] = [
       for (const [what, s, settings] of cases) {
         await ctx.expectError(
           `Update with ${what}`,
-          () => ctx.client.unary('Update', { modelKey: base.key, baseVersion: '0', requestId: ctx.key(`bad-${what}`), allowStaleBase: false, samples: [{ ...sample, ...s }], settings }),
+          () =>
+            ctx.client.unary('Update', {
+              modelKey: base.key,
+              baseVersion: '0',
+              requestId: ctx.key(`bad-${what}`),
+              allowStaleBase: false,
+              samples: [{ ...sample, ...s }],
+              settings,
+            }),
           'INVALID_ARGUMENT',
           'INVALID_REQUEST',
         );
@@ -1299,7 +1604,8 @@ export const CHECKS: Check[] = [
   },
   {
     id: 'errors.non-finite-update',
-    title: 'An Update whose weights blow up (lr 3e38, 3 inner steps) → NON_FINITE_UPDATE (ABORTED), nothing committed, not remembered: a good Update with its request_id makes version 1',
+    title:
+      'An Update whose weights blow up (lr 3e38, 3 inner steps) → NON_FINITE_UPDATE (ABORTED), nothing committed, not remembered: a good Update with its request_id makes version 1',
     async run(ctx) {
       const u = await firstUpdate(ctx);
       const key = ctx.key('non-finite');
@@ -1313,33 +1619,60 @@ export const CHECKS: Check[] = [
       const v1 = await ctx.client.unary('ExportVersion', { modelKey: key, version: '1' });
       expect(!v1.ok, 'a version 1 exists after the failed Update');
       // failed updates are not remembered: the same request_id with a good request runs
-      const good = ok(await ctx.client.unary('Update', { ...u.request, modelKey: key, requestId: ctx.key('blow-up') }), 'a good Update reusing the failed one\'s request_id');
-      expect(String(good.info?.version) === '1' && !good.replayed, `the next Update made version ${good.info?.version} (replayed ${good.replayed}), expected a new version 1`);
+      const good = ok(
+        await ctx.client.unary('Update', { ...u.request, modelKey: key, requestId: ctx.key('blow-up') }),
+        "a good Update reusing the failed one's request_id",
+      );
+      expect(
+        String(good.info?.version) === '1' && !good.replayed,
+        `the next Update made version ${good.info?.version} (replayed ${good.replayed}), expected a new version 1`,
+      );
       return asInvalid ? `rejected up front: ${e.message}` : e.message;
     },
   },
   {
     id: 'errors.streams',
-    title: 'Streaming RPCs fail with the same reasons: LoadVersionChunks without a header → INVALID_REQUEST; ExportVersionChunks / UpdateStream of an unknown model → MODEL_NOT_LOADED; ExportVersionChunks with a destination_uri → INVALID_REQUEST',
+    title:
+      'Streaming RPCs fail with the same reasons: LoadVersionChunks without a header → INVALID_REQUEST; ExportVersionChunks / UpdateStream of an unknown model → MODEL_NOT_LOADED; ExportVersionChunks with a destination_uri → INVALID_REQUEST',
     async run(ctx) {
       const caps = await ctx.capabilities();
       const key = ctx.key('never-loaded');
       let n = 0;
       if (caps.rpcs.includes('LoadVersionChunks')) {
         n++;
-        await ctx.expectError('LoadVersionChunks without a header', () => ctx.client.clientStream('LoadVersionChunks', [{ header: undefined, weights: Buffer.alloc(8), optimizerState: Buffer.alloc(0) }]), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
+        await ctx.expectError(
+          'LoadVersionChunks without a header',
+          () => ctx.client.clientStream('LoadVersionChunks', [{ header: undefined, weights: Buffer.alloc(8), optimizerState: Buffer.alloc(0) }]),
+          'INVALID_ARGUMENT',
+          'INVALID_REQUEST',
+        );
       }
       if (caps.rpcs.includes('ExportVersionChunks')) {
         n++;
-        await ctx.expectError('ExportVersionChunks of an unknown model', () => ctx.client.serverStream('ExportVersionChunks', { modelKey: key, version: '0' }), 'NOT_FOUND', 'MODEL_NOT_LOADED');
+        await ctx.expectError(
+          'ExportVersionChunks of an unknown model',
+          () => ctx.client.serverStream('ExportVersionChunks', { modelKey: key, version: '0' }),
+          'NOT_FOUND',
+          'MODEL_NOT_LOADED',
+        );
         const base = await ctx.base();
         const dest = pathToFileURL(path.join(ctx.tmpDir(), 'chunks-dest')).href;
-        await ctx.expectError('ExportVersionChunks with a destination_uri', () => ctx.client.serverStream('ExportVersionChunks', { modelKey: base.key, version: '0', destinationUri: dest }), 'INVALID_ARGUMENT', 'INVALID_REQUEST');
+        await ctx.expectError(
+          'ExportVersionChunks with a destination_uri',
+          () => ctx.client.serverStream('ExportVersionChunks', { modelKey: base.key, version: '0', destinationUri: dest }),
+          'INVALID_ARGUMENT',
+          'INVALID_REQUEST',
+        );
       }
       if (caps.rpcs.includes('UpdateStream')) {
         n++;
         const samples = [{ context: [1], tokens: [2], lossMask: [1], advantages: [1], oldLogprobs: [-1], lossWeights: [1], refLogprobs: [] }];
-        await ctx.expectError('UpdateStream of an unknown model', () => ctx.client.serverStream('UpdateStream', { modelKey: key, baseVersion: '0', requestId: ctx.key('us-nl'), samples }), 'NOT_FOUND', 'MODEL_NOT_LOADED');
+        await ctx.expectError(
+          'UpdateStream of an unknown model',
+          () => ctx.client.serverStream('UpdateStream', { modelKey: key, baseVersion: '0', requestId: ctx.key('us-nl'), samples }),
+          'NOT_FOUND',
+          'MODEL_NOT_LOADED',
+        );
       }
       if (n === 0) throw new Skip('the engine lists no streaming RPC');
     },
@@ -1360,13 +1693,19 @@ export const CHECKS: Check[] = [
   },
   {
     id: 'abort.generate',
-    title: 'Abort of a running and of a queued Generate: each returns successfully, each sequence finished or ABORTED (logprobs as many as tokens); aborted_requests 0 or 1; an Abort answered while the first runs, sent well after the queued one (another model), finds it; later Generates unaffected',
+    title:
+      'Abort of a running and of a queued Generate: each returns successfully, each sequence finished or ABORTED (logprobs as many as tokens); aborted_requests 0 or 1; an Abort answered while the first runs, sent well after the queued one (another model), finds it; later Generates unaffected',
     async run(ctx) {
       await ctx.requireRpcs('Abort', 'Generate');
       const base = await ctx.base();
       const caps = await ctx.capabilities();
       const V = await ctx.vocab();
-      const reference: GenReq = { modelKey: base.key, version: '0', sampling: { temperature: 1, maxTokens: 9 }, sequences: contexts(V).map((c, i) => ({ context: c, seed: String(700 + i) })) };
+      const reference: GenReq = {
+        modelKey: base.key,
+        version: '0',
+        sampling: { temperature: 1, maxTokens: 9 },
+        sequences: contexts(V).map((c, i) => ({ context: c, seed: String(700 + i) })),
+      };
       const before = await generateOk(ctx, reference, 'reference Generate');
       // B is on another model: no engine can have put it into A's device run, so while A still runs, B waits and must be aborted
       const other = await ctx.initModel('abort-other');
@@ -1404,31 +1743,58 @@ export const CHECKS: Check[] = [
       };
       const [abA, abB] = await Promise.all([abort(a), abortB()]);
       const [ra, rb] = await Promise.all([pa, pb]);
-      expect(!mustHaveFound, `an Abort of the queued Generate (another model) sent ${QUEUED_ABORT_AFTER_MS}+ ms after it and answered while the first Generate still ran did not find it (aborted_requests 0)`);
+      expect(
+        !mustHaveFound,
+        `an Abort of the queued Generate (another model) sent ${QUEUED_ABORT_AFTER_MS}+ ms after it and answered while the first Generate still ran did not find it (aborted_requests 0)`,
+      );
       const outcome: string[] = [];
-      for (const [name, req, ab, res] of [['running', a, abA!, ra], ['queued', b, abB!, rb]] as const) {
+      for (const [name, req, ab, res] of [
+        ['running', a, abA!, ra],
+        ['queued', b, abB!, rb],
+      ] as const) {
         expect(ab.abortedRequests === 0 || ab.abortedRequests === 1, `Abort of the ${name} Generate: aborted_requests ${ab.abortedRequests}, expected 0 or 1`);
         const out = ok(res, `the ${name} Generate after its Abort`);
         const problems = sequenceProblems(req, out, V, true);
         expect(problems.length === 0, `the ${name} Generate after its Abort: ${problems.slice(0, 2).join('; ')}`);
         const aborted = out.sequences.filter((s) => s.stopReason === 'ABORTED');
-        if (ab.abortedRequests === 0) expect(aborted.length === 0, `Abort of the ${name} Generate said 0 aborted, yet ${aborted.length} sequences came back ABORTED`);
-        outcome.push(`${name}: aborted_requests ${ab.abortedRequests}, ${aborted.length}/${ABORT_BATCH} ABORTED (${aborted.reduce((n, s) => n + s.tokens.length, 0)} tokens kept)`);
+        if (ab.abortedRequests === 0)
+          expect(aborted.length === 0, `Abort of the ${name} Generate said 0 aborted, yet ${aborted.length} sequences came back ABORTED`);
+        outcome.push(
+          `${name}: aborted_requests ${ab.abortedRequests}, ${aborted.length}/${ABORT_BATCH} ABORTED (${aborted.reduce((n, s) => n + s.tokens.length, 0)} tokens kept)`,
+        );
       }
       const again = await generateOk(ctx, { ...b, sequences: b.sequences.slice(0, 8) }, 'Generate with the aborted request_id again');
       expect(!again.sequences.some((s) => s.stopReason === 'ABORTED'), 'a later Generate with the same request_id came back ABORTED');
       if (caps.deterministic) {
         // what an aborted sequence kept is a prefix of the same sequence run to the end (only those are run again)
-        for (const [name, req, res] of [['running', a, ra], ['queued', b, rb]] as const) {
+        for (const [name, req, res] of [
+          ['running', a, ra],
+          ['queued', b, rb],
+        ] as const) {
           if (!res.ok) continue;
           const partial = res.value.sequences.flatMap((s, i) => (s.stopReason === 'ABORTED' && s.tokens.length > 0 ? [i] : []));
           if (partial.length === 0) continue;
-          const full = await generateOk(ctx, { ...req, requestId: '', sequences: partial.map((i) => req.sequences[i]!) }, `the ${name} Generate's partial sequences again`);
+          const full = await generateOk(
+            ctx,
+            { ...req, requestId: '', sequences: partial.map((i) => req.sequences[i]!) },
+            `the ${name} Generate's partial sequences again`,
+          );
           partial.forEach((i, k) => {
             const s = res.value.sequences[i]!;
             const f = full.sequences[k]!;
             const n = s.tokens.length;
-            const d = firstDifference([s], [{ ...f, tokens: f.tokens.slice(0, n), logprobs: f.logprobs.slice(0, n), sampleLogprobs: f.sampleLogprobs.slice(0, n), stopReason: P.StopReason.ABORTED }]);
+            const d = firstDifference(
+              [s],
+              [
+                {
+                  ...f,
+                  tokens: f.tokens.slice(0, n),
+                  logprobs: f.logprobs.slice(0, n),
+                  sampleLogprobs: f.sampleLogprobs.slice(0, n),
+                  stopReason: P.StopReason.ABORTED,
+                },
+              ],
+            );
             expect(!d, `the ${name} Generate's sequences[${i}] (ABORTED after ${n} tokens) is not a prefix of the same sequence run to the end: ${d}`);
           });
         }
@@ -1451,19 +1817,28 @@ export const CHECKS: Check[] = [
       expect(big.messages.length >= 2, `${big.messages.length} message(s) for ${big.info.paramCount * 4} weight bytes`);
       const w = Buffer.concat(big.messages.map((m) => Buffer.from(m.weights)));
       const s = Buffer.concat(big.messages.map((m) => Buffer.from(m.optimizerState)));
-      expect(w.length === big.info.paramCount * 4 && sha256Hex(w) === big.info.weightsSha256, `joined weights ${w.length} bytes, sha ${sha256Hex(w).slice(0, 12)}… vs ${big.info.weightsSha256.slice(0, 12)}…`);
-      expect(sha256Hex(s) === big.info.optimizerSha256, `joined optimizer_state sha ${sha256Hex(s).slice(0, 12)}… vs ${big.info.optimizerSha256.slice(0, 12)}…`);
+      expect(
+        w.length === big.info.paramCount * 4 && sha256Hex(w) === big.info.weightsSha256,
+        `joined weights ${w.length} bytes, sha ${sha256Hex(w).slice(0, 12)}… vs ${big.info.weightsSha256.slice(0, 12)}…`,
+      );
+      expect(
+        sha256Hex(s) === big.info.optimizerSha256,
+        `joined optimizer_state sha ${sha256Hex(s).slice(0, 12)}… vs ${big.info.optimizerSha256.slice(0, 12)}…`,
+      );
       return `${big.info.spec?.family} with ${big.info.paramCount} params: ${big.messages.length} messages; InitModel ${big.initMs} ms`;
     },
   },
   {
     id: 'limits.chunk-size',
-    title: 'ExportVersionChunks: every message within gRPC\'s default 4 MiB limit (a caller that did not raise it can read the stream)',
+    title: "ExportVersionChunks: every message within gRPC's default 4 MiB limit (a caller that did not raise it can read the stream)",
     async run(ctx) {
       const big = await bigExport(ctx);
       const largest = Math.max(0, ...big.sizes);
       const over = big.sizes.filter((n) => n > GRPC_DEFAULT_MAX_MESSAGE).length;
-      expect(over === 0, `${over} of ${big.sizes.length} messages over ${GRPC_DEFAULT_MAX_MESSAGE} bytes (largest ${largest}): a client with gRPC's default receive limit gets RESOURCE_EXHAUSTED`);
+      expect(
+        over === 0,
+        `${over} of ${big.sizes.length} messages over ${GRPC_DEFAULT_MAX_MESSAGE} bytes (largest ${largest}): a client with gRPC's default receive limit gets RESOURCE_EXHAUSTED`,
+      );
       return `largest message ${largest} bytes`;
     },
   },

@@ -82,7 +82,10 @@ export class Context {
   private readonly memo = new Map<string, Promise<unknown>>();
   private tmp: string | undefined;
 
-  constructor(readonly client: WireClient, readonly opts: ContextOptions = {}) {
+  constructor(
+    readonly client: WireClient,
+    readonly opts: ContextOptions = {},
+  ) {
     this.log = opts.log ?? (() => undefined);
   }
 
@@ -115,7 +118,9 @@ export class Context {
     return this.once('health', async () => {
       const o = await this.client.unary('Health', {});
       if (!o.ok && o.error.codeName === 'UNIMPLEMENTED') {
-        throw new Fail(`Health: UNIMPLEMENTED: the server does not serve troupe.engine.v2.Engine (a protocol v1 engine serves troupe.engine.v1; every check needs Health)`);
+        throw new Fail(
+          `Health: UNIMPLEMENTED: the server does not serve troupe.engine.v2.Engine (a protocol v1 engine serves troupe.engine.v1; every check needs Health)`,
+        );
       }
       return ok(o, 'Health');
     });
@@ -139,7 +144,8 @@ export class Context {
   }
 
   async requireReferences(): Promise<void> {
-    if (!(await this.capabilities()).weightsByReference) throw new Skip('the engine does not read/write weights by reference (capabilities.weights_by_reference false)');
+    if (!(await this.capabilities()).weightsByReference)
+      throw new Skip('the engine does not read/write weights by reference (capabilities.weights_by_reference false)');
   }
 
   /** The test spec: the given one, else transformer's, else tiny-lm's, whichever family the engine lists first. */
@@ -194,6 +200,9 @@ export class Context {
     expect(h.ok && h.value.status === 'SERVING', `after ${after}: Health ${h.ok ? `status ${h.value.status}` : describeError(h.error)}, expected SERVING`);
     const base = await this.base();
     const sha = await this.exportedSha(base.key, '0');
-    expect(sha === base.info.weightsSha256, `after ${after}: base version 0 now exports with sha ${sha.slice(0, 12)}…, was ${base.info.weightsSha256.slice(0, 12)}…`);
+    expect(
+      sha === base.info.weightsSha256,
+      `after ${after}: base version 0 now exports with sha ${sha.slice(0, 12)}…, was ${base.info.weightsSha256.slice(0, 12)}…`,
+    );
   }
 }

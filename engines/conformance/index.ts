@@ -140,12 +140,13 @@ export async function runConformance(address: string, opts: ConformanceOptions =
       opts.log?.(formatResult(r));
       if (r.status === 'fail' && !gone) {
         const alive = await client.unary('Health', {}, 10_000);
-        if (!alive.ok && ['UNAVAILABLE', 'DEADLINE_EXCEEDED'].includes(alive.error.codeName)) gone = `the engine stopped answering Health after ${check.id} (${describeError(alive.error)})`;
+        if (!alive.ok && ['UNAVAILABLE', 'DEADLINE_EXCEEDED'].includes(alive.error.codeName))
+          gone = `the engine stopped answering Health after ${check.id} (${describeError(alive.error)})`;
       }
     }
     const counts = { pass: 0, fail: 0, skip: 0 };
     for (const r of results) counts[r.status]++;
-    const capabilities = h.ok ? h.value.capabilities ?? null : null;
+    const capabilities = h.ok ? (h.value.capabilities ?? null) : null;
     return { address, results, capabilities, counts, ms: Math.round(performance.now() - t0) };
   } finally {
     ctx.cleanup();

@@ -9,7 +9,16 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import { ERROR_REASON_METADATA } from '../protocol/errors';
-import { type DeepPartial, engineServiceDefinition, MAX_MESSAGE_BYTES, RPC_NAMES, RPCS, type RequestOf, type ResponseOf, type RpcName } from '../protocol/proto';
+import {
+  type DeepPartial,
+  engineServiceDefinition,
+  MAX_MESSAGE_BYTES,
+  RPC_NAMES,
+  RPCS,
+  type RequestOf,
+  type ResponseOf,
+  type RpcName,
+} from '../protocol/proto';
 
 export interface WireError {
   code: grpc.status;
@@ -57,7 +66,10 @@ export class WireClient {
   private readonly def = engineServiceDefinition();
   private readonly timeoutMs: number;
 
-  constructor(readonly address: string, opts: WireClientOptions = {}) {
+  constructor(
+    readonly address: string,
+    opts: WireClientOptions = {},
+  ) {
     const max = opts.maxMessageBytes ?? MAX_MESSAGE_BYTES;
     this.client = new grpc.Client(address, grpc.credentials.createInsecure(), {
       'grpc.max_receive_message_length': max,
@@ -68,9 +80,7 @@ export class WireClient {
 
   /** Resolves when the channel is connected; rejects after `timeoutMs`. */
   waitForReady(timeoutMs: number): Promise<void> {
-    return new Promise((resolve, reject) =>
-      this.client.waitForReady(Date.now() + timeoutMs, (err) => (err ? reject(err) : resolve())),
-    );
+    return new Promise((resolve, reject) => this.client.waitForReady(Date.now() + timeoutMs, (err) => (err ? reject(err) : resolve())));
   }
 
   close(): void {
@@ -89,14 +99,24 @@ export class WireClient {
     type Res = ResponseOf<N>;
     const m = this.method(name);
     return new Promise((resolve) => {
-      this.client.makeUnaryRequest(m.path, m.requestSerialize, m.responseDeserialize, complete(name, req), new grpc.Metadata(), this.deadline(timeoutMs), (err, res) =>
-        resolve(err ? { ok: false, error: toWireError(err) } : { ok: true, value: res as Res }),
+      this.client.makeUnaryRequest(
+        m.path,
+        m.requestSerialize,
+        m.responseDeserialize,
+        complete(name, req),
+        new grpc.Metadata(),
+        this.deadline(timeoutMs),
+        (err, res) => resolve(err ? { ok: false, error: toWireError(err) } : { ok: true, value: res as Res }),
       );
     });
   }
 
   /** Server streaming: every message, or the error (with the messages before it); `sizes` are the messages' encoded sizes in bytes. */
-  serverStream<N extends RpcName>(name: N, req: Req<N>, timeoutMs?: number): Promise<Outcome<ResponseOf<N>[]> & { messages: ResponseOf<N>[]; sizes: number[] }> {
+  serverStream<N extends RpcName>(
+    name: N,
+    req: Req<N>,
+    timeoutMs?: number,
+  ): Promise<Outcome<ResponseOf<N>[]> & { messages: ResponseOf<N>[]; sizes: number[] }> {
     type Res = ResponseOf<N>;
     const m = this.method(name);
     return new Promise((resolve) => {
@@ -133,8 +153,13 @@ export class WireClient {
     type Res = ResponseOf<N>;
     const m = this.method(name);
     return new Promise((resolve) => {
-      const call = this.client.makeClientStreamRequest(m.path, m.requestSerialize, m.responseDeserialize, new grpc.Metadata(), this.deadline(timeoutMs), (err, res) =>
-        resolve(err ? { ok: false, error: toWireError(err) } : { ok: true, value: res as Res }),
+      const call = this.client.makeClientStreamRequest(
+        m.path,
+        m.requestSerialize,
+        m.responseDeserialize,
+        new grpc.Metadata(),
+        this.deadline(timeoutMs),
+        (err, res) => resolve(err ? { ok: false, error: toWireError(err) } : { ok: true, value: res as Res }),
       );
       for (const r of reqs) call.write(complete(name, r));
       call.end();

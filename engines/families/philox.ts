@@ -25,15 +25,7 @@ function mulhi(a: number, b: number): number {
 }
 
 /** One Philox4x32-10 block: four uint32 outputs for counter (c0..c3) and key (k0, k1). */
-export function philox4x32(
-  c0: number,
-  c1: number,
-  c2: number,
-  c3: number,
-  k0: number,
-  k1: number,
-  out: Uint32Array = new Uint32Array(4),
-): Uint32Array {
+export function philox4x32(c0: number, c1: number, c2: number, c3: number, k0: number, k1: number, out: Uint32Array = new Uint32Array(4)): Uint32Array {
   let x0 = c0 >>> 0;
   let x1 = c1 >>> 0;
   let x2 = c2 >>> 0;
@@ -88,13 +80,7 @@ export function toUnit(x: number): number {
  * Fill `out[at .. at+n)` with uniforms u_i = unit(philox(key, counter=(⌊i/4⌋, 0, stream, 0))[i mod 4]),
  * i.e. draw number i of (seed, stream) — independent of any other sequence.
  */
-export function fillUniforms(
-  key: [number, number],
-  stream: number,
-  n: number,
-  out: Float32Array | Float64Array,
-  at = 0,
-): void {
+export function fillUniforms(key: [number, number], stream: number, n: number, out: Float32Array | Float64Array, at = 0): void {
   const block = new Uint32Array(4);
   for (let i = 0; i < n; i += 4) {
     philox4x32(i / 4, 0, stream, 0, key[0], key[1], block);

@@ -104,9 +104,7 @@ export function sessionFactory(device: string, s: SessionSettings): SessionFacto
 function cudaLibraryHint(): string {
   try {
     const dir = path.join(path.dirname(require.resolve('onnxruntime-node/package.json')), 'bin', 'napi-v6', process.platform, process.arch);
-    const missing = ['libonnxruntime_providers_shared.so', 'libonnxruntime_providers_cuda.so'].filter(
-      (f) => !fs.existsSync(path.join(dir, f)),
-    );
+    const missing = ['libonnxruntime_providers_shared.so', 'libonnxruntime_providers_cuda.so'].filter((f) => !fs.existsSync(path.join(dir, f)));
     if (missing.length === 0) return '';
     return ` (${missing.join(', ')} not found in ${dir}: onnxruntime-node was installed without its CUDA provider; install with ONNXRUNTIME_NODE_INSTALL=cuda12 and make the CUDA 12 / cuDNN 9 libraries loadable)`;
   } catch {

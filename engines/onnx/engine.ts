@@ -28,7 +28,7 @@ import type {
   UpdateResponse,
   VersionInfo,
 } from '../protocol/types';
-import { GenerateBatcher, GenerateJob } from './batcher';
+import { GenerateBatcher, type GenerateJob } from './batcher';
 import {
   CheckpointError,
   decodeOptimizerState,
@@ -41,10 +41,10 @@ import {
 } from '../protocol/version-bytes';
 import { DeviceQueue } from './device-queue';
 import { parseEngineFaults, withNanAdvantage, type EngineFaults } from './faults';
-import { defaultMemoryPolicy, ResolvedDevice, sessionFactory } from './device';
-import { InvarianceResult, probeInvariance } from './invariance';
+import { defaultMemoryPolicy, type ResolvedDevice, sessionFactory } from './device';
+import { type InvarianceResult, probeInvariance } from './invariance';
 import * as validate from './validate';
-import { ModelEntry, VersionCache } from './version-cache';
+import { type ModelEntry, VersionCache } from './version-cache';
 
 export interface EngineOptions {
   device: ResolvedDevice;
@@ -90,8 +90,18 @@ interface InflightGenerate {
 
 /** The RPCs of protocol v2 this engine serves (all of them). */
 export const ENGINE_RPCS = [
-  'InitModel', 'LoadVersion', 'ExportVersion', 'LoadVersionChunks', 'ExportVersionChunks',
-  'Generate', 'Score', 'Update', 'UpdateStream', 'Abort', 'Health', 'Stats',
+  'InitModel',
+  'LoadVersion',
+  'ExportVersion',
+  'LoadVersionChunks',
+  'ExportVersionChunks',
+  'Generate',
+  'Score',
+  'Update',
+  'UpdateStream',
+  'Abort',
+  'Health',
+  'Stats',
 ];
 
 /** |Score − Generate| log-prob bound this engine promises (transformer KV-cache decode vs full-sequence scoring; measured ≤ 1.6e-6). */
@@ -160,9 +170,7 @@ export class Engine {
     this.cache = new VersionCache(opts.maxVersionsPerModel ?? 64);
     this.faults = parseEngineFaults(opts.faults ?? process.env.TROUPE_ENGINE_FAULTS);
     if (this.faults.armed.length > 0) this.log({ event: 'warning', message: `test fault injection armed: ${this.faults.armed.join(', ')}` });
-    this.batcher = new GenerateBatcher(this.queue, { windowMs: this.batchWindowMs, maxBatch: this.maxBatch }, (ctx, jobs) =>
-      this.runGenerateGroup(ctx, jobs),
-    );
+    this.batcher = new GenerateBatcher(this.queue, { windowMs: this.batchWindowMs, maxBatch: this.maxBatch }, (ctx, jobs) => this.runGenerateGroup(ctx, jobs));
   }
 
   /** Sessions and invariance mode for a spec, created once and shared by every model with it. */
@@ -345,11 +353,7 @@ export class Engine {
     const prev = this.updates.get(requestId);
     if (prev) {
       if (prev.fingerprint !== fingerprint) {
-        throw new EngineFault(
-          ErrorReason.REQUEST_ID_REUSED,
-          `request_id "${requestId}" was already used for a different update request`,
-          { requestId },
-        );
+        throw new EngineFault(ErrorReason.REQUEST_ID_REUSED, `request_id "${requestId}" was already used for a different update request`, { requestId });
       }
       return { ...(await prev.promise), replayed: true };
     }
@@ -489,12 +493,15 @@ export class Engine {
       requestedDevice: this.device.requested,
       fellBack: this.device.fellBack,
       fallbackReason: this.device.fallbackReason,
-      models: this.cache.list().filter((m) => m.versions.size > 0 || m.latest >= 0).map((m) => ({
-        modelKey: m.key,
-        spec: m.spec,
-        versions: [...m.versions.keys()].sort((a, b) => a - b),
-        latestVersion: m.latest,
-      })),
+      models: this.cache
+        .list()
+        .filter((m) => m.versions.size > 0 || m.latest >= 0)
+        .map((m) => ({
+          modelKey: m.key,
+          spec: m.spec,
+          versions: [...m.versions.keys()].sort((a, b) => a - b),
+          latestVersion: m.latest,
+        })),
       queueDepth: this.queue.depth + this.batcher.waiting,
       tokensPerSecond: c.generateMs > 0 ? (c.tokensGenerated / c.generateMs) * 1000 : 0,
       tokensGenerated: c.tokensGenerated,

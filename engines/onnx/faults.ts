@@ -43,9 +43,13 @@ export const NO_FAULTS: EngineFaults = { armed: [], nanUpdate: () => false, stal
 export function parseEngineFaults(spec: string | undefined): EngineFaults {
   if (!spec || spec.trim() === '') return NO_FAULTS;
   const patterns: Array<{ kind: FaultKind; text: string; atEnd: boolean }> = [];
-  for (const entry of spec.split(',').map((s) => s.trim()).filter(Boolean)) {
+  for (const entry of spec
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean)) {
     const m = /^([a-z-]+):(.+)$/.exec(entry);
-    if (!m || !KINDS.includes(m[1] as FaultKind)) throw new Error(`TROUPE_ENGINE_FAULTS: unknown fault "${entry}" (known: ${KINDS.map((k) => `${k}:<request-id pattern>`).join(', ')})`);
+    if (!m || !KINDS.includes(m[1] as FaultKind))
+      throw new Error(`TROUPE_ENGINE_FAULTS: unknown fault "${entry}" (known: ${KINDS.map((k) => `${k}:<request-id pattern>`).join(', ')})`);
     const atEnd = m[2]!.endsWith('$');
     patterns.push({ kind: m[1] as FaultKind, text: atEnd ? m[2]!.slice(0, -1) : m[2]!, atEnd });
   }

@@ -88,12 +88,7 @@ export interface InvarianceResult {
 }
 
 /** Decide how runs must be shaped for `spec` on this device (see module doc). */
-export async function probeInvariance(
-  spec: ModelSpec,
-  factory: SessionFactory,
-  maxBatch: number,
-  force?: 'free' | 'fixed',
-): Promise<InvarianceResult> {
+export async function probeInvariance(spec: ModelSpec, factory: SessionFactory, maxBatch: number, force?: 'free' | 'fixed'): Promise<InvarianceResult> {
   if (force === 'free') {
     // not probed: the probe's batches (up to maxBatch rows) cost minutes and GBs with a large vocabulary
     return { mode: 'free', minRows: 2, runtime: createRuntime(spec, factory, { minRows: 2 }), description: 'free: runs have >= 2 rows (forced, not probed)' };
@@ -107,7 +102,19 @@ export async function probeInvariance(
   }
   const runtime = createRuntime(spec, factory, { minRows: maxBatch, maxRows: maxBatch });
   if (await rowsAgree(runtime, spec, [maxBatch], maxBatch)) {
-    return { mode: 'fixed', minRows: maxBatch, maxRows: maxBatch, runtime, description: `fixed: every run padded to ${maxBatch} rows (row results depend on batch size on this device)` };
+    return {
+      mode: 'fixed',
+      minRows: maxBatch,
+      maxRows: maxBatch,
+      runtime,
+      description: `fixed: every run padded to ${maxBatch} rows (row results depend on batch size on this device)`,
+    };
   }
-  return { mode: 'none', minRows: maxBatch, maxRows: maxBatch, runtime, description: 'none: rows differ even at a fixed batch shape; results may depend on batch composition' };
+  return {
+    mode: 'none',
+    minRows: maxBatch,
+    maxRows: maxBatch,
+    runtime,
+    description: 'none: rows differ even at a fixed batch shape; results may depend on batch composition',
+  };
 }

@@ -96,17 +96,7 @@ export interface UpdateSettings {
 }
 
 /** Order of the per-step metrics vector every family's update graph emits ([K, 9]). */
-export const STEP_METRICS = [
-  'loss',
-  'pg_loss',
-  'kl_loss',
-  'entropy_sum',
-  'grad_norm',
-  'clip_fraction',
-  'dual_clip_fraction',
-  'approx_kl',
-  'entropy',
-] as const;
+export const STEP_METRICS = ['loss', 'pg_loss', 'kl_loss', 'entropy_sum', 'grad_norm', 'clip_fraction', 'dual_clip_fraction', 'approx_kl', 'entropy'] as const;
 
 export type StepMetrics = Record<(typeof STEP_METRICS)[number], number>;
 

@@ -12,10 +12,7 @@ import type { UpdateProgress, UpdateResponse } from '../protocol/types';
 import type { CancelSignal, Engine } from './engine';
 
 function toServiceError(err: unknown): grpc.ServiceError {
-  const fault =
-    err instanceof EngineFault
-      ? err
-      : new EngineFault(ErrorReason.INTERNAL, `internal engine error: ${(err as Error)?.message ?? String(err)}`);
+  const fault = err instanceof EngineFault ? err : new EngineFault(ErrorReason.INTERNAL, `internal engine error: ${(err as Error)?.message ?? String(err)}`);
   const metadata = new grpc.Metadata();
   metadata.set(ERROR_REASON_METADATA, fault.reason);
   const e = new Error(fault.message) as grpc.ServiceError;
@@ -25,9 +22,7 @@ function toServiceError(err: unknown): grpc.ServiceError {
   return e;
 }
 
-function unary<Req, Res>(
-  fn: (req: Req, cancel: CancelSignal) => Promise<Res>,
-): grpc.handleUnaryCall<Req, Res> {
+function unary<Req, Res>(fn: (req: Req, cancel: CancelSignal) => Promise<Res>): grpc.handleUnaryCall<Req, Res> {
   return (call, callback) => {
     const cancel: CancelSignal = { onCancel: (f) => call.on('cancelled', f) };
     let result: Promise<Res>;
@@ -55,9 +50,10 @@ function loadVersionChunks(engine: Engine): grpc.handleClientStreamingCall<P.Loa
     call.on('end', () => {
       const header = chunks[0]?.header;
       if (!header) return callback(toServiceError(invalid('header: the first LoadVersionChunk must carry the request header')));
-      engine
-        .loadVersion({ ...wire.loadVersionFromWire(header), ...wire.joinChunks(chunks) })
-        .then((info) => callback(null, wire.versionInfoToWire(info)), (e) => callback(toServiceError(e)));
+      engine.loadVersion({ ...wire.loadVersionFromWire(header), ...wire.joinChunks(chunks) }).then(
+        (info) => callback(null, wire.versionInfoToWire(info)),
+        (e) => callback(toServiceError(e)),
+      );
     });
   };
 }
@@ -122,9 +118,7 @@ export function engineHandlers(engine: Engine): grpc.UntypedServiceImplementatio
     ExportVersion: unary(async (req: P.ExportVersionRequest) => wire.exportedToWire(await engine.exportVersion(wire.exportVersionFromWire(req)))),
     LoadVersionChunks: loadVersionChunks(engine),
     ExportVersionChunks: exportVersionChunks(engine),
-    Generate: unary(async (req: P.GenerateRequest, cancel) =>
-      wire.generateResponseToWire(await engine.generate(wire.generateFromWire(req), cancel)),
-    ),
+    Generate: unary(async (req: P.GenerateRequest, cancel) => wire.generateResponseToWire(await engine.generate(wire.generateFromWire(req), cancel))),
     Score: unary(async (req: P.ScoreRequest) => wire.scoreResponseToWire(await engine.score(wire.scoreFromWire(req)))),
     Update: unary(async (req: P.UpdateRequest) => wire.updateResponseToWire(await engine.update(wire.updateFromWire(req)))),
     UpdateStream: updateStream(engine),

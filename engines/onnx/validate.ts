@@ -10,12 +10,12 @@ import { ModelSpecError, type ModelSpec } from '../families/model-family';
 import type { GenerateRow, UpdateSample, UpdateSettings } from './model-runtime';
 import {
   DEFAULT_UPDATE_SETTINGS,
-  GenerateRequest,
-  ModelSpecInput,
-  SamplingParams,
-  ScoreRequest,
-  UpdateRequest,
-  UpdateSettingsInput,
+  type GenerateRequest,
+  type ModelSpecInput,
+  type SamplingParams,
+  type ScoreRequest,
+  type UpdateRequest,
+  type UpdateSettingsInput,
 } from '../protocol/types';
 
 export const LIMITS = {

@@ -46,11 +46,7 @@ export class VersionCache {
   model(key: string): ModelEntry {
     const m = this.models.get(key);
     if (!m) {
-      throw new EngineFault(
-        ErrorReason.MODEL_NOT_LOADED,
-        `model "${key}" is not loaded on this engine (InitModel or LoadVersion it first)`,
-        { modelKey: key },
-      );
+      throw new EngineFault(ErrorReason.MODEL_NOT_LOADED, `model "${key}" is not loaded on this engine (InitModel or LoadVersion it first)`, { modelKey: key });
     }
     return m;
   }

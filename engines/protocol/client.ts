@@ -157,7 +157,14 @@ export class EngineClient {
     return new Promise((resolve, reject) => {
       this.client.waitForReady(Date.now() + timeoutMs, (err) => {
         if (err) {
-          reject(new EngineUnavailableError(`engine at ${this.address} not reachable within ${timeoutMs} ms: ${err.message}`, grpc.status.UNAVAILABLE, ErrorReason.UNAVAILABLE, 'connect'));
+          reject(
+            new EngineUnavailableError(
+              `engine at ${this.address} not reachable within ${timeoutMs} ms: ${err.message}`,
+              grpc.status.UNAVAILABLE,
+              ErrorReason.UNAVAILABLE,
+              'connect',
+            ),
+          );
         } else resolve();
       });
     });
@@ -200,7 +207,8 @@ export class EngineClient {
   /** Bytes above one chunk are streamed (LoadVersionChunks): no message nears the gRPC limit. */
   async loadVersion(req: T.LoadVersionRequest, opts?: CallOptions): Promise<T.VersionInfo> {
     const { weights = new Uint8Array(0), optimizerState = new Uint8Array(0) } = req;
-    if (weights.length + optimizerState.length <= CHUNK_BYTES) return wire.versionInfoFromWire(await this.call('LoadVersion', wire.loadVersionToWire(req), opts));
+    if (weights.length + optimizerState.length <= CHUNK_BYTES)
+      return wire.versionInfoFromWire(await this.call('LoadVersion', wire.loadVersionToWire(req), opts));
     const header = wire.loadVersionToWire({ ...req, weights: undefined, optimizerState: undefined });
     const chunks = wire.byteChunks(weights, optimizerState).map((c, i) => ({ header: i === 0 ? header : undefined, ...c }));
     return wire.versionInfoFromWire(await this.clientStream('LoadVersionChunks', chunks, opts));
@@ -241,7 +249,12 @@ export class EngineClient {
   }
 
   /** A server-streaming call's messages, once its status is OK; `onMessage` hears each as it arrives. */
-  private serverStream<N extends P.RpcName>(method: N, req: P.RequestOf<N>, opts: CallOptions = {}, onMessage?: (m: P.ResponseOf<N>) => void): Promise<P.ResponseOf<N>[]> {
+  private serverStream<N extends P.RpcName>(
+    method: N,
+    req: P.RequestOf<N>,
+    opts: CallOptions = {},
+    onMessage?: (m: P.ResponseOf<N>) => void,
+  ): Promise<P.ResponseOf<N>[]> {
     type Msg = P.ResponseOf<N>;
     const def = this.methods[method]!;
     if (this.closed) return Promise.reject(this.closedError(method));
@@ -289,7 +302,15 @@ export class EngineClient {
       opts.signal?.addEventListener('abort', cancelled, { once: true });
       if (opts.timeoutMs !== undefined) {
         setTimeout(
-          () => item.reject(new EngineUnavailableError(`engine Generate: no answer within ${opts.timeoutMs} ms`, grpc.status.DEADLINE_EXCEEDED, ErrorReason.DEADLINE_EXCEEDED, 'Generate')),
+          () =>
+            item.reject(
+              new EngineUnavailableError(
+                `engine Generate: no answer within ${opts.timeoutMs} ms`,
+                grpc.status.DEADLINE_EXCEEDED,
+                ErrorReason.DEADLINE_EXCEEDED,
+                'Generate',
+              ),
+            ),
           opts.timeoutMs,
         ).unref();
       }
@@ -414,6 +435,11 @@ export class EngineClient {
    * an unreachable engine, instead of grpc-js's untyped "Channel has been shut down".
    */
   private closedError(method: string): EngineUnavailableError {
-    return new EngineUnavailableError(`engine ${method}: the client of the engine at ${this.address} is closed (the engine was restarted); retry with the current one`, grpc.status.UNAVAILABLE, ErrorReason.UNAVAILABLE, method);
+    return new EngineUnavailableError(
+      `engine ${method}: the client of the engine at ${this.address} is closed (the engine was restarted); retry with the current one`,
+      grpc.status.UNAVAILABLE,
+      ErrorReason.UNAVAILABLE,
+      method,
+    );
   }
 }

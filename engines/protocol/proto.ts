@@ -4,7 +4,7 @@
  * changes), and grpc-js's service definition built from them. Messages are camelCase,
  * uint64 as decimal strings (seeds use all 64 bits), enums by name, bytes as Uint8Array.
  */
-import * as grpc from '@grpc/grpc-js';
+import type * as grpc from '@grpc/grpc-js';
 import type { BinaryWriter } from '@bufbuild/protobuf/wire';
 import { EngineDefinition } from './gen/engine';
 

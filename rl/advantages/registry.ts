@@ -78,26 +78,18 @@ export interface AdvantageSpec {
 }
 
 /** Checks options against the chosen estimator and fills defaults. */
-export function resolveOptions(
-  estimator: AdvantageEstimator,
-  options: AdvantageOptions | undefined,
-  path = 'options',
-): ResolvedAdvantageOptions {
+export function resolveOptions(estimator: AdvantageEstimator, options: AdvantageOptions | undefined, path = 'options'): ResolvedAdvantageOptions {
   const o = (options ?? {}) as Record<string, unknown>;
   const weights = validateWeights(o.weights, `${path}.weights`);
   const issues = new IssueList();
   const scope = o.scope ?? 'group-agent';
-  if (!SCOPES.includes(scope as never))
-    issues.add(`${path}.scope`, `must be one of ${SCOPES.join(', ')}, got ${describe(scope)}`);
+  if (!SCOPES.includes(scope as never)) issues.add(`${path}.scope`, `must be one of ${SCOPES.join(', ')}, got ${describe(scope)}`);
   if (o.normalizeStd !== undefined) {
-    if (typeof o.normalizeStd !== 'boolean')
-      issues.add(`${path}.normalizeStd`, `must be a boolean, got ${describe(o.normalizeStd)}`);
-    else if (!estimator.supportsNormalizeStd)
-      issues.add(`${path}.normalizeStd`, normalizeStdMessage(estimator.name));
+    if (typeof o.normalizeStd !== 'boolean') issues.add(`${path}.normalizeStd`, `must be a boolean, got ${describe(o.normalizeStd)}`);
+    else if (!estimator.supportsNormalizeStd) issues.add(`${path}.normalizeStd`, normalizeStdMessage(estimator.name));
   }
   for (const key of Object.keys(o))
-    if (key !== 'weights' && key !== 'scope' && key !== 'normalizeStd')
-      issues.add(`${path}.${key}`, 'unknown option (known: weights, scope, normalizeStd)');
+    if (key !== 'weights' && key !== 'scope' && key !== 'normalizeStd') issues.add(`${path}.${key}`, 'unknown option (known: weights, scope, normalizeStd)');
   issues.throwIfAny();
   return { weights, scope: scope as ResolvedAdvantageOptions['scope'], normalizeStd: o.normalizeStd !== false };
 }
@@ -126,10 +118,7 @@ export interface AgentAdvantageResult {
  * REINFORCE++'s token whitening run over that role's samples only, and the
  * `group` scope averages only that role's turns of an episode.
  */
-export function computeAdvantagesByAgent(
-  samples: readonly unknown[],
-  specs: Readonly<Record<string, AdvantageSpec>>,
-): AgentAdvantageResult {
+export function computeAdvantagesByAgent(samples: readonly unknown[], specs: Readonly<Record<string, AdvantageSpec>>): AgentAdvantageResult {
   const resolved = new Map<string, { estimator: AdvantageEstimator; options: ResolvedAdvantageOptions }>();
   for (const [agentId, spec] of Object.entries(specs)) {
     const estimator = getEstimator(spec.estimator, `byAgent.${agentId}.estimator`);

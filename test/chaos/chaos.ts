@@ -161,7 +161,12 @@ export const LONG_STALE: Omit<ChaosOptions, 'log'> = {
 };
 
 /** The process killed together with a kind in a paired kill (the engine dies with its pool worker anyway). */
-export const PAIRS: Partial<Record<FaultKind, FaultKind>> = { temporal: 'postgres', postgres: 'temporal', 'control-worker': 'pool-worker', 'pool-worker': 'control-worker' };
+export const PAIRS: Partial<Record<FaultKind, FaultKind>> = {
+  temporal: 'postgres',
+  postgres: 'temporal',
+  'control-worker': 'pool-worker',
+  'pool-worker': 'control-worker',
+};
 
 export interface KillRecord {
   kind: FaultKind;
@@ -224,7 +229,10 @@ export interface PlannedKill {
 }
 
 /** The kill schedule of one mode: a pure function of (seed, mode, options). */
-export function schedule(opts: Pick<ChaosOptions, 'seed' | 'kills' | 'kinds' | 'gapShare' | 'restartDelayMs' | 'againAfterMs' | 'pairShare'>, mode: Mode): PlannedKill[] {
+export function schedule(
+  opts: Pick<ChaosOptions, 'seed' | 'kills' | 'kinds' | 'gapShare' | 'restartDelayMs' | 'againAfterMs' | 'pairShare'>,
+  mode: Mode,
+): PlannedKill[] {
   const random = seededRandom(opts.seed * 2 + (mode === 'durable' ? 1 : 0));
   const between = ([lo, hi]: [number, number]) => Math.round(lo + random() * (hi - lo));
   const out: PlannedKill[] = [];
@@ -237,7 +245,11 @@ export function schedule(opts: Pick<ChaosOptions, 'seed' | 'kills' | 'kinds' | '
         [deck[j], deck[k]] = [deck[k]!, deck[j]!];
       }
     }
-    out.push({ kind: deck.shift()!, gapShare: opts.gapShare[0] + random() * (opts.gapShare[1] - opts.gapShare[0]), restartDelayMs: between(opts.restartDelayMs) });
+    out.push({
+      kind: deck.shift()!,
+      gapShare: opts.gapShare[0] + random() * (opts.gapShare[1] - opts.gapShare[0]),
+      restartDelayMs: between(opts.restartDelayMs),
+    });
     // Drawn only for double-kill schedules, so single-kill schedules stay what they were.
     if (opts.againAfterMs) out.at(-1)!.againAfterMs = between(opts.againAfterMs);
     if (opts.pairShare !== undefined && random() < opts.pairShare && PAIRS[out.at(-1)!.kind]) out.at(-1)!.with = PAIRS[out.at(-1)!.kind];
@@ -248,7 +260,17 @@ export function schedule(opts: Pick<ChaosOptions, 'seed' | 'kills' | 'kinds' | '
 /** The run config of a mode. Batched steps are bigger (32 episodes), so they last long enough to be hit mid-rollout. */
 export function runConfig(opts: Pick<ChaosOptions, 'team' | 'runSeed' | 'steps' | 'staleness'>, mode: Mode) {
   const size = mode === 'batched' ? { groupsPerStep: 4, groupSize: 8 } : { groupsPerStep: 2, groupSize: 4 };
-  return { team: opts.team.name, teamOptions: opts.team.options ?? {}, steps: opts.steps[mode], ...size, rollout: mode, evalEvery: 3, evalTasks: 4, seed: opts.runSeed, ...(opts.staleness ? { staleness: opts.staleness } : {}) };
+  return {
+    team: opts.team.name,
+    teamOptions: opts.team.options ?? {},
+    steps: opts.steps[mode],
+    ...size,
+    rollout: mode,
+    evalEvery: 3,
+    evalTasks: 4,
+    seed: opts.runSeed,
+    ...(opts.staleness ? { staleness: opts.staleness } : {}),
+  };
 }
 
 /** The run's result, waiting through server restarts (bounded by `deadline`). */
@@ -257,7 +279,8 @@ async function outcome(handle: WorkflowHandle<typeof trainingRun>, deadline: num
     try {
       return { summary: await handle.result() };
     } catch (e) {
-      if (e instanceof WorkflowFailedError) return { error: `${e.message}: ${(e.cause as Error | undefined)?.message ?? ''} ${((e.cause as { cause?: Error })?.cause)?.message ?? ''}`.trim() };
+      if (e instanceof WorkflowFailedError)
+        return { error: `${e.message}: ${(e.cause as Error | undefined)?.message ?? ''} ${(e.cause as { cause?: Error })?.cause?.message ?? ''}`.trim() };
       if (Date.now() > deadline) return { error: `no result within the time limit (last error: ${(e as Error).message})` };
       await sleep(1000); // the server is restarting
     }
@@ -270,7 +293,10 @@ async function outcome(handle: WorkflowHandle<typeof trainingRun>, deadline: num
  * PostgreSQL that is being killed). undefined while the server is down.
  */
 async function stepsDone(stack: ChaosStack, runId: string): Promise<number | undefined> {
-  const q = stack.client.workflow.getHandle(runId).describe().then((d) => d.typedSearchAttributes.get(TroupeStep) ?? 0);
+  const q = stack.client.workflow
+    .getHandle(runId)
+    .describe()
+    .then((d) => d.typedSearchAttributes.get(TroupeStep) ?? 0);
   return Promise.race([q.catch(() => undefined), sleep(1500).then(() => undefined)]);
 }
 
@@ -323,7 +349,10 @@ interface Pending {
 async function pendingWork(stack: ChaosStack, workflowId: string): Promise<Pending[]> {
   const describe = async (id: string) => (await stack.client.workflow.getHandle(id).describe()).raw;
   const root = await describe(workflowId);
-  const all = [{ id: workflowId, raw: root }, ...(await Promise.all((root.pendingChildren ?? []).map(async (c) => ({ id: c.workflowId!, raw: await describe(c.workflowId!).catch(() => undefined) }))))];
+  const all = [
+    { id: workflowId, raw: root },
+    ...(await Promise.all((root.pendingChildren ?? []).map(async (c) => ({ id: c.workflowId!, raw: await describe(c.workflowId!).catch(() => undefined) })))),
+  ];
   return all.flatMap(({ id, raw }) =>
     (raw?.pendingActivities ?? []).map((a) => ({
       key: `${id}/${a.activityId}`,
@@ -343,7 +372,9 @@ async function lastAttempt(stack: ChaosStack, p: Pending): Promise<{ attempt: nu
   const events = (await stack.client.workflow.getHandle(p.workflowId).fetchHistory()).events ?? [];
   const scheduled = events.find((e) => e.activityTaskScheduledEventAttributes?.activityId === p.activityId);
   if (!scheduled) return undefined;
-  const started = events.find((e) => e.activityTaskStartedEventAttributes && String(e.activityTaskStartedEventAttributes.scheduledEventId) === String(scheduled.eventId));
+  const started = events.find(
+    (e) => e.activityTaskStartedEventAttributes && String(e.activityTaskStartedEventAttributes.scheduledEventId) === String(scheduled.eventId),
+  );
   return started ? { attempt: started.activityTaskStartedEventAttributes!.attempt ?? 1, startedAt: ms(started.eventTime) } : undefined;
 }
 
@@ -396,7 +427,13 @@ function stepWindow(i: number, n: number, steps: number): number {
 class Hold {
   held = false;
 
-  constructor(private readonly stack: ChaosStack, private readonly runId: string, private readonly isDone: () => boolean, private readonly log: (l: string) => void, private readonly off = false) {}
+  constructor(
+    private readonly stack: ChaosStack,
+    private readonly runId: string,
+    private readonly isDone: () => boolean,
+    private readonly log: (l: string) => void,
+    private readonly off = false,
+  ) {}
 
   /** Sends a signal until the server takes it (it may be restarting); false if the run has ended. */
   private async send(which: 'pause' | 'resume'): Promise<boolean> {
@@ -429,7 +466,15 @@ class Hold {
 }
 
 /** Runs the schedule against one live run; returns the kills made and processes found dead unplanned. */
-async function inflict(stack: ChaosStack, runId: string, steps: number, plan: PlannedKill[], timing: { busyWaitMs: number; stepMs: number; noPause?: boolean }, isDone: () => boolean, log: (l: string) => void) {
+async function inflict(
+  stack: ChaosStack,
+  runId: string,
+  steps: number,
+  plan: PlannedKill[],
+  timing: { busyWaitMs: number; stepMs: number; noPause?: boolean },
+  isDone: () => boolean,
+  log: (l: string) => void,
+) {
   const kills: KillRecord[] = [];
   const unplanned: string[] = [];
   const t0 = Date.now();
@@ -443,13 +488,31 @@ async function inflict(stack: ChaosStack, runId: string, steps: number, plan: Pl
       // The kill lands inside a step: after its seeded share of a step (and, for a worker, once
       // it is busy), at the latest when the step after the one under way is committed.
       const before = (await stepsDone(stack, runId)) ?? 0;
-      const killed = await killOne(stack, runId, p, { gapMs: Math.round(p.gapShare * timing.stepMs), busyWaitMs: timing.busyWaitMs, stepLimit: before + 2 }, isDone, t0, log, hold);
+      const killed = await killOne(
+        stack,
+        runId,
+        p,
+        { gapMs: Math.round(p.gapShare * timing.stepMs), busyWaitMs: timing.busyWaitMs, stepLimit: before + 2 },
+        isDone,
+        t0,
+        log,
+        hold,
+      );
       if (killed === 'done') break;
       if (killed.unplanned) unplanned.push(...killed.unplanned);
       if (killed.kill) kills.push(killed.kill);
       if (killed.kill && p.againAfterMs !== undefined && !isDone()) {
         // The same process again, soon after it is back (during its start-up).
-        const again = await killOne(stack, runId, { ...p, againAfterMs: undefined, with: undefined }, { gapMs: p.kind === 'engine' ? 0 : p.againAfterMs, busyWaitMs: 0, stepLimit: Number.MAX_SAFE_INTEGER }, isDone, t0, log, hold);
+        const again = await killOne(
+          stack,
+          runId,
+          { ...p, againAfterMs: undefined, with: undefined },
+          { gapMs: p.kind === 'engine' ? 0 : p.againAfterMs, busyWaitMs: 0, stepLimit: Number.MAX_SAFE_INTEGER },
+          isDone,
+          t0,
+          log,
+          hold,
+        );
         if (again === 'done') break;
         if (again.unplanned) unplanned.push(...again.unplanned);
         if (again.kill) kills.push({ ...again.kill, again: true });
@@ -466,7 +529,16 @@ async function inflict(stack: ChaosStack, runId: string, steps: number, plan: Pl
  * `busyWaitMs`), but kills at once when the run has `stepLimit` steps committed; pauses
  * the run, restarts what was killed and follows the retries.
  */
-async function killOne(stack: ChaosStack, runId: string, p: PlannedKill, { gapMs, busyWaitMs, stepLimit }: { gapMs: number; busyWaitMs: number; stepLimit: number }, isDone: () => boolean, t0: number, log: (l: string) => void, hold: Hold): Promise<'done' | { kill?: KillRecord; unplanned?: string[] }> {
+async function killOne(
+  stack: ChaosStack,
+  runId: string,
+  p: PlannedKill,
+  { gapMs, busyWaitMs, stepLimit }: { gapMs: number; busyWaitMs: number; stepLimit: number },
+  isDone: () => boolean,
+  t0: number,
+  log: (l: string) => void,
+  hold: Hold,
+): Promise<'done' | { kill?: KillRecord; unplanned?: string[] }> {
   const unplanned: string[] = [];
   const late = async () => ((await stepsDone(stack, runId)) ?? 0) >= stepLimit;
   {
@@ -500,7 +572,9 @@ async function killOne(stack: ChaosStack, runId: string, p: PlannedKill, { gapMs
     unplanned.push(...(await stack.restart()).map((d) => `${d.kind} found dead before a kill: ${d.cause}`));
     return { unplanned };
   }
-  log(`chaos: SIGKILL ${p.kind} (pid ${pid})${withPid !== undefined ? ` and ${p.with} (pid ${withPid})` : ''} at ${((at - t0) / 1000).toFixed(1)}s, ${done ?? '?'} steps done, ${lost.length} activities running on it`);
+  log(
+    `chaos: SIGKILL ${p.kind} (pid ${pid})${withPid !== undefined ? ` and ${p.with} (pid ${withPid})` : ''} at ${((at - t0) / 1000).toFixed(1)}s, ${done ?? '?'} steps done, ${lost.length} activities running on it`,
+  );
   const following = followRetries(stack, runId, lost, at, isDone);
   let back: number;
   let engineKilledAtStart: number | undefined;
@@ -519,13 +593,16 @@ async function killOne(stack: ChaosStack, runId: string, p: PlannedKill, { gapMs
       const until = Date.now() + 90_000;
       while (pidAlive(atStart.pool) && [undefined, atStart.engine].includes(stack.pidOf('engine')) && Date.now() < until) await sleep(100);
       if (!pidAlive(atStart.pool)) {
-        unplanned.push(`pool-worker ${atStart.pool} died when its engine was killed during its start-up: ${tailFile(logFilePath(stack.stateDir, 'pool-worker'), 3).replace(/\s+/g, ' ').slice(-300)}`);
+        unplanned.push(
+          `pool-worker ${atStart.pool} died when its engine was killed during its start-up: ${tailFile(logFilePath(stack.stateDir, 'pool-worker'), 3).replace(/\s+/g, ' ').slice(-300)}`,
+        );
         await stack.restart();
       }
     }
     back = Date.now() - at;
     if (temporalDown) await hold.pause('once Temporal is back');
-    for (const d of restarted) if (d.kind !== p.kind && !(withPid !== undefined && d.kind === p.with)) unplanned.push(`${d.kind} found dead after killing ${p.kind}: ${d.cause}`);
+    for (const d of restarted)
+      if (d.kind !== p.kind && !(withPid !== undefined && d.kind === p.with)) unplanned.push(`${d.kind} found dead after killing ${p.kind}: ${d.cause}`);
     if (p.kind === 'pool-worker' && enginePid !== undefined) {
       for (let j = 0; j < 100 && pidAlive(enginePid); j++) await sleep(100);
       if (pidAlive(enginePid)) unplanned.push(`engine ${enginePid} outlived its killed pool worker`);
@@ -576,7 +653,9 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   try {
     // The uninterrupted twins first, side by side, before any fault.
     const t = Date.now();
-    const baselines = await Promise.all(options.modes.map(async (mode) => ({ mode, ...(await outcome(await start(`uninterrupted-${mode}`, mode), Date.now() + options.runTimeoutMs)) })));
+    const baselines = await Promise.all(
+      options.modes.map(async (mode) => ({ mode, ...(await outcome(await start(`uninterrupted-${mode}`, mode), Date.now() + options.runTimeoutMs)) })),
+    );
     const baselineSeconds = (Date.now() - t) / 1000;
     for (const b of baselines) if (!b.summary) throw new Error(`the uninterrupted ${b.mode} run failed: ${b.error}`);
     log(`chaos: uninterrupted runs done in ${baselineSeconds.toFixed(1)}s`);
@@ -589,7 +668,15 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       let done = false;
       const result = outcome(handle, t1 + options.runTimeoutMs).finally(() => (done = true));
       const stepMs = (baselineSeconds * 1000) / options.steps[mode];
-      const { kills, unplanned } = await inflict(stack, workflowId, options.steps[mode], plan, { busyWaitMs: options.busyWaitMs, stepMs, noPause: options.noPause }, () => done, log);
+      const { kills, unplanned } = await inflict(
+        stack,
+        workflowId,
+        options.steps[mode],
+        plan,
+        { busyWaitMs: options.busyWaitMs, stepMs, noPause: options.noPause },
+        () => done,
+        log,
+      );
       // After the schedule: keep everything up until the run ends (bounded by the run's deadline).
       while (!done && Date.now() < t1 + options.runTimeoutMs) {
         const again = await stack.restart();
@@ -599,14 +686,31 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       const { summary, error } = await result;
       const chaosSeconds = (Date.now() - t1) / 1000;
       await stack.restart(); // the store must be up to compare
-      const report: ModeReport = { mode, steps: options.steps[mode], status: summary?.status ?? 'failed', error, baselineSeconds, chaosSeconds, kills, unplanned, identical: false };
+      const report: ModeReport = {
+        mode,
+        steps: options.steps[mode],
+        status: summary?.status ?? 'failed',
+        error,
+        baselineSeconds,
+        chaosSeconds,
+        kills,
+        unplanned,
+        identical: false,
+      };
       if (summary) {
         await measureWorkflowTasks(stack, workflowId, kills).catch((e) => log(`chaos: could not read histories: ${(e as Error).message}`));
         const models = Object.keys(summary.versions);
-        report.comparison = compareRuns(await loadStoredRun(stack.sql, `uninterrupted-${mode}`), await loadStoredRun(stack.sql, workflowId), options.steps[mode], models);
+        report.comparison = compareRuns(
+          await loadStoredRun(stack.sql, `uninterrupted-${mode}`),
+          await loadStoredRun(stack.sql, workflowId),
+          options.steps[mode],
+          models,
+        );
         report.identical = summary.status === 'completed' && summary.steps === options.steps[mode] && report.comparison.problems.length === 0;
       }
-      log(`chaos: ${mode}: ${report.status} in ${chaosSeconds.toFixed(1)}s with ${kills.length} kills; identical: ${report.identical}${error ? `; ${error}` : ''}`);
+      log(
+        `chaos: ${mode}: ${report.status} in ${chaosSeconds.toFixed(1)}s with ${kills.length} kills; identical: ${report.identical}${error ? `; ${error}` : ''}`,
+      );
       for (const p of report.comparison?.problems.slice(0, 10) ?? []) log(`chaos:   ${p}`);
       reports.push(report);
     }
@@ -636,21 +740,41 @@ export function formatReport(r: ChaosReport): string {
   }
   for (const m of r.modes) {
     const c = m.comparison;
-    lines.push(`${m.mode}: ${m.status}, ${m.steps} steps, uninterrupted ${m.baselineSeconds.toFixed(1)}s (both modes at once), with chaos ${m.chaosSeconds.toFixed(1)}s; compared ${c?.versionsCompared ?? 0} versions, ${c?.episodesCompared ?? 0} episodes; final sha256 ${Object.entries(c?.finalSha ?? {}).map(([k, v]) => `${k}=${v.slice(0, 16)}`).join(' ')}`);
+    lines.push(
+      `${m.mode}: ${m.status}, ${m.steps} steps, uninterrupted ${m.baselineSeconds.toFixed(1)}s (both modes at once), with chaos ${m.chaosSeconds.toFixed(1)}s; compared ${c?.versionsCompared ?? 0} versions, ${c?.episodesCompared ?? 0} episodes; final sha256 ${Object.entries(
+        c?.finalSha ?? {},
+      )
+        .map(([k, v]) => `${k}=${v.slice(0, 16)}`)
+        .join(' ')}`,
+    );
     if (m.error) lines.push(`  error: ${m.error}`);
     for (const p of c?.problems ?? []) lines.push(`  PROBLEM ${p}`);
     for (const u of m.unplanned) lines.push(`  unplanned: ${u}`);
     for (const k of m.kills) {
-      const retry = k.retryAfterMs === undefined ? '' : `, retried after ${(k.retryAfterMs / 1000).toFixed(1)}s (${k.retried}${k.lastRetryAfterMs !== undefined && k.lastRetryAfterMs !== k.retryAfterMs ? `; last at ${(k.lastRetryAfterMs / 1000).toFixed(1)}s` : ''})`;
-      const flight = k.inFlight === undefined ? '' : `, ${k.inFlight} activities on it${k.finishedWithoutRetry ? ` (${k.finishedWithoutRetry} finished without retry)` : ''}`;
+      const retry =
+        k.retryAfterMs === undefined
+          ? ''
+          : `, retried after ${(k.retryAfterMs / 1000).toFixed(1)}s (${k.retried}${k.lastRetryAfterMs !== undefined && k.lastRetryAfterMs !== k.retryAfterMs ? `; last at ${(k.lastRetryAfterMs / 1000).toFixed(1)}s` : ''})`;
+      const flight =
+        k.inFlight === undefined
+          ? ''
+          : `, ${k.inFlight} activities on it${k.finishedWithoutRetry ? ` (${k.finishedWithoutRetry} finished without retry)` : ''}`;
       const atStart = k.engineKilledAtStart !== undefined ? `, its successor's engine killed during start-up` : '';
-      lines.push(`  kill ${k.kind}${k.with ? ` + ${k.with}` : ''}${k.again ? ' again' : ''} after ${k.stepsDone ?? '?'} steps: back after ${(k.backAfterMs / 1000).toFixed(1)}s${atStart}${flight}${retry}`);
+      lines.push(
+        `  kill ${k.kind}${k.with ? ` + ${k.with}` : ''}${k.again ? ' again' : ''} after ${k.stepsDone ?? '?'} steps: back after ${(k.backAfterMs / 1000).toFixed(1)}s${atStart}${flight}${retry}`,
+      );
     }
   }
   const all = r.modes.flatMap((m) => m.kills).filter((k) => k.retryAfterMs !== undefined);
   for (const kind of ['control-worker', 'pool-worker', 'engine'] as const) {
-    const xs = all.filter((k) => k.kind === kind).map((k) => k.retryAfterMs! / 1000).sort((x, y) => x - y);
-    if (xs.length) lines.push(`kill -> retried task start, ${kind}: min ${xs[0]!.toFixed(1)}s, median ${xs[Math.floor(xs.length / 2)]!.toFixed(1)}s, max ${xs.at(-1)!.toFixed(1)}s (n=${xs.length})`);
+    const xs = all
+      .filter((k) => k.kind === kind)
+      .map((k) => k.retryAfterMs! / 1000)
+      .sort((x, y) => x - y);
+    if (xs.length)
+      lines.push(
+        `kill -> retried task start, ${kind}: min ${xs[0]!.toFixed(1)}s, median ${xs[Math.floor(xs.length / 2)]!.toFixed(1)}s, max ${xs.at(-1)!.toFixed(1)}s (n=${xs.length})`,
+      );
   }
   return lines.join('\n');
 }
@@ -671,10 +795,21 @@ async function main() {
     },
   });
   const long = values.long || process.env.TROUPE_CHAOS_LONG === '1';
-  if ([values['no-pause'], values.transformer, values.staleness].filter(Boolean).length > 1) throw new Error('--no-pause, --transformer and --staleness: choose one schedule');
+  if ([values['no-pause'], values.transformer, values.staleness].filter(Boolean).length > 1)
+    throw new Error('--no-pause, --transformer and --staleness: choose one schedule');
   const base = values.staleness
     ? { ...(long ? LONG_STALE : SHORT_STALE), staleness: Number(values.staleness) }
-    : values['no-pause'] ? (long ? LONG_NO_PAUSE : SHORT_NO_PAUSE) : values.transformer ? (long ? LONG_TRANSFORMER : SHORT_TRANSFORMER) : long ? LONG : SHORT;
+    : values['no-pause']
+      ? long
+        ? LONG_NO_PAUSE
+        : SHORT_NO_PAUSE
+      : values.transformer
+        ? long
+          ? LONG_TRANSFORMER
+          : SHORT_TRANSFORMER
+        : long
+          ? LONG
+          : SHORT;
   const steps = values.steps ? Number(values.steps) : undefined;
   const options: ChaosOptions = {
     ...base,

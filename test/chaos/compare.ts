@@ -37,8 +37,12 @@ export async function loadStoredRun(sql: Sql, runId: string): Promise<StoredRun>
   const turns = ids.length
     ? await sql`SELECT episode_id, turn_index, agent, model, version, parents, context_tokens, response_tokens, logprobs, loss_mask, stop_reason FROM turns WHERE episode_id IN ${sql(ids)} ORDER BY episode_id, turn_index`
     : [];
-  const calls = ids.length ? await sql`SELECT episode_id, turn_index, call_index, tool, input, output, error FROM tool_calls WHERE episode_id IN ${sql(ids)} ORDER BY episode_id, turn_index, call_index` : [];
-  const rewards = ids.length ? await sql`SELECT episode_id, turn_index, agent, component, value FROM rewards WHERE episode_id IN ${sql(ids)} ORDER BY episode_id, turn_index, component` : [];
+  const calls = ids.length
+    ? await sql`SELECT episode_id, turn_index, call_index, tool, input, output, error FROM tool_calls WHERE episode_id IN ${sql(ids)} ORDER BY episode_id, turn_index, call_index`
+    : [];
+  const rewards = ids.length
+    ? await sql`SELECT episode_id, turn_index, agent, component, value FROM rewards WHERE episode_id IN ${sql(ids)} ORDER BY episode_id, turn_index, component`
+    : [];
   const strip = (r: Record<string, unknown>) => {
     const { episode_id: _id, ...rest } = r;
     return rest;
@@ -60,11 +64,22 @@ export async function loadStoredRun(sql: Sql, runId: string): Promise<StoredRun>
     const key = `${r.split}/${r.step}`;
     if (!episodes.has(key)) episodes.set(key, []);
     const id = r.episode_id as string;
-    episodes.get(key)!.push(JSON.stringify({ ...strip(r), seed: String(r.seed), turns: turnsOf.get(id) ?? [], calls: callsOf.get(id) ?? [], rewards: rewardsOf.get(id) ?? [] }));
+    episodes
+      .get(key)!
+      .push(
+        JSON.stringify({ ...strip(r), seed: String(r.seed), turns: turnsOf.get(id) ?? [], calls: callsOf.get(id) ?? [], rewards: rewardsOf.get(id) ?? [] }),
+      );
   }
   return {
     runId,
-    versions: versions.map((v) => ({ model: v.model, version: v.version, step: v.step, sha256: v.sha256, weightsSha256: sha(v.weights), optimizerSha256: sha(v.optimizerState) })),
+    versions: versions.map((v) => ({
+      model: v.model,
+      version: v.version,
+      step: v.step,
+      sha256: v.sha256,
+      weightsSha256: sha(v.weights),
+      optimizerSha256: sha(v.optimizerState),
+    })),
     steps: steps.map((s) => ({ step: s.step, status: s.status })),
     episodes,
     events: events.map((e) => ({ step: e.step, kind: e.kind, detail: e.detail })),
@@ -104,7 +119,8 @@ export function compareRuns(baseline: StoredRun, chaos: StoredRun, steps: number
     const c = chaos.versions.find((x) => x.model === v.model && x.version === v.version);
     if (!c) continue; // reported by checkBookkeeping
     versionsCompared++;
-    if (c.weightsSha256 !== v.weightsSha256) problems.push(`${v.model} v${v.version} (step ${v.step}): weights differ (${c.weightsSha256.slice(0, 12)} vs ${v.weightsSha256.slice(0, 12)})`);
+    if (c.weightsSha256 !== v.weightsSha256)
+      problems.push(`${v.model} v${v.version} (step ${v.step}): weights differ (${c.weightsSha256.slice(0, 12)} vs ${v.weightsSha256.slice(0, 12)})`);
     if (c.optimizerSha256 !== v.optimizerSha256) problems.push(`${v.model} v${v.version} (step ${v.step}): optimizer state differs`);
   }
   let episodesCompared = 0;

@@ -63,7 +63,9 @@ async function main(): Promise<number> {
     await sleep(12_000); // anything still pending now will not settle by itself
     const now = Date.now();
     const hung = [...pending.values()].filter((t) => now - t > 10_000).length;
-    console.log(`after ${rounds} PostgreSQL crashes: ${ok} transactions ok, ${failed} failed (retryable), ${hung} never settled, ${crashes.length} uncaught driver exceptions`);
+    console.log(
+      `after ${rounds} PostgreSQL crashes: ${ok} transactions ok, ${failed} failed (retryable), ${hung} never settled, ${crashes.length} uncaught driver exceptions`,
+    );
     for (const c of crashes.slice(0, 3)) console.log(`  ${c}`);
     stop = true;
     await Promise.race([Promise.all(loops), sleep(3000)]);

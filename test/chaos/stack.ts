@@ -66,7 +66,12 @@ export const POSTGRES_JS_CRASH = 'postgres.js crashed the process writing to a c
 function causeOfDeath(stateDir: string, kind: FaultKind): string {
   const tail = tailFile(logFilePath(stateDir, kind), 40);
   if (/reading 'write'\)/.test(tail) && /nextWrite/.test(tail)) return POSTGRES_JS_CRASH;
-  return `last log line: ${(tail.split('\n').filter((l) => l.trim()).at(-1) ?? '(empty log)').slice(0, 240)}`;
+  return `last log line: ${(
+    tail
+      .split('\n')
+      .filter((l) => l.trim())
+      .at(-1) ?? '(empty log)'
+  ).slice(0, 240)}`;
 }
 
 /** Children of `pid` (from /proc), with their argv. */
@@ -165,7 +170,8 @@ export async function startChaosStack(opts: { env?: Record<string, string>; log?
     while (Date.now() < deadline) {
       const pid = pidOf('pool-worker');
       if (pid === undefined) return; // it exited during start-up: the next restart() finds it missing
-      if ((await pollerIdentities(connection, config.namespace, config.poolTaskQueue, 'activity').catch(() => [])).some((id) => id.startsWith(`${pid}@`))) return;
+      if ((await pollerIdentities(connection, config.namespace, config.poolTaskQueue, 'activity').catch(() => [])).some((id) => id.startsWith(`${pid}@`)))
+        return;
       await sleep(250);
     }
     throw new Error(`the pool worker did not poll ${config.poolTaskQueue} within ${timeoutMs / 1000}s (log: ${path.join(stateDir, 'pool-worker.log')})`);
@@ -251,7 +257,8 @@ export async function startChaosStack(opts: { env?: Record<string, string>; log?
       await connection.close().catch(() => undefined);
       await sql.end({ timeout: 2 }).catch(() => undefined);
       // The dashboard `up` started too: left running it outlives the test (seen: one per chaos run).
-      for (const name of ['dashboard', 'pool-worker', 'control-worker', 'temporal'] as const) await stopService(stateDir, name, { timeoutMs: 10_000 }).catch(() => undefined);
+      for (const name of ['dashboard', 'pool-worker', 'control-worker', 'temporal'] as const)
+        await stopService(stateDir, name, { timeoutMs: 10_000 }).catch(() => undefined);
       if (fs.existsSync(embeddedDataDir(stateDir))) await stopEmbeddedPostgres(stateDir, 15_000).catch(() => undefined);
       if (!keepState) fs.rmSync(stateDir, { recursive: true, force: true });
     },

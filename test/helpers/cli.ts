@@ -23,7 +23,9 @@ export function troupe(args: string[], env: NodeJS.ProcessEnv): Promise<{ code: 
 }
 
 /** An environment for a stack of its own; `cleanup` runs `down`, drops the database and removes the state dir. */
-export async function cliStack(extra: NodeJS.ProcessEnv = {}): Promise<{ env: NodeJS.ProcessEnv; stateDir: string; db: TestDatabase; cleanup: () => Promise<void> }> {
+export async function cliStack(
+  extra: NodeJS.ProcessEnv = {},
+): Promise<{ env: NodeJS.ProcessEnv; stateDir: string; db: TestDatabase; cleanup: () => Promise<void> }> {
   const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-up-'));
   const db = await createTestDatabase({ migrate: false }); // `up` migrates it
   const env: NodeJS.ProcessEnv = {

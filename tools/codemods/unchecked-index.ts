@@ -14,12 +14,16 @@ import ts from 'typescript';
 const MAX_ROUNDS = 8;
 
 function loadConfig(configPath: string): ts.ParsedCommandLine {
-  const parsed = ts.getParsedCommandLineOfConfigFile(configPath, { noUncheckedIndexedAccess: true }, {
-    ...ts.sys,
-    onUnRecoverableConfigFileDiagnostic: (d) => {
-      throw new Error(ts.flattenDiagnosticMessageText(d.messageText, '\n'));
+  const parsed = ts.getParsedCommandLineOfConfigFile(
+    configPath,
+    { noUncheckedIndexedAccess: true },
+    {
+      ...ts.sys,
+      onUnRecoverableConfigFileDiagnostic: (d) => {
+        throw new Error(ts.flattenDiagnosticMessageText(d.messageText, '\n'));
+      },
     },
-  });
+  );
   if (!parsed) throw new Error(`cannot read ${configPath}`);
   return parsed;
 }
@@ -88,10 +92,13 @@ function main(): number {
     left = [];
     for (const d of diagnostics) {
       const sf = d.file!;
-      const access = mentionsUndefined(d) && d.start !== undefined ? (() => {
-        const node = nodeAt(sf, d.start, d.start + (d.length ?? 0));
-        return node ? indexReadFor(node, checker) : undefined;
-      })() : undefined;
+      const access =
+        mentionsUndefined(d) && d.start !== undefined
+          ? (() => {
+              const node = nodeAt(sf, d.start, d.start + (d.length ?? 0));
+              return node ? indexReadFor(node, checker) : undefined;
+            })()
+          : undefined;
       if (!access) {
         left.push(d);
         continue;

@@ -125,7 +125,8 @@ const rule = {
     docs: { description: 'Refuse load-time imports that close a cycle of modules' },
     schema: [],
     messages: {
-      cycle: 'Import cycle: {{from}} imports {{to}}, which leads back here ({{count}} modules in the cycle: {{members}}). Break it: move what both need into a lower module, or import a type with `import type`.',
+      cycle:
+        'Import cycle: {{from}} imports {{to}}, which leads back here ({{count}} modules in the cycle: {{members}}). Break it: move what both need into a lower module, or import a type with `import type`.',
     },
   },
   create(context) {
@@ -150,7 +151,12 @@ const rule = {
           context.report({
             loc: context.sourceCode.getLocFromIndex(pos),
             messageId: 'cycle',
-            data: { from: rel(file), to: rel(target), count: String(shown.length), members: shown.length > 6 ? `${shown.slice(0, 6).join(', ')}, …` : shown.join(', ') },
+            data: {
+              from: rel(file),
+              to: rel(target),
+              count: String(shown.length),
+              members: shown.length > 6 ? `${shown.slice(0, 6).join(', ')}, …` : shown.join(', '),
+            },
           });
         }
       },

@@ -67,7 +67,7 @@ function typeOnlyNames(node) {
     return undefined;
   }
   if (node.type === 'ExportAllDeclaration' && node.exportKind === 'type') return ['*'];
-  if (node.type === 'TSImportType') return [node.qualifier ? node.qualifier.name ?? '?' : '*'];
+  if (node.type === 'TSImportType') return [node.qualifier ? (node.qualifier.name ?? '?') : '*'];
   return undefined;
 }
 
@@ -79,8 +79,7 @@ function stringOf(node) {
 }
 
 const upwardAllowed = (fromRel, toRel, names) =>
-  names !== undefined &&
-  EXCEPTIONS.some((e) => stem(e.from) === stem(fromRel) && stem(e.to) === stem(toRel) && names.every((n) => e.names.includes(n)));
+  names !== undefined && EXCEPTIONS.some((e) => stem(e.from) === stem(fromRel) && stem(e.to) === stem(toRel) && names.every((n) => e.names.includes(n)));
 
 const order = LAYERS.map((_, i) => layerName(i)).join(' < ');
 
@@ -91,7 +90,8 @@ const rule = {
     docs: { description: 'Refuse imports from a higher layer (the table in tools/eslint/layers.js)' },
     schema: [],
     messages: {
-      upward: "{{from}} (layer {{fromLayer}}) imports {{to}} (layer {{toLayer}}), a higher layer: a file may import only from its own layer or lower ones ({{order}}){{typeHint}}",
+      upward:
+        '{{from}} (layer {{fromLayer}}) imports {{to}} (layer {{toLayer}}), a higher layer: a file may import only from its own layer or lower ones ({{order}}){{typeHint}}',
       unlayered: '{{to}} is in no layer: add its folder to LAYERS in tools/eslint/layers.js',
     },
   },

@@ -22,15 +22,29 @@ export interface DetailsInput {
 }
 
 export function renderDetails(d: DetailsInput): string {
-  const items = Object.entries(d.rewards).map(([agent, cs]) => `- ${agent}: ${Object.entries(cs).map(([k, v]) => `${k} ${v.toFixed(3)}`).join(', ')}`);
-  if (d.lastEval) items.push(`- eval success ${d.lastEval.success.toFixed(3)} at step ${d.lastEval.step}${d.initialEval ? ` (from ${d.initialEval.success.toFixed(3)})` : ''}`);
+  const items = Object.entries(d.rewards).map(
+    ([agent, cs]) =>
+      `- ${agent}: ${Object.entries(cs)
+        .map(([k, v]) => `${k} ${v.toFixed(3)}`)
+        .join(', ')}`,
+  );
+  if (d.lastEval)
+    items.push(
+      `- eval success ${d.lastEval.success.toFixed(3)} at step ${d.lastEval.step}${d.initialEval ? ` (from ${d.initialEval.success.toFixed(3)})` : ''}`,
+    );
   if (d.failedEpisodes > 0) items.push(`- failed episodes: ${d.failedEpisodes}`);
   if (d.staleness) {
     const { lags, ahead, offPolicy } = d.staleness;
-    items.push(`- staleness ${Object.entries(lags).map(([m, k]) => `${m} k=${k}`).join(', ')}; rollouts started ahead: ${ahead.length > 0 ? `steps ${ahead.join(', ')}` : 'none'}`);
+    items.push(
+      `- staleness ${Object.entries(lags)
+        .map(([m, k]) => `${m} k=${k}`)
+        .join(', ')}; rollouts started ahead: ${ahead.length > 0 ? `steps ${ahead.join(', ')}` : 'none'}`,
+    );
     for (const [m, x] of Object.entries(offPolicy)) {
       if (x.staleness === undefined) continue;
-      items.push(`- ${m} off-policy: staleness ${x.staleness.toFixed(2)}, IS weight mean ${x['isWeight.mean']!.toFixed(3)} max ${x['isWeight.max']!.toFixed(3)} truncated ${x['isWeight.truncated']!.toFixed(3)}, KL(behaviour‖current) ${x.behaviourKl!.toExponential(2)}, clip fraction ${x.clipFraction!.toFixed(3)}`);
+      items.push(
+        `- ${m} off-policy: staleness ${x.staleness.toFixed(2)}, IS weight mean ${x['isWeight.mean']!.toFixed(3)} max ${x['isWeight.max']!.toFixed(3)} truncated ${x['isWeight.truncated']!.toFixed(3)}, KL(behaviour‖current) ${x.behaviourKl!.toExponential(2)}, clip fraction ${x.clipFraction!.toFixed(3)}`,
+      );
     }
   }
   if (d.pendingChanges > 0) items.push(`- optimizer changes pending: ${d.pendingChanges} (apply at step ${d.step + (d.phase === 'running' ? 1 : 0)})`);

@@ -36,7 +36,14 @@ export function resolve(rawConfig: unknown, optimizer?: OptimizerConfig): Resolv
   const resolved = withOptimizer({ config, team }, optimizer ?? config.optimizer);
   const pools = new Set(Object.keys(team.models).map((m) => poolsOf(config, team, m).sample));
   // its episodes would run in workflow code, which cannot read the checkpoint's tokenizer.json
-  if (config.rollout === 'durable' && team.tokenizer.kind === 'placeholder') throw new RunConfigError([{ path: 'rollout', message: `team ${team.name} uses the tokenizer.json of its checkpoint (teamOptions.checkpointTokenizer), which only activities read: use "batched"` }]);
-  if (config.rollout === 'batched' && pools.size > 1) throw new RunConfigError([{ path: 'rollout', message: `batched rollouts need every model on one pool; team ${team.name} uses ${[...pools].join(', ')}` }]);
+  if (config.rollout === 'durable' && team.tokenizer.kind === 'placeholder')
+    throw new RunConfigError([
+      {
+        path: 'rollout',
+        message: `team ${team.name} uses the tokenizer.json of its checkpoint (teamOptions.checkpointTokenizer), which only activities read: use "batched"`,
+      },
+    ]);
+  if (config.rollout === 'batched' && pools.size > 1)
+    throw new RunConfigError([{ path: 'rollout', message: `batched rollouts need every model on one pool; team ${team.name} uses ${[...pools].join(', ')}` }]);
   return resolved;
 }

@@ -25,14 +25,26 @@ export function poolOf(run: RunState, model: string, role: 'sample' | 'train' = 
 function sampleQueues(run: RunState) {
   const { config, team } = run.resolved;
   if (!config.pools && run.models.every((m) => !team.models[m]!.trainPool)) return {};
-  return { modelQueues: Object.fromEntries(run.models.map((m) => { const p = poolsOf(config, team, m).sample; return [m, run.poolQueues?.[p] ?? p]; })) };
+  return {
+    modelQueues: Object.fromEntries(
+      run.models.map((m) => {
+        const p = poolsOf(config, team, m).sample;
+        return [m, run.poolQueues?.[p] ?? p];
+      }),
+    ),
+  };
 }
 
 /** Every pool the run's models use (sampling and training), for the task queue lookup. */
 export const poolsUsed = (run: RunState) => [...new Set(run.models.flatMap((m) => Object.values(poolsOf(run.config, run.resolved.team, m))))];
 
 /** The episodes of a plan (by reference), sampling the `serving` versions. */
-export async function rolloutPlan(run: RunState, plan: StepPlan, sampling?: Partial<Sampling>, serving: Record<string, number> = run.versions): Promise<number> {
+export async function rolloutPlan(
+  run: RunState,
+  plan: StepPlan,
+  sampling?: Partial<Sampling>,
+  serving: Record<string, number> = run.versions,
+): Promise<number> {
   const { episodes, ...byRef } = plan;
   const split = plan.rule.split;
   const at = plan.step;
@@ -40,14 +52,19 @@ export async function rolloutPlan(run: RunState, plan: StepPlan, sampling?: Part
   if (run.config.rollout === 'durable') {
     const results = await Promise.all(
       Array.from({ length: episodes }, (_, index) =>
-        executeChild(episodeWorkflow, { workflowId: episodeIdOf(byRef, index), args: [{ ...ref, runId, step: at, split, plan: byRef, index, versions: serving, sampling, poolQueues, ...sampleQueues(run) }] }),
+        executeChild(episodeWorkflow, {
+          workflowId: episodeIdOf(byRef, index),
+          args: [{ ...ref, runId, step: at, split, plan: byRef, index, versions: serving, sampling, poolQueues, ...sampleQueues(run) }],
+        }),
       ),
     );
     return results.filter((r) => r.status === 'failed').length;
   }
   const parts: Array<[number, number]> = [];
   for (let from = 0; from < episodes; from += ROLLOUT_CHUNK) parts.push([from, Math.min(from + ROLLOUT_CHUNK, episodes)]);
-  const results = await Promise.all(parts.map(([from, to]) => poolOf(run, run.models[0]!).rolloutBatch({ ...ref, runId, step: at, split, plan: byRef, from, to, versions: serving, sampling })));
+  const results = await Promise.all(
+    parts.map(([from, to]) => poolOf(run, run.models[0]!).rolloutBatch({ ...ref, runId, step: at, split, plan: byRef, from, to, versions: serving, sampling })),
+  );
   return results.reduce((n, r) => n + r.failed, 0);
 }
 
@@ -55,11 +72,20 @@ export async function rolloutPlan(run: RunState, plan: StepPlan, sampling?: Part
 export async function rolloutListed(run: RunState, specs: EpisodeSpec[], split: Split, at: number, sampling?: Partial<Sampling>): Promise<number> {
   const { ref, runId, poolQueues, versions } = run;
   if (run.config.rollout === 'durable') {
-    const results = await Promise.all(specs.map((spec) => executeChild(episodeWorkflow, { workflowId: spec.episodeId, args: [{ ...ref, runId, step: at, split, spec, versions, sampling, poolQueues, ...sampleQueues(run) }] })));
+    const results = await Promise.all(
+      specs.map((spec) =>
+        executeChild(episodeWorkflow, {
+          workflowId: spec.episodeId,
+          args: [{ ...ref, runId, step: at, split, spec, versions, sampling, poolQueues, ...sampleQueues(run) }],
+        }),
+      ),
+    );
     return results.filter((r) => r.status === 'failed').length;
   }
   const parts: EpisodeSpec[][] = [];
   for (let i = 0; i < specs.length; i += ROLLOUT_CHUNK) parts.push(specs.slice(i, i + ROLLOUT_CHUNK));
-  const results = await Promise.all(parts.map((part) => poolOf(run, run.models[0]!).rolloutBatch({ ...ref, runId, step: at, split, specs: part, versions, sampling })));
+  const results = await Promise.all(
+    parts.map((part) => poolOf(run, run.models[0]!).rolloutBatch({ ...ref, runId, step: at, split, specs: part, versions, sampling })),
+  );
   return results.reduce((n, r) => n + r.failed, 0);
 }

@@ -88,7 +88,14 @@ export class StalePipeline {
   private async rolloutStep(at: number, serving: Record<string, number>): Promise<RolloutDone> {
     const { run } = this;
     const t0 = Date.now();
-    const planned = await controlLocal.planStep({ ...run.ref, runId: run.runId, step: at, seed: run.config.seed, groupsPerStep: run.config.groupsPerStep, groupSize: run.config.groupSize });
+    const planned = await controlLocal.planStep({
+      ...run.ref,
+      runId: run.runId,
+      step: at,
+      seed: run.config.seed,
+      groupsPerStep: run.config.groupsPerStep,
+      groupSize: run.config.groupSize,
+    });
     const failed = await rolloutPlan(run, planned, undefined, serving);
     return { seconds: (Date.now() - t0) / 1000, episodes: planned.episodes, failed };
   }

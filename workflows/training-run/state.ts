@@ -123,7 +123,19 @@ export class RunState {
 
   toCarried(rolledOut?: Record<number, RolloutDone>): Carried {
     const { step, versions, paused, stopRequested, initialEval, lastEval, failedEpisodes, pendingChanges, stepsWithoutSignal } = this;
-    return { startStep: step, versions, optimizer: this.config.optimizer, paused, stopRequested, initialEval, lastEval, failedEpisodes, pendingChanges, stepsWithoutSignal, ...(rolledOut ? { rolledOut } : {}) };
+    return {
+      startStep: step,
+      versions,
+      optimizer: this.config.optimizer,
+      paused,
+      stopRequested,
+      initialEval,
+      lastEval,
+      failedEpisodes,
+      pendingChanges,
+      stepsWithoutSignal,
+      ...(rolledOut ? { rolledOut } : {}),
+    };
   }
 
   view(): RunStatusView {
@@ -154,7 +166,20 @@ export class RunState {
     ]);
     const { runId, step, phase, rewards, lastEval, initialEval, failedEpisodes, dashboardPage } = this;
     setCurrentDetails(
-      renderDetails({ team: this.config.team, runId, step, steps: this.config.steps, phase, rewards, lastEval, initialEval, failedEpisodes, staleness: this.pipeline?.details(step), pendingChanges: this.pendingChanges.length, dashboardPage }),
+      renderDetails({
+        team: this.config.team,
+        runId,
+        step,
+        steps: this.config.steps,
+        phase,
+        rewards,
+        lastEval,
+        initialEval,
+        failedEpisodes,
+        staleness: this.pipeline?.details(step),
+        pendingChanges: this.pendingChanges.length,
+        dashboardPage,
+      }),
     );
   }
 }

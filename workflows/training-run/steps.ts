@@ -36,7 +36,14 @@ export const evalDue = (run: RunState, at: number) => run.config.evalEvery > 0 &
 export async function startOrResume(run: RunState, mode: StartMode) {
   const info = workflowInfo();
   const { runId, models } = run;
-  const point = await control.startRun({ runId, config: run.config, workflowId: info.workflowId, executionId: info.runId, models, ...(mode.resume ? { resume: true } : {}) });
+  const point = await control.startRun({
+    runId,
+    config: run.config,
+    workflowId: info.workflowId,
+    executionId: info.runId,
+    models,
+    ...(mode.resume ? { resume: true } : {}),
+  });
   run.owned = true;
   run.step = point.startStep;
   run.versions = point.versions;
@@ -83,7 +90,14 @@ export async function runStep(run: RunState) {
   // Runs started before this change recorded planStep/finishStep as ordinary activities.
   const bookkeeping = patched(Patch.localStepBookkeeping) ? controlLocal : control;
   const { config } = run;
-  const planned = await bookkeeping.planStep({ ...run.ref, runId: run.runId, step: run.step, seed: config.seed, groupsPerStep: config.groupsPerStep, groupSize: config.groupSize });
+  const planned = await bookkeeping.planStep({
+    ...run.ref,
+    runId: run.runId,
+    step: run.step,
+    seed: config.seed,
+    groupsPerStep: config.groupsPerStep,
+    groupSize: config.groupSize,
+  });
   let failed: number;
   let episodes: number;
   if (patched(Patch.stepPlanReference)) {
@@ -117,7 +131,19 @@ async function updateStep(run: RunState, rolloutDone: RolloutDone, bookkeeping: 
   const t1 = Date.now();
   const correction = (model: string) => (offPolicy && run.pipeline!.lag(model) > 0 ? { offPolicy: { importanceCap: config.importanceCap } } : {});
   const updates: UpdateResult[] = await Promise.all(
-    models.map((model) => poolOf(run, model, 'train').updateModel({ ...run.ref, runId, step: run.step, model, baseVersion: run.versions[model]!, settings: run.settings, nonFinite: config.nonFinite, rollout: rolloutDone, ...correction(model) })),
+    models.map((model) =>
+      poolOf(run, model, 'train').updateModel({
+        ...run.ref,
+        runId,
+        step: run.step,
+        model,
+        baseVersion: run.versions[model]!,
+        settings: run.settings,
+        nonFinite: config.nonFinite,
+        rollout: rolloutDone,
+        ...correction(model),
+      }),
+    ),
   );
   const t2 = Date.now();
   run.noteSuggestion();

@@ -14,7 +14,19 @@
  * behind a patched() id (workflows/patches.ts, listed in docs/contributing.md),
  * and the branches for histories recorded before it are kept next to the new ones.
  */
-import { allHandlersFinished, ApplicationFailure, condition, ContinueAsNew, continueAsNew, isCancellation, patched, setCurrentDetails, setHandler, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
+import {
+  allHandlersFinished,
+  ApplicationFailure,
+  condition,
+  ContinueAsNew,
+  continueAsNew,
+  isCancellation,
+  patched,
+  setCurrentDetails,
+  setHandler,
+  upsertSearchAttributes,
+  workflowInfo,
+} from '@temporalio/workflow';
 import type { EvalSummary } from '../../activities/training/control';
 import { TroupeStatus, TroupeTeam } from '../../infra/search-attributes';
 import { parseOptimizerChange } from '../../schema/optimizer';
@@ -54,7 +66,10 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
     // Visible to a TroupeStatus="failed" search, under the team when it is known.
     if (patched(Patch.validationFailureAttributes)) {
       const teamName = (rawConfig as { team?: unknown } | null)?.team;
-      upsertSearchAttributes([{ key: TroupeStatus, value: 'failed' }, ...(typeof teamName === 'string' && teamName ? [{ key: TroupeTeam, value: teamName }] : [])]);
+      upsertSearchAttributes([
+        { key: TroupeStatus, value: 'failed' },
+        ...(typeof teamName === 'string' && teamName ? [{ key: TroupeTeam, value: teamName }] : []),
+      ]);
       setCurrentDetails(`**invalid run config**\n\n${e.issues.map((i) => `- \`${i.path}\`: ${i.message}`).join('\n')}`);
     }
     throw ApplicationFailure.create({ message: e.message, type: 'InvalidRunConfig', nonRetryable: true, details: [e.issues] });
@@ -114,7 +129,17 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
     run.publish();
     await control.setRunStatus({ runId: run.runId, status });
     await condition(allHandlersFinished);
-    return { runId: run.runId, workflowId: info.workflowId, team: run.config.team, steps: run.step, status, versions: run.versions, initialEval: run.initialEval, finalEval, failedEpisodes: run.failedEpisodes };
+    return {
+      runId: run.runId,
+      workflowId: info.workflowId,
+      team: run.config.team,
+      steps: run.step,
+      status,
+      versions: run.versions,
+      initialEval: run.initialEval,
+      finalEval,
+      failedEpisodes: run.failedEpisodes,
+    };
   } catch (e) {
     // continue-as-new and cancellation pass through; any other failure marks the run
     // failed in the store and on the workflow (search attribute, details), then fails it.
@@ -139,7 +164,8 @@ function handleMessages(run: RunState, recordAccepted: boolean) {
       const change = parseOptimizerChange(raw);
       const effectiveStep = run.step + (run.phase === 'running' ? 1 : 0);
       run.pendingChanges.push(change);
-      if (recordAccepted) await controlLocal.recordEvent({ runId: run.runId, step: run.step, kind: 'optimizer-change-accepted', detail: { change, effectiveStep } });
+      if (recordAccepted)
+        await controlLocal.recordEvent({ runId: run.runId, step: run.step, kind: 'optimizer-change-accepted', detail: { change, effectiveStep } });
       return { effectiveStep };
     },
     {
@@ -147,7 +173,12 @@ function handleMessages(run: RunState, recordAccepted: boolean) {
       validator: (raw) => {
         const issues = optimizerChangeIssues(raw, run.config, run.resolved.team, run.pendingChanges);
         if (issues.length > 0) {
-          throw ApplicationFailure.create({ message: `invalid optimizer change: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`, type: 'InvalidOptimizerChange', nonRetryable: true, details: [issues] });
+          throw ApplicationFailure.create({
+            message: `invalid optimizer change: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`,
+            type: 'InvalidOptimizerChange',
+            nonRetryable: true,
+            details: [issues],
+          });
         }
       },
     },
@@ -160,13 +191,20 @@ async function fail(run: RunState, e: Error) {
   run.phase = 'failed';
   if (!run.owned && patched(Patch.startOwnsRun)) {
     // Refused before owning the run (e.g. its id is taken): the existing run is not touched.
-    upsertSearchAttributes([{ key: TroupeStatus, value: 'failed' }, { key: TroupeTeam, value: run.config.team }]);
-    setCurrentDetails(`**${run.config.team}** run \`${run.runId}\` not started: ${e.message}${(e as { cause?: Error }).cause ? `: ${(e as { cause: Error }).cause.message}` : ''}`);
+    upsertSearchAttributes([
+      { key: TroupeStatus, value: 'failed' },
+      { key: TroupeTeam, value: run.config.team },
+    ]);
+    setCurrentDetails(
+      `**${run.config.team}** run \`${run.runId}\` not started: ${e.message}${(e as { cause?: Error }).cause ? `: ${(e as { cause: Error }).cause.message}` : ''}`,
+    );
     return;
   }
   run.publish();
   // Accepted changes not yet applied are kept, so troupe resume continues with them.
   if (run.pendingChanges.length > 0 && patched(Patch.pendingChangesOnFailure)) await applyPendingChanges(run, finalBookkeeping).catch(() => undefined);
-  await finalBookkeeping.recordEvent({ runId: run.runId, step: run.step, kind: 'run-failed', detail: { message: e.message, cause: (e as { cause?: Error }).cause?.message } }).catch(() => undefined);
+  await finalBookkeeping
+    .recordEvent({ runId: run.runId, step: run.step, kind: 'run-failed', detail: { message: e.message, cause: (e as { cause?: Error }).cause?.message } })
+    .catch(() => undefined);
   await finalBookkeeping.setRunStatus({ runId: run.runId, status: 'failed' }).catch(() => undefined);
 }

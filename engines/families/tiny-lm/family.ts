@@ -1,7 +1,7 @@
 /** tiny-lm as a ModelFamily (spec side; the engine loads ./runtime.ts). */
 import type { ModelFamily } from '../model-family';
 import { initWeights } from './init';
-import { normalizeSpec, paramLayout, specKey, TinyLmSpec } from './spec';
+import { normalizeSpec, paramLayout, specKey, type TinyLmSpec } from './spec';
 
 export const tinyLmFamily: ModelFamily<TinyLmSpec> = {
   name: 'tiny-lm',

@@ -8,7 +8,7 @@
  *   to uniform (high entropy, as RL from scratch wants); biases 0.
  */
 import { fillUniforms, seedKey, STREAM_INIT } from '../philox';
-import { paramLayout, TinyLmSpec } from './spec';
+import { paramLayout, type TinyLmSpec } from './spec';
 
 export function initWeights(spec: TinyLmSpec, seed: bigint | number | string): Float32Array {
   const layout = paramLayout(spec);

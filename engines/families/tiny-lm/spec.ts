@@ -122,13 +122,7 @@ export function padId(s: TinyLmSpec): number {
  * Left-padded window of the last W tokens of `seq` (as a view of the sequence
  * ending just before position `end`), written into `out` at `at`.
  */
-export function writeWindow(
-  s: TinyLmSpec,
-  seq: ArrayLike<number>,
-  end: number,
-  out: BigInt64Array,
-  at: number,
-): void {
+export function writeWindow(s: TinyLmSpec, seq: ArrayLike<number>, end: number, out: BigInt64Array, at: number): void {
   const W = s.contextWindow;
   const pad = BigInt(padId(s));
   for (let j = 0; j < W; j++) {

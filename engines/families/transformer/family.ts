@@ -2,11 +2,12 @@
 import type { ModelFamily } from '../model-family';
 import { initTransformerWeights } from './init';
 import { checkTransformerFits } from './memory';
-import { normalizeTransformerSpec, paramLayout, TransformerSpec, transformerSpecKey } from './spec';
+import { normalizeTransformerSpec, paramLayout, type TransformerSpec, transformerSpecKey } from './spec';
 
 /** Position 0 has no predecessor, so the first scored or generated token needs a context token; positions end at maxSeq. */
 export function transformerSequenceIssue(s: TransformerSpec, contextLength: number, total: number): { field: '' | 'context'; message: string } | undefined {
-  if (contextLength < 1) return { field: 'context', message: 'needs at least one token (the transformer has no start-of-sequence padding; teams supply a start token)' };
+  if (contextLength < 1)
+    return { field: 'context', message: 'needs at least one token (the transformer has no start-of-sequence padding; teams supply a start token)' };
   if (total > s.maxSeq) return { field: '', message: `context + tokens = ${total} exceeds the model's maxSeq ${s.maxSeq}` };
   return undefined;
 }

@@ -10,7 +10,7 @@
  * from scratch wants.
  */
 import { fillUniforms, seedKey, STREAM_INIT } from '../philox';
-import { paramLayout, TransformerSpec } from './spec';
+import { paramLayout, type TransformerSpec } from './spec';
 
 const SIGMA = 0.02;
 

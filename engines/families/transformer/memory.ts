@@ -25,7 +25,7 @@
  * the field that dominates: `maxSeq` when the per-sequence term does, else
  * `vocabSize` when embeddings and head hold most parameters, else `width`.
  */
-import { paramLayout, TransformerSpec, TransformerSpecError } from './spec';
+import { paramLayout, type TransformerSpec, TransformerSpecError } from './spec';
 
 const F32 = 4;
 /** bytes of one [rows, V] float32 tensor of the chunked head (onnx/transformer/head.ts) */

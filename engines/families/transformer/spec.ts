@@ -150,8 +150,15 @@ export function paramLayout(s: TransformerSpec): ParamLayout {
     norm(`${p}ln2`);
     const mlp: [string, number, number, ParamSlot['kind']][] =
       s.mlp === 'gelu'
-        ? [['1', D, s.mlpWidth, 'matrix'], ['2', s.mlpWidth, D, 'residual-out']]
-        : [['g', D, s.mlpWidth, 'matrix'], ['u', D, s.mlpWidth, 'matrix'], ['d', s.mlpWidth, D, 'residual-out']];
+        ? [
+            ['1', D, s.mlpWidth, 'matrix'],
+            ['2', s.mlpWidth, D, 'residual-out'],
+          ]
+        : [
+            ['g', D, s.mlpWidth, 'matrix'],
+            ['u', D, s.mlpWidth, 'matrix'],
+            ['d', s.mlpWidth, D, 'residual-out'],
+          ];
     for (const [n, i, o, kind] of mlp) linear(p, n, i, o, kind);
   }
   norm('lnf');
@@ -162,7 +169,20 @@ export function paramLayout(s: TransformerSpec): ParamLayout {
 /** Canonical JSON (fixed key order) used to compare specs. */
 export function transformerSpecKey(s: TransformerSpec): string {
   return JSON.stringify([
-    s.family, s.vocabSize, s.width, s.layers, s.heads, s.kvHeads, s.mlpWidth, s.positions, s.ropeTheta,
-    s.norm, s.normEps, s.mlp, s.bias, s.tiedHead, s.maxSeq,
+    s.family,
+    s.vocabSize,
+    s.width,
+    s.layers,
+    s.heads,
+    s.kvHeads,
+    s.mlpWidth,
+    s.positions,
+    s.ropeTheta,
+    s.norm,
+    s.normEps,
+    s.mlp,
+    s.bias,
+    s.tiedHead,
+    s.maxSeq,
   ]);
 }

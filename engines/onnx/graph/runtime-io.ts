@@ -69,7 +69,13 @@ export function samplingFeeds(rows: GenerateRow[], B: number, V: number): { feed
 }
 
 /** Each row's tokens and log-probs from a rollout's [S, B] outputs, up to its stop token or maxTokens. */
-export function generatedRows(out: ort.InferenceSession.OnnxValueMapType, rows: GenerateRow[], B: number, V: number, stopMask: Uint8Array): GenerateRowResult[] {
+export function generatedRows(
+  out: ort.InferenceSession.OnnxValueMapType,
+  rows: GenerateRow[],
+  B: number,
+  V: number,
+  stopMask: Uint8Array,
+): GenerateRowResult[] {
   const toks = out.tokens!.data as BigInt64Array;
   const lps = out.logprobs!.data as Float32Array;
   const slps = out.sample_logprobs!.data as Float32Array;

@@ -14,7 +14,7 @@
  *
  * `optimizerLoop` is the K-step `Loop` every family's update graph ends in.
  */
-import { FloatType, Graph, graphAttr, int } from '../graph/builder';
+import { type FloatType, type Graph, graphAttr, int } from '../graph/builder';
 import { STEP_METRICS } from '../model-runtime';
 
 export interface ClipValues {
@@ -53,23 +53,14 @@ export function adamwStep(g: Graph, ft: FloatType, x: AdamwInputs): AdamwValues 
   const decay = g.op('Sub', [one, g.op('Mul', [x.lr, x.weightDecay])]);
   const decayed = g.op('Mul', [x.theta, decay]);
   const m = g.op('Add', [g.op('Mul', [x.beta1, x.m]), g.op('Mul', [g.op('Sub', [one, x.beta1]), x.grad])]);
-  const v = g.op('Add', [
-    g.op('Mul', [x.beta2, x.v]),
-    g.op('Mul', [g.op('Sub', [one, x.beta2]), g.op('Mul', [x.grad, x.grad])]),
-  ]);
+  const v = g.op('Add', [g.op('Mul', [x.beta2, x.v]), g.op('Mul', [g.op('Sub', [one, x.beta2]), g.op('Mul', [x.grad, x.grad])])]);
   const denom = g.op('Add', [g.op('Div', [g.op('Sqrt', [v]), x.bc2Sqrt]), x.eps]);
   const theta = g.op('Sub', [decayed, g.op('Mul', [x.stepSize, g.op('Div', [m, denom])])]);
   return { theta, m, v };
 }
 
 /** Host-side per-step constants for steps t = first .. first+k−1 (1-based), rounded to float32. */
-export function biasCorrections(
-  lr: number,
-  beta1: number,
-  beta2: number,
-  first: number,
-  k: number,
-): { stepSize: Float32Array; bc2Sqrt: Float32Array } {
+export function biasCorrections(lr: number, beta1: number, beta2: number, first: number, k: number): { stepSize: Float32Array; bc2Sqrt: Float32Array } {
   const stepSize = new Float32Array(k);
   const bc2Sqrt = new Float32Array(k);
   for (let i = 0; i < k; i++) {
@@ -98,7 +89,11 @@ export function optimizerLoop(g: Graph, ft: FloatType, P: number, gradient: (b: 
   const stepSizes = g.input('step_size', ft, ['K']);
   const bc2Sqrts = g.input('bc2_sqrt', ft, ['K']);
   const steps = g.input('steps', 'int64', []);
-  const gradNormSlot = g.constant('bool', STEP_METRICS.map((n) => (n === 'grad_norm' ? 1 : 0)), [nMetrics]);
+  const gradNormSlot = g.constant(
+    'bool',
+    STEP_METRICS.map((n) => (n === 'grad_norm' ? 1 : 0)),
+    [nMetrics],
+  );
 
   const b = g.subgraph('update_step');
   const iter = b.input('iter', 'int64', []);

@@ -7,7 +7,7 @@
  *   dlogits = g ⊙ (onehot(target) − softmax)         (through log-softmax, per row; g = ∂loss/∂logp_t)
  *           + e ⊙ (−softmax ⊙ (logp + H))           (entropy bonus: e = ∂loss/∂H = −β_H·w_t, ∂H/∂z = −p(logp + H))
  */
-import { FloatType, Graph, int } from '../graph/builder';
+import { type FloatType, type Graph, int } from '../graph/builder';
 import { STEP_METRICS } from '../model-runtime';
 import { policyLoss, type LossInputs } from './policy-loss';
 
@@ -97,5 +97,9 @@ export function metricVector(g: Graph, ft: FloatType, v: Omit<ObjectiveValues, '
     entropy: v.entropy,
   };
   const axis0 = g.constant('int64', [0]);
-  return g.op('Concat', STEP_METRICS.map((n) => g.op('Unsqueeze', [byName[n], axis0])), { axis: int(0) });
+  return g.op(
+    'Concat',
+    STEP_METRICS.map((n) => g.op('Unsqueeze', [byName[n], axis0])),
+    { axis: int(0) },
+  );
 }

@@ -21,7 +21,7 @@
  *   k1: 1;  k3: (1 − e^x)·[e^x − x − 1 ≤ 10]  (x-clamp never binds below that bound)
  *   g_t = w_t·(policy part + kl_coef·KL part)
  */
-import { FloatType, Graph } from '../graph/builder';
+import { type FloatType, type Graph } from '../graph/builder';
 
 export interface LossInputs {
   /** log-prob of each row's target under the current policy [N] */

@@ -19,7 +19,7 @@
  *     was 40% of a step; which sampler a row uses depends only on its own settings)
  *   done ← done ∨ token ∈ stop set ∨ t+1 ≥ max_tokens; the loop exits when every row is done.
  */
-import { Graph, graphAttr, int } from '../graph/builder';
+import { type Graph, graphAttr, int } from '../graph/builder';
 
 /**
  * Row sums as the last column of an inclusive CumSum: ORT's CumSum is a plain
@@ -73,10 +73,7 @@ export function prepareSampling(g: Graph, V: number, x: SamplingInputs): Samplin
   const greedy = g.op('LessOrEqual', [x.temperature, g.constant('float32', 0)]);
   const safeTemp = g.op('Where', [greedy, g.constant('float32', 1), x.temperature]);
   const kOff = g.op('Or', [g.op('LessOrEqual', [x.topK, g.constant('int64', 0)]), g.op('GreaterOrEqual', [x.topK, g.constant('int64', V)])]);
-  const pOff = g.op('Or', [
-    g.op('LessOrEqual', [x.topP, g.constant('float32', 0)]),
-    g.op('GreaterOrEqual', [x.topP, g.constant('float32', 1)]),
-  ]);
+  const pOff = g.op('Or', [g.op('LessOrEqual', [x.topP, g.constant('float32', 0)]), g.op('GreaterOrEqual', [x.topP, g.constant('float32', 1)])]);
   // A row is "filtered" when top-k or top-p restricts it (and it is not greedy).
   const filtered = g.op('And', [g.op('Not', [greedy]), g.op('Not', [g.op('And', [kOff, pOff])])]);
   return {
@@ -88,7 +85,11 @@ export function prepareSampling(g: Graph, V: number, x: SamplingInputs): Samplin
     pEff: g.op('Unsqueeze', [g.op('Where', [pOff, g.constant('float32', 2), x.topP]), axis1]),
     filteredCol: g.op('Unsqueeze', [filtered, axis1]),
     anyFiltered: g.op('Cast', [g.op('ReduceMax', [g.op('Cast', [filtered], i64)], { keepdims: int(0) })], { to: int(9) }),
-    ranks: g.constant('int64', Array.from({ length: V }, (_, i) => i), [1, V]),
+    ranks: g.constant(
+      'int64',
+      Array.from({ length: V }, (_, i) => i),
+      [1, V],
+    ),
     doneInit: g.op('Less', [x.maxTokens, g.constant('int64', 0)]), // all false (max_tokens ≥ 1), shape [B]
   };
 }

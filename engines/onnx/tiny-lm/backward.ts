@@ -11,9 +11,9 @@
  *     (within a window and across rows) must accumulate, hence reduction='add'.
  * Returns the gradient flattened in the θ layout (spec.ts paramLayout).
  */
-import { FloatType, Graph, int, str } from '../graph/builder';
-import { ForwardValues, Params } from './forward';
-import { TinyLmSpec } from '../../families/tiny-lm/spec';
+import { type FloatType, type Graph, int, str } from '../graph/builder';
+import { type ForwardValues, type Params } from './forward';
+import { type TinyLmSpec } from '../../families/tiny-lm/spec';
 
 export interface BackwardInputs {
   /** ∂loss/∂logits [N, V] (objective.ts) */
@@ -22,14 +22,7 @@ export interface BackwardInputs {
   scatterIdx: string;
 }
 
-export function backward(
-  g: Graph,
-  spec: TinyLmSpec,
-  ft: FloatType,
-  p: Params,
-  fw: ForwardValues,
-  x: BackwardInputs,
-): string {
+export function backward(g: Graph, spec: TinyLmSpec, ft: FloatType, p: Params, fw: ForwardValues, x: BackwardInputs): string {
   const axis0 = g.constant('int64', [0]);
   const rowSum = (t: string) => g.op('ReduceSum', [t, axis0], { keepdims: int(0) });
   const tMatMul = (a: string, b: string) => g.op('Gemm', [a, b], { transA: int(1) }); // aᵀ·b

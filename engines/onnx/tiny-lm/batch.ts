@@ -4,7 +4,7 @@
  * `minRows` rows (see engines/onnx/README.md, "Batch invariance").
  */
 import type { ScoreSequence, UpdateSample } from '../model-runtime';
-import { TinyLmSpec, writeWindow } from '../../families/tiny-lm/spec';
+import { type TinyLmSpec, writeWindow } from '../../families/tiny-lm/spec';
 
 export interface TokenRows {
   /** real rows (before padding) */

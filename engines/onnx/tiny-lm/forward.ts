@@ -4,8 +4,8 @@
  * sequence everywhere (Score reproduces Generate's log-probs bit for bit, and
  * the first inner update step sees ratio = 1 exactly).
  */
-import { Graph, int } from '../graph/builder';
-import { paramLayout, TinyLmSpec } from '../../families/tiny-lm/spec';
+import { type Graph, int } from '../graph/builder';
+import { paramLayout, type TinyLmSpec } from '../../families/tiny-lm/spec';
 
 export interface Params {
   emb: string;
@@ -21,12 +21,7 @@ export function sliceParams(g: Graph, spec: TinyLmSpec, theta: string): Params {
   const byName = new Map<string, string>();
   const axis0 = g.constant('int64', [0]);
   for (const slot of layout.slots) {
-    const flat = g.op('Slice', [
-      theta,
-      g.constant('int64', [slot.offset]),
-      g.constant('int64', [slot.offset + slot.size]),
-      axis0,
-    ]);
+    const flat = g.op('Slice', [theta, g.constant('int64', [slot.offset]), g.constant('int64', [slot.offset + slot.size]), axis0]);
     byName.set(slot.name, g.op('Reshape', [flat, g.constant('int64', slot.shape)], {}, slot.name));
   }
   const get = (n: string) => byName.get(n)!;

@@ -11,7 +11,7 @@
 import { Graph, graphAttr, int, encodeModel } from '../graph/builder';
 import { forward, sliceParams } from './forward';
 import { declareSamplingInputs, prepareSampling, sampleStep } from '../ops/sampling';
-import { paramLayout, TinyLmSpec } from '../../families/tiny-lm/spec';
+import { paramLayout, type TinyLmSpec } from '../../families/tiny-lm/spec';
 
 export function buildGenerateGraph(spec: TinyLmSpec): Uint8Array {
   const V = spec.vocabSize;

@@ -5,12 +5,23 @@
  * beyond row padding; see engine/ for queuing and coalescing.
  */
 import * as ort from 'onnxruntime-node';
-import type { GenerateRow, GenerateRowResult, ModelRuntime, OptimState, RowPolicy, ScoreSequence, SessionFactory, UpdateOutput, UpdateSample, UpdateSettings } from '../model-runtime';
+import type {
+  GenerateRow,
+  GenerateRowResult,
+  ModelRuntime,
+  OptimState,
+  RowPolicy,
+  ScoreSequence,
+  SessionFactory,
+  UpdateOutput,
+  UpdateSample,
+  UpdateSettings,
+} from '../model-runtime';
 import { f32, generatedRows, i64, optimizerFeeds, PolicySessions, samplingFeeds, updateOutput } from '../graph/runtime-io';
 import { scoreRows, updateRows } from './batch';
 import { buildGenerateGraph } from './generate-graph';
 import { buildScoreGraph } from './score-graph';
-import { paramLayout, TinyLmSpec, writeWindow } from '../../families/tiny-lm/spec';
+import { paramLayout, type TinyLmSpec, writeWindow } from '../../families/tiny-lm/spec';
 import { buildUpdateGraph } from './update-graph';
 
 export class TinyLmRuntime implements ModelRuntime {
@@ -87,7 +98,9 @@ export class TinyLmRuntime implements ModelRuntime {
     // Updates need no batch invariance (the batch is the input); 2 rows keep GEMMs on the M ≥ 2 kernel like Score.
     const rows = updateRows(this.spec, samples, 2);
     const N = rows.rows;
-    const out = await (await this.sessions.get('update')).run({
+    const out = await (
+      await this.sessions.get('update')
+    ).run({
       ...optimizerFeeds(state, s),
       windows: i64(rows.windows, [N, this.spec.contextWindow]),
       targets: i64(rows.targets, [N]),

@@ -5,7 +5,7 @@
 import { encodeModel, Graph, int } from '../graph/builder';
 import { forward, sliceParams } from './forward';
 import { lastColumn } from '../ops/sampling';
-import { paramLayout, TinyLmSpec } from '../../families/tiny-lm/spec';
+import { paramLayout, type TinyLmSpec } from '../../families/tiny-lm/spec';
 
 export function buildScoreGraph(spec: TinyLmSpec): Uint8Array {
   const g = new Graph('tiny_lm_score');

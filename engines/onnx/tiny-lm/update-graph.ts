@@ -13,12 +13,12 @@
  * Batch rows are trained tokens: row t = (window of the W tokens before it, its
  * token id, advantage, old log-prob, weight w_t, optional reference log-prob).
  */
-import { encodeModel, FloatType, Graph, int } from '../graph/builder';
+import { encodeModel, type FloatType, Graph, int } from '../graph/builder';
 import { adamwStep, clipByGlobalNorm, optimizerLoop } from '../ops/adamw';
 import { backward } from './backward';
 import { forward, sliceParams } from './forward';
 import { metricVector, rlObjective, type ObjectiveInputs, type ObjectiveValues } from '../ops/objective';
-import { paramLayout, TinyLmSpec } from '../../families/tiny-lm/spec';
+import { paramLayout, type TinyLmSpec } from '../../families/tiny-lm/spec';
 
 /** The objective's per-row inputs plus the batch's windows (one row per trained token). */
 interface BatchInputs extends Omit<ObjectiveInputs, 'targetsCol' | 'onehot' | 'nRows'> {
@@ -57,7 +57,11 @@ interface Prepared {
 function prepare(g: Graph, spec: TinyLmSpec, ft: FloatType, x: BatchInputs): Prepared {
   const axis1 = g.constant('int64', [1]);
   const targetsCol = g.op('Unsqueeze', [x.targets, axis1]);
-  const ids = g.constant('int64', Array.from({ length: spec.vocabSize }, (_, i) => i), [1, spec.vocabSize]);
+  const ids = g.constant(
+    'int64',
+    Array.from({ length: spec.vocabSize }, (_, i) => i),
+    [1, spec.vocabSize],
+  );
   const onehot = g.op('Cast', [g.op('Equal', [ids, targetsCol])], { to: int(ft === 'float32' ? 1 : 11) });
   const scatterIdx = g.op('Reshape', [x.windows, g.constant('int64', [-1, 1])]);
   const nRows = g.op('Max', [g.op('ReduceSum', [x.rowMask], { keepdims: int(0) }), g.constant(ft, 1)]);

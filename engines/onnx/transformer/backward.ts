@@ -17,7 +17,7 @@
  *           in a sequence or across sequences accumulates; dpos_emb[p] = Σ_b dh₀[b, p].
  */
 import { int, str } from '../graph/builder';
-import { ForwardValues, GELU_A, GELU_C, NormSaved, Ops, Positions, Weights } from './forward';
+import { type ForwardValues, GELU_A, GELU_C, type NormSaved, type Ops, type Positions, type Weights } from './forward';
 import { paramLayout } from '../../families/transformer/spec';
 
 /** What the head's backward (per chunk, update-graph.ts) hands on: ∂nf [B, S, D] and ∂head ([V, D] to add to tok_emb when tied, else [D, V]). */

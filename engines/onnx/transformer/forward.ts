@@ -17,8 +17,8 @@
  * logits of the positions they need (generate: the last one) or in chunks of
  * rows (head.ts: score and update).
  */
-import { FloatType, Graph, int, ints } from '../graph/builder';
-import { headDim, paramLayout, TransformerSpec } from '../../families/transformer/spec';
+import { type FloatType, type Graph, int, ints } from '../graph/builder';
+import { headDim, paramLayout, type TransformerSpec } from '../../families/transformer/spec';
 
 /** Shared helpers for the forward and backward builders of one spec and float type. */
 export class Ops {

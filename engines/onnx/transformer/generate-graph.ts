@@ -31,8 +31,21 @@
  */
 import { encodeModel, Graph, graphAttr, int } from '../graph/builder';
 import { declareSamplingInputs, prepareSampling, sampleStep } from '../ops/sampling';
-import { block, embed, forward, headLogits, logitsOf, maskedScores, Ops, Positions, projectHeads, ropeConstants, rotationAt, sliceParams } from './forward';
-import { paramLayout, TransformerSpec } from '../../families/transformer/spec';
+import {
+  block,
+  embed,
+  forward,
+  headLogits,
+  logitsOf,
+  maskedScores,
+  Ops,
+  type Positions,
+  projectHeads,
+  ropeConstants,
+  rotationAt,
+  sliceParams,
+} from './forward';
+import { paramLayout, type TransformerSpec } from '../../families/transformer/spec';
 
 export function buildTransformerGenerateGraph(spec: TransformerSpec): Uint8Array {
   const V = spec.vocabSize;

@@ -12,7 +12,7 @@
  * Per-row outputs are zero-padded to c rows in the body (a Loop's scan
  * outputs must have one shape), concatenated and cut back to N rows.
  */
-import { FloatType, Graph, graphAttr, int } from '../graph/builder';
+import { type FloatType, type Graph, graphAttr, int } from '../graph/builder';
 
 export interface ChunkBody {
   /** rows [start, end) of an outer [N, ...] tensor */

@@ -9,7 +9,7 @@
  *
  * Slow (one tape node per scalar op): for tests on small configs only.
  */
-import { headDim, paramLayout, TransformerSpec } from '../../families/transformer/spec';
+import { headDim, paramLayout, type TransformerSpec } from '../../families/transformer/spec';
 
 /** Scalar reverse-mode autodiff: every node has at most two parents with local derivatives. */
 class Tape {
@@ -117,7 +117,10 @@ class Model {
   private linear(x: Vec, layer: string, n: string, fanOut: number): Vec {
     const y: Vec = [];
     for (let j = 0; j < fanOut; j++) {
-      let acc = this.t.dot(x, x.map((_, i) => this.w(`${layer}w${n}`, i * fanOut + j)));
+      let acc = this.t.dot(
+        x,
+        x.map((_, i) => this.w(`${layer}w${n}`, i * fanOut + j)),
+      );
       if (this.has(`${layer}b${n}`)) acc = this.t.add(acc, this.w(`${layer}b${n}`, j));
       y.push(acc);
     }
@@ -198,7 +201,13 @@ class Model {
       h = h.map((x, p) => x.map((xd, d) => t.add(xd, attn[p]![d]!)));
       const n2 = h.map((x) => this.norm(x, `${L}ln2`));
       const mlp = n2.map((x) => {
-        if (s.mlp === 'gelu') return this.linear(this.linear(x, L, '1', s.mlpWidth).map((z) => this.gelu(z)), L, '2', D);
+        if (s.mlp === 'gelu')
+          return this.linear(
+            this.linear(x, L, '1', s.mlpWidth).map((z) => this.gelu(z)),
+            L,
+            '2',
+            D,
+          );
         // SwiGLU: silu(x·Wg)·(x·Wu), silu(z) = z·σ(z)
         const up = this.linear(x, L, 'u', s.mlpWidth);
         const a = this.linear(x, L, 'g', s.mlpWidth).map((z, f) => t.mul(t.mul(z, t.sigmoid(z)), up[f]!));
@@ -209,7 +218,10 @@ class Model {
     return h.map((x) => {
       const nf = this.norm(x, 'lnf');
       return Array.from({ length: s.vocabSize }, (_, tok) =>
-        t.dot(nf, nf.map((_, d) => (s.tiedHead ? this.w('tok_emb', tok * D + d) : this.w('head', d * s.vocabSize + tok)))),
+        t.dot(
+          nf,
+          nf.map((_, d) => (s.tiedHead ? this.w('tok_emb', tok * D + d) : this.w('head', d * s.vocabSize + tok))),
+        ),
       );
     });
   }

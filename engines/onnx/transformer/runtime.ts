@@ -12,13 +12,24 @@
  */
 import * as ort from 'onnxruntime-node';
 import { ModelRequestError } from '../../families/model-family';
-import type { GenerateRow, GenerateRowResult, ModelRuntime, OptimState, RowPolicy, ScoreSequence, SessionFactory, UpdateOutput, UpdateSample, UpdateSettings } from '../model-runtime';
+import type {
+  GenerateRow,
+  GenerateRowResult,
+  ModelRuntime,
+  OptimState,
+  RowPolicy,
+  ScoreSequence,
+  SessionFactory,
+  UpdateOutput,
+  UpdateSample,
+  UpdateSettings,
+} from '../model-runtime';
 import { f32, generatedRows, i64, optimizerFeeds, PolicySessions, samplingFeeds, updateOutput } from '../graph/runtime-io';
 import { transformerSequenceIssue } from '../../families/transformer/family';
 import { buildTransformerGenerateGraph } from './generate-graph';
 import { generateBytesPerRow, rowsThatFit, updateBytesPerSequence } from '../../families/transformer/memory';
 import { buildTransformerScoreGraph } from './score-graph';
-import { paramLayout, TransformerSpec } from '../../families/transformer/spec';
+import { paramLayout, type TransformerSpec } from '../../families/transformer/spec';
 import { buildTransformerUpdateGraph } from './update-graph';
 
 /** A request the spec cannot run; the message names the field (`sequences[2].context`). */
@@ -67,7 +78,6 @@ export class TransformerRuntime implements ModelRuntime {
     const issue = transformerSequenceIssue(this.spec, contextLength, total);
     if (issue) throw new TransformerRequestError(issue.field ? `${field}.${issue.field}` : field, issue.message);
   }
-
 
   /**
    * One fused run over all rows (callers split batches larger than they want), or several when

@@ -5,12 +5,12 @@
  * The logits graph returns the raw logits (checks against reference
  * implementations and imported checkpoints).
  */
-import { encodeModel, FloatType, Graph, int } from '../graph/builder';
+import { encodeModel, type FloatType, Graph, int } from '../graph/builder';
 import { lastColumn } from '../ops/sampling';
 import { forward, headMatrix, logitsOf, Ops, sequencePositions, sliceParams } from './forward';
 import { overRowChunks } from './head';
 import { headChunkRows } from '../../families/transformer/memory';
-import { paramLayout, TransformerSpec } from '../../families/transformer/spec';
+import { paramLayout, type TransformerSpec } from '../../families/transformer/spec';
 
 function model(name: string, spec: TransformerSpec, ft: FloatType) {
   const g = new Graph(name);

@@ -19,7 +19,7 @@
  * prediction at position p of targets[b, p] (normally tokens[b, p+1]); rows
  * with weight 0 (context, padding) contribute nothing.
  */
-import { encodeModel, FloatType, Graph, graphAttr, int } from '../graph/builder';
+import { encodeModel, type FloatType, Graph, graphAttr, int } from '../graph/builder';
 import { optimizerLoop } from '../ops/adamw';
 import { metricVector, rlObjective, type ObjectiveInputs } from '../ops/objective';
 import { STEP_METRICS } from '../model-runtime';
@@ -27,7 +27,7 @@ import { backward } from './backward';
 import { forward, headMatrix, logitsOf, Ops, sequencePositions, sliceParams, type Weights } from './forward';
 import { overRowChunks } from './head';
 import { headChunkRows } from '../../families/transformer/memory';
-import { paramLayout, TransformerSpec } from '../../families/transformer/spec';
+import { paramLayout, type TransformerSpec } from '../../families/transformer/spec';
 
 interface BatchInputs extends Omit<ObjectiveInputs, 'targetsCol' | 'onehot' | 'nRows'> {
   tokens: string;
@@ -98,7 +98,11 @@ function lossAndGrad(g: Graph, spec: TransformerSpec, ft: FloatType, w: Weights,
   const N = g.op('Gather', [g.op('Shape', [nf]), g.constant('int64', 0)], { axis: int(0) });
   const head = headMatrix(o, w); // [D, V]
   const headT = spec.tiedHead ? w.get('tok_emb') : o.transpose(w.get('head'), [1, 0]); // [V, D]
-  const ids = g.constant('int64', Array.from({ length: V }, (_, i) => i), [1, V]);
+  const ids = g.constant(
+    'int64',
+    Array.from({ length: V }, (_, i) => i),
+    [1, V],
+  );
   const headGrad0 = g.op('Expand', [g.constant(ft, 0), g.constant('int64', spec.tiedHead ? [V, D] : [D, V])]);
   const metrics0 = g.constant(ft, new Array(STEP_METRICS.length).fill(0), [STEP_METRICS.length]);
   const { perRow, sums } = overRowChunks(g, ft, headChunk, N, [[D]], [headGrad0, metrics0], (b, chunk) => {

@@ -32,23 +32,38 @@ function assertSurvived(m: ModeReport) {
   assert.deepEqual(m.comparison?.problems, [], `${m.mode}: differs from the uninterrupted run`);
   assert.ok(m.identical, `${m.mode}: identical`);
   // Except by the known postgres.js crash on a closed connection (reported above; an upstream bug without a release fixing it).
-  assert.deepEqual(m.unplanned.filter((u) => !u.includes(POSTGRES_JS_CRASH)), [], `${m.mode}: processes died that the schedule did not kill`);
+  assert.deepEqual(
+    m.unplanned.filter((u) => !u.includes(POSTGRES_JS_CRASH)),
+    [],
+    `${m.mode}: processes died that the schedule did not kill`,
+  );
 }
 
 /** Every version and some episodes were compared, and every kind of `kinds` was killed while the run was running. */
 function assertFullyCovered(m: ModeReport, kinds: readonly FaultKind[]) {
-  assert.ok((m.comparison?.episodesCompared ?? 0) > 0 && (m.comparison?.versionsCompared ?? 0) === m.steps + 1, `${m.mode}: compared every version and some episodes`);
-  for (const kind of kinds) assert.ok(m.kills.some((k) => k.kind === kind), `${m.mode}: ${kind} was never killed mid-run (the run ended first)`);
+  assert.ok(
+    (m.comparison?.episodesCompared ?? 0) > 0 && (m.comparison?.versionsCompared ?? 0) === m.steps + 1,
+    `${m.mode}: compared every version and some episodes`,
+  );
+  for (const kind of kinds)
+    assert.ok(
+      m.kills.some((k) => k.kind === kind),
+      `${m.mode}: ${kind} was never killed mid-run (the run ended first)`,
+    );
 }
 
-test(`chaos (${long ? 'long' : 'short'}): SIGKILL of every process kind mid-run changes nothing about the result`, { timeout: long ? 3 * 3600_000 : 900_000 }, async (t) => {
-  const report = await runChaos({ ...base, seed: Number(process.env.TROUPE_CHAOS_SEED ?? base.seed), log: (line) => process.stderr.write(`${line}\n`) });
-  for (const line of formatReport(report).split('\n')) t.diagnostic(line);
-  for (const m of report.modes) {
-    assertSurvived(m);
-    assertFullyCovered(m, FAULT_KINDS);
-  }
-});
+test(
+  `chaos (${long ? 'long' : 'short'}): SIGKILL of every process kind mid-run changes nothing about the result`,
+  { timeout: long ? 3 * 3600_000 : 900_000 },
+  async (t) => {
+    const report = await runChaos({ ...base, seed: Number(process.env.TROUPE_CHAOS_SEED ?? base.seed), log: (line) => process.stderr.write(`${line}\n`) });
+    for (const line of formatReport(report).split('\n')) t.diagnostic(line);
+    for (const m of report.modes) {
+      assertSurvived(m);
+      assertFullyCovered(m, FAULT_KINDS);
+    }
+  },
+);
 
 test('chaos (no pause, double kills): processes killed again right after their restart change nothing either', { timeout: 900_000 }, async (t) => {
   const report = await runChaos({ ...SHORT_NO_PAUSE, log: (line) => process.stderr.write(`${line}\n`) });
@@ -56,17 +71,31 @@ test('chaos (no pause, double kills): processes killed again right after their r
   for (const m of report.modes) {
     assertSurvived(m);
     // Without pauses a fast run may end before later kills; the first double kill lands early.
-    assert.ok(m.kills.some((k) => k.again), `${m.mode}: no process was killed a second time mid-run`);
-    assert.ok(m.kills.some((k) => k.engineKilledAtStart !== undefined), `${m.mode}: no engine was killed during its pool worker's start-up`);
+    assert.ok(
+      m.kills.some((k) => k.again),
+      `${m.mode}: no process was killed a second time mid-run`,
+    );
+    assert.ok(
+      m.kills.some((k) => k.engineKilledAtStart !== undefined),
+      `${m.mode}: no engine was killed during its pool worker's start-up`,
+    );
   }
 });
 
-test(`chaos with a transformer team (${long ? 'long' : 'short'}): kills mid-run change nothing about the result`, { timeout: long ? 3 * 3600_000 : 900_000 }, async (t) => {
-  const options = long ? LONG_TRANSFORMER : SHORT_TRANSFORMER;
-  const report = await runChaos({ ...options, seed: Number(process.env.TROUPE_CHAOS_SEED ?? options.seed), log: (line) => process.stderr.write(`${line}\n`) });
-  for (const line of formatReport(report).split('\n')) t.diagnostic(line);
-  for (const m of report.modes) {
-    assertSurvived(m);
-    assertFullyCovered(m, options.kinds);
-  }
-});
+test(
+  `chaos with a transformer team (${long ? 'long' : 'short'}): kills mid-run change nothing about the result`,
+  { timeout: long ? 3 * 3600_000 : 900_000 },
+  async (t) => {
+    const options = long ? LONG_TRANSFORMER : SHORT_TRANSFORMER;
+    const report = await runChaos({
+      ...options,
+      seed: Number(process.env.TROUPE_CHAOS_SEED ?? options.seed),
+      log: (line) => process.stderr.write(`${line}\n`),
+    });
+    for (const line of formatReport(report).split('\n')) t.diagnostic(line);
+    for (const m of report.modes) {
+      assertSurvived(m);
+      assertFullyCovered(m, options.kinds);
+    }
+  },
+);

@@ -14,7 +14,17 @@ import { startHarness, type Harness } from '../../../testing/stack';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const STEPS = 3;
-const config = (runId: string) => ({ team: 'math', runId, steps: STEPS, groupsPerStep: 4, groupSize: 4, rollout: 'batched' as const, evalEvery: 0, evalTasks: 4, seed: 7 });
+const config = (runId: string) => ({
+  team: 'math',
+  runId,
+  steps: STEPS,
+  groupsPerStep: 4,
+  groupSize: 4,
+  rollout: 'batched' as const,
+  evalEvery: 0,
+  evalTasks: 4,
+  seed: 7,
+});
 
 let h: Harness;
 const events: Array<Record<string, unknown> & { at: number }> = [];
@@ -25,10 +35,18 @@ before(async () => {
 after(async () => h?.shutdown());
 
 it('a SIGSTOPped engine is found hung within 30 s, restarted, and the run ends bit-identical to an uninterrupted one', async () => {
-  const calm = await h.env.client.workflow.execute<typeof trainingRun>('trainingRun', { taskQueue: h.taskQueue, workflowId: 'hang-calm', args: [config('hang-calm')] });
+  const calm = await h.env.client.workflow.execute<typeof trainingRun>('trainingRun', {
+    taskQueue: h.taskQueue,
+    workflowId: 'hang-calm',
+    args: [config('hang-calm')],
+  });
   assert.equal(calm.status, 'completed');
 
-  const handle = await h.env.client.workflow.start<typeof trainingRun>('trainingRun', { taskQueue: h.taskQueue, workflowId: 'hang-stopped', args: [config('hang-stopped')] });
+  const handle = await h.env.client.workflow.start<typeof trainingRun>('trainingRun', {
+    taskQueue: h.taskQueue,
+    workflowId: 'hang-stopped',
+    args: [config('hang-stopped')],
+  });
   // Stop the engine while step 1's rollout or update is in flight on the pool.
   let stoppedAt = 0;
   let stoppedPid = 0;
@@ -56,10 +74,15 @@ it('a SIGSTOPped engine is found hung within 30 s, restarted, and the run ends b
   const hung = events.find((e) => e.event === 'engine_hung' && e.pid === stoppedPid);
   assert.ok(hung, `the watchdog reported the stopped engine (events: ${JSON.stringify(events.map((e) => e.event))})`);
   const detectedMs = hung.at - stoppedAt;
-  console.log(`engine SIGSTOPped during ${during}: found hung after ${(detectedMs / 1000).toFixed(1)} s (hang limit ${DEFAULT_HANG_MS / 1000} s), restarted as pid ${h.pool.supervisor!.pid}`);
+  console.log(
+    `engine SIGSTOPped during ${during}: found hung after ${(detectedMs / 1000).toFixed(1)} s (hang limit ${DEFAULT_HANG_MS / 1000} s), restarted as pid ${h.pool.supervisor!.pid}`,
+  );
   assert.ok(detectedMs <= 30_000, `detected in ${detectedMs} ms`);
   assert.notEqual(h.pool.supervisor!.pid, stoppedPid, 'a new engine serves the pool');
-  assert.ok(events.some((e) => e.event === 'engine_started' && e.at > hung.at), 'restarted after the kill');
+  assert.ok(
+    events.some((e) => e.event === 'engine_started' && e.at > hung.at),
+    'restarted after the kill',
+  );
 
   // The attempt on the hung engine failed and was retried.
   const history = await handle.fetchHistory();

@@ -19,7 +19,17 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const HANG_MS = 10_000;
 const STEPS = 2;
 const STALLED = 'stall-stalled';
-const config = (runId: string) => ({ team: 'math', runId, steps: STEPS, groupsPerStep: 2, groupSize: 4, rollout: 'batched' as const, evalEvery: 0, evalTasks: 4, seed: 5 });
+const config = (runId: string) => ({
+  team: 'math',
+  runId,
+  steps: STEPS,
+  groupsPerStep: 2,
+  groupSize: 4,
+  rollout: 'batched' as const,
+  evalEvery: 0,
+  evalTasks: 4,
+  seed: 5,
+});
 
 let h: Harness;
 const events: Array<Record<string, unknown> & { at: number }> = [];
@@ -47,7 +57,11 @@ it('the stall-update fault matches request ids like nan-update, and only its own
 });
 
 it('an engine that answers Health but stalls an update is found hung within the limit, restarted, and the run ends bit-identical', async () => {
-  const calm = await h.env.client.workflow.execute<typeof trainingRun>('trainingRun', { taskQueue: h.taskQueue, workflowId: 'stall-calm', args: [config('stall-calm')] });
+  const calm = await h.env.client.workflow.execute<typeof trainingRun>('trainingRun', {
+    taskQueue: h.taskQueue,
+    workflowId: 'stall-calm',
+    args: [config('stall-calm')],
+  });
   assert.equal(calm.status, 'completed');
   assert.ok(!events.some((e) => e.event === 'engine_hung'), 'a working engine is never hung');
 
@@ -75,14 +89,22 @@ it('an engine that answers Health but stalls an update is found hung within the 
   const hung = events.find((e) => e.event === 'engine_hung')!;
   assert.equal(hung.pid, stalledPid);
   const stalledMs = hung.stalledMs as number;
-  console.log(`engine answering Health with a stalled update: found hung after ${(stalledMs / 1000).toFixed(1)} s without progress (limit ${HANG_MS / 1000} s, Health every ${HEALTH_EVERY_MS / 1000} s), restarted as pid ${h.pool.supervisor!.pid}`);
+  console.log(
+    `engine answering Health with a stalled update: found hung after ${(stalledMs / 1000).toFixed(1)} s without progress (limit ${HANG_MS / 1000} s, Health every ${HEALTH_EVERY_MS / 1000} s), restarted as pid ${h.pool.supervisor!.pid}`,
+  );
   assert.ok(stalledMs >= HANG_MS && stalledMs <= HANG_MS + 2 * HEALTH_EVERY_MS + 1000, `detected after ${stalledMs} ms without progress`);
   // It answered all along the stall, with work queued and no device run finishing.
   const during = answers.filter((a) => a.at >= hung.at - stalledMs + HEALTH_EVERY_MS && a.at <= hung.at);
   assert.ok(during.length >= 2, `Health answered during the stall (${JSON.stringify(answers.slice(-30))})`);
-  assert.ok(during.every((a) => a.queueDepth >= 1 && a.deviceRuns === during[0]!.deviceRuns), JSON.stringify(during));
+  assert.ok(
+    during.every((a) => a.queueDepth >= 1 && a.deviceRuns === during[0]!.deviceRuns),
+    JSON.stringify(during),
+  );
   assert.notEqual(h.pool.supervisor!.pid, stalledPid, 'a new engine serves the pool');
-  assert.ok(events.some((e) => e.event === 'engine_started' && e.at > hung.at), 'restarted after the kill');
+  assert.ok(
+    events.some((e) => e.event === 'engine_started' && e.at > hung.at),
+    'restarted after the kill',
+  );
 
   // The update attempt on the stalled engine failed and was retried.
   const history = await handle.fetchHistory();

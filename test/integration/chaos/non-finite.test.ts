@@ -21,7 +21,17 @@ import { startHarness, type Harness } from '../../../testing/stack';
 import { TroupeStatus } from '../../../infra/search-attributes';
 import { resumeRun } from '../../../cli/runs';
 
-const config = (runId: string, nonFinite: 'skip' | 'reduce-lr' | 'fail') => ({ team: 'math', runId, steps: nonFinite === 'fail' ? 4 : 3, groupsPerStep: 2, groupSize: 4, evalEvery: 0, evalTasks: 4, seed: 3, nonFinite });
+const config = (runId: string, nonFinite: 'skip' | 'reduce-lr' | 'fail') => ({
+  team: 'math',
+  runId,
+  steps: nonFinite === 'fail' ? 4 : 3,
+  groupsPerStep: 2,
+  groupSize: 4,
+  evalEvery: 0,
+  evalTasks: 4,
+  seed: 3,
+  nonFinite,
+});
 
 describe('fault hook', () => {
   it('is off unless armed, matches request ids by substring or suffix ($), and rejects unknown faults', () => {
@@ -55,7 +65,9 @@ describe('nonFinite policies in a training run', () => {
   let h: Harness;
   before(async () => {
     // The pool worker's engine child inherits this: step 1 of each run below (step 2 of nf-fail) gets a NaN.
-    process.env.TROUPE_ENGINE_FAULTS = ['nf-skip/policy/step1$', 'nf-reduce/policy/step1$', 'nf-reduce-twice/policy/step1', 'nf-fail/policy/step2$'].map((p) => `nan-update:${p}`).join(',');
+    process.env.TROUPE_ENGINE_FAULTS = ['nf-skip/policy/step1$', 'nf-reduce/policy/step1$', 'nf-reduce-twice/policy/step1', 'nf-fail/policy/step2$']
+      .map((p) => `nan-update:${p}`)
+      .join(',');
     h = await startHarness();
   });
   after(async () => {
@@ -76,9 +88,13 @@ describe('nonFinite policies in a training run', () => {
         };
       }),
     );
-  const events = async (runId: string) => (await h.db.sql`SELECT step, kind, detail FROM run_events WHERE run_id = ${runId} AND kind IN ('non-finite-update', 'update-skipped') ORDER BY id`).map((e) => ({ step: e.step as number, kind: e.kind as string, detail: e.detail as Record<string, string> }));
+  const events = async (runId: string) =>
+    (await h.db.sql`SELECT step, kind, detail FROM run_events WHERE run_id = ${runId} AND kind IN ('non-finite-update', 'update-skipped') ORDER BY id`).map(
+      (e) => ({ step: e.step as number, kind: e.kind as string, detail: e.detail as Record<string, string> }),
+    );
   const maxDelta = (a: Float32Array, b: Float32Array) => a.reduce((m, x, i) => Math.max(m, Math.abs(x - b[i]!)), 0);
-  const run = (id: string, policy: 'skip' | 'reduce-lr' | 'fail') => h.env.client.workflow.execute<typeof trainingRun>('trainingRun', { taskQueue: h.taskQueue, workflowId: id, args: [config(id, policy)] });
+  const run = (id: string, policy: 'skip' | 'reduce-lr' | 'fail') =>
+    h.env.client.workflow.execute<typeof trainingRun>('trainingRun', { taskQueue: h.taskQueue, workflowId: id, args: [config(id, policy)] });
 
   it('skip: step 1 commits nothing, the run keeps version 1 and trains step 2 from it; the incident is recorded', async () => {
     const summary = await run('nf-skip', 'skip');
@@ -86,17 +102,28 @@ describe('nonFinite policies in a training run', () => {
     assert.equal(summary.steps, 3);
     assert.equal(summary.versions.policy, 2, 'three steps, one skipped: versions 0, 1, 2');
     const vs = await versions('nf-skip');
-    assert.deepEqual(vs.map((v) => `${v.version}@${v.step}`), ['0@-1', '1@0', '2@2'], 'no version for step 1');
+    assert.deepEqual(
+      vs.map((v) => `${v.version}@${v.step}`),
+      ['0@-1', '1@0', '2@2'],
+      'no version for step 1',
+    );
     assert.equal(vs[2]!.optimizerStep, 2, 'version 2 is the second update applied: the skipped one left no trace in the optimizer state');
     const ev = await events('nf-skip');
-    assert.deepEqual(ev.map((e) => `${e.kind}@${e.step}`), ['non-finite-update@1', 'update-skipped@1']);
+    assert.deepEqual(
+      ev.map((e) => `${e.kind}@${e.step}`),
+      ['non-finite-update@1', 'update-skipped@1'],
+    );
     assert.equal(ev[0]!.detail.model, 'policy');
     assert.equal(ev[0]!.detail.policy, 'skip');
     assert.match(ev[0]!.detail.message!, /non-finite.*loss=NaN.*nothing was committed/);
     assert.equal(ev[1]!.detail.reason, 'non-finite');
     // Step 2 rolled out with the kept version 1.
-    const used = await h.db.sql`SELECT DISTINCT t.version FROM turns t JOIN episodes e USING (episode_id) WHERE e.run_id = 'nf-skip' AND e.step = 2 AND e.split = 'train'`;
-    assert.deepEqual(used.map((r) => r.version), [1]);
+    const used = await h.db
+      .sql`SELECT DISTINCT t.version FROM turns t JOIN episodes e USING (episode_id) WHERE e.run_id = 'nf-skip' AND e.step = 2 AND e.split = 'train'`;
+    assert.deepEqual(
+      used.map((r) => r.version),
+      [1],
+    );
   });
 
   it('reduce-lr: step 1 is retried once at lr x 0.1 and committed; a second non-finite result skips the step', async () => {
@@ -104,23 +131,35 @@ describe('nonFinite policies in a training run', () => {
     assert.equal(summary.status, 'completed');
     assert.equal(summary.versions.policy, 3);
     const vs = await versions('nf-reduce');
-    assert.deepEqual(vs.map((v) => `${v.version}@${v.step}`), ['0@-1', '1@0', '2@1', '3@2']);
+    assert.deepEqual(
+      vs.map((v) => `${v.version}@${v.step}`),
+      ['0@-1', '1@0', '2@1', '3@2'],
+    );
     // AdamW moves each weight by about lr per step early on: step 1 moved ~10x less than steps 0 and 2.
     const d0 = maxDelta(vs[1]!.theta, vs[0]!.theta);
     const d1 = maxDelta(vs[2]!.theta, vs[1]!.theta);
     const d2 = maxDelta(vs[3]!.theta, vs[2]!.theta);
     assert.ok(d1 < 0.3 * d0 && d1 < 0.3 * d2, `step 1 at reduced lr: max |dθ| ${d1} vs ${d0} (step 0) and ${d2} (step 2)`);
     const ev = await events('nf-reduce');
-    assert.deepEqual(ev.map((e) => `${e.kind}@${e.step}`), ['non-finite-update@1']);
+    assert.deepEqual(
+      ev.map((e) => `${e.kind}@${e.step}`),
+      ['non-finite-update@1'],
+    );
     assert.equal(ev[0]!.detail.policy, 'reduce-lr');
     // Before the incident both runs are the same run: the poisoned attempt leaked nothing.
     assert.equal(vs[1]!.sha256, (await versions('nf-skip'))[1]!.sha256);
 
     const twice = await run('nf-reduce-twice', 'reduce-lr');
     assert.equal(twice.versions.policy, 2);
-    assert.deepEqual((await versions('nf-reduce-twice')).map((v) => `${v.version}@${v.step}`), ['0@-1', '1@0', '2@2']);
+    assert.deepEqual(
+      (await versions('nf-reduce-twice')).map((v) => `${v.version}@${v.step}`),
+      ['0@-1', '1@0', '2@2'],
+    );
     const ev2 = await events('nf-reduce-twice');
-    assert.deepEqual(ev2.map((e) => `${e.kind}@${e.step}`), ['non-finite-update@1', 'update-skipped@1']);
+    assert.deepEqual(
+      ev2.map((e) => `${e.kind}@${e.step}`),
+      ['non-finite-update@1', 'update-skipped@1'],
+    );
     assert.equal(ev2[1]!.detail.reason, 'non-finite after reducing lr');
   });
 
@@ -139,9 +178,15 @@ describe('nonFinite policies in a training run', () => {
     const history = await h.env.client.workflow.getHandle('nf-fail').fetchHistory();
     const started = history.events!.filter((e) => e.activityTaskStartedEventAttributes && e.activityTaskStartedEventAttributes.attempt! > 1);
     assert.deepEqual(started, [], 'no activity needed a second attempt');
-    assert.deepEqual((await versions('nf-fail')).map((v) => `${v.version}@${v.step}`), ['0@-1', '1@0', '2@1']);
+    assert.deepEqual(
+      (await versions('nf-fail')).map((v) => `${v.version}@${v.step}`),
+      ['0@-1', '1@0', '2@1'],
+    );
     const ev = await events('nf-fail');
-    assert.deepEqual(ev.map((e) => `${e.kind}@${e.step}`), ['non-finite-update@2']);
+    assert.deepEqual(
+      ev.map((e) => `${e.kind}@${e.step}`),
+      ['non-finite-update@2'],
+    );
     assert.equal(ev[0]!.detail.policy, 'fail');
     // The failed run says so: in the store (status and a run-failed event naming the cause) and on the workflow.
     const [row] = await h.db.sql`SELECT status FROM runs WHERE run_id = 'nf-fail'`;
@@ -159,9 +204,16 @@ describe('nonFinite policies in a training run', () => {
     const summary = await (await resumeRun(h.env.client, h.db.sql, h.taskQueue, 'nf-fail')).result();
     assert.equal(summary.status, 'completed');
     assert.equal(summary.steps, 4);
-    assert.deepEqual((await versions('nf-fail')).map((v) => `${v.version}@${v.step}`), ['0@-1', '1@0', '2@1', '3@2', '4@3'], 'one version per step, none lost or repeated');
+    assert.deepEqual(
+      (await versions('nf-fail')).map((v) => `${v.version}@${v.step}`),
+      ['0@-1', '1@0', '2@1', '3@2', '4@3'],
+      'one version per step, none lost or repeated',
+    );
     const executions = await h.db.sql`SELECT start_step FROM run_executions WHERE run_id = 'nf-fail' ORDER BY started_at`;
-    assert.deepEqual(executions.map((e) => e.start_step), [0, 2]);
+    assert.deepEqual(
+      executions.map((e) => e.start_step),
+      [0, 2],
+    );
     const [after] = await h.db.sql`SELECT status FROM runs WHERE run_id = 'nf-fail'`;
     assert.equal(after!.status, 'completed');
     // A completed run is not resumed again.

@@ -41,23 +41,31 @@ after(async () => {
   await unreachable.end({ timeout: 1 }).catch(() => undefined);
 });
 
-it('a persistent activity failure fails the run after the retry policy gives up, naming the cause', { skip: !long && 'slow (~3 min): TROUPE_CHAOS_LONG=1', timeout: 600_000 }, async (t) => {
-  const t0 = Date.now();
-  let failure: unknown;
-  await assert.rejects(
-    h.env.client.workflow.execute<typeof trainingRun>('trainingRun', { taskQueue: h.taskQueue, workflowId: 'never-hangs', args: [{ team: 'math', steps: 2, groupsPerStep: 2, groupSize: 2, evalTasks: 2 }] }),
-    (e) => ((failure = e), e instanceof WorkflowFailedError),
-  );
-  const seconds = (Date.now() - t0) / 1000;
-  const activity = (failure as WorkflowFailedError).cause;
-  assert.ok(activity instanceof ActivityFailure, String(activity));
-  assert.equal(activity.activityType, 'initModel');
-  assert.match(String(activity.cause?.message), /ECONNREFUSED|connect/, 'the last error is the cause');
-  const history = await h.env.client.workflow.getHandle('never-hangs').fetchHistory();
-  const scheduled = history.events!.find((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'initModel')!;
-  const started = history.events!.find((e) => String(e.activityTaskStartedEventAttributes?.scheduledEventId) === String(scheduled.eventId))!;
-  assert.equal(started.activityTaskStartedEventAttributes!.attempt, activityRetry.maximumAttempts, 'failed on the last attempt the policy allows');
-  // 1 + 2 + 4 + 8 + 10 x 15 s of backoff between 20 attempts: ~165 s, then it fails; it does not wait forever.
-  assert.ok(seconds > 150 && seconds < 400, `failed after ${seconds.toFixed(0)}s`);
-  t.diagnostic(`the run failed after ${seconds.toFixed(0)}s: ${activity.cause?.message}`);
-});
+it(
+  'a persistent activity failure fails the run after the retry policy gives up, naming the cause',
+  { skip: !long && 'slow (~3 min): TROUPE_CHAOS_LONG=1', timeout: 600_000 },
+  async (t) => {
+    const t0 = Date.now();
+    let failure: unknown;
+    await assert.rejects(
+      h.env.client.workflow.execute<typeof trainingRun>('trainingRun', {
+        taskQueue: h.taskQueue,
+        workflowId: 'never-hangs',
+        args: [{ team: 'math', steps: 2, groupsPerStep: 2, groupSize: 2, evalTasks: 2 }],
+      }),
+      (e) => ((failure = e), e instanceof WorkflowFailedError),
+    );
+    const seconds = (Date.now() - t0) / 1000;
+    const activity = (failure as WorkflowFailedError).cause;
+    assert.ok(activity instanceof ActivityFailure, String(activity));
+    assert.equal(activity.activityType, 'initModel');
+    assert.match(String(activity.cause?.message), /ECONNREFUSED|connect/, 'the last error is the cause');
+    const history = await h.env.client.workflow.getHandle('never-hangs').fetchHistory();
+    const scheduled = history.events!.find((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'initModel')!;
+    const started = history.events!.find((e) => String(e.activityTaskStartedEventAttributes?.scheduledEventId) === String(scheduled.eventId))!;
+    assert.equal(started.activityTaskStartedEventAttributes!.attempt, activityRetry.maximumAttempts, 'failed on the last attempt the policy allows');
+    // 1 + 2 + 4 + 8 + 10 x 15 s of backoff between 20 attempts: ~165 s, then it fails; it does not wait forever.
+    assert.ok(seconds > 150 && seconds < 400, `failed after ${seconds.toFixed(0)}s`);
+    t.diagnostic(`the run failed after ${seconds.toFixed(0)}s: ${activity.cause?.message}`);
+  },
+);

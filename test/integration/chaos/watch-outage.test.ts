@@ -51,7 +51,10 @@ it('watchRun keeps watching through a 25 s Temporal outage, says it waits, and r
   try {
     const watching = watchRun(client.workflow.getHandle<typeof trainingRun>(runId));
     let settled: 'resolved' | 'rejected' | undefined;
-    watching.then(() => (settled = 'resolved'), () => (settled = 'rejected'));
+    watching.then(
+      () => (settled = 'resolved'),
+      () => (settled = 'rejected'),
+    );
     for (let i = 0; i < 600 && (await direct.query(statusQuery)).status !== 'paused'; i++) await sleep(100);
     assert.equal((await direct.query(statusQuery)).status, 'paused');
     await sleep(1500); // a progress line is drawn

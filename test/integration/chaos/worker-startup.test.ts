@@ -63,12 +63,20 @@ const polls = async (queue: string, kind: 'workflow' | 'activity', pid: number) 
 it('a pool worker comes up by itself after its engine dies twice during start-up and Temporal refuses connections', { timeout: 240_000 }, async () => {
   const gate = await tcpGate(hostPort(env.address));
   const queue = uniqueTaskQueue('gpu');
-  const { child, log } = startWorker('processes/pool-worker.ts', ['--task-queue', queue, '--temporal-address', gate.address, '--device', 'cpu'], { DATABASE_URL: db.url });
+  const { child, log } = startWorker('processes/pool-worker.ts', ['--task-queue', queue, '--temporal-address', gate.address, '--device', 'cpu'], {
+    DATABASE_URL: db.url,
+  });
   try {
     // SIGKILL each of the first two engines as soon as it exists: long before it listens.
     const killed: number[] = [];
     while (killed.length < 2) {
-      await until('an engine child', () => childProcesses(child.pid!).some((c) => c.argv.some((a) => a.endsWith('onnx-engine.ts')) && !killed.includes(c.pid)), 60_000, child, log);
+      await until(
+        'an engine child',
+        () => childProcesses(child.pid!).some((c) => c.argv.some((a) => a.endsWith('onnx-engine.ts')) && !killed.includes(c.pid)),
+        60_000,
+        child,
+        log,
+      );
       const engine = childProcesses(child.pid!).find((c) => c.argv.some((a) => a.endsWith('onnx-engine.ts')) && !killed.includes(c.pid))!;
       process.kill(engine.pid, 'SIGKILL');
       killed.push(engine.pid);
@@ -87,12 +95,20 @@ it('a pool worker comes up by itself after its engine dies twice during start-up
   }
 });
 
-it('a pool worker whose engine cannot start by its own fault (an unusable device) exits with the engine message instead of waiting', { timeout: 120_000 }, async () => {
-  const { child, log } = startWorker('processes/pool-worker.ts', ['--task-queue', uniqueTaskQueue('gpu'), '--temporal-address', env.address, '--device', 'cuda:9'], { DATABASE_URL: db.url });
-  const code = await new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
-  assert.equal(code, 1, log());
-  assert.match(log(), /pool-worker: engine exited before listening \(code 1, signal null\): .*cuda/s);
-});
+it(
+  'a pool worker whose engine cannot start by its own fault (an unusable device) exits with the engine message instead of waiting',
+  { timeout: 120_000 },
+  async () => {
+    const { child, log } = startWorker(
+      'processes/pool-worker.ts',
+      ['--task-queue', uniqueTaskQueue('gpu'), '--temporal-address', env.address, '--device', 'cuda:9'],
+      { DATABASE_URL: db.url },
+    );
+    const code = await new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
+    assert.equal(code, 1, log());
+    assert.match(log(), /pool-worker: engine exited before listening \(code 1, signal null\): .*cuda/s);
+  },
+);
 
 it('a control worker comes up by itself once PostgreSQL and then Temporal accept connections', { timeout: 240_000 }, async () => {
   const pgGate = await tcpGate(hostPort(db.url));
@@ -101,7 +117,9 @@ it('a control worker comes up by itself once PostgreSQL and then Temporal accept
   dbUrl.hostname = '127.0.0.1';
   dbUrl.port = String(pgGate.port);
   const queue = uniqueTaskQueue('troupe');
-  const { child, log } = startWorker('processes/control-worker.ts', ['--temporal-address', temporalGate.address, '--task-queue', queue], { DATABASE_URL: dbUrl.toString() });
+  const { child, log } = startWorker('processes/control-worker.ts', ['--temporal-address', temporalGate.address, '--task-queue', queue], {
+    DATABASE_URL: dbUrl.toString(),
+  });
   try {
     await until('a line saying it waits for PostgreSQL', () => /waiting for PostgreSQL: .*attempt 2/.test(log()), 60_000, child, log);
     await pgGate.open();

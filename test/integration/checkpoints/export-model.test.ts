@@ -14,7 +14,7 @@ import { saveInitialVersion } from '../../../activities/store/versions';
 import { exportModelVersion } from '../../../cli/commands/export-model';
 import { loadHfCheckpoint } from '../../../engines/checkpoints/hf-layout';
 import { encodeWeights } from '../../../engines/protocol/version-bytes';
-import { TroupeError } from '../../../infra/errors';
+import { type TroupeError } from '../../../infra/errors';
 import { createTestDatabase, type TestDatabase } from '../../helpers';
 import { sameBits } from '../../unit/engine/helpers';
 
@@ -29,11 +29,16 @@ describe('troupe export-model', () => {
   before(async () => {
     db = await createTestDatabase();
     await db.sql`INSERT INTO runs (run_id, team, config) VALUES ('r1', 'chat', '{}')`;
-    for (const [version, theta] of [[0, ckpt.theta], [1, trained]] as const) {
+    for (const [version, theta] of [
+      [0, ckpt.theta],
+      [1, trained],
+    ] as const) {
       const weights = encodeWeights(theta);
       const sha256 = createHash('sha256').update(weights).digest('hex');
-      if (version === 0) await saveInitialVersion(db.sql, db.checkpoints, { runId: 'r1', model: 'policy', spec: ckpt.spec, weights, optimizerState: new Uint8Array(0), sha256 });
-      else await db.sql`INSERT INTO versions (run_id, model, version, step, spec, weights, optimizer_state, sha256) VALUES ('r1', 'policy', 1, 0, ${db.sql.json(ckpt.spec as never)}, ${weights}, ${new Uint8Array(0)}, ${sha256})`;
+      if (version === 0)
+        await saveInitialVersion(db.sql, db.checkpoints, { runId: 'r1', model: 'policy', spec: ckpt.spec, weights, optimizerState: new Uint8Array(0), sha256 });
+      else
+        await db.sql`INSERT INTO versions (run_id, model, version, step, spec, weights, optimizer_state, sha256) VALUES ('r1', 'policy', 1, 0, ${db.sql.json(ckpt.spec as never)}, ${weights}, ${new Uint8Array(0)}, ${sha256})`;
     }
   });
   after(async () => db?.drop());

@@ -39,7 +39,19 @@ describe('training from a pretrained checkpoint', () => {
     h.env.client.workflow.execute<typeof trainingRun>('trainingRun', {
       taskQueue: h.taskQueue,
       workflowId,
-      args: [{ team: 'math', teamOptions: { policy: 'transformer', checkpoint: dir, checkpointTokenizer: more.checkpointTokenizer }, rollout: more.rollout, steps: 2, groupsPerStep: 2, groupSize: 4, evalEvery: 0, evalTasks: 2, seed: 5 }],
+      args: [
+        {
+          team: 'math',
+          teamOptions: { policy: 'transformer', checkpoint: dir, checkpointTokenizer: more.checkpointTokenizer },
+          rollout: more.rollout,
+          steps: 2,
+          groupsPerStep: 2,
+          groupSize: 4,
+          evalEvery: 0,
+          evalTasks: 2,
+          seed: 5,
+        },
+      ],
     });
   const messages = (e: unknown) => {
     let text = '';
@@ -55,7 +67,10 @@ describe('training from a pretrained checkpoint', () => {
 
     const ckpt = loadHfCheckpoint(dir, { maxSeq: 48 }); // math's transformer bounds its sequences at 48
     const versions = await listVersions(h.db.sql, 'pretrained-qwen2');
-    assert.deepEqual(versions.map((v) => v.version), [0, 1, 2]);
+    assert.deepEqual(
+      versions.map((v) => v.version),
+      [0, 1, 2],
+    );
     assert.equal(versions[0]!.sha256, sha256Hex(encodeWeights(ckpt.theta)), "version 0 is the checkpoint's θ");
     assert.equal(new Set(versions.map((v) => v.sha256)).size, 3, 'every step changed the weights');
     const v0 = await getVersion(h.db.sql, h.db.checkpoints, 'pretrained-qwen2', 'policy', 0);
@@ -73,7 +88,9 @@ describe('training from a pretrained checkpoint', () => {
 
   it('a checkpoint that cannot be the model fails the run, naming the field', async () => {
     // gpt2-tiny's learned positions reach 32 tokens; math's transformer needs 48
-    await assert.rejects(run('pretrained-gpt2', path.join(HF, 'gpt2-tiny')), (e) => /maxSeq 48 is more than the checkpoint's 32 .*n_positions/.test(messages(e)));
+    await assert.rejects(run('pretrained-gpt2', path.join(HF, 'gpt2-tiny')), (e) =>
+      /maxSeq 48 is more than the checkpoint's 32 .*n_positions/.test(messages(e)),
+    );
     assert.deepEqual(await listVersions(h.db.sql, 'pretrained-gpt2'), []);
   });
 
@@ -86,6 +103,8 @@ describe('training from a pretrained checkpoint', () => {
     assert.equal(episodes.length, 8);
     // math's character tokenizer starts a context with BOS 1; this tokenizer has none and starts with its end-of-text 0
     for (const e of episodes) for (const t of e.trajectory.turns) assert.equal(t.contextTokens[0], 0);
-    await assert.rejects(run('pretrained-own-tokenizer-durable', dir, { checkpointTokenizer: true, rollout: 'durable' }), (e) => /rollout: .*tokenizer\.json of its checkpoint .*use "batched"/.test(messages(e)));
+    await assert.rejects(run('pretrained-own-tokenizer-durable', dir, { checkpointTokenizer: true, rollout: 'durable' }), (e) =>
+      /rollout: .*tokenizer\.json of its checkpoint .*use "batched"/.test(messages(e)),
+    );
   });
 });

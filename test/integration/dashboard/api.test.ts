@@ -64,7 +64,8 @@ describe('dashboard API', () => {
     assert.equal(r.status, 'completed');
     assert.equal(r.step, RUN.steps);
     assert.equal(r.steps, RUN.steps);
-    const [ev] = await h.db.sql`SELECT value FROM metrics WHERE run_id = ${runId} AND kind = 'eval' AND scope = 'team' AND name = 'success' AND step = ${RUN.steps}`;
+    const [ev] = await h.db
+      .sql`SELECT value FROM metrics WHERE run_id = ${runId} AND kind = 'eval' AND scope = 'team' AND name = 'success' AND step = ${RUN.steps}`;
     assert.equal(r.evalStep, RUN.steps);
     assert.equal(r.evalSuccess, ev!.value);
     assert.ok(r.durationSeconds > 0);
@@ -79,7 +80,10 @@ describe('dashboard API', () => {
     assert.equal(detail.status, 200);
     assert.equal(detail.body.config.steps, RUN.steps);
     const events = await h.db.sql`SELECT kind, step FROM run_events WHERE run_id = ${runId} ORDER BY id`;
-    assert.deepEqual(detail.body.events.map((e: any) => [e.kind, e.step]), events.map((e) => [e.kind, e.step]));
+    assert.deepEqual(
+      detail.body.events.map((e: any) => [e.kind, e.step]),
+      events.map((e) => [e.kind, e.step]),
+    );
 
     const stored = await h.db.sql`SELECT step, kind, scope, name, value FROM metrics WHERE run_id = ${runId} ORDER BY step, kind, scope, name`;
     assert.ok(stored.length > 40, `a real run has many metric rows (${stored.length})`);
@@ -95,13 +99,19 @@ describe('dashboard API', () => {
       pages++;
     }
     assert.equal(pages, Math.ceil(stored.length / pageSize));
-    assert.deepEqual(got, stored.map((r) => ({ ...r })));
+    assert.deepEqual(
+      got,
+      stored.map((r) => ({ ...r })),
+    );
     const settings = await h.db.sql`SELECT step, settings FROM steps WHERE run_id = ${runId} ORDER BY step`;
     const lr = settings.flatMap((r) => Object.entries(r.settings as Record<string, { lr: number }>).map(([model, s]) => ({ step: r.step, model, lr: s.lr })));
     assert.ok(lr.length >= RUN.steps);
     assert.deepEqual((await getJson(`${dash.url}/api/runs/${runId}/metrics`)).body.lr, lr);
     const from1 = (await getJson(`${dash.url}/api/runs/${runId}/metrics?fromStep=1&kind=eval&limit=${MAX_LIMIT}`)).body.metrics;
-    assert.deepEqual(from1, stored.filter((r) => r.step >= 1 && r.kind === 'eval').map((r) => ({ ...r })));
+    assert.deepEqual(
+      from1,
+      stored.filter((r) => r.step >= 1 && r.kind === 'eval').map((r) => ({ ...r })),
+    );
   });
 
   it("lists a step's episodes with their summed reward, filtered by status, task and reward", async () => {
@@ -120,19 +130,25 @@ describe('dashboard API', () => {
     const high = (await getJson(`${dash.url}/api/runs/${runId}/steps/0/episodes?minReward=${threshold}`)).body;
     assert.equal(high.total, [...want.values()].filter((v) => v >= threshold).length);
     const completed = (await getJson(`${dash.url}/api/runs/${runId}/steps/0/episodes?status=completed`)).body;
-    const { n } = (await h.db.sql`SELECT count(*)::int AS n FROM episodes WHERE run_id = ${runId} AND step = 0 AND split = 'train' AND status = 'completed'`)[0]!;
+    const { n } = (
+      await h.db.sql`SELECT count(*)::int AS n FROM episodes WHERE run_id = ${runId} AND step = 0 AND split = 'train' AND status = 'completed'`
+    )[0]!;
     assert.equal(completed.total, n);
     const evals = (await getJson(`${dash.url}/api/runs/${runId}/steps/0/episodes?split=eval`)).body;
     assert.equal(evals.total, RUN.evalTasks);
     const paged = (await getJson(`${dash.url}/api/runs/${runId}/steps/0/episodes?limit=3&offset=3`)).body;
-    assert.deepEqual(paged.episodes.map((e: any) => e.episodeId), body.episodes.slice(3, 6).map((e: any) => e.episodeId));
+    assert.deepEqual(
+      paged.episodes.map((e: any) => e.episodeId),
+      body.episodes.slice(3, 6).map((e: any) => e.episodeId),
+    );
   });
 
   it('gives an episode with its turns (tokens, log-probs, loss mask), rewards and turn graph', async () => {
     const [ep] = await h.db.sql`SELECT episode_id FROM episodes WHERE run_id = ${runId} AND split = 'train' ORDER BY episode_id LIMIT 1`;
     const { status, body } = await getJson(`${dash.url}/api/episodes/${encodeURIComponent(ep!.episode_id)}`);
     assert.equal(status, 200);
-    const turns = await h.db.sql`SELECT turn_index, agent, parents, context_tokens, response_tokens, logprobs, loss_mask FROM turns WHERE episode_id = ${ep!.episode_id} ORDER BY turn_index`;
+    const turns = await h.db
+      .sql`SELECT turn_index, agent, parents, context_tokens, response_tokens, logprobs, loss_mask FROM turns WHERE episode_id = ${ep!.episode_id} ORDER BY turn_index`;
     const calls = await h.db.sql`SELECT count(*)::int AS n FROM tool_calls WHERE episode_id = ${ep!.episode_id}`;
     assert.equal(body.turns.length, turns.length);
     for (const [i, t] of turns.entries()) {
@@ -143,14 +159,20 @@ describe('dashboard API', () => {
     }
     // The advantage each turn received in its step's update, as stored.
     const stored = await h.db.sql`SELECT advantage FROM turns WHERE episode_id = ${ep!.episode_id} ORDER BY turn_index`;
-    assert.deepEqual(body.turns.map((t: any) => t.advantage), stored.map((t) => t.advantage));
+    assert.deepEqual(
+      body.turns.map((t: any) => t.advantage),
+      stored.map((t) => t.advantage),
+    );
     assert.equal(body.graph.nodes.length, turns.length + calls[0]!.n);
     assert.equal(body.graph.edges.length, turns.reduce((s, t) => s + t.parents.length, 0) + calls[0]!.n);
   });
 
   it("keeps each trained turn's advantage with its step's update (batched), none on eval turns", async () => {
     for (let step = 0; step < RUN.steps; step++) assertAdvantages(await advantagesOf(h.db.sql, runId, step));
-    const { n } = (await h.db.sql`SELECT count(*)::int AS n FROM turns t JOIN episodes e USING (episode_id) WHERE e.run_id = ${runId} AND e.split = 'eval' AND t.advantage IS NOT NULL`)[0]!;
+    const { n } = (
+      await h.db
+        .sql`SELECT count(*)::int AS n FROM turns t JOIN episodes e USING (episode_id) WHERE e.run_id = ${runId} AND e.split = 'eval' AND t.advantage IS NOT NULL`
+    )[0]!;
     assert.equal(n, 0);
   });
 
@@ -161,7 +183,8 @@ describe('dashboard API', () => {
     for (let step = 0; step < RUN.steps; step++) {
       for (const agent of agents) {
         const value = (name: string) => rows.find((r) => r.step === step && r.scope === agent && r.name === name)?.value;
-        for (const name of ['episodeTurns', 'episodeTokens', 'score.mean', 'score.std', 'advantage.mean', 'advantage.std']) assert.equal(typeof value(name), 'number', `${agent} step ${step} ${name}`);
+        for (const name of ['episodeTurns', 'episodeTokens', 'score.mean', 'score.std', 'advantage.mean', 'advantage.std'])
+          assert.equal(typeof value(name), 'number', `${agent} step ${step} ${name}`);
         // The agent's turns per episode, by hand from the store.
         const [len] = await h.db.sql`
           SELECT count(*)::float8 / count(DISTINCT t.episode_id) AS turns, sum(cardinality(t.response_tokens))::float8 / count(DISTINCT t.episode_id) AS tokens
@@ -184,11 +207,16 @@ describe('dashboard API', () => {
 
   it("keeps each trained turn's advantage in durable mode too", async () => {
     const durable = 'dash-api-durable';
-    await h.env.client.workflow.execute('trainingRun', { taskQueue: h.taskQueue, workflowId: durable, args: [{ ...RUN, steps: 1, evalEvery: 0, rollout: 'durable' }] });
+    await h.env.client.workflow.execute('trainingRun', {
+      taskQueue: h.taskQueue,
+      workflowId: durable,
+      args: [{ ...RUN, steps: 1, evalEvery: 0, rollout: 'durable' }],
+    });
     const { mode } = (await h.db.sql`SELECT DISTINCT mode FROM episodes WHERE run_id = ${durable} AND split = 'train'`)[0]!;
     assert.equal(mode, 'durable');
     assertAdvantages(await advantagesOf(h.db.sql, durable, 0));
-    const [ep] = await h.db.sql`SELECT episode_id FROM episodes WHERE run_id = ${durable} AND split = 'train' AND status <> 'failed' ORDER BY episode_id LIMIT 1`;
+    const [ep] = await h.db
+      .sql`SELECT episode_id FROM episodes WHERE run_id = ${durable} AND split = 'train' AND status <> 'failed' ORDER BY episode_id LIMIT 1`;
     const { body } = await getJson(`${dash.url}/api/episodes/${encodeURIComponent(ep!.episode_id)}`);
     assert.ok(body.turns.every((t: any) => typeof t.advantage === 'number'));
   });
@@ -197,13 +225,20 @@ describe('dashboard API', () => {
     const stale = 'dash-api-stale';
     await h.env.client.workflow.execute('trainingRun', { taskQueue: h.taskQueue, workflowId: stale, args: [{ ...RUN, evalEvery: 0, staleness: 1 }] });
     const got = (await getJson(`${dash.url}/api/runs/${stale}/metrics?limit=${MAX_LIMIT}`)).body.metrics.filter((r: any) => OFF_POLICY.includes(r.name));
-    const stored = await h.db.sql`SELECT step, kind, scope, name, value FROM metrics WHERE run_id = ${stale} AND name IN ${h.db.sql(OFF_POLICY)} ORDER BY step, kind, scope, name`;
-    assert.deepEqual(got, stored.map((r) => ({ ...r })));
+    const stored = await h.db
+      .sql`SELECT step, kind, scope, name, value FROM metrics WHERE run_id = ${stale} AND name IN ${h.db.sql(OFF_POLICY)} ORDER BY step, kind, scope, name`;
+    assert.deepEqual(
+      got,
+      stored.map((r) => ({ ...r })),
+    );
     // Per step: the model's update row and one train row per agent of each, staleness min(step, 1) in all.
     assert.equal(stored.length, RUN.steps * OFF_POLICY.length * 3);
     for (const r of stored.filter((x) => x.name === 'staleness')) assert.equal(r.value, Math.min(r.step, 1), `${r.kind} ${r.scope} step ${r.step}`);
     // A synchronous run stores none of them.
-    assert.equal((await getJson(`${dash.url}/api/runs/${runId}/metrics?limit=${MAX_LIMIT}`)).body.metrics.filter((r: any) => OFF_POLICY.includes(r.name)).length, 0);
+    assert.equal(
+      (await getJson(`${dash.url}/api/runs/${runId}/metrics?limit=${MAX_LIMIT}`)).body.metrics.filter((r: any) => OFF_POLICY.includes(r.name)).length,
+      0,
+    );
   });
 
   it('serves the page Vite built, and no file outside it', async () => {
@@ -211,9 +246,13 @@ describe('dashboard API', () => {
     assert.equal(page.status, 200);
     const html = await page.text();
     const assets = [...html.matchAll(/(?:src|href)="(\/assets\/[^"]+)"/g)].map((m) => m[1]!);
-    assert.ok(assets.some((a) => a.endsWith('.js')), html);
+    assert.ok(
+      assets.some((a) => a.endsWith('.js')),
+      html,
+    );
     for (const a of assets) assert.equal((await fetch(dash.url + a)).status, 200, a);
-    for (const p of ['/server.ts', '/assets/../server.ts', '/assets/%2e%2e%2fserver.ts', '/web/main.js', '/assets/none.js']) assert.equal((await fetch(dash.url + p)).status, 404, p);
+    for (const p of ['/server.ts', '/assets/../server.ts', '/assets/%2e%2e%2fserver.ts', '/web/main.js', '/assets/none.js'])
+      assert.equal((await fetch(dash.url + p)).status, 404, p);
   });
 
   it('answers unknown ids with 404 and malformed parameters with 400 naming the parameter', async () => {

@@ -49,7 +49,11 @@ describe('dashboard controls', () => {
     });
     await until('step 1', async () => ((await handle.query(statusQuery)).step >= 1 ? true : undefined));
     const post = (d: Dashboard, what: string, headers: Record<string, string> = {}, body?: unknown) =>
-      getJson(`${d.url}/api/runs/${runId}/${what}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: body === undefined ? undefined : JSON.stringify(body) });
+      getJson(`${d.url}/api/runs/${runId}/${what}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
 
     assert.equal((await getJson(`${open.url}/api/config`)).body.controls, false);
     for (const what of ['pause', 'stop', 'setOptimizer']) {
@@ -80,7 +84,11 @@ describe('dashboard controls', () => {
     const notJson = await getJson(`${guarded.url}/api/runs/${runId}/setOptimizer`, { method: 'POST', headers: auth, body: '{lr' });
     assert.equal(notJson.status, 400);
     assert.match(notJson.body.error, /^body: not JSON/);
-    assert.equal((await h.db.sql`SELECT count(*)::int AS n FROM run_events WHERE run_id = ${runId} AND kind = 'optimizer-changed'`)[0]!.n, 0, 'a rejected change records nothing');
+    assert.equal(
+      (await h.db.sql`SELECT count(*)::int AS n FROM run_events WHERE run_id = ${runId} AND kind = 'optimizer-changed'`)[0]!.n,
+      0,
+      'a rejected change records nothing',
+    );
     const good = await post(guarded, 'setOptimizer', auth, { models: { policy: { lr: 0.05 } } });
     assert.equal(good.status, 200);
     assert.equal(good.body.effectiveStep, paused.step);
@@ -99,7 +107,11 @@ describe('dashboard controls', () => {
 
   it('a control for a run that does not exist is a 404 naming it', async () => {
     for (const what of ['pause', 'stop', 'setOptimizer']) {
-      const r = await getJson(`${guarded.url}/api/runs/no-such-run/${what}`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: what === 'setOptimizer' ? '{"all": {"lr": 0.01}}' : undefined });
+      const r = await getJson(`${guarded.url}/api/runs/no-such-run/${what}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+        body: what === 'setOptimizer' ? '{"all": {"lr": 0.01}}' : undefined,
+      });
       assert.equal(r.status, 404, `${what}: ${JSON.stringify(r.body)}`);
       assert.equal(r.body.error, 'run "no-such-run" not found');
     }

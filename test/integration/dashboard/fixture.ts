@@ -6,7 +6,11 @@ import { startHarness, type Harness } from '../../../testing/stack';
 export const RUN = { team: 'math', steps: 2, groupsPerStep: 2, groupSize: 4, rollout: 'batched', evalEvery: 1, evalTasks: 4, seed: 3 } as const;
 
 /** The run (batched unless `rollout` says otherwise), then the dashboard on the port its control worker links to. */
-export async function runAndServe(runId: string, opts: Partial<DashboardOptions> = {}, run: Partial<Record<keyof typeof RUN, unknown>> = {}): Promise<{ h: Harness; dash: Dashboard }> {
+export async function runAndServe(
+  runId: string,
+  opts: Partial<DashboardOptions> = {},
+  run: Partial<Record<keyof typeof RUN, unknown>> = {},
+): Promise<{ h: Harness; dash: Dashboard }> {
   const port = await freePort();
   const h = await startHarness({ dashboardUrl: `http://127.0.0.1:${port}` });
   await h.env.client.workflow.execute('trainingRun', { taskQueue: h.taskQueue, workflowId: runId, args: [{ ...RUN, ...run }] });

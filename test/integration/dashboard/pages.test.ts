@@ -64,15 +64,14 @@ describe('dashboard pages', { skip }, () => {
 
   it("draws a run's curves with one point per stored metric row", async () => {
     await open(page, `${dash.url}/#/runs/${runId}`);
-    const rewards = await h.db.sql`SELECT step, scope, name, value FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND name LIKE 'reward.%' ORDER BY step, scope, name`;
+    const rewards = await h.db
+      .sql`SELECT step, scope, name, value FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND name LIKE 'reward.%' ORDER BY step, scope, name`;
     assert.ok(rewards.length > 0);
     const drawn = await page.evaluate(() => (globalThis as any).troupe.views['reward components'].data('points').map((p: any) => [p.x, p.series, p.value]));
-    assert.deepEqual(
-      drawn.sort(),
-      rewards.map((r) => [r.step + 1, `${r.scope} ${r.name.slice('reward.'.length)}`, r.value]).sort(),
-    );
+    assert.deepEqual(drawn.sort(), rewards.map((r) => [r.step + 1, `${r.scope} ${r.name.slice('reward.'.length)}`, r.value]).sort());
     assert.equal(await drawnPoints(page, '[data-panel="reward components"]'), rewards.length);
-    const evals = await h.db.sql`SELECT step, value FROM metrics WHERE run_id = ${runId} AND kind = 'eval' AND scope = 'team' AND name = 'success' ORDER BY step`;
+    const evals = await h.db
+      .sql`SELECT step, value FROM metrics WHERE run_id = ${runId} AND kind = 'eval' AND scope = 'team' AND name = 'success' ORDER BY step`;
     assert.equal(evals.length, RUN.steps + 1, 'an eval before training and after each step');
     assert.equal(await drawnPoints(page, '[data-panel="eval success"]'), evals.length);
     assert.equal(await page.locator('[data-panel="eval success"] .mark-line').count(), 0, 'evals are points, not a line');
@@ -81,10 +80,15 @@ describe('dashboard pages', { skip }, () => {
     const lr = await h.db.sql`SELECT count(*)::int AS n FROM steps s, jsonb_each(s.settings) m WHERE s.run_id = ${runId} AND m.value ? 'lr'`;
     assert.ok(lr[0]!.n >= RUN.steps);
     assert.equal(await drawnPoints(page, '[data-panel="learning rate"]'), lr[0]!.n);
-    for (const panel of ['truncated / failed shares', 'entropy', 'episode length (turns)', 'episode length (tokens)']) assert.equal(await page.locator(`[data-panel="${panel}"]`).count(), 1, panel);
+    for (const panel of ['truncated / failed shares', 'entropy', 'episode length (turns)', 'episode length (tokens)'])
+      assert.equal(await page.locator(`[data-panel="${panel}"]`).count(), 1, panel);
     // Advantage mean and std per agent, before (the scores) and after normalization, one point per stored row.
-    for (const [panel, names] of [['advantage mean', ['score.mean', 'advantage.mean']], ['advantage std', ['score.std', 'advantage.std']]] as const) {
-      const rows = await h.db.sql`SELECT step, scope, name, value FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND name IN ${h.db.sql(names as unknown as string[])}`;
+    for (const [panel, names] of [
+      ['advantage mean', ['score.mean', 'advantage.mean']],
+      ['advantage std', ['score.std', 'advantage.std']],
+    ] as const) {
+      const rows = await h.db
+        .sql`SELECT step, scope, name, value FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND name IN ${h.db.sql(names as unknown as string[])}`;
       const drawnRows = await page.evaluate((p) => (globalThis as any).troupe.views[p].data('points').map((x: any) => [x.x, x.series, x.value]), panel);
       const label = (name: string) => (name.startsWith('score.') ? ' before normalization' : ' after');
       assert.deepEqual(drawnRows.sort(), rows.map((r) => [r.step + 1, `${r.scope}${label(r.name)}`, r.value]).sort(), panel);
@@ -108,13 +112,21 @@ describe('dashboard pages', { skip }, () => {
     assert.equal(await page.locator('.turn').count(), ep!.turns);
     // Each turn shows the advantage it received in its step's update.
     const advantages = await h.db.sql`SELECT advantage FROM turns WHERE episode_id = ${ep!.episode_id} ORDER BY turn_index`;
-    assert.ok(advantages.every((a) => typeof a.advantage === 'number'), 'a train turn of a completed step has its advantage');
-    assert.deepEqual(await page.locator('.turn .advantage').allInnerTexts(), advantages.map((a) => (a.advantage as number).toFixed(4)));
+    assert.ok(
+      advantages.every((a) => typeof a.advantage === 'number'),
+      'a train turn of a completed step has its advantage',
+    );
+    assert.deepEqual(
+      await page.locator('.turn .advantage').allInnerTexts(),
+      advantages.map((a) => (a.advantage as number).toFixed(4)),
+    );
     // Every generated token is shown, shaded by its loss mask.
-    const { trained, untrained } = (await h.db.sql`
+    const { trained, untrained } = (
+      await h.db.sql`
       SELECT sum((SELECT count(*) FROM unnest(loss_mask) m WHERE m = 1))::int AS trained,
              sum((SELECT count(*) FROM unnest(loss_mask) m WHERE m = 0))::int AS untrained
-      FROM turns WHERE episode_id = ${ep!.episode_id}`)[0]!;
+      FROM turns WHERE episode_id = ${ep!.episode_id}`
+    )[0]!;
     assert.equal(await page.locator('#turns .tok.masked').count(), trained);
     assert.equal(await page.locator('#turns .tok.unmasked').count(), untrained);
     await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-episode.png'), fullPage: true });
@@ -134,7 +146,8 @@ describe('dashboard pages', { skip }, () => {
         await new Promise((r) => setTimeout(r, 250));
       }
     };
-    const trainRows = async () => (await h.db.sql`SELECT count(*)::int AS n FROM metrics WHERE run_id = ${live} AND kind = 'train' AND name LIKE 'reward.%'`)[0]!.n as number;
+    const trainRows = async () =>
+      (await h.db.sql`SELECT count(*)::int AS n FROM metrics WHERE run_id = ${live} AND kind = 'train' AND name LIKE 'reward.%'`)[0]!.n as number;
     await until('the first step', async () => (await trainRows()) > 0);
     await open(page, `${dash.url}/#/runs/${live}`);
     await page.evaluate(() => ((globalThis as any).notReloaded = true));
@@ -147,9 +160,16 @@ describe('dashboard pages', { skip }, () => {
     await handle.signal(pauseSignal);
     await until('the pause', async () => (await handle.query(statusQuery)).status === 'paused');
     await handle.signal(resumeSignal);
-    const eventRules = (kind: string) => page.evaluate(([p, k]) => (globalThis as any).troupe.views[p].data('events').filter((e: any) => e.kind === k).length, [ 'reward components', kind ] as const);
+    const eventRules = (kind: string) =>
+      page.evaluate(([p, k]) => (globalThis as any).troupe.views[p].data('events').filter((e: any) => e.kind === k).length, [
+        'reward components',
+        kind,
+      ] as const);
     await until('the pause and resume on the curves', async () => (await eventRules('paused')) === 1 && (await eventRules('resumed-from-pause')) === 1);
-    assert.equal(await page.locator(`${selector} .mark-rule.role-mark line`).count(), (await h.db.sql`SELECT count(*)::int AS n FROM run_events WHERE run_id = ${live}`)[0]!.n);
+    assert.equal(
+      await page.locator(`${selector} .mark-rule.role-mark line`).count(),
+      (await h.db.sql`SELECT count(*)::int AS n FROM run_events WHERE run_id = ${live}`)[0]!.n,
+    );
     assert.equal(await page.evaluate(() => (globalThis as any).notReloaded), true, 'the page was not reloaded');
     await handle.signal(stopSignal);
     await handle.result();
@@ -203,10 +223,13 @@ describe('dashboard pages', { skip }, () => {
     for (const id of [runId, 'dash-live-1']) await page.locator(`#runs tr[data-run="${id}"] input[name=cmp]`).check();
     await page.locator('#compare').click();
     await page.waitForFunction(() => (globalThis as any).location.hash.startsWith('#/compare') && (globalThis as any).troupe?.ready === true);
-    const rows = await h.db.sql`SELECT run_id, count(*)::int AS n FROM metrics WHERE run_id IN (${runId}, 'dash-live-1') AND kind = 'train' AND name LIKE 'reward.%' GROUP BY run_id`;
+    const rows = await h.db
+      .sql`SELECT run_id, count(*)::int AS n FROM metrics WHERE run_id IN (${runId}, 'dash-live-1') AND kind = 'train' AND name LIKE 'reward.%' GROUP BY run_id`;
     assert.equal(rows.length, 2);
     assert.equal(await drawnPoints(page, '[data-panel="reward components"]'), rows[0]!.n + rows[1]!.n);
-    const series: string[] = await page.evaluate(() => [...new Set((globalThis as any).troupe.views['reward components'].data('points').map((p: any) => p.series))] as string[]);
+    const series: string[] = await page.evaluate(
+      () => [...new Set((globalThis as any).troupe.views['reward components'].data('points').map((p: any) => p.series))] as string[],
+    );
     assert.ok(series.some((x) => x.startsWith(`${runId}: `)) && series.some((x) => x.startsWith('dash-live-1: ')), series.join(','));
     await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-compare.png'), fullPage: true });
   });

@@ -17,11 +17,17 @@ test('troupe train prints the dashboard URL of the run, which shows it; Current 
   const runId = 'dash-train-summary';
   const config = path.join(stack.stateDir, 'run.json');
   fs.writeFileSync(config, JSON.stringify({ evalTasks: 2 }));
-  const train = await troupe(['train', 'math', '--config', config, '--run-id', runId, '--steps', '1', '--groups', '1', '--group-size', '2', '--eval-every', '0', '--no-plot', '--json'], stack.env);
+  const train = await troupe(
+    ['train', 'math', '--config', config, '--run-id', runId, '--steps', '1', '--groups', '1', '--group-size', '2', '--eval-every', '0', '--no-plot', '--json'],
+    stack.env,
+  );
   assert.equal(train.code, 0, train.stderr + train.stdout);
   const url = `http://127.0.0.1:${stack.env.TROUPE_DASHBOARD_PORT}/#/runs/${runId}`;
   const lines = train.stdout.trim().split('\n');
-  assert.ok(lines.some((l) => l.trim() === `dashboard: ${url}`), train.stdout);
+  assert.ok(
+    lines.some((l) => l.trim() === `dashboard: ${url}`),
+    train.stdout,
+  );
   assert.equal(JSON.parse(lines.at(-1)!).dashboard, url, 'and in the --json line');
 
   const run = await getJson(`http://127.0.0.1:${stack.env.TROUPE_DASHBOARD_PORT}/api/runs/${runId}`);

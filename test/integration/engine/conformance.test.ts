@@ -55,7 +55,11 @@ test('the built-in engine passes every check of the conformance suite', async ()
   }
   assert.equal(rep.capabilities?.protocolVersion, 2);
   // the built-in engine lists every RPC and claims determinism and references, so every conditional check runs
-  assert.deepEqual(rep.results.filter((r) => r.status === 'skip').map((r) => r.id), ['health.unlisted-unimplemented'], show(rep));
+  assert.deepEqual(
+    rep.results.filter((r) => r.status === 'skip').map((r) => r.id),
+    ['health.unlisted-unimplemented'],
+    show(rep),
+  );
   assert.ok(rep.counts.pass >= 40, show(rep));
   console.log(`conformance: ${rep.counts.pass} passed, ${rep.counts.fail} failed, ${rep.counts.skip} skipped in ${Date.now() - t0} ms`);
 });
@@ -67,7 +71,10 @@ test('`troupe engine-check <addr>` prints a line per check and the summary, exit
   assert.equal(r.code, 0, `${r.stdout}\n${r.stderr}`);
   assert.match(r.stdout, /^PASS health\.serving: /m);
   assert.match(r.stdout, /^PASS generate\.shape: /m);
-  assert.match(r.stdout, new RegExp(`^engine-check ${engine.listening.address}: \\d+ passed, 0 failed, \\d+ skipped \\(${selectChecks(only).length} checks, [\\d.]+ s\\)$`, 'm'));
+  assert.match(
+    r.stdout,
+    new RegExp(`^engine-check ${engine.listening.address}: \\d+ passed, 0 failed, \\d+ skipped \\(${selectChecks(only).length} checks, [\\d.]+ s\\)$`, 'm'),
+  );
 
   const j = await troupe(['engine-check', engine.listening.address, '--json', '--only', 'health.serving'], env);
   assert.equal(j.code, 0, j.stderr);
@@ -102,7 +109,11 @@ function toStatus(e: WireError): Partial<grpc.StatusObject> {
 }
 
 /** A server for the Engine service that forwards every call to `target`, passing each answer through `tamper`. */
-async function lyingProxy(target: string, tamper: Record<string, (res: any) => any>, local: Record<string, (req: any) => unknown> = {}): Promise<{ address: string; close: () => void }> {
+async function lyingProxy(
+  target: string,
+  tamper: Record<string, (res: any) => any>,
+  local: Record<string, (req: any) => unknown> = {},
+): Promise<{ address: string; close: () => void }> {
   const upstream = new WireClient(target);
   const server = new grpc.Server({ 'grpc.max_receive_message_length': MAX_MESSAGE_BYTES, 'grpc.max_send_message_length': MAX_MESSAGE_BYTES });
   const handlers: grpc.UntypedServiceImplementation = {};
@@ -130,7 +141,9 @@ async function lyingProxy(target: string, tamper: Record<string, (res: any) => a
     }
   }
   server.addService(engineServiceDefinition(), handlers);
-  const port = await new Promise<number>((res, rej) => server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (e, p) => (e ? rej(e) : res(p))));
+  const port = await new Promise<number>((res, rej) =>
+    server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (e, p) => (e ? rej(e) : res(p))),
+  );
   return {
     address: `127.0.0.1:${port}`,
     close: () => {
@@ -175,7 +188,9 @@ test('negative control: an error without troupe-error-reason, and an RPC listed 
     Health: (_c: unknown, cb: grpc.sendUnaryData<unknown>) => void upstream.unary('Health', {}).then((o) => (o.ok ? cb(null, o.value) : cb(toStatus(o.error)))),
     Generate: (_c: unknown, cb: grpc.sendUnaryData<unknown>) => cb({ code: grpc.status.NOT_FOUND, details: 'no such model' }),
   });
-  const port = await new Promise<number>((res, rej) => server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (e, p) => (e ? rej(e) : res(p))));
+  const port = await new Promise<number>((res, rej) =>
+    server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (e, p) => (e ? rej(e) : res(p))),
+  );
   try {
     const rep = await runConformance(`127.0.0.1:${port}`, { only: ['errors.model-not-loaded', 'init.version0'] });
     const byId = Object.fromEntries(rep.results.map((r) => [r.id, r]));
@@ -189,10 +204,20 @@ test('negative control: an error without troupe-error-reason, and an RPC listed 
   }
 });
 
-test('negative control: mutants of the real engine\'s answers fail the checks that should see them', async () => {
+test("negative control: mutants of the real engine's answers fail the checks that should see them", async () => {
   const mutants: [string, Record<string, (x: any) => any>, string[], string[]][] = [
-    ['sample_logprobs = logprobs', { Generate: (g: P.GenerateResponse) => ({ ...g, sequences: g.sequences.map((s) => ({ ...s, sampleLogprobs: s.logprobs })) }) }, ['generate.'], ['generate.sampling', 'generate.sample-logprobs']],
-    ['negative entropies', { Score: (r: P.ScoreResponse) => ({ ...r, sequences: r.sequences.map((s) => ({ ...s, entropy: s.entropy.map((h) => -h) })) }) }, ['score.'], ['score.shape']],
+    [
+      'sample_logprobs = logprobs',
+      { Generate: (g: P.GenerateResponse) => ({ ...g, sequences: g.sequences.map((s) => ({ ...s, sampleLogprobs: s.logprobs })) }) },
+      ['generate.'],
+      ['generate.sampling', 'generate.sample-logprobs'],
+    ],
+    [
+      'negative entropies',
+      { Score: (r: P.ScoreResponse) => ({ ...r, sequences: r.sequences.map((s) => ({ ...s, entropy: s.entropy.map((h) => -h) })) }) },
+      ['score.'],
+      ['score.shape'],
+    ],
     ['Abort counts 2', { Abort: () => ({ abortedRequests: 2 }) }, ['abort.unknown'], ['abort.unknown']],
     ['Update never replays', { Update: (r: P.UpdateResponse) => ({ ...r, replayed: false }) }, ['update.replay'], ['update.replay']],
   ];
@@ -241,9 +266,12 @@ test('an engine that dies mid-suite: the remaining checks fail as not run, quick
   }
 });
 
-test('another engine (TROUPE_CONFORMANCE_ADDRESS) passes the suite', { skip: !process.env.TROUPE_CONFORMANCE_ADDRESS && 'set TROUPE_CONFORMANCE_ADDRESS=host:port to check another engine' }, async () => {
-  const skip = process.env.TROUPE_CONFORMANCE_SKIP?.split(',').filter(Boolean);
-  const rep = await assertConformant(process.env.TROUPE_CONFORMANCE_ADDRESS!, { skip, log: (l) => console.log(l) });
-  console.log(`${process.env.TROUPE_CONFORMANCE_ADDRESS}: ${rep.counts.pass} passed, ${rep.counts.skip} skipped`);
-});
-
+test(
+  'another engine (TROUPE_CONFORMANCE_ADDRESS) passes the suite',
+  { skip: !process.env.TROUPE_CONFORMANCE_ADDRESS && 'set TROUPE_CONFORMANCE_ADDRESS=host:port to check another engine' },
+  async () => {
+    const skip = process.env.TROUPE_CONFORMANCE_SKIP?.split(',').filter(Boolean);
+    const rep = await assertConformant(process.env.TROUPE_CONFORMANCE_ADDRESS!, { skip, log: (l) => console.log(l) });
+    console.log(`${process.env.TROUPE_CONFORMANCE_ADDRESS}: ${rep.counts.pass} passed, ${rep.counts.skip} skipped`);
+  },
+);

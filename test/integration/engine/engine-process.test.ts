@@ -19,7 +19,7 @@ import {
   VersionNotLoadedError,
   isNotLoaded,
 } from '../../../engines/protocol/client';
-import { ENGINE_MAIN, spawnEngine, SpawnedEngine } from '../../../gpu-workers/engine-process';
+import { ENGINE_MAIN, spawnEngine, type SpawnedEngine } from '../../../gpu-workers/engine-process';
 
 const run = promisify(execFile);
 const engineCmd = (args: string[]) => run(process.execPath, ['--import', 'tsx', ENGINE_MAIN, ...args], { timeout: 60_000 });
@@ -103,7 +103,12 @@ test('bad requests map to gRPC codes and typed errors; the engine keeps serving,
   };
   await expectErr(client.generate({ ...gen, modelKey: 'nope' }), ModelNotLoadedError, grpc.status.NOT_FOUND, /model "nope" is not loaded/);
   await expectErr(client.generate({ ...gen, version: 3 }), VersionNotLoadedError, grpc.status.NOT_FOUND, /version 3 is not loaded/);
-  await expectErr(client.generate({ ...gen, sequences: [{ context: [9], seed: 1 }] }), InvalidRequestError, grpc.status.INVALID_ARGUMENT, /token id 9 is outside the vocabulary \[0, 7\]/);
+  await expectErr(
+    client.generate({ ...gen, sequences: [{ context: [9], seed: 1 }] }),
+    InvalidRequestError,
+    grpc.status.INVALID_ARGUMENT,
+    /token id 9 is outside the vocabulary \[0, 7\]/,
+  );
   await expectErr(client.generate({ ...gen, sequences: [] }), InvalidRequestError, grpc.status.INVALID_ARGUMENT, /empty batch/);
   await expectErr(client.generate({ ...gen, sampling: { maxTokens: 0 } }), InvalidRequestError, grpc.status.INVALID_ARGUMENT, /max_tokens/);
   await expectErr(
@@ -131,7 +136,12 @@ test('bad requests map to gRPC codes and typed errors; the engine keeps serving,
   assert.equal(u.info.version, 1);
   assert.equal(u.baseVersion, 0);
   assert.ok(u.metrics.gradNorm > 0);
-  await expectErr(client.update({ modelKey: 'g', baseVersion: 0, requestId: 'u2', samples: [sample] }), StaleBaseError, grpc.status.FAILED_PRECONDITION, /not the latest version \(1\)/);
+  await expectErr(
+    client.update({ modelKey: 'g', baseVersion: 0, requestId: 'u2', samples: [sample] }),
+    StaleBaseError,
+    grpc.status.FAILED_PRECONDITION,
+    /not the latest version \(1\)/,
+  );
   const again = await client.update({ modelKey: 'g', baseVersion: 0, requestId: 'u1', samples: [sample] });
   assert.equal(again.replayed, true);
   assert.equal(again.info.weightsSha256, u.info.weightsSha256);

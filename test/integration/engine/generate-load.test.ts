@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { EngineClient } from '../../../engines/protocol/client';
-import { spawnEngine, SpawnedEngine } from '../../../gpu-workers/engine-process';
+import { spawnEngine, type SpawnedEngine } from '../../../gpu-workers/engine-process';
 import type { GeneratedSequence, GenerateRequest, SamplingParams } from '../../../engines/protocol/types';
 
 let engine: SpawnedEngine;

@@ -27,8 +27,21 @@ const WF_QUEUE = uniqueTaskQueue('engine-test-workflows');
 before(async () => {
   env = await startTemporal();
   db = await createTestDatabase();
-  pool = await createPoolWorker({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue: POOL_QUEUE, device: 'cpu', quietEngine: true, sql: db.sql, checkpoints: db.checkpoints });
-  wfWorker = await Worker.create({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue: WF_QUEUE, workflowsPath: require.resolve('./workflows') });
+  pool = await createPoolWorker({
+    connection: env.nativeConnection,
+    namespace: env.namespace ?? 'default',
+    taskQueue: POOL_QUEUE,
+    device: 'cpu',
+    quietEngine: true,
+    sql: db.sql,
+    checkpoints: db.checkpoints,
+  });
+  wfWorker = await Worker.create({
+    connection: env.nativeConnection,
+    namespace: env.namespace ?? 'default',
+    taskQueue: WF_QUEUE,
+    workflowsPath: require.resolve('./workflows'),
+  });
 });
 
 after(async () => {
@@ -37,17 +50,29 @@ after(async () => {
   await env?.teardown();
 });
 
-test('pool activities on the pool queue: the engine is restarted and refilled from the store; a refused request fails at once', { timeout: 180_000 }, async () => {
-  const execute = (id: string, args: SmokeInput) => env.client.workflow.execute(engineSmokeWorkflow, { taskQueue: WF_QUEUE, workflowId: id, args: [args] });
-  // Both workers run for the whole scenario (runUntil shuts a worker down at the end).
-  await pool.worker.runUntil(wfWorker.runUntil(scenario(execute)));
-});
+test(
+  'pool activities on the pool queue: the engine is restarted and refilled from the store; a refused request fails at once',
+  { timeout: 180_000 },
+  async () => {
+    const execute = (id: string, args: SmokeInput) => env.client.workflow.execute(engineSmokeWorkflow, { taskQueue: WF_QUEUE, workflowId: id, args: [args] });
+    // Both workers run for the whole scenario (runUntil shuts a worker down at the end).
+    await pool.worker.runUntil(wfWorker.runUntil(scenario(execute)));
+  },
+);
 
 async function scenario(execute: (id: string, args: SmokeInput) => Promise<SmokeOutput>) {
   const team = loadTeam('math');
   const runId = 'smoke';
   await createRun(db.sql, { runId, team: 'math', config: {} });
-  const call: GenerateCall = { model: 'policy', version: 0, context: [team.tokenizer.bosId, ...team.tokenizer.encode('12+7')], maxTokens: 6, stopTokens: [], sampling: { temperature: 1, topK: 0, topP: 1 }, seed: 12345 };
+  const call: GenerateCall = {
+    model: 'policy',
+    version: 0,
+    context: [team.tokenizer.bosId, ...team.tokenizer.encode('12+7')],
+    maxTokens: 6,
+    stopTokens: [],
+    sampling: { temperature: 1, topK: 0, topP: 1 },
+    seed: 12345,
+  };
 
   const first = await execute('smoke-1', { poolQueue: POOL_QUEUE, runId, init: true, call });
   assert.ok('generated' in first, JSON.stringify(first));

@@ -33,7 +33,14 @@ describe('the PyTorch engine passes the conformance suite', { skip }, () => {
     const rep = await runConformance(engine.listening.address);
     const show = rep.results.map(formatResult).join('\n');
     assert.deepEqual(rep.results.filter((r) => r.status === 'fail').map(formatResult), [], show);
-    assert.deepEqual(rep.results.filter((r) => r.status === 'skip').map((r) => r.id).sort(), [...EXPECTED_SKIPS].sort(), show);
+    assert.deepEqual(
+      rep.results
+        .filter((r) => r.status === 'skip')
+        .map((r) => r.id)
+        .sort(),
+      [...EXPECTED_SKIPS].sort(),
+      show,
+    );
     assert.match(rep.capabilities?.engine ?? '', /^troupe-pytorch 2/);
     console.log(`pytorch conformance: ${rep.counts.pass} passed, ${rep.counts.fail} failed, ${rep.counts.skip} skipped`);
   });

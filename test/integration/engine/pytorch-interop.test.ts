@@ -173,7 +173,10 @@ test('PyTorch InitModel → export → built-in LoadVersion: Score agrees', { sk
     // give the weights some structure beyond init: one torch update, then export v1
     const up = await torchClient.update(updateRequest(key, 0, `b-${name}-u`, spec.vocabSize));
     const exp1 = await torchClient.exportVersion({ modelKey: key, version: 1 });
-    for (const [v, e] of [[0, exp], [1, exp1]] as const) {
+    for (const [v, e] of [
+      [0, exp],
+      [1, exp1],
+    ] as const) {
       const loaded = await onnxClient.loadVersion({ modelKey: key, version: v, spec, weights: e.weights, optimizerState: e.optimizerState });
       assert.equal(loaded.weightsSha256, (v === 0 ? info : up.info).weightsSha256, name);
       assert.equal(loaded.optimizerStep, v === 0 ? 0 : 2, name); // AdamW steps: innerSteps 2
@@ -217,7 +220,10 @@ test('the same Update from the same base: weights and metrics agree', { skip, ti
       assert.equal(b.info.version, v + 1);
       assert.equal(a.tokens, b.tokens);
       assert.equal(a.info.optimizerStep, b.info.optimizerStep);
-      const [ea, eb] = await Promise.all([torchClient.exportVersion({ modelKey: key, version: v + 1 }), onnxClient.exportVersion({ modelKey: key, version: v + 1 })]);
+      const [ea, eb] = await Promise.all([
+        torchClient.exportVersion({ modelKey: key, version: v + 1 }),
+        onnxClient.exportVersion({ modelKey: key, version: v + 1 }),
+      ]);
       const diffs = absDiffs(ea.weights, eb.weights);
       const dw = diffs.at(-1)!;
       const p999 = diffs[Math.floor(0.999 * (diffs.length - 1))]!;
@@ -231,7 +237,11 @@ test('the same Update from the same base: weights and metrics agree', { skip, ti
       );
       assert.ok(p999 <= WEIGHT_P999_TOL && dw <= weightMaxTol(0.01, 2), `${name}: weights differ by ${dw} (p99.9 ${p999})`);
       for (const k of ['loss', 'gradNorm', 'pgLoss', 'entropySum', 'entropy'] as const) assert.ok(m(k) <= 1e-3, `${name} ${k}: ${m(k)}`);
-      assert.deepEqual(a.stepMetrics.map((s) => s.clipFraction), b.stepMetrics.map((s) => s.clipFraction), `${name}: clip fractions`);
+      assert.deepEqual(
+        a.stepMetrics.map((s) => s.clipFraction),
+        b.stepMetrics.map((s) => s.clipFraction),
+        `${name}: clip fractions`,
+      );
     }
     // the torch engine is deterministic: the same update elsewhere gives the same bytes
     const again = await torchClient.update({ ...updateRequest(key, 0, `c-${name}-again`, spec.vocabSize), allowStaleBase: true });
@@ -288,7 +298,9 @@ test('greedy Generate gives the same tokens in both; sampled Generate (same Phil
         lossWeights: g.tokens.map(() => 0.02),
       })),
     });
-    console.log(`[interop] ${name}: built-in rollout → PyTorch update: logprob gap max ${trained.logprobGap.max.toExponential(2)}, approx_kl ${trained.metrics.approxKl.toExponential(2)}`);
+    console.log(
+      `[interop] ${name}: built-in rollout → PyTorch update: logprob gap max ${trained.logprobGap.max.toExponential(2)}, approx_kl ${trained.metrics.approxKl.toExponential(2)}`,
+    );
     assert.ok(trained.logprobGap.max <= SCORE_TOL, `${name}: cross-engine logprob gap ${trained.logprobGap.max}`);
   }
   console.log(`[interop] sampled sequences identical in both engines: ${sampledSame}/${sampledAll}`);
@@ -317,7 +329,16 @@ test('bad requests: the same gRPC code, reason and message from both engines; bo
     ['short weights', (c) => c.loadVersion({ modelKey: key, version: 5, spec, weights: new Uint8Array(8) })],
   ];
   for (const [label, call] of calls) {
-    const [a, b] = await Promise.all([call(torchClient).then(() => undefined, (e) => e), call(onnxClient).then(() => undefined, (e) => e)]);
+    const [a, b] = await Promise.all([
+      call(torchClient).then(
+        () => undefined,
+        (e) => e,
+      ),
+      call(onnxClient).then(
+        () => undefined,
+        (e) => e,
+      ),
+    ]);
     assert.ok(a && b, `${label}: both refuse (torch ${a}, onnx ${b})`);
     assert.equal(a.reason, b.reason, `${label}: reason`);
     assert.equal(a.code, b.code, `${label}: code`);
@@ -345,7 +366,11 @@ test('PyTorch Score against the float64 reference (transformer/reference.ts)', {
     const e = await torchClient.exportVersion({ modelKey: key, version: 1 });
     const theta = f32(e.weights);
     const seqs = scoreSeqs(spec.vocabSize).slice(0, 2);
-    const ref = referenceForward(normalizeTransformerSpec(spec), theta, seqs.map((s) => [...s.context, ...s.tokens]));
+    const ref = referenceForward(
+      normalizeTransformerSpec(spec),
+      theta,
+      seqs.map((s) => [...s.context, ...s.tokens]),
+    );
     const got = await torchClient.score({ modelKey: key, version: 1, sequences: seqs });
     let gap = 0;
     seqs.forEach((s, i) =>

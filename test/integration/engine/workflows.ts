@@ -11,7 +11,9 @@ export interface SmokeInput {
 }
 
 /** The reply, or the failure of the generation as the workflow sees it. */
-export type SmokeOutput = { generated: GenerateReply } | { failure: { type?: string | null; nonRetryable?: boolean | null; message: string; details: unknown[]; retryState: string | null } };
+export type SmokeOutput =
+  | { generated: GenerateReply }
+  | { failure: { type?: string | null; nonRetryable?: boolean | null; message: string; details: unknown[]; retryState: string | null } };
 
 export async function engineSmokeWorkflow(input: SmokeInput): Promise<SmokeOutput> {
   const acts = proxyActivities<TrainingPoolActivities>({
@@ -28,6 +30,14 @@ export async function engineSmokeWorkflow(input: SmokeInput): Promise<SmokeOutpu
     const cause = e instanceof ActivityFailure ? e.cause : undefined;
     if (!(cause instanceof ApplicationFailure)) throw e;
     // retryState: NON_RETRYABLE_FAILURE when Temporal gave up at once, MAXIMUM_ATTEMPTS_REACHED after retrying.
-    return { failure: { type: cause.type, nonRetryable: cause.nonRetryable, message: cause.message, details: cause.details ?? [], retryState: (e as ActivityFailure).retryState ?? null } };
+    return {
+      failure: {
+        type: cause.type,
+        nonRetryable: cause.nonRetryable,
+        message: cause.message,
+        details: cause.details ?? [],
+        retryState: (e as ActivityFailure).retryState ?? null,
+      },
+    };
   }
 }

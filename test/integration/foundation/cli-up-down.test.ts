@@ -7,7 +7,7 @@ import * as path from 'node:path';
 import { after, test } from 'node:test';
 import { pidAlive, readRecord } from '../../../infra/processes';
 import { temporalServerVersion } from '../../../infra/temporal';
-import { startTemporal, TestDatabase } from '../../helpers';
+import { startTemporal, type TestDatabase } from '../../helpers';
 import { cliStack, troupe } from '../../helpers/cli';
 
 const cleanups: (() => Promise<unknown>)[] = [];
@@ -46,7 +46,10 @@ test('up --ping starts the dev server and the control worker; doctor sees them; 
   assert.equal(ping.code, 0, ping.stderr);
   assert.match(ping.stdout, /message="second"/);
   const rows = await db.sql`select message from pings order by id`;
-  assert.deepEqual(rows.map((r) => r.message), ['hello from troupe up --ping', 'second']);
+  assert.deepEqual(
+    rows.map((r) => r.message),
+    ['hello from troupe up --ping', 'second'],
+  );
 
   const doctor = await troupe(['doctor'], env);
   assert.equal(doctor.code, 0, doctor.stdout + doctor.stderr);

@@ -32,9 +32,12 @@ test('embedded PostgreSQL: init once, start, migrate, query, stop, start again w
 
   const first = await ensureDatabase(config, (l) => lines.push(l));
   if (asRoot) {
-    assert.deepEqual(lines.filter((l) => l.includes('chmod')), [
-      `troupe: the embedded PostgreSQL runs as the \`postgres\` user, who could not enter ${parent}: ran \`chmod o+x ${parent}\` (undo: \`chmod o-x ${parent}\`; or set DATABASE_URL to use another PostgreSQL)`,
-    ]);
+    assert.deepEqual(
+      lines.filter((l) => l.includes('chmod')),
+      [
+        `troupe: the embedded PostgreSQL runs as the \`postgres\` user, who could not enter ${parent}: ran \`chmod o+x ${parent}\` (undo: \`chmod o-x ${parent}\`; or set DATABASE_URL to use another PostgreSQL)`,
+      ],
+    );
     assert.equal(fs.statSync(parent).mode & 0o777, 0o701);
   }
   assert.equal(first.source, 'embedded');
@@ -62,7 +65,10 @@ test('embedded PostgreSQL: init once, start, migrate, query, stop, start again w
   assert.equal(restarted.started, true);
   sql = connect(restarted.url);
   const rows = await sql`select message from pings where workflow_id = 'embedded-test'`;
-  assert.deepEqual(rows.map((r) => r.message), ['kept']);
+  assert.deepEqual(
+    rows.map((r) => r.message),
+    ['kept'],
+  );
   assert.deepEqual(await migrate(sql), { from: (await migrate(sql)).to, to: (await migrate(sql)).to, applied: [] });
   await sql.end();
 });

@@ -16,14 +16,20 @@ test('migrations apply in order on an empty database, and a second run is a no-o
     const first = await migrate(db.sql);
     assert.equal(first.from, 0);
     assert.equal(first.to, newest());
-    assert.deepEqual(first.applied, loadMigrations().map((m) => m.file));
+    assert.deepEqual(
+      first.applied,
+      loadMigrations().map((m) => m.file),
+    );
     const { n } = (await db.sql`select count(*) as n from pings`)[0]!;
     assert.equal(n, 0);
 
     const second = await migrate(db.sql);
     assert.deepEqual(second, { from: newest(), to: newest(), applied: [] });
     const rows = await db.sql`select version from schema_version order by version`;
-    assert.deepEqual(rows.map((r) => r.version), loadMigrations().map((m) => m.version));
+    assert.deepEqual(
+      rows.map((r) => r.version),
+      loadMigrations().map((m) => m.version),
+    );
   } finally {
     await db.drop();
   }
@@ -34,7 +40,12 @@ test('concurrent callers do not race: each migration is applied exactly once', a
   try {
     const results = await Promise.all([migrate(db.sql), migrate(db.sql), migrate(db.sql), migrate(db.sql)]);
     const appliedFiles = results.flatMap((r) => r.applied).sort();
-    assert.deepEqual(appliedFiles, loadMigrations().map((m) => m.file).sort());
+    assert.deepEqual(
+      appliedFiles,
+      loadMigrations()
+        .map((m) => m.file)
+        .sort(),
+    );
     for (const r of results) assert.equal(r.to, newest());
   } finally {
     await db.drop();

@@ -38,7 +38,13 @@ after(async () => {
 });
 
 const configFor = (namespace: string, stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-ns-'))) =>
-  loadConfig({ TEMPORAL_ADDRESS: env.address, TEMPORAL_NAMESPACE: namespace, DATABASE_URL: db.url, TROUPE_STATE_DIR: stateDir, TROUPE_TASK_QUEUE: uniqueTaskQueue('control') });
+  loadConfig({
+    TEMPORAL_ADDRESS: env.address,
+    TEMPORAL_NAMESPACE: namespace,
+    DATABASE_URL: db.url,
+    TROUPE_STATE_DIR: stateDir,
+    TROUPE_TASK_QUEUE: uniqueTaskQueue('control'),
+  });
 
 /**
  * Runs a fix line as a user pastes it, with the Temporal CLI Troupe uses as `temporal`. A namespace
@@ -63,7 +69,9 @@ test('a missing namespace, then missing and wrongly typed search attributes: eac
   const connection = await connectTemporal(env.address);
   try {
     const missing = await namespaceProblems(connection, namespace, env.address);
-    assert.deepEqual(missing, [{ what: `namespace "${namespace}" does not exist`, fix: `temporal operator namespace create --address ${env.address} --namespace ${namespace}` }]);
+    assert.deepEqual(missing, [
+      { what: `namespace "${namespace}" does not exist`, fix: `temporal operator namespace create --address ${env.address} --namespace ${namespace}` },
+    ]);
 
     // `up` refuses before it starts any worker, naming the fix.
     const config = configFor(namespace);
@@ -77,11 +85,15 @@ test('a missing namespace, then missing and wrongly typed search attributes: eac
 
     // The control worker says what is wrong and exits; it does not call it a bug.
     const worker = await new Promise<{ code: number | null; out: string }>((resolve) => {
-      const child = spawn(process.execPath, ['--import', 'tsx', path.join(repoRoot, 'processes', 'control-worker.ts'), '--temporal-address', env.address, '--namespace', namespace], {
-        cwd: repoRoot,
-        env: { ...process.env, DATABASE_URL: db.url, TEMPORAL_ADDRESS: env.address },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
+      const child = spawn(
+        process.execPath,
+        ['--import', 'tsx', path.join(repoRoot, 'processes', 'control-worker.ts'), '--temporal-address', env.address, '--namespace', namespace],
+        {
+          cwd: repoRoot,
+          env: { ...process.env, DATABASE_URL: db.url, TEMPORAL_ADDRESS: env.address },
+          stdio: ['ignore', 'pipe', 'pipe'],
+        },
+      );
       let out = '';
       child.stdout.on('data', (c) => (out += c));
       child.stderr.on('data', (c) => (out += c));
@@ -96,20 +108,29 @@ test('a missing namespace, then missing and wrongly typed search attributes: eac
     // A namespace made by hand, with one attribute registered with the wrong type.
     runFix(`temporal operator search-attribute create --address ${env.address} --namespace ${namespace} --name TroupeStep --type Keyword`);
     const attrs = await namespaceProblems(connection, namespace, env.address);
-    assert.deepEqual(attrs.map((p) => p.what), [
-      'search attribute TroupeRunId (Keyword) is not registered',
-      'search attribute TroupeTeam (Keyword) is not registered',
-      'search attribute TroupeStep is registered as Keyword, Troupe needs Int',
-      'search attribute TroupeEvalSuccess (Double) is not registered',
-      'search attribute TroupeStatus (Keyword) is not registered',
-    ]);
+    assert.deepEqual(
+      attrs.map((p) => p.what),
+      [
+        'search attribute TroupeRunId (Keyword) is not registered',
+        'search attribute TroupeTeam (Keyword) is not registered',
+        'search attribute TroupeStep is registered as Keyword, Troupe needs Int',
+        'search attribute TroupeEvalSuccess (Double) is not registered',
+        'search attribute TroupeStatus (Keyword) is not registered',
+      ],
+    );
     const lines = await doctor(configFor(namespace));
-    assert.deepEqual(lines.filter((l) => l.what === 'namespace').map((l) => [l.status, l.detail]), attrs.map((p) => ['FAIL', `${p.what} — run: ${p.fix}`]));
+    assert.deepEqual(
+      lines.filter((l) => l.what === 'namespace').map((l) => [l.status, l.detail]),
+      attrs.map((p) => ['FAIL', `${p.what} — run: ${p.fix}`]),
+    );
 
     for (const p of attrs) runFix(p.fix);
     assert.deepEqual(await namespaceProblems(connection, namespace, env.address), []);
     const fixed = await doctor(configFor(namespace));
-    assert.deepEqual(fixed.filter((l) => l.what === 'namespace').map((l) => l.status), ['ok']);
+    assert.deepEqual(
+      fixed.filter((l) => l.what === 'namespace').map((l) => l.status),
+      ['ok'],
+    );
   } finally {
     await connection.close();
   }
@@ -118,7 +139,13 @@ test('a missing namespace, then missing and wrongly typed search attributes: eac
 test("up's readiness check: a stale poller does not count, the worker's own identity does", async () => {
   const taskQueue = uniqueTaskQueue('pool');
   const poll = async (identity: string, until: (ids: string[]) => boolean) => {
-    const worker = await Worker.create({ connection: env.nativeConnection, namespace: 'default', taskQueue, identity, activities: { noop: async () => undefined } });
+    const worker = await Worker.create({
+      connection: env.nativeConnection,
+      namespace: 'default',
+      taskQueue,
+      identity,
+      activities: { noop: async () => undefined },
+    });
     const running = worker.run();
     const connection = await connectTemporal(env.address);
     try {
@@ -137,7 +164,12 @@ test("up's readiness check: a stale poller does not count, the worker's own iden
   const starting = spawn('sleep', ['60'], { stdio: 'ignore' });
   try {
     const rec = { pid: starting.pid!, name: 'pool-worker', log: '(test)' };
-    assert.ok((await connectTemporal(env.address).then(async (c) => (await pollerIdentities(c, 'default', taskQueue, 'activity')).length).catch(() => 0)) > 0, 'the stale entry is listed');
+    assert.ok(
+      (await connectTemporal(env.address)
+        .then(async (c) => (await pollerIdentities(c, 'default', taskQueue, 'activity')).length)
+        .catch(() => 0)) > 0,
+      'the stale entry is listed',
+    );
     await assert.rejects(waitForPoller(rec, env.address, 'default', taskQueue, 'activity', 3000), /did not start polling/);
   } finally {
     starting.kill('SIGKILL');

@@ -40,13 +40,39 @@ test('payload codec: a run completes and its raw history holds only encrypted pa
   const taskQueue = uniqueTaskQueue('codec');
   const poolQueue = uniqueTaskQueue('codec-gpu');
   const config = loadConfig({ TROUPE_PAYLOAD_KEY: Buffer.alloc(32, 0x5c).toString('base64'), TROUPE_PAYLOAD_KEY_ID: 'test-key-1' });
-  const control = await createControlWorker({ connection: env.nativeConnection, namespace, taskQueue, sql: db.sql, poolTaskQueue: poolQueue, payloadKeys: config.payloadKeys, workflowBundle: await workflowBundle() });
-  const pool = await createPoolWorker({ connection: env.nativeConnection, namespace, taskQueue: poolQueue, device: 'cpu', quietEngine: true, sql: db.sql, payloadKeys: config.payloadKeys });
+  const control = await createControlWorker({
+    connection: env.nativeConnection,
+    namespace,
+    taskQueue,
+    sql: db.sql,
+    poolTaskQueue: poolQueue,
+    payloadKeys: config.payloadKeys,
+    workflowBundle: await workflowBundle(),
+  });
+  const pool = await createPoolWorker({
+    connection: env.nativeConnection,
+    namespace,
+    taskQueue: poolQueue,
+    device: 'cpu',
+    quietEngine: true,
+    sql: db.sql,
+    payloadKeys: config.payloadKeys,
+  });
   const controlRun = control.run();
   void pool.run();
   try {
     const client = temporalClient(env.connection, namespace, config);
-    const runConfig = validateRunConfig({ team: 'math', steps: 2, groupsPerStep: 2, groupSize: 2, rollout: 'durable', evalEvery: 1, evalTasks: 2, seed: 11, runId: 'codec-run' });
+    const runConfig = validateRunConfig({
+      team: 'math',
+      steps: 2,
+      groupsPerStep: 2,
+      groupSize: 2,
+      rollout: 'durable',
+      evalEvery: 1,
+      evalTasks: 2,
+      seed: 11,
+      runId: 'codec-run',
+    });
     const handle = await startTrainingRun(client, taskQueue, runConfig);
     const summary = await handle.result();
     assert.equal(summary.status, 'completed');
@@ -67,7 +93,11 @@ test('payload codec: a run completes and its raw history holds only encrypted pa
     }
     assert.ok(payloads.length > 10, `found ${payloads.length} payloads in ${ids.length} histories`);
     const clear = payloads.filter((p) => new TextDecoder().decode(p.metadata?.encoding ?? new Uint8Array()) !== ENCRYPTED_ENCODING);
-    assert.deepEqual(clear.map((p) => new TextDecoder().decode(p.data ?? new Uint8Array()).slice(0, 80)), [], 'payloads stored in clear');
+    assert.deepEqual(
+      clear.map((p) => new TextDecoder().decode(p.data ?? new Uint8Array()).slice(0, 80)),
+      [],
+      'payloads stored in clear',
+    );
 
     // Cleartext we know: the run config's fields and the math team's tasks, as data and as the question the solver is asked.
     const tasks = await db.sql<{ task: { a: number; b: number } }[]>`SELECT DISTINCT task FROM episodes WHERE run_id = 'codec-run'`;
@@ -83,7 +113,10 @@ test('payload codec: a run completes and its raw history holds only encrypted pa
     const found = prompts.filter((t) => decoded.includes(t));
     assert.ok(found.length > 0, 'the decoded history has prompts');
     const first = (await raw.workflow.getHandle('codec-run').fetchHistory()).events![0]!.workflowExecutionStartedEventAttributes!.input!.payloads! as Payload[];
-    assert.equal((defaultPayloadConverter.fromPayload((await new AesGcmCodec(config.payloadKeys!).decode(first))[0]!) as { groupsPerStep: number }).groupsPerStep, 2);
+    assert.equal(
+      (defaultPayloadConverter.fromPayload((await new AesGcmCodec(config.payloadKeys!).decode(first))[0]!) as { groupsPerStep: number }).groupsPerStep,
+      2,
+    );
   } finally {
     control.shutdown();
     await controlRun.catch(() => undefined);

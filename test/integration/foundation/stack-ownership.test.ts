@@ -69,5 +69,8 @@ test('a team-code restart under the supervisor leaves one control worker, and do
   assert.equal(down.code, 0, down.stderr + down.stdout);
   assert.match(down.stdout, /without a record/);
   await sleep(500);
-  assert.deepEqual(markedProcesses(stateDir).map((p) => `${p.service} ${p.pid} ${p.argv.join(' ')}`), []);
+  assert.deepEqual(
+    markedProcesses(stateDir).map((p) => `${p.service} ${p.pid} ${p.argv.join(' ')}`),
+    [],
+  );
 });

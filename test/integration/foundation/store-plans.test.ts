@@ -57,7 +57,8 @@ async function planOf(sql: Sql, query: { describe(): Promise<{ string: string }>
   return nodes;
 }
 
-const scans = (nodes: PlanNode[]) => nodes.filter((n) => n['Relation Name']).map((n) => `${n['Node Type']} on ${n['Relation Name']}${n['Index Name'] ? ` using ${n['Index Name']}` : ''}`);
+const scans = (nodes: PlanNode[]) =>
+  nodes.filter((n) => n['Relation Name']).map((n) => `${n['Node Type']} on ${n['Relation Name']}${n['Index Name'] ? ` using ${n['Index Name']}` : ''}`);
 
 async function assertIndexedPlans(label: string) {
   const params = ['r7', 3, 'train'];
@@ -67,7 +68,10 @@ async function assertIndexedPlans(label: string) {
     const nodes = await planOf(db.sql, build(), params);
     const seen = scans(nodes);
     assert.ok(!nodes.some((n) => n['Node Type'] === 'Seq Scan'), `${label}, ${name}: no sequential scan, got ${seen.join('; ')}`);
-    assert.ok(nodes.some((n) => n['Index Name'] === expected[name]), `${label}, ${name}: uses ${expected[name]}, got ${seen.join('; ')}`);
+    assert.ok(
+      nodes.some((n) => n['Index Name'] === expected[name]),
+      `${label}, ${name}: uses ${expected[name]}, got ${seen.join('; ')}`,
+    );
   }
 }
 
@@ -88,9 +92,21 @@ test('without statistics, the reads of a step use the indexes', async (t) => {
   // And what the queries return is the step, whole and in order.
   const episodes = await loadStepEpisodes(db.sql, 'r7', 3, 'train');
   assert.equal(episodes.length, 128);
-  assert.deepEqual(episodes.map((e) => [e.meta.groupIndex, e.meta.episodeIndex]), Array.from({ length: 128 }, (_, i) => [Math.floor(i / 8), i % 8]));
+  assert.deepEqual(
+    episodes.map((e) => [e.meta.groupIndex, e.meta.episodeIndex]),
+    Array.from({ length: 128 }, (_, i) => [Math.floor(i / 8), i % 8]),
+  );
   for (const e of episodes) {
-    assert.deepEqual(e.trajectory.turns.map((t) => [t.index, t.toolCalls.length]), [[0, 1], [1, 0]]);
-    assert.deepEqual(e.rewards, [{ turn: 0, agent: 'solver', components: { correct: 1 } }, { turn: 1, agent: 'solver', components: { correct: 1 } }]);
+    assert.deepEqual(
+      e.trajectory.turns.map((t) => [t.index, t.toolCalls.length]),
+      [
+        [0, 1],
+        [1, 0],
+      ],
+    );
+    assert.deepEqual(e.rewards, [
+      { turn: 0, agent: 'solver', components: { correct: 1 } },
+      { turn: 1, agent: 'solver', components: { correct: 1 } },
+    ]);
   }
 });

@@ -18,7 +18,6 @@ after(async () => {
   for (const c of cleanups.reverse()) await c().catch(() => undefined);
 });
 
-
 test('the supervisor restarts a killed control worker and a killed pool worker; down stops it first', { timeout: 420_000 }, async () => {
   const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-supervisor-'));
   const db = await createTestDatabase({ migrate: false });
@@ -80,5 +79,6 @@ test('the supervisor restarts a killed control worker and a killed pool worker; 
   assert.equal(down.code, 0, down.stderr);
   assert.match(down.stdout, /supervisor +stopped/);
   await sleep(3000);
-  for (const name of ['supervisor', 'control-worker', 'pool-worker', 'temporal']) assert.equal(runningService(stateDir, name), undefined, `${name} is not running after down`);
+  for (const name of ['supervisor', 'control-worker', 'pool-worker', 'temporal'])
+    assert.equal(runningService(stateDir, name), undefined, `${name} is not running after down`);
 });

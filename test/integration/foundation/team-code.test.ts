@@ -19,7 +19,6 @@ after(async () => {
   for (const c of cleanups.reverse()) await c().catch(() => undefined);
 });
 
-
 test('an edited team registry restarts the workers troupe up started, and refuses a foreign stale worker', async () => {
   // in-process code (upWithCurrentTeams, loadConfig) reads the stack's settings from process.env
   const stack = await cliStack();
@@ -52,11 +51,17 @@ test('an edited team registry restarts the workers troupe up started, and refuse
   const second = readRecord(stateDir, 'control-worker')!;
   assert.notEqual(second.pid, first.pid);
   assert.ok(!pidAlive(first.pid));
-  assert.ok(lines.some((l) => l.includes(`agents/teams/ changed since the control-worker started (team code ${now}): restarting it`)), lines.join('\n'));
+  assert.ok(
+    lines.some((l) => l.includes(`agents/teams/ changed since the control-worker started (team code ${now}): restarting it`)),
+    lines.join('\n'),
+  );
   const connection = await connectTemporal(`127.0.0.1:${process.env.TROUPE_TEMPORAL_PORT}`);
   cleanups.push(() => connection.close());
   const pollers = await pollersOf(connection, config.namespace, [config.taskQueue]);
-  assert.ok(pollers.some((p) => p.identity === `${second.pid}@${os.hostname()} team-code=${now}`), JSON.stringify(pollers));
+  assert.ok(
+    pollers.some((p) => p.identity === `${second.pid}@${os.hostname()} team-code=${now}`),
+    JSON.stringify(pollers),
+  );
 
   // A worker Troupe did not start, running other team code: refused, with what to do.
   const native = await NativeConnection.connect({ address: `127.0.0.1:${process.env.TROUPE_TEMPORAL_PORT}` });
@@ -69,10 +74,16 @@ test('an edited team registry restarts the workers troupe up started, and refuse
   });
   const running = foreign.run();
   try {
-    for (let i = 0; i < 50 && !(await pollersOf(connection, config.namespace, [config.poolTaskQueue])).length; i++) await new Promise((r) => setTimeout(r, 200));
+    for (let i = 0; i < 50 && !(await pollersOf(connection, config.namespace, [config.poolTaskQueue])).length; i++)
+      await new Promise((r) => setTimeout(r, 200));
     await assert.rejects(upWithCurrentTeams(config, log, { pool: false }), (e: unknown) => {
       assert.ok(isTroupeError(e));
-      assert.match(e.message, new RegExp(`worker "elsewhere@other-host team-code=000000000000" on task queue "${config.poolTaskQueue}" runs team code 000000000000, this checkout's is ${now}`));
+      assert.match(
+        e.message,
+        new RegExp(
+          `worker "elsewhere@other-host team-code=000000000000" on task queue "${config.poolTaskQueue}" runs team code 000000000000, this checkout's is ${now}`,
+        ),
+      );
       assert.match(e.hint!, /restart that worker/);
       return true;
     });

@@ -85,7 +85,14 @@ it('two `troupe worker pool` processes on one queue share a run; /healthz answer
   }
 
   const taskQueue = uniqueTaskQueue('troupe');
-  const control: Worker = await createControlWorker({ connection: env.nativeConnection, namespace: 'default', taskQueue, sql: db.sql, poolTaskQueue: queue, workflowBundle: await workflowBundle() });
+  const control: Worker = await createControlWorker({
+    connection: env.nativeConnection,
+    namespace: 'default',
+    taskQueue,
+    sql: db.sql,
+    poolTaskQueue: queue,
+    workflowBundle: await workflowBundle(),
+  });
   const controlRun = control.run();
   try {
     // Durable rollouts: one activity per turn (64 here), so the work is spread across both pollers.
@@ -122,7 +129,16 @@ it('two `troupe worker pool` processes on one queue share a run; /healthz answer
 it('up --pool-workers 2 starts two pool workers on the pool queue, each polling under its own identity; down stops both', async () => {
   const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-pools-'));
   const queue = uniqueTaskQueue('pool');
-  const cliEnv = { ...process.env, TEMPORAL_ADDRESS: env.address, DATABASE_URL: db.url, TROUPE_STATE_DIR: stateDir, TROUPE_DEVICE: 'cpu', TROUPE_TASK_QUEUE: uniqueTaskQueue('troupe'), TROUPE_POOL_TASK_QUEUE: queue, TROUPE_DASHBOARD_PORT: String(await freePort()) };
+  const cliEnv = {
+    ...process.env,
+    TEMPORAL_ADDRESS: env.address,
+    DATABASE_URL: db.url,
+    TROUPE_STATE_DIR: stateDir,
+    TROUPE_DEVICE: 'cpu',
+    TROUPE_TASK_QUEUE: uniqueTaskQueue('troupe'),
+    TROUPE_POOL_TASK_QUEUE: queue,
+    TROUPE_DASHBOARD_PORT: String(await freePort()),
+  };
   const troupe = (args: string[]) =>
     new Promise<{ code: number | null; out: string }>((resolve) => {
       const child = spawn(process.execPath, [path.join(repoRoot, 'cli', 'bin.js'), ...args], { env: cliEnv, stdio: ['ignore', 'pipe', 'pipe'] });
@@ -135,17 +151,27 @@ it('up --pool-workers 2 starts two pool workers on the pool queue, each polling 
     const up = await troupe(['up', '--pool-workers', '2', '--no-supervise']);
     assert.equal(up.code, 0, up.out);
     const pools = ['pool-worker', 'pool-worker-2'].map((name) => readRecord(stateDir, name));
-    assert.ok(pools.every((r) => r && pidAlive(r.pid)), up.out);
+    assert.ok(
+      pools.every((r) => r && pidAlive(r.pid)),
+      up.out,
+    );
     const connection = await connectTemporal(env.address);
     try {
       const ids = await pollerIdentities(connection, 'default', queue, 'activity');
-      for (const r of pools) assert.ok(ids.some((id) => id.startsWith(`${r!.pid}@`)), `pid ${r!.pid} polls ${queue}: ${ids.join(', ')}`);
+      for (const r of pools)
+        assert.ok(
+          ids.some((id) => id.startsWith(`${r!.pid}@`)),
+          `pid ${r!.pid} polls ${queue}: ${ids.join(', ')}`,
+        );
     } finally {
       await connection.close();
     }
     const down = await troupe(['down']);
     assert.match(down.out, /pool-worker-2\s+stopped/);
-    assert.ok(pools.every((r) => !pidAlive(r!.pid)), down.out);
+    assert.ok(
+      pools.every((r) => !pidAlive(r!.pid)),
+      down.out,
+    );
   } finally {
     await troupe(['down']);
     fs.rmSync(stateDir, { recursive: true, force: true });

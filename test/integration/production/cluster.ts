@@ -53,7 +53,26 @@ export function makeCerts(dir: string): Certs {
   const leaf = (name: string, signer: string, ext: string) => {
     fs.writeFileSync(path.join(dir, `${name}.ext`), `basicConstraints=CA:FALSE\n${ext}\n`);
     openssl(['req', ...key, '-keyout', `${name}.key`, '-out', `${name}.csr`, '-subj', `/CN=${name}`], dir);
-    openssl(['x509', '-req', '-in', `${name}.csr`, '-CA', `${signer}.pem`, '-CAkey', `${signer}.key`, '-CAcreateserial', '-out', `${name}.pem`, '-days', '2', '-extfile', `${name}.ext`], dir);
+    openssl(
+      [
+        'x509',
+        '-req',
+        '-in',
+        `${name}.csr`,
+        '-CA',
+        `${signer}.pem`,
+        '-CAkey',
+        `${signer}.key`,
+        '-CAcreateserial',
+        '-out',
+        `${name}.pem`,
+        '-days',
+        '2',
+        '-extfile',
+        `${name}.ext`,
+      ],
+      dir,
+    );
   };
   ca('troupe-test-ca');
   ca('stranger-ca');
@@ -131,14 +150,27 @@ function dbOf(serverUrl: string): Db {
  * `serverUrl` (own databases, prefixed troupe_test_ so a crashed run's are dropped later), with
  * Troupe's store at `troupeDatabaseUrl`.
  */
-export async function startCluster(opts: { serverBin: string; sqlTool: string; serverUrl: string; troupeDatabaseUrl: string; log: (line: string) => void }): Promise<Cluster> {
+export async function startCluster(opts: {
+  serverBin: string;
+  sqlTool: string;
+  serverUrl: string;
+  troupeDatabaseUrl: string;
+  log: (line: string) => void;
+}): Promise<Cluster> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-prod-'));
   const id = `${Date.now().toString(36)}_${randomBytes(3).toString('hex')}`;
   const db = dbOf(opts.serverUrl);
   const databases = { database: `troupe_test_temporal_${id}`, visibilityDatabase: `troupe_test_temporal_vis_${id}` };
   setupTemporalSchema(opts.sqlTool, { ...db, ...databases }, opts.log);
   const certs = makeCerts(dir);
-  const ports = { grpc: await freePort(), http: await freePort(), history: await freePort(), matching: await freePort(), worker: await freePort(), metrics: await freePort() };
+  const ports = {
+    grpc: await freePort(),
+    http: await freePort(),
+    history: await freePort(),
+    matching: await freePort(),
+    worker: await freePort(),
+    metrics: await freePort(),
+  };
   const membership = { frontend: await lowFreePort(), history: await lowFreePort(), matching: await lowFreePort(), worker: await lowFreePort() };
   const serverEnv: NodeJS.ProcessEnv = {
     PATH: process.env.PATH,
@@ -233,7 +265,10 @@ export async function startCluster(opts: { serverBin: string; sqlTool: string; s
     async killWorker(name) {
       const r = rec(name);
       if (!r) throw new Error(`${name} is not running`);
-      await kill(r.pid, childProcesses(r.pid).map((c) => c.pid));
+      await kill(
+        r.pid,
+        childProcesses(r.pid).map((c) => c.pid),
+      );
       return r.pid;
     },
     async waitForPollers(names, timeoutMs = 180_000) {
@@ -248,7 +283,10 @@ export async function startCluster(opts: { serverBin: string; sqlTool: string; s
             return pid === undefined || !(n === 'control-worker' ? control : pool).some((id) => id.startsWith(`${pid}@`));
           });
           if (missing.length === 0) return;
-          if (Date.now() > deadline) throw new Error(`not polling after ${timeoutMs / 1000} s: ${missing.map((n) => `${n} (${tailFile(path.join(stateDir, `${n}.log`), 3)})`).join('; ')}`);
+          if (Date.now() > deadline)
+            throw new Error(
+              `not polling after ${timeoutMs / 1000} s: ${missing.map((n) => `${n} (${tailFile(path.join(stateDir, `${n}.log`), 3)})`).join('; ')}`,
+            );
           await sleep(500);
         }
       } finally {
@@ -257,7 +295,10 @@ export async function startCluster(opts: { serverBin: string; sqlTool: string; s
     },
     connect: () => Connection.connect({ ...temporalConnectionOptions(config), connectTimeout: 10_000 }),
     async shutdown() {
-      for (const name of fs.readdirSync(stateDir).filter((f) => f.endsWith('.pid')).map((f) => f.slice(0, -4))) {
+      for (const name of fs
+        .readdirSync(stateDir)
+        .filter((f) => f.endsWith('.pid'))
+        .map((f) => f.slice(0, -4))) {
         await stopService(stateDir, name, { timeoutMs: 10_000 }).catch(() => undefined);
       }
       const admin = connect(opts.serverUrl, { max: 1 });
@@ -293,6 +334,7 @@ async function createNamespace(cluster: Cluster, log: (line: string) => void): P
     if (r.status !== 0) throw new Error(`temporal ${args.join(' ')} failed: ${(r.stderr || r.stdout).trim()}`);
   };
   run(['operator', 'namespace', 'create', '--namespace', cluster.namespace, '--retention', '1d']);
-  for (const [name, type] of Object.entries(TROUPE_SEARCH_ATTRIBUTES)) run(['operator', 'search-attribute', 'create', '--namespace', cluster.namespace, '--name', name, '--type', type]);
+  for (const [name, type] of Object.entries(TROUPE_SEARCH_ATTRIBUTES))
+    run(['operator', 'search-attribute', 'create', '--namespace', cluster.namespace, '--name', name, '--type', type]);
   log(`troupe: namespace ${cluster.namespace} and ${Object.keys(TROUPE_SEARCH_ATTRIBUTES).length} search attributes created`);
 }

@@ -47,15 +47,21 @@ describe('weights by reference', () => {
     await h.restartPool();
     const summary = await (await resumeRun(h.env.client, h.db.sql, h.taskQueue, 'by-ref')).result();
     assert.equal(summary.status, 'completed');
-    const clean = await h.env.client.workflow.execute<typeof trainingRun>('trainingRun', { taskQueue: h.taskQueue, workflowId: 'by-ref-clean', args: [config] });
+    const clean = await h.env.client.workflow.execute<typeof trainingRun>('trainingRun', {
+      taskQueue: h.taskQueue,
+      workflowId: 'by-ref-clean',
+      args: [config],
+    });
     assert.equal(clean.steps, 4);
     const versions = await listVersions(h.db.sql, 'by-ref');
     assert.equal(versions.length, 5);
     for (const v of versions) {
-      const [resumed, twin] = await Promise.all(['by-ref', 'by-ref-clean'].map(async (run) => {
-        assert.equal((await locateVersion(h.db.sql, run, 'policy', v.version))!.bytes.kind, 'files', `${run} v${v.version} stored by reference`);
-        return (await getVersion(h.db.sql, h.db.checkpoints, run, 'policy', v.version))!;
-      }));
+      const [resumed, twin] = await Promise.all(
+        ['by-ref', 'by-ref-clean'].map(async (run) => {
+          assert.equal((await locateVersion(h.db.sql, run, 'policy', v.version))!.bytes.kind, 'files', `${run} v${v.version} stored by reference`);
+          return (await getVersion(h.db.sql, h.db.checkpoints, run, 'policy', v.version))!;
+        }),
+      );
       assert.deepEqual(resumed!.weights, twin!.weights, `v${v.version}: weights bit-identical`);
       assert.deepEqual(resumed!.optimizerState, twin!.optimizerState, `v${v.version}: optimizer state bit-identical`);
     }
@@ -68,7 +74,13 @@ describe('weights by reference', () => {
     const store = h.db.checkpoints;
     const engine = h.pool.getClient();
     const ref = (b: BlobRef) => ({ uri: store.uri(b.file), size: b.size, sha256: b.sha256 });
-    const info = await engine.loadVersion({ modelKey: 'by-ref-check', version: 4, spec: stored.spec as never, weightsRef: ref(bytes.weights), optimizerStateRef: ref(bytes.optimizer) });
+    const info = await engine.loadVersion({
+      modelKey: 'by-ref-check',
+      version: 4,
+      spec: stored.spec as never,
+      weightsRef: ref(bytes.weights),
+      optimizerStateRef: ref(bytes.optimizer),
+    });
     assert.equal(info.weightsSha256, stored.sha256);
     await assert.rejects(
       engine.loadVersion({ modelKey: 'by-ref-check', version: 5, spec: stored.spec as never, weightsRef: { ...ref(bytes.weights), sha256: '0'.repeat(64) } }),

@@ -83,7 +83,11 @@ describe('checkpoint store durability', () => {
     assert.ok(leftovers.length > 0, 'at least one kill landed between a file write and its commit');
     // Every committed version reads back bit-identical, checked against its sha256.
     const all = await listVersions(db.sql, RUN);
-    assert.deepEqual(all.map((v) => v.version), Array.from({ length: all.length }, (_, i) => i), 'contiguous versions');
+    assert.deepEqual(
+      all.map((v) => v.version),
+      Array.from({ length: all.length }, (_, i) => i),
+      'contiguous versions',
+    );
     for (const v of all) {
       const read = (await getVersion(db.sql, store, RUN, 'policy', v.version))!;
       const want = versionBytes(v.version, SIZE);
@@ -100,7 +104,10 @@ describe('checkpoint store durability', () => {
     damaged[12345]! ^= 0xff;
     fs.writeFileSync(file, damaged);
     try {
-      await assert.rejects(getVersion(db.sql, store, RUN, 'policy', 1), (e: Error) => e.message.includes(file) && /sha256 is .* the store recorded/.test(e.message));
+      await assert.rejects(
+        getVersion(db.sql, store, RUN, 'policy', 1),
+        (e: Error) => e.message.includes(file) && /sha256 is .* the store recorded/.test(e.message),
+      );
     } finally {
       fs.writeFileSync(file, saved);
     }
@@ -130,7 +137,13 @@ describe('troupe gc', () => {
     const filesBefore = (await store.list()).length;
     const dry = await gc('--keep-every', '4', '--keep-last', '1', '--dry-run');
     assert.equal(dry.code, 0, dry.err);
-    assert.deepEqual(dry.out.trim().split('\n').map((l) => Number(/ v(\d+) /.exec(l)![1])), expected);
+    assert.deepEqual(
+      dry.out
+        .trim()
+        .split('\n')
+        .map((l) => Number(/ v(\d+) /.exec(l)![1])),
+      expected,
+    );
     assert.equal((await store.list()).length, filesBefore, 'dry run removed nothing');
 
     const real = await gc('--keep-every', '4', '--keep-last', '1');
@@ -141,7 +154,10 @@ describe('troupe gc', () => {
       else assert.ok(Buffer.from((await getVersion(db.sql, store, RUN, 'policy', v.version))!.weights).equals(versionBytes(v.version, SIZE).weights));
     }
     // History stays: every row with its step and sha256.
-    assert.deepEqual((await listVersions(db.sql, RUN)).map((v) => v.sha256), all.map((v) => v.sha256));
+    assert.deepEqual(
+      (await listVersions(db.sql, RUN)).map((v) => v.sha256),
+      all.map((v) => v.sha256),
+    );
     const again = await gc('--keep-every', '4', '--keep-last', '1');
     assert.equal(again.out.trim(), '', 'nothing left to prune');
   });

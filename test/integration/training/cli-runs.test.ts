@@ -25,7 +25,28 @@ test('exit status cold and warm, the run controls, reused and unknown ids, throu
   cleanup = stack.cleanup;
   const config = path.join(stack.stateDir, 'run.json');
   fs.writeFileSync(config, JSON.stringify({ evalTasks: 1 }));
-  const train = (runId: string) => troupe(['train', 'math', '--config', config, '--run-id', runId, '--steps', '500', '--groups', '1', '--group-size', '2', '--eval-every', '0', '--no-plot', '--json'], stack.env);
+  const train = (runId: string) =>
+    troupe(
+      [
+        'train',
+        'math',
+        '--config',
+        config,
+        '--run-id',
+        runId,
+        '--steps',
+        '500',
+        '--groups',
+        '1',
+        '--group-size',
+        '2',
+        '--eval-every',
+        '0',
+        '--no-plot',
+        '--json',
+      ],
+      stack.env,
+    );
   /** Resolves once the run's workflow answers as running; fails with train's output if train ends first. */
   const running = async (runId: string, trainDone: Promise<{ code: number; stdout: string; stderr: string }>) => {
     let ended: { code: number; stdout: string; stderr: string } | undefined;
@@ -58,9 +79,15 @@ test('exit status cold and warm, the run controls, reused and unknown ids, throu
   const coldDone = await cold;
   assert.equal(coldDone.code, 1, coldDone.stderr + coldDone.stdout);
   assert.equal(lastJson(coldDone.stdout).status, 'stopped');
-  assert.ok(lastJson(coldDone.stdout).setupSeconds > 1, 'the cold start is set-up time, apart from the run\'s own');
+  assert.ok(lastJson(coldDone.stdout).setupSeconds > 1, "the cold start is set-up time, apart from the run's own");
   const stored = JSON.parse((await troupe(['status', 'cold', '--json'], stack.env)).stdout);
-  assert.ok(stored.events.some((e: { kind: string; detail: { changes?: unknown } }) => e.kind === 'optimizer-changed' && JSON.stringify(e.detail.changes) === '[{"models":{"policy":{"lr":0.0005}}}]'), JSON.stringify(stored.events));
+  assert.ok(
+    stored.events.some(
+      (e: { kind: string; detail: { changes?: unknown } }) =>
+        e.kind === 'optimizer-changed' && JSON.stringify(e.detail.changes) === '[{"models":{"policy":{"lr":0.0005}}}]',
+    ),
+    JSON.stringify(stored.events),
+  );
   const late = await troupe(['pause', 'cold'], stack.env);
   assert.equal(late.code, 1);
   assert.match(late.stderr, /pause: run cold is stopped/);
@@ -85,17 +112,31 @@ test('exit status cold and warm, the run controls, reused and unknown ids, throu
   // status shows it apart, and the run as stored.
   const connection = await Connection.connect({ address: `127.0.0.1:${stack.env.TROUPE_TEMPORAL_PORT}` });
   try {
-    const refused = await new Client({ connection }).workflow.start('trainingRun', { taskQueue: stack.env.TROUPE_TASK_QUEUE!, workflowId: 'cold', args: [{ team: 'math', steps: 1 }] });
+    const refused = await new Client({ connection }).workflow.start('trainingRun', {
+      taskQueue: stack.env.TROUPE_TASK_QUEUE!,
+      workflowId: 'cold',
+      args: [{ team: 'math', steps: 1 }],
+    });
     await assert.rejects(refused.result());
   } finally {
     await connection.close();
   }
   const shown = await troupe(['status', 'cold'], stack.env);
-  assert.match(shown.stdout, /^run cold {2}team math {2}workflow COMPLETED {2}store stopped\n {2}a later start under this id was refused \(FAILED at [^)]+\): .*run cold already exists \(stopped\).*; the run is unchanged/);
+  assert.match(
+    shown.stdout,
+    /^run cold {2}team math {2}workflow COMPLETED {2}store stopped\n {2}a later start under this id was refused \(FAILED at [^)]+\): .*run cold already exists \(stopped\).*; the run is unchanged/,
+  );
 
   // Unknown ids: named, with the hint, and no file left behind.
   const out = path.join(stack.stateDir, 'nope.jsonl');
-  for (const args of [['export', 'nope', '--out', out], ['export-model', 'nope', '--model', 'policy', '--version', '1', '--out', path.join(stack.stateDir, 'nope-model')], ['pause', 'nope'], ['stop', 'nope'], ['set', 'nope', '--lr', '0.01'], ['resume', 'nope']]) {
+  for (const args of [
+    ['export', 'nope', '--out', out],
+    ['export-model', 'nope', '--model', 'policy', '--version', '1', '--out', path.join(stack.stateDir, 'nope-model')],
+    ['pause', 'nope'],
+    ['stop', 'nope'],
+    ['set', 'nope', '--lr', '0.01'],
+    ['resume', 'nope'],
+  ]) {
     const r = await troupe(args, stack.env);
     assert.equal(r.code, 1, args.join(' '));
     assert.match(r.stderr, /troupe: no run nope\n {2}→ list runs with `npx troupe list`/, `${args.join(' ')}: ${r.stderr}`);

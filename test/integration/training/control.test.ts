@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { after, before, describe, it } from 'node:test';
-import { WorkflowUpdateFailedError } from '@temporalio/client';
+import { type WorkflowUpdateFailedError } from '@temporalio/client';
 import { resumeRun } from '../../../cli/runs';
 import { loadTasks } from '../../../activities/tasks';
 import { planEvalEpisodes } from '../../../activities/training/plan';
@@ -57,8 +57,12 @@ describe('controlling runs', () => {
     assert.equal(row!.status, 'paused');
 
     // An invalid change is rejected naming the field, and changes nothing.
-    await assert.rejects(handle.executeUpdate(setOptimizerUpdate, { args: [{ models: { policy: { lr: -1 } } }] }), (e: WorkflowUpdateFailedError) => /lr: must be > 0/.test(String((e.cause as Error)?.message ?? e.message)));
-    await assert.rejects(handle.executeUpdate(setOptimizerUpdate, { args: [{ agents: { judge: { lr: 0.1 } } }] }), (e: WorkflowUpdateFailedError) => /: agents\.judge: unknown agent/.test(String((e.cause as Error)?.message)));
+    await assert.rejects(handle.executeUpdate(setOptimizerUpdate, { args: [{ models: { policy: { lr: -1 } } }] }), (e: WorkflowUpdateFailedError) =>
+      /lr: must be > 0/.test(String((e.cause as Error)?.message ?? e.message)),
+    );
+    await assert.rejects(handle.executeUpdate(setOptimizerUpdate, { args: [{ agents: { judge: { lr: 0.1 } } }] }), (e: WorkflowUpdateFailedError) =>
+      /: agents\.judge: unknown agent/.test(String((e.cause as Error)?.message)),
+    );
     const { effectiveStep } = await handle.executeUpdate(setOptimizerUpdate, { args: [{ models: { policy: { lr: 0.05 } } }] });
     assert.equal(effectiveStep, paused.step);
 
@@ -84,12 +88,36 @@ describe('controlling runs', () => {
   it('starts from the Temporal CLI with one JSON input (as the Web UI does), and rejects a bad one naming the fields', async () => {
     const bin = (await ensureTemporalBinary()).path;
     const base = ['--address', h.env.address, '--namespace', 'default'];
-    await run(bin, ['workflow', 'start', ...base, '--type', 'trainingRun', '--task-queue', h.taskQueue, '--workflow-id', 'from-cli', '--input', JSON.stringify({ team: 'math', steps: 1, groupsPerStep: 2, groupSize: 2, evalTasks: 4 })]);
+    await run(bin, [
+      'workflow',
+      'start',
+      ...base,
+      '--type',
+      'trainingRun',
+      '--task-queue',
+      h.taskQueue,
+      '--workflow-id',
+      'from-cli',
+      '--input',
+      JSON.stringify({ team: 'math', steps: 1, groupsPerStep: 2, groupSize: 2, evalTasks: 4 }),
+    ]);
     const summary = await h.env.client.workflow.getHandle<typeof trainingRun>('from-cli').result();
     assert.equal(summary.status, 'completed');
     assert.equal(summary.versions.policy, 1);
 
-    await run(bin, ['workflow', 'start', ...base, '--type', 'trainingRun', '--task-queue', h.taskQueue, '--workflow-id', 'from-cli-bad', '--input', JSON.stringify({ team: 'math', groupSize: 0, estimatr: 'grpo' })]);
+    await run(bin, [
+      'workflow',
+      'start',
+      ...base,
+      '--type',
+      'trainingRun',
+      '--task-queue',
+      h.taskQueue,
+      '--workflow-id',
+      'from-cli-bad',
+      '--input',
+      JSON.stringify({ team: 'math', groupSize: 0, estimatr: 'grpo' }),
+    ]);
     await assert.rejects(h.env.client.workflow.getHandle('from-cli-bad').result(), (e: Error) => {
       const message = String((e.cause as Error)?.message);
       assert.match(message, /groupSize: must be >= 1/);
@@ -117,7 +145,11 @@ describe('controlling runs', () => {
     assert.equal(executions[0]!.start_step, 0);
     assert.ok(executions[1]!.start_step >= 3);
     // The resumed run ends exactly where an uninterrupted run with the same seed ends.
-    const clean = await h.env.client.workflow.execute<typeof trainingRun>('trainingRun', { taskQueue: h.taskQueue, workflowId: 'uninterrupted', args: [config] });
+    const clean = await h.env.client.workflow.execute<typeof trainingRun>('trainingRun', {
+      taskQueue: h.taskQueue,
+      workflowId: 'uninterrupted',
+      args: [config],
+    });
     assert.equal(clean.steps, 5);
     const [a] = await h.db.sql`SELECT sha256 FROM versions WHERE run_id = 'resumable' AND version = 5`;
     const [b] = await h.db.sql`SELECT sha256 FROM versions WHERE run_id = 'uninterrupted' AND version = 5`;
@@ -127,7 +159,10 @@ describe('controlling runs', () => {
   it('a run terminated during an eval and resumed redoes that eval: complete, counted once, never half', async () => {
     const config = { team: 'math', steps: 3, groupsPerStep: 2, groupSize: 2, evalEvery: 2, evalTasks: 0, seed: 4 };
     const planned = planEvalEpisodes(loadTasks(loadTeam('math', {})), { runId: 'eval-cut', step: 2, seed: 4, count: 0 }).length;
-    const stored = async (step: number) => ((await h.db.sql`SELECT count(*)::int AS n FROM episodes WHERE run_id = 'eval-cut' AND step = ${step} AND split = 'eval'`) as unknown as [{ n: number }])[0].n;
+    const stored = async (step: number) =>
+      (
+        (await h.db.sql`SELECT count(*)::int AS n FROM episodes WHERE run_id = 'eval-cut' AND step = ${step} AND split = 'eval'`) as unknown as [{ n: number }]
+      )[0].n;
     const first = await h.env.client.workflow.start<typeof trainingRun>('trainingRun', { taskQueue: h.taskQueue, workflowId: 'eval-cut', args: [config] });
     // Terminate as soon as the step-2 eval has stored some of its episodes.
     const deadline = Date.now() + 120_000;
@@ -142,8 +177,17 @@ describe('controlling runs', () => {
     const summary = await (await resumeRun(h.env.client, h.db.sql, h.taskQueue, 'eval-cut')).result();
     assert.equal(summary.status, 'completed');
     assert.equal(await stored(2), planned, 'every eval episode of step 2 stored once');
-    const evals = await h.db.sql`SELECT step, value FROM metrics WHERE run_id = 'eval-cut' AND kind = 'eval' AND scope = 'team' AND name = 'episodes' ORDER BY step`;
-    assert.deepEqual(evals.map((r) => [r.step, r.value]), [[0, planned], [2, planned], [3, planned]], 'each eval recorded, over all its episodes');
+    const evals = await h.db
+      .sql`SELECT step, value FROM metrics WHERE run_id = 'eval-cut' AND kind = 'eval' AND scope = 'team' AND name = 'episodes' ORDER BY step`;
+    assert.deepEqual(
+      evals.map((r) => [r.step, r.value]),
+      [
+        [0, planned],
+        [2, planned],
+        [3, planned],
+      ],
+      'each eval recorded, over all its episodes',
+    );
   });
 
   it('starting a completed run id again (same config or another) is refused and leaves the completed run as it was', async () => {
@@ -157,7 +201,10 @@ describe('controlling runs', () => {
     });
     const before = await record();
     for (const again of [config, { ...config, team: 'research', steps: 3 }]) {
-      await assert.rejects(h.env.client.workflow.execute<typeof trainingRun>('trainingRun', { taskQueue: h.taskQueue, workflowId: 'math-x', args: [again] }), (e: Error) => /already exists \(completed\)/.test(String(((e.cause as Error)?.cause as Error | undefined)?.message)));
+      await assert.rejects(
+        h.env.client.workflow.execute<typeof trainingRun>('trainingRun', { taskQueue: h.taskQueue, workflowId: 'math-x', args: [again] }),
+        (e: Error) => /already exists \(completed\)/.test(String(((e.cause as Error)?.cause as Error | undefined)?.message)),
+      );
     }
     assert.deepEqual(await record(), before, 'store untouched: still completed, no run-failed event, no new execution');
     assert.equal(before.run!.status, 'completed');

@@ -19,7 +19,11 @@ import { WORKFLOWS_PATH } from '../../../processes/control-worker';
 import type { episodeWorkflow } from '../../../workflows';
 import { startHarness, type Harness } from '../../../testing/stack';
 
-const stripIds = (t: { turns: Array<Record<string, unknown>> }) => t.turns.map(({ durationMs, toolCalls, ...rest }) => ({ ...rest, toolCalls: (toolCalls as Array<Record<string, unknown>>).map(({ durationMs: _d, ...c }) => c) }));
+const stripIds = (t: { turns: Array<Record<string, unknown>> }) =>
+  t.turns.map(({ durationMs, toolCalls, ...rest }) => ({
+    ...rest,
+    toolCalls: (toolCalls as Array<Record<string, unknown>>).map(({ durationMs: _d, ...c }) => c),
+  }));
 
 describe('episodes against Temporal, the engine and Postgres', () => {
   let h: Harness;
@@ -41,7 +45,10 @@ describe('episodes against Temporal, the engine and Postgres', () => {
       }
       // Same seed, different runs: the same initial weights.
       const model = Object.keys(team.models)[0]!;
-      assert.equal((await locateVersion(h.db.sql, `${teamName}-durable`, model, 0))!.sha256, (await locateVersion(h.db.sql, `${teamName}-batched`, model, 0))!.sha256);
+      assert.equal(
+        (await locateVersion(h.db.sql, `${teamName}-durable`, model, 0))!.sha256,
+        (await locateVersion(h.db.sql, `${teamName}-batched`, model, 0))!.sha256,
+      );
 
       const plan = (runId: string) => planTrainEpisodes(loadTasks(team), { runId, step: 0, seed: 3, groupsPerStep: 3, groupSize: 2 });
       const versions = Object.fromEntries(Object.keys(team.models).map((m) => [m, 0]));
@@ -55,13 +62,30 @@ describe('episodes against Temporal, the engine and Postgres', () => {
           }),
         ),
       );
-      assert.deepEqual(results.map((r) => r.episodeId), durable.map((s) => s.episodeId));
+      assert.deepEqual(
+        results.map((r) => r.episodeId),
+        durable.map((s) => s.episodeId),
+      );
 
       const batched = plan(`${teamName}-batched`);
-      const out = await new MockActivityEnvironment().run(pool.rolloutBatch, { ...ref, runId: `${teamName}-batched`, step: 0, split: 'train' as const, specs: batched, versions });
+      const out = await new MockActivityEnvironment().run(pool.rolloutBatch, {
+        ...ref,
+        runId: `${teamName}-batched`,
+        step: 0,
+        split: 'train' as const,
+        specs: batched,
+        versions,
+      });
       assert.deepEqual(out, { episodes: 6, skipped: 0, failed: 0 });
       // A retry skips what is stored.
-      const again: { skipped: number } = await new MockActivityEnvironment().run(pool.rolloutBatch, { ...ref, runId: `${teamName}-batched`, step: 0, split: 'train' as const, specs: batched, versions });
+      const again: { skipped: number } = await new MockActivityEnvironment().run(pool.rolloutBatch, {
+        ...ref,
+        runId: `${teamName}-batched`,
+        step: 0,
+        split: 'train' as const,
+        specs: batched,
+        versions,
+      });
       assert.equal(again.skipped, 6);
 
       let generated = 0;
@@ -86,7 +110,11 @@ describe('episodes against Temporal, the engine and Postgres', () => {
       // Round trip: what is read back is written again unchanged under new ids (several in one
       // transaction, next to one already stored, which is skipped), and read back equal.
       const stored = await Promise.all(durable.slice(0, 2).map(async (spec) => (await loadEpisode(h.db.sql, spec.episodeId))!));
-      const copies = stored.map((e) => ({ ...e, meta: { ...e.meta, episodeId: `${e.meta.episodeId}-copy` }, trajectory: { ...e.trajectory, episodeId: `${e.meta.episodeId}-copy` } }));
+      const copies = stored.map((e) => ({
+        ...e,
+        meta: { ...e.meta, episodeId: `${e.meta.episodeId}-copy` },
+        trajectory: { ...e.trajectory, episodeId: `${e.meta.episodeId}-copy` },
+      }));
       const inserted = await saveEpisodes(h.db.sql, [...copies, stored[0]!]);
       assert.deepEqual([...inserted].sort(), copies.map((c) => c.meta.episodeId).sort());
       for (const [i, copy] of copies.entries()) {

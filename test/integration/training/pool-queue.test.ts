@@ -35,7 +35,9 @@ for (const rollout of ['batched', 'durable'] as const) {
     // A run whose pool work goes to an unpolled queue never ends: bound the wait.
     const summary = await Promise.race([
       handle.result(),
-      new Promise<never>((_, reject) => setTimeout(() => reject(new Error('the run made no progress in 60 s: its pool work went to a queue nobody polls')), 60_000).unref()),
+      new Promise<never>((_, reject) =>
+        setTimeout(() => reject(new Error('the run made no progress in 60 s: its pool work went to a queue nobody polls')), 60_000).unref(),
+      ),
     ]).finally(() => handle.terminate('test over').catch(() => undefined));
     assert.equal(summary.status, 'completed');
     assert.deepEqual(summary.versions, { policy: 1 });

@@ -69,7 +69,12 @@ class Fake {
       },
       planStep: async (input: any): Promise<StepPlan> => {
         log('planStep', input);
-        return { runId: input.runId, step: input.step, rule: { split: 'train', seed: input.seed, groupsPerStep: input.groupsPerStep, groupSize: input.groupSize }, episodes: input.groupsPerStep * input.groupSize };
+        return {
+          runId: input.runId,
+          step: input.step,
+          rule: { split: 'train', seed: input.seed, groupsPerStep: input.groupsPerStep, groupSize: input.groupSize },
+          episodes: input.groupsPerStep * input.groupSize,
+        };
       },
       planEval: async (input: any): Promise<StepPlan> => {
         log('planEval', input);
@@ -135,7 +140,12 @@ describe('trainingRun control paths (mocked activities)', () => {
     fake = new Fake();
     taskQueue = uniqueTaskQueue('run-wf');
     const bundle = await workflowBundle();
-    const control = await Worker.create({ connection: env.nativeConnection, taskQueue, workflowBundle: bundle, activities: { ...fake.control(), ...createPoolQueueActivities({}), ...createDashboardLinkActivities({}) } });
+    const control = await Worker.create({
+      connection: env.nativeConnection,
+      taskQueue,
+      workflowBundle: bundle,
+      activities: { ...fake.control(), ...createPoolQueueActivities({}), ...createDashboardLinkActivities({}) },
+    });
     const pool = await Worker.create({ connection: env.nativeConnection, taskQueue: 'troupe-gpu', activities: fake.pool() });
     const running = Promise.all([control.run(), pool.run()]);
     stop = async () => {
@@ -203,9 +213,14 @@ describe('trainingRun control paths (mocked activities)', () => {
       assert.equal(fake.named('updateModel').find((u) => u.step === 3).settings.models.policy.lr, 0.05);
 
       const executions: string[] = [];
-      for await (const w of env.client.workflow.list({ query: `WorkflowId = '${handle.workflowId}'` })) executions.push(`${w.status.name}:${w.typedSearchAttributes.getAll().find((p) => p.key.name === 'TroupeStatus')?.value}`);
-      assert.ok(executions.some((e) => e.startsWith('CONTINUED_AS_NEW')), `continued as new: ${executions}`);
-      for (const e of executions.filter((x) => x.startsWith('CONTINUED_AS_NEW'))) assert.equal(e, 'CONTINUED_AS_NEW:continued', 'a closed execution does not say running');
+      for await (const w of env.client.workflow.list({ query: `WorkflowId = '${handle.workflowId}'` }))
+        executions.push(`${w.status.name}:${w.typedSearchAttributes.getAll().find((p) => p.key.name === 'TroupeStatus')?.value}`);
+      assert.ok(
+        executions.some((e) => e.startsWith('CONTINUED_AS_NEW')),
+        `continued as new: ${executions}`,
+      );
+      for (const e of executions.filter((x) => x.startsWith('CONTINUED_AS_NEW')))
+        assert.equal(e, 'CONTINUED_AS_NEW:continued', 'a closed execution does not say running');
 
       await handle.signal(pauseSignal);
       const paused = await until('paused', async () => {
@@ -276,9 +291,17 @@ describe('trainingRun control paths (mocked activities)', () => {
       fake.startError = ApplicationFailure.nonRetryable('run x already exists (completed)', 'RunExists');
       const refused = await start(config());
       await assert.rejects(refused.result(), WorkflowFailedError);
-      assert.deepEqual(fake.calls.map((c) => c.name), ['startRun'], 'no run-failed event, no status change');
+      assert.deepEqual(
+        fake.calls.map((c) => c.name),
+        ['startRun'],
+        'no run-failed event, no status change',
+      );
       const sa = (await refused.describe()).typedSearchAttributes.getAll();
-      assert.equal(sa.find((p) => p.key.name === 'TroupeRunId'), undefined, 'does not claim the run');
+      assert.equal(
+        sa.find((p) => p.key.name === 'TroupeRunId'),
+        undefined,
+        'does not claim the run',
+      );
       assert.equal(sa.find((p) => p.key.name === 'TroupeStatus')?.value, 'failed');
 
       const invalid = await start({ team: 'math', steps: -1 });
@@ -312,7 +335,10 @@ describe('trainingRun control paths (mocked activities)', () => {
       const first = env.client.workflow.getHandle(handle.workflowId, handle.firstExecutionRunId);
       assert.equal(await (await first.describe()).staticSummary(), 'math: 2 steps x 2 groups x 2 episodes (batched), run summarised');
       const meta = (await handle.query('__temporal_workflow_metadata')) as { currentDetails?: string };
-      assert.equal(meta.currentDetails, '**math** run `summarised`: step 2/2 (completed)\n\n- solver: correct 0.500\n- eval success 0.500 at step 2 (from 0.500)');
+      assert.equal(
+        meta.currentDetails,
+        '**math** run `summarised`: step 2/2 (completed)\n\n- solver: correct 0.500\n- eval success 0.500 at step 2 (from 0.500)',
+      );
     }),
   );
 });

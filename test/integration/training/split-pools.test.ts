@@ -56,7 +56,13 @@ describe('sampler and trainer on different pools', { skip }, () => {
     }
     const deadline = Date.now() + busyWithinMs;
     while (Date.now() < deadline) {
-      const busy = await pool.getClient().health({ timeoutMs: 500 }).then((x) => x.queueDepth > 0, () => false);
+      const busy = await pool
+        .getClient()
+        .health({ timeoutMs: 500 })
+        .then(
+          (x) => x.queueDepth > 0,
+          () => false,
+        );
       if (busy) break;
       await new Promise((r) => setTimeout(r, 20));
     }
@@ -93,7 +99,10 @@ describe('sampler and trainer on different pools', { skip }, () => {
     const keyOf = (s: typeof onnxStats) => s.models.find((m) => m.modelKey.includes('split-clean'));
     assert.ok(keyOf(torchStats)!.versions.includes(steps), 'the trainer made the last version');
     assert.ok(keyOf(onnxStats)!.versions.includes(steps - 1), 'the sampler loaded a version the trainer made');
-    assert.ok((torchStats.updateRuns ?? 0) >= steps && onnxStats.updateRuns === 0, `updates ran on the trainer only (torch ${torchStats.updateRuns}, onnx ${onnxStats.updateRuns})`);
+    assert.ok(
+      (torchStats.updateRuns ?? 0) >= steps && onnxStats.updateRuns === 0,
+      `updates ran on the trainer only (torch ${torchStats.updateRuns}, onnx ${onnxStats.updateRuns})`,
+    );
     const gap = await gapMax('split-clean');
     assert.ok(gap <= CROSS_ENGINE_GAP, `rollout (ONNX) vs update (PyTorch) log-prob gap ${gap}`);
     console.log(`split ONNX->PyTorch: logprobGapMax over ${steps} steps = ${gap.toExponential(2)}`);

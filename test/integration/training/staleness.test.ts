@@ -32,10 +32,16 @@ describe('asynchronous runs (staleness)', () => {
   const markers = async (runId: string) => {
     const history = await h.env.client.workflow.getHandle(runId).fetchHistory();
     const patches = (history.events ?? []).filter((e) => e.markerRecordedEventAttributes?.markerName === 'core_patch');
-    return patches.flatMap((e) => Object.values(e.markerRecordedEventAttributes?.details ?? {}).flatMap((p) => (p.payloads ?? []).map((x) => Buffer.from(x.data ?? []).toString())));
+    return patches.flatMap((e) =>
+      Object.values(e.markerRecordedEventAttributes?.details ?? {}).flatMap((p) => (p.payloads ?? []).map((x) => Buffer.from(x.data ?? []).toString())),
+    );
   };
 
-  for (const [k, rollout] of [[1, 'batched'], [2, 'batched'], [1, 'durable']] as const) {
+  for (const [k, rollout] of [
+    [1, 'batched'],
+    [2, 'batched'],
+    [1, 'durable'],
+  ] as const) {
     it(`k = ${k}, ${rollout}: step t's rollout sampled version max(0, t − ${k}); one commit per step, in order; overlap; off-policy metrics`, async () => {
       const runId = `stale-k${k}-${rollout}`;
       const summary = await run(runId, { staleness: k, rollout });
@@ -47,29 +53,42 @@ describe('asynchronous runs (staleness)', () => {
         assert.equal(episodes.length, base.groupsPerStep * base.groupSize, `step ${t}: every planned episode, once`);
         const used = new Set(episodes.flatMap((e) => e.trajectory.turns.map((turn) => turn.version)));
         assert.deepEqual([...used], [Math.max(0, t - k)], `step ${t}: sampled by version ${Math.max(0, t - k)}`);
-        const rows = await h.db.sql`SELECT scope, name, value FROM metrics WHERE run_id = ${runId} AND step = ${t} AND name IN ('staleness', 'isWeight.mean', 'isWeight.max', 'isWeight.truncated', 'behaviourKl')`;
+        const rows = await h.db
+          .sql`SELECT scope, name, value FROM metrics WHERE run_id = ${runId} AND step = ${t} AND name IN ('staleness', 'isWeight.mean', 'isWeight.max', 'isWeight.truncated', 'behaviourKl')`;
         for (const scope of ['solver', 'verifier']) {
           const m = Object.fromEntries(rows.filter((r) => r.scope === scope).map((r) => [r.name, r.value as number]));
           assert.equal(m.staleness, Math.min(t, k), `step ${t} ${scope}: staleness`);
-          assert.ok(m['isWeight.mean']! > 0 && m['isWeight.max']! <= 5 && m['isWeight.truncated']! >= 0 && m.behaviourKl! >= 0, `step ${t} ${scope}: ${JSON.stringify(m)}`);
+          assert.ok(
+            m['isWeight.mean']! > 0 && m['isWeight.max']! <= 5 && m['isWeight.truncated']! >= 0 && m.behaviourKl! >= 0,
+            `step ${t} ${scope}: ${JSON.stringify(m)}`,
+          );
         }
       }
       // Committed in step order.
       const commits = await h.db.sql`SELECT step FROM versions WHERE run_id = ${runId} AND step >= 0 ORDER BY created_at, step`;
-      assert.deepEqual(commits.map((r) => r.step), Array.from({ length: STEPS }, (_, i) => i));
+      assert.deepEqual(
+        commits.map((r) => r.step),
+        Array.from({ length: STEPS }, (_, i) => i),
+      );
       // The rollout of step t + 1 was started while the update of step t was in flight.
       const history = await h.env.client.workflow.getHandle(runId).fetchHistory();
       const events = history.events ?? [];
       const scheduledStep = (type: string) => (e: (typeof events)[number]) => e.activityTaskScheduledEventAttributes?.activityType?.name === type;
       if (rollout === 'batched') {
-        const payloadStep = (e: (typeof events)[number]) => JSON.parse(Buffer.from(e.activityTaskScheduledEventAttributes!.input!.payloads![0]!.data!).toString()).step as number;
+        const payloadStep = (e: (typeof events)[number]) =>
+          JSON.parse(Buffer.from(e.activityTaskScheduledEventAttributes!.input!.payloads![0]!.data!).toString()).step as number;
         const updates = events.filter(scheduledStep('updateModel'));
-        const rollouts = events.filter(scheduledStep('rolloutBatch')).filter((e) => JSON.parse(Buffer.from(e.activityTaskScheduledEventAttributes!.input!.payloads![0]!.data!).toString()).split === 'train');
+        const rollouts = events
+          .filter(scheduledStep('rolloutBatch'))
+          .filter((e) => JSON.parse(Buffer.from(e.activityTaskScheduledEventAttributes!.input!.payloads![0]!.data!).toString()).split === 'train');
         for (let t = 0; t + 1 < STEPS; t++) {
           const update = updates.find((e) => payloadStep(e) === t)!;
           const completed = events.find((e) => e.activityTaskCompletedEventAttributes?.scheduledEventId?.toString() === update.eventId?.toString())!;
           const next = rollouts.find((e) => payloadStep(e) === t + 1)!;
-          assert.ok(Number(String(next.eventId)) < Number(String(completed.eventId)), `rollout of step ${t + 1} (event ${next.eventId}) scheduled before the update of step ${t} completed (event ${completed.eventId})`);
+          assert.ok(
+            Number(String(next.eventId)) < Number(String(completed.eventId)),
+            `rollout of step ${t + 1} (event ${next.eventId}) scheduled before the update of step ${t} completed (event ${completed.eventId})`,
+          );
         }
       }
     });
@@ -81,7 +100,8 @@ describe('asynchronous runs (staleness)', () => {
     await run('sync-default', {});
     await run('sync-k0', { staleness: 0 });
     assert.deepEqual(await weights('sync-k0'), await weights('sync-default'));
-    for (const id of ['sync-default', 'sync-k0']) assert.ok(!(await markers(id)).some((d) => d.includes('bounded-staleness')), `${id}: no bounded-staleness marker`);
+    for (const id of ['sync-default', 'sync-k0'])
+      assert.ok(!(await markers(id)).some((d) => d.includes('bounded-staleness')), `${id}: no bounded-staleness marker`);
     assert.ok((await markers('stale-again')).some((d) => d.includes('bounded-staleness')));
     // The lag changes the run (k = 1 trains on other samples than k = 0 from step 1 on): the comparison above can fail.
     const [sync, stale] = [await weights('sync-k0'), await weights('stale-again')];

@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { ApplicationFailure } from '@temporalio/common';
+import { type ApplicationFailure } from '@temporalio/common';
 import { createTrainingControlActivities } from '../../../activities/training/control';
 import { parseRunConfig } from '../../../schema/run-config';
 import { createTestDatabase, type TestDatabase } from '../../helpers';
@@ -43,7 +43,10 @@ describe('startRun and the resume point', () => {
     await db.sql`UPDATE runs SET status = 'completed' WHERE run_id = 'math-x'`;
     const before = await snapshot();
 
-    await assert.rejects(start('exec-2'), refused(/run math-x already exists \(completed\); a new start never continues or changes an existing run: start it under a new run id/));
+    await assert.rejects(
+      start('exec-2'),
+      refused(/run math-x already exists \(completed\); a new start never continues or changes an existing run: start it under a new run id/),
+    );
     await assert.rejects(start('exec-3', { steps: 9, seed: 3 }), refused(/already exists/));
     await assert.rejects(start('exec-4', {}, true), refused(/run math-x is completed; only a failed, terminated or timed-out run can be resumed/));
     assert.deepEqual(await snapshot(), before, 'the completed run is untouched');
@@ -55,7 +58,11 @@ describe('startRun and the resume point', () => {
     await assert.rejects(start('exec-6', { steps: 9 }, true), (e: ApplicationFailure) => e.type === 'RunConfigMismatch');
 
     // Steps 0 and 1 committed; the initial eval finished (recorded), the eval at 2 was cut short (episodes only).
-    for (const [version, step] of [[0, -1], [1, 0], [2, 1]]) {
+    for (const [version, step] of [
+      [0, -1],
+      [1, 0],
+      [2, 1],
+    ]) {
       await db.sql`INSERT INTO versions (run_id, model, version, step, spec, weights, optimizer_state, sha256) VALUES ('math-x', 'policy', ${version}, ${step}, '{}', '\\x00', '\\x00', 'x')`;
     }
     await db.sql`INSERT INTO metrics (run_id, step, kind, scope, name, value) VALUES ('math-x', 0, 'eval', 'team', 'episodes', 515), ('math-x', 0, 'eval', 'team', 'success', 0.5)`;
@@ -64,7 +71,13 @@ describe('startRun and the resume point', () => {
       ('math-x', 2, 'optimizer-changed', ${db.sql.json({ changes: [{ models: { policy: { lr: 0.05 } } }], optimizer: { all: { lr: 0.1 }, models: { policy: { lr: 0.05 } }, agents: {} } })})`;
 
     const point = await start('exec-7', {}, true);
-    assert.deepEqual(point, { startStep: 2, versions: { policy: 2 }, fresh: false, evals: [0], optimizer: { all: { lr: 0.1 }, models: { policy: { lr: 0.05 } }, agents: {} } });
+    assert.deepEqual(point, {
+      startStep: 2,
+      versions: { policy: 2 },
+      fresh: false,
+      evals: [0],
+      optimizer: { all: { lr: 0.1 }, models: { policy: { lr: 0.05 } }, agents: {} },
+    });
     const after = await snapshot();
     assert.equal(after.run!.status, 'running');
     assert.deepEqual(after.executions, ['exec-1', 'exec-7']);

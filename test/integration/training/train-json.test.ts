@@ -21,7 +21,13 @@ const taskQueue = uniqueTaskQueue('train-json');
 
 before(async () => {
   [env, db] = await Promise.all([startTemporal(), createTestDatabase()]);
-  worker = await createControlWorker({ connection: env.nativeConnection, namespace: env.namespace ?? 'default', taskQueue, sql: db.sql, workflowBundle: await workflowBundle() });
+  worker = await createControlWorker({
+    connection: env.nativeConnection,
+    namespace: env.namespace ?? 'default',
+    taskQueue,
+    sql: db.sql,
+    workflowBundle: await workflowBundle(),
+  });
   running = worker.run();
 });
 after(async () => {
@@ -33,8 +39,23 @@ after(async () => {
 
 it('a failed run still gets a JSON line with its status and error', async () => {
   const handle = await env.client.workflow.start<typeof trainingRun>('trainingRun', { taskQueue, workflowId: 'json-of-failed', args: [{ team: 'chess' }] });
-  const error = await watchRun(handle, { quiet: true }).then(() => assert.fail('the run should fail'), (e: unknown) => e);
+  const error = await watchRun(handle, { quiet: true }).then(
+    () => assert.fail('the run should fail'),
+    (e: unknown) => e,
+  );
   const line = JSON.parse(JSON.stringify(await failureJson(handle, 'chess', error, { runSeconds: 1, setupSeconds: 0.5 })));
-  assert.deepEqual({ ...line, error: undefined }, { runId: 'json-of-failed', workflowId: 'json-of-failed', team: 'chess', status: 'failed', error: undefined, wallSeconds: 1.5, runSeconds: 1, setupSeconds: 0.5 });
+  assert.deepEqual(
+    { ...line, error: undefined },
+    {
+      runId: 'json-of-failed',
+      workflowId: 'json-of-failed',
+      team: 'chess',
+      status: 'failed',
+      error: undefined,
+      wallSeconds: 1.5,
+      runSeconds: 1,
+      setupSeconds: 0.5,
+    },
+  );
   assert.match(line.error, /^run json-of-failed failed: .*unknown team "chess"/);
 });

@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { WorkflowFailedError } from '@temporalio/client';
+import { type WorkflowFailedError } from '@temporalio/client';
 import { Worker } from '@temporalio/worker';
 import { workflowBundle } from '../../helpers';
 import type { trainingRun } from '../../../workflows';
@@ -48,7 +48,9 @@ describe('trainingRun', () => {
       const stored = await loadStepEpisodes(h.db.sql, runId, 0, 'train');
       const entropyRows = await h.db.sql`SELECT scope, value FROM metrics WHERE run_id = ${runId} AND step = 0 AND kind = 'train' AND name = 'entropy'`;
       for (const a of c.agents) {
-        const nll = stored.flatMap((e) => e.trajectory.turns.filter((t) => t.agent === a).flatMap((t) => t.logprobs.filter((_, k) => t.lossMask[k] === 1).map((lp) => -lp)));
+        const nll = stored.flatMap((e) =>
+          e.trajectory.turns.filter((t) => t.agent === a).flatMap((t) => t.logprobs.filter((_, k) => t.lossMask[k] === 1).map((lp) => -lp)),
+        );
         const recorded = entropyRows.find((r) => r.scope === a)?.value as number;
         assert.ok(Math.abs(recorded - nll.reduce((x, y) => x + y, 0) / nll.length) < 1e-9, `step 0 ${a}: entropy ${recorded}`);
       }
@@ -56,20 +58,41 @@ describe('trainingRun', () => {
       assert.equal(run!.status, 'completed');
       // What the Web UI's list and the run's page show.
       const d = await h.env.client.workflow.getHandle(runId).describe();
-      const sa = Object.fromEntries(d.typedSearchAttributes.getAll().filter((p) => p.key.name.startsWith('Troupe')).map((p) => [p.key.name, p.value]));
-      assert.deepEqual(sa, { TroupeRunId: runId, TroupeTeam: c.team, TroupeStep: steps, TroupeStatus: 'completed', TroupeEvalSuccess: summary.finalEval!.success });
-      const details = (await h.env.client.workflow.getHandle(runId).fetchHistory()).events!.length > 0 ? await h.env.client.workflow.getHandle(runId).query('__temporal_workflow_metadata') : undefined;
+      const sa = Object.fromEntries(
+        d.typedSearchAttributes
+          .getAll()
+          .filter((p) => p.key.name.startsWith('Troupe'))
+          .map((p) => [p.key.name, p.value]),
+      );
+      assert.deepEqual(sa, {
+        TroupeRunId: runId,
+        TroupeTeam: c.team,
+        TroupeStep: steps,
+        TroupeStatus: 'completed',
+        TroupeEvalSuccess: summary.finalEval!.success,
+      });
+      const details =
+        (await h.env.client.workflow.getHandle(runId).fetchHistory()).events!.length > 0
+          ? await h.env.client.workflow.getHandle(runId).query('__temporal_workflow_metadata')
+          : undefined;
       assert.match(String((details as { currentDetails?: string } | undefined)?.currentDetails), new RegExp(`step ${steps}/${steps} \\(completed\\)`));
       // The history replays against the current code, its local activities (planStep, finishStep) included.
       const history = await h.env.client.workflow.getHandle(runId).fetchHistory();
-      assert.ok(history.events!.some((e) => e.markerRecordedEventAttributes?.markerName === 'core_local_activity'), 'step bookkeeping ran as local activities');
+      assert.ok(
+        history.events!.some((e) => e.markerRecordedEventAttributes?.markerName === 'core_local_activity'),
+        'step bookkeeping ran as local activities',
+      );
       await Worker.runReplayHistory({ workflowBundle: await workflowBundle() }, history, runId);
     });
   }
 
   it('fails at once, naming each bad field, and starts nothing for an invalid config', async () => {
     await assert.rejects(
-      h.env.client.workflow.execute('trainingRun', { taskQueue: h.taskQueue, workflowId: 'bad-config', args: [{ team: 'math', steps: -1, rollout: 'warp', optimizer: { agents: { judge: {} } } }] }),
+      h.env.client.workflow.execute('trainingRun', {
+        taskQueue: h.taskQueue,
+        workflowId: 'bad-config',
+        args: [{ team: 'math', steps: -1, rollout: 'warp', optimizer: { agents: { judge: {} } } }],
+      }),
       (e: WorkflowFailedError) => {
         const cause = e.cause as Error & { type?: string; nonRetryable?: boolean };
         assert.equal(cause.type, 'InvalidRunConfig');

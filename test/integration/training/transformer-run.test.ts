@@ -47,8 +47,12 @@ describe('a transformer team in both rollout modes', () => {
     assert.equal(episodes.length, 12);
     assert.ok(episodes.every((e) => e.meta.mode === 'durable' && e.trajectory.turns.length === 1));
 
-    const gaps = await h.db.sql`SELECT step, name, value FROM metrics WHERE run_id = 'recall-durable' AND kind = 'update' AND scope = 'policy' AND name IN ('logprobGapMean', 'logprobGapMax') ORDER BY step, name`;
-    assert.deepEqual(gaps.map((r) => `${r.step}:${r.name}`), ['0:logprobGapMax', '0:logprobGapMean', '1:logprobGapMax', '1:logprobGapMean']);
+    const gaps = await h.db
+      .sql`SELECT step, name, value FROM metrics WHERE run_id = 'recall-durable' AND kind = 'update' AND scope = 'policy' AND name IN ('logprobGapMean', 'logprobGapMax') ORDER BY step, name`;
+    assert.deepEqual(
+      gaps.map((r) => `${r.step}:${r.name}`),
+      ['0:logprobGapMax', '0:logprobGapMean', '1:logprobGapMax', '1:logprobGapMean'],
+    );
     for (const r of gaps) assert.ok(r.value >= 0 && r.value <= SCORE_GENERATE_TOLERANCE, `step ${r.step} ${r.name} = ${r.value}`);
 
     const [spec] = await h.db.sql`SELECT spec FROM versions WHERE run_id = 'recall-durable' AND version = 0`;
@@ -56,6 +60,9 @@ describe('a transformer team in both rollout modes', () => {
     const durableVersions = await listVersions(h.db.sql, 'recall-durable');
     assert.equal(new Set(durableVersions.map((v) => v.sha256)).size, steps + 1, 'every update changed the weights');
     // Same seed, same episodes, bitwise-reproducible updates: the same weights at every version.
-    assert.deepEqual((await listVersions(h.db.sql, 'recall-batched')).map((v) => v.sha256), durableVersions.map((v) => v.sha256));
+    assert.deepEqual(
+      (await listVersions(h.db.sql, 'recall-batched')).map((v) => v.sha256),
+      durableVersions.map((v) => v.sha256),
+    );
   });
 });

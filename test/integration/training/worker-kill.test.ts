@@ -35,19 +35,29 @@ after(async () => {
 });
 
 function poolProcess(): ChildProcess {
-  const child = spawn(process.execPath, ['--import', 'tsx', path.join(repo, 'processes', 'pool-worker.ts'), '--task-queue', 'troupe-gpu', '--temporal-address', env.address, '--device', 'cpu'], {
-    cwd: repo,
-    // The store's files where this test's in-process activities put them (a cluster shares one path).
-    env: { ...process.env, DATABASE_URL: db.url, TROUPE_CHECKPOINT_DIR: db.checkpoints.dir },
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', path.join(repo, 'processes', 'pool-worker.ts'), '--task-queue', 'troupe-gpu', '--temporal-address', env.address, '--device', 'cpu'],
+    {
+      cwd: repo,
+      // The store's files where this test's in-process activities put them (a cluster shares one path).
+      env: { ...process.env, DATABASE_URL: db.url, TROUPE_CHECKPOINT_DIR: db.checkpoints.dir },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    },
+  );
   child.stderr!.resume();
   return child;
 }
 
 it('a durable episode survives kill -9 of the pool worker mid-episode and ends with the same trajectory', async () => {
   const taskQueue = uniqueTaskQueue('troupe');
-  const control = await createControlWorker({ connection: env.nativeConnection, namespace: 'default', taskQueue, sql: db.sql, workflowBundle: await workflowBundle() });
+  const control = await createControlWorker({
+    connection: env.nativeConnection,
+    namespace: 'default',
+    taskQueue,
+    sql: db.sql,
+    workflowBundle: await workflowBundle(),
+  });
   const controlRun = control.run();
   const team = loadTeam('math');
   const ref = { team: 'math', teamOptions: {} };
@@ -60,13 +70,18 @@ it('a durable episode survives kill -9 of the pool worker mid-episode and ends w
       await new MockActivityEnvironment().run(activities.initModel, { ...ref, runId, model: 'policy', seed: 4 });
     }
     const spec = (runId: string) => planTrainEpisodes(loadTasks(team), { runId, step: 0, seed: 4, groupsPerStep: 1, groupSize: 1 })[0]!;
-    const args = (runId: string) => [{ ...ref, runId, step: 0, split: 'train' as const, spec: spec(runId), versions: { policy: 0 } }] as [Parameters<typeof episodeWorkflow>[0]];
+    const args = (runId: string) =>
+      [{ ...ref, runId, step: 0, split: 'train' as const, spec: spec(runId), versions: { policy: 0 } }] as [Parameters<typeof episodeWorkflow>[0]];
     await env.client.workflow.execute<typeof episodeWorkflow>('episodeWorkflow', { taskQueue, workflowId: 'calm-episode', args: args('calm') });
     await pool.shutdown();
 
     // The same episode on a pool worker process that is killed after the first turn's generation.
     let worker = poolProcess();
-    const handle = await env.client.workflow.start<typeof episodeWorkflow>('episodeWorkflow', { taskQueue, workflowId: 'killed-episode', args: args('killed') });
+    const handle = await env.client.workflow.start<typeof episodeWorkflow>('episodeWorkflow', {
+      taskQueue,
+      workflowId: 'killed-episode',
+      args: args('killed'),
+    });
     const deadline = Date.now() + 90_000;
     for (;;) {
       const history = await handle.fetchHistory();

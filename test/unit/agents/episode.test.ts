@@ -8,7 +8,11 @@ import { mathTeam } from '../../../agents/teams/math';
 import { executeTool } from '../../../activities/tools';
 
 /** A scripted policy: each generate call pops the next text and returns it as tokens. */
-function scripted(team: { tokenizer: { encode(s: string): number[]; eosId: number } }, replies: string[], executeWith: (req: any) => Promise<any>): EpisodeIO & { calls: GenerateCall[] } {
+function scripted(
+  team: { tokenizer: { encode(s: string): number[]; eosId: number } },
+  replies: string[],
+  executeWith: (req: any) => Promise<any>,
+): EpisodeIO & { calls: GenerateCall[] } {
   const calls: GenerateCall[] = [];
   return {
     calls,
@@ -20,7 +24,11 @@ function scripted(team: { tokenizer: { encode(s: string): number[]; eosId: numbe
       const tokens = team.tokenizer.encode(eos ? text.slice(0, -1) : text);
       if (eos) tokens.push(team.tokenizer.eosId);
       const last = tokens[tokens.length - 1];
-      return { tokens, logprobs: tokens.map((_, i) => -0.5 - i), stopReason: last !== undefined && call.stopTokens.includes(last) ? 'stop_token' : 'max_tokens' };
+      return {
+        tokens,
+        logprobs: tokens.map((_, i) => -0.5 - i),
+        stopReason: last !== undefined && call.stopTokens.includes(last) ? 'stop_token' : 'max_tokens',
+      };
     },
     callTool: executeWith,
     now: () => 0,
@@ -45,7 +53,10 @@ describe('runEpisode on the math team', () => {
     assert.deepEqual(solver!.lossMask, [1, 0, 0, 1]);
     assert.deepEqual(solver!.logprobs, [-0.5, 0, 0, -0.5]);
     assert.equal(solver!.stopReason, 'eos');
-    assert.deepEqual(solver!.toolCalls.map((c) => ({ tool: c.tool, input: c.input, output: c.output })), [{ tool: 'calculator', input: { expr: '12+7' }, output: { value: 19 } }]);
+    assert.deepEqual(
+      solver!.toolCalls.map((c) => ({ tool: c.tool, input: c.input, output: c.output })),
+      [{ tool: 'calculator', input: { expr: '12+7' }, output: { value: 19 } }],
+    );
     assert.deepEqual(verifier!.parents, [0]);
     assert.deepEqual(verifier!.contextTokens, [tok.bosId, ...tok.encode('12+7=19?')]);
     assert.equal(verifier!.version, 3);
@@ -53,7 +64,10 @@ describe('runEpisode on the math team', () => {
     assert.equal(new Set(io.calls.map((c) => c.seed)).size, 3);
     const again = scripted(team, ['=', '$', 'Y$'], (req) => executeTool(team, req));
     await runEpisode(team, { ...base, task: { a: 12, b: 7 } }, again);
-    assert.deepEqual(again.calls.map((c) => c.seed), io.calls.map((c) => c.seed));
+    assert.deepEqual(
+      again.calls.map((c) => c.seed),
+      io.calls.map((c) => c.seed),
+    );
 
     const scored = scoreEpisode(team, { a: 12, b: 7 }, traj);
     assert.deepEqual(scored.rewards, [
@@ -123,7 +137,11 @@ describe('bad behaviour is data', () => {
       [['b=', 'c$'], /flaky: backend down/],
       [['c=', 'c$'], /flaky: timed out after 50 ms/],
     ] as const) {
-      const traj = await runEpisode(team, { ...base, versions: { m: 0 }, task: 0 }, scripted(team, [...script], (req) => executeTool(team, req)));
+      const traj = await runEpisode(
+        team,
+        { ...base, versions: { m: 0 }, task: 0 },
+        scripted(team, [...script], (req) => executeTool(team, req)),
+      );
       assert.equal(traj.status, 'completed');
       assert.match(traj.turns[0]!.toolCalls[0]!.error!, err);
       assert.deepEqual(traj.turns[0]!.lossMask, [1, 1, 0, 1, 1]);
@@ -132,12 +150,20 @@ describe('bad behaviour is data', () => {
 
   it('exceeding a limit ends the episode truncated, keeping the turns taken', async () => {
     const team = make();
-    const traj = await runEpisode(team, { ...base, versions: { m: 0 }, task: 0 }, scripted(team, ['a$'], (req) => executeTool(team, req)));
+    const traj = await runEpisode(
+      team,
+      { ...base, versions: { m: 0 }, task: 0 },
+      scripted(team, ['a$'], (req) => executeTool(team, req)),
+    );
     assert.equal(traj.status, 'truncated');
     assert.equal(traj.error, 'agents.a.maxTurns (1) exceeded');
     assert.equal(traj.turns.length, 1);
     // A second tool call in one turn is over maxToolCalls.
-    const t2 = await runEpisode(team, { ...base, versions: { m: 0 }, task: 0 }, scripted(team, ['a=', '=', '$'], (req) => executeTool(team, req)));
+    const t2 = await runEpisode(
+      team,
+      { ...base, versions: { m: 0 }, task: 0 },
+      scripted(team, ['a=', '=', '$'], (req) => executeTool(team, req)),
+    );
     assert.equal(t2.status, 'truncated');
     assert.equal(t2.error, 'agents.a.maxToolCalls (1) exceeded');
     assert.equal(t2.turns[0]!.stopReason, 'tool_limit');
@@ -145,7 +171,11 @@ describe('bad behaviour is data', () => {
 
   it('a reward function that throws marks the episode failed with the error', async () => {
     const team = make(true);
-    const traj = await runEpisode(team, { ...base, versions: { m: 0 }, task: 0 }, scripted(team, ['b$'], (req) => executeTool(team, req)));
+    const traj = await runEpisode(
+      team,
+      { ...base, versions: { m: 0 }, task: 0 },
+      scripted(team, ['b$'], (req) => executeTool(team, req)),
+    );
     const scored = scoreEpisode(team, 0, traj);
     assert.equal(scored.status, 'failed');
     assert.equal(scored.error, 'rewards.a: reward bug');

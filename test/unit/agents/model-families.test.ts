@@ -42,7 +42,11 @@ test('transformer({...}) and tinyLM({...}) both define a team; the engine spec c
 test('bad model configs fail at team load, each field named', () => {
   assert.deepEqual(problems(transformer({ tokenizer, width: 30, heads: 4 })), ['models.policy.heads: must divide width (30 is not a multiple of 4)']);
   assert.ok(problems(transformer({ tokenizer, layers: 0 })).some((p) => p.startsWith('models.policy.layers:')));
-  assert.ok(problems(transformer({ tokenizer, width: 8192, layers: 128, mlpWidth: 65536 })).some((p) => /^models\.policy\.width: \d+ parameters exceed the limit/.test(p)));
+  assert.ok(
+    problems(transformer({ tokenizer, width: 8192, layers: 128, mlpWidth: 65536 })).some((p) =>
+      /^models\.policy\.width: \d+ parameters exceed the limit/.test(p),
+    ),
+  );
   assert.ok(problems(transformer({ tokenizer, ...({ dropout: 0.1 } as object) })).some((p) => p.startsWith('models.policy.dropout: unknown option')));
   assert.ok(problems(transformer({ tokenizer, norm: 'batchnorm' as never })).some((p) => p.startsWith('models.policy.norm: unknown option "batchnorm"')));
   assert.deepEqual(problems(tinyLM({ tokenizer, hiddenDim: 0.5 })), ['models.policy.hiddenDim: must be an integer in [1, 4096], got 0.5']);
@@ -58,6 +62,9 @@ test('bundled teams: recall trains a transformer; math takes {"policy":"transfor
   assert.equal(task.row.length, 12);
   assert.equal(loadTeam('math').models.policy!.family, 'tiny-lm');
   assert.equal(loadTeam('math', { policy: 'transformer' }).models.policy!.family, 'transformer');
-  assert.deepEqual(Object.values(loadTeam('math', { policy: 'transformer', models: 'separate' }).models).map((m) => m.family), ['transformer', 'transformer']);
+  assert.deepEqual(
+    Object.values(loadTeam('math', { policy: 'transformer', models: 'separate' }).models).map((m) => m.family),
+    ['transformer', 'transformer'],
+  );
   assert.throws(() => loadTeam('math', { policy: 'gpt' }), /teamOptions\.policy: must be "tiny-lm" or "transformer", got "gpt"/);
 });

@@ -23,16 +23,23 @@ it('the README team example defines a team whose episode runs and is scored', as
     assert.deepEqual(adder.roles, ['solver', 'checker']);
     const tok = adder.tokenizer;
     const replies = [[...tok.encode('=')], [tok.eosId], [...tok.encode('Y'), tok.eosId]];
-    const traj = await runEpisode(adder, { episodeId: 'e', seed: 1, task: { a: 3, b: 4 }, versions: { policy: 0 } }, {
-      generate: async (call) => {
-        const tokens = replies.shift()!;
-        return { tokens, logprobs: tokens.map(() => -1), stopReason: call.stopTokens.includes(tokens[tokens.length - 1]!) ? 'stop_token' : 'max_tokens' };
+    const traj = await runEpisode(
+      adder,
+      { episodeId: 'e', seed: 1, task: { a: 3, b: 4 }, versions: { policy: 0 } },
+      {
+        generate: async (call) => {
+          const tokens = replies.shift()!;
+          return { tokens, logprobs: tokens.map(() => -1), stopReason: call.stopTokens.includes(tokens[tokens.length - 1]!) ? 'stop_token' : 'max_tokens' };
+        },
+        callTool: (req) => executeTool(adder, req),
+        now: () => 0,
       },
-      callTool: (req) => executeTool(adder, req),
-      now: () => 0,
-    });
+    );
     assert.deepEqual(traj.outcome, { answer: 7, verdict: 'Y' });
-    assert.deepEqual(scoreEpisode(adder, { a: 3, b: 4 }, traj).rewards.map((r) => r.components), [{ correct: 1 }, { judged: 1 }]);
+    assert.deepEqual(
+      scoreEpisode(adder, { a: 3, b: 4 }, traj).rewards.map((r) => r.components),
+      [{ correct: 1 }, { judged: 1 }],
+    );
   } finally {
     fs.rmSync(file, { force: true });
   }

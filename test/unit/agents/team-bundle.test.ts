@@ -22,7 +22,10 @@ before(() => {
     /* installed already */
   }
   fs.writeFileSync(broken, 'export const team = { name: "x" ;\n');
-  fs.writeFileSync(workflows, `export async function probe(): Promise<string> {\n  try {\n    require(${JSON.stringify(broken)});\n    return 'loaded';\n  } catch (e) {\n    return 'threw: ' + (e as Error).message;\n  }\n}\n`);
+  fs.writeFileSync(
+    workflows,
+    `export async function probe(): Promise<string> {\n  try {\n    require(${JSON.stringify(broken)});\n    return 'loaded';\n  } catch (e) {\n    return 'threw: ' + (e as Error).message;\n  }\n}\n`,
+  );
 });
 after(() => {
   fs.rmSync(broken, { force: true });

@@ -16,7 +16,12 @@ const calculator = defineTool({
   description: 'adds',
   input: z.object({ expr: z.string() }),
   output: z.object({ value: z.number() }),
-  execute: async ({ expr }) => ({ value: expr.split('+').map(Number).reduce((a, b) => a + b) }),
+  execute: async ({ expr }) => ({
+    value: expr
+      .split('+')
+      .map(Number)
+      .reduce((a, b) => a + b),
+  }),
 });
 
 function team(tools: unknown[], toolSyntax: ToolSyntax) {
@@ -44,7 +49,8 @@ const issuesOf = (fn: () => unknown): string[] => {
   assert.fail('expected a TeamDefinitionError');
 };
 
-const syntax = (over: Partial<Parameters<typeof keySyntax>[0]> = {}) => keySyntax({ trigger: '=', tool: 'calculator', argument: 'expr', separators: '?', error: 'E', ...over });
+const syntax = (over: Partial<Parameters<typeof keySyntax>[0]> = {}) =>
+  keySyntax({ trigger: '=', tool: 'calculator', argument: 'expr', separators: '?', error: 'E', ...over });
 
 test('a well-formed team passes', () => {
   assert.equal(team([calculator], syntax()).name, 'checked');
@@ -52,23 +58,38 @@ test('a well-formed team passes', () => {
 
 test('a tool not built with defineTool is refused by path', () => {
   const handMade = { name: 'calculator', description: 'adds', execute: async () => ({ value: 1 }) };
-  assert.deepEqual(issuesOf(() => team([handMade], syntax())), [
-    'agents.solver.tools[0].input: must be a zod schema (build tools with defineTool)',
-    'agents.solver.tools[0].output: must be a zod schema (build tools with defineTool)',
-    'agents.solver.tools[0].render: must be a function (build tools with defineTool)',
-    'agents.solver.tools[0].timeoutMs: must be a number > 0, got undefined',
-    'toolSyntax.tool: unknown tool "calculator" (the agents\' tools: none)',
-  ]);
-  assert.deepEqual(issuesOf(() => team([calculator, 'calculator'], syntax())), ['agents.solver.tools[1]: not a tool (use defineTool), got "calculator"']);
+  assert.deepEqual(
+    issuesOf(() => team([handMade], syntax())),
+    [
+      'agents.solver.tools[0].input: must be a zod schema (build tools with defineTool)',
+      'agents.solver.tools[0].output: must be a zod schema (build tools with defineTool)',
+      'agents.solver.tools[0].render: must be a function (build tools with defineTool)',
+      'agents.solver.tools[0].timeoutMs: must be a number > 0, got undefined',
+      'toolSyntax.tool: unknown tool "calculator" (the agents\' tools: none)',
+    ],
+  );
+  assert.deepEqual(
+    issuesOf(() => team([calculator, 'calculator'], syntax())),
+    ['agents.solver.tools[1]: not a tool (use defineTool), got "calculator"'],
+  );
 });
 
 test('a keySyntax naming an unknown tool or an error outside the vocabulary is refused by path', () => {
-  assert.deepEqual(issuesOf(() => team([calculator], syntax({ tool: 'calc' }))), ['toolSyntax.tool: unknown tool "calc" (the agents\' tools: calculator)']);
-  assert.deepEqual(issuesOf(() => team([calculator], syntax({ error: 'X' }))), ['toolSyntax.error: tokenizer: character "X" is not in the vocabulary "0123456789+=?E"']);
+  assert.deepEqual(
+    issuesOf(() => team([calculator], syntax({ tool: 'calc' }))),
+    ['toolSyntax.tool: unknown tool "calc" (the agents\' tools: calculator)'],
+  );
+  assert.deepEqual(
+    issuesOf(() => team([calculator], syntax({ error: 'X' }))),
+    ['toolSyntax.error: tokenizer: character "X" is not in the vocabulary "0123456789+=?E"'],
+  );
 });
 
 test('defineTool names the field of a bad tool', () => {
-  assert.throws(() => defineTool({ ...calculator, input: undefined as never }), { name: 'FieldError', message: 'tools.calculator.input: must be a zod schema (build tools with defineTool)' });
+  assert.throws(() => defineTool({ ...calculator, input: undefined as never }), {
+    name: 'FieldError',
+    message: 'tools.calculator.input: must be a zod schema (build tools with defineTool)',
+  });
   assert.throws(() => defineTool({ ...calculator, name: 'Calc' }), /^FieldError: tool\.name: must match/);
   assert.throws(() => defineTool({ ...calculator, timeoutMs: 0 }), { message: 'tools.calculator.timeoutMs: must be a number > 0, got 0' });
 });

@@ -38,41 +38,61 @@ after(() => {
 });
 
 it('a team whose module throws fails alone, as a user error naming the team and the problem', () => {
-  assert.throws(() => loadTeam('broken'), (e: unknown) => {
-    assert.ok(e instanceof TeamLoadError);
-    assert.equal(e.team, 'broken');
-    assert.match(e.message, /^team "broken" failed to load: team broken: rewards\.solvr: no agent has this role/);
-    const printed = formatError(e);
-    assert.match(printed, /→ fix the team's definition/);
-    assert.doesNotMatch(printed, /bug in Troupe/);
-    return true;
-  });
+  assert.throws(
+    () => loadTeam('broken'),
+    (e: unknown) => {
+      assert.ok(e instanceof TeamLoadError);
+      assert.equal(e.team, 'broken');
+      assert.match(e.message, /^team "broken" failed to load: team broken: rewards\.solvr: no agent has this role/);
+      const printed = formatError(e);
+      assert.match(printed, /→ fix the team's definition/);
+      assert.doesNotMatch(printed, /bug in Troupe/);
+      return true;
+    },
+  );
   assert.equal(loadTeam('math').name, 'math');
   assert.deepEqual(Object.keys(teamLoadErrors()), ['broken']);
 });
 
 it('the CLI refuses a broken team with its error and still accepts the others', () => {
-  assert.throws(() => validateRunConfig({ team: 'broken' }), (e: unknown) => {
-    assert.doesNotMatch(formatError(e), /bug in Troupe/);
-    assert.match(formatError(e), /rewards\.solvr/);
-    return true;
-  });
+  assert.throws(
+    () => validateRunConfig({ team: 'broken' }),
+    (e: unknown) => {
+      assert.doesNotMatch(formatError(e), /bug in Troupe/);
+      assert.match(formatError(e), /rewards\.solvr/);
+      return true;
+    },
+  );
   assert.equal(validateRunConfig({ team: 'research' }).team, 'research');
-  assert.throws(() => loadTeam('nope'), (e: unknown) => e instanceof TeamLoadError && /unknown team "nope" \(known: math, research, recall, broken\)/.test(e.message));
+  assert.throws(
+    () => loadTeam('nope'),
+    (e: unknown) => e instanceof TeamLoadError && /unknown team "nope" \(known: math, research, recall, broken\)/.test(e.message),
+  );
 });
 
 it('importing the registry loads no team module (so commands that need no team never see a broken one)', () => {
   const out = execFileSync(
     process.execPath,
-    ['--import', 'tsx', '-e', `require('./agents/teams'); console.log(Object.keys(require.cache).filter((k) => /agents\\/teams\\/(math|research)\\.ts$/.test(k)).length)`],
+    [
+      '--import',
+      'tsx',
+      '-e',
+      `require('./agents/teams'); console.log(Object.keys(require.cache).filter((k) => /agents\\/teams\\/(math|research)\\.ts$/.test(k)).length)`,
+    ],
     { cwd: root, encoding: 'utf8' },
   );
   assert.equal(out.trim(), '0');
 });
 
-it('a bad team option is named once, as the run\'s to fix, not as a broken team definition', () => {
-  assert.throws(() => validateRunConfig({ team: 'math', teamOptions: { policy: 'gpt' } }), (e: unknown) => {
-    assert.equal(formatError(e), 'troupe: team math: teamOptions.policy: must be "tiny-lm" or "transformer", got "gpt"\n  → fix the team options (--team-options, or teamOptions in the run config)');
-    return true;
-  });
+it("a bad team option is named once, as the run's to fix, not as a broken team definition", () => {
+  assert.throws(
+    () => validateRunConfig({ team: 'math', teamOptions: { policy: 'gpt' } }),
+    (e: unknown) => {
+      assert.equal(
+        formatError(e),
+        'troupe: team math: teamOptions.policy: must be "tiny-lm" or "transformer", got "gpt"\n  → fix the team options (--team-options, or teamOptions in the run config)',
+      );
+      return true;
+    },
+  );
 });

@@ -18,7 +18,11 @@ const FIXTURES = path.join(__dirname, '../../fixtures/hf');
 const tmp = () => fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-hf-'));
 
 describe('HF layout: load → export → load', () => {
-  for (const [name, dtype, modelType] of [['gpt2-tiny', 'F32', 'gpt2'], ['llama-tiny', 'BF16', 'llama'], ['qwen2-tiny', 'F16', 'qwen2']] as const) {
+  for (const [name, dtype, modelType] of [
+    ['gpt2-tiny', 'F32', 'gpt2'],
+    ['llama-tiny', 'BF16', 'llama'],
+    ['qwen2-tiny', 'F16', 'qwen2'],
+  ] as const) {
     it(`${name}: bit-identical θ and spec, source dtype kept, tokenizer files copied, bytes deterministic`, () => {
       const src = tmp();
       for (const f of fs.readdirSync(path.join(FIXTURES, name))) fs.copyFileSync(path.join(FIXTURES, name, f), path.join(src, f));
@@ -38,7 +42,10 @@ describe('HF layout: load → export → load', () => {
       const again = tmp();
       exportHfCheckpoint(again, b.spec, b.theta, b);
       assert.deepEqual(fs.readFileSync(path.join(again, 'model.safetensors')), fs.readFileSync(path.join(out, 'model.safetensors')));
-      assert.deepEqual(JSON.parse(fs.readFileSync(path.join(again, 'config.json'), 'utf8')), JSON.parse(fs.readFileSync(path.join(out, 'config.json'), 'utf8')));
+      assert.deepEqual(
+        JSON.parse(fs.readFileSync(path.join(again, 'config.json'), 'utf8')),
+        JSON.parse(fs.readFileSync(path.join(out, 'config.json'), 'utf8')),
+      );
     });
   }
 
@@ -111,7 +118,13 @@ describe('HF config.json: what the family cannot express is refused by field', (
     [{ ...gpt2, n_embd: undefined }, /n_embd: required/],
     [{ ...llama, num_attention_heads: 2.5 }, /num_attention_heads: must be a positive integer, got 2.5/],
   ];
-  for (const [config, message] of cases) it(message.source, () => assert.throws(() => parseHfConfig(config, '/m/config.json'), (e: Error) => e.name === 'HfConfigError' && /^\/m\/config\.json: /.test(e.message) && message.test(e.message)));
+  for (const [config, message] of cases)
+    it(message.source, () =>
+      assert.throws(
+        () => parseHfConfig(config, '/m/config.json'),
+        (e: Error) => e.name === 'HfConfigError' && /^\/m\/config\.json: /.test(e.message) && message.test(e.message),
+      ),
+    );
 
   it('maps the layouts onto the family', () => {
     assert.deepEqual(parseHfConfig(llama).biases, { qkv: false, o: false, mlp: false });
@@ -124,7 +137,14 @@ describe('HF config.json: what the family cannot express is refused by field', (
 });
 
 describe('safetensors: validated reads', () => {
-  const good = writeSafetensors([['a', { shape: [2, 3], data: Float32Array.from([1, 2, 3, 4, 5, 6]) }], ['b', { shape: [1], data: Float32Array.from([-0.5]) }]], 'F32', { format: 'pt' });
+  const good = writeSafetensors(
+    [
+      ['a', { shape: [2, 3], data: Float32Array.from([1, 2, 3, 4, 5, 6]) }],
+      ['b', { shape: [1], data: Float32Array.from([-0.5]) }],
+    ],
+    'F32',
+    { format: 'pt' },
+  );
   /** A file with this header (object) and n data bytes. */
   const file = (header: unknown, n: number) => {
     const json = new TextEncoder().encode(typeof header === 'string' ? header : JSON.stringify(header));
@@ -154,12 +174,23 @@ describe('safetensors: validated reads', () => {
     assert.equal(representable(Float32Array.from([1 + 2 ** -10]), 'F16'), true);
     assert.equal(representable(Float32Array.from([1 + 2 ** -11]), 'F16'), false);
     assert.equal(representable(Float32Array.from([1 + 2 ** -8]), 'BF16'), false);
-    assert.throws(() => writeSafetensors([['x', { shape: [1], data: Float32Array.from([0.1]) }]], 'BF16'), /tensor x: value 0\.1.* not exactly representable as BF16/);
+    assert.throws(
+      () => writeSafetensors([['x', { shape: [1], data: Float32Array.from([0.1]) }]], 'BF16'),
+      /tensor x: value 0\.1.* not exactly representable as BF16/,
+    );
   });
 
   const bad: Array<[string, Uint8Array, RegExp]> = [
     ['too short', new Uint8Array(5), /5 bytes: too short/],
-    ['header length beyond the file', (() => { const b = good.slice(); new DataView(b.buffer).setBigUint64(0, 1n << 40n, true); return b; })(), /header length 1099511627776 exceeds the file/],
+    [
+      'header length beyond the file',
+      (() => {
+        const b = good.slice();
+        new DataView(b.buffer).setBigUint64(0, 1n << 40n, true);
+        return b;
+      })(),
+      /header length 1099511627776 exceeds the file/,
+    ],
     ['header not JSON', file('{"a": ', 0), /header is not UTF-8 JSON/],
     ['header an array', file([], 0), /header must be a JSON object/],
     ['unknown dtype', file({ a: { dtype: 'I8', shape: [1], data_offsets: [0, 1] } }, 1), /tensor "a": dtype "I8" is not supported/],
@@ -167,11 +198,19 @@ describe('safetensors: validated reads', () => {
     ['offsets past the data', file({ a: { dtype: 'F32', shape: [2], data_offsets: [0, 8] } }, 4), /tensor "a": data_offsets \[0, 8\] outside the 4 data bytes/],
     ['offsets reversed', file({ a: { dtype: 'F32', shape: [0], data_offsets: [4, 0] } }, 4), /data_offsets \[4, 0\] outside/],
     ['shape × dtype ≠ bytes', file({ a: { dtype: 'F16', shape: [3], data_offsets: [0, 4] } }, 4), /shape \[3\] × F16 is 6 bytes but data_offsets span 4/],
-    ['overlapping tensors', file({ a: { dtype: 'F32', shape: [2], data_offsets: [0, 8] }, b: { dtype: 'F32', shape: [1], data_offsets: [4, 8] } }, 8), /tensors "a" and "b" overlap/],
+    [
+      'overlapping tensors',
+      file({ a: { dtype: 'F32', shape: [2], data_offsets: [0, 8] }, b: { dtype: 'F32', shape: [1], data_offsets: [4, 8] } }, 8),
+      /tensors "a" and "b" overlap/,
+    ],
     ['metadata not strings', file({ __metadata__: { n: 1 } }, 0), /__metadata__\.n must be a string/],
     ['truncated file', good.subarray(0, good.length - 1), /tensor "b": data_offsets \[24, 28\] outside the 27 data bytes/],
   ];
   for (const [what, bytes, message] of bad) {
-    it(`refuses: ${what}`, () => assert.throws(() => readSafetensors(bytes, '/m/model.safetensors'), (e: Error) => e.name === 'SafetensorsError' && e.message.startsWith('/m/model.safetensors: ') && message.test(e.message)));
+    it(`refuses: ${what}`, () =>
+      assert.throws(
+        () => readSafetensors(bytes, '/m/model.safetensors'),
+        (e: Error) => e.name === 'SafetensorsError' && e.message.startsWith('/m/model.safetensors: ') && message.test(e.message),
+      ));
   }
 });

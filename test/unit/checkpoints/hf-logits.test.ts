@@ -22,7 +22,10 @@ import { buildTransformerLogitsGraph } from '../../../engines/onnx/transformer/s
 import { session } from '../engine/helpers';
 
 const FIXTURES = path.join(__dirname, '../../fixtures/hf');
-const expected = JSON.parse(fs.readFileSync(path.join(FIXTURES, 'reference-logits.json'), 'utf8')) as { prompts: number[][]; models: Record<string, number[][][]> };
+const expected = JSON.parse(fs.readFileSync(path.join(FIXTURES, 'reference-logits.json'), 'utf8')) as {
+  prompts: number[][];
+  models: Record<string, number[][][]>;
+};
 
 function maxDiff(a: number[][], b: ArrayLike<number>[]): number {
   let m = 0;
@@ -43,11 +46,17 @@ describe('HF checkpoints: logits agree with PyTorch', () => {
       });
     });
 
-    for (const [ft, tol] of [['float64', 1e-6], ['float32', 2e-4]] as const) {
+    for (const [ft, tol] of [
+      ['float64', 1e-6],
+      ['float32', 2e-4],
+    ] as const) {
       it(`${name}: the engine's ${ft} logits graph within ${tol}`, async () => {
         const graph = buildTransformerLogitsGraph(ckpt.spec, ft);
         // ORT's extended fusions are float32-only (as in transformer-gradient.test.ts)
-        const s = ft === 'float64' ? await ort.InferenceSession.create(graph, { intraOpNumThreads: 1, graphOptimizationLevel: 'basic', logSeverityLevel: 3 }) : await session(graph);
+        const s =
+          ft === 'float64'
+            ? await ort.InferenceSession.create(graph, { intraOpNumThreads: 1, graphOptimizationLevel: 'basic', logSeverityLevel: 3 })
+            : await session(graph);
         const Arr = ft === 'float64' ? Float64Array : Float32Array;
         for (const [i, prompt] of expected.prompts.entries()) {
           const out = await s.run({

@@ -31,8 +31,14 @@ describe('teams that start from a checkpoint', () => {
   });
 
   it('refuses a relative path and a model family that has no checkpoint layout, naming the field', () => {
-    assert.throws(() => loadTeam('math', { policy: 'transformer', checkpoint: 'fixtures/qwen2' }), /models\.policy\.checkpoint: must be an absolute directory path, got "fixtures\/qwen2"/);
-    assert.throws(() => loadTeam('math', { checkpoint: QWEN }), /models\.policy\.checkpoint: only transformer models load a checkpoint; this is a tiny-lm model/);
+    assert.throws(
+      () => loadTeam('math', { policy: 'transformer', checkpoint: 'fixtures/qwen2' }),
+      /models\.policy\.checkpoint: must be an absolute directory path, got "fixtures\/qwen2"/,
+    );
+    assert.throws(
+      () => loadTeam('math', { checkpoint: QWEN }),
+      /models\.policy\.checkpoint: only transformer models load a checkpoint; this is a tiny-lm model/,
+    );
   });
 
   it('transformer({ checkpoint }) refuses shape options: config.json has them', () => {
@@ -42,13 +48,27 @@ describe('teams that start from a checkpoint', () => {
         name: 'pre',
         tokenizer,
         models: { policy: model },
-        agents: { a: { model: 'policy', instructions: 'a', maxTokens: 2, maxTurns: 1, maxToolCalls: 0, tools: [], memory: false, sampling: { temperature: 1, topK: 0, topP: 1 } } } as never,
+        agents: {
+          a: {
+            model: 'policy',
+            instructions: 'a',
+            maxTokens: 2,
+            maxTurns: 1,
+            maxToolCalls: 0,
+            tools: [],
+            memory: false,
+            sampling: { temperature: 1, topK: 0, topP: 1 },
+          },
+        } as never,
         tasks: { kind: 'generated', generate: () => ({}) } as never,
         episode: async () => undefined,
         rewards: { a: () => ({}) },
         success: () => true,
       });
-    assert.throws(() => def(transformer({ tokenizer, checkpoint: QWEN, width: 64, heads: 4 })), /models\.policy\.width: comes from the checkpoint's config\.json; leave it out.*models\.policy\.heads/s);
+    assert.throws(
+      () => def(transformer({ tokenizer, checkpoint: QWEN, width: 64, heads: 4 })),
+      /models\.policy\.width: comes from the checkpoint's config\.json; leave it out.*models\.policy\.heads/s,
+    );
     assert.deepEqual(def(transformer({ tokenizer, checkpoint: QWEN })).models.policy!.config, { checkpoint: QWEN });
   });
 });
@@ -107,8 +127,14 @@ describe('version 0 of a checkpoint model', () => {
 
   it('refuses what cannot be this model, naming the file and field', () => {
     // gpt2-tiny has learned positions for 32 tokens; math's transformer needs 48
-    assert.throws(() => pretrainedVersion(model(path.join(HF, 'gpt2-tiny')), 'policy'), /model policy: maxSeq 48 is more than the checkpoint's 32 \(.*gpt2-tiny\/config\.json n_positions/);
-    assert.throws(() => pretrainedVersion(model(path.join(HF, 'missing')), 'policy'), /model policy: checkpoint .*missing: .*missing\/config\.json: cannot read \(ENOENT\)/);
+    assert.throws(
+      () => pretrainedVersion(model(path.join(HF, 'gpt2-tiny')), 'policy'),
+      /model policy: maxSeq 48 is more than the checkpoint's 32 \(.*gpt2-tiny\/config\.json n_positions/,
+    );
+    assert.throws(
+      () => pretrainedVersion(model(path.join(HF, 'missing')), 'policy'),
+      /model policy: checkpoint .*missing: .*missing\/config\.json: cannot read \(ENOENT\)/,
+    );
     const big = { ...model(QWEN), tokenizer: charTokenizer([...Array(60)].map((_, i) => String.fromCharCode(65 + i)).join('')) };
     assert.throws(() => pretrainedVersion(big, 'policy'), /qwen2-tiny\/config\.json: vocab_size 48 is smaller than the team's tokenizer \(63 ids\)/);
   });

@@ -25,5 +25,8 @@ it('a change with several problems reports every one, also those found only agai
   ]);
   assert.deepEqual(optimizerChangeIssues({ all: { lr: 0.01 } }, config, team), []);
   // a problem only the merged settings show: an estimator option the estimator lacks
-  assert.deepEqual(optimizerChangeIssues({ models: { policy: { estimator: { name: 'rloo', normalizeStd: true } } } }, config, team).map((i) => i.path), ['models.policy.estimator.normalizeStd']);
+  assert.deepEqual(
+    optimizerChangeIssues({ models: { policy: { estimator: { name: 'rloo', normalizeStd: true } } } }, config, team).map((i) => i.path),
+    ['models.policy.estimator.normalizeStd'],
+  );
 });

@@ -3,7 +3,14 @@ import assert from 'node:assert/strict';
 import { it } from 'node:test';
 import { latestExecutions, type ExecutionRow } from '../../../cli/commands/list';
 
-const row = (run: string, status: string, ranTheRun = true, phase = 'running'): ExecutionRow => ({ run, workflowId: run, status, phase, started: '2026-11-22T00:00:00.000Z', ranTheRun });
+const row = (run: string, status: string, ranTheRun = true, phase = 'running'): ExecutionRow => ({
+  run,
+  workflowId: run,
+  status,
+  phase,
+  started: '2026-11-22T00:00:00.000Z',
+  ranTheRun,
+});
 
 it('collapses continued-as-new and resumed executions into one row per run; a refused start never hides its run', () => {
   // As visibility lists them: running first, then most recently closed first.

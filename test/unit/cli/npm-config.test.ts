@@ -12,7 +12,6 @@ import * as path from 'node:path';
 import { it } from 'node:test';
 import { repoRoot } from '../../../infra/paths';
 
-// eslint-disable-next-line @typescript-eslint/no-require-imports
 const { npmEnv } = require('../../../infra/install.js') as { npmEnv: (env?: NodeJS.ProcessEnv) => NodeJS.ProcessEnv };
 
 it('npm reads the project config without a warning about unknown keys', () => {

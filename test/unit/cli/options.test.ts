@@ -18,13 +18,19 @@ const cmd = defineCommand({
 });
 
 test('a negative number after an option that takes a value is its value, long or short', () => {
-  assert.deepEqual(parseOptions(cmd, ['-m', '-3', '--lr', '-1.5e-3', '--json', 'pos']), { values: { message: '-3', lr: -0.0015, json: true }, positionals: ['pos'] });
+  assert.deepEqual(parseOptions(cmd, ['-m', '-3', '--lr', '-1.5e-3', '--json', 'pos']), {
+    values: { message: '-3', lr: -0.0015, json: true },
+    positionals: ['pos'],
+  });
   assert.deepEqual(parseOptions(cmd, ['--lr=-2']).values, { lr: -2 });
 });
 
 test('number options: not a number names the option and hints with its example', () => {
   for (const bad of ['NaN', 'abc', '', ' ', 'Infinity']) {
-    assert.throws(() => parseOptions(cmd, ['--lr', bad]), (e: unknown) => e instanceof TroupeError && e.message === `--lr: expected a number, got ${JSON.stringify(bad)}` && e.hint === 'e.g. --lr 0.001');
+    assert.throws(
+      () => parseOptions(cmd, ['--lr', bad]),
+      (e: unknown) => e instanceof TroupeError && e.message === `--lr: expected a number, got ${JSON.stringify(bad)}` && e.hint === 'e.g. --lr 0.001',
+    );
   }
 });
 

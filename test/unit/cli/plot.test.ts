@@ -64,11 +64,20 @@ it('renders empty, single-point and constant series without throwing', async () 
   const empty = curves([]);
   const { svg, png } = await renderCurves(empty, 'empty');
   assert.match(svg, /^<svg/);
-  assert.equal((svg.match(/>no data</g) ?? []).length, 4, "each empty panel says so");
+  assert.equal((svg.match(/>no data</g) ?? []).length, 4, 'each empty panel says so');
   assert.ok(png.length > 100);
   // A run whose episodes all failed: evals at 0, no train rewards, no updates.
-  const failed = curves([row(0, 'eval', 'team', 'success', 0), row(3, 'eval', 'team', 'success', 0), row(0, 'train', 'solver', 'failedShare', 1), row(1, 'train', 'solver', 'failedShare', 1)]);
+  const failed = curves([
+    row(0, 'eval', 'team', 'success', 0),
+    row(3, 'eval', 'team', 'success', 0),
+    row(0, 'train', 'solver', 'failedShare', 1),
+    row(1, 'train', 'solver', 'failedShare', 1),
+  ]);
   assert.match((await renderCurves(failed, 'all failed')).svg, /^<svg/);
-  const constant = curves([row(0, 'train', 'solver', 'reward.correct', 0), row(1, 'train', 'solver', 'reward.correct', 0), row(0, 'update', 'policy', 'gradNorm', 0)]);
+  const constant = curves([
+    row(0, 'train', 'solver', 'reward.correct', 0),
+    row(1, 'train', 'solver', 'reward.correct', 0),
+    row(0, 'update', 'policy', 'gradNorm', 0),
+  ]);
   assert.match((await renderCurves(constant, 'constant')).svg, /^<svg/);
 });

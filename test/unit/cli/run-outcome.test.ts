@@ -5,7 +5,16 @@ import { problemLines, runExitCode, summaryLines } from '../../../cli/runs';
 import type { RunSummary } from '../../../workflows/training-run';
 
 const summary = (over: Partial<RunSummary>): RunSummary => ({
-  runId: 'r1', workflowId: 'r1', team: 'math', steps: 2, status: 'completed', versions: { policy: 2 }, initialEval: null, finalEval: null, failedEpisodes: 0, ...over,
+  runId: 'r1',
+  workflowId: 'r1',
+  team: 'math',
+  steps: 2,
+  status: 'completed',
+  versions: { policy: 2 },
+  initialEval: null,
+  finalEval: null,
+  failedEpisodes: 0,
+  ...over,
 });
 
 it('exit status: 0 only for a run that completed and trained; stopped or untrained runs are non-zero', () => {
@@ -36,6 +45,6 @@ it('a run that learned nothing says why: failed and empty episodes with their mo
   assert.deepEqual(problemLines({ episodes: 8, failed: 0, empty: 0, errors: [], skippedUpdates: [] }), [], 'a healthy run adds nothing');
 });
 
-it('the run\'s own time is reported apart from setting up the stack (none when the stack was up)', () => {
+it("the run's own time is reported apart from setting up the stack (none when the stack was up)", () => {
   assert.equal(summaryLines(summary({}), { runSeconds: 40, setupSeconds: 0.4 })[0], 'run r1 (math) completed after 2 steps in 40s');
 });

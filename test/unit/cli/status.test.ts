@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { it } from 'node:test';
 import { agentStepLine, latestAgentSteps, offPolicyLine } from '../../../cli/commands/status';
 
-it('takes each agent\'s latest train step, with its reward components and episode endings', () => {
+it("takes each agent's latest train step, with its reward components and episode endings", () => {
   const agents = latestAgentSteps([
     { step: 1, scope: 'solver', name: 'truncatedShare', value: 0.875 },
     { step: 1, scope: 'solver', name: 'failedShare', value: 0 },
@@ -20,9 +20,16 @@ it('takes each agent\'s latest train step, with its reward components and episod
   assert.equal(agentStepLine('verifier', agents.verifier!), 'verifier (step 0): reward judged=2.000  truncated -  failed -');
 });
 
-it('offPolicyLine: an asynchronous run\'s correction for one agent', () => {
+it("offPolicyLine: an asynchronous run's correction for one agent", () => {
   assert.equal(
-    offPolicyLine('solver', 3, { staleness: 1, 'isWeight.mean': 1.0123, 'isWeight.max': 2.5, 'isWeight.truncated': 0.04, behaviourKl: 0.00123, clipFraction: 0.1 }),
+    offPolicyLine('solver', 3, {
+      staleness: 1,
+      'isWeight.mean': 1.0123,
+      'isWeight.max': 2.5,
+      'isWeight.truncated': 0.04,
+      behaviourKl: 0.00123,
+      clipFraction: 0.1,
+    }),
     'solver (step 3): staleness 1.00  IS weight mean 1.012 max 2.500 truncated 4%  KL(behaviour‖current) 1.23e-3  clip 10%',
   );
   assert.equal(offPolicyLine('verifier', 0, {}), 'verifier (step 0): staleness -  IS weight mean - max - truncated -  KL(behaviour‖current) -  clip -');

@@ -12,7 +12,8 @@ import { it } from 'node:test';
 const bin = path.join(__dirname, '..', '..', '..', 'cli', 'bin.js');
 // A state dir that must stay empty: nothing may be started for an invalid config.
 const state = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-cli-'));
-const train = (...args: string[]) => spawnSync(process.execPath, [bin, 'train', ...args], { encoding: 'utf8', env: { ...process.env, TROUPE_STATE_DIR: state } });
+const train = (...args: string[]) =>
+  spawnSync(process.execPath, [bin, 'train', ...args], { encoding: 'utf8', env: { ...process.env, TROUPE_STATE_DIR: state } });
 
 it('rejects bad flags naming the fields, and starts nothing', () => {
   const r = train('math', '--steps', '0', '--rollout', 'warp', '--estimator', 'ppo');
@@ -51,7 +52,10 @@ it('a negative number after an option is its value: the same field message as --
   assert.equal(spaced.stderr, joined.stderr);
   // An option given no value at all is still refused, and node's whole message fits on the one line printed.
   const missing = train('math', '--run-id', '--json');
-  assert.match(missing.stderr, /^troupe: train: Option '--run-id' argument is ambiguous\. Did you forget to specify the option argument for '--run-id'\? To specify an option argument starting with a dash use '--run-id=-XYZ'\.\n/);
+  assert.match(
+    missing.stderr,
+    /^troupe: train: Option '--run-id' argument is ambiguous\. Did you forget to specify the option argument for '--run-id'\? To specify an option argument starting with a dash use '--run-id=-XYZ'\.\n/,
+  );
   assert.deepEqual(fs.readdirSync(state), []);
 });
 

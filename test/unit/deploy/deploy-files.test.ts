@@ -16,7 +16,11 @@ import { temporalServerArgs } from '../../../infra/temporal-server';
 
 const deploy = path.join(repoRoot, 'deploy');
 const read = (p: string) => fs.readFileSync(path.join(deploy, p), 'utf8');
-const files = (dir: string, ext: string) => fs.readdirSync(path.join(deploy, dir)).filter((f) => f.endsWith(ext)).map((f) => path.join(dir, f));
+const files = (dir: string, ext: string) =>
+  fs
+    .readdirSync(path.join(deploy, dir))
+    .filter((f) => f.endsWith(ext))
+    .map((f) => path.join(dir, f));
 
 /** A systemd unit as section → key → values (keys may repeat). */
 export function parseUnit(text: string): Record<string, Record<string, string[]>> {
@@ -71,8 +75,12 @@ const manifests = files('k8s', '.yaml').flatMap((f) =>
   }),
 );
 const troupeCommands: TroupeCommand[] = [
-  ...units.filter(({ unit }) => unit.Service?.ExecStart?.[0]?.includes(' troupe ')).map(({ f, unit }) => troupeArgv(f, unit.Service!.ExecStart![0]!.split(/\s+/))),
-  ...manifests.filter(({ doc }) => doc.kind === 'Deployment').flatMap(({ f, doc }) => (doc.spec.template.spec.containers as any[]).map((c) => troupeArgv(`${f} ${c.name}`, c.command))),
+  ...units
+    .filter(({ unit }) => unit.Service?.ExecStart?.[0]?.includes(' troupe '))
+    .map(({ f, unit }) => troupeArgv(f, unit.Service!.ExecStart![0]!.split(/\s+/))),
+  ...manifests
+    .filter(({ doc }) => doc.kind === 'Deployment')
+    .flatMap(({ f, doc }) => (doc.spec.template.spec.containers as any[]).map((c) => troupeArgv(`${f} ${c.name}`, c.command))),
 ];
 
 test('systemd units have [Unit], [Service] with one ExecStart and Restart=always, and [Install]', () => {
@@ -113,9 +121,13 @@ test('pool worker Deployments ask for a GPU each and control workers for none; e
       const gpus = c.resources?.limits?.['nvidia.com/gpu'];
       const pool = c.command.includes('pool');
       assert.equal(gpus, pool ? 1 : undefined, `${f}: ${pool ? 'one GPU per pool worker' : 'no GPU for a control worker'}`);
-      assert.ok((c.volumeMounts as any[]).some((m) => m.mountPath === tlsDir), `${f}: mounts ${tlsDir}`);
+      assert.ok(
+        (c.volumeMounts as any[]).some((m) => m.mountPath === tlsDir),
+        `${f}: mounts ${tlsDir}`,
+      );
       const health = c.command.indexOf('--health-port');
-      if (c.readinessProbe) assert.equal(String(c.readinessProbe.httpGet.port), health > 0 ? c.command[health + 1] : undefined, `${f}: the probe asks the worker's --health-port`);
+      if (c.readinessProbe)
+        assert.equal(String(c.readinessProbe.httpGet.port), health > 0 ? c.command[health + 1] : undefined, `${f}: the probe asks the worker's --health-port`);
     }
   }
 });
@@ -128,21 +140,30 @@ test('the Temporal server unit starts the server exactly as infra/temporal-serve
   const template = read('temporal/production.yaml');
   const read_ = new Set([...template.matchAll(/env "([A-Z0-9_]+)"/g)].map((m) => m[1]));
   const env = parseEnvFile(read('systemd/temporal-server.env'));
-  assert.deepEqual(Object.keys(env).filter((k) => !read_.has(k)), [], 'temporal-server.env sets only variables production.yaml reads');
+  assert.deepEqual(
+    Object.keys(env).filter((k) => !read_.has(k)),
+    [],
+    'temporal-server.env sets only variables production.yaml reads',
+  );
 });
 
 // `troupe worker` comes with branch prod1 (issue 17); until it is in the CLI, this says so instead of failing.
 const missing = [...new Set(troupeCommands.map((c) => c.argv[0]!))].filter((name) => !(name in commands));
-test('every `troupe` command in deploy/ is one the CLI has, with options it accepts', { skip: missing.length ? `not in this checkout's CLI yet: troupe ${missing.join(', ')}` : false }, async () => {
-  assert.ok(troupeCommands.length >= 4);
-  for (const { where, argv } of troupeCommands) {
-    const cmd = await commands[argv[0]!]!();
-    for (const [i, a] of argv.entries()) {
-      if (i === 0) continue;
-      if (a.startsWith('--')) assert.ok(a.slice(2) in cmd.options, `${where}: troupe ${argv[0]} has no option ${a}`);
-      else if (!argv[i - 1]!.startsWith('--')) assert.ok(cmd.positionals && cmd.usage.includes(a), `${where}: troupe ${argv[0]} ${a} is not in its usage "${cmd.usage}"`);
+test(
+  'every `troupe` command in deploy/ is one the CLI has, with options it accepts',
+  { skip: missing.length ? `not in this checkout's CLI yet: troupe ${missing.join(', ')}` : false },
+  async () => {
+    assert.ok(troupeCommands.length >= 4);
+    for (const { where, argv } of troupeCommands) {
+      const cmd = await commands[argv[0]!]!();
+      for (const [i, a] of argv.entries()) {
+        if (i === 0) continue;
+        if (a.startsWith('--')) assert.ok(a.slice(2) in cmd.options, `${where}: troupe ${argv[0]} has no option ${a}`);
+        else if (!argv[i - 1]!.startsWith('--'))
+          assert.ok(cmd.positionals && cmd.usage.includes(a), `${where}: troupe ${argv[0]} ${a} is not in its usage "${cmd.usage}"`);
+      }
+      const device = argv[argv.indexOf('--device') + 1];
+      if (argv.includes('--device')) assert.equal(loadConfig({ TROUPE_DEVICE: device }).device, device, `${where}: a device troupe accepts`);
     }
-    const device = argv[argv.indexOf('--device') + 1];
-    if (argv.includes('--device')) assert.equal(loadConfig({ TROUPE_DEVICE: device }).device, device, `${where}: a device troupe accepts`);
-  }
-});
+  },
+);

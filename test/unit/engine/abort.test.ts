@@ -54,11 +54,15 @@ test('after an Abort the same request runs normally and gives what it gives with
 test('a pool turn whose generation was aborted fails retryably (it is not a sample)', async () => {
   const engine = cpuEngine({ batchWindowMs: 60_000 });
   await engine.initModel({ modelKey: 'run/m', spec, seed: 3 });
-  const turn = generateOne(
-    { generate: (req) => engine.generate({ ...req, requestId: 'turn' }) },
-    'run',
-    { model: 'm', version: 0, context: [1], seed: 1, maxTokens: 3, stopTokens: [], sampling: { temperature: 1, topK: 0, topP: 0 } } as unknown as Parameters<typeof generateOne>[2],
-  );
+  const turn = generateOne({ generate: (req) => engine.generate({ ...req, requestId: 'turn' }) }, 'run', {
+    model: 'm',
+    version: 0,
+    context: [1],
+    seed: 1,
+    maxTokens: 3,
+    stopTokens: [],
+    sampling: { temperature: 1, topK: 0, topP: 0 },
+  } as unknown as Parameters<typeof generateOne>[2]);
   await new Promise((r) => setImmediate(r));
   assert.equal(engine.abort({ requestIds: ['turn'] }).abortedRequests, 1);
   await assert.rejects(turn, (e: { type?: string; nonRetryable?: boolean }) => e.type === 'GenerateAborted' && e.nonRetryable === false);

@@ -12,7 +12,15 @@ test('byteChunks splits weights then optimizer state at the chunk size; joinChun
   const w = Uint8Array.from([1, 2, 3, 4, 5]);
   const o = Uint8Array.from([6, 7]);
   const chunks = byteChunks(w, o, 2);
-  assert.deepEqual(chunks.map((c) => [Array.from(c.weights), Array.from(c.optimizerState)]), [[[1, 2], []], [[3, 4], []], [[5], []], [[], [6, 7]]]);
+  assert.deepEqual(
+    chunks.map((c) => [Array.from(c.weights), Array.from(c.optimizerState)]),
+    [
+      [[1, 2], []],
+      [[3, 4], []],
+      [[5], []],
+      [[], [6, 7]],
+    ],
+  );
   assert.deepEqual(joinChunks(chunks), { weights: w, optimizerState: o });
   // Nothing to send is still one message (it carries the header).
   assert.equal(byteChunks(new Uint8Array(0), new Uint8Array(0)).length, 1);
@@ -41,7 +49,14 @@ test('a version above one chunk exports and loads in chunks, bit-identical', asy
   assert.deepEqual(streamed.weights, direct.weights);
   assert.deepEqual(streamed.optimizerState, direct.optimizerState);
 
-  const info = await client.loadVersion({ modelKey: 'copy', version: 3, spec: SPEC, weights: streamed.weights, optimizerState: streamed.optimizerState, weightsSha256: direct.info.weightsSha256 });
+  const info = await client.loadVersion({
+    modelKey: 'copy',
+    version: 3,
+    spec: SPEC,
+    weights: streamed.weights,
+    optimizerState: streamed.optimizerState,
+    weightsSha256: direct.info.weightsSha256,
+  });
   assert.equal(info.weightsSha256, direct.info.weightsSha256);
   assert.equal(info.optimizerSha256, direct.info.optimizerSha256);
   // Errors of the streamed form are the unary form's.

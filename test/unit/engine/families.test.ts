@@ -37,11 +37,14 @@ test('specs dispatch to their family by name; errors name the field under the pr
   assert.ok(issues({ ...TF, heads: 3 }).includes('models.policy.heads: must divide width (16 is not a multiple of 3)'));
   assert.ok(issues({ ...TF, layers: 0 }).some((i) => i.startsWith('models.policy.layers:')));
   assert.ok(issues({ ...TF, dropout: 0.1 }).some((i) => i.startsWith('models.policy.dropout: unknown option')));
-  assert.ok(issues({ vocabSize: 8, heads: 2 }).some((i) => i.startsWith('models.policy.heads: unknown option')), 'tiny-lm refuses options it does not have');
+  assert.ok(
+    issues({ vocabSize: 8, heads: 2 }).some((i) => i.startsWith('models.policy.heads: unknown option')),
+    'tiny-lm refuses options it does not have',
+  );
   assert.deepEqual(issues({ vocabSize: 8, hiddenDim: 1e9 }), ['models.policy.hiddenDim: must be an integer in [1, 4096], got 1000000000']);
 });
 
-test('wire (v2): every family travels as config_json; tiny-lm\'s v1 fields 3-7 are still read', () => {
+test("wire (v2): every family travels as config_json; tiny-lm's v1 fields 3-7 are still read", () => {
   const tiny = specToWire({ vocabSize: 8, contextWindow: 4 });
   assert.equal(tiny.family, 'tiny-lm');
   assert.equal(tiny.contextWindow, 0); // proto3 default: not on the wire
@@ -54,7 +57,10 @@ test('wire (v2): every family travels as config_json; tiny-lm\'s v1 fields 3-7 a
   assert.equal(tf.contextWindow, 0);
   assert.deepEqual(JSON.parse(tf.configJson!), { width: 16, layers: 1, heads: 2, maxSeq: 24 });
   assert.deepEqual(specFromWire(tf), TF);
-  assert.throws(() => specFromWire(ModelSpec.fromPartial({ family: 'transformer', vocabSize: 12, configJson: '[1]' })), /spec\.config_json: must be a JSON object/);
+  assert.throws(
+    () => specFromWire(ModelSpec.fromPartial({ family: 'transformer', vocabSize: 12, configJson: '[1]' })),
+    /spec\.config_json: must be a JSON object/,
+  );
 });
 
 test('the engine serves a transformer and tiny-lm side by side over gRPC', async () => {
@@ -79,7 +85,16 @@ test('the engine serves a transformer and tiny-lm side by side over gRPC', async
       modelKey: 't',
       baseVersion: 0,
       requestId: 'u1',
-      samples: [{ context: [1, 2, 3], tokens: seq.tokens, lossMask: seq.tokens.map(() => 1), advantages: seq.tokens.map(() => 1), oldLogprobs: seq.logprobs, lossWeights: seq.tokens.map(() => 0.2) }],
+      samples: [
+        {
+          context: [1, 2, 3],
+          tokens: seq.tokens,
+          lossMask: seq.tokens.map(() => 1),
+          advantages: seq.tokens.map(() => 1),
+          oldLogprobs: seq.logprobs,
+          lossWeights: seq.tokens.map(() => 0.2),
+        },
+      ],
       settings: { lr: 0.01 },
     });
     assert.equal(u.info.version, 1);
@@ -90,7 +105,14 @@ test('the engine serves a transformer and tiny-lm side by side over gRPC', async
     // tiny-lm: Generate = Score bit for bit, so the gap is exactly 0; a shifted old log-prob shows up as itself
     const tg = await client.generate({ modelKey: 'm', version: 0, sequences: [{ context: [1, 2], seed: 5 }], sampling: { maxTokens: 4 } });
     const ts = tg.sequences[0]!;
-    const tinySample = (old: number[]) => ({ context: [1, 2], tokens: ts.tokens, lossMask: [1, 1, 1, 0], advantages: [1, 1, 1, 1], oldLogprobs: old, lossWeights: [0.25, 0.25, 0.25, 0.25] });
+    const tinySample = (old: number[]) => ({
+      context: [1, 2],
+      tokens: ts.tokens,
+      lossMask: [1, 1, 1, 0],
+      advantages: [1, 1, 1, 1],
+      oldLogprobs: old,
+      lossWeights: [0.25, 0.25, 0.25, 0.25],
+    });
     const exact = await client.update({ modelKey: 'm', baseVersion: 0, requestId: 't1', samples: [tinySample(ts.logprobs)] });
     assert.deepEqual(exact.logprobGap, { mean: 0, max: 0 });
     const shifted = ts.logprobs.map((x, i) => (i === 1 ? x - 0.5 : i === 3 ? x + 9 : x)); // token 3 is not trained: ignored

@@ -69,8 +69,16 @@ test('a sequence gets the same result alone, in one big batch, or coalesced with
   for (const c of calls) alone.push((await engine.generate(req([c.seq], c.sampling!))).sequences[0]!);
   // One batch per sampling setting, sequences in reverse order.
   for (const [k, s] of settings.entries()) {
-    const group = calls.map((c, i) => ({ c, i })).filter(({ i }) => i % settings.length === k).reverse();
-    const out = await engine.generate(req(group.map(({ c }) => c.seq), s));
+    const group = calls
+      .map((c, i) => ({ c, i }))
+      .filter(({ i }) => i % settings.length === k)
+      .reverse();
+    const out = await engine.generate(
+      req(
+        group.map(({ c }) => c.seq),
+        s,
+      ),
+    );
     group.forEach(({ i }, j) => assertSame(out.sequences[j]!, alone[i]!, `batched call ${i}`));
   }
   // All at once, concurrently: coalesced into shared runs with mixed settings.
@@ -119,7 +127,10 @@ test('greedy and top_k = 1 pick the most likely token; stop tokens end the seque
     assert.equal(tok, lp.indexOf(Math.max(...lp)), 'argmax');
     ctx.push(tok);
   }
-  assert.ok(greedy.sampleLogprobs.every((x) => x === 0), 'greedy sample log-prob is 0');
+  assert.ok(
+    greedy.sampleLogprobs.every((x) => x === 0),
+    'greedy sample log-prob is 0',
+  );
   assert.equal(greedy.stopReason, 'max_tokens');
   const stopAt = greedy.tokens[2]!;
   const stopped = (await engine.generate(req([{ context, seed: 1 }], { temperature: 0, maxTokens: 6, stopTokens: [stopAt] }))).sequences[0]!;
@@ -144,7 +155,7 @@ test('sampling frequencies follow temperature, top-k and top-p', async () => {
   };
   const expectFreq = (counts: number[], q: number[], what: string) => {
     for (let v = 0; v < V; v++) {
-      const sd = Math.sqrt((n * q[v]! * (1 - q[v]!)) || 1e-12);
+      const sd = Math.sqrt(n * q[v]! * (1 - q[v]!) || 1e-12);
       assert.ok(Math.abs(counts[v]! - n * q[v]!) <= 5 * sd + 1, `${what}: token ${v} seen ${counts[v]}, expected ${(n * q[v]!).toFixed(1)}`);
     }
   };
@@ -155,7 +166,7 @@ test('sampling frequencies follow temperature, top-k and top-p', async () => {
 
   const t1 = await sample({ temperature: 1 });
   expectFreq(t1.counts, p, 'temperature 1');
-  t1.out.sequences.forEach((q) => assert.ok(Object.is(q.sampleLogprobs[0], q.logprobs[0]), "T=1: sampled from π itself"));
+  t1.out.sequences.forEach((q) => assert.ok(Object.is(q.sampleLogprobs[0], q.logprobs[0]), 'T=1: sampled from π itself'));
 
   const q05 = normalize(p.map((x) => x ** 2)); // softmax(z / 0.5) ∝ p²
   expectFreq((await sample({ temperature: 0.5 })).counts, q05, 'temperature 0.5');

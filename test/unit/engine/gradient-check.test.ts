@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import * as ort from 'onnxruntime-node';
 import { initWeights } from '../../../engines/families/tiny-lm/init';
-import { normalizeSpec, paramLayout, TinyLmSpec } from '../../../engines/families/tiny-lm/spec';
+import { normalizeSpec, paramLayout, type TinyLmSpec } from '../../../engines/families/tiny-lm/spec';
 import { buildGradGraph } from '../../../engines/onnx/tiny-lm/update-graph';
 import { buildScoreGraph } from '../../../engines/onnx/tiny-lm/score-graph';
 import { referenceLogp, session } from './helpers';
@@ -53,8 +53,22 @@ async function check(spec: TinyLmSpec, s: Settings): Promise<void> {
   const f64 = (xs: number[]) => new ort.Tensor('float64', Float64Array.from(xs), [xs.length]);
   const sc = (x: number) => new ort.Tensor('float64', Float64Array.of(x), []);
   const feeds: Record<string, ort.Tensor> = {
-    windows: new ort.Tensor('int64', BigInt64Array.from(ROWS.flatMap((r) => r.window), BigInt), [N, W]),
-    targets: new ort.Tensor('int64', BigInt64Array.from(ROWS.map((r) => r.target), BigInt), [N]),
+    windows: new ort.Tensor(
+      'int64',
+      BigInt64Array.from(
+        ROWS.flatMap((r) => r.window),
+        BigInt,
+      ),
+      [N, W],
+    ),
+    targets: new ort.Tensor(
+      'int64',
+      BigInt64Array.from(
+        ROWS.map((r) => r.target),
+        BigInt,
+      ),
+      [N],
+    ),
     advantages: f64(ROWS.map((r) => r.advantage)),
     old_logprobs: f64(ROWS.map((r, i) => logpAt[i]! - Math.log(r.ratio))),
     weights: f64(ROWS.map((r) => r.weight)),
@@ -94,7 +108,10 @@ async function check(spec: TinyLmSpec, s: Settings): Promise<void> {
   // The embedding row of token 1 (4 occurrences over 4 rows) is where scatter-add matters.
   const emb = paramLayout(spec).slots.find((x) => x.name === 'emb')!;
   const row1 = Array.from(base.grad.subarray(emb.offset + spec.embedDim, emb.offset + 2 * spec.embedDim));
-  assert.ok(row1.some((g) => Math.abs(g) > 1e-4), 'token 1 embedding gradient is non-zero');
+  assert.ok(
+    row1.some((g) => Math.abs(g) > 1e-4),
+    'token 1 embedding gradient is non-zero',
+  );
 
   // The float32 graph computes the same gradient up to float32 rounding.
   const grad32 = await session(buildGradGraph(spec, 'float32'));

@@ -1,8 +1,8 @@
 /** Shared fixtures for the engine unit tests. */
 import * as ort from 'onnxruntime-node';
-import { Engine, EngineOptions } from '../../../engines/onnx/engine';
+import { Engine, type EngineOptions } from '../../../engines/onnx/engine';
 import type { ResolvedDevice } from '../../../engines/onnx/device';
-import { paramLayout, TinyLmSpec } from '../../../engines/families/tiny-lm/spec';
+import { paramLayout, type TinyLmSpec } from '../../../engines/families/tiny-lm/spec';
 
 export const CPU: ResolvedDevice = { device: 'cpu', requested: 'cpu', fellBack: false, fallbackReason: '' };
 
@@ -34,7 +34,6 @@ export function sameBits(a: ArrayLike<number>, b: ArrayLike<number>): boolean {
   for (let i = 0; i < a.length; i++) if (!Object.is(a[i], b[i])) return false;
   return true;
 }
-
 
 /** Plain float64 TypeScript forward of tiny-lm: log-softmax over the vocabulary for one window. */
 export function referenceLogp(spec: TinyLmSpec, theta: ArrayLike<number>, window: number[]): number[] {

@@ -9,7 +9,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import * as ort from 'onnxruntime-node';
-import { policyLoss as referenceLoss, PolicyLossSettings } from '../../../rl/loss';
+import { policyLoss as referenceLoss, type PolicyLossSettings } from '../../../rl/loss';
 import { encodeModel, Graph, int } from '../../../engines/onnx/graph/builder';
 import { policyLoss } from '../../../engines/onnx/ops/policy-loss';
 import { TinyLmRuntime } from '../../../engines/onnx/tiny-lm/runtime';
@@ -57,7 +57,8 @@ function randomTokens(seed: number, n: number) {
   for (let t = 0; t < n; t++) {
     const lp = -r.range(0.01, 6);
     const kind = r.int(6);
-    const delta = kind === 0 ? r.range(-0.1, 0.1) : kind === 1 ? r.range(-2, 2) : kind === 2 ? r.range(20.5, 30) * (r.uniform() < 0.5 ? -1 : 1) : r.range(-0.6, 0.6);
+    const delta =
+      kind === 0 ? r.range(-0.1, 0.1) : kind === 1 ? r.range(-2, 2) : kind === 2 ? r.range(20.5, 30) * (r.uniform() < 0.5 ? -1 : 1) : r.range(-0.6, 0.6);
     logp.push(lp);
     old.push(lp - delta);
     adv.push(r.uniform() < 0.1 ? 0 : r.range(-2, 2));
@@ -81,10 +82,7 @@ test('in-graph PPO/KL loss and ∂loss/∂logp agree with rl/loss.ts', async () 
     const n = 400;
     const x = randomTokens(100 + i, n);
     const klType = settings.kl!.type;
-    const ref = referenceLoss(
-      { logp: x.logp, logpOld: x.old, advantages: x.adv, weights: x.w, refLogp: klType === 'none' ? undefined : x.ref },
-      settings,
-    );
+    const ref = referenceLoss({ logp: x.logp, logpOld: x.old, advantages: x.adv, weights: x.w, refLogp: klType === 'none' ? undefined : x.ref }, settings);
     const f64 = (a: number[]) => new ort.Tensor('float64', Float64Array.from(a), [a.length]);
     const sc = (v: number) => new ort.Tensor('float64', Float64Array.of(v), []);
     const out = await s.run({
@@ -123,7 +121,7 @@ test('in-graph PPO/KL loss and ∂loss/∂logp agree with rl/loss.ts', async () 
   assert.ok(seen.clip > 0 && seen.dual > 0 && seen.zeroGrad > 0, 'every regime was exercised');
 });
 
-test('update-graph loss with entropy bonus and KL equals rl/loss.ts on the engine\'s own log-probs', async () => {
+test("update-graph loss with entropy bonus and KL equals rl/loss.ts on the engine's own log-probs", async () => {
   const spec = normalizeSpec({ vocabSize: 10, contextWindow: 4, embedDim: 6, hiddenDim: 12, layers: 1 });
   const rt = new TinyLmRuntime(spec, sessionFactory('cpu', { intraOpThreads: 1 }), { minRows: 2 });
   const P = paramLayout(spec).total;
@@ -140,12 +138,22 @@ test('update-graph loss with entropy bonus and KL equals rl/loss.ts on the engin
   }));
   const settings = { clipLow: 0.2, clipHigh: 0.25, dualClip: 3, klCoef: 0.2, entropyCoef: 0.03 };
   const out = await rt.update({ theta, m: new Float32Array(P), v: new Float32Array(P), step: 0 }, samples, {
-    lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0, maxGradNorm: Infinity,
-    klType: 'low_var_kl', innerSteps: 1, ...settings,
+    lr: 1e-3,
+    beta1: 0.9,
+    beta2: 0.999,
+    eps: 1e-8,
+    weightDecay: 0,
+    maxGradNorm: Infinity,
+    klType: 'low_var_kl',
+    innerSteps: 1,
+    ...settings,
   });
   const scored = await rt.score(theta, samples);
   const pick = <T>(f: (s: (typeof samples)[number], t: number, i: number) => T) =>
-    samples.flatMap((s, i) => s.tokens.map((_, t) => ({ s, t, i }))).filter(({ s, t }) => s.lossMask[t] === 1).map(({ s, t, i }) => f(s, t, i));
+    samples
+      .flatMap((s, i) => s.tokens.map((_, t) => ({ s, t, i })))
+      .filter(({ s, t }) => s.lossMask[t] === 1)
+      .map(({ s, t, i }) => f(s, t, i));
   const ref = referenceLoss(
     {
       logp: pick((_, t, i) => scored.logprobs[i]![t]),
@@ -155,7 +163,13 @@ test('update-graph loss with entropy bonus and KL equals rl/loss.ts on the engin
       refLogp: pick((s, t) => s.refLogprobs[t]),
       entropy: pick((_, t, i) => scored.entropy[i]![t]),
     },
-    { clipLow: settings.clipLow, clipHigh: settings.clipHigh, dualClip: settings.dualClip, kl: { type: 'low_var_kl', coef: settings.klCoef }, entropyCoef: settings.entropyCoef },
+    {
+      clipLow: settings.clipLow,
+      clipHigh: settings.clipHigh,
+      dualClip: settings.dualClip,
+      kl: { type: 'low_var_kl', coef: settings.klCoef },
+      entropyCoef: settings.entropyCoef,
+    },
   );
   const m = out.steps[0]!;
   const near = (a: number, b: number) => Math.abs(a - b) <= 1e-5 * Math.max(1, Math.abs(b));

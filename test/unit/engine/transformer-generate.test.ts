@@ -14,7 +14,7 @@ import { initTransformerWeights } from '../../../engines/families/transformer/in
 import { referenceForward } from '../../../engines/onnx/transformer/reference';
 import { buildTransformerGenerateGraph } from '../../../engines/onnx/transformer/generate-graph';
 import { buildTransformerScoreGraph } from '../../../engines/onnx/transformer/score-graph';
-import { normalizeTransformerSpec, TransformerSpec } from '../../../engines/families/transformer/spec';
+import { normalizeTransformerSpec, type TransformerSpec } from '../../../engines/families/transformer/spec';
 import { session } from './helpers';
 
 /** Generate vs Score: the same function computed over cache columns vs whole sequences (float32). */
@@ -24,7 +24,19 @@ const SPECS: [string, TransformerSpec][] = [
   ['GPT-2 layout', normalizeTransformerSpec({ vocabSize: 13, width: 16, layers: 2, heads: 4, maxSeq: 16 })],
   [
     'Llama layout',
-    normalizeTransformerSpec({ vocabSize: 13, width: 16, layers: 2, heads: 4, kvHeads: 2, positions: 'rope', norm: 'rmsnorm', mlp: 'swiglu', bias: false, tiedHead: false, maxSeq: 16 }),
+    normalizeTransformerSpec({
+      vocabSize: 13,
+      width: 16,
+      layers: 2,
+      heads: 4,
+      kvHeads: 2,
+      positions: 'rope',
+      norm: 'rmsnorm',
+      mlp: 'swiglu',
+      bias: false,
+      tiedHead: false,
+      maxSeq: 16,
+    }),
   ],
 ];
 
@@ -54,13 +66,29 @@ async function generate(s: ort.InferenceSession, spec: TransformerSpec, theta: F
   const out = await s.run({
     theta: new ort.Tensor('float32', theta, [theta.length]),
     context: new ort.Tensor('int64', context, [B, C]),
-    context_len: new ort.Tensor('int64', BigInt64Array.from(rows, (r) => BigInt(r.context.length)), [B]),
+    context_len: new ort.Tensor(
+      'int64',
+      BigInt64Array.from(rows, (r) => BigInt(r.context.length)),
+      [B],
+    ),
     uniforms: new ort.Tensor('float32', uniforms, [B, steps]),
-    temperature: new ort.Tensor('float32', Float32Array.from(rows, (r) => r.temperature), [B]),
-    top_k: new ort.Tensor('int64', BigInt64Array.from(rows, (r) => BigInt(r.topK)), [B]),
+    temperature: new ort.Tensor(
+      'float32',
+      Float32Array.from(rows, (r) => r.temperature),
+      [B],
+    ),
+    top_k: new ort.Tensor(
+      'int64',
+      BigInt64Array.from(rows, (r) => BigInt(r.topK)),
+      [B],
+    ),
     top_p: new ort.Tensor('float32', new Float32Array(B), [B]),
     stop_mask: new ort.Tensor('bool', new Uint8Array(B * spec.vocabSize), [B, spec.vocabSize]),
-    max_tokens: new ort.Tensor('int64', BigInt64Array.from(rows, (r) => BigInt(r.maxTokens)), [B]),
+    max_tokens: new ort.Tensor(
+      'int64',
+      BigInt64Array.from(rows, (r) => BigInt(r.maxTokens)),
+      [B],
+    ),
     steps: new ort.Tensor('int64', BigInt64Array.of(BigInt(steps)), []),
   });
   const S = out.tokens!.dims[0]!;
@@ -90,7 +118,14 @@ for (const [name, spec] of SPECS) {
     const scored = await sc.run({
       theta: new ort.Tensor('float32', theta, [theta.length]),
       tokens: new ort.Tensor('int64', BigInt64Array.from(full.flatMap(pad), BigInt), [ROWS.length, S]),
-      targets: new ort.Tensor('int64', BigInt64Array.from(full.flatMap((f) => pad(f.slice(1))), BigInt), [ROWS.length, S]),
+      targets: new ort.Tensor(
+        'int64',
+        BigInt64Array.from(
+          full.flatMap((f) => pad(f.slice(1))),
+          BigInt,
+        ),
+        [ROWS.length, S],
+      ),
     });
     const scoreLp = scored.logprobs!.data as Float32Array;
     const ref = referenceForward(spec, theta, full);
@@ -115,7 +150,13 @@ for (const [name, spec] of SPECS) {
     console.log(`# ${name}: max |generate − score| = ${worst.toExponential(2)}`);
 
     // Rows stop at max_tokens; the loop exits once every row is done.
-    const short = await generate(gen, spec, theta, ROWS.map((r) => ({ ...r, maxTokens: 3 })), 6);
+    const short = await generate(
+      gen,
+      spec,
+      theta,
+      ROWS.map((r) => ({ ...r, maxTokens: 3 })),
+      6,
+    );
     assert.equal(short.S, 3);
     ROWS.forEach((_, b) => assert.deepEqual(short.rows[b]!.tokens, out.rows[b]!.tokens.slice(0, 3), 'same seeds, same tokens'));
   });

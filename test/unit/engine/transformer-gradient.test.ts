@@ -14,7 +14,7 @@ import { test } from 'node:test';
 import * as ort from 'onnxruntime-node';
 import { referenceForward, referenceObjective } from '../../../engines/onnx/transformer/reference';
 import { buildTransformerLogitsGraph } from '../../../engines/onnx/transformer/score-graph';
-import { normalizeTransformerSpec, paramLayout, TransformerSpec } from '../../../engines/families/transformer/spec';
+import { normalizeTransformerSpec, paramLayout, type TransformerSpec } from '../../../engines/families/transformer/spec';
 import { buildTransformerGradGraph } from '../../../engines/onnx/transformer/update-graph';
 import { rng, session } from './helpers';
 
@@ -119,7 +119,11 @@ async function finiteDifferenceCheck(spec: TransformerSpec, s: Settings, headChu
   const P = paramLayout(spec).total;
   const theta = testTheta(spec, 7);
   const ref = referenceForward(spec, theta, SEQS);
-  const run = await gradRunner(spec, feeds((b, p) => ref.logp[b]![p]![targetOf(b, p)], s), headChunk);
+  const run = await gradRunner(
+    spec,
+    feeds((b, p) => ref.logp[b]![p]![targetOf(b, p)], s),
+    headChunk,
+  );
   const base = await run(theta);
   assert.ok(Number.isFinite(base.loss));
   const h = 1e-6;
@@ -140,7 +144,10 @@ async function finiteDifferenceCheck(spec: TransformerSpec, s: Settings, headChu
   // biases: q·b_k is the same for every key of a query, and softmax ignores a shared shift.
   for (const slot of paramLayout(spec).slots.filter((x) => !x.name.endsWith('.bk'))) {
     const g = base.grad.subarray(slot.offset, slot.offset + slot.size);
-    assert.ok(g.some((x) => Math.abs(x) > 1e-7), `no gradient reaches ${slot.name}`);
+    assert.ok(
+      g.some((x) => Math.abs(x) > 1e-7),
+      `no gradient reaches ${slot.name}`,
+    );
   }
   assert.ok(nonZero > P / 3, `gradient mostly zero (${nonZero}/${P})`);
   return worst;
@@ -153,7 +160,10 @@ function slotOf(spec: TransformerSpec, i: number): string {
 
 const CONFIGS: [string, Record<string, unknown>][] = [
   ['GPT-2 style: LayerNorm, learned positions, MHA, GELU, tied, biases', { width: 8, heads: 2, mlpWidth: 12 }],
-  ['Llama style: RMSNorm, RoPE, GQA, SwiGLU, untied, no biases', { width: 8, heads: 4, kvHeads: 2, norm: 'rmsnorm', positions: 'rope', mlp: 'swiglu', tiedHead: false, bias: false, mlpWidth: 10 }],
+  [
+    'Llama style: RMSNorm, RoPE, GQA, SwiGLU, untied, no biases',
+    { width: 8, heads: 4, kvHeads: 2, norm: 'rmsnorm', positions: 'rope', mlp: 'swiglu', tiedHead: false, bias: false, mlpWidth: 10 },
+  ],
   ['LayerNorm, RoPE, MHA, SwiGLU, tied, biases', { width: 8, heads: 2, positions: 'rope', mlp: 'swiglu', mlpWidth: 10 }],
   ['RMSNorm, learned positions, MQA (1 kv head), GELU, untied, biases', { width: 8, heads: 4, kvHeads: 1, norm: 'rmsnorm', tiedHead: false, mlpWidth: 12 }],
 ];
@@ -193,7 +203,11 @@ for (const [name, opts] of CONFIGS) {
     // Σ −w·A·logp − β_H·Σ w·H: the reference objective with those coefficients.
     const s: Settings = { klIsK3: false, klCoef: 0, entropyCoef: 0.05 };
     const rows = ROWS.map((rs) => rs.map((r) => ({ ...r, ratio: 1 })));
-    const run = await gradRunner(spec, feeds((b, p) => ref.logp[b]![p]![targetOf(b, p)], s, rows), CHUNKED);
+    const run = await gradRunner(
+      spec,
+      feeds((b, p) => ref.logp[b]![p]![targetOf(b, p)], s, rows),
+      CHUNKED,
+    );
     const graph = await run(theta);
     const expected = referenceObjective(
       spec,
@@ -208,10 +222,12 @@ for (const [name, opts] of CONFIGS) {
     // Loss values: the graph's PPO term is Σ −w·A·ratio = Σ −w·A; the entropy parts must agree.
     let pg = 0;
     let logpTerm = 0;
-    rows.forEach((rs, b) => rs.forEach((r, p) => {
-      pg += -r.weight * r.advantage;
-      logpTerm += -r.weight * r.advantage * ref.logp[b]![p]![targetOf(b, p)];
-    }));
+    rows.forEach((rs, b) =>
+      rs.forEach((r, p) => {
+        pg += -r.weight * r.advantage;
+        logpTerm += -r.weight * r.advantage * ref.logp[b]![p]![targetOf(b, p)];
+      }),
+    );
     assert.ok(Math.abs(graph.loss! - (pg + expected.value - logpTerm)) < 1e-12, `loss ${graph.loss} vs reference ${pg + expected.value - logpTerm}`);
     const scale = Math.max(...Array.from(expected.grad, Math.abs));
     let worst = 0;
@@ -225,8 +241,10 @@ for (const [name, opts] of CONFIGS) {
     const grad32 = await session(buildTransformerGradGraph(spec, 'float32'));
     const f64feeds = feeds((b, p) => ref.logp[b]![p]![targetOf(b, p)], s, rows);
     const f32feeds: Record<string, ort.Tensor> = {};
-    for (const [k, v] of Object.entries(f64feeds)) f32feeds[k] = v.type === 'float64' ? new ort.Tensor('float32', Float32Array.from(v.data as Float64Array), v.dims) : v;
+    for (const [k, v] of Object.entries(f64feeds))
+      f32feeds[k] = v.type === 'float64' ? new ort.Tensor('float32', Float32Array.from(v.data as Float64Array), v.dims) : v;
     const g32 = (await grad32.run({ ...f32feeds, theta: new ort.Tensor('float32', Float32Array.from(theta), [theta.length]) })).grad!.data as Float32Array;
-    for (let i = 0; i < theta.length; i++) assert.ok(Math.abs(g32[i]! - expected.grad[i]!) < 2e-4 * scale, `float32 ${slotOf(spec, i)}: ${g32[i]} vs ${expected.grad[i]}`);
+    for (let i = 0; i < theta.length; i++)
+      assert.ok(Math.abs(g32[i]! - expected.grad[i]!) < 2e-4 * scale, `float32 ${slotOf(spec, i)}: ${g32[i]} vs ${expected.grad[i]}`);
   });
 }

@@ -14,7 +14,7 @@ import { buildAdamwGraph } from '../../../engines/onnx/tiny-lm/update-graph';
 import { initTransformerWeights } from '../../../engines/families/transformer/init';
 import { referenceForward } from '../../../engines/onnx/transformer/reference';
 import { buildTransformerScoreGraph } from '../../../engines/onnx/transformer/score-graph';
-import { normalizeTransformerSpec, paramLayout, TransformerSpec } from '../../../engines/families/transformer/spec';
+import { normalizeTransformerSpec, paramLayout, type TransformerSpec } from '../../../engines/families/transformer/spec';
 import { buildTransformerGradGraph, buildTransformerUpdateGraph } from '../../../engines/onnx/transformer/update-graph';
 import { rng, sameBits, session } from './helpers';
 
@@ -22,7 +22,19 @@ const SPECS: [string, TransformerSpec][] = [
   ['GPT-2 layout', normalizeTransformerSpec({ vocabSize: 13, width: 16, layers: 2, heads: 4, maxSeq: 16 })],
   [
     'Llama layout',
-    normalizeTransformerSpec({ vocabSize: 13, width: 16, layers: 2, heads: 4, kvHeads: 2, positions: 'rope', norm: 'rmsnorm', mlp: 'swiglu', bias: false, tiedHead: false, maxSeq: 16 }),
+    normalizeTransformerSpec({
+      vocabSize: 13,
+      width: 16,
+      layers: 2,
+      heads: 4,
+      kvHeads: 2,
+      positions: 'rope',
+      norm: 'rmsnorm',
+      mlp: 'swiglu',
+      bias: false,
+      tiedHead: false,
+      maxSeq: 16,
+    }),
   ],
 ];
 
@@ -69,7 +81,9 @@ for (const [name, spec] of SPECS) {
     // (not bit for bit: the head's GEMM runs at other shapes)
     const chunked = await score(await session(buildTransformerScoreGraph(spec, 'float32', 4)), theta, seqs, targets!);
     const rel = (a: number, b: number) => Math.abs(a - b) / Math.max(1, Math.abs(b));
-    const worstChunked = Math.max(...[...out.logprobs.keys()].map((i) => Math.max(rel(chunked.logprobs[i]!, out.logprobs[i]!), rel(chunked.entropy[i]!, out.entropy[i]!))));
+    const worstChunked = Math.max(
+      ...[...out.logprobs.keys()].map((i) => Math.max(rel(chunked.logprobs[i]!, out.logprobs[i]!), rel(chunked.entropy[i]!, out.entropy[i]!))),
+    );
     assert.ok(worstChunked < 1e-6, `chunked head differs by ${worstChunked} (relative)`);
     const ref = referenceForward(spec, theta, seqs);
     seqs.forEach((q, b) =>
@@ -92,7 +106,8 @@ function batchFeeds(spec: TransformerSpec, seed: number) {
   const B = 4;
   const S = 8;
   const tokens = Array.from({ length: B }, () => Array.from({ length: S }, () => r.int(spec.vocabSize)));
-  const grid = (f: (b: number, p: number) => number) => new ort.Tensor('float32', Float32Array.from(tokens.flatMap((row, b) => row.map((_, p) => f(b, p)))), [B, S]);
+  const grid = (f: (b: number, p: number) => number) =>
+    new ort.Tensor('float32', Float32Array.from(tokens.flatMap((row, b) => row.map((_, p) => f(b, p)))), [B, S]);
   const weight = (b: number, p: number) => (p >= 2 && p < S - 1 - b ? 1 / 14 : 0); // context and right padding untrained
   const sc = (x: number) => new ort.Tensor('float32', Float32Array.of(x), []);
   return {
@@ -103,7 +118,11 @@ function batchFeeds(spec: TransformerSpec, seed: number) {
     weights: grid(weight),
     row_mask: grid((b, p) => (weight(b, p) !== 0 ? 1 : 0)),
     ref_logprobs: grid(() => -Math.log(spec.vocabSize)),
-    has_ref: new ort.Tensor('bool', Uint8Array.from(tokens.flat(), (_, i) => i % 2), [B, S]),
+    has_ref: new ort.Tensor(
+      'bool',
+      Uint8Array.from(tokens.flat(), (_, i) => i % 2),
+      [B, S],
+    ),
     clip_low: sc(0.2),
     clip_high: sc(0.28),
     dual_clip: sc(3),
@@ -120,7 +139,17 @@ function microBatches(feeds: Record<string, ort.Tensor>, M: number): Record<stri
   return out;
 }
 
-async function runUpdate(s: ort.InferenceSession, spec: TransformerSpec, theta: Float32Array, m: Float32Array, v: Float32Array, firstStep: number, K: number, M = 1, seed = 4) {
+async function runUpdate(
+  s: ort.InferenceSession,
+  spec: TransformerSpec,
+  theta: Float32Array,
+  m: Float32Array,
+  v: Float32Array,
+  firstStep: number,
+  K: number,
+  M = 1,
+  seed = 4,
+) {
   const P = paramLayout(spec).total;
   const bc = biasCorrections(Math.fround(HYPER.lr), Math.fround(HYPER.beta1), Math.fround(HYPER.beta2), firstStep, K);
   const vec = (a: Float32Array) => new ort.Tensor('float32', a, [P]);

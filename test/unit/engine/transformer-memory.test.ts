@@ -31,15 +31,22 @@ test('a spec fits exactly at state + 2 of its largest rows; one byte less is ref
   assert.doesNotThrow(() => checkTransformerFits(SMALL, need));
   assert.throws(
     () => checkTransformerFits(SMALL, need - 1, 'models.policy'),
-    (e: unknown) => e instanceof TransformerSpecError && e.issues.length === 1 && e.issues[0]!.path === 'models.policy.width' && /budget is/.test(e.issues[0]!.message),
+    (e: unknown) =>
+      e instanceof TransformerSpecError && e.issues.length === 1 && e.issues[0]!.path === 'models.policy.width' && /budget is/.test(e.issues[0]!.message),
   );
   // Long sequences: activations (quadratic in maxSeq) dominate the 1664-parameter state.
   const long = normalizeTransformerSpec({ ...SMALL, maxSeq: 64 });
   assert.ok(2 * updateBytesPerSequence(long, 64) > stateBytes(long));
-  assert.throws(() => checkTransformerFits(long, 100_000), (e: unknown) => e instanceof TransformerSpecError && e.issues[0]!.path === 'spec.maxSeq');
+  assert.throws(
+    () => checkTransformerFits(long, 100_000),
+    (e: unknown) => e instanceof TransformerSpecError && e.issues[0]!.path === 'spec.maxSeq',
+  );
   // A large vocabulary: the embedding holds most parameters.
   const wide = normalizeTransformerSpec({ vocabSize: 5000, width: 8, layers: 1, heads: 2, maxSeq: 2 });
-  assert.throws(() => checkTransformerFits(wide, 1_000_000), (e: unknown) => e instanceof TransformerSpecError && e.issues[0]!.path === 'spec.vocabSize');
+  assert.throws(
+    () => checkTransformerFits(wide, 1_000_000),
+    (e: unknown) => e instanceof TransformerSpecError && e.issues[0]!.path === 'spec.vocabSize',
+  );
 });
 
 test('rows that fit beside the state: floor((budget − state) / row), at least 2', () => {
@@ -50,9 +57,17 @@ test('rows that fit beside the state: floor((budget − state) / row), at least 
 test('the engine refuses a spec over its memory budget at InitModel, naming the field', async () => {
   const engine = cpuEngine({ memory: { budgetBytes: 100_000, microBatchBytes: 2 ** 20 } });
   await assert.rejects(
-    engine.initModel({ modelKey: 'm', spec: { family: 'transformer', vocabSize: 10, width: 8, layers: 2, heads: 2, kvHeads: 1, mlpWidth: 16, maxSeq: 64 }, seed: 1 }),
+    engine.initModel({
+      modelKey: 'm',
+      spec: { family: 'transformer', vocabSize: 10, width: 8, layers: 2, heads: 2, kvHeads: 1, mlpWidth: 16, maxSeq: 64 },
+      seed: 1,
+    }),
     (e: unknown) => e instanceof EngineFault && e.reason === 'INVALID_REQUEST' && /spec\.maxSeq: needs ~/.test(e.message),
   );
-  const info = await engine.initModel({ modelKey: 'm', spec: { family: 'transformer', vocabSize: 10, width: 8, layers: 2, heads: 2, kvHeads: 1, mlpWidth: 16, maxSeq: 6 }, seed: 1 });
+  const info = await engine.initModel({
+    modelKey: 'm',
+    spec: { family: 'transformer', vocabSize: 10, width: 8, layers: 2, heads: 2, kvHeads: 1, mlpWidth: 16, maxSeq: 6 },
+    seed: 1,
+  });
   assert.equal(info.version, 0);
 });

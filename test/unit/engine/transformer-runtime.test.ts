@@ -17,7 +17,17 @@ import { generateBytesPerRow, stateBytes, updateBytesPerSequence } from '../../.
 import { normalizeTransformerSpec } from '../../../engines/families/transformer/spec';
 import { sameBits } from './helpers';
 
-const SPEC = normalizeTransformerSpec({ vocabSize: 12, width: 32, layers: 2, heads: 4, kvHeads: 2, positions: 'rope', norm: 'rmsnorm', mlp: 'swiglu', maxSeq: 24 });
+const SPEC = normalizeTransformerSpec({
+  vocabSize: 12,
+  width: 32,
+  layers: 2,
+  heads: 4,
+  kvHeads: 2,
+  positions: 'rope',
+  norm: 'rmsnorm',
+  mlp: 'swiglu',
+  maxSeq: 24,
+});
 const runtime = () => new TransformerRuntime(SPEC, sessionFactory('cpu', { intraOpThreads: 1 }));
 
 const row = (context: number[], seed: number, maxTokens = 5): GenerateRow => ({
@@ -51,7 +61,10 @@ test('transformer runtime: Score reproduces Generate log-probs; a row does not d
   const theta = Float32Array.from(initTransformerWeights(SPEC, 5), (x) => x * 10);
   const rows = [row([1, 2, 3], 1), row([4], 2, 7), row([5, 5, 5, 5, 5, 6], 3, 3)];
   const gen = await rt.generate(theta, rows);
-  const scored = await rt.score(theta, rows.map((r, i) => ({ context: r.context, tokens: gen[i]!.tokens })));
+  const scored = await rt.score(
+    theta,
+    rows.map((r, i) => ({ context: r.context, tokens: gen[i]!.tokens })),
+  );
   gen.forEach((g, i) => {
     assert.equal(g.tokens.length, rows[i]!.maxTokens);
     g.logprobs.forEach((lp, t) => assert.ok(Math.abs(lp - scored.logprobs[i]![t]!) <= 1e-5, `row ${i} token ${t}: ${lp} vs ${scored.logprobs[i]![t]}`));
@@ -72,8 +85,16 @@ test('transformer runtime: updates are bitwise deterministic and learn a bandit 
       return { context, tokens: [target(cue)], lossMask: [1], advantages: [1], oldLogprobs: [0], lossWeights: [1 / 4], refLogprobs: [] };
     });
   let state: OptimState = { theta: initTransformerWeights(SPEC, 9), m: new Float32Array(rt.paramCount), v: new Float32Array(rt.paramCount), step: 0 };
-  const first = await rt.update(state, samples((c) => (c === 2 ? 7 : 9)), SETTINGS);
-  const again = await runtime().update(state, samples((c) => (c === 2 ? 7 : 9)), SETTINGS);
+  const first = await rt.update(
+    state,
+    samples((c) => (c === 2 ? 7 : 9)),
+    SETTINGS,
+  );
+  const again = await runtime().update(
+    state,
+    samples((c) => (c === 2 ? 7 : 9)),
+    SETTINGS,
+  );
   assert.ok(sameBits(first.state.theta, again.state.theta) && sameBits(first.state.m, again.state.m) && sameBits(first.state.v, again.state.v));
   assert.equal(first.state.step, 2);
   assert.equal(first.tokens, 4);
@@ -81,9 +102,21 @@ test('transformer runtime: updates are bitwise deterministic and learn a bandit 
   // A micro-batch budget that holds 2 of these 4-token sequences: 2 micro-batches, the same step
   // within float32 summation order, and bitwise reproducible itself.
   const perSequence = updateBytesPerSequence(SPEC, 4);
-  const split = () => new TransformerRuntime(SPEC, sessionFactory('cpu', { intraOpThreads: 1, memory: { ...defaultMemoryPolicy(), microBatchBytes: 2 * perSequence + perSequence - 1 } }));
-  const micro = await split().update(state, samples((c) => (c === 2 ? 7 : 9)), SETTINGS);
-  const microAgain = await split().update(state, samples((c) => (c === 2 ? 7 : 9)), SETTINGS);
+  const split = () =>
+    new TransformerRuntime(
+      SPEC,
+      sessionFactory('cpu', { intraOpThreads: 1, memory: { ...defaultMemoryPolicy(), microBatchBytes: 2 * perSequence + perSequence - 1 } }),
+    );
+  const micro = await split().update(
+    state,
+    samples((c) => (c === 2 ? 7 : 9)),
+    SETTINGS,
+  );
+  const microAgain = await split().update(
+    state,
+    samples((c) => (c === 2 ? 7 : 9)),
+    SETTINGS,
+  );
   assert.ok(sameBits(micro.state.theta, microAgain.state.theta) && sameBits(micro.state.m, microAgain.state.m) && sameBits(micro.state.v, microAgain.state.v));
   const moved = Math.max(...first.state.theta.map((x, i) => Math.abs(x - state.theta[i]!)));
   assert.ok(!sameBits(micro.state.theta, first.state.theta), 'the batch really ran as 2 micro-batches (summation order differs)');
@@ -98,7 +131,10 @@ test('transformer runtime: updates are bitwise deterministic and learn a bandit 
   };
   assert.ok((await probe()) < 0.2);
   for (let i = 0; i < 40 && (await probe()) < 0.9; i++) {
-    const old = await rt.score(state.theta, samples((c) => (c === 2 ? 7 : 9)));
+    const old = await rt.score(
+      state.theta,
+      samples((c) => (c === 2 ? 7 : 9)),
+    );
     const batch = samples((c) => (c === 2 ? 7 : 9)).map((x, j) => ({ ...x, oldLogprobs: Array.from(old.logprobs[j]!) }));
     state = (await rt.update(state, batch, SETTINGS)).state;
   }
@@ -132,7 +168,13 @@ test('transformer runtime: rows whose caches do not fit the budget together run 
 test('transformer runtime: requests the spec cannot run fail naming the field', async () => {
   const rt = runtime();
   const theta = initTransformerWeights(SPEC, 1);
-  await assert.rejects(rt.generate(theta, [row([1], 1), row([], 2)]), (e: unknown) => e instanceof TransformerRequestError && e.field === 'sequences[1].context');
-  await assert.rejects(rt.generate(theta, [row([1, 2], 1, 23)]), (e: unknown) => e instanceof TransformerRequestError && /maxSeq 24/.test(e.message) && e.field === 'sequences[0]');
+  await assert.rejects(
+    rt.generate(theta, [row([1], 1), row([], 2)]),
+    (e: unknown) => e instanceof TransformerRequestError && e.field === 'sequences[1].context',
+  );
+  await assert.rejects(
+    rt.generate(theta, [row([1, 2], 1, 23)]),
+    (e: unknown) => e instanceof TransformerRequestError && /maxSeq 24/.test(e.message) && e.field === 'sequences[0]',
+  );
   await assert.rejects(rt.score(theta, [{ context: [1], tokens: new Array(24).fill(1) }]), /sequences\[0\]: context \+ tokens = 25 exceeds/);
 });

@@ -37,13 +37,43 @@ test('parameter count and layout match hand counts (GPT-2 and Llama layouts)', (
   assert.equal(paramLayout(gpt).total, 728);
   assert.deepEqual(
     paramLayout(gpt).slots.map((s) => s.name),
-    ['tok_emb', 'pos_emb', 'l0.ln1_g', 'l0.ln1_b', 'l0.wq', 'l0.bq', 'l0.wk', 'l0.bk', 'l0.wv', 'l0.bv', 'l0.wo', 'l0.bo', 'l0.ln2_g', 'l0.ln2_b', 'l0.w1', 'l0.b1', 'l0.w2', 'l0.b2', 'lnf_g', 'lnf_b'],
+    [
+      'tok_emb',
+      'pos_emb',
+      'l0.ln1_g',
+      'l0.ln1_b',
+      'l0.wq',
+      'l0.bq',
+      'l0.wk',
+      'l0.bk',
+      'l0.wv',
+      'l0.bv',
+      'l0.wo',
+      'l0.bo',
+      'l0.ln2_g',
+      'l0.ln2_b',
+      'l0.w1',
+      'l0.b1',
+      'l0.w2',
+      'l0.b2',
+      'lnf_g',
+      'lnf_b',
+    ],
   );
   // V 10, D 8, 4 heads of 2, 2 kv heads, F 12, no biases, untied: tok 80 + ln1 8 + q 64 + k 32 + v 32
   // + o 64 + ln2 8 + g/u/d 3·96 + lnf 8 + head 80 = 664
   const llama = normalizeTransformerSpec({
-    vocabSize: 10, width: 8, layers: 1, heads: 4, kvHeads: 2, mlpWidth: 12,
-    positions: 'rope', norm: 'rmsnorm', mlp: 'swiglu', bias: false, tiedHead: false,
+    vocabSize: 10,
+    width: 8,
+    layers: 1,
+    heads: 4,
+    kvHeads: 2,
+    mlpWidth: 12,
+    positions: 'rope',
+    norm: 'rmsnorm',
+    mlp: 'swiglu',
+    bias: false,
+    tiedHead: false,
   });
   const layout = paramLayout(llama);
   assert.equal(layout.total, 664);
@@ -96,7 +126,9 @@ test('bad specs fail naming the field', () => {
     assert.match(hit.message, message);
   }
   // Several bad fields are all reported.
-  const many = issuesOf({ vocabSize: 0, layers: 0, norm: 'x' }).map((i) => i.path).sort();
+  const many = issuesOf({ vocabSize: 0, layers: 0, norm: 'x' })
+    .map((i) => i.path)
+    .sort();
   assert.deepEqual(many, ['models.policy.layers', 'models.policy.norm', 'models.policy.vocabSize']);
 });
 
@@ -109,8 +141,16 @@ test('init is deterministic per seed: gains 1, biases 0, residual projections sc
   for (const slot of paramLayout(spec).slots) {
     const v = Array.from(a.subarray(slot.offset, slot.offset + slot.size));
     const maxAbs = Math.max(...v.map(Math.abs));
-    if (slot.kind === 'gain') assert.ok(v.every((x) => x === 1), slot.name);
-    else if (slot.kind === 'bias') assert.ok(v.every((x) => x === 0), slot.name);
+    if (slot.kind === 'gain')
+      assert.ok(
+        v.every((x) => x === 1),
+        slot.name,
+      );
+    else if (slot.kind === 'bias')
+      assert.ok(
+        v.every((x) => x === 0),
+        slot.name,
+      );
     else {
       const bound = slot.kind === 'residual-out' ? half / Math.sqrt(8) : half;
       assert.ok(maxAbs <= bound && maxAbs > 0.8 * bound, `${slot.name}: max |θ| ${maxAbs} vs bound ${bound}`);

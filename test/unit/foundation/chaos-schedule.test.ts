@@ -7,17 +7,23 @@ import { FAULT_KINDS } from '../../chaos/stack';
 test('paired kills are drawn only when asked for: the short no-pause schedule is what it was', () => {
   // Recorded from the harness before paired kills existed (commit bab70d2).
   const plan = schedule(SHORT_NO_PAUSE, 'batched');
-  assert.deepEqual(plan.map((p) => [p.kind, p.restartDelayMs, p.againAfterMs, p.with]), [
-    ['temporal', 543, 1151, undefined],
-    ['engine', 305, 1605, undefined],
-    ['pool-worker', 552, 1621, undefined],
-  ]);
+  assert.deepEqual(
+    plan.map((p) => [p.kind, p.restartDelayMs, p.againAfterMs, p.with]),
+    [
+      ['temporal', 543, 1151, undefined],
+      ['engine', 305, 1605, undefined],
+      ['pool-worker', 552, 1621, undefined],
+    ],
+  );
 });
 
 test('a paired kill takes the partner of its kind; the engine is never paired', () => {
   const all = schedule({ ...LONG_NO_PAUSE, kills: 20, pairShare: 1 }, 'batched');
   for (const p of all) assert.equal(p.with, PAIRS[p.kind], `${p.kind} paired with ${p.with}`);
-  assert.deepEqual(new Set(all.filter((p) => p.with).map((p) => `${p.kind}+${p.with}`)), new Set(['temporal+postgres', 'postgres+temporal', 'control-worker+pool-worker', 'pool-worker+control-worker']));
+  assert.deepEqual(
+    new Set(all.filter((p) => p.with).map((p) => `${p.kind}+${p.with}`)),
+    new Set(['temporal+postgres', 'postgres+temporal', 'control-worker+pool-worker', 'pool-worker+control-worker']),
+  );
   assert.ok(schedule({ ...LONG_NO_PAUSE, pairShare: 0 }, 'batched').every((p) => p.with === undefined));
 });
 
@@ -25,8 +31,14 @@ test('the long no-pause schedule kills every kind, each twice, some paired', () 
   for (const mode of ['batched', 'durable'] as const) {
     const plan = schedule(LONG_NO_PAUSE, mode);
     assert.deepEqual(new Set(plan.map((p) => p.kind)), new Set(FAULT_KINDS), mode);
-    assert.ok(plan.every((p) => p.againAfterMs !== undefined && p.againAfterMs >= 500 && p.againAfterMs <= 1700), mode);
-    assert.ok(plan.some((p) => p.with !== undefined), mode);
+    assert.ok(
+      plan.every((p) => p.againAfterMs !== undefined && p.againAfterMs >= 500 && p.againAfterMs <= 1700),
+      mode,
+    );
+    assert.ok(
+      plan.some((p) => p.with !== undefined),
+      mode,
+    );
     assert.deepEqual(schedule(LONG_NO_PAUSE, mode), plan, `${mode}: the same seed gives the same schedule`);
   }
 });
@@ -35,7 +47,12 @@ test('the transformer schedules train recall; the short one kills its engine and
   for (const mode of ['batched', 'durable'] as const) {
     assert.equal(runConfig(SHORT_TRANSFORMER, mode).team, 'recall');
     assert.equal(runConfig(SHORT, mode).team, 'math');
-    assert.deepEqual(schedule(SHORT_TRANSFORMER, mode).map((p) => p.kind).sort(), ['engine', 'pool-worker']);
+    assert.deepEqual(
+      schedule(SHORT_TRANSFORMER, mode)
+        .map((p) => p.kind)
+        .sort(),
+      ['engine', 'pool-worker'],
+    );
     const counts = new Map<string, number>();
     for (const p of schedule(LONG_TRANSFORMER, mode)) counts.set(p.kind, (counts.get(p.kind) ?? 0) + 1);
     assert.deepEqual(Object.fromEntries(counts), Object.fromEntries(FAULT_KINDS.map((k) => [k, 2])), mode);

@@ -8,8 +8,7 @@ import { TroupeError } from '../../../infra/errors';
 import { repoRoot } from '../../../infra/paths';
 
 const bin = path.join(repoRoot, 'cli', 'bin.js');
-const troupe = (...args: string[]) =>
-  spawnSync(process.execPath, [bin, ...args], { encoding: 'utf8', env: { ...process.env, TROUPE_DEBUG: '' } });
+const troupe = (...args: string[]) => spawnSync(process.execPath, [bin, ...args], { encoding: 'utf8', env: { ...process.env, TROUPE_DEBUG: '' } });
 
 test('every registered command loads, has a summary and usage, and --help works', async () => {
   for (const [name, load] of Object.entries(commands)) {

@@ -26,7 +26,11 @@ async function rejects(p: Promise<unknown>, pattern: RegExp) {
 
 test('round trip: what was encoded decodes to the same payload; the sealed form carries no cleartext', async () => {
   const codec = new AesGcmCodec({ keyId: 'k1', key: keyA, oldKeys: {} });
-  const plain = [defaultPayloadConverter.toPayload(secret), defaultPayloadConverter.toPayload(null), defaultPayloadConverter.toPayload(new Uint8Array([1, 2, 3]))];
+  const plain = [
+    defaultPayloadConverter.toPayload(secret),
+    defaultPayloadConverter.toPayload(null),
+    defaultPayloadConverter.toPayload(new Uint8Array([1, 2, 3])),
+  ];
   const sealed = await codec.encode(plain);
   assert.equal(sealed.length, 3);
   for (const p of sealed) {
@@ -76,7 +80,10 @@ test('a wrong key for the id, or an id this process lacks, is an error naming th
   const writer = new AesGcmCodec({ keyId: 'k1', key: keyA, oldKeys: {} });
   const sealed = await writer.encode([defaultPayloadConverter.toPayload(secret)]);
   await rejects(new AesGcmCodec({ keyId: 'k1', key: keyB, oldKeys: {} }).decode(sealed), /does not decrypt with key id "k1"/);
-  await rejects(new AesGcmCodec({ keyId: 'k9', key: keyB, oldKeys: {} }).decode(sealed), /encrypted with key id "k1", which this process does not have \(it has "k9"\)/);
+  await rejects(
+    new AesGcmCodec({ keyId: 'k9', key: keyB, oldKeys: {} }).decode(sealed),
+    /encrypted with key id "k1", which this process does not have \(it has "k9"\)/,
+  );
 });
 
 test('rotation: a new key encrypts, an old key listed in TROUPE_PAYLOAD_OLD_KEYS still decrypts; cleartext payloads pass through', async () => {

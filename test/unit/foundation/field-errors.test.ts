@@ -20,7 +20,11 @@ test('run config, optimizer settings and RL-core input errors are one FieldError
   const config = errorOf(() => parseRunConfig({ team: 'math', steps: 0, seed: -1 }));
   const settings = errorOf(() => resolveSettings({ lr: -1 }, { clipLow: 1 }, { model: 'm', agent: 'a' }));
   const rl = errorOf(() => validateSamples([{}, {}]));
-  for (const [e, name] of [[config, 'RunConfigError'], [settings, 'SettingsError'], [rl, 'RlInputError']] as const) {
+  for (const [e, name] of [
+    [config, 'RunConfigError'],
+    [settings, 'SettingsError'],
+    [rl, 'RlInputError'],
+  ] as const) {
     assert.ok(e instanceof FieldError, `${name} is a FieldError`);
     assert.equal(e.name, name);
     assert.ok(e.issues.length >= 2, `${name} carries every issue`);

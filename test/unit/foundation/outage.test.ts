@@ -32,6 +32,8 @@ test('the CLI never calls an outage a bug in Troupe', () => {
 });
 
 test('the outage codes are gRPC UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED and ABORTED', () => {
-  for (const code of [status.UNAVAILABLE, status.DEADLINE_EXCEEDED, status.RESOURCE_EXHAUSTED, status.ABORTED]) assert.equal(isTemporalOutage(grpcError(code, 'x')), true);
-  for (const code of [status.OK, status.CANCELLED, status.UNKNOWN, status.PERMISSION_DENIED, status.INTERNAL]) assert.equal(isTemporalOutage(grpcError(code, 'x')), false);
+  for (const code of [status.UNAVAILABLE, status.DEADLINE_EXCEEDED, status.RESOURCE_EXHAUSTED, status.ABORTED])
+    assert.equal(isTemporalOutage(grpcError(code, 'x')), true);
+  for (const code of [status.OK, status.CANCELLED, status.UNKNOWN, status.PERMISSION_DENIED, status.INTERNAL])
+    assert.equal(isTemporalOutage(grpcError(code, 'x')), false);
 });

@@ -3,7 +3,19 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { test } from 'node:test';
-import { EXTRA_POOL_WORKER, endStrayProcesses, pidAlive, readRecord, recordedServiceNames, removeRecord, runningService, spawnService, stopService, strayProcesses, writeRecord } from '../../../infra/processes';
+import {
+  EXTRA_POOL_WORKER,
+  endStrayProcesses,
+  pidAlive,
+  readRecord,
+  recordedServiceNames,
+  removeRecord,
+  runningService,
+  spawnService,
+  stopService,
+  strayProcesses,
+  writeRecord,
+} from '../../../infra/processes';
 
 const tmp = () => fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-proc-'));
 
@@ -35,7 +47,8 @@ test('a pid file whose pid now runs another command is not ours: nothing is sign
 
 test('recordedServiceNames lists the pid files of extra pool workers, not the first one or other services', () => {
   const stateDir = tmp();
-  for (const f of ['pool-worker.pid', 'pool-worker-3.pid', 'pool-worker-2.pid', 'pool-worker-2.log', 'control-worker.pid', 'pool-worker-x.pid']) fs.writeFileSync(path.join(stateDir, f), '{}');
+  for (const f of ['pool-worker.pid', 'pool-worker-3.pid', 'pool-worker-2.pid', 'pool-worker-2.log', 'control-worker.pid', 'pool-worker-x.pid'])
+    fs.writeFileSync(path.join(stateDir, f), '{}');
   assert.deepEqual(recordedServiceNames(stateDir, EXTRA_POOL_WORKER), ['pool-worker-2', 'pool-worker-3']);
   assert.deepEqual(recordedServiceNames(path.join(stateDir, 'missing'), EXTRA_POOL_WORKER), []);
 });
@@ -69,10 +82,16 @@ test('a process of the state dir that lost its record is a stray; recorded ones 
     await new Promise((r) => setTimeout(r, 200)); // the child `sleep 60` of the tracked shell
     assert.deepEqual(strayProcesses(stateDir), []);
     removeRecord(stateDir, 'control');
-    assert.deepEqual(strayProcesses(stateDir).map((p) => [p.pid, p.service]), [[lost.pid, 'control']]);
+    assert.deepEqual(
+      strayProcesses(stateDir).map((p) => [p.pid, p.service]),
+      [[lost.pid, 'control']],
+    );
     assert.deepEqual(strayProcesses(stateDir, ['pool']), []);
     const ended = await endStrayProcesses(stateDir, ['control']);
-    assert.deepEqual(ended.map((p) => p.pid), [lost.pid]);
+    assert.deepEqual(
+      ended.map((p) => p.pid),
+      [lost.pid],
+    );
     assert.equal(pidAlive(lost.pid), false);
     assert.ok(pidAlive(tracked.pid) && pidAlive(elsewhere.pid), 'recorded processes and other state dirs are left alone');
   } finally {

@@ -36,7 +36,13 @@ test('Temporal: no TLS settings → a plain connection to the address', () => {
 });
 
 test('Temporal: CA, client pair and server name are read into the connection options; any of them turns TLS on', () => {
-  const c = loadConfig({ TEMPORAL_ADDRESS: 't:7233', TEMPORAL_TLS_SERVER_CA_CERT_PATH: ca, TEMPORAL_TLS_CLIENT_CERT_PATH: crt, TEMPORAL_TLS_CLIENT_KEY_PATH: key, TEMPORAL_TLS_SERVER_NAME: 'temporal.internal' });
+  const c = loadConfig({
+    TEMPORAL_ADDRESS: 't:7233',
+    TEMPORAL_TLS_SERVER_CA_CERT_PATH: ca,
+    TEMPORAL_TLS_CLIENT_CERT_PATH: crt,
+    TEMPORAL_TLS_CLIENT_KEY_PATH: key,
+    TEMPORAL_TLS_SERVER_NAME: 'temporal.internal',
+  });
   const o = temporalConnectionOptions(c);
   assert.equal(o.address, 't:7233');
   assert.equal(o.tls?.serverNameOverride, 'temporal.internal');
@@ -119,8 +125,20 @@ test('PostgreSQL: bad TLS settings name where they came from', () => {
     }
     assert.fail('expected a ConfigError');
   };
-  assert.equal(named(() => postgresTls(`${url}?sslmode=strict`, {})), 'DATABASE_URL (sslmode=)');
-  assert.equal(named(() => postgresTls(url, { sslmode: 'verify-full', sslrootcert: '/nonexistent/ca.pem' })), 'PGSSLROOTCERT');
-  assert.equal(named(() => postgresTls(url, { sslcert: crt })), 'PGSSLKEY');
-  assert.equal(named(() => loadConfig({ PGSSLMODE: 'on' })), 'PGSSLMODE');
+  assert.equal(
+    named(() => postgresTls(`${url}?sslmode=strict`, {})),
+    'DATABASE_URL (sslmode=)',
+  );
+  assert.equal(
+    named(() => postgresTls(url, { sslmode: 'verify-full', sslrootcert: '/nonexistent/ca.pem' })),
+    'PGSSLROOTCERT',
+  );
+  assert.equal(
+    named(() => postgresTls(url, { sslcert: crt })),
+    'PGSSLKEY',
+  );
+  assert.equal(
+    named(() => loadConfig({ PGSSLMODE: 'on' })),
+    'PGSSLMODE',
+  );
 });

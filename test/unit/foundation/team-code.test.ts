@@ -40,5 +40,8 @@ it('finds the live pollers whose identity names other team code, or none', () =>
     p('3@there team-code=bbbbbbbbbbbb', 150_000), // not seen for 2.5 min
     p('4@there'), // says no team code
   ];
-  assert.deepEqual(staleTeamCode(pollers, 'aaaaaaaaaaaa', now, 'here', alive).map((x) => x.identity), ['1@here team-code=bbbbbbbbbbbb', '4@there']);
+  assert.deepEqual(
+    staleTeamCode(pollers, 'aaaaaaaaaaaa', now, 'here', alive).map((x) => x.identity),
+    ['1@here team-code=bbbbbbbbbbbb', '4@there'],
+  );
 });

@@ -47,12 +47,32 @@ new RuleTester({ languageOptions: { parser: tseslint.parser } }).run('troupe/lay
       errors: [upward('engines/protocol/client.ts', 'engines/{protocol,checkpoints}', 'engines/onnx/session', 'engines/\\{onnx,conformance,pytorch\\}')],
     },
     { filename: at('rl/x.ts'), code: "type W = typeof import('../workflows/training');", errors: [upward('rl/x.ts', 'rl', 'workflows/training', 'workflows')] },
-    { filename: at('agents/x.ts'), code: "const m = () => import('../activities/llm');", errors: [upward('agents/x.ts', 'agents', 'activities/llm', 'activities')] },
+    {
+      filename: at('agents/x.ts'),
+      code: "const m = () => import('../activities/llm');",
+      errors: [upward('agents/x.ts', 'agents', 'activities/llm', 'activities')],
+    },
     // The exception covers only the listed type, only type-only, only from its file.
-    { filename: at('schema/run-config.ts'), code: "import { AnyTeam } from '../agents/team';", errors: [upward('schema/run-config.ts', 'schema', 'agents/team', 'agents')] },
-    { filename: at('schema/run-config.ts'), code: "import type { Team } from '../agents/team';", errors: [upward('schema/run-config.ts', 'schema', 'agents/team', 'agents')] },
-    { filename: at('schema/optimizer.ts'), code: "import type { AnyTeam } from '../agents/team';", errors: [upward('schema/optimizer.ts', 'schema', 'agents/team', 'agents')] },
-    { filename: at('cli/x.ts'), code: "import '../deploy/k8s/thing';", errors: [{ message: 'deploy/k8s/thing is in no layer: add its folder to LAYERS in tools/eslint/layers.js' }] },
+    {
+      filename: at('schema/run-config.ts'),
+      code: "import { AnyTeam } from '../agents/team';",
+      errors: [upward('schema/run-config.ts', 'schema', 'agents/team', 'agents')],
+    },
+    {
+      filename: at('schema/run-config.ts'),
+      code: "import type { Team } from '../agents/team';",
+      errors: [upward('schema/run-config.ts', 'schema', 'agents/team', 'agents')],
+    },
+    {
+      filename: at('schema/optimizer.ts'),
+      code: "import type { AnyTeam } from '../agents/team';",
+      errors: [upward('schema/optimizer.ts', 'schema', 'agents/team', 'agents')],
+    },
+    {
+      filename: at('cli/x.ts'),
+      code: "import '../deploy/k8s/thing';",
+      errors: [{ message: 'deploy/k8s/thing is in no layer: add its folder to LAYERS in tools/eslint/layers.js' }],
+    },
   ],
 });
 
@@ -98,7 +118,8 @@ describe('troupe/no-cycle', () => {
   it('lets a type-only import or a lazy require point back', async () => {
     const found = await lint({
       'a.ts': "import { b } from './b';\nexport type A = number;\nexport const a = (): A => b();\n",
-      'b.ts': "import type { A } from './a';\nimport { type A as A2 } from './a';\nexport const b = (): A => (require('./a') as typeof import('./a')).a() as A2;\n",
+      'b.ts':
+        "import type { A } from './a';\nimport { type A as A2 } from './a';\nexport const b = (): A => (require('./a') as typeof import('./a')).a() as A2;\n",
     });
     assert.deepEqual(found, []);
   });

@@ -24,7 +24,10 @@ type Event = temporal.api.history.v1.IHistoryEvent;
 const { EventType } = require('@temporalio/proto').temporal.api.enums.v1 as typeof temporal.api.enums.v1;
 
 const dir = path.join(__dirname, '..', '..', 'fixtures', 'histories');
-const files = fs.readdirSync(dir).filter((f) => f.endsWith('.json')).sort();
+const files = fs
+  .readdirSync(dir)
+  .filter((f) => f.endsWith('.json'))
+  .sort();
 
 /**
  * Lengths at which to cut: before each WorkflowTaskScheduled after the first, so

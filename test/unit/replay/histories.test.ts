@@ -18,7 +18,10 @@ describe('replay of recorded histories', () => {
   it('has fixtures for both rollout modes and an episode, from before and after step plans became references, with the dashboard link, asynchronous runs (staleness 1), a model training on another pool (run config pools), and a continued execution whose continue-as-new task was failed by a signal (UnhandledCommand) and redone with it', () => {
     const kinds = ['episode-math', 'training-run-batched', 'training-run-durable'];
     const oneMode = ['training-run-batched-stale', 'training-run-durable-stale', 'training-run-batched-signal-continue'];
-    const expected = [...['', '-plan-ref', '-dashboard-link', '-pools'].flatMap((suffix) => kinds.map((k) => `${k}${suffix}.json`)), ...oneMode.map((k) => `${k}.json`)];
+    const expected = [
+      ...['', '-plan-ref', '-dashboard-link', '-pools'].flatMap((suffix) => kinds.map((k) => `${k}${suffix}.json`)),
+      ...oneMode.map((k) => `${k}.json`),
+    ];
     assert.deepEqual(files.sort(), expected.sort());
   });
   for (const file of files) {

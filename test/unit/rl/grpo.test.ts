@@ -47,7 +47,7 @@ test('grpo: score is the weighted sum of reward components', () => {
   ];
   const r = computeAdvantages(samples, { estimator: 'grpo', options: { weights: { correct: 2, format: 0.5 } } });
   const std = Math.sqrt(4 / 3);
-  assertClose(r.advantages, [(-2 / 3) / (std + 1e-6), (-2 / 3) / (std + 1e-6), (4 / 3) / (std + 1e-6)]); // ≈ [−0.57735, −0.57735, 1.1547]
+  assertClose(r.advantages, [-2 / 3 / (std + 1e-6), -2 / 3 / (std + 1e-6), 4 / 3 / (std + 1e-6)]); // ≈ [−0.57735, −0.57735, 1.1547]
 });
 
 test('grpo: groups are normalized separately', () => {

@@ -73,25 +73,16 @@ test('weights scale loss and gradient; zero-weight tokens do not count in diagno
 
 test('k1 KL adds coef·(logp − ref) to the loss and coef to g', () => {
   // A = 0 so only KL remains: logp = −1, ref = −1.5 → KL = 0.5; coef 0.1 → loss 0.05, g = 0.1
-  const r = policyLoss(
-    { logp: [-1], logpOld: [-1], advantages: [0], weights: [1], refLogp: [-1.5] },
-    { kl: { type: 'k1', coef: 0.1 } },
-  );
+  const r = policyLoss({ logp: [-1], logpOld: [-1], advantages: [0], weights: [1], refLogp: [-1.5] }, { kl: { type: 'k1', coef: 0.1 } });
   assertClose([r.loss, r.kl, r.grad[0]!], [0.05, 0.5, 0.1]);
 });
 
 test('low_var_kl (k3): exp(u) − u − 1 with u = ref − logp, clamped to [−10, 10]', () => {
   // u = −0.5: KL = e^−0.5 + 0.5 − 1 = 0.1065307; ∂KL/∂logp = 1 − e^u = 0.3934693
-  const r = policyLoss(
-    { logp: [-1], logpOld: [-1], advantages: [0], weights: [1], refLogp: [-1.5] },
-    { kl: { type: 'low_var_kl', coef: 1 } },
-  );
+  const r = policyLoss({ logp: [-1], logpOld: [-1], advantages: [0], weights: [1], refLogp: [-1.5] }, { kl: { type: 'low_var_kl', coef: 1 } });
   assertClose([r.kl, r.grad[0]!], [Math.exp(-0.5) - 0.5, 1 - Math.exp(-0.5)]);
   // u = 3: e^3 − 4 = 16.09 → clamped to 10, gradient 0
-  const c = policyLoss(
-    { logp: [-4], logpOld: [-4], advantages: [0], weights: [1], refLogp: [-1] },
-    { kl: { type: 'low_var_kl', coef: 1 } },
-  );
+  const c = policyLoss({ logp: [-4], logpOld: [-4], advantages: [0], weights: [1], refLogp: [-1] }, { kl: { type: 'low_var_kl', coef: 1 } });
   assertClose([c.kl, c.grad[0]!], [10, 0]);
 });
 
@@ -109,8 +100,14 @@ test('entropy bonus: loss −β·Σw·H; g excludes it, entropyGrad = −β·w',
 test('missing or non-finite inputs are rejected with the field name', () => {
   assert.throws(() => policyLoss({ logp: [0, NaN], logpOld: [0, 0], advantages: [1, 1], weights: [1, 1] }), /logp\[1\]: must be a finite number, got NaN/);
   assert.throws(() => policyLoss({ logp: [0], logpOld: [0, 0], advantages: [1], weights: [1] }), /logpOld: expected 1 tokens \(as logp\), got 2/);
-  assert.throws(() => policyLoss({ logp: [0], logpOld: [0], advantages: [1], weights: [1] }, { kl: { type: 'k1', coef: 0.1 } }), /refLogp: is required for kl.type k1/);
-  assert.throws(() => policyLoss({ logp: [0], logpOld: [0], advantages: [1], weights: [1] }, { entropyCoef: 0.1 }), /entropy: is required when entropyCoef ≠ 0/);
+  assert.throws(
+    () => policyLoss({ logp: [0], logpOld: [0], advantages: [1], weights: [1] }, { kl: { type: 'k1', coef: 0.1 } }),
+    /refLogp: is required for kl.type k1/,
+  );
+  assert.throws(
+    () => policyLoss({ logp: [0], logpOld: [0], advantages: [1], weights: [1] }, { entropyCoef: 0.1 }),
+    /entropy: is required when entropyCoef ≠ 0/,
+  );
   assert.throws(() => policyLoss({ logp: [0], logpOld: [0], advantages: [1], weights: [1] }, { dualClip: 1 }), /dualClip: must be > 1 or null, got 1/);
 });
 
@@ -139,19 +136,17 @@ const caseArb = fc
     klCoef: fc.double({ min: 0, max: 0.5, noNaN: true }),
     entropyCoef: fc.double({ min: -0.1, max: 0.1, noNaN: true }),
   })
-  .map(
-    (c): Case => ({
-      settings: { clipLow: c.clipLow, clipHigh: c.clipHigh, dualClip: c.dualClip, kl: { type: c.klType, coef: c.klCoef }, entropyCoef: c.entropyCoef },
-      input: {
-        logp: c.tokens.map((t) => t.logpOld + t.delta),
-        logpOld: c.tokens.map((t) => t.logpOld),
-        advantages: c.tokens.map((t) => t.A),
-        weights: c.tokens.map((t) => t.w),
-        refLogp: c.tokens.map((t) => t.logpOld + t.delta + t.refDelta),
-        entropy: c.tokens.map((t) => t.H),
-      },
-    }),
-  );
+  .map((c): Case => ({
+    settings: { clipLow: c.clipLow, clipHigh: c.clipHigh, dualClip: c.dualClip, kl: { type: c.klType, coef: c.klCoef }, entropyCoef: c.entropyCoef },
+    input: {
+      logp: c.tokens.map((t) => t.logpOld + t.delta),
+      logpOld: c.tokens.map((t) => t.logpOld),
+      advantages: c.tokens.map((t) => t.A),
+      weights: c.tokens.map((t) => t.w),
+      refLogp: c.tokens.map((t) => t.logpOld + t.delta + t.refDelta),
+      entropy: c.tokens.map((t) => t.H),
+    },
+  }));
 
 /** True when every token is at least `m` away from a kink of the loss (in ratio or k3 units). */
 function awayFromKinks({ settings: s, input }: Case, m = 1e-3): boolean {
@@ -220,7 +215,13 @@ test('decoupled PPO: w·L_pg with w on the loss equals the plain loss with advan
   const d = policyLoss({ logp: [Math.log(4)], logpOld: [0], advantages: [-1], weights: [1], isWeights: [2] });
   assertClose([d.loss, d.grad[0]!], [6, 0]);
   // the equivalence token by token, with a KL term that the weight must not scale
-  const input = { logp: [Math.log(1.1), Math.log(1.5), Math.log(0.5), Math.log(4)], logpOld: [0, 0, 0, 0], advantages: [1, 1, -1, -1], weights: [0.25, 0.25, 0.25, 0.25], refLogp: [0.1, 0.2, -0.1, 0] };
+  const input = {
+    logp: [Math.log(1.1), Math.log(1.5), Math.log(0.5), Math.log(4)],
+    logpOld: [0, 0, 0, 0],
+    advantages: [1, 1, -1, -1],
+    weights: [0.25, 0.25, 0.25, 0.25],
+    refLogp: [0.1, 0.2, -0.1, 0],
+  };
   const w = [0.5, 5, 1.3, 2];
   const settings = { kl: { type: 'k1' as const, coef: 0.1 } };
   const scaled = policyLoss({ ...input, isWeights: w }, settings);

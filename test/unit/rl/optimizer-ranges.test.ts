@@ -16,7 +16,9 @@ import { mathTeam } from '../../../agents/teams/math';
 /** What the engine does with settings after the float32 wire: accept (true) or refuse. */
 function engineAccepts(overrides: Record<string, unknown>): boolean {
   const sent = engineSettings(resolveSettings(overrides, {}));
-  const wire = Object.fromEntries(Object.entries(sent).map(([k, v]) => [k, typeof v === 'number' && k !== 'innerSteps' ? Math.fround(v) : v])) as UpdateSettingsInput;
+  const wire = Object.fromEntries(
+    Object.entries(sent).map(([k, v]) => [k, typeof v === 'number' && k !== 'innerSteps' ? Math.fround(v) : v]),
+  ) as UpdateSettingsInput;
   try {
     updateSettings(wire);
     return true;

@@ -63,7 +63,10 @@ test('errors carry the full path', () => {
   assert.throws(() => resolveSettings({}, { rewardWeights: { correct: NaN } }, paths), /agents\.verifier\.optimizer\.rewardWeights\.correct: /);
   assert.throws(() => resolveSettings({}, { learningRate: 1 }, paths), /agents\.verifier\.optimizer\.learningRate: unknown setting/);
   assert.throws(() => resolveSettings({}, { dualClip: 1 }, paths), /agents\.verifier\.optimizer\.dualClip: must be > 1/);
-  assert.throws(() => resolveSettings({ kl: { type: 'k2' } }, {}, paths), /models\.policy\.optimizer\.kl\.type: unknown KL type "k2"; known: none, k1, low_var_kl/);
+  assert.throws(
+    () => resolveSettings({ kl: { type: 'k2' } }, {}, paths),
+    /models\.policy\.optimizer\.kl\.type: unknown KL type "k2"; known: none, k1, low_var_kl/,
+  );
 });
 
 test('both levels are checked before either error is thrown', () => {

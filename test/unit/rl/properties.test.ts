@@ -22,17 +22,15 @@ const samplesArb = fc
     { minLength: 1, maxLength: 40 },
   )
   .map((rows) =>
-    rows.map(
-      (r, i): Sample => ({
-        sampleId: `s${i}`,
-        groupId: `g${r.g}`,
-        episodeId: `g${r.g}-e${r.e}`,
-        agentId: r.agent,
-        modelId: 'policy',
-        rewards: r.format === null ? { correct: r.correct } : { correct: r.correct, format: r.format },
-        trainableTokens: r.tokens,
-      }),
-    ),
+    rows.map((r, i): Sample => ({
+      sampleId: `s${i}`,
+      groupId: `g${r.g}`,
+      episodeId: `g${r.g}-e${r.e}`,
+      agentId: r.agent,
+      modelId: 'policy',
+      rewards: r.format === null ? { correct: r.correct } : { correct: r.correct, format: r.format },
+      trainableTokens: r.tokens,
+    })),
   );
 
 /** Sample indices per (group, agent). */
@@ -47,11 +45,16 @@ function setsOf(samples: readonly Sample[]): number[][] {
 
 test('property: finite rewards give finite advantages for every estimator and scope', () => {
   fc.assert(
-    fc.property(samplesArb, fc.constantFrom(...ESTIMATOR_NAMES), fc.constantFrom('group-agent', 'group', 'batch') as fc.Arbitrary<'group-agent' | 'group' | 'batch'>, (samples, estimator, scope) => {
-      const r = computeAdvantages(samples, { estimator, options: { scope, weights: { format: 0.5 } } });
-      assert.equal(r.advantages.length, samples.length);
-      for (const a of r.advantages) assert.ok(Number.isFinite(a), `${estimator}/${scope}: ${a}`);
-    }),
+    fc.property(
+      samplesArb,
+      fc.constantFrom(...ESTIMATOR_NAMES),
+      fc.constantFrom('group-agent', 'group', 'batch') as fc.Arbitrary<'group-agent' | 'group' | 'batch'>,
+      (samples, estimator, scope) => {
+        const r = computeAdvantages(samples, { estimator, options: { scope, weights: { format: 0.5 } } });
+        assert.equal(r.advantages.length, samples.length);
+        for (const a of r.advantages) assert.ok(Number.isFinite(a), `${estimator}/${scope}: ${a}`);
+      },
+    ),
     { numRuns: 300 },
   );
 });

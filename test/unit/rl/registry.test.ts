@@ -2,7 +2,14 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { computeAdvantages, computeAdvantagesByAgent, ESTIMATOR_NAMES, estimatorsWith, getEstimator, normalizeStdMessage } from '../../../rl/advantages/registry';
+import {
+  computeAdvantages,
+  computeAdvantagesByAgent,
+  ESTIMATOR_NAMES,
+  estimatorsWith,
+  getEstimator,
+  normalizeStdMessage,
+} from '../../../rl/advantages/registry';
 import { RlInputError } from '../../../rl/errors';
 import { assertClose, sample } from './helpers';
 
@@ -14,9 +21,7 @@ test('every registered estimator is reachable by its name', () => {
 test('an unknown estimator name is rejected, listing the known ones', () => {
   assert.throws(
     () => computeAdvantages([sample()], { estimator: 'ppo-gae' }),
-    (e: unknown) =>
-      e instanceof RlInputError &&
-      e.message === 'estimator: unknown estimator "ppo-gae"; known: grpo, mc-grpo, gdpo, rloo, reinforce++-baseline',
+    (e: unknown) => e instanceof RlInputError && e.message === 'estimator: unknown estimator "ppo-gae"; known: grpo, mc-grpo, gdpo, rloo, reinforce++-baseline',
   );
 });
 
@@ -27,9 +32,18 @@ test('capabilities are declared by the estimators and read through the registry'
 });
 
 test('options are checked against the estimator', () => {
-  assert.throws(() => computeAdvantages([sample()], { estimator: 'rloo', options: { normalizeStd: false } }), /options\.normalizeStd: is not an option of rloo/);
-  assert.throws(() => computeAdvantages([sample()], { estimator: 'grpo', options: { scope: 'episode' as never } }), /options\.scope: must be one of group-agent, group, batch, got "episode"/);
-  assert.throws(() => computeAdvantages([sample()], { estimator: 'grpo', options: { weights: { correct: NaN } } }), /options\.weights\.correct: must be a finite number, got NaN/);
+  assert.throws(
+    () => computeAdvantages([sample()], { estimator: 'rloo', options: { normalizeStd: false } }),
+    /options\.normalizeStd: is not an option of rloo/,
+  );
+  assert.throws(
+    () => computeAdvantages([sample()], { estimator: 'grpo', options: { scope: 'episode' as never } }),
+    /options\.scope: must be one of group-agent, group, batch, got "episode"/,
+  );
+  assert.throws(
+    () => computeAdvantages([sample()], { estimator: 'grpo', options: { weights: { correct: NaN } } }),
+    /options\.weights\.correct: must be a finite number, got NaN/,
+  );
   assert.throws(() => computeAdvantages([sample()], { estimator: 'grpo', options: { normalise: true } as never }), /options\.normalise: unknown option/);
 });
 
@@ -54,7 +68,10 @@ test('per-role estimators: each role runs its own estimator through the registry
   assert.equal(r.diagnostics.verifier!.estimator, 'mc-grpo');
 
   // Same numbers as calling the registry on each subset.
-  const solverOnly = computeAdvantages(samples.filter((s) => s.agentId === 'solver'), { estimator: 'rloo' });
+  const solverOnly = computeAdvantages(
+    samples.filter((s) => s.agentId === 'solver'),
+    { estimator: 'rloo' },
+  );
   assertClose([r.advantages[0]!, r.advantages[2]!, r.advantages[4]!], solverOnly.advantages);
 });
 
@@ -64,5 +81,8 @@ test('per-role estimators: a role without a configured estimator is an error nam
     () => computeAdvantagesByAgent(samples, { solver: { estimator: 'grpo' } }),
     /samples\[1\]\.agentId: no estimator configured for agent "critic" \(configured: solver\)/,
   );
-  assert.throws(() => computeAdvantagesByAgent(samples, { solver: { estimator: 'grpo' }, critic: { estimator: 'nope' } }), /byAgent\.critic\.estimator: unknown estimator "nope"/);
+  assert.throws(
+    () => computeAdvantagesByAgent(samples, { solver: { estimator: 'grpo' }, critic: { estimator: 'nope' } }),
+    /byAgent\.critic\.estimator: unknown estimator "nope"/,
+  );
 });

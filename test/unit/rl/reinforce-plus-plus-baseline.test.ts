@@ -38,7 +38,7 @@ test('reinforce++-baseline: a singleton group uses mean 0 (as verl)', () => {
   const samples = [sample({ groupId: 'g1', reward: 2 }), sample({ groupId: 'g2', reward: 0 }), sample({ groupId: 'g2', reward: 0 })];
   const r = computeAdvantages(samples, { estimator: 'reinforce++-baseline' });
   const d = Math.sqrt(4 / 3 + 1e-8);
-  assertClose(r.advantages, [(4 / 3) / d, (-2 / 3) / d, (-2 / 3) / d]);
+  assertClose(r.advantages, [4 / 3 / d, -2 / 3 / d, -2 / 3 / d]);
 });
 
 test('reinforce++-baseline: identical rewards → zeros; no trainable tokens → zeros', () => {

@@ -44,7 +44,10 @@ test('group-agent scope gives each agent zero-mean, unit-std advantages whatever
   const s = 0.5 / (Math.sqrt(1 / 3) + 1e-6);
   const v = Math.sqrt(100 / 3) + 1e-6;
   assertClose(r.advantages, [-s, s, -s, s, 10 / 3 / v, -20 / 3 / v, 10 / 3 / v]);
-  for (const [from, to] of [[0, 4], [4, 7]]) {
+  for (const [from, to] of [
+    [0, 4],
+    [4, 7],
+  ]) {
     const a = r.advantages.slice(from, to);
     assert.ok(Math.abs(meanOf(a)) < 1e-12, `mean ${meanOf(a)}`);
     assert.ok(Math.abs(unbiasedStdOf(a) - 1) < 1e-5, `std ${unbiasedStdOf(a)}`);

@@ -14,10 +14,13 @@ const masks = [
 
 test('broadcast puts each sample advantage on its mask-1 tokens only', () => {
   const out = broadcastAdvantages([2, -1], masks);
-  assert.deepEqual(out.map((a) => [...a]), [
-    [0, 0, 2, 2, 0, 2],
-    [0, -1],
-  ]);
+  assert.deepEqual(
+    out.map((a) => [...a]),
+    [
+      [0, 0, 2, 2, 0, 2],
+      [0, -1],
+    ],
+  );
 });
 
 test('a mask entry other than 0 or 1 is rejected with its position', () => {
@@ -56,7 +59,13 @@ test('excluded samples get weight 0 and do not count in N or S', () => {
 });
 
 test('a sample with no trainable tokens does not count as a sequence', () => {
-  const r = aggregationWeights([[0, 0], [1, 1]], 'seq-mean-token-mean');
+  const r = aggregationWeights(
+    [
+      [0, 0],
+      [1, 1],
+    ],
+    'seq-mean-token-mean',
+  );
   assert.equal(r.sequences, 1);
   assertClose(flatten(r.weights), [0, 0, 0.5, 0.5]);
 });

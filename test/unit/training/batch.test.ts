@@ -23,12 +23,26 @@ function episode(group: number, idx: number, solver: number, verifier: number, s
     durationMs: 1,
   });
   return {
-    meta: { episodeId: `e${group}.${idx}`, runId: 'r', step: 0, split: 'train', taskId: `t${group}`, task: {}, groupIndex: group, episodeIndex: idx, seed: 1, mode: 'batched' },
+    meta: {
+      episodeId: `e${group}.${idx}`,
+      runId: 'r',
+      step: 0,
+      split: 'train',
+      taskId: `t${group}`,
+      task: {},
+      groupIndex: group,
+      episodeIndex: idx,
+      seed: 1,
+      mode: 'batched',
+    },
     trajectory: { episodeId: `e${group}.${idx}`, status, turns: status === 'failed' ? [] : [turn(0, 'solver'), turn(1, 'verifier')] },
-    rewards: status === 'failed' ? [] : [
-      { turn: 0, agent: 'solver', components: { correct: solver } },
-      { turn: 1, agent: 'verifier', components: { judged: verifier } },
-    ],
+    rewards:
+      status === 'failed'
+        ? []
+        : [
+            { turn: 0, agent: 'solver', components: { correct: solver } },
+            { turn: 1, agent: 'verifier', components: { judged: verifier } },
+          ],
     success: null,
   };
 }
@@ -74,8 +88,11 @@ describe('buildStepBatch', () => {
     assert.ok(Math.abs(perAgent.models.policy![0]!.advantages[0]! - 0.5 / (Math.sqrt(0.5) + 1e-6)) < 1e-12);
   });
 
-  it('applies each role\'s reward weights before a shared estimator', () => {
-    const weighted = checkAgainstTeam(parseRunConfig({ team: 'math', optimizer: { all: { estimator: { scope: 'group' } }, agents: { verifier: { rewardWeights: { judged: 0.1 } } } } }), mathTeam());
+  it("applies each role's reward weights before a shared estimator", () => {
+    const weighted = checkAgainstTeam(
+      parseRunConfig({ team: 'math', optimizer: { all: { estimator: { scope: 'group' } }, agents: { verifier: { rewardWeights: { judged: 0.1 } } } } }),
+      mathTeam(),
+    );
     // e0.0: solver 1, verifier 10 * 0.1 = 1 -> episode average 1; e0.1: 0. Same shape as above with 1 for 5.5.
     const batch = buildStepBatch([episode(0, 0, 1, 10), episode(0, 1, 0, 0)], weighted);
     const a = 0.5 / (Math.sqrt((4 * 0.5 ** 2) / 3) + 1e-6);
@@ -84,7 +101,13 @@ describe('buildStepBatch', () => {
   });
 
   it('estimates a per-component estimator (gdpo) role by role when the roles weigh rewards differently', () => {
-    const gdpo = checkAgainstTeam(parseRunConfig({ team: 'math', optimizer: { all: { estimator: { name: 'gdpo', scope: 'group' } }, agents: { verifier: { rewardWeights: { judged: 0.1 } } } } }), mathTeam());
+    const gdpo = checkAgainstTeam(
+      parseRunConfig({
+        team: 'math',
+        optimizer: { all: { estimator: { name: 'gdpo', scope: 'group' } }, agents: { verifier: { rewardWeights: { judged: 0.1 } } } },
+      }),
+      mathTeam(),
+    );
     // Role by role. Solver: correct [1, 0] -> A_correct = ±0.5/(sqrt(0.5) + 1e-4) = ±c; pre [c, -c] has mean 0 and
     // unbiased std c·sqrt(2), so A = ±c/(c·sqrt(2) + 1e-4) ≈ ±0.7071. Verifier: judged [10, 0] -> ±5/(sqrt(50) + 1e-4),
     // times its weight 0.1 = c', then the same. Scored beforehand with the weights, the four turns would share one
@@ -97,7 +120,7 @@ describe('buildStepBatch', () => {
     [solver, verifier, -solver, -verifier].forEach((x, i) => assert.ok(Math.abs(first[i]! - x) < 1e-12, `turn ${i}: ${first[i]} vs ${x}`));
   });
 
-  it('estimates each agent\'s policy entropy as the mean −log p of its sampled tokens, though both share one model', () => {
+  it("estimates each agent's policy entropy as the mean −log p of its sampled tokens, though both share one model", () => {
     const a = episode(0, 0, 1, 10);
     const b = episode(0, 1, 0, 0);
     // solver turns: logprobs [-1, 0, -2] with mask [1, 0, 1] in both episodes -> (1 + 2 + 1 + 2) / 4 = 1.5;
@@ -142,8 +165,18 @@ describe('what the dashboard shows of a step', () => {
     const batch = buildStepBatch([episode(0, 0, 1, 10), episode(0, 1, 0, 0), episode(1, 0, 0, 10), episode(1, 1, 0, 0, 'failed')], settings);
     const a = 0.5 / (Math.sqrt(0.5) + 1e-6);
     const av = 5 / (Math.sqrt(50) + 1e-6);
-    const want = [['e0.0', 0, a], ['e0.0', 1, av], ['e0.1', 0, -a], ['e0.1', 1, -av], ['e1.0', 0, 0], ['e1.0', 1, 10 / (1 + 1e-6)]] as const;
-    assert.deepEqual(batch.turnAdvantages.map((t) => [t.episodeId, t.turn, t.model]), want.map(([e, t]) => [e, t, 'policy']));
+    const want = [
+      ['e0.0', 0, a],
+      ['e0.0', 1, av],
+      ['e0.1', 0, -a],
+      ['e0.1', 1, -av],
+      ['e1.0', 0, 0],
+      ['e1.0', 1, 10 / (1 + 1e-6)],
+    ] as const;
+    assert.deepEqual(
+      batch.turnAdvantages.map((t) => [t.episodeId, t.turn, t.model]),
+      want.map(([e, t]) => [e, t, 'policy']),
+    );
     batch.turnAdvantages.forEach((t, i) => assert.ok(Math.abs(t.advantage - want[i]![2]) < 1e-12, `${t.episodeId}#${t.turn}: ${t.advantage}`));
   });
 
@@ -161,7 +194,10 @@ describe('what the dashboard shows of a step', () => {
 
   it("measures each agent's episode length in its own turns and generated tokens", () => {
     const e = episode(0, 0, 1, 10);
-    const twoSolverTurns = { ...e, trajectory: { ...e.trajectory, turns: [e.trajectory.turns[0]!, { ...e.trajectory.turns[0]!, index: 2, responseTokens: [1] }] } };
+    const twoSolverTurns = {
+      ...e,
+      trajectory: { ...e.trajectory, turns: [e.trajectory.turns[0]!, { ...e.trajectory.turns[0]!, index: 2, responseTokens: [1] }] },
+    };
     // Solver: 1 + 2 turns over 2 episodes = 1.5; tokens 3 + (3 + 1) = 7 -> 3.5. Verifier: one episode, 1 turn, 3 tokens.
     assert.deepEqual(agentLengths([e, twoSolverTurns]), { solver: { turns: 1.5, tokens: 3.5 }, verifier: { turns: 1, tokens: 3 } });
     assert.deepEqual(agentLengths([]), {});

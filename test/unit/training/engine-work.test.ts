@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import { ApplicationFailure } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { engineFailure, heartbeating, HEARTBEAT_EVERY_MS, withEngineFailures } from '../../../activities/training/engine-work';
-import { EngineError, InvalidRequestError, NonFiniteUpdateError, VersionNotLoadedError, EngineUnavailableError } from '../../../engines/protocol/client';
+import { type EngineError, InvalidRequestError, NonFiniteUpdateError, VersionNotLoadedError, EngineUnavailableError } from '../../../engines/protocol/client';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -49,13 +49,20 @@ test('engine errors become ApplicationFailures typed by reason, non-retryable on
     assert.equal(f.nonRetryable, nonRetryable, err.reason);
     assert.equal(f.message, err.message);
   }
-  assert.deepEqual((engineFailure(cases[0]![0]) as ApplicationFailure).details, [{ reason: 'INVALID_REQUEST', code: 3, method: 'Update', field: 'settings.lr' }]);
+  assert.deepEqual((engineFailure(cases[0]![0]) as ApplicationFailure).details, [
+    { reason: 'INVALID_REQUEST', code: 3, method: 'Update', field: 'settings.lr' },
+  ]);
   const other = new Error('store down');
   assert.equal(engineFailure(other), other, 'other errors pass unchanged');
 });
 
 test('withEngineFailures maps what every activity throws, keeping names and results', async () => {
-  const refused = new InvalidRequestError('engine Generate: sequences[0].context[1]: token id 99 is outside the vocabulary [0, 18]', 3, 'INVALID_REQUEST', 'Generate');
+  const refused = new InvalidRequestError(
+    'engine Generate: sequences[0].context[1]: token id 99 is outside the vocabulary [0, 18]',
+    3,
+    'INVALID_REQUEST',
+    'Generate',
+  );
   const acts = withEngineFailures({ ok: async (x: number) => x + 1, bad: async () => Promise.reject(refused) });
   assert.deepEqual(Object.keys(acts), ['ok', 'bad']);
   assert.equal(await acts.ok(1), 2);

@@ -44,7 +44,9 @@ function io(): EpisodeIO {
 }
 
 async function batch(seeds: number[]) {
-  const trajectories = await Promise.all(seeds.map((seed, i) => runBatchedEpisode(team, { episodeId: `e${i}`, seed, task: {}, versions: { policy: 0 } }, io())));
+  const trajectories = await Promise.all(
+    seeds.map((seed, i) => runBatchedEpisode(team, { episodeId: `e${i}`, seed, task: {}, versions: { policy: 0 } }, io())),
+  );
   return trajectories.map((t) => ({ status: t.status, outcome: t.outcome, messages: t.turns.map((u) => tokenizer.decode(u.contextTokens.slice(1))) }));
 }
 

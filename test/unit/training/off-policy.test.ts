@@ -4,15 +4,31 @@ import { describe, it } from 'node:test';
 import { offPolicyCorrection } from '../../../activities/training/off-policy';
 import type { UpdateSequence } from '../../../activities/training/batch';
 
-const seq = (agent: string, version: number, oldLogprobs: number[], mask: number[], advantages: number[]): UpdateSequence => ({ agent, version, context: [1], tokens: oldLogprobs.map(() => 2), mask, advantages, oldLogprobs, weights: mask.map((m) => m / 4) });
+const seq = (agent: string, version: number, oldLogprobs: number[], mask: number[], advantages: number[]): UpdateSequence => ({
+  agent,
+  version,
+  context: [1],
+  tokens: oldLogprobs.map(() => 2),
+  mask,
+  advantages,
+  oldLogprobs,
+  weights: mask.map((m) => m / 4),
+});
 const close = (a: number, b: number) => assert.ok(Math.abs(a - b) < 1e-9, `expected ${b}, got ${a}`);
 
 describe('offPolicyCorrection', () => {
-  it('scales trained tokens\' advantages by min(π_base/π_behaviour, cap), takes the base log-probs as old, and reports per model and agent', () => {
+  it("scales trained tokens' advantages by min(π_base/π_behaviour, cap), takes the base log-probs as old, and reports per model and agent", () => {
     // solver sampled by version 1, base 3: tokens log ρ = ln 2 (w 2), ln 4 (ρ 4 > cap 3: w 3), tool token (mask 0) untouched.
     // verifier sampled by version 3 (= base): ρ = 1.
     const sequences = [seq('solver', 1, [-2, -3, 0], [1, 1, 0], [0.5, 0.5, 0.5]), seq('verifier', 3, [-1], [1], [-1])];
-    const samples = sequences.map((q) => ({ context: q.context, tokens: q.tokens, lossMask: q.mask, advantages: q.advantages, oldLogprobs: q.oldLogprobs, lossWeights: q.weights }));
+    const samples = sequences.map((q) => ({
+      context: q.context,
+      tokens: q.tokens,
+      lossMask: q.mask,
+      advantages: q.advantages,
+      oldLogprobs: q.oldLogprobs,
+      lossWeights: q.weights,
+    }));
     const base = [[-2 + Math.log(2), -3 + Math.log(4), -9], [-1]];
     const r = offPolicyCorrection(sequences, samples, base, 3, 3);
     r.samples[0]!.advantages.forEach((a, t) => close(a, [1, 1.5, 0.5][t]!));

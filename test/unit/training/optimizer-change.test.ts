@@ -27,7 +27,10 @@ describe('optimizer change', () => {
     }
     assert.deepEqual(issuesOf({ model: { policy: { lr: 0.01 } } }), [{ path: 'model', message: 'unknown field (a change has all, models, agents)' }]);
     assert.deepEqual(issuesOf({ models: { policy: { lr: -1 } } }), [{ path: 'models.policy.lr', message: 'must be > 0' }]);
-    assert.deepEqual(issuesOf({ all: { lr: 'fast' } }).map((i) => i.path), ['all.lr']);
+    assert.deepEqual(
+      issuesOf({ all: { lr: 'fast' } }).map((i) => i.path),
+      ['all.lr'],
+    );
     assert.deepEqual(issuesOf({ agents: { solver: { kl: { coef: -1, kind: 'k3' } } } }), [
       { path: 'agents.solver.kl.coef', message: 'must be ≥ 0' },
       { path: 'agents.solver.kl.kind', message: 'unknown setting' },
@@ -37,8 +40,14 @@ describe('optimizer change', () => {
   });
 
   it('merges per field, and kl / estimator / rewardWeights per key', () => {
-    assert.deepEqual(mergeOverrides({ lr: 1, kl: { type: 'k1' }, rewardWeights: { a: 1 } }, undefined, { lr: 2, kl: { coef: 0.1 }, rewardWeights: { b: 2 } }), { lr: 2, kl: { type: 'k1', coef: 0.1 }, rewardWeights: { a: 1, b: 2 } });
-    assert.deepEqual(mergeOverrides({ estimator: { name: 'grpo', scope: 'group' } }, { estimator: { scope: 'batch' } }), { estimator: { name: 'grpo', scope: 'batch' } });
+    assert.deepEqual(mergeOverrides({ lr: 1, kl: { type: 'k1' }, rewardWeights: { a: 1 } }, undefined, { lr: 2, kl: { coef: 0.1 }, rewardWeights: { b: 2 } }), {
+      lr: 2,
+      kl: { type: 'k1', coef: 0.1 },
+      rewardWeights: { a: 1, b: 2 },
+    });
+    assert.deepEqual(mergeOverrides({ estimator: { name: 'grpo', scope: 'group' } }, { estimator: { scope: 'batch' } }), {
+      estimator: { name: 'grpo', scope: 'batch' },
+    });
     const base = { all: { lr: 0.001 }, models: { policy: { clipHigh: 0.28 } }, agents: {} };
     assert.deepEqual(applyOptimizerChange(base, { models: { policy: { lr: 0.05 } }, agents: { solver: { rewardWeights: { correct: 2 } } } }), {
       all: { lr: 0.001 },

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { mathTeam } from '../../../agents/teams/math';
 import { transformer } from '../../../agents/model';
-import { checkAgainstTeam, parseRunConfig, poolsOf, RunConfigError, stalenessOf } from '../../../schema/run-config';
+import { checkAgainstTeam, parseRunConfig, poolsOf, type RunConfigError, stalenessOf } from '../../../schema/run-config';
 
 describe('run config', () => {
   it('fills defaults', () => {
@@ -28,7 +28,10 @@ describe('run config', () => {
 
   it('resolves settings per model and agent, and rejects names the team does not have', () => {
     const team = mathTeam();
-    const c = parseRunConfig({ team: 'math', optimizer: { all: { lr: 0.01 }, models: { policy: { clipHigh: 0.28 } }, agents: { verifier: { rewardWeights: { judged: 0.5 } } } } });
+    const c = parseRunConfig({
+      team: 'math',
+      optimizer: { all: { lr: 0.01 }, models: { policy: { clipHigh: 0.28 } }, agents: { verifier: { rewardWeights: { judged: 0.5 } } } },
+    });
     const r = checkAgainstTeam(c, team);
     assert.equal(r.models.policy!.lr, 0.01);
     assert.equal(r.models.policy!.clipHigh, 0.28);
@@ -46,7 +49,10 @@ describe('run config', () => {
       },
     );
     // With separate models an agent may set its own learning rate.
-    const sep = checkAgainstTeam(parseRunConfig({ team: 'math', teamOptions: { models: 'separate' }, optimizer: { agents: { solver: { lr: 0.05 } } } }), mathTeam({ models: 'separate' }));
+    const sep = checkAgainstTeam(
+      parseRunConfig({ team: 'math', teamOptions: { models: 'separate' }, optimizer: { agents: { solver: { lr: 0.05 } } } }),
+      mathTeam({ models: 'separate' }),
+    );
     assert.equal(sep.agents.solver!.lr, 0.05);
   });
 
@@ -63,39 +69,60 @@ describe('run config', () => {
     assert.throws(() => checkAgainstTeam(parseRunConfig({ team: 'math', staleness: { polcy: 1 } }), mathTeam()), /staleness\.polcy: unknown model/);
   });
 
-  it('pools: the team\'s pool (and trainPool) unless the run moves them; sample alone moves both; bad names by path', () => {
+  it("pools: the team's pool (and trainPool) unless the run moves them; sample alone moves both; bad names by path", () => {
     const team = mathTeam();
     const none = parseRunConfig({ team: 'math' });
     assert.deepEqual(poolsOf(none, team, 'policy'), { sample: 'troupe-gpu', train: 'troupe-gpu' });
-    assert.deepEqual(poolsOf(parseRunConfig({ team: 'math', pools: { policy: { train: 'torch' } } }), team, 'policy'), { sample: 'troupe-gpu', train: 'torch' });
+    assert.deepEqual(poolsOf(parseRunConfig({ team: 'math', pools: { policy: { train: 'torch' } } }), team, 'policy'), {
+      sample: 'troupe-gpu',
+      train: 'torch',
+    });
     assert.deepEqual(poolsOf(parseRunConfig({ team: 'math', pools: { policy: { sample: 'torch' } } }), team, 'policy'), { sample: 'torch', train: 'torch' });
     // a team whose model trains elsewhere
     const split = { ...team, models: { policy: { ...team.models.policy!, trainPool: 'trainers' } } };
     assert.deepEqual(poolsOf(none, split, 'policy'), { sample: 'troupe-gpu', train: 'trainers' });
-    assert.deepEqual(poolsOf(parseRunConfig({ team: 'math', pools: { policy: { train: 'torch' } } }), split, 'policy'), { sample: 'troupe-gpu', train: 'torch' });
+    assert.deepEqual(poolsOf(parseRunConfig({ team: 'math', pools: { policy: { train: 'torch' } } }), split, 'policy'), {
+      sample: 'troupe-gpu',
+      train: 'torch',
+    });
     assert.equal(transformer({ tokenizer: team.tokenizer, trainPool: 'torch' }).trainPool, 'torch');
     assert.throws(() => parseRunConfig({ team: 'math', pools: { policy: { train: 'has space' } } }), /pools\.policy\.train: a pool name/);
     assert.throws(() => parseRunConfig({ team: 'math', pools: { policy: { trainer: 'torch' } } }), /pools\.policy\.trainer: unknown field/);
-    assert.throws(() => checkAgainstTeam(parseRunConfig({ team: 'math', pools: { polcy: { train: 'torch' } } }), team), /pools\.polcy: unknown model \(team math has: policy\)/);
+    assert.throws(
+      () => checkAgainstTeam(parseRunConfig({ team: 'math', pools: { polcy: { train: 'torch' } } }), team),
+      /pools\.polcy: unknown model \(team math has: policy\)/,
+    );
   });
 
   it('rejects bad optimizer values by path', () => {
     assert.throws(() => parseRunConfig({ team: 'math', optimizer: { models: { policy: { lr: -1 } } } }), /optimizer\.models\.policy\.lr: must be > 0/);
-    assert.throws(() => parseRunConfig({ team: 'math', optimizer: { all: { estimator: { name: 'ppo' } } } }), /optimizer\.all\.estimator\.name: unknown estimator "ppo"/);
+    assert.throws(
+      () => parseRunConfig({ team: 'math', optimizer: { all: { estimator: { name: 'ppo' } } } }),
+      /optimizer\.all\.estimator\.name: unknown estimator "ppo"/,
+    );
   });
 
   it('bounds a durable step by the 2,000 pending children Temporal allows', () => {
     assert.equal(parseRunConfig({ team: 'math', rollout: 'durable', groupsPerStep: 250, groupSize: 8 }).groupSize, 8);
-    assert.throws(() => parseRunConfig({ team: 'math', rollout: 'durable', groupsPerStep: 251, groupSize: 8 }), /groupSize: durable rollouts .* must be <= 2000, got 2008/);
+    assert.throws(
+      () => parseRunConfig({ team: 'math', rollout: 'durable', groupsPerStep: 251, groupSize: 8 }),
+      /groupSize: durable rollouts .* must be <= 2000, got 2008/,
+    );
     assert.equal(parseRunConfig({ team: 'math', rollout: 'batched', groupsPerStep: 251, groupSize: 8 }).groupsPerStep, 251);
   });
 
   it('bounds what a step may plan, naming the field (a 4096 x 1024 step would wedge the control worker)', () => {
-    assert.throws(() => parseRunConfig({ team: 'math', groupsPerStep: 4096, groupSize: 1024 }), (e: RunConfigError) => {
-      assert.deepEqual(e.issues.map((i) => i.path), ['groupSize']);
-      assert.match(e.message, /groupSize: a step may run at most 16384 episodes: groupsPerStep x groupSize must be <= 16384, got 4096 x 1024 = 4194304/);
-      return true;
-    });
+    assert.throws(
+      () => parseRunConfig({ team: 'math', groupsPerStep: 4096, groupSize: 1024 }),
+      (e: RunConfigError) => {
+        assert.deepEqual(
+          e.issues.map((i) => i.path),
+          ['groupSize'],
+        );
+        assert.match(e.message, /groupSize: a step may run at most 16384 episodes: groupsPerStep x groupSize must be <= 16384, got 4096 x 1024 = 4194304/);
+        return true;
+      },
+    );
     assert.equal(parseRunConfig({ team: 'math', groupsPerStep: 2048, groupSize: 8 }).groupSize, 8, '16,384 exactly is allowed');
     assert.throws(() => parseRunConfig({ team: 'math', groupsPerStep: 2049, groupSize: 8 }), /groupSize: a step may run at most 16384/);
   });

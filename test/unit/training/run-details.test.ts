@@ -3,7 +3,19 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { renderDetails, type DetailsInput } from '../../../workflows/training-run/details';
 
-const base: DetailsInput = { team: 'math', runId: 'r1', step: 0, steps: 10, phase: 'starting', rewards: {}, lastEval: null, initialEval: null, failedEpisodes: 0, pendingChanges: 0, dashboardPage: null };
+const base: DetailsInput = {
+  team: 'math',
+  runId: 'r1',
+  step: 0,
+  steps: 10,
+  phase: 'starting',
+  rewards: {},
+  lastEval: null,
+  initialEval: null,
+  failedEpisodes: 0,
+  pendingChanges: 0,
+  dashboardPage: null,
+};
 
 test('a run with nothing to list is its heading alone', () => {
   assert.equal(renderDetails(base), '**math** run `r1`: step 0/10 (starting)');
@@ -37,11 +49,17 @@ test('rewards, evals, failures, pending changes and the dashboard link, one list
 });
 
 test('changes accepted while not running apply at the current step', () => {
-  assert.equal(renderDetails({ ...base, step: 3, phase: 'paused', pendingChanges: 2 }), '**math** run `r1`: step 3/10 (paused)\n\n- optimizer changes pending: 2 (apply at step 3)');
+  assert.equal(
+    renderDetails({ ...base, step: 3, phase: 'paused', pendingChanges: 2 }),
+    '**math** run `r1`: step 3/10 (paused)\n\n- optimizer changes pending: 2 (apply at step 3)',
+  );
 });
 
 test('an asynchronous run lists its staleness, the rollouts started ahead and each model off-policy metrics', () => {
-  const offPolicy = { policy: { staleness: 1, 'isWeight.mean': 0.98765, 'isWeight.max': 1.5, 'isWeight.truncated': 0.0625, behaviourKl: 0.000123, clipFraction: 0.125 }, judge: { loss: 1 } };
+  const offPolicy = {
+    policy: { staleness: 1, 'isWeight.mean': 0.98765, 'isWeight.max': 1.5, 'isWeight.truncated': 0.0625, behaviourKl: 0.000123, clipFraction: 0.125 },
+    judge: { loss: 1 },
+  };
   const d = renderDetails({ ...base, step: 5, phase: 'running', staleness: { lags: { policy: 1, judge: 0 }, ahead: [5, 6], offPolicy } });
   assert.equal(
     d,
@@ -52,5 +70,8 @@ test('an asynchronous run lists its staleness, the rollouts started ahead and ea
       '- policy off-policy: staleness 1.00, IS weight mean 0.988 max 1.500 truncated 0.063, KL(behaviour‖current) 1.23e-4, clip fraction 0.125',
     ].join('\n'),
   );
-  assert.match(renderDetails({ ...base, staleness: { lags: { policy: 2 }, ahead: [], offPolicy: {} } }), /- staleness policy k=2; rollouts started ahead: none$/);
+  assert.match(
+    renderDetails({ ...base, staleness: { lags: { policy: 2 }, ahead: [], offPolicy: {} } }),
+    /- staleness policy k=2; rollouts started ahead: none$/,
+  );
 });

@@ -2,12 +2,42 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { StepBatch, UpdateSequence } from '../../../activities/training/batch';
-import { REDUCED_LR, agentRows, agentsOfModel, needsReference, scoreRequest, skipReason, updateMetrics, updateRequest, updateRows, updateSamples } from '../../../activities/training/update-step';
+import {
+  REDUCED_LR,
+  agentRows,
+  agentsOfModel,
+  needsReference,
+  scoreRequest,
+  skipReason,
+  updateMetrics,
+  updateRequest,
+  updateRows,
+  updateSamples,
+} from '../../../activities/training/update-step';
 import type { UpdateMetrics } from '../../../engines/protocol/types';
 import { resolveSettings } from '../../../schema/optimizer';
 
-const seq = (agent: string, weights: number[]): UpdateSequence => ({ agent, version: 2, context: [1, 2], tokens: [7, 8], mask: [1, 0], advantages: [0.5, 0], oldLogprobs: [-1, -2], weights });
-const diag = (agentId: string, mean: number) => ({ agentId, samples: 2, trainedSamples: 2, advantage: { mean, std: 1, min: -1, max: 1 }, groups: 1, zeroAdvantageGroupFraction: 0.5, clipFraction: null, approxKl: null, entropy: null });
+const seq = (agent: string, weights: number[]): UpdateSequence => ({
+  agent,
+  version: 2,
+  context: [1, 2],
+  tokens: [7, 8],
+  mask: [1, 0],
+  advantages: [0.5, 0],
+  oldLogprobs: [-1, -2],
+  weights,
+});
+const diag = (agentId: string, mean: number) => ({
+  agentId,
+  samples: 2,
+  trainedSamples: 2,
+  advantage: { mean, std: 1, min: -1, max: 1 },
+  groups: 1,
+  zeroAdvantageGroupFraction: 0.5,
+  clipFraction: null,
+  approxKl: null,
+  entropy: null,
+});
 
 describe('skipReason', () => {
   it('skips a model whose sequences give no token a weight, also when it has none', () => {
@@ -26,22 +56,59 @@ describe('the Score and Update requests', () => {
     assert.equal(needsReference(resolveSettings({ kl: { coef: 0.1 } }, {})), false, 'type none (the default)');
   });
 
-  it('asks the engine to score the sequences\' context and tokens', () => {
-    assert.deepEqual(scoreRequest('r/policy', 0, [seq('solver', [1, 0])]), { modelKey: 'r/policy', version: 0, sequences: [{ context: [1, 2], tokens: [7, 8] }] });
+  it("asks the engine to score the sequences' context and tokens", () => {
+    assert.deepEqual(scoreRequest('r/policy', 0, [seq('solver', [1, 0])]), {
+      modelKey: 'r/policy',
+      version: 0,
+      sequences: [{ context: [1, 2], tokens: [7, 8] }],
+    });
   });
 
-  it('sends the sequences as samples, with each one\'s reference log-probs when scored', () => {
+  it("sends the sequences as samples, with each one's reference log-probs when scored", () => {
     const q = [seq('solver', [0.5, 0]), seq('verifier', [0.25, 0])];
     const plain = { context: [1, 2], tokens: [7, 8], lossMask: [1, 0], advantages: [0.5, 0], oldLogprobs: [-1, -2] };
-    assert.deepEqual(updateSamples(q), [{ ...plain, lossWeights: [0.5, 0] }, { ...plain, lossWeights: [0.25, 0] }]);
-    assert.deepEqual(updateSamples(q, [[-3, -4], [-5, -6]]).map((s) => s.refLogprobs), [[-3, -4], [-5, -6]]);
+    assert.deepEqual(updateSamples(q), [
+      { ...plain, lossWeights: [0.5, 0] },
+      { ...plain, lossWeights: [0.25, 0] },
+    ]);
+    assert.deepEqual(
+      updateSamples(q, [
+        [-3, -4],
+        [-5, -6],
+      ]).map((s) => s.refLogprobs),
+      [
+        [-3, -4],
+        [-5, -6],
+      ],
+    );
   });
 
-  it('names run, model, step and attempt in the request id, with the settings in the engine\'s terms', () => {
+  it("names run, model, step and attempt in the request id, with the settings in the engine's terms", () => {
     const samples = updateSamples([seq('solver', [1, 0])]);
-    const engine = { lr: 0.5, beta1: 0.8, beta2: 0.9, eps: 1e-8, weightDecay: 0.01, maxGradNorm: 0, clipEpsLow: 0.2, clipEpsHigh: 0.2, dualClipC: 3, klCoef: 0.1, klType: 'k1', entropyCoef: 0, innerSteps: 1 };
+    const engine = {
+      lr: 0.5,
+      beta1: 0.8,
+      beta2: 0.9,
+      eps: 1e-8,
+      weightDecay: 0.01,
+      maxGradNorm: 0,
+      clipEpsLow: 0.2,
+      clipEpsHigh: 0.2,
+      dualClipC: 3,
+      klCoef: 0.1,
+      klType: 'k1',
+      entropyCoef: 0,
+      innerSteps: 1,
+    };
     const at = { runId: 'r', model: 'policy', step: 4, baseVersion: 3 };
-    assert.deepEqual(updateRequest(at, samples, settings), { modelKey: 'r/policy', baseVersion: 3, requestId: 'r/policy/step4', allowStaleBase: true, samples, settings: engine });
+    assert.deepEqual(updateRequest(at, samples, settings), {
+      modelKey: 'r/policy',
+      baseVersion: 3,
+      requestId: 'r/policy/step4',
+      allowStaleBase: true,
+      samples,
+      settings: engine,
+    });
     const retry = updateRequest(at, samples, settings, REDUCED_LR);
     assert.equal(retry.requestId, 'r/policy/step4/lr0.1');
     assert.equal(retry.settings!.lr, 0.05);
@@ -53,12 +120,35 @@ describe('the Score and Update requests', () => {
 });
 
 describe('the metrics of an update', () => {
-  const engineMetrics: UpdateMetrics = { loss: 1, pgLoss: 0.75, klLoss: 0.25, entropySum: 9, gradNorm: 2, clipFraction: 0.125, dualClipFraction: 0, approxKl: 0.01, entropy: 1.5 };
+  const engineMetrics: UpdateMetrics = {
+    loss: 1,
+    pgLoss: 0.75,
+    klLoss: 0.25,
+    entropySum: 9,
+    gradNorm: 2,
+    clipFraction: 0.125,
+    dualClipFraction: 0,
+    approxKl: 0.01,
+    entropy: 1.5,
+  };
   const res = { metrics: engineMetrics, tokens: 12, samples: 4, durationMs: 30, logprobGap: { mean: 0.001, max: 0.002 } };
   const off = { staleness: 1, 'isWeight.mean': 0.9, 'isWeight.max': 1.2, 'isWeight.truncated': 0, behaviourKl: 0.003 };
 
-  it('keeps the engine\'s loss terms, sizes, time and logprob gap, and the off-policy correction when there is one', () => {
-    const base = { loss: 1, pgLoss: 0.75, klLoss: 0.25, gradNorm: 2, clipFraction: 0.125, approxKl: 0.01, entropy: 1.5, tokens: 12, samples: 4, updateMs: 30, logprobGapMean: 0.001, logprobGapMax: 0.002 };
+  it("keeps the engine's loss terms, sizes, time and logprob gap, and the off-policy correction when there is one", () => {
+    const base = {
+      loss: 1,
+      pgLoss: 0.75,
+      klLoss: 0.25,
+      gradNorm: 2,
+      clipFraction: 0.125,
+      approxKl: 0.01,
+      entropy: 1.5,
+      tokens: 12,
+      samples: 4,
+      updateMs: 30,
+      logprobGapMean: 0.001,
+      logprobGapMax: 0.002,
+    };
     assert.deepEqual(updateMetrics(res), base);
     assert.deepEqual(updateMetrics(res, off), { ...base, ...off });
   });
@@ -74,7 +164,7 @@ describe('the metrics of an update', () => {
     entropy: {},
   } as unknown as StepBatch;
 
-  it('finds the model\'s roles in team order: trained ones, and all that acted', () => {
+  it("finds the model's roles in team order: trained ones, and all that acted", () => {
     assert.deepEqual(agentsOfModel(team, 'policy', batch), { trained: ['solver'], acted: ['verifier', 'solver'] });
     assert.deepEqual(agentsOfModel(team, 'judge', batch), { trained: ['critic'], acted: ['critic'] });
   });
@@ -93,7 +183,14 @@ describe('the metrics of an update', () => {
 
   it('writes the update per model, the rollout per team, and per trained agent its advantages, scores, loss terms, entropy and correction', () => {
     const metrics = updateMetrics(res, off);
-    const rows = updateRows('policy', metrics, { seconds: 7, episodes: 8, failed: 1 }, batch, { trained: ['solver'], acted: ['verifier', 'solver'] }, { solver: off });
+    const rows = updateRows(
+      'policy',
+      metrics,
+      { seconds: 7, episodes: 8, failed: 1 },
+      batch,
+      { trained: ['solver'], acted: ['verifier', 'solver'] },
+      { solver: off },
+    );
     const t = (scope: string, name: string, value: number) => ({ kind: 'train', scope, name, value });
     assert.deepEqual(rows, [
       ...Object.entries(metrics).map(([name, value]) => ({ kind: 'update', scope: 'policy', name, value })),
