@@ -39,7 +39,7 @@ new RuleTester({ languageOptions: { parser: tseslint.parser } }).run('troupe/lay
     {
       filename: at('infra/test.js'),
       code: "const { resolveTestDatabaseServer } = require('../test/helpers/database.ts');",
-      errors: [upward('infra/test.js', 'infra', 'testing/database.ts', 'test')],
+      errors: [upward('infra/test.js', 'infra', 'test/helpers/database.ts', 'test')],
     },
     {
       filename: at('engines/protocol/client.ts'),

@@ -16,7 +16,7 @@ const root = path.join(__dirname, '..', '..', '..');
 function documentedIds(markdown: string): string[] {
   const section = markdown.split(/^## /m).find((s) => s.startsWith('Workflow patches\n'));
   assert.ok(section, 'docs/contributing.md has a "## Workflow patches" section');
-  return [...section.matchAll(/^\| `([^`]+)` \|/gm)].map((m) => m[1]!);
+  return [...section.matchAll(/^\| `([^`]+)` +\|/gm)].map((m) => m[1]!);
 }
 
 function workflowSources(dir: string): string[] {
