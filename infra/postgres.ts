@@ -276,7 +276,7 @@ async function ensureDatabaseExists(adminUrl: string, name: string): Promise<voi
     const rows = await sql`select 1 from pg_database where datname = ${name}`;
     if (rows.length === 0) {
       await sql.unsafe(`create database "${name.replace(/"/g, '""')}"`).catch((err: { code?: string }) => {
-        if (err.code !== '42P04') throw err; // created concurrently
+        if (err.code !== '42P04' && err.code !== '23505') throw err; // created concurrently (duplicate_database, or the catalog's unique index)
       });
     }
   } catch (err) {
