@@ -137,7 +137,8 @@ describe('dashboard pages', { skip }, () => {
     const handle = await h.env.client.workflow.start('trainingRun', {
       taskQueue: h.taskQueue,
       workflowId: live,
-      args: [{ ...RUN, steps: 30, evalEvery: 0 }],
+      // Far more steps than the test waits for, so the run is still live at the pause; the stop signal ends it.
+      args: [{ ...RUN, steps: 100_000, evalEvery: 0 }],
     });
     const until = async (what: string, f: () => Promise<boolean>) => {
       const deadline = Date.now() + 120_000;
