@@ -80,7 +80,7 @@ export function createTrainingControlActivities({ sql }: { sql: Sql }) {
       ) {
         throw ApplicationFailure.nonRetryable(`run ${input.runId} was just created by another start; pick a new run id`, 'RunExists');
       }
-      const point = await resumePoint(sql, input.runId, input.models);
+      const point = await resumePoint(sql, input.runId, input.models, input.config.optimizer);
       await recordExecution(sql, { runId: input.runId, workflowId: input.workflowId, executionId: input.executionId, startStep: point.startStep });
       await setRunStatus(sql, input.runId, 'running');
       if (existing)

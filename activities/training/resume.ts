@@ -8,10 +8,12 @@
  * Evals are part of the point: an eval counts only once recordEval has summed
  * it after its whole rollout (its `episodes` metric); one interrupted before
  * that is redone (its stored episodes are kept, the rest are run). The
- * optimizer is the last one a setOptimizer change made effective.
+ * optimizer is the last one a setOptimizer change made effective, with the
+ * changes accepted after it folded in: a caller was told those succeeded, so a
+ * terminate before the step that would have applied them must not lose them.
  */
 import type { Sql } from '../../infra/db';
-import type { OptimizerConfig } from '../../schema/optimizer';
+import { applyOptimizerChange, type OptimizerChange, type OptimizerConfig } from '../../schema/optimizer';
 
 export interface ResumePoint {
   startStep: number;
@@ -24,7 +26,8 @@ export interface ResumePoint {
   optimizer: OptimizerConfig | null;
 }
 
-export async function resumePoint(sql: Sql, runId: string, models: readonly string[]): Promise<ResumePoint> {
+/** `configured`: the run config's optimizer, the base of changes accepted before any took effect. */
+export async function resumePoint(sql: Sql, runId: string, models: readonly string[], configured?: OptimizerConfig): Promise<ResumePoint> {
   const committed = await sql`SELECT model, max(step) AS step FROM versions WHERE run_id = ${runId} GROUP BY model`;
   const skipped = await sql`SELECT detail->>'model' AS model, max(step) AS step FROM run_events WHERE run_id = ${runId} AND kind = 'update-skipped' GROUP BY 1`;
   const handled = new Map<string, number>();
@@ -33,9 +36,25 @@ export async function resumePoint(sql: Sql, runId: string, models: readonly stri
   const startStep = fresh ? 0 : Math.min(...models.map((m) => (handled.get(m) ?? -1) + 1));
   const versions = await versionsBefore(sql, runId, models, startStep);
   const evals = await sql`SELECT step FROM metrics WHERE run_id = ${runId} AND kind = 'eval' AND scope = 'team' AND name = 'episodes' ORDER BY step`;
+  return { startStep, versions, fresh, evals: evals.map((r) => r.step as number), optimizer: await effectiveOptimizer(sql, runId, configured) };
+}
+
+/**
+ * The last optimizer a step applied, then each change accepted later, in order. A step
+ * applies every change accepted before it starts, so an accepted change is still pending
+ * iff no step at or after its effective step applied changes.
+ */
+async function effectiveOptimizer(sql: Sql, runId: string, configured: OptimizerConfig | undefined): Promise<OptimizerConfig | null> {
   const [changed] =
-    await sql`SELECT detail->'optimizer' AS optimizer FROM run_events WHERE run_id = ${runId} AND kind = 'optimizer-changed' ORDER BY id DESC LIMIT 1`;
-  return { startStep, versions, fresh, evals: evals.map((r) => r.step as number), optimizer: (changed?.optimizer as OptimizerConfig | undefined) ?? null };
+    await sql`SELECT step, detail->'optimizer' AS optimizer FROM run_events WHERE run_id = ${runId} AND kind = 'optimizer-changed' ORDER BY id DESC LIMIT 1`;
+  const applied = (changed?.optimizer as OptimizerConfig | undefined) ?? null;
+  const pending = await sql`
+    SELECT detail->'change' AS change FROM run_events
+    WHERE run_id = ${runId} AND kind = 'optimizer-change-accepted' AND (detail->>'effectiveStep')::int > ${(changed?.step as number | undefined) ?? -1}
+    ORDER BY id`;
+  const base = applied ?? configured;
+  if (pending.length === 0 || base === undefined) return applied;
+  return pending.map((r) => r.change as OptimizerChange).reduce(applyOptimizerChange, base);
 }
 
 /** Each model's serving version at a step: its newest version committed before it (0 when none). */

@@ -83,4 +83,28 @@ describe('startRun and the resume point', () => {
     assert.deepEqual(after.executions, ['exec-1', 'exec-7']);
     assert.equal(after.events.at(-1), 'resumed');
   });
+
+  it('folds in the changes accepted after the last step that applied changes (terminated before theirs), and only those', async () => {
+    await db.sql`UPDATE runs SET status = 'terminated' WHERE run_id = 'math-x'`;
+    // Accepted during step 1, applied at step 2 (the optimizer-changed event above): already in the optimizer.
+    // Accepted during step 2, effective at step 3: the run was terminated before step 3 applied it.
+    await db.sql`INSERT INTO run_events (run_id, step, kind, detail) VALUES
+      ('math-x', 1, 'optimizer-change-accepted', ${db.sql.json({ change: { models: { policy: { lr: 0.05 } } }, effectiveStep: 2 })}),
+      ('math-x', 2, 'optimizer-change-accepted', ${db.sql.json({ change: { all: { lr: 0.2 } }, effectiveStep: 3 })}),
+      ('math-x', 2, 'optimizer-change-accepted', ${db.sql.json({ change: { agents: { solver: { clipLow: 0.1 } } }, effectiveStep: 3 })})`;
+    const point = await start('exec-8', {}, true);
+    assert.deepEqual(point.optimizer, { all: { lr: 0.2 }, models: { policy: { lr: 0.05 } }, agents: { solver: { clipLow: 0.1 } } });
+  });
+
+  it("folds changes accepted before any step applied one into the run config's optimizer", async () => {
+    const runId = 'math-y';
+    const cfg = parseRunConfig({ team: 'math', runId, steps: 4, optimizer: { all: { lr: 0.01 } } });
+    const startY = (executionId: string, resume = false) =>
+      control.startRun({ runId, config: cfg, workflowId: runId, executionId, models: ['policy'], ...(resume ? { resume } : {}) });
+    assert.equal((await startY('exec-1')).optimizer, null);
+    await db.sql`INSERT INTO run_events (run_id, step, kind, detail) VALUES
+      (${runId}, 0, 'optimizer-change-accepted', ${db.sql.json({ change: { models: { policy: { lr: 0.03 } } }, effectiveStep: 1 })})`;
+    await db.sql`UPDATE runs SET status = 'terminated' WHERE run_id = ${runId}`;
+    assert.deepEqual((await startY('exec-2', true)).optimizer, { all: { lr: 0.01 }, models: { policy: { lr: 0.03 } }, agents: {} });
+  });
 });
