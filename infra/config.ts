@@ -163,6 +163,7 @@ const schema = z.object({
   TROUPE_POOL_TASK_QUEUE: stringWithDefault(DEFAULT_POOL),
   TROUPE_DEVICE: device,
   TROUPE_ENGINE_HANG_S: seconds(20),
+  TROUPE_BLOCKED_LOOP_S: seconds(60),
   TROUPE_TEMPORAL_PORT: port(7233),
   TROUPE_TEMPORAL_UI_PORT: port(8233),
   TROUPE_POSTGRES_PORT: port(54329),
@@ -231,6 +232,8 @@ export interface TroupeConfig {
   device: string;
   /** A spawned engine without progress for this long is killed and restarted (TROUPE_ENGINE_HANG_S). */
   engineHangS: number;
+  /** A worker whose event loop has not run for this long kills itself, to be restarted (TROUPE_BLOCKED_LOOP_S). */
+  blockedLoopS: number;
   /** gRPC port of the dev server `up` starts (TROUPE_TEMPORAL_PORT). */
   temporalPort: number;
   /** Web UI port of the dev server (TROUPE_TEMPORAL_UI_PORT). */
@@ -305,6 +308,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): TroupeConfig {
     poolTaskQueue: e.TROUPE_POOL_TASK_QUEUE,
     device: e.TROUPE_DEVICE,
     engineHangS: e.TROUPE_ENGINE_HANG_S,
+    blockedLoopS: e.TROUPE_BLOCKED_LOOP_S,
     temporalPort: e.TROUPE_TEMPORAL_PORT,
     temporalUiPort: e.TROUPE_TEMPORAL_UI_PORT,
     postgresPort: e.TROUPE_POSTGRES_PORT,

@@ -27,6 +27,7 @@ import { loadTeamCode, workerIdentity } from './team-code';
 import { untilAvailable } from '../infra/backoff';
 import { connectTemporalWorker } from '../infra/temporal';
 import { TroupeError, isTroupeError } from '../infra/errors';
+import { watchBlockedLoop } from '../infra/event-loop';
 import { assertNamespaceReady } from '../infra/namespace';
 
 export interface PoolWorkerOptions {
@@ -232,6 +233,7 @@ export async function runPoolWorkerProcess(
     });
   }
   const config = loadConfig();
+  const watchdog = watchBlockedLoop({ limitMs: config.blockedLoopS * 1000, what: 'troupe pool worker' });
   pool = await createPoolWorker({
     ...opts,
     taskQueue: opts.taskQueue ?? config.poolTaskQueue,
@@ -243,6 +245,7 @@ export async function runPoolWorkerProcess(
   opts.onReady?.(pool);
   await pool.run();
   await sql.end({ timeout: 2 });
+  await watchdog.stop();
 }
 
 if (require.main === module) {

@@ -3,10 +3,11 @@
 // (Temporal, PostgreSQL, its engine) instead of exiting, exits 1 on what waiting cannot fix
 // (a bad setting, a namespace that is not ready) and 0 after SIGTERM once in-flight tasks are
 // done. `--health-port` serves GET /healthz: 200 once the worker polls (a pool worker: and its
-// engine is up), else 503.
+// engine is up) and its event loop runs on time, else 503.
 import { loadConfig, temporalAddressOf } from '../../infra/config';
 import { runControlWorkerProcess } from '../../processes/control-worker';
 import { TroupeError } from '../../infra/errors';
+import { eventLoopLag } from '../../infra/event-loop';
 import { serveHealth, type Readiness } from '../../infra/health';
 import { embeddedPostgresStatus, embeddedPostgresUrl } from '../../infra/postgres';
 import { runPoolWorkerProcess } from '../../processes/pool-worker';
@@ -23,7 +24,8 @@ export default defineCommand({
     '(default: the embedded PostgreSQL of `troupe up`, when it is running).',
     'Temporal and the namespace come from TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE. Run one pool worker',
     'per GPU; several on one queue share its work. Logs go to stdout/stderr.',
-    'Readiness: with --health-port P, GET http://<host>:P/healthz is 200 when ready, 503 before.',
+    'Readiness: with --health-port P, GET http://<host>:P/healthz is 200 when ready, 503 before (and while',
+    'its event loop lags by more than half of TROUPE_BLOCKED_LOOP_S; at the whole of it the worker exits).',
   ].join('\n'),
   positionals: true,
   options: {
@@ -60,7 +62,17 @@ export default defineCommand({
     }
     // Until the worker exists, the endpoint says what it is waiting for.
     let readiness: () => Readiness = () => ({ ready: false, kind, state: 'starting' });
-    const health = port === undefined ? undefined : await serveHealth({ port }, () => readiness());
+    // A loop that runs late (user code hogging it) is not ready; one that stops runs into the worker's watchdog.
+    const lag = eventLoopLag();
+    const lagLimitMs = (config.blockedLoopS * 1000) / 2;
+    const health =
+      port === undefined
+        ? undefined
+        : await serveHealth({ port }, () => {
+            const r = readiness();
+            const l = lag();
+            return { ...r, ...l, ready: r.ready && l.eventLoopLagMs < lagLimitMs };
+          });
     try {
       const common = { temporalAddress: temporalAddressOf(config), namespace: config.namespace, taskQueue: values.queue };
       if (kind === 'control') {

@@ -82,6 +82,7 @@ it('two `troupe worker pool` processes on one queue share a run; /healthz answer
   for (const [i, p] of ports.entries()) {
     const ready = await untilHealth(p, 200, workers[i]!);
     assert.deepEqual([ready.body.ready, ready.body.taskQueue, ready.body.engine], [true, queue, 'up']);
+    assert.ok((ready.body.eventLoopLagMs as number) >= 0 && (ready.body.eventLoopLagMs as number) < 30_000, JSON.stringify(ready.body));
   }
 
   const taskQueue = uniqueTaskQueue('troupe');
