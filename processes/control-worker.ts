@@ -15,7 +15,7 @@ import { payloadDataConverter } from '../infra/codec';
 import { loadConfig, redactUrl, temporalAddressOf, type PayloadKeysConfig } from '../infra/config';
 import { connect, type Sql } from '../infra/db';
 import { formatError, isTroupeError } from '../infra/errors';
-import { watchBlockedLoop } from '../infra/event-loop';
+import { watchProcess } from '../infra/watchdog';
 import { assertNamespaceReady } from '../infra/namespace';
 import { ensureDatabase } from '../infra/postgres';
 import { connectTemporalWorker } from '../infra/temporal';
@@ -87,7 +87,7 @@ export async function runControlWorkerProcess(opts: {
   const address = opts.temporalAddress ?? temporalAddressOf(config);
   const namespace = opts.namespace ?? config.namespace;
   const taskQueue = opts.taskQueue ?? config.taskQueue;
-  const watchdog = watchBlockedLoop({ limitMs: config.blockedLoopS * 1000, what: 'troupe control worker' });
+  const watchdog = watchProcess({ what: 'troupe control worker', blockedLoopMs: config.blockedLoopS * 1000 });
 
   // PostgreSQL and Temporal may be down or still starting: wait for each (capped backoff)
   // instead of exiting, so the worker comes up by itself once they do.

@@ -6,8 +6,9 @@
 import { parseArgs } from 'node:util';
 import * as grpc from '@grpc/grpc-js';
 import { Engine } from '../engines/onnx/engine';
-import { defaultMemoryPolicy, parseDevice, resolveDevice } from '../engines/onnx/device';
+import { defaultMemoryPolicy, freeMemoryBytes, parseDevice, resolveDevice } from '../engines/onnx/device';
 import { PortInUseError, startEngineServer } from '../engines/onnx/server';
+import { watchProcess } from '../infra/watchdog';
 
 const HELP = `troupe engine: serves Generate / Score / Update for model versions over gRPC.
 
@@ -28,6 +29,11 @@ usage: node --import tsx processes/onnx-engine.ts [options]
                       activations; larger specs are refused naming the field (default: env
                       TROUPE_ENGINE_MEMORY_BYTES, else the host's MemAvailable at start-up plus
                       what the engine holds; on CUDA give the GPU's memory)
+  --rss-limit-bytes N the engine exits (one "memory-exceeded" JSON line on stderr) when its
+                      resident memory passes N, before the host runs out: its supervisor
+                      restarts it and the call in flight fails as retryable (default: env
+                      TROUPE_ENGINE_RSS_LIMIT_BYTES, else 90% of what the host can give at
+                      start-up: MemAvailable plus what the engine holds)
   --micro-batch-bytes N  activations one update micro-batch may hold (default 268435456;
                       keep it equal across a pool so retried updates give the same bits)
   --exit-with-stdin   exit when stdin closes (used by a supervising parent so the
@@ -64,6 +70,7 @@ async function main(): Promise<void> {
         'batch-shape': { type: 'string' },
         'memory-bytes': { type: 'string' },
         'micro-batch-bytes': { type: 'string' },
+        'rss-limit-bytes': { type: 'string' },
         'exit-with-stdin': { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
       },
@@ -102,6 +109,21 @@ async function main(): Promise<void> {
     ),
     microBatchBytes: intFlag('micro-batch-bytes', values['micro-batch-bytes'], defaults.microBatchBytes, 1),
   };
+
+  // ONNX Runtime allocates synchronously on this thread: only a thread beside it can stop a run that outgrows the host.
+  const rssLimitBytes = intFlag(
+    values['rss-limit-bytes'] === undefined && process.env.TROUPE_ENGINE_RSS_LIMIT_BYTES
+      ? 'rss-limit-bytes (from TROUPE_ENGINE_RSS_LIMIT_BYTES)'
+      : 'rss-limit-bytes',
+    values['rss-limit-bytes'] ?? process.env.TROUPE_ENGINE_RSS_LIMIT_BYTES,
+    Math.floor(0.9 * freeMemoryBytes()),
+    1,
+  );
+  watchProcess({
+    what: 'engine',
+    rssLimitBytes,
+    rssHint: 'a smaller model, --max-batch or --micro-batch-bytes; --rss-limit-bytes / TROUPE_ENGINE_RSS_LIMIT_BYTES raises the limit',
+  });
 
   const log = (event: Record<string, unknown>) => process.stderr.write(`${JSON.stringify({ ts: new Date().toISOString(), ...event })}\n`);
 

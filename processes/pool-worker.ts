@@ -27,7 +27,7 @@ import { loadTeamCode, workerIdentity } from './team-code';
 import { untilAvailable } from '../infra/backoff';
 import { connectTemporalWorker } from '../infra/temporal';
 import { TroupeError, isTroupeError } from '../infra/errors';
-import { watchBlockedLoop } from '../infra/event-loop';
+import { watchProcess } from '../infra/watchdog';
 import { assertNamespaceReady } from '../infra/namespace';
 
 export interface PoolWorkerOptions {
@@ -233,7 +233,7 @@ export async function runPoolWorkerProcess(
     });
   }
   const config = loadConfig();
-  const watchdog = watchBlockedLoop({ limitMs: config.blockedLoopS * 1000, what: 'troupe pool worker' });
+  const watchdog = watchProcess({ what: 'troupe pool worker', blockedLoopMs: config.blockedLoopS * 1000 });
   pool = await createPoolWorker({
     ...opts,
     taskQueue: opts.taskQueue ?? config.poolTaskQueue,

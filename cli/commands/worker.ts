@@ -7,7 +7,7 @@
 import { loadConfig, temporalAddressOf } from '../../infra/config';
 import { runControlWorkerProcess } from '../../processes/control-worker';
 import { TroupeError } from '../../infra/errors';
-import { eventLoopLag } from '../../infra/event-loop';
+import { eventLoopLag } from '../../infra/watchdog';
 import { serveHealth, type Readiness } from '../../infra/health';
 import { embeddedPostgresStatus, embeddedPostgresUrl } from '../../infra/postgres';
 import { runPoolWorkerProcess } from '../../processes/pool-worker';

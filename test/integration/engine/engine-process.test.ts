@@ -88,6 +88,25 @@ test('--help, a taken port and an unusable cuda device give one clear line and e
   });
 });
 
+test('an engine over its --rss-limit-bytes exits at once with one memory-exceeded line, before it takes the host', async () => {
+  // 64 MiB: below what a started engine holds, so the watchdog fires as it starts.
+  await assert.rejects(engineCmd(['--device', 'cpu', '--port', '0', '--rss-limit-bytes', String(64 * 2 ** 20)]), (e: { signal: string; stderr: string }) => {
+    assert.equal(e.signal, 'SIGKILL', e.stderr);
+    const line = JSON.parse(e.stderr.split('\n').find((l) => l.includes('"event":"memory-exceeded"')) ?? 'null') as { limitBytes: number; message: string };
+    assert.equal(line.limitBytes, 64 * 2 ** 20);
+    assert.match(
+      line.message,
+      /^engine: resident memory \d+ MiB is over the limit of 64 MiB; .*--rss-limit-bytes \/ TROUPE_ENGINE_RSS_LIMIT_BYTES raises the limit\)$/,
+    );
+    return true;
+  });
+  await assert.rejects(engineCmd(['--rss-limit-bytes', 'lots']), (e: { code: number; stderr: string }) => {
+    assert.equal(e.code, 1);
+    assert.match(e.stderr, /--rss-limit-bytes must be an integer >= 1, got "lots"/);
+    return true;
+  });
+});
+
 test('bad requests map to gRPC codes and typed errors; the engine keeps serving, versions unchanged', async () => {
   const spec = { vocabSize: 8, contextWindow: 4, embedDim: 4, hiddenDim: 16 };
   const v0 = await client.initModel({ modelKey: 'g', spec, seed: 5 });
