@@ -96,12 +96,22 @@ export class InfrastructureFailure extends Error {
   }
 }
 
+/**
+ * What the runtime raises from `EpisodeIO` against the team's own code (an episode over its
+ * CPU limit): the episode fails with this message, even if the episode function caught it.
+ */
+export class EpisodeFault extends Error {
+  override readonly name = 'EpisodeFault';
+}
+
 export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: EpisodeIO): Promise<Trajectory> {
   let infrastructure: InfrastructureFailure | undefined;
+  let fault: EpisodeFault | undefined;
   async function guarded<T>(call: () => Promise<T>): Promise<T> {
     try {
       return await call();
     } catch (e) {
+      if (e instanceof EpisodeFault) throw (fault ??= e);
       const failure = new InfrastructureFailure(e);
       infrastructure ??= failure;
       throw failure;
@@ -276,5 +286,6 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: Ep
   }
   // An attempt that met an infrastructure failure is no trajectory, whatever the episode function did with it.
   if (infrastructure) throw infrastructure.cause;
+  if (fault) return { episodeId: input.episodeId, status: 'failed', error: `episode: ${fault.message}`, turns };
   return trajectory;
 }

@@ -48,7 +48,11 @@ export interface TeamDefinition<TTask, TOutcome, Roles extends string> {
   agents: Record<Roles, AgentSpec>;
   tasks: TaskSource<TTask>;
   toolSyntax?: ToolSyntax;
-  limits?: { maxTurns?: number };
+  /**
+   * maxTurns: turns per episode. cpuMs: how long an episode's own code may run in all (batched
+   * mode, default 30 s); code that runs that long without awaiting a turn or tool is stopped.
+   */
+  limits?: { maxTurns?: number; cpuMs?: number };
   /** Plain async code: who talks to whom. Must be workflow-safe (no I/O, no Math.random). */
   episode(ctx: { task: TTask; agents: Record<Roles, AgentHandle> }): Promise<TOutcome>;
   rewards: Record<Roles, RewardFn<TTask, TOutcome>>;
@@ -57,7 +61,7 @@ export interface TeamDefinition<TTask, TOutcome, Roles extends string> {
 }
 
 export interface Team<TTask = any, TOutcome = any, Roles extends string = string> extends TeamDefinition<TTask, TOutcome, Roles> {
-  readonly limits: { maxTurns: number };
+  readonly limits: { maxTurns: number; cpuMs: number };
   readonly roles: readonly Roles[];
 }
 
@@ -78,6 +82,9 @@ export class TeamDefinitionError extends FieldError {
     return this.issues.map((i) => `${i.path}: ${i.message}`);
   }
 }
+
+/** Batched episodes: the CPU time an episode's own code may use by default. */
+export const DEFAULT_EPISODE_CPU_MS = 30_000;
 
 const positiveInt = (v: unknown) => typeof v === 'number' && Number.isInteger(v) && v > 0;
 
@@ -153,11 +160,13 @@ export function defineTeam<TTask, TOutcome, Roles extends string>(def: TeamDefin
   }
   const maxTurns = def.limits?.maxTurns ?? roles.reduce((n, r) => n + (def.agents[r]?.maxTurns ?? 0), 0);
   if (!positiveInt(maxTurns)) bad('limits.maxTurns', `must be a positive integer, got ${maxTurns}`);
+  const cpuMs = def.limits?.cpuMs ?? DEFAULT_EPISODE_CPU_MS;
+  if (!positiveInt(cpuMs)) bad('limits.cpuMs', `must be a positive integer (milliseconds), got ${JSON.stringify(cpuMs)}`);
   if (def.chatTemplate !== undefined && typeof def.chatTemplate?.open !== 'function')
     bad('chatTemplate', 'must be chatTemplate(...) (agents/chat-template.ts)');
   if (typeof def.episode !== 'function') bad('episode', 'must be an async function');
   if (typeof def.success !== 'function') bad('success', 'must be a function');
   if (!def.tasks || (def.tasks.kind !== 'generated' && def.tasks.kind !== 'jsonl')) bad('tasks', 'must be generatedTasks(...) or jsonlTasks(...)');
   if (issues.length > 0) throw new TeamDefinitionError(String(name), issues);
-  return { ...def, limits: { maxTurns }, roles };
+  return { ...def, limits: { maxTurns, cpuMs }, roles };
 }

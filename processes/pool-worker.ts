@@ -12,17 +12,19 @@
  * In-process (tests, `troupe up`): `const pool = await createPoolWorker({...});
  * await pool.worker.runUntil(promise)` or `pool.run()` / `pool.shutdown()`.
  */
+import * as path from 'node:path';
 import { parseArgs } from 'node:util';
 import { type NativeConnection, Worker } from '@temporalio/worker';
 import { EngineClient } from '../engines/protocol/client';
 import { EngineSupervisor } from '../gpu-workers/engine-process';
 import { DEFAULT_ENGINE_KIND, engineCommand, ENGINE_KINDS } from '../gpu-workers/engine-kinds';
 import { createTrainingPoolActivities } from '../activities/training/pool';
+import { EpisodeThreads } from '../activities/training/episode-threads';
 import { DEFAULT_POOL } from '../agents/model';
 import { payloadDataConverter } from '../infra/codec';
 import { checkpointStoreOf, type CheckpointStore } from '../infra/checkpoint-store';
 import { loadConfig, type PayloadKeysConfig } from '../infra/config';
-import { connect, type Sql } from '../infra/db';
+import { connect, dropPostgresJsStrays, type Sql } from '../infra/db';
 import { loadTeamCode, workerIdentity } from './team-code';
 import { untilAvailable } from '../infra/backoff';
 import { connectTemporalWorker } from '../infra/temporal';
@@ -105,6 +107,8 @@ export async function createPoolWorker(opts: PoolWorkerOptions): Promise<PoolWor
   // Batched rollouts run team code here too: say which (see processes/team-code.ts).
   const teams = loadTeamCode();
   for (const [team, why] of Object.entries(teams.failed)) log({ event: 'team_unusable', team, error: why });
+  // Batched episodes run on threads of their own, so that a runaway one cannot block this one.
+  const episodes = new EpisodeThreads(EPISODE_THREAD, undefined, log);
   const ownConnection = !opts.connection;
   const address = opts.temporalAddress ?? process.env.TEMPORAL_ADDRESS ?? 'localhost:7233';
   const namespace = opts.namespace ?? process.env.TEMPORAL_NAMESPACE ?? 'default';
@@ -122,7 +126,7 @@ export async function createPoolWorker(opts: PoolWorkerOptions): Promise<PoolWor
             connection,
             namespace,
             taskQueue,
-            activities: createTrainingPoolActivities({ sql: opts.sql, engine: getClient, checkpoints }),
+            activities: createTrainingPoolActivities({ sql: opts.sql, engine: getClient, checkpoints, episodes }),
             maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? 64,
             dataConverter: payloadDataConverter(opts.payloadKeys ?? loadConfig().payloadKeys),
           });
@@ -136,6 +140,7 @@ export async function createPoolWorker(opts: PoolWorkerOptions): Promise<PoolWor
       { log: waiting, stopped: opts.stopped, retryable: (e) => !isTroupeError(e) },
     ));
   } catch (e) {
+    await episodes.close();
     await supervisor?.stop();
     external?.close();
     throw e;
@@ -144,6 +149,7 @@ export async function createPoolWorker(opts: PoolWorkerOptions): Promise<PoolWor
 
   let running: Promise<void> | undefined;
   const cleanup = async () => {
+    await episodes.close();
     await supervisor?.stop();
     external?.close();
     if (ownConnection) await connection.close();
@@ -161,6 +167,9 @@ export async function createPoolWorker(opts: PoolWorkerOptions): Promise<PoolWor
     },
   };
 }
+
+/** The episode threads' wiring (./episode-thread.ts, beside this file). */
+const EPISODE_THREAD = path.join(__dirname, 'episode-thread.ts');
 
 const HELP = `troupe pool worker: serves a run's pool activities (engine + store) on a Temporal task queue.
 DATABASE_URL (postgres://...) names the store.
@@ -234,6 +243,7 @@ export async function runPoolWorkerProcess(
   }
   const config = loadConfig();
   const watchdog = watchProcess({ what: 'troupe pool worker', blockedLoopMs: config.blockedLoopS * 1000 });
+  dropPostgresJsStrays(log);
   pool = await createPoolWorker({
     ...opts,
     taskQueue: opts.taskQueue ?? config.poolTaskQueue,

@@ -9,8 +9,9 @@
 import { setMaxListeners } from 'node:events';
 import { Context, heartbeat } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
-import type { EpisodeIO, GenerateCall, GenerateReply } from '../../agents/episode';
+import type { GenerateCall, GenerateReply } from '../../agents/episode';
 import { runBatchedEpisode } from './episode-sandbox';
+import type { EpisodeThreads, ThreadEpisode } from './episode-threads';
 import { checkpointOf, engineSpec } from '../../agents/model';
 import { pretrainedVersion, readCheckpointTokenizers } from './pretrained';
 import type { Sampling } from '../../agents/agent';
@@ -98,6 +99,8 @@ export interface PoolDeps {
   engine: () => EngineApi;
   /** Where versions above the inline limit keep their bytes. */
   checkpoints: CheckpointStore;
+  /** Threads for batched episodes (a pool worker's); without them episodes run on the calling thread. */
+  episodes?: EpisodeThreads;
 }
 
 export interface UpdateResult {
@@ -114,7 +117,7 @@ const ROLLOUT_FLUSH = 32;
 
 const reasonOf = (e: unknown) => (e as { reason?: string })?.reason;
 
-export function createTrainingPoolActivities({ sql, engine, checkpoints }: PoolDeps) {
+export function createTrainingPoolActivities({ sql, engine, checkpoints, episodes }: PoolDeps) {
   readCheckpointTokenizers();
   /**
    * Puts a stored version into the engine: by reference when its bytes are
@@ -252,20 +255,30 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints }: PoolD
       await heartbeating(
         () => ({ finished }),
         async () => {
-          const io: EpisodeIO = {
-            generate: (call) => generateDirect(input.runId, call),
-            callTool: (req) => executeTool(team, req, ctx.cancellationSignal),
-            now: () => Date.now(),
-          };
+          const generate = (call: GenerateCall) => generateDirect(input.runId, call);
+          // On episode threads where the worker has them (a runaway episode cannot block this one);
+          // else here (activities called directly, as some tests do).
+          const runOne = (episode: ThreadEpisode): Promise<StoredEpisode> =>
+            episodes
+              ? episodes.run(episode, {
+                  cpuMs: team.limits.cpuMs,
+                  generate,
+                  stopped: (trajectory) => scoredEpisode(team, episode.meta, trajectory),
+                  signal: ctx.cancellationSignal,
+                })
+              : runBatchedEpisode(team, episode.input, {
+                  generate,
+                  callTool: (req) => executeTool(team, req, ctx.cancellationSignal),
+                  now: () => Date.now(),
+                }).then((trajectory) => scoredEpisode(team, episode.meta, trajectory));
           // All episodes in flight at once: the engine coalesces their turns into batched runs.
           await Promise.all(
             todo.map(async (spec) => {
-              const trajectory = await runBatchedEpisode(
-                team,
-                { episodeId: spec.episodeId, seed: spec.seed, task: spec.task, versions: input.versions, sampling: input.sampling },
-                io,
-              );
-              const episode = scoredEpisode(team, { ...spec, runId: input.runId, step: input.step, split: input.split, mode: 'batched' }, trajectory);
+              const episode = await runOne({
+                team: { team: input.team, teamOptions: input.teamOptions },
+                input: { episodeId: spec.episodeId, seed: spec.seed, task: spec.task, versions: input.versions, sampling: input.sampling },
+                meta: { ...spec, runId: input.runId, step: input.step, split: input.split, mode: 'batched' },
+              });
               if (episode.trajectory.status === 'failed') failed++;
               pending.push(episode);
               if (pending.length >= ROLLOUT_FLUSH) void flush();

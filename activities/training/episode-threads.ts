@@ -1,0 +1,331 @@
+/**
+ * Batched episodes run in worker threads, not on the pool worker's own thread.
+ * An episode function, reward or tool is user code: a synchronous loop in it
+ * would block the worker's event loop (heartbeats, polls, every other activity)
+ * for good. In a thread it blocks only that thread, which the worker sees and
+ * ends: the episode fails naming its agent and turn, the thread's other
+ * episodes start again on a fresh thread (they are seeded, so they come out
+ * the same), and the run goes on.
+ *
+ * The thread runs the episode (episode-sandbox.ts), its tools and its scoring;
+ * generation stays on the worker's thread (one engine connection, where the
+ * engine coalesces every episode's turns). Each episode may run its own code
+ * for `team.limits.cpuMs` in all: the thread counts the time from each hand-over
+ * to the episode until its next turn, tool call or end and fails it at its next
+ * await past the limit; the worker ends a thread whose episode has run that
+ * long without awaiting (the thread cannot, it is blocked). Two shared slots say
+ * which episode runs and since which hand-over.
+ */
+import { performance } from 'node:perf_hooks';
+import { MessageChannel, type MessagePort, Worker } from 'node:worker_threads';
+import { EpisodeFault, type EpisodeIO, type EpisodeInput, type GenerateCall, type GenerateReply } from '../../agents/episode';
+import type { AnyTeam } from '../../agents/team';
+import type { Trajectory } from '../../schema/trajectory';
+import { errorMessage } from '../../infra/errors';
+import type { StoredEpisode } from '../store/trajectories';
+import { scoredEpisode, type TeamRef } from './control';
+import { runBatchedEpisode } from './episode-sandbox';
+import { executeTool } from '../tools';
+
+type EpisodeMeta = StoredEpisode['meta'];
+
+/** One episode for a thread: the team (by reference), the episode's input and what scoring stores with it. */
+export interface ThreadEpisode {
+  team: TeamRef;
+  input: EpisodeInput;
+  meta: EpisodeMeta;
+}
+
+type ToThread =
+  | { t: 'run'; id: number; episode: ThreadEpisode }
+  | { t: 'reply'; id: number; call: number; ok: true; value: GenerateReply }
+  | { t: 'reply'; id: number; call: number; ok: false; message: string }
+  | { t: 'abort'; id: number };
+
+type FromThread =
+  | { t: 'generate'; id: number; call: number; request: GenerateCall }
+  | { t: 'done'; id: number; episode: StoredEpisode }
+  | { t: 'failed'; id: number; message: string; fromReply: boolean };
+
+const TSX = require.resolve('tsx/cjs');
+const THREAD_SHIM = `const { workerData } = require('node:worker_threads'); require(workerData.tsx); require(workerData.entry);`;
+
+/** Slots shared with a thread: [0] the episode whose code runs (-1: none), [1] hand-overs so far. */
+const RUNNING = 0;
+const HANDOVERS = 1;
+
+// ---------------------------------------------------------------------------
+// The thread's side.
+
+/**
+ * What a thread runs (processes/episode-thread.ts wires it): episodes as they come, each with
+ * its own CPU account. `load` gives the team of a reference (the worker's own team code).
+ */
+export function serveEpisodes(port: MessagePort, shared: Int32Array, load: (ref: TeamRef) => AnyTeam): void {
+  const teams = new Map<string, AnyTeam>();
+  const teamOf = (ref: TeamRef) => {
+    const key = JSON.stringify([ref.team, ref.teamOptions ?? {}]);
+    let team = teams.get(key);
+    if (!team) teams.set(key, (team = load(ref)));
+    return team;
+  };
+  const episodes = new Map<number, { used: number; since: number; abort: AbortController; replies: Map<number, (r: ToThread & { t: 'reply' }) => void> }>();
+  let calls = 0;
+  const post = (m: FromThread) => port.postMessage(m);
+  // Whose code runs from now, until it awaits (a turn, a tool call) or ends.
+  const handOver = (id: number) => {
+    const e = episodes.get(id);
+    if (e) e.since = performance.now();
+    Atomics.store(shared, RUNNING, id);
+    Atomics.add(shared, HANDOVERS, 1);
+  };
+  const takeBack = (id: number, cpuMs: number) => {
+    const e = episodes.get(id)!;
+    e.used += performance.now() - e.since;
+    if (Atomics.load(shared, RUNNING) === id) Atomics.store(shared, RUNNING, -1);
+    if (e.used > cpuMs) throw new EpisodeFault(cpuMessage(cpuMs, e.used));
+  };
+  port.on('message', (m: ToThread) => {
+    if (m.t === 'abort') return episodes.get(m.id)?.abort.abort();
+    if (m.t === 'reply') {
+      const resolve = episodes.get(m.id)?.replies.get(m.call);
+      if (!resolve) return;
+      handOver(m.id);
+      return resolve(m);
+    }
+    const { id, episode } = m;
+    let team: AnyTeam;
+    try {
+      team = teamOf(episode.team);
+    } catch (e) {
+      return post({ t: 'failed', id, message: errorMessage(e), fromReply: false });
+    }
+    const state = { used: 0, since: performance.now(), abort: new AbortController(), replies: new Map() };
+    episodes.set(id, state);
+    let fromReply = false;
+    const io: EpisodeIO = {
+      generate: (request) => {
+        takeBack(id, team.limits.cpuMs);
+        const call = ++calls;
+        post({ t: 'generate', id, call, request });
+        return new Promise<GenerateReply>((resolve, reject) =>
+          state.replies.set(call, (r: ToThread & { t: 'reply' }) => {
+            state.replies.delete(call);
+            if (r.ok) resolve(r.value);
+            else {
+              fromReply = true;
+              reject(new Error(r.message));
+            }
+          }),
+        );
+      },
+      // A tool runs on this thread and counts as the episode's own time (tools have their own
+      // timeoutMs); when it returns, the episode runs again, maybe after others ran meanwhile.
+      callTool: async (req) => {
+        try {
+          return await executeTool(team, req, state.abort.signal);
+        } finally {
+          handOver(id);
+        }
+      },
+      now: () => Date.now(),
+    };
+    handOver(id);
+    runBatchedEpisode(team, episode.input, io)
+      .then((trajectory) => {
+        const scored = scoredEpisode(team, episode.meta, trajectory);
+        takeBack(id, Infinity);
+        post({ t: 'done', id, episode: scored });
+      })
+      .catch((e: unknown) => post({ t: 'failed', id, message: errorMessage(e), fromReply }))
+      .finally(() => {
+        episodes.delete(id);
+        if (Atomics.load(shared, RUNNING) === id) Atomics.store(shared, RUNNING, -1);
+      });
+  });
+}
+
+const cpuMessage = (cpuMs: number, usedMs: number) =>
+  `its code ran ${Math.round(usedMs)} ms in all, over its limit (team limits.cpuMs: ${cpuMs} ms); it was stopped`;
+
+// ---------------------------------------------------------------------------
+// The worker's side.
+
+interface Running {
+  episode: ThreadEpisode;
+  cpuMs: number;
+  generate: (call: GenerateCall) => Promise<GenerateReply>;
+  /** The episode stored as failed, when it is stopped from outside. */
+  stopped: (trajectory: Trajectory) => StoredEpisode;
+  resolve: (e: StoredEpisode) => void;
+  reject: (e: unknown) => void;
+  /** The last infrastructure failure a reply carried: rethrown as is (its retry semantics) if the episode dies of it. */
+  replyError?: unknown;
+  /** Generations so far and the last one's model: named when the episode is stopped. */
+  turns: number;
+  model?: string;
+}
+
+class EpisodeThread {
+  readonly worker: Worker;
+  private readonly port: MessagePort;
+  private readonly shared = new Int32Array(new SharedArrayBuffer(8));
+  readonly running = new Map<number, Running>();
+  private handovers = 0;
+  private sameSince = performance.now();
+  ended = false;
+  /** Ended by the worker (an overrun), not by a crash. */
+  stopping = false;
+
+  constructor(entry: string, onExit: (t: EpisodeThread, crash: Error | undefined) => void) {
+    Atomics.store(this.shared, RUNNING, -1);
+    const { port1, port2 } = new MessageChannel();
+    this.port = port1;
+    // The entry is TypeScript, like the worker's own code: loaded through tsx's require hook.
+    this.worker = new Worker(THREAD_SHIM, { eval: true, workerData: { tsx: TSX, entry, port: port2, shared: this.shared }, transferList: [port2] });
+    this.worker.unref();
+    this.port.unref();
+    let crash: Error | undefined;
+    this.worker.on('error', (e) => (crash = e));
+    this.worker.on('exit', () => {
+      this.ended = true;
+      onExit(this, this.stopping ? undefined : (crash ?? new Error('the episode thread exited')));
+    });
+    this.port.on('message', (m: FromThread) => this.onMessage(m));
+  }
+
+  start(id: number, r: Running) {
+    this.running.set(id, r);
+    this.worker.ref(); // episodes in flight keep the process alive; an idle thread does not
+    this.port.postMessage({ t: 'run', id, episode: r.episode } satisfies ToThread);
+  }
+
+  abort(id: number) {
+    if (!this.ended && this.running.has(id)) this.port.postMessage({ t: 'abort', id } satisfies ToThread);
+  }
+
+  private onMessage(m: FromThread) {
+    const r = this.running.get(m.id);
+    if (!r) return;
+    if (m.t === 'generate') {
+      r.turns++;
+      r.model = m.request.model;
+      const reply = (msg: ToThread) => !this.ended && this.running.has(m.id) && this.port.postMessage(msg);
+      r.generate(m.request).then(
+        (value) => reply({ t: 'reply', id: m.id, call: m.call, ok: true, value }),
+        (e: unknown) => {
+          r.replyError = e;
+          reply({ t: 'reply', id: m.id, call: m.call, ok: false, message: errorMessage(e) });
+        },
+      );
+      return;
+    }
+    this.settled(m.id);
+    if (m.t === 'done') r.resolve(m.episode);
+    else r.reject(m.fromReply && r.replyError !== undefined ? r.replyError : new Error(m.message));
+  }
+
+  settled(id: number) {
+    this.running.delete(id);
+    if (this.running.size === 0) this.worker.unref();
+  }
+
+  /** The episode whose code has run without awaiting for longer than its limit, if any. */
+  overrun(now: number): { id: number; r: Running; ms: number } | undefined {
+    const handovers = Atomics.load(this.shared, HANDOVERS);
+    if (handovers !== this.handovers) {
+      this.handovers = handovers;
+      this.sameSince = now;
+    }
+    const id = Atomics.load(this.shared, RUNNING);
+    const r = id >= 0 ? this.running.get(id) : undefined;
+    const ms = now - this.sameSince;
+    return r && ms > r.cpuMs ? { id, r, ms } : undefined;
+  }
+}
+
+/** The trajectory of an episode stopped from outside: failed, saying why. */
+export function stoppedTrajectory(episodeId: string, message: string): Trajectory {
+  return { episodeId, status: 'failed', error: `episode: ${message}`, turns: [] };
+}
+
+/**
+ * Threads for batched episodes, made as needed (up to `size`) and kept for later rollouts.
+ * `entry`: the thread's wiring file (processes/episode-thread.ts).
+ */
+export class EpisodeThreads {
+  private readonly threads: EpisodeThread[] = [];
+  private next = 0;
+  private ids = 0;
+  private readonly watch: NodeJS.Timeout;
+
+  constructor(
+    private readonly entry: string,
+    private readonly size = 4,
+    private readonly log: (e: Record<string, unknown>) => void = () => undefined,
+  ) {
+    this.watch = setInterval(() => this.check(), 200);
+    this.watch.unref();
+  }
+
+  /**
+   * Runs one episode on a thread and scores it there. Resolves with the stored episode (failed,
+   * naming why, if its code overran); rejects only with an infrastructure failure (a failed generation).
+   */
+  run(
+    episode: ThreadEpisode,
+    opts: { cpuMs: number; generate: (call: GenerateCall) => Promise<GenerateReply>; stopped: (t: Trajectory) => StoredEpisode; signal?: AbortSignal },
+  ): Promise<StoredEpisode> {
+    return new Promise<StoredEpisode>((resolve, reject) => {
+      const id = this.place({ episode, cpuMs: opts.cpuMs, generate: opts.generate, stopped: opts.stopped, resolve, reject, turns: 0 });
+      opts.signal?.addEventListener('abort', () => this.threads.find((t) => t.running.has(id))?.abort(id), { once: true });
+    });
+  }
+
+  /** Starts an episode on the next thread (made if there are fewer than `size`); `id`: its id, kept when it starts again. */
+  private place(r: Running, id = ++this.ids): number {
+    let thread = this.threads.filter((t) => !t.ended)[this.next++ % this.size];
+    if (!thread) this.threads.push((thread = new EpisodeThread(this.entry, (ended, crash) => this.onExit(ended, crash))));
+    thread.start(id, r);
+    return id;
+  }
+
+  /**
+   * A thread ended. Stopped for an overrun: its other episodes start again on another (seeded:
+   * the same episodes). Crashed: they fail as the activity's (retryable) problem.
+   */
+  private onExit(thread: EpisodeThread, crash: Error | undefined) {
+    this.threads.splice(this.threads.indexOf(thread), 1);
+    for (const [id, r] of thread.running) {
+      if (crash) r.reject(new Error(`episode thread failed: ${crash.message}`));
+      else this.place({ ...r, turns: 0, replyError: undefined }, id);
+    }
+    thread.running.clear();
+  }
+
+  private check() {
+    const now = performance.now();
+    for (const thread of this.threads) {
+      const over = thread.ended ? undefined : thread.overrun(now);
+      if (!over) continue;
+      const { r } = over;
+      thread.settled(over.id);
+      const after = r.turns === 0 ? 'before its first turn' : `after its turn ${r.turns} (model ${r.model})`;
+      const message = `its code ran ${(over.ms / 1000).toFixed(1)} s without awaiting a turn or tool call, ${after} (a synchronous loop? team limits.cpuMs: ${r.cpuMs} ms); it was stopped`;
+      this.log({ event: 'episode-stopped', episodeId: r.episode.input.episodeId, message });
+      r.resolve(r.stopped(stoppedTrajectory(r.episode.input.episodeId, message)));
+      thread.stopping = true;
+      void thread.worker.terminate();
+    }
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.watch);
+    await Promise.all(
+      this.threads.map((t) => {
+        t.stopping = true;
+        return t.worker.terminate();
+      }),
+    );
+  }
+}
