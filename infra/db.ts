@@ -183,3 +183,51 @@ export function withDatabase(url: string, database: string): string {
   u.pathname = '/' + encodeURIComponent(database);
   return u.toString();
 }
+
+/**
+ * postgres.js 3.4.9 (the latest release) lets connection losses escape its promises: a
+ * backend terminated during a connection's first query rejects a promise nobody holds (an
+ * unhandled rejection), and a small write queued as the socket closes throws from a
+ * setImmediate (`Cannot read properties of null (reading 'write')`, porsager/postgres#1154).
+ * Either ends the process by Node's default, though the client reconnects on its next query
+ * and the query in flight has already failed (retried by its activity). A PostgreSQL restart
+ * causes both. Long-lived processes call this once: those two are logged and dropped; every
+ * other uncaught error ends the process as Node's default does.
+ */
+export function dropPostgresJsStrays(log: (event: Record<string, unknown>) => void): void {
+  if (strayGuardInstalled) return;
+  strayGuardInstalled = true;
+  process.on('unhandledRejection', (reason) => {
+    if (!isPostgresJsStray(reason)) throw reason;
+    log({ event: 'postgres-js-stray-error', kind: 'unhandled rejection', error: errorMessage(reason) });
+  });
+  process.on('uncaughtException', (err) => {
+    if (isPostgresJsStray(err)) {
+      log({ event: 'postgres-js-stray-error', kind: 'uncaught exception', error: errorMessage(err) });
+      return;
+    }
+    process.stderr.write(`${err?.stack ?? String(err)}\n`);
+    process.exit(1);
+  });
+}
+
+let strayGuardInstalled = false;
+
+/** An error thrown by postgres.js's connection code for a connection that is gone. */
+export function isPostgresJsStray(e: unknown): boolean {
+  const err = e as { name?: string; message?: string; stack?: string; severity?: string; code?: string; syscall?: string } | null;
+  if (!err || typeof err !== 'object') return false;
+  // A socket error with no listener left: postgres.js removes its listeners when a connection closes.
+  const bareSocket = (err.stack ?? '')
+    .split('\n')
+    .slice(1)
+    .every((l) => !l.trim() || /\(node:/.test(l) || /at node:/.test(l));
+  if (['ECONNRESET', 'EPIPE'].includes(err.code ?? '') && (err.syscall === 'read' || err.syscall === 'write') && bareSocket) return true;
+  if (!/[\\/]postgres[\\/](cjs|src|esm)[\\/].*connection\.js/.test(err.stack ?? '')) return false;
+  if (err instanceof TypeError) return /reading 'write'/.test(err.message ?? '');
+  // A backend that was terminated (57P01 admin shutdown, 57P02 crash shutdown, 57P03 cannot connect now) or a lost socket.
+  return (
+    (err.name === 'PostgresError' && (err.severity === 'FATAL' || err.severity === 'PANIC')) ||
+    ['CONNECTION_CLOSED', 'CONNECTION_ENDED', 'CONNECTION_DESTROYED', 'ECONNRESET', 'EPIPE'].includes(err.code ?? '')
+  );
+}

@@ -13,7 +13,7 @@ import { dashboardUrl } from '../dashboard/service';
 import { untilAvailable } from '../infra/backoff';
 import { payloadDataConverter } from '../infra/codec';
 import { loadConfig, redactUrl, temporalAddressOf, type PayloadKeysConfig } from '../infra/config';
-import { connect, type Sql } from '../infra/db';
+import { connect, dropPostgresJsStrays, type Sql } from '../infra/db';
 import { formatError, isTroupeError } from '../infra/errors';
 import { watchProcess } from '../infra/watchdog';
 import { assertNamespaceReady } from '../infra/namespace';
@@ -88,6 +88,7 @@ export async function runControlWorkerProcess(opts: {
   const namespace = opts.namespace ?? config.namespace;
   const taskQueue = opts.taskQueue ?? config.taskQueue;
   const watchdog = watchProcess({ what: 'troupe control worker', blockedLoopMs: config.blockedLoopS * 1000 });
+  dropPostgresJsStrays((e) => console.log(JSON.stringify({ ts: new Date().toISOString(), ...e })));
 
   // PostgreSQL and Temporal may be down or still starting: wait for each (capped backoff)
   // instead of exiting, so the worker comes up by itself once they do.
