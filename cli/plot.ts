@@ -2,7 +2,7 @@
  * Learning curves of a run, from its stored metrics: reward per agent and
  * component, truncated/failed shares per agent, eval success (points: it is
  * measured only at eval steps), gradient norm per model, and for asynchronous
- * runs the off-policy correction per agent. Drawn with Vega-Lite (SVG) and rasterised
+ * runs the off-policy correction per agent, a panel per quantity. Drawn with Vega-Lite (SVG) and rasterised
  * with resvg (PNG).
  */
 import * as fs from 'node:fs';
@@ -41,15 +41,24 @@ export function curves(rows: Awaited<ReturnType<typeof readMetrics>>) {
     totals.set(key, p);
   }
   const share = { truncatedShare: 'truncated', failedShare: 'failed' } as Record<string, string>;
-  const offPolicy = {
-    staleness: 'staleness',
-    'isWeight.mean': 'IS weight mean',
-    'isWeight.max': 'IS weight max',
-    'isWeight.truncated': 'truncated IS weights',
-    behaviourKl: 'KL(behaviour‖current)',
-  } as Record<string, string>;
+  // Asynchronous runs' off-policy metrics, a panel each (one panel for all held 6 lines per
+  // agent): [panel, what the series is called after its agent].
+  const offPolicy: Record<string, [panel: string, suffix: string]> = {
+    staleness: ['staleness (versions behind)', ''],
+    'isWeight.mean': ['importance weight', ' mean'],
+    'isWeight.max': ['importance weight', ' max'],
+    'isWeight.truncated': ['truncated importance weights (share of trained tokens)', ''],
+    behaviourKl: ['KL(behaviour‖current)', ''],
+    clipFraction: ['clip fraction', ''],
+  };
   // Clip fraction with them only in asynchronous runs (the rows of the other four say it is one).
-  const asyncSteps = new Set(train.filter((r) => offPolicy[r.name]).map((r) => `${r.step}/${r.scope}`));
+  const asyncSteps = new Set(train.filter((r) => r.name !== 'clipFraction' && offPolicy[r.name]).map((r) => `${r.step}/${r.scope}`));
+  const offPolicyPanels = new Map<string, CurvePoint[]>();
+  for (const r of train) {
+    const [title, suffix] = offPolicy[r.name] ?? [];
+    if (!title || !asyncSteps.has(`${r.step}/${r.scope}`)) continue;
+    (offPolicyPanels.get(title) ?? offPolicyPanels.set(title, []).get(title)!).push({ step: r.step + 1, series: `${r.scope}${suffix}`, value: r.value });
+  }
   return {
     reward: [...reward, ...totals.values()],
     endings: train.filter((r) => share[r.name]).map((r) => ({ step: r.step + 1, series: `${r.scope} ${share[r.name]}`, value: r.value })),
@@ -57,9 +66,7 @@ export function curves(rows: Awaited<ReturnType<typeof readMetrics>>) {
       .filter((r) => r.kind === 'eval' && r.scope === 'team' && r.name === 'success')
       .map((r) => ({ step: r.step, series: 'eval success', value: r.value })),
     gradNorm: rows.filter((r) => r.kind === 'update' && r.name === 'gradNorm').map((r) => ({ step: r.step + 1, series: r.scope, value: r.value })),
-    offPolicy: train
-      .filter((r) => offPolicy[r.name] || (r.name === 'clipFraction' && asyncSteps.has(`${r.step}/${r.scope}`)))
-      .map((r) => ({ step: r.step + 1, series: `${r.scope} ${offPolicy[r.name] ?? 'clip fraction'}`, value: r.value })),
+    offPolicy: [...offPolicyPanels].map(([title, values]) => ({ title, values })),
   };
 }
 
@@ -106,7 +113,7 @@ export function curvesSpec(c: ReturnType<typeof curves>, title: string) {
       panel('eval success (held-out tasks, greedy; measured at these steps only)', c.evalSuccess, 'success', { points: true, domain: [0, 1] }),
       panel('gradient norm per model (before clipping)', c.gradNorm, 'grad norm'),
       // Only asynchronous runs (staleness > 0) have these.
-      ...(c.offPolicy.length > 0 ? [panel('off-policy correction per agent (asynchronous run)', c.offPolicy, 'value')] : []),
+      ...c.offPolicy.map((p) => panel(`${p.title} per agent (asynchronous run)`, p.values, 'value')),
     ],
   };
 }

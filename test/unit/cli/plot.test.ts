@@ -41,23 +41,37 @@ it('curves: one series per agent and component, a sum only for agents with sever
   assert.equal((spec.vconcat[0]!.mark as { type: string }).type, 'line');
 });
 
-it('curves: an asynchronous run adds the off-policy correction per agent, with its clip fraction', () => {
-  const c = curves([
-    row(2, 'train', 'solver', 'staleness', 1),
-    row(2, 'train', 'solver', 'isWeight.mean', 1.02),
-    row(2, 'train', 'solver', 'isWeight.truncated', 0),
-    row(2, 'train', 'solver', 'behaviourKl', 0.003),
-    row(2, 'train', 'solver', 'clipFraction', 0.1),
-    row(2, 'update', 'policy', 'staleness', 1),
+it('curves: an asynchronous run adds the off-policy correction, a panel per quantity with a series per agent', () => {
+  const agents = ['solver', 'critic', 'verifier'];
+  const rows = agents.flatMap((a, i) => [
+    row(2, 'train', a, 'staleness', 1),
+    row(2, 'train', a, 'isWeight.mean', 1.02 + i),
+    row(2, 'train', a, 'isWeight.max', 1.5 + i),
+    row(2, 'train', a, 'isWeight.truncated', 0),
+    row(2, 'train', a, 'behaviourKl', 0.003),
+    row(2, 'train', a, 'clipFraction', 0.1),
   ]);
-  assert.deepEqual(c.offPolicy, [
-    { step: 3, series: 'solver staleness', value: 1 },
-    { step: 3, series: 'solver IS weight mean', value: 1.02 },
-    { step: 3, series: 'solver truncated IS weights', value: 0 },
-    { step: 3, series: 'solver KL(behaviour‖current)', value: 0.003 },
-    { step: 3, series: 'solver clip fraction', value: 0.1 },
-  ]);
-  assert.equal(curvesSpec(c, 't').vconcat.length, 5);
+  const c = curves([...rows, row(2, 'update', 'policy', 'staleness', 1), row(3, 'train', 'solver', 'clipFraction', 0.2)]);
+  assert.deepEqual(
+    c.offPolicy.map((p) => [p.title, p.values.map((v) => v.series)]),
+    [
+      ['staleness (versions behind)', agents],
+      ['importance weight', agents.flatMap((a) => [`${a} mean`, `${a} max`])],
+      ['truncated importance weights (share of trained tokens)', agents],
+      ['KL(behaviour‖current)', agents],
+      // Step 3 has no off-policy rows (a synchronous step): its clip fraction is not drawn here.
+      ['clip fraction', agents],
+    ],
+  );
+  assert.deepEqual(c.offPolicy[1]!.values[0], { step: 3, series: 'solver mean', value: 1.02 });
+  // 18 series before, in one panel; now at most 2 per agent in each.
+  assert.ok(c.offPolicy.every((p) => new Set(p.values.map((v) => v.series)).size <= 2 * agents.length));
+  const spec = curvesSpec(c, 't');
+  assert.equal(spec.vconcat.length, 4 + 5);
+  assert.deepEqual(
+    spec.vconcat.slice(4).map((p) => p.title),
+    c.offPolicy.map((p) => `${p.title} per agent (asynchronous run)`),
+  );
 });
 
 it('renders empty, single-point and constant series without throwing', async () => {
