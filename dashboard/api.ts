@@ -141,7 +141,8 @@ export async function getRunDetail(sql: Sql, runId: string, q: Query) {
 /**
  * GET /api/runs/:id/metrics?fromStep=&kind=&limit=&offset= — metric rows in
  * (step, kind, scope, name) order. A live page polls with fromStep = the last
- * step it has (that step may still gain its eval rows).
+ * step it has (that step may still gain its eval rows). The first page also has the
+ * learning rate per model and step and when each step committed (`stepTimes`).
  */
 export async function getRunMetrics(sql: Sql, runId: string, q: Query) {
   const { limit, offset } = page(q, MAX_METRIC_LIMIT);
@@ -161,9 +162,13 @@ export async function getRunMetrics(sql: Sql, runId: string, q: Query) {
     SELECT s.step, m.key AS model, (m.value->>'lr')::float8 AS lr FROM steps s, jsonb_each(s.settings) m
     WHERE s.run_id = ${runId} AND s.step >= ${fromStep} AND jsonb_typeof(m.value) = 'object' AND m.value ? 'lr'
     ORDER BY s.step, m.key LIMIT ${MAX_METRIC_LIMIT}`;
+  // When each step committed, for the page's wall-time axis; with the first page too.
+  const stepTimes =
+    offset > 0 ? [] : await sql`SELECT step, finished_at FROM steps WHERE run_id = ${runId} AND step >= ${fromStep} ORDER BY step LIMIT ${MAX_METRIC_LIMIT}`;
   return {
     metrics: rows.slice(0, limit).map((r) => ({ step: r.step, kind: r.kind, scope: r.scope, name: r.name, value: r.value })),
     lr: lr.map((r) => ({ step: r.step, model: r.model, lr: r.lr })),
+    stepTimes: stepTimes.map((r) => ({ step: r.step as number, finishedAt: r.finished_at ? new Date(r.finished_at).toISOString() : null })),
     limit,
     offset,
     nextOffset: more ? offset + limit : null,

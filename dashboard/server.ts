@@ -22,6 +22,8 @@ export interface DashboardOptions {
   /** The Temporal Web UI's base URL and namespace, for links to a run's workflow page. */
   temporalUiUrl?: string;
   namespace?: string;
+  /** The Temporal frontend's address, for the `temporal` commands the run page shows. */
+  temporalAddress?: string;
   /** Controls need both: the client sends the workflow's signals and updates; the token gates them. */
   client?: Client;
   token?: string;
@@ -111,6 +113,7 @@ async function route(opts: DashboardOptions, req: http.IncomingMessage, url: URL
     return {
       temporalUiUrl: opts.temporalUiUrl ?? null,
       namespace: opts.namespace ?? 'default',
+      temporalAddress: opts.temporalAddress ?? null,
       controls: Boolean(opts.token && opts.client),
       pid: process.pid,
     };

@@ -30,6 +30,7 @@ export default defineCommand({
       host: config.dashboardHost,
       temporalUiUrl: values['temporal-ui'],
       namespace: config.namespace,
+      temporalAddress: temporalAddressOf(config),
       client: connection ? temporalClient(connection, config.namespace, config) : undefined,
       token: config.dashboardToken,
     });

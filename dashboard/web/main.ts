@@ -6,6 +6,7 @@ import dagre from '@dagrejs/dagre';
 import * as vega from 'vega';
 import * as vegaLite from 'vega-lite';
 import type { TopLevelSpec } from 'vega-lite';
+import { constantNote, OTHER, onWallTime, panelsOf, SECTIONS, sectionOf, smooth, type LrRow, type MetricRow, type Point, type StepTime } from './curves';
 
 // What the page reads from dashboard/api.ts's answers (JSON: dates are strings).
 interface RunSummary {
@@ -25,27 +26,6 @@ interface RunEvent {
   at: string;
   detail: unknown;
 }
-interface MetricRow {
-  kind: string;
-  scope: string;
-  name: string;
-  step: number;
-  value: number;
-}
-interface LrRow {
-  model: string;
-  step: number;
-  lr: number;
-}
-interface Point {
-  x: number;
-  series: string;
-  value: number;
-  step: number;
-  kind: string;
-  scope: string;
-  name: string;
-}
 interface EpisodeRow {
   episodeId: string;
   taskId: string;
@@ -55,6 +35,7 @@ interface EpisodeRow {
   success: number | null;
   reward: number | null;
   turns: number;
+  error: string | null;
 }
 interface Turn {
   index: number;
@@ -91,6 +72,9 @@ interface Episode {
   runId: string;
   step: number;
   taskId: string;
+  /** The task as the team's task source gave it, and what the episode function returned. */
+  task: unknown;
+  outcome: unknown;
   split: string;
   status: string;
   success: number | null;
@@ -136,7 +120,7 @@ async function api<T>(path: string): Promise<T> {
   return body;
 }
 
-let configPromise: Promise<{ temporalUiUrl: string | null; namespace: string; controls: boolean }> | undefined;
+let configPromise: Promise<{ temporalUiUrl: string | null; namespace: string; temporalAddress: string | null; controls: boolean }> | undefined;
 const config = () => (configPromise ??= api('/api/config'));
 const temporalLink = async (runId: string) => {
   const c = await config();
@@ -186,126 +170,117 @@ async function runsPage(params: URLSearchParams) {
 const formStrings = (f: FormData): [string, string][] => [...f].map(([k, v]) => [k, String(v)]);
 
 /** Every metric row of a run from `fromStep` on, page by page, and the learning rates. */
-async function fetchRunMetrics(runId: string, fromStep: number): Promise<{ rows: MetricRow[]; lr: LrRow[] }> {
+async function fetchRunMetrics(runId: string, fromStep: number): Promise<{ rows: MetricRow[]; lr: LrRow[]; stepTimes: StepTime[] }> {
   const rows: MetricRow[] = [];
   let lr: LrRow[] = [];
+  let stepTimes: StepTime[] = [];
   for (let offset: number | null = 0; offset !== null;) {
-    const page: { metrics: MetricRow[]; lr: LrRow[]; nextOffset: number | null } = await api(
+    const page: { metrics: MetricRow[]; lr: LrRow[]; stepTimes: StepTime[]; nextOffset: number | null } = await api(
       `/api/runs/${encodeURIComponent(runId)}/metrics?fromStep=${fromStep}&limit=20000&offset=${offset}`,
     );
     rows.push(...page.metrics);
-    if (offset === 0) lr = page.lr;
+    if (offset === 0) ({ lr, stepTimes } = page);
     offset = page.nextOffset;
   }
-  return { rows, lr };
+  return { rows, lr, stepTimes };
 }
 
 // ---- a run: curves ----
-/**
- * Panels from metric rows. As in `troupe plot`, train and update metrics of step s are
- * drawn at s + 1 (after that step's update); evals and events at the step they happened.
- */
-/**
- * The off-policy panels of an asynchronous run (staleness > 0, activities/training/off-policy.ts):
- * a synchronous run stores none of their metrics, so they are not drawn. clipFraction (every run) beside them.
- */
-const OFF_POLICY = ['staleness', 'importance weight', 'importance weights truncated', 'behaviour KL', 'clipFraction'];
-const FIRST = [
-  'reward components',
-  'success',
-  'eval success',
-  'truncated / failed shares',
-  'episode length (turns)',
-  'episode length (tokens)',
-  'gradNorm',
-  'learning rate',
-  'entropy',
-  'advantage mean',
-  'advantage std',
-  ...OFF_POLICY,
-];
-/** Metrics drawn in a named panel, with what their series are called there. */
-const PANEL_OF: Record<string, [panel: string, suffix: string]> = {
-  'isWeight.mean': ['importance weight', ' mean'],
-  'isWeight.max': ['importance weight', ' max'],
-  'isWeight.truncated': ['importance weights truncated', ''],
-  behaviourKl: ['behaviour KL', ''],
-  episodeTurns: ['episode length (turns)', ''],
-  episodeTokens: ['episode length (tokens)', ''],
-  // Before: the scores the estimator started from; after: the advantages it gave.
-  'score.mean': ['advantage mean', ' before normalization'],
-  'advantage.mean': ['advantage mean', ' after'],
-  'score.std': ['advantage std', ' before normalization'],
-  'advantage.std': ['advantage std', ' after'],
-};
-
-export function panelsOf(metrics: readonly MetricRow[], lrs: readonly LrRow[] = []): Map<string, Point[]> {
-  // An update row is its model's (one per model and step), a train row an agent's.
-  const model = (r: MetricRow) => (r.kind === 'update' ? ' (model)' : '');
-  const panels = new Map<string, Point[]>(FIRST.map((p) => [p, []]));
-  const add = (panel: string, row: MetricRow, series: string, x: number) => {
-    if (!panels.has(panel)) panels.set(panel, []);
-    panels.get(panel)!.push({ x, series, value: row.value, step: row.step, kind: row.kind, scope: row.scope, name: row.name });
-  };
-  for (const r of metrics) {
-    if (r.kind === 'eval') {
-      if (r.scope === 'team' && r.name === 'success') add('eval success', r, 'eval success', r.step);
-    } else if (r.scope !== 'team') {
-      if (r.name.startsWith('reward.')) add('reward components', r, `${r.scope} ${r.name.slice(7)}`, r.step + 1);
-      else if (r.name === 'truncatedShare' || r.name === 'failedShare')
-        add('truncated / failed shares', r, `${r.scope} ${r.name.replace('Share', '')}`, r.step + 1);
-      else if (r.name === 'updateMs') continue;
-      else if (PANEL_OF[r.name]) add(PANEL_OF[r.name]![0], r, `${r.scope}${model(r)}${PANEL_OF[r.name]![1]}`, r.step + 1);
-      else add(r.name, r, `${r.scope}${model(r)}`, r.step + 1);
-    }
-  }
-  for (const r of lrs) add('learning rate', { ...r, value: r.lr, kind: 'settings', scope: r.model, name: 'lr' }, `${r.model} (model)`, r.step + 1);
-  return new Map([...panels].filter(([, points]) => points.length > 0));
+interface CurveOptions {
+  /** EMA weight of the past (0: none). */
+  smoothing: number;
+  x: 'step' | 'wall';
 }
+const SMOOTHING = [0, 0.5, 0.8, 0.9, 0.95, 0.99];
 
-function panelSpec(title: string, points: readonly Point[], events: readonly { step: number; kind: string; at: string }[]): TopLevelSpec {
+function panelSpec(title: string, points: readonly Point[], events: readonly { x: number; kind: string; at: string }[], opts: CurveOptions): TopLevelSpec {
   const isEval = title === 'eval success';
+  // Series told apart by colour and dash pattern (evals: marker shape), so coinciding lines stay
+  // visible; one legend below the chart, labels never cut (labelLimit 0).
+  const series = { field: 'series', type: 'nominal', title: null, legend: { orient: 'bottom', direction: 'vertical', labelLimit: 0 } } as const;
   return {
-    title,
     width: 380,
     height: 150,
     layer: [
       {
         data: { name: 'points', values: [...points] },
         // Evals are points only: nothing is known between two evals.
-        mark: isEval ? { type: 'point', filled: true, size: 60 } : { type: 'line', point: true, tooltip: true },
+        mark: isEval
+          ? { type: 'point', filled: true, size: 60, tooltip: true }
+          : { type: 'line', strokeWidth: 1.5, point: { filled: false, size: 36 }, tooltip: true },
         encoding: {
-          x: { field: 'x', type: 'quantitative', title: 'step', axis: { tickMinStep: 1 } },
+          x:
+            opts.x === 'wall'
+              ? { field: 'x', type: 'quantitative', title: 'seconds since the run started' }
+              : { field: 'x', type: 'quantitative', title: 'step', axis: { tickMinStep: 1 } },
           y: { field: 'value', type: 'quantitative', title: null, scale: { zero: false }, axis: { format: '~g' } },
-          color: { field: 'series', type: 'nominal', title: null },
-          tooltip: [{ field: 'series' }, { field: 'step' }, { field: 'value', format: '.4f' }],
+          color: series,
+          ...(isEval ? { shape: series } : { strokeDash: series }),
+          tooltip: [
+            { field: 'series' },
+            { field: 'step' },
+            { field: 'value', format: '.4f', title: opts.smoothing ? 'smoothed' : 'value' },
+            ...(opts.smoothing ? [{ field: 'raw', format: '.4f', title: 'stored' }] : []),
+          ],
         },
       },
       {
         data: { name: 'events', values: [...events] },
-        // Run events (pauses, optimizer changes, failures, resumes) on the same step axis.
+        // Run events (pauses, optimizer changes, failures, resumes) on the same x axis.
         mark: { type: 'rule', strokeDash: [4, 3], strokeWidth: 1.5 },
         encoding: {
-          x: { field: 'step', type: 'quantitative' },
-          stroke: { field: 'kind', type: 'nominal', title: 'event', scale: { scheme: 'set1' } },
-          tooltip: [{ field: 'kind' }, { field: 'step' }, { field: 'at' }],
+          x: { field: 'x', type: 'quantitative' },
+          // A legend only where there are events (an empty one is drawn with no finite size).
+          stroke: {
+            field: 'kind',
+            type: 'nominal',
+            title: 'event',
+            scale: { scheme: 'set1' },
+            legend: events.length > 0 ? { orient: 'bottom', labelLimit: 0 } : null,
+          },
+          tooltip: [{ field: 'kind' }, { field: 'x' }, { field: 'at' }],
         },
       },
     ],
   };
 }
 
+/** The run's commands for the CLI and the Temporal CLI (the stack's own address and namespace). */
+function commandsText(runId: string, c: { namespace: string; temporalAddress: string | null }): string {
+  const q = (s: string) => (/^[\w.:@/-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`);
+  const run = q(runId);
+  const temporal = `temporal workflow %s ${c.temporalAddress ? `--address ${q(c.temporalAddress)} ` : ''}--namespace ${q(c.namespace)} --workflow-id ${run}`;
+  return [
+    `npx troupe status ${run}`,
+    `npx troupe pause ${run}`,
+    `npx troupe resume ${run}`,
+    `npx troupe stop ${run}`,
+    `npx troupe set ${run} --lr 0.0005`,
+    `npx troupe plot ${run}`,
+    temporal.replace('%s', 'describe'),
+    temporal.replace('%s', 'show'),
+  ].join('\n');
+}
+
 async function runPage(runId: string, params: URLSearchParams) {
   crumbs.innerHTML = `/ <a href="#/">runs</a> / ${esc(runId)}`;
-  const detail = await api<{ run: RunSummary; events: RunEvent[] }>(`/api/runs/${encodeURIComponent(runId)}`);
+  const detail = await api<{ run: RunSummary; config: unknown; events: RunEvent[] }>(`/api/runs/${encodeURIComponent(runId)}`);
   const t = await temporalLink(runId);
   const cfg = await config();
   const r = detail.run;
+  const opts: CurveOptions = { smoothing: Number(params.get('smoothing') ?? 0) || 0, x: params.get('x') === 'wall' ? 'wall' : 'step' };
   main.innerHTML = `
     <p id="summary"></p>
     <div class="controls" id="controls"></div>
-    <h3>Curves</h3><div class="panels" id="panels"></div>
-    <h3>Events</h3><table id="events"></table>
+    <div class="run-info">
+      <details open><summary>config</summary><pre id="run-config">${esc(JSON.stringify(detail.config, null, 2))}</pre></details>
+      <details open><summary>commands</summary><pre id="run-commands">${esc(commandsText(runId, cfg))}</pre></details>
+    </div>
+    <form class="filters" id="curve-options">smoothing (EMA) <select id="smoothing" name="smoothing">${SMOOTHING.map((a) => `<option value="${a}" ${a === opts.smoothing ? 'selected' : ''}>${a || 'off'}</option>`).join('')}</select>
+      x axis <select id="xaxis" name="x"><option value="step">step</option><option value="wall" ${opts.x === 'wall' ? 'selected' : ''}>wall time</option></select>
+      <small>panels whose every series is constant are folded (click to open)</small></form>
+    <div id="sections">${[...SECTIONS, OTHER].map((s) => `<section class="section" data-section="${s.id}" hidden><h3>${esc(s.title)}</h3><div class="panels"></div></section>`).join('')}</div>
+    <h3>Events</h3><table id="events" class="events"></table>
     <h3>Episodes</h3>
     <form class="filters" id="epfilters">step <input name="step" type="number" min="0" value="${esc(params.get('step') ?? '0')}" style="width:5em">
       split <select name="split"><option>train</option><option>eval</option></select>
@@ -320,42 +295,89 @@ async function runPage(runId: string, params: URLSearchParams) {
 
   let metrics: MetricRow[] = [];
   let events = detail.events;
+  let stepTimes: StepTime[] = [];
+  let lrs: LrRow[] = [];
   const views = new Map<string, vega.View>();
-  const eventRows = () => events.map((e) => ({ step: e.step, kind: e.kind, at: e.at }));
+  const eventRows = () =>
+    events.map((e) => ({ x: opts.x === 'wall' ? (Date.parse(e.at) - Date.parse(r.startedAt)) / 1000 : e.step, step: e.step, kind: e.kind, at: e.at }));
   const drawEvents = () =>
     (byId('events').innerHTML =
       '<tr><th>step</th><th>event</th><th>at</th><th>detail</th></tr>' +
       events
         .map(
           (e) =>
-            `<tr><td>${e.step}</td><td>${esc(e.kind)}</td><td>${new Date(e.at).toLocaleString()}</td><td><code>${esc(JSON.stringify(e.detail)).slice(0, 200)}</code></td></tr>`,
+            `<tr><td>${e.step}</td><td>${esc(e.kind)}</td><td>${new Date(e.at).toLocaleString()}</td><td class="detail"><code>${esc(JSON.stringify(e.detail))}</code></td></tr>`,
         )
         .join(''));
   drawEvents();
 
-  let lrs: LrRow[] = [];
   async function fetchMetrics(fromStep: number) {
-    const { rows, lr } = await fetchRunMetrics(runId, fromStep);
-    lrs = [...lrs.filter((x) => x.step < fromStep), ...lr];
-    return rows;
+    const got = await fetchRunMetrics(runId, fromStep);
+    lrs = [...lrs.filter((x) => x.step < fromStep), ...got.lr];
+    stepTimes = [...stepTimes.filter((x) => x.step < fromStep), ...got.stepTimes];
+    return got.rows;
   }
-  async function draw() {
-    for (const [title, points] of panelsOf(metrics, lrs)) {
-      const view = views.get(title);
+  /** A panel's points as the options draw them: on the chosen x axis, smoothed (evals never: they are single measurements). */
+  const shown = (title: string, points: Point[]) => {
+    const xs = opts.x === 'wall' ? onWallTime(points, stepTimes, r.startedAt) : points;
+    return title === 'eval success' ? xs : smooth(xs, opts.smoothing);
+  };
+  // One drawing at a time: a poll and a change of options do not interleave.
+  let drawing = Promise.resolve();
+  const queue = (f: () => void | Promise<void>) => (drawing = drawing.catch((e) => console.warn('drawing failed', e)).then(f));
+  const draw = () => queue(drawAll);
+  async function drawAll() {
+    for (const [title, stored] of panelsOf(metrics, lrs)) {
+      const points = shown(title, stored);
+      // Folded while every series is constant, until the user opens or closes it.
+      const note = constantNote(stored) ?? '';
+      let el = document.querySelector<HTMLDetailsElement>(`details.panel[data-panel="${CSS.escape(title)}"]`);
+      if (!el) {
+        el = document.createElement('details');
+        el.className = 'panel';
+        el.dataset.panel = title;
+        el.innerHTML = `<summary><b>${esc(title)}</b> <span class="note"></span></summary><div class="chart"></div>`;
+        el.addEventListener('toggle', () => {
+          if (el!.open === Boolean(el!.dataset.folded)) el!.dataset.toggled = '1';
+        });
+        const section = document.querySelector(`section[data-section="${sectionOf(title)}"]`)!;
+        section.querySelector('.panels')!.append(el);
+        section.removeAttribute('hidden');
+      }
+      el.querySelector('.note')!.textContent = note;
+      if (note) el.dataset.folded = '1';
+      else delete el.dataset.folded;
+      if (!el.dataset.toggled) el.open = !note;
+      let view = views.get(title);
+      // The first event: drawn anew, with the events' legend.
+      if (view && events.length > 0 && view.data('events').length === 0) {
+        view.finalize();
+        el.querySelector('.chart')!.innerHTML = '';
+        view = undefined;
+      }
       if (view) {
         view.data('points', points).data('events', eventRows());
         await view.runAsync();
-        continue;
-      }
-      const el = document.createElement('div');
-      el.className = 'panel';
-      el.dataset.panel = title;
-      byId('panels').append(el);
-      views.set(title, await render(panelSpec(title, points, eventRows()), el, title));
+      } else views.set(title, await render(panelSpec(title, points, eventRows(), opts), el.querySelector('.chart')!, title));
     }
   }
   metrics = await fetchMetrics(-1);
   await draw();
+
+  // Another smoothing or x axis: the same data drawn again (a new spec: the axis changes).
+  const optionsForm = byId<HTMLFormElement>('curve-options');
+  optionsForm.onchange = () => {
+    opts.smoothing = Number(byId<HTMLSelectElement>('smoothing').value);
+    opts.x = byId<HTMLSelectElement>('xaxis').value === 'wall' ? 'wall' : 'step';
+    void queue(() => {
+      for (const v of views.values()) v.finalize();
+      views.clear();
+      document.querySelectorAll('details.panel .chart').forEach((c) => (c.innerHTML = ''));
+    });
+    window.troupe.ready = false;
+    // draw() shows nothing new on failure; the next poll draws again.
+    void draw().then(() => (window.troupe.ready = true));
+  };
 
   // Live: refetch from the newest step on (it may still gain rows) while the run is not over.
   let live = true;
@@ -367,13 +389,17 @@ async function runPage(runId: string, params: URLSearchParams) {
       if (!live) return;
       try {
         const last = metrics.reduce((m, x) => Math.max(m, x.step), -1);
+        const before = JSON.stringify([metrics.filter((x) => x.step >= last), lrs, stepTimes, events]);
         const fresh = await fetchMetrics(last);
         metrics = [...metrics.filter((x) => x.step < last), ...fresh];
         const d = await api<{ run: RunSummary; events: RunEvent[] }>(`/api/runs/${encodeURIComponent(runId)}`);
         events = d.events;
         summary(d.run);
-        drawEvents();
-        await draw();
+        // Drawn again only when something changed: a finished run's page stays idle.
+        if (JSON.stringify([fresh, lrs, stepTimes, events]) !== before) {
+          drawEvents();
+          await draw();
+        }
         window.troupe.polls++;
       } catch (e) {
         console.warn('poll failed', e);
@@ -423,11 +449,11 @@ async function episodes(runId: string, form: FormData) {
       `/api/runs/${encodeURIComponent(runId)}/steps/${encodeURIComponent(String(form.get('step') || '0'))}/episodes?${q}`,
     );
     el.innerHTML =
-      `<p>${total} episode(s)${total > eps.length ? `, first ${eps.length}` : ''}</p><table><tr><th>episode</th><th>task</th><th>group</th><th>status</th><th>success</th><th>reward</th><th>turns</th></tr>` +
+      `<p>${total} episode(s)${total > eps.length ? `, first ${eps.length}` : ''}</p><table><tr><th>episode</th><th>task</th><th>group</th><th>status</th><th>success</th><th>reward</th><th>turns</th><th>error</th></tr>` +
       eps
         .map(
           (e) =>
-            `<tr><td><a href="#/episodes/${encodeURIComponent(e.episodeId)}">${esc(e.episodeId)}</a></td><td>${esc(e.taskId)}</td><td>${e.groupIndex}.${e.episodeIndex}</td><td>${esc(e.status)}</td><td>${fmt(e.success)}</td><td>${fmt(e.reward)}</td><td>${e.turns}</td></tr>`,
+            `<tr><td><a href="#/episodes/${encodeURIComponent(e.episodeId)}">${esc(e.episodeId)}</a></td><td>${esc(e.taskId)}</td><td>${e.groupIndex}.${e.episodeIndex}</td><td>${esc(e.status)}</td><td>${fmt(e.success)}</td><td>${fmt(e.reward)}</td><td>${e.turns}</td><td class="detail error">${esc(e.error)}</td></tr>`,
         )
         .join('') +
       '</table>';
@@ -453,8 +479,9 @@ async function comparePage(params: URLSearchParams) {
     const el = document.createElement('div');
     el.className = 'panel';
     el.dataset.panel = title;
+    el.innerHTML = `<b>${esc(title)}</b><div class="chart"></div>`;
     byId('panels').append(el);
-    await render(panelSpec(title, points, []), el, title);
+    await render(panelSpec(title, points, [], { smoothing: 0, x: 'step' }), el.querySelector<HTMLElement>('.chart')!, title);
   }
 }
 
@@ -482,6 +509,10 @@ async function episodePage(episodeId: string) {
   const rewardsOf = new Map(ep.rewards.map((r) => [r.turn, r]));
   main.innerHTML = `
     <p>task <b>${esc(ep.taskId)}</b> · ${esc(ep.split)} · status <b>${esc(ep.status)}</b> · success ${fmt(ep.success)} · seed ${ep.seed}${ep.error ? ` · <span class="error">${esc(ep.error)}</span>` : ''}</p>
+    <div class="run-info">
+      <div><b>task</b> (what the team's task source gave the episode)<pre id="episode-task">${esc(JSON.stringify(ep.task, null, 2))}</pre></div>
+      <div><b>outcome</b> (what the episode function returned; the rewards score it)<pre id="episode-outcome">${ep.outcome === null ? 'none: the episode returned nothing' + (ep.error ? ' (it failed)' : '') : esc(JSON.stringify(ep.outcome, null, 2))}</pre></div>
+    </div>
     <div class="panel" id="graph"></div>
     <p class="legend"><span class="tok ctx">context</span><span class="tok masked">generated, trained (loss mask 1)</span><span class="tok">generated, not trained</span> — hover a token for its log-prob; darker = less likely</p>
     <div id="turns">${ep.turns.map((t) => turnHtml(t, rewardsOf.get(t.index), ep.decodeError)).join('')}</div>`;

@@ -14,7 +14,7 @@ export async function runAndServe(
   const port = await freePort();
   const h = await startHarness({ dashboardUrl: `http://127.0.0.1:${port}` });
   await h.env.client.workflow.execute('trainingRun', { taskQueue: h.taskQueue, workflowId: runId, args: [{ ...RUN, ...run }] });
-  const dash = await startDashboard({ sql: h.db.sql, port, ...opts });
+  const dash = await startDashboard({ sql: h.db.sql, port, temporalAddress: h.env.address, namespace: h.env.namespace ?? 'default', ...opts });
   return { h, dash };
 }
 

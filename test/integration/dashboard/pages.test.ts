@@ -20,6 +20,10 @@ const skip = browserSkipReason();
 /** Symbols drawn as data (not legend) in one chart. */
 const drawnPoints = (page: Page, selector: string) => page.locator(`${selector} .mark-symbol.role-mark path`).count();
 
+/** The points a panel's view draws (smoothed `value`, stored `raw` where smoothing is on). */
+const viewPoints = (page: Page, panel: string): Promise<{ x: number; series: string; value: number; raw?: number }[]> =>
+  page.evaluate((p) => (globalThis as any).troupe.views[p].data('points').map((x: any) => ({ x: x.x, series: x.series, value: x.value, raw: x.raw })), panel);
+
 async function open(page: Page, url: string) {
   await page.goto(url);
   await page.waitForFunction(() => (globalThis as any).troupe?.ready === true);
@@ -99,6 +103,142 @@ describe('dashboard pages', { skip }, () => {
     await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-run.png'), fullPage: true });
   });
 
+  it('groups the panels in sections, each a heading over a grid of its panels', async () => {
+    await open(page, `${dash.url}/#/runs/${runId}`);
+    const sections = await page.evaluate(() =>
+      [...(globalThis as any).document.querySelectorAll('section.section:not([hidden])')].map((s: any) => ({
+        heading: s.querySelector('h3').textContent,
+        grid: (globalThis as any).getComputedStyle(s.querySelector('.panels')).display,
+        panels: [...s.querySelectorAll('[data-panel]')].map((p: any) => p.dataset.panel),
+      })),
+    );
+    assert.deepEqual(
+      sections.map((s) => s.heading),
+      ['Rewards and eval', 'Per-agent policy', 'Optimization', 'System'],
+      'a synchronous run has no off-policy section',
+    );
+    assert.ok(sections.every((s) => s.grid === 'grid'));
+    // Every chart has a finite size (an empty legend once made Vega draw one 1.8e308 px tall, and the page hung).
+    const sizes = await page
+      .locator('details.panel .chart svg')
+      .evaluateAll((svgs: any[]) => svgs.map((x) => [Number(x.getAttribute('width')), Number(x.getAttribute('height'))]));
+    assert.ok(sizes.length > 0 && sizes.flat().every((v) => v > 0 && v < 2000), JSON.stringify(sizes));
+    const inSection = (heading: string) => sections.find((s) => s.heading === heading)!.panels;
+    const has = (heading: string, panels: string[]) =>
+      assert.deepEqual(
+        panels.filter((p) => !inSection(heading).includes(p)),
+        [],
+        heading,
+      );
+    has('Rewards and eval', ['reward components', 'eval success', 'truncated / failed shares']);
+    has('Per-agent policy', ['entropy', 'advantage mean', 'advantage std', 'episode length (turns)', 'episode length (tokens)']);
+    has('Optimization', ['loss', 'gradNorm', 'learning rate', 'clipFraction']);
+    has('System', ['step time split (s)', 'update tokens/s']);
+    // The step's time split: the rollout's seconds and each model's update, in seconds, one point per stored row.
+    const timing = await h.db.sql`SELECT step, scope, name, value FROM metrics WHERE run_id = ${runId} AND name IN ('rolloutSeconds', 'updateMs')`;
+    assert.deepEqual(
+      (await viewPoints(page, 'step time split (s)')).map((p) => [p.x, p.series, p.value]).sort(),
+      timing.map((r) => [r.step + 1, r.name === 'updateMs' ? `${r.scope} update` : 'rollout', r.name === 'updateMs' ? r.value / 1000 : r.value]).sort(),
+    );
+  });
+
+  it('folds the panels whose every series is constant, with the value in a note', async () => {
+    await open(page, `${dash.url}/#/runs/${runId}`);
+    // This run never changes its learning rate: that panel is folded and says the value.
+    const lrs = await h.db
+      .sql`SELECT DISTINCT (m.value->>'lr')::float8 AS lr FROM steps s, jsonb_each(s.settings) m WHERE s.run_id = ${runId} AND m.value ? 'lr'`;
+    assert.equal(lrs.length, 1);
+    const lrPanel = page.locator('details.panel[data-panel="learning rate"]');
+    assert.equal(await lrPanel.evaluate((d: any) => d.open), false);
+    assert.equal(await lrPanel.locator('.chart svg').isVisible(), false, 'folded: the chart is hidden');
+    assert.equal(await lrPanel.locator('summary .note').innerText(), `constant: ${lrs[0]!.lr}`);
+    // Every panel: folded exactly when each of its series keeps one stored value over several steps.
+    const panels = await page.evaluate(() =>
+      [...(globalThis as any).document.querySelectorAll('details.panel')].map((d: any) => ({ title: d.dataset.panel, open: d.open })),
+    );
+    let folded = 0;
+    for (const { title, open: isOpen } of panels) {
+      const points = await viewPoints(page, title);
+      const values = new Map<string, Set<number>>();
+      for (const p of points) values.set(p.series, (values.get(p.series) ?? new Set()).add(p.raw ?? p.value));
+      const constant = new Set(points.map((p) => p.x)).size > 1 && [...values.values()].every((v) => v.size === 1);
+      assert.equal(isOpen, !constant, title);
+      folded += constant ? 1 : 0;
+    }
+    assert.ok(folded >= 1 && folded < panels.length, `${folded} of ${panels.length} folded`);
+    // Opened by a click, it shows its chart.
+    await lrPanel.locator('summary').click();
+    assert.equal(await lrPanel.evaluate((d: any) => d.open), true);
+    assert.equal(await lrPanel.locator('.chart svg').isVisible(), true);
+    assert.equal(await drawnPoints(page, '[data-panel="learning rate"]'), (await viewPoints(page, 'learning rate')).length);
+  });
+
+  it('keeps coinciding series apart (a dash pattern per series) and legend labels whole', async () => {
+    await open(page, `${dash.url}/#/runs/${runId}`);
+    for (const panel of ['advantage mean', 'advantage std']) {
+      const series = [...new Set((await viewPoints(page, panel)).map((p) => p.series))].sort();
+      assert.ok(series.length >= 4, `${panel}: before and after, per agent`);
+      // Each series' line has its own dash pattern, so one drawn on another still shows.
+      const dashes = await page
+        .locator(`[data-panel="${panel}"] .mark-line.role-mark path`)
+        .evaluateAll((ps: any[]) => ps.map((p) => p.getAttribute('stroke-dasharray') ?? 'solid'));
+      assert.equal(dashes.length, series.length, panel);
+      assert.equal(new Set(dashes).size, series.length, `${panel}: ${dashes.join(' | ')}`);
+      // The legend names each series in full (e.g. "solver before normalization"), nothing cut with an ellipsis.
+      const labels = await page.locator(`[data-panel="${panel}"] .role-legend-label text`).allTextContents();
+      assert.deepEqual([...new Set(labels)].sort(), series, panel);
+    }
+  });
+
+  it("shows the run's config and its CLI and Temporal commands", async () => {
+    await open(page, `${dash.url}/#/runs/${runId}`);
+    const [stored] = await h.db.sql`SELECT config FROM runs WHERE run_id = ${runId}`;
+    assert.deepEqual(JSON.parse(await page.locator('#run-config').innerText()), stored!.config);
+    const commands = (await page.locator('#run-commands').innerText()).split('\n');
+    for (const c of ['pause', 'resume', 'stop', 'status']) assert.ok(commands.includes(`npx troupe ${c} ${runId}`), c);
+    assert.ok(commands.includes(`npx troupe set ${runId} --lr 0.0005`));
+    assert.ok(commands.includes(`temporal workflow describe --address ${h.env.address} --namespace default --workflow-id ${runId}`), commands.join('\n'));
+  });
+
+  it('smooths the curves by the chosen EMA and draws them on a wall-time axis', async () => {
+    await open(page, `${dash.url}/#/runs/${runId}`);
+    const panel = 'step time split (s)';
+    const rows = await h.db.sql`SELECT step, scope, value FROM metrics WHERE run_id = ${runId} AND name = 'rolloutSeconds' ORDER BY step`;
+    assert.ok(rows.length >= 2 && new Set(rows.map((r) => r.value)).size > 1, 'rollout times that differ');
+    const rollout = async () => (await viewPoints(page, panel)).filter((p) => p.series === 'rollout').sort((a, b) => a.x - b.x);
+    assert.deepEqual(
+      (await rollout()).map((p) => p.value),
+      rows.map((r) => r.value),
+    );
+    await page.locator('#smoothing').selectOption('0.9');
+    await page.waitForFunction(() => (globalThis as any).troupe?.ready === true);
+    // Debiased EMA: s_t = 0.9 s_{t-1} + 0.1 v_t, divided by 1 - 0.9^t.
+    let s = 0;
+    const expected = rows.map((r, i) => (s = 0.9 * s + 0.1 * r.value) / (1 - 0.9 ** (i + 1)));
+    const smoothed = await rollout();
+    assert.deepEqual(
+      smoothed.map((p) => p.raw),
+      rows.map((r) => r.value),
+    );
+    smoothed.forEach((p, i) => assert.ok(Math.abs(p.value - expected[i]!) < 1e-9, `${p.value} vs ${expected[i]}`));
+    assert.notDeepEqual(
+      smoothed.map((p) => p.value),
+      rows.map((r) => r.value),
+    );
+    // The drawn line follows: its path changed with the values.
+    await page.locator('#xaxis').selectOption('wall');
+    await page.waitForFunction(() => (globalThis as any).troupe?.ready === true);
+    const [run] = await h.db.sql`SELECT created_at FROM runs WHERE run_id = ${runId}`;
+    const steps = await h.db.sql`SELECT step, finished_at FROM steps WHERE run_id = ${runId} ORDER BY step`;
+    const at = new Map(steps.map((x) => [x.step + 1, (x.finished_at.getTime() - run!.created_at.getTime()) / 1000]));
+    assert.deepEqual(
+      (await rollout()).map((p) => p.x),
+      rows.map((r) => at.get(r.step + 1)),
+    );
+    assert.match((await page.locator(`[data-panel="${panel}"] .role-axis-title text`).first().textContent()) ?? '', /seconds since the run started/);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-run-options.png'), fullPage: true });
+  });
+
   it('draws an episode graph with a node per turn and tool call and an edge per after and call', async () => {
     const [ep] = await h.db.sql`
       SELECT e.episode_id, (SELECT count(*)::int FROM turns t WHERE t.episode_id = e.episode_id) AS turns,
@@ -129,6 +269,11 @@ describe('dashboard pages', { skip }, () => {
     )[0]!;
     assert.equal(await page.locator('#turns .tok.masked').count(), trained);
     assert.equal(await page.locator('#turns .tok.unmasked').count(), untrained);
+    // The task's data and what the episode returned, as stored.
+    const [stored] = await h.db.sql`SELECT task, outcome FROM episodes WHERE episode_id = ${ep!.episode_id}`;
+    assert.ok(stored!.outcome !== null && typeof stored!.task === 'object');
+    assert.deepEqual(JSON.parse(await page.locator('#episode-task').innerText()), stored!.task);
+    assert.deepEqual(JSON.parse(await page.locator('#episode-outcome').innerText()), stored!.outcome);
     await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-episode.png'), fullPage: true });
   });
 
@@ -172,6 +317,14 @@ describe('dashboard pages', { skip }, () => {
       (await h.db.sql`SELECT count(*)::int AS n FROM run_events WHERE run_id = ${live}`)[0]!.n,
     );
     assert.equal(await page.evaluate(() => (globalThis as any).notReloaded), true, 'the page was not reloaded');
+    // The events table shows each event's whole detail, wrapped inside the page's width.
+    const stored = await h.db.sql`SELECT detail FROM run_events WHERE run_id = ${live} ORDER BY id`;
+    const cells = page.locator('#events td.detail');
+    assert.deepEqual(
+      (await cells.allInnerTexts()).map((t) => JSON.parse(t)),
+      stored.map((e) => e.detail),
+    );
+    assert.equal(await cells.first().evaluate((td: any) => (globalThis as any).getComputedStyle(td).whiteSpace), 'normal');
     await handle.signal(stopSignal);
     await handle.result();
     // After the run's end the page catches up with everything stored.
