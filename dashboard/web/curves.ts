@@ -148,15 +148,17 @@ export function constantNote(points: readonly Point[]): string | undefined {
 export function smooth(points: readonly Point[], alpha: number): Point[] {
   if (!(alpha > 0)) return [...points];
   if (alpha >= 1) throw new Error(`smoothing: must be below 1, got ${alpha}`);
-  const state = new Map<string, { s: number; n: number }>();
+  const state = new Map<string, { m: number; n: number }>();
   return [...points]
     .sort((a, b) => a.x - b.x)
     .map((p) => {
-      const st = state.get(p.series) ?? { s: 0, n: 0 };
-      st.s = alpha * st.s + (1 - alpha) * p.value;
+      const st = state.get(p.series) ?? { m: 0, n: 0 };
+      // The same average, updated as m += (v - m)(1 - a)/(1 - a^n): a constant series stays exactly
+      // constant (the direct form drifts by rounding, and the zoomed y axis shows it).
       st.n++;
+      st.m += ((p.value - st.m) * (1 - alpha)) / (1 - alpha ** st.n);
       state.set(p.series, st);
-      return { ...p, raw: p.value, value: st.s / (1 - alpha ** st.n) };
+      return { ...p, raw: p.value, value: st.m };
     });
 }
 
