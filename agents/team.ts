@@ -5,8 +5,9 @@
 import type { EpisodeStatus } from '../schema/trajectory';
 import type { AgentSpec } from './agent';
 import type { AgentHandle } from './episode';
-import { normalizeModelSpec } from '../engines/families';
-import { ModelSpecError } from '../engines/families/model-family';
+import { familyOf, normalizeModelSpec } from '../engines/families';
+import { ModelSpecError, type ModelSpec as EngineModelSpec } from '../engines/families/model-family';
+import { MAX_TOKENS_LIMIT } from '../engines/protocol/types';
 import { checkpointIssues, checkpointOf, engineSpec, type ModelSpec } from './model';
 import type { TaskSource } from './tasks';
 import type { ChatTemplate } from './chat-template';
@@ -86,6 +87,26 @@ export class TeamDefinitionError extends FieldError {
 /** Batched episodes: the CPU time an episode's own code may use by default. */
 export const DEFAULT_EPISODE_CPU_MS = 30_000;
 
+/**
+ * Whether the agent's shortest possible first turn (its instructions, as framed, and an empty
+ * message, then maxTokens sampled) already breaks its model's sequence rule (a transformer's
+ * maxSeq): every turn would be refused by the engine. Longer contexts (messages, memory, tool
+ * output) are known only at run time, where the engine refuses them (INVALID_REQUEST).
+ * Throws the tokenizer's error when the instructions do not encode.
+ */
+function sequenceIssue(def: { tokenizer: Tokenizer; chatTemplate?: ChatTemplate }, a: AgentSpec, spec: EngineModelSpec | undefined): string | undefined {
+  const tok = def.tokenizer;
+  const system = a.instructions ? [{ role: 'system' as const, content: a.instructions }] : [];
+  const context = def.chatTemplate
+    ? tok.encode(def.chatTemplate.open([...system, { role: 'user', content: '' }])).length
+    : 1 + tok.encode(a.instructions).length;
+  if (!spec || !positiveInt(a.maxTokens) || a.maxTokens > MAX_TOKENS_LIMIT) return undefined; // maxTokens itself is refused
+  const issue = familyOf(spec.family).sequenceIssue(spec, context, context + a.maxTokens);
+  if (!issue) return undefined;
+  const shortest = def.chatTemplate ? 'its instructions in the chat template, empty message' : 'BOS and its instructions, empty message';
+  return `its shortest context (${context} tokens: ${shortest}) + maxTokens ${a.maxTokens}: ${issue.message} (models.${a.model}); lower maxTokens, shorten the instructions or raise maxSeq`;
+}
+
 const positiveInt = (v: unknown) => typeof v === 'number' && Number.isInteger(v) && v > 0;
 
 export function defineTeam<TTask, TOutcome, Roles extends string>(def: TeamDefinition<TTask, TOutcome, Roles>): Team<TTask, TOutcome, Roles> {
@@ -97,6 +118,7 @@ export function defineTeam<TTask, TOutcome, Roles extends string>(def: TeamDefin
   const readable = def.tokenizer?.kind !== 'placeholder';
   const models = Object.keys(def.models ?? {});
   if (models.length === 0) bad('models', 'at least one model is required');
+  const normalized = new Map<string, EngineModelSpec>();
   for (const [m, spec] of Object.entries(def.models ?? {})) {
     if (spec.tokenizer !== def.tokenizer) bad(`models.${m}.tokenizer`, "must be the team's tokenizer");
     if (typeof spec.tokenizer?.size !== 'number') continue;
@@ -105,7 +127,7 @@ export function defineTeam<TTask, TOutcome, Roles extends string>(def: TeamDefin
       continue;
     }
     try {
-      normalizeModelSpec(engineSpec(spec), `models.${m}`); // the family's own rules, errors by field path
+      normalized.set(m, normalizeModelSpec(engineSpec(spec), `models.${m}`)); // the family's own rules, errors by field path
     } catch (e) {
       if (!(e instanceof ModelSpecError)) throw e;
       for (const i of e.issues) bad(i.path, i.message);
@@ -120,6 +142,8 @@ export function defineTeam<TTask, TOutcome, Roles extends string>(def: TeamDefin
     if (!a.model) bad(`${at}.model`, 'every agent needs a model');
     else if (!models.includes(a.model)) bad(`${at}.model`, `unknown model ${JSON.stringify(a.model)} (models: ${models.join(', ')})`);
     if (!positiveInt(a.maxTokens)) bad(`${at}.maxTokens`, `must be a positive integer, got ${a.maxTokens}`);
+    else if (a.maxTokens > MAX_TOKENS_LIMIT)
+      bad(`${at}.maxTokens`, `must be at most ${MAX_TOKENS_LIMIT} (the engines' limit per generation), got ${a.maxTokens}`);
     if (!positiveInt(a.maxTurns)) bad(`${at}.maxTurns`, `must be a positive integer, got ${a.maxTurns}`);
     if (!(Number.isInteger(a.maxToolCalls) && a.maxToolCalls >= 0)) bad(`${at}.maxToolCalls`, 'must be an integer >= 0');
     const names = new Set<string>();
@@ -135,7 +159,8 @@ export function defineTeam<TTask, TOutcome, Roles extends string>(def: TeamDefin
     if (typeof def.rewards?.[role] !== 'function') bad(`rewards.${role}`, 'every agent needs a reward function');
     if (readable) {
       try {
-        def.tokenizer.encode(a.instructions);
+        const issue = sequenceIssue(def, a, normalized.get(a.model));
+        if (issue) bad(`${at}.maxTokens`, issue);
       } catch (e) {
         bad(`${at}.instructions`, (e as Error).message);
       }

@@ -41,6 +41,7 @@ import { loadStepEpisodes, saveEpisodes, storedEpisodeIds, type StoredEpisode } 
 import { executeTool } from '../tools';
 import { buildStepBatch, type UpdateSequence } from './batch';
 import { heartbeating, withEngineFailures } from './engine-work';
+import { InvalidRequestError } from '../../engines/protocol/client';
 import { offPolicyCorrection } from './off-policy';
 import {
   FIRST_ATTEMPT,
@@ -75,18 +76,31 @@ export interface EngineApi {
 
 /** One agent turn's generation: a batch of one sequence on the engine. */
 export async function generateOne(engine: Pick<EngineApi, 'generate'>, runId: string, call: GenerateCall): Promise<GenerateReply> {
-  const res = await engine.generate({
-    modelKey: modelKey(runId, call.model),
-    version: call.version,
-    sequences: [{ context: call.context, seed: call.seed }],
-    sampling: {
-      temperature: call.sampling.temperature,
-      topK: call.sampling.topK,
-      topP: call.sampling.topP,
-      maxTokens: call.maxTokens,
-      stopTokens: call.stopTokens,
-    },
-  });
+  let res: GenerateResponse;
+  try {
+    res = await engine.generate({
+      modelKey: modelKey(runId, call.model),
+      version: call.version,
+      sequences: [{ context: call.context, seed: call.seed }],
+      sampling: {
+        temperature: call.sampling.temperature,
+        topK: call.sampling.topK,
+        topP: call.sampling.topP,
+        maxTokens: call.maxTokens,
+        stopTokens: call.stopTokens,
+      },
+    });
+  } catch (e) {
+    // the engine names the request's field; the team's fields are the turn's model and lengths
+    if (e instanceof InvalidRequestError)
+      throw new InvalidRequestError(
+        `${e.message} (a turn of models.${call.model}: context ${call.context.length} tokens, maxTokens ${call.maxTokens} left)`,
+        e.code,
+        e.reason,
+        e.method,
+      );
+    throw e;
+  }
   const s = res.sequences[0]!;
   // Troupe never aborts its own calls; an operator's Abort leaves a partial turn, which is not a sample: retry it.
   if (s.stopReason === 'aborted')

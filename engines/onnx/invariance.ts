@@ -36,8 +36,11 @@ async function rowsAgree(rt: ModelRuntime, spec: ModelSpec, sizes: number[], min
   const theta = family.init(spec, 12345);
   for (let i = 0; i < theta.length; i++) theta[i]! *= 4; // non-trivial activations
   const rnd = lcg(7);
+  const contextLength = family.probeContextLength(spec);
+  // 3 generated tokens where the spec's sequence length allows (a transformer's maxSeq may be as small as 2)
+  const maxTokens = [3, 2, 1].find((n) => !family.sequenceIssue(spec, contextLength, contextLength + n)) ?? 1;
   const seq = () => ({
-    context: Array.from({ length: family.probeContextLength(spec) }, () => rnd(spec.vocabSize)),
+    context: Array.from({ length: contextLength }, () => rnd(spec.vocabSize)),
     tokens: [rnd(spec.vocabSize)],
   });
   const genRow = (k: number): GenerateRow => ({
@@ -46,7 +49,7 @@ async function rowsAgree(rt: ModelRuntime, spec: ModelSpec, sizes: number[], min
     temperature: [1, 0.7, 1.3, 0][k % 4]!,
     topK: [0, 3, 0, 0][k % 4]!,
     topP: [0, 0, 0.9, 0][k % 4]!,
-    maxTokens: 3,
+    maxTokens,
     stopTokens: [],
   });
   const probes = Array.from({ length: 4 }, seq);

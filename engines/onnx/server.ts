@@ -5,14 +5,22 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import { ERROR_REASON_METADATA, ErrorReason, EngineFault, invalid } from '../protocol/errors';
+import { ModelRequestError } from '../families/model-family';
 import { engineServiceDefinition, MAX_MESSAGE_BYTES } from '../protocol/proto';
 import type * as P from '../protocol/proto';
 import * as wire from '../protocol/wire';
 import type { UpdateProgress, UpdateResponse } from '../protocol/types';
 import type { CancelSignal, Engine } from './engine';
 
+/** An engine fault as is; a request the model cannot run (it names the field) is INVALID_REQUEST, not retried; anything else INTERNAL. */
+function faultOf(err: unknown): EngineFault {
+  if (err instanceof EngineFault) return err;
+  if (err instanceof ModelRequestError) return invalid(err.message);
+  return new EngineFault(ErrorReason.INTERNAL, `internal engine error: ${(err as Error)?.message ?? String(err)}`);
+}
+
 function toServiceError(err: unknown): grpc.ServiceError {
-  const fault = err instanceof EngineFault ? err : new EngineFault(ErrorReason.INTERNAL, `internal engine error: ${(err as Error)?.message ?? String(err)}`);
+  const fault = faultOf(err);
   const metadata = new grpc.Metadata();
   metadata.set(ERROR_REASON_METADATA, fault.reason);
   const e = new Error(fault.message) as grpc.ServiceError;

@@ -10,6 +10,7 @@ import { ModelSpecError, type ModelSpec } from '../families/model-family';
 import type { GenerateRow, UpdateSample, UpdateSettings } from './model-runtime';
 import {
   DEFAULT_UPDATE_SETTINGS,
+  MAX_TOKENS_LIMIT,
   type GenerateRequest,
   type ModelSpecInput,
   type SamplingParams,
@@ -19,7 +20,7 @@ import {
 } from '../protocol/types';
 
 export const LIMITS = {
-  maxTokens: 4096,
+  maxTokens: MAX_TOKENS_LIMIT,
   innerSteps: 256,
   modelKeyLength: 256,
   requestIdLength: 512,

@@ -161,6 +161,9 @@ export interface UpdateSettingsInput {
   innerSteps?: number;
 }
 
+/** The most tokens one Generate samples per sequence (max_tokens); both bundled engines refuse more, and teams check agents' maxTokens against it. */
+export const MAX_TOKENS_LIMIT = 4096;
+
 export const DEFAULT_UPDATE_SETTINGS: Required<UpdateSettingsInput> = {
   lr: 1e-3,
   beta1: 0.9,

@@ -54,8 +54,8 @@ const schema = z
     bias: z.boolean().default(true),
     /** output head = token embeddingᵀ. */
     tiedHead: z.boolean().default(true),
-    /** longest sequence (context + generated tokens) the model accepts. */
-    maxSeq: count(TRANSFORMER_LIMITS.maxSeq).default(256),
+    /** longest sequence (context + generated tokens) the model accepts: at least a context token and a generated one. */
+    maxSeq: count(TRANSFORMER_LIMITS.maxSeq, 2).default(256),
   })
   .strict();
 

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { z } from 'zod';
-import { agent, charTokenizer, defineTeam, defineTool, generatedTasks, keySyntax, TeamDefinitionError, tinyLM } from '../../../agents';
+import { agent, charTokenizer, defineTeam, defineTool, generatedTasks, keySyntax, TeamDefinitionError, tinyLM, transformer } from '../../../agents';
 import type { Tool, ToolSyntax } from '../../../agents/tool';
 import { FieldError } from '../../../infra/issues';
 
@@ -92,4 +92,35 @@ test('defineTool names the field of a bad tool', () => {
   });
   assert.throws(() => defineTool({ ...calculator, name: 'Calc' }), /^FieldError: tool\.name: must match/);
   assert.throws(() => defineTool({ ...calculator, timeoutMs: 0 }), { message: 'tools.calculator.timeoutMs: must be a number > 0, got 0' });
+});
+
+test("maxTokens past the engines' limit, or a first turn that cannot fit maxSeq, is refused when the team is defined", () => {
+  const define = (maxTokens: number, maxSeq: number, instructions = '') =>
+    defineTeam({
+      name: 'lengths',
+      tokenizer,
+      models: { policy: transformer({ tokenizer, width: 8, layers: 1, heads: 2, maxSeq }) },
+      agents: { solver: agent({ model: 'policy', maxTokens, instructions }) },
+      tasks: generatedTasks({ seed: 1, count: 4, evalFraction: 0.5, make: (_r, i) => ({ id: `t${i}`, data: i }) }),
+      episode: async ({ agents }) => (await agents.solver.act('1+1')).reply,
+      rewards: { solver: () => ({ r: 1 }) },
+      success: () => true,
+    });
+  assert.deepEqual(
+    issuesOf(() => define(1e9, 64)),
+    ["agents.solver.maxTokens: must be at most 4096 (the engines' limit per generation), got 1000000000"],
+  );
+  // BOS + 10 instruction tokens + 8 sampled = 19 > 16
+  assert.deepEqual(
+    issuesOf(() => define(8, 16, '0123456789')),
+    [
+      "agents.solver.maxTokens: its shortest context (11 tokens: BOS and its instructions, empty message) + maxTokens 8: context + tokens = 19 exceeds the model's maxSeq 16 (models.policy); lower maxTokens, shorten the instructions or raise maxSeq",
+    ],
+  );
+  assert.deepEqual(
+    issuesOf(() => define(4, 1)),
+    ['models.policy.maxSeq: must be ≥ 2'],
+  );
+  // exactly full: BOS + 10 + 5 = 16
+  assert.equal(define(5, 16, '0123456789').name, 'lengths');
 });

@@ -192,3 +192,18 @@ test('bad requests are refused with the right reason and a clear message', async
   const ok = await engine.generate(gen());
   assert.equal(ok.sequences[0]!.tokens.length, 3);
 });
+
+test('a transformer with the smallest maxSeq initializes (its probe fits), and a turn past maxSeq is INVALID_REQUEST naming the sequence', async () => {
+  const engine = cpuEngine();
+  for (const maxSeq of [2, 3]) {
+    const spec = { family: 'transformer', vocabSize: 8, width: 8, layers: 1, heads: 2, maxSeq };
+    await engine.initModel({ modelKey: `t${maxSeq}`, spec, seed: 1 });
+    await assert.rejects(
+      engine.generate({ modelKey: `t${maxSeq}`, version: 0, sequences: [{ context: [1, 2], seed: 1 }], sampling: { maxTokens: maxSeq } }),
+      (e: unknown) =>
+        e instanceof EngineFault &&
+        e.reason === 'INVALID_REQUEST' &&
+        e.message === `sequences[0]: context + tokens = ${maxSeq + 2} exceeds the model's maxSeq ${maxSeq}`,
+    );
+  }
+});
