@@ -14,7 +14,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { normalizeTransformerSpec, paramLayout, type TransformerSpec } from '../families/transformer/spec';
 import { hfConfigFor, parseHfConfig, type HfModel } from './hf-config';
-import { readSafetensors, representable, writeSafetensors, type Dtype, type Tensor } from './safetensors';
+import { readSafetensors, representable, SafetensorsError, writeSafetensors, type Dtype, type SafetensorsFile, type Tensor } from './safetensors';
 
 export class HfCheckpointError extends Error {
   constructor(message: string) {
@@ -118,16 +118,27 @@ function readJson(file: string): Record<string, unknown> {
   }
 }
 
-function readBytes(file: string): Uint8Array {
-  const b = fs.readFileSync(file);
-  return new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
+/** One weights file, read and validated; what is wrong with it (unreadable, truncated, malformed) is an HfCheckpointError naming the file. */
+function readWeightsFile(file: string): SafetensorsFile {
+  let b: Buffer;
+  try {
+    b = fs.readFileSync(file);
+  } catch (e) {
+    throw new HfCheckpointError(`${file}: cannot read (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
+  }
+  try {
+    return readSafetensors(new Uint8Array(b.buffer, b.byteOffset, b.byteLength), file);
+  } catch (e) {
+    if (e instanceof SafetensorsError) throw new HfCheckpointError(e.message);
+    throw e;
+  }
 }
 
 /** The weights files of dir: model.safetensors, or the shards its index names (each checked to hold what the index says). */
 function readWeights(dir: string): { tensors: Map<string, Tensor & { dtype: Dtype }> } {
   const single = path.join(dir, 'model.safetensors');
   const indexFile = path.join(dir, 'model.safetensors.index.json');
-  if (fs.existsSync(single)) return readSafetensors(readBytes(single), single);
+  if (fs.existsSync(single)) return readWeightsFile(single);
   if (!fs.existsSync(indexFile))
     throw new HfCheckpointError(
       `${dir}: neither model.safetensors nor model.safetensors.index.json (PyTorch .bin weights are not read: convert them to safetensors)`,
@@ -143,7 +154,7 @@ function readWeights(dir: string): { tensors: Map<string, Tensor & { dtype: Dtyp
   const tensors = new Map<string, Tensor & { dtype: Dtype }>();
   for (const shard of shards as Set<string>) {
     const file = path.join(dir, shard);
-    for (const [name, t] of readSafetensors(readBytes(file), file).tensors) {
+    for (const [name, t] of readWeightsFile(file).tensors) {
       if (map[name] !== shard) throw new HfCheckpointError(`${file}: tensor ${name} is not listed for this shard in ${indexFile}`);
       tensors.set(name, t);
     }

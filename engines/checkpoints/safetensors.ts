@@ -40,7 +40,8 @@ export function readSafetensors(bytes: Uint8Array, file = 'safetensors'): Safete
   if (bytes.length < 8) fail(`${bytes.length} bytes: too short for the 8-byte header length`);
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const n = view.getBigUint64(0, true);
-  if (n > BigInt(Math.min(MAX_HEADER, bytes.length - 8))) fail(`header length ${n} exceeds the file (${bytes.length} bytes) or the ${MAX_HEADER}-byte limit`);
+  if (n > BigInt(Math.min(MAX_HEADER, bytes.length - 8)))
+    fail(`header length ${n} exceeds the file (${bytes.length} bytes: truncated?) or the ${MAX_HEADER}-byte limit`);
   const headerEnd = 8 + Number(n);
   let header: unknown;
   try {
@@ -73,7 +74,8 @@ export function readSafetensors(bytes: Uint8Array, file = 'safetensors'): Safete
     if (!Array.isArray(offsets) || offsets.length !== 2 || !offsets.every((o) => Number.isSafeInteger(o) && o >= 0))
       at('data_offsets must be [begin, end] integers');
     const [begin, end] = offsets as [number, number];
-    if (begin > end || end > dataLength) at(`data_offsets [${begin}, ${end}] outside the ${dataLength} data bytes`);
+    if (begin > end) at(`data_offsets [${begin}, ${end}]: begin is after end`);
+    if (end > dataLength) at(`data_offsets [${begin}, ${end}] reach past the file's ${dataLength} data bytes (the file is truncated?)`);
     const elements = shape.reduce((a, b) => a * b, 1);
     if (elements * BYTES[dtype] !== end - begin) at(`shape [${shape}] × ${dtype} is ${elements * BYTES[dtype]} bytes but data_offsets span ${end - begin}`);
     ranges.push([begin, end, name]);

@@ -8,7 +8,9 @@
  * process registers the loader (as workers do; workflow code never does).
  */
 import assert from 'node:assert/strict';
+import { ApplicationFailure } from '@temporalio/common';
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import { describe, it } from 'node:test';
 import { pretrainedVersion, readCheckpointTokenizers } from '../../../activities/training/pretrained';
@@ -137,5 +139,26 @@ describe('version 0 of a checkpoint model', () => {
     );
     const big = { ...model(QWEN), tokenizer: charTokenizer([...Array(60)].map((_, i) => String.fromCharCode(65 + i)).join('')) };
     assert.throws(() => pretrainedVersion(big, 'policy'), /qwen2-tiny\/config\.json: vocab_size 48 is smaller than the team's tokenizer \(63 ids\)/);
+  });
+
+  it('a truncated model.safetensors fails at once, not retried, naming the file and the tensor field', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-truncated-'));
+    for (const f of fs.readdirSync(QWEN)) fs.copyFileSync(path.join(QWEN, f), path.join(dir, f));
+    const file = path.join(dir, 'model.safetensors');
+    fs.truncateSync(file, fs.statSync(file).size - 100);
+    assert.throws(
+      () => pretrainedVersion(model(dir), 'policy'),
+      (e: unknown) =>
+        e instanceof ApplicationFailure &&
+        e.nonRetryable &&
+        e.type === 'BadCheckpoint' &&
+        e.message.startsWith(`model policy: checkpoint ${dir}: ${file}: tensor "`) &&
+        /: data_offsets \[\d+, \d+\] reach past the file's \d+ data bytes \(the file is truncated\?\)$/.test(e.message),
+    );
+    fs.truncateSync(file, 12); // inside the header
+    assert.throws(
+      () => pretrainedVersion(model(dir), 'policy'),
+      (e: unknown) => e instanceof ApplicationFailure && e.nonRetryable && e.message.includes(`${file}: header length`),
+    );
   });
 });
