@@ -198,7 +198,7 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: Ep
       const call = toolCalls.length;
       const rendered = await runTool(role, parsed, index, call, toolCalls);
       // with a chat template the output is a tool message; the assistant message it interrupts is closed first
-      const out = tok.encode(chat ? chat.next([{ role: 'tool', content: rendered }], false) : rendered);
+      const out = encodeToolOutput(role, toolCalls[toolCalls.length - 1], rendered);
       response.push(...out);
       for (let i = 0; i < out.length; i++) {
         logprobs.push(0);
@@ -236,6 +236,18 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: Ep
     };
     handles.push(handle);
     return handle;
+  }
+
+  /** A tool's rendered output (or the syntax's error text) as tokens; text the tokenizer cannot hold names the tool and what rendered it. */
+  function encodeToolOutput(role: string, call: ToolCallRecord | undefined, rendered: string): number[] {
+    try {
+      return tok.encode(chat ? chat.next([{ role: 'tool', content: rendered }], false) : rendered);
+    } catch (e) {
+      const tools = team.agents[role]!.tools;
+      const i = tools.findIndex((t) => t.name === call?.tool);
+      const source = call?.error === undefined && i >= 0 ? `agents.${role}.tools[${i}] (${call!.tool}).render` : 'toolSyntax.renderError';
+      throw new Error(`${source} wrote ${JSON.stringify(rendered.slice(0, 80))}: ${(e as Error).message}`);
+    }
   }
 
   async function runTool(

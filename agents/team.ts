@@ -12,7 +12,7 @@ import { checkpointIssues, checkpointOf, engineSpec, type ModelSpec } from './mo
 import type { TaskSource } from './tasks';
 import type { ChatTemplate } from './chat-template';
 import type { Tokenizer } from './tokenizer';
-import { toolIssues, type ToolSyntax } from './tool';
+import { renderIssues, toolIssues, type ToolSyntax } from './tool';
 import { FieldError, joinPath, type FieldIssue } from '../infra/issues';
 
 /** A turn as reward functions see it. */
@@ -151,6 +151,7 @@ export function defineTeam<TTask, TOutcome, Roles extends string>(def: TeamDefin
       const problems = toolIssues(t);
       for (const p of problems) bad(joinPath(`${at}.tools[${i}]`, p.path ? [p.path] : []), p.message);
       if (problems.length > 0) return;
+      if (readable) for (const p of renderIssues(t, (text) => def.tokenizer.encode(text))) bad(joinPath(`${at}.tools[${i}]`, [p.path]), p.message);
       if (names.has(t.name)) bad(`${at}.tools[${i}]`, `duplicate tool ${t.name}`);
       names.add(t.name);
       toolNames.add(t.name);

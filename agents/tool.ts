@@ -59,6 +59,74 @@ export function toolIssues(t: unknown): FieldIssue[] {
   return issues;
 }
 
+/** A tool's render when it has none: its output as JSON. */
+const renderJson = (o: unknown): string => JSON.stringify(o);
+
+/**
+ * The part of every output's JSON a schema fixes (punctuation, quotes, keys, literals), as a
+ * value: strings '', numbers, booleans and enums a digit (the caller drops digits: their
+ * characters vary by value), arrays and records empty, optional fields left out. Undefined
+ * where the schema does not fix the shape (a union, any, a transform).
+ */
+function fixedPart(schema: unknown): { value: unknown } | undefined {
+  const def = (schema as { _zod?: { def?: Record<string, unknown> } })?._zod?.def;
+  switch (def?.type) {
+    case 'object': {
+      const out: Record<string, unknown> = {};
+      for (const [k, v] of Object.entries(def.shape as Record<string, unknown>)) {
+        if ((v as { _zod?: { def?: { type?: string } } })._zod?.def?.type === 'optional') continue;
+        const part = fixedPart(v);
+        if (!part) return undefined;
+        out[k] = part.value;
+      }
+      return { value: out };
+    }
+    case 'string':
+    case 'enum':
+      return { value: '' };
+    case 'number':
+    case 'int':
+    case 'boolean':
+      return { value: 0 };
+    case 'literal':
+      return (def.values as unknown[]).length === 1 ? { value: (def.values as unknown[])[0] } : undefined;
+    case 'array':
+      return { value: [] };
+    case 'record':
+      return { value: {} };
+    case 'null':
+      return { value: null };
+    case 'default':
+    case 'readonly':
+      return fixedPart(def.innerType);
+    default:
+      return undefined;
+  }
+}
+
+/**
+ * A tool without a render writes its output as JSON into the agent's context: the
+ * characters every output's JSON has must be in the team's vocabulary (a character
+ * tokenizer without `{` would fail every episode that calls the tool). Path relative to the tool.
+ */
+export function renderIssues(tool: Tool, encode: (text: string) => unknown): FieldIssue[] {
+  if (tool.render !== renderJson) return []; // a team's own render is checked where it runs (the episode names the tool)
+  const part = fixedPart(tool.output);
+  if (!part) return [];
+  const text = JSON.stringify(part.value);
+  try {
+    encode(text.replace(/[0-9]/g, ''));
+    return [];
+  } catch (e) {
+    return [
+      {
+        path: 'render',
+        message: `the tool has none, so its output is written as JSON (${text}), and ${(e as Error).message}: give it a render that writes what the tokenizer can`,
+      },
+    ];
+  }
+}
+
 export function defineTool<I, O>(def: ToolDefinition<I, O>): Tool<I, O> {
   const tool: Tool<I, O> = {
     name: def.name,
@@ -67,7 +135,7 @@ export function defineTool<I, O>(def: ToolDefinition<I, O>): Tool<I, O> {
     output: def.output,
     timeoutMs: def.timeoutMs ?? 10_000,
     execute: def.execute,
-    render: def.render ?? ((o) => JSON.stringify(o)),
+    render: def.render ?? renderJson,
   };
   const at = typeof def.name === 'string' && toolName.test(def.name) ? `tools.${def.name}` : 'tool';
   const issues = toolIssues(tool);

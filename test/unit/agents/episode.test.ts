@@ -183,6 +183,39 @@ describe('bad behaviour is data', () => {
   });
 });
 
+describe('a tool output the tokenizer cannot write', () => {
+  it('fails the episode naming the tool and its render', async () => {
+    const tokenizer = charTokenizer('abc=!E');
+    // a render the team load cannot check (it is the team's own): it writes a character outside the vocabulary
+    const shout = defineTool({
+      name: 'shout',
+      description: 'echoes with a bang',
+      input: z.object({ q: z.string() }),
+      output: z.object({ v: z.string() }),
+      execute: async ({ q }) => ({ v: q }),
+      render: ({ v }) => `${v}?`,
+    });
+    const team = defineTeam({
+      name: 'loud',
+      tokenizer,
+      models: { m: tinyLM({ tokenizer }) },
+      toolSyntax: keySyntax({ trigger: '=', tool: 'shout', argument: 'q', separators: '!', error: 'E' }),
+      agents: { a: agent({ model: 'm', tools: [shout], maxTokens: 4, maxToolCalls: 1 }) },
+      tasks: generatedTasks({ seed: 1, count: 4, evalFraction: 0.5, make: (_r, i) => ({ id: String(i), data: i }) }),
+      episode: async ({ agents }) => (await agents.a.act('!')).text,
+      rewards: { a: () => ({ r: 1 }) },
+      success: () => true,
+    });
+    const traj = await runEpisode(
+      team,
+      { ...base, versions: { m: 0 }, task: 0 },
+      scripted(team, ['a=', 'b$'], (req) => executeTool(team, req)),
+    );
+    assert.equal(traj.status, 'failed');
+    assert.equal(traj.error, 'episode: agents.a.tools[0] (shout).render wrote "a?": tokenizer: character "?" is not in the vocabulary "abc=!E"');
+  });
+});
+
 describe('defineTeam validation', () => {
   it('reports every problem by path', () => {
     const tokenizer = charTokenizer('ab');

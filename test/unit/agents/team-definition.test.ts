@@ -22,6 +22,7 @@ const calculator = defineTool({
       .map(Number)
       .reduce((a, b) => a + b),
   }),
+  render: ({ value }) => String(value),
 });
 
 function team(tools: unknown[], toolSyntax: ToolSyntax) {
@@ -123,4 +124,28 @@ test("maxTokens past the engines' limit, or a first turn that cannot fit maxSeq,
   );
   // exactly full: BOS + 10 + 5 = 16
   assert.equal(define(5, 16, '0123456789').name, 'lengths');
+});
+
+test('a tool without render whose JSON output the tokenizer cannot write is refused at load, naming the tool and render', () => {
+  const json = defineTool({ ...calculator, render: undefined });
+  assert.deepEqual(
+    issuesOf(() => team([json], syntax())),
+    [
+      'agents.solver.tools[0].render: the tool has none, so its output is written as JSON ({"value":0}), and tokenizer: character "{" is not in the vocabulary "0123456789+=?E": give it a render that writes what the tokenizer can',
+    ],
+  );
+  // a vocabulary that holds the JSON's punctuation and keys passes; digits vary by value and are not required
+  const wide = charTokenizer('{}":,valuexpr+=?E');
+  const ok = defineTeam({
+    name: 'json-tools',
+    tokenizer: wide,
+    models: { policy: tinyLM({ tokenizer: wide }) },
+    toolSyntax: keySyntax({ trigger: '=', tool: 'calculator', argument: 'expr', separators: '?', error: 'E' }),
+    agents: { solver: agent({ model: 'policy', tools: [json], maxTokens: 3, maxToolCalls: 1 }) },
+    tasks: generatedTasks({ seed: 1, count: 4, evalFraction: 0.5, make: (_r, i) => ({ id: `t${i}`, data: i }) }),
+    episode: async ({ agents }) => (await agents.solver.act('+')).reply,
+    rewards: { solver: () => ({ r: 1 }) },
+    success: () => true,
+  });
+  assert.equal(ok.name, 'json-tools');
 });
