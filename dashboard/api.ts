@@ -54,7 +54,7 @@ function page(q: Query, max = MAX_LIMIT) {
   return { limit: intParam(q, 'limit', Math.min(100, max), 1, max)!, offset: intParam(q, 'offset', 0, 0, 1e9)! };
 }
 
-const RUN_STATUSES = ['running', 'paused', 'completed', 'stopped', 'failed'] as const;
+const RUN_STATUSES = ['running', 'paused', 'completed', 'stopped', 'failed', 'terminated', 'timed-out', 'cancelled'] as const;
 
 export interface RunRow {
   runId: string;

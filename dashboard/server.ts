@@ -13,6 +13,7 @@ import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import type { Sql } from '../infra/db';
 import { errorMessage } from '../infra/errors';
 import { pauseSignal, resumeSignal, setOptimizerUpdate, stopSignal } from '../workflows/definitions';
+import { OPEN_RUN_STATUSES, reconcileRunEnds } from '../activities/store/run-end';
 import { ApiError, getEpisode, getRunDetail, getRunMetrics, intParam, listRuns, listStepEpisodes } from './api';
 
 export interface DashboardOptions {
@@ -24,7 +25,10 @@ export interface DashboardOptions {
   namespace?: string;
   /** The Temporal frontend's address, for the `temporal` commands the run page shows. */
   temporalAddress?: string;
-  /** Controls need both: the client sends the workflow's signals and updates; the token gates them. */
+  /**
+   * Controls need both: the client sends the workflow's signals and updates; the token gates them.
+   * With a client, reads first record the end of runs whose workflow closed without recording it (terminated, timed out).
+   */
   client?: Client;
   token?: string;
 }
@@ -102,6 +106,28 @@ async function control(opts: DashboardOptions, req: http.IncomingMessage, runId:
   }
 }
 
+/** When each dashboard last reconciled its open runs: once per RECONCILE_EVERY_MS, however many pages poll. */
+const reconciled = new WeakMap<DashboardOptions, Promise<void>>();
+const RECONCILE_EVERY_MS = 2000;
+
+/** Runs stored as running or paused whose workflow closed get their real end (activities/store/run-end.ts); Temporal unreachable: the store as it is. */
+function reconcileOpenRuns(opts: DashboardOptions): Promise<void> {
+  const client = opts.client;
+  if (!client) return Promise.resolve();
+  let pending = reconciled.get(opts);
+  if (!pending) {
+    pending = opts.sql`SELECT run_id AS "runId", status FROM runs WHERE status IN ${opts.sql([...OPEN_RUN_STATUSES])}`
+      .then((open) => reconcileRunEnds(opts.sql, client, open as never))
+      .then(
+        () => undefined,
+        () => undefined,
+      );
+    reconciled.set(opts, pending);
+    void pending.then(() => setTimeout(() => reconciled.delete(opts), RECONCILE_EVERY_MS).unref());
+  }
+  return pending;
+}
+
 async function route(opts: DashboardOptions, req: http.IncomingMessage, url: URL): Promise<unknown> {
   const parts = url.pathname.split('/').filter(Boolean).map(decodeURIComponent);
   const q = url.searchParams;
@@ -119,6 +145,7 @@ async function route(opts: DashboardOptions, req: http.IncomingMessage, url: URL
     };
   }
   if (parts[1] === 'runs') {
+    await reconcileOpenRuns(opts);
     if (parts.length === 2) return listRuns(opts.sql, q);
     if (parts.length === 3) return getRunDetail(opts.sql, parts[2]!, q);
     if (parts.length === 4 && parts[3] === 'metrics') return getRunMetrics(opts.sql, parts[2]!, q);

@@ -1,7 +1,8 @@
 /** Runs, their executions (lineage) and events. */
 import type { Sql } from '../../infra/db';
 
-export type RunStatus = 'running' | 'paused' | 'completed' | 'stopped' | 'failed';
+/** terminated, timed-out and cancelled: the workflow closed without recording its end (reconciled by run-end.ts). */
+export type RunStatus = 'running' | 'paused' | 'completed' | 'stopped' | 'failed' | 'terminated' | 'timed-out' | 'cancelled';
 
 /**
  * Creates a run, together with the execution that creates it when given (one

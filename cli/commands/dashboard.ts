@@ -2,6 +2,7 @@
 import { startDashboard } from '../../dashboard/server';
 import { loadConfig, temporalAddressOf } from '../../infra/config';
 import { connect } from '../../infra/db';
+import { errorMessage } from '../../infra/errors';
 import { ensureDatabase } from '../../infra/postgres';
 import { connectTemporal, temporalClient } from '../../infra/temporal';
 import { defineCommand } from '../command';
@@ -11,7 +12,8 @@ export default defineCommand({
   summary: 'Serve the dashboard (runs, live per-agent curves, episode graphs) until stopped',
   usage: 'troupe dashboard [--temporal-ui <url>]',
   description: [
-    'Listens on TROUPE_DASHBOARD_HOST:TROUPE_DASHBOARD_PORT (default 127.0.0.1:8234) and reads the store read-only.',
+    'Listens on TROUPE_DASHBOARD_HOST:TROUPE_DASHBOARD_PORT (default 127.0.0.1:8234) and reads the store; it writes only the end of',
+    'runs whose workflow closed without recording it (terminated, timed out), which it asks Temporal about when it can reach it.',
     'Run controls (pause, resume, stop, setOptimizer) are refused unless TROUPE_DASHBOARD_TOKEN is set;',
     'then a request must carry "Authorization: Bearer <token>". `troupe up` starts it in the background.',
   ].join('\n'),
@@ -22,8 +24,13 @@ export default defineCommand({
     const config = loadConfig();
     const db = await ensureDatabase(config, log);
     const sql = connect(db.url, { max: 4 });
-    // Controls only: without a token no Temporal connection is needed.
-    const connection = config.dashboardToken ? await connectTemporal(temporalAddressOf(config)) : undefined;
+    // Temporal: for the controls (with a token), and to record the end of runs whose workflow closed
+    // without recording it (terminated, timed out); without a token the dashboard also runs without Temporal.
+    const connection = await connectTemporal(temporalAddressOf(config)).catch((e: unknown) => {
+      if (config.dashboardToken) throw e;
+      console.error(`troupe dashboard: ${errorMessage(e)}; showing runs as the store has them`);
+      return undefined;
+    });
     const dash = await startDashboard({
       sql,
       port: config.dashboardPort,

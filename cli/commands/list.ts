@@ -1,6 +1,7 @@
 // troupe list: training runs, one row per run (its latest execution), from Temporal's visibility and Troupe's search attributes.
 import type { Client } from '@temporalio/client';
 import { defineCommand } from '../command';
+import { OPEN_RUN_STATUSES, phaseAfterClose, reconcileRunEnds } from '../../activities/store/run-end';
 import { connectRuns } from '../runs';
 
 export default defineCommand({
@@ -15,7 +16,14 @@ export default defineCommand({
     const c = await connectRuns(log);
     try {
       const limit = Math.max(1, Number(values.limit) || 20);
-      const rows = latestExecutions(await executions(c.client, limit));
+      const rows = latestExecutions(await executions(c.client, limit)).map((r) => ({ ...r, phase: phaseAfterClose(r.status, r.phase) }));
+      // the store agrees (the dashboard reads it): record the end of runs whose workflow closed without recording it
+      if (rows.length > 0)
+        await reconcileRunEnds(
+          c.sql,
+          c.client,
+          await c.sql`SELECT run_id AS "runId", status FROM runs WHERE run_id IN ${c.sql(rows.map((r) => r.workflowId))} AND status IN ${c.sql([...OPEN_RUN_STATUSES])}`,
+        );
       if (values.json) for (const r of rows) console.log(JSON.stringify(r));
       else {
         console.log(`${'run'.padEnd(36)} ${'team'.padEnd(9)} ${'workflow'.padEnd(11)} ${'phase'.padEnd(10)} step  eval   started`);

@@ -4,6 +4,7 @@ import { TroupeError, errorMessage } from '../../infra/errors';
 import { TroupeRunId } from '../../infra/search-attributes';
 import { episodeProblems } from '../../activities/store/trajectories';
 import { getRun } from '../../activities/store/runs';
+import { reconcileRunEnds } from '../../activities/store/run-end';
 import { listVersions } from '../../activities/store/versions';
 import { describeModel } from '../../engines/families';
 import { statusQuery } from '../../workflows/definitions';
@@ -72,7 +73,10 @@ export default defineCommand({
     if (!runId) throw new TroupeError('status: name a run', 'list runs with `npx troupe list`');
     const c = await connectRuns(log);
     try {
-      const run = await getRun(c.sql, runId);
+      // a run stored as open whose workflow closed without recording its end (terminated, timed out): record it first
+      const stored = await getRun(c.sql, runId);
+      if (stored) await reconcileRunEnds(c.sql, c.client, [{ runId, status: stored.status }]);
+      const run = stored && (await getRun(c.sql, runId));
       const handle = c.client.workflow.getHandle<typeof trainingRun>(runId);
       let execution: { status: string; runId: string } | undefined;
       /** The newest start under this id, when it was refused (the id was taken) and so never worked on the run. */

@@ -152,7 +152,7 @@ async function runsPage(params: URLSearchParams) {
   );
   main.innerHTML = `
     <form class="filters" id="filters">team <input name="team" value="${esc(team)}" size="10">
-      status <select name="status">${['', 'running', 'paused', 'completed', 'stopped', 'failed'].map((s) => `<option ${s === status ? 'selected' : ''}>${s}</option>`).join('')}</select>
+      status <select name="status">${['', 'running', 'paused', 'completed', 'stopped', 'failed', 'terminated', 'timed-out', 'cancelled'].map((s) => `<option ${s === status ? 'selected' : ''}>${s}</option>`).join('')}</select>
       <button>filter</button> <span>${total} run(s)</span> <button type="button" id="compare">compare checked runs</button></form>
     <table id="runs"><tr><th>run</th><th>team</th><th>status</th><th>step</th><th>eval success</th><th>started</th><th>duration</th><th></th></tr>${rows.join('')}</table>`;
   byId('compare').onclick = () => {

@@ -2,6 +2,7 @@
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
 import { latestExecutions, type ExecutionRow } from '../../../cli/commands/list';
+import { phaseAfterClose } from '../../../activities/store/run-end';
 
 const row = (run: string, status: string, ranTheRun = true, phase = 'running'): ExecutionRow => ({
   run,
@@ -26,4 +27,16 @@ it('collapses continued-as-new and resumed executions into one row per run; a re
     rows.map((r) => `${r.workflowId}:${r.status}:${r.phase}`),
     ['a:RUNNING:running', 'b:COMPLETED:completed', 'c:FAILED:failed'],
   );
+});
+
+it('a phase the workflow could not record is replaced by how it closed; a recorded end stays', () => {
+  assert.equal(phaseAfterClose('TERMINATED', 'running'), 'terminated');
+  assert.equal(phaseAfterClose('TIMED_OUT', 'paused'), 'timed-out');
+  assert.equal(phaseAfterClose('TERMINATED', undefined), 'terminated');
+  assert.equal(phaseAfterClose('FAILED', 'evaluating'), 'failed');
+  assert.equal(phaseAfterClose('FAILED', 'failed'), 'failed');
+  assert.equal(phaseAfterClose('TERMINATED', 'completed'), 'completed');
+  assert.equal(phaseAfterClose('CONTINUED_AS_NEW', 'continued'), 'continued');
+  assert.equal(phaseAfterClose('RUNNING', 'running'), 'running');
+  assert.equal(phaseAfterClose('COMPLETED', 'completed'), 'completed');
 });
