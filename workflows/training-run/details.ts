@@ -21,34 +21,39 @@ export interface DetailsInput {
   dashboardPage: string | null;
 }
 
+/**
+ * The first line is the whole state, link included (the Web UI shows Current Details under
+ * User Metadata and cuts long text off at the end): team, run, step/steps (phase), the latest
+ * eval, the dashboard. Then a short list: each agent's rewards, failed episodes, pending
+ * optimizer changes, and for asynchronous runs one line per model's off-policy metrics.
+ */
 export function renderDetails(d: DetailsInput): string {
+  const head = [`**${d.team}** run \`${d.runId}\`: step ${d.step}/${d.steps} (${d.phase})`];
+  if (d.lastEval)
+    head.push(`eval ${d.lastEval.success.toFixed(3)} at step ${d.lastEval.step}${d.initialEval ? ` (from ${d.initialEval.success.toFixed(3)})` : ''}`);
+  if (d.dashboardPage) head.push(`[dashboard](${d.dashboardPage})`);
   const items = Object.entries(d.rewards).map(
     ([agent, cs]) =>
       `- ${agent}: ${Object.entries(cs)
         .map(([k, v]) => `${k} ${v.toFixed(3)}`)
         .join(', ')}`,
   );
-  if (d.lastEval)
-    items.push(
-      `- eval success ${d.lastEval.success.toFixed(3)} at step ${d.lastEval.step}${d.initialEval ? ` (from ${d.initialEval.success.toFixed(3)})` : ''}`,
-    );
   if (d.failedEpisodes > 0) items.push(`- failed episodes: ${d.failedEpisodes}`);
+  if (d.pendingChanges > 0) items.push(`- optimizer changes pending: ${d.pendingChanges} (apply at step ${d.step + (d.phase === 'running' ? 1 : 0)})`);
   if (d.staleness) {
     const { lags, ahead, offPolicy } = d.staleness;
     items.push(
       `- staleness ${Object.entries(lags)
         .map(([m, k]) => `${m} k=${k}`)
-        .join(', ')}; rollouts started ahead: ${ahead.length > 0 ? `steps ${ahead.join(', ')}` : 'none'}`,
+        .join(', ')}; ahead: ${ahead.length > 0 ? `steps ${ahead.join(', ')}` : 'none'}`,
     );
     for (const [m, x] of Object.entries(offPolicy)) {
       if (x.staleness === undefined) continue;
       items.push(
-        `- ${m} off-policy: staleness ${x.staleness.toFixed(2)}, IS weight mean ${x['isWeight.mean']!.toFixed(3)} max ${x['isWeight.max']!.toFixed(3)} truncated ${x['isWeight.truncated']!.toFixed(3)}, KL(behaviour‖current) ${x.behaviourKl!.toExponential(2)}, clip fraction ${x.clipFraction!.toFixed(3)}`,
+        `- ${m}: staleness ${x.staleness.toFixed(2)}, IS mean ${x['isWeight.mean']!.toFixed(3)} max ${x['isWeight.max']!.toFixed(3)} cut ${x['isWeight.truncated']!.toFixed(3)}, KL ${x.behaviourKl!.toExponential(2)}, clip ${x.clipFraction!.toFixed(3)}`,
       );
     }
   }
-  if (d.pendingChanges > 0) items.push(`- optimizer changes pending: ${d.pendingChanges} (apply at step ${d.step + (d.phase === 'running' ? 1 : 0)})`);
-  if (d.dashboardPage) items.push(`- curves and episodes: [dashboard](${d.dashboardPage})`);
-  const head = `**${d.team}** run \`${d.runId}\`: step ${d.step}/${d.steps} (${d.phase})`;
-  return items.length > 0 ? `${head}\n\n${items.join('\n')}` : head;
+  const line = head.join(' · ');
+  return items.length > 0 ? `${line}\n\n${items.join('\n')}` : line;
 }

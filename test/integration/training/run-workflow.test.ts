@@ -335,10 +335,7 @@ describe('trainingRun control paths (mocked activities)', () => {
       const first = env.client.workflow.getHandle(handle.workflowId, handle.firstExecutionRunId);
       assert.equal(await (await first.describe()).staticSummary(), 'math: 2 steps x 2 groups x 2 episodes (batched), run summarised');
       const meta = (await handle.query('__temporal_workflow_metadata')) as { currentDetails?: string };
-      assert.equal(
-        meta.currentDetails,
-        '**math** run `summarised`: step 2/2 (completed)\n\n- solver: correct 0.500\n- eval success 0.500 at step 2 (from 0.500)',
-      );
+      assert.equal(meta.currentDetails, '**math** run `summarised`: step 2/2 (completed) · eval 0.500 at step 2 (from 0.500)\n\n- solver: correct 0.500');
     }),
   );
 });
