@@ -3,7 +3,7 @@
  * a run config from flags, and watching a run with a live progress line.
  */
 import * as fs from 'node:fs';
-import { type Client, WorkflowFailedError, WorkflowNotFoundError, type WorkflowHandle } from '@temporalio/client';
+import { ApplicationFailure, type Client, WorkflowFailedError, WorkflowNotFoundError, type WorkflowHandle } from '@temporalio/client';
 import { getRun } from '../activities/store/runs';
 import type { EpisodeProblems } from '../activities/store/trajectories';
 import { loadTeam } from '../agents/teams';
@@ -191,7 +191,7 @@ export async function watchRun(handle: WorkflowHandle<typeof trainingRun>, opts:
     if (e instanceof WorkflowFailedError) {
       const cause = (e.cause as { message?: string; cause?: { message?: string } } | undefined) ?? {};
       const reason = cause.cause?.message ? `${cause.message}: ${cause.cause.message}` : (cause.message ?? e.message);
-      throw new TroupeError(`run ${handle.workflowId} failed: ${reason}`, `after fixing the cause: npx troupe resume ${handle.workflowId}`);
+      throw new TroupeError(`run ${handle.workflowId} failed: ${reason}`, failureHint(e, handle.workflowId));
     }
     throw e;
   } finally {
@@ -199,6 +199,18 @@ export async function watchRun(handle: WorkflowHandle<typeof trainingRun>, opts:
     await poll;
     if (tty && !opts.quiet) process.stderr.write('\n');
   }
+}
+
+/**
+ * What to do about a failed run. An engine's INVALID_REQUEST is a request the team or config
+ * made that no retry changes; a resume would make it again with the run's stored model specs,
+ * so the way on is a new run. Anything else: fix it, then resume.
+ */
+export function failureHint(e: unknown, runId: string): string {
+  for (let c = e as { cause?: unknown; type?: unknown } | undefined; c; c = c.cause as typeof c)
+    if (c instanceof ApplicationFailure && c.type === 'INVALID_REQUEST')
+      return 'the engine refused a request the team or run config makes (the field is named above): fix it and start a new run';
+  return `after fixing the cause: npx troupe resume ${runId}`;
 }
 
 /** The innermost error of a cause chain (the gRPC status, not the SDK's wrapper). */

@@ -13,6 +13,7 @@ import { after, before, describe, it } from 'node:test';
 import { ActivityFailure, ApplicationFailure, WorkflowFailedError } from '@temporalio/client';
 import type { trainingRun } from '../../../workflows';
 import { startHarness, type Harness } from '../../../testing/stack';
+import { failureHint } from '../../../cli/runs';
 
 const QWEN = path.resolve(__dirname, '../../fixtures/hf/qwen2-tiny');
 
@@ -39,7 +40,7 @@ describe('runs that cannot work fail at once', () => {
     assert.ok(cause instanceof ApplicationFailure, String(cause));
     const history = await h.env.client.workflow.getHandle(workflowId).fetchHistory();
     const attempts = history.events!.filter((e) => e.activityTaskStartedEventAttributes).map((e) => e.activityTaskStartedEventAttributes!.attempt ?? 1);
-    return { activity: activity.activityType, cause, lastAttempt: Math.max(...attempts) };
+    return { error, activity: activity.activityType, cause, lastAttempt: Math.max(...attempts) };
   }
 
   it("a turn past the model's maxSeq is a non-retryable INVALID_REQUEST naming the model and the sequence", async () => {
@@ -52,6 +53,8 @@ describe('runs that cannot work fail at once', () => {
       /^engine Generate: sequences\[0\]: context \+ tokens = 43 exceeds the model's maxSeq 32 \(a turn of models\.policy: context 42 tokens, maxTokens 1 left\)$/,
     );
     assert.equal(f.lastAttempt, 1, 'no attempt was retried');
+    // resume would make the same request with the stored model spec: the CLI points at a new run instead
+    assert.match(failureHint(f.error, 'too-long-context'), /fix it and start a new run$/);
   });
 
   it('a truncated model.safetensors is a non-retryable BadCheckpoint naming the file and field', async () => {
@@ -72,5 +75,6 @@ describe('runs that cannot work fail at once', () => {
     assert.equal(f.cause.nonRetryable, true);
     assert.match(f.cause.message, new RegExp(`^model policy: checkpoint ${dir}: ${file}: tensor ".+": data_offsets .* \\(the file is truncated\\?\\)$`));
     assert.equal(f.lastAttempt, 1, 'no attempt was retried');
+    assert.match(failureHint(f.error, 'truncated-checkpoint'), /troupe resume truncated-checkpoint$/, 'a repaired file lets the run resume');
   });
 });

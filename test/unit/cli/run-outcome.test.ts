@@ -1,7 +1,8 @@
 // What `troupe train`/`resume` say at the end of a run and the exit status they give it.
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
-import { problemLines, runExitCode, summaryLines } from '../../../cli/runs';
+import { ApplicationFailure } from '@temporalio/common';
+import { failureHint, problemLines, runExitCode, summaryLines } from '../../../cli/runs';
 import type { RunSummary } from '../../../workflows/training-run';
 
 const summary = (over: Partial<RunSummary>): RunSummary => ({
@@ -47,4 +48,15 @@ it('a run that learned nothing says why: failed and empty episodes with their mo
 
 it("the run's own time is reported apart from setting up the stack (none when the stack was up)", () => {
   assert.equal(summaryLines(summary({}), { runSeconds: 40, setupSeconds: 0.4 })[0], 'run r1 (math) completed after 2 steps in 40s');
+});
+
+it('a failed run whose engine refused the request is not pointed at troupe resume, which would repeat it', () => {
+  const refused = new Error('workflow failed', {
+    cause: new Error('activity failed', {
+      cause: ApplicationFailure.create({ type: 'INVALID_REQUEST', message: 'engine Generate: sequences[0]: …', nonRetryable: true }),
+    }),
+  });
+  assert.equal(failureHint(refused, 'r1'), 'the engine refused a request the team or run config makes (the field is named above): fix it and start a new run');
+  const checkpoint = new Error('workflow failed', { cause: ApplicationFailure.nonRetryable('model policy: checkpoint /d: …', 'BadCheckpoint') });
+  assert.equal(failureHint(checkpoint, 'r1'), 'after fixing the cause: npx troupe resume r1');
 });
