@@ -15,6 +15,8 @@ export interface StartTemporalOptions {
   dbFilename?: string;
   /** Extra `temporal server start-dev` arguments. */
   extraArgs?: string[];
+  /** Serve the Web UI on this port (default: no UI). */
+  uiPort?: number;
 }
 
 let runtimeInstalled = false;
@@ -50,6 +52,7 @@ export async function startTemporal(opts: StartTemporalOptions = {}): Promise<Te
       dbFilename: opts.dbFilename,
       searchAttributes: [...TROUPE_SEARCH_ATTRIBUTE_KEYS],
       extraArgs: opts.extraArgs,
+      ...(opts.uiPort ? { ui: true, uiPort: opts.uiPort } : {}),
     },
   });
 }
