@@ -6,6 +6,8 @@ export {
   ESTIMATOR_NAMES,
   ESTIMATORS,
   isEstimatorName,
+  defineEstimator,
+  estimatorNames,
   getEstimator,
   resolveOptions,
   computeAdvantages,

@@ -15,7 +15,7 @@
  */
 
 import { z } from 'zod';
-import { ESTIMATOR_NAMES, ESTIMATORS, normalizeStdMessage, unknownEstimatorMessage, type AdvantageSpec } from '../rl/advantages/registry';
+import { getEstimator, isEstimatorName, normalizeStdMessage, unknownEstimatorMessage, type AdvantageSpec } from '../rl/advantages/registry';
 import { SCOPES, type Scope } from '../rl/advantages/types';
 import { KL_TYPES, type KlType, type PolicyLossSettings } from '../rl/loss';
 import { LOSS_AGGREGATIONS, type LossAggregation } from '../rl/tokens';
@@ -66,7 +66,10 @@ const fields = {
   /** Token budget H for seq-mean-token-sum-norm (usually the role's maxTokens). */
   horizon: z.number().int('must be an integer').gt(0, 'must be > 0'),
   rewardWeights: z.record(z.string(), z.number()),
-  estimatorName: z.enum(ESTIMATOR_NAMES, { error: (iss) => unknownEstimatorMessage(iss.input) }),
+  // checked against the live registry: a project's defineEstimator names count too
+  estimatorName: z
+    .string({ error: (iss) => unknownEstimatorMessage(iss.input) })
+    .refine(isEstimatorName, { error: (iss) => unknownEstimatorMessage(iss.input) }),
   scope: oneOf<Scope>('scope', SCOPES),
   normalizeStd: z.boolean(),
 };
@@ -156,7 +159,7 @@ export const optimizerSettingsSchema = z
       .prefault({}),
   })
   .superRefine((s, ctx) => {
-    if (s.estimator.normalizeStd !== undefined && !ESTIMATORS[s.estimator.name].supportsNormalizeStd)
+    if (s.estimator.normalizeStd !== undefined && !getEstimator(s.estimator.name).supportsNormalizeStd)
       ctx.addIssue({
         code: 'custom',
         path: ['estimator', 'normalizeStd'],

@@ -95,7 +95,7 @@ export default defineCommand({
     groups: { type: 'number', valueName: 'N', example: '16', description: 'task groups per step' },
     'group-size': { type: 'number', valueName: 'G', example: '8', description: 'episodes per task group' },
     rollout: { type: 'string', valueName: 'MODE', description: 'batched (default) or durable' },
-    estimator: { type: 'string', valueName: 'NAME', description: ESTIMATOR_NAMES.join(', ') },
+    estimator: { type: 'string', valueName: 'NAME', description: `${ESTIMATOR_NAMES.join(', ')}, or one the project defines (defineEstimator)` },
     scope: { type: 'string', valueName: 'SCOPE', description: 'group-agent (Dr. MAS, default), group, batch' },
     lr: { type: 'number', valueName: 'X', example: '0.001', description: 'learning rate of every model' },
     seed: { type: 'number', valueName: 'N', example: '0', description: 'run seed' },

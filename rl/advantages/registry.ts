@@ -7,8 +7,11 @@
  * caller must know about it is a capability it declares (types.ts), read
  * through the registry (`estimatorsWith`, `getEstimator(name).perComponent`).
  *
- * Simplified: the registry is a fixed table; there is no runtime
- * registration, so the set of names is known when config is validated.
+ * Built-in estimators are a fixed table; a project adds its own with
+ * `defineEstimator`, in a module its troupe.config.ts lists under `estimators`:
+ * every process (CLI, workers, the workflow sandbox) loads those modules at
+ * start, before any config is validated, so a name is checked the same way
+ * wherever a config is.
  */
 
 import { IssueList, describe } from '../errors';
@@ -36,22 +39,55 @@ export const ESTIMATORS = {
   'reinforce++-baseline': reinforcePlusPlusBaselineEstimator,
 } as const satisfies Readonly<Record<string, AdvantageEstimator>>;
 export type EstimatorName = keyof typeof ESTIMATORS;
+/** The built-in names; `estimatorNames()` adds the project's. */
 export const ESTIMATOR_NAMES = Object.keys(ESTIMATORS) as [EstimatorName, ...EstimatorName[]];
+
+/** Estimators a project defined (defineEstimator), by name. */
+const custom = new Map<string, AdvantageEstimator>();
+
+/**
+ * Registers a project's advantage estimator under `name`, validated like the built-in ones
+ * (run configs name it, `--estimator` accepts it). Call it at the top level of a module listed
+ * under `estimators` in troupe.config.ts. Defining the same name again replaces it (a module
+ * loaded twice); a built-in name is refused.
+ */
+export function defineEstimator(estimator: AdvantageEstimator): AdvantageEstimator {
+  const issues = new IssueList();
+  const e = estimator as Partial<AdvantageEstimator> | null;
+  if (typeof e !== 'object' || e === null) issues.add('estimator', `must be an object, got ${describe(e)}`);
+  else {
+    if (typeof e.name !== 'string' || !/^[a-z0-9][a-z0-9+._-]*$/.test(e.name))
+      issues.add('estimator.name', `must be lower-case letters, digits, + . _ -, got ${describe(e.name)}`);
+    else if (Object.prototype.hasOwnProperty.call(ESTIMATORS, e.name)) issues.add('estimator.name', `${JSON.stringify(e.name)} is a built-in estimator`);
+    if (typeof e.summary !== 'string') issues.add('estimator.summary', `must be a string, got ${describe(e.summary)}`);
+    for (const flag of ['supportsNormalizeStd', 'perComponent'] as const)
+      if (typeof e[flag] !== 'boolean') issues.add(`estimator.${flag}`, `must be a boolean, got ${describe(e[flag])}`);
+    if (typeof e.estimate !== 'function') issues.add('estimator.estimate', `must be a function, got ${describe(e.estimate)}`);
+  }
+  issues.throwIfAny();
+  custom.set(estimator.name, estimator);
+  return estimator;
+}
+
+/** Every estimator name, built-in first, then the project's in definition order. */
+export function estimatorNames(): string[] {
+  return [...ESTIMATOR_NAMES, ...custom.keys()];
+}
 
 /** A yes/no property an estimator declares (e.g. `supportsNormalizeStd`). */
 export type EstimatorCapability = { [K in keyof AdvantageEstimator]: AdvantageEstimator[K] extends boolean ? K : never }[keyof AdvantageEstimator];
 
 /** The estimators that declare `capability`, in registry order: for help texts and messages. */
-export function estimatorsWith(capability: EstimatorCapability): EstimatorName[] {
-  return ESTIMATOR_NAMES.filter((name) => ESTIMATORS[name][capability]);
+export function estimatorsWith(capability: EstimatorCapability): string[] {
+  return estimatorNames().filter((name) => getEstimator(name)[capability]);
 }
 
-export function isEstimatorName(name: unknown): name is EstimatorName {
-  return typeof name === 'string' && Object.prototype.hasOwnProperty.call(ESTIMATORS, name);
+export function isEstimatorName(name: unknown): name is string {
+  return typeof name === 'string' && (Object.prototype.hasOwnProperty.call(ESTIMATORS, name) || custom.has(name));
 }
 
 export function unknownEstimatorMessage(name: unknown): string {
-  return `unknown estimator ${describe(name)}; known: ${ESTIMATOR_NAMES.join(', ')}`;
+  return `unknown estimator ${describe(name)}; known: ${estimatorNames().join(', ')}`;
 }
 
 /** Why `normalizeStd` is refused for an estimator that does not support it. */
@@ -68,7 +104,7 @@ export function getEstimator(name: string, path = 'estimator'): AdvantageEstimat
     issues.add(path, unknownEstimatorMessage(name));
     issues.throwIfAny();
   }
-  return ESTIMATORS[name as EstimatorName];
+  return Object.prototype.hasOwnProperty.call(ESTIMATORS, name) ? ESTIMATORS[name as EstimatorName] : custom.get(name)!;
 }
 
 /** An estimator by name plus its options: what a role's config resolves to. */
