@@ -274,6 +274,67 @@ function ensureProtocolTypes(repoRoot, log = (line) => process.stderr.write(line
   );
 }
 
+// ---- onnxruntime-node for an installed Troupe ----
+
+/**
+ * Whether `root` is a source checkout of Troupe (it has the lockfile, which npm never packs)
+ * rather than the package installed into a project's node_modules.
+ */
+function isSourceCheckout(root) {
+  return fs.existsSync(path.join(root, 'package-lock.json')) && !root.split(path.sep).includes('node_modules');
+}
+
+/** `$XDG_CACHE_HOME/troupe`, else `~/.cache/troupe` (as infra/paths.ts cacheDir). */
+function cacheDir(env = process.env) {
+  const base = env.XDG_CACHE_HOME && env.XDG_CACHE_HOME.trim() !== '' ? env.XDG_CACHE_HOME : path.join(os.homedir(), '.cache');
+  return path.join(base, 'troupe');
+}
+
+/**
+ * The built-in engine's runtime for an installed Troupe. onnxruntime-node is an optional peer
+ * dependency, not a dependency: as a dependency its install script would run in the user's
+ * `npm install` and download CUDA libraries from outside the package registries (failing the
+ * whole install on a machine that reaches only those), and a dependent project cannot pass
+ * it ONNXRUNTIME_NODE_INSTALL=skip. So: a project that installed onnxruntime-node itself
+ * (e.g. `ONNXRUNTIME_NODE_INSTALL=cuda12 npm install onnxruntime-node@1.30.0` on a GPU host)
+ * gets that one; otherwise the first command installs it once into the cache with
+ * ONNXRUNTIME_NODE_INSTALL=skip (CPU build; set ONNXRUNTIME_NODE_INSTALL=cuda12 to opt in to
+ * CUDA) and puts it on NODE_PATH for this process and its children. Exits on failure.
+ */
+function ensureOnnxRuntime(root, log = (line) => process.stderr.write(line + '\n')) {
+  try {
+    require.resolve('onnxruntime-node', { paths: [root] });
+    return undefined;
+  } catch {
+    /* not installed beside Troupe: use (or make) the cached one */
+  }
+  const version = JSON.parse(fs.readFileSync(path.join(root, 'package.json'), 'utf8')).peerDependencies['onnxruntime-node'];
+  const flavor = npmEnv().ONNXRUNTIME_NODE_INSTALL;
+  const dir = path.join(cacheDir(), `onnxruntime-node-${version}${flavor === 'skip' ? '' : `-${flavor}`}`);
+  const installed = () => fs.existsSync(path.join(dir, 'node_modules', 'onnxruntime-node', 'package.json'));
+  if (!installed()) {
+    fs.mkdirSync(dir, { recursive: true });
+    withLockFile(
+      path.join(dir, '.install.lock'),
+      (pid) => log(`troupe: waiting for another install of onnxruntime-node (pid ${pid}) to finish...`),
+      () => {
+        if (installed()) return;
+        log(`troupe: installing onnxruntime-node ${version} (${flavor === 'skip' ? 'CPU' : flavor}) into ${dir}, once...`);
+        fs.writeFileSync(path.join(dir, 'package.json'), JSON.stringify({ private: true, description: 'the engine runtime of Troupe' }) + '\n');
+        const r = runNpm(dir, ['install', `onnxruntime-node@${version}`, '--no-audit', '--no-fund', '--no-package-lock'], false);
+        if (r.error || r.status !== 0) fail(log, `npm install onnxruntime-node@${version}`, r, dir);
+      },
+    );
+  }
+  const modules = path.join(dir, 'node_modules');
+  const current = (process.env.NODE_PATH || '').split(path.delimiter).filter(Boolean);
+  if (!current.includes(modules)) {
+    process.env.NODE_PATH = [...current, modules].join(path.delimiter);
+    require('node:module').Module._initPaths();
+  }
+  return modules;
+}
+
 /** Everything a fresh clone needs before its TypeScript runs or typechecks, in order. */
 function ensureInstalled(repoRoot, log) {
   ensurePackages(repoRoot, log);
@@ -286,6 +347,8 @@ if (require.main === module) ensureInstalled(path.join(__dirname, '..'));
 
 module.exports = {
   npmEnv,
+  isSourceCheckout,
+  ensureOnnxRuntime,
   ensureInstalled,
   ensurePackages,
   packagesStaleReason,

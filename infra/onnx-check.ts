@@ -69,7 +69,8 @@ export async function checkExecutionProviders(): Promise<ProviderCheck[]> {
     results.push({
       name: 'cuda',
       ok: false,
-      detail: 'CUDA provider library not installed (CPU-only install); on a GPU host: ONNXRUNTIME_NODE_INSTALL=cuda12 npm rebuild onnxruntime-node',
+      detail:
+        'CUDA provider library not installed (CPU-only install); on a GPU host: ONNXRUNTIME_NODE_INSTALL=cuda12 npm rebuild onnxruntime-node (in a project: ONNXRUNTIME_NODE_INSTALL=cuda12 npm install onnxruntime-node@1.30.0)',
     });
   } else {
     try {
