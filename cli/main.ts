@@ -1,6 +1,7 @@
 // `troupe` dispatcher: `troupe <command> [options]`. Loaded by cli/bin.js through tsx.
 // Errors print as one line plus what to do; TROUPE_DEBUG=1 adds the stack.
 import { formatError, TroupeError } from '../infra/errors';
+import { enterProjectFromEnvironment } from '../processes/project';
 import { parseOptions, type Command } from './command';
 import { commands } from './commands';
 
@@ -41,6 +42,9 @@ export async function globalHelp(): Promise<string> {
   ].join('\n');
 }
 
+/** Commands that run outside a project. */
+const PROJECTLESS = new Set(['init', 'engine-check']);
+
 async function loadCommand(name: string): Promise<Command> {
   const load = Object.prototype.hasOwnProperty.call(commands, name) ? commands[name] : undefined;
   if (!load) {
@@ -69,6 +73,8 @@ export async function main(argv: string[]): Promise<number> {
     return 0;
   }
   const parsed = parseOptions(cmd, rest);
+  // Every command but init runs in the project above the working directory (its teams, its .troupe/).
+  if (!PROJECTLESS.has(cmd.name)) for (const w of enterProjectFromEnvironment()?.warnings ?? []) log(`troupe: warning: ${w}`);
   const code = await cmd.run({ values: parsed.values as never, positionals: parsed.positionals, log });
   return typeof code === 'number' ? code : 0;
 }

@@ -39,11 +39,11 @@ export async function upWithCurrentTeams(config: TroupeConfig, log: (line: strin
   const foreign = stale.find((p) => !ours.some((name) => runningService(config.stateDir, name)?.pid === localPid(p.identity)));
   if (foreign) {
     throw new TroupeError(
-      `worker "${foreign.identity}" on task queue "${foreign.taskQueue}" runs team code ${teamCodeOf(foreign.identity) ?? '(unknown)'}, this checkout's is ${hash} (agents/teams/ changed since it started)`,
+      `worker "${foreign.identity}" on task queue "${foreign.taskQueue}" runs team code ${teamCodeOf(foreign.identity) ?? '(unknown)'}, this project's is ${hash} (its team code changed since it started)`,
       'restart that worker so it loads the current teams (workers load team code once, at start), then run this again',
     );
   }
-  for (const name of ours) log(`troupe: agents/teams/ changed since the ${name} started (team code ${hash}): restarting it`);
+  for (const name of ours) log(`troupe: the team code changed since the ${name} started (team code ${hash}): restarting it`);
   // Stopped and started again inside one `up` (under its lock): the supervisor, which restarts
   // what dies, must not see the stopped worker missing and start a second one.
   stack = await up(config, { ...opts, poolWorkers: 1 + extra.length, replace: ours, log });

@@ -20,6 +20,7 @@ import { assertNamespaceReady } from '../infra/namespace';
 import { ensureDatabase } from '../infra/postgres';
 import { connectTemporalWorker } from '../infra/temporal';
 import { migrate } from '../schema/migrate';
+import { activeProject, enterProjectFromEnvironment, writeWorkflowsEntry } from './project';
 import { isolateTeamBuildErrors } from './team-bundle';
 import { loadTeamCode, workerIdentity } from './team-code';
 
@@ -43,6 +44,12 @@ export interface ControlWorkerOptions {
 /** Path handed to Temporal's bundler. */
 export const WORKFLOWS_PATH = require.resolve('../workflows');
 
+/** The workflows with the entered project's teams registered (processes/project.ts), else Troupe's own. */
+function workflowsPathOf(): string {
+  const project = activeProject();
+  return project ? writeWorkflowsEntry(project) : WORKFLOWS_PATH;
+}
+
 export async function createControlWorker(opts: ControlWorkerOptions): Promise<Worker> {
   const teams = loadTeamCode();
   for (const [team, why] of Object.entries(teams.failed)) console.warn(`troupe control worker: team ${team} is unusable: ${why}`);
@@ -53,7 +60,7 @@ export async function createControlWorker(opts: ControlWorkerOptions): Promise<W
     taskQueue: opts.taskQueue,
     ...(opts.workflowBundle
       ? { workflowBundle: opts.workflowBundle }
-      : { workflowsPath: WORKFLOWS_PATH, bundlerOptions: { webpackConfigHook: isolateTeamBuildErrors } }),
+      : { workflowsPath: workflowsPathOf(), bundlerOptions: { webpackConfigHook: isolateTeamBuildErrors } }),
     activities: createControlActivities({ sql: opts.sql, poolTaskQueue: opts.poolTaskQueue, dashboardUrl: opts.dashboardUrl }),
     dataConverter: payloadDataConverter(opts.payloadKeys),
     ...opts.workerOptions,
@@ -83,6 +90,12 @@ export async function runControlWorkerProcess(opts: {
   taskQueue?: string;
   onReady?: (worker: Worker) => void;
 }): Promise<void> {
+  // the project's teams and stack defaults first: loadConfig reads what it sets
+  const project = enterProjectFromEnvironment({ required: false });
+  if (project) {
+    console.log(`troupe control worker: project ${project.dir}, teams ${Object.keys(project.config.teams).join(', ') || '(none)'}`);
+    for (const w of project.warnings) console.warn(`troupe control worker: ${w}`);
+  }
   const config = loadConfig();
   const address = opts.temporalAddress ?? temporalAddressOf(config);
   const namespace = opts.namespace ?? config.namespace;

@@ -25,6 +25,7 @@ import { payloadDataConverter } from '../infra/codec';
 import { checkpointStoreOf, type CheckpointStore } from '../infra/checkpoint-store';
 import { loadConfig, type PayloadKeysConfig } from '../infra/config';
 import { connect, dropPostgresJsStrays, type Sql } from '../infra/db';
+import { enterProjectFromEnvironment } from './project';
 import { loadTeamCode, workerIdentity } from './team-code';
 import { untilAvailable } from '../infra/backoff';
 import { connectTemporalWorker } from '../infra/temporal';
@@ -222,6 +223,9 @@ export async function runPoolWorkerProcess(
   },
 ): Promise<void> {
   const log = (e: Record<string, unknown>) => process.stderr.write(`${JSON.stringify({ ts: new Date().toISOString(), ...e })}\n`);
+  // the project's teams, before anything loads one (batched rollouts run team code here)
+  const project = enterProjectFromEnvironment({ required: false });
+  if (project) log({ event: 'project', dir: project.dir, teams: Object.keys(project.config.teams), warnings: project.warnings });
   // The activities read versions from and commit updates to the store; `troupe up` always passes one.
   const databaseUrl = process.env.DATABASE_URL;
   if (!databaseUrl)

@@ -1,7 +1,9 @@
 /**
  * The team registry: the name a run config uses -> a factory taking the run's
  * `teamOptions`. Imported by workflow code, so every team here must be
- * workflow-safe at import time. Add your own team with one line.
+ * workflow-safe at import time. Without a project it holds the bundled teams;
+ * in a project (troupe.config.ts) `useProjectTeams` replaces them with the
+ * project's, in every process and in the workflow sandbox (processes/project.ts).
  *
  * Each factory `require`s its module when the team is first loaded (not at
  * import of this file), so a team whose module throws — a definition error, a
@@ -18,11 +20,76 @@ import type { Tokenizer } from '../tokenizer';
 
 export type TeamFactory = (options: Record<string, unknown>) => AnyTeam;
 
-export const teams: Record<string, TeamFactory> = {
+const BUNDLED: Record<string, TeamFactory> = {
   math: (options) => (require('./math') as typeof import('./math')).mathTeam(options as import('./math').MathOptions),
   research: (options) => (require('./research') as typeof import('./research')).researchTeam(options as import('./research').ResearchOptions),
   recall: (options) => (require('./recall') as typeof import('./recall')).recallTeam(options as import('./recall').RecallOptions),
 };
+
+/** The registry in use (mutated in place by useProjectTeams, so importers keep one object). */
+export const teams: Record<string, TeamFactory> = { ...BUNDLED };
+/** Where a team is defined, for messages: its module in the project, else the bundled folder. */
+const sources: Record<string, string> = {};
+const whereDefined = (team: string) => sources[team] ?? 'its module in agents/teams/';
+let registerHint = 'register it with one line in agents/teams/index.ts';
+
+/** A project's team: its module (loaded when the team first is), which export, and the path to name in messages. */
+export interface ProjectTeamEntry {
+  load: () => unknown;
+  export?: string;
+  /** The module's path, relative to the project (for messages). */
+  source: string;
+}
+
+const isTeam = (v: unknown): v is AnyTeam =>
+  typeof v === 'object' && v !== null && typeof (v as AnyTeam).episode === 'function' && Array.isArray((v as AnyTeam).roles);
+
+/** The team a module exports: `export` if named, else its default, else its only export that is a team or a function. */
+export function teamFromModule(name: string, mod: unknown, entry: Pick<ProjectTeamEntry, 'export' | 'source'>, options: Record<string, unknown>): AnyTeam {
+  const exports = (typeof mod === 'object' && mod !== null ? mod : {}) as Record<string, unknown>;
+  let key = entry.export;
+  if (key === undefined) {
+    if (exports.default !== undefined) key = 'default';
+    else {
+      const candidates = Object.keys(exports).filter((k) => isTeam(exports[k]) || typeof exports[k] === 'function');
+      if (candidates.length !== 1)
+        throw new TeamDefinitionError(name, [
+          {
+            path: `teams.${name}.export`,
+            message: `${entry.source} has ${candidates.length ? `several candidate exports (${candidates.join(', ')})` : 'no default export and no export that is a team'}: export the team as default or name it ({ module, export })`,
+          },
+        ]);
+      key = candidates[0]!;
+    }
+  }
+  const value = exports[key];
+  if (!Object.hasOwn(exports, key) && value === undefined)
+    throw new TeamDefinitionError(name, [{ path: `teams.${name}.export`, message: `${entry.source} has no export ${JSON.stringify(key)}` }]);
+  const team = typeof value === 'function' && !isTeam(value) ? (value as (o: Record<string, unknown>) => unknown)(options) : value;
+  if (!isTeam(team))
+    throw new TeamDefinitionError(name, [
+      {
+        path: `teams.${name}.export`,
+        message: `export ${JSON.stringify(key)} of ${entry.source} is not a team (defineTeam(...)) nor a function of the team options returning one`,
+      },
+    ]);
+  if (team.name !== name)
+    throw new TeamDefinitionError(name, [
+      { path: `teams.${name}`, message: `${entry.source} defines team ${JSON.stringify(team.name)}: the name in troupe.config.ts must be the team's name` },
+    ]);
+  return team;
+}
+
+/** Replaces the registry with a project's teams. */
+export function useProjectTeams(entries: Record<string, ProjectTeamEntry>): void {
+  for (const k of Object.keys(teams)) delete teams[k];
+  for (const k of Object.keys(sources)) delete sources[k];
+  for (const [name, entry] of Object.entries(entries)) {
+    teams[name] = (options) => teamFromModule(name, entry.load(), entry, options);
+    sources[name] = entry.source;
+  }
+  registerHint = 'add it under `teams` in troupe.config.ts';
+}
 
 /** A team that is not registered or whose definition fails: the user's to fix, and only that team's problem. */
 export class TeamLoadError extends TroupeError {
@@ -45,11 +112,7 @@ function templateOf(tokenizer: Tokenizer): ChatTemplate | undefined {
 export function loadTeam(name: string, options: Record<string, unknown> = {}): AnyTeam {
   const make = Object.hasOwn(teams, name) ? teams[name] : undefined;
   if (!make) {
-    throw new TeamLoadError(
-      name,
-      `team: unknown team ${JSON.stringify(name)} (known: ${Object.keys(teams).join(', ')})`,
-      'register it with one line in agents/teams/index.ts',
-    );
+    throw new TeamLoadError(name, `team: unknown team ${JSON.stringify(name)} (known: ${Object.keys(teams).join(', ') || 'none'})`, registerHint);
   }
   // The run's, not the team's: every model of the team starts from the `checkpoint` directory
   // (`troupe train --model DIR`), with its tokenizer.json when `checkpointTokenizer`.
@@ -68,7 +131,7 @@ export function loadTeam(name: string, options: Record<string, unknown> = {}): A
     throw new TeamLoadError(
       name,
       `team ${JSON.stringify(name)} failed to load: ${errorMessage(e)}`,
-      `fix the team's definition (its module in agents/teams/); other teams are unaffected`,
+      `fix the team's definition (${whereDefined(name)}); other teams are unaffected`,
     );
   }
 }

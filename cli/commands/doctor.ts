@@ -5,7 +5,7 @@ import { engineSpec } from '../../agents/model';
 import { loadTeam, teams } from '../../agents/teams';
 import { describeModel } from '../../engines/families';
 import { errorMessage } from '../../infra/errors';
-import { packagesStaleReason } from '../../infra/install';
+import { isSourceCheckout, packagesStaleReason } from '../../infra/install';
 import { checkExecutionProviders, ortVersion } from '../../infra/onnx-check';
 import { namespaceProblems } from '../../infra/namespace';
 import { repoRoot } from '../../infra/paths';
@@ -23,6 +23,7 @@ import {
 } from '../../infra/temporal';
 import { loadMigrations, schemaVersion } from '../../schema/migrate';
 import { pytorchEngine } from '../../engines/pytorch';
+import { activeProject } from '../../processes/project';
 import { defineCommand } from '../command';
 
 type Status = 'ok' | 'warn' | 'FAIL' | 'info';
@@ -40,8 +41,18 @@ export async function doctor(config: TroupeConfig): Promise<Line[]> {
   // Toolchain
   const nodeMajor = Number(process.versions.node.split('.')[0]);
   add(nodeMajor >= 20 ? 'ok' : 'FAIL', 'node', `${process.version} (${process.execPath})${nodeMajor >= 20 ? '' : ' — Troupe needs Node ≥ 20'}`);
-  const stale = packagesStaleReason(repoRoot);
-  add(stale ? 'warn' : 'ok', 'node_modules', stale ? `${stale} — any troupe command runs npm ci` : 'matches package-lock.json');
+  if (isSourceCheckout(repoRoot)) {
+    const stale = packagesStaleReason(repoRoot);
+    add(stale ? 'warn' : 'ok', 'node_modules', stale ? `${stale} — any troupe command runs npm ci` : 'matches package-lock.json');
+  } else add('info', 'troupe', `installed package ${repoRoot}`);
+  const project = activeProject();
+  add(
+    'info',
+    'project',
+    project
+      ? `${project.configFile}: teams ${Object.keys(project.config.teams).join(', ') || '(none)'}${project.warnings.length ? `; ${project.warnings.join('; ')}` : ''}`
+      : `none (no troupe.config.ts above ${process.cwd()}): the bundled teams of this checkout`,
+  );
 
   const go = goVersion();
   let bin: ReturnType<typeof findTemporalBinary>;
@@ -164,7 +175,7 @@ export async function doctor(config: TroupeConfig): Promise<Line[]> {
   } catch (err) {
     add('FAIL', 'onnxruntime-node', `cannot load: ${errorMessage(err)}`);
   }
-  // Bundled teams: each model checked by its family (the same check as team load)
+  // The project's (else the bundled) teams: each model checked by its family (the same check as team load)
   for (const name of Object.keys(teams)) {
     try {
       const team = loadTeam(name);

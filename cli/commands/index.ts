@@ -3,6 +3,7 @@
 import type { Command } from '../command';
 
 export const commands: Record<string, () => Promise<Command>> = {
+  init: async () => (require('./init') as typeof import('./init')).default,
   up: async () => (require('./up') as typeof import('./up')).default,
   down: async () => (require('./down') as typeof import('./down')).default,
   ping: async () => (require('./ping') as typeof import('./ping')).default,
