@@ -1,0 +1,196 @@
+// Troupe as a user gets it: `npm pack`, the tarball installed into a fresh folder outside the
+// repository (a plain `npm install`, no .npmrc), `troupe init`, the scaffolded team trained, a
+// second team and a custom estimator added (the workers restart on the changed team code), one
+// team broken while the other still trains. Prints the time of install + init + first train.
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { after, test } from 'node:test';
+import { repoRoot } from '../../../infra/paths';
+import { readRecord } from '../../../infra/processes';
+import { createTestDatabase } from '../../../testing/database';
+import { freePort } from '../../../testing/ports';
+
+const work = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-package-'));
+const project = path.join(work, 'my-teams');
+const cleanups: (() => Promise<unknown>)[] = [];
+after(async () => {
+  for (const c of cleanups.reverse()) await c().catch(() => undefined);
+  fs.rmSync(work, { recursive: true, force: true });
+});
+
+function run(command: string, args: string[], opts: { cwd: string; env?: NodeJS.ProcessEnv }): Promise<{ code: number; out: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(command, args, { cwd: opts.cwd, env: opts.env ?? process.env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (c) => (out += c));
+    child.stderr.on('data', (c) => (out += c));
+    child.on('close', (code) => resolve({ code: code ?? 1, out }));
+  });
+}
+
+const ESTIMATOR = `import { defineEstimator, scopeSamples, toResult, mean } from 'troupe';
+
+// A = s - mean of its set: GRPO without the std, written as a user would.
+export default defineEstimator({
+  name: 'mean-baseline',
+  summary: 's - mean per set',
+  supportsNormalizeStd: false,
+  perComponent: false,
+  estimate(samples, options) {
+    const scoped = scopeSamples(samples, options);
+    const adv = new Float64Array(samples.length);
+    for (const set of scoped.sets) {
+      const m = mean(set.map((i) => scoped.scores[i]!));
+      for (const i of set) adv[i] = scoped.scores[i]! - m;
+    }
+    return toResult('mean-baseline', samples, scoped, adv, options);
+  },
+});
+`;
+
+// A program driving runs through the typed client, as a user's script would (run with tsx).
+const DRIVE = `import { connectTroupe } from 'troupe/client';
+
+async function main() {
+  const troupe = await connectTroupe();
+  try {
+    const refused = await troupe.startRun({ team: 'count', steps: 0 }).then(() => 'started', (e: Error) => e.message);
+    const { runId } = await troupe.startRun({ team: 'count', steps: 2, groupsPerStep: 2, groupSize: 4 });
+    const seen: string[] = [];
+    const summary = await troupe.watchRun(runId, (s) => seen.push(s.step + '/' + s.steps + ' ' + s.status));
+    const listed = (await troupe.listRuns()).find((r) => r.runId === runId);
+    console.log(JSON.stringify({ refused, runId, status: summary.status, seen, listed: listed?.status, open: await troupe.status(runId) }));
+  } finally {
+    await troupe.close();
+  }
+}
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});
+`;
+
+const SECOND_TEAM = `import { agent, charTokenizer, defineTeam, generatedTasks, tinyLM } from 'troupe';
+import { target } from './lib/target';
+
+const tokenizer = charTokenizer('0123456789');
+export default defineTeam({
+  name: 'echo',
+  tokenizer,
+  models: { policy: tinyLM({ tokenizer, contextWindow: 4, embedDim: 8, hiddenDim: 16 }) },
+  agents: { echoer: agent({ model: 'policy', maxTokens: 1 }) },
+  tasks: generatedTasks<{ d: number }>({ seed: 2, count: 10, evalFraction: 0.2, make: (_r, i) => ({ id: String(i), data: { d: i } }) }),
+  async episode({ task, agents }) {
+    return { answer: (await agents.echoer.act(String(task.d))).reply };
+  },
+  rewards: { echoer: ({ task, outcome }) => ({ correct: outcome?.answer === target(task.d) ? 1 : 0 }) },
+  success: ({ task, outcome }) => outcome?.answer === target(task.d),
+});
+`;
+
+test('npm pack, npm install in a fresh folder, troupe init, train; a second team and estimator; a broken team', { timeout: 15 * 60_000 }, async () => {
+  // 1. Pack (prepack generates the protocol types, builds the dashboard page and the declaration files).
+  const pack = spawnSync('npm', ['pack', '--pack-destination', work, '--json'], { cwd: repoRoot, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  assert.equal(pack.status, 0, pack.stderr);
+  const tarball = path.join(work, (JSON.parse(pack.stdout) as { filename: string }[])[0]!.filename);
+
+  // 2. A fresh project folder outside the repository, a plain `npm install` of the tarball.
+  fs.mkdirSync(project);
+  fs.writeFileSync(path.join(project, 'package.json'), JSON.stringify({ name: 'my-teams', version: '1.0.0', private: true }));
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  for (const k of Object.keys(env)) if (/^(TROUPE_|TEMPORAL_|DATABASE_URL|ONNXRUNTIME_NODE_INSTALL|npm_)/.test(k)) delete env[k];
+  const t0 = Date.now();
+  const install = await run('npm', ['install', tarball, '--no-audit', '--no-fund'], { cwd: project, env });
+  assert.equal(install.code, 0, install.out);
+  const installS = (Date.now() - t0) / 1000;
+  assert.ok(fs.existsSync(path.join(project, 'node_modules', 'troupe', 'dist', 'types', 'index.d.ts')), 'declaration files ship');
+
+  const db = await createTestDatabase({ migrate: false });
+  cleanups.push(() => db.drop());
+  Object.assign(env, {
+    DATABASE_URL: db.url,
+    TROUPE_TEMPORAL_PORT: String(await freePort()),
+    TROUPE_TEMPORAL_UI_PORT: String(await freePort()),
+    TROUPE_DASHBOARD_PORT: String(await freePort()),
+  });
+  const troupe = (...args: string[]) => run(path.join(project, 'node_modules', '.bin', 'troupe'), args, { cwd: project, env });
+  cleanups.push(() => troupe('down'));
+
+  // Outside a project: a clear error with the init hint.
+  const none = await troupe('list');
+  assert.equal(none.code, 1);
+  assert.match(none.out, /no Troupe project here: no troupe\.config\.ts in .*my-teams/);
+  assert.match(none.out, /npx troupe init/);
+
+  // 3. init, then train the scaffolded team for 2 steps; the stack's state lands in the project's .troupe/.
+  const t1 = Date.now();
+  const init = await troupe('init');
+  assert.equal(init.code, 0, init.out);
+  for (const f of ['troupe.config.ts', 'teams/count.ts', 'tsconfig.json', '.gitignore']) assert.ok(fs.existsSync(path.join(project, f)), f);
+  const first = await troupe('train', 'count', '--steps', '2', '--groups', '2', '--group-size', '4');
+  assert.equal(first.code, 0, first.out);
+  assert.match(first.out, /run count-\S+ \(count\) completed after 2 steps/);
+  const firstS = (Date.now() - t1) / 1000;
+  assert.ok(readRecord(path.join(project, '.troupe'), 'control-worker'), "the stack's state is in the project's .troupe/");
+  console.log(`# npm install ${installS.toFixed(1)} s; troupe init + first train (2 steps, stack start included) ${firstS.toFixed(1)} s`);
+
+  // The scaffolded project type-checks against the shipped declaration files (CommonJS project).
+  const tsc = await run(process.execPath, [path.join(repoRoot, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', project], { cwd: project, env });
+  assert.equal(tsc.code, 0, tsc.out);
+
+  // The typed client: a bad config refused naming the field; a run started, watched with progress events, listed.
+  fs.writeFileSync(path.join(project, 'drive.ts'), DRIVE);
+  const drive = await run(process.execPath, ['--import', 'tsx', 'drive.ts'], { cwd: project, env });
+  assert.equal(drive.code, 0, drive.out);
+  const driven = JSON.parse(drive.out.trim().split('\n').at(-1)!) as { refused: string; status: string; seen: string[]; listed: string; open: unknown };
+  assert.match(driven.refused, /steps: /);
+  assert.equal(driven.status, 'completed');
+  assert.ok(driven.seen.length >= 2, driven.seen.join(', '));
+  assert.equal(driven.listed, 'completed');
+  assert.equal(driven.open, undefined);
+
+  // 4. A second team (with a local import) and a custom estimator: the workers restart on the changed team code.
+  fs.mkdirSync(path.join(project, 'teams', 'lib'), { recursive: true });
+  fs.writeFileSync(path.join(project, 'teams', 'lib', 'target.ts'), 'export const target = (d: number) => String(d);\n');
+  fs.writeFileSync(path.join(project, 'teams', 'echo.ts'), SECOND_TEAM);
+  fs.mkdirSync(path.join(project, 'estimators'));
+  fs.writeFileSync(path.join(project, 'estimators', 'mean-baseline.ts'), ESTIMATOR);
+  const config = path.join(project, 'troupe.config.ts');
+  fs.writeFileSync(
+    config,
+    fs
+      .readFileSync(config, 'utf8')
+      .replace("count: './teams/count.ts',", "count: './teams/count.ts',\n    echo: './teams/echo.ts',")
+      .replace('estimators: [],', "estimators: ['./estimators/mean-baseline.ts'],"),
+  );
+  const bad = await troupe('train', 'echo', '--steps', '1', '--estimator', 'no-such');
+  assert.equal(bad.code, 1);
+  assert.match(bad.out, /unknown estimator "no-such"; known: grpo, .*mean-baseline/);
+  const second = await troupe('train', 'echo', '--steps', '2', '--groups', '2', '--group-size', '4', '--estimator', 'mean-baseline');
+  assert.equal(second.code, 0, second.out);
+  assert.match(second.out, /team code changed since the control-worker started .*restarting it/);
+  assert.match(second.out, /run echo-\S+ \(echo\) completed after 2 steps/);
+
+  // A local import counts as team code: editing it restarts the workers too.
+  fs.writeFileSync(path.join(project, 'teams', 'lib', 'target.ts'), 'export const target = (d: number) => String((d + 2) % 10);\n');
+
+  // 5. Break one team: the other still trains, the broken one is refused naming its file.
+  fs.writeFileSync(path.join(project, 'teams', 'count.ts'), 'export default { name: "count" ;\n');
+  const still = await troupe('train', 'echo', '--steps', '2', '--groups', '2', '--group-size', '4');
+  assert.equal(still.code, 0, still.out);
+  assert.match(still.out, /restarting it/);
+  assert.match(still.out, /run echo-\S+ \(echo\) completed after 2 steps/);
+  const broken = await troupe('train', 'count', '--steps', '1');
+  assert.equal(broken.code, 1);
+  assert.match(broken.out, /team "count" failed to load/);
+  assert.match(broken.out, /teams\/count\.ts/);
+
+  // A config naming a missing module or a non-team export: that team's error, naming the field.
+  fs.writeFileSync(config, fs.readFileSync(config, 'utf8').replace("echo: './teams/echo.ts',", "echo: './teams/echo.ts',\n    gone: './teams/gone.ts',"));
+  const gone = await troupe('train', 'gone', '--steps', '1');
+  assert.equal(gone.code, 1);
+  assert.match(gone.out, /teams\.gone: module "\.\/teams\/gone\.ts" not found/);
+});
