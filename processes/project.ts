@@ -19,7 +19,7 @@ import { CONFIG_VARIABLES } from '../infra/config';
 import { errorMessage, TroupeError } from '../infra/errors';
 import { isSourceCheckout } from '../infra/install';
 import { repoRoot } from '../infra/paths';
-import { parseProjectConfig, ProjectConfigError, type ProjectConfig } from '../schema/project';
+import { parseProjectConfig, ProjectConfigError, TEAM_NAME, type ProjectConfig } from '../schema/project';
 
 export const CONFIG_NAMES = ['troupe.config.ts', 'troupe.config.mts', 'troupe.config.cts', 'troupe.config.js', 'troupe.config.mjs', 'troupe.config.cjs'];
 
@@ -63,12 +63,35 @@ function defaultExport(mod: unknown): unknown {
   return m && typeof m === 'object' && 'default' in m ? m.default : mod;
 }
 
+const MODULE = /^(.*)\.(ts|mts|cts|js|mjs|cjs)$/;
+
+/** `teams: './teams'`: every module directly in the folder is a team named by its file; two files of one name are refused. */
+function teamsInFolder(dir: string, folder: string, issues: { path: string; message: string }[]): ProjectConfig['teams'] {
+  const abs = path.resolve(dir, folder);
+  if (!fs.existsSync(abs) || !fs.statSync(abs).isDirectory()) {
+    issues.push({ path: 'teams', message: `folder ${JSON.stringify(folder)} not found (looked in ${dir})` });
+    return {};
+  }
+  const teams: ProjectConfig['teams'] = {};
+  for (const file of fs.readdirSync(abs).sort()) {
+    const m = MODULE.exec(file);
+    if (!m || file.endsWith('.d.ts') || !fs.statSync(path.join(abs, file)).isFile()) continue;
+    const name = m[1]!;
+    const module = `./${rel(dir, path.join(abs, file))}`;
+    if (!TEAM_NAME.test(name)) issues.push({ path: `teams (${module})`, message: 'a team file is named by its team: lower-case letters, digits and -' });
+    else if (teams[name]) issues.push({ path: `teams.${name}`, message: `defined twice: ${teams[name].module} and ${module}` });
+    else teams[name] = { module };
+  }
+  return teams;
+}
+
 /** Reads and checks a project's config (through tsx: the calling process has it registered). */
 export function readProject(configFile: string): Project {
   const dir = path.dirname(configFile);
   const name = path.basename(configFile);
   let raw: unknown;
   try {
+    delete require.cache[configFile]; // read what the file says now
     raw = defaultExport(require(configFile));
   } catch (e) {
     throw new TroupeError(`${configFile} failed to load: ${errorMessage(e)}`, 'fix the config file (it must `export default defineConfig({...})`)');
@@ -83,6 +106,7 @@ export function readProject(configFile: string): Project {
     if (file) estimatorFiles.push(file);
     else issues.push({ path: `estimators[${i}]`, message: `module ${JSON.stringify(spec)} not found (looked in ${dir})` });
   });
+  if (config.teamsFolder !== undefined) config.teams = teamsInFolder(dir, config.teamsFolder, issues);
   if (issues.length) throw new ProjectConfigError(issues, name);
   const teamFiles: Record<string, string> = {};
   for (const [team, entry] of Object.entries(config.teams)) teamFiles[team] = resolveModule(dir, entry.module) ?? path.resolve(dir, entry.module);

@@ -11,8 +11,11 @@ import { FieldError, type FieldIssue } from '../infra/issues';
 export type TeamEntry = string | { module: string; export?: string };
 
 export interface ProjectConfigInput {
-  /** Teams by the name run configs use → the module that exports it (a team, or a function of the run's teamOptions returning one). */
-  teams: Record<string, TeamEntry>;
+  /**
+   * Teams by the name run configs use → the module that exports it (a team, or a function of the
+   * run's teamOptions returning one); or a folder, each module directly in it a team named by its file.
+   */
+  teams: Record<string, TeamEntry> | string;
   /** Modules every process loads at start, before any run config is checked: those calling defineEstimator. */
   estimators?: string[];
   /** Defaults for the stack, by environment variable (TEMPORAL_ADDRESS, DATABASE_URL, TROUPE_DEVICE, TROUPE_DASHBOARD_PORT, ...); the environment wins. */
@@ -20,7 +23,9 @@ export interface ProjectConfigInput {
 }
 
 export interface ProjectConfig {
+  /** Empty when `teamsFolder` is given: the folder's modules are listed where files can be read (processes/project.ts). */
   teams: Record<string, { module: string; export?: string }>;
+  teamsFolder?: string;
   estimators: string[];
   stack: Record<string, string>;
 }
@@ -36,6 +41,8 @@ const TEAM_NAME = /^[a-z][a-z0-9-]{0,39}$/; // defineTeam's rule
 const describe = (v: unknown) => (typeof v === 'string' ? JSON.stringify(v) : v === null ? 'null' : Array.isArray(v) ? 'an array' : typeof v);
 
 /** The config's problems, each by field path (empty when valid). */
+export { TEAM_NAME };
+
 export function projectConfigIssues(input: unknown): FieldIssue[] {
   const issues: FieldIssue[] = [];
   const add = (path: string, message: string) => issues.push({ path, message });
@@ -43,8 +50,10 @@ export function projectConfigIssues(input: unknown): FieldIssue[] {
     return [{ path: '(config)', message: `must be an object (export default defineConfig({...})), got ${describe(input)}` }];
   const c = input as Record<string, unknown>;
   for (const key of Object.keys(c)) if (!['teams', 'estimators', 'stack'].includes(key)) add(key, 'unknown field (known: teams, estimators, stack)');
-  if (typeof c.teams !== 'object' || c.teams === null || Array.isArray(c.teams))
-    add('teams', `must be an object of team name → module path, got ${describe(c.teams)}`);
+  if (typeof c.teams === 'string') {
+    if (c.teams === '') add('teams', 'must be a folder or an object of team name → module path, got ""');
+  } else if (typeof c.teams !== 'object' || c.teams === null || Array.isArray(c.teams))
+    add('teams', `must be a folder or an object of team name → module path, got ${describe(c.teams)}`);
   else
     for (const [name, entry] of Object.entries(c.teams)) {
       const at = `teams.${name}`;
@@ -75,7 +84,11 @@ export function parseProjectConfig(input: unknown, file?: string): ProjectConfig
   if (issues.length) throw new ProjectConfigError(issues, file);
   const c = input as ProjectConfigInput;
   return {
-    teams: Object.fromEntries(Object.entries(c.teams).map(([name, e]) => [name, typeof e === 'string' ? { module: e } : { ...e }])),
+    teams:
+      typeof c.teams === 'string'
+        ? {}
+        : Object.fromEntries(Object.entries(c.teams).map(([name, e]) => [name, typeof e === 'string' ? { module: e } : { ...e }])),
+    ...(typeof c.teams === 'string' ? { teamsFolder: c.teams } : {}),
     estimators: [...(c.estimators ?? [])],
     stack: Object.fromEntries(Object.entries(c.stack ?? {}).map(([k, v]) => [k, String(v)])),
   };

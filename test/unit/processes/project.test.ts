@@ -103,3 +103,15 @@ test('defineEstimator refuses a built-in name and names every bad field', () => 
       /estimator\.estimate/.test(e.message),
   );
 });
+
+test('teams as a folder: each module directly in it is a team named by its file; two of one name are refused', () => {
+  write('folder/troupe.config.ts', "export default { teams: './teams' };\n");
+  write('folder/teams/alpha.ts', team('alpha'));
+  write('folder/teams/lib/helper.ts', 'export const x = 1;\n');
+  const project = readProject(path.join(dir, 'folder', 'troupe.config.ts'));
+  assert.deepEqual(project.config.teams, { alpha: { module: './teams/alpha.ts' } });
+  write('folder/teams/alpha.js', 'module.exports = {};\n');
+  assert.throws(() => readProject(path.join(dir, 'folder', 'troupe.config.ts')), /teams\.alpha: defined twice: \.\/teams\/alpha\.js and \.\/teams\/alpha\.ts/);
+  write('folder/troupe.config.ts', "export default { teams: './nothing' };\n");
+  assert.throws(() => readProject(path.join(dir, 'folder', 'troupe.config.ts')), /teams: folder "\.\/nothing" not found/);
+});
