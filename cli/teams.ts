@@ -8,7 +8,8 @@
 import type { TroupeConfig } from '../infra/config';
 import { TroupeError } from '../infra/errors';
 import { EXTRA_POOL_WORKER, recordedServiceNames, runningService } from '../infra/processes';
-import { localPid, pollersOf, staleTeamCode, teamCodeHash, teamCodeOf, type Poller } from '../processes/team-code';
+import { activeProject } from '../processes/project';
+import { localPid, pollersOf, projectOf, staleTeamCode, teamCodeHash, teamCodeOf, type Poller } from '../processes/team-code';
 import { connectTemporal } from '../infra/temporal';
 import { up } from './commands/up';
 
@@ -39,8 +40,12 @@ export async function upWithCurrentTeams(config: TroupeConfig, log: (line: strin
   const foreign = stale.find((p) => !ours.some((name) => runningService(config.stateDir, name)?.pid === localPid(p.identity)));
   if (foreign) {
     throw new TroupeError(
-      `worker "${foreign.identity}" on task queue "${foreign.taskQueue}" runs team code ${teamCodeOf(foreign.identity) ?? '(unknown)'}, this project's is ${hash} (its team code changed since it started)`,
-      'restart that worker so it loads the current teams (workers load team code once, at start), then run this again',
+      projectOf(foreign.identity) !== activeProject()?.dir
+        ? `worker "${foreign.identity}" on task queue "${foreign.taskQueue}" serves ${projectOf(foreign.identity) ? `project ${projectOf(foreign.identity)}` : "a checkout's bundled teams"}, not this one`
+        : `worker "${foreign.identity}" on task queue "${foreign.taskQueue}" runs team code ${teamCodeOf(foreign.identity) ?? '(unknown)'}, this project's is ${hash} (its team code changed since it started)`,
+      projectOf(foreign.identity) !== activeProject()?.dir
+        ? 'stop it (`npx troupe down` in its project), or give each project its own task queues (stack: { TROUPE_TASK_QUEUE, TROUPE_POOL_TASK_QUEUE } in troupe.config.ts)'
+        : 'restart that worker so it loads the current teams (workers load team code once, at start), then run this again',
     );
   }
   for (const name of ours) log(`troupe: the team code changed since the ${name} started (team code ${hash}): restarting it`);

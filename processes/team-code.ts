@@ -55,9 +55,15 @@ export function loadTeamCode(): { hash: string; failed: Record<string, string> }
   return { hash, failed: teamLoadErrors() };
 }
 
-/** A worker identity: the SDK's default `<pid>@<host>` (what `troupe up` waits for), plus the team code. */
-export function workerIdentity(hash: string): string {
-  return `${process.pid}@${os.hostname()} team-code=${hash}`;
+/** A worker identity: the SDK's default `<pid>@<host>` (what `troupe up` waits for), the project it serves (if any), and the team code. */
+export function workerIdentity(hash: string, project: string | null = activeProject()?.dir ?? null): string {
+  return `${process.pid}@${os.hostname()}${project ? ` project=${encodeURIComponent(project)}` : ''} team-code=${hash}`;
+}
+
+/** The project folder a worker serves, from its identity (undefined: none, i.e. a checkout's bundled teams). */
+export function projectOf(identity: string): string | undefined {
+  const m = / project=(\S+)/.exec(identity);
+  return m ? decodeURIComponent(m[1]!) : undefined;
 }
 
 export function teamCodeOf(identity: string): string | undefined {

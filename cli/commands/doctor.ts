@@ -24,6 +24,7 @@ import {
 import { loadMigrations, schemaVersion } from '../../schema/migrate';
 import { pytorchEngine } from '../../engines/pytorch';
 import { activeProject } from '../../processes/project';
+import { projectOf } from '../../processes/team-code';
 import { defineCommand } from '../command';
 
 type Status = 'ok' | 'warn' | 'FAIL' | 'info';
@@ -117,6 +118,20 @@ export async function doctor(config: TroupeConfig): Promise<Line[]> {
           'pool worker',
           pool.length ? `${pool.length} poller(s) on "${config.poolTaskQueue}": ${pool.join(', ')}` : `nobody polls "${config.poolTaskQueue}"`,
         );
+        // Workers serve one project's teams: one serving another project would run the wrong code.
+        const here = activeProject()?.dir;
+        const served = (p: string | undefined) => (p ? `project ${p}` : "a checkout's bundled teams");
+        for (const id of new Set([...control, ...pool])) {
+          const theirs = projectOf(id);
+          if (theirs === here) continue;
+          add(
+            'FAIL',
+            'worker project',
+            `worker "${id}" serves ${served(theirs)}, this is ${served(here)} — stop it (\`npx troupe down\` there), or give each project its own task queues (stack: { TROUPE_TASK_QUEUE, TROUPE_POOL_TASK_QUEUE } in troupe.config.ts)`,
+          );
+        }
+        if (control.length + pool.length > 0 && [...control, ...pool].every((id) => projectOf(id) === here))
+          add('ok', 'worker project', `the workers serve ${served(here)}`);
       } finally {
         await connection.close();
       }

@@ -137,6 +137,11 @@ test('npm pack, npm install in a fresh folder, troupe init, train; a second team
   assert.ok(readRecord(path.join(project, '.troupe'), 'control-worker'), "the stack's state is in the project's .troupe/");
   console.log(`# npm install ${installS.toFixed(1)} s; troupe init + first train (2 steps, stack start included) ${firstS.toFixed(1)} s`);
 
+  // doctor names the project and checks the running workers serve it.
+  const doctor = await troupe('doctor');
+  assert.match(doctor.out, /info +project +\S*my-teams\/troupe\.config\.ts: teams count/);
+  assert.match(doctor.out, /ok +worker project +the workers serve project \S*my-teams/);
+
   // The scaffolded project type-checks against the shipped declaration files (CommonJS project).
   const tsc = await run(process.execPath, [path.join(repoRoot, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', project], { cwd: project, env });
   assert.equal(tsc.code, 0, tsc.out);

@@ -11,7 +11,7 @@ import { after, test } from 'node:test';
 import { loadTeam, teams } from '../../../agents/teams';
 import { repoRoot } from '../../../infra/paths';
 import { enterProject, findProjectConfig, projectCodeFiles, readProject } from '../../../processes/project';
-import { teamCodeHash } from '../../../processes/team-code';
+import { projectOf, teamCodeHash, teamCodeOf, workerIdentity } from '../../../processes/team-code';
 import { defineEstimator, getEstimator, isEstimatorName } from '../../../rl/advantages/registry';
 import { parseProjectConfig } from '../../../schema/project';
 
@@ -114,4 +114,12 @@ test('teams as a folder: each module directly in it is a team named by its file;
   assert.throws(() => readProject(path.join(dir, 'folder', 'troupe.config.ts')), /teams\.alpha: defined twice: \.\/teams\/alpha\.js and \.\/teams\/alpha\.ts/);
   write('folder/troupe.config.ts', "export default { teams: './nothing' };\n");
   assert.throws(() => readProject(path.join(dir, 'folder', 'troupe.config.ts')), /teams: folder "\.\/nothing" not found/);
+});
+
+test("a worker's identity names the project it serves, and still its team code", () => {
+  const id = workerIdentity('abc123abc123', '/srv/my teams');
+  assert.ok(id.startsWith(`${process.pid}@${os.hostname()} `));
+  assert.equal(projectOf(id), '/srv/my teams');
+  assert.equal(teamCodeOf(id), 'abc123abc123');
+  assert.equal(projectOf(workerIdentity('abc123abc123', null)), undefined);
 });
