@@ -3,11 +3,11 @@
 import type { Command } from '../command';
 
 export const commands: Record<string, () => Promise<Command>> = {
-  init: async () => (require('./init') as typeof import('./init')).default,
   up: async () => (require('./up') as typeof import('./up')).default,
   down: async () => (require('./down') as typeof import('./down')).default,
   ping: async () => (require('./ping') as typeof import('./ping')).default,
   doctor: async () => (require('./doctor') as typeof import('./doctor')).default,
+  init: async () => (require('./init') as typeof import('./init')).default,
   train: async () => (require('./train') as typeof import('./train')).default,
   status: async () => (require('./status') as typeof import('./status')).default,
   list: async () => (require('./list') as typeof import('./list')).default,
