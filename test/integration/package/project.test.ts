@@ -91,6 +91,27 @@ export default defineTeam({
 });
 `;
 
+// Half its episodes (seeded: the same ones every time) hang in a synchronous loop after their first turn.
+const RUNAWAY_TEAM = `import { agent, charTokenizer, defineTeam, generatedTasks, tinyLM } from 'troupe';
+
+const tokenizer = charTokenizer('0123456789');
+export default defineTeam({
+  name: 'spin',
+  tokenizer,
+  models: { policy: tinyLM({ tokenizer, contextWindow: 4, embedDim: 8, hiddenDim: 16 }) },
+  agents: { spinner: agent({ model: 'policy', maxTokens: 1 }) },
+  tasks: generatedTasks<{ d: number }>({ seed: 3, count: 10, evalFraction: 0.2, make: (_r, i) => ({ id: String(i), data: { d: i } }) }),
+  limits: { cpuMs: 2000 },
+  async episode({ task, agents }) {
+    const reply = (await agents.spinner.act(String(task.d))).reply;
+    if (Math.random() < 0.5) for (;;);
+    return { answer: reply };
+  },
+  rewards: { spinner: ({ task, outcome }) => ({ correct: outcome?.answer === String(task.d) ? 1 : 0 }) },
+  success: ({ task, outcome }) => outcome?.answer === String(task.d),
+});
+`;
+
 test('npm pack, npm install in a fresh folder, troupe init, train; a second team and estimator; a broken team', { timeout: 15 * 60_000 }, async () => {
   // 1. Pack (prepack generates the protocol types, builds the dashboard page and the declaration files).
   const pack = spawnSync('npm', ['pack', '--pack-destination', work, '--json'], { cwd: repoRoot, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
@@ -188,6 +209,17 @@ test('npm pack, npm install in a fresh folder, troupe init, train; a second team
   assert.equal(still.code, 0, still.out);
   assert.match(still.out, /restarting it/);
   assert.match(still.out, /run echo-\S+ \(echo\) completed after 2 steps/);
+  // 6. Episodes that hang in a synchronous loop fail, naming the limit; the run goes on, and the next run on the stack is unaffected.
+  fs.writeFileSync(path.join(project, 'teams', 'spin.ts'), RUNAWAY_TEAM);
+  fs.writeFileSync(config, fs.readFileSync(config, 'utf8').replace("echo: './teams/echo.ts',", "echo: './teams/echo.ts',\n    spin: './teams/spin.ts',"));
+  const spin = await troupe('train', 'spin', '--steps', '2', '--groups', '2', '--group-size', '4', '--seed', '1');
+  assert.equal(spin.code, 0, spin.out);
+  assert.match(spin.out, /run spin-\S+ \(spin\) completed after 2 steps/);
+  assert.match(spin.out, /without awaiting a turn or tool call, after its turn 1 \(model policy\) \(a synchronous loop\? team limits\.cpuMs: 2000 ms\)/);
+  const after = await troupe('train', 'echo', '--steps', '1', '--groups', '2', '--group-size', '4');
+  assert.equal(after.code, 0, after.out);
+  assert.match(after.out, /run echo-\S+ \(echo\) completed after 1 steps/);
+
   const broken = await troupe('train', 'count', '--steps', '1');
   assert.equal(broken.code, 1);
   assert.match(broken.out, /team "count" failed to load/);
