@@ -7,7 +7,7 @@
  * its engine ~4 s, control worker ~8-10 s as it bundles the workflows), so a
  * shorter one would not make recovery faster, and at least 50x the normal
  * duration of what it bounds, so a busy machine does not trip it. The chaos
- * test (test/chaos/) measures kill -> retried activity start; docs/durability.md.
+ * test (testing/chaos/) measures kill -> retried activity start; docs/durability.md.
  *
  * - Pool activities of a run (initModel, rolloutBatch, updateModel): heartbeat
  *   10 s. They heartbeat every 2 s while they work (the SDK forwards at most

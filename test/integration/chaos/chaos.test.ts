@@ -8,7 +8,7 @@
  * optimizer state bit-identical, the same stored trajectories per step.
  *
  * Short by default (each kind killed once per mode, ~3 min); the long one:
- *   TROUPE_CHAOS_LONG=1 npm test -- chaos/chaos      (or: node --import tsx test/chaos/chaos.ts --long)
+ *   TROUPE_CHAOS_LONG=1 npm test -- chaos/chaos      (or: node --import tsx testing/chaos/chaos.ts --long)
  * TROUPE_CHAOS_SEED=N picks another kill schedule.
  *
  * A second schedule never pauses the run and kills each process twice, the second time
@@ -20,8 +20,8 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { formatReport, LONG, LONG_TRANSFORMER, runChaos, SHORT, SHORT_NO_PAUSE, SHORT_TRANSFORMER, type ModeReport } from '../../chaos/chaos';
-import { FAULT_KINDS, POSTGRES_JS_CRASH, type FaultKind } from '../../chaos/stack';
+import { formatReport, LONG, LONG_TRANSFORMER, runChaos, SHORT, SHORT_NO_PAUSE, SHORT_TRANSFORMER, type ModeReport } from '../../../testing/chaos/chaos';
+import { FAULT_KINDS, POSTGRES_JS_CRASH, type FaultKind } from '../../../testing/chaos/stack';
 
 const long = process.env.TROUPE_CHAOS_LONG === '1';
 const base = long ? LONG : SHORT;

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { after, before, it } from 'node:test';
 import { DEFAULT_HANG_MS } from '../../../gpu-workers/engine-process';
 import type { trainingRun } from '../../../workflows';
-import { compareRuns, loadStoredRun } from '../../chaos/compare';
+import { compareRuns, loadStoredRun } from '../../../testing/chaos/compare';
 import { startHarness, type Harness } from '../../../testing/stack';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

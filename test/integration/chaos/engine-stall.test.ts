@@ -12,7 +12,7 @@ import { after, before, it } from 'node:test';
 import { parseEngineFaults } from '../../../engines/onnx/faults';
 import { HEALTH_EVERY_MS } from '../../../gpu-workers/engine-process';
 import type { trainingRun } from '../../../workflows';
-import { compareRuns, loadStoredRun } from '../../chaos/compare';
+import { compareRuns, loadStoredRun } from '../../../testing/chaos/compare';
 import { startHarness, type Harness } from '../../../testing/stack';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -3,12 +3,12 @@
  * are SIGKILLed while a rollout of a later step overlaps an update; the run ends
  * bit-identical to an uninterrupted run with the same k (versions' weights and
  * optimizer state, stored trajectories). Short here; the long one, with every kind
- * and both rollout modes: TROUPE_CHAOS_LONG=1 (or node --import tsx test/chaos/chaos.ts --long --staleness 1).
+ * and both rollout modes: TROUPE_CHAOS_LONG=1 (or node --import tsx testing/chaos/chaos.ts --long --staleness 1).
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { formatReport, LONG_STALE, runChaos, SHORT_STALE } from '../../chaos/chaos';
-import { POSTGRES_JS_CRASH } from '../../chaos/stack';
+import { formatReport, LONG_STALE, runChaos, SHORT_STALE } from '../../../testing/chaos/chaos';
+import { POSTGRES_JS_CRASH } from '../../../testing/chaos/stack';
 
 const long = process.env.TROUPE_CHAOS_LONG === '1';
 const base = long ? LONG_STALE : SHORT_STALE;

@@ -14,7 +14,7 @@ import * as path from 'node:path';
 import { after, before, it } from 'node:test';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { pollerIdentities } from '../../../infra/temporal';
-import { childProcesses } from '../../chaos/stack';
+import { childProcesses } from '../../../testing/chaos/stack';
 import { createTestDatabase, startTemporal, uniqueTaskQueue, type TestDatabase } from '../../helpers';
 import { hostPort, tcpGate } from '../../helpers/tcp-gate';
 

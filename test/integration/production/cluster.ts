@@ -21,7 +21,7 @@ import { ensureTemporalBinary, pollerIdentities, temporalConnectionOptions, temp
 import { setupTemporalSchema, temporalServerArgs } from '../../../infra/temporal-server';
 import { repoRoot } from '../../../infra/paths';
 import { freePort } from '../../../testing/ports';
-import { childProcesses } from '../../chaos/stack';
+import { childProcesses } from '../../../testing/chaos/stack';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 export const SERVER_NAME = 'temporal.troupe.test';

@@ -5,7 +5,7 @@
  * attributes; a control worker and two pool workers as separate processes with TLS and the
  * payload codec on. The bundled math team trains a few steps uninterrupted; then the same run
  * again while the server and one pool worker are SIGKILLed mid-step and the server restarted.
- * The two must end bit-identical (test/chaos/compare.ts: every version's weights and optimizer
+ * The two must end bit-identical (testing/chaos/compare.ts: every version's weights and optimizer
  * state, every stored episode).
  *
  * Skips, saying so, only when the server binaries are not cached and Go is absent.
@@ -19,7 +19,7 @@ import { errorMessage } from '../../../infra/errors';
 import { goVersion, temporalClient, temporalConnectionOptions } from '../../../infra/temporal';
 import { ensureTemporalServerBinaries, temporalServerBinariesCached } from '../../../infra/temporal-server';
 import type { RunSummary, trainingRun } from '../../../workflows/training-run';
-import { compareRuns, loadStoredRun } from '../../chaos/compare';
+import { compareRuns, loadStoredRun } from '../../../testing/chaos/compare';
 import { createTestDatabase, testDatabaseServer } from '../../helpers';
 import { SERVER_NAME, startCluster } from './cluster';
 

@@ -1,8 +1,8 @@
-// The chaos harness's kill schedules (test/chaos/chaos.ts): pure functions of their seed.
+// The chaos harness's kill schedules (testing/chaos/chaos.ts): pure functions of their seed.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { LONG_NO_PAUSE, LONG_TRANSFORMER, PAIRS, runConfig, schedule, SHORT, SHORT_NO_PAUSE, SHORT_TRANSFORMER } from '../../chaos/chaos';
-import { FAULT_KINDS } from '../../chaos/stack';
+import { LONG_NO_PAUSE, LONG_TRANSFORMER, PAIRS, runConfig, schedule, SHORT, SHORT_NO_PAUSE, SHORT_TRANSFORMER } from '../../../testing/chaos/chaos';
+import { FAULT_KINDS } from '../../../testing/chaos/stack';
 
 test('paired kills are drawn only when asked for: the short no-pause schedule is what it was', () => {
   // Recorded from the harness before paired kills existed (commit bab70d2).

@@ -1,16 +1,16 @@
 /**
  * Chaos runs: a real training run of a bundled team (`math`, or `recall`, a
  * transformer, in the TRANSFORMER schedules) on a stack of
- * separate processes (test/chaos/stack.ts), while a seeded schedule SIGKILLs
+ * separate processes (testing/chaos/stack.ts), while a seeded schedule SIGKILLs
  * the control worker, the pool worker, the engine, the Temporal dev server and
  * PostgreSQL at random moments, each followed by a restart after a short
  * delay. Afterwards the run is compared with an uninterrupted run of the same
- * config on the same stack (test/chaos/compare.ts).
+ * config on the same stack (testing/chaos/compare.ts).
  *
  * Used by test/integration/chaos/chaos.test.ts (short, in `npm test`; long with
  * TROUPE_CHAOS_LONG=1) and runnable on its own:
  *
- *   node --import tsx test/chaos/chaos.ts [--long] [--no-pause | --transformer] [--seed N] [--kills N] [--steps N] [--modes batched,durable]
+ *   node --import tsx testing/chaos/chaos.ts [--long] [--no-pause | --transformer] [--seed N] [--kills N] [--steps N] [--modes batched,durable]
  *                                         [--kinds control-worker,pool-worker,engine,temporal,postgres] [--staleness K]
  *
  * --no-pause: the no-pause, double-kill discipline (SHORT_NO_PAUSE, or LONG_NO_PAUSE with --long).
@@ -27,6 +27,7 @@ import { logFilePath, pidAlive, tailFile } from '../../infra/processes';
 import { TroupeStep } from '../../infra/search-attributes';
 import { compareRuns, loadStoredRun, type Comparison } from './compare';
 import { FAULT_KINDS, startChaosStack, type ChaosStack, type FaultKind } from './stack';
+import { WorkMeter, type EngineWork } from './work-meter';
 
 export type Mode = 'batched' | 'durable';
 
@@ -66,6 +67,11 @@ export interface ChaosOptions {
   pairShare?: number;
   /** The runs' staleness k (asynchronous RL); unset: synchronous. */
   staleness?: number;
+  /**
+   * Measure the engines' work (work-meter.ts) in each run: the uninterrupted twins then run one
+   * at a time, so each one's work and wall time are its own (bench/lost-work.ts).
+   */
+  meterWork?: boolean;
   log?: (line: string) => void;
 }
 
@@ -208,6 +214,8 @@ export interface ModeReport {
   unplanned: string[];
   comparison?: Comparison;
   identical: boolean;
+  /** With `meterWork`: the engines' work in the uninterrupted twin and in the chaos run. */
+  work?: { baseline: EngineWork; chaos: EngineWork };
 }
 
 export interface ChaosReport {
@@ -471,7 +479,7 @@ async function inflict(
   runId: string,
   steps: number,
   plan: PlannedKill[],
-  timing: { busyWaitMs: number; stepMs: number; noPause?: boolean },
+  timing: { busyWaitMs: number; stepMs: number; noPause?: boolean; beforeKill?: () => Promise<void> },
   isDone: () => boolean,
   log: (l: string) => void,
 ) {
@@ -492,7 +500,7 @@ async function inflict(
         stack,
         runId,
         p,
-        { gapMs: Math.round(p.gapShare * timing.stepMs), busyWaitMs: timing.busyWaitMs, stepLimit: before + 2 },
+        { gapMs: Math.round(p.gapShare * timing.stepMs), busyWaitMs: timing.busyWaitMs, stepLimit: before + 2, beforeKill: timing.beforeKill },
         isDone,
         t0,
         log,
@@ -507,7 +515,7 @@ async function inflict(
           stack,
           runId,
           { ...p, againAfterMs: undefined, with: undefined },
-          { gapMs: p.kind === 'engine' ? 0 : p.againAfterMs, busyWaitMs: 0, stepLimit: Number.MAX_SAFE_INTEGER },
+          { gapMs: p.kind === 'engine' ? 0 : p.againAfterMs, busyWaitMs: 0, stepLimit: Number.MAX_SAFE_INTEGER, beforeKill: timing.beforeKill },
           isDone,
           t0,
           log,
@@ -533,7 +541,7 @@ async function killOne(
   stack: ChaosStack,
   runId: string,
   p: PlannedKill,
-  { gapMs, busyWaitMs, stepLimit }: { gapMs: number; busyWaitMs: number; stepLimit: number },
+  { gapMs, busyWaitMs, stepLimit, beforeKill }: { gapMs: number; busyWaitMs: number; stepLimit: number; beforeKill?: () => Promise<void> },
   isDone: () => boolean,
   t0: number,
   log: (l: string) => void,
@@ -561,6 +569,7 @@ async function killOne(
     } while (lost.length === 0 && Date.now() < until && !isDone() && !(await late()));
   }
   const enginePid = p.kind === 'pool-worker' ? stack.pidOf('engine') : undefined;
+  await beforeKill?.();
   const pid = await stack.kill(p.kind);
   const withPid = p.with !== undefined && pid !== undefined ? await stack.kill(p.with) : undefined;
   const at = Date.now();
@@ -651,18 +660,29 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     stack.client.workflow.start<typeof trainingRun>('trainingRun', { taskQueue: stack.config.taskQueue, workflowId: id, args: [runConfig(options, mode)] });
   let failed = false;
   try {
-    // The uninterrupted twins first, side by side, before any fault.
+    // The uninterrupted twins first, side by side (one at a time when metered), before any fault.
+    const twin = async (mode: Mode) => {
+      const t = Date.now();
+      const meter = options.meterWork ? new WorkMeter(stack) : undefined;
+      meter?.start();
+      const result = await outcome(await start(`uninterrupted-${mode}`, mode), Date.now() + options.runTimeoutMs);
+      return { mode, ...result, seconds: (Date.now() - t) / 1000, work: await meter?.stop() };
+    };
     const t = Date.now();
-    const baselines = await Promise.all(
-      options.modes.map(async (mode) => ({ mode, ...(await outcome(await start(`uninterrupted-${mode}`, mode), Date.now() + options.runTimeoutMs)) })),
-    );
-    const baselineSeconds = (Date.now() - t) / 1000;
+    const baselines = [];
+    if (options.meterWork) for (const mode of options.modes) baselines.push(await twin(mode));
+    else baselines.push(...(await Promise.all(options.modes.map(twin))));
+    const bothSeconds = (Date.now() - t) / 1000;
     for (const b of baselines) if (!b.summary) throw new Error(`the uninterrupted ${b.mode} run failed: ${b.error}`);
-    log(`chaos: uninterrupted runs done in ${baselineSeconds.toFixed(1)}s`);
+    log(`chaos: uninterrupted runs done in ${bothSeconds.toFixed(1)}s`);
 
     for (const mode of options.modes) {
       const plan = schedule(options, mode);
       const workflowId = `chaos-${mode}`;
+      const twinOf = baselines.find((b) => b.mode === mode)!;
+      const baselineSeconds = options.meterWork ? twinOf.seconds : bothSeconds;
+      const meter = options.meterWork ? new WorkMeter(stack) : undefined;
+      meter?.start();
       const t1 = Date.now();
       const handle = await start(workflowId, mode);
       let done = false;
@@ -673,7 +693,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
         workflowId,
         options.steps[mode],
         plan,
-        { busyWaitMs: options.busyWaitMs, stepMs, noPause: options.noPause },
+        { busyWaitMs: options.busyWaitMs, stepMs, noPause: options.noPause, beforeKill: meter && (() => meter.sample()) },
         () => done,
         log,
       );
@@ -685,6 +705,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       }
       const { summary, error } = await result;
       const chaosSeconds = (Date.now() - t1) / 1000;
+      const work = meter && { baseline: twinOf.work!, chaos: await meter.stop() };
       await stack.restart(); // the store must be up to compare
       const report: ModeReport = {
         mode,
@@ -696,6 +717,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
         kills,
         unplanned,
         identical: false,
+        ...(work ? { work } : {}),
       };
       if (summary) {
         await measureWorkflowTasks(stack, workflowId, kills).catch((e) => log(`chaos: could not read histories: ${(e as Error).message}`));
@@ -741,7 +763,7 @@ export function formatReport(r: ChaosReport): string {
   for (const m of r.modes) {
     const c = m.comparison;
     lines.push(
-      `${m.mode}: ${m.status}, ${m.steps} steps, uninterrupted ${m.baselineSeconds.toFixed(1)}s (both modes at once), with chaos ${m.chaosSeconds.toFixed(1)}s; compared ${c?.versionsCompared ?? 0} versions, ${c?.episodesCompared ?? 0} episodes; final sha256 ${Object.entries(
+      `${m.mode}: ${m.status}, ${m.steps} steps, uninterrupted ${m.baselineSeconds.toFixed(1)}s${m.work ? '' : ' (both modes at once)'}, with chaos ${m.chaosSeconds.toFixed(1)}s; compared ${c?.versionsCompared ?? 0} versions, ${c?.episodesCompared ?? 0} episodes; final sha256 ${Object.entries(
         c?.finalSha ?? {},
       )
         .map(([k, v]) => `${k}=${v.slice(0, 16)}`)

@@ -20,7 +20,7 @@ import { embeddedDataDir, embeddedPostgresStatus } from '../../infra/postgres';
 import { logFilePath, pidAlive, procArgv, readRecord, stopService, tailFile } from '../../infra/processes';
 import { pollerIdentities } from '../../infra/temporal';
 import { stopEmbeddedPostgres } from '../../infra/postgres';
-import { freePort } from '../../testing/ports';
+import { freePort } from '../ports';
 
 export const FAULT_KINDS = ['control-worker', 'pool-worker', 'engine', 'temporal', 'postgres'] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];

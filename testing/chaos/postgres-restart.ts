@@ -3,7 +3,7 @@
  * own, without Temporal: 12 loops run small transactions through one pool while
  * the embedded PostgreSQL of a temp state dir is SIGKILLed and restarted.
  *
- *   node --import tsx test/chaos/postgres-restart.ts [--rounds N]
+ *   node --import tsx testing/chaos/postgres-restart.ts [--rounds N]
  *
  * Counts queries that fail (expected: they are retried by the activities),
  * queries that never settle (a connection left unable to write), and uncaught

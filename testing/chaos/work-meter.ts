@@ -1,0 +1,115 @@
+/**
+ * Engine work done during a run, across engine restarts: every `everyMs` (and right before
+ * each kill) it reads the live engine's Stats counters, keeps the highest seen per engine
+ * process, and sums them over every engine that lived. An uninterrupted run measured the
+ * same way is the work the run needs; what a chaos run did beyond it was done twice.
+ *
+ * Counted per engine: tokens of finished generate device runs, generate and score device
+ * runs, update device runs (an Update answered from the engine's idempotency cache runs
+ * nothing, so it is not counted). What the meter misses, so the numbers are lower bounds of
+ * the waste: a device run cut by the engine's own kill (never finished, never counted), and
+ * work an engine finished in the last moments before a kill of its pool worker that came
+ * between two samples (the harness samples right before its kills; a worker found dead
+ * unplanned is not sampled first).
+ */
+import * as fs from 'node:fs';
+import { EngineClient } from '../../engines/protocol/client';
+import { logFilePath } from '../../infra/processes';
+import type { ChaosStack } from './stack';
+
+export interface EngineWork {
+  tokensGenerated: number;
+  generateRuns: number;
+  scoreRuns: number;
+  updateRuns: number;
+  /** Engine processes that did any of it. */
+  engines: number;
+}
+
+type Counters = Omit<EngineWork, 'engines'>;
+
+const ZERO: Counters = { tokensGenerated: 0, generateRuns: 0, scoreRuns: 0, updateRuns: 0 };
+
+export class WorkMeter {
+  private readonly byEngine = new Map<number, Counters>();
+  private readonly addresses = new Map<number, string>();
+  private readonly clients = new Map<string, Promise<EngineClient | undefined>>();
+  private timer: NodeJS.Timeout | undefined;
+  private sampling: Promise<void> = Promise.resolve();
+
+  constructor(private readonly stack: ChaosStack) {}
+
+  start(everyMs = 100): void {
+    this.timer ??= setInterval(() => void this.sample(), everyMs);
+  }
+
+  /** One reading of the live engine (serialised: a reading waits for the one before). */
+  sample(): Promise<void> {
+    this.sampling = this.sampling.then(() => this.read()).catch(() => undefined);
+    return this.sampling;
+  }
+
+  /** Stops sampling, takes a last reading and returns the totals; closes its clients. */
+  async stop(): Promise<EngineWork> {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+    await this.sample();
+    for (const c of this.clients.values()) void c.then((x) => x?.close());
+    this.clients.clear();
+    const total: EngineWork = { ...ZERO, engines: 0 };
+    for (const c of this.byEngine.values()) {
+      total.tokensGenerated += c.tokensGenerated;
+      total.generateRuns += c.generateRuns;
+      total.scoreRuns += c.scoreRuns;
+      total.updateRuns += c.updateRuns;
+      if (c.tokensGenerated + c.generateRuns + c.scoreRuns + c.updateRuns > 0) total.engines++;
+    }
+    return total;
+  }
+
+  private async read(): Promise<void> {
+    const pid = this.stack.pidOf('engine');
+    if (pid === undefined) return;
+    const address = this.addressOf(pid);
+    if (!address) return;
+    if (!this.clients.has(address))
+      this.clients.set(
+        address,
+        EngineClient.connect(address, { timeoutMs: 1000 }).catch(() => undefined),
+      );
+    const client = await this.clients.get(address);
+    if (!client) {
+      this.clients.delete(address); // not listening yet: try again next time
+      return;
+    }
+    const s = await Promise.race([client.stats().catch(() => undefined), new Promise<undefined>((r) => setTimeout(() => r(undefined), 2000))]);
+    if (!s) return;
+    const before = this.byEngine.get(pid) ?? ZERO;
+    // Counters only grow within one engine process; the highest reading is its latest.
+    this.byEngine.set(pid, {
+      tokensGenerated: Math.max(before.tokensGenerated, Number(s.tokensGenerated)),
+      generateRuns: Math.max(before.generateRuns, Number(s.generateBatches)),
+      scoreRuns: Math.max(before.scoreRuns, Number(s.scoreRuns)),
+      updateRuns: Math.max(before.updateRuns, Number(s.updateRuns)),
+    });
+  }
+
+  /** The engine's address, from its pool worker's `engine_started` log line. */
+  private addressOf(pid: number): string | undefined {
+    const known = this.addresses.get(pid);
+    if (known) return known;
+    let text = '';
+    try {
+      text = fs.readFileSync(logFilePath(this.stack.stateDir, 'pool-worker'), 'utf8');
+    } catch {
+      return undefined;
+    }
+    for (const line of text.split('\n')) {
+      if (!line.includes('"engine_started"')) continue;
+      const p = /"pid":(\d+)/.exec(line);
+      const a = /"address":"([^"]+)"/.exec(line);
+      if (p && a) this.addresses.set(Number(p[1]), a[1]!);
+    }
+    return this.addresses.get(pid);
+  }
+}
