@@ -47,8 +47,8 @@ export interface CommandSpec<O extends OptionSpecs> {
   summary: string;
   /** e.g. "troupe up [options]". */
   usage: string;
-  /** Longer text for `troupe <name> --help`. */
-  description?: string;
+  /** Longer text for `troupe <name> --help`; a function when it depends on the project (its teams). */
+  description?: string | (() => string);
   options?: O;
   /** Accept positional arguments (default: none allowed). */
   positionals?: boolean;
@@ -60,7 +60,7 @@ export interface Command {
   name: string;
   summary: string;
   usage: string;
-  description?: string;
+  description?: string | (() => string);
   options: OptionSpecs;
   positionals: boolean;
   run(ctx: CommandContext<OptionSpecs>): Promise<number | void>;

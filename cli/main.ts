@@ -20,7 +20,8 @@ function formatOptions(cmd: Command): string[] {
 
 export function commandHelp(cmd: Command): string {
   const lines = [`Usage: ${cmd.usage}`, '', cmd.summary];
-  if (cmd.description) lines.push('', cmd.description.trim());
+  const description = typeof cmd.description === 'function' ? cmd.description() : cmd.description;
+  if (description) lines.push('', description.trim());
   lines.push('', 'Options:', ...formatOptions(cmd));
   return lines.join('\n');
 }
@@ -68,13 +69,15 @@ export async function main(argv: string[]): Promise<number> {
     throw new TroupeError(`expected a command before ${first}`, 'usage: troupe <command> [options]; see `npx troupe --help`');
   }
   const cmd = await loadCommand(first);
-  if (rest.includes('--help') || rest.includes('-h')) {
+  const help = rest.includes('--help') || rest.includes('-h');
+  const parsed = help ? undefined : parseOptions(cmd, rest);
+  // Every command but init runs in the project above the working directory (its teams, its
+  // .troupe/); its help too, so that it names the project's teams.
+  if (!PROJECTLESS.has(cmd.name)) for (const w of enterProjectFromEnvironment()?.warnings ?? []) log(`troupe: warning: ${w}`);
+  if (!parsed) {
     console.log(commandHelp(cmd));
     return 0;
   }
-  const parsed = parseOptions(cmd, rest);
-  // Every command but init runs in the project above the working directory (its teams, its .troupe/).
-  if (!PROJECTLESS.has(cmd.name)) for (const w of enterProjectFromEnvironment()?.warnings ?? []) log(`troupe: warning: ${w}`);
   const code = await cmd.run({ values: parsed.values as never, positionals: parsed.positionals, log });
   return typeof code === 'number' ? code : 0;
 }

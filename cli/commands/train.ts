@@ -24,6 +24,7 @@ import {
 } from '../runs';
 import { writePlot } from '../plot';
 import { upWithCurrentTeams } from '../teams';
+import { activeProject } from '../../processes/project';
 import { loadTeam, teams } from '../../agents/teams';
 import { ESTIMATOR_NAMES } from '../../rl/advantages/registry';
 
@@ -79,15 +80,16 @@ export default defineCommand({
   name: 'train',
   summary: 'Train a team: bring the stack up, start a trainingRun workflow and show its progress',
   usage: 'troupe train <team> [options]',
-  description: [
-    'Starts the trainingRun workflow on the control task queue with a run config built from',
-    '--config (a JSON file) and the flags below (flags win), shows a live progress line, and',
-    'ends with a summary (and with --json one JSON object as the last line of stdout).',
-    'Exit status: 0 when the run completed and trained (some model past version 0); 1 when it',
-    'failed, was stopped or terminated, or completed without training (the summary says why).',
-    'The run keeps going if you press Ctrl-C: watch it again with `troupe status <run> --watch`.',
-    `Teams: ${Object.keys(teams).join(', ')} (the registry: agents/teams/index.ts).`,
-  ].join('\n'),
+  description: () =>
+    [
+      'Starts the trainingRun workflow on the control task queue with a run config built from',
+      '--config (a JSON file) and the flags below (flags win), shows a live progress line, and',
+      'ends with a summary (and with --json one JSON object as the last line of stdout).',
+      'Exit status: 0 when the run completed and trained (some model past version 0); 1 when it',
+      'failed, was stopped or terminated, or completed without training (the summary says why).',
+      'The run keeps going if you press Ctrl-C: watch it again with `troupe status <run> --watch`.',
+      `Teams: ${Object.keys(teams).join(', ')} (${activeProject() ? `the project's, from ${activeProject()!.configFile}` : 'the registry: agents/teams/index.ts'}).`,
+    ].join('\n'),
   positionals: true,
   options: {
     config: { type: 'string', valueName: 'FILE', description: 'run config JSON (see docs/running.md, "The run config")' },

@@ -664,7 +664,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     const twin = async (mode: Mode) => {
       const t = Date.now();
       const meter = options.meterWork ? new WorkMeter(stack) : undefined;
-      meter?.start();
+      await meter?.start();
       const result = await outcome(await start(`uninterrupted-${mode}`, mode), Date.now() + options.runTimeoutMs);
       return { mode, ...result, seconds: (Date.now() - t) / 1000, work: await meter?.stop() };
     };
@@ -682,7 +682,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       const twinOf = baselines.find((b) => b.mode === mode)!;
       const baselineSeconds = options.meterWork ? twinOf.seconds : bothSeconds;
       const meter = options.meterWork ? new WorkMeter(stack) : undefined;
-      meter?.start();
+      await meter?.start();
       const t1 = Date.now();
       const handle = await start(workflowId, mode);
       let done = false;

@@ -32,6 +32,7 @@ const ZERO: Counters = { tokensGenerated: 0, generateRuns: 0, scoreRuns: 0, upda
 
 export class WorkMeter {
   private readonly byEngine = new Map<number, Counters>();
+  private readonly offsets = new Map<number, Counters>();
   private readonly addresses = new Map<number, string>();
   private readonly clients = new Map<string, Promise<EngineClient | undefined>>();
   private timer: NodeJS.Timeout | undefined;
@@ -39,7 +40,13 @@ export class WorkMeter {
 
   constructor(private readonly stack: ChaosStack) {}
 
-  start(everyMs = 100): void {
+  /**
+   * Takes the live engine's counters as the starting point (an engine that outlived earlier
+   * runs counts their work too), then samples every `everyMs`.
+   */
+  async start(everyMs = 100): Promise<void> {
+    await this.sample();
+    for (const [pid, c] of this.byEngine) this.offsets.set(pid, c);
     this.timer ??= setInterval(() => void this.sample(), everyMs);
   }
 
@@ -57,7 +64,14 @@ export class WorkMeter {
     for (const c of this.clients.values()) void c.then((x) => x?.close());
     this.clients.clear();
     const total: EngineWork = { ...ZERO, engines: 0 };
-    for (const c of this.byEngine.values()) {
+    for (const [pid, all] of this.byEngine) {
+      const o = this.offsets.get(pid) ?? ZERO;
+      const c = {
+        tokensGenerated: all.tokensGenerated - o.tokensGenerated,
+        generateRuns: all.generateRuns - o.generateRuns,
+        scoreRuns: all.scoreRuns - o.scoreRuns,
+        updateRuns: all.updateRuns - o.updateRuns,
+      };
       total.tokensGenerated += c.tokensGenerated;
       total.generateRuns += c.generateRuns;
       total.scoreRuns += c.scoreRuns;

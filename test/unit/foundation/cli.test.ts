@@ -1,5 +1,7 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import { test } from 'node:test';
 import { commandHelp, main } from '../../../cli/main';
@@ -48,4 +50,23 @@ test('bin.js: a configuration error names the variable', () => {
   const r = spawnSync(process.execPath, [bin, 'down'], { encoding: 'utf8', env: { ...process.env, DATABASE_URL: 'http://x' } });
   assert.equal(r.status, 1);
   assert.match(r.stderr, /^troupe: DATABASE_URL: must start with postgres:\/\//);
+});
+
+test('bin.js: train --help names the teams of the project it runs in, else the bundled ones', () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-help-'));
+  try {
+    fs.writeFileSync(path.join(dir, 'troupe.config.ts'), "export default { teams: { alpha: './alpha.ts', beta: './beta.ts' } };\n");
+    const inside = spawnSync(process.execPath, [bin, 'train', '--help'], {
+      cwd: dir,
+      encoding: 'utf8',
+      env: { ...process.env, TROUPE_DEBUG: '', TROUPE_PROJECT: '' },
+    });
+    assert.equal(inside.status, 0, inside.stderr);
+    assert.match(inside.stdout, /Teams: alpha, beta \(the project's, from .*troupe\.config\.ts\)/);
+    const outside = troupe('train', '--help');
+    assert.equal(outside.status, 0, outside.stderr);
+    assert.match(outside.stdout, /Teams: math, research, recall \(the registry/);
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
 });
