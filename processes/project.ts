@@ -221,6 +221,11 @@ const IMPORT = /(?:\bfrom\s*|\bimport\s*\(?\s*|\brequire\s*\(\s*)['"](\.{1,2}\/[
 
 /** The project's files the team code consists of: the config, team and estimator modules, and their local imports (transitively). */
 export function projectCodeFiles(project: Project): string[] {
+  return localClosure([project.configFile, ...Object.values(project.teamFiles), ...project.estimatorFiles]);
+}
+
+/** Files and their local imports, transitively (packages under node_modules left out), sorted. */
+export function localClosure(files: readonly string[]): string[] {
   const seen = new Set<string>();
   const visit = (file: string) => {
     if (seen.has(file) || !fs.existsSync(file)) return;
@@ -232,7 +237,6 @@ export function projectCodeFiles(project: Project): string[] {
       if (found && !found.split(path.sep).includes('node_modules')) visit(found);
     }
   };
-  visit(project.configFile);
-  for (const f of [...Object.values(project.teamFiles), ...project.estimatorFiles]) visit(f);
+  for (const f of files) visit(f);
   return [...seen].sort();
 }

@@ -25,6 +25,7 @@ import {
 import { writePlot } from '../plot';
 import { upWithCurrentTeams } from '../teams';
 import { activeProject } from '../../processes/project';
+import { MAX_LISTED, typeCheckTeam } from '../../processes/type-check';
 import { loadTeam, teams } from '../../agents/teams';
 import { ESTIMATOR_NAMES } from '../../rl/advantages/registry';
 
@@ -130,6 +131,7 @@ export default defineCommand({
     json: { type: 'boolean', description: 'print the summary as one JSON object on the last line of stdout' },
     'no-plot': { type: 'boolean', description: 'do not write the learning-curve plot' },
     detach: { type: 'boolean', description: 'start the run and return at once' },
+    'skip-type-check': { type: 'boolean', description: "in a project: start even if the team's files have type errors" },
   },
   async run({ values, positionals, log }) {
     const team = positionals[0];
@@ -186,6 +188,7 @@ export default defineCommand({
     }
     const runId = values['run-id'] ?? (fromFile.runId as string | undefined) ?? runIdFor(team);
     const config = validateRunConfig({ ...input, runId });
+    if (!values['skip-type-check']) refuseTypeErrors(team, log);
 
     const started = Date.now();
     const stack = await upWithCurrentTeams(loadConfig(), log);
@@ -233,3 +236,17 @@ export default defineCommand({
     }
   },
 });
+
+/** In a project, a team whose files have type errors does not start (tsx would run it unchecked). */
+function refuseTypeErrors(team: string, log: (line: string) => void): void {
+  const project = activeProject();
+  if (!project) return;
+  const { errors, skipped } = typeCheckTeam(project, team);
+  if (skipped) log(`troupe: team "${team}" was not type-checked: ${skipped}`);
+  if (errors.length === 0) return;
+  const more = errors.length > MAX_LISTED ? `\n  ... and ${errors.length - MAX_LISTED} more` : '';
+  throw new TroupeError(
+    `team "${team}" has ${errors.length} type error${errors.length === 1 ? '' : 's'}; nothing was started:\n  ${errors.slice(0, MAX_LISTED).join('\n  ')}${more}`,
+    'fix them (`npx tsc -p .` in the project shows them too), or start anyway with --skip-type-check',
+  );
+}

@@ -225,6 +225,19 @@ test('npm pack, npm install in a fresh folder, troupe init, train; a second team
   assert.match(broken.out, /team "count" failed to load/);
   assert.match(broken.out, /teams\/count\.ts/);
 
+  // A team with a type error (tsx and the bundler run it unchecked) is refused before anything
+  // starts, naming file, line and column: with TypeScript installed in the project.
+  const typescript = (JSON.parse(fs.readFileSync(path.join(repoRoot, 'package.json'), 'utf8')) as { devDependencies: Record<string, string> }).devDependencies
+    .typescript;
+  const withTs = await run('npm', ['install', '-D', `typescript@${typescript}`, '--prefer-offline', '--no-audit', '--no-fund'], { cwd: project, env });
+  assert.equal(withTs.code, 0, withTs.out);
+  fs.writeFileSync(path.join(project, 'teams', 'typed.ts'), `${SECOND_TEAM}\nexport const wrong: number = 'one';\n`);
+  fs.writeFileSync(config, fs.readFileSync(config, 'utf8').replace("echo: './teams/echo.ts',", "echo: './teams/echo.ts',\n    typed: './teams/typed.ts',"));
+  const typed = await troupe('train', 'typed', '--steps', '1');
+  assert.equal(typed.code, 1, typed.out);
+  assert.match(typed.out, /team "typed" has 1 type error; nothing was started:\n {2}teams\/typed\.ts:\d+:14: Type 'string' is not assignable to type 'number'/);
+  assert.doesNotMatch(typed.out, /started run/);
+
   // A config naming a missing module or a non-team export: that team's error, naming the field.
   fs.writeFileSync(config, fs.readFileSync(config, 'utf8').replace("echo: './teams/echo.ts',", "echo: './teams/echo.ts',\n    gone: './teams/gone.ts',"));
   const gone = await troupe('train', 'gone', '--steps', '1');
