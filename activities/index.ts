@@ -14,6 +14,8 @@ export interface ControlDeps {
   poolTaskQueue?: string;
   /** The dashboard's base URL, linked from each run's Current Details; none: no link. */
   dashboardUrl?: string;
+  /** The patch ids of the workflow code this worker runs (workflows/patches.ts), recorded on each run it starts or resumes. */
+  workflowPatches?: readonly string[];
 }
 
 export function createControlActivities(deps: ControlDeps) {

@@ -20,6 +20,8 @@ import { assertNamespaceReady } from '../infra/namespace';
 import { ensureDatabase } from '../infra/postgres';
 import { connectTemporalWorker } from '../infra/temporal';
 import { migrate } from '../schema/migrate';
+import { refuseNewerRuns } from './workflow-compat';
+import { Patch } from '../workflows/patches';
 import { activeProject, enterProjectFromEnvironment, writeWorkflowsEntry } from './project';
 import { isolateTeamBuildErrors } from './team-bundle';
 import { loadTeamCode, workerIdentity } from './team-code';
@@ -61,7 +63,12 @@ export async function createControlWorker(opts: ControlWorkerOptions): Promise<W
     ...(opts.workflowBundle
       ? { workflowBundle: opts.workflowBundle }
       : { workflowsPath: workflowsPathOf(), bundlerOptions: { webpackConfigHook: isolateTeamBuildErrors } }),
-    activities: createControlActivities({ sql: opts.sql, poolTaskQueue: opts.poolTaskQueue, dashboardUrl: opts.dashboardUrl }),
+    activities: createControlActivities({
+      sql: opts.sql,
+      poolTaskQueue: opts.poolTaskQueue,
+      dashboardUrl: opts.dashboardUrl,
+      workflowPatches: Object.values(Patch),
+    }),
     dataConverter: payloadDataConverter(opts.payloadKeys),
     ...opts.workerOptions,
   });
@@ -113,6 +120,7 @@ export async function runControlWorkerProcess(opts: {
   const sql = connect(db.url, { max: 10, applicationName: 'troupe-control-worker' });
   const { from, to } = await untilAvailable('PostgreSQL (migrations)', () => migrate(sql, { log: console.log }), wait);
   console.log(`troupe control worker: database ${redactUrl(db.url)} (schema ${from} -> ${to})`);
+  await refuseNewerRuns(sql);
 
   const { connection, worker } = await untilAvailable(
     `Temporal at ${address} (namespace ${namespace})`,

@@ -4,6 +4,26 @@ import type { Sql } from '../../infra/db';
 /** terminated, timed-out and cancelled: the workflow closed without recording its end (reconciled by run-end.ts). */
 export type RunStatus = 'running' | 'paused' | 'completed' | 'stopped' | 'failed' | 'terminated' | 'timed-out' | 'cancelled';
 
+/** Adds the workflow patches the code running `runId` knows to the run's record (a resume may add newer ones). */
+export async function recordWorkflowPatches(sql: Sql, runId: string, patches: readonly string[]): Promise<void> {
+  await sql`
+    UPDATE runs SET workflow_patches = ARRAY(SELECT DISTINCT p FROM unnest(workflow_patches || ${sql.array([...patches])}::text[]) p ORDER BY p)
+    WHERE run_id = ${runId} AND NOT (workflow_patches @> ${sql.array([...patches])}::text[])`;
+}
+
+/** Runs recorded by workflow code that knew patches `known` lacks: this code cannot replay them. Newest first, at most `limit`. */
+export async function runsNeedingNewerCode(
+  sql: Sql,
+  known: readonly string[],
+  limit = 5,
+): Promise<Array<{ runId: string; status: string; unknown: string[] }>> {
+  const rows = await sql`
+    SELECT run_id, status, ARRAY(SELECT p FROM unnest(workflow_patches) p WHERE NOT (p = ANY(${sql.array([...known])}::text[])) ORDER BY p) AS unknown
+    FROM runs WHERE NOT (workflow_patches <@ ${sql.array([...known])}::text[])
+    ORDER BY created_at DESC LIMIT ${limit}`;
+  return rows.map((r) => ({ runId: r.run_id as string, status: r.status as string, unknown: r.unknown as string[] }));
+}
+
 /**
  * Creates a run, together with the execution that creates it when given (one
  * transaction, so a retried start finds itself as the owner). Returns false

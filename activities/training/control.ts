@@ -11,7 +11,7 @@ import { loadTeam } from '../../agents/teams';
 import type { Sql } from '../../infra/db';
 import { parseRunConfig, type RunConfig } from '../../schema/run-config';
 import type { Trajectory } from '../../schema/trajectory';
-import { createRun, getRun, hasExecution, recordEvent, recordExecution, setRunStatus, type RunStatus } from '../store/runs';
+import { createRun, getRun, hasExecution, recordEvent, recordExecution, recordWorkflowPatches, setRunStatus, type RunStatus } from '../store/runs';
 import { mergeStepMetrics, writeMetrics } from '../store/metrics';
 import { loadStepEpisodes, saveEpisodes, type EpisodeMeta, type StoredEpisode } from '../store/trajectories';
 import { loadTasks } from '../tasks';
@@ -33,7 +33,7 @@ export interface EvalSummary {
   rewards: Record<string, Record<string, number>>;
 }
 
-export function createTrainingControlActivities({ sql }: { sql: Sql }) {
+export function createTrainingControlActivities({ sql, workflowPatches }: { sql: Sql; workflowPatches?: readonly string[] }) {
   readCheckpointTokenizers();
   return {
     /**
@@ -80,6 +80,8 @@ export function createTrainingControlActivities({ sql }: { sql: Sql }) {
       ) {
         throw ApplicationFailure.nonRetryable(`run ${input.runId} was just created by another start; pick a new run id`, 'RunExists');
       }
+      // What this run's history may now hold: a Troupe whose workflow code lacks any of these cannot replay it.
+      if (workflowPatches) await recordWorkflowPatches(sql, input.runId, workflowPatches);
       const point = await resumePoint(sql, input.runId, input.models, input.config.optimizer);
       await recordExecution(sql, { runId: input.runId, workflowId: input.workflowId, executionId: input.executionId, startStep: point.startStep });
       await setRunStatus(sql, input.runId, 'running');

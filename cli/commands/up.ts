@@ -14,6 +14,7 @@ import { type ServiceRecord, endStrayProcesses, pidAlive, runningService, spawnS
 import { namespaceError, namespaceProblems } from '../../infra/namespace';
 import { connectTemporal, ensureTemporalServer, pollerIdentities } from '../../infra/temporal';
 import { migrate } from '../../schema/migrate';
+import { refuseNewerRuns } from '../../processes/workflow-compat';
 import { ensureDashboard } from '../../dashboard/service';
 import { defineCommand } from '../command';
 import { formatPingRow, runPing } from './ping';
@@ -200,6 +201,8 @@ async function upLocked(config: TroupeConfig, opts: UpOptions, log: (line: strin
   try {
     const m = await migrate(sql, { log });
     schema = m.from === m.to ? `schema ${m.to}` : `schema ${m.from} -> ${m.to}`;
+    // Before any worker starts: one that cannot replay the store's runs would wedge them.
+    await refuseNewerRuns(sql);
   } finally {
     await sql.end({ timeout: 2 });
   }
