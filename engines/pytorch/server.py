@@ -126,12 +126,15 @@ import torch  # noqa: E402
 
 import engine_pb2 as pb  # noqa: E402
 import engine_pb2_grpc as pbg  # noqa: E402
+import checkpoint  # noqa: E402
 import philox  # noqa: E402
 import spec as specmod  # noqa: E402
 from model import Transformer, init_weights  # noqa: E402
 from sampling import sample  # noqa: E402
 from update import NonFiniteUpdate, run_update  # noqa: E402
 
+# Health names the checkpoint loader in use: this engine's own (checkpoint.py), never transformers'
+ENGINE_NAME = f"troupe-pytorch 2 (torch {torch.__version__}; checkpoints: {checkpoint.LOADER})"
 REASON_CODE = {
     "INVALID_REQUEST": grpc.StatusCode.INVALID_ARGUMENT,
     "MODEL_NOT_LOADED": grpc.StatusCode.NOT_FOUND,
@@ -394,6 +397,8 @@ def spec_to_wire(s):
 
 
 def spec_from_wire(w, field="spec"):
+    """The normalized spec, and (dir, maxSeq) when the config names a Hugging Face `checkpoint` (its config.json
+    then gives the shape: the spec is the one the built-in loader, engines/checkpoints/hf-layout.ts, gives)."""
     if w is None:
         raise invalid(f"{field}: required")
     try:
@@ -403,9 +408,26 @@ def spec_from_wire(w, field="spec"):
     if not isinstance(config, dict):
         raise invalid(f"{field}.config_json: must be a JSON object")
     try:
-        return specmod.normalize(w.family, w.vocab_size, config, field)
+        ck = checkpoint.checkpoint_options(config, field) if w.family == specmod.FAMILY else None
+        if ck is None:
+            return specmod.normalize(w.family, w.vocab_size, config, field), None
+        s = checkpoint.resolve(ck[0], ck[1], field)[0]
     except specmod.SpecError as e:
         raise invalid(str(e))
+    except checkpoint.CheckpointError as e:
+        msg = str(e)
+        raise invalid(msg if msg.startswith(f"{field}.") else f"{field}.checkpoint: {msg}")
+    if w.vocab_size not in (0, s["vocabSize"]):
+        raise invalid(f"{field}.vocab_size: {w.vocab_size}, but the checkpoint's config.json has vocab_size {s['vocabSize']} (send 0 or that)")
+    return s, ck
+
+
+def load_checkpoint(ck):
+    """θ of a checkpoint directory (version 0 of its model: the seed plays no part, the optimizer starts fresh)."""
+    try:
+        return torch.from_numpy(checkpoint.load(ck[0], ck[1])[1])
+    except checkpoint.CheckpointError as e:
+        raise invalid(f"spec.checkpoint: {e}")
 
 
 def info_of(m, v):
@@ -570,11 +592,12 @@ class Engine(pbg.EngineServicer):
     def InitModel(self, req, context):
         def go():
             key = check_key(req.model_key)
-            s = spec_from_wire(req.spec if req.HasField("spec") else None)
+            s, ck = spec_from_wire(req.spec if req.HasField("spec") else None)
+            pretrained = load_checkpoint(ck) if ck else None  # read before the model exists here: a bad directory changes nothing
 
             def work(job):
                 m = self.cache.ensure_model(key, s)
-                theta = init_weights(s, int(req.seed))
+                theta = pretrained if pretrained is not None else init_weights(s, int(req.seed))
 
                 def z():
                     return torch.zeros(theta.numel())
@@ -586,7 +609,7 @@ class Engine(pbg.EngineServicer):
     def _load(self, req, weights=None, optim=None):
         key = check_key(req.model_key)
         number = check_version(req.version)
-        s = spec_from_wire(req.spec if req.HasField("spec") else None)
+        s = spec_from_wire(req.spec if req.HasField("spec") else None)[0]
         if req.HasField("weights_ref") and req.weights_ref.uri:
             weights = read_reference(req.weights_ref, "weights_ref")
         elif weights is None:
@@ -991,7 +1014,7 @@ class Engine(pbg.EngineServicer):
     # -- health / stats
     def capabilities(self):
         return pb.Capabilities(
-            protocol_version=PROTOCOL_VERSION, engine=f"troupe-pytorch 2 (torch {torch.__version__})", rpcs=RPCS,
+            protocol_version=PROTOCOL_VERSION, engine=ENGINE_NAME, rpcs=RPCS,
             families=["transformer"], deterministic=True, score_matches_generate="bit-identical", score_tolerance=0.0,
             max_batch=1, weights_by_reference=True)
 
@@ -1076,7 +1099,7 @@ def main():
     sys.stdout.write(json.dumps({"event": "listening", "port": port, "address": address, "device": device, "fell_back": fell_back,
                                  "fallback_reason": reason, "pid": os.getpid()}, separators=(",", ":")) + "\n")
     sys.stdout.flush()
-    log("engine_started", engine=f"troupe-pytorch 2 (torch {torch.__version__})", address=address, device=device, threads=threads)
+    log("engine_started", engine=ENGINE_NAME, address=address, device=device, threads=threads)
     if a.exit_with_stdin:
         def watch():
             try:

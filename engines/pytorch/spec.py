@@ -61,8 +61,6 @@ def normalize(family: str, vocab_size: int, config: dict, prefix="spec"):
     if not isinstance(config, dict):
         raise SpecError([(f"{prefix}.config_json", "must be a JSON object")])
     cfg = {k: v for k, v in config.items() if k not in ("family", "vocabSize")}
-    if "checkpoint" in cfg:
-        raise SpecError([(f"{prefix}.checkpoint", "pretrained checkpoints are not supported by the PyTorch engine (send weights with LoadVersion instead)")])
     out = {}
 
     def count(name, value, maximum, minimum=1, default=None, optional=False):
