@@ -30,6 +30,8 @@ SIGMA = 0.02
 # choice depends only on shapes, so results stay deterministic. TROUPE_TORCH_MKLDNN=0 turns it off.
 MKLDNN = os.environ.get("TROUPE_TORCH_MKLDNN", "1") != "0" and torch.backends.mkldnn.is_available() and hasattr(torch._C._nn, "mkldnn_linear")
 MKLDNN_MIN_ROWS = 4
+# rows per chunk of a scoring forward (forward_chunked): its shapes must not depend on the sequence length
+ROW_CHUNK = 16
 
 
 def _onednn(a, w_out_in):
@@ -181,6 +183,40 @@ class Transformer:
             h = h + self.linear(W, self.attend(q, k, v, mask), L, "o")
             h = h + self.mlp(W, self.norm(W, h, f"{L}ln2"), L)
         return self.head(W, h)
+
+    def forward_chunked(self, W, tokens, cache=None):
+        """forward() of one sequence (tokens [1, S]) in chunks of exactly ROW_CHUNK rows (the last padded), each
+        attending to the keys of the chunks before it. Every kernel then sees shapes that depend only on a row's
+        chunk index, never on S, so row p's logits are the same bits for every sequence that shares tokens 0..p:
+        Score, Generate's log-probs and an aborted Generate's shorter prefix agree bit for bit (a plain forward's
+        matmul and softmax kernels change with S, and its rows with them by an ulp or so).
+        With `cache` (a list), each layer's keys and values [1, Hkv, S, hd] are appended to it (a prefill)."""
+        S = tokens.shape[1]
+        n = -(-S // ROW_CHUNK) * ROW_CHUNK
+        padded = torch.zeros(1, n, dtype=torch.long, device=tokens.device)
+        padded[:, :S] = tokens
+        # padded rows' positions are clamped into the tables; real rows never attend to them (causal)
+        positions = torch.arange(n, device=tokens.device).clamp(max=self.spec["maxSeq"] - 1)
+        causal = torch.ones(n, n, dtype=torch.bool, device=tokens.device).tril()
+        keys = [[None, None] for _ in range(self.spec["layers"])]
+        out = []
+        for c0 in range(0, n, ROW_CHUNK):
+            c1 = c0 + ROW_CHUNK
+            pos = positions[c0:c1]
+            h = self.embed(W, padded[:, c0:c1], pos)
+            for layer in range(self.spec["layers"]):
+                L = f"l{layer}."
+                q, k, v = self.heads(W, self.norm(W, h, f"{L}ln1"), L, pos)
+                if keys[layer][0] is not None:
+                    k = torch.cat([keys[layer][0], k], dim=2)
+                    v = torch.cat([keys[layer][1], v], dim=2)
+                keys[layer] = [k, v]
+                h = h + self.linear(W, self.attend(q, k, v, causal[c0:c1, :c1]), L, "o")
+                h = h + self.mlp(W, self.norm(W, h, f"{L}ln2"), L)
+            out.append(self.head(W, h))
+        if cache is not None:
+            cache.extend([k[:, :, :S].contiguous(), v[:, :, :S].contiguous()] for k, v in keys)
+        return torch.cat(out, dim=1)[:, :S]
 
     # ---- incremental decoding with a KV cache (batch of one sequence) ----
     def decode(self, W, token: int, position: int, cache):

@@ -704,10 +704,11 @@ class Engine(pbg.EngineServicer):
 
     # -- generate / score
     def _logp_rows(self, model, W, seq, cache=None, logits_out=None):
-        """log-softmax [S, V] of one sequence's full forward (batch of one): what Score reads its rows from.
+        """log-softmax [S, V] of one sequence's full forward (batch of one, in fixed-size row chunks so that a row
+        does not depend on the sequence's length): what Score reads its rows from.
         `logits_out` (a list) receives the raw logits [S, V] too."""
         x = torch.tensor([list(seq)], dtype=torch.long, device=self.device)
-        logits = model.forward(W, x, cache)[0]
+        logits = model.forward_chunked(W, x, cache)[0]
         if logits_out is not None:
             logits_out.append(logits)
         return torch.log_softmax(logits, dim=-1)
