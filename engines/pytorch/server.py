@@ -101,7 +101,13 @@ def parse_args(argv):
     p.add_argument("--device", default="auto")
     p.add_argument("--exit-with-stdin", action="store_true")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--memory-bytes", default=os.environ.get("TROUPE_ENGINE_MEMORY_BYTES"))
     a = p.parse_args(argv)
+    if a.memory_bytes is not None:
+        what = "--memory-bytes" if "--memory-bytes" in " ".join(argv) else "--memory-bytes (from TROUPE_ENGINE_MEMORY_BYTES)"
+        if not str(a.memory_bytes).isdigit() or int(a.memory_bytes) < 1:
+            fail_start(f"bad flag: {what} must be a positive integer, got {a.memory_bytes!r}")
+        a.memory_bytes = int(a.memory_bytes)
     if not (0 <= a.port <= 65535):
         fail_start(f"bad flag: --port must be in [0, 65535], got {a.port}")
     if a.threads is not None and a.threads < 1:
@@ -127,9 +133,10 @@ import torch  # noqa: E402
 import engine_pb2 as pb  # noqa: E402
 import engine_pb2_grpc as pbg  # noqa: E402
 import checkpoint  # noqa: E402
+import memory  # noqa: E402
 import philox  # noqa: E402
 import spec as specmod  # noqa: E402
-from model import Transformer, init_weights  # noqa: E402
+from model import ROW_CHUNK, Transformer, init_weights  # noqa: E402
 from sampling import sample  # noqa: E402
 from update import NonFiniteUpdate, run_update  # noqa: E402
 
@@ -553,8 +560,9 @@ class GenerateCall:
 
 
 class Engine(pbg.EngineServicer):
-    def __init__(self, device, requested, fell_back, fallback_reason, threads):
+    def __init__(self, device, requested, fell_back, fallback_reason, threads, memory_bytes=None):
         self.device = device
+        self.memory_bytes = memory_bytes if memory_bytes is not None else memory.default_budget(device)
         self.requested = requested
         self.fell_back = fell_back
         self.fallback_reason = fallback_reason
@@ -588,11 +596,19 @@ class Engine(pbg.EngineServicer):
         job = self.queue.submit(fn, kind)
         return job.future.result()
 
+    def _check_memory(self, s):
+        """A spec whose smallest run cannot fit in the memory budget is refused before anything is allocated."""
+        try:
+            memory.check_fits(s, self.memory_bytes, ROW_CHUNK)
+        except memory.SpecTooLarge as e:
+            raise invalid(str(e))
+
     # -- versions
     def InitModel(self, req, context):
         def go():
             key = check_key(req.model_key)
             s, ck = spec_from_wire(req.spec if req.HasField("spec") else None)
+            self._check_memory(s)
             pretrained = load_checkpoint(ck) if ck else None  # read before the model exists here: a bad directory changes nothing
 
             def work(job):
@@ -610,6 +626,7 @@ class Engine(pbg.EngineServicer):
         key = check_key(req.model_key)
         number = check_version(req.version)
         s = spec_from_wire(req.spec if req.HasField("spec") else None)[0]
+        self._check_memory(s)
         if req.HasField("weights_ref") and req.weights_ref.uri:
             weights = read_reference(req.weights_ref, "weights_ref")
         elif weights is None:
@@ -1070,7 +1087,7 @@ def main():
         pass
     if fell_back:
         log("device_fallback", requested=a.device, device=device, reason=reason)
-    engine = Engine(device, a.device, fell_back, reason, threads)
+    engine = Engine(device, a.device, fell_back, reason, threads, a.memory_bytes)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=[
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.so_reuseport", 0)])
@@ -1100,7 +1117,8 @@ def main():
     sys.stdout.write(json.dumps({"event": "listening", "port": port, "address": address, "device": device, "fell_back": fell_back,
                                  "fallback_reason": reason, "pid": os.getpid()}, separators=(",", ":")) + "\n")
     sys.stdout.flush()
-    log("engine_started", engine=ENGINE_NAME, address=address, device=device, threads=threads)
+    log("engine_started", engine=ENGINE_NAME, address=address, device=device, threads=threads,
+        memory_bytes=engine.memory_bytes)
     if a.exit_with_stdin:
         def watch():
             try:

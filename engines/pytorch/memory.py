@@ -1,0 +1,96 @@
+"""Memory a transformer spec needs in this engine, from its shapes (float32, 4 bytes a value), and the fit
+of a spec into the engine's budget: a spec whose smallest run cannot fit is refused at InitModel /
+LoadVersion naming the field that dominates, as the built-in engine does
+(engines/families/transformer/memory.ts; the terms differ where this engine's runs differ).
+
+With P parameters, D width, F mlp width, H heads, Dkv = kvHeads·headDim, L layers, V vocabulary,
+S the sequence length (context + tokens):
+
+  state     = 4·P·8: θ, AdamW m, v of the base; θ, m, v of the new version; gradient; clipped gradient
+  update    = 4·S·[(L + 1)·(10·D + 2·Dkv + 2·H·S + k·F) + 3·V] bytes per sequence: the values autograd
+              keeps per layer and token (h, norm outputs, q, k, v, ctx, h1; scores and probabilities;
+              MLP pre-activations and activation, k = 3 GELU, 4 SwiGLU), one more layer of backward
+              transients, and the sequence's logits, log-softmax and their gradient (no head chunking here)
+  score     = 4·[2·L·Dkv·S + C·(10·D + 2·Dkv + 3·H·S + k·F) + 3·S·V] per sequence: the keys and values
+              of the chunks before, one C-row chunk's transients (model.ROW_CHUNK), logits,
+              log-softmax and its exp; Generate's prefill and rescoring are this forward, its KV
+              cache (2·L·Dkv·S) is within it
+
+Sequences run one at a time, so a spec fits when state + one sequence of the larger of update and
+score at S = maxSeq fits in the budget; otherwise SpecTooLarge names `maxSeq` when the per-sequence term
+dominates, else `vocabSize` when embeddings and head hold most parameters, else `width`.
+"""
+import os
+
+from spec import head_dim, param_layout
+
+F32 = 4
+STATE_COPIES = 8
+
+
+class SpecTooLarge(Exception):
+    def __init__(self, field, message):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+def state_bytes(s):
+    return F32 * STATE_COPIES * param_layout(s)[1]
+
+
+def _per_layer_token(s, S, attention_copies):
+    dkv = s["kvHeads"] * head_dim(s)
+    mlp = (3 if s["mlp"] == "gelu" else 4) * s["mlpWidth"]
+    return 10 * s["width"] + 2 * dkv + attention_copies * s["heads"] * S + mlp
+
+
+def update_bytes_per_sequence(s, S):
+    return F32 * S * ((s["layers"] + 1) * _per_layer_token(s, S, 2) + 3 * s["vocabSize"])
+
+
+def score_bytes_per_sequence(s, S, chunk):
+    dkv = s["kvHeads"] * head_dim(s)
+    return F32 * (2 * s["layers"] * dkv * S + chunk * _per_layer_token(s, S, 3) + 3 * S * s["vocabSize"])
+
+
+def check_fits(s, budget, chunk, prefix="spec"):
+    """Raise SpecTooLarge when one sequence of maxSeq tokens cannot run beside the state within `budget` bytes."""
+    state = state_bytes(s)
+    run = max(update_bytes_per_sequence(s, s["maxSeq"]), score_bytes_per_sequence(s, s["maxSeq"], chunk))
+    if state + run <= budget:
+        return
+    slots, total = param_layout(s)
+    embeddings = sum(_size(shape) for name, _, shape, kind in slots if kind == "embedding" or name == "head")
+    field = "maxSeq" if run >= state else ("vocabSize" if embeddings * 2 >= total else "width")
+
+    def gib(b):
+        return f"{b / 2 ** 30:.2f} GiB"
+    raise SpecTooLarge(
+        f"{prefix}.{field}",
+        f"needs ~{gib(state + run)} (weights and AdamW state {gib(state)}, 1 sequence of maxSeq {s['maxSeq']} {gib(run)}) "
+        f"but the engine's memory budget is {gib(budget)} (reduce {field}, or raise the budget: --memory-bytes / TROUPE_ENGINE_MEMORY_BYTES)")
+
+
+def _size(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def default_budget(device):
+    """What the device can give: a GPU's total memory; on CPU MemAvailable (other processes count) plus what this
+    process already holds, else 80% of physical memory."""
+    if device.startswith("cuda"):
+        import torch
+        return torch.cuda.get_device_properties(torch.device(device)).total_memory
+    try:
+        def kb(path, field):
+            with open(path) as f:
+                for line in f:
+                    if line.startswith(field + ":"):
+                        return int(line.split()[1]) * 1024
+            raise ValueError(field)
+        return kb("/proc/meminfo", "MemAvailable") + kb("/proc/self/status", "VmRSS")
+    except (OSError, ValueError):
+        return int(0.8 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
