@@ -53,6 +53,18 @@ def score_bytes_per_sequence(s, S, chunk):
     return F32 * (2 * s["layers"] * dkv * S + chunk * _per_layer_token(s, S, 3) + 3 * S * s["vocabSize"])
 
 
+def slot_bytes(s):
+    """One decode slot of the batched Generate: keys and values of maxSeq positions in every layer."""
+    return F32 * 2 * s["layers"] * s["kvHeads"] * head_dim(s) * s["maxSeq"]
+
+
+def decode_slots(s, budget, chunk, max_batch):
+    """Decode slots of a spec's batched Generate: max_batch, fewer when their caches would not fit beside the state
+    and one run (at least 1). Fixed per spec and budget, so a sequence's bits do not depend on the batch."""
+    free = budget - state_bytes(s) - max(update_bytes_per_sequence(s, s["maxSeq"]), score_bytes_per_sequence(s, s["maxSeq"], chunk))
+    return max(1, min(max_batch, free // slot_bytes(s)))
+
+
 def check_fits(s, budget, chunk, prefix="spec"):
     """Raise SpecTooLarge when one sequence of maxSeq tokens cannot run beside the state within `budget` bytes."""
     state = state_bytes(s)

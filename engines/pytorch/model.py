@@ -117,8 +117,10 @@ class Transformer:
         return y + b if b is not None else y
 
     def rotate(self, x, pos):
-        """x [B, n, S, hd], pos: LongTensor [S]"""
+        """x [B, n, S, hd], pos: LongTensor [S], or [B, S] (a position per row)"""
         cos, sin = self.cos[pos], self.sin[pos]
+        if pos.dim() == 2:
+            cos, sin = cos[:, None], sin[:, None]
         half = self.hd // 2
         x1, x2 = x[..., :half], x[..., half:]
         return x * cos + torch.cat([-x2, x1], dim=-1) * sin
@@ -217,6 +219,32 @@ class Transformer:
         if cache is not None:
             cache.extend([k[:, :, :S].contiguous(), v[:, :, :S].contiguous()] for k, v in keys)
         return torch.cat(out, dim=1)[:, :S]
+
+    # ---- batched decoding: fixed shapes, so a row's bits do not depend on the batch ----
+    def new_cache(self, rows):
+        """Keys and values of `rows` decode slots, each holding up to maxSeq positions: [[k, v] per layer]."""
+        shape = (rows, self.spec["kvHeads"], self.spec["maxSeq"], self.hd)
+        return [[torch.zeros(shape, device=self.device), torch.zeros(shape, device=self.device)] for _ in range(self.spec["layers"])]
+
+    def decode_batch(self, W, tokens, positions, cache):
+        """One token per slot: tokens, positions LongTensor [R] (every slot, used or not), cache from new_cache
+        (slot r's keys 0..positions[r]-1 filled) → logits [R, V]; writes each slot's key and value at its position.
+        Every tensor has the same shape whatever the slots hold (R rows, maxSeq keys masked per row), and every op
+        is row-local or a matmul of that fixed shape, so slot r's logits depend only on its own tokens."""
+        R = tokens.shape[0]
+        rows = torch.arange(R, device=self.device)
+        h = self.embed(W, tokens[:, None], positions[:, None])  # [R, 1, D]
+        keys = torch.arange(self.spec["maxSeq"], device=self.device)
+        mask = (keys[None, :] <= positions[:, None])[:, None, None, :]  # [R, 1, 1, maxSeq]
+        for layer in range(self.spec["layers"]):
+            L = f"l{layer}."
+            q, k, v = self.heads(W, self.norm(W, h, f"{L}ln1"), L, positions[:, None])
+            ck, cv = cache[layer]
+            ck[rows, :, positions] = k[:, :, 0]
+            cv[rows, :, positions] = v[:, :, 0]
+            h = h + self.linear(W, self.attend(q, ck, cv, mask), L, "o")
+            h = h + self.mlp(W, self.norm(W, h, f"{L}ln2"), L)
+        return self.head(W, h)[:, 0]
 
     # ---- incremental decoding with a KV cache (batch of one sequence) ----
     def decode(self, W, token: int, position: int, cache):

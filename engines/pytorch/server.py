@@ -102,6 +102,7 @@ def parse_args(argv):
     p.add_argument("--exit-with-stdin", action="store_true")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--memory-bytes", default=os.environ.get("TROUPE_ENGINE_MEMORY_BYTES"))
+    p.add_argument("--max-batch", type=int, default=64)
     a = p.parse_args(argv)
     if a.memory_bytes is not None:
         what = "--memory-bytes" if "--memory-bytes" in " ".join(argv) else "--memory-bytes (from TROUPE_ENGINE_MEMORY_BYTES)"
@@ -110,6 +111,8 @@ def parse_args(argv):
         a.memory_bytes = int(a.memory_bytes)
     if not (0 <= a.port <= 65535):
         fail_start(f"bad flag: --port must be in [0, 65535], got {a.port}")
+    if not (1 <= a.max_batch <= 4096):
+        fail_start(f"bad flag: --max-batch must be in [1, 4096], got {a.max_batch}")
     if a.threads is not None and a.threads < 1:
         fail_start(f"bad flag: --threads must be >= 1, got {a.threads}")
     d = a.device
@@ -142,6 +145,9 @@ from update import NonFiniteUpdate, run_update  # noqa: E402
 
 # Health names the checkpoint loader in use: this engine's own (checkpoint.py), never transformers'
 ENGINE_NAME = f"troupe-pytorch 2 (torch {torch.__version__}; checkpoints: {checkpoint.LOADER})"
+BATCH_INVARIANCE = ("bit-identical: Generate decodes in fixed-shape runs (max_batch slots, fewer when memory is short, over maxSeq "
+                    "keys, continuous batching; concurrent calls of one version share them), prefills and log-probs by each "
+                    "sequence's own chunked forward (= Score); Philox noise per sequence and token")
 REASON_CODE = {
     "INVALID_REQUEST": grpc.StatusCode.INVALID_ARGUMENT,
     "MODEL_NOT_LOADED": grpc.StatusCode.NOT_FOUND,
@@ -247,12 +253,15 @@ def read_reference(ref, field):
 # ---------------------------------------------------------------- device worker
 
 class Job:
-    def __init__(self, fn, kind):
+    def __init__(self, fn, kind, merge_key=None):
         self.fn = fn
         self.kind = kind
         self.future = futures.Future()
         self.started = False
         self.arrived = time.monotonic()
+        # Generate jobs of one (model, version) queued behind this one run with it (see DeviceQueue._loop)
+        self.merge_key = merge_key
+        self.merged = []
 
 
 class DeviceQueue:
@@ -265,8 +274,8 @@ class DeviceQueue:
         self.completed = 0
         threading.Thread(target=self._loop, name="device", daemon=True).start()
 
-    def submit(self, fn, kind="run"):
-        job = Job(fn, kind)
+    def submit(self, fn, kind="run", merge_key=None):
+        job = Job(fn, kind, merge_key)
         with self.cv:
             self.pending.append(job)
             self.cv.notify()
@@ -298,13 +307,19 @@ class DeviceQueue:
                     continue
                 self.running = job
                 job.started = True
+                if job.merge_key is not None:  # concurrent Generate calls of the same version share the device run
+                    job.merged = [j for j in self.pending if j.merge_key == job.merge_key and not j.future.done()]
+                    for j in job.merged:
+                        self.pending.remove(j)
+                        j.started = True
             try:
                 res = job.fn(job)
                 if not job.future.done():
                     job.future.set_result(res)
             except BaseException as e:  # noqa: BLE001
-                if not job.future.done():
-                    job.future.set_exception(e)
+                for j in [job] + job.merged:
+                    if not j.future.done():
+                        j.future.set_exception(e)
             finally:
                 with self.cv:
                     self.running = None
@@ -551,17 +566,19 @@ def settings_of(x):
 # ---------------------------------------------------------------- the engine
 
 class GenerateCall:
-    def __init__(self, model_key, request_id, n):
+    def __init__(self, model_key, request_id, rows):
         self.model_key = model_key
         self.request_id = request_id
         self.aborted = threading.Event()
-        self.n = n
+        self.rows = rows  # [(context, seed, sampling)]
+        self.n = len(rows)
         self.job = None
 
 
 class Engine(pbg.EngineServicer):
-    def __init__(self, device, requested, fell_back, fallback_reason, threads, memory_bytes=None):
+    def __init__(self, device, requested, fell_back, fallback_reason, threads, memory_bytes=None, max_batch=64):
         self.device = device
+        self.max_batch = max_batch
         self.memory_bytes = memory_bytes if memory_bytes is not None else memory.default_budget(device)
         self.requested = requested
         self.fell_back = fell_back
@@ -767,25 +784,26 @@ class Engine(pbg.EngineServicer):
                 ctx = token_ids(q.context, s["vocabSize"], f"sequences[{i}].context")
                 sequence_issue(s, f"sequences[{i}]", len(ctx), len(ctx) + own["max_tokens"])
                 rows.append((ctx, int(q.seed), own))
-            call = GenerateCall(m.key, req.request_id, len(rows))
+            call = GenerateCall(m.key, req.request_id, rows)
             theta = v.theta
 
             def work(job):
                 t0 = time.monotonic()
-                out = []
-                W = m.model.weights(theta)
-                for ctx, seed, sp in rows:
-                    out.append(self._generate_one(m.model, W, ctx, seed, sp, call))
-                    self.queue.progress()
+                calls = [job.call] + [j.call for j in job.merged]
+                results = self._generate_batch(m.model, m.model.weights(theta), calls)
+                for j, out in zip(job.merged, results[1:]):
+                    if not j.future.done():
+                        j.future.set_result(out)
                 self.generate_s += time.monotonic() - t0
                 self.counters["generate_batches"] += 1
-                self.counters["generate_rows"] += len(rows)
-                self.counters["generate_requests"] += 1
-                self.counters["tokens_generated"] += sum(len(r.tokens) for r in out)
-                return out
+                self.counters["generate_rows"] += sum(c.n for c in calls)
+                self.counters["generate_requests"] += len(calls)
+                self.counters["tokens_generated"] += sum(len(r.tokens) for out in results for r in out)
+                return results[0]
 
             with self.calls_lock:
-                call.job = self.queue.submit(work, "generate")
+                call.job = self.queue.submit(work, "generate", merge_key=(m.key, v.number, id(m)))
+                call.job.call = call
                 self.calls.add(call)
             try:
                 seqs = call.job.future.result()
@@ -797,41 +815,86 @@ class Engine(pbg.EngineServicer):
             return pb.GenerateResponse(version=v.number, sequences=seqs)
         return self._run(context, go)
 
-    def _generate_one(self, model, W, ctx, seed, sp, call):
-        tokens, slps, kv_lps = [], [], []
-        reason = pb.MAX_TOKENS
-        if call.aborted.is_set():
-            return pb.GeneratedSequence(tokens=[], logprobs=[], sample_logprobs=[], stop_reason=pb.ABORTED)
-        u = philox.uniforms(seed, philox.STREAM_SAMPLING, sp["max_tokens"]).astype(np.float32)
+    def _generate_batch(self, model, W, calls):
+        """Every sequence of `calls` (one model version), continuously batched: up to max_batch slots decode together,
+        one token per slot per step; a sequence that stops frees its slot for the next one, after a prefill of its
+        own. The decode always runs all max_batch slots over maxSeq keys (model.decode_batch), so a sequence's
+        tokens do not depend on what runs beside it; its log-probs are rescored alone (Score's forward)."""
+        out = [[None] * c.n for c in calls]
+        pending = collections.deque((c, i) for c in calls for i in range(c.n))
+        R = memory.decode_slots(model.spec, self.memory_bytes, ROW_CHUNK, self.max_batch)
+        slots = [None] * R
+        cache = None
+
+        def finish(st, reason):
+            c, i, ctx, sp, tokens, slps, kv_lps = st["call"], st["i"], st["ctx"], st["sp"], st["tokens"], st["slps"], st["kv_lps"]
+            # log π(token) by the forward Score runs (bit-identical to Score). A long ABORTED sequence (not a finished
+            # sample) keeps the decode's log-probs (within ~1e-6 of Score) so that Abort returns at once.
+            if reason == pb.ABORTED and len(ctx) + len(tokens) > ABORT_RESCORE_MAX:
+                lps = kv_lps
+            else:
+                lps = self._score_one(model, W, ctx, tokens, st["prefill"] if len(tokens) == 1 else None)[0]
+            out[calls.index(c)][i] = pb.GeneratedSequence(tokens=tokens, logprobs=lps, sample_logprobs=slps, stop_reason=reason)
+            self.queue.progress()
+
+        def take(st, logits):
+            """Sample the next token of slot state `st` from its logits [V] (host); True when the sequence is done."""
+            sp, k = st["sp"], len(st["tokens"])
+            tok, slp = sample(logits, float(st["u"][k]), sp["temperature"], sp["top_k"], sp["top_p"])
+            st["tokens"].append(tok)
+            st["slps"].append(slp)
+            st["kv_lps"].append(float(torch.log_softmax(logits, dim=-1)[tok].item()))
+            if tok in sp["stop"]:
+                finish(st, pb.STOP_TOKEN)
+                return True
+            if k + 1 >= sp["max_tokens"]:
+                finish(st, pb.MAX_TOKENS)
+                return True
+            return False
+
         with torch.no_grad():
-            cache, raw = [], []
-            prefill = self._logp_rows(model, W, ctx, cache, raw)  # the forward Score runs on ctx (+ the KV cache)
-            logits = raw[0][-1]
-            for i in range(sp["max_tokens"]):
-                if call.aborted.is_set():
-                    reason = pb.ABORTED
+            while True:
+                for r in range(R):  # fill free slots: prefill alone (Score's chunked forward), first token from it
+                    while slots[r] is None and pending:
+                        c, i = pending.popleft()
+                        ctx, seed, sp = c.rows[i]
+                        if c.aborted.is_set():
+                            out[calls.index(c)][i] = pb.GeneratedSequence(stop_reason=pb.ABORTED)
+                            continue
+                        kv, raw = [], []
+                        prefill = self._logp_rows(model, W, ctx, kv, raw)
+                        st = {"call": c, "i": i, "ctx": ctx, "sp": sp, "tokens": [], "slps": [], "kv_lps": [], "prefill": prefill,
+                              "u": philox.uniforms(seed, philox.STREAM_SAMPLING, sp["max_tokens"]).astype(np.float32)}
+                        if take(st, raw[0][-1].cpu()):
+                            continue
+                        if cache is None:
+                            cache = model.new_cache(R)
+                        for layer, (k, v) in enumerate(kv):
+                            cache[layer][0][r].zero_()
+                            cache[layer][1][r].zero_()
+                            cache[layer][0][r, :, :len(ctx)] = k[0]
+                            cache[layer][1][r, :, :len(ctx)] = v[0]
+                        slots[r] = st
+                for r, st in enumerate(slots):  # Abort: the running sequences stop after their current token
+                    if st is not None and st["call"].aborted.is_set():
+                        finish(st, pb.ABORTED)
+                        slots[r] = None
+                if all(st is None for st in slots):
+                    if pending:
+                        continue
                     break
-                logits = logits.cpu()  # sampling on the host: V values; same bits on every device
-                tok, slp = sample(logits, float(u[i]), sp["temperature"], sp["top_k"], sp["top_p"])
-                tokens.append(tok)
-                slps.append(slp)
-                kv_lps.append(float(torch.log_softmax(logits, dim=-1)[tok].item()))
-                if tok in sp["stop"]:
-                    reason = pb.STOP_TOKEN
-                    break
-                if i + 1 >= sp["max_tokens"]:
-                    break
-                logits = model.decode(W, tok, len(ctx) + i, cache)
+                toks = torch.zeros(R, dtype=torch.long)
+                pos = torch.zeros(R, dtype=torch.long)
+                for r, st in enumerate(slots):
+                    if st is not None:
+                        toks[r] = st["tokens"][-1]
+                        pos[r] = len(st["ctx"]) + len(st["tokens"]) - 1
+                logits = model.decode_batch(W, toks.to(self.device), pos.to(self.device), cache).cpu()  # sampling on the host
                 self.queue.progress()  # each decode step is a device run (the hang watchdog sees progress)
-        # log π(token) by the same full-sequence forward Score uses, so Generate's log-probs equal Score's bit
-        # for bit. A long ABORTED sequence (not a finished sample) keeps the KV-cache decode's log-probs
-        # (within ~1e-6 of Score) so that Abort returns at once instead of after a long full forward.
-        long_abort = reason == pb.ABORTED and len(ctx) + len(tokens) > ABORT_RESCORE_MAX
-        if long_abort:
-            lps = kv_lps
-        else:  # one token: Score's forward is the prefill itself (context + tokens[:-1] = context)
-            lps = self._score_one(model, W, ctx, tokens, prefill if len(tokens) == 1 else None)[0]
-        return pb.GeneratedSequence(tokens=tokens, logprobs=lps, sample_logprobs=slps, stop_reason=reason)
+                for r, st in enumerate(slots):
+                    if st is not None and take(st, logits[r]):
+                        slots[r] = None
+        return out
 
     def Abort(self, req, context):
         def go():
@@ -1034,7 +1097,7 @@ class Engine(pbg.EngineServicer):
         return pb.Capabilities(
             protocol_version=PROTOCOL_VERSION, engine=ENGINE_NAME, rpcs=RPCS,
             families=["transformer"], deterministic=True, score_matches_generate="bit-identical", score_tolerance=0.0,
-            max_batch=1, weights_by_reference=True)
+            max_batch=self.max_batch, weights_by_reference=True)
 
     def Health(self, req, context):
         return pb.HealthResponse(
@@ -1054,8 +1117,8 @@ class Engine(pbg.EngineServicer):
             tokens_per_second=(c["tokens_generated"] / self.generate_s) if self.generate_s > 0 else 0.0,
             tokens_generated=c["tokens_generated"], generate_batches=b,
             mean_batch_size=(c["generate_rows"] / b) if b else 0.0, mean_requests_per_batch=(c["generate_requests"] / b) if b else 0.0,
-            score_runs=c["score_runs"], update_runs=c["update_runs"], intra_op_threads=self.threads, batch_window_ms=0.0, max_batch=1,
-            batch_invariance="each sequence runs alone (batch of one, KV-cache decode; Philox noise per sequence and token)",
+            score_runs=c["score_runs"], update_runs=c["update_runs"], intra_op_threads=self.threads, batch_window_ms=0.0, max_batch=self.max_batch,
+            batch_invariance=BATCH_INVARIANCE,
             uptime_s=time.time() - self.started)
 
 
@@ -1087,7 +1150,7 @@ def main():
         pass
     if fell_back:
         log("device_fallback", requested=a.device, device=device, reason=reason)
-    engine = Engine(device, a.device, fell_back, reason, threads, a.memory_bytes)
+    engine = Engine(device, a.device, fell_back, reason, threads, a.memory_bytes, a.max_batch)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=[
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.so_reuseport", 0)])
