@@ -32,6 +32,7 @@ MKLDNN = os.environ.get("TROUPE_TORCH_MKLDNN", "1") != "0" and torch.backends.mk
 MKLDNN_MIN_ROWS = 4
 # rows per chunk of a scoring forward (forward_chunked): its shapes must not depend on the sequence length
 ROW_CHUNK = 16
+MEMO = "_onednn"  # the key of an inference weights dict's oneDNN copies
 
 
 def _onednn(a, w_out_in):
@@ -59,10 +60,17 @@ class _OneDnnMatMul(torch.autograd.Function):
         return gx, gw
 
 
-def matmul(x, w):
-    """x [..., K] · w [K, M]"""
+def matmul(x, w, memo=None, name=None):
+    """x [..., K] · w [K, M]. `memo` (a dict, inference only) keeps w's oneDNN copy under `name` across calls:
+    the same kernel on the same values as converting it each time, without the conversion."""
     if MKLDNN and x.device.type == "cpu" and x.dtype == torch.float32 and x.numel() // x.shape[-1] >= MKLDNN_MIN_ROWS:
-        return _OneDnnMatMul.apply(x, w)
+        if memo is None or torch.is_grad_enabled():
+            return _OneDnnMatMul.apply(x, w)
+        wm = memo.get(name)
+        if wm is None:
+            wm = memo[name] = w.t().contiguous().to_mkldnn()
+        x2 = x.reshape(-1, x.shape[-1]).contiguous()
+        return torch._C._nn.mkldnn_linear(x2.to_mkldnn(), wm, None).to_dense().view(*x.shape[:-1], w.shape[1])
     return x @ w
 
 
@@ -98,8 +106,12 @@ class Transformer:
             self.cos = torch.tensor(np.cos(ang), dtype=torch.float32, device=device)
             self.sin = torch.tensor(np.sin(ang), dtype=torch.float32, device=device)
 
-    def weights(self, theta: torch.Tensor):
-        return {name: theta[off:off + int(np.prod(shape))].view(shape) for name, off, shape, _ in self.slots}
+    def weights(self, theta: torch.Tensor, inference=False):
+        """θ's slots as views by name; `inference` adds a memo of oneDNN weight copies (Generate, Score)."""
+        W = {name: theta[off:off + int(np.prod(shape))].view(shape) for name, off, shape, _ in self.slots}
+        if inference:
+            W[MEMO] = {}
+        return W
 
     # ---- building blocks ----
     def norm(self, W, x, name):
@@ -112,7 +124,7 @@ class Transformer:
         return x * r * W[f"{name}_g"]
 
     def linear(self, W, x, layer, n):
-        y = matmul(x, W[f"{layer}w{n}"])
+        y = matmul(x, W[f"{layer}w{n}"], W.get(MEMO), f"{layer}w{n}")
         b = W.get(f"{layer}b{n}")
         return y + b if b is not None else y
 
@@ -167,7 +179,7 @@ class Transformer:
 
     def head(self, W, h):
         nf = self.norm(W, h, "lnf")
-        return matmul(nf, W["tok_emb"].t() if self.spec["tiedHead"] else W["head"])
+        return matmul(nf, W["tok_emb"].t() if self.spec["tiedHead"] else W["head"], W.get(MEMO), "head")
 
     # ---- whole sequences ----
     def forward(self, W, tokens, cache=None):
@@ -233,16 +245,22 @@ class Transformer:
         is row-local or a matmul of that fixed shape, so slot r's logits depend only on its own tokens."""
         R = tokens.shape[0]
         rows = torch.arange(R, device=self.device)
+        Hkv, g, hd = self.spec["kvHeads"], self.group, self.hd
         h = self.embed(W, tokens[:, None], positions[:, None])  # [R, 1, D]
         keys = torch.arange(self.spec["maxSeq"], device=self.device)
-        mask = (keys[None, :] <= positions[:, None])[:, None, None, :]  # [R, 1, 1, maxSeq]
+        mask = (keys[None, :] <= positions[:, None])[:, None, None, :]  # [R, 1, 1, maxSeq]: slot r's keys 0..positions[r]
         for layer in range(self.spec["layers"]):
             L = f"l{layer}."
             q, k, v = self.heads(W, self.norm(W, h, f"{L}ln1"), L, positions[:, None])
             ck, cv = cache[layer]
             ck[rows, :, positions] = k[:, :, 0]
             cv[rows, :, positions] = v[:, :, 0]
-            h = h + self.linear(W, self.attend(q, ck, cv, mask), L, "o")
+            # one query per slot: element-wise products and sums over fixed dims (R·H tiny matmuls are slow on CPU)
+            qg = q.view(R, Hkv, g, 1, hd)
+            scores = (qg * ck[:, :, None]).sum(-1) * (1.0 / math.sqrt(hd))  # [R, Hkv, g, maxSeq]
+            p = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+            ctx = (p[..., None] * cv[:, :, None]).sum(-2).reshape(R, 1, Hkv * g * hd)
+            h = h + self.linear(W, ctx, L, "o")
             h = h + self.mlp(W, self.norm(W, h, f"{L}ln2"), L)
         return self.head(W, h)[:, 0]
 

@@ -790,7 +790,7 @@ class Engine(pbg.EngineServicer):
             def work(job):
                 t0 = time.monotonic()
                 calls = [job.call] + [j.call for j in job.merged]
-                results = self._generate_batch(m.model, m.model.weights(theta), calls)
+                results = self._generate_batch(m.model, m.model.weights(theta, inference=True), calls)
                 for j, out in zip(job.merged, results[1:]):
                     if not j.future.done():
                         j.future.set_result(out)
@@ -931,7 +931,7 @@ class Engine(pbg.EngineServicer):
             theta = v.theta
 
             def work(job):
-                W = m.model.weights(theta)
+                W = m.model.weights(theta, inference=True)
                 out = []
                 for ctx, toks in seqs:
                     lp, ent = self._score_one(m.model, W, ctx, toks)
@@ -996,7 +996,7 @@ class Engine(pbg.EngineServicer):
                 mm, v = self.cache.version(key, base)
                 self._check_base(mm, base, req.allow_stale_base)
                 progress["phase"] = "scoring"
-                W = mm.model.weights(v.theta)
+                W = mm.model.weights(v.theta, inference=True)
                 gaps = []
                 for x in samples:
                     lp, _ = self._score_one(mm.model, W, x["context"], x["tokens"])

@@ -1,0 +1,145 @@
+/**
+ * The PyTorch engine (engines/pytorch) against the built-in ONNX engine, both as
+ * processes over gRPC on this machine (CPU, 1 intra-op thread each). Prints
+ * numbers; not a test.
+ *
+ *   node --import tsx bench/pytorch-engine.ts [--reps N (3)] [--baseline PATH/server.py] [--configs ~1M,~10M]
+ *
+ * For a ~1M and a ~10M parameter transformer (GPT-2 layout, vocab 1024, maxSeq 64):
+ *   - Generate tokens/s at batch 1, 8, 32, 64 (context 16, 16 new tokens, temperature 1), one call each
+ *   - Update trained tokens/s (16 sequences of 16 context + 48 trained tokens, one AdamW step)
+ *   - peak RSS of each engine process (VmHWM) after its runs
+ * Rates are "wall-clock (per second of the engine process's CPU time)": on a loaded machine the
+ * second is the steadier.
+ * `--baseline` adds a column for another PyTorch engine's server.py (e.g. an older checkout's
+ * engines/pytorch/server.py, the batch-1 engine). Medians of `reps` warm calls.
+ */
+import * as fs from 'node:fs';
+import { parseArgs } from 'node:util';
+import { EngineClient } from '../engines/protocol/client';
+import { normalizeTransformerSpec, paramLayout } from '../engines/families/transformer/spec';
+import { pytorchEngine } from '../engines/pytorch';
+import { engineCommand } from '../gpu-workers/engine-kinds';
+import { spawnEngine, type SpawnedEngine } from '../gpu-workers/engine-process';
+import type { UpdateRequest } from '../engines/protocol/types';
+
+const { values } = parseArgs({ options: { reps: { type: 'string' }, baseline: { type: 'string' }, configs: { type: 'string' } } });
+const reps = Number(values.reps ?? 3);
+const V = 1024;
+const CONFIGS = {
+  '~1M': normalizeTransformerSpec({ family: 'transformer', vocabSize: V, width: 128, layers: 4, heads: 4, maxSeq: 64 }),
+  '~10M': normalizeTransformerSpec({ family: 'transformer', vocabSize: V, width: 320, layers: 8, heads: 8, maxSeq: 64 }),
+};
+const wanted = (values.configs ?? '~1M,~10M').split(',');
+const BATCHES = [1, 8, 32, 64];
+const CONTEXT = 16;
+const NEW_TOKENS = 16;
+const UPDATE = { sequences: 16, context: 16, tokens: 48 };
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+/** CPU ms (user + system) the process has used: steadier than wall time on a loaded machine. */
+function cpuMs(pid: number): number {
+  const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  return ((Number(f[11]) + Number(f[12])) * 1000) / 100; // utime, stime in clock ticks (USER_HZ 100)
+}
+
+/** Median wall ms and median engine CPU ms of `reps` warm calls. */
+async function timed(pid: number, fn: () => Promise<unknown>): Promise<{ wall: number; cpu: number }> {
+  await fn(); // warm
+  const wall: number[] = [];
+  const cpu: number[] = [];
+  for (let i = 0; i < reps; i++) {
+    const c0 = cpuMs(pid);
+    const t0 = performance.now();
+    await fn();
+    wall.push(performance.now() - t0);
+    cpu.push(cpuMs(pid) - c0);
+  }
+  return { wall: median(wall), cpu: median(cpu) };
+}
+
+/** "wall-clock rate (per engine CPU second)" */
+const rate = (n: number, t: { wall: number; cpu: number }) => `${(n / (t.wall / 1000)).toFixed(0)} (${(n / (Math.max(t.cpu, 10) / 1000)).toFixed(0)})`;
+
+function peakRss(pid: number): number {
+  const m = /^VmHWM:\s+(\d+) kB/m.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
+  return Number(m?.[1] ?? 0) * 1024;
+}
+
+function updateRequest(key: string, id: string): UpdateRequest {
+  const t = UPDATE.tokens;
+  return {
+    modelKey: key,
+    baseVersion: 0,
+    requestId: id,
+    allowStaleBase: true,
+    samples: Array.from({ length: UPDATE.sequences }, (_, i) => ({
+      context: Array.from({ length: UPDATE.context }, (_, j) => (i + j) % V),
+      tokens: Array.from({ length: t }, (_, j) => (i * 5 + j) % V),
+      lossMask: new Array(t).fill(1),
+      advantages: Array.from({ length: t }, (_, j) => ((i + j) % 3) - 1),
+      oldLogprobs: new Array(t).fill(-Math.log(V)),
+      lossWeights: new Array(t).fill(1 / (UPDATE.sequences * t)),
+      refLogprobs: [],
+    })),
+    settings: { lr: 1e-4, innerSteps: 1 },
+  } as UpdateRequest;
+}
+
+/** One engine's column: label → value, per config. */
+async function column(name: string, engine: SpawnedEngine): Promise<Map<string, string>> {
+  const c = await EngineClient.connect(engine.listening.address);
+  const out = new Map<string, string>();
+  const pid = engine.child.pid!;
+  let n = 0;
+  try {
+    for (const cfg of wanted) {
+      const spec = CONFIGS[cfg as keyof typeof CONFIGS];
+      const key = `bench-${cfg}`;
+      await c.initModel({ modelKey: key, spec, seed: 1 });
+      for (const B of BATCHES) {
+        const req = {
+          modelKey: key,
+          version: 0,
+          sampling: { temperature: 1, maxTokens: NEW_TOKENS },
+          sequences: Array.from({ length: B }, (_, i) => ({ context: Array.from({ length: CONTEXT }, (_, j) => (i * 31 + j * 7) % V), seed: i + 1 })),
+        };
+        const t = await timed(pid, () => c.generate(req));
+        out.set(`${cfg} generate batch ${B} (tokens/s)`, rate(B * NEW_TOKENS, t));
+        process.stderr.write(`${name} ${cfg} generate ${B}: ${t.wall.toFixed(0)} ms (engine CPU ${t.cpu.toFixed(0)} ms)\n`);
+      }
+      const t = await timed(pid, () => c.update(updateRequest(key, `u${n++}`)));
+      out.set(`${cfg} update (trained tokens/s)`, rate(UPDATE.sequences * UPDATE.tokens, t));
+      process.stderr.write(`${name} ${cfg} update: ${t.wall.toFixed(0)} ms (engine CPU ${t.cpu.toFixed(0)} ms)\n`);
+    }
+    out.set('peak RSS (MiB)', (peakRss(engine.child.pid!) / 2 ** 20).toFixed(0));
+  } finally {
+    c.close();
+    engine.child.kill('SIGTERM');
+  }
+  return out;
+}
+
+async function main() {
+  const torch = pytorchEngine();
+  if ('missing' in torch) throw new Error(torch.missing);
+  const args = ['--device', 'cpu', '--port', '0', '--threads', '1'];
+  const columns: Array<[string, Map<string, string>]> = [];
+  columns.push(['pytorch (this)', await column('pytorch', await spawnEngine(args, { quiet: true, command: engineCommand('pytorch') }))]);
+  if (values.baseline)
+    columns.push([
+      `pytorch (${values.baseline})`,
+      await column('baseline', await spawnEngine(args, { quiet: true, command: [torch.command[0]!, values.baseline] })),
+    ]);
+  columns.push(['built-in (onnx)', await column('onnx', await spawnEngine([...args, '--max-batch', '64'], { quiet: true }))]);
+  for (const cfg of wanted) console.log(`${cfg}: ${paramLayout(CONFIGS[cfg as keyof typeof CONFIGS]).total} parameters`);
+  const labels = [...columns[0]![1].keys()];
+  console.log(['', ...columns.map(([n]) => n)].join(' | '));
+  for (const l of labels) console.log([l, ...columns.map(([, m]) => m.get(l) ?? '')].join(' | '));
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});
