@@ -4,6 +4,7 @@
  * numbers; not a test.
  *
  *   node --import tsx bench/pytorch-engine.ts [--reps N (3)] [--baseline PATH/server.py] [--configs ~1M,~10M]
+ *     [--engines pytorch,baseline,onnx]
  *
  * For a ~1M and a ~10M parameter transformer (GPT-2 layout, vocab 1024, maxSeq 64):
  *   - Generate tokens/s at batch 1, 8, 32, 64 (context 16, 16 new tokens, temperature 1), one call each
@@ -23,7 +24,7 @@ import { engineCommand } from '../gpu-workers/engine-kinds';
 import { spawnEngine, type SpawnedEngine } from '../gpu-workers/engine-process';
 import type { UpdateRequest } from '../engines/protocol/types';
 
-const { values } = parseArgs({ options: { reps: { type: 'string' }, baseline: { type: 'string' }, configs: { type: 'string' } } });
+const { values } = parseArgs({ options: { reps: { type: 'string' }, baseline: { type: 'string' }, configs: { type: 'string' }, engines: { type: 'string' } } });
 const reps = Number(values.reps ?? 3);
 const V = 1024;
 const CONFIGS = {
@@ -31,6 +32,7 @@ const CONFIGS = {
   '~10M': normalizeTransformerSpec({ family: 'transformer', vocabSize: V, width: 320, layers: 8, heads: 8, maxSeq: 64 }),
 };
 const wanted = (values.configs ?? '~1M,~10M').split(',');
+const engines = (values.engines ?? 'pytorch,baseline,onnx').split(',');
 const BATCHES = [1, 8, 32, 64];
 const CONTEXT = 16;
 const NEW_TOKENS = 16;
@@ -126,13 +128,14 @@ async function main() {
   if ('missing' in torch) throw new Error(torch.missing);
   const args = ['--device', 'cpu', '--port', '0', '--threads', '1'];
   const columns: Array<[string, Map<string, string>]> = [];
-  columns.push(['pytorch (this)', await column('pytorch', await spawnEngine(args, { quiet: true, command: engineCommand('pytorch') }))]);
-  if (values.baseline)
+  if (engines.includes('pytorch'))
+    columns.push(['pytorch (this)', await column('pytorch', await spawnEngine(args, { quiet: true, command: engineCommand('pytorch') }))]);
+  if (values.baseline && engines.includes('baseline'))
     columns.push([
       `pytorch (${values.baseline})`,
       await column('baseline', await spawnEngine(args, { quiet: true, command: [torch.command[0]!, values.baseline] })),
     ]);
-  columns.push(['built-in (onnx)', await column('onnx', await spawnEngine([...args, '--max-batch', '64'], { quiet: true }))]);
+  if (engines.includes('onnx')) columns.push(['built-in (onnx)', await column('onnx', await spawnEngine([...args, '--max-batch', '64'], { quiet: true }))]);
   for (const cfg of wanted) console.log(`${cfg}: ${paramLayout(CONFIGS[cfg as keyof typeof CONFIGS]).total} parameters`);
   const labels = [...columns[0]![1].keys()];
   console.log(['', ...columns.map(([n]) => n)].join(' | '));
