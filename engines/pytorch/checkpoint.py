@@ -219,7 +219,8 @@ def parse_config(c, file="config.json"):
         width = integer("hidden_size")
         refuse("hidden_act", lambda v: v == "silu", "only SwiGLU (silu) MLPs are implemented")
         refuse("rope_scaling", lambda v: v is None, "rope scaling is not implemented")
-        refuse("head_dim", lambda v: v is None or v == width / heads, f"the head dimension must be hidden_size / num_attention_heads = {specmod.js_number(width / heads)}")
+        refuse("head_dim", lambda v: v is None or v == width / heads,
+               f"the head dimension must be hidden_size / num_attention_heads = {specmod.js_number(width / heads)}")
         refuse("partial_rotary_factor", lambda v: v == 1, "rope on every head dimension only")
         refuse("use_sliding_window", lambda v: v is False, "sliding-window attention is not implemented")
         attention_bias = flag("attention_bias", False) if mt == "llama" else True
@@ -343,7 +344,8 @@ def _read_weights(d):
     if os.path.exists(single):
         return read_safetensors(single)
     if not os.path.exists(index_file):
-        raise CheckpointError(f"{d}: neither model.safetensors nor model.safetensors.index.json (PyTorch .bin weights are not read: convert them to safetensors)")
+        raise CheckpointError(f"{d}: neither model.safetensors nor model.safetensors.index.json "
+                              "(PyTorch .bin weights are not read: convert them to safetensors)")
     wm = _read_json(index_file).get("weight_map")
     if not isinstance(wm, dict):
         raise CheckpointError(f"{index_file}: weight_map must be an object of tensor name → file")

@@ -827,7 +827,7 @@ class Engine(pbg.EngineServicer):
         cache = None
 
         def finish(st, reason):
-            c, i, ctx, sp, tokens, slps, kv_lps = st["call"], st["i"], st["ctx"], st["sp"], st["tokens"], st["slps"], st["kv_lps"]
+            c, i, ctx, tokens, slps, kv_lps = st["call"], st["i"], st["ctx"], st["tokens"], st["slps"], st["kv_lps"]
             # log π(token) by the forward Score runs (bit-identical to Score). A long ABORTED sequence (not a finished
             # sample) keeps the decode's log-probs (within ~1e-6 of Score) so that Abort returns at once.
             if reason == pb.ABORTED and len(ctx) + len(tokens) > ABORT_RESCORE_MAX:
