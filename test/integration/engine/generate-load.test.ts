@@ -86,7 +86,7 @@ test('64 concurrent callers each get exactly what they get alone', async () => {
   // One malformed caller in a merged batch fails alone, with its own field path.
   const mixed = await Promise.allSettled([
     client.generate(calls[0]!),
-    client.generate({ ...calls[1], sequences: [{ context: [V + 3], seed: 1 }] }),
+    client.generate({ ...calls[1]!, sequences: [{ context: [V + 3], seed: 1 }] }),
     client.generate(calls[2]!),
   ]);
   assert.equal(mixed[0].status, 'fulfilled');
@@ -95,6 +95,6 @@ test('64 concurrent callers each get exactly what they get alone', async () => {
   assert.ok(same((mixed[0] as PromiseFulfilledResult<{ sequences: GeneratedSequence[] }>).value.sequences[0]!, alone[0]!));
 
   // A multi-sequence request splits into the same per-sequence results too.
-  const multi = await client.generate({ ...calls[0], sequences: calls.filter((_, i) => i % 5 === 0).map((c) => c.sequences[0]) });
+  const multi = await client.generate({ ...calls[0]!, sequences: calls.filter((_, i) => i % 5 === 0).map((c) => c.sequences[0]!) });
   multi.sequences.forEach((s, j) => assert.ok(same(s, alone[j * 5]!), `sequence ${j} of a batched request`));
 });

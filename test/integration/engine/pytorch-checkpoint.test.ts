@@ -54,7 +54,7 @@ let tmp: string;
 async function spawnTorch(): Promise<{ child: ChildProcess; address: string }> {
   if ('missing' in engine) throw new Error(engine.missing);
   const [cmd, ...args] = engine.command;
-  const child = spawn(cmd, [...args, '--port', '0', '--device', 'cpu', '--exit-with-stdin'], { stdio: ['pipe', 'pipe', 'pipe'] });
+  const child = spawn(cmd!, [...args, '--port', '0', '--device', 'cpu', '--exit-with-stdin'], { stdio: ['pipe', 'pipe', 'pipe'] });
   let stderr = '';
   child.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)));
   return new Promise((resolve, reject) => {

@@ -44,7 +44,7 @@ let onnxClient: EngineClient;
 async function spawnTorch(): Promise<{ child: ChildProcess; address: string }> {
   if ('missing' in engine) throw new Error(engine.missing);
   const [cmd, ...args] = engine.command;
-  const child = spawn(cmd, [...args, '--port', '0', '--device', 'cpu', '--exit-with-stdin'], { stdio: ['pipe', 'pipe', 'pipe'] });
+  const child = spawn(cmd!, [...args, '--port', '0', '--device', 'cpu', '--exit-with-stdin'], { stdio: ['pipe', 'pipe', 'pipe'] });
   let stderr = '';
   child.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)));
   return new Promise((resolve, reject) => {
@@ -308,7 +308,7 @@ test('greedy Generate gives the same tokens in both; sampled Generate (same Phil
 });
 
 test('bad requests: the same gRPC code, reason and message from both engines; both keep serving', { skip, timeout: 600_000 }, async () => {
-  const spec = VARIANTS.llama;
+  const spec = VARIANTS.llama!;
   const key = 'e-errors';
   await onnxClient.initModel({ modelKey: key, spec, seed: 3 });
   await torchClient.initModel({ modelKey: key, spec, seed: 3 });

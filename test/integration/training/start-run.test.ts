@@ -62,7 +62,7 @@ describe('startRun and the resume point', () => {
       [0, -1],
       [1, 0],
       [2, 1],
-    ]) {
+    ] as const) {
       await db.sql`INSERT INTO versions (run_id, model, version, step, spec, weights, optimizer_state, sha256) VALUES ('math-x', 'policy', ${version}, ${step}, '{}', '\\x00', '\\x00', 'x')`;
     }
     await db.sql`INSERT INTO metrics (run_id, step, kind, scope, name, value) VALUES ('math-x', 0, 'eval', 'team', 'episodes', 515), ('math-x', 0, 'eval', 'team', 'success', 0.5)`;

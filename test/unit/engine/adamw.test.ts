@@ -87,7 +87,7 @@ test('one AdamW step in ONNX equals the TypeScript reference bit for bit', async
     [1.0, 0.01, 1],
     [1e9, 0.0, 7],
     [0.05, 0.1, 1000],
-  ]) {
+  ] as const) {
     const theta = Float32Array.from({ length: n }, () => r.range(-1, 1));
     const m = Float32Array.from({ length: n }, () => (t === 1 ? 0 : r.range(-0.1, 0.1)));
     const v = Float32Array.from({ length: n }, () => (t === 1 ? 0 : r.range(0, 0.01)));
@@ -97,7 +97,7 @@ test('one AdamW step in ONNX equals the TypeScript reference bit for bit', async
     const got = await runAdamwGraph(s, theta, m, v, grad, h);
     const normRef = Math.sqrt(grad.reduce((a, g) => a + g * g, 0));
     assert.ok(Math.abs(got.norm! - normRef) < 1e-5 * normRef, `grad norm ${got.norm} vs ${normRef}`);
-    const ref = adamwReference(theta, m, v, grad, got.norm, h);
+    const ref = adamwReference(theta, m, v, grad, got.norm!, h);
     assert.ok(sameBits(got.m, ref.m), 'first moment');
     assert.ok(sameBits(got.v, ref.v), 'second moment');
     assert.ok(sameBits(got.theta, ref.theta), 'parameters');
@@ -177,7 +177,7 @@ test('an update-graph step is its own gradient, clipped, through the AdamW step'
   assert.ok(sameBits(upd.state.theta, step.theta));
   assert.ok(sameBits(upd.state.m, step.m));
   assert.ok(sameBits(upd.state.v, step.v));
-  const ref = adamwReference(theta, state.m, state.v, grad, step.norm, h);
+  const ref = adamwReference(theta, state.m, state.v, grad, step.norm!, h);
   assert.ok(sameBits(upd.state.theta, ref.theta), 'equals the TypeScript reference');
   assert.equal(upd.state.step, 1);
 });

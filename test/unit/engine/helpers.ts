@@ -38,7 +38,7 @@ export function sameBits(a: ArrayLike<number>, b: ArrayLike<number>): boolean {
 /** Plain float64 TypeScript forward of tiny-lm: log-softmax over the vocabulary for one window. */
 export function referenceLogp(spec: TinyLmSpec, theta: ArrayLike<number>, window: number[]): number[] {
   const slots = new Map(paramLayout(spec).slots.map((s) => [s.name, s]));
-  const at = (name: string, i: number) => theta[slots.get(name)!.offset + i];
+  const at = (name: string, i: number) => theta[slots.get(name)!.offset + i]!;
   const { embedDim: E, hiddenDim: H, vocabSize: V } = spec;
   const x: number[] = [];
   for (const tok of window) for (let e = 0; e < E; e++) x.push(at('emb', tok * E + e));

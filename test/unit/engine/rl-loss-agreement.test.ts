@@ -98,7 +98,7 @@ test('in-graph PPO/KL loss and ∂loss/∂logp agree with rl/loss.ts', async () 
       kl_coef: sc(klType === 'none' ? 0 : settings.kl!.coef),
       kl_is_k3: new ort.Tensor('bool', Uint8Array.of(klType === 'low_var_kl' ? 1 : 0), []),
     });
-    const one = (k: string) => (out[k]!.data as Float64Array)[0];
+    const one = (k: string) => (out[k]!.data as Float64Array)[0]!;
     assert.ok(close(one('loss'), ref.loss), `loss ${one('loss')} vs ${ref.loss}`);
     assert.ok(close(one('pg'), ref.pg), 'pg');
     assert.ok(close(one('kl'), ref.kl), 'kl');
@@ -156,12 +156,12 @@ test("update-graph loss with entropy bonus and KL equals rl/loss.ts on the engin
       .map(({ s, t, i }) => f(s, t, i));
   const ref = referenceLoss(
     {
-      logp: pick((_, t, i) => scored.logprobs[i]![t]),
-      logpOld: pick((s, t) => s.oldLogprobs[t]),
-      advantages: pick((s, t) => s.advantages[t]),
-      weights: pick((s, t) => s.lossWeights[t]),
-      refLogp: pick((s, t) => s.refLogprobs[t]),
-      entropy: pick((_, t, i) => scored.entropy[i]![t]),
+      logp: pick((_, t, i) => scored.logprobs[i]![t]!),
+      logpOld: pick((s, t) => s.oldLogprobs[t]!),
+      advantages: pick((s, t) => s.advantages[t]!),
+      weights: pick((s, t) => s.lossWeights[t]!),
+      refLogp: pick((s, t) => s.refLogprobs[t]!),
+      entropy: pick((_, t, i) => scored.entropy[i]![t]!),
     },
     {
       clipLow: settings.clipLow,

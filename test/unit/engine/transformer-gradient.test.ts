@@ -74,7 +74,7 @@ const ROWS: Row[][] = [
 ];
 const B = SEQS.length;
 const S = SEQS[0]!.length;
-const targetOf = (b: number, p: number) => (p + 1 < S ? SEQS[b]![p + 1] : 0);
+const targetOf = (b: number, p: number): number => (p + 1 < S ? SEQS[b]![p + 1]! : 0);
 
 interface Settings {
   klIsK3: boolean;
@@ -121,7 +121,7 @@ async function finiteDifferenceCheck(spec: TransformerSpec, s: Settings, headChu
   const ref = referenceForward(spec, theta, SEQS);
   const run = await gradRunner(
     spec,
-    feeds((b, p) => ref.logp[b]![p]![targetOf(b, p)], s),
+    feeds((b, p) => ref.logp[b]![p]![targetOf(b, p)]!, s),
     headChunk,
   );
   const base = await run(theta);
@@ -205,7 +205,7 @@ for (const [name, opts] of CONFIGS) {
     const rows = ROWS.map((rs) => rs.map((r) => ({ ...r, ratio: 1 })));
     const run = await gradRunner(
       spec,
-      feeds((b, p) => ref.logp[b]![p]![targetOf(b, p)], s, rows),
+      feeds((b, p) => ref.logp[b]![p]![targetOf(b, p)]!, s, rows),
       CHUNKED,
     );
     const graph = await run(theta);
@@ -225,7 +225,7 @@ for (const [name, opts] of CONFIGS) {
     rows.forEach((rs, b) =>
       rs.forEach((r, p) => {
         pg += -r.weight * r.advantage;
-        logpTerm += -r.weight * r.advantage * ref.logp[b]![p]![targetOf(b, p)];
+        logpTerm += -r.weight * r.advantage * ref.logp[b]![p]![targetOf(b, p)]!;
       }),
     );
     assert.ok(Math.abs(graph.loss! - (pg + expected.value - logpTerm)) < 1e-12, `loss ${graph.loss} vs reference ${pg + expected.value - logpTerm}`);
@@ -239,7 +239,7 @@ for (const [name, opts] of CONFIGS) {
 
     // float32 graph: same gradient up to float32 rounding.
     const grad32 = await session(buildTransformerGradGraph(spec, 'float32'));
-    const f64feeds = feeds((b, p) => ref.logp[b]![p]![targetOf(b, p)], s, rows);
+    const f64feeds = feeds((b, p) => ref.logp[b]![p]![targetOf(b, p)]!, s, rows);
     const f32feeds: Record<string, ort.Tensor> = {};
     for (const [k, v] of Object.entries(f64feeds))
       f32feeds[k] = v.type === 'float64' ? new ort.Tensor('float32', Float32Array.from(v.data as Float64Array), v.dims) : v;

@@ -75,7 +75,7 @@ for (const [name, spec] of SPECS) {
     const theta = theta32(spec, 2);
     const r = rng(9);
     const seqs = [0, 1, 2].map(() => Array.from({ length: 7 }, () => r.int(spec.vocabSize)));
-    const targets = seqs.map((q) => q.map((_, p) => q[(p + 1) % q.length]));
+    const targets = seqs.map((q) => q.map((_, p) => q[(p + 1) % q.length]!));
     const out = await score(await session(buildTransformerScoreGraph(spec)), theta, seqs, targets!);
     // 21 rows in chunks of 4 (the last one partial): the same per-row values up to float32 rounding
     // (not bit for bit: the head's GEMM runs at other shapes)
@@ -112,7 +112,7 @@ function batchFeeds(spec: TransformerSpec, seed: number) {
   const sc = (x: number) => new ort.Tensor('float32', Float32Array.of(x), []);
   return {
     tokens: i64(tokens),
-    targets: i64(tokens.map((row) => row.map((_, p) => row[(p + 1) % S]))),
+    targets: i64(tokens.map((row) => row.map((_, p) => row[(p + 1) % S]!))),
     advantages: grid(() => r.range(-1, 1)),
     old_logprobs: grid(() => -Math.log(spec.vocabSize) + r.range(-0.1, 0.1)),
     weights: grid(weight),
