@@ -36,8 +36,20 @@ export interface RewardArgs<TTask, TOutcome> {
   turns: readonly TurnView[];
 }
 
-/** Named reward components; a constant per turn is an episode-level reward. */
-export type RewardFn<TTask, TOutcome> = (args: RewardArgs<TTask, TOutcome>) => Record<string, number>;
+/**
+ * Named reward components of one turn. A plain object scores the episode (a constant per turn
+ * is an episode-level reward). `{ episode, turn }` also scores the turn itself: `turn` holds the
+ * turn's own signal (a step done right), which turn-level estimators credit to this turn and the
+ * turns before it, and `episode` the outcome; episode-level estimators add the two up. A name
+ * is in one of them, not both.
+ */
+export type RewardFn<TTask, TOutcome> = (args: RewardArgs<TTask, TOutcome>) => Record<string, number> | SplitRewards;
+
+/** Episode and per-turn components of one turn (see RewardFn). */
+export interface SplitRewards {
+  episode?: Record<string, number>;
+  turn?: Record<string, number>;
+}
 
 export interface TeamDefinition<TTask, TOutcome, Roles extends string> {
   name: string;

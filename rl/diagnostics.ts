@@ -31,6 +31,13 @@ export interface AgentStepDiagnostics {
   groups: number;
   /** Fraction of those groups where every trained advantage is exactly 0 (no learning signal). */
   zeroAdvantageGroupFraction: number;
+  /**
+   * Mean trained advantage by turn position: entry k is over the agent's k-th turns of
+   * their episodes (turns in input order, which buildStepBatch makes turn order).
+   */
+  advantageByPosition: number[];
+  /** Share of trained turns in a step group of more than one (GiGPO, SALT); null for other estimators. */
+  stepGroupShare: number | null;
   /** From the loss; null when no loss diagnostics were given for the agent. */
   clipFraction: number | null;
   approxKl: number | null;
@@ -39,7 +46,7 @@ export interface AgentStepDiagnostics {
 
 export function stepDiagnostics(
   samples: readonly Sample[],
-  result: { advantages: ArrayLike<number>; excluded: readonly boolean[] },
+  result: { advantages: ArrayLike<number>; excluded: readonly boolean[]; sharedStep?: readonly boolean[] },
   lossByAgent: Readonly<Record<string, PolicyLossDiagnostics>> = {},
 ): Record<string, AgentStepDiagnostics> {
   const byAgent = new Map<string, number[]>();
@@ -65,6 +72,19 @@ export function stepDiagnostics(
     let zeroGroups = 0;
     for (const signal of groupHasSignal.values()) if (!signal) zeroGroups++;
 
+    // k-th turn of the agent in its episode
+    const seen = new Map<string, number>();
+    const byPosition: Array<{ sum: number; n: number }> = [];
+    for (const i of indices) {
+      const k = seen.get(samples[i]!.episodeId) ?? 0;
+      seen.set(samples[i]!.episodeId, k + 1);
+      if (result.excluded[i]) continue;
+      const p = (byPosition[k] ??= { sum: 0, n: 0 });
+      p.sum += result.advantages[i]!;
+      p.n++;
+    }
+    const shared = result.sharedStep;
+
     const loss = lossByAgent[agentId];
     out[agentId] = {
       agentId,
@@ -78,6 +98,9 @@ export function stepDiagnostics(
       },
       groups: groupHasSignal.size,
       zeroAdvantageGroupFraction: zeroGroups / groupHasSignal.size,
+      // a position only excluded turns reached has no mean: NaN, which metric storage drops
+      advantageByPosition: Array.from(byPosition, (p) => (p === undefined || p.n === 0 ? NaN : p.sum / p.n)),
+      stepGroupShare: shared && trained.length > 0 ? trained.filter((i) => shared[i]).length / trained.length : null,
       clipFraction: loss?.clipFraction ?? null,
       approxKl: loss?.approxKl ?? null,
       entropy: loss?.entropy ?? null,

@@ -1,7 +1,8 @@
 /** Public API of the RL core: samples → advantages → per-token weights → loss. */
 
 export { RlInputError, type InputIssue } from './errors';
-export { validateSamples, scoreOf, componentNames, type Sample, type RewardWeights } from './samples';
+export { validateSamples, scoreOf, episodeScoreOf, turnScoreOf, componentNames, type Sample, type RewardWeights } from './samples';
+export { agentParents, type GraphTurn } from './turn-graph';
 export {
   ESTIMATOR_NAMES,
   ESTIMATORS,

@@ -15,7 +15,7 @@
  */
 
 import { z } from 'zod';
-import { getEstimator, isEstimatorName, normalizeStdMessage, unknownEstimatorMessage, type AdvantageSpec } from '../rl/advantages/registry';
+import { getEstimator, isEstimatorName, normalizeStdMessage, scopeMessage, unknownEstimatorMessage, type AdvantageSpec } from '../rl/advantages/registry';
 import { SCOPES, type Scope } from '../rl/advantages/types';
 import { KL_TYPES, type KlType, type PolicyLossSettings } from '../rl/loss';
 import { LOSS_AGGREGATIONS, type LossAggregation } from '../rl/tokens';
@@ -159,12 +159,15 @@ export const optimizerSettingsSchema = z
       .prefault({}),
   })
   .superRefine((s, ctx) => {
-    if (s.estimator.normalizeStd !== undefined && !getEstimator(s.estimator.name).supportsNormalizeStd)
+    const estimator = getEstimator(s.estimator.name);
+    if (s.estimator.normalizeStd !== undefined && !estimator.supportsNormalizeStd)
       ctx.addIssue({
         code: 'custom',
         path: ['estimator', 'normalizeStd'],
         message: normalizeStdMessage(s.estimator.name),
       });
+    if (estimator.scopes && !estimator.scopes.includes(s.estimator.scope))
+      ctx.addIssue({ code: 'custom', path: ['estimator', 'scope'], message: scopeMessage(estimator, s.estimator.scope) });
   });
 export type OptimizerSettings = z.output<typeof optimizerSettingsSchema>;
 

@@ -54,6 +54,9 @@ export type Trajectory = z.infer<typeof trajectory>;
 export const turnRewards = z.object({
   turn: z.number().int().nonnegative(),
   agent: z.string(),
+  /** Every component, episode and per-turn ones. */
   components: z.record(z.string(), z.number()),
+  /** Names in `components` that score the turn itself rather than the episode (agents/team.ts RewardFn). */
+  perTurn: z.array(z.string()).optional(),
 });
 export type TurnRewards = z.infer<typeof turnRewards>;

@@ -99,7 +99,14 @@ export async function saveEpisodes(sql: Sql, episodes: readonly StoredEpisode[])
     );
     const rewards = fresh.flatMap(({ meta, rewards: rs }) =>
       rs.flatMap((r) =>
-        Object.entries(r.components).map(([component, value]) => ({ episode_id: meta.episodeId, turn_index: r.turn, agent: r.agent, component, value })),
+        Object.entries(r.components).map(([component, value]) => ({
+          episode_id: meta.episodeId,
+          turn_index: r.turn,
+          agent: r.agent,
+          component,
+          value,
+          per_turn: r.perTurn?.includes(component) ?? false,
+        })),
       ),
     );
     for (const part of chunks(turns)) await tx`INSERT INTO turns ${tx(part as never)}`;
@@ -212,12 +219,13 @@ async function loadEpisodes(sql: Sql, where: ReturnType<Sql>): Promise<StoredEpi
   });
 }
 
-function groupRewards(rows: Array<{ turn_index: number; agent: string; component: string; value: number }>): TurnRewards[] {
+function groupRewards(rows: Array<{ turn_index: number; agent: string; component: string; value: number; per_turn: boolean }>): TurnRewards[] {
   const byTurn = new Map<number, TurnRewards>();
   for (const r of rows) {
     let t = byTurn.get(r.turn_index);
     if (!t) byTurn.set(r.turn_index, (t = { turn: r.turn_index, agent: r.agent, components: {} }));
     t.components[r.component] = r.value;
+    if (r.per_turn) (t.perTurn ??= []).push(r.component);
   }
   return [...byTurn.values()].sort((a, b) => a.turn - b.turn);
 }

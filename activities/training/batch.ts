@@ -7,14 +7,18 @@
  * Failed episodes are left out (and counted); truncated ones are trained on
  * with whatever rewards their roles gave them.
  */
+import { createHash } from 'node:crypto';
 import {
+  agentParents,
   aggregationWeights,
   broadcastAdvantages,
   computeAdvantages,
   computeAdvantagesByAgent,
   getEstimator,
+  episodeScoreOf,
   scoreOf,
   stepDiagnostics,
+  turnScoreOf,
   type AgentStepDiagnostics,
   type Sample,
 } from '../../rl';
@@ -127,17 +131,26 @@ export function buildStepBatch(
   for (const e of ordered) {
     counts[e.trajectory.status]++;
     if (e.trajectory.status === 'failed') continue;
-    const byTurn = new Map(e.rewards.map((r) => [r.turn, r.components]));
-    for (const t of e.trajectory.turns) {
-      const components = byTurn.get(t.index) ?? {};
+    const byTurn = new Map(e.rewards.map((r) => [r.turn, r]));
+    const after = agentParents(e.trajectory.turns);
+    e.trajectory.turns.forEach((t, k) => {
+      const scored = byTurn.get(t.index);
+      const components = scored?.components ?? {};
+      const { episode, turn } = splitComponents(components, scored?.perTurn);
+      const contextHash = tokenHash(t.contextTokens);
       samples.push({
         sampleId: `${e.meta.episodeId}#${t.index}`,
         groupId: `g${e.meta.groupIndex}`,
         episodeId: e.meta.episodeId,
         agentId: t.agent,
         modelId: t.model,
-        rewards: components,
+        rewards: episode,
+        ...(turn ? { turnRewards: turn } : {}),
         trainableTokens: t.lossMask.reduce<number>((n, m) => n + m, 0),
+        turn: t.index,
+        after: after[k]!,
+        contextHash,
+        turnHash: tokenHash(t.responseTokens, contextHash),
       });
       turns.push(t);
       const h = (nll[t.agent] ??= { sum: 0, n: 0 });
@@ -153,7 +166,7 @@ export function buildStepBatch(
         s.sum += v;
         s.n++;
       }
-    }
+    });
   }
   counts.samples = samples.length;
 
@@ -216,6 +229,24 @@ export function buildStepBatch(
   };
 }
 
+/** A turn's components split into episode and per-turn ones (`turn` undefined without any). */
+function splitComponents(components: Record<string, number>, perTurn: readonly string[] | undefined) {
+  if (!perTurn || perTurn.length === 0) return { episode: components, turn: undefined };
+  const episode: Record<string, number> = {};
+  const turn: Record<string, number> = {};
+  for (const [k, v] of Object.entries(components)) (perTurn.includes(k) ? turn : episode)[k] = v;
+  return { episode, turn };
+}
+
+/** A short hash of token ids (chained onto `prefix`): equal hashes mean equal token sequences, for step groups. */
+export function tokenHash(tokens: readonly number[], prefix = ''): string {
+  return createHash('sha256')
+    .update(prefix)
+    .update(Buffer.from(Uint32Array.from(tokens).buffer))
+    .digest('base64url')
+    .slice(0, 22);
+}
+
 /**
  * Advantages of a step through the registry. When every role uses the same
  * estimator, scope and normalisation, the whole batch goes to it in one call,
@@ -235,6 +266,10 @@ export function advantagesFor(samples: Sample[], agents: Record<string, Optimize
   const first = list[0]!;
   if (list.every((s) => weights(s) === weights(first))) return computeAdvantages(samples, first);
   if (getEstimator(first.estimator).perComponent) return computeAdvantagesByAgent(samples, specs);
-  const scored = samples.map((s) => ({ ...s, rewards: { score: scoreOf(s, specs[s.agentId]?.options?.weights ?? {}) } }));
+  // Episode and per-turn parts stay apart: turn-level estimators tell them apart.
+  const scored = samples.map((s) => {
+    const w = specs[s.agentId]?.options?.weights ?? {};
+    return { ...s, rewards: { score: episodeScoreOf(s, w) }, ...(s.turnRewards ? { turnRewards: { turnScore: turnScoreOf(s, w) } } : {}) };
+  });
   return computeAdvantages(scored, { estimator: first.estimator, options: { ...first.options, weights: {} } });
 }

@@ -166,6 +166,8 @@ export function updateRows(
       { kind: 'train', scope: agent, name: 'score.std', value: batch.scores[agent]!.std },
       { kind: 'train', scope: agent, name: 'zeroAdvantageGroupFraction', value: d.zeroAdvantageGroupFraction },
       { kind: 'train', scope: agent, name: 'samples', value: d.samples },
+      ...d.advantageByPosition.map((value, k) => ({ kind: 'train', scope: agent, name: `advantage.position.${k}`, value })),
+      ...(d.stepGroupShare === null ? [] : [{ kind: 'train', scope: agent, name: 'stepGroupShare', value: d.stepGroupShare }]),
       ...(['loss', 'gradNorm', 'clipFraction', 'approxKl'] as const).map((name) => ({ kind: 'train', scope: agent, name, value: metrics[name] })),
       // the agent's own entropy, not its model's (agents may share one): a role's collapse shows
       { kind: 'train', scope: agent, name: 'entropy', value: batch.entropy[agent] ?? NaN },

@@ -16,13 +16,18 @@
 
 import { IssueList, describe } from '../errors';
 import { validateSamples, validateWeights, type Sample } from '../samples';
+import { atGrpoEstimator } from './at-grpo';
 import { gdpoEstimator } from './gdpo';
+import { gigpoEstimator } from './gigpo';
 import { grpoEstimator } from './grpo';
 import { mcGrpoEstimator } from './mc-grpo';
 import { reinforcePlusPlusBaselineEstimator } from './reinforce-plus-plus-baseline';
 import { rlooEstimator } from './rloo';
+import { saltEstimator } from './salt';
+import { turnReturnEstimator } from './turn-return';
 import {
   SCOPES,
+  type Scope,
   type AdvantageDiagnostics,
   type AdvantageEstimator,
   type AdvantageOptions,
@@ -37,6 +42,10 @@ export const ESTIMATORS = {
   gdpo: gdpoEstimator,
   rloo: rlooEstimator,
   'reinforce++-baseline': reinforcePlusPlusBaselineEstimator,
+  'turn-return': turnReturnEstimator,
+  gigpo: gigpoEstimator,
+  'at-grpo': atGrpoEstimator,
+  salt: saltEstimator,
 } as const satisfies Readonly<Record<string, AdvantageEstimator>>;
 export type EstimatorName = keyof typeof ESTIMATORS;
 /** The built-in names; `estimatorNames()` adds the project's. */
@@ -62,6 +71,8 @@ export function defineEstimator(estimator: AdvantageEstimator): AdvantageEstimat
     if (typeof e.summary !== 'string') issues.add('estimator.summary', `must be a string, got ${describe(e.summary)}`);
     for (const flag of ['supportsNormalizeStd', 'perComponent'] as const)
       if (typeof e[flag] !== 'boolean') issues.add(`estimator.${flag}`, `must be a boolean, got ${describe(e[flag])}`);
+    if (e.scopes !== undefined && !(Array.isArray(e.scopes) && e.scopes.length > 0 && e.scopes.every((x) => SCOPES.includes(x))))
+      issues.add('estimator.scopes', `must be a non-empty list of ${SCOPES.join(', ')}, got ${describe(e.scopes)}`);
     if (typeof e.estimate !== 'function') issues.add('estimator.estimate', `must be a function, got ${describe(e.estimate)}`);
   }
   issues.throwIfAny();
@@ -75,7 +86,7 @@ export function estimatorNames(): string[] {
 }
 
 /** A yes/no property an estimator declares (e.g. `supportsNormalizeStd`). */
-export type EstimatorCapability = { [K in keyof AdvantageEstimator]: AdvantageEstimator[K] extends boolean ? K : never }[keyof AdvantageEstimator];
+export type EstimatorCapability = { [K in keyof AdvantageEstimator]-?: AdvantageEstimator[K] extends boolean ? K : never }[keyof AdvantageEstimator];
 
 /** The estimators that declare `capability`, in registry order: for help texts and messages. */
 export function estimatorsWith(capability: EstimatorCapability): string[] {
@@ -95,6 +106,11 @@ export function normalizeStdMessage(name: string): string {
   const names = estimatorsWith('supportsNormalizeStd');
   const list = names.length > 1 ? `${names.slice(0, -1).join(', ')} and ${names.at(-1)}` : names.join('');
   return `is not an option of ${name} (only ${list})`;
+}
+
+/** Why a scope is refused for an estimator that makes its own sets. */
+export function scopeMessage(estimator: AdvantageEstimator, scope: Scope): string {
+  return `${JSON.stringify(scope)} is not a scope of ${estimator.name} (it accepts ${estimator.scopes!.join(', ')})`;
 }
 
 /** The estimator registered under `name`; throws listing the known names. */
@@ -120,6 +136,7 @@ export function resolveOptions(estimator: AdvantageEstimator, options: Advantage
   const issues = new IssueList();
   const scope = o.scope ?? 'group-agent';
   if (!SCOPES.includes(scope as never)) issues.add(`${path}.scope`, `must be one of ${SCOPES.join(', ')}, got ${describe(scope)}`);
+  else if (estimator.scopes && !estimator.scopes.includes(scope as never)) issues.add(`${path}.scope`, scopeMessage(estimator, scope as Scope));
   if (o.normalizeStd !== undefined) {
     if (typeof o.normalizeStd !== 'boolean') issues.add(`${path}.normalizeStd`, `must be a boolean, got ${describe(o.normalizeStd)}`);
     else if (!estimator.supportsNormalizeStd) issues.add(`${path}.normalizeStd`, normalizeStdMessage(estimator.name));
@@ -141,6 +158,8 @@ export function computeAdvantages(samples: readonly unknown[], spec: AdvantageSp
 export interface AgentAdvantageResult {
   advantages: Float64Array;
   excluded: boolean[];
+  /** As AdvantageResult's; set when some agent's estimator reports it (false for the others' samples). */
+  sharedStep?: boolean[];
   /** One entry per agent present in the samples. */
   diagnostics: Record<string, AdvantageDiagnostics>;
 }
@@ -181,6 +200,7 @@ export function computeAdvantagesByAgent(samples: readonly unknown[], specs: Rea
   const advantages = new Float64Array(valid.length);
   const excluded: boolean[] = new Array<boolean>(valid.length).fill(false);
   const diagnostics: Record<string, AdvantageDiagnostics> = {};
+  let sharedStep: boolean[] | undefined;
   for (const [agentId, indices] of indicesOf) {
     const { estimator, options } = resolved.get(agentId)!;
     const subset: Sample[] = indices.map((i) => valid[i]!);
@@ -189,7 +209,11 @@ export function computeAdvantagesByAgent(samples: readonly unknown[], specs: Rea
       advantages[i] = result.advantages[k]!;
       excluded[i] = result.excluded[k]!;
     });
+    if (result.sharedStep) {
+      sharedStep ??= new Array<boolean>(valid.length).fill(false);
+      indices.forEach((i, k) => (sharedStep![i] = result.sharedStep![k]!));
+    }
     diagnostics[agentId] = result.diagnostics;
   }
-  return { advantages, excluded, diagnostics };
+  return { advantages, excluded, diagnostics, ...(sharedStep ? { sharedStep } : {}) };
 }

@@ -13,7 +13,7 @@
  * Set order and order within a set is first appearance in the input.
  */
 
-import { componentNames, scoreOf, type Sample } from '../samples';
+import { componentNames, componentOf, scoreOf, type Sample } from '../samples';
 import type { AdvantageDiagnostics, AdvantageResult, ResolvedAdvantageOptions } from './types';
 
 export interface ScopedSamples {
@@ -34,7 +34,7 @@ export function scopeSamples(samples: readonly Sample[], options: ResolvedAdvant
   const componentValues = components.map(() => new Float64Array(n));
   for (let i = 0; i < n; i++) {
     scores[i] = scoreOf(samples[i]!, options.weights);
-    for (let j = 0; j < components.length; j++) componentValues[j]![i] = samples[i]!.rewards[components[j]!] ?? 0;
+    for (let j = 0; j < components.length; j++) componentValues[j]![i] = componentOf(samples[i]!, components[j]!);
   }
   if (options.scope === 'group') {
     averagePerEpisode(samples, scores);
@@ -93,7 +93,7 @@ export function pick(values: ArrayLike<number>, set: readonly number[]): Float64
 export function toResult(
   estimator: string,
   samples: readonly Sample[],
-  scoped: ScopedSamples,
+  scoped: Pick<ScopedSamples, 'sets'>,
   advantages: Float64Array,
   options: ResolvedAdvantageOptions,
   excluded: boolean[] = new Array<boolean>(samples.length).fill(false),

@@ -52,6 +52,11 @@ export interface AdvantageDiagnostics {
 export interface AdvantageResult {
   advantages: Float64Array;
   excluded: boolean[];
+  /**
+   * Estimators that group turns by what they saw or did (GiGPO step groups, SALT merged
+   * turns): per sample, whether its group held more than one turn.
+   */
+  sharedStep?: boolean[];
   diagnostics: AdvantageDiagnostics;
 }
 
@@ -68,5 +73,7 @@ export interface AdvantageEstimator {
    * one call on scores weighted beforehand (activities/training/batch.ts).
    */
   perComponent: boolean;
+  /** The scopes it accepts; absent means all. Turn-level estimators make their own sets within `group-agent`. */
+  scopes?: readonly Scope[];
   estimate(samples: readonly Sample[], options: ResolvedAdvantageOptions): AdvantageResult;
 }

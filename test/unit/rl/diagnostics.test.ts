@@ -55,3 +55,13 @@ test('merging loss diagnostics of token slices is token-weighted', () => {
   assertClose([m.clipFraction, m.approxKl, m.ratioMean, m.ratioMax, m.entropy ?? NaN], [0.25, 0.15, 1.25, 2, 1]);
   assert.equal(m.tokens, 4);
 });
+
+test('advantage by turn position and the share of turns in step groups, over trained turns', () => {
+  // e1: turns with advantages 1, 2; e2: 3, and 5 excluded → position 0: (1 + 3)/2 = 2, position 1: 2
+  const samples = [sample({ episodeId: 'e1' }), sample({ episodeId: 'e1' }), sample({ episodeId: 'e2' }), sample({ episodeId: 'e2' })];
+  const d = stepDiagnostics(samples, { advantages: [1, 2, 3, 5], excluded: [false, false, false, true], sharedStep: [true, false, false, true] });
+  assert.deepEqual(d.solver!.advantageByPosition, [2, 2]);
+  // 1 of the 3 trained turns is in a shared step group
+  assert.equal(d.solver!.stepGroupShare, 1 / 3);
+  assert.equal(stepDiagnostics(samples, { advantages: [1, 2, 3, 5], excluded: [false, false, false, false] }).solver!.stepGroupShare, null);
+});

@@ -46,3 +46,20 @@ export function unbiasedStdOf(xs: ArrayLike<number>): number {
   for (let i = 0; i < xs.length; i++) s += (xs[i]! - m) ** 2;
   return Math.sqrt(s / (xs.length - 1));
 }
+
+/** A turn sample of agent `solver` in group g (rewards: episode `ok`, per-turn `step`). */
+export function turnSample(episodeId: string, turn: number, after: number[], step: number, ok: number, over: Partial<Sample> = {}): Sample {
+  return {
+    sampleId: `${episodeId}#${turn}`,
+    groupId: 'g',
+    episodeId,
+    agentId: 'solver',
+    modelId: 'policy',
+    rewards: { ok },
+    turnRewards: { step },
+    trainableTokens: 1,
+    turn,
+    after,
+    ...over,
+  };
+}

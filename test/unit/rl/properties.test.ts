@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { computeAdvantages, ESTIMATOR_NAMES } from '../../../rl/advantages/registry';
+import { computeAdvantages, ESTIMATOR_NAMES, getEstimator } from '../../../rl/advantages/registry';
 import type { Sample } from '../../../rl/samples';
 
 const reward = fc.double({ min: -1000, max: 1000, noNaN: true });
@@ -17,21 +17,38 @@ const samplesArb = fc
       e: fc.integer({ min: 0, max: 4 }),
       correct: reward,
       format: fc.option(reward),
+      step: fc.option(reward),
       tokens: fc.integer({ min: 0, max: 50 }),
+      context: fc.integer({ min: 0, max: 2 }),
     }),
     { minLength: 1, maxLength: 40 },
   )
-  .map((rows) =>
-    rows.map((r, i): Sample => ({
-      sampleId: `s${i}`,
-      groupId: `g${r.g}`,
-      episodeId: `g${r.g}-e${r.e}`,
-      agentId: r.agent,
-      modelId: 'policy',
-      rewards: r.format === null ? { correct: r.correct } : { correct: r.correct, format: r.format },
-      trainableTokens: r.tokens,
-    })),
-  );
+  .map((rows) => {
+    // turns numbered in input order per episode; each follows its agent's previous turn (a chain)
+    const turns = new Map<string, number>();
+    const last = new Map<string, number>();
+    return rows.map((r, i): Sample => {
+      const episodeId = `g${r.g}-e${r.e}`;
+      const turn = turns.get(episodeId) ?? 0;
+      turns.set(episodeId, turn + 1);
+      const before = last.get(`${episodeId}/${r.agent}`);
+      last.set(`${episodeId}/${r.agent}`, turn);
+      return {
+        sampleId: `s${i}`,
+        groupId: `g${r.g}`,
+        episodeId,
+        agentId: r.agent,
+        modelId: 'policy',
+        rewards: r.format === null ? { correct: r.correct } : { correct: r.correct, format: r.format },
+        ...(r.step === null ? {} : { turnRewards: { step: r.step } }),
+        trainableTokens: r.tokens,
+        turn,
+        after: before === undefined ? [] : [before],
+        contextHash: `c${r.context}`,
+        turnHash: `t${r.context}`,
+      };
+    });
+  });
 
 /** Sample indices per (group, agent). */
 function setsOf(samples: readonly Sample[]): number[][] {
@@ -50,6 +67,7 @@ test('property: finite rewards give finite advantages for every estimator and sc
       fc.constantFrom(...ESTIMATOR_NAMES),
       fc.constantFrom('group-agent', 'group', 'batch') as fc.Arbitrary<'group-agent' | 'group' | 'batch'>,
       (samples, estimator, scope) => {
+        if (!(getEstimator(estimator).scopes ?? [scope]).includes(scope)) return;
         const r = computeAdvantages(samples, { estimator, options: { scope, weights: { format: 0.5 } } });
         assert.equal(r.advantages.length, samples.length);
         for (const a of r.advantages) assert.ok(Number.isFinite(a), `${estimator}/${scope}: ${a}`);
@@ -118,7 +136,7 @@ test('property: identical rewards within every set give exactly zero advantages 
   fc.assert(
     fc.property(samplesArb, reward, fc.constantFrom('grpo', 'mc-grpo', 'rloo', 'gdpo'), (samples, v, estimator) => {
       // one value per group; singleton sets excluded from the claim for grpo (mean 0 by design)
-      const same = samples.map((s) => ({ ...s, rewards: { correct: v + Number(s.groupId.slice(1)) } }));
+      const same = samples.map(({ turnRewards: _, ...s }) => ({ ...s, rewards: { correct: v + Number(s.groupId.slice(1)) } }));
       const r = computeAdvantages(same, { estimator });
       for (const set of setsOf(same)) {
         if (set.length < 2 && estimator === 'grpo') continue;

@@ -59,3 +59,28 @@ test('score is Σ w_j r_j with missing weights = 1 and missing components = 0', 
   // 2·1 + 1·3 (no weight for "style") = 5
   assert.equal(scoreOf(sample({ rewards: { correct: 1, style: 3 } }), { correct: 2, absent: 7 }), 5);
 });
+
+test('turn fields are checked, naming the field', () => {
+  const s = [sample({ rewards: { ok: 1 }, turnRewards: { ok: 2, step: Infinity }, turn: 1, after: [1, -1], contextHash: '' })] as unknown[];
+  try {
+    validateSamples(s);
+    assert.fail('expected an error');
+  } catch (e) {
+    assert.ok(e instanceof RlInputError);
+    assert.deepEqual(
+      e.issues.map((i) => `${i.path}: ${i.message}`),
+      [
+        'samples[0].turnRewards.ok: is also an episode reward component (rewards); a name is one or the other',
+        'samples[0].turnRewards.step: must be a finite number, got Infinity',
+        'samples[0].after[0]: must be an earlier turn than 1, got 1',
+        'samples[0].after[1]: must be a non-negative integer, got -1',
+        'samples[0].contextHash: must be a non-empty string, got ""',
+      ],
+    );
+  }
+});
+
+test('scoreOf adds episode and per-turn components, each with its weight', () => {
+  // 2·1 + 3·0.5 = 3.5
+  assert.equal(scoreOf(sample({ rewards: { ok: 1 }, turnRewards: { step: 0.5 } }), { ok: 2, step: 3 }), 3.5);
+});

@@ -133,6 +133,60 @@ describe('buildStepBatch', () => {
   });
 });
 
+describe('buildStepBatch with per-turn rewards and a turn-level estimator', () => {
+  /** solver t0 → verifier t1 → solver t2 (the solver remembers t0 and hears t1); `step` is per turn, `ok` the episode's. */
+  function twoTurnEpisode(idx: number, steps: [number, number], ok: number, judged: number): StoredEpisode {
+    const e = episode(0, idx, 0, 0);
+    const [t0, t1] = e.trajectory.turns;
+    const t2 = { ...t0!, index: 2, parents: [0, 1], contextTokens: [1, 5, 6, 9] };
+    e.trajectory.turns = [t0!, t1!, t2];
+    e.rewards = [
+      { turn: 0, agent: 'solver', components: { ok, step: steps[0] }, perTurn: ['step'] },
+      { turn: 1, agent: 'verifier', components: { judged } },
+      { turn: 2, agent: 'solver', components: { ok, step: steps[1] }, perTurn: ['step'] },
+    ];
+    return e;
+  }
+
+  it('gives each solver turn its own advantage (turn-return) on its own tokens, the verifier its GRPO one', () => {
+    const cfg = checkAgainstTeam(parseRunConfig({ team: 'math', optimizer: { agents: { solver: { estimator: { name: 'turn-return' } } } } }), mathTeam());
+    const batch = buildStepBatch([twoTurnEpisode(0, [1, 0], 1, 10), twoTurnEpisode(1, [0, 0], 0, 0)], cfg);
+    // Solver returns (γ 0.95): e0 G2 = 0 + 1 = 1, G0 = 1 + 0.95·1 = 1.95; e1 all 0.
+    // Leave-one-out per position: e0 [1.95, 1], e1 [−1.95, −1]. Verifier: judged [10, 0] → ±5/(√50 + 1e-6).
+    const seqs = batch.models.policy!;
+    const v = 5 / (Math.sqrt(50) + 1e-6);
+    const expected = [
+      [1.95, 0, 1.95],
+      [v, 0, v],
+      [1, 0, 1],
+      [-1.95, 0, -1.95],
+      [-v, 0, -v],
+      [-1, 0, -1],
+    ];
+    seqs.forEach((s, i) => s.advantages.forEach((a, k) => assert.ok(Math.abs(a - expected[i]![k]!) < 1e-12, `seq ${i} token ${k}: ${a}`)));
+    assert.deepEqual(batch.rewards.solver, { ok: 0.5, step: 0.25 }, 'per-turn components are logged like episode ones');
+    assert.deepEqual(batch.diagnostics.solver!.advantageByPosition, [0, 0]);
+    assert.equal(batch.diagnostics.solver!.stepGroupShare, null);
+  });
+
+  it('groups identical contexts into step groups (gigpo) and reports their share', () => {
+    const cfg = checkAgainstTeam(parseRunConfig({ team: 'math', optimizer: { agents: { solver: { estimator: { name: 'gigpo' } } } } }), mathTeam());
+    const batch = buildStepBatch([twoTurnEpisode(0, [1, 0], 1, 10), twoTurnEpisode(1, [0, 0], 0, 0)], cfg);
+    // Both episodes' solver turns share contexts (t0 [1, 5, 6], t2 [1, 5, 6, 9]): all 4 turns are in step groups of 2.
+    assert.equal(batch.diagnostics.solver!.stepGroupShare, 1);
+    // A_E: totals e0 = 1 + 1 + 0 = 2, e1 = 0 → ±1/(√2 + 1e-6). A_S: t0 returns {1.95, 0} → ±0.975/(0.975·√2 + 1e-6), t2 {1, 0} → ±0.5/(0.5·√2 + 1e-6)
+    const e = 1 / (Math.SQRT2 + 1e-6);
+    const first = batch.models.policy!.filter((s) => s.agent === 'solver').map((s) => s.advantages[0]!);
+    const want = [
+      e + 0.975 / (0.975 * Math.SQRT2 + 1e-6),
+      e + 0.5 / (0.5 * Math.SQRT2 + 1e-6),
+      -e - 0.975 / (0.975 * Math.SQRT2 + 1e-6),
+      -e - 0.5 / (0.5 * Math.SQRT2 + 1e-6),
+    ];
+    want.forEach((x, i) => assert.ok(Math.abs(first[i]! - x) < 1e-12, `solver turn ${i}: ${first[i]} vs ${x}`));
+  });
+});
+
 describe('agentEndings', () => {
   const settings = checkAgainstTeam(parseRunConfig({ team: 'math' }), mathTeam());
   const ended = (e: StoredEpisode, status: 'truncated' | 'failed', turns = e.trajectory.turns) => ({ ...e, trajectory: { ...e.trajectory, status, turns } });
