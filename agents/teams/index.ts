@@ -24,6 +24,7 @@ const BUNDLED: Record<string, TeamFactory> = {
   math: (options) => (require('./math') as typeof import('./math')).mathTeam(options as import('./math').MathOptions),
   research: (options) => (require('./research') as typeof import('./research')).researchTeam(options as import('./research').ResearchOptions),
   recall: (options) => (require('./recall') as typeof import('./recall')).recallTeam(options as import('./recall').RecallOptions),
+  chain: () => (require('./chain') as typeof import('./chain')).chainTeam(),
 };
 
 /** The registry in use (mutated in place by useProjectTeams, so importers keep one object). */
