@@ -46,6 +46,8 @@ export const SECTIONS: readonly { id: string; title: string; panels: readonly st
       'advantage mean',
       'advantage std',
       'advantage range',
+      'advantage by turn position',
+      'stepGroupShare',
       'zeroAdvantageGroupFraction',
       'episode length (turns)',
       'episode length (tokens)',
@@ -106,6 +108,9 @@ export function panelsOf(metrics: readonly MetricRow[], lrs: readonly LrRow[] = 
       // The step's rollout beside each model's update: where a step's time goes.
       if (r.name === 'rolloutSeconds') add('step time split (s)', r, 'rollout', r.step + 1);
     } else if (r.name.startsWith('reward.')) add('reward components', r, `${r.scope} ${r.name.slice(7)}`, r.step + 1);
+    // advantage.position.<k>: one series per agent and turn position (rl/diagnostics.ts advantageByPosition)
+    else if (r.name.startsWith('advantage.position.'))
+      add('advantage by turn position', r, `${r.scope} turn ${r.name.slice('advantage.position.'.length)}`, r.step + 1);
     else if (r.name === 'truncatedShare' || r.name === 'failedShare')
       add('truncated / failed shares', r, `${r.scope} ${r.name.replace('Share', '')}`, r.step + 1);
     else if (r.name === 'updateMs') add('step time split (s)', r, `${r.scope} update`, r.step + 1, r.value / 1000);

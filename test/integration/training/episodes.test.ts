@@ -1,5 +1,5 @@
 /**
- * Episodes of both bundled teams against the real stack: durable (child
+ * Episodes of the bundled teams against the real stack: durable (child
  * workflow, one activity per turn and tool call) and batched (one activity)
  * produce the same tokens for the same seeds, and the store returns exactly
  * what was written. Histories replay against the current workflow code.
@@ -34,7 +34,7 @@ describe('episodes against Temporal, the engine and Postgres', () => {
     await h?.shutdown();
   });
 
-  for (const teamName of ['math', 'research']) {
+  for (const teamName of ['math', 'research', 'chain']) {
     it(`${teamName}: durable and batched episodes give identical trajectories, stored and read back exactly`, async () => {
       const team = loadTeam(teamName);
       const pool = createTrainingPoolActivities({ sql: h.db.sql, engine: () => h.pool.getClient(), checkpoints: h.db.checkpoints });
@@ -103,7 +103,9 @@ describe('episodes against Temporal, the engine and Postgres', () => {
           // Log-probs of sampled tokens are real; tool output carries none.
           t.lossMask.forEach((m, k) => (m === 1 ? assert.ok(t.logprobs[k]! < 0) : assert.equal(t.logprobs[k], 0)));
         }
-        assert.equal(d.trajectory.turns.length, team.roles.length);
+        // chain: one role, up to four turns, each with a per-turn component read back from the store
+        if (teamName === 'chain') assert.deepEqual(new Set(d.rewards.map((r) => JSON.stringify(r.perTurn))), new Set(['["step"]']));
+        else assert.equal(d.trajectory.turns.length, team.roles.length);
       }
       assert.ok(generated > 0);
 

@@ -17,6 +17,9 @@ it('puts each panel in its section: rewards, per-agent policy, optimization, off
       row(0, 'train', 'solver', 'entropy', 2),
       row(0, 'train', 'solver', 'advantage.min', -1),
       row(0, 'train', 'solver', 'advantage.max', 1),
+      row(0, 'train', 'solver', 'advantage.position.0', 0.5),
+      row(0, 'train', 'solver', 'advantage.position.1', -0.5),
+      row(0, 'train', 'solver', 'stepGroupShare', 0.25),
       row(0, 'update', 'policy', 'gradNorm', 0.3),
       row(0, 'update', 'policy', 'logprobGapMean', 0.01),
       row(0, 'train', 'solver', 'staleness', 1),
@@ -34,6 +37,8 @@ it('puts each panel in its section: rewards, per-agent policy, optimization, off
     'eval success': 'rewards',
     entropy: 'policy',
     'advantage range': 'policy',
+    'advantage by turn position': 'policy',
+    stepGroupShare: 'policy',
     gradNorm: 'optimization',
     'learning rate': 'optimization',
     'logprob gap (engine vs. rollout)': 'optimization',
@@ -58,6 +63,13 @@ it('puts each panel in its section: rewards, per-agent policy, optimization, off
   assert.deepEqual(
     panels.get('advantage range')!.map((p) => p.series),
     ['solver min', 'solver max'],
+  );
+  assert.deepEqual(
+    panels.get('advantage by turn position')!.map((p) => [p.series, p.value]),
+    [
+      ['solver turn 0', 0.5],
+      ['solver turn 1', -0.5],
+    ],
   );
   assert.equal(new Set(SECTIONS.flatMap((s) => s.panels)).size, SECTIONS.flatMap((s) => s.panels).length, 'a panel is in one section');
 });
