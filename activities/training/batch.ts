@@ -239,7 +239,7 @@ function splitComponents(components: Record<string, number>, perTurn: readonly s
 }
 
 /** A short hash of token ids (chained onto `prefix`): equal hashes mean equal token sequences, for step groups. */
-export function tokenHash(tokens: readonly number[], prefix = ''): string {
+function tokenHash(tokens: readonly number[], prefix = ''): string {
   return createHash('sha256')
     .update(prefix)
     .update(Buffer.from(Uint32Array.from(tokens).buffer))
