@@ -4,7 +4,7 @@
  *
  *   rewards: { solver: ({ task, turn }) => ({ correct: numericMatch(turn.reply, task.answer) }) }
  */
-import type { RewardFn } from './team';
+import type { RewardFn, SplitRewards } from './team';
 
 /** Lower case, whitespace runs collapsed to one space, trimmed, one trailing `.` dropped: how answers compare. */
 export function normalizeAnswer(text: string): string {
@@ -63,6 +63,13 @@ export function onLastTurn<TTask, TOutcome>(reward: RewardFn<TTask, TOutcome>): 
   return (args) => {
     const components = reward(args);
     const last = args.turns.filter((t) => t.agent === args.turn.agent).at(-1);
-    return last?.index === args.turn.index ? components : Object.fromEntries(Object.keys(components).map((k) => [k, 0]));
+    if (last?.index === args.turn.index) return components;
+    const zero = (c: Record<string, number> | undefined) => Object.fromEntries(Object.keys(c ?? {}).map((k) => [k, 0]));
+    // the { episode, turn } form keeps its parts (agents/team.ts RewardFn)
+    if (Object.values(components).some((v) => typeof v === 'object' && v !== null)) {
+      const split = components as SplitRewards;
+      return { episode: zero(split.episode), turn: zero(split.turn) };
+    }
+    return zero(components as Record<string, number>);
   };
 }

@@ -49,3 +49,11 @@ test("onLastTurn: the role's last turn keeps its reward, its earlier turns get t
   assert.deepEqual(at(1), { correct: 0, bonus: 0 });
   assert.deepEqual(at(3), { correct: 1, bonus: 0.5 });
 });
+
+test('onLastTurn keeps the parts of a split reward, zeroed on earlier turns', () => {
+  const turn = (index: number): TurnView => ({ index, agent: 'a', text: '', reply: '', toolCalls: [], stopReason: 'stop' });
+  const turns = [turn(0), turn(1)];
+  const reward = onLastTurn<null, number>(() => ({ episode: { correct: 1 }, turn: { step: 0.25 } }));
+  assert.deepEqual(reward({ task: null, outcome: 1, status: 'completed', turn: turns[0]!, turns }), { episode: { correct: 0 }, turn: { step: 0 } });
+  assert.deepEqual(reward({ task: null, outcome: 1, status: 'completed', turn: turns[1]!, turns }), { episode: { correct: 1 }, turn: { step: 0.25 } });
+});
