@@ -23,8 +23,12 @@ export interface ChatMessage {
 }
 
 export interface ChatTemplate {
-  /** The opening of a conversation: these messages, then the generation prompt (BOS and a default system prompt as the template writes them). */
-  open(messages: readonly ChatMessage[]): string;
+  /**
+   * The opening of a conversation: these messages, then the generation prompt (BOS and a default
+   * system prompt as the template writes them). `tools`: OpenAI-style function definitions, given
+   * to the template as `tools` (Qwen/Hermes templates list them in the system turn).
+   */
+  open(messages: readonly ChatMessage[], tools?: readonly unknown[]): string;
   /** After an assistant turn: its closing (the end token too when the turn did not stop on it), the new messages, the generation prompt. */
   next(messages: readonly ChatMessage[], stoppedOnEnd: boolean): string;
 }
@@ -51,9 +55,14 @@ export function chatTemplate(source: string, specialTokens: Readonly<Record<stri
   } catch (e) {
     throw new ChatTemplateError(`does not parse: ${(e as Error).message}`);
   }
-  const render = (messages: readonly ChatMessage[], addGenerationPrompt: boolean): string => {
+  const render = (messages: readonly ChatMessage[], addGenerationPrompt: boolean, tools?: readonly unknown[]): string => {
     try {
-      return template.render({ ...specialTokens, messages: messages.map((m) => ({ ...m })), add_generation_prompt: addGenerationPrompt });
+      return template.render({
+        ...specialTokens,
+        messages: messages.map((m) => ({ ...m })),
+        add_generation_prompt: addGenerationPrompt,
+        ...(tools && tools.length > 0 ? { tools } : {}),
+      });
     } catch (e) {
       throw new ChatTemplateError(`rendering [${messages.map((m) => m.role).join(', ')}] failed: ${(e as Error).message}`);
     }
@@ -81,9 +90,9 @@ export function chatTemplate(source: string, specialTokens: Readonly<Record<stri
   };
   afterTurn([{ role: 'user', content: 'user' }]); // checks the template once, not on the first turn
   return {
-    open(messages) {
+    open(messages, tools) {
       if (messages.length === 0) throw new ChatTemplateError('open: at least one message');
-      return render(messages, true);
+      return render(messages, true, tools);
     },
     next(messages, stoppedOnEnd) {
       const text = afterTurn(messages);

@@ -46,6 +46,43 @@ export interface EpisodeIO {
   callTool(req: ToolCallRequest): Promise<ToolCallReply>;
   /** Milliseconds; in a workflow this is workflow time, so it replays. */
   now(): number;
+  /**
+   * Opens the episode's OpenAI-compatible sessions (gateway/), one per agent. Batched rollout
+   * only: a durable episode's code runs in the workflow sandbox, which has no network.
+   */
+  openSessions?(episode: EpisodeTurns): Promise<OpenSessions>;
+}
+
+/** What an agent's code points an OpenAI-compatible client at (`new OpenAI(agents.solver.openai)`). */
+export interface OpenAISession {
+  readonly baseURL: string;
+  readonly apiKey: string;
+}
+
+export interface OpenSessions {
+  sessions: Record<string, OpenAISession>;
+  close(): void;
+}
+
+/** A turn taken from a context built outside the episode function (the gateway's rendering of a request). */
+export interface SessionTurnRequest {
+  context: number[];
+  parents: number[];
+  /** At most the agent's maxTokens. */
+  maxTokens: number;
+  /** Overrides the agent's sampling (the episode's own override, eval's greedy decoding, still wins). */
+  sampling: Partial<Sampling>;
+  /** Besides EOS: tokens after which `stopped` is asked whether the sampled text ends the turn (stop strings). */
+  stopTokens: number[];
+  stopped(sampled: string): boolean;
+}
+
+/** The running episode as the gateway sees it: take and record turns, count what it could not keep exact. */
+export interface EpisodeTurns {
+  readonly team: AnyTeam;
+  readonly episodeId: string;
+  turn(role: string, req: SessionTurnRequest): Promise<TurnRecord>;
+  count(role: string, counter: string, n?: number): void;
 }
 
 export interface EpisodeInput {
@@ -72,6 +109,8 @@ export interface TurnHandle {
 
 export interface AgentHandle {
   act(message: string, opts?: { after?: readonly TurnHandle[] }): Promise<TurnHandle>;
+  /** The agent's OpenAI-compatible session (batched rollout): every call through it is a turn of this agent. */
+  readonly openai: OpenAISession;
 }
 
 /** Thrown inside the episode when a limit is exceeded; the episode ends `truncated`. */
@@ -285,8 +324,84 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: Ep
     return reply.rendered;
   }
 
+  // Turns the gateway takes: the context is the gateway's, the limits, seeds and record are the episode's.
+  // A limit the gateway hits ends the episode truncated, even if the agent's code caught the HTTP error.
+  let sessionLimit: LimitExceeded | undefined;
+  const counters: Record<string, Record<string, number>> = {};
+  async function sessionTurn(role: string, req: SessionTurnRequest): Promise<TurnRecord> {
+    const spec = team.agents[role]!;
+    const taken = turns.filter((t) => t.agent === role).length;
+    const limit =
+      taken >= spec.maxTurns
+        ? `agents.${role}.maxTurns (${spec.maxTurns}) exceeded`
+        : turns.length >= team.limits.maxTurns
+          ? `limits.maxTurns (${team.limits.maxTurns}) exceeded`
+          : undefined;
+    if (limit) throw (sessionLimit ??= new LimitExceeded(limit));
+    const index = turns.length;
+    const started = io.now();
+    const sampling = { ...spec.sampling, ...req.sampling, ...input.sampling };
+    const response: number[] = [];
+    const logprobs: number[] = [];
+    let budget = Math.min(req.maxTokens, spec.maxTokens);
+    let stop: StopReason = 'max_tokens';
+    for (let segment = 0; budget > 0; segment++) {
+      const reply = await io.generate({
+        model: spec.model,
+        version: input.versions[spec.model]!,
+        context: [...req.context, ...response],
+        maxTokens: budget,
+        stopTokens: [tok.eosId, ...req.stopTokens],
+        sampling,
+        seed: deriveSeed(input.seed, 'turn', index, 'segment', segment),
+      });
+      response.push(...reply.tokens);
+      logprobs.push(...reply.logprobs);
+      budget -= reply.tokens.length;
+      if (reply.stopReason !== 'stop_token') break;
+      if (reply.tokens.at(-1) === tok.eosId || req.stopped(tok.decode(response))) {
+        stop = 'eos';
+        break;
+      }
+    }
+    const turn: TurnRecord = {
+      index,
+      agent: role,
+      model: spec.model,
+      version: input.versions[spec.model]!,
+      parents: [...new Set(req.parents)].sort((a, b) => a - b),
+      contextTokens: req.context,
+      responseTokens: response,
+      logprobs,
+      lossMask: response.map(() => 1 as const),
+      stopReason: stop,
+      toolCalls: [],
+      durationMs: Math.max(0, io.now() - started),
+    };
+    turns.push(turn);
+    lastTurnOf.set(role, index);
+    return turn;
+  }
+  const episodeTurns: EpisodeTurns = {
+    team,
+    episodeId: input.episodeId,
+    turn: sessionTurn,
+    count(role, counter, n = 1) {
+      const c = (counters[role] ??= {});
+      c[counter] = (c[counter] ?? 0) + n;
+    },
+  };
+  const opened = runtime.openSessions ? await guarded(() => runtime.openSessions!(episodeTurns)) : undefined;
+
   const agents: Record<string, AgentHandle> = {};
-  for (const role of Object.keys(team.agents)) agents[role] = { act: (m, o) => act(role, m, o) };
+  for (const role of Object.keys(team.agents))
+    agents[role] = {
+      act: (m, o) => act(role, m, o),
+      get openai(): OpenAISession {
+        if (!opened) throw new Error(`agents.${role}.openai: the OpenAI-compatible gateway serves batched episodes only (this one runs durable)`);
+        return opened.sessions[role]!;
+      },
+    };
 
   let trajectory: Trajectory;
   try {
@@ -295,9 +410,13 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: Ep
   } catch (err) {
     if (err instanceof LimitExceeded) trajectory = { episodeId: input.episodeId, status: 'truncated', error: err.message, turns };
     else trajectory = { episodeId: input.episodeId, status: 'failed', error: `episode: ${(err as Error)?.message ?? String(err)}`, turns };
+  } finally {
+    opened?.close();
   }
   // An attempt that met an infrastructure failure is no trajectory, whatever the episode function did with it.
   if (infrastructure) throw infrastructure.cause;
   if (fault) return { episodeId: input.episodeId, status: 'failed', error: `episode: ${fault.message}`, turns };
+  if (sessionLimit && trajectory.status === 'completed') trajectory = { episodeId: input.episodeId, status: 'truncated', error: sessionLimit.message, turns };
+  if (Object.keys(counters).length > 0) trajectory.counters = counters;
   return trajectory;
 }

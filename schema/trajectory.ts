@@ -47,6 +47,8 @@ export const trajectory = z.object({
   outcome: z.unknown().optional(),
   error: z.string().optional(),
   turns: z.array(turnRecord),
+  /** Per agent, counts the gateway keeps (gateway/): calls, retokenizedTurns, unparsedToolCalls. */
+  counters: z.record(z.string(), z.record(z.string(), z.number())).optional(),
 });
 export type Trajectory = z.infer<typeof trajectory>;
 

@@ -54,6 +54,8 @@ export function runBatchedEpisode(team: AnyTeam, input: EpisodeInput, io: Episod
     generate: (call) => outside(() => io.generate(call)),
     callTool: (req) => outside(() => io.callTool(req)),
     now: () => scope.exit(() => io.now()),
+    // the gateway's server answers outside the scope too: its requests are I/O, not episode code
+    ...(io.openSessions ? { openSessions: (e) => scope.exit(() => io.openSessions!(e)) } : {}),
   };
   return scope.run(s, () => runEpisode(team, input, scoped));
 }

@@ -26,6 +26,7 @@ import type { StoredEpisode } from '../store/trajectories';
 import { scoredEpisode, type TeamRef } from './control';
 import { runBatchedEpisode } from './episode-sandbox';
 import { executeTool } from '../tools';
+import { openGatewaySessions } from '../../gateway';
 
 type EpisodeMeta = StoredEpisode['meta'];
 
@@ -129,6 +130,7 @@ export function serveEpisodes(port: MessagePort, shared: Int32Array, load: (ref:
         }
       },
       now: () => Date.now(),
+      openSessions: openGatewaySessions,
     };
     handOver(id);
     runBatchedEpisode(team, episode.input, io)

@@ -61,6 +61,7 @@ import {
 import { scoredEpisode, type TeamRef } from './control';
 import { episodesOf, type RolloutEpisodes } from './plan';
 import { loadTasks } from '../tasks';
+import { openGatewaySessions } from '../../gateway';
 
 /** The engine calls these activities need (engines/protocol/client.ts provides them over gRPC). */
 export interface EngineApi {
@@ -284,6 +285,7 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints, episode
                   generate,
                   callTool: (req) => executeTool(team, req, ctx.cancellationSignal),
                   now: () => Date.now(),
+                  openSessions: openGatewaySessions,
                 }).then((trajectory) => scoredEpisode(team, episode.meta, trajectory));
           // All episodes in flight at once: the engine coalesces their turns into batched runs.
           await Promise.all(

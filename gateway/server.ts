@@ -1,0 +1,193 @@
+/**
+ * The gateway's HTTP server (node:http): OpenAI Chat Completions and Models
+ * for the sessions of the episodes running in this thread. One server per
+ * episode thread, on loopback; each episode registers a session per agent
+ * (`/s/<session>/v1`) under a per-episode random key, so a request reaches
+ * only its own episode's agent. Requests of one episode are taken one at a
+ * time, in arrival order, so its turns are numbered as they are recorded;
+ * different episodes' calls run concurrently and batch on the engine.
+ */
+import { randomBytes, timingSafeEqual } from 'node:crypto';
+import * as http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { EpisodeTurns, OpenSessions } from '../agents/episode';
+import { GatewayError, invalid } from './errors';
+import { parseChatRequest } from './request';
+import { AgentSession, type Completion } from './session';
+
+interface Registered {
+  key: Buffer;
+  session: AgentSession;
+  episode: { queue: Promise<unknown> };
+}
+
+/** Bodies above this are refused (a context the engine could hold is far smaller). */
+const MAX_BODY = 16 * 1024 * 1024;
+
+export class GatewayServer {
+  private readonly sessions = new Map<string, Registered>();
+  /** Live episodes' keys, to tell another episode's key from a wrong one. */
+  private readonly keys = new Set<string>();
+
+  private constructor(
+    private readonly server: http.Server,
+    readonly origin: string,
+  ) {}
+
+  static async start(host = '127.0.0.1'): Promise<GatewayServer> {
+    let self: GatewayServer | undefined;
+    const server = http.createServer((req, res) => void self!.handle(req, res));
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(0, host, resolve);
+    });
+    server.unref(); // a thread or process with no episodes is not kept alive by it
+    const { port } = server.address() as AddressInfo;
+    self = new GatewayServer(server, `http://${host}:${port}`);
+    return self;
+  }
+
+  /** Sessions for every agent of an episode; close() ends them (later requests get 404). */
+  open(episode: EpisodeTurns): OpenSessions {
+    const key = `sk-troupe-${randomBytes(24).toString('base64url')}`;
+    const shared = { queue: Promise.resolve() as Promise<unknown> };
+    const ids: string[] = [];
+    const sessions: OpenSessions['sessions'] = {};
+    for (const role of episode.team.roles) {
+      const id = randomBytes(12).toString('base64url');
+      ids.push(id);
+      this.sessions.set(id, { key: Buffer.from(key), session: new AgentSession(episode, role), episode: shared });
+      sessions[role] = { baseURL: `${this.origin}/s/${id}/v1`, apiKey: key };
+    }
+    this.keys.add(key);
+    return {
+      sessions,
+      close: () => {
+        for (const id of ids) this.sessions.delete(id);
+        this.keys.delete(key);
+      },
+    };
+  }
+
+  async close(): Promise<void> {
+    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+  }
+
+  private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    try {
+      const url = new URL(req.url ?? '/', this.origin);
+      const m = /^\/s\/([A-Za-z0-9_-]+)\/v1(\/.*)$/.exec(url.pathname);
+      if (!m) throw new GatewayError(404, `no route ${url.pathname}: use an agent's baseURL (agents.<role>.openai)`, null, 'unknown_route');
+      const registered = this.authorize(m[1]!, req.headers.authorization);
+      const route = m[2]!;
+      if (route === '/models' || route.startsWith('/models/')) {
+        if (req.method !== 'GET') throw new GatewayError(405, `${req.method} ${route}: use GET`, null, 'method_not_allowed');
+        const model = { id: registered.session.model, object: 'model', created: 0, owned_by: 'troupe' };
+        if (route === '/models') return json(res, 200, { object: 'list', data: [model] });
+        const id = decodeURIComponent(route.slice('/models/'.length));
+        if (id !== model.id) throw new GatewayError(404, `this session serves model ${JSON.stringify(model.id)}`, 'model', 'model_not_found');
+        return json(res, 200, model);
+      }
+      if (route !== '/chat/completions')
+        throw new GatewayError(404, `no route ${route} (the gateway serves /chat/completions and /models)`, null, 'unknown_route');
+      if (req.method !== 'POST') throw new GatewayError(405, `${req.method} /chat/completions: use POST`, null, 'method_not_allowed');
+      const raw = await readBody(req);
+      let body: unknown;
+      try {
+        body = JSON.parse(raw);
+      } catch (e) {
+        throw invalid('body', `not valid JSON: ${(e as Error).message}`);
+      }
+      const request = parseChatRequest(body);
+      // one call of an episode at a time: its turns are recorded in the order they are numbered
+      const run = registered.episode.queue.then(() => registered.session.complete(request));
+      registered.episode.queue = run.catch(() => undefined);
+      const done = await run;
+      if (request.stream) stream(res, done, request.logprobs, request.includeUsage);
+      else json(res, 200, completionBody(done, request.logprobs));
+    } catch (e) {
+      const err =
+        e instanceof GatewayError
+          ? e
+          : new GatewayError(500, `the episode's runtime failed: ${(e as Error)?.message ?? String(e)}`, null, 'server_error', 'server_error');
+      if (!res.headersSent) json(res, err.status, err.body());
+      else res.end();
+    }
+  }
+
+  private authorize(id: string, header: string | undefined): Registered {
+    const registered = this.sessions.get(id);
+    if (!registered) throw new GatewayError(404, 'unknown session (its episode has ended, or the baseURL is not an agent’s)', 'baseURL', 'session_not_found');
+    const given = /^Bearer (.+)$/.exec(header ?? '')?.[1];
+    if (!given) throw new GatewayError(401, 'missing: send the session’s apiKey as a Bearer token', 'apiKey', 'invalid_api_key');
+    const key = Buffer.from(given);
+    if (key.length === registered.key.length && timingSafeEqual(key, registered.key)) return registered;
+    if (this.keys.has(given))
+      throw new GatewayError(403, 'belongs to another episode: a request may only append to its own episode', 'apiKey', 'session_mismatch');
+    throw new GatewayError(401, 'is not this session’s key', 'apiKey', 'invalid_api_key');
+  }
+}
+
+function json(res: http.ServerResponse, status: number, body: unknown) {
+  const text = JSON.stringify(body);
+  // the OpenAI clients retry 4xx/5xx unless told not to: a retry would be a second turn
+  res.writeHead(status, {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(text),
+    ...(status >= 400 ? { 'x-should-retry': 'false' } : {}),
+  });
+  res.end(text);
+}
+
+function readBody(req: http.IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on('data', (c: Buffer) => {
+      size += c.length;
+      if (size > MAX_BODY) {
+        reject(new GatewayError(413, `over ${MAX_BODY} bytes`, 'body', 'request_too_large'));
+        req.destroy();
+      } else chunks.push(c);
+    });
+    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+    req.on('error', reject);
+  });
+}
+
+/** Unique per turn of an episode (the episode itself is the session's). */
+const completionId = (c: Completion) => `chatcmpl-troupe-${c.turn.index}`;
+
+function logprobsOf(c: Completion) {
+  return { content: c.tokens.map((t) => ({ token: t.token, logprob: t.logprob, bytes: [...Buffer.from(t.token)], top_logprobs: [] })), refusal: null };
+}
+
+function completionBody(c: Completion, logprobs: boolean) {
+  return {
+    id: completionId(c),
+    object: 'chat.completion',
+    created: Math.floor(Date.now() / 1000),
+    model: c.turn.model,
+    choices: [{ index: 0, message: { ...c.message, refusal: null }, logprobs: logprobs ? logprobsOf(c) : null, finish_reason: c.finishReason }],
+    usage: c.usage,
+  };
+}
+
+/**
+ * Server-sent events, sent once the turn is sampled (the engine generates a turn whole): the
+ * role, the content with its log-probs, each tool call, the finish reason, usage if asked, [DONE].
+ * The tokens are the non-streamed reply's.
+ */
+function stream(res: http.ServerResponse, c: Completion, logprobs: boolean, includeUsage: boolean) {
+  res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
+  const base = { id: completionId(c), object: 'chat.completion.chunk', created: Math.floor(Date.now() / 1000), model: c.turn.model };
+  const send = (choices: unknown[], extra: Record<string, unknown> = {}) => res.write(`data: ${JSON.stringify({ ...base, choices, ...extra })}\n\n`);
+  send([{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }]);
+  if (c.message.content !== null) send([{ index: 0, delta: { content: c.message.content }, logprobs: logprobs ? logprobsOf(c) : null, finish_reason: null }]);
+  (c.message.tool_calls ?? []).forEach((call, i) =>
+    send([{ index: 0, delta: { tool_calls: [{ index: i, id: call.id, type: 'function', function: call.function }] }, logprobs: null, finish_reason: null }]),
+  );
+  send([{ index: 0, delta: {}, logprobs: null, finish_reason: c.finishReason }]);
+  if (includeUsage) send([], { usage: c.usage });
+  res.end('data: [DONE]\n\n');
+}

@@ -1,0 +1,186 @@
+/**
+ * One agent's OpenAI-compatible session in one episode: a Chat Completions
+ * request becomes one turn of that agent, token in / token out.
+ *
+ * The context is built from ids, never from re-rendered text where it can be
+ * avoided: an assistant message this session returned is matched (with
+ * everything before it) to the turn that sampled it, and the new context is
+ * that turn's context and sampled ids followed by the template's continuation
+ * (`chat.next`) with the messages after it. Only history the session cannot
+ * match (a first call, or history the agent's code edited) is rendered by the
+ * template and encoded: such a turn is counted in `retokenizedTurns` when it
+ * contains assistant messages, since training then sees a context that the
+ * policy's own samples did not produce.
+ */
+import { LimitExceeded, type EpisodeTurns } from '../agents/episode';
+import type { ChatMessage, ChatTemplate } from '../agents/chat-template';
+import type { TurnRecord } from '../schema/trajectory';
+import { GatewayError, invalid } from './errors';
+import type { ChatRequest, FunctionTool, RequestMessage } from './request';
+import { parseToolCalls, renderToolCalls, type ToolCall } from './tool-calls';
+
+export interface Completion {
+  turn: TurnRecord;
+  message: { role: 'assistant'; content: string | null; tool_calls?: ToolCall[] };
+  finishReason: 'stop' | 'length' | 'tool_calls';
+  /** Per sampled token (a closing end token left out): its text and log-prob. */
+  tokens: Array<{ token: string; logprob: number }>;
+  usage: { prompt_tokens: number; completion_tokens: number; total_tokens: number };
+}
+
+/** Counters kept per agent in the trajectory (`counters`). */
+export const COUNTERS = { calls: 'gatewayCalls', retokenized: 'retokenizedTurns', unparsed: 'unparsedToolCalls' } as const;
+
+/** Sorted keys: the same JSON however a client orders an object. */
+function canonical(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
+  if (v && typeof v === 'object')
+    return `{${Object.keys(v)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canonical((v as Record<string, unknown>)[k])}`)
+      .join(',')}}`;
+  return JSON.stringify(v);
+}
+
+const argumentsKey = (args: string) => {
+  try {
+    return canonical(JSON.parse(args));
+  } catch {
+    return args;
+  }
+};
+
+const messageKey = (m: RequestMessage | { role: 'assistant'; content: string; toolCalls: ToolCall[] }) =>
+  canonical(m.role === 'assistant' ? [m.role, m.content, m.toolCalls.map((c) => [c.id, c.function.name, argumentsKey(c.function.arguments)])] : m);
+
+const historyKey = (tools: readonly FunctionTool[], messages: readonly RequestMessage[]) => canonical([tools, messages.map(messageKey)]);
+
+function toChat(m: RequestMessage): ChatMessage {
+  return m.role === 'assistant' ? { role: 'assistant', content: m.content + renderToolCalls(m.toolCalls) } : { role: m.role, content: m.content };
+}
+
+const PROBE = 'troupe_probe_tool';
+const rendersTools = new WeakMap<ChatTemplate, boolean>();
+
+/** Whether the template shows the tools it is given (it reads `tools`), probed once per template. */
+function templateRendersTools(chat: ChatTemplate): boolean {
+  let known = rendersTools.get(chat);
+  if (known === undefined) {
+    const probe = [{ type: 'function', function: { name: PROBE, description: '', parameters: { type: 'object', properties: {} } } }];
+    known = chat.open([{ role: 'user', content: 'u' }], probe).includes(PROBE);
+    rendersTools.set(chat, known);
+  }
+  return known;
+}
+
+export class AgentSession {
+  /** What this session returned, by the history it answered plus the reply: the turn that sampled it. */
+  private readonly exchanges = new Map<string, TurnRecord>();
+  readonly model: string;
+
+  constructor(
+    private readonly episode: EpisodeTurns,
+    readonly role: string,
+  ) {
+    this.model = episode.team.agents[role]!.model;
+  }
+
+  async complete(req: ChatRequest): Promise<Completion> {
+    const team = this.episode.team;
+    const tok = team.tokenizer;
+    const chat = team.chatTemplate;
+    if (req.model !== this.model)
+      throw new GatewayError(
+        404,
+        `this session serves agent ${this.role}'s model ${JSON.stringify(this.model)}, not ${JSON.stringify(req.model)}`,
+        'model',
+        'model_not_found',
+      );
+    if (!chat) throw new GatewayError(400, `team ${team.name} has no chatTemplate: the gateway renders messages with it`, 'messages', 'no_chat_template');
+    const tools = req.toolChoice === 'none' ? [] : req.tools;
+    if (tools.length > 0 && !templateRendersTools(chat))
+      throw invalid('tools', `team ${team.name}'s chat template does not render tools (it never shows its \`tools\` variable)`);
+
+    const { context, parents, retokenized } = this.contextOf(req.messages, tools, chat);
+    const stops = req.stop;
+    const stopTokens = [...new Set(stops.flatMap((s) => tok.idsContaining(s.slice(-1))))];
+    let turn: TurnRecord;
+    try {
+      turn = await this.episode.turn(this.role, {
+        context,
+        parents,
+        maxTokens: req.maxTokens ?? team.agents[this.role]!.maxTokens,
+        sampling: { ...(req.temperature !== undefined ? { temperature: req.temperature } : {}), ...(req.topP !== undefined ? { topP: req.topP } : {}) },
+        stopTokens,
+        stopped: (text) => stops.some((s) => text.includes(s)),
+      });
+    } catch (e) {
+      if (e instanceof LimitExceeded) throw new GatewayError(400, `${e.message}: the episode ends truncated`, null, 'episode_limit');
+      throw e;
+    }
+    this.episode.count(this.role, COUNTERS.calls);
+    this.episode.count(this.role, COUNTERS.retokenized, retokenized ? 1 : 0);
+
+    const sampled = turn.responseTokens.at(-1) === tok.eosId ? turn.responseTokens.slice(0, -1) : turn.responseTokens;
+    let text = tok.decode(sampled);
+    const cut = Math.min(...stops.map((s) => text.indexOf(s)).filter((i) => i >= 0));
+    if (Number.isFinite(cut)) text = text.slice(0, cut); // OpenAI leaves the stop sequence out
+    const parsed = tools.length > 0 ? parseToolCalls(text, new Set(tools.map((t) => t.function.name)), `call_${turn.index}`) : undefined;
+    this.episode.count(this.role, COUNTERS.unparsed, parsed?.unparsed ? 1 : 0);
+    const toolCalls = parsed?.toolCalls ?? [];
+    const content = parsed ? parsed.content : text;
+    this.exchanges.set(`${historyKey(tools, req.messages)}\n${messageKey({ role: 'assistant', content: content ?? '', toolCalls })}`, turn);
+    return {
+      turn,
+      message: { role: 'assistant', content, ...(toolCalls.length > 0 ? { tool_calls: toolCalls } : {}) },
+      finishReason: toolCalls.length > 0 ? 'tool_calls' : turn.stopReason === 'max_tokens' ? 'length' : 'stop',
+      tokens: sampled.map((id, i) => ({ token: tok.decode([id]), logprob: turn.logprobs[i]! })),
+      usage: { prompt_tokens: context.length, completion_tokens: turn.responseTokens.length, total_tokens: context.length + turn.responseTokens.length },
+    };
+  }
+
+  /** The request's context: continued from the latest assistant message this session returned, else rendered whole. */
+  private contextOf(messages: readonly RequestMessage[], tools: readonly FunctionTool[], chat: ChatTemplate) {
+    const tok = this.episode.team.tokenizer;
+    const encode = (text: string) => {
+      try {
+        return tok.encode(text);
+      } catch (e) {
+        const at = messages.findIndex((m) => {
+          try {
+            tok.encode(toChat(m).content);
+            return false;
+          } catch {
+            return true;
+          }
+        });
+        throw invalid(at >= 0 ? `messages[${at}].content` : 'tools', (e as Error).message);
+      }
+    };
+    const render = (fn: () => string) => {
+      try {
+        return fn();
+      } catch (e) {
+        throw invalid('messages', (e as Error).message);
+      }
+    };
+    for (let j = messages.length - 1; j >= 0; j--) {
+      const m = messages[j]!;
+      if (m.role !== 'assistant') continue;
+      const prev = this.exchanges.get(`${historyKey(tools, messages.slice(0, j))}\n${messageKey(m)}`);
+      if (!prev) continue;
+      const rest = messages.slice(j + 1);
+      const endedOnEos = prev.responseTokens.at(-1) === tok.eosId;
+      return {
+        context: [...prev.contextTokens, ...prev.responseTokens, ...encode(render(() => chat.next(rest.map(toChat), endedOnEos)))],
+        parents: [prev.index],
+        retokenized: rest.some((r) => r.role === 'assistant'),
+      };
+    }
+    return {
+      context: encode(render(() => chat.open(messages.map(toChat), tools))),
+      parents: [],
+      retokenized: messages.some((m) => m.role === 'assistant'),
+    };
+  }
+}

@@ -1,0 +1,125 @@
+/**
+ * Malformed requests to the gateway, through the real `openai` client (raw
+ * HTTP where the client cannot send the fault): each gets an OpenAI-style
+ * error body naming the field, and nothing is recorded (no generation, no turn).
+ */
+import assert from 'node:assert/strict';
+import { it } from 'node:test';
+import OpenAI from 'openai';
+import type { EpisodeIO, OpenAISession } from '../../../agents/episode';
+import { runBatchedEpisode } from '../../../activities/training/episode-sandbox';
+import { openGatewaySessions } from '../../../gateway';
+import { gatewayTeam } from './team';
+
+const io = (generations: { n: number }): EpisodeIO => ({
+  async generate() {
+    generations.n++;
+    return { tokens: [], logprobs: [], stopReason: 'max_tokens' };
+  },
+  callTool: async () => ({ ok: false, error: 'none', durationMs: 0 }),
+  now: () => 0,
+  openSessions: openGatewaySessions,
+});
+
+type Failure = { status: number; param: string | null; code: string | null; message: string; type: string };
+
+async function failure(p: Promise<unknown>): Promise<Failure> {
+  try {
+    await p;
+  } catch (e) {
+    assert.ok(e instanceof OpenAI.APIError, String(e));
+    const body = e.error as { param: string | null; code: string | null; message: string; type: string };
+    return { status: e.status!, ...body };
+  }
+  assert.fail('the request succeeded');
+}
+
+async function raw(session: OpenAISession, body: string, key = session.apiKey): Promise<Failure> {
+  const res = await fetch(`${session.baseURL}/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body,
+  });
+  const json = (await res.json()) as { error: Omit<Failure, 'status'> };
+  assert.equal(res.headers.get('x-should-retry'), 'false');
+  return { status: res.status, ...json.error };
+}
+
+it('malformed requests get an OpenAI error naming the field and record nothing', async () => {
+  const generations = { n: 0 };
+  const results: Record<string, Failure> = {};
+  let other: OpenAISession | undefined;
+  let release!: () => void;
+  const otherOpen = new Promise<void>((r) => (release = r));
+  let finish!: () => void;
+  const done = new Promise<void>((r) => (finish = r));
+  // the other episode holds its session open until this one is done with it
+  const otherTeam = gatewayTeam(async ({ agents }) => {
+    other = agents.solver.openai;
+    release();
+    await done;
+  });
+  const team = gatewayTeam(async ({ agents }) => {
+    await otherOpen;
+    try {
+      await requests(agents.solver.openai);
+    } finally {
+      finish();
+    }
+  });
+  async function requests(s: OpenAISession) {
+    const client = new OpenAI({ ...s, maxRetries: 0 });
+    const user = [{ role: 'user' as const, content: 'hi' }];
+    results.json = await raw(s, '{"model": "policy", "messages": [');
+    results.model = await failure(client.chat.completions.create({ model: 'gpt-4o', messages: user }));
+    results.messages = await failure(client.chat.completions.create({ model: 'policy' } as never));
+    results.role = await failure(client.chat.completions.create({ model: 'policy', messages: [{ role: 'robot', content: 'x' }] } as never));
+    results.schema = await failure(
+      client.chat.completions.create({
+        model: 'policy',
+        messages: user,
+        tools: [{ type: 'function', function: { name: 'add', parameters: { type: 'object', properties: { a: { type: 'digits' } } } } }],
+      }),
+    );
+    results.n = await failure(client.chat.completions.create({ model: 'policy', messages: user, n: 2 }));
+    results.session = await failure(
+      new OpenAI({ ...s, baseURL: s.baseURL.replace(/\/s\/[^/]+\//, '/s/nosuchsession/'), maxRetries: 0 }).chat.completions.create({
+        model: 'policy',
+        messages: user,
+      }),
+    );
+    results.key = await failure(new OpenAI({ ...s, apiKey: 'sk-guess', maxRetries: 0 }).chat.completions.create({ model: 'policy', messages: user }));
+    // this episode's key on the other episode's session, and the other's key on this one's
+    results.another = await failure(
+      new OpenAI({ baseURL: other!.baseURL, apiKey: s.apiKey, maxRetries: 0 }).chat.completions.create({ model: 'policy', messages: user }),
+    );
+    // the other episode's key on this episode's session
+    results.crossed = await raw(s, JSON.stringify({ model: 'policy', messages: user }), other!.apiKey);
+  }
+  const input = (episodeId: string) => ({ episodeId, seed: 1, task: 0, versions: { policy: 0, other: 0 } });
+  const [mine, theirs] = await Promise.all([
+    runBatchedEpisode(team, input('e-mine'), io(generations)),
+    runBatchedEpisode(otherTeam, input('e-other'), io(generations)),
+  ]);
+  assert.equal(mine.status, 'completed', mine.error);
+  assert.equal(theirs.status, 'completed', theirs.error);
+
+  const summary = Object.fromEntries(Object.entries(results).map(([k, f]) => [k, [f.status, f.param, f.code]]));
+  assert.deepEqual(summary, {
+    json: [400, 'body', 'invalid_value'],
+    model: [404, 'model', 'model_not_found'],
+    messages: [400, 'messages', 'invalid_value'],
+    role: [400, 'messages[0].role', 'invalid_value'],
+    schema: [400, 'tools[0].function.parameters.properties.a.type', 'invalid_value'],
+    n: [400, 'n', 'invalid_value'],
+    session: [404, 'baseURL', 'session_not_found'],
+    key: [401, 'apiKey', 'invalid_api_key'],
+    another: [403, 'apiKey', 'session_mismatch'],
+    crossed: [403, 'apiKey', 'session_mismatch'],
+  });
+  assert.match(results.json!.message, /^body: not valid JSON/);
+  assert.match(results.schema!.message, /"digits" is not a JSON Schema type/);
+  assert.equal(results.model!.type, 'not_found_error');
+  assert.equal(generations.n, 0, 'no generation');
+  assert.deepEqual([mine.turns, theirs.turns, mine.counters, theirs.counters], [[], [], undefined, undefined], 'nothing recorded');
+});

@@ -1,0 +1,184 @@
+/**
+ * The gateway with the real `openai` client, the episode's replies scripted
+ * (so the sampled text can hold well-formed and broken tool calls; the same
+ * path against the real engine: engine-episode.test.ts). Checked: the
+ * contexts recorded are the template's rendering continued token in / token
+ * out from the sampled ids, tool calls come back as OpenAI `tool_calls`,
+ * stream and non-stream give the same reply, and edited history is counted.
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import OpenAI from 'openai';
+import type { EpisodeIO, GenerateCall } from '../../../agents/episode';
+import { runBatchedEpisode } from '../../../activities/training/episode-sandbox';
+import { openGatewaySessions } from '../../../gateway';
+import { gatewayTeam, tokenizer, TEMPLATE } from './team';
+import { chatTemplate } from '../../../agents';
+
+const EOS = tokenizer.eosId;
+const chat = chatTemplate(TEMPLATE, {}, '');
+const tools = [
+  {
+    type: 'function' as const,
+    function: {
+      name: 'add',
+      description: 'adds',
+      parameters: { type: 'object', properties: { a: { type: 'number' }, b: { type: 'number' } }, required: ['a', 'b'] },
+    },
+  },
+];
+
+/** An EpisodeIO whose generations are the given texts (each closed by EOS unless it ends with '…'), with made-up log-probs. */
+function scripted(texts: string[]) {
+  const calls: GenerateCall[] = [];
+  const io: EpisodeIO = {
+    async generate(call) {
+      calls.push(call);
+      const text = texts.shift()!;
+      const cut = text.endsWith('…');
+      const tokens = [...tokenizer.encode(cut ? text.slice(0, -1) : text), ...(cut ? [] : [EOS])].slice(0, call.maxTokens);
+      return { tokens, logprobs: tokens.map((_, i) => -0.1 * (i + 1)), stopReason: tokens.at(-1) === EOS ? 'stop_token' : 'max_tokens' };
+    },
+    callTool: async () => ({ ok: false, error: 'none', durationMs: 0 }),
+    now: () => 0,
+    openSessions: openGatewaySessions,
+  };
+  return { io, calls };
+}
+
+const input = { episodeId: 'e1', seed: 5, task: 0, versions: { policy: 0, other: 0 } };
+
+describe('gateway with the openai client', () => {
+  it('multi-turn with tool calls: contexts continue from the sampled ids; tool_calls parsed', async () => {
+    const call = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>';
+    const { io, calls } = scripted([`Let me add.${call}`, 'It is 5.']);
+    const seen: unknown[] = [];
+    const team = gatewayTeam(async ({ agents }) => {
+      const client = new OpenAI({ ...agents.solver.openai, maxRetries: 0 });
+      const messages: OpenAI.ChatCompletionMessageParam[] = [
+        { role: 'system', content: 'You add.' },
+        { role: 'user', content: '2+3?' },
+      ];
+      const first = await client.chat.completions.create({ model: 'policy', messages, tools, logprobs: true });
+      seen.push(first);
+      const msg = first.choices[0]!.message;
+      messages.push(msg, { role: 'tool', tool_call_id: msg.tool_calls![0]!.id, content: '5' });
+      const second = await client.chat.completions.create({ model: 'policy', messages, tools });
+      seen.push(second);
+      return second.choices[0]!.message.content;
+    });
+    const traj = await runBatchedEpisode(team, input, io);
+    assert.equal(traj.status, 'completed', traj.error);
+    assert.equal(traj.outcome, 'It is 5.');
+    const [first, second] = seen as OpenAI.ChatCompletion[];
+    assert.equal(first!.choices[0]!.finish_reason, 'tool_calls');
+    assert.equal(first!.choices[0]!.message.content, 'Let me add.');
+    assert.deepEqual(first!.choices[0]!.message.tool_calls, [{ id: 'call_0_0', type: 'function', function: { name: 'add', arguments: '{"a":2,"b":3}' } }]);
+    assert.deepEqual(
+      first!.choices[0]!.logprobs!.content!.map((t) => t.logprob),
+      traj.turns[0]!.logprobs.slice(0, -1),
+      'log-probs of the sampled tokens, EOS left out',
+    );
+    assert.equal(second!.choices[0]!.finish_reason, 'stop');
+
+    // turn 0: the whole request rendered by the template, tools included
+    const opening = chat.open(
+      [
+        { role: 'system', content: 'You add.' },
+        { role: 'user', content: '2+3?' },
+      ],
+      tools,
+    );
+    assert.deepEqual(traj.turns[0]!.contextTokens, tokenizer.encode(opening));
+    // turn 1: turn 0's context and sampled ids as they were (EOS included), then only the tool message
+    assert.deepEqual(traj.turns[1]!.contextTokens, [
+      ...traj.turns[0]!.contextTokens,
+      ...traj.turns[0]!.responseTokens,
+      ...tokenizer.encode('\n<tool>5\n<assistant>'),
+    ]);
+    assert.deepEqual(traj.turns[0]!.responseTokens, [...tokenizer.encode(`Let me add.${call}`), EOS]);
+    assert.deepEqual(traj.turns[1]!.parents, [0]);
+    // recorded == what the engine was asked and sampled
+    assert.deepEqual(
+      traj.turns.map((t) => t.contextTokens),
+      calls.map((c) => c.context),
+    );
+    assert.deepEqual(
+      traj.turns[1]!.lossMask,
+      traj.turns[1]!.responseTokens.map(() => 1),
+    );
+    assert.deepEqual(traj.counters, { solver: { gatewayCalls: 2, retokenizedTurns: 0, unparsedToolCalls: 0 } });
+  });
+
+  it('stream and non-stream give the same reply and tokens', async () => {
+    const replies = ['abc<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>'];
+    const run = async (stream: boolean) => {
+      const { io } = scripted([...replies]);
+      let out: { content: string; calls: unknown[]; finish: string | null; usage: unknown } | undefined;
+      const team = gatewayTeam(async ({ agents }) => {
+        const client = new OpenAI({ ...agents.solver.openai, maxRetries: 0 });
+        const req = { model: 'policy', messages: [{ role: 'user' as const, content: 'x' }], tools };
+        if (!stream) {
+          const r = await client.chat.completions.create(req);
+          out = { content: r.choices[0]!.message.content ?? '', calls: r.choices[0]!.message.tool_calls!, finish: r.choices[0]!.finish_reason, usage: r.usage };
+          return;
+        }
+        const s = await client.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true } });
+        out = { content: '', calls: [], finish: null, usage: undefined };
+        for await (const chunk of s) {
+          if (chunk.usage) out.usage = chunk.usage;
+          const c = chunk.choices[0];
+          if (!c) continue;
+          out.content += c.delta.content ?? '';
+          for (const t of c.delta.tool_calls ?? []) out.calls.push({ id: t.id, type: t.type, function: t.function });
+          if (c.finish_reason) out.finish = c.finish_reason;
+        }
+      });
+      const traj = await runBatchedEpisode(team, input, io);
+      return { out, turns: traj.turns };
+    };
+    const plain = await run(false);
+    const streamed = await run(true);
+    assert.deepEqual(streamed.out, plain.out);
+    assert.equal(plain.out!.content, 'abc');
+    assert.equal(plain.out!.finish, 'tool_calls');
+    assert.deepEqual(streamed.turns, plain.turns);
+  });
+
+  it('a tool call that does not parse comes back as text and is counted; edited history is retokenized and counted', async () => {
+    const broken = '<tool_call>{"name": "add", "arguments": {"a": 1</tool_call>';
+    const { io } = scripted([broken, 'ok', 'fine']);
+    const replies: OpenAI.ChatCompletion[] = [];
+    const team = gatewayTeam(async ({ agents }) => {
+      const client = new OpenAI({ ...agents.solver.openai, maxRetries: 0 });
+      const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: 'user', content: 'q' }];
+      replies.push(await client.chat.completions.create({ model: 'policy', messages, tools }));
+      messages.push(replies[0]!.choices[0]!.message, { role: 'user', content: 'again' });
+      replies.push(await client.chat.completions.create({ model: 'policy', messages, tools }));
+      // the agent's code rewrites the assistant's second reply ('ok'): that message cannot be matched to sampled ids
+      messages.push({ role: 'assistant', content: 'edited' }, { role: 'user', content: 'and?' });
+      replies.push(await client.chat.completions.create({ model: 'policy', messages, tools }));
+    });
+    const traj = await runBatchedEpisode(team, input, io);
+    assert.equal(traj.status, 'completed', traj.error);
+    assert.equal(replies[0]!.choices[0]!.message.content, broken);
+    assert.equal(replies[0]!.choices[0]!.message.tool_calls, undefined);
+    assert.equal(replies[0]!.choices[0]!.finish_reason, 'stop');
+    assert.deepEqual(traj.turns[1]!.parents, [0], 'the broken call was returned as text and matched back');
+    // turn 2: continued from the last assistant message the session returned (turn 0's); what follows, the
+    // edited reply included, is rendered by the template
+    assert.equal(replies[1]!.choices[0]!.message.content, 'ok');
+    assert.deepEqual(traj.turns[2]!.parents, [0]);
+    const rest = [
+      { role: 'user' as const, content: 'again' },
+      { role: 'assistant' as const, content: 'edited' },
+      { role: 'user' as const, content: 'and?' },
+    ];
+    assert.deepEqual(traj.turns[2]!.contextTokens, [
+      ...traj.turns[0]!.contextTokens,
+      ...traj.turns[0]!.responseTokens,
+      ...tokenizer.encode(chat.next(rest, true)),
+    ]);
+    assert.deepEqual(traj.counters, { solver: { gatewayCalls: 3, retokenizedTurns: 1, unparsedToolCalls: 1 } });
+  });
+});

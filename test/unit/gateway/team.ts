@@ -1,0 +1,35 @@
+/**
+ * A team for the gateway tests: a character tokenizer over printable ASCII and
+ * newline (any JSON encodes), a Hermes-style chat template that lists the tools
+ * as JSON, and agent code written against the real `openai` client, given as
+ * the test's episode function.
+ */
+import { agent, chatTemplate, charTokenizer, defineTeam, generatedTasks, tinyLM, type AgentHandle } from '../../../agents';
+
+export const tokenizer = charTokenizer('\n' + Array.from({ length: 95 }, (_, i) => String.fromCharCode(32 + i)).join(''));
+
+/** The end of an assistant turn is EOS (a character tokenizer has no text for it): endToken ''. */
+export const TEMPLATE =
+  '{%- if tools %}<tools>{{ tools | tojson }}</tools>\n{% endif -%}' +
+  '{%- for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor -%}' +
+  '{%- if add_generation_prompt %}<assistant>{% endif -%}';
+
+export function gatewayTeam(episode: (ctx: { task: number; agents: Record<'solver' | 'helper', AgentHandle> }) => Promise<unknown>, maxTurns = 4) {
+  return defineTeam({
+    name: 'gateway-test',
+    tokenizer,
+    chatTemplate: chatTemplate(TEMPLATE, {}, ''),
+    models: {
+      policy: tinyLM({ tokenizer, contextWindow: 4, embedDim: 8, hiddenDim: 16 }),
+      other: tinyLM({ tokenizer, contextWindow: 4, embedDim: 8, hiddenDim: 16 }),
+    },
+    agents: {
+      solver: agent({ model: 'policy', maxTokens: 96, maxTurns }),
+      helper: agent({ model: 'other', maxTokens: 8, maxTurns }),
+    },
+    tasks: generatedTasks({ seed: 1, count: 4, evalFraction: 0.5, make: (_r, i) => ({ id: `t${i}`, data: i }) }),
+    episode,
+    rewards: { solver: () => ({ r: 0 }), helper: () => ({ r: 0 }) },
+    success: () => true,
+  });
+}
