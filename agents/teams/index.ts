@@ -25,6 +25,7 @@ const BUNDLED: Record<string, TeamFactory> = {
   research: (options) => (require('./research') as typeof import('./research')).researchTeam(options as import('./research').ResearchOptions),
   recall: (options) => (require('./recall') as typeof import('./recall')).recallTeam(options as import('./recall').RecallOptions),
   chain: () => (require('./chain') as typeof import('./chain')).chainTeam(),
+  'chat-sum': () => (require('./chat-sum') as typeof import('./chat-sum')).chatSumTeam(),
 };
 
 /** The registry in use (mutated in place by useProjectTeams, so importers keep one object). */
