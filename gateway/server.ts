@@ -42,6 +42,9 @@ export class GatewayServer {
       server.listen(0, host, resolve);
     });
     server.unref(); // a thread or process with no episodes is not kept alive by it
+    // never close an idle keep-alive connection: a client reusing it as it closes gets a connection
+    // error (the agent's call fails); the client closes idle connections itself
+    server.keepAliveTimeout = 0;
     const { port } = server.address() as AddressInfo;
     self = new GatewayServer(server, `http://${host}:${port}`);
     return self;

@@ -63,6 +63,8 @@ export interface StepBatch {
   scores: Record<string, { mean: number; std: number }>;
   /** The advantage each trained turn received (excluded ones, e.g. MC-GRPO pivots, received none). */
   turnAdvantages: TurnAdvantage[];
+  /** Per agent: the gateway's counts summed over the step's episodes (gatewayCalls, retokenizedTurns, unparsedToolCalls). */
+  counters: Record<string, Record<string, number>>;
 }
 
 export interface TurnAdvantage {
@@ -115,6 +117,15 @@ export function agentLengths(episodes: readonly Pick<StoredEpisode, 'trajectory'
     }
   }
   return Object.fromEntries(Object.entries(n).map(([a, c]) => [a, { turns: c.turns / c.episodes, tokens: c.tokens / c.episodes }]));
+}
+
+/** The trajectories' per-agent counters (gateway/), summed over episodes. */
+export function agentCounters(episodes: readonly Pick<StoredEpisode, 'trajectory'>[]): Record<string, Record<string, number>> {
+  const sums: Record<string, Record<string, number>> = {};
+  for (const e of episodes)
+    for (const [agent, counts] of Object.entries(e.trajectory.counters ?? {}))
+      for (const [name, n] of Object.entries(counts)) (sums[agent] ??= {})[name] = (sums[agent]![name] ?? 0) + n;
+  return sums;
 }
 
 export function buildStepBatch(
@@ -224,6 +235,7 @@ export function buildStepBatch(
     counts,
     endings: agentEndings(episodes),
     lengths: agentLengths(episodes),
+    counters: agentCounters(episodes),
     scores,
     turnAdvantages,
   };

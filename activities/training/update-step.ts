@@ -178,8 +178,8 @@ export function updateRows(
   return rows;
 }
 
-/** A step's train rows per agent that need no update: reward components, episode endings and lengths. */
-export function agentRows(batch: Pick<StepBatch, 'rewards' | 'endings' | 'lengths'>, agents: readonly string[]): StepRow[] {
+/** A step's train rows per agent that need no update: reward components, episode endings and lengths, gateway counts. */
+export function agentRows(batch: Pick<StepBatch, 'rewards' | 'endings' | 'lengths' | 'counters'>, agents: readonly string[]): StepRow[] {
   return agents.flatMap((agent) => [
     ...Object.entries(batch.rewards[agent] ?? {}).map(([name, value]) => ({ kind: 'train', scope: agent, name: `reward.${name}`, value })),
     ...(batch.endings[agent]
@@ -194,5 +194,6 @@ export function agentRows(batch: Pick<StepBatch, 'rewards' | 'endings' | 'length
           { kind: 'train', scope: agent, name: 'episodeTokens', value: batch.lengths[agent].tokens },
         ]
       : []),
+    ...Object.entries(batch.counters[agent] ?? {}).map(([name, value]) => ({ kind: 'train', scope: agent, name, value })),
   ]);
 }

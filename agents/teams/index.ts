@@ -26,6 +26,7 @@ const BUNDLED: Record<string, TeamFactory> = {
   recall: (options) => (require('./recall') as typeof import('./recall')).recallTeam(options as import('./recall').RecallOptions),
   chain: () => (require('./chain') as typeof import('./chain')).chainTeam(),
   'chat-sum': () => (require('./chat-sum') as typeof import('./chat-sum')).chatSumTeam(),
+  'chat-digits': () => (require('./chat-digits') as typeof import('./chat-digits')).chatDigitsTeam(),
 };
 
 /** The registry in use (mutated in place by useProjectTeams, so importers keep one object). */

@@ -17,6 +17,7 @@ const LAYERS = [
   ['engines/protocol', 'engines/checkpoints'],
   ['engines/onnx', 'engines/conformance', 'engines/pytorch'],
   ['agents'],
+  ['gateway'],
   ['activities'],
   ['workflows'],
   ['dashboard'],
