@@ -63,8 +63,8 @@ export interface StepBatch {
   scores: Record<string, { mean: number; std: number }>;
   /** The advantage each trained turn received (excluded ones, e.g. MC-GRPO pivots, received none). */
   turnAdvantages: TurnAdvantage[];
-  /** Per agent: the gateway's counts summed over the step's episodes (gatewayCalls, retokenizedTurns, unparsedToolCalls). */
-  counters: Record<string, Record<string, number>>;
+  /** Per agent: the gateway's counts summed over the step's episodes (gatewayCalls, retokenizedTurns, unparsedToolCalls); only agents that used it. */
+  counters?: Record<string, Record<string, number>>;
 }
 
 export interface TurnAdvantage {

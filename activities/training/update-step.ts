@@ -194,6 +194,6 @@ export function agentRows(batch: Pick<StepBatch, 'rewards' | 'endings' | 'length
           { kind: 'train', scope: agent, name: 'episodeTokens', value: batch.lengths[agent].tokens },
         ]
       : []),
-    ...Object.entries(batch.counters[agent] ?? {}).map(([name, value]) => ({ kind: 'train', scope: agent, name, value })),
+    ...Object.entries(batch.counters?.[agent] ?? {}).map(([name, value]) => ({ kind: 'train', scope: agent, name, value })),
   ]);
 }
