@@ -1,0 +1,120 @@
+/**
+ * Gateway overhead: a turn through the `openai` client and the gateway (HTTP on
+ * loopback, request checking, rendering, recording) against the same turn as a
+ * direct engine call, on the ONNX CPU engine over gRPC in this process. Batch 1:
+ * sequential calls, p50/p90 per call. 64 sessions: 64 episodes calling at once
+ * (their turns batch on the engine) against 64 concurrent direct callers; calls/s.
+ * One process (gateway, clients and engine server share it; in a pool worker the
+ * episodes run on their own threads and the engine in its own process). Not a test.
+ *
+ *   node --import tsx bench/gateway.ts [calls per session, default 100]
+ */
+import OpenAI from 'openai';
+import { agent, chatTemplate, charTokenizer, defineTeam, generatedTasks, tinyLM } from '../agents';
+import { engineSpec } from '../agents/model';
+import type { EpisodeIO, GenerateCall } from '../agents/episode';
+import { runBatchedEpisode } from '../activities/training/episode-sandbox';
+import { generateOne } from '../activities/training/pool';
+import { modelKey } from '../activities/training/update-step';
+import { Engine } from '../engines/onnx/engine';
+import { startEngineServer } from '../engines/onnx/server';
+import { EngineClient } from '../engines/protocol/client';
+import { openGatewaySessions } from '../gateway';
+
+const CALLS = Number(process.argv[2] ?? 100);
+const SESSIONS = 64;
+const MAX_TOKENS = 8;
+const tokenizer = charTokenizer('0123456789?=');
+const template = "{% for m in messages %}{% if m.role == 'assistant' %}{{ m.content }}{% elif m.role == 'user' %}{{ m.content }}={% endif %}{% endfor %}";
+
+function team(episode: (agents: { openai: { baseURL: string; apiKey: string } }) => Promise<void>) {
+  return defineTeam({
+    name: 'bench-gateway',
+    tokenizer,
+    chatTemplate: chatTemplate(template, {}, ''),
+    models: { policy: tinyLM({ tokenizer, contextWindow: 8, embedDim: 16, hiddenDim: 64 }) },
+    agents: { reader: agent({ model: 'policy', maxTokens: MAX_TOKENS, maxTurns: CALLS }) },
+    limits: { maxTurns: CALLS, cpuMs: 600_000 },
+    tasks: generatedTasks({ seed: 1, count: 2, evalFraction: 0.5, make: (_r, i) => ({ id: String(i), data: i }) }),
+    episode: async ({ agents }) => episode(agents.reader),
+    rewards: { reader: () => ({}) },
+    success: () => true,
+  });
+}
+
+const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
+
+async function main() {
+  console.log(`command: node --import tsx bench/gateway.ts ${CALLS}`);
+  const server = await startEngineServer(new Engine({ device: { device: 'cpu', requested: 'cpu', fellBack: false, fallbackReason: '' } }), '127.0.0.1', 0);
+  const client = new EngineClient(server.address);
+  const runId = 'bench';
+  const spec = team(async () => undefined);
+  await client.initModel({ modelKey: modelKey(runId, 'policy'), spec: engineSpec(spec.models.policy!), seed: 1 });
+  const io: EpisodeIO = {
+    generate: (call) => generateOne(client, runId, call),
+    callTool: async () => ({ ok: false, error: 'none', durationMs: 0 }),
+    now: () => Date.now(),
+    openSessions: openGatewaySessions,
+  };
+  const context = tokenizer.encode(chatTemplate(template, {}, '').open([{ role: 'user', content: '12' }]));
+  const direct = (i: number): GenerateCall => ({
+    model: 'policy',
+    version: 0,
+    context,
+    maxTokens: MAX_TOKENS,
+    stopTokens: [],
+    sampling: { temperature: 1, topK: 0, topP: 1 },
+    seed: i,
+  });
+  // through the gateway: each call a fresh conversation (the same context as the direct call)
+  const viaGateway = (times: number[]) =>
+    team(async (reader) => {
+      const openai = new OpenAI({ ...reader.openai, maxRetries: 0 });
+      for (let i = 0; i < CALLS; i++) {
+        const t = performance.now();
+        await openai.chat.completions.create({ model: 'policy', messages: [{ role: 'user', content: '12' }], max_tokens: MAX_TOKENS });
+        times.push(performance.now() - t);
+      }
+    });
+
+  for (let i = 0; i < 20; i++) await generateOne(client, runId, direct(i)); // warm-up
+  const directTimes: number[] = [];
+  for (let i = 0; i < CALLS; i++) {
+    const t = performance.now();
+    await generateOne(client, runId, direct(i));
+    directTimes.push(performance.now() - t);
+  }
+  await runBatchedEpisode(viaGateway([]), { episodeId: 'warm', seed: 1, task: 0, versions: { policy: 0 } }, io);
+  const gatewayTimes: number[] = [];
+  await runBatchedEpisode(viaGateway(gatewayTimes), { episodeId: 'one', seed: 2, task: 0, versions: { policy: 0 } }, io);
+
+  let t = performance.now();
+  await Promise.all(
+    Array.from({ length: SESSIONS }, async (_, s) => {
+      for (let i = 0; i < CALLS; i++) await generateOne(client, runId, direct(s * CALLS + i));
+    }),
+  );
+  const directRate = (SESSIONS * CALLS) / ((performance.now() - t) / 1000);
+  t = performance.now();
+  await Promise.all(
+    Array.from({ length: SESSIONS }, (_, s) => runBatchedEpisode(viaGateway([]), { episodeId: `s${s}`, seed: s, task: 0, versions: { policy: 0 } }, io)),
+  );
+  const gatewayRate = (SESSIONS * CALLS) / ((performance.now() - t) / 1000);
+
+  const ms = (x: number) => x.toFixed(2);
+  console.log('| path | p50 ms | p90 ms | calls/s at 64 sessions |');
+  console.log('|---|---|---|---|');
+  console.log(`| direct engine call | ${ms(pct(directTimes, 50))} | ${ms(pct(directTimes, 90))} | ${directRate.toFixed(0)} |`);
+  console.log(`| openai client + gateway | ${ms(pct(gatewayTimes, 50))} | ${ms(pct(gatewayTimes, 90))} | ${gatewayRate.toFixed(0)} |`);
+  console.log(
+    `added p50 at batch 1: ${ms(pct(gatewayTimes, 50) - pct(directTimes, 50))} ms; throughput ratio at ${SESSIONS} sessions: ${(gatewayRate / directRate).toFixed(2)}`,
+  );
+  client.close();
+  await server.shutdown();
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});
