@@ -25,7 +25,6 @@ const BUNDLED: Record<string, TeamFactory> = {
   research: (options) => (require('./research') as typeof import('./research')).researchTeam(options as import('./research').ResearchOptions),
   recall: (options) => (require('./recall') as typeof import('./recall')).recallTeam(options as import('./recall').RecallOptions),
   chain: () => (require('./chain') as typeof import('./chain')).chainTeam(),
-  'chat-sum': () => (require('./chat-sum') as typeof import('./chat-sum')).chatSumTeam(),
   'chat-digits': () => (require('./chat-digits') as typeof import('./chat-digits')).chatDigitsTeam(),
 };
 

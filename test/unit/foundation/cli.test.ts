@@ -65,7 +65,7 @@ test('bin.js: train --help names the teams of the project it runs in, else the b
     assert.match(inside.stdout, /Teams: alpha, beta \(the project's, from .*troupe\.config\.ts\)/);
     const outside = troupe('train', '--help');
     assert.equal(outside.status, 0, outside.stderr);
-    assert.match(outside.stdout, /Teams: math, research, recall, chat-digits \(the registry/);
+    assert.match(outside.stdout, /Teams: math, research, recall, chain, chat-digits \(the registry/);
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
   }
