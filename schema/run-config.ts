@@ -186,7 +186,11 @@ export function checkAgainstTeam(config: RunConfig, team: AnyTeam): ResolvedTrai
         (agents[role] = resolveSettings(modelLevel(spec.model), agentLevel, { model: `optimizer.models.${spec.model}`, agent: `optimizer.agents.${role}` })),
     );
   }
-  if (issues.length > 0) throw new RunConfigError(issues);
+  // An agent's settings are resolved on top of its model's, so a model-level problem comes back
+  // once per agent of that model: one report each.
+  const seen = new Set<string>();
+  const unique = issues.filter((i) => !seen.has(`${i.path}\0${i.message}`) && !!seen.add(`${i.path}\0${i.message}`));
+  if (unique.length > 0) throw new RunConfigError(unique);
   return { models, agents };
 }
 

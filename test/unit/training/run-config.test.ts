@@ -69,6 +69,15 @@ describe('run config', () => {
     assert.throws(() => checkAgainstTeam(parseRunConfig({ team: 'math', staleness: { polcy: 1 } }), mathTeam()), /staleness\.polcy: unknown model/);
   });
 
+  it('a model-level problem is reported once, not once per agent of that model', () => {
+    // math's solver and verifier share the model policy: its settings are resolved for the model and for each agent.
+    const bad = parseRunConfig({ team: 'math', optimizer: { all: { estimator: { name: 'rloo', normalizeStd: false } } } });
+    assert.throws(
+      () => checkAgainstTeam(bad, mathTeam()),
+      (e: RunConfigError) => e.issues.length === 1 && e.issues[0]!.path === 'optimizer.models.policy.estimator.normalizeStd',
+    );
+  });
+
   it("pools: the team's pool (and trainPool) unless the run moves them; sample alone moves both; bad names by path", () => {
     const team = mathTeam();
     const none = parseRunConfig({ team: 'math' });
