@@ -20,7 +20,7 @@ export interface TypeCheckResult {
 }
 
 /** At most this many errors are listed (the rest counted). */
-export const MAX_LISTED = 10;
+export const MAX_LISTED = 5;
 
 type TS = typeof import('typescript');
 

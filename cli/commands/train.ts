@@ -244,9 +244,10 @@ function refuseTypeErrors(team: string, log: (line: string) => void): void {
   const { errors, skipped } = typeCheckTeam(project, team);
   if (skipped) log(`troupe: team "${team}" was not type-checked: ${skipped}`);
   if (errors.length === 0) return;
-  const more = errors.length > MAX_LISTED ? `\n  ... and ${errors.length - MAX_LISTED} more` : '';
+  // One line, as every CLI error is (formatError prints the first line of the message).
+  const more = errors.length > MAX_LISTED ? `; and ${errors.length - MAX_LISTED} more` : '';
   throw new TroupeError(
-    `team "${team}" has ${errors.length} type error${errors.length === 1 ? '' : 's'}; nothing was started:\n  ${errors.slice(0, MAX_LISTED).join('\n  ')}${more}`,
+    `team "${team}" has ${errors.length} type error${errors.length === 1 ? '' : 's'}; nothing was started: ${errors.slice(0, MAX_LISTED).join('; ')}${more}`,
     'fix them (`npx tsc -p .` in the project shows them too), or start anyway with --skip-type-check',
   );
 }

@@ -58,7 +58,8 @@ async function main() {
   const troupe = await connectTroupe();
   try {
     const refused = await troupe.startRun({ team: 'count', steps: 0 }).then(() => 'started', (e: Error) => e.message);
-    const { runId } = await troupe.startRun({ team: 'count', steps: 2, groupsPerStep: 2, groupSize: 4 });
+    // Long enough (a few seconds) for the 500 ms status polls to see it move, on a warm stack too.
+    const { runId } = await troupe.startRun({ team: 'count', steps: 30, groupsPerStep: 2, groupSize: 4 });
     const seen: string[] = [];
     const summary = await troupe.watchRun(runId, (s) => seen.push(s.step + '/' + s.steps + ' ' + s.status));
     const listed = (await troupe.listRuns()).find((r) => r.runId === runId);
@@ -231,11 +232,11 @@ test('npm pack, npm install in a fresh folder, troupe init, train; a second team
     .typescript;
   const withTs = await run('npm', ['install', '-D', `typescript@${typescript}`, '--prefer-offline', '--no-audit', '--no-fund'], { cwd: project, env });
   assert.equal(withTs.code, 0, withTs.out);
-  fs.writeFileSync(path.join(project, 'teams', 'typed.ts'), `${SECOND_TEAM}\nexport const wrong: number = 'one';\n`);
+  fs.writeFileSync(path.join(project, 'teams', 'typed.ts'), `${SECOND_TEAM.replace("name: 'echo'", "name: 'typed'")}\nexport const wrong: number = 'one';\n`);
   fs.writeFileSync(config, fs.readFileSync(config, 'utf8').replace("echo: './teams/echo.ts',", "echo: './teams/echo.ts',\n    typed: './teams/typed.ts',"));
   const typed = await troupe('train', 'typed', '--steps', '1');
   assert.equal(typed.code, 1, typed.out);
-  assert.match(typed.out, /team "typed" has 1 type error; nothing was started:\n {2}teams\/typed\.ts:\d+:14: Type 'string' is not assignable to type 'number'/);
+  assert.match(typed.out, /team "typed" has 1 type error; nothing was started: teams\/typed\.ts:\d+:14: Type 'string' is not assignable to type 'number'/);
   assert.doesNotMatch(typed.out, /started run/);
 
   // A config naming a missing module or a non-team export: that team's error, naming the field.
