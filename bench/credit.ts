@@ -23,6 +23,7 @@ import { parseArgs } from 'node:util';
 import { EngineClient } from '../engines/protocol/client';
 import { spawnEngine } from '../gpu-workers/engine-process';
 import { trainInProcess } from './lib/inprocess';
+import { machineLine } from './lib/cpu';
 
 const { values } = parseArgs({
   options: {
@@ -64,12 +65,7 @@ async function main() {
   const client = await EngineClient.connect(engine.listening.address);
   const runs: Run[] = [];
   console.log(`# ${COMMAND}`);
-  console.log(
-    `# node ${process.version}, ${os.cpus().length} cores, load ${os
-      .loadavg()
-      .map((x) => x.toFixed(2))
-      .join(' ')}`,
-  );
+  console.log(`# ${machineLine()}`);
   try {
     const queue = ESTIMATORS.flatMap((estimator) => SEEDS.map((seed) => ({ estimator, seed })));
     const worker = async () => {

@@ -36,6 +36,7 @@ import { startHarness, type Harness } from '../testing/stack';
 import type { RunSummary } from '../workflows/training-run';
 import { trainInProcess, type InProcessStep } from './lib/inprocess';
 import { renderVegaLite } from '../cli/plot';
+import { machineLine } from './lib/cpu';
 
 const { values } = parseArgs({
   options: {
@@ -152,12 +153,7 @@ async function main() {
   console.log(
     `# math team, teamOptions ${JSON.stringify(TEAM_OPTIONS)}, GRPO, ${STEPS} steps x 16 groups x 8 episodes, eval every ${EVAL_EVERY} steps on ${EVAL_TASKS || 'all'} held-out tasks, seeds 0..${SEEDS - 1}, ${PARALLEL} runs at a time`,
   );
-  console.log(
-    `# node ${process.version}, ${os.cpus().length} cores, load ${os
-      .loadavg()
-      .map((x) => x.toFixed(2))
-      .join(' ')}`,
-  );
+  console.log(`# ${machineLine()}`);
   const t0 = performance.now();
   const h = await startHarness();
   const runs: Run[] = [];

@@ -28,6 +28,7 @@ import { spawnEngine } from '../gpu-workers/engine-process';
 import type { RunConfigInput } from '../schema/run-config';
 import { parseRunConfig } from '../schema/run-config';
 import { trainInProcess, type InProcessResult, type InProcessStep } from './lib/inprocess';
+import { machineLine } from './lib/cpu';
 
 const { values } = parseArgs({
   options: {
@@ -101,12 +102,7 @@ async function main() {
   const runs: Run[] = [];
   try {
     console.log(`# ${COMMAND}`);
-    console.log(
-      `# node ${process.version}, ${os.cpus().length} cores, load ${os
-        .loadavg()
-        .map((x) => x.toFixed(2))
-        .join(' ')}`,
-    );
+    console.log(`# ${machineLine()}`);
     const queue = TEAMS.flatMap((team) => SEEDS.map((seed) => ({ team, seed })));
     const worker = async () => {
       for (let job = queue.shift(); job; job = queue.shift()) {

@@ -7,6 +7,7 @@
  * its background writers are not counted).
  */
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 
 const TICKS = 100; // USER_HZ on Linux
 
@@ -95,4 +96,12 @@ export function cpuDelta(a: CpuSample, b: CpuSample): CpuSample {
     postgres: b.postgres - a.postgres,
     machine: b.machine - a.machine,
   };
+}
+
+/** `node vX, N cores, load a b c`: the machine a bench's numbers came from, for its header line. */
+export function machineLine(): string {
+  return `node ${process.version}, ${os.cpus().length} cores, load ${os
+    .loadavg()
+    .map((x) => x.toFixed(2))
+    .join(' ')}`;
 }

@@ -24,11 +24,10 @@
  * Skips (naming the Debian packages) where the PyTorch engine cannot run.
  */
 import assert from 'node:assert/strict';
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import * as readline from 'node:readline';
 import { after, before, describe, it } from 'node:test';
 import { exportHfCheckpoint, loadHfCheckpoint } from '../../../engines/checkpoints/hf-layout';
 import { initTransformerWeights } from '../../../engines/families/transformer/init';
@@ -45,37 +44,11 @@ const CHECKPOINT_PY = path.resolve(__dirname, '../../../engines/pytorch/checkpoi
 const TOL = 1e-4;
 const PYTHON = 'missing' in engine ? '' : engine.command[0]!;
 
-let torchProc: ChildProcess | undefined;
+let torchProc: SpawnedEngine | undefined;
 let builtin: SpawnedEngine | undefined;
 let torch: EngineClient;
 let onnx: EngineClient;
 let tmp: string;
-
-async function spawnTorch(): Promise<{ child: ChildProcess; address: string }> {
-  if ('missing' in engine) throw new Error(engine.missing);
-  const [cmd, ...args] = engine.command;
-  const child = spawn(cmd!, [...args, '--port', '0', '--device', 'cpu', '--exit-with-stdin'], { stdio: ['pipe', 'pipe', 'pipe'] });
-  let stderr = '';
-  child.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)));
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`pytorch engine did not start within 120 s\n${stderr}`)), 120_000);
-    readline.createInterface({ input: child.stdout! }).on('line', (line) => {
-      try {
-        const ev = JSON.parse(line) as { event?: string; address: string };
-        if (ev.event === 'listening') {
-          clearTimeout(timer);
-          resolve({ child, address: ev.address });
-        }
-      } catch {
-        // not the listening line
-      }
-    });
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`pytorch engine exited (code ${code}) before listening: ${stderr}`));
-    });
-  });
-}
 
 /** A checkpoint of `model_type`'s layout at width 64 with seeded random weights, written by the built-in engine's writer. */
 function writeCheckpoint(name: string, options: Omit<TransformerSpec, 'family'>, source?: string): string {
@@ -131,19 +104,19 @@ function maxDiff(a: number[][], b: number[][]): number {
 }
 
 before(async () => {
-  if (skip) return;
+  if ('missing' in engine) return; // skipped
   tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-pytorch-ckpt-'));
-  const t = await spawnTorch();
-  torchProc = t.child;
+  // The PyTorch engine keeps the built-in engine's launch contract (spawnEngine's `command`).
+  torchProc = await spawnEngine(['--device', 'cpu', '--port', '0'], { quiet: true, command: engine.command, startTimeoutMs: 120_000 });
   builtin = await spawnEngine(['--device', 'cpu', '--port', '0'], { quiet: true });
-  torch = await EngineClient.connect(t.address);
+  torch = await EngineClient.connect(torchProc.listening.address);
   onnx = await EngineClient.connect(builtin.listening.address);
 });
 
 after(() => {
   torch?.close();
   onnx?.close();
-  torchProc?.kill('SIGTERM');
+  torchProc?.child.kill('SIGTERM');
   builtin?.child.kill('SIGTERM');
   if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
 });

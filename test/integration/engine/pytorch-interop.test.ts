@@ -11,8 +11,6 @@
  * catching any layout or formula difference (those give |Δ| ~ 1e-2 and up).
  */
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
-import * as readline from 'node:readline';
 import { after, before, test } from 'node:test';
 import { EngineClient } from '../../../engines/protocol/client';
 import { spawnEngine, type SpawnedEngine } from '../../../gpu-workers/engine-process';
@@ -36,51 +34,24 @@ const SCORE_TOL = 1e-4;
 const WEIGHT_P999_TOL = 1e-4;
 const weightMaxTol = (lr: number, steps: number) => 0.05 * lr * steps;
 
-let torchProc: ChildProcess | undefined;
+let torchProc: SpawnedEngine | undefined;
 let builtin: SpawnedEngine | undefined;
 let torchClient: EngineClient;
 let onnxClient: EngineClient;
 
-async function spawnTorch(): Promise<{ child: ChildProcess; address: string }> {
-  if ('missing' in engine) throw new Error(engine.missing);
-  const [cmd, ...args] = engine.command;
-  const child = spawn(cmd!, [...args, '--port', '0', '--device', 'cpu', '--exit-with-stdin'], { stdio: ['pipe', 'pipe', 'pipe'] });
-  let stderr = '';
-  child.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)));
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`pytorch engine did not start within 120 s\n${stderr}`)), 120_000);
-    readline.createInterface({ input: child.stdout! }).on('line', (line) => {
-      let ev: { event?: string; address: string };
-      try {
-        ev = JSON.parse(line);
-      } catch {
-        return; // not the listening line
-      }
-      if (ev.event === 'listening') {
-        clearTimeout(timer);
-        resolve({ child, address: ev.address });
-      }
-    });
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`pytorch engine exited (code ${code}) before listening: ${stderr}`));
-    });
-  });
-}
-
 before(async () => {
-  if (skip) return;
-  const t = await spawnTorch();
-  torchProc = t.child;
+  if ('missing' in engine) return; // skipped
+  // The PyTorch engine keeps the built-in engine's launch contract (spawnEngine's `command`).
+  torchProc = await spawnEngine(['--device', 'cpu', '--port', '0'], { quiet: true, command: engine.command, startTimeoutMs: 120_000 });
   builtin = await spawnEngine(['--device', 'cpu', '--port', '0'], { quiet: true });
-  torchClient = await EngineClient.connect(t.address);
+  torchClient = await EngineClient.connect(torchProc.listening.address);
   onnxClient = await EngineClient.connect(builtin.listening.address);
 });
 
 after(() => {
   torchClient?.close();
   onnxClient?.close();
-  torchProc?.kill('SIGTERM');
+  torchProc?.child.kill('SIGTERM');
   builtin?.child.kill('SIGTERM');
 });
 
