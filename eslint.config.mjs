@@ -11,7 +11,7 @@ const troupe = { rules: { layers: layers.rule, 'no-cycle': cycles.rule } };
 
 export default [
   {
-    ignores: ['**/node_modules/**', 'dashboard/dist/**', 'dist/**', 'engines/protocol/gen/**', 'engines/pytorch/.gen*/**', '.troupe/**'],
+    ignores: ['**/node_modules/**', 'dashboard/dist/**', 'dist/**', 'engines/protocol/gen/**', 'engines/pytorch/.gen*/**', '**/.troupe/**'],
   },
   {
     files: ['**/*.{ts,js,mjs,cjs}'],

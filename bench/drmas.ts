@@ -30,7 +30,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
-import { loadTeam } from '../agents/teams';
+import { loadTeam } from '../agents/team-registry';
 import type { RunConfigInput } from '../schema/run-config';
 import { startHarness, type Harness } from '../testing/stack';
 import type { RunSummary } from '../workflows/training-run';

@@ -6,7 +6,7 @@
  *   node --import tsx bench/episodes.ts [episodes per measurement, default 64]
  */
 import { MockActivityEnvironment } from '@temporalio/testing';
-import { loadTeam } from '../agents/teams';
+import { loadTeam } from '../agents/team-registry';
 import { createRun } from '../activities/store/runs';
 import { loadTasks } from '../activities/tasks';
 import { planTrainEpisodes } from '../activities/training/plan';

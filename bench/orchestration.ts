@@ -27,7 +27,7 @@ import { buildStepBatch } from '../activities/training/batch';
 import { loadStepEpisodes, saveEpisodes, type StoredEpisode } from '../activities/store/trajectories';
 import { versionOfStep } from '../activities/store/versions';
 import { modelKey } from '../activities/training/update-step';
-import { loadTeam } from '../agents/teams';
+import { loadTeam } from '../agents/team-registry';
 import { checkAgainstTeam, parseRunConfig, type RunConfigInput } from '../schema/run-config';
 import { startHarness, type Harness } from '../testing/stack';
 import { cpuDelta, cpuSample, type CpuSample } from './lib/cpu';

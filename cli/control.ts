@@ -6,7 +6,7 @@
  */
 import { WorkflowNotFoundError, type WorkflowHandle } from '@temporalio/client';
 import { getRun } from '../activities/store/runs';
-import { loadTeam } from '../agents/teams';
+import { loadTeam } from '../agents/team-registry';
 import { TroupeError, errorMessage } from '../infra/errors';
 import { optimizerChangeIssues, parseRunConfig } from '../schema/run-config';
 import type { OptimizerChange } from '../schema/optimizer';

@@ -6,7 +6,7 @@ import * as fs from 'node:fs';
 import { ApplicationFailure, type Client, WorkflowFailedError, WorkflowNotFoundError, type WorkflowHandle } from '@temporalio/client';
 import { getRun } from '../activities/store/runs';
 import type { EpisodeProblems } from '../activities/store/trajectories';
-import { loadTeam } from '../agents/teams';
+import { loadTeam } from '../agents/team-registry';
 import { loadConfig, temporalAddressOf, type TroupeConfig } from '../infra/config';
 import { connect, type Sql } from '../infra/db';
 import { TroupeError, errorMessage } from '../infra/errors';

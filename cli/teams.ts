@@ -28,7 +28,6 @@ export async function upWithCurrentTeams(config: TroupeConfig, log: (line: strin
   let stack = await up(config, { ...opts, log });
   if (!stack.ok) throw new TroupeError('the stack did not come up completely', stack.lines.join('; '));
   const hash = teamCodeHash();
-  const teamDir = activeProject() ? 'the team code' : 'agents/teams/';
   const stale = await stalePollers(config, stack.result.address, hash);
   if (stale.length === 0) return stack;
 
@@ -42,14 +41,14 @@ export async function upWithCurrentTeams(config: TroupeConfig, log: (line: strin
   if (foreign) {
     throw new TroupeError(
       projectOf(foreign.identity) !== activeProject()?.dir
-        ? `worker "${foreign.identity}" on task queue "${foreign.taskQueue}" serves ${projectOf(foreign.identity) ? `project ${projectOf(foreign.identity)}` : "a checkout's bundled teams"}, not this one`
-        : `worker "${foreign.identity}" on task queue "${foreign.taskQueue}" runs team code ${teamCodeOf(foreign.identity) ?? '(unknown)'}, this ${activeProject() ? 'project' : 'checkout'}'s is ${hash} (${teamDir} changed since it started)`,
+        ? `worker "${foreign.identity}" on task queue "${foreign.taskQueue}" serves ${projectOf(foreign.identity) ? `project ${projectOf(foreign.identity)}` : 'no project'}, not this one`
+        : `worker "${foreign.identity}" on task queue "${foreign.taskQueue}" runs team code ${teamCodeOf(foreign.identity) ?? '(unknown)'}, this project's is ${hash} (the team code changed since it started)`,
       projectOf(foreign.identity) !== activeProject()?.dir
         ? 'stop it (`npx troupe down` in its project), or give each project its own task queues (stack: { TROUPE_TASK_QUEUE, TROUPE_POOL_TASK_QUEUE } in troupe.config.ts)'
         : 'restart that worker so it loads the current teams (workers load team code once, at start), then run this again',
     );
   }
-  for (const name of ours) log(`troupe: ${teamDir} changed since the ${name} started (team code ${hash}): restarting it`);
+  for (const name of ours) log(`troupe: the team code changed since the ${name} started (team code ${hash}): restarting it`);
   // Stopped and started again inside one `up` (under its lock): the supervisor, which restarts
   // what dies, must not see the stopped worker missing and start a second one.
   stack = await up(config, { ...opts, poolWorkers: 1 + extra.length, replace: ours, log });

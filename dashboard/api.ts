@@ -6,7 +6,7 @@
  */
 import type { Sql } from '../infra/db';
 import { loadEpisode } from '../activities/store/trajectories';
-import { loadTeam } from '../agents/teams';
+import { loadTeam } from '../agents/team-registry';
 import { BOS, EOS, PAD, type Tokenizer } from '../agents/tokenizer';
 import { errorMessage } from '../infra/errors';
 

@@ -7,7 +7,8 @@
 //      TROUPE_TEMPORAL_BIN → PATH → cache → go install), and picks the test PostgreSQL server
 //      (TROUPE_TEST_DATABASE_URL → postgres://postgres@127.0.0.1:5432/postgres → embedded);
 //   3. with no arguments, checks types (tsc) and lints (infra/lint.js) before any test runs;
-//   4. runs `node --import tsx --test --test-concurrency=1` over test/unit/**/*.test.ts, then
+//   4. runs `node --import tsx --import ./test/helpers/enter-project.mjs --test --test-concurrency=1`
+//      (every test process enters the checkout's project: examples/) over test/unit/**/*.test.ts, then
 //      over test/integration/**/*.test.ts, and ends with one line "N passed, N failed".
 // Arguments filter the files by substring of their path: `npm test -- unit`, `npm test -- foundation ping`.
 const fs = require('node:fs');
@@ -50,10 +51,10 @@ async function main() {
   // tsx runs TypeScript without checking types, so the whole suite starts with the type check,
   // then the lint (layers, cycles, floating promises, ...).
   if (filters.length === 0) {
-    // Three projects: the Node code (tsconfig.json), the tests (test/tsconfig.json) and the
-    // dashboard's browser page (DOM types).
-    log('troupe test: type check (tsc --noEmit: tsconfig.json, test, dashboard/web)');
-    const tscOk = ['.', 'test', 'dashboard/web'].every(
+    // Four projects: the Node code (tsconfig.json), the tests (test/tsconfig.json), the examples
+    // project (as a project's teams are checked) and the dashboard's browser page (DOM types).
+    log('troupe test: type check (tsc --noEmit: tsconfig.json, test, examples, dashboard/web)');
+    const tscOk = ['.', 'test', 'examples', 'dashboard/web'].every(
       (p) =>
         require('node:child_process').spawnSync(process.execPath, [require.resolve('typescript/bin/tsc'), '--noEmit', '-p', path.join(repoRoot, p)], {
           cwd: repoRoot,
@@ -116,6 +117,8 @@ async function main() {
     const args = [
       '--import',
       'tsx',
+      '--import',
+      './test/helpers/enter-project.mjs',
       '--test',
       '--test-concurrency=1',
       '--test-timeout=1200000',

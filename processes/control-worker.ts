@@ -43,13 +43,10 @@ export interface ControlWorkerOptions {
   workerOptions?: Partial<WorkerOptions>;
 }
 
-/** Path handed to Temporal's bundler. */
-export const WORKFLOWS_PATH = require.resolve('../workflows');
-
-/** The workflows with the entered project's teams registered (processes/project.ts), else Troupe's own. */
-function workflowsPathOf(): string {
+/** Path handed to Temporal's bundler: the workflows with the entered project's teams registered (processes/project.ts), else Troupe's own. */
+export function workflowsPath(): string {
   const project = activeProject();
-  return project ? writeWorkflowsEntry(project) : WORKFLOWS_PATH;
+  return project ? writeWorkflowsEntry(project) : require.resolve('../workflows');
 }
 
 export async function createControlWorker(opts: ControlWorkerOptions): Promise<Worker> {
@@ -62,7 +59,7 @@ export async function createControlWorker(opts: ControlWorkerOptions): Promise<W
     taskQueue: opts.taskQueue,
     ...(opts.workflowBundle
       ? { workflowBundle: opts.workflowBundle }
-      : { workflowsPath: workflowsPathOf(), bundlerOptions: { webpackConfigHook: isolateTeamBuildErrors } }),
+      : { workflowsPath: workflowsPath(), bundlerOptions: { webpackConfigHook: isolateTeamBuildErrors } }),
     activities: createControlActivities({
       sql: opts.sql,
       poolTaskQueue: opts.poolTaskQueue,

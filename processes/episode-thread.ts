@@ -5,7 +5,7 @@
 import { workerData, type MessagePort } from 'node:worker_threads';
 import { serveEpisodes } from '../activities/training/episode-threads';
 import { readCheckpointTokenizers } from '../activities/training/pretrained';
-import { loadTeam } from '../agents/teams';
+import { loadTeam } from '../agents/team-registry';
 import { enterProjectFromEnvironment } from './project';
 
 const { port, shared } = workerData as { port: MessagePort; shared: Int32Array };

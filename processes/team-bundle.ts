@@ -6,7 +6,7 @@
  * it the control worker and every run. This hook turns such an error into a warning:
  * webpack then emits that module as one that throws when it is required, i.e. when its
  * team is loaded, which the registry reports as that team's TeamLoadError. Team code is
- * the bundled teams' folder, or a project's files outside node_modules.
+ * a project's files outside node_modules and its .troupe/.
  *
  * Troupe installed as a package: Temporal's bundler compiles TypeScript except under
  * node_modules, and Troupe ships its TypeScript sources; its own folder is compiled too.
@@ -15,7 +15,6 @@ import * as path from 'node:path';
 import type { WorkerOptions } from '@temporalio/worker';
 import { repoRoot } from '../infra/paths';
 import { activeProject } from './project';
-import { TEAMS_DIR } from './team-code';
 
 type WebpackConfig = Parameters<NonNullable<NonNullable<WorkerOptions['bundlerOptions']>['webpackConfigHook']>>[0];
 
@@ -25,7 +24,6 @@ interface BuildError {
 
 /** Whether a build error in `resource` is one team's problem rather than the bundle's. */
 export function isTeamCode(resource: string, projectDir = activeProject()?.dir): boolean {
-  if (resource.startsWith(TEAMS_DIR + path.sep)) return true;
   if (!projectDir || !resource.startsWith(projectDir + path.sep)) return false;
   const inside = path.relative(projectDir, resource).split(path.sep);
   return !inside.includes('node_modules') && inside[0] !== '.troupe';

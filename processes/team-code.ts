@@ -1,7 +1,6 @@
 /**
- * Team code: which version of the team registry (`agents/teams/`, or a
- * project's teams: its config, team and estimator modules and their local
- * imports) a process runs. Workers load team code once, at start (the workflow bundle is built
+ * Team code: which version of the team registry (a project's teams: its
+ * config, team and estimator modules and their local imports) a process runs. Workers load team code once, at start (the workflow bundle is built
  * then, and every team module is loaded then), so after a team file is edited
  * a running worker keeps the old code. Each worker built by Troupe therefore
  * puts a hash of the registry's files into its Temporal identity
@@ -14,32 +13,22 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import type { Connection } from '@temporalio/client';
-import { teamLoadErrors } from '../agents/teams';
-import { repoRoot } from '../infra/paths';
+import { teamLoadErrors } from '../agents/team-registry';
 import { pidAlive } from '../infra/processes';
-import { activeProject, projectCodeFiles } from './project';
-
-/** Where teams live; every file below it counts (team modules, their data files). */
-export const TEAMS_DIR = path.join(repoRoot, 'agents', 'teams');
-
-function filesUnder(dir: string, rel = ''): string[] {
-  return fs
-    .readdirSync(path.join(dir, rel), { withFileTypes: true })
-    .flatMap((e) => (e.isDirectory() ? filesUnder(dir, path.join(rel, e.name)) : e.isFile() ? [path.join(rel, e.name)] : []));
-}
+import { activeProject, projectCodeFiles, type Project } from './project';
 
 /**
- * sha256 over the sorted relative paths and contents of the team code, 12 hex digits: the files
- * under `dir`; by default the entered project's code files, else the bundled teams' folder.
+ * sha256 over the sorted relative paths and contents of the team code, 12 hex digits: the
+ * project's config, team and estimator modules and their local imports (none without a project).
  */
-export function teamCodeHash(dir?: string): string {
-  const project = dir === undefined ? activeProject() : undefined;
-  const root = project?.dir ?? dir ?? TEAMS_DIR;
-  const files = project ? projectCodeFiles(project).map((f) => path.relative(root, f)) : filesUnder(root);
+export function teamCodeHash(project: Pick<Project, 'dir' | 'configFile' | 'teamFiles' | 'estimatorFiles'> | undefined = activeProject()): string {
   const h = createHash('sha256');
-  for (const f of files.sort()) {
+  if (!project) return h.digest('hex').slice(0, 12);
+  for (const f of projectCodeFiles(project)
+    .map((f) => path.relative(project.dir, f))
+    .sort()) {
     h.update(`${f.split(path.sep).join('/')}\0`);
-    h.update(new Uint8Array(fs.readFileSync(path.join(root, f))));
+    h.update(new Uint8Array(fs.readFileSync(path.join(project.dir, f))));
     h.update('\0');
   }
   return h.digest('hex').slice(0, 12);

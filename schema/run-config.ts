@@ -26,7 +26,7 @@ const poolName = z.string().regex(/^[A-Za-z0-9._-]{1,100}$/, 'a pool name: lette
 const int = (min: number, max: number) => z.number().int('must be an integer').min(min, `must be >= ${min}`).max(max, `must be <= ${max}`);
 
 export const runConfigSchema = z.strictObject({
-  /** Team name in the registry (agents/teams/index.ts). */
+  /** Team name in the registry (agents/team-registry.ts): a team of the project. */
   team: z.string().min(1, 'must name a team'),
   teamOptions: z.record(z.string(), z.unknown()).default({}),
   /** Stable id of the run; defaults to the workflow id. */

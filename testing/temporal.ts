@@ -5,7 +5,8 @@ import { randomBytes } from 'node:crypto';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, DefaultLogger, Runtime, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import { isolateTeamBuildErrors } from '../processes/team-bundle';
-import { WORKFLOWS_PATH } from '../processes/control-worker';
+import { workflowsPath } from '../processes/control-worker';
+import { enterProjectFromEnvironment } from '../processes/project';
 import { TROUPE_SEARCH_ATTRIBUTE_KEYS } from '../infra/search-attributes';
 import { ensureTemporalBinary } from '../infra/temporal';
 
@@ -64,9 +65,14 @@ export function uniqueTaskQueue(prefix = 'test'): string {
 
 let bundle: Promise<WorkflowBundleWithSourceMap> | undefined;
 
-/** workflows/ bundled once per test process (pass as `workflowBundle` to skip re-bundling per worker). */
+/**
+ * workflows/ with the project's teams, bundled once per test process (pass as `workflowBundle` to
+ * skip re-bundling per worker). The process enters its project first, as every Troupe process does
+ * (in a checkout: the examples project).
+ */
 export function workflowBundle(): Promise<WorkflowBundleWithSourceMap> {
-  bundle ??= bundleWorkflowCode({ workflowsPath: WORKFLOWS_PATH, logger: quietLogger, webpackConfigHook: isolateTeamBuildErrors });
+  enterProjectFromEnvironment({ required: false });
+  bundle ??= bundleWorkflowCode({ workflowsPath: workflowsPath(), logger: quietLogger, webpackConfigHook: isolateTeamBuildErrors });
   return bundle;
 }
 

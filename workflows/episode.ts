@@ -8,7 +8,7 @@ import { proxyActivities, proxyLocalActivities } from '@temporalio/workflow';
 import type { Sampling } from '../agents/agent';
 import { runEpisode, type EpisodeIO, type GenerateCall } from '../agents/episode';
 import type { Split } from '../agents/tasks';
-import { loadTeam } from '../agents/teams';
+import { loadTeam } from '../agents/team-registry';
 import type { TrainingControlActivities, TeamRef } from '../activities/training/control';
 import type { EpisodeSpec, StepPlan } from '../activities/training/plan';
 import type { TrainingPoolActivities } from '../activities/training/pool';

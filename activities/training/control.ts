@@ -7,7 +7,7 @@ import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import type { ToolCallReply, ToolCallRequest } from '../../agents/episode';
 import { scoreEpisode } from '../../agents/rewards';
-import { loadTeam } from '../../agents/teams';
+import { loadTeam } from '../../agents/team-registry';
 import type { Sql } from '../../infra/db';
 import { parseRunConfig, type RunConfig } from '../../schema/run-config';
 import type { Trajectory } from '../../schema/trajectory';

@@ -17,7 +17,7 @@ import { pretrainedVersion, readCheckpointTokenizers } from './pretrained';
 import type { Sampling } from '../../agents/agent';
 import { deriveSeed } from '../../agents/seed';
 import type { Split } from '../../agents/tasks';
-import { loadTeam } from '../../agents/teams';
+import { loadTeam } from '../../agents/team-registry';
 import type {
   GenerateRequest,
   GenerateResponse,

@@ -23,7 +23,8 @@ import { runEpisode, type EpisodeIO, type GenerateCall, type GenerateReply } fro
 import { engineSpec } from '../../agents/model';
 import { deriveSeed } from '../../agents/seed';
 import type { Split } from '../../agents/tasks';
-import { loadTeam } from '../../agents/teams';
+import { loadTeam } from '../../agents/team-registry';
+import { enterProjectFromEnvironment } from '../../processes/project';
 import { buildStepBatch } from '../../activities/training/batch';
 import { scoredEpisode } from '../../activities/training/control';
 import { planEvalEpisodes, planTrainEpisodes, type EpisodeSpec } from '../../activities/training/plan';
@@ -33,6 +34,10 @@ import type { StoredEpisode } from '../../activities/store/trajectories';
 import { loadTasks } from '../../activities/tasks';
 import { executeTool } from '../../activities/tools';
 import { checkAgainstTeam, parseRunConfig, type RunConfigInput } from '../../schema/run-config';
+
+// A benchmark is a process of its own: it enters its project first, as every Troupe process does
+// (in a checkout: the examples project), so teams load by name.
+enterProjectFromEnvironment({ required: false });
 
 export interface InProcessStep {
   step: number;

@@ -2,7 +2,7 @@
 import { loadConfig, redactUrl, temporalAddressOf, type TroupeConfig } from '../../infra/config';
 import { checkDatabase, connect } from '../../infra/db';
 import { engineSpec } from '../../agents/model';
-import { loadTeam, teams } from '../../agents/teams';
+import { loadTeam, teams } from '../../agents/team-registry';
 import { describeModel } from '../../engines/families';
 import { errorMessage } from '../../infra/errors';
 import { isSourceCheckout, packagesStaleReason } from '../../infra/install';
@@ -52,7 +52,7 @@ export async function doctor(config: TroupeConfig): Promise<Line[]> {
     'project',
     project
       ? `${project.configFile}: teams ${Object.keys(project.config.teams).join(', ') || '(none)'}${project.warnings.length ? `; ${project.warnings.join('; ')}` : ''}`
-      : `none (no troupe.config.ts above ${process.cwd()}): the bundled teams of this checkout`,
+      : `none (no troupe.config.ts above ${process.cwd()})`,
   );
 
   const go = goVersion();
@@ -120,7 +120,7 @@ export async function doctor(config: TroupeConfig): Promise<Line[]> {
         );
         // Workers serve one project's teams: one serving another project would run the wrong code.
         const here = activeProject()?.dir;
-        const served = (p: string | undefined) => (p ? `project ${p}` : "a checkout's bundled teams");
+        const served = (p: string | undefined) => (p ? `project ${p}` : 'no project');
         for (const id of new Set([...control, ...pool])) {
           const theirs = projectOf(id);
           if (theirs === here) continue;
@@ -190,7 +190,7 @@ export async function doctor(config: TroupeConfig): Promise<Line[]> {
   } catch (err) {
     add('FAIL', 'onnxruntime-node', `cannot load: ${errorMessage(err)}`);
   }
-  // The project's (else the bundled) teams: each model checked by its family (the same check as team load)
+  // The project's teams: each model checked by its family (the same check as team load)
   for (const name of Object.keys(teams)) {
     try {
       const team = loadTeam(name);

@@ -26,7 +26,7 @@ import { writePlot } from '../plot';
 import { upWithCurrentTeams } from '../teams';
 import { activeProject } from '../../processes/project';
 import { MAX_LISTED, typeCheckTeam } from '../../processes/type-check';
-import { loadTeam, teams } from '../../agents/teams';
+import { loadTeam, teams } from '../../agents/team-registry';
 import { ESTIMATOR_NAMES } from '../../rl/advantages/registry';
 
 export function runIdFor(team: string, now = new Date()): string {
@@ -89,7 +89,7 @@ export default defineCommand({
       'Exit status: 0 when the run completed and trained (some model past version 0); 1 when it',
       'failed, was stopped or terminated, or completed without training (the summary says why).',
       'The run keeps going if you press Ctrl-C: watch it again with `troupe status <run> --watch`.',
-      `Teams: ${Object.keys(teams).join(', ')} (${activeProject() ? `the project's, from ${activeProject()!.configFile}` : 'the registry: agents/teams/index.ts'}).`,
+      `Teams: ${Object.keys(teams).join(', ') || '(none)'}${activeProject() ? ` (the project's, from ${activeProject()!.configFile})` : ''}.`,
     ].join('\n'),
   positionals: true,
   options: {

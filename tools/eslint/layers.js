@@ -24,6 +24,7 @@ const LAYERS = [
   ['gpu-workers'],
   ['processes'],
   ['cli'],
+  ['examples'],
   ['testing'],
   ['bench'],
   ['tools'],

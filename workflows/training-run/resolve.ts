@@ -4,7 +4,7 @@
  * optimizer stored by a resumed run, a setOptimizer change (its validator) and
  * the changes applied at a step all go through withOptimizer.
  */
-import { loadTeam } from '../../agents/teams';
+import { loadTeam } from '../../agents/team-registry';
 import type { AnyTeam } from '../../agents/team';
 import type { OptimizerConfig } from '../../schema/optimizer';
 import { checkAgainstTeam, parseRunConfig, poolsOf, RunConfigError, type ResolvedTraining, type RunConfig } from '../../schema/run-config';

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Worker } from '@temporalio/worker';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { loadTeam } from '../../../agents/teams';
+import { loadTeam } from '../../../agents/team-registry';
 import type { GenerateCall } from '../../../agents/episode';
 import { createRun } from '../../../activities/store/runs';
 import { createPoolWorker, type PoolWorker } from '../../../processes/pool-worker';

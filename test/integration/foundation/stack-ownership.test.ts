@@ -3,11 +3,10 @@
 // supervisor watches), then `troupe down`. Exactly one control worker must poll afterwards,
 // and `down` must leave no process of the state dir behind, not even one whose record was lost.
 import assert from 'node:assert/strict';
-import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { after, test } from 'node:test';
+import { editTeam } from '../../helpers/edit-team';
 import { markedProcesses, removeRecord, readRecord } from '../../../infra/processes';
-import { TEAMS_DIR } from '../../../processes/team-code';
 import { cliStack, troupe } from '../../helpers/cli';
 
 const cleanups: (() => Promise<unknown>)[] = [];
@@ -27,9 +26,9 @@ function workers(stateDir: string, entry: string): number[] {
 test('a team-code restart under the supervisor leaves one control worker, and down ends every process of the state dir', async () => {
   const stack = await cliStack();
   const { env, stateDir } = stack;
-  const edit = path.join(TEAMS_DIR, `.stack-ownership-test-${process.pid}.json`);
+  let restore = () => {};
   cleanups.push(async () => {
-    fs.rmSync(edit, { force: true });
+    restore();
     await stack.cleanup();
   });
 
@@ -37,7 +36,7 @@ test('a team-code restart under the supervisor leaves one control worker, and do
   assert.equal(up.code, 0, up.stderr + up.stdout);
   assert.equal(workers(stateDir, 'control-worker.ts').length, 1);
 
-  fs.writeFileSync(edit, '{"edited": true}\n'); // the team code hash changes, as with an edit of a team
+  restore = editTeam(); // the team code hash changes
   const train = await troupe(['train', 'math', '--steps', '1', '--eval-every', '0', '--groups', '2', '--group-size', '2'], env);
   assert.equal(train.code, 0, train.stderr + train.stdout);
   assert.match(train.stderr + train.stdout, /restarting it/);

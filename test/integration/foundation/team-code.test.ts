@@ -1,18 +1,16 @@
-// Workers load team code once, at start. After agents/teams/ changes, starting a run through the
+// Workers load team code once, at start. After a team's code changes, starting a run through the
 // CLI restarts the workers `troupe up` started, and refuses a worker it cannot restart.
 import assert from 'node:assert/strict';
-import * as fs from 'node:fs';
-import * as os from 'node:os';
-import * as path from 'node:path';
 import { after, test } from 'node:test';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { upWithCurrentTeams } from '../../../cli/teams';
 import { loadConfig } from '../../../infra/config';
 import { isTroupeError } from '../../../infra/errors';
 import { pidAlive, readRecord } from '../../../infra/processes';
-import { pollersOf, teamCodeHash, TEAMS_DIR } from '../../../processes/team-code';
+import { pollersOf, teamCodeHash, workerIdentity } from '../../../processes/team-code';
 import { connectTemporal } from '../../../infra/temporal';
 import { cliStack, troupe } from '../../helpers/cli';
+import { editTeam } from '../../helpers/edit-team';
 
 const cleanups: (() => Promise<unknown>)[] = [];
 after(async () => {
@@ -24,9 +22,9 @@ test('an edited team registry restarts the workers troupe up started, and refuse
   const stack = await cliStack();
   Object.assign(process.env, stack.env);
   const { stateDir } = stack;
-  const edit = path.join(TEAMS_DIR, `.team-code-test-${process.pid}.json`);
+  let restore = () => {};
   cleanups.push(async () => {
-    fs.rmSync(edit, { force: true });
+    restore();
     await stack.cleanup();
   });
   const config = loadConfig();
@@ -43,8 +41,8 @@ test('an edited team registry restarts the workers troupe up started, and refuse
   assert.equal(readRecord(stateDir, 'control-worker')!.pid, first.pid);
   assert.ok(!lines.some((l) => /restarting/.test(l)), lines.join('\n'));
 
-  // A file under agents/teams/ changes: the worker is restarted and now says the new code.
-  fs.writeFileSync(edit, '{"edited": true}\n');
+  // A team's module changes: the worker is restarted and now says the new code.
+  restore = editTeam();
   const now = teamCodeHash();
   assert.notEqual(now, before);
   await upWithCurrentTeams(config, log, { pool: false });
@@ -52,24 +50,26 @@ test('an edited team registry restarts the workers troupe up started, and refuse
   assert.notEqual(second.pid, first.pid);
   assert.ok(!pidAlive(first.pid));
   assert.ok(
-    lines.some((l) => l.includes(`agents/teams/ changed since the control-worker started (team code ${now}): restarting it`)),
+    lines.some((l) => l.includes(`the team code changed since the control-worker started (team code ${now}): restarting it`)),
     lines.join('\n'),
   );
   const connection = await connectTemporal(`127.0.0.1:${process.env.TROUPE_TEMPORAL_PORT}`);
   cleanups.push(() => connection.close());
   const pollers = await pollersOf(connection, config.namespace, [config.taskQueue]);
   assert.ok(
-    pollers.some((p) => p.identity === `${second.pid}@${os.hostname()} team-code=${now}`),
+    pollers.some((p) => p.identity === workerIdentity(now).replace(/^\d+@/, `${second.pid}@`)),
     JSON.stringify(pollers),
   );
 
   // A worker Troupe did not start, running other team code: refused, with what to do.
   const native = await NativeConnection.connect({ address: `127.0.0.1:${process.env.TROUPE_TEMPORAL_PORT}` });
   cleanups.push(() => native.close());
+  // (of this project: a worker of another project is refused as such, see the package test)
+  const elsewhere = workerIdentity('000000000000').replace(/^\d+@\S+/, 'elsewhere@other-host');
   const foreign = await Worker.create({
     connection: native,
     taskQueue: config.poolTaskQueue,
-    identity: `elsewhere@other-host team-code=000000000000`,
+    identity: elsewhere,
     activities: { noop: async () => undefined },
   });
   const running = foreign.run();
@@ -81,7 +81,7 @@ test('an edited team registry restarts the workers troupe up started, and refuse
       assert.match(
         e.message,
         new RegExp(
-          `worker "elsewhere@other-host team-code=000000000000" on task queue "${config.poolTaskQueue}" runs team code 000000000000, this checkout's is ${now}`,
+          `worker "elsewhere@other-host project=\\S+ team-code=000000000000" on task queue "${config.poolTaskQueue}" runs team code 000000000000, this project's is ${now}`,
         ),
       );
       assert.match(e.hint!, /restart that worker/);

@@ -11,7 +11,7 @@ import { type WorkflowUpdateFailedError } from '@temporalio/client';
 import { resumeRun } from '../../../cli/runs';
 import { loadTasks } from '../../../activities/tasks';
 import { planEvalEpisodes } from '../../../activities/training/plan';
-import { loadTeam } from '../../../agents/teams';
+import { loadTeam } from '../../../agents/team-registry';
 import { ensureTemporalBinary } from '../../../infra/temporal';
 import { pauseSignal, resumeSignal, setOptimizerUpdate, statusQuery, stopSignal } from '../../../workflows/definitions';
 import type { trainingRun } from '../../../workflows';

@@ -8,14 +8,14 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { Worker } from '@temporalio/worker';
-import { loadTeam } from '../../../agents/teams';
+import { loadTeam } from '../../../agents/team-registry';
 import { loadTasks } from '../../../activities/tasks';
 import { planTrainEpisodes } from '../../../activities/training/plan';
 import { createTrainingPoolActivities } from '../../../activities/training/pool';
 import { loadEpisode, saveEpisodes } from '../../../activities/store/trajectories';
 import { locateVersion } from '../../../activities/store/versions';
 import { createRun } from '../../../activities/store/runs';
-import { WORKFLOWS_PATH } from '../../../processes/control-worker';
+import { workflowsPath } from '../../../processes/control-worker';
 import type { episodeWorkflow } from '../../../workflows';
 import { startHarness, type Harness } from '../../../testing/stack';
 
@@ -131,7 +131,7 @@ describe('episodes against Temporal, the engine and Postgres', () => {
       // The durable episodes' histories replay against the current workflow code.
       for (const spec of durable.slice(0, 2)) {
         const history = await h.env.client.workflow.getHandle(spec.episodeId).fetchHistory();
-        await Worker.runReplayHistory({ workflowsPath: WORKFLOWS_PATH }, history, spec.episodeId);
+        await Worker.runReplayHistory({ workflowsPath: workflowsPath() }, history, spec.episodeId);
       }
     });
   }

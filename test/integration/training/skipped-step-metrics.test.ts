@@ -9,7 +9,7 @@ import { after, before, it } from 'node:test';
 import { createRun } from '../../../activities/store/runs';
 import { episodeProblems, saveEpisodes, type StoredEpisode } from '../../../activities/store/trajectories';
 import { createTrainingPoolActivities } from '../../../activities/training/pool';
-import { mathTeam } from '../../../agents/teams/math';
+import { mathTeam } from '../../../examples/teams/math';
 import { checkAgainstTeam, parseRunConfig } from '../../../schema/run-config';
 import { createTestDatabase, type TestDatabase } from '../../helpers';
 

@@ -8,7 +8,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import * as path from 'node:path';
 import { after, before, it } from 'node:test';
 import { MockActivityEnvironment, type TestWorkflowEnvironment } from '@temporalio/testing';
-import { loadTeam } from '../../../agents/teams';
+import { loadTeam } from '../../../agents/team-registry';
 import { createRun } from '../../../activities/store/runs';
 import { loadEpisode } from '../../../activities/store/trajectories';
 import { loadTasks } from '../../../activities/tasks';

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { runEpisode, type EpisodeIO } from '../../../agents/episode';
 import { scoreEpisode } from '../../../agents/rewards';
-import { chainTeam } from '../../../agents/teams/chain';
+import { chainTeam } from '../../../examples/teams/chain';
 import { executeTool } from '../../../activities/tools';
 
 const team = chainTeam();

@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { agent, defineTeam, defineTool, generatedTasks, keySyntax, tinyLM, charTokenizer } from '../../../agents';
 import { runEpisode, type EpisodeIO, type GenerateCall } from '../../../agents/episode';
 import { scoreEpisode } from '../../../agents/rewards';
-import { mathTeam } from '../../../agents/teams/math';
+import { mathTeam } from '../../../examples/teams/math';
 import { executeTool } from '../../../activities/tools';
 
 /** A scripted policy: each generate call pops the next text and returns it as tokens. */

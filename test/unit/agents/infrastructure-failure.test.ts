@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { InfrastructureFailure, runEpisode, type EpisodeIO } from '../../../agents/episode';
-import { mathTeam } from '../../../agents/teams/math';
+import { mathTeam } from '../../../examples/teams/math';
 
 const team = mathTeam();
 const input = { episodeId: 'e1', seed: 1, task: { a: 1, b: 2 }, versions: { policy: 0 } };

@@ -53,7 +53,7 @@ test('bad model configs fail at team load, each field named', () => {
 });
 
 test('bundled teams: recall trains a transformer; math takes {"policy":"transformer"}', async () => {
-  const { loadTeam } = await import('../../../agents/teams');
+  const { loadTeam } = await import('../../../agents/team-registry');
   const recall = loadTeam('recall');
   assert.equal(recall.models.policy!.family, 'transformer');
   assert.equal(recall.tasks.kind, 'generated');

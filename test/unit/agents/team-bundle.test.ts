@@ -9,9 +9,10 @@ import * as path from 'node:path';
 import { after, before, it } from 'node:test';
 import { bundleWorkflowCode, DefaultLogger, Runtime } from '@temporalio/worker';
 import { isolateTeamBuildErrors } from '../../../processes/team-bundle';
-import { TEAMS_DIR } from '../../../processes/team-code';
+import { activeProject } from '../../../processes/project';
 
-const broken = path.join(TEAMS_DIR, `.syntax-${process.pid}.ts`);
+// in the entered project (the checkout's examples/), outside its teams folder: team code, but no team
+const broken = path.join(activeProject()!.dir, `.syntax-${process.pid}.ts`);
 const workflows = path.join(__dirname, `.bundle-probe-${process.pid}.ts`);
 const logger = new DefaultLogger('ERROR');
 

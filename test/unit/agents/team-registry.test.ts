@@ -8,7 +8,7 @@ import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { after, before, it } from 'node:test';
-import { loadTeam, TeamLoadError, teamLoadErrors, teams } from '../../../agents/teams';
+import { loadTeam, TeamLoadError, teamLoadErrors, teams } from '../../../agents/team-registry';
 import { formatError } from '../../../infra/errors';
 import { validateRunConfig } from '../../../cli/runs';
 
@@ -77,7 +77,7 @@ it('importing the registry loads no team module (so commands that need no team n
       '--import',
       'tsx',
       '-e',
-      `require('./agents/teams'); console.log(Object.keys(require.cache).filter((k) => /agents\\/teams\\/(math|research)\\.ts$/.test(k)).length)`,
+      `require('./agents/team-registry'); console.log(Object.keys(require.cache).filter((k) => /agents\\/teams\\/(math|research)\\.ts$/.test(k)).length)`,
     ],
     { cwd: root, encoding: 'utf8' },
   );

@@ -16,7 +16,7 @@ import { describe, it } from 'node:test';
 import { pretrainedVersion, readCheckpointTokenizers } from '../../../activities/training/pretrained';
 import { transformer } from '../../../agents/model';
 import { defineTeam } from '../../../agents/team';
-import { loadTeam } from '../../../agents/teams';
+import { loadTeam } from '../../../agents/team-registry';
 import { charTokenizer } from '../../../agents/tokenizer';
 import { loadHfCheckpoint } from '../../../engines/checkpoints/hf-layout';
 import { decodeWeights, sha256Hex } from '../../../engines/protocol/version-bytes';

@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
 import { changeOf } from '../../../cli/commands/set';
-import { mathTeam } from '../../../agents/teams/math';
+import { mathTeam } from '../../../examples/teams/math';
 import { optimizerChangeIssues, parseRunConfig } from '../../../schema/run-config';
 
 it('changeOf: --json as given, or the flags for every model, one model or one agent', () => {

@@ -52,7 +52,7 @@ test('bin.js: a configuration error names the variable', () => {
   assert.match(r.stderr, /^troupe: DATABASE_URL: must start with postgres:\/\//);
 });
 
-test('bin.js: train --help names the teams of the project it runs in, else the bundled ones', () => {
+test("bin.js: train --help names the teams of the project it runs in, else the checkout's examples project", () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-help-'));
   try {
     fs.writeFileSync(path.join(dir, 'troupe.config.ts'), "export default { teams: { alpha: './alpha.ts', beta: './beta.ts' } };\n");
@@ -65,7 +65,7 @@ test('bin.js: train --help names the teams of the project it runs in, else the b
     assert.match(inside.stdout, /Teams: alpha, beta \(the project's, from .*troupe\.config\.ts\)/);
     const outside = troupe('train', '--help');
     assert.equal(outside.status, 0, outside.stderr);
-    assert.match(outside.stdout, /Teams: math, research, recall, chain, chat-digits \(the registry/);
+    assert.match(outside.stdout, /Teams: math, research, recall, chain, chat-digits \(the project's, from .*examples\/troupe\.config\.ts\)/);
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
   }

@@ -7,21 +7,28 @@ import * as path from 'node:path';
 import { it } from 'node:test';
 import { staleTeamCode, teamCodeHash, teamCodeOf, workerIdentity, type Poller } from '../../../processes/team-code';
 
-it('hashes the relative paths and contents of every file under the folder', () => {
+it("hashes the relative paths and contents of the project's config, team modules and their local imports", () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'team-code-'));
   try {
-    fs.writeFileSync(path.join(dir, 'b.ts'), 'B');
+    const config = "export default { teams: { b: './b.ts' } };\n";
+    const team = "import data from './data/a.json';\n";
+    fs.writeFileSync(path.join(dir, 'troupe.config.ts'), config);
+    fs.writeFileSync(path.join(dir, 'b.ts'), team);
     fs.mkdirSync(path.join(dir, 'data'));
     fs.writeFileSync(path.join(dir, 'data', 'a.json'), '{}');
-    // Independent reference: sorted paths, each "path\0content\0".
-    const expected = createHash('sha256').update('b.ts\0B\0data/a.json\0{}\0').digest('hex').slice(0, 12);
-    assert.equal(teamCodeHash(dir), expected);
-    fs.writeFileSync(path.join(dir, 'b.ts'), 'B2');
-    assert.notEqual(teamCodeHash(dir), expected, 'an edit changes it');
-    fs.writeFileSync(path.join(dir, 'b.ts'), 'B');
-    assert.equal(teamCodeHash(dir), expected);
+    fs.writeFileSync(path.join(dir, 'unrelated.ts'), 'U');
+    const project = { dir, configFile: path.join(dir, 'troupe.config.ts'), teamFiles: { b: path.join(dir, 'b.ts') }, estimatorFiles: [] };
+    // Independent reference: sorted paths, each "path\0content\0"; unrelated.ts is not team code.
+    const expected = createHash('sha256').update(`b.ts\0${team}\0data/a.json\0{}\0troupe.config.ts\0${config}\0`).digest('hex').slice(0, 12);
+    assert.equal(teamCodeHash(project), expected);
+    fs.writeFileSync(path.join(dir, 'unrelated.ts'), 'U2');
+    assert.equal(teamCodeHash(project), expected, 'a file no team imports does not count');
+    fs.writeFileSync(path.join(dir, 'data', 'a.json'), '{"x":1}');
+    assert.notEqual(teamCodeHash(project), expected, 'an edit of a local import changes it');
+    fs.writeFileSync(path.join(dir, 'data', 'a.json'), '{}');
+    assert.equal(teamCodeHash(project), expected);
     fs.writeFileSync(path.join(dir, 'new.ts'), '');
-    assert.notEqual(teamCodeHash(dir), expected, 'a new team file changes it');
+    assert.notEqual(teamCodeHash({ ...project, teamFiles: { ...project.teamFiles, c: path.join(dir, 'new.ts') } }), expected, 'a new team changes it');
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
   }

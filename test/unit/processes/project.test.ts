@@ -8,7 +8,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, test } from 'node:test';
-import { loadTeam, teams } from '../../../agents/teams';
+import { loadTeam, teams } from '../../../agents/team-registry';
 import { repoRoot } from '../../../infra/paths';
 import { enterProject, findProjectConfig, projectCodeFiles, readProject } from '../../../processes/project';
 import { projectOf, teamCodeHash, teamCodeOf, workerIdentity } from '../../../processes/team-code';

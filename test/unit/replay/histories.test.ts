@@ -9,7 +9,7 @@ import * as path from 'node:path';
 import { describe, it } from 'node:test';
 import { Worker } from '@temporalio/worker';
 import { historyFromJSON } from '@temporalio/common/lib/proto-utils';
-import { WORKFLOWS_PATH } from '../../../processes/control-worker';
+import { workflowsPath } from '../../../processes/control-worker';
 
 const dir = path.join(__dirname, '..', '..', 'fixtures', 'histories');
 const files = fs.readdirSync(dir).filter((f) => f.endsWith('.json'));
@@ -28,7 +28,7 @@ describe('replay of recorded histories', () => {
     it(`${file} replays without nondeterminism`, async () => {
       const history = historyFromJSON(JSON.parse(fs.readFileSync(path.join(dir, file), 'utf8')));
       assert.ok((history.events?.length ?? 0) > 10);
-      await Worker.runReplayHistory({ workflowsPath: WORKFLOWS_PATH }, history, file);
+      await Worker.runReplayHistory({ workflowsPath: workflowsPath() }, history, file);
     });
   }
 });

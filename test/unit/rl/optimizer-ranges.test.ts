@@ -11,7 +11,7 @@ import { updateSettings } from '../../../engines/onnx/validate';
 import type { UpdateSettingsInput } from '../../../engines/protocol/types';
 import { parseOverrides, resolveSettings } from '../../../schema/optimizer';
 import { checkAgainstTeam, parseRunConfig } from '../../../schema/run-config';
-import { mathTeam } from '../../../agents/teams/math';
+import { mathTeam } from '../../../examples/teams/math';
 
 /** What the engine does with settings after the float32 wire: accept (true) or refuse. */
 function engineAccepts(overrides: Record<string, unknown>): boolean {

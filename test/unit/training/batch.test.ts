@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { agentEndings, agentLengths, buildStepBatch } from '../../../activities/training/batch';
 import type { StoredEpisode } from '../../../activities/store/trajectories';
-import { mathTeam } from '../../../agents/teams/math';
+import { mathTeam } from '../../../examples/teams/math';
 import { checkAgainstTeam, parseRunConfig } from '../../../schema/run-config';
 
 /** An episode of the math team with the given rewards (solver one turn, verifier one turn). */

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { mathTeam } from '../../../agents/teams/math';
+import { mathTeam } from '../../../examples/teams/math';
 import { transformer } from '../../../agents/model';
 import { checkAgainstTeam, parseRunConfig, poolsOf, type RunConfigError, stalenessOf } from '../../../schema/run-config';
 

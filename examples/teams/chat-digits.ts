@@ -16,12 +16,7 @@
  * run in the pool worker, not in the workflow sandbox.
  */
 import type OpenAI from 'openai';
-import { agent } from '../agent';
-import { chatTemplate } from '../chat-template';
-import { tinyLM } from '../model';
-import { generatedTasks } from '../tasks';
-import { defineTeam } from '../team';
-import { charTokenizer } from '../tokenizer';
+import { agent, chatTemplate, tinyLM, generatedTasks, defineTeam, charTokenizer } from 'troupe';
 
 export interface DigitsTask {
   a: number;
@@ -77,3 +72,5 @@ export function chatDigitsTeam() {
     success: ({ task, outcome }) => outcome?.first === String(task.a) && outcome.second === String(task.b),
   });
 }
+
+export default chatDigitsTeam;

@@ -7,12 +7,7 @@
  * times the solver's, the case per-agent advantage normalization is for.
  */
 import { z } from 'zod';
-import { agent } from '../agent';
-import { tinyLM, transformer, type ModelSpec } from '../model';
-import { generatedTasks } from '../tasks';
-import { defineTeam, TeamDefinitionError } from '../team';
-import { charTokenizer } from '../tokenizer';
-import { defineTool, keySyntax } from '../tool';
+import { agent, tinyLM, transformer, type ModelSpec, generatedTasks, defineTeam, TeamDefinitionError, charTokenizer, defineTool, keySyntax } from 'troupe';
 
 export interface MathTask {
   a: number;
@@ -113,3 +108,5 @@ export function mathTeam(options: MathOptions = {}) {
     success: ({ task, outcome }) => outcome?.answer === task.a + task.b && outcome.verdict === 'Y',
   });
 }
+
+export default mathTeam;

@@ -8,12 +8,7 @@
  * the team succeeds only when all three do their part.
  */
 import { z } from 'zod';
-import { agent } from '../agent';
-import { tinyLM } from '../model';
-import { generatedTasks } from '../tasks';
-import { defineTeam } from '../team';
-import { charTokenizer } from '../tokenizer';
-import { defineTool, keySyntax } from '../tool';
+import { agent, tinyLM, generatedTasks, defineTeam, charTokenizer, defineTool, keySyntax } from 'troupe';
 import corpus from './corpus.json';
 
 const facts: Record<string, string> = corpus.facts;
@@ -108,3 +103,5 @@ export function researchTeam(options: ResearchOptions = {}) {
     success: ({ task, outcome }) => outcome?.answer === facts[task.key],
   });
 }
+
+export default researchTeam;

@@ -1,39 +1,31 @@
 /**
  * The team registry: the name a run config uses -> a factory taking the run's
- * `teamOptions`. Imported by workflow code, so every team here must be
- * workflow-safe at import time. Without a project it holds the bundled teams;
- * in a project (troupe.config.ts) `useProjectTeams` replaces them with the
- * project's, in every process and in the workflow sandbox (processes/project.ts).
+ * `teamOptions`. Imported by workflow code. It starts empty: every process enters
+ * a project first (processes/project.ts: troupe.config.ts, or in a source checkout
+ * of Troupe its examples project, `examples/`), whose teams `useProjectTeams`
+ * registers, in every process and in the workflow sandbox.
  *
  * Each factory `require`s its module when the team is first loaded (not at
- * import of this file), so a team whose module throws — a definition error, a
- * syntax error — makes only that team unusable: other teams, `troupe list` and
+ * registration), so a team whose module throws — a definition error, a syntax
+ * error — makes only that team unusable: other teams, `troupe list` and
  * `troupe status` keep working.
  */
-import { TroupeError, errorMessage } from '../../infra/errors';
-import { defineTeam, TeamDefinitionError, type AnyTeam } from '../team';
-import { withCheckpoint } from '../model';
-import { checkpointTokenizer } from '../tokenizers/checkpoint';
-import type { HfTokenizer } from '../tokenizers/hf';
-import { chatTemplate, type ChatTemplate } from '../chat-template';
-import type { Tokenizer } from '../tokenizer';
+import { TroupeError, errorMessage } from '../infra/errors';
+import { defineTeam, TeamDefinitionError, type AnyTeam } from './team';
+import { withCheckpoint } from './model';
+import { checkpointTokenizer } from './tokenizers/checkpoint';
+import type { HfTokenizer } from './tokenizers/hf';
+import { chatTemplate, type ChatTemplate } from './chat-template';
+import type { Tokenizer } from './tokenizer';
 
 export type TeamFactory = (options: Record<string, unknown>) => AnyTeam;
 
-const BUNDLED: Record<string, TeamFactory> = {
-  math: (options) => (require('./math') as typeof import('./math')).mathTeam(options as import('./math').MathOptions),
-  research: (options) => (require('./research') as typeof import('./research')).researchTeam(options as import('./research').ResearchOptions),
-  recall: (options) => (require('./recall') as typeof import('./recall')).recallTeam(options as import('./recall').RecallOptions),
-  chain: () => (require('./chain') as typeof import('./chain')).chainTeam(),
-  'chat-digits': () => (require('./chat-digits') as typeof import('./chat-digits')).chatDigitsTeam(),
-};
-
-/** The registry in use (mutated in place by useProjectTeams, so importers keep one object). */
-export const teams: Record<string, TeamFactory> = { ...BUNDLED };
-/** Where a team is defined, for messages: its module in the project, else the bundled folder. */
+/** The registry in use (filled in place by useProjectTeams, so importers keep one object). */
+export const teams: Record<string, TeamFactory> = {};
+/** Where each team is defined (its module in the project), for messages. */
 const sources: Record<string, string> = {};
-const whereDefined = (team: string) => sources[team] ?? 'its module in agents/teams/';
-let registerHint = 'register it with one line in agents/teams/index.ts';
+const whereDefined = (team: string) => sources[team] ?? 'its module';
+const registerHint = 'add it under `teams` in troupe.config.ts';
 
 /** A project's team: its module (loaded when the team first is), which export, and the path to name in messages. */
 export interface ProjectTeamEntry {
@@ -90,7 +82,6 @@ export function useProjectTeams(entries: Record<string, ProjectTeamEntry>): void
     teams[name] = (options) => teamFromModule(name, entry.load(), entry, options);
     sources[name] = entry.source;
   }
-  registerHint = 'add it under `teams` in troupe.config.ts';
 }
 
 /** A team that is not registered or whose definition fails: the user's to fix, and only that team's problem. */

@@ -12,12 +12,7 @@
  * bad ones. The default estimator is turn-return; bench/credit.ts compares the
  * estimators on it.
  */
-import { agent } from '../agent';
-import { tinyLM } from '../model';
-import { generatedTasks } from '../tasks';
-import { defineTeam } from '../team';
-import { charTokenizer } from '../tokenizer';
-import { keySyntax } from '../tool';
+import { agent, tinyLM, generatedTasks, defineTeam, charTokenizer, keySyntax } from 'troupe';
 import { calculator, solverAnswer } from './math';
 
 export interface ChainTask {
@@ -98,3 +93,5 @@ export function chainTeam() {
     success: ({ task, outcome }) => outcome?.values[CHAIN_STEPS - 1] === task.start + task.steps.reduce((a, b) => a + b, 0),
   });
 }
+
+export default chainTeam;

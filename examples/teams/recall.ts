@@ -5,11 +5,7 @@
  * (which can only guess: 1 in 6), so this team trains a small transformer
  * whose attention looks it up.
  */
-import { agent } from '../agent';
-import { transformer, type ModelSpec } from '../model';
-import { generatedTasks } from '../tasks';
-import { defineTeam } from '../team';
-import { charTokenizer } from '../tokenizer';
+import { agent, transformer, type ModelSpec, generatedTasks, defineTeam, charTokenizer } from 'troupe';
 
 export interface RecallOptions {
   /** digits in the row (≥ 9 puts the answer outside an 8-token window) */
@@ -54,3 +50,5 @@ export function recallTeam(options: RecallOptions = {}) {
     success: ({ task, outcome }) => outcome === task.row[0],
   });
 }
+
+export default recallTeam;

@@ -1,0 +1,14 @@
+import { defineConfig } from 'troupe';
+
+// Troupe's examples project: the teams a source checkout of Troupe trains (`npx troupe train
+// math` from the repository root enters this project). Each is written against the public API
+// only ('troupe'), as a project's own teams are.
+export default defineConfig({
+  teams: {
+    math: './teams/math.ts',
+    research: './teams/research.ts',
+    recall: './teams/recall.ts',
+    chain: './teams/chain.ts',
+    'chat-digits': './teams/chat-digits.ts',
+  },
+});
