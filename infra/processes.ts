@@ -184,7 +184,7 @@ async function endProcess(pid: number, opts: { timeoutMs: number; signal?: NodeJ
   signal(pid, opts.signal ?? 'SIGTERM');
   const deadline = Date.now() + opts.timeoutMs;
   while (Date.now() < deadline) {
-    if (!pidAlive(pid)) return 'stopped';
+    if (!pidAlive(pid) || procState(pid) === 'Z') return 'stopped'; // a zombie has ended; its parent reaps it
     await sleep(100);
   }
   signal(pid, 'SIGKILL');
@@ -252,12 +252,29 @@ function processTree(): Map<number, number> {
   return parent;
 }
 
-/** Live processes of `stateDir`: started by spawnService for it, or children of those. */
-export function markedProcesses(stateDir: string, tree = processTree()): MarkedProcess[] {
+/**
+ * Live processes of `stateDir`: started by spawnService for it, or children of those. With
+ * `nested`, also those of state dirs inside it (a test run's folder holds its tests' stacks).
+ */
+export function markedProcesses(stateDir: string, tree = processTree(), opts: { nested?: boolean } = {}): MarkedProcess[] {
   const dir = path.resolve(stateDir);
+  const ours = (marked: string | undefined) => marked === dir || (opts.nested === true && marked?.startsWith(dir + path.sep) === true);
   return [...tree.keys()]
-    .filter((pid) => procEnv(pid, SERVICE_STATE_DIR_ENV) === dir)
+    .filter((pid) => ours(procEnv(pid, SERVICE_STATE_DIR_ENV)))
     .map((pid) => ({ pid, service: procEnv(pid, SERVICE_NAME_ENV) ?? '?', argv: procArgv(pid) ?? [] }));
+}
+
+/**
+ * End every live process of `stateDir` and of the state dirs inside it, whatever records say:
+ * for a folder whose owner is gone (a killed test run). This process and its ancestors are spared.
+ */
+export async function endMarkedProcesses(stateDir: string, timeoutMs = 5_000): Promise<MarkedProcess[]> {
+  const tree = processTree();
+  const mine = new Set<number>();
+  for (let p: number | undefined = process.pid; p && mine.size < 64 && !mine.has(p); p = tree.get(p)) mine.add(p);
+  const marked = markedProcesses(stateDir, tree, { nested: true }).filter((p) => !mine.has(p.pid));
+  await Promise.all(marked.map((p) => endProcess(p.pid, { timeoutMs, what: `${p.service} (pid ${p.pid}) of ${stateDir}` })));
+  return marked;
 }
 
 /**

@@ -7,7 +7,8 @@
 //      TROUPE_TEMPORAL_BIN → PATH → cache → go install), and picks the test PostgreSQL server
 //      (TROUPE_TEST_DATABASE_URL → postgres://postgres@127.0.0.1:5432/postgres → embedded);
 //   3. with no arguments, checks types (tsc) and lints (infra/lint.js) before any test runs;
-//   4. runs `node --import tsx --import ./test/helpers/enter-project.mjs --test --test-concurrency=1`
+//   4. sweeps what killed earlier runs left (infra/test-runs.ts) and claims a folder for this run;
+//   5. runs `node --import tsx --import ./test/helpers/enter-project.mjs --test --test-concurrency=1`
 //      (every test process enters the checkout's project: examples/) over test/unit/**/*.test.ts, then
 //      over test/integration/**/*.test.ts, and ends with one line "N passed, N failed".
 // Arguments filter the files by substring of their path: `npm test -- unit`, `npm test -- foundation ping`.
@@ -76,7 +77,16 @@ async function main() {
 
   require('tsx/cjs');
   const { formatError } = require('./errors.ts');
-  const env = { ...process.env };
+  // Stacks of earlier runs that were killed (their owner is dead) go first; this run's own
+  // processes and temp folders are marked as its, in a folder swept at its end.
+  const { claimTestRun, sweepStaleTestRuns, testRunEnv } = require('./test-runs.ts');
+  const { endMarkedProcesses } = require('./processes.ts');
+  for (const { dir, ended } of await sweepStaleTestRuns().catch((e) => (log(`troupe test: sweeping stale test runs: ${e.message}`), [])))
+    log(
+      `troupe test: swept a killed run's leftovers: ${dir}${ended.length ? ` (ended ${ended.map((p) => `${p.pid} ${path.basename(p.argv[0] || '?')}`).join(', ')})` : ''}`,
+    );
+  const runDir = claimTestRun();
+  const env = testRunEnv(runDir);
   let stopDatabase;
   try {
     if (files.some((f) => f.startsWith('test/integration/'))) {
@@ -99,6 +109,7 @@ async function main() {
     }
   } catch (err) {
     log(formatError(err, { debug: process.env.TROUPE_DEBUG === '1' }));
+    fs.rmSync(runDir, { recursive: true, force: true });
     return 1;
   }
 
@@ -154,6 +165,9 @@ async function main() {
   log(`troupe test: ${summary.join('; ')}`);
   console.log(`${totals.passed} passed, ${totals.failed} failed${totals.skipped ? `, ${totals.skipped} skipped` : ''}`);
   if (stopDatabase) await stopDatabase().catch(() => undefined);
+  const left = await endMarkedProcesses(runDir).catch(() => []);
+  if (left.length) log(`troupe test: ended ${left.length} process(es) the tests left running: ${left.map((p) => `${p.pid} ${p.service}`).join(', ')}`);
+  fs.rmSync(runDir, { recursive: true, force: true });
   return code;
 }
 
