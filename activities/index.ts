@@ -3,7 +3,7 @@
 // Workflows import the type only: `import type { ControlActivities } from '.'`.
 import type { Sql } from '../infra/db';
 import { createPingActivities } from './ping';
-import { createTrainingControlActivities } from './training/control';
+import { createTrainingControlActivities, type UserCode } from './training/control';
 import { createDashboardLinkActivities } from './training/dashboard-link';
 import { createPoolQueueActivities } from './training/pool-queues';
 
@@ -16,6 +16,8 @@ export interface ControlDeps {
   dashboardUrl?: string;
   /** The patch ids of the workflow code this worker runs (workflows/patches.ts), recorded on each run it starts or resumes. */
   workflowPatches?: readonly string[];
+  /** Threads for durable episodes' tools and scoring (user-code-threads.ts): user code never runs on the worker's own thread. */
+  userCode: UserCode;
 }
 
 export function createControlActivities(deps: ControlDeps) {

@@ -39,7 +39,12 @@ export interface ToolCallRequest {
   seed: number;
 }
 
-export type ToolCallReply = { ok: true; output: unknown; rendered: string; durationMs: number } | { ok: false; error: string; durationMs: number };
+/**
+ * A tool call's answer. `fault`: the tool's code was stopped from outside (a synchronous loop
+ * that blocked its thread past the tool's timeout); it fails the episode, unlike a tool error.
+ */
+export type ToolCallReply =
+  { ok: true; output: unknown; rendered: string; durationMs: number } | { ok: false; error: string; durationMs: number; fault?: string };
 
 export interface EpisodeIO {
   generate(call: GenerateCall): Promise<GenerateReply>;
@@ -158,7 +163,12 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: Ep
   }
   const io: EpisodeIO = {
     generate: (call) => guarded(() => runtime.generate(call)),
-    callTool: (req) => guarded(() => runtime.callTool(req)),
+    callTool: async (req) => {
+      const reply = await guarded(() => runtime.callTool(req));
+      // Only replies of threaded tool calls carry it: histories recorded before it replay as they ran.
+      if (!reply.ok && reply.fault) throw (fault ??= new EpisodeFault(reply.fault));
+      return reply;
+    },
     now: () => runtime.now(),
   };
   const tok = team.tokenizer;

@@ -6,9 +6,11 @@
 // Postgres (DATABASE_URL, else the embedded one), applies migrations, then polls until
 // SIGINT/SIGTERM, on which it finishes in-flight tasks and exits. Until PostgreSQL and
 // Temporal answer it waits for them with capped backoff, saying so in its log.
+import * as path from 'node:path';
 import { parseArgs } from 'node:util';
 import { type NativeConnection, Worker, type WorkerOptions } from '@temporalio/worker';
 import { createControlActivities } from '../activities';
+import { UserCodeThreads } from '../activities/training/user-code-threads';
 import { dashboardUrl } from '../dashboard/service';
 import { untilAvailable } from '../infra/backoff';
 import { payloadDataConverter } from '../infra/codec';
@@ -49,9 +51,14 @@ export function workflowsPath(): string {
   return project ? writeWorkflowsEntry(project) : require.resolve('../workflows');
 }
 
+/** The user code threads' wiring (./user-code-thread.ts, beside this file). */
+const USER_CODE_THREAD = path.join(__dirname, 'user-code-thread.ts');
+
 export async function createControlWorker(opts: ControlWorkerOptions): Promise<Worker> {
   const teams = loadTeamCode();
   for (const [team, why] of Object.entries(teams.failed)) console.warn(`troupe control worker: team ${team} is unusable: ${why}`);
+  // idle threads are unref'd: they neither keep the process alive nor need closing
+  const userCode = new UserCodeThreads(USER_CODE_THREAD);
   return Worker.create({
     identity: workerIdentity(teams.hash),
     connection: opts.connection,
@@ -65,6 +72,7 @@ export async function createControlWorker(opts: ControlWorkerOptions): Promise<W
       poolTaskQueue: opts.poolTaskQueue,
       dashboardUrl: opts.dashboardUrl,
       workflowPatches: Object.values(Patch),
+      userCode,
     }),
     dataConverter: payloadDataConverter(opts.payloadKeys),
     ...opts.workerOptions,

@@ -7,6 +7,7 @@ import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import type { ToolCallReply, ToolCallRequest } from '../../agents/episode';
 import { scoreEpisode } from '../../agents/rewards';
+import type { AnyTeam } from '../../agents/team';
 import { loadTeam } from '../../agents/team-registry';
 import type { Sql } from '../../infra/db';
 import { parseRunConfig, type RunConfig } from '../../schema/run-config';
@@ -15,7 +16,6 @@ import { createRun, getRun, hasExecution, recordEvent, recordExecution, recordWo
 import { mergeStepMetrics, writeMetrics } from '../store/metrics';
 import { loadStepEpisodes, saveEpisodes, type EpisodeMeta, type StoredEpisode } from '../store/trajectories';
 import { loadTasks } from '../tasks';
-import { executeTool } from '../tools';
 import { episodesOf, type EpisodeSpec, type StepPlan } from './plan';
 import { readCheckpointTokenizers } from './pretrained';
 import { resumePoint, versionsBefore } from './resume';
@@ -33,7 +33,18 @@ export interface EvalSummary {
   rewards: Record<string, Record<string, number>>;
 }
 
-export function createTrainingControlActivities({ sql, workflowPatches }: { sql: Sql; workflowPatches?: readonly string[] }) {
+/** Where durable episodes' tools and scoring run: off the worker's own thread (user-code-threads.ts). */
+export interface UserCode {
+  callTool(team: AnyTeam, ref: TeamRef, req: ToolCallRequest, signal?: AbortSignal): Promise<ToolCallReply>;
+  score(team: AnyTeam, ref: TeamRef, meta: EpisodeMeta, trajectory: Trajectory): Promise<StoredEpisode>;
+}
+
+export function createTrainingControlActivities({ sql, workflowPatches, userCode }: { sql: Sql; workflowPatches?: readonly string[]; userCode?: UserCode }) {
+  // A tool or reward with a synchronous loop would block this worker for good: they run only in threads.
+  const threads = (what: string) => {
+    if (!userCode) throw new Error(`${what}: this control worker runs no user code threads (createControlActivities needs userCode)`);
+    return userCode;
+  };
   readCheckpointTokenizers();
   return {
     /**
@@ -131,12 +142,14 @@ export function createTrainingControlActivities({ sql, workflowPatches }: { sql:
 
     /** One tool call of a durable episode. */
     async callTool(input: TeamRef & { req: ToolCallRequest }): Promise<ToolCallReply> {
-      return executeTool(loadTeam(input.team, input.teamOptions), input.req, Context.current().cancellationSignal);
+      const ref = { team: input.team, teamOptions: input.teamOptions };
+      return threads('callTool').callTool(loadTeam(input.team, input.teamOptions), ref, input.req, Context.current().cancellationSignal);
     },
 
     /** Scores a finished durable episode and stores it (idempotent by episode id). */
     async recordEpisode(input: TeamRef & { meta: EpisodeMeta; trajectory: Trajectory }) {
-      const episode = scoredEpisode(loadTeam(input.team, input.teamOptions), input.meta, input.trajectory);
+      const ref = { team: input.team, teamOptions: input.teamOptions };
+      const episode = await threads('recordEpisode').score(loadTeam(input.team, input.teamOptions), ref, input.meta, input.trajectory);
       await saveEpisodes(sql, [episode]);
       return { episodeId: episode.meta.episodeId, status: episode.trajectory.status, success: episode.success };
     },

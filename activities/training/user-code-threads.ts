@@ -1,0 +1,183 @@
+/**
+ * Durable episodes' tool calls and scoring run in threads, not on the control worker's own
+ * thread. A tool or reward is user code: a synchronous loop in it would block the control
+ * worker's event loop (every workflow task, every activity, its heartbeats) for good, and the
+ * retried activity would block the restarted worker again. In a thread it blocks only that
+ * thread, which the worker ends once the call has run past its limit: the call is answered as
+ * stopped, naming the tool or the rewards, and the episode fails; the worker goes on.
+ *
+ * One call per thread at a time, so a thread that does not answer is blocked by the call it
+ * runs, and nothing else is lost when it is ended. Threads are made as needed (up to `size`
+ * at once; calls beyond wait) and kept for later calls. (Batched episodes run their tools and
+ * scoring on their episode's thread: episode-threads.ts.)
+ */
+import { Worker } from 'node:worker_threads';
+import type { ToolCallReply, ToolCallRequest } from '../../agents/episode';
+import type { AnyTeam } from '../../agents/team';
+import { errorMessage } from '../../infra/errors';
+import type { Trajectory } from '../../schema/trajectory';
+import type { EpisodeMeta, StoredEpisode } from '../store/trajectories';
+import { scoredEpisode, type TeamRef } from './control';
+import { executeTool } from '../tools';
+
+type Call = { t: 'tool'; team: TeamRef; req: ToolCallRequest } | { t: 'score'; team: TeamRef; meta: EpisodeMeta; trajectory: Trajectory };
+
+type FromThread = { t: 'started' } | { t: 'done'; value: ToolCallReply | StoredEpisode } | { t: 'failed'; message: string };
+
+/** How long past its own timeout a tool may go unanswered before its thread counts as blocked: executeTool answers a timeout itself. */
+const TOOL_GRACE_MS = 2_000;
+
+const TSX = require.resolve('tsx/cjs');
+const THREAD_SHIM = `const { workerData } = require('node:worker_threads'); require(workerData.tsx); require(workerData.entry);`;
+
+// ---------------------------------------------------------------------------
+// The thread's side.
+
+/** What a thread runs (processes/user-code-thread.ts wires it): calls as they come, one at a time. */
+export function serveUserCode(port: { on(e: 'message', f: (m: Call) => void): void; postMessage(m: FromThread): void }, load: (ref: TeamRef) => AnyTeam) {
+  const teams = new Map<string, AnyTeam>();
+  const teamOf = (ref: TeamRef) => {
+    const key = JSON.stringify([ref.team, ref.teamOptions ?? {}]);
+    let team = teams.get(key);
+    if (!team) teams.set(key, (team = load(ref)));
+    return team;
+  };
+  port.on('message', (call: Call) => {
+    void (async () => {
+      try {
+        const team = teamOf(call.team);
+        // the limit counts from here: loading the team is the worker's time, not the call's
+        port.postMessage({ t: 'started' });
+        const value = call.t === 'tool' ? await executeTool(team, call.req) : scoredEpisode(team, call.meta, call.trajectory);
+        port.postMessage({ t: 'done', value });
+      } catch (e) {
+        port.postMessage({ t: 'failed', message: errorMessage(e) });
+      }
+    })();
+  });
+}
+
+// ---------------------------------------------------------------------------
+// The worker's side.
+
+const stoppedMessage = (what: string, ms: number) => `its code ran ${(ms / 1000).toFixed(1)} s without returning (a synchronous loop? ${what}); it was stopped`;
+
+export class UserCodeThreads {
+  private readonly idle: Worker[] = [];
+  private live = 0;
+  private readonly waiting: Array<() => void> = [];
+  private closed = false;
+
+  /** `entry`: the thread's wiring file (processes/user-code-thread.ts). */
+  constructor(
+    private readonly entry: string,
+    private readonly size = 4,
+  ) {}
+
+  /**
+   * One tool call. A tool that runs past its timeout without its thread answering is stopped:
+   * the reply is a tool error with `fault` set, which fails the episode (runEpisode).
+   */
+  async callTool(team: AnyTeam, ref: TeamRef, req: ToolCallRequest, signal?: AbortSignal): Promise<ToolCallReply> {
+    const tool = Object.values(team.agents)
+      .flatMap((a) => a.tools)
+      .find((t) => t.name === req.tool);
+    if (!tool) return executeTool(team, req, signal); // an unknown tool runs no user code
+    const limitMs = tool.timeoutMs + TOOL_GRACE_MS;
+    return this.run<ToolCallReply>({ t: 'tool', team: ref, req }, limitMs, signal, (ms) => {
+      const fault = `tool ${tool.name}: ${stoppedMessage(`tool timeoutMs: ${tool.timeoutMs} ms`, ms)}`;
+      return { ok: false, error: fault, fault, durationMs: ms };
+    });
+  }
+
+  /** Scores an episode (rewards, success check). Rewards that run past `team.limits.cpuMs` are stopped: the episode is stored as failed, saying so. */
+  async score(team: AnyTeam, ref: TeamRef, meta: EpisodeMeta, trajectory: Trajectory): Promise<StoredEpisode> {
+    return this.run<StoredEpisode>({ t: 'score', team: ref, meta, trajectory }, team.limits.cpuMs, undefined, (ms) => ({
+      meta,
+      trajectory: {
+        ...trajectory,
+        status: 'failed',
+        error: `rewards: ${stoppedMessage(`scoring counts against team limits.cpuMs: ${team.limits.cpuMs} ms`, ms)}`,
+      },
+      rewards: [],
+      success: null,
+    }));
+  }
+
+  private async run<T>(call: Call, limitMs: number, signal: AbortSignal | undefined, stopped: (ms: number) => T): Promise<T> {
+    const thread = await this.acquire();
+    return new Promise<T>((resolve, reject) => {
+      let timer: NodeJS.Timeout | undefined;
+      let startedAt = 0;
+      const finish = (keep: boolean) => {
+        clearTimeout(timer);
+        thread.off('message', onMessage);
+        thread.off('exit', onExit);
+        signal?.removeEventListener('abort', onAbort);
+        if (keep) this.release(thread);
+        else {
+          void thread.terminate();
+          this.release(undefined);
+        }
+      };
+      const onMessage = (m: FromThread) => {
+        if (m.t === 'started') {
+          startedAt = performance.now();
+          timer = setTimeout(() => {
+            finish(false);
+            resolve(stopped(performance.now() - startedAt));
+          }, limitMs);
+          return;
+        }
+        finish(true);
+        if (m.t === 'done') resolve(m.value as T);
+        else reject(new Error(m.message));
+      };
+      const onExit = (code: number) => {
+        finish(false);
+        reject(new Error(`the user code thread exited (code ${code})`)); // retryable: the activity runs again on a fresh one
+      };
+      const onAbort = () => {
+        finish(false);
+        reject(signal!.reason);
+      };
+      thread.on('message', onMessage);
+      thread.once('exit', onExit);
+      signal?.addEventListener('abort', onAbort, { once: true });
+      thread.postMessage(call);
+    });
+  }
+
+  private async acquire(): Promise<Worker> {
+    for (;;) {
+      if (this.closed) throw new Error('the user code threads are closed');
+      const idle = this.idle.pop();
+      if (idle) {
+        idle.ref();
+        return idle;
+      }
+      if (this.live < this.size) {
+        this.live++;
+        const worker = new Worker(THREAD_SHIM, { eval: true, workerData: { tsx: TSX, entry: this.entry } });
+        worker.on('error', () => undefined); // seen as its exit
+        return worker;
+      }
+      await new Promise<void>((r) => this.waiting.push(r));
+    }
+  }
+
+  /** A thread back for later calls (undefined: it was ended); the next waiting call goes on. */
+  private release(thread: Worker | undefined) {
+    if (thread && !this.closed) {
+      thread.unref(); // an idle thread does not keep the process alive
+      this.idle.push(thread);
+    } else this.live--;
+    this.waiting.shift()?.();
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const w of this.waiting.splice(0)) w();
+    await Promise.all(this.idle.splice(0).map((t) => t.terminate()));
+  }
+}
