@@ -160,6 +160,13 @@ export class UserCodeThreads {
         this.live++;
         const worker = new Worker(THREAD_SHIM, { eval: true, workerData: { tsx: TSX, entry: this.entry } });
         worker.on('error', () => undefined); // seen as its exit
+        // an idle thread that dies is not handed out again (a busy one's exit is its call's)
+        worker.once('exit', () => {
+          const i = this.idle.indexOf(worker);
+          if (i < 0) return;
+          this.idle.splice(i, 1);
+          this.live--;
+        });
         return worker;
       }
       await new Promise<void>((r) => this.waiting.push(r));
