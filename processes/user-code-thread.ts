@@ -5,10 +5,10 @@
 import { parentPort } from 'node:worker_threads';
 import { readCheckpointTokenizers } from '../activities/training/pretrained';
 import { serveUserCode } from '../activities/training/user-code-threads';
-import { loadTeam } from '../agents/teams';
+import { loadTeam } from '../agents/team-registry';
 import { enterProjectFromEnvironment } from './project';
 
-// the worker's project (TROUPE_PROJECT, inherited with its environment): its teams
+// the worker's project, found as the worker found it (TROUPE_PROJECT, or above the working directory): its teams
 enterProjectFromEnvironment({ required: false });
 readCheckpointTokenizers();
 serveUserCode(parentPort!, (ref) => loadTeam(ref.team, ref.teamOptions));

@@ -10,7 +10,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { after, it } from 'node:test';
 import { UserCodeThreads } from '../../../activities/training/user-code-threads';
 import { runEpisode, type EpisodeIO, type ToolCallReply, type ToolCallRequest } from '../../../agents/episode';
-import { chainTeam } from '../../../agents/teams/chain';
+import { chainTeam } from '../../../examples/teams/chain';
 import { userCodeTeam } from './fixtures/user-code-team';
 
 const threads = new UserCodeThreads(path.join(__dirname, 'fixtures', 'user-code-thread.ts'), 2);
