@@ -42,13 +42,22 @@ export {
   KL_TYPES,
   DEFAULT_POLICY_LOSS_SETTINGS,
   policyLoss,
-  importanceWeights,
   resolveLossSettings,
   type KlType,
   type PolicyLossSettings,
   type PolicyLossInput,
   type PolicyLossOutput,
   type PolicyLossDiagnostics,
-  type ImportanceWeights,
 } from './loss';
+export {
+  CORRECTIONS,
+  CORRECTION_NAMES,
+  DEFAULT_BAND,
+  DEFAULT_CORRECTION,
+  correctionSettingIssues,
+  importanceWeights,
+  type CorrectionName,
+  type ImportanceWeights,
+} from './corrections/registry';
+export type { Correction, CorrectionSettings, CorrectionWeights } from './corrections/types';
 export { stepDiagnostics, mergeLossDiagnostics, type AgentStepDiagnostics, type AdvantageSummary } from './diagnostics';

@@ -24,7 +24,9 @@
  * Since w_t ≥ 0, w_t·L_pg(A) = L_pg(w_t·A) token by token (the clip and the
  * dual clip depend on A only through its sign): an engine that implements the
  * plain loss trains the decoupled one when given advantages w_t·A and
- * logp_old = logp_prox. With k = 0 no weights are given (w_t ≡ 1).
+ * logp_old = logp_prox. With k = 0 no weights are given (w_t ≡ 1). The
+ * other off-policy corrections (rl/corrections/: TIS, MIS, IcePop) differ only in
+ * how w_t is computed from the ratios π_prox/π_behav, masking being w_t = 0.
  *
  * Gradient coefficient: g_t = ∂loss/∂logp_t with logp_old, ref, A, w and the
  * entropy H_t held fixed. The engine backpropagates g_t through log-softmax
@@ -85,7 +87,7 @@ export interface PolicyLossInput {
   refLogp?: ArrayLike<number>;
   /** Per-token entropy of the current policy; required when entropyCoef ≠ 0. */
   entropy?: ArrayLike<number>;
-  /** Truncated importance weights of decoupled PPO (importanceWeights); absent: 1. */
+  /** Off-policy weights (rl/corrections importanceWeights); absent: 1. */
   isWeights?: ArrayLike<number>;
 }
 
@@ -265,60 +267,4 @@ export function policyLoss(input: PolicyLossInput, settings: Partial<PolicyLossS
       ratioMax,
     },
   };
-}
-
-export interface ImportanceWeights {
-  /** w_t per token (0 where the mask is 0). */
-  weights: Float64Array;
-  diagnostics: {
-    /** Tokens with mask 1. */
-    tokens: number;
-    mean: number;
-    max: number;
-    /** Fraction of tokens whose weight the cap truncated. */
-    truncatedFraction: number;
-    /** Mean k3 estimate of KL(behaviour ‖ proximal) over the behaviour's tokens: ρ − 1 − log ρ, ρ = π_prox/π_behav. */
-    behaviourKl: number;
-  };
-}
-
-/**
- * Decoupled PPO's truncated importance weights w_t = min(π_prox/π_behav, cap)
- * (see the header), for tokens with mask 1; `cap` ≥ 1.
- */
-export function importanceWeights(logpProx: ArrayLike<number>, logpBehav: ArrayLike<number>, mask: ArrayLike<number>, cap: number): ImportanceWeights {
-  const issues = new IssueList();
-  if (!(cap >= 1 && Number.isFinite(cap))) issues.add('cap', `must be a finite number >= 1, got ${cap}`);
-  const n = logpProx.length;
-  for (const [name, a] of [
-    ['logpBehav', logpBehav],
-    ['mask', mask],
-  ] as const)
-    if (a.length !== n) issues.add(name, `expected ${n} tokens (as logpProx), got ${a.length}`);
-  issues.throwIfAny();
-  const weights = new Float64Array(n);
-  let tokens = 0;
-  let sum = 0;
-  let max = 0;
-  let truncated = 0;
-  let kl = 0;
-  for (let t = 0; t < n; t++) {
-    if (mask[t] === 0) continue;
-    for (const [name, a] of [
-      ['logpProx', logpProx],
-      ['logpBehav', logpBehav],
-    ] as const)
-      if (!Number.isFinite(a[t])) issues.add(`${name}[${t}]`, `must be a finite number, got ${a[t]}`);
-    const d = Math.min(Math.max(logpProx[t]! - logpBehav[t]!, -LOG_RATIO_CLAMP), LOG_RATIO_CLAMP);
-    const rho = Math.exp(d);
-    weights[t] = Math.min(rho, cap);
-    tokens++;
-    sum += weights[t]!;
-    max = Math.max(max, weights[t]!);
-    if (rho > cap) truncated++;
-    kl += rho - 1 - d;
-  }
-  issues.throwIfAny();
-  const per = (x: number) => (tokens === 0 ? 0 : x / tokens);
-  return { weights, diagnostics: { tokens, mean: per(sum), max, truncatedFraction: per(truncated), behaviourKl: per(kl) } };
 }

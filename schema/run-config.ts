@@ -18,12 +18,24 @@ import {
   type OptimizerSettings,
 } from './optimizer';
 import { FieldError, issuesFromZod, type FieldIssue } from '../infra/issues';
+import { CORRECTION_NAMES, DEFAULT_CORRECTION, type CorrectionName } from '../rl/corrections/registry';
 
 /** Bound on staleness: each step of lag keeps one more step's rollout in flight. */
 export const MAX_STALENESS = 8;
 
 const poolName = z.string().regex(/^[A-Za-z0-9._-]{1,100}$/, 'a pool name: letters, digits, . _ - only (1-100)');
 const int = (min: number, max: number) => z.number().int('must be an integer').min(min, `must be >= ${min}`).max(max, `must be <= ${max}`);
+
+/** One model's off-policy correction (rl/corrections/): which, and the settings it reads. */
+const correctionSchema = z.strictObject({
+  correction: z.enum(CORRECTION_NAMES, `must be one of ${CORRECTION_NAMES.join(', ')}`).optional(),
+  /** C: the truncation cap (decoupled-ppo, tis-*) or the masking threshold (mis-*). */
+  cap: z.number().min(1, 'must be >= 1').max(1e6, 'must be <= 1000000').optional(),
+  /** [lo, hi]: the ratios IcePop keeps. */
+  band: z
+    .tuple([z.number().min(0, 'must be >= 0').max(1, 'must be <= 1'), z.number().min(1, 'must be >= 1').max(1e6, 'must be <= 1000000')], 'must be [lo, hi]')
+    .optional(),
+});
 
 export const runConfigSchema = z.strictObject({
   /** Team name in the registry (agents/team-registry.ts): a team of the project. */
@@ -61,8 +73,14 @@ export const runConfigSchema = z.strictObject({
       }
     })
     .default(0),
-  /** Cap of the truncated importance weights that correct stale rollouts (decoupled PPO, rl/loss.ts). */
+  /** The default cap C of the off-policy corrections (offPolicy.cap overrides it). */
   importanceCap: z.number().min(1, 'must be >= 1').max(1e6, 'must be <= 1000000').default(5),
+  /**
+   * How asynchronous models' updates correct for their stale rollouts (docs/running.md, "Off-policy
+   * corrections"): one setting for every model, `models` overriding it per model name.
+   * Default: decoupled PPO with cap importanceCap.
+   */
+  offPolicy: correctionSchema.extend({ models: z.record(z.string(), correctionSchema).optional() }).optional(),
   /**
    * Where each model samples and trains, overriding its team's `pool` / `trainPool`: { <model>: { sample?, train? } }.
    * Pool names map to task queues as the team's do (activities/training/pool-queues.ts).
@@ -154,6 +172,13 @@ export function checkAgainstTeam(config: RunConfig, team: AnyTeam): ResolvedTrai
   if (typeof config.staleness === 'object')
     for (const m of Object.keys(config.staleness))
       if (!modelNames.includes(m)) issues.push({ path: `staleness.${m}`, message: `unknown model (team ${team.name} has: ${modelNames.join(', ')})` });
+  for (const m of Object.keys(config.offPolicy?.models ?? {})) {
+    if (!modelNames.includes(m)) issues.push({ path: `offPolicy.models.${m}`, message: `unknown model (team ${team.name} has: ${modelNames.join(', ')})` });
+    else if (stalenessOf(config, m) === 0)
+      issues.push({ path: `offPolicy.models.${m}`, message: `model ${m} is synchronous (staleness 0): a correction applies only to a model with staleness > 0` });
+  }
+  if (config.offPolicy && modelNames.every((m) => stalenessOf(config, m) === 0))
+    issues.push({ path: 'offPolicy', message: 'every model is synchronous (staleness 0): a correction applies only to a model with staleness > 0' });
   for (const a of Object.keys(config.optimizer.agents))
     if (!team.roles.includes(a)) issues.push({ path: `optimizer.agents.${a}`, message: `unknown agent (team ${team.name} has: ${team.roles.join(', ')})` });
   const modelLevel = (m: string) => mergeOverrides(team.models[m]?.optimizer as OptimizerOverrides, config.optimizer.all, config.optimizer.models[m]);
@@ -204,6 +229,32 @@ export function poolsOf(config: Pick<RunConfig, 'pools'>, team: AnyTeam, model: 
 /** The staleness k of a model (0 when not set). */
 export function stalenessOf(config: Pick<RunConfig, 'staleness'>, model: string): number {
   return typeof config.staleness === 'number' ? config.staleness : (config.staleness[model] ?? 0);
+}
+
+/** What an asynchronous model's update is told about its correction (activities/training/off-policy.ts). */
+export interface OffPolicySetting {
+  /** The cap C. */
+  importanceCap: number;
+  /** Absent: decoupled-ppo. */
+  correction?: CorrectionName;
+  /** Absent: IcePop's [0.5, 5]. */
+  band?: readonly [number, number];
+}
+
+/**
+ * Model m's correction: offPolicy.models[m] over offPolicy over the defaults. Only the settings
+ * that differ from the defaults are set, so a run without `offPolicy` schedules its updates
+ * with the same input as before corrections were selectable (its history replays unchanged).
+ */
+export function offPolicyOf(config: Pick<RunConfig, 'importanceCap' | 'offPolicy'>, model: string): OffPolicySetting {
+  const own = config.offPolicy?.models?.[model];
+  const correction = own?.correction ?? config.offPolicy?.correction;
+  const band = own?.band ?? config.offPolicy?.band;
+  return {
+    importanceCap: own?.cap ?? config.offPolicy?.cap ?? config.importanceCap,
+    ...(correction !== undefined && correction !== DEFAULT_CORRECTION ? { correction } : {}),
+    ...(band !== undefined ? { band } : {}),
+  };
 }
 
 /**

@@ -1,28 +1,35 @@
 /**
  * The off-policy correction of an asynchronous run's update (staleness k > 0):
- * its rollout was sampled by an older version than the update's base. Decoupled
- * PPO with the base version as the proximal policy (rl/loss.ts): each trained
- * token's advantage is scaled by its truncated importance weight
- * w = min(π_base/π_behaviour, cap), and the base version's log-probs become the
- * "old" log-probs of the clip ratio. The engine's update graphs are unchanged:
- * w·L_pg(A) = L_pg(w·A) token by token (w ≥ 0).
+ * its rollout was sampled by older versions than the update's base. The base
+ * version scores the tokens (the proximal policy: the "old" log-probs of the PPO
+ * clip ratio), and the model's correction (rl/corrections/, chosen per model by
+ * the run config's `offPolicy`) turns each trained token's ratio
+ * π_base/π_behaviour into a weight on its advantage (0: masked). Each token's
+ * behaviour log-prob is its own (sample.oldLogprobs), whichever version sampled it.
+ * The engine's update graphs are unchanged: w·L_pg(A) = L_pg(w·A) token by token (w ≥ 0).
  *
- * Also the correction's metrics, per model and per agent.
+ * Also the correction's metrics, per model and per agent (names in OffPolicyMetrics).
  */
-import { importanceWeights } from '../../rl';
+import { DEFAULT_BAND, DEFAULT_CORRECTION, importanceWeights, type ImportanceWeights } from '../../rl';
 import type { UpdateSampleInput } from '../../engines/protocol/types';
+import type { OffPolicySetting } from '../../schema/run-config';
 import type { UpdateSequence } from './batch';
 
-export interface OffPolicyMetrics {
+/** Prefix of the staleness histogram: `staleness.tokens.<lag>` counts trained tokens sampled `lag` versions before the base. */
+export const STALENESS_TOKENS = 'staleness.tokens.';
+
+export type OffPolicyMetrics = {
   /** Mean versions between the behaviour version and the update's base, over sequences. */
   staleness: number;
   'isWeight.mean': number;
   'isWeight.max': number;
-  /** Fraction of trained tokens whose weight the cap truncated. */
+  /** Share of trained tokens whose weight a cap truncated. */
   'isWeight.truncated': number;
-  /** k3 estimate of KL(behaviour ‖ base) over the behaviour's tokens. */
-  behaviourKl: number;
-}
+  /** Share of trained tokens the correction dropped (weight 0). */
+  'isWeight.masked': number;
+  /** k3 estimate of KL(behaviour ‖ trainer at the base version) over the behaviour's tokens. */
+  mismatch_kl: number;
+} & Record<`${typeof STALENESS_TOKENS}${number}`, number>;
 
 export interface OffPolicyUpdate {
   samples: UpdateSampleInput[];
@@ -30,6 +37,19 @@ export interface OffPolicyUpdate {
   model: OffPolicyMetrics;
   /** Per agent of the model. */
   agents: Record<string, OffPolicyMetrics>;
+}
+
+interface Sums {
+  sequences: number;
+  lag: number;
+  tokens: number;
+  w: number;
+  max: number;
+  truncated: number;
+  masked: number;
+  kl: number;
+  /** Trained tokens per lag. */
+  lags: Map<number, number>;
 }
 
 /**
@@ -41,24 +61,29 @@ export function offPolicyCorrection(
   samples: readonly UpdateSampleInput[],
   baseLogprobs: readonly ArrayLike<number>[],
   baseVersion: number,
-  cap: number,
+  setting: OffPolicySetting,
 ): OffPolicyUpdate {
-  const sums = new Map<string, { sequences: number; lag: number; tokens: number; w: number; max: number; truncated: number; kl: number }>();
-  const add = (key: string, lag: number, d: ReturnType<typeof importanceWeights>['diagnostics']) => {
-    const s = sums.get(key) ?? { sequences: 0, lag: 0, tokens: 0, w: 0, max: 0, truncated: 0, kl: 0 };
+  const correction = setting.correction ?? DEFAULT_CORRECTION;
+  const settings = { cap: setting.importanceCap, band: setting.band ?? DEFAULT_BAND };
+  const sums = new Map<string, Sums>();
+  const empty = (): Sums => ({ sequences: 0, lag: 0, tokens: 0, w: 0, max: 0, truncated: 0, masked: 0, kl: 0, lags: new Map() });
+  const add = (key: string, lag: number, d: ImportanceWeights['diagnostics']) => {
+    const s = sums.get(key) ?? empty();
     s.sequences++;
     s.lag += lag;
     s.tokens += d.tokens;
     s.w += d.mean * d.tokens;
     s.max = Math.max(s.max, d.max);
     s.truncated += d.truncatedFraction * d.tokens;
-    s.kl += d.behaviourKl * d.tokens;
+    s.masked += d.maskedFraction * d.tokens;
+    s.kl += d.mismatchKl * d.tokens;
+    s.lags.set(lag, (s.lags.get(lag) ?? 0) + d.tokens);
     sums.set(key, s);
   };
   const corrected = samples.map((sample, i) => {
     const seq = sequences[i]!;
     const prox = baseLogprobs[i]!;
-    const { weights, diagnostics } = importanceWeights(prox, sample.oldLogprobs, sample.lossMask, cap);
+    const { weights, diagnostics } = importanceWeights(prox, sample.oldLogprobs, sample.lossMask, correction, settings);
     add('', baseVersion - seq.version, diagnostics);
     add(seq.agent, baseVersion - seq.version, diagnostics);
     const trained = (t: number) => sample.lossMask[t] === 1;
@@ -69,14 +94,17 @@ export function offPolicyCorrection(
     };
   });
   const metrics = (key: string): OffPolicyMetrics => {
-    const s = sums.get(key) ?? { sequences: 0, lag: 0, tokens: 0, w: 0, max: 0, truncated: 0, kl: 0 };
+    const s = sums.get(key) ?? empty();
     const per = (x: number) => (s.tokens === 0 ? 0 : x / s.tokens);
+    const histogram = Object.fromEntries([...s.lags].sort(([a], [b]) => a - b).map(([lag, n]) => [`${STALENESS_TOKENS}${lag}`, n]));
     return {
       staleness: s.sequences === 0 ? 0 : s.lag / s.sequences,
       'isWeight.mean': per(s.w),
       'isWeight.max': s.max,
       'isWeight.truncated': per(s.truncated),
-      behaviourKl: per(s.kl),
+      'isWeight.masked': per(s.masked),
+      mismatch_kl: per(s.kl),
+      ...histogram,
     };
   };
   const agents = [...new Set(sequences.map((s) => s.agent))];

@@ -32,7 +32,7 @@ import type {
   VersionInfo,
 } from '../../engines/protocol/types';
 import type { Sql } from '../../infra/db';
-import type { ResolvedTraining } from '../../schema/run-config';
+import type { OffPolicySetting, ResolvedTraining } from '../../schema/run-config';
 import { writeMetrics } from '../store/metrics';
 import { recordEvent } from '../store/runs';
 import { commitUpdate, locateVersion, readVersionBytes, saveInitialVersion, versionOfStep } from '../store/versions';
@@ -321,8 +321,8 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints, episode
         nonFinite: 'skip' | 'reduce-lr' | 'fail';
         /** The step's rollout, committed with the update so a step that is committed always has it. */
         rollout: { seconds: number; episodes: number; failed: number };
-        /** Asynchronous runs (staleness > 0): decoupled PPO against the base version (off-policy.ts). */
-        offPolicy?: { importanceCap: number };
+        /** Asynchronous runs (staleness > 0): the model's correction against the base version (off-policy.ts). */
+        offPolicy?: OffPolicySetting;
       },
     ): Promise<UpdateResult> {
       const { runId, step, model } = input;
@@ -350,10 +350,9 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints, episode
       const key = modelKey(runId, model);
       const refLogprobs = needsReference(modelSettings) ? await score(runId, model, 0, sequences) : undefined;
       const onPolicy = updateSamples(sequences, refLogprobs);
-      // Decoupled PPO for a stale rollout: the base version scores the tokens (the proximal policy), off-policy.ts weights them.
+      // A stale rollout: the base version scores the tokens (the proximal policy), off-policy.ts weights them.
       const corrected =
-        input.offPolicy &&
-        offPolicyCorrection(sequences, onPolicy, await score(runId, model, input.baseVersion, sequences), input.baseVersion, input.offPolicy.importanceCap);
+        input.offPolicy && offPolicyCorrection(sequences, onPolicy, await score(runId, model, input.baseVersion, sequences), input.baseVersion, input.offPolicy);
       const samples = corrected ? corrected.samples : onPolicy;
       const request = (attempt: UpdateAttempt) => updateRequest({ runId, model, step, baseVersion: input.baseVersion }, samples, modelSettings, attempt);
       // The engine's progress goes out with the heartbeats (visible in the Web UI's pending activity).

@@ -47,10 +47,13 @@ export function renderDetails(d: DetailsInput): string {
         .map(([m, k]) => `${m} k=${k}`)
         .join(', ')}; ahead: ${ahead.length > 0 ? `steps ${ahead.join(', ')}` : 'none'}`,
     );
+    // Metrics an older worker returned may lack a name (behaviourKl was mismatch_kl's): '-' then.
+    const f = (v: number | undefined, digits = 3) => (v === undefined ? '-' : v.toFixed(digits));
     for (const [m, x] of Object.entries(offPolicy)) {
       if (x.staleness === undefined) continue;
+      const kl = x.mismatch_kl ?? x.behaviourKl;
       items.push(
-        `- ${m}: staleness ${x.staleness.toFixed(2)}, IS mean ${x['isWeight.mean']!.toFixed(3)} max ${x['isWeight.max']!.toFixed(3)} cut ${x['isWeight.truncated']!.toFixed(3)}, KL ${x.behaviourKl!.toExponential(2)}, clip ${x.clipFraction!.toFixed(3)}`,
+        `- ${m}: staleness ${f(x.staleness, 2)}, IS mean ${f(x['isWeight.mean'])} max ${f(x['isWeight.max'])} cut ${f(x['isWeight.truncated'])} masked ${f(x['isWeight.masked'])}, mismatch KL ${kl === undefined ? '-' : kl.toExponential(2)}, clip ${f(x.clipFraction)}`,
       );
     }
   }

@@ -8,6 +8,7 @@ import type { EvalSummary } from '../../activities/training/control';
 import type { EpisodeSpec } from '../../activities/training/plan';
 import type { UpdateResult } from '../../activities/training/pool';
 import { applyOptimizerChange } from '../../schema/optimizer';
+import { offPolicyOf } from '../../schema/run-config';
 import { Patch } from '../patches';
 import { control, controlLocal, type Bookkeeping } from './activities';
 import { withOptimizer } from './resolve';
@@ -129,7 +130,8 @@ export async function runStaleStep(run: RunState) {
 async function updateStep(run: RunState, rolloutDone: RolloutDone, bookkeeping: Bookkeeping, offPolicy = false) {
   const { runId, models, config } = run;
   const t1 = Date.now();
-  const correction = (model: string) => (offPolicy && run.pipeline!.lag(model) > 0 ? { offPolicy: { importanceCap: config.importanceCap } } : {});
+  // offPolicyOf sets only non-default settings: a run without `offPolicy` sends { importanceCap } as before (no patch needed).
+  const correction = (model: string) => (offPolicy && run.pipeline!.lag(model) > 0 ? { offPolicy: offPolicyOf(config, model) } : {});
   const updates: UpdateResult[] = await Promise.all(
     models.map((model) =>
       poolOf(run, model, 'train').updateModel({

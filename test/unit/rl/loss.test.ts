@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { importanceWeights, policyLoss, type KlType, type PolicyLossInput, type PolicyLossSettings } from '../../../rl/loss';
+import { policyLoss, type KlType, type PolicyLossInput, type PolicyLossSettings } from '../../../rl/loss';
 import { assertClose } from './helpers';
 
 /** One token with weight 1 and logp_old = 0, so logp = log(ratio). */
@@ -192,21 +192,6 @@ test('property: entropyGrad matches a finite difference in H', () => {
   );
 });
 
-test('decoupled PPO: truncated importance weights, hand-computed', () => {
-  // ρ = π_prox/π_behav: log ρ = 0.5 → 1.6487213; log ρ = 2 → 7.3890561 > cap 5 → 5 (truncated);
-  // log ρ = −1 → 0.3678794; the masked token gets 0 and is not counted.
-  const r = importanceWeights([-1, 0, -3, -7], [-1.5, -2, -2, 0], [1, 1, 1, 0], 5);
-  assertClose(Array.from(r.weights), [Math.exp(0.5), 5, Math.exp(-1), 0]);
-  assert.equal(r.diagnostics.tokens, 3);
-  assertClose([r.diagnostics.mean, r.diagnostics.max, r.diagnostics.truncatedFraction], [(1.6487213 + 5 + 0.3678794) / 3, 5, 1 / 3], 1e-6);
-  // KL(behaviour ‖ prox) by k3 on the untruncated ρ: (ρ − 1 − log ρ) per token
-  // 1.6487213 − 1.5 = 0.1487213; 7.3890561 − 3 = 4.3890561; 0.3678794 − 0 = 0.3678794 → mean 1.6352189
-  assertClose([r.diagnostics.behaviourKl], [(0.1487213 + 4.3890561 + 0.3678794) / 3], 1e-6);
-  // on-policy tokens: every weight 1, nothing truncated, KL 0
-  const same = importanceWeights([-0.3, -2], [-0.3, -2], [1, 1], 5);
-  assert.deepEqual([...same.weights, same.diagnostics.truncatedFraction, same.diagnostics.behaviourKl], [1, 1, 0, 0]);
-});
-
 test('decoupled PPO: w·L_pg with w on the loss equals the plain loss with advantages w·A', () => {
   // ratio 1.1 (inside the clip), A = 2, w = 0.5: L = 0.5·(−2·1.1) = −1.1, g = 0.5·(−2·1.1) = −1.1
   const r = policyLoss({ logp: [Math.log(1.1)], logpOld: [0], advantages: [2], weights: [1], isWeights: [0.5] });
@@ -227,10 +212,4 @@ test('decoupled PPO: w·L_pg with w on the loss equals the plain loss with advan
   const scaled = policyLoss({ ...input, isWeights: w }, settings);
   const viaAdvantages = policyLoss({ ...input, advantages: input.advantages.map((a, i) => a * w[i]!) }, settings);
   assertClose([scaled.loss, scaled.pg, scaled.kl, ...scaled.grad], [viaAdvantages.loss, viaAdvantages.pg, viaAdvantages.kl, ...viaAdvantages.grad], 1e-12);
-});
-
-test('importanceWeights names bad input', () => {
-  assert.throws(() => importanceWeights([0], [0], [1], 0.5), /cap: must be a finite number >= 1/);
-  assert.throws(() => importanceWeights([0, 1], [0], [1, 1], 2), /logpBehav: expected 2 tokens/);
-  assert.throws(() => importanceWeights([NaN], [0], [1], 2), /logpProx\[0\]: must be a finite number/);
 });

@@ -1,7 +1,7 @@
 /** The off-policy correction of a stale rollout's update: hand-computed weights, samples and metrics. */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { offPolicyCorrection } from '../../../activities/training/off-policy';
+import { offPolicyCorrection, STALENESS_TOKENS } from '../../../activities/training/off-policy';
 import type { UpdateSequence } from '../../../activities/training/batch';
 
 const seq = (agent: string, version: number, oldLogprobs: number[], mask: number[], advantages: number[]): UpdateSequence => ({
@@ -16,33 +16,68 @@ const seq = (agent: string, version: number, oldLogprobs: number[], mask: number
 });
 const close = (a: number, b: number) => assert.ok(Math.abs(a - b) < 1e-9, `expected ${b}, got ${a}`);
 
+const samplesOf = (sequences: UpdateSequence[]) =>
+  sequences.map((q) => ({
+    context: q.context,
+    tokens: q.tokens,
+    lossMask: q.mask,
+    advantages: q.advantages,
+    oldLogprobs: q.oldLogprobs,
+    lossWeights: q.weights,
+  }));
+
 describe('offPolicyCorrection', () => {
-  it("scales trained tokens' advantages by min(π_base/π_behaviour, cap), takes the base log-probs as old, and reports per model and agent", () => {
+  it("by default scales trained tokens' advantages by min(π_base/π_behaviour, cap), takes the base log-probs as old, and reports per model and agent", () => {
     // solver sampled by version 1, base 3: tokens log ρ = ln 2 (w 2), ln 4 (ρ 4 > cap 3: w 3), tool token (mask 0) untouched.
     // verifier sampled by version 3 (= base): ρ = 1.
     const sequences = [seq('solver', 1, [-2, -3, 0], [1, 1, 0], [0.5, 0.5, 0.5]), seq('verifier', 3, [-1], [1], [-1])];
-    const samples = sequences.map((q) => ({
-      context: q.context,
-      tokens: q.tokens,
-      lossMask: q.mask,
-      advantages: q.advantages,
-      oldLogprobs: q.oldLogprobs,
-      lossWeights: q.weights,
-    }));
+    const samples = samplesOf(sequences);
     const base = [[-2 + Math.log(2), -3 + Math.log(4), -9], [-1]];
-    const r = offPolicyCorrection(sequences, samples, base, 3, 3);
+    const r = offPolicyCorrection(sequences, samples, base, 3, { importanceCap: 3 });
     r.samples[0]!.advantages.forEach((a, t) => close(a, [1, 1.5, 0.5][t]!));
     assert.deepEqual(r.samples[0]!.oldLogprobs, [base[0]![0], base[0]![1], 0]);
     assert.deepEqual(r.samples[1]!.advantages, [-1]);
     assert.deepEqual(r.samples[0]!.lossWeights, samples[0]!.lossWeights);
-    // solver: staleness 2, w mean (2 + 3)/2, max 3, truncated 1/2, KL (2 − 1 − ln 2 + 4 − 1 − ln 4)/2
+    // solver: staleness 2 (its 2 trained tokens at lag 2), w mean (2 + 3)/2, max 3, truncated 1/2, KL (2 − 1 − ln 2 + 4 − 1 − ln 4)/2
     const solver = r.agents.solver!;
-    assert.deepEqual([solver.staleness, solver['isWeight.mean'], solver['isWeight.max'], solver['isWeight.truncated']], [2, 2.5, 3, 0.5]);
-    close(solver.behaviourKl, (1 - Math.log(2) + 3 - Math.log(4)) / 2);
-    assert.deepEqual(r.agents.verifier, { staleness: 0, 'isWeight.mean': 1, 'isWeight.max': 1, 'isWeight.truncated': 0, behaviourKl: 0 });
-    // model: sequences (2 + 0)/2 lag; tokens 3: w (2 + 3 + 1)/3, truncated 1/3, KL over 3 tokens
+    assert.deepEqual(
+      [solver.staleness, solver['isWeight.mean'], solver['isWeight.max'], solver['isWeight.truncated'], solver['isWeight.masked'], solver['staleness.tokens.2']],
+      [2, 2.5, 3, 0.5, 0, 2],
+    );
+    close(solver.mismatch_kl, (1 - Math.log(2) + 3 - Math.log(4)) / 2);
+    assert.deepEqual(r.agents.verifier, {
+      staleness: 0,
+      'isWeight.mean': 1,
+      'isWeight.max': 1,
+      'isWeight.truncated': 0,
+      'isWeight.masked': 0,
+      mismatch_kl: 0,
+      'staleness.tokens.0': 1,
+    });
+    // model: sequences (2 + 0)/2 lag; tokens 3: w (2 + 3 + 1)/3, truncated 1/3, KL over 3 tokens; histogram lag 0: 1 token, lag 2: 2
     assert.deepEqual([r.model.staleness, r.model['isWeight.mean'], r.model['isWeight.max']], [1, 2, 3]);
     close(r.model['isWeight.truncated'], 1 / 3);
-    close(r.model.behaviourKl, (1 - Math.log(2) + 3 - Math.log(4)) / 3);
+    close(r.model.mismatch_kl, (1 - Math.log(2) + 3 - Math.log(4)) / 3);
+    assert.deepEqual(
+      Object.entries(r.model).filter(([k]) => k.startsWith(STALENESS_TOKENS)),
+      [
+        ['staleness.tokens.0', 1],
+        ['staleness.tokens.2', 2],
+      ],
+    );
+  });
+
+  it('applies the selected correction: icepop masks outside its band and reports the masked share', () => {
+    // lag 1; trained log ρ = ln 0.25 (below 0.5: masked), ln 2 (kept, w 2), ln 8 (above 5: masked)
+    const sequences = [seq('solver', 4, [-1, -1, -1], [1, 1, 1], [1, 1, 1])];
+    const base = [[-1 + Math.log(0.25), -1 + Math.log(2), -1 + Math.log(8)]];
+    const r = offPolicyCorrection(sequences, samplesOf(sequences), base, 5, { importanceCap: 3, correction: 'icepop', band: [0.5, 5] });
+    r.samples[0]!.advantages.forEach((a, t) => close(a, [0, 2, 0][t]!));
+    close(r.model['isWeight.masked'], 2 / 3);
+    assert.deepEqual([r.model['isWeight.truncated'], r.model['isWeight.max'], r.model['staleness.tokens.1']], [0, 2, 3]);
+    close(r.model['isWeight.mean'], 2 / 3);
+    // mis-sequence with C = 3: ∏ρ = 0.25 · 2 · 8 = 4 > 3, the whole sequence is dropped
+    const mis = offPolicyCorrection(sequences, samplesOf(sequences), base, 5, { importanceCap: 3, correction: 'mis-sequence' });
+    assert.deepEqual([...mis.samples[0]!.advantages, mis.model['isWeight.masked']], [0, 0, 0, 1]);
   });
 });

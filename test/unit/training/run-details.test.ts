@@ -62,8 +62,10 @@ test('changes accepted while not running apply at the current step', () => {
 
 test('an asynchronous run lists its staleness, the rollouts started ahead and each model off-policy metrics', () => {
   const offPolicy = {
-    policy: { staleness: 1, 'isWeight.mean': 0.98765, 'isWeight.max': 1.5, 'isWeight.truncated': 0.0625, behaviourKl: 0.000123, clipFraction: 0.125 },
+    policy: { staleness: 1, 'isWeight.mean': 0.98765, 'isWeight.max': 1.5, 'isWeight.truncated': 0.0625, 'isWeight.masked': 0.25, mismatch_kl: 0.000123, clipFraction: 0.125 },
     judge: { loss: 1 },
+    // an update an older worker returned: behaviourKl was mismatch_kl's name, no masked share
+    critic: { staleness: 2, 'isWeight.mean': 1, 'isWeight.max': 1, 'isWeight.truncated': 0, behaviourKl: 0.5, clipFraction: 0 },
   };
   const d = renderDetails({ ...base, step: 5, phase: 'running', staleness: { lags: { policy: 1, judge: 0 }, ahead: [5, 6], offPolicy } });
   assert.equal(
@@ -72,7 +74,8 @@ test('an asynchronous run lists its staleness, the rollouts started ahead and ea
       '**math** run `r1`: step 5/10 (running)',
       '',
       '- staleness policy k=1, judge k=0; ahead: steps 5, 6',
-      '- policy: staleness 1.00, IS mean 0.988 max 1.500 cut 0.063, KL 1.23e-4, clip 0.125',
+      '- policy: staleness 1.00, IS mean 0.988 max 1.500 cut 0.063 masked 0.250, mismatch KL 1.23e-4, clip 0.125',
+      '- critic: staleness 2.00, IS mean 1.000 max 1.000 cut 0.000 masked -, mismatch KL 5.00e-1, clip 0.000',
     ].join('\n'),
   );
   assert.match(renderDetails({ ...base, staleness: { lags: { policy: 2 }, ahead: [], offPolicy: {} } }), /- staleness policy k=2; ahead: none$/);

@@ -134,7 +134,15 @@ describe('the metrics of an update', () => {
     entropy: 1.5,
   };
   const res = { metrics: engineMetrics, tokens: 12, samples: 4, durationMs: 30, logprobGap: { mean: 0.001, max: 0.002 } };
-  const off = { staleness: 1, 'isWeight.mean': 0.9, 'isWeight.max': 1.2, 'isWeight.truncated': 0, behaviourKl: 0.003 };
+  const off = {
+    staleness: 1,
+    'isWeight.mean': 0.9,
+    'isWeight.max': 1.2,
+    'isWeight.truncated': 0,
+    'isWeight.masked': 0.5,
+    mismatch_kl: 0.003,
+    'staleness.tokens.1': 6,
+  };
 
   it("keeps the engine's loss terms, sizes, time and logprob gap, and the off-policy correction when there is one", () => {
     const base = {
@@ -219,9 +227,11 @@ describe('the metrics of an update', () => {
       t('solver', 'isWeight.mean', 0.9),
       t('solver', 'isWeight.max', 1.2),
       t('solver', 'isWeight.truncated', 0),
-      t('solver', 'behaviourKl', 0.003),
+      t('solver', 'isWeight.masked', 0.5),
+      t('solver', 'mismatch_kl', 0.003),
+      t('solver', 'staleness.tokens.1', 6),
       ...agentRows(batch, ['verifier', 'solver']),
     ]);
-    assert.equal(rows.filter((r) => r.kind === 'update').length, 17, '12 engine metrics and 5 of the correction');
+    assert.equal(rows.filter((r) => r.kind === 'update').length, 19, '12 engine metrics and 7 of the correction');
   });
 });
