@@ -34,8 +34,8 @@ export function correctionSettingIssues(s: Partial<CorrectionSettings>): { path:
   if (s.cap !== undefined && !(s.cap >= 1 && Number.isFinite(s.cap))) issues.push({ path: 'cap', message: `must be a finite number >= 1, got ${s.cap}` });
   if (s.band !== undefined) {
     const [lo, hi] = s.band;
-    if (!(lo >= 0 && lo <= 1)) issues.push({ path: 'band.0', message: `the band's lower end must be in [0, 1], got ${lo}` });
-    if (!(hi >= 1 && Number.isFinite(hi))) issues.push({ path: 'band.1', message: `the band's upper end must be a finite number >= 1, got ${hi}` });
+    if (!(lo >= 0 && lo <= 1)) issues.push({ path: 'band[0]', message: `the band's lower end must be in [0, 1], got ${lo}` });
+    if (!(hi >= 1 && Number.isFinite(hi))) issues.push({ path: 'band[1]', message: `the band's upper end must be a finite number >= 1, got ${hi}` });
   }
   return issues;
 }

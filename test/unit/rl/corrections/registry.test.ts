@@ -32,8 +32,8 @@ test('importanceWeights clamps each log ratio to ±20 before the correction', ()
 
 test('importanceWeights names bad input', () => {
   assert.throws(() => importanceWeights([0], [0], [1], 'decoupled-ppo', { cap: 0.5, band: [0.5, 5] }), /cap: must be a finite number >= 1/);
-  assert.throws(() => importanceWeights([0], [0], [1], 'icepop', { cap: 2, band: [1.5, 5] }), /band\.0: the band's lower end must be in \[0, 1\]/);
-  assert.throws(() => importanceWeights([0], [0], [1], 'icepop', { cap: 2, band: [0.5, 0.9] }), /band\.1: the band's upper end must be a finite number >= 1/);
+  assert.throws(() => importanceWeights([0], [0], [1], 'icepop', { cap: 2, band: [1.5, 5] }), /band\[0\]: the band's lower end must be in \[0, 1\]/);
+  assert.throws(() => importanceWeights([0], [0], [1], 'icepop', { cap: 2, band: [0.5, 0.9] }), /band\[1\]: the band's upper end must be a finite number >= 1/);
   assert.throws(() => importanceWeights([0], [0], [1], 'nope' as never, settings), /correction: must be one of decoupled-ppo, tis-token/);
   assert.throws(() => importanceWeights([0, 1], [0], [1, 1], 'decoupled-ppo', settings), /logpBehav: expected 2 tokens/);
   assert.throws(() => importanceWeights([NaN], [0], [1], 'decoupled-ppo', settings), /logpProx\[0\]: must be a finite number/);
