@@ -10,6 +10,7 @@ import * as path from 'node:path';
 import type { Sql } from '../infra/db';
 import { TroupeError } from '../infra/errors';
 import { readMetrics } from '../activities/store/metrics';
+import { STALENESS_TOKENS } from '../activities/training/off-policy';
 
 // vega and vega-lite are ES modules; load them from this CommonJS code with a real dynamic import.
 const esm = new Function('m', 'return import(m)') as <T>(m: string) => Promise<T>;
@@ -41,21 +42,30 @@ export function curves(rows: Awaited<ReturnType<typeof readMetrics>>) {
     totals.set(key, p);
   }
   const share = { truncatedShare: 'truncated', failedShare: 'failed' } as Record<string, string>;
-  // Asynchronous runs' off-policy metrics, a panel each (one panel for all held 6 lines per
-  // agent): [panel, what the series is called after its agent].
+  // Asynchronous runs' off-policy metrics (activities/training/off-policy.ts), a panel each
+  // (one panel for all held 6 lines per agent): [panel, what the series is called after its agent].
   const offPolicy: Record<string, [panel: string, suffix: string]> = {
     staleness: ['staleness (versions behind)', ''],
     'isWeight.mean': ['importance weight', ' mean'],
     'isWeight.max': ['importance weight', ' max'],
-    'isWeight.truncated': ['truncated importance weights (share of trained tokens)', ''],
-    behaviourKl: ['KL(behaviour‖current)', ''],
+    'isWeight.truncated': ['tokens truncated / masked by the correction (share of trained tokens)', ' truncated'],
+    'isWeight.masked': ['tokens truncated / masked by the correction (share of trained tokens)', ' masked'],
+    mismatch_kl: ['mismatch KL(behaviour‖trainer), k3', ''],
+    // its name in runs stored before corrections were selectable
+    behaviourKl: ['mismatch KL(behaviour‖trainer), k3', ''],
     clipFraction: ['clip fraction', ''],
   };
-  // Clip fraction with them only in asynchronous runs (the rows of the other four say it is one).
-  const asyncSteps = new Set(train.filter((r) => r.name !== 'clipFraction' && offPolicy[r.name]).map((r) => `${r.step}/${r.scope}`));
+  // staleness.tokens.<lag>: the staleness histogram, a series per agent and lag.
+  const lagOf = (name: string) => (name.startsWith(STALENESS_TOKENS) ? name.slice(STALENESS_TOKENS.length) : undefined);
+  const panelOf = (name: string): [string, string] | undefined => {
+    const lag = lagOf(name);
+    return lag === undefined ? offPolicy[name] : ['trained tokens by staleness (count per lag)', ` lag ${lag}`];
+  };
+  // Clip fraction with them only in asynchronous runs (the rows of the others say it is one).
+  const asyncSteps = new Set(train.filter((r) => r.name !== 'clipFraction' && panelOf(r.name)).map((r) => `${r.step}/${r.scope}`));
   const offPolicyPanels = new Map<string, CurvePoint[]>();
   for (const r of train) {
-    const [title, suffix] = offPolicy[r.name] ?? [];
+    const [title, suffix] = panelOf(r.name) ?? [];
     if (!title || !asyncSteps.has(`${r.step}/${r.scope}`)) continue;
     (offPolicyPanels.get(title) ?? offPolicyPanels.set(title, []).get(title)!).push({ step: r.step + 1, series: `${r.scope}${suffix}`, value: r.value });
   }

@@ -6,7 +6,10 @@ import { episodeProblems } from '../../activities/store/trajectories';
 import { getRun } from '../../activities/store/runs';
 import { reconcileRunEnds } from '../../activities/store/run-end';
 import { listVersions } from '../../activities/store/versions';
+import { STALENESS_TOKENS } from '../../activities/training/off-policy';
 import { describeModel } from '../../engines/families';
+import { CORRECTIONS, DEFAULT_BAND, DEFAULT_CORRECTION } from '../../rl';
+import { offPolicyOf, parseRunConfig } from '../../schema/run-config';
 import { statusQuery } from '../../workflows/definitions';
 import type { trainingRun } from '../../workflows/training-run';
 import { defineCommand } from '../command';
@@ -44,12 +47,43 @@ export function agentStepLine(agent: string, a: AgentStep): string {
   return `${agent} (step ${a.step}): reward ${rewards}  truncated ${pct(a.truncatedShare)}  failed ${pct(a.failedShare)}`;
 }
 
-/** The off-policy metrics an asynchronous run's update stores per agent (activities/training/off-policy.ts), with the clip fraction. */
-export const OFF_POLICY_METRICS = ['staleness', 'isWeight.mean', 'isWeight.max', 'isWeight.truncated', 'behaviourKl', 'clipFraction'] as const;
+/**
+ * The off-policy metrics an asynchronous run's update stores per agent and per model
+ * (activities/training/off-policy.ts), with the clip fraction; behaviourKl is mismatch_kl's
+ * name in runs stored before corrections were selectable. Plus the staleness histogram.
+ */
+export const OFF_POLICY_METRICS = [
+  'staleness',
+  'isWeight.mean',
+  'isWeight.max',
+  'isWeight.truncated',
+  'isWeight.masked',
+  'mismatch_kl',
+  'behaviourKl',
+  'clipFraction',
+] as const;
 
-export function offPolicyLine(agent: string, step: number, m: Record<string, number>): string {
+/** One agent's or model's correction at a step: `who` is the agent, or `model <name>` with its correction. */
+export function offPolicyLine(who: string, step: number, m: Record<string, number>): string {
   const f = (name: string, digits = 3) => (m[name] === undefined ? '-' : m[name]!.toFixed(digits));
-  return `${agent} (step ${step}): staleness ${f('staleness', 2)}  IS weight mean ${f('isWeight.mean')} max ${f('isWeight.max')} truncated ${pct(m['isWeight.truncated'])}  KL(behaviour‖current) ${m.behaviourKl === undefined ? '-' : m.behaviourKl.toExponential(2)}  clip ${pct(m.clipFraction)}`;
+  const kl = m.mismatch_kl ?? m.behaviourKl;
+  const lags = Object.entries(m)
+    .filter(([k]) => k.startsWith(STALENESS_TOKENS))
+    .map(([k, n]) => [Number(k.slice(STALENESS_TOKENS.length)), n] as const)
+    .sort(([a], [b]) => a - b);
+  const histogram = lags.length === 0 ? '' : ` (tokens by lag ${lags.map(([lag, n]) => `${lag}:${n}`).join(' ')})`;
+  return `${who} (step ${step}): staleness ${f('staleness', 2)}${histogram}  IS weight mean ${f('isWeight.mean')} max ${f('isWeight.max')} truncated ${pct(m['isWeight.truncated'])} masked ${pct(m['isWeight.masked'])}  mismatch KL ${kl === undefined ? '-' : kl.toExponential(2)}  clip ${pct(m.clipFraction)}`;
+}
+
+/** Model m's correction as the stored run config sets it ('' when the config no longer parses). */
+export function correctionLabel(config: unknown, model: string): string {
+  try {
+    const s = offPolicyOf(parseRunConfig(config), model);
+    const name = s.correction ?? DEFAULT_CORRECTION;
+    return CORRECTIONS[name].uses.includes('band') ? `${name} band [${(s.band ?? DEFAULT_BAND).join(', ')}]` : `${name} cap ${s.importanceCap}`;
+  } catch {
+    return '';
+  }
 }
 
 /** The newest execution under the run's id that worked on the run (set TroupeRunId). */
@@ -118,12 +152,17 @@ export default defineCommand({
       // per-agent policy entropy of the last committed step: a role collapsing onto one answer shows as ~0
       const entropyRows = await c.sql`SELECT step, scope, value FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND name = 'entropy'
         AND step = (SELECT max(step) FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND name = 'entropy') ORDER BY scope`;
-      // Asynchronous runs: the last step's off-policy correction per agent.
-      const offRows =
-        await c.sql`SELECT step, scope, name, value FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND name IN ${c.sql([...OFF_POLICY_METRICS])}
+      // Asynchronous runs: the last step's off-policy correction per agent (train rows) and per model (update rows).
+      const offRows = await c.sql`SELECT step, kind, scope, name, value FROM metrics WHERE run_id = ${runId} AND kind IN ('train', 'update')
+        AND (name IN ${c.sql([...OFF_POLICY_METRICS])} OR name LIKE ${STALENESS_TOKENS + '%'})
         AND step = (SELECT max(step) FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND name = 'staleness')`;
-      const offPolicy = offRows.length === 0 ? null : { step: offRows[0]!.step as number, agents: {} as Record<string, Record<string, number>> };
-      for (const r of offRows) (offPolicy!.agents[r.scope as string] ??= {})[r.name as string] = r.value as number;
+      const offPolicy =
+        offRows.length === 0
+          ? null
+          : { step: offRows[0]!.step as number, models: {} as Record<string, Record<string, number>>, agents: {} as Record<string, Record<string, number>> };
+      for (const r of offRows) (offPolicy![r.kind === 'update' ? 'models' : 'agents'][r.scope as string] ??= {})[r.name as string] = r.value as number;
+      // a model's update rows exist in sync runs too: only models with a correction (a staleness row) count
+      if (offPolicy) for (const [m, x] of Object.entries(offPolicy.models)) if (x.staleness === undefined) delete offPolicy.models[m];
       const problems = await episodeProblems(c.sql, runId);
       const out = {
         runId,
@@ -171,7 +210,13 @@ export default defineCommand({
             .map(([a, h]) => `${a} ${h.toFixed(2)}`)
             .join(', ')}`,
         );
-      if (offPolicy) for (const [agent, m] of Object.entries(offPolicy.agents)) console.log(`  off-policy ${offPolicyLine(agent, offPolicy.step, m)}`);
+      if (offPolicy) {
+        for (const [model, m] of Object.entries(offPolicy.models)) {
+          const label = correctionLabel(run?.config, model);
+          console.log(`  off-policy ${offPolicyLine(`model ${model}${label ? ` [${label}]` : ''}`, offPolicy.step, m)}`);
+        }
+        for (const [agent, m] of Object.entries(offPolicy.agents)) console.log(`  off-policy ${offPolicyLine(agent, offPolicy.step, m)}`);
+      }
       for (const e of out.events) console.log(`  event at step ${e.step}: ${e.kind} ${JSON.stringify(e.detail)}`);
       return 0;
     } finally {

@@ -60,7 +60,11 @@ export const SECTIONS: readonly { id: string; title: string; panels: readonly st
     panels: ['loss', 'pgLoss', 'klLoss', 'gradNorm', 'learning rate', 'clipFraction', 'approxKl', 'logprob gap (engine vs. rollout)'],
   },
   // Only asynchronous runs (staleness > 0, activities/training/off-policy.ts) store these.
-  { id: 'off-policy', title: 'Off-policy', panels: ['staleness', 'importance weight', 'importance weights truncated', 'behaviour KL'] },
+  {
+    id: 'off-policy',
+    title: 'Off-policy',
+    panels: ['staleness', 'tokens by staleness', 'importance weight', 'tokens truncated / masked', 'mismatch KL'],
+  },
   { id: 'system', title: 'System', panels: ['step time split (s)', 'update tokens/s', 'tokens'] },
 ];
 export const OTHER = { id: 'other', title: 'Other' } as const;
@@ -72,8 +76,12 @@ export const sectionOf = (panel: string): string => SECTION_OF.get(panel) ?? OTH
 const PANEL_OF: Record<string, [panel: string, suffix: string]> = {
   'isWeight.mean': ['importance weight', ' mean'],
   'isWeight.max': ['importance weight', ' max'],
-  'isWeight.truncated': ['importance weights truncated', ''],
-  behaviourKl: ['behaviour KL', ''],
+  // Shares of trained tokens the correction truncated or dropped (rl/corrections/).
+  'isWeight.truncated': ['tokens truncated / masked', ' truncated'],
+  'isWeight.masked': ['tokens truncated / masked', ' masked'],
+  // k3 KL(behaviour ‖ trainer at the base version); behaviourKl is its name in runs stored before.
+  mismatch_kl: ['mismatch KL', ''],
+  behaviourKl: ['mismatch KL', ''],
   episodeTurns: ['episode length (turns)', ''],
   episodeTokens: ['episode length (tokens)', ''],
   // Before: the scores the estimator started from; after: the advantages it gave.
@@ -111,6 +119,9 @@ export function panelsOf(metrics: readonly MetricRow[], lrs: readonly LrRow[] = 
     // advantage.position.<k>: one series per agent and turn position (rl/diagnostics.ts advantageByPosition)
     else if (r.name.startsWith('advantage.position.'))
       add('advantage by turn position', r, `${r.scope} turn ${r.name.slice('advantage.position.'.length)}`, r.step + 1);
+    // staleness.tokens.<lag>: trained tokens sampled <lag> versions before the update's base, a series per lag
+    else if (r.name.startsWith('staleness.tokens.'))
+      add('tokens by staleness', r, `${r.scope}${model(r)} lag ${r.name.slice('staleness.tokens.'.length)}`, r.step + 1);
     else if (r.name === 'truncatedShare' || r.name === 'failedShare')
       add('truncated / failed shares', r, `${r.scope} ${r.name.replace('Share', '')}`, r.step + 1);
     else if (r.name === 'updateMs') add('step time split (s)', r, `${r.scope} update`, r.step + 1, r.value / 1000);

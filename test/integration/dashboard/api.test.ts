@@ -40,7 +40,7 @@ function assertAdvantages(turns: Awaited<ReturnType<typeof advantagesOf>>) {
 }
 
 /** What an asynchronous run's update stores per model (update) and agent (train) besides a synchronous run's metrics. */
-const OFF_POLICY = ['staleness', 'isWeight.mean', 'isWeight.max', 'isWeight.truncated', 'behaviourKl'];
+const OFF_POLICY = ['staleness', 'isWeight.mean', 'isWeight.max', 'isWeight.truncated', 'isWeight.masked', 'mismatch_kl'];
 
 describe('dashboard API', () => {
   let h: Harness;

@@ -33,8 +33,8 @@ async function open(page: Page, url: string) {
 const OFF_POLICY_PANELS: Record<string, Record<string, string>> = {
   staleness: { staleness: '' },
   'importance weight': { 'isWeight.mean': ' mean', 'isWeight.max': ' max' },
-  'importance weights truncated': { 'isWeight.truncated': '' },
-  'behaviour KL': { behaviourKl: '' },
+  'tokens truncated / masked': { 'isWeight.truncated': ' truncated', 'isWeight.masked': ' masked' },
+  'mismatch KL': { mismatch_kl: '' },
 };
 
 describe('dashboard pages', { skip }, () => {
@@ -367,9 +367,19 @@ describe('dashboard pages', { skip }, () => {
       assert.deepEqual(drawn.sort(), rows.map((r) => [r.step + 1, series(r), r.value]).sort(), panel);
       assert.equal(await drawnPoints(page, `[data-panel="${panel}"]`), rows.length, panel);
     }
+    // The staleness histogram: a series per agent (and model) and lag; k = 1 gives lag 0 at step 0, lag 1 after.
+    const lags = await h.db.sql`SELECT step, kind, scope, name, value FROM metrics WHERE run_id = ${stale} AND name LIKE 'staleness.tokens.%'`;
+    assert.equal(lags.length, RUN.steps * 3, 'one lag per step, for the model and both agents');
+    for (const r of lags) assert.equal(r.name, `staleness.tokens.${Math.min(r.step, 1)}`);
+    const histogram = await page.evaluate(() =>
+      (globalThis as any).troupe.views['tokens by staleness'].data('points').map((x: any) => [x.x, x.series, x.value]),
+    );
+    const lagSeries = (r: (typeof lags)[number]) => `${r.scope}${r.kind === 'update' ? ' (model)' : ''} lag ${r.name.slice('staleness.tokens.'.length)}`;
+    assert.deepEqual(histogram.sort(), lags.map((r) => [r.step + 1, lagSeries(r), r.value]).sort());
     await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-run-async.png'), fullPage: true });
     await open(page, `${dash.url}/#/runs/${runId}`);
-    for (const panel of Object.keys(OFF_POLICY_PANELS)) assert.equal(await page.locator(`[data-panel="${panel}"]`).count(), 0, panel);
+    for (const panel of [...Object.keys(OFF_POLICY_PANELS), 'tokens by staleness'])
+      assert.equal(await page.locator(`[data-panel="${panel}"]`).count(), 0, panel);
   });
 
   it("overlays two runs' curves, checked in the runs list", async () => {

@@ -48,7 +48,9 @@ it('curves: an asynchronous run adds the off-policy correction, a panel per quan
     row(2, 'train', a, 'isWeight.mean', 1.02 + i),
     row(2, 'train', a, 'isWeight.max', 1.5 + i),
     row(2, 'train', a, 'isWeight.truncated', 0),
-    row(2, 'train', a, 'behaviourKl', 0.003),
+    row(2, 'train', a, 'isWeight.masked', 0.25),
+    row(2, 'train', a, 'mismatch_kl', 0.003),
+    row(2, 'train', a, 'staleness.tokens.1', 40 + i),
     row(2, 'train', a, 'clipFraction', 0.1),
   ]);
   const c = curves([...rows, row(2, 'update', 'policy', 'staleness', 1), row(3, 'train', 'solver', 'clipFraction', 0.2)]);
@@ -57,8 +59,9 @@ it('curves: an asynchronous run adds the off-policy correction, a panel per quan
     [
       ['staleness (versions behind)', agents],
       ['importance weight', agents.flatMap((a) => [`${a} mean`, `${a} max`])],
-      ['truncated importance weights (share of trained tokens)', agents],
-      ['KL(behaviour‖current)', agents],
+      ['tokens truncated / masked by the correction (share of trained tokens)', agents.flatMap((a) => [`${a} truncated`, `${a} masked`])],
+      ['mismatch KL(behaviour‖trainer), k3', agents],
+      ['trained tokens by staleness (count per lag)', agents.map((a) => `${a} lag 1`)],
       // Step 3 has no off-policy rows (a synchronous step): its clip fraction is not drawn here.
       ['clip fraction', agents],
     ],
@@ -67,7 +70,7 @@ it('curves: an asynchronous run adds the off-policy correction, a panel per quan
   // 18 series before, in one panel; now at most 2 per agent in each.
   assert.ok(c.offPolicy.every((p) => new Set(p.values.map((v) => v.series)).size <= 2 * agents.length));
   const spec = curvesSpec(c, 't');
-  assert.equal(spec.vconcat.length, 4 + 5);
+  assert.equal(spec.vconcat.length, 4 + 6);
   assert.deepEqual(
     spec.vconcat.slice(4).map((p) => p.title),
     c.offPolicy.map((p) => `${p.title} per agent (asynchronous run)`),

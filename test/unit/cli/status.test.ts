@@ -1,7 +1,7 @@
 // `troupe status` shows each agent's latest reward components and truncated/failed shares.
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
-import { agentStepLine, latestAgentSteps, offPolicyLine } from '../../../cli/commands/status';
+import { agentStepLine, correctionLabel, latestAgentSteps, offPolicyLine } from '../../../cli/commands/status';
 
 it("takes each agent's latest train step, with its reward components and episode endings", () => {
   const agents = latestAgentSteps([
@@ -20,17 +20,33 @@ it("takes each agent's latest train step, with its reward components and episode
   assert.equal(agentStepLine('verifier', agents.verifier!), 'verifier (step 0): reward judged=2.000  truncated -  failed -');
 });
 
-it("offPolicyLine: an asynchronous run's correction for one agent", () => {
+it("offPolicyLine: an asynchronous run's correction for one agent or model, with its staleness histogram", () => {
   assert.equal(
     offPolicyLine('solver', 3, {
       staleness: 1,
+      'staleness.tokens.10': 4,
+      'staleness.tokens.2': 30,
+      'staleness.tokens.1': 340,
       'isWeight.mean': 1.0123,
       'isWeight.max': 2.5,
       'isWeight.truncated': 0.04,
-      behaviourKl: 0.00123,
+      'isWeight.masked': 0.125,
+      mismatch_kl: 0.00123,
       clipFraction: 0.1,
     }),
-    'solver (step 3): staleness 1.00  IS weight mean 1.012 max 2.500 truncated 4%  KL(behaviour‖current) 1.23e-3  clip 10%',
+    'solver (step 3): staleness 1.00 (tokens by lag 1:340 2:30 10:4)  IS weight mean 1.012 max 2.500 truncated 4% masked 13%  mismatch KL 1.23e-3  clip 10%',
   );
-  assert.equal(offPolicyLine('verifier', 0, {}), 'verifier (step 0): staleness -  IS weight mean - max - truncated -  KL(behaviour‖current) -  clip -');
+  // a run stored before corrections were selectable: behaviourKl, no masked share, no histogram
+  assert.equal(
+    offPolicyLine('model policy', 2, { staleness: 2, behaviourKl: 0.5 }),
+    'model policy (step 2): staleness 2.00  IS weight mean - max - truncated - masked -  mismatch KL 5.00e-1  clip -',
+  );
+  assert.equal(offPolicyLine('verifier', 0, {}), 'verifier (step 0): staleness -  IS weight mean - max - truncated - masked -  mismatch KL -  clip -');
+});
+
+it('correctionLabel: the correction a stored config gives a model', () => {
+  assert.equal(correctionLabel({ team: 'math', staleness: 1 }, 'policy'), 'decoupled-ppo cap 5');
+  assert.equal(correctionLabel({ team: 'math', staleness: 1, offPolicy: { correction: 'mis-sequence', cap: 2 } }, 'policy'), 'mis-sequence cap 2');
+  assert.equal(correctionLabel({ team: 'math', staleness: 1, offPolicy: { models: { policy: { correction: 'icepop' } } } }, 'policy'), 'icepop band [0.5, 5]');
+  assert.equal(correctionLabel({ team: 'math', bogus: 1 }, 'policy'), '');
 });

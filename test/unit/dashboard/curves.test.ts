@@ -74,6 +74,37 @@ it('puts each panel in its section: rewards, per-agent policy, optimization, off
   assert.equal(new Set(SECTIONS.flatMap((s) => s.panels)).size, SECTIONS.flatMap((s) => s.panels).length, 'a panel is in one section');
 });
 
+it('draws the off-policy section: truncated and masked shares together, mismatch KL (old runs: behaviourKl), tokens by staleness', () => {
+  const panels = panelsOf([
+    row(2, 'train', 'solver', 'isWeight.truncated', 0.25),
+    row(2, 'train', 'solver', 'isWeight.masked', 0.5),
+    row(2, 'update', 'policy', 'mismatch_kl', 0.01),
+    row(1, 'train', 'solver', 'behaviourKl', 0.02),
+    row(2, 'train', 'solver', 'staleness.tokens.1', 30),
+    row(2, 'train', 'solver', 'staleness.tokens.2', 4),
+    row(2, 'update', 'policy', 'staleness.tokens.1', 30),
+  ]);
+  assert.deepEqual(Object.fromEntries([...panels.keys()].map((p) => [p, sectionOf(p)])), {
+    'tokens truncated / masked': 'off-policy',
+    'mismatch KL': 'off-policy',
+    'tokens by staleness': 'off-policy',
+  });
+  const drawn = (panel: string) => panels.get(panel)!.map((p) => [p.x, p.series, p.value]);
+  assert.deepEqual(drawn('tokens truncated / masked'), [
+    [3, 'solver truncated', 0.25],
+    [3, 'solver masked', 0.5],
+  ]);
+  assert.deepEqual(drawn('mismatch KL'), [
+    [3, 'policy (model)', 0.01],
+    [2, 'solver', 0.02],
+  ]);
+  assert.deepEqual(drawn('tokens by staleness'), [
+    [3, 'solver lag 1', 30],
+    [3, 'solver lag 2', 4],
+    [3, 'policy (model) lag 1', 30],
+  ]);
+});
+
 it('calls a panel constant only when every series keeps one value over two or more steps', () => {
   assert.equal(constantNote([pt(1, 'a', 0.001), pt(2, 'a', 0.001), pt(1, 'b', 0.001), pt(2, 'b', 0.001)]), 'constant: 0.001');
   assert.equal(constantNote([pt(1, 'a', 1), pt(2, 'a', 1), pt(1, 'b', 0), pt(2, 'b', 0)]), 'constant: a 1, b 0');
