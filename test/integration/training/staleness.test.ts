@@ -53,15 +53,22 @@ describe('asynchronous runs (staleness)', () => {
         assert.equal(episodes.length, base.groupsPerStep * base.groupSize, `step ${t}: every planned episode, once`);
         const used = new Set(episodes.flatMap((e) => e.trajectory.turns.map((turn) => turn.version)));
         assert.deepEqual([...used], [Math.max(0, t - k)], `step ${t}: sampled by version ${Math.max(0, t - k)}`);
-        const rows = await h.db
-          .sql`SELECT scope, name, value FROM metrics WHERE run_id = ${runId} AND step = ${t} AND name IN ('staleness', 'isWeight.mean', 'isWeight.max', 'isWeight.truncated', 'behaviourKl')`;
+        const rows = await h.db.sql`SELECT scope, name, value FROM metrics WHERE run_id = ${runId} AND step = ${t} AND kind = 'train'
+          AND (name IN ('staleness', 'isWeight.mean', 'isWeight.max', 'isWeight.truncated', 'isWeight.masked', 'mismatch_kl') OR name LIKE 'staleness.tokens.%')`;
         for (const scope of ['solver', 'verifier']) {
           const m = Object.fromEntries(rows.filter((r) => r.scope === scope).map((r) => [r.name, r.value as number]));
           assert.equal(m.staleness, Math.min(t, k), `step ${t} ${scope}: staleness`);
+          // decoupled PPO (the default) truncates at the cap and masks nothing
           assert.ok(
-            m['isWeight.mean']! > 0 && m['isWeight.max']! <= 5 && m['isWeight.truncated']! >= 0 && m.behaviourKl! >= 0,
+            m['isWeight.mean']! > 0 && m['isWeight.max']! <= 5 && m['isWeight.truncated']! >= 0 && m['isWeight.masked'] === 0 && m.mismatch_kl! >= 0,
             `step ${t} ${scope}: ${JSON.stringify(m)}`,
           );
+          // every trained token sampled min(t, k) versions before the base: one bar of the histogram
+          assert.deepEqual(
+            Object.keys(m).filter((n) => n.startsWith('staleness.tokens.')),
+            [`staleness.tokens.${Math.min(t, k)}`],
+          );
+          assert.ok(m[`staleness.tokens.${Math.min(t, k)}`]! > 0);
         }
       }
       // Committed in step order.
@@ -93,6 +100,55 @@ describe('asynchronous runs (staleness)', () => {
       }
     });
   }
+
+  it('k = 1 with IcePop: the update gets the correction, masks outside the band, stores its metrics per model and agent', async () => {
+    const runId = 'stale-k1-icepop';
+    // A narrow band: after an update, the base version's ratios move off 1 by more than this for some tokens.
+    const band = [0.999, 1.001] as [number, number];
+    const summary = await run(runId, { staleness: 1, offPolicy: { correction: 'icepop', band } });
+    assert.equal(summary.status, 'completed');
+    assert.deepEqual(summary.versions, { policy: STEPS });
+    await checkRunBookkeeping(h, runId, STEPS, ['solver', 'verifier'], ['policy']);
+    // What the workflow sent each update: the correction, only where the run set one (the default run sends the cap alone).
+    const inputs = async (id: string) =>
+      ((await h.env.client.workflow.getHandle(id).fetchHistory()).events ?? [])
+        .filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'updateModel')
+        .map(
+          (e) =>
+            JSON.parse(Buffer.from(e.activityTaskScheduledEventAttributes!.input!.payloads![0]!.data!).toString()) as { step: number; offPolicy?: unknown },
+        );
+    const sent = await inputs(runId);
+    assert.equal(sent.length, STEPS);
+    for (const u of sent) assert.deepEqual(u.offPolicy, { importanceCap: 5, correction: 'icepop', band }, `step ${u.step}`);
+    for (const u of await inputs('stale-k1-batched')) assert.deepEqual(u.offPolicy, { importanceCap: 5 }, `default run, step ${u.step}`);
+
+    const rows = await h.db.sql`SELECT step, kind, scope, name, value FROM metrics WHERE run_id = ${runId} AND kind IN ('train', 'update')
+      AND (name IN ('staleness', 'isWeight.max', 'isWeight.truncated', 'isWeight.masked', 'mismatch_kl', 'tokens') OR name LIKE 'staleness.tokens.%')`;
+    const at = (step: number, scope: string) =>
+      Object.fromEntries(rows.filter((r) => r.step === step && r.scope === scope).map((r) => [r.name, r.value as number]));
+    let masked = 0;
+    for (let t = 0; t < STEPS; t++) {
+      const lag = `staleness.tokens.${Math.min(t, 1)}`;
+      const model = at(t, 'policy');
+      const agents = ['solver', 'verifier'].map((a) => at(t, a));
+      for (const [who, m] of [
+        ['policy', model],
+        ['solver', agents[0]!],
+        ['verifier', agents[1]!],
+      ] as const) {
+        // IcePop never truncates; every weight it keeps is a ratio inside the band
+        assert.equal(m['isWeight.truncated'], 0, `step ${t} ${who}`);
+        assert.ok(m['isWeight.masked']! >= 0 && m['isWeight.masked']! <= 1 && m.mismatch_kl! >= 0, `step ${t} ${who}: ${JSON.stringify(m)}`);
+        assert.ok(m['isWeight.max'] === 0 || (m['isWeight.max']! >= band[0] && m['isWeight.max']! <= band[1]), `step ${t} ${who}: max ${m['isWeight.max']}`);
+        assert.equal(m.staleness, Math.min(t, 1));
+      }
+      // the model's histogram is its agents' together, and counts every token the update trained
+      assert.equal(model[lag], agents[0]![lag]! + agents[1]![lag]!);
+      assert.equal(model[lag], model.tokens, `step ${t}: histogram vs trained tokens`);
+      if (t > 0) masked += model['isWeight.masked']!;
+    }
+    assert.ok(masked > 0, 'a stale rollout has ratios outside a ±0.1% band');
+  });
 
   it('the same config and seed give the same weights whatever the timing; k = 0 is the synchronous run, bitwise', async () => {
     await run('stale-again', { staleness: 1 });
