@@ -101,7 +101,8 @@ async function main() {
           staleness: k,
           offPolicy: { correction, cap, band },
         });
-        const commits = await h.db.sql`SELECT step, max(extract(epoch FROM created_at)::float8) AS at FROM versions WHERE run_id = ${runId} AND step >= 0 GROUP BY step`;
+        const commits = await h.db
+          .sql`SELECT step, max(extract(epoch FROM created_at)::float8) AS at FROM versions WHERE run_id = ${runId} AND step >= 0 GROUP BY step`;
         const at = new Map(commits.map((c) => [c.step as number, c.at as number]));
         const rows = await h.db.sql`SELECT step, name, value FROM metrics WHERE run_id = ${runId} AND kind = 'update' AND step >= 1
           AND name IN ('isWeight.mean', 'isWeight.truncated', 'isWeight.masked', 'mismatch_kl')`;

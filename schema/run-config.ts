@@ -175,7 +175,10 @@ export function checkAgainstTeam(config: RunConfig, team: AnyTeam): ResolvedTrai
   for (const m of Object.keys(config.offPolicy?.models ?? {})) {
     if (!modelNames.includes(m)) issues.push({ path: `offPolicy.models.${m}`, message: `unknown model (team ${team.name} has: ${modelNames.join(', ')})` });
     else if (stalenessOf(config, m) === 0)
-      issues.push({ path: `offPolicy.models.${m}`, message: `model ${m} is synchronous (staleness 0): a correction applies only to a model with staleness > 0` });
+      issues.push({
+        path: `offPolicy.models.${m}`,
+        message: `model ${m} is synchronous (staleness 0): a correction applies only to a model with staleness > 0`,
+      });
   }
   if (config.offPolicy && modelNames.every((m) => stalenessOf(config, m) === 0))
     issues.push({ path: 'offPolicy', message: 'every model is synchronous (staleness 0): a correction applies only to a model with staleness > 0' });

@@ -352,7 +352,8 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints, episode
       const onPolicy = updateSamples(sequences, refLogprobs);
       // A stale rollout: the base version scores the tokens (the proximal policy), off-policy.ts weights them.
       const corrected =
-        input.offPolicy && offPolicyCorrection(sequences, onPolicy, await score(runId, model, input.baseVersion, sequences), input.baseVersion, input.offPolicy);
+        input.offPolicy &&
+        offPolicyCorrection(sequences, onPolicy, await score(runId, model, input.baseVersion, sequences), input.baseVersion, input.offPolicy);
       const samples = corrected ? corrected.samples : onPolicy;
       const request = (attempt: UpdateAttempt) => updateRequest({ runId, model, step, baseVersion: input.baseVersion }, samples, modelSettings, attempt);
       // The engine's progress goes out with the heartbeats (visible in the Web UI's pending activity).

@@ -41,7 +41,14 @@ describe('offPolicyCorrection', () => {
     // solver: staleness 2 (its 2 trained tokens at lag 2), w mean (2 + 3)/2, max 3, truncated 1/2, KL (2 − 1 − ln 2 + 4 − 1 − ln 4)/2
     const solver = r.agents.solver!;
     assert.deepEqual(
-      [solver.staleness, solver['isWeight.mean'], solver['isWeight.max'], solver['isWeight.truncated'], solver['isWeight.masked'], solver['staleness.tokens.2']],
+      [
+        solver.staleness,
+        solver['isWeight.mean'],
+        solver['isWeight.max'],
+        solver['isWeight.truncated'],
+        solver['isWeight.masked'],
+        solver['staleness.tokens.2'],
+      ],
       [2, 2.5, 3, 0.5, 0, 2],
     );
     close(solver.mismatch_kl, (1 - Math.log(2) + 3 - Math.log(4)) / 2);

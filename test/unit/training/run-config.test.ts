@@ -72,7 +72,9 @@ describe('run config', () => {
   it('offPolicy: decoupled PPO with importanceCap by default, a correction for all models or per model, bad fields by path', () => {
     // the default sends exactly what updates were sent before corrections were selectable
     assert.deepEqual(offPolicyOf(parseRunConfig({ team: 'math' }), 'policy'), { importanceCap: 5 });
-    assert.deepEqual(offPolicyOf(parseRunConfig({ team: 'math', importanceCap: 2, offPolicy: { correction: 'decoupled-ppo' } }), 'policy'), { importanceCap: 2 });
+    assert.deepEqual(offPolicyOf(parseRunConfig({ team: 'math', importanceCap: 2, offPolicy: { correction: 'decoupled-ppo' } }), 'policy'), {
+      importanceCap: 2,
+    });
     const per = parseRunConfig({
       team: 'math',
       teamOptions: { models: 'separate' },
@@ -83,19 +85,36 @@ describe('run config', () => {
     assert.deepEqual(offPolicyOf(per, 'solver'), { importanceCap: 3, correction: 'tis-sequence' });
     assert.deepEqual(offPolicyOf(per, 'verifier'), { importanceCap: 3, correction: 'icepop', band: [0.2, 8] });
     checkAgainstTeam(per, mathTeam({ models: 'separate' }));
-    assert.throws(() => parseRunConfig({ team: 'math', offPolicy: { correction: 'tis' } }), /offPolicy\.correction: must be one of decoupled-ppo, tis-token, tis-sequence, mis-token, mis-sequence, icepop/);
+    assert.throws(
+      () => parseRunConfig({ team: 'math', offPolicy: { correction: 'tis' } }),
+      /offPolicy\.correction: must be one of decoupled-ppo, tis-token, tis-sequence, mis-token, mis-sequence, icepop/,
+    );
     assert.throws(() => parseRunConfig({ team: 'math', offPolicy: { cap: 0.9 } }), /offPolicy\.cap: must be >= 1/);
     assert.throws(() => parseRunConfig({ team: 'math', offPolicy: { band: [0.5] } }), /offPolicy\.band/);
     assert.throws(() => parseRunConfig({ team: 'math', offPolicy: { band: [1.5, 5] } }), /offPolicy\.band\[0\]: must be <= 1/);
-    assert.throws(() => parseRunConfig({ team: 'math', offPolicy: { models: { policy: { band: [0.5, 0.8] } } } }), /offPolicy\.models\.policy\.band\[1\]: must be >= 1/);
+    assert.throws(
+      () => parseRunConfig({ team: 'math', offPolicy: { models: { policy: { band: [0.5, 0.8] } } } }),
+      /offPolicy\.models\.policy\.band\[1\]: must be >= 1/,
+    );
     assert.throws(() => parseRunConfig({ team: 'math', offPolicy: { weight: 2 } }), /offPolicy\.weight: unknown field/);
     // names checked against the team, and a correction only where a model is asynchronous
-    assert.throws(() => checkAgainstTeam(parseRunConfig({ team: 'math', staleness: 1, offPolicy: { models: { polcy: {} } } }), mathTeam()), /offPolicy\.models\.polcy: unknown model/);
-    assert.throws(() => checkAgainstTeam(parseRunConfig({ team: 'math', offPolicy: { correction: 'icepop' } }), mathTeam()), /offPolicy: every model is synchronous/);
+    assert.throws(
+      () => checkAgainstTeam(parseRunConfig({ team: 'math', staleness: 1, offPolicy: { models: { polcy: {} } } }), mathTeam()),
+      /offPolicy\.models\.polcy: unknown model/,
+    );
+    assert.throws(
+      () => checkAgainstTeam(parseRunConfig({ team: 'math', offPolicy: { correction: 'icepop' } }), mathTeam()),
+      /offPolicy: every model is synchronous/,
+    );
     assert.throws(
       () =>
         checkAgainstTeam(
-          parseRunConfig({ team: 'math', teamOptions: { models: 'separate' }, staleness: { solver: 1 }, offPolicy: { models: { verifier: { correction: 'icepop' } } } }),
+          parseRunConfig({
+            team: 'math',
+            teamOptions: { models: 'separate' },
+            staleness: { solver: 1 },
+            offPolicy: { models: { verifier: { correction: 'icepop' } } },
+          }),
           mathTeam({ models: 'separate' }),
         ),
       /offPolicy\.models\.verifier: model verifier is synchronous/,

@@ -62,7 +62,15 @@ test('changes accepted while not running apply at the current step', () => {
 
 test('an asynchronous run lists its staleness, the rollouts started ahead and each model off-policy metrics', () => {
   const offPolicy = {
-    policy: { staleness: 1, 'isWeight.mean': 0.98765, 'isWeight.max': 1.5, 'isWeight.truncated': 0.0625, 'isWeight.masked': 0.25, mismatch_kl: 0.000123, clipFraction: 0.125 },
+    policy: {
+      staleness: 1,
+      'isWeight.mean': 0.98765,
+      'isWeight.max': 1.5,
+      'isWeight.truncated': 0.0625,
+      'isWeight.masked': 0.25,
+      mismatch_kl: 0.000123,
+      clipFraction: 0.125,
+    },
     judge: { loss: 1 },
     // an update an older worker returned: behaviourKl was mismatch_kl's name, no masked share
     critic: { staleness: 2, 'isWeight.mean': 1, 'isWeight.max': 1, 'isWeight.truncated': 0, behaviourKl: 0.5, clipFraction: 0 },

@@ -19,7 +19,11 @@ test('decoupled-ppo through importanceWeights: weights, truncated share and mism
   const r = importanceWeights([-1, 0, -3, -7], [-1.5, -2, -2, 0], [1, 1, 1, 0], 'decoupled-ppo', settings(5));
   assertClose(Array.from(r.weights), [Math.exp(0.5), 5, Math.exp(-1), 0]);
   assert.equal(r.diagnostics.tokens, 3);
-  assertClose([r.diagnostics.mean, r.diagnostics.max, r.diagnostics.truncatedFraction, r.diagnostics.maskedFraction], [(1.6487213 + 5 + 0.3678794) / 3, 5, 1 / 3, 0], 1e-6);
+  assertClose(
+    [r.diagnostics.mean, r.diagnostics.max, r.diagnostics.truncatedFraction, r.diagnostics.maskedFraction],
+    [(1.6487213 + 5 + 0.3678794) / 3, 5, 1 / 3, 0],
+    1e-6,
+  );
   // KL(behaviour ‖ prox) by k3 on the untruncated ρ: (ρ − 1 − log ρ) per token
   // 1.6487213 − 1.5 = 0.1487213; 7.3890561 − 3 = 4.3890561; 0.3678794 − 0 = 0.3678794
   assertClose([r.diagnostics.mismatchKl], [(0.1487213 + 4.3890561 + 0.3678794) / 3], 1e-6);
