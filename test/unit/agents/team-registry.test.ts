@@ -13,13 +13,14 @@ import { formatError } from '../../../infra/errors';
 import { validateRunConfig } from '../../../cli/runs';
 
 const root = path.join(__dirname, '..', '..', '..');
-const file = path.join(root, 'agents', 'teams', `.broken-${process.pid}.ts`);
+// in the checkout's examples project, which the test process entered (not one of its teams)
+const file = path.join(root, 'examples', `.broken-${process.pid}.ts`);
 
 before(() => {
   // A definition error at module top level: `defineTeam` rejects a reward for a role no agent has.
   fs.writeFileSync(
     file,
-    `import { agent, charTokenizer, defineTeam, generatedTasks, tinyLM } from '../index';
+    `import { agent, charTokenizer, defineTeam, generatedTasks, tinyLM } from 'troupe';
 const tokenizer = charTokenizer('ab');
 export const broken = defineTeam({
   name: 'broken', tokenizer, models: { policy: tinyLM({ tokenizer }) },
