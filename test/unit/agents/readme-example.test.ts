@@ -15,7 +15,7 @@ it('the README team example defines a team whose episode runs and is scored', as
   const readme = fs.readFileSync(path.join(__dirname, '..', '..', '..', 'README.md'), 'utf8');
   const section = readme.slice(readme.indexOf('## Writing a team'));
   const code = /```ts\n([\s\S]*?)```/.exec(section)![1]!;
-  const file = path.join(__dirname, '..', '..', '..', 'agents', 'teams', `.readme-example-${process.pid}.ts`);
+  const file = path.join(__dirname, '..', '..', '..', 'examples', 'teams', `.readme-example-${process.pid}.ts`); // it imports 'troupe'
   fs.writeFileSync(file, code);
   try {
     const { adder } = require(file) as { adder: AnyTeam };
