@@ -56,6 +56,48 @@ export interface EpisodeIO {
    * only: a durable episode's code runs in the workflow sandbox, which has no network.
    */
   openSessions?(episode: EpisodeTurns): Promise<OpenSessions>;
+  /**
+   * The store's journal of the episode's gateway calls (batched rollouts of a run): what an
+   * earlier attempt of the same episode was answered, so a retry answers it again without sampling.
+   */
+  journal?: CallJournal;
+}
+
+/** One completed gateway call: the request it answered (by hash) and what was sampled for it. */
+export interface JournaledCall {
+  /** The episode's gateway calls are numbered 0, 1, ... in the order they are answered. */
+  index: number;
+  agent: string;
+  /** sha256 of the agent and the request (gateway/journal.ts). */
+  requestHash: string;
+  tokens: number[];
+  logprobs: number[];
+  stopReason: StopReason;
+  durationMs: number;
+}
+
+/** Where an episode's gateway calls are journaled (activities/store/gateway-journal.ts). */
+export interface CallJournal {
+  /** The calls earlier attempts of the episode completed. */
+  load(episodeId: string): Promise<JournaledCall[]>;
+  record(episodeId: string, call: JournaledCall): Promise<void>;
+  /** Forgets the episode's calls: it restarts clean. */
+  clear(episodeId: string): Promise<void>;
+}
+
+/**
+ * Thrown by runEpisode when the agent's code, replaying from the journal, sent a request other
+ * than the journaled one: the attempt is no trajectory (it would mix two attempts); the runner
+ * clears the journal and runs the episode again from the start.
+ */
+export class JournalDiverged extends Error {
+  constructor(
+    readonly agent: string,
+    readonly call: number,
+  ) {
+    super(`agent ${agent}'s gateway call ${call} differs from the journaled one: the episode restarts clean`);
+    this.name = 'JournalDiverged';
+  }
 }
 
 /** What an agent's code points an OpenAI-compatible client at (`new OpenAI(agents.solver.openai)`). */
@@ -86,8 +128,13 @@ export interface SessionTurnRequest {
 export interface EpisodeTurns {
   readonly team: AnyTeam;
   readonly episodeId: string;
-  turn(role: string, req: SessionTurnRequest): Promise<TurnRecord>;
+  /** A turn; `answered`: an earlier attempt's journaled reply, recorded as the turn's sample instead of generating. */
+  turn(role: string, req: SessionTurnRequest, answered?: JournaledCall): Promise<TurnRecord>;
   count(role: string, counter: string, n?: number): void;
+  /** The episode's journal (calls of earlier attempts, and recording new ones), where the runtime keeps one. */
+  readonly journal?: { load(): Promise<JournaledCall[]>; record(call: JournaledCall): Promise<void> };
+  /** The agent's code diverged from the journal: this attempt ends; the returned error is for the caller to throw. */
+  diverged(agent: string, call: number): JournalDiverged;
 }
 
 export interface EpisodeInput {
@@ -338,7 +385,8 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: Ep
   // A limit the gateway hits ends the episode truncated, even if the agent's code caught the HTTP error.
   let sessionLimit: LimitExceeded | undefined;
   const counters: Record<string, Record<string, number>> = {};
-  async function sessionTurn(role: string, req: SessionTurnRequest): Promise<TurnRecord> {
+  let diverged: JournalDiverged | undefined;
+  async function sessionTurn(role: string, req: SessionTurnRequest, answered?: JournaledCall): Promise<TurnRecord> {
     const spec = team.agents[role]!;
     const taken = turns.filter((t) => t.agent === role).length;
     const limit =
@@ -354,7 +402,12 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: Ep
     const response: number[] = [];
     const logprobs: number[] = [];
     let budget = Math.min(req.maxTokens, spec.maxTokens);
-    let stop: StopReason = 'max_tokens';
+    let stop: StopReason = answered?.stopReason ?? 'max_tokens';
+    if (answered) {
+      response.push(...answered.tokens);
+      logprobs.push(...answered.logprobs);
+      budget = 0;
+    }
     for (let segment = 0; budget > 0; segment++) {
       const reply = await io.generate({
         model: spec.model,
@@ -386,7 +439,7 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: Ep
       lossMask: response.map(() => 1 as const),
       stopReason: stop,
       toolCalls: [],
-      durationMs: Math.max(0, io.now() - started),
+      durationMs: answered ? answered.durationMs : Math.max(0, io.now() - started),
     };
     turns.push(turn);
     lastTurnOf.set(role, index);
@@ -400,6 +453,15 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: Ep
       const c = (counters[role] ??= {});
       c[counter] = (c[counter] ?? 0) + n;
     },
+    ...(runtime.journal
+      ? {
+          journal: {
+            load: () => guarded(() => runtime.journal!.load(input.episodeId)),
+            record: (call: JournaledCall) => guarded(() => runtime.journal!.record(input.episodeId, call)),
+          },
+        }
+      : {}),
+    diverged: (agent, call) => (diverged ??= new JournalDiverged(agent, call)),
   };
   const opened = runtime.openSessions ? await guarded(() => runtime.openSessions!(episodeTurns)) : undefined;
 
@@ -425,6 +487,7 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: Ep
   }
   // An attempt that met an infrastructure failure is no trajectory, whatever the episode function did with it.
   if (infrastructure) throw infrastructure.cause;
+  if (diverged) throw diverged;
   if (fault) return { episodeId: input.episodeId, status: 'failed', error: `episode: ${fault.message}`, turns };
   if (sessionLimit && trajectory.status === 'completed') trajectory = { episodeId: input.episodeId, status: 'truncated', error: sessionLimit.message, turns };
   if (Object.keys(counters).length > 0) trajectory.counters = counters;

@@ -13,6 +13,7 @@ import type { AddressInfo } from 'node:net';
 import type { EpisodeTurns, OpenSessions } from '../agents/episode';
 import { GatewayError, invalid } from './errors';
 import { parseChatRequest } from './request';
+import { EpisodeCalls } from './journal';
 import { AgentSession, type Completion } from './session';
 
 interface Registered {
@@ -54,12 +55,13 @@ export class GatewayServer {
   open(episode: EpisodeTurns): OpenSessions {
     const key = `sk-troupe-${randomBytes(24).toString('base64url')}`;
     const shared = { queue: Promise.resolve() as Promise<unknown> };
+    const calls = new EpisodeCalls(episode);
     const ids: string[] = [];
     const sessions: OpenSessions['sessions'] = {};
     for (const role of episode.team.roles) {
       const id = randomBytes(12).toString('base64url');
       ids.push(id);
-      this.sessions.set(id, { key: Buffer.from(key), session: new AgentSession(episode, role), episode: shared });
+      this.sessions.set(id, { key: Buffer.from(key), session: new AgentSession(episode, role, calls), episode: shared });
       sessions[role] = { baseURL: `${this.origin}/s/${id}/v1`, apiKey: key };
     }
     this.keys.add(key);

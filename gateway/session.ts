@@ -16,6 +16,7 @@ import { LimitExceeded, type EpisodeTurns } from '../agents/episode';
 import type { ChatMessage, ChatTemplate } from '../agents/chat-template';
 import type { TurnRecord } from '../schema/trajectory';
 import { GatewayError, invalid } from './errors';
+import { JOURNAL_COUNTERS, requestHash, type EpisodeCalls } from './journal';
 import type { ChatRequest, FunctionTool, RequestMessage } from './request';
 import { parseToolCalls, renderToolCalls, type ToolCall } from './tool-calls';
 
@@ -81,6 +82,7 @@ export class AgentSession {
   constructor(
     private readonly episode: EpisodeTurns,
     readonly role: string,
+    private readonly calls: EpisodeCalls,
   ) {
     this.model = episode.team.agents[role]!.model;
   }
@@ -104,20 +106,39 @@ export class AgentSession {
     const { context, parents, retokenized } = this.contextOf(req.messages, tools, chat);
     const stops = req.stop;
     const stopTokens = [...new Set(stops.flatMap((s) => tok.idsContaining(s.slice(-1))))];
+    // numbered only once it is valid: a refused request takes no index and records nothing
+    const hash = requestHash(this.role, req);
+    const { index, answered } = await this.calls.take(this.role, hash);
     let turn: TurnRecord;
     try {
-      turn = await this.episode.turn(this.role, {
-        context,
-        parents,
-        maxTokens: req.maxTokens ?? team.agents[this.role]!.maxTokens,
-        sampling: { ...(req.temperature !== undefined ? { temperature: req.temperature } : {}), ...(req.topP !== undefined ? { topP: req.topP } : {}) },
-        stopTokens,
-        stopped: (text) => stops.some((s) => text.includes(s)),
-      });
+      turn = await this.episode.turn(
+        this.role,
+        {
+          context,
+          parents,
+          maxTokens: req.maxTokens ?? team.agents[this.role]!.maxTokens,
+          sampling: { ...(req.temperature !== undefined ? { temperature: req.temperature } : {}), ...(req.topP !== undefined ? { topP: req.topP } : {}) },
+          stopTokens,
+          stopped: (text) => stops.some((s) => text.includes(s)),
+        },
+        answered,
+      );
     } catch (e) {
       if (e instanceof LimitExceeded) throw new GatewayError(400, `${e.message}: the episode ends truncated`, null, 'episode_limit');
       throw e;
     }
+    // journaled before the agent sees the reply: whatever an agent was answered, a retry answers the same
+    if (answered) this.episode.count(this.role, JOURNAL_COUNTERS.replayed);
+    else
+      await this.calls.record({
+        index,
+        agent: this.role,
+        requestHash: hash,
+        tokens: turn.responseTokens,
+        logprobs: turn.logprobs,
+        stopReason: turn.stopReason,
+        durationMs: turn.durationMs,
+      });
     this.episode.count(this.role, COUNTERS.calls);
     this.episode.count(this.role, COUNTERS.retokenized, retokenized ? 1 : 0);
 

@@ -13,7 +13,8 @@
  * outside the scope, see the real ones. `new Date()` is not covered.
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { runEpisode, type EpisodeIO, type EpisodeInput } from '../../agents/episode';
+import { JournalDiverged, runEpisode, type EpisodeIO, type EpisodeInput } from '../../agents/episode';
+import { JOURNAL_COUNTERS } from '../../gateway/journal';
 import { deriveSeed, seededRandom } from '../../agents/seed';
 import type { AnyTeam } from '../../agents/team';
 import type { Trajectory } from '../../schema/trajectory';
@@ -42,8 +43,26 @@ function install(): void {
   };
 }
 
-/** Runs the episode in its own scope; its I/O runs outside it (with the real clock and random). */
-export function runBatchedEpisode(team: AnyTeam, input: EpisodeInput, io: EpisodeIO): Promise<Trajectory> {
+/**
+ * Runs the episode in its own scope; its I/O runs outside it (with the real clock and random).
+ * An attempt whose agent code diverged from its gateway journal (gateway/journal.ts) is run
+ * again from the start with the journal cleared, and counted (`journalRestarts`).
+ */
+export async function runBatchedEpisode(team: AnyTeam, input: EpisodeInput, io: EpisodeIO): Promise<Trajectory> {
+  try {
+    return await runScoped(team, input, io);
+  } catch (e) {
+    if (!(e instanceof JournalDiverged) || !io.journal) throw e;
+    await io.journal.clear(input.episodeId);
+    const trajectory = await runScoped(team, input, io);
+    const counters = (trajectory.counters ??= {});
+    const agent = (counters[e.agent] ??= {});
+    agent[JOURNAL_COUNTERS.restarts] = (agent[JOURNAL_COUNTERS.restarts] ?? 0) + 1;
+    return trajectory;
+  }
+}
+
+function runScoped(team: AnyTeam, input: EpisodeInput, io: EpisodeIO): Promise<Trajectory> {
   install();
   const s: EpisodeScope = { random: seededRandom(deriveSeed(input.seed, 'episode-random')), clock: 0 };
   const outside = <T>(fn: () => Promise<T>): Promise<T> =>
@@ -56,6 +75,16 @@ export function runBatchedEpisode(team: AnyTeam, input: EpisodeInput, io: Episod
     now: () => scope.exit(() => io.now()),
     // the gateway's server answers outside the scope too: its requests are I/O, not episode code
     ...(io.openSessions ? { openSessions: (e) => scope.exit(() => io.openSessions!(e)) } : {}),
+    // the journal is the runtime's I/O, not the episode's: it does not advance the logical clock
+    ...(io.journal
+      ? {
+          journal: {
+            load: (id) => scope.exit(() => io.journal!.load(id)),
+            record: (id, call) => scope.exit(() => io.journal!.record(id, call)),
+            clear: (id) => scope.exit(() => io.journal!.clear(id)),
+          },
+        }
+      : {}),
   };
   return scope.run(s, () => runEpisode(team, input, scoped));
 }

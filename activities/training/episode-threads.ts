@@ -18,7 +18,15 @@
  */
 import { performance } from 'node:perf_hooks';
 import { MessageChannel, type MessagePort, Worker } from 'node:worker_threads';
-import { EpisodeFault, type EpisodeIO, type EpisodeInput, type GenerateCall, type GenerateReply } from '../../agents/episode';
+import {
+  EpisodeFault,
+  type CallJournal,
+  type EpisodeIO,
+  type EpisodeInput,
+  type GenerateCall,
+  type GenerateReply,
+  type JournaledCall,
+} from '../../agents/episode';
 import type { AnyTeam } from '../../agents/team';
 import type { Trajectory } from '../../schema/trajectory';
 import { errorMessage } from '../../infra/errors';
@@ -35,18 +43,24 @@ export interface ThreadEpisode {
   team: TeamRef;
   input: EpisodeInput;
   meta: EpisodeMeta;
+  /** The worker journals the episode's gateway calls (`journal` of EpisodeThreads.run). */
+  journaled?: boolean;
 }
 
 type ToThread =
   | { t: 'run'; id: number; episode: ThreadEpisode }
-  | { t: 'reply'; id: number; call: number; ok: true; value: GenerateReply }
+  | { t: 'reply'; id: number; call: number; ok: true; value: unknown }
   | { t: 'reply'; id: number; call: number; ok: false; message: string }
   | { t: 'abort'; id: number };
 
 type FromThread =
   | { t: 'generate'; id: number; call: number; request: GenerateCall }
+  | { t: 'journal'; id: number; call: number; op: JournalOp }
   | { t: 'done'; id: number; episode: StoredEpisode }
   | { t: 'failed'; id: number; message: string; fromReply: boolean };
+
+/** A gateway journal operation, done by the worker's thread (which holds the store connection). */
+type JournalOp = { op: 'load'; episodeId: string } | { op: 'record'; episodeId: string; entry: JournaledCall } | { op: 'clear'; episodeId: string };
 
 const TSX = require.resolve('tsx/cjs');
 const THREAD_SHIM = `const { workerData } = require('node:worker_threads'); require(workerData.tsx); require(workerData.entry);`;
@@ -104,22 +118,24 @@ export function serveEpisodes(port: MessagePort, shared: Int32Array, load: (ref:
     const state = { used: 0, since: performance.now(), abort: new AbortController(), replies: new Map() };
     episodes.set(id, state);
     let fromReply = false;
+    // A request to the worker's thread (a generation, a journal operation); the episode waits for its reply.
+    const ask = <T>(message: (call: number) => FromThread): Promise<T> => {
+      takeBack(id, team.limits.cpuMs);
+      const call = ++calls;
+      post(message(call));
+      return new Promise<T>((resolve, reject) =>
+        state.replies.set(call, (r: ToThread & { t: 'reply' }) => {
+          state.replies.delete(call);
+          if (r.ok) resolve(r.value as T);
+          else {
+            fromReply = true;
+            reject(new Error(r.message));
+          }
+        }),
+      );
+    };
     const io: EpisodeIO = {
-      generate: (request) => {
-        takeBack(id, team.limits.cpuMs);
-        const call = ++calls;
-        post({ t: 'generate', id, call, request });
-        return new Promise<GenerateReply>((resolve, reject) =>
-          state.replies.set(call, (r: ToThread & { t: 'reply' }) => {
-            state.replies.delete(call);
-            if (r.ok) resolve(r.value);
-            else {
-              fromReply = true;
-              reject(new Error(r.message));
-            }
-          }),
-        );
-      },
+      generate: (request) => ask<GenerateReply>((call) => ({ t: 'generate', id, call, request })),
       // A tool runs on this thread and counts as the episode's own time (tools have their own
       // timeoutMs); when it returns, the episode runs again, maybe after others ran meanwhile.
       callTool: async (req) => {
@@ -131,6 +147,15 @@ export function serveEpisodes(port: MessagePort, shared: Int32Array, load: (ref:
       },
       now: () => Date.now(),
       openSessions: openGatewaySessions,
+      ...(episode.journaled
+        ? {
+            journal: {
+              load: (episodeId) => ask<JournaledCall[]>((call) => ({ t: 'journal', id, call, op: { op: 'load', episodeId } })),
+              record: (episodeId, entry) => ask<void>((call) => ({ t: 'journal', id, call, op: { op: 'record', episodeId, entry } })),
+              clear: (episodeId) => ask<void>((call) => ({ t: 'journal', id, call, op: { op: 'clear', episodeId } })),
+            },
+          }
+        : {}),
     };
     handOver(id);
     runBatchedEpisode(team, episode.input, io)
@@ -157,6 +182,7 @@ interface Running {
   episode: ThreadEpisode;
   cpuMs: number;
   generate: (call: GenerateCall) => Promise<GenerateReply>;
+  journal?: CallJournal;
   /** The episode stored as failed, when it is stopped from outside. */
   stopped: (trajectory: Trajectory) => StoredEpisode;
   resolve: (e: StoredEpisode) => void;
@@ -209,11 +235,22 @@ class EpisodeThread {
   private onMessage(m: FromThread) {
     const r = this.running.get(m.id);
     if (!r) return;
-    if (m.t === 'generate') {
-      r.turns++;
-      r.model = m.request.model;
+    if (m.t === 'generate' || m.t === 'journal') {
       const reply = (msg: ToThread) => !this.ended && this.running.has(m.id) && this.port.postMessage(msg);
-      r.generate(m.request).then(
+      let work: Promise<unknown>;
+      if (m.t === 'generate') {
+        r.turns++;
+        r.model = m.request.model;
+        work = r.generate(m.request);
+      } else {
+        const { op } = m;
+        const journal = r.journal;
+        if (!journal) work = Promise.reject(new Error('this episode has no journal'));
+        else if (op.op === 'load') work = journal.load(op.episodeId);
+        else if (op.op === 'record') work = journal.record(op.episodeId, op.entry);
+        else work = journal.clear(op.episodeId);
+      }
+      work.then(
         (value) => reply({ t: 'reply', id: m.id, call: m.call, ok: true, value }),
         (e: unknown) => {
           r.replyError = e;
@@ -276,10 +313,26 @@ export class EpisodeThreads {
    */
   run(
     episode: ThreadEpisode,
-    opts: { cpuMs: number; generate: (call: GenerateCall) => Promise<GenerateReply>; stopped: (t: Trajectory) => StoredEpisode; signal?: AbortSignal },
+    opts: {
+      cpuMs: number;
+      generate: (call: GenerateCall) => Promise<GenerateReply>;
+      /** The run's gateway journal: the episode's calls are journaled and replayed through it. */
+      journal?: CallJournal;
+      stopped: (t: Trajectory) => StoredEpisode;
+      signal?: AbortSignal;
+    },
   ): Promise<StoredEpisode> {
     return new Promise<StoredEpisode>((resolve, reject) => {
-      const id = this.place({ episode, cpuMs: opts.cpuMs, generate: opts.generate, stopped: opts.stopped, resolve, reject, turns: 0 });
+      const id = this.place({
+        episode: { ...episode, journaled: opts.journal !== undefined },
+        cpuMs: opts.cpuMs,
+        generate: opts.generate,
+        ...(opts.journal ? { journal: opts.journal } : {}),
+        stopped: opts.stopped,
+        resolve,
+        reject,
+        turns: 0,
+      });
       opts.signal?.addEventListener('abort', () => this.threads.find((t) => t.running.has(id))?.abort(id), { once: true });
     });
   }

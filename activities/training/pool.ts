@@ -37,6 +37,7 @@ import { writeMetrics } from '../store/metrics';
 import { recordEvent } from '../store/runs';
 import { commitUpdate, locateVersion, readVersionBytes, saveInitialVersion, versionOfStep } from '../store/versions';
 import type { CheckpointStore } from '../../infra/checkpoint-store';
+import { gatewayJournal } from '../store/gateway-journal';
 import { loadStepEpisodes, saveEpisodes, storedEpisodeIds, type StoredEpisode } from '../store/trajectories';
 import { executeTool } from '../tools';
 import { buildStepBatch, type UpdateSequence } from './batch';
@@ -271,6 +272,8 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints, episode
         () => ({ finished }),
         async () => {
           const generate = (call: GenerateCall) => generateDirect(input.runId, call);
+          // gateway calls are journaled: a retry of this rollout answers them again without sampling
+          const journal = gatewayJournal(sql, input.runId);
           // On episode threads where the worker has them (a runaway episode cannot block this one);
           // else here (activities called directly, as some tests do).
           const runOne = (episode: ThreadEpisode): Promise<StoredEpisode> =>
@@ -278,6 +281,7 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints, episode
               ? episodes.run(episode, {
                   cpuMs: team.limits.cpuMs,
                   generate,
+                  journal,
                   stopped: (trajectory) => scoredEpisode(team, episode.meta, trajectory),
                   signal: ctx.cancellationSignal,
                 })
@@ -286,6 +290,7 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints, episode
                   callTool: (req) => executeTool(team, req, ctx.cancellationSignal),
                   now: () => Date.now(),
                   openSessions: openGatewaySessions,
+                  journal,
                 }).then((trajectory) => scoredEpisode(team, episode.meta, trajectory));
           // All episodes in flight at once: the engine coalesces their turns into batched runs.
           await Promise.all(
