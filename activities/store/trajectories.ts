@@ -61,6 +61,7 @@ export async function saveEpisodes(sql: Sql, episodes: readonly StoredEpisode[])
         status: trajectory.status,
         outcome: trajectory.outcome === undefined ? null : tx.json(trajectory.outcome as never),
         error: trajectory.error ?? null,
+        counters: trajectory.counters ? tx.json(trajectory.counters as never) : null,
         success,
       }));
       const got = await tx`INSERT INTO episodes ${tx(rows as never)} ON CONFLICT (episode_id) DO NOTHING RETURNING episode_id`;
@@ -189,6 +190,7 @@ async function loadEpisodes(sql: Sql, where: ReturnType<Sql>): Promise<StoredEpi
         status: e.status,
         ...(e.outcome === null ? {} : { outcome: e.outcome }),
         ...(e.error === null ? {} : { error: e.error }),
+        ...(e.counters === null ? {} : { counters: e.counters }),
         turns: (turnsOf.get(e.episode_id) ?? []).map((t) => ({
           index: t.turn_index,
           agent: t.agent,

@@ -18,3 +18,8 @@ CREATE TABLE gateway_calls (
   PRIMARY KEY (episode_id, call_index)
 );
 CREATE INDEX gateway_calls_run ON gateway_calls (run_id);
+
+-- Per-agent counters of an episode's trajectory (gatewayCalls, retokenizedTurns,
+-- journalReplayedCalls...): kept with the episode, so the update that loads the
+-- step's episodes from the store reports them as metrics.
+ALTER TABLE episodes ADD COLUMN counters jsonb;
