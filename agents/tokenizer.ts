@@ -5,12 +5,14 @@
  *
  * Kinds: `chars` (here: character level, so text round-trips exactly and a
  * small vocabulary keeps RL from a random initialization feasible; ids 0..2
- * are the special tokens) and `hf` (agents/tokenizers/hf.ts: a Hugging Face
+ * are the special tokens), `vocab` (here: a given list of strings, longest
+ * match first, so a whole tool call can be one token a tiny policy can learn)
+ * and `hf` (agents/tokenizers/hf.ts: a Hugging Face
  * tokenizer.json, for pretrained checkpoints).
  */
 export interface Tokenizer {
   /** `placeholder`: a checkpoint's tokenizer seen from workflow code (agents/tokenizers/checkpoint.ts) */
-  readonly kind: 'chars' | 'hf' | 'placeholder';
+  readonly kind: 'chars' | 'vocab' | 'hf' | 'placeholder';
   /** ids are 0..size−1 */
   readonly size: number;
   readonly padId: number;
@@ -69,6 +71,45 @@ export function charTokenizer(chars: string): CharTokenizer {
     decode(ids) {
       let out = '';
       for (const id of ids) if (id >= SPECIALS && id < list.length + SPECIALS) out += list[id - SPECIALS];
+      return out;
+    },
+  };
+}
+
+/**
+ * A tokenizer over a list of strings (characters and longer pieces): encoding takes the
+ * longest piece that matches at each position. Ids 0..2 are the special tokens.
+ */
+export function vocabTokenizer(pieces: readonly string[]): Tokenizer {
+  const seen = new Set<string>();
+  for (const p of pieces) {
+    if (p === '' || seen.has(p)) throw new Error(`tokenizer.pieces: ${p === '' ? 'an empty piece' : `duplicate piece ${JSON.stringify(p)}`}`);
+    seen.add(p);
+  }
+  const index = new Map(pieces.map((p, i) => [p, i + SPECIALS]));
+  const longestFirst = [...pieces].sort((a, b) => b.length - a.length);
+  return {
+    kind: 'vocab',
+    size: pieces.length + SPECIALS,
+    padId: PAD,
+    bosId: BOS,
+    eosId: EOS,
+    encode(text) {
+      const ids: number[] = [];
+      for (let at = 0; at < text.length;) {
+        const piece = longestFirst.find((p) => text.startsWith(p, at));
+        if (piece === undefined) throw new Error(`tokenizer: no piece of the vocabulary matches ${JSON.stringify(text.slice(at, at + 12))}`);
+        ids.push(index.get(piece)!);
+        at += piece.length;
+      }
+      return ids;
+    },
+    idsContaining(char) {
+      return pieces.filter((p) => p.includes(char)).map((p) => index.get(p)!);
+    },
+    decode(ids) {
+      let out = '';
+      for (const id of ids) if (id >= SPECIALS && id < pieces.length + SPECIALS) out += pieces[id - SPECIALS];
       return out;
     },
   };

@@ -1,0 +1,93 @@
+/**
+ * `agents-handoff`: agent code on the OpenAI Agents SDK (`@openai/agents`, set
+ * to Chat Completions), trained through the gateway (gateway/). Two agents: a
+ * `triage` agent whose only move is a handoff to `solver`, and a `solver` with
+ * a function tool `lookup` that knows a hidden digit; the answer is the digit.
+ * Each SDK agent's model is an `OpenAIChatCompletionsModel` on its Troupe
+ * agent's session (`agents.triage.openai`, `agents.solver.openai`), so every
+ * call is a turn of the agent that made it; tracing is off (it would export to
+ * OpenAI).
+ *
+ * Small enough for a tiny-lm policy: a vocabulary (agents/tokenizer.ts
+ * vocabTokenizer) of printable characters plus each tool call as one piece,
+ * and a chat template that writes each message as a one-letter tag and its
+ * content and ends with `>`. The policy learns: after the user's `U?>`, the
+ * handoff; after the handoff's result, the lookup; after `T<digit>>`, the
+ * digit. Batched rollout only (the gateway serves batched episodes).
+ */
+import type OpenAI from 'openai';
+import { agent, chatTemplate, tinyLM, generatedTasks, defineTeam, vocabTokenizer } from 'troupe';
+
+export interface HandoffTask {
+  secret: number;
+}
+
+/** The tool calls as the gateway renders them (Hermes convention), one piece of the vocabulary each. */
+export const HANDOFF_CALL = '<tool_call>{"name":"transfer_to_solver","arguments":{}}</tool_call>';
+export const LOOKUP_CALL = '<tool_call>{"name":"lookup","arguments":{}}</tool_call>';
+const PRINTABLE = Array.from({ length: 95 }, (_, i) => String.fromCharCode(32 + i));
+const tokenizer = vocabTokenizer([HANDOFF_CALL, LOOKUP_CALL, ...PRINTABLE]);
+const TEMPLATE =
+  '{%- if tools %}{% for t in tools %}[{{ t.function.name }}]{% endfor %}{% endif -%}' +
+  "{%- for m in messages %}{% if m.role == 'assistant' %}{{ m.content }}{% elif m.role == 'user' %}U{{ m.content }}" +
+  "{% elif m.role == 'tool' %}T{{ m.content }}{% else %}S{{ m.content }}{% endif %}{% endfor -%}" +
+  '{%- if add_generation_prompt %}>{% endif -%}';
+
+/** The packages, loaded where the episode runs (bundled teams are also compiled into the workflow bundle). */
+async function sdk() {
+  try {
+    const [agents, openai, zod] = await Promise.all([
+      import(/* webpackIgnore: true */ '@openai/agents'),
+      import(/* webpackIgnore: true */ 'openai'),
+      import(/* webpackIgnore: true */ 'zod'),
+    ]);
+    return { agents, OpenAI: openai.default as typeof OpenAI, z: zod.z };
+  } catch (e) {
+    throw new Error(`team agents-handoff needs the @openai/agents package: ${(e as Error).message}`);
+  }
+}
+
+export function agentsHandoffTeam() {
+  return defineTeam({
+    name: 'agents-handoff',
+    description: 'OpenAI Agents SDK code trained through the gateway: a triage agent hands off to a solver, which calls a tool.',
+    tokenizer,
+    chatTemplate: chatTemplate(TEMPLATE, {}, ''),
+    models: { policy: tinyLM({ tokenizer, contextWindow: 4, embedDim: 16, hiddenDim: 64, optimizer: { lr: 0.02, entropyCoef: 0.01 } }) },
+    agents: {
+      triage: agent({ model: 'policy', maxTokens: 2, maxTurns: 2 }),
+      solver: agent({ model: 'policy', maxTokens: 2, maxTurns: 3 }),
+    },
+    tasks: generatedTasks<HandoffTask>({ seed: 8, count: 50, evalFraction: 0.2, make: (_random, i) => ({ id: String(i), data: { secret: i % 10 } }) }),
+    async episode({ task, agents }) {
+      const { agents: sdkAgents, OpenAI: Client, z } = await sdk();
+      const model = (session: { baseURL: string; apiKey: string }) =>
+        new sdkAgents.OpenAIChatCompletionsModel(new Client({ ...session, maxRetries: 0 }), 'policy');
+      const lookup = sdkAgents.tool({ name: 'lookup', description: 'the hidden digit', parameters: z.object({}), execute: async () => String(task.secret) });
+      const solver = new sdkAgents.Agent({
+        name: 'solver',
+        instructions: 'Answer.',
+        tools: [lookup],
+        model: model(agents.solver.openai),
+        modelSettings: { maxTokens: 2 },
+      });
+      const triage = new sdkAgents.Agent({
+        name: 'triage',
+        instructions: 'Route.',
+        handoffs: [solver],
+        model: model(agents.triage.openai),
+        modelSettings: { maxTokens: 2 },
+      });
+      const result = await new sdkAgents.Runner({ tracingDisabled: true }).run(triage, '?', { maxTurns: 4 });
+      const items = result.newItems.map((i) => i.type);
+      return { answer: String(result.finalOutput ?? ''), handedOff: items.includes('handoff_output_item'), looked: items.includes('tool_call_output_item') };
+    },
+    rewards: {
+      solver: ({ task, outcome }) => ({ correct: Number(outcome?.looked === true && outcome.answer === String(task.secret)) }),
+      triage: ({ outcome }) => ({ handedOff: Number(outcome?.handedOff === true) }),
+    },
+    success: ({ task, outcome }) => outcome?.handedOff === true && outcome.looked === true && outcome.answer === String(task.secret),
+  });
+}
+
+export default agentsHandoffTeam;

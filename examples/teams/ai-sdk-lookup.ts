@@ -1,0 +1,77 @@
+/**
+ * `ai-sdk-lookup`: agent code on the Vercel AI SDK (`ai` with
+ * `@ai-sdk/openai-compatible`), trained through the gateway (gateway/). The
+ * episode function is what a user would write for any OpenAI-compatible
+ * server: `generateText` with a `lookup` tool, multi-step. The user asks for a
+ * hidden digit; only the tool knows it, so the agent must call the tool and
+ * then answer with what it returned.
+ *
+ * Small enough for a tiny-lm policy: a vocabulary (agents/tokenizer.ts
+ * vocabTokenizer) of printable characters plus the whole tool call as one
+ * piece, and a chat template that writes each message as a one-letter tag and
+ * its content (`U?`, then `T7` for the tool's result) and ends with `>`. The
+ * policy learns two things: after `U?>`, the tool call; after `T<digit>>`,
+ * the digit. Batched rollout only (the gateway serves batched episodes).
+ */
+import { agent, chatTemplate, tinyLM, generatedTasks, defineTeam, vocabTokenizer } from 'troupe';
+
+export interface LookupTask {
+  secret: number;
+}
+
+/** The tool call as the gateway renders it (Hermes convention), one piece of the vocabulary. */
+export const LOOKUP_CALL = '<tool_call>{"name":"lookup","arguments":{}}</tool_call>';
+const PRINTABLE = Array.from({ length: 95 }, (_, i) => String.fromCharCode(32 + i));
+const tokenizer = vocabTokenizer([LOOKUP_CALL, ...PRINTABLE]);
+const TEMPLATE =
+  '{%- if tools %}{% for t in tools %}[{{ t.function.name }}]{% endfor %}{% endif -%}' +
+  "{%- for m in messages %}{% if m.role == 'assistant' %}{{ m.content }}{% elif m.role == 'user' %}U{{ m.content }}" +
+  "{% elif m.role == 'tool' %}T{{ m.content }}{% else %}S{{ m.content }}{% endif %}{% endfor -%}" +
+  '{%- if add_generation_prompt %}>{% endif -%}';
+
+/** The packages, loaded where the episode runs (bundled teams are also compiled into the workflow bundle). */
+async function sdk() {
+  try {
+    const [ai, compatible, zod] = await Promise.all([
+      import(/* webpackIgnore: true */ 'ai'),
+      import(/* webpackIgnore: true */ '@ai-sdk/openai-compatible'),
+      import(/* webpackIgnore: true */ 'zod'),
+    ]);
+    return { ai, compatible, z: zod.z };
+  } catch (e) {
+    throw new Error(`team ai-sdk-lookup needs the ai and @ai-sdk/openai-compatible packages: ${(e as Error).message}`);
+  }
+}
+
+export function aiSdkLookupTeam() {
+  return defineTeam({
+    name: 'ai-sdk-lookup',
+    description: 'Vercel AI SDK agent code trained through the gateway: call the lookup tool, answer with its digit.',
+    tokenizer,
+    chatTemplate: chatTemplate(TEMPLATE, {}, ''),
+    models: { policy: tinyLM({ tokenizer, contextWindow: 4, embedDim: 16, hiddenDim: 64, optimizer: { lr: 0.02, entropyCoef: 0.01 } }) },
+    agents: { solver: agent({ model: 'policy', maxTokens: 2, maxTurns: 3 }) },
+    tasks: generatedTasks<LookupTask>({ seed: 7, count: 50, evalFraction: 0.2, make: (_random, i) => ({ id: String(i), data: { secret: i % 10 } }) }),
+    async episode({ task, agents }) {
+      const { ai, compatible, z } = await sdk();
+      const provider = compatible.createOpenAICompatible({ name: 'troupe', ...agents.solver.openai });
+      const result = await ai.generateText({
+        model: provider.chatModel('policy'),
+        prompt: '?',
+        tools: {
+          lookup: ai.tool({ description: 'the hidden digit', inputSchema: z.object({}), execute: async () => String(task.secret) }),
+        },
+        stopWhen: ai.stepCountIs(3),
+        maxOutputTokens: 2,
+        maxRetries: 0,
+      });
+      return { answer: result.text, looked: result.steps.some((s) => s.toolCalls.length > 0) };
+    },
+    rewards: {
+      solver: ({ task, outcome }) => ({ correct: Number(outcome?.looked === true && outcome.answer === String(task.secret)) }),
+    },
+    success: ({ task, outcome }) => outcome?.looked === true && outcome.answer === String(task.secret),
+  });
+}
+
+export default aiSdkLookupTeam;

@@ -1,0 +1,145 @@
+/**
+ * The bundled framework teams' agent code, on the real packages, against the
+ * real gateway and the real ONNX CPU engine: `ai-sdk-lookup` (Vercel AI SDK,
+ * generateText with a tool, multi-step) and `agents-handoff` (OpenAI Agents
+ * SDK on Chat Completions: a handoff, then a function tool). Every turn
+ * recorded holds exactly the context the engine was given and the ids and
+ * log-probs it sampled, over the multi-turn conversations the frameworks drive
+ * with their tool calls.
+ *
+ * A policy from a random initialization would almost never sample a tool call,
+ * so each test first teaches its model the team's moves with real engine
+ * Updates (advantage 1 on the wanted reply after each kind of context, the
+ * engine's own scores as old log-probs each round), until the engine scores
+ * every wanted token above 0.9; the episodes then sample at temperature 1 from
+ * the taught version.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import type { EpisodeIO, GenerateCall, GenerateReply } from '../../../agents/episode';
+import { engineSpec } from '../../../agents/model';
+import type { AnyTeam } from '../../../agents/team';
+import { runBatchedEpisode } from '../../../activities/training/episode-sandbox';
+import { generateOne } from '../../../activities/training/pool';
+import { modelKey } from '../../../activities/training/update-step';
+import { EngineClient } from '../../../engines/protocol/client';
+import { startEngineServer } from '../../../engines/onnx/server';
+import { openGatewaySessions } from '../../../gateway';
+import { aiSdkLookupTeam, LOOKUP_CALL } from '../../../agents/teams/ai-sdk-lookup';
+import { agentsHandoffTeam, HANDOFF_CALL } from '../../../agents/teams/agents-handoff';
+import { cpuEngine } from '../engine/helpers';
+
+type Log = Array<{ call: GenerateCall; reply: GenerateReply }>;
+
+describe('framework teams against the real gateway and engine', () => {
+  let server: Awaited<ReturnType<typeof startEngineServer>>;
+  let client: EngineClient;
+  before(async () => {
+    server = await startEngineServer(cpuEngine({ batchWindowMs: 5 }), '127.0.0.1', 0);
+    client = new EngineClient(server.address);
+  });
+  after(async () => {
+    client?.close();
+    await server?.shutdown();
+  });
+
+  /** Teaches `lesson` (context text -> wanted reply pieces) to a fresh model; returns the version that knows it. */
+  async function teach(team: AnyTeam, runId: string, lesson: Array<[string[], string[]]>): Promise<number> {
+    const tok = team.tokenizer;
+    const key = modelKey(runId, 'policy');
+    await client.initModel({ modelKey: key, spec: engineSpec(team.models.policy!), seed: 1 });
+    const ids = (pieces: string[]) => pieces.flatMap((p) => (p === '<eos>' ? [tok.eosId] : tok.encode(p)));
+    const samples = lesson.map(([context, reply]) => ({ context: [tok.bosId, ...ids(context)], tokens: [...ids(reply), tok.eosId] }));
+    let version = 0;
+    for (let round = 0; round < 300; round++) {
+      const scored = await client.score({ modelKey: key, version, sequences: samples });
+      if (scored.sequences.every((s) => s.logprobs.every((l) => l > Math.log(0.9)))) return version;
+      const res = await client.update({
+        modelKey: key,
+        baseVersion: version,
+        requestId: `teach-${runId}-${round}`,
+        samples: samples.map((s, i) => ({
+          ...s,
+          lossMask: s.tokens.map(() => 1),
+          advantages: s.tokens.map(() => 1),
+          oldLogprobs: scored.sequences[i]!.logprobs,
+          lossWeights: s.tokens.map(() => 1 / s.tokens.length),
+        })),
+        settings: { lr: 0.05, klCoef: 0 },
+      });
+      version = res.info.version;
+    }
+    throw new Error('the lesson was not learned in 300 updates');
+  }
+
+  const io = (runId: string, log: Log): EpisodeIO => ({
+    async generate(call) {
+      const reply = await generateOne(client, runId, call);
+      log.push({ call, reply });
+      return reply;
+    },
+    callTool: async () => ({ ok: false, error: 'none', durationMs: 0 }),
+    now: () => 0,
+    openSessions: openGatewaySessions,
+  });
+
+  /** Each recorded turn is exactly one engine call's context, ids and log-probs. */
+  function assertExact(turns: Awaited<ReturnType<typeof runBatchedEpisode>>['turns'], log: Log) {
+    assert.equal(turns.length, log.length);
+    for (const [i, t] of turns.entries()) {
+      assert.deepEqual(t.contextTokens, log[i]!.call.context, `turn ${i}: context`);
+      assert.deepEqual(t.responseTokens, log[i]!.reply.tokens, `turn ${i}: sampled ids`);
+      assert.deepEqual(t.logprobs, log[i]!.reply.logprobs, `turn ${i}: behaviour log-probs`);
+    }
+  }
+
+  it('Vercel AI SDK: generateText calls the tool, then answers; every turn is what the engine sampled', async () => {
+    const team = aiSdkLookupTeam();
+    const digits = [...'0123456789'];
+    const version = await teach(team, 'ai', [
+      [['[lookup]U?>'], [LOOKUP_CALL]],
+      ...digits.map((d): [string[], string[]] => [['[lookup]U?>', LOOKUP_CALL, '<eos>', `T${d}>`], [d]]),
+    ]);
+    for (const secret of [3, 8]) {
+      const log: Log = [];
+      const t = await runBatchedEpisode(team, { episodeId: `ai${secret}`, seed: secret, task: { secret }, versions: { policy: version } }, io('ai', log));
+      assert.equal(t.status, 'completed', t.error);
+      assert.deepEqual(t.outcome, { answer: String(secret), looked: true });
+      assert.equal(t.turns.length, 2, 'the tool call, then the answer');
+      assertExact(t.turns, log);
+      assert.equal(team.tokenizer.decode(t.turns[0]!.responseTokens), LOOKUP_CALL);
+      // the second call continues the first one's ids: the framework's history was matched, not re-encoded
+      const first = t.turns[0]!;
+      assert.deepEqual(t.turns[1]!.contextTokens.slice(0, first.contextTokens.length + first.responseTokens.length), [
+        ...first.contextTokens,
+        ...first.responseTokens,
+      ]);
+      assert.equal(t.counters!.solver!.retokenizedTurns, 0);
+    }
+  });
+
+  it('OpenAI Agents SDK: triage hands off, the solver calls its tool and answers; every turn is what the engine sampled', async () => {
+    const team = agentsHandoffTeam();
+    const digits = [...'0123456789'];
+    const afterHandoff = ['[lookup]SAnswer.U?>', HANDOFF_CALL, 'T{"assistant":"solver"}>'];
+    const version = await teach(team, 'sdk', [
+      [['[transfer_to_solver]SRoute.U?>'], [HANDOFF_CALL]],
+      [afterHandoff, [LOOKUP_CALL]],
+      ...digits.map((d): [string[], string[]] => [[...afterHandoff, LOOKUP_CALL, '<eos>', `T${d}>`], [d]]),
+    ]);
+    const log: Log = [];
+    const t = await runBatchedEpisode(team, { episodeId: 'sdk5', seed: 5, task: { secret: 5 }, versions: { policy: version } }, io('sdk', log));
+    assert.equal(t.status, 'completed', t.error);
+    assert.deepEqual(t.outcome, { answer: '5', handedOff: true, looked: true });
+    assert.deepEqual(
+      t.turns.map((x) => x.agent),
+      ['triage', 'solver', 'solver'],
+    );
+    assertExact(t.turns, log);
+    const [, lookup, answer] = t.turns;
+    assert.deepEqual(answer!.contextTokens.slice(0, lookup!.contextTokens.length + lookup!.responseTokens.length), [
+      ...lookup!.contextTokens,
+      ...lookup!.responseTokens,
+    ]);
+  });
+});
