@@ -1,11 +1,13 @@
 /**
  * Gateway overhead: a turn through the `openai` client and the gateway (HTTP on
  * loopback, request checking, rendering, recording) against the same turn as a
- * direct engine call, on the ONNX CPU engine over gRPC in this process. Batch 1:
- * sequential calls, p50/p90 per call. 64 sessions: 64 episodes calling at once
- * (their turns batch on the engine) against 64 concurrent direct callers; calls/s.
- * One process (gateway, clients and engine server share it; in a pool worker the
- * episodes run on their own threads and the engine in its own process). Not a test.
+ * direct engine call, on the ONNX CPU engine over gRPC. The engine is its own
+ * process (spawnEngine, as a pool worker runs it); this process is the pool
+ * worker's side: episodes, their clients, the gateway. Batch 1: sequential
+ * calls, p50/p90 per call. 64 sessions: 64 episodes calling at once (their
+ * turns batch on the engine) against 64 concurrent direct callers; calls/s.
+ * With the journal: the same through the gateway with every call journaled in
+ * a fresh PostgreSQL database (as a run's rollout does). Not a test.
  *
  *   node --import tsx bench/gateway.ts [calls per session, default 100]
  */
@@ -16,10 +18,12 @@ import type { EpisodeIO, GenerateCall } from '../agents/episode';
 import { runBatchedEpisode } from '../activities/training/episode-sandbox';
 import { generateOne } from '../activities/training/pool';
 import { modelKey } from '../activities/training/update-step';
-import { Engine } from '../engines/onnx/engine';
-import { startEngineServer } from '../engines/onnx/server';
 import { EngineClient } from '../engines/protocol/client';
+import { gatewayJournal } from '../activities/store/gateway-journal';
+import { spawnEngine } from '../gpu-workers/engine-process';
 import { openGatewaySessions } from '../gateway';
+import { createTestDatabase } from '../testing/database';
+import { machineLine } from './lib/cpu';
 
 const CALLS = Number(process.argv[2] ?? 100);
 const SESSIONS = 64;
@@ -46,8 +50,10 @@ const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(
 
 async function main() {
   console.log(`command: node --import tsx bench/gateway.ts ${CALLS}`);
-  const server = await startEngineServer(new Engine({ device: { device: 'cpu', requested: 'cpu', fellBack: false, fallbackReason: '' } }), '127.0.0.1', 0);
-  const client = new EngineClient(server.address);
+  console.log(machineLine());
+  const engine = await spawnEngine(['--device', 'cpu', '--port', '0'], { quiet: true });
+  const client = new EngineClient(engine.listening.address);
+  const db = await createTestDatabase();
   const runId = 'bench';
   const spec = team(async () => undefined);
   await client.initModel({ modelKey: modelKey(runId, 'policy'), spec: engineSpec(spec.models.policy!), seed: 1 });
@@ -57,6 +63,7 @@ async function main() {
     now: () => Date.now(),
     openSessions: openGatewaySessions,
   };
+  const journaled: EpisodeIO = { ...io, journal: gatewayJournal(db.sql, runId) };
   const context = tokenizer.encode(chatTemplate(template, {}, '').open([{ role: 'user', content: '12' }]));
   const direct = (i: number): GenerateCall => ({
     model: 'policy',
@@ -88,7 +95,16 @@ async function main() {
   await runBatchedEpisode(viaGateway([]), { episodeId: 'warm', seed: 1, task: 0, versions: { policy: 0 } }, io);
   const gatewayTimes: number[] = [];
   await runBatchedEpisode(viaGateway(gatewayTimes), { episodeId: 'one', seed: 2, task: 0, versions: { policy: 0 } }, io);
+  const journalTimes: number[] = [];
+  await runBatchedEpisode(viaGateway(journalTimes), { episodeId: 'j-one', seed: 2, task: 0, versions: { policy: 0 } }, journaled);
 
+  // this process's CPU time per call (user + system), the engine's not included
+  let cpu = process.cpuUsage();
+  const cpuPerCall = () => {
+    const d = process.cpuUsage(cpu);
+    cpu = process.cpuUsage();
+    return (d.user + d.system) / 1000 / (SESSIONS * CALLS);
+  };
   let t = performance.now();
   await Promise.all(
     Array.from({ length: SESSIONS }, async (_, s) => {
@@ -96,22 +112,37 @@ async function main() {
     }),
   );
   const directRate = (SESSIONS * CALLS) / ((performance.now() - t) / 1000);
+  const directCpu = cpuPerCall();
   t = performance.now();
   await Promise.all(
     Array.from({ length: SESSIONS }, (_, s) => runBatchedEpisode(viaGateway([]), { episodeId: `s${s}`, seed: s, task: 0, versions: { policy: 0 } }, io)),
   );
   const gatewayRate = (SESSIONS * CALLS) / ((performance.now() - t) / 1000);
+  const gatewayCpu = cpuPerCall();
+  t = performance.now();
+  await Promise.all(
+    Array.from({ length: SESSIONS }, (_, s) =>
+      runBatchedEpisode(viaGateway([]), { episodeId: `j-s${s}`, seed: s, task: 0, versions: { policy: 0 } }, journaled),
+    ),
+  );
+  const journalRate = (SESSIONS * CALLS) / ((performance.now() - t) / 1000);
+  const journalCpu = cpuPerCall();
 
   const ms = (x: number) => x.toFixed(2);
-  console.log('| path | p50 ms | p90 ms | calls/s at 64 sessions |');
-  console.log('|---|---|---|---|');
-  console.log(`| direct engine call | ${ms(pct(directTimes, 50))} | ${ms(pct(directTimes, 90))} | ${directRate.toFixed(0)} |`);
-  console.log(`| openai client + gateway | ${ms(pct(gatewayTimes, 50))} | ${ms(pct(gatewayTimes, 90))} | ${gatewayRate.toFixed(0)} |`);
+  console.log('| path | p50 ms | p90 ms | calls/s at 64 sessions | CPU ms per call (this process) |');
+  console.log('|---|---|---|---|---|');
+  console.log(`| direct engine call | ${ms(pct(directTimes, 50))} | ${ms(pct(directTimes, 90))} | ${directRate.toFixed(0)} | ${ms(directCpu)} |`);
+  console.log(`| openai client + gateway | ${ms(pct(gatewayTimes, 50))} | ${ms(pct(gatewayTimes, 90))} | ${gatewayRate.toFixed(0)} | ${ms(gatewayCpu)} |`);
   console.log(
-    `added p50 at batch 1: ${ms(pct(gatewayTimes, 50) - pct(directTimes, 50))} ms; throughput ratio at ${SESSIONS} sessions: ${(gatewayRate / directRate).toFixed(2)}`,
+    `| ... with the journal (PostgreSQL) | ${ms(pct(journalTimes, 50))} | ${ms(pct(journalTimes, 90))} | ${journalRate.toFixed(0)} | ${ms(journalCpu)} |`,
+  );
+  console.log(
+    `added p50 at batch 1: ${ms(pct(gatewayTimes, 50) - pct(directTimes, 50))} ms (${ms(pct(journalTimes, 50) - pct(directTimes, 50))} ms journaled); ` +
+      `throughput ratio at ${SESSIONS} sessions: ${(gatewayRate / directRate).toFixed(2)} (${(journalRate / directRate).toFixed(2)} journaled)`,
   );
   client.close();
-  await server.shutdown();
+  engine.child.kill();
+  await db.drop();
 }
 
 main().catch((e) => {
