@@ -67,7 +67,9 @@ it('the CLI refuses a broken team with its error and still accepts the others', 
   assert.equal(validateRunConfig({ team: 'research' }).team, 'research');
   assert.throws(
     () => loadTeam('nope'),
-    (e: unknown) => e instanceof TeamLoadError && /unknown team "nope" \(known: math, research, recall, chain, chat-digits, broken\)/.test(e.message),
+    (e: unknown) =>
+      e instanceof TeamLoadError &&
+      /unknown team "nope" \(known: math, research, recall, chain, chat-digits, ai-sdk-lookup, agents-handoff, broken\)/.test(e.message),
   );
 });
 
