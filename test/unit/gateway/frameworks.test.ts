@@ -25,8 +25,8 @@ import { modelKey } from '../../../activities/training/update-step';
 import { EngineClient } from '../../../engines/protocol/client';
 import { startEngineServer } from '../../../engines/onnx/server';
 import { openGatewaySessions } from '../../../gateway';
-import { aiSdkLookupTeam, LOOKUP_CALL } from '../../../agents/teams/ai-sdk-lookup';
-import { agentsHandoffTeam, HANDOFF_CALL } from '../../../agents/teams/agents-handoff';
+import { aiSdkLookupTeam, LOOKUP_CALL } from '../../../examples/teams/ai-sdk-lookup';
+import { agentsHandoffTeam, HANDOFF_CALL } from '../../../examples/teams/agents-handoff';
 import { cpuEngine } from '../engine/helpers';
 
 type Log = Array<{ call: GenerateCall; reply: GenerateReply }>;
