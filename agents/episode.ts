@@ -28,6 +28,8 @@ export interface GenerateReply {
   tokens: number[];
   logprobs: number[];
   stopReason: 'stop_token' | 'max_tokens';
+  /** The version that sampled these tokens when it is not the call's (a carried episode's earlier generation). */
+  version?: number;
 }
 
 export interface ToolCallRequest {
@@ -195,6 +197,25 @@ export class EpisodeFault extends Error {
   override readonly name = 'EpisodeFault';
 }
 
+/**
+ * The version of each response token of a turn. A carried episode's turn may hold
+ * generations of several versions; tool output (not sampled) takes the turn's version.
+ */
+class TokenVersions {
+  private readonly runs: Array<[count: number, version: number | undefined]> = [];
+  /** The version of the turn's first sampled token. */
+  first: number | undefined;
+  add(count: number, version: number | undefined) {
+    if (version !== undefined && count > 0) this.first ??= version;
+    this.runs.push([count, version]);
+  }
+  /** Per token, or undefined when every sampled token is the turn's version (the common case keeps no array). */
+  perToken(turnVersion: number): number[] | undefined {
+    if (this.runs.every(([n, v]) => n === 0 || v === undefined || v === turnVersion)) return undefined;
+    return this.runs.flatMap(([n, v]) => Array.from({ length: n }, () => v ?? turnVersion));
+  }
+}
+
 export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: EpisodeIO): Promise<Trajectory> {
   let infrastructure: InfrastructureFailure | undefined;
   let fault: EpisodeFault | undefined;
@@ -260,6 +281,7 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: Ep
     const response: number[] = [];
     const logprobs: number[] = [];
     const mask: Array<0 | 1> = [];
+    const versions = new TokenVersions();
     const toolCalls: ToolCallRecord[] = [];
     const sampling = { ...spec.sampling, ...input.sampling };
     let budget = spec.maxTokens;
@@ -277,6 +299,7 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: Ep
       });
       response.push(...reply.tokens);
       logprobs.push(...reply.logprobs);
+      versions.add(reply.tokens.length, reply.version ?? input.versions[spec.model]!);
       for (let i = 0; i < reply.tokens.length; i++) mask.push(1);
       budget -= reply.tokens.length;
       const last = reply.tokens[reply.tokens.length - 1];
@@ -296,6 +319,7 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: Ep
       // with a chat template the output is a tool message; the assistant message it interrupts is closed first
       const out = encodeToolOutput(role, toolCalls[toolCalls.length - 1], rendered);
       response.push(...out);
+      versions.add(out.length, undefined);
       for (let i = 0; i < out.length; i++) {
         logprobs.push(0);
         mask.push(0);
@@ -304,11 +328,14 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: Ep
     }
 
     function record(stopReason: StopReason): TurnRecord {
+      const version = versions.first ?? input.versions[spec.model]!;
+      const tokenVersions = versions.perToken(version);
       return {
         index,
         agent: role,
         model: spec.model,
-        version: input.versions[spec.model]!,
+        version,
+        ...(tokenVersions ? { tokenVersions } : {}),
         parents: [...parents].sort((a, b) => a - b),
         contextTokens: context,
         responseTokens: response,
@@ -401,6 +428,7 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: Ep
     const sampling = { ...spec.sampling, ...req.sampling, ...input.sampling };
     const response: number[] = [];
     const logprobs: number[] = [];
+    const versions = new TokenVersions();
     let budget = Math.min(req.maxTokens, spec.maxTokens);
     let stop: StopReason = answered?.stopReason ?? 'max_tokens';
     if (answered) {
@@ -420,6 +448,7 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: Ep
       });
       response.push(...reply.tokens);
       logprobs.push(...reply.logprobs);
+      versions.add(reply.tokens.length, reply.version ?? input.versions[spec.model]!);
       budget -= reply.tokens.length;
       if (reply.stopReason !== 'stop_token') break;
       if (reply.tokens.at(-1) === tok.eosId || req.stopped(tok.decode(response))) {
@@ -427,11 +456,14 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: Ep
         break;
       }
     }
+    const version = versions.first ?? input.versions[spec.model]!;
+    const tokenVersions = versions.perToken(version);
     const turn: TurnRecord = {
       index,
       agent: role,
       model: spec.model,
-      version: input.versions[spec.model]!,
+      version,
+      ...(tokenVersions ? { tokenVersions } : {}),
       parents: [...new Set(req.parents)].sort((a, b) => a - b),
       contextTokens: req.context,
       responseTokens: response,

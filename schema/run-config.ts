@@ -86,6 +86,18 @@ export const runConfigSchema = z.strictObject({
    * Pool names map to task queues as the team's do (activities/training/pool-queues.ts).
    */
   pools: z.record(z.string(), z.strictObject({ sample: poolName.optional(), train: poolName.optional() })).optional(),
+  /**
+   * Partial rollouts (docs/running.md, "Partial rollouts"; batched, synchronous runs): a step starts
+   * ceil(groupsPerStep x overProvision) groups (carried ones first), ends its rollout once minFinished
+   * whole groups finished (default groupsPerStep), trains on the finished groups and carries the rest,
+   * turns and tokens so far, in the store into the next step's rollout.
+   */
+  partialRollouts: z
+    .strictObject({
+      overProvision: z.number().min(1, 'must be >= 1').max(8, 'must be <= 8').default(1.5),
+      minFinished: int(1, 4096).optional(),
+    })
+    .optional(),
   /** Fail the run after this many consecutive steps in which no model could train (every update skipped); 0: never. */
   maxStepsWithoutSignal: int(0, 1_000_000).default(3),
 });
@@ -131,7 +143,37 @@ export function parseRunConfig(input: unknown): RunConfig {
       },
     ]);
   }
+  const partial = r.data.partialRollouts;
+  if (partial) {
+    const issue = partialIssue(r.data, partial);
+    if (issue) throw new RunConfigError([issue]);
+  }
   return r.data;
+}
+
+/** Groups a step with partial rollouts keeps in flight, and how many whole ones end its rollout. */
+export function partialShape(config: Pick<RunConfig, 'groupsPerStep' | 'partialRollouts'>): { inFlight: number; minFinished: number } | undefined {
+  const p = config.partialRollouts;
+  if (!p) return undefined;
+  return { inFlight: Math.ceil(config.groupsPerStep * p.overProvision - 1e-9), minFinished: p.minFinished ?? config.groupsPerStep };
+}
+
+function partialIssue(config: RunConfig, partial: NonNullable<RunConfig['partialRollouts']>): FieldIssue | undefined {
+  const shape = partialShape(config)!;
+  if (config.rollout !== 'batched') return { path: 'partialRollouts', message: "needs rollout: 'batched' (durable episodes are not carried yet)" };
+  const ks = typeof config.staleness === 'number' ? [config.staleness] : Object.values(config.staleness);
+  if (ks.some((k) => k > 0)) return { path: 'partialRollouts', message: 'needs staleness 0 (partial rollouts do not combine with asynchronous runs yet)' };
+  if (shape.minFinished > shape.inFlight)
+    return {
+      path: 'partialRollouts.minFinished',
+      message: `must be <= the groups in flight, ceil(groupsPerStep x overProvision) = ceil(${config.groupsPerStep} x ${partial.overProvision}) = ${shape.inFlight}, got ${shape.minFinished}`,
+    };
+  if (shape.inFlight * config.groupSize > MAX_STEP_EPISODES)
+    return {
+      path: 'partialRollouts.overProvision',
+      message: `a step may run at most ${MAX_STEP_EPISODES} episodes: ${shape.inFlight} groups x groupSize ${config.groupSize} is ${shape.inFlight * config.groupSize}`,
+    };
+  return undefined;
 }
 
 /** Settings that are one per update (per model); an agent on a shared model cannot override them. */

@@ -36,6 +36,8 @@ export const turnRecord = z.object({
   /** 1 on tokens the policy sampled, 0 on tool output. */
   lossMask: z.array(z.union([z.literal(0), z.literal(1)])),
   stopReason,
+  /** The version that sampled each response token, where it is not `version` for all of them (a carried episode's turn). */
+  tokenVersions: z.array(z.number().int().nonnegative()).optional(),
   toolCalls: z.array(toolCallRecord),
   durationMs: z.number().nonnegative(),
 });

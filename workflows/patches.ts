@@ -38,6 +38,8 @@ export const Patch = {
    * that carries neither the patch notifications nor the suggestion of the task it ran in.
    */
   decideAtStart: 'decide-at-start',
+  /** Partial rollouts (run setting partialRollouts); runs without the setting never reach it. */
+  partialRollouts: 'partial-rollouts',
 } as const;
 
 /**

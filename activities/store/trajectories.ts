@@ -44,77 +44,81 @@ function chunks<T>(xs: readonly T[]): T[][] {
  */
 export async function saveEpisodes(sql: Sql, episodes: readonly StoredEpisode[]): Promise<Set<string>> {
   if (episodes.length === 0) return new Set();
-  return sql.begin(async (tx) => {
-    const inserted = new Set<string>();
-    for (const part of chunks(episodes)) {
-      const rows = part.map(({ meta, trajectory, success }) => ({
-        episode_id: meta.episodeId,
-        run_id: meta.runId,
-        step: meta.step,
-        split: meta.split,
-        task_id: meta.taskId,
-        task: tx.json(meta.task as never),
-        group_index: meta.groupIndex,
-        episode_index: meta.episodeIndex,
-        seed: meta.seed,
-        mode: meta.mode,
-        status: trajectory.status,
-        outcome: trajectory.outcome === undefined ? null : tx.json(trajectory.outcome as never),
-        error: trajectory.error ?? null,
-        counters: trajectory.counters ? tx.json(trajectory.counters as never) : null,
-        success,
-      }));
-      const got = await tx`INSERT INTO episodes ${tx(rows as never)} ON CONFLICT (episode_id) DO NOTHING RETURNING episode_id`;
-      for (const r of got) inserted.add(r.episode_id as string);
-    }
-    const fresh = episodes.filter((e) => inserted.has(e.meta.episodeId));
-    const turns = fresh.flatMap(({ meta, trajectory }) =>
-      trajectory.turns.map((t) => ({
+  return sql.begin((tx) => insertEpisodes(tx as unknown as Sql, episodes));
+}
+
+/** saveEpisodes' inserts, inside a transaction the caller holds (partial rollouts commit more with them). */
+export async function insertEpisodes(tx: Sql, episodes: readonly StoredEpisode[]): Promise<Set<string>> {
+  const inserted = new Set<string>();
+  for (const part of chunks(episodes)) {
+    const rows = part.map(({ meta, trajectory, success }) => ({
+      episode_id: meta.episodeId,
+      run_id: meta.runId,
+      step: meta.step,
+      split: meta.split,
+      task_id: meta.taskId,
+      task: tx.json(meta.task as never),
+      group_index: meta.groupIndex,
+      episode_index: meta.episodeIndex,
+      seed: meta.seed,
+      mode: meta.mode,
+      status: trajectory.status,
+      outcome: trajectory.outcome === undefined ? null : tx.json(trajectory.outcome as never),
+      error: trajectory.error ?? null,
+      counters: trajectory.counters ? tx.json(trajectory.counters as never) : null,
+      success,
+    }));
+    const got = await tx`INSERT INTO episodes ${tx(rows as never)} ON CONFLICT (episode_id) DO NOTHING RETURNING episode_id`;
+    for (const r of got) inserted.add(r.episode_id as string);
+  }
+  const fresh = episodes.filter((e) => inserted.has(e.meta.episodeId));
+  const turns = fresh.flatMap(({ meta, trajectory }) =>
+    trajectory.turns.map((t) => ({
+      episode_id: meta.episodeId,
+      turn_index: t.index,
+      agent: t.agent,
+      model: t.model,
+      version: t.version,
+      parents: tx.array(t.parents, 23),
+      context_tokens: tx.array(t.contextTokens, 23),
+      response_tokens: tx.array(t.responseTokens, 23),
+      logprobs: tx.array(t.logprobs, 701),
+      loss_mask: tx.array(t.lossMask, 21),
+      stop_reason: t.stopReason,
+      token_versions: t.tokenVersions ? tx.array(t.tokenVersions, 23) : null,
+      duration_ms: t.durationMs,
+    })),
+  );
+  const calls = fresh.flatMap(({ meta, trajectory }) =>
+    trajectory.turns.flatMap((t) =>
+      t.toolCalls.map((c) => ({
         episode_id: meta.episodeId,
         turn_index: t.index,
-        agent: t.agent,
-        model: t.model,
-        version: t.version,
-        parents: tx.array(t.parents, 23),
-        context_tokens: tx.array(t.contextTokens, 23),
-        response_tokens: tx.array(t.responseTokens, 23),
-        logprobs: tx.array(t.logprobs, 701),
-        loss_mask: tx.array(t.lossMask, 21),
-        stop_reason: t.stopReason,
-        duration_ms: t.durationMs,
+        call_index: c.index,
+        tool: c.tool,
+        input: tx.json((c.input ?? null) as never),
+        output: c.output === undefined ? null : tx.json(c.output as never),
+        error: c.error ?? null,
+        duration_ms: c.durationMs,
       })),
-    );
-    const calls = fresh.flatMap(({ meta, trajectory }) =>
-      trajectory.turns.flatMap((t) =>
-        t.toolCalls.map((c) => ({
-          episode_id: meta.episodeId,
-          turn_index: t.index,
-          call_index: c.index,
-          tool: c.tool,
-          input: tx.json((c.input ?? null) as never),
-          output: c.output === undefined ? null : tx.json(c.output as never),
-          error: c.error ?? null,
-          duration_ms: c.durationMs,
-        })),
-      ),
-    );
-    const rewards = fresh.flatMap(({ meta, rewards: rs }) =>
-      rs.flatMap((r) =>
-        Object.entries(r.components).map(([component, value]) => ({
-          episode_id: meta.episodeId,
-          turn_index: r.turn,
-          agent: r.agent,
-          component,
-          value,
-          per_turn: r.perTurn?.includes(component) ?? false,
-        })),
-      ),
-    );
-    for (const part of chunks(turns)) await tx`INSERT INTO turns ${tx(part as never)}`;
-    for (const part of chunks(calls)) await tx`INSERT INTO tool_calls ${tx(part as never)}`;
-    for (const part of chunks(rewards)) await tx`INSERT INTO rewards ${tx(part as never)}`;
-    return inserted;
-  });
+    ),
+  );
+  const rewards = fresh.flatMap(({ meta, rewards: rs }) =>
+    rs.flatMap((r) =>
+      Object.entries(r.components).map(([component, value]) => ({
+        episode_id: meta.episodeId,
+        turn_index: r.turn,
+        agent: r.agent,
+        component,
+        value,
+        per_turn: r.perTurn?.includes(component) ?? false,
+      })),
+    ),
+  );
+  for (const part of chunks(turns)) await tx`INSERT INTO turns ${tx(part as never)}`;
+  for (const part of chunks(calls)) await tx`INSERT INTO tool_calls ${tx(part as never)}`;
+  for (const part of chunks(rewards)) await tx`INSERT INTO rewards ${tx(part as never)}`;
+  return inserted;
 }
 
 export async function loadEpisode(sql: Sql, episodeId: string): Promise<StoredEpisode | undefined> {
@@ -202,6 +206,7 @@ async function loadEpisodes(sql: Sql, where: ReturnType<Sql>): Promise<StoredEpi
           logprobs: t.logprobs,
           lossMask: t.loss_mask,
           stopReason: t.stop_reason,
+          ...(t.token_versions === null ? {} : { tokenVersions: t.token_versions }),
           durationMs: t.duration_ms,
           toolCalls: episodeCalls
             .filter((c) => c.turn_index === t.turn_index)

@@ -9,7 +9,7 @@
 import { setMaxListeners } from 'node:events';
 import { Context, heartbeat } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
-import type { GenerateCall, GenerateReply } from '../../agents/episode';
+import type { CallJournal, GenerateCall, GenerateReply } from '../../agents/episode';
 import { runBatchedEpisode } from './episode-sandbox';
 import type { EpisodeThreads, ThreadEpisode } from './episode-threads';
 import { checkpointOf, engineSpec } from '../../agents/model';
@@ -60,7 +60,9 @@ import {
   type UpdateAttempt,
 } from './update-step';
 import { scoredEpisode, type TeamRef } from './control';
-import { episodesOf, type RolloutEpisodes } from './plan';
+import { episodesOf, planTrainEpisodes, type RolloutEpisodes } from './plan';
+import { CarriedOver, continuing, groupKey, Lockstep, type Generation } from './partial';
+import { commitPartialRollout, loadCarried, partialRolloutOf, type CarriedEpisode, type PartialRolloutResult } from '../store/carried';
 import { loadTasks } from '../tasks';
 import { openGatewaySessions } from '../../gateway';
 
@@ -192,6 +194,25 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints, episode
     return withVersion(runId, call.model, call.version, () => generateOne(engine(), runId, call));
   }
 
+  /** One batched episode, scored: on episode threads where the worker has them (a runaway episode cannot block the others), else here (activities called directly, as some tests do). */
+  function runOne(
+    team: ReturnType<typeof loadTeam>,
+    signal: AbortSignal,
+    generate: (call: GenerateCall) => Promise<GenerateReply>,
+    episode: ThreadEpisode,
+    journal?: CallJournal,
+  ): Promise<StoredEpisode> {
+    return episodes
+      ? episodes.run(episode, { cpuMs: team.limits.cpuMs, generate, journal, stopped: (trajectory) => scoredEpisode(team, episode.meta, trajectory), signal })
+      : runBatchedEpisode(team, episode.input, {
+          generate,
+          callTool: (req) => executeTool(team, req, signal),
+          now: () => Date.now(),
+          openSessions: openGatewaySessions,
+          journal,
+        }).then((trajectory) => scoredEpisode(team, episode.meta, trajectory));
+  }
+
   return withEngineFailures({
     /** One generation segment of a durable episode's turn. */
     async generateTurn(input: TeamRef & { runId: string; call: GenerateCall }): Promise<GenerateReply> {
@@ -274,32 +295,20 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints, episode
           const generate = (call: GenerateCall) => generateDirect(input.runId, call);
           // gateway calls are journaled: a retry of this rollout answers them again without sampling
           const journal = gatewayJournal(sql, input.runId);
-          // On episode threads where the worker has them (a runaway episode cannot block this one);
-          // else here (activities called directly, as some tests do).
-          const runOne = (episode: ThreadEpisode): Promise<StoredEpisode> =>
-            episodes
-              ? episodes.run(episode, {
-                  cpuMs: team.limits.cpuMs,
-                  generate,
-                  journal,
-                  stopped: (trajectory) => scoredEpisode(team, episode.meta, trajectory),
-                  signal: ctx.cancellationSignal,
-                })
-              : runBatchedEpisode(team, episode.input, {
-                  generate,
-                  callTool: (req) => executeTool(team, req, ctx.cancellationSignal),
-                  now: () => Date.now(),
-                  openSessions: openGatewaySessions,
-                  journal,
-                }).then((trajectory) => scoredEpisode(team, episode.meta, trajectory));
           // All episodes in flight at once: the engine coalesces their turns into batched runs.
           await Promise.all(
             todo.map(async (spec) => {
-              const episode = await runOne({
-                team: { team: input.team, teamOptions: input.teamOptions },
-                input: { episodeId: spec.episodeId, seed: spec.seed, task: spec.task, versions: input.versions, sampling: input.sampling },
-                meta: { ...spec, runId: input.runId, step: input.step, split: input.split, mode: 'batched' },
-              });
+              const episode = await runOne(
+                team,
+                ctx.cancellationSignal,
+                generate,
+                {
+                  team: { team: input.team, teamOptions: input.teamOptions },
+                  input: { episodeId: spec.episodeId, seed: spec.seed, task: spec.task, versions: input.versions, sampling: input.sampling },
+                  meta: { ...spec, runId: input.runId, step: input.step, split: input.split, mode: 'batched' },
+                },
+                journal,
+              );
               if (episode.trajectory.status === 'failed') failed++;
               pending.push(episode);
               if (pending.length >= ROLLOUT_FLUSH) void flush();
@@ -310,6 +319,117 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints, episode
       );
       heartbeat({ finished });
       return { episodes: specs.length, skipped: specs.length - todo.length, failed };
+    },
+
+    /**
+     * A step's partial rollout (batched mode; partial.ts): the groups carried into this step
+     * and new ones up to `inFlight` groups run in lockstep rounds until `minFinished` whole
+     * groups finished; the whole groups are stored for this step's update, the rest carried
+     * into the next step, all in one transaction. A retry redoes the rollout from the same
+     * stored inputs (same cut, same episodes), or returns the committed result.
+     */
+    async rolloutPartial(
+      input: TeamRef & {
+        runId: string;
+        step: number;
+        seed: number;
+        groupSize: number;
+        inFlight: number;
+        minFinished: number;
+        versions: Record<string, number>;
+      },
+    ): Promise<PartialRolloutResult> {
+      const { runId, step } = input;
+      const committed = await partialRolloutOf(sql, runId, step);
+      if (committed) return committed;
+      const team = loadTeam(input.team, input.teamOptions);
+      const ctx = Context.current();
+      const carriedIn = await loadCarried(sql, runId, step);
+      const carriedGroups = new Set(carriedIn.map((c) => groupKey(c.fromStep, c.spec.groupIndex)));
+      const fresh = Math.max(0, input.inFlight - carriedGroups.size);
+      const planned: CarriedEpisode[] =
+        fresh === 0
+          ? []
+          : planTrainEpisodes(loadTasks(team), { runId, step, seed: input.seed, groupsPerStep: fresh, groupSize: input.groupSize }).map((spec) => ({
+              spec,
+              fromStep: step,
+              carries: 0,
+              generations: [],
+            }));
+      const all = [...carriedIn, ...planned];
+      const lock = new Lockstep(
+        all.map((e) => groupKey(e.fromStep, e.spec.groupIndex)),
+        input.minFinished,
+      );
+      const ended: Array<StoredEpisode | undefined> = all.map((e) => e.finished && { ...e.finished, meta: { ...e.finished.meta, step } });
+      const records: Generation[][] = all.map(() => []);
+      let generatedTokens = 0;
+      let replayedTokens = 0;
+      all.forEach((e, i) => e.finished && lock.finish(i));
+      setMaxListeners(0, ctx.cancellationSignal);
+      await heartbeating(
+        () => ({ rounds: lock.rounds }),
+        () =>
+          Promise.all(
+            all.map(async (e, i) => {
+              if (e.finished) return;
+              const live = async (call: GenerateCall) => {
+                await lock.enter(i);
+                try {
+                  const reply = await generateDirect(runId, call);
+                  generatedTokens += reply.tokens.length;
+                  return reply;
+                } finally {
+                  lock.leave(i);
+                }
+              };
+              const gen = continuing(e.generations, live, records[i]!);
+              try {
+                ended[i] = await runOne(team, ctx.cancellationSignal, gen.generate, {
+                  team: { team: input.team, teamOptions: input.teamOptions },
+                  input: { episodeId: e.spec.episodeId, seed: e.spec.seed, task: e.spec.task, versions: input.versions },
+                  meta: { ...e.spec, runId, step, split: 'train', mode: 'batched' },
+                });
+              } catch (err) {
+                if (!(err instanceof CarriedOver)) throw err;
+              } finally {
+                replayedTokens += gen.replayedTokens();
+                lock.finish(i);
+              }
+            }),
+          ),
+      );
+      const whole = lock.wholeGroups();
+      const trained: StoredEpisode[] = [];
+      const carried: CarriedEpisode[] = [];
+      all.forEach((e, i) => {
+        const done = ended[i];
+        if (done && whole.has(groupKey(e.fromStep, e.spec.groupIndex))) trained.push(done);
+        else
+          carried.push({
+            spec: e.spec,
+            fromStep: e.fromStep,
+            carries: e.carries + 1,
+            ...(done ? { finished: done } : {}),
+            generations: done ? [] : records[i]!,
+          });
+      });
+      return commitPartialRollout(sql, {
+        runId,
+        step,
+        trained,
+        carried,
+        result: {
+          episodes: trained.length,
+          failed: trained.filter((e) => e.trajectory.status === 'failed').length,
+          groups: whole.size,
+          carried: carried.length,
+          carriedGroups: new Set(carried.map((e) => groupKey(e.fromStep, e.spec.groupIndex))).size,
+          generatedTokens,
+          replayedTokens,
+          rounds: lock.rounds,
+        },
+      });
     },
 
     /**

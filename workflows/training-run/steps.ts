@@ -8,7 +8,7 @@ import type { EvalSummary } from '../../activities/training/control';
 import type { EpisodeSpec } from '../../activities/training/plan';
 import type { UpdateResult } from '../../activities/training/pool';
 import { applyOptimizerChange } from '../../schema/optimizer';
-import { offPolicyOf } from '../../schema/run-config';
+import { offPolicyOf, partialShape } from '../../schema/run-config';
 import { Patch } from '../patches';
 import { control, controlLocal, type Bookkeeping } from './activities';
 import { withOptimizer } from './resolve';
@@ -87,6 +87,8 @@ export async function applyPendingChanges(run: RunState, store: Bookkeeping = co
 
 /** One step: plan, rollout, one update per model, bookkeeping. */
 export async function runStep(run: RunState) {
+  const shape = partialShape(run.config);
+  if (shape && patched(Patch.partialRollouts)) return runPartialStep(run, shape);
   const t0 = Date.now();
   // Runs started before this change recorded planStep/finishStep as ordinary activities.
   const bookkeeping = patched(Patch.localStepBookkeeping) ? controlLocal : control;
@@ -113,6 +115,31 @@ export async function runStep(run: RunState) {
   await updateStep(run, { seconds: (Date.now() - t0) / 1000, episodes, failed }, bookkeeping);
 }
 
+/** One step with partial rollouts: one rollout activity runs carried and new groups and carries what did not finish. */
+async function runPartialStep(run: RunState, shape: { inFlight: number; minFinished: number }) {
+  const t0 = Date.now();
+  const { config } = run;
+  const r = await poolOf(run, run.models[0]!).rolloutPartial({
+    ...run.ref,
+    runId: run.runId,
+    step: run.step,
+    seed: config.seed,
+    groupSize: config.groupSize,
+    ...shape,
+    versions: run.versions,
+  });
+  run.failedEpisodes += r.failed;
+  const partial = {
+    'partial.groups': r.groups,
+    'partial.carriedEpisodes': r.carried,
+    'partial.carriedGroups': r.carriedGroups,
+    'partial.generatedTokens': r.generatedTokens,
+    'partial.replayedTokens': r.replayedTokens,
+    'partial.rounds': r.rounds,
+  };
+  await updateStep(run, { seconds: (Date.now() - t0) / 1000, episodes: r.episodes, failed: r.failed }, controlLocal, false, partial);
+}
+
 /** One asynchronous step: start what may start, wait for this step's rollout, update from it. */
 export async function runStaleStep(run: RunState) {
   const pipeline = run.pipeline!;
@@ -127,7 +154,7 @@ export async function runStaleStep(run: RunState) {
  * The update of the current step, one per model, from its finished rollout; then bookkeeping.
  * offPolicy: the rollout may be stale (asynchronous runs), the update corrects for it.
  */
-async function updateStep(run: RunState, rolloutDone: RolloutDone, bookkeeping: Bookkeeping, offPolicy = false) {
+async function updateStep(run: RunState, rolloutDone: RolloutDone, bookkeeping: Bookkeeping, offPolicy = false, rolloutMetrics: Record<string, number> = {}) {
   const { runId, models, config } = run;
   const t1 = Date.now();
   // offPolicyOf sets only non-default settings: a run without `offPolicy` sends { importanceCap } as before (no patch needed).
@@ -156,7 +183,7 @@ async function updateStep(run: RunState, rolloutDone: RolloutDone, bookkeeping: 
   await bookkeeping.finishStep({
     runId,
     step: run.step - 1,
-    metrics: { updateSeconds: (t2 - t1) / 1000, episodesPerSecond: rolloutDone.episodes / Math.max(rolloutDone.seconds, 1e-3) },
+    metrics: { updateSeconds: (t2 - t1) / 1000, episodesPerSecond: rolloutDone.episodes / Math.max(rolloutDone.seconds, 1e-3), ...rolloutMetrics },
   });
   run.publish();
   checkSignal(run, updates, rolloutDone);

@@ -1,0 +1,146 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import type { GenerateCall } from '../../../agents/episode';
+import { CarriedOver, continuing, Lockstep, type Generation } from '../../../activities/training/partial';
+import { parseRunConfig, partialShape, RunConfigError } from '../../../schema/run-config';
+
+/** A seeded PRNG (mulberry32) for the delays: the outcome must not depend on them. */
+function rng(seed: number) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Episodes that each need `need[i]` live generations, with random generation and tool times. */
+async function simulate(groups: string[], need: number[], minFinished: number, seed: number) {
+  const lock = new Lockstep(groups, minFinished);
+  const random = rng(seed);
+  const made = need.map(() => 0);
+  const carried = need.map(() => false);
+  await Promise.all(
+    need.map(async (n, i) => {
+      try {
+        for (let c = 0; c < n; c++) {
+          await sleep(random() * 4); // the episode's own code and tools
+          await lock.enter(i);
+          await sleep(random() * 4); // the generation
+          made[i]!++;
+          lock.leave(i);
+        }
+      } catch (e) {
+        assert.ok(e instanceof CarriedOver);
+        carried[i] = true;
+      } finally {
+        lock.finish(i);
+      }
+    }),
+  );
+  return { whole: [...lock.wholeGroups()].sort(), made, carried, rounds: lock.rounds };
+}
+
+describe('Lockstep (partial rollouts)', () => {
+  // Groups A [1, 3], B [2, 2], C [5, 1] live generations, 2 whole groups wanted.
+  // Round 1: A0 and C1 finish, no group whole. Round 2: B0 and B1 finish (B whole).
+  // Round 3: A1 finishes (A whole): 2 groups, the rollout ends; C0 has made 3 of its 5.
+  const groups = ['A', 'A', 'B', 'B', 'C', 'C'];
+  const need = [1, 3, 2, 2, 5, 1];
+  const expected = { whole: ['A', 'B'], made: [1, 3, 2, 2, 3, 1], carried: [false, false, false, false, true, false], rounds: 2 };
+
+  it('ends at the first barrier with enough whole groups, the same cut whatever the timing', async () => {
+    for (const seed of [1, 2, 3, 4]) assert.deepEqual(await simulate(groups, need, 2, seed), expected, `seed ${seed}`);
+  });
+
+  it('runs every episode to its end when the groups never suffice before the last round', async () => {
+    const r = await simulate(groups, need, 3, 7);
+    assert.deepEqual(r, { whole: ['A', 'B', 'C'], made: need, carried: need.map(() => false), rounds: 4 });
+  });
+
+  it('counts episodes finished from the start (carried finished ones) toward whole groups', async () => {
+    // group A's first episode finished in an earlier step; its second needs 1 generation
+    const lock = new Lockstep(['A', 'A', 'B'], 1);
+    lock.finish(0);
+    const b = (async () => {
+      await lock.enter(2);
+      lock.leave(2);
+      await lock.enter(2); // B's second generation waits at the barrier, where A is whole: B is carried
+    })();
+    await lock.enter(1);
+    lock.leave(1);
+    lock.finish(1);
+    await assert.rejects(b, CarriedOver);
+    assert.deepEqual([...lock.wholeGroups()], ['A']);
+    assert.equal(lock.stopped, true);
+  });
+});
+
+describe('continuing (carried generations)', () => {
+  const call = (seed: number, contextLength: number, version = 4): GenerateCall => ({
+    model: 'policy',
+    version,
+    context: Array.from({ length: contextLength }, () => 1),
+    maxTokens: 8,
+    stopTokens: [],
+    sampling: { temperature: 1, topK: 0, topP: 1 },
+    seed,
+  });
+  it('serves earlier generations with their version and samples only the new ones', async () => {
+    const earlier: Generation[] = [
+      { model: 'policy', seed: 11, contextLength: 3, tokens: [5, 6], logprobs: [-0.5, -0.25], stopReason: 'stop_token', version: 2 },
+    ];
+    const liveCalls: number[] = [];
+    const record: Generation[] = [];
+    const g = continuing(
+      earlier,
+      async (c) => {
+        liveCalls.push(c.seed);
+        return { tokens: [7], logprobs: [-1], stopReason: 'max_tokens' };
+      },
+      record,
+    );
+    assert.deepEqual(await g.generate(call(11, 3)), { tokens: [5, 6], logprobs: [-0.5, -0.25], stopReason: 'stop_token', version: 2 });
+    assert.deepEqual(await g.generate(call(12, 5)), { tokens: [7], logprobs: [-1], stopReason: 'max_tokens' });
+    // same seed, other context: not the stored generation (the episode diverged), sampled anew
+    assert.deepEqual(await g.generate(call(11, 4)), { tokens: [7], logprobs: [-1], stopReason: 'max_tokens' });
+    assert.deepEqual(liveCalls, [12, 11]);
+    assert.equal(g.replayedTokens(), 2);
+    assert.deepEqual(
+      record.map((r) => [r.seed, r.contextLength, r.version]),
+      [
+        [11, 3, 2],
+        [12, 5, 4],
+        [11, 4, 4],
+      ],
+    );
+  });
+});
+
+describe('partialRollouts run setting', () => {
+  const base = { team: 'math', groupsPerStep: 4, groupSize: 2 };
+  it('is off by default and shapes the step when set', () => {
+    assert.equal(parseRunConfig(base).partialRollouts, undefined);
+    assert.equal(partialShape(parseRunConfig(base)), undefined);
+    assert.deepEqual(partialShape(parseRunConfig({ ...base, partialRollouts: {} })), { inFlight: 6, minFinished: 4 });
+    assert.deepEqual(partialShape(parseRunConfig({ ...base, partialRollouts: { overProvision: 1.25, minFinished: 3 } })), { inFlight: 5, minFinished: 3 });
+    assert.deepEqual(partialShape(parseRunConfig({ ...base, partialRollouts: { overProvision: 2 } })), { inFlight: 8, minFinished: 4 });
+  });
+  const refused = (config: unknown, path: string, message: RegExp) => {
+    assert.throws(
+      () => parseRunConfig(config),
+      (e: unknown) => e instanceof RunConfigError && e.issues.some((i) => i.path === path && message.test(i.message)),
+    );
+  };
+  it('names the bad field', () => {
+    refused({ ...base, partialRollouts: { overProvision: 0.5 } }, 'partialRollouts.overProvision', />= 1/);
+    refused({ ...base, partialRollouts: { minFinished: 7 } }, 'partialRollouts.minFinished', /ceil\(4 x 1.5\) = 6, got 7/);
+    refused({ ...base, partialRollouts: { minFinished: 1.5 } }, 'partialRollouts.minFinished', /integer/);
+    refused({ ...base, partialRollouts: { extra: 1 } }, 'partialRollouts.extra', /unknown field/);
+    refused({ ...base, rollout: 'durable', partialRollouts: {} }, 'partialRollouts', /batched/);
+    refused({ ...base, staleness: 1, partialRollouts: {} }, 'partialRollouts', /staleness 0/);
+  });
+});
