@@ -402,10 +402,15 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints, episode
       const whole = lock.wholeGroups();
       const trained: StoredEpisode[] = [];
       const carried: CarriedEpisode[] = [];
+      // A step's groups are told apart by their index: whole groups are numbered in order (carried ones first).
+      const renumbered = new Map<string, number>();
       all.forEach((e, i) => {
         const done = ended[i];
-        if (done && whole.has(groupKey(e.fromStep, e.spec.groupIndex))) trained.push(done);
-        else
+        const key = groupKey(e.fromStep, e.spec.groupIndex);
+        if (done && whole.has(key)) {
+          if (!renumbered.has(key)) renumbered.set(key, renumbered.size);
+          trained.push({ ...done, meta: { ...done.meta, groupIndex: renumbered.get(key)! } });
+        } else
           carried.push({
             spec: e.spec,
             fromStep: e.fromStep,

@@ -11,8 +11,12 @@
  * turn-level estimator can tell the good turns of a failed episode from its
  * bad ones. The default estimator is turn-return; bench/credit.ts compares the
  * estimators on it.
+ *
+ * Option `longTail` (a share, 0-1; issue #31): that share of the tasks is 8x
+ * as long (32 increments, 32 turns), the long-tail episode lengths where
+ * partial rollouts matter.
  */
-import { agent, tinyLM, generatedTasks, defineTeam, charTokenizer, keySyntax } from 'troupe';
+import { agent, tinyLM, generatedTasks, defineTeam, TeamDefinitionError, charTokenizer, keySyntax } from 'troupe';
 import { calculator, solverAnswer } from './math';
 
 export interface ChainTask {
@@ -25,8 +29,14 @@ export interface ChainOutcome {
   values: Array<number | null>;
 }
 
-/** Turns per episode. */
+/** Turns per episode (of a long-tail task: LONG_TAIL_FACTOR times as many). */
 export const CHAIN_STEPS = 4;
+export const LONG_TAIL_FACTOR = 8;
+
+export interface ChainOptions {
+  /** Share of the tasks (0-1) with LONG_TAIL_FACTOR times the turns; default 0. */
+  longTail?: number;
+}
 const STEP_REWARD = 0.25;
 
 const tokenizer = charTokenizer('0123456789+=E');
@@ -38,7 +48,11 @@ function stepRight(task: ChainTask, values: ReadonlyArray<number | null>, k: num
   return values[k] === from + task.steps[k]!;
 }
 
-export function chainTeam() {
+export function chainTeam(options: ChainOptions = {}) {
+  const longTail = options.longTail ?? 0;
+  if (typeof longTail !== 'number' || !(longTail >= 0 && longTail <= 1))
+    throw new TeamDefinitionError('chain', [{ path: 'teamOptions.longTail', message: `must be a share from 0 to 1, got ${JSON.stringify(options.longTail)}` }]);
+  const maxSteps = longTail > 0 ? CHAIN_STEPS * LONG_TAIL_FACTOR : CHAIN_STEPS;
   return defineTeam({
     name: 'chain',
     description: 'One agent adds four numbers in four turns with a calculator: a sparse final reward and a per-turn one.',
@@ -55,7 +69,7 @@ export function chainTeam() {
     },
     toolSyntax: keySyntax({ trigger: '=', tool: 'calculator', argument: 'expr', separators: '=E', error: 'E' }),
     agents: {
-      adder: agent({ model: 'policy', tools: [calculator], maxTokens: 3, maxToolCalls: 1, maxTurns: CHAIN_STEPS, memory: false }),
+      adder: agent({ model: 'policy', tools: [calculator], maxTokens: 3, maxToolCalls: 1, maxTurns: maxSteps, memory: false }),
     },
     tasks: generatedTasks<ChainTask>({
       seed: 11,
@@ -63,7 +77,9 @@ export function chainTeam() {
       evalFraction: 0.1,
       make: (random, i) => {
         const start = Math.floor(random() * 10);
-        const steps = Array.from({ length: CHAIN_STEPS }, () => 1 + Math.floor(random() * 9));
+        // without the option no extra draw: the tasks stay those of runs before it
+        const long = longTail > 0 && random() < longTail;
+        const steps = Array.from({ length: long ? CHAIN_STEPS * LONG_TAIL_FACTOR : CHAIN_STEPS }, () => 1 + Math.floor(random() * 9));
         return { id: `c${i}:${start}+${steps.join('+')}`, data: { start, steps } };
       },
     }),
@@ -85,12 +101,12 @@ export function chainTeam() {
         const values = outcome?.values ?? [];
         const total = task.start + task.steps.reduce((a, b) => a + b, 0);
         return {
-          episode: { final: values[CHAIN_STEPS - 1] === total ? 1 : 0 },
+          episode: { final: values[task.steps.length - 1] === total ? 1 : 0 },
           turn: { step: stepRight(task, values, turn.index) ? STEP_REWARD : 0 },
         };
       },
     },
-    success: ({ task, outcome }) => outcome?.values[CHAIN_STEPS - 1] === task.start + task.steps.reduce((a, b) => a + b, 0),
+    success: ({ task, outcome }) => outcome?.values[task.steps.length - 1] === task.start + task.steps.reduce((a, b) => a + b, 0),
   });
 }
 

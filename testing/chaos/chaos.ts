@@ -11,7 +11,7 @@
  * TROUPE_CHAOS_LONG=1) and runnable on its own:
  *
  *   node --import tsx testing/chaos/chaos.ts [--long] [--no-pause | --transformer] [--seed N] [--kills N] [--steps N] [--modes batched,durable]
- *                                         [--kinds control-worker,pool-worker,engine,temporal,postgres] [--staleness K]
+ *                                         [--kinds control-worker,pool-worker,engine,temporal,postgres] [--staleness K] [--partial]
  *
  * --no-pause: the no-pause, double-kill discipline (SHORT_NO_PAUSE, or LONG_NO_PAUSE with --long).
  * --transformer: the `recall` team's transformer (SHORT_TRANSFORMER, or LONG_TRANSFORMER with --long).
@@ -67,6 +67,8 @@ export interface ChaosOptions {
   pairShare?: number;
   /** The runs' staleness k (asynchronous RL); unset: synchronous. */
   staleness?: number;
+  /** The runs' partialRollouts setting (batched); unset: off. */
+  partialRollouts?: { overProvision?: number; minFinished?: number };
   /**
    * Measure the engines' work (work-meter.ts) in each run: the uninterrupted twins then run one
    * at a time, so each one's work and wall time are its own (bench/lost-work.ts).
@@ -156,6 +158,22 @@ export const SHORT_STALE: Omit<ChaosOptions, 'log'> = {
   kills: 2,
   kinds: ['pool-worker', 'control-worker'],
   staleness: 1,
+};
+
+/**
+ * Partial rollouts on the long-tail `chain` (issue #31): pool worker kills land in steps that
+ * continue carried episodes; the run must end identical to its uninterrupted twin, the carried
+ * episodes (their generations) included.
+ */
+export const SHORT_PARTIAL: Omit<ChaosOptions, 'log'> = {
+  ...SHORT,
+  team: { name: 'chain', options: { longTail: 0.2 } },
+  seed: 17,
+  modes: ['batched'],
+  steps: { batched: 10, durable: 5 },
+  kills: 2,
+  kinds: ['pool-worker'],
+  partialRollouts: { overProvision: 1.5 },
 };
 
 export const LONG_STALE: Omit<ChaosOptions, 'log'> = {
@@ -266,7 +284,7 @@ export function schedule(
 }
 
 /** The run config of a mode. Batched steps are bigger (32 episodes), so they last long enough to be hit mid-rollout. */
-export function runConfig(opts: Pick<ChaosOptions, 'team' | 'runSeed' | 'steps' | 'staleness'>, mode: Mode) {
+export function runConfig(opts: Pick<ChaosOptions, 'team' | 'runSeed' | 'steps' | 'staleness' | 'partialRollouts'>, mode: Mode) {
   const size = mode === 'batched' ? { groupsPerStep: 4, groupSize: 8 } : { groupsPerStep: 2, groupSize: 4 };
   return {
     team: opts.team.name,
@@ -278,6 +296,7 @@ export function runConfig(opts: Pick<ChaosOptions, 'team' | 'runSeed' | 'steps' 
     evalTasks: 4,
     seed: opts.runSeed,
     ...(opts.staleness ? { staleness: opts.staleness } : {}),
+    ...(opts.partialRollouts ? { partialRollouts: opts.partialRollouts } : {}),
   };
 }
 
@@ -814,24 +833,27 @@ async function main() {
       modes: { type: 'string' },
       kinds: { type: 'string' },
       staleness: { type: 'string' },
+      partial: { type: 'boolean' },
     },
   });
   const long = values.long || process.env.TROUPE_CHAOS_LONG === '1';
-  if ([values['no-pause'], values.transformer, values.staleness].filter(Boolean).length > 1)
-    throw new Error('--no-pause, --transformer and --staleness: choose one schedule');
-  const base = values.staleness
-    ? { ...(long ? LONG_STALE : SHORT_STALE), staleness: Number(values.staleness) }
-    : values['no-pause']
-      ? long
-        ? LONG_NO_PAUSE
-        : SHORT_NO_PAUSE
-      : values.transformer
+  if ([values['no-pause'], values.transformer, values.staleness, values.partial].filter(Boolean).length > 1)
+    throw new Error('--no-pause, --transformer, --staleness and --partial: choose one schedule');
+  const base = values.partial
+    ? SHORT_PARTIAL
+    : values.staleness
+      ? { ...(long ? LONG_STALE : SHORT_STALE), staleness: Number(values.staleness) }
+      : values['no-pause']
         ? long
-          ? LONG_TRANSFORMER
-          : SHORT_TRANSFORMER
-        : long
-          ? LONG
-          : SHORT;
+          ? LONG_NO_PAUSE
+          : SHORT_NO_PAUSE
+        : values.transformer
+          ? long
+            ? LONG_TRANSFORMER
+            : SHORT_TRANSFORMER
+          : long
+            ? LONG
+            : SHORT;
   const steps = values.steps ? Number(values.steps) : undefined;
   const options: ChaosOptions = {
     ...base,

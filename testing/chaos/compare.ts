@@ -35,7 +35,7 @@ export async function loadStoredRun(sql: Sql, runId: string): Promise<StoredRun>
     FROM episodes e WHERE e.run_id = ${runId} ORDER BY e.split, e.step, e.group_index, e.episode_index`;
   const ids = rows.map((r) => r.episode_id as string);
   const turns = ids.length
-    ? await sql`SELECT episode_id, turn_index, agent, model, version, parents, context_tokens, response_tokens, logprobs, loss_mask, stop_reason FROM turns WHERE episode_id IN ${sql(ids)} ORDER BY episode_id, turn_index`
+    ? await sql`SELECT episode_id, turn_index, agent, model, version, parents, context_tokens, response_tokens, logprobs, loss_mask, stop_reason, token_versions FROM turns WHERE episode_id IN ${sql(ids)} ORDER BY episode_id, turn_index`
     : [];
   const calls = ids.length
     ? await sql`SELECT episode_id, turn_index, call_index, tool, input, output, error FROM tool_calls WHERE episode_id IN ${sql(ids)} ORDER BY episode_id, turn_index, call_index`
@@ -69,6 +69,17 @@ export async function loadStoredRun(sql: Sql, runId: string): Promise<StoredRun>
       .push(
         JSON.stringify({ ...strip(r), seed: String(r.seed), turns: turnsOf.get(id) ?? [], calls: callsOf.get(id) ?? [], rewards: rewardsOf.get(id) ?? [] }),
       );
+  }
+  // Partial rollouts: the episodes carried into each step, their generations and finished trajectories (ids hold the run id).
+  const carried = await sql`
+    SELECT into_step, from_step, carries, spec, finished, generations FROM carried_episodes
+    WHERE run_id = ${runId} ORDER BY into_step, from_step, (spec->>'groupIndex')::int, (spec->>'episodeIndex')::int`;
+  for (const r of carried) {
+    const key = `carried/${r.into_step}`;
+    if (!episodes.has(key)) episodes.set(key, []);
+    // ids hold the run id, durations the timing: neither may differ from the twin
+    const drop = (k: string, v: unknown) => (k === 'episodeId' || k === 'runId' || k === 'durationMs' ? undefined : v);
+    episodes.get(key)!.push(JSON.stringify({ from: r.from_step, carries: r.carries, spec: r.spec, finished: r.finished, generations: r.generations }, drop));
   }
   return {
     runId,
