@@ -30,6 +30,8 @@ export interface PartialRolloutResult {
   /** Episodes carried into the next step, and their groups. */
   carried: number;
   carriedGroups: number;
+  /** Steps since the oldest carried episode was planned, counted into the next step (0: none carried). */
+  carriedMaxAge: number;
   /** Tokens sampled in this rollout, and tokens of carried episodes served from the store instead. */
   generatedTokens: number;
   replayedTokens: number;

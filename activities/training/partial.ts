@@ -44,7 +44,9 @@ const keyOf = (g: { model: string; seed: number; contextLength: number }) => `${
 /**
  * A generate function for an episode that may have been carried: calls it made
  * before are answered from `earlier` (tagged with their version), new ones go to
- * `live`; every generation, old and new, is appended to `record` in call order.
+ * `live`; every generation, old and new, is appended to `record` once, in call
+ * order. An episode started again from its beginning (its thread was stopped for
+ * another episode's overrun) is answered from `record`: nothing is sampled twice.
  */
 export function continuing(
   earlier: readonly Generation[],
@@ -52,20 +54,26 @@ export function continuing(
   record: Generation[],
 ): { generate: (call: GenerateCall) => Promise<GenerateReply>; replayedTokens: () => number } {
   const stored = new Map(earlier.map((g) => [keyOf(g), g]));
+  const recorded = new Set<string>();
   let replayed = 0;
+  const keep = (key: string, g: Generation) => {
+    if (recorded.has(key)) return;
+    recorded.add(key);
+    record.push(g);
+    stored.set(key, g);
+  };
   return {
     replayedTokens: () => replayed,
     async generate(call) {
       const key = keyOf({ model: call.model, seed: call.seed, contextLength: call.context.length });
       const old = stored.get(key);
       if (old) {
-        stored.delete(key);
-        record.push(old);
-        replayed += old.tokens.length;
-        return { tokens: old.tokens, logprobs: old.logprobs, stopReason: old.stopReason, version: old.version };
+        if (!recorded.has(key)) replayed += old.tokens.length;
+        keep(key, old);
+        return { tokens: old.tokens, logprobs: old.logprobs, stopReason: old.stopReason, ...(old.version === call.version ? {} : { version: old.version }) };
       }
       const reply = await live(call);
-      record.push({
+      keep(key, {
         model: call.model,
         seed: call.seed,
         contextLength: call.context.length,

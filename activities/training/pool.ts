@@ -430,6 +430,7 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints, episode
           groups: whole.size,
           carried: carried.length,
           carriedGroups: new Set(carried.map((e) => groupKey(e.fromStep, e.spec.groupIndex))).size,
+          carriedMaxAge: Math.max(0, ...carried.map((e) => step + 1 - e.fromStep)),
           generatedTokens,
           replayedTokens,
           rounds: lock.rounds,

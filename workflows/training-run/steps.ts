@@ -133,6 +133,7 @@ async function runPartialStep(run: RunState, shape: { inFlight: number; minFinis
     'partial.groups': r.groups,
     'partial.carriedEpisodes': r.carried,
     'partial.carriedGroups': r.carriedGroups,
+    'partial.carriedMaxAge': r.carriedMaxAge,
     'partial.generatedTokens': r.generatedTokens,
     'partial.replayedTokens': r.replayedTokens,
     'partial.rounds': r.rounds,

@@ -13,6 +13,7 @@ import type { trainingRun } from '../../../workflows';
 import { listVersions } from '../../../activities/store/versions';
 import { loadStepEpisodes } from '../../../activities/store/trajectories';
 import type { RunConfigInput } from '../../../schema/run-config';
+import type { PartialRolloutResult } from '../../../activities/store/carried';
 import { checkRunBookkeeping, startHarness, type Harness } from '../../../testing/stack';
 
 const STEPS = 5;
@@ -98,12 +99,17 @@ describe('partial rollouts (batched)', () => {
         UNION ALL SELECT episode_id FROM carried_episodes WHERE run_id = ${runId}) x`;
     assert.equal(ids.length, trainedIds.size + leftOver.length, 'every episode ever planned is trained or still carried');
     // A carried episode that continued had its earlier generations served from the store.
-    const results = planned.map((r) => r.result as { generatedTokens: number; replayedTokens: number; carried: number; groups: number });
+    const results = planned.map((r) => r.result as PartialRolloutResult);
     assert.ok(
       results.slice(1).some((r) => r.replayedTokens > 0),
       'carried generations replayed',
     );
     for (const r of results) assert.ok(r.groups >= 2 && r.generatedTokens > 0);
+    // the age of the oldest carried episode, from the carried rows themselves
+    for (const [t, r] of results.entries()) {
+      const ages = carriedRows.filter((c) => c.into_step === t + 1).map((c) => t + 1 - (c.from_step as number));
+      assert.equal(r.carriedMaxAge, Math.max(0, ...ages), `step ${t}: carriedMaxAge`);
+    }
     // The step metrics carry the rollout's counts (status and plot read them).
     const m = await h.db.sql`SELECT step, value FROM metrics WHERE run_id = ${runId} AND name = 'partial.carriedEpisodes' ORDER BY step`;
     assert.deepEqual(

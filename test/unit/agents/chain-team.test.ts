@@ -6,6 +6,7 @@ import { runEpisode, type EpisodeIO } from '../../../agents/episode';
 import { scoreEpisode } from '../../../agents/rewards';
 import { chainTeam } from '../../../examples/teams/chain';
 import { executeTool } from '../../../activities/tools';
+import { loadTasks } from '../../../activities/tasks';
 
 const team = chainTeam();
 
@@ -64,5 +65,41 @@ describe('chain team', () => {
       ],
     );
     assert.equal(team.success({ task: input.task, outcome: traj.outcome as never, status: 'completed' }), false);
+  });
+});
+
+describe('chain team: per-token versions and the long tail', () => {
+  it('a turn continued under a newer version records the version of each response token', async () => {
+    // the first segment ('=') came from version 1 (a carried generation), the second (EOS) from version 2
+    const io = scripted(['=', '$', '=', '$', '=', '$', '=', '$']);
+    let calls = 0;
+    const versioned: EpisodeIO = {
+      ...io,
+      generate: async (call) => ({ ...(await io.generate(call)), ...(calls++ === 0 ? { version: 1 } : {}) }),
+    };
+    const traj = await runEpisode(team, { ...input, versions: { policy: 2 } }, versioned);
+    const [first, second] = traj.turns;
+    // '=' (v1), the calculator's output '7' (not sampled: the turn's version, v1), EOS (v2)
+    assert.equal(first!.version, 1);
+    assert.deepEqual(first!.lossMask, [1, 0, 1]);
+    assert.deepEqual(first!.tokenVersions, [1, 1, 2]);
+    assert.equal(second!.version, 2);
+    assert.equal(second!.tokenVersions, undefined, 'one version: no per-token array');
+  });
+
+  it('longTail: that share of tasks has 8x the increments; without it the tasks are unchanged', () => {
+    const plain = loadTasks(chainTeam());
+    assert.deepEqual(
+      loadTasks(chainTeam({ longTail: 0 })).map((t) => t.id),
+      plain.map((t) => t.id),
+    );
+    const tail = chainTeam({ longTail: 0.1 });
+    const tasks = loadTasks(tail);
+    const long = tasks.filter((t) => (t.data as { steps: number[] }).steps.length === 32).length;
+    assert.ok(tasks.every((t) => [4, 32].includes((t.data as { steps: number[] }).steps.length)));
+    // 2000 tasks, share 0.1: a binomial count, 3 standard deviations (~13) around 200
+    assert.ok(long > 160 && long < 240, `${long} long tasks`);
+    assert.equal(tail.agents.adder!.maxTurns, 32);
+    assert.throws(() => chainTeam({ longTail: 2 }), /teamOptions\.longTail: must be a share from 0 to 1, got 2/);
   });
 });

@@ -107,6 +107,9 @@ describe('continuing (carried generations)', () => {
     assert.deepEqual(await g.generate(call(12, 5)), { tokens: [7], logprobs: [-1], stopReason: 'max_tokens' });
     // same seed, other context: not the stored generation (the episode diverged), sampled anew
     assert.deepEqual(await g.generate(call(11, 4)), { tokens: [7], logprobs: [-1], stopReason: 'max_tokens' });
+    // the episode started again from its beginning (its thread was stopped): nothing is sampled again
+    assert.deepEqual(await g.generate(call(11, 3)), { tokens: [5, 6], logprobs: [-0.5, -0.25], stopReason: 'stop_token', version: 2 });
+    assert.deepEqual(await g.generate(call(12, 5)), { tokens: [7], logprobs: [-1], stopReason: 'max_tokens' });
     assert.deepEqual(liveCalls, [12, 11]);
     assert.equal(g.replayedTokens(), 2);
     assert.deepEqual(
