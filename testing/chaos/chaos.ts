@@ -234,6 +234,8 @@ export interface ModeReport {
   identical: boolean;
   /** With `meterWork`: the engines' work in the uninterrupted twin and in the chaos run. */
   work?: { baseline: EngineWork; chaos: EngineWork };
+  /** Partial rollouts: the steps whose rollout continued episodes carried into it (in the chaos run). */
+  carriedInto?: number[];
 }
 
 export interface ChaosReport {
@@ -741,12 +743,10 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       if (summary) {
         await measureWorkflowTasks(stack, workflowId, kills).catch((e) => log(`chaos: could not read histories: ${(e as Error).message}`));
         const models = Object.keys(summary.versions);
-        report.comparison = compareRuns(
-          await loadStoredRun(stack.sql, `uninterrupted-${mode}`),
-          await loadStoredRun(stack.sql, workflowId),
-          options.steps[mode],
-          models,
-        );
+        const stored = await loadStoredRun(stack.sql, workflowId);
+        report.comparison = compareRuns(await loadStoredRun(stack.sql, `uninterrupted-${mode}`), stored, options.steps[mode], models);
+        if (options.partialRollouts)
+          report.carriedInto = [...stored.episodes.keys()].filter((k) => k.startsWith('carried/')).map((k) => Number(k.slice('carried/'.length)));
         report.identical = summary.status === 'completed' && summary.steps === options.steps[mode] && report.comparison.problems.length === 0;
       }
       log(

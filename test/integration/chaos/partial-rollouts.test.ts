@@ -30,5 +30,11 @@ test('chaos with partial rollouts: pool worker kills while carried episodes cont
       m.kills.some((k) => k.kind === 'pool-worker'),
       `${m.mode}: the pool worker was never killed mid-run (the run ended first)`,
     );
+    // a kill landed in a step whose rollout continued carried episodes (the step under way when killed)
+    t.diagnostic(`steps continuing carried episodes: ${m.carriedInto?.join(', ')}; kills during steps ${m.kills.map((k) => k.stepsDone).join(', ')}`);
+    assert.ok(
+      m.kills.some((k) => k.stepsDone !== undefined && m.carriedInto?.includes(k.stepsDone)),
+      `${m.mode}: no kill landed in a step with carried episodes`,
+    );
   }
 });
