@@ -7,14 +7,15 @@ With P parameters, D width, F mlp width, H heads, Dkv = kvHeads·headDim, L laye
 S the sequence length (context + tokens):
 
   state     = 4·P·8: θ, AdamW m, v of the base; θ, m, v of the new version; gradient; clipped gradient
-  update    = 4·S·[(L + 1)·(10·D + 2·Dkv + 2·H·S + k·F) + 3·V] bytes per sequence: the values autograd
-              keeps per layer and token (h, norm outputs, q, k, v, ctx, h1; scores and probabilities;
-              MLP pre-activations and activation, k = 3 GELU, 4 SwiGLU), one more layer of backward
-              transients, and the sequence's logits, log-softmax and their gradient (no head chunking here)
-  score     = 4·[2·L·Dkv·S + C·(10·D + 2·Dkv + 3·H·S + k·F) + 3·S·V] per sequence: the keys and values
-              of the chunks before, one C-row chunk's transients (model.ROW_CHUNK), logits,
-              log-softmax and its exp; Generate's prefill and rescoring are this forward, its KV
-              cache (2·L·Dkv·S) is within it
+  update    = 4·[S·(L + 1)·(10·D + 2·Dkv + 2·H·S + k·F) + 3·min(S, c)·V] bytes per sequence: the values
+              autograd keeps per layer and token (h, norm outputs, q, k, v, ctx, h1; scores and
+              probabilities; MLP pre-activations and activation, k = 3 GELU, 4 SwiGLU), one more layer of
+              backward transients, and one checkpointed chunk of c = head_chunk_rows(V) rows'
+              logits, log-softmax and their gradient (the head runs over chunks of rows)
+  score     = 4·[2·L·Dkv·S + C·(10·D + 2·Dkv + 3·H·S + k·F) + 3·C·V] per sequence: the keys and values
+              of the chunks before, one C-row chunk's transients (model.ROW_CHUNK), its logits,
+              log-softmax and exp (a chunk's rows are reduced to log-prob and entropy before the next);
+              Generate's prefill and rescoring are this forward, its KV cache (2·L·Dkv·S) is within it
 
 Sequences run one at a time, so a spec fits when state + one sequence of the larger of update and
 score at S = maxSeq fits in the budget; otherwise SpecTooLarge names `maxSeq` when the per-sequence term
@@ -26,6 +27,7 @@ from spec import head_dim, param_layout
 
 F32 = 4
 STATE_COPIES = 8
+HEAD_CHUNK_BYTES = 16 * 2 ** 20  # one [rows, V] tensor of Update's head chunks, as the built-in engine's (onnx/transformer/head.ts)
 
 
 class SpecTooLarge(Exception):
@@ -44,13 +46,19 @@ def _per_layer_token(s, S, attention_copies):
     return 10 * s["width"] + 2 * dkv + attention_copies * s["heads"] * S + mlp
 
 
+def head_chunk_rows(V):
+    """Rows per chunk of Update's head: one [rows, V] float32 tensor in HEAD_CHUNK_BYTES (at least 1)."""
+    return max(1, HEAD_CHUNK_BYTES // (F32 * V))
+
+
 def update_bytes_per_sequence(s, S):
-    return F32 * S * ((s["layers"] + 1) * _per_layer_token(s, S, 2) + 3 * s["vocabSize"])
+    V = s["vocabSize"]
+    return F32 * (S * (s["layers"] + 1) * _per_layer_token(s, S, 2) + 3 * min(S, head_chunk_rows(V)) * V)
 
 
 def score_bytes_per_sequence(s, S, chunk):
     dkv = s["kvHeads"] * head_dim(s)
-    return F32 * (2 * s["layers"] * dkv * S + chunk * _per_layer_token(s, S, 3) + 3 * S * s["vocabSize"])
+    return F32 * (2 * s["layers"] * dkv * S + chunk * _per_layer_token(s, S, 3) + 3 * chunk * s["vocabSize"])
 
 
 def slot_bytes(s):

@@ -185,6 +185,10 @@ class Transformer:
     def forward(self, W, tokens, cache=None):
         """tokens LongTensor [B, S] (right-padded) → logits [B, S, V]; position p predicts token p+1.
         With `cache` (a list), each layer's keys and values [B, Hkv, S, hd] are appended to it (a prefill)."""
+        return self.head(W, self.trunk(W, tokens, cache))
+
+    def trunk(self, W, tokens, cache=None):
+        """forward() up to the head: the last layer's output [B, S, D] (Update runs the head over chunks of rows)."""
         S = tokens.shape[1]
         pos = torch.arange(S, device=tokens.device)
         mask = torch.ones(S, S, dtype=torch.bool, device=tokens.device).tril()
@@ -196,15 +200,17 @@ class Transformer:
                 cache.append([k, v])
             h = h + self.linear(W, self.attend(q, k, v, mask), L, "o")
             h = h + self.mlp(W, self.norm(W, h, f"{L}ln2"), L)
-        return self.head(W, h)
+        return h
 
-    def forward_chunked(self, W, tokens, cache=None):
+    def forward_chunked(self, W, tokens, cache=None, per_chunk=None):
         """forward() of one sequence (tokens [1, S]) in chunks of exactly ROW_CHUNK rows (the last padded), each
         attending to the keys of the chunks before it. Every kernel then sees shapes that depend only on a row's
         chunk index, never on S, so row p's logits are the same bits for every sequence that shares tokens 0..p:
         Score, Generate's log-probs and an aborted Generate's shorter prefix agree bit for bit (a plain forward's
         matmul and softmax kernels change with S, and its rows with them by an ulp or so).
-        With `cache` (a list), each layer's keys and values [1, Hkv, S, hd] are appended to it (a prefill)."""
+        With `cache` (a list), each layer's keys and values [1, Hkv, S, hd] are appended to it (a prefill).
+        `per_chunk(logits [1, ROW_CHUNK, V], c0)` → [1, ROW_CHUNK, ...] replaces each chunk's logits in the result, so
+        vocabulary-sized values exist for one chunk at a time (Score keeps a few values a row, not [S, V])."""
         S = tokens.shape[1]
         n = -(-S // ROW_CHUNK) * ROW_CHUNK
         padded = torch.zeros(1, n, dtype=torch.long, device=tokens.device)
@@ -227,7 +233,8 @@ class Transformer:
                 keys[layer] = [k, v]
                 h = h + self.linear(W, self.attend(q, k, v, causal[c0:c1, :c1]), L, "o")
                 h = h + self.mlp(W, self.norm(W, h, f"{L}ln2"), L)
-            out.append(self.head(W, h))
+            logits = self.head(W, h)
+            out.append(logits if per_chunk is None else per_chunk(logits, c0))
         if cache is not None:
             cache.extend([k[:, :, :S].contiguous(), v[:, :, :S].contiguous()] for k, v in keys)
         return torch.cat(out, dim=1)[:, :S]

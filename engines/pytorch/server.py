@@ -103,7 +103,13 @@ def parse_args(argv):
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--memory-bytes", default=os.environ.get("TROUPE_ENGINE_MEMORY_BYTES"))
     p.add_argument("--max-batch", type=int, default=64)
+    p.add_argument("--rss-limit-bytes", default=os.environ.get("TROUPE_ENGINE_RSS_LIMIT_BYTES"))
     a = p.parse_args(argv)
+    if a.rss_limit_bytes is not None:
+        what = "--rss-limit-bytes" if "--rss-limit-bytes" in " ".join(argv) else "--rss-limit-bytes (from TROUPE_ENGINE_RSS_LIMIT_BYTES)"
+        if not str(a.rss_limit_bytes).isdigit() or int(a.rss_limit_bytes) < 1:
+            fail_start(f"bad flag: {what} must be a positive integer, got {a.rss_limit_bytes!r}")
+        a.rss_limit_bytes = int(a.rss_limit_bytes)
     if a.memory_bytes is not None:
         what = "--memory-bytes" if "--memory-bytes" in " ".join(argv) else "--memory-bytes (from TROUPE_ENGINE_MEMORY_BYTES)"
         if not str(a.memory_bytes).isdigit() or int(a.memory_bytes) < 1:
@@ -138,6 +144,7 @@ import engine_pb2_grpc as pbg  # noqa: E402
 import checkpoint  # noqa: E402
 import memory  # noqa: E402
 import philox  # noqa: E402
+import watchdog  # noqa: E402
 import spec as specmod  # noqa: E402
 from model import ROW_CHUNK, Transformer, init_weights  # noqa: E402
 from sampling import sample  # noqa: E402
@@ -737,31 +744,41 @@ class Engine(pbg.EngineServicer):
             yield pb.ExportVersionChunk(optimizer_state=o[at:at + CHUNK_BYTES])
 
     # -- generate / score
-    def _logp_rows(self, model, W, seq, cache=None, logits_out=None):
-        """log-softmax [S, V] of one sequence's full forward (batch of one, in fixed-size row chunks so that a row
-        does not depend on the sequence's length): what Score reads its rows from.
-        `logits_out` (a list) receives the raw logits [S, V] too."""
+    def _rows(self, model, W, seq, targets, cache=None):
+        """One sequence's full forward (batch of one, in fixed-size row chunks so that a row does not depend on the
+        sequence's length): log π(targets[p]) and the entropy at each row p (targets shorter than seq: 0 beyond),
+        and the last row's raw logits [V] and log-softmax [V] (Generate's first token and its log-prob).
+        Vocabulary-sized values exist for one ROW_CHUNK of rows at a time, never [S, V]."""
+        S = len(seq)
         x = torch.tensor([list(seq)], dtype=torch.long, device=self.device)
-        logits = model.forward_chunked(W, x, cache)[0]
-        if logits_out is not None:
-            logits_out.append(logits)
-        return torch.log_softmax(logits, dim=-1)
+        tgt = torch.zeros(-(-S // ROW_CHUNK) * ROW_CHUNK, dtype=torch.long, device=self.device)
+        tgt[:len(targets)] = torch.tensor(list(targets), dtype=torch.long, device=self.device)
+        last = {}
 
-    def _score_one(self, model, W, context, tokens, logp=None):
+        def per_chunk(logits, c0):
+            logp = torch.log_softmax(logits[0], dim=-1)  # [ROW_CHUNK, V]
+            if c0 <= S - 1 < c0 + ROW_CHUNK:
+                last["logits"], last["logp"] = logits[0, S - 1 - c0].clone(), logp[S - 1 - c0].clone()
+            lp = logp.gather(1, tgt[c0:c0 + ROW_CHUNK, None])[:, 0]
+            ent = -(torch.exp(logp) * logp).sum(dim=-1)
+            return torch.stack([lp, ent], dim=-1)[None]
+
+        rows = model.forward_chunked(W, x, cache, per_chunk)[0]  # [S, 2]
+        return rows[:, 0], rows[:, 1], last
+
+    def _score_one(self, model, W, context, tokens, prefill_logp=None):
         """log π(tokens[t]) and entropies, one full-sequence forward of this sequence alone (batch of 1).
-        `logp`: the rows of that forward when already computed (a prefill of exactly context + tokens[:-1])."""
+        `prefill_logp`: for one token, the log-softmax of the context's last row when a prefill of exactly the
+        context already computed it (the same bits: the same chunked forward)."""
         if len(tokens) == 0:
             return [], []
-        full = list(context) + list(tokens)
         with torch.no_grad():
-            if logp is None:
-                logp = self._logp_rows(model, W, full[:-1])
+            if prefill_logp is not None and len(tokens) == 1:
+                return [float(prefill_logp[tokens[0]].item())], [float(-(torch.exp(prefill_logp) * prefill_logp).sum().item())]
+            full = list(context) + list(tokens)
+            lp, ent, _ = self._rows(model, W, full[:-1], full[1:])
             C = len(context)
-            rows = logp[C - 1: C - 1 + len(tokens)]
-            tgt = torch.tensor(tokens, dtype=torch.long, device=self.device)
-            lp = rows.gather(1, tgt[:, None])[:, 0]
-            ent = -(torch.exp(rows) * rows).sum(dim=-1)
-        return lp.cpu().tolist(), ent.cpu().tolist()
+        return lp[C - 1: C - 1 + len(tokens)].cpu().tolist(), ent[C - 1: C - 1 + len(tokens)].cpu().tolist()
 
     def _batch_version(self, req):
         """The model and version a Generate or Score request names, and that it has sequences."""
@@ -833,7 +850,7 @@ class Engine(pbg.EngineServicer):
             if reason == pb.ABORTED and len(ctx) + len(tokens) > ABORT_RESCORE_MAX:
                 lps = kv_lps
             else:
-                lps = self._score_one(model, W, ctx, tokens, st["prefill"] if len(tokens) == 1 else None)[0]
+                lps = self._score_one(model, W, ctx, tokens, st["prefill"])[0]
             out[calls.index(c)][i] = pb.GeneratedSequence(tokens=tokens, logprobs=lps, sample_logprobs=slps, stop_reason=reason)
             self.queue.progress()
 
@@ -861,11 +878,11 @@ class Engine(pbg.EngineServicer):
                         if c.aborted.is_set():
                             out[calls.index(c)][i] = pb.GeneratedSequence(stop_reason=pb.ABORTED)
                             continue
-                        kv, raw = [], []
-                        prefill = self._logp_rows(model, W, ctx, kv, raw)
-                        st = {"call": c, "i": i, "ctx": ctx, "sp": sp, "tokens": [], "slps": [], "kv_lps": [], "prefill": prefill,
+                        kv = []
+                        _, _, last = self._rows(model, W, ctx, [], kv)
+                        st = {"call": c, "i": i, "ctx": ctx, "sp": sp, "tokens": [], "slps": [], "kv_lps": [], "prefill": last["logp"],
                               "u": philox.uniforms(seed, philox.STREAM_SAMPLING, sp["max_tokens"]).astype(np.float32)}
-                        if take(st, raw[0][-1].cpu()):
+                        if take(st, last["logits"].cpu()):
                             continue
                         if cache is None:
                             cache = model.new_cache(R)
@@ -1141,6 +1158,8 @@ def resolve_device(requested):
 
 def main():
     a = ARGS
+    # as the built-in engine (processes/onnx-engine.ts): 90% of what is free at start-up unless told
+    watchdog.watch(a.rss_limit_bytes if a.rss_limit_bytes is not None else int(0.9 * watchdog.free_memory_bytes()))
     device, fell_back, reason = resolve_device(a.device)
     threads = a.threads or 1
     torch.set_num_threads(threads)

@@ -16,6 +16,9 @@ import math
 
 import numpy as np
 import torch
+from torch.utils.checkpoint import checkpoint
+
+from memory import head_chunk_rows
 
 
 class NonFiniteUpdate(Exception):
@@ -75,16 +78,29 @@ def build_batch(samples, device):
     }
 
 
+def _row_terms(model, W, x, targets, V):
+    """log π(target) and the entropy of rows x [c, D] through the head."""
+    logp = torch.log_softmax(model.head(W, x), dim=-1)  # [c, V]
+    # log π(target) by a one-hot sum (exact: one non-zero term), not gather, whose backward is a scatter-add
+    # without a deterministic CUDA kernel
+    onehot = torch.nn.functional.one_hot(targets, V).to(logp.dtype)
+    return (logp * onehot).sum(dim=-1), -(torch.exp(logp) * logp).sum(dim=-1)
+
+
 def objective(model, theta, batch, st):
     """(loss tensor, metrics dict of floats except grad_norm) at θ."""
     W = model.weights(theta)
-    logits = model.forward(W, batch["tokens"])
-    V = logits.shape[-1]
-    logp = torch.log_softmax(logits.reshape(-1, V)[batch["rows"]], dim=-1)  # [N, V]
-    # log π(target) by a one-hot sum (exact: one non-zero term), not gather, whose backward is a scatter-add
-    # without a deterministic CUDA kernel
-    onehot = torch.nn.functional.one_hot(batch["targets"], V).to(logp.dtype)
-    lp = (logp * onehot).sum(dim=-1)
+    h = model.trunk(W, batch["tokens"])
+    rows = h.reshape(-1, h.shape[-1])[batch["rows"]]  # [N, D]
+    V = model.spec["vocabSize"]
+    c = head_chunk_rows(V)
+    # The head over chunks of c rows, each checkpointed: its [c, V] values (logits, log-softmax, one-hot) are freed
+    # after the chunk and recomputed, one chunk at a time, in the backward, so no [N, V] tensor exists. Rows are
+    # independent through the head; the chunking is fixed by N and V, so the gradient's bits are reproducible.
+    parts = [checkpoint(lambda x, t: _row_terms(model, W, x, t, V), rows[c0:c0 + c], batch["targets"][c0:c0 + c], use_reentrant=False)
+             for c0 in range(0, max(batch["n"], 1), c)]
+    lp = torch.cat([p[0] for p in parts])
+    H = torch.cat([p[1] for p in parts])
     dev = lp.device
 
     def c(v):
@@ -108,8 +124,6 @@ def objective(model, theta, batch, st):
         xr = torch.clamp(batch["ref"] - lp, -20.0, 20.0)
         kl_raw = torch.clamp(torch.exp(xr) - xr - 1, -10.0, 10.0)
     kl = torch.where(batch["has_ref"], kl_raw, torch.zeros_like(kl_raw))
-    probs = torch.exp(logp)
-    H = -(probs * logp).sum(dim=-1)
     weighted_loss = w * (l_pg + c(st["kl_coef"]) * kl)
     entropy_sum = (w * H).sum()
     loss = weighted_loss.sum() - c(st["entropy_coef"]) * entropy_sum
