@@ -75,6 +75,10 @@ export function sessionOptions(device: string, s: SessionSettings): ort.Inferenc
     executionMode: 'sequential',
     graphOptimizationLevel: 'all',
     logSeverityLevel: 3,
+    // No CPU arena: an arena keeps each session's high-water mark for good, so generate's, score's and
+    // update's peaks would add up (at Qwen3's vocabulary and 2,048 positions, 2.2 GB); without it a run's
+    // memory goes back when it ends and the engine's peak is its largest run's (bench/memory.ts).
+    enableCpuMemArena: false,
   };
 }
 

@@ -55,6 +55,11 @@ export function updateBytesPerSequence(spec: TransformerSpec, S: number): number
   return F32 * S * (spec.layers + 1) * perLayerToken(spec, S, 2);
 }
 
+/** Activation bytes one Score sequence of S tokens holds while its run goes through the layers (prefill-like: 3 attention copies). */
+export function scoreBytesPerSequence(spec: TransformerSpec, S: number): number {
+  return F32 * S * spec.layers * perLayerToken(spec, S, 3);
+}
+
 /** Bytes one generate row of S tokens (context + generated) holds: KV caches and prefill transients. */
 export function generateBytesPerRow(spec: TransformerSpec, S: number): number {
   const dkv = spec.kvHeads * (spec.width / spec.heads);
@@ -96,19 +101,28 @@ const UPDATE_HEAD_CHUNKS = 18;
 /** V-sized float values per generate row (carried logits / log-probs in and out, the sampler's) */
 const GENERATE_V_VALUES = 10;
 
+/** Sequences in one update micro-batch (onnx/transformer/runtime.ts): as many as fit, one when fewer than MIN_ROWS do. */
+export function updateMicroBatchRows(spec: TransformerSpec, rows: number, S: number, microBatchBytes: number, minRows = MIN_ROWS): number {
+  const fit = Math.floor(microBatchBytes / updateBytesPerSequence(spec, S));
+  return fit < minRows ? 1 : Math.max(minRows, Math.min(fit, rows));
+}
+
 /**
  * Peak RSS of an engine that loaded `spec` and ran one training step's calls on `rows` sequences
- * of `seq` tokens (Generate, Score, Update). onnxruntime's arena keeps each session's high-water
- * mark, so the three runs' peaks add up rather than overlap.
+ * of `seq` tokens (Generate, Score, Update). The engine's sessions run without a CPU arena
+ * (onnx/device.ts), so each run's memory goes back when it ends: the peak is the largest run's
+ * (Generate's, Score's or one Update micro-batch's, each split into runs as the runtime splits them).
  */
 export function enginePeakBytes(spec: TransformerSpec, work: { rows: number; seq: number }, microBatchBytes = 256 * 2 ** 20): number {
   const V = spec.vocabSize;
   const chunk = Math.min(headChunkRows(V), work.rows * work.seq) * F32 * V;
-  const fwd = (S: number) => F32 * S * spec.layers * perLayerToken(spec, S, 2);
   const genRow = generateBytesPerRow(spec, work.seq) + F32 * GENERATE_V_VALUES * V;
   const generate = Math.min(work.rows, rowsThatFit(spec, Infinity, genRow, microBatchBytes)) * genRow;
-  const score = work.rows * fwd(work.seq) + SCORE_HEAD_CHUNKS * chunk;
-  const perMicro = Math.max(MIN_ROWS, Math.min(work.rows, Math.floor(microBatchBytes / updateBytesPerSequence(spec, work.seq))));
-  const update = perMicro * updateBytesPerSequence(spec, work.seq) + UPDATE_HEAD_CHUNKS * chunk + 4 * F32 * V * spec.width;
-  return ENGINE_BASE_BYTES + stateBytes(spec) + generate + score + update;
+  const scoreSeq = scoreBytesPerSequence(spec, work.seq);
+  const score = Math.min(Math.max(work.rows, MIN_ROWS), rowsThatFit(spec, Infinity, scoreSeq, microBatchBytes)) * scoreSeq + SCORE_HEAD_CHUNKS * chunk;
+  const update =
+    updateMicroBatchRows(spec, work.rows, work.seq, microBatchBytes) * updateBytesPerSequence(spec, work.seq) +
+    UPDATE_HEAD_CHUNKS * chunk +
+    4 * F32 * V * spec.width;
+  return ENGINE_BASE_BYTES + stateBytes(spec) + Math.max(generate, score, update);
 }

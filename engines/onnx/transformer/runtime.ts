@@ -27,7 +27,7 @@ import type {
 import { f32, generatedRows, i64, optimizerFeeds, PolicySessions, samplingFeeds, updateOutput } from '../graph/runtime-io';
 import { transformerSequenceIssue } from '../../families/transformer/family';
 import { buildTransformerGenerateGraph } from './generate-graph';
-import { generateBytesPerRow, rowsThatFit, updateBytesPerSequence } from '../../families/transformer/memory';
+import { generateBytesPerRow, rowsThatFit, scoreBytesPerSequence, updateMicroBatchRows } from '../../families/transformer/memory';
 import { buildTransformerScoreGraph } from './score-graph';
 import { paramLayout, type TransformerSpec } from '../../families/transformer/spec';
 import { buildTransformerUpdateGraph } from './update-graph';
@@ -115,11 +115,10 @@ export class TransformerRuntime implements ModelRuntime {
     return generatedRows(out, rows, B, V, sampling.stopMask);
   }
 
-  /** `rows`: at least this many sequences (the rest are zero padding). */
-  private grid(seqs: Sequence[], field: string, rows = this.rows.minRows): SequenceGrid {
+  /** `rows`: at least this many sequences (the rest are zero padding); `S`: the grid's length (default: what `seqs` need). */
+  private grid(seqs: Sequence[], field: string, rows = this.rows.minRows, S = gridLength(seqs)): SequenceGrid {
     seqs.forEach((s, b) => this.checkLength(`${field}[${b}]`, s.context.length, s.context.length + s.tokens.length));
     const B = Math.max(seqs.length, rows);
-    const S = gridLength(seqs);
     const tokens = new BigInt64Array(B * S);
     const targets = new BigInt64Array(B * S);
     seqs.forEach((s, b) => {
@@ -132,10 +131,29 @@ export class TransformerRuntime implements ModelRuntime {
     return { B, S, tokens, targets };
   }
 
-  /** Log-prob and entropy of every given token; one array per sequence. */
+  /**
+   * Log-prob and entropy of every given token; one array per sequence. Runs of as many sequences as
+   * fit in the budget and one run's `microBatchBytes` (memory.ts): at 2,048 positions attention
+   * scores are [H, S, S] per sequence, so 8 sequences at once would hold 1.5 GB. Rows are
+   * independent, so the results are those of one run.
+   */
   async score(theta: Float32Array, seqs: ScoreSequence[]): Promise<{ logprobs: Float32Array[]; entropy: Float32Array[] }> {
-    if (seqs.length === 0) return { logprobs: [], entropy: [] };
-    const grid = this.grid(seqs, 'sequences');
+    // checked before any run, so an error names the sequence's index in the whole request
+    seqs.forEach((s, b) => this.checkLength(`sequences[${b}]`, s.context.length, s.context.length + s.tokens.length));
+    const { budgetBytes, microBatchBytes } = this.factory.memory;
+    const S = gridLength(seqs); // every run has the whole batch's length: the same shapes as one run
+    const perRun = rowsThatFit(this.spec, budgetBytes, scoreBytesPerSequence(this.spec, S), microBatchBytes);
+    const out: { logprobs: Float32Array[]; entropy: Float32Array[] } = { logprobs: [], entropy: [] };
+    for (let at = 0; at < seqs.length; at += perRun) {
+      const run = await this.scoreRun(theta, seqs.slice(at, at + perRun), S);
+      out.logprobs.push(...run.logprobs);
+      out.entropy.push(...run.entropy);
+    }
+    return out;
+  }
+
+  private async scoreRun(theta: Float32Array, seqs: ScoreSequence[], S: number): Promise<{ logprobs: Float32Array[]; entropy: Float32Array[] }> {
+    const grid = this.grid(seqs, 'sequences', this.rows.minRows, S);
     const out = await (
       await this.sessions.get('score')
     ).run({
@@ -159,8 +177,9 @@ export class TransformerRuntime implements ModelRuntime {
    * and that setting, so the result is bitwise reproducible.
    */
   async update(state: OptimState, samples: UpdateSample[], s: UpdateSettings): Promise<UpdateOutput> {
-    const fit = Math.floor(this.factory.memory.microBatchBytes / updateBytesPerSequence(this.spec, gridLength(samples)));
-    const perMicro = Math.max(this.rows.minRows, Math.min(fit, samples.length));
+    // One sequence a micro-batch when fewer than minRows fit (2,048 positions at a large vocabulary): the split only
+    // sets the summation order, fixed by batch, spec and setting, and an update's rows are not compared across runs.
+    const perMicro = updateMicroBatchRows(this.spec, samples.length, gridLength(samples), this.factory.memory.microBatchBytes, this.rows.minRows);
     const micro = Math.max(1, Math.ceil(samples.length / perMicro));
     const grid = this.grid(samples, 'samples', micro * perMicro);
     const N = grid.B * grid.S;
