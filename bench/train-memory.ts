@@ -97,6 +97,9 @@ export async function measureTraining(engine: 'onnx' | 'pytorch', dir: string, s
     TROUPE_TEMPORAL_UI_PORT: String(portBase + 1),
     TROUPE_DASHBOARD_PORT: String(portBase + 2),
     TROUPE_POSTGRES_PORT: String(portBase + 3),
+    // A 152k-vocabulary spec's first run builds its sessions, which on a loaded 2-core host took over the 20 s
+    // default hang limit (the engine was killed as hung, over and over): this measures memory, not that.
+    TROUPE_ENGINE_HANG_S: process.env.TROUPE_ENGINE_HANG_S ?? '300',
   };
   const peaks = new Map<number, number>();
   const sample = setInterval(() => {

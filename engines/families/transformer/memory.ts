@@ -95,9 +95,9 @@ export function checkTransformerFits(spec: TransformerSpec, budget: number, pref
 
 /** node, onnxruntime and the sessions of one spec before any run (measured: 157 MiB peak at V 100, 32 tokens: bench/memory.ts) */
 export const ENGINE_BASE_BYTES = 150 * 2 ** 20;
-/** [rows, V] tensors live at once in one chunk of the head (measured at V 152k): score's and update's */
+/** [rows, V] tensors live at once in one chunk of the head (fitted to bench/memory.ts at V 152k, no arena): score's and update's */
 const SCORE_HEAD_CHUNKS = 6;
-const UPDATE_HEAD_CHUNKS = 18;
+const UPDATE_HEAD_CHUNKS = 12;
 /** V-sized float values per generate row (carried logits / log-probs in and out, the sampler's) */
 const GENERATE_V_VALUES = 10;
 
