@@ -65,7 +65,10 @@ test("bin.js: train --help names the teams of the project it runs in, else the c
     assert.match(inside.stdout, /Teams: alpha, beta \(the project's, from .*troupe\.config\.ts\)/);
     const outside = troupe('train', '--help');
     assert.equal(outside.status, 0, outside.stderr);
-    assert.match(outside.stdout, /Teams: math, research, recall, chain, chat-digits \(the project's, from .*examples\/troupe\.config\.ts\)/);
+    assert.match(
+      outside.stdout,
+      /Teams: math, research, recall, chain, chat-digits, ai-sdk-lookup, agents-handoff \(the project's, from .*examples\/troupe\.config\.ts\)/,
+    );
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
   }
