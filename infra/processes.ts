@@ -29,10 +29,11 @@ export function logFilePath(stateDir: string, name: string): string {
 export function pidAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
-    return true;
   } catch (err) {
     return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
+  // A zombie has ended: only its parent's reaping is left, which an orphan's init may do late.
+  return procState(pid) !== 'Z';
 }
 
 /** argv of a live process from /proc, or undefined where /proc is unavailable. */
@@ -184,12 +185,12 @@ async function endProcess(pid: number, opts: { timeoutMs: number; signal?: NodeJ
   signal(pid, opts.signal ?? 'SIGTERM');
   const deadline = Date.now() + opts.timeoutMs;
   while (Date.now() < deadline) {
-    if (!pidAlive(pid) || procState(pid) === 'Z') return 'stopped'; // a zombie has ended; its parent reaps it
+    if (!pidAlive(pid)) return 'stopped';
     await sleep(100);
   }
   signal(pid, 'SIGKILL');
   for (let i = 0; i < 50 && pidAlive(pid); i++) await sleep(100);
-  if (pidAlive(pid) && procState(pid) !== 'Z') throw new Error(`${opts.what} is still alive 5 s after SIGKILL`);
+  if (pidAlive(pid)) throw new Error(`${opts.what} is still alive 5 s after SIGKILL`);
   return 'killed';
 }
 

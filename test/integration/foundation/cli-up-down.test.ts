@@ -59,7 +59,7 @@ test('up --ping starts the dev server and the control worker; doctor sees them; 
   assert.match(doctor.stdout, /^ok +ort cpu EP/m);
 
   const down = await troupe(['down'], env);
-  assert.equal(down.code, 0, down.stderr);
+  assert.equal(down.code, 0, `${down.stderr}\n${down.stdout}`);
   assert.match(down.stdout, /control-worker +stopped/);
   assert.match(down.stdout, /temporal +stopped/);
   assert.match(down.stdout, /dashboard +stopped/);
