@@ -30,15 +30,34 @@ function lcg(seed: number) {
   };
 }
 
+/** The probe rows' shape: their context length and generated tokens. */
+function probeShape(spec: ModelSpec): { contextLength: number; maxTokens: number } {
+  const family = familyOf(spec.family);
+  const contextLength = family.probeContextLength(spec);
+  // 3 generated tokens where the spec's sequence length allows (a transformer's maxSeq may be as small as 2)
+  const maxTokens = [3, 2, 1].find((n) => !family.sequenceIssue(spec, contextLength, contextLength + n)) ?? 1;
+  return { contextLength, maxTokens };
+}
+
+/**
+ * The batch sizes worth probing: a runtime that splits batches by memory never runs more than
+ * `largestRun` rows at once (a larger batch is runs of at most that many), so sizes above it are
+ * left out and that run's own size is probed instead. At a 152k vocabulary this keeps the probe
+ * from generating and scoring thousands of vocabulary-wide rows (minutes, GBs) for run shapes
+ * that never occur.
+ */
+export function probeSizes(sizes: readonly number[], largestRun: number): number[] {
+  const kept = sizes.filter((s) => s <= largestRun);
+  return largestRun < Math.max(...sizes) && !kept.includes(largestRun) ? [...kept, largestRun] : kept;
+}
+
 /** Probe rows: a Score row and a Generate row (3 tokens, varied sampling) per probe. */
 async function rowsAgree(rt: ModelRuntime, spec: ModelSpec, sizes: number[], minRows: number): Promise<boolean> {
   const family = familyOf(spec.family);
   const theta = family.init(spec, 12345);
   for (let i = 0; i < theta.length; i++) theta[i]! *= 4; // non-trivial activations
   const rnd = lcg(7);
-  const contextLength = family.probeContextLength(spec);
-  // 3 generated tokens where the spec's sequence length allows (a transformer's maxSeq may be as small as 2)
-  const maxTokens = [3, 2, 1].find((n) => !family.sequenceIssue(spec, contextLength, contextLength + n)) ?? 1;
+  const { contextLength, maxTokens } = probeShape(spec);
   const seq = () => ({
     context: Array.from({ length: contextLength }, () => rnd(spec.vocabSize)),
     tokens: [rnd(spec.vocabSize)],
@@ -93,12 +112,16 @@ export interface InvarianceResult {
 /** Decide how runs must be shaped for `spec` on this device (see module doc). */
 export async function probeInvariance(spec: ModelSpec, factory: SessionFactory, maxBatch: number, force?: 'free' | 'fixed'): Promise<InvarianceResult> {
   if (force === 'free') {
-    // not probed: the probe's batches (up to maxBatch rows) cost minutes and GBs with a large vocabulary
+    // not probed (--batch-shape free): the caller knows runs of >= 2 rows are batch-invariant here
     return { mode: 'free', minRows: 2, runtime: createRuntime(spec, factory, { minRows: 2 }), description: 'free: runs have >= 2 rows (forced, not probed)' };
   }
   if (force !== 'fixed') {
     const runtime = createRuntime(spec, factory, { minRows: 2 });
-    const sizes = [2, 3, 5, 8, 17, 64, 255, maxBatch].filter((s) => s <= maxBatch);
+    const { contextLength, maxTokens } = probeShape(spec);
+    const sizes = probeSizes(
+      [2, 3, 5, 8, 17, 64, 255, maxBatch].filter((s) => s <= maxBatch),
+      runtime.largestRun?.(contextLength + maxTokens) ?? Infinity,
+    );
     if (await rowsAgree(runtime, spec, sizes, 2)) {
       return { mode: 'free', minRows: 2, runtime, description: `free: runs have >= 2 rows; rows verified bit-identical for batch sizes ${sizes.join(',')}` };
     }

@@ -126,6 +126,11 @@ export interface ModelRuntime {
   score(theta: Float32Array, seqs: ScoreSequence[]): Promise<{ logprobs: Float32Array[]; entropy: Float32Array[] }>;
   /** K = settings.innerSteps fused AdamW steps on the whole batch. */
   update(state: OptimState, samples: UpdateSample[], settings: UpdateSettings): Promise<UpdateOutput>;
+  /**
+   * The most rows one device run of Generate or Score holds for rows spanning `span` positions,
+   * where the runtime splits larger batches by memory (absent: one run, whatever the batch).
+   */
+  largestRun?(span: number): number;
 }
 
 /** Per-step metrics from the flat [K, STEP_METRICS] output of an update graph. */

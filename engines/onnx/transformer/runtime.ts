@@ -96,6 +96,14 @@ export class TransformerRuntime implements ModelRuntime {
     return out;
   }
 
+  largestRun(span: number): number {
+    const { budgetBytes, microBatchBytes } = this.factory.memory;
+    return Math.min(
+      rowsThatFit(this.spec, budgetBytes, generateBytesPerRow(this.spec, span), microBatchBytes),
+      rowsThatFit(this.spec, budgetBytes, scoreBytesPerSequence(this.spec, span), microBatchBytes),
+    );
+  }
+
   private async generateRun(theta: Float32Array, rows: GenerateRow[]): Promise<GenerateRowResult[]> {
     const n = rows.length;
     if (n === 0) return [];

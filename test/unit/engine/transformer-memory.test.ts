@@ -20,8 +20,8 @@ test('byte counts match hand computation', () => {
   // per layer and token: 10·8 + 2·4 + 3·16 = 136, plus copies·H·S attention values
   // update, S 6: (2 + 1) × (136 + 2·2·6 = 160) = 480 per token → 4 × 6 × 480 (the head runs in chunks: no V term)
   assert.equal(updateBytesPerSequence(SMALL, 6), 11_520);
-  // generate, S 6: caches 4·2·4·6 = 192; prefill 6 × (136 + 3·2·6 = 172) = 1032; head 40 → 4 × 1264
-  assert.equal(generateBytesPerRow(SMALL, 6), 5_056);
+  // generate, S 6: caches 4·2·4·6 = 192; prefill 6 × (136 + 3·2·6 = 172) = 1032; sampling 24·10 = 240 → 4 × 1464
+  assert.equal(generateBytesPerRow(SMALL, 6), 5_856);
   // S 3: update 3 × 3 × (136 + 12) × 4 = 5,328
   assert.equal(updateBytesPerSequence(SMALL, 3), 5_328);
 });
