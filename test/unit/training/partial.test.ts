@@ -3,18 +3,8 @@ import { describe, it } from 'node:test';
 import type { GenerateCall } from '../../../agents/episode';
 import { CarriedOver, continuing, Lockstep, type Generation } from '../../../activities/training/partial';
 import { parseRunConfig, partialShape, RunConfigError } from '../../../schema/run-config';
+import { seededRandom as rng } from '../../../agents/seed';
 
-/** A seeded PRNG (mulberry32) for the delays: the outcome must not depend on them. */
-function rng(seed: number) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Episodes that each need `need[i]` live generations, with random generation and tool times. */
