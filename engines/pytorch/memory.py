@@ -17,7 +17,8 @@ S the sequence length (context + tokens):
               log-softmax and exp (a chunk's rows are reduced to log-prob and entropy before the next);
               Generate's prefill and rescoring are this forward, its KV cache (2·L·Dkv·S) is within it
 
-Sequences run one at a time, so a spec fits when state + one sequence of the larger of update and
+Score and Generate run one sequence at a time, Update one micro-batch (micro_batch_rows, at least one sequence)
+at a time, so a spec fits when state + one sequence of the larger of update and
 score at S = maxSeq fits in the budget; otherwise SpecTooLarge names `maxSeq` when the per-sequence term
 dominates, else `vocabSize` when embeddings and head hold most parameters, else `width`.
 """
@@ -51,9 +52,21 @@ def head_chunk_rows(V):
     return max(1, HEAD_CHUNK_BYTES // (F32 * V))
 
 
-def update_bytes_per_sequence(s, S):
+def update_bytes_per_sequence(s, S, checkpointed=False):
+    """Activation bytes one Update sequence of S tokens holds. Checkpointed (--activation-checkpointing), autograd keeps
+    each layer's input (S·D) and recomputes one layer at a time in the backward: two layers' worth of transients."""
     V = s["vocabSize"]
-    return F32 * (S * (s["layers"] + 1) * _per_layer_token(s, S, 2) + 3 * min(S, head_chunk_rows(V)) * V)
+    head = 3 * min(S, head_chunk_rows(V)) * V
+    if checkpointed:
+        return F32 * (S * s["layers"] * s["width"] + 2 * S * _per_layer_token(s, S, 2) + head)
+    return F32 * (S * (s["layers"] + 1) * _per_layer_token(s, S, 2) + head)
+
+
+def micro_batch_rows(s, rows, S, micro_batch_bytes, checkpointed=False):
+    """Sequences per Update micro-batch: as many as `micro_batch_bytes` holds at S tokens (at least 1, at most the
+    batch), the built-in engine's rule (updateMicroBatchRows) with this engine's per-sequence bytes. It depends only on
+    the batch's size and length, the spec and the setting, so the split, and the update's bits, are reproducible."""
+    return max(1, min(rows, micro_batch_bytes // update_bytes_per_sequence(s, S, checkpointed)))
 
 
 def score_bytes_per_sequence(s, S, chunk):

@@ -15,6 +15,7 @@ import os
 
 import numpy as np
 import torch
+import torch.utils.checkpoint
 
 import philox
 from spec import head_dim, param_layout
@@ -187,19 +188,27 @@ class Transformer:
         With `cache` (a list), each layer's keys and values [B, Hkv, S, hd] are appended to it (a prefill)."""
         return self.head(W, self.trunk(W, tokens, cache))
 
-    def trunk(self, W, tokens, cache=None):
-        """forward() up to the head: the last layer's output [B, S, D] (Update runs the head over chunks of rows)."""
+    def trunk(self, W, tokens, cache=None, checkpoint_layers=False):
+        """forward() up to the head: the last layer's output [B, S, D] (Update runs the head over chunks of rows).
+        `checkpoint_layers` (Update with --activation-checkpointing): autograd keeps only each layer's input and
+        reruns the layer in the backward, the same kernels on the same values, so the gradient's bits do not change."""
         S = tokens.shape[1]
         pos = torch.arange(S, device=tokens.device)
         mask = torch.ones(S, S, dtype=torch.bool, device=tokens.device).tril()
         h = self.embed(W, tokens, pos)
         for layer in range(self.spec["layers"]):
             L = f"l{layer}."
-            q, k, v = self.heads(W, self.norm(W, h, f"{L}ln1"), L, pos)
-            if cache is not None:
-                cache.append([k, v])
-            h = h + self.linear(W, self.attend(q, k, v, mask), L, "o")
-            h = h + self.mlp(W, self.norm(W, h, f"{L}ln2"), L)
+
+            def block(h, L=L):
+                q, k, v = self.heads(W, self.norm(W, h, f"{L}ln1"), L, pos)
+                if cache is not None:
+                    cache.append([k, v])
+                h = h + self.linear(W, self.attend(q, k, v, mask), L, "o")
+                return h + self.mlp(W, self.norm(W, h, f"{L}ln2"), L)
+            if checkpoint_layers and cache is None:
+                h = torch.utils.checkpoint.checkpoint(block, h, use_reentrant=False)
+            else:
+                h = block(h)
         return h
 
     def forward_chunked(self, W, tokens, cache=None, per_chunk=None):

@@ -36,6 +36,8 @@ REQUEST_ID_LIMIT = 512
 MAX_VERSIONS_PER_MODEL = 64
 MAX_REMEMBERED_UPDATES = 4096
 PROGRESS_EVERY_S = 1.0
+DEFAULT_MICRO_BATCH_BYTES = 256 * 2 ** 20  # the built-in engine's --micro-batch-bytes default
+DTYPES = ("fp32", "bf16")  # compute types; weights and AdamW state stay float32 (master copies) in both
 ABORT_RESCORE_MAX = 512  # aborted sequences up to this length are still rescored (bit-identical log-probs)
 
 
@@ -104,7 +106,14 @@ def parse_args(argv):
     p.add_argument("--memory-bytes", default=os.environ.get("TROUPE_ENGINE_MEMORY_BYTES"))
     p.add_argument("--max-batch", type=int, default=64)
     p.add_argument("--rss-limit-bytes", default=os.environ.get("TROUPE_ENGINE_RSS_LIMIT_BYTES"))
+    p.add_argument("--micro-batch-bytes", type=int, default=DEFAULT_MICRO_BATCH_BYTES)
+    p.add_argument("--activation-checkpointing", action="store_true")
+    p.add_argument("--dtype", default="fp32")
     a = p.parse_args(argv)
+    if a.micro_batch_bytes < 1:
+        fail_start(f"bad flag: --micro-batch-bytes must be a positive integer, got {a.micro_batch_bytes}")
+    if a.dtype not in DTYPES:
+        fail_start(f"bad flag: --dtype must be one of {', '.join(DTYPES)}, got {a.dtype!r}")
     if a.rss_limit_bytes is not None:
         what = "--rss-limit-bytes" if "--rss-limit-bytes" in " ".join(argv) else "--rss-limit-bytes (from TROUPE_ENGINE_RSS_LIMIT_BYTES)"
         if not str(a.rss_limit_bytes).isdigit() or int(a.rss_limit_bytes) < 1:
@@ -272,9 +281,11 @@ class Job:
 
 
 class DeviceQueue:
-    """One thread runs device work in FIFO order."""
+    """One thread runs device work in FIFO order; with `autocast` (--dtype bf16 on CUDA) under torch.autocast at that
+    type, so every forward of Generate, Score and Update computes in it while θ and the AdamW state stay float32."""
 
     def __init__(self):
+        self.autocast = None
         self.cv = threading.Condition()
         self.pending = collections.deque()
         self.running = None
@@ -320,7 +331,11 @@ class DeviceQueue:
                         self.pending.remove(j)
                         j.started = True
             try:
-                res = job.fn(job)
+                if self.autocast is None:
+                    res = job.fn(job)
+                else:
+                    with torch.autocast(device_type="cuda", dtype=self.autocast):
+                        res = job.fn(job)
                 if not job.future.done():
                     job.future.set_result(res)
             except BaseException as e:  # noqa: BLE001
@@ -600,6 +615,8 @@ class Engine(pbg.EngineServicer):
         self.calls_lock = threading.Lock()
         self.counters = collections.Counter()
         self.generate_s = 0.0
+        self.micro_batch_bytes = DEFAULT_MICRO_BATCH_BYTES
+        self.checkpoint_layers = False
 
     # -- plumbing
     def _run(self, context, fn):
@@ -1025,7 +1042,8 @@ class Engine(pbg.EngineServicer):
                     progress["inner_step"] = k
                     self.queue.progress()
                 try:
-                    theta, mo, ve, step, steps, ntok = run_update(mm.model, v.theta, v.m, v.v, v.step, samples, st, on_step)
+                    theta, mo, ve, step, steps, ntok = run_update(mm.model, v.theta, v.m, v.v, v.step, samples, st, on_step,
+                                                                  self.micro_batch_bytes, self.checkpoint_layers)
                 except NonFiniteUpdate as e:
                     raise Fault(
                         "NON_FINITE_UPDATE",
@@ -1161,6 +1179,9 @@ def main():
     # as the built-in engine (processes/onnx-engine.ts): 90% of what is free at start-up unless told
     watchdog.watch(a.rss_limit_bytes if a.rss_limit_bytes is not None else int(0.9 * watchdog.free_memory_bytes()))
     device, fell_back, reason = resolve_device(a.device)
+    if a.dtype != "fp32" and not device.startswith("cuda"):
+        # torch 1.13's CPU bf16 matmuls are emulated (slower than fp32 here) and no CPU bf16 path is tested: fp32 only
+        fail_start(f"bad flag: --dtype {a.dtype} needs a CUDA device (--device cuda:N); on {device} the engine computes in fp32 only")
     threads = a.threads or 1
     torch.set_num_threads(threads)
     try:
@@ -1170,6 +1191,10 @@ def main():
     if fell_back:
         log("device_fallback", requested=a.device, device=device, reason=reason)
     engine = Engine(device, a.device, fell_back, reason, threads, a.memory_bytes, a.max_batch)
+    engine.micro_batch_bytes = a.micro_batch_bytes
+    engine.checkpoint_layers = a.activation_checkpointing
+    if a.dtype == "bf16":
+        engine.queue.autocast = torch.bfloat16
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=[
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.so_reuseport", 0)])

@@ -11,6 +11,13 @@ Then global-norm clipping g ← g·min(1, max_norm / (‖g‖ + 1e−6)) and Ada
   θ ← θ·(1 − lr·wd); m ← β1 m + (1−β1) g; v ← β2 v + (1−β2) g²;
   θ ← θ − step_size·m / (√v / bc2_sqrt + eps), step_size = lr / (1 − β1^t), bc2_sqrt = √(1 − β2^t)
 (the two per-step constants in float64 on the host, rounded to float32, as adamw.ts does).
+
+Micro-batches: the batch is cut into consecutive groups of memory.micro_batch_rows sequences (--micro-batch-bytes),
+each padded to the whole batch's length; per inner step each group's loss is backpropagated in turn and the gradients
+add up in one buffer, in group order. The loss is a plain sum over tokens, so the sum of the groups' gradients is the
+batch's gradient; only the order of the additions changes with the split, which is fixed by the batch, the spec and
+the setting, so an update is bitwise repeatable. With `checkpoint_layers` each layer's activations are recomputed in
+the backward (same kernels, same bits) instead of kept.
 """
 import math
 
@@ -18,7 +25,7 @@ import numpy as np
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from memory import head_chunk_rows
+from memory import head_chunk_rows, micro_batch_rows
 
 
 class NonFiniteUpdate(Exception):
@@ -36,10 +43,15 @@ def f32(x):
     return float(np.float32(x))
 
 
-def build_batch(samples, device):
+def grid_length(samples):
+    """Positions a sample grid needs: the longest context + tokens, less the last token (it is never an input)."""
+    return max(1, max(len(s["context"]) + len(s["tokens"]) - 1 for s in samples))
+
+
+def build_batch(samples, device, S=None):
     """Right-padded [B, S] tokens and, for each trained token, its grid row and loss inputs."""
     B = len(samples)
-    S = max(1, max(len(s["context"]) + len(s["tokens"]) - 1 for s in samples))
+    S = S or grid_length(samples)
     tokens = torch.zeros(B, S, dtype=torch.long)
     rows, targets, adv, old, w, ref, has_ref = [], [], [], [], [], [], []
     for b, s in enumerate(samples):
@@ -87,10 +99,10 @@ def _row_terms(model, W, x, targets, V):
     return (logp * onehot).sum(dim=-1), -(torch.exp(logp) * logp).sum(dim=-1)
 
 
-def objective(model, theta, batch, st):
-    """(loss tensor, metrics dict of floats except grad_norm) at θ."""
+def objective(model, theta, batch, st, checkpoint_layers=False):
+    """(loss tensor, sums: a dict of floats) at θ. The sums add over micro-batches; metrics() makes the step's metrics."""
     W = model.weights(theta)
-    h = model.trunk(W, batch["tokens"])
+    h = model.trunk(W, batch["tokens"], checkpoint_layers=checkpoint_layers)
     rows = h.reshape(-1, h.shape[-1])[batch["rows"]]  # [N, D]
     V = model.spec["vocabSize"]
     c = head_chunk_rows(V)
@@ -129,29 +141,45 @@ def objective(model, theta, batch, st):
     loss = weighted_loss.sum() - c(st["entropy_coef"]) * entropy_sum
     with torch.no_grad():
         row_mask = (w != 0).to(torch.float32)
-        n_rows = max(float(row_mask.sum().item()), 1.0)
 
-        def mean(x):
-            return float((row_mask * x).sum().item()) / n_rows
+        def masked(x):
+            return float((row_mask * x).sum().item())
 
-        metrics = {
+        sums = {
             "loss": float(loss.item()),
             "pg_loss": float((w * l_pg).sum().item()),
             "kl_loss": float((w * kl).sum().item()),
             "entropy_sum": float(entropy_sum.item()),
-            "clip_fraction": mean((use_l2 & ~dual_on).to(torch.float32)),
-            "dual_clip_fraction": mean(dual_on.to(torch.float32)),
-            "approx_kl": mean((ratio - 1) - log_ratio),
-            "entropy": mean(H),
+            "clip_fraction": masked((use_l2 & ~dual_on).to(torch.float32)),
+            "dual_clip_fraction": masked(dual_on.to(torch.float32)),
+            "approx_kl": masked((ratio - 1) - log_ratio),
+            "entropy": masked(H),
+            "rows": float(row_mask.sum().item()),
         }
-    return loss, metrics
+    return loss, sums
 
 
-def run_update(model, theta, m, v, step, samples, st, on_step=None):
-    """K = inner_steps AdamW steps on the whole batch. Returns (theta, m, v, step, [metrics per step], trained tokens).
-    Inputs are not modified; raises NonFiniteUpdate."""
+MEANS = ("clip_fraction", "dual_clip_fraction", "approx_kl", "entropy")
+
+
+def add_sums(total, sums):
+    return sums if total is None else {k: total[k] + sums[k] for k in total}
+
+
+def metrics(sums):
+    """A step's metrics from its micro-batches' summed terms: sums stay sums, the rest are means over weighted rows."""
+    n_rows = max(sums["rows"], 1.0)
+    return {k: (v / n_rows if k in MEANS else v) for k, v in sums.items() if k != "rows"}
+
+
+def run_update(model, theta, m, v, step, samples, st, on_step=None, micro_batch_bytes=None, checkpoint_layers=False):
+    """K = inner_steps AdamW steps on the whole batch, its gradient summed over micro-batches of at most
+    `micro_batch_bytes` of activations (None: one micro-batch). Returns (theta, m, v, step, [metrics per step],
+    trained tokens). Inputs are not modified; raises NonFiniteUpdate."""
     device = model.device
-    batch = build_batch(samples, device)
+    S = grid_length(samples)
+    per = len(samples) if micro_batch_bytes is None else micro_batch_rows(model.spec, len(samples), S, micro_batch_bytes, checkpoint_layers)
+    batches = [build_batch(samples[i:i + per], device, S) for i in range(0, len(samples), per)]
     theta = theta.clone()
     m = m.clone()
     v = v.clone()
@@ -165,14 +193,20 @@ def run_update(model, theta, m, v, step, samples, st, on_step=None):
     for k in range(st["inner_steps"]):
         t = step + k + 1
         th = theta.detach().clone().requires_grad_(True)
-        loss, metrics = objective(model, th, batch, st)
-        loss.backward()
+        sums = None
+        for batch in batches:  # backward() adds each micro-batch's gradient into th.grad, in order
+            if batch["n"] == 0:
+                continue  # no trained token: its gradient and sums are zeros (the request has one somewhere)
+            loss, mb = objective(model, th, batch, st, checkpoint_layers)
+            loss.backward()
+            sums = add_sums(sums, mb)
+        step_metrics = metrics(sums)
         g = th.grad.detach()
         norm = torch.sqrt((g * g).sum())
-        metrics["grad_norm"] = float(norm.item())
-        steps.append(metrics)
-        if not math.isfinite(metrics["loss"]) or not math.isfinite(metrics["grad_norm"]):
-            raise NonFiniteUpdate(k, metrics["loss"], metrics["grad_norm"], f"inner step {k}")
+        step_metrics["grad_norm"] = float(norm.item())
+        steps.append(step_metrics)
+        if not math.isfinite(step_metrics["loss"]) or not math.isfinite(step_metrics["grad_norm"]):
+            raise NonFiniteUpdate(k, step_metrics["loss"], step_metrics["grad_norm"], f"inner step {k}")
         coef = torch.clamp(max_norm / (norm + c(1e-6)), max=1.0)
         g = g * coef
         step_size = c(lr / (1 - math.pow(b1, t)))
@@ -185,4 +219,4 @@ def run_update(model, theta, m, v, step, samples, st, on_step=None):
             on_step(k + 1)
     if not bool(torch.isfinite(theta).all()):
         raise NonFiniteUpdate(len(steps) - 1, steps[-1]["loss"], steps[-1]["grad_norm"], "final weights")
-    return theta.detach(), m, v, step + st["inner_steps"], steps, batch["n"]
+    return theta.detach(), m, v, step + st["inner_steps"], steps, sum(b["n"] for b in batches)
