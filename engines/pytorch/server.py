@@ -151,6 +151,7 @@ import torch  # noqa: E402
 import engine_pb2 as pb  # noqa: E402
 import engine_pb2_grpc as pbg  # noqa: E402
 import checkpoint  # noqa: E402
+import faults as faultsmod  # noqa: E402
 import memory  # noqa: E402
 import philox  # noqa: E402
 import watchdog  # noqa: E402
@@ -615,6 +616,7 @@ class Engine(pbg.EngineServicer):
         self.calls_lock = threading.Lock()
         self.counters = collections.Counter()
         self.generate_s = 0.0
+        self.faults = faultsmod.parse_faults(None)
         self.micro_batch_bytes = DEFAULT_MICRO_BATCH_BYTES
         self.checkpoint_layers = False
 
@@ -1052,6 +1054,9 @@ class Engine(pbg.EngineServicer):
                     )
                 finally:
                     self.counters["update_runs"] += 1
+                if self.faults.hold_update(rid):
+                    log("fault_hold_update", request_id=rid, seconds=faultsmod.HOLD_UPDATE_S)
+                    time.sleep(faultsmod.HOLD_UPDATE_S)
                 with self.cache.lock:
                     nv = self.cache.put(mm, mm.latest + 1, theta, mo, ve, step)
                 metrics = [pb.UpdateMetrics(**x) for x in steps]
@@ -1195,6 +1200,12 @@ def main():
     engine.checkpoint_layers = a.activation_checkpointing
     if a.dtype == "bf16":
         engine.queue.autocast = torch.bfloat16
+    try:
+        engine.faults = faultsmod.parse_faults(os.environ.get("TROUPE_ENGINE_FAULTS"))
+    except ValueError as e:
+        fail_start(str(e))
+    if engine.faults.armed:
+        log("faults_armed", faults=engine.faults.armed)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=[
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.so_reuseport", 0)])

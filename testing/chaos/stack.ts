@@ -14,6 +14,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { up } from '../../cli/commands/up';
+import { PYTORCH_SERVER } from '../../engines/pytorch';
 import { loadConfig, type TroupeConfig } from '../../infra/config';
 import { connect, type Sql } from '../../infra/db';
 import { embeddedDataDir, embeddedPostgresStatus } from '../../infra/postgres';
@@ -91,9 +92,10 @@ export function childProcesses(pid: number): Array<{ pid: number; argv: string[]
   return out;
 }
 
+/** The engine child of a pool worker: the built-in engine or the PyTorch one (TROUPE_ENGINE=pytorch). */
 function enginePid(poolPid: number | undefined): number | undefined {
   if (poolPid === undefined) return undefined;
-  return childProcesses(poolPid).find((c) => c.argv.some((a) => a.endsWith('onnx-engine.ts')))?.pid;
+  return childProcesses(poolPid).find((c) => c.argv.some((a) => a.endsWith('onnx-engine.ts') || a === PYTORCH_SERVER))?.pid;
 }
 
 function livePid(stateDir: string, name: string): number | undefined {
