@@ -131,8 +131,13 @@ def parse_args(argv):
     if a.threads is not None and a.threads < 1:
         fail_start(f"bad flag: --threads must be >= 1, got {a.threads}")
     d = a.device
-    if not (d in ("cpu", "auto", "cuda") or (d.startswith("cuda:") and d[5:].isdigit())):
-        fail_start(f'bad flag: --device must be cpu, cuda:N or auto, got "{d}"')
+    a.devices = d.split(",")
+    if len(a.devices) > 1:  # data-parallel Updates over these devices (parallel.py)
+        if not (all(x == "cpu" for x in a.devices) or all(x.startswith("cuda:") and x[5:].isdigit() for x in a.devices)):
+            fail_start(f'bad flag: --device with several devices must list cpu,cpu,... or cuda:N,cuda:M,..., got "{d}"')
+        a.device = a.devices[0]
+    elif not (d in ("cpu", "auto", "cuda") or (d.startswith("cuda:") and d[5:].isdigit())):
+        fail_start(f'bad flag: --device must be cpu, cuda:N, auto, or a list (cpu,cpu or cuda:0,cuda:1), got "{d}"')
     return a
 
 
@@ -619,6 +624,7 @@ class Engine(pbg.EngineServicer):
         self.faults = faultsmod.parse_faults(None)
         self.micro_batch_bytes = DEFAULT_MICRO_BATCH_BYTES
         self.checkpoint_layers = False
+        self.parallel = None  # parallel.DataParallel with several devices
 
     # -- plumbing
     def _run(self, context, fn):
@@ -1045,7 +1051,7 @@ class Engine(pbg.EngineServicer):
                     self.queue.progress()
                 try:
                     theta, mo, ve, step, steps, ntok = run_update(mm.model, v.theta, v.m, v.v, v.step, samples, st, on_step,
-                                                                  self.micro_batch_bytes, self.checkpoint_layers)
+                                                                  self.micro_batch_bytes, self.checkpoint_layers, self.parallel)
                 except NonFiniteUpdate as e:
                     raise Fault(
                         "NON_FINITE_UPDATE",
@@ -1195,8 +1201,14 @@ def main():
         pass
     if fell_back:
         log("device_fallback", requested=a.device, device=device, reason=reason)
-    engine = Engine(device, a.device, fell_back, reason, threads, a.memory_bytes, a.max_batch)
+    engine = Engine(device, ",".join(a.devices), fell_back, reason, threads, a.memory_bytes, a.max_batch)
     engine.micro_batch_bytes = a.micro_batch_bytes
+    if len(a.devices) > 1:
+        for d in a.devices[1:]:
+            resolve_device(d)
+        import parallel
+        engine.parallel = parallel.DataParallel(a.devices, threads, a.dtype)
+        log("data_parallel", devices=a.devices, world_size=len(a.devices))
     engine.checkpoint_layers = a.activation_checkpointing
     if a.dtype == "bf16":
         engine.queue.autocast = torch.bfloat16

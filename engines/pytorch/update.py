@@ -160,6 +160,7 @@ def objective(model, theta, batch, st, checkpoint_layers=False):
 
 
 MEANS = ("clip_fraction", "dual_clip_fraction", "approx_kl", "entropy")
+SUM_KEYS = ("loss", "pg_loss", "kl_loss", "entropy_sum", *MEANS, "rows")
 
 
 def add_sums(total, sums):
@@ -172,14 +173,51 @@ def metrics(sums):
     return {k: (v / n_rows if k in MEANS else v) for k, v in sums.items() if k != "rows"}
 
 
-def run_update(model, theta, m, v, step, samples, st, on_step=None, micro_batch_bytes=None, checkpoint_layers=False):
+def micro_batch_plan(spec, samples, S, micro_batch_bytes, checkpoint_layers=False):
+    """The samples in consecutive micro-batches of memory.micro_batch_rows sequences (None: one micro-batch)."""
+    if not samples:
+        return []
+    per = len(samples) if micro_batch_bytes is None else micro_batch_rows(spec, len(samples), S, micro_batch_bytes, checkpoint_layers)
+    return [samples[i:i + per] for i in range(0, len(samples), per)]
+
+
+def gradient(model, theta, batches, st, checkpoint_layers=False):
+    """(∇loss, sums) at θ over `batches`: backward() adds each micro-batch's gradient into one buffer, in order."""
+    th = theta.detach().clone().requires_grad_(True)
+    sums = dict.fromkeys(SUM_KEYS, 0.0)
+    for batch in batches:
+        if batch["n"] == 0:
+            continue  # no trained token: its gradient and sums are zeros
+        loss, mb = objective(model, th, batch, st, checkpoint_layers)
+        loss.backward()
+        sums = add_sums(sums, mb)
+    return (th.grad.detach() if th.grad is not None else torch.zeros_like(theta)), sums
+
+
+def run_update(model, theta, m, v, step, samples, st, on_step=None, micro_batch_bytes=None, checkpoint_layers=False, parallel=None):
     """K = inner_steps AdamW steps on the whole batch, its gradient summed over micro-batches of at most
-    `micro_batch_bytes` of activations (None: one micro-batch). Returns (theta, m, v, step, [metrics per step],
-    trained tokens). Inputs are not modified; raises NonFiniteUpdate."""
+    `micro_batch_bytes` of activations (None: one micro-batch), over the ranks of `parallel` (parallel.py) when given.
+    Returns (theta, m, v, step, [metrics per step], trained tokens). Inputs are not modified; raises NonFiniteUpdate."""
     device = model.device
     S = grid_length(samples)
-    per = len(samples) if micro_batch_bytes is None else micro_batch_rows(model.spec, len(samples), S, micro_batch_bytes, checkpoint_layers)
-    batches = [build_batch(samples[i:i + per], device, S) for i in range(0, len(samples), per)]
+    if parallel is None:
+        batches = [build_batch(b, device, S) for b in micro_batch_plan(model.spec, samples, S, micro_batch_bytes, checkpoint_layers)]
+
+        def gradient_at(th):
+            return gradient(model, th, batches, st, checkpoint_layers)
+
+        def finish():
+            pass
+    else:
+        gradient_at, finish = parallel.start(model, samples, st, micro_batch_bytes, checkpoint_layers, S)
+    try:
+        return (*_steps(model, theta, m, v, step, st, on_step, gradient_at), sum(sum(1 for x in s["loss_mask"] if x == 1) for s in samples))
+    finally:
+        finish()
+
+
+def _steps(model, theta, m, v, step, st, on_step, gradient_at):
+    device = model.device
     theta = theta.clone()
     m = m.clone()
     v = v.clone()
@@ -192,16 +230,8 @@ def run_update(model, theta, m, v, step, samples, st, on_step=None, micro_batch_
     steps = []
     for k in range(st["inner_steps"]):
         t = step + k + 1
-        th = theta.detach().clone().requires_grad_(True)
-        sums = None
-        for batch in batches:  # backward() adds each micro-batch's gradient into th.grad, in order
-            if batch["n"] == 0:
-                continue  # no trained token: its gradient and sums are zeros (the request has one somewhere)
-            loss, mb = objective(model, th, batch, st, checkpoint_layers)
-            loss.backward()
-            sums = add_sums(sums, mb)
+        g, sums = gradient_at(theta)
         step_metrics = metrics(sums)
-        g = th.grad.detach()
         norm = torch.sqrt((g * g).sum())
         step_metrics["grad_norm"] = float(norm.item())
         steps.append(step_metrics)
@@ -219,4 +249,4 @@ def run_update(model, theta, m, v, step, samples, st, on_step=None, micro_batch_
             on_step(k + 1)
     if not bool(torch.isfinite(theta).all()):
         raise NonFiniteUpdate(len(steps) - 1, steps[-1]["loss"], steps[-1]["grad_norm"], "final weights")
-    return theta.detach(), m, v, step + st["inner_steps"], steps, sum(b["n"] for b in batches)
+    return theta.detach(), m, v, step + st["inner_steps"], steps

@@ -18,16 +18,23 @@ import { EngineClient } from '../../../engines/protocol/client';
 import type { UpdateRequest } from '../../../engines/protocol/types';
 import { spawnEngine, type SpawnedEngine } from '../../../gpu-workers/engine-process';
 import { pytorchEngine } from '../../../engines/pytorch';
+import { childProcesses } from '../../../testing/chaos/stack';
 
 const engine = pytorchEngine();
 const skip = 'missing' in engine ? engine.missing : false;
 const spawn = (flags: string[]) =>
-  spawnEngine(['--device', 'cpu', '--port', '0', ...flags], { quiet: true, command: (engine as { command: string[] }).command, startTimeoutMs: 120_000 });
+  spawnEngine([...(flags.includes('--device') ? [] : ['--device', 'cpu']), '--port', '0', ...flags], {
+    quiet: true,
+    command: (engine as { command: string[] }).command,
+    startTimeoutMs: 120_000,
+  });
 
 const FLAGS = {
   whole: [] as string[], // the default 256 MiB holds the whole batch of this small model
   perSequence: ['--micro-batch-bytes', '1'], // at least one sequence a micro-batch: one each
   checkpointed: ['--micro-batch-bytes', '1', '--activation-checkpointing'],
+  // two gloo ranks (engines/pytorch/parallel.py), one sequence a micro-batch on each
+  parallel: ['--device', 'cpu,cpu', '--micro-batch-bytes', '1'],
 };
 type Kind = keyof typeof FLAGS;
 const procs: Partial<Record<Kind, SpawnedEngine>> = {};
@@ -68,10 +75,10 @@ function tokens(seed: number, n: number, V: number): number[] {
   return Array.from({ length: n }, () => ((x = (x * 1103515245 + 12345) >>> 0) >>> 8) % V);
 }
 
-/** 6 samples of different lengths; the last trains no token (a micro-batch of its own with nothing to add). */
-function request(modelKey: string, requestId: string): UpdateRequest {
+/** 6 samples of different lengths (or the first `n`); the last trains no token (a micro-batch of its own with nothing to add). */
+function request(modelKey: string, requestId: string, o: { n?: number; lr?: number } = {}): UpdateRequest {
   const V = SPEC.vocabSize;
-  const samples = [0, 1, 2, 3, 4, 5].map((i) => {
+  const samples = [0, 1, 2, 3, 4, 5].slice(0, o.n ?? 6).map((i) => {
     const toks = tokens(10 + i, 4 + 3 * i, V);
     return {
       context: tokens(20 + i, 2 + i, V),
@@ -83,13 +90,13 @@ function request(modelKey: string, requestId: string): UpdateRequest {
       refLogprobs: i < 2 ? toks.map(() => -Math.log(V) - 0.05) : [],
     };
   });
-  return { modelKey, baseVersion: 0, requestId, samples, settings: { lr: LR, innerSteps: INNER, entropyCoef: 0.01, klCoef: 0.1 } };
+  return { modelKey, baseVersion: 0, requestId, samples, settings: { lr: o.lr ?? LR, innerSteps: INNER, entropyCoef: 0.01, klCoef: 0.1 } };
 }
 
-async function updated(kind: Kind, key: string) {
+async function updated(kind: Kind, key: string, o: { n?: number; lr?: number } = {}) {
   const c = clients[kind]!;
   await c.initModel({ modelKey: key, spec: SPEC, seed: 42 });
-  const res = await c.update(request(key, `${key}/u`));
+  const res = await c.update(request(key, `${key}/u`, o));
   const exp = await c.exportVersion({ modelKey: key, version: 1 });
   return { res, exp };
 }
@@ -121,6 +128,37 @@ test('micro-batched updates: bitwise repeatable per split, checkpointing changes
   for (const k of ['loss', 'pgLoss', 'klLoss', 'entropy', 'approxKl', 'clipFraction'] as const) {
     const a = whole.res.metrics![k]!;
     const b = first.res.metrics![k]!;
+    assert.ok(Math.abs(a - b) <= 1e-5 * Math.max(1, Math.abs(a)), `metric ${k}: ${a} vs ${b}`);
+  }
+});
+
+const maxDiff = (a: Uint8Array, b: Uint8Array) => {
+  const x = f32(a);
+  const y = f32(b);
+  return x.reduce((m, v, i) => Math.max(m, Math.abs(v - y[i]!)), 0);
+};
+
+test('data-parallel updates: 2 gloo ranks give the update of one process (within 1e-6 at the default lr)', { skip, timeout: 600_000 }, async () => {
+  // one engine endpoint, a second rank under it
+  const ranks = childProcesses(procs.parallel!.child.pid!).filter((c) => c.argv.some((a) => a.endsWith('parallel.py')));
+  assert.equal(ranks.length, 1, 'the engine started rank 1 (parallel.py)');
+  // shards on the micro-batch boundaries: rank sums g0 and g1 add as one process adds them, bit for bit
+  const two = { n: 2, lr: 1e-3 };
+  const [p2, s2] = await Promise.all([updated('parallel', 'p2', two), updated('perSequence', 'p2', two)]);
+  assert.ok(same(p2.exp.weights, s2.exp.weights) && same(p2.exp.optimizerState, s2.exp.optimizerState), '2 samples: bit-identical');
+  // 6 samples: rank 0 adds g0..g2, rank 1 g3..g5, then the two sums; one process adds all six in turn
+  const six = { lr: 1e-3 };
+  const [p6, s6, w6] = await Promise.all([updated('parallel', 'p6', six), updated('perSequence', 'p6', six), updated('whole', 'p6', six)]);
+  const vsSeq = maxDiff(p6.exp.weights, s6.exp.weights);
+  const vsWhole = maxDiff(p6.exp.weights, w6.exp.weights);
+  console.log(
+    `[data-parallel] 6 samples, lr 1e-3, 2 inner steps: max|Δθ| ${vsSeq.toExponential(2)} vs one process (same micro-batches), ${vsWhole.toExponential(2)} vs one micro-batch`,
+  );
+  assert.ok(vsSeq <= 1e-6 && vsWhole <= 1e-6, `2 ranks vs 1 process: ${vsSeq}, ${vsWhole}`);
+  assert.equal(p6.res.tokens, s6.res.tokens);
+  for (const k of ['loss', 'entropy', 'gradNorm'] as const) {
+    const a = p6.res.metrics![k]!;
+    const b = s6.res.metrics![k]!;
     assert.ok(Math.abs(a - b) <= 1e-5 * Math.max(1, Math.abs(a)), `metric ${k}: ${a} vs ${b}`);
   }
 });
