@@ -30,7 +30,11 @@ export default defineCommand({
   positionals: true,
   options: {
     queue: { type: 'string', valueName: 'Q', description: 'task queue to poll' },
-    device: { type: 'string', valueName: 'D', description: 'pool: device of the spawned engine (cpu, cuda, cuda:N, auto)' },
+    device: {
+      type: 'string',
+      valueName: 'D',
+      description: 'pool: device of the spawned engine (cpu, cuda, cuda:N, auto; --engine pytorch also a list, cuda:0,cuda:1: data-parallel updates)',
+    },
     'engine-address': { type: 'string', valueName: 'A', description: 'pool: use the engine at host:port instead of spawning one' },
     engine: {
       type: 'string',

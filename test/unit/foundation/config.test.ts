@@ -88,7 +88,7 @@ test('formatError prints one line plus the hint, no stack', () => {
   const out = formatError(configError({ TROUPE_DEVICE: 'tpu' }));
   const lines = out.split('\n');
   assert.equal(lines.length, 2);
-  assert.match(lines[0]!, /^troupe: TROUPE_DEVICE: must be auto, cpu, cuda or cuda:N$/);
+  assert.match(lines[0]!, /^troupe: TROUPE_DEVICE: must be auto, cpu, cuda, cuda:N, or a list for --engine pytorch \(cpu,cpu or cuda:0,cuda:1\)$/);
   assert.match(lines[1]!, /^  → /);
 });
 
