@@ -301,3 +301,29 @@ export function exportHfCheckpoint(
   }
   return { files, dtype };
 }
+
+/** A spec that names a checkpoint: the engines' InitModel form `{family: "transformer", checkpoint: "/abs/dir", maxSeq?}`. */
+export interface CheckpointSpec {
+  dir: string;
+  maxSeq?: number;
+}
+
+/**
+ * The checkpoint a spec input names (engine.proto: a "transformer" config with `checkpoint`), or undefined;
+ * the shape comes from its config.json, so any other option is refused naming it (as engines/pytorch/checkpoint.py).
+ */
+export function checkpointSpecOf(input: unknown, prefix = 'spec'): CheckpointSpec | undefined {
+  if (typeof input !== 'object' || input === null || !('checkpoint' in input)) return undefined;
+  const o = input as Record<string, unknown>;
+  if (o.family !== 'transformer') return undefined;
+  const issues: string[] = [];
+  if (typeof o.checkpoint !== 'string' || !path.isAbsolute(o.checkpoint))
+    issues.push(`${prefix}.checkpoint: must be an absolute directory path, got ${JSON.stringify(o.checkpoint)}`);
+  for (const [k, v] of Object.entries(o))
+    if (!['checkpoint', 'maxSeq', 'family', 'vocabSize'].includes(k) && v !== undefined)
+      issues.push(`${prefix}.${k}: comes from the checkpoint's config.json; leave it out`);
+  const m = o.maxSeq;
+  if (m !== undefined && !(Number.isInteger(m) && (m as number) >= 1)) issues.push(`${prefix}.maxSeq: must be a positive integer, got ${JSON.stringify(m)}`);
+  if (issues.length) throw new HfCheckpointError(issues.join('; '));
+  return { dir: o.checkpoint as string, ...(m !== undefined ? { maxSeq: m as number } : {}) };
+}

@@ -203,10 +203,12 @@ export class Engine {
 
   async initModel(req: InitModelRequest): Promise<VersionInfo> {
     const key = validate.modelKey(req.modelKey);
-    const spec = validate.spec(req.spec, this.memory.budgetBytes);
+    const pretrained = validate.checkpoint(req.spec);
+    const spec = validate.spec(pretrained?.spec ?? req.spec, this.memory.budgetBytes);
     validate.seed(req.seed, 'seed');
     const model = await this.modelFor(key, spec);
-    const theta = familyOf(spec.family).init(spec, req.seed);
+    // a checkpoint's θ as version 0 (the seed is not used), else the family's seeded init
+    const theta = pretrained?.theta ?? familyOf(spec.family).init(spec, req.seed);
     const zeros = () => new Float32Array(theta.length);
     const v = this.cache.put(model, 0, { theta, m: zeros(), v: zeros(), step: 0 });
     return this.cache.info(model, v);

@@ -7,6 +7,8 @@ import { invalid } from '../protocol/errors';
 import { seedKey } from '../families/philox';
 import { familyOf, normalizeModelSpec } from '../families';
 import { ModelSpecError, type ModelSpec } from '../families/model-family';
+import { checkpointSpecOf, HfCheckpointError, loadHfCheckpoint } from '../checkpoints/hf-layout';
+import { HfConfigError } from '../checkpoints/hf-config';
 import type { GenerateRow, UpdateSample, UpdateSettings } from './model-runtime';
 import {
   DEFAULT_UPDATE_SETTINGS,
@@ -48,6 +50,29 @@ export function spec(s: ModelSpecInput | undefined, memoryBytes: number): ModelS
     return spec;
   } catch (e) {
     if (e instanceof ModelSpecError) throw invalid(e.message);
+    throw e;
+  }
+}
+
+/**
+ * The checkpoint an InitModel spec names (`{family: "transformer", checkpoint: "/abs/dir", maxSeq?}`), loaded:
+ * its spec and θ as engines/checkpoints/hf-layout.ts gives them; undefined for a plain spec. A directory that
+ * cannot be the model is INVALID_REQUEST naming spec.checkpoint (or the field), nothing loaded.
+ */
+export function checkpoint(s: ModelSpecInput | undefined): { spec: ModelSpecInput; theta: Float32Array } | undefined {
+  try {
+    const ck = checkpointSpecOf(s);
+    if (!ck) return undefined;
+    const loaded = loadHfCheckpoint(ck.dir, ck.maxSeq === undefined ? {} : { maxSeq: ck.maxSeq });
+    const V = (s as { vocabSize?: number }).vocabSize;
+    if (V !== undefined && V !== 0 && V !== loaded.spec.vocabSize)
+      throw invalid(`spec.vocab_size: ${V}, but the checkpoint's config.json has vocab_size ${loaded.spec.vocabSize} (send 0 or that)`);
+    return { spec: loaded.spec as ModelSpecInput, theta: loaded.theta };
+  } catch (e) {
+    if (e instanceof HfCheckpointError || e instanceof HfConfigError || e instanceof ModelSpecError) {
+      const msg = e.message;
+      throw invalid(msg.startsWith('spec.') ? msg : `spec.checkpoint: ${msg}`);
+    }
     throw e;
   }
 }
