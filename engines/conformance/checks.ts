@@ -5,12 +5,17 @@
  * needs through the Context, so any subset runs on its own.
  */
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import * as P from '../protocol/proto';
 import type { DeepPartial } from '../protocol/proto';
 import { BASE_SEED, type Context, expect, Fail, HEX64, ok, sha256Hex, Skip, type Spec, type UpdateFixture } from './context';
 import { FAMILY_NAMES, normalizeModelSpec } from '../families';
+import { initTransformerWeights } from '../families/transformer/init';
+import { normalizeTransformerSpec } from '../families/transformer/spec';
+import { exportHfCheckpoint, loadHfCheckpoint } from '../checkpoints/hf-layout';
+import { encodeWeights } from '../protocol/version-bytes';
 import * as wire from '../protocol/wire';
 import { describeError, protoRpcNames, type Req, type WireError } from './wire-client';
 
@@ -255,6 +260,19 @@ export const CHECKS: Check[] = [
     },
   },
   {
+    id: 'health.capabilities-stable',
+    title: 'capabilities are the same in two Health calls, and Stats.max_batch equals capabilities.max_batch',
+    async run(ctx) {
+      await ctx.requireRpcs('Stats');
+      const a = ok(await ctx.client.unary('Health', {}), 'Health').capabilities;
+      const b = ok(await ctx.client.unary('Health', {}), 'Health').capabilities;
+      expect(JSON.stringify(a) === JSON.stringify(b), `capabilities changed between two Health calls: ${JSON.stringify(a)} vs ${JSON.stringify(b)}`);
+      const st = ok(await ctx.client.unary('Stats', {}), 'Stats');
+      expect(st.maxBatch === a?.maxBatch, `Stats.max_batch ${st.maxBatch}, capabilities.max_batch ${a?.maxBatch}`);
+      return `max_batch ${a?.maxBatch}`;
+    },
+  },
+  {
     id: 'health.unlisted-unimplemented',
     title: 'every RPC of the proto not in capabilities.rpcs answers UNIMPLEMENTED',
     async run(ctx) {
@@ -341,6 +359,63 @@ export const CHECKS: Check[] = [
       if (info.optimizerStep !== 0) problems.push(`optimizer_step ${info.optimizerStep}, expected 0`);
       expect(problems.length === 0, problems.join('; '));
       return `${info.paramCount} params; config ${info.spec?.configJson}`;
+    },
+  },
+  {
+    id: 'init.checkpoint',
+    title:
+      'InitModel of {"checkpoint": dir}: version 0 is the Hugging Face directory\'s weights and spec (as engines/checkpoints reads them); a directory without config.json is INVALID_REQUEST naming spec.checkpoint',
+    async run(ctx) {
+      await ctx.requireRpcs('InitModel');
+      if (!(await ctx.capabilities()).families.includes('transformer')) throw new Skip('the engine does not host the "transformer" family');
+      // a llama-layout checkpoint written here (so the engine must share this machine's temp dir, as a pool worker's does)
+      const root = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-conformance-ckpt-'));
+      try {
+        const dir = path.join(root, 'llama');
+        const spec = normalizeTransformerSpec({
+          vocabSize: 16,
+          width: 32,
+          layers: 2,
+          heads: 4,
+          kvHeads: 2,
+          maxSeq: 32,
+          positions: 'rope',
+          norm: 'rmsnorm',
+          mlp: 'swiglu',
+        });
+        exportHfCheckpoint(dir, spec, initTransformerWeights(spec, 7));
+        const loaded = loadHfCheckpoint(dir);
+        const key = ctx.key('checkpoint');
+        const o = await ctx.client.unary('InitModel', {
+          modelKey: key,
+          spec: { family: 'transformer', configJson: JSON.stringify({ checkpoint: dir }) },
+          seed: '1',
+        });
+        if (!o.ok && o.error.reason === 'INVALID_REQUEST' && /spec\.checkpoint: unknown option/.test(o.error.message))
+          throw new Skip(`the engine does not load checkpoint specs (${o.error.message})`);
+        const info = ok(o, 'InitModel {checkpoint}');
+        const want = sha256Hex(encodeWeights(loaded.theta));
+        expect(info.weightsSha256 === want, `weights_sha256 ${info.weightsSha256}, the checkpoint's θ is ${want}`);
+        const got = normalizeModelSpec({ ...JSON.parse(info.spec?.configJson || '{}'), family: info.spec?.family, vocabSize: info.spec?.vocabSize });
+        expect(JSON.stringify(got) === JSON.stringify(loaded.spec), `spec ${JSON.stringify(got)}, the checkpoint's is ${JSON.stringify(loaded.spec)}`);
+        const empty = path.join(root, 'empty');
+        fs.mkdirSync(empty);
+        const e = await ctx.expectError(
+          'InitModel of a directory without config.json',
+          () =>
+            ctx.client.unary('InitModel', {
+              modelKey: ctx.key('checkpoint-empty'),
+              spec: { family: 'transformer', configJson: JSON.stringify({ checkpoint: empty }) },
+              seed: '1',
+            }),
+          'INVALID_ARGUMENT',
+          'INVALID_REQUEST',
+        );
+        expect(/spec\.checkpoint/.test(e.message), `the error does not name spec.checkpoint: ${e.message}`);
+        return `${info.paramCount} params from ${loaded.model.modelType}; the bad directory: ${e.message.slice(0, 80)}`;
+      } finally {
+        fs.rmSync(root, { recursive: true, force: true });
+      }
     },
   },
   {
@@ -1059,6 +1134,48 @@ export const CHECKS: Check[] = [
       }
       expect(max <= caps.scoreTolerance, `max |Δ| ${fmt(max)} > score_tolerance ${fmt(caps.scoreTolerance)} over ${n} tokens`);
       return `max |Δ| ${fmt(max)} (tolerance ${fmt(caps.scoreTolerance)}; ${differ}/${n} not bit-equal)`;
+    },
+  },
+
+  {
+    id: 'batch.alone',
+    title:
+      'a batch equals the same sequences alone: Score, and greedy Generate (tokens and log-probs); bit for bit when deterministic, else within score_tolerance',
+    async run(ctx) {
+      await ctx.requireRpcs('Score', 'Generate');
+      const caps = await ctx.capabilities();
+      const tol = caps.deterministic ? 0 : caps.scoreMatchesGenerate === 'tolerance' ? caps.scoreTolerance : 0;
+      const base = await ctx.base();
+      const V = await ctx.vocab();
+      const cs = contexts(V);
+      const seqs = cs.map((c, i) => ({ context: c, tokens: contexts(V)[(i + 1) % cs.length]!.concat([i % V]) }));
+      const score = (sequences: typeof seqs) => ctx.client.unary('Score', { modelKey: base.key, version: '0', sequences });
+      const batch = ok(await score(seqs), 'Score (batch)');
+      let max = 0;
+      for (const [i, s] of seqs.entries()) {
+        const alone = ok(await score([s]), `Score (sequence ${i} alone)`).sequences[0]!;
+        alone.logprobs.forEach((x, k) => {
+          const d = Math.abs(x - batch.sequences[i]!.logprobs[k]!);
+          if (!(d <= max)) max = Number.isNaN(d) ? NaN : d;
+        });
+      }
+      expect(max <= tol, `Score: max |Δ| ${fmt(max)} between a batch and its sequences alone, tolerance ${fmt(tol)}`);
+      const greedy = (sequences: Seq[]): GenReq => ({ modelKey: base.key, version: '0', sampling: { temperature: 0, maxTokens: 8 }, sequences });
+      const gb = await generateOk(ctx, greedy(cs.map((c, i) => ({ context: c, seed: String(i) }))));
+      let gmax = 0;
+      for (const [i, c] of cs.entries()) {
+        const alone = (await generateOk(ctx, greedy([{ context: c, seed: String(i) }]))).sequences[0]!;
+        const inBatch = gb.sequences[i]!;
+        if (caps.deterministic)
+          expect(alone.tokens.join() === inBatch.tokens.join(), `Generate sequence ${i}: tokens [${inBatch.tokens}] in the batch, [${alone.tokens}] alone`);
+        if (alone.tokens.join() !== inBatch.tokens.join()) continue;
+        alone.logprobs.forEach((x, k) => {
+          const d = Math.abs(x - inBatch.logprobs[k]!);
+          if (!(d <= gmax)) gmax = Number.isNaN(d) ? NaN : d;
+        });
+      }
+      expect(gmax <= tol, `Generate: max |Δ log-prob| ${fmt(gmax)} between a batch and its sequences alone, tolerance ${fmt(tol)}`);
+      return `Score max |Δ| ${fmt(max)}, greedy Generate max |Δ| ${fmt(gmax)} (tolerance ${fmt(tol)}) over ${cs.length} sequences`;
     },
   },
 
