@@ -8,7 +8,8 @@
 // Temporal answer it waits for them with capped backoff, saying so in its log.
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
-import { type NativeConnection, Worker, type WorkerOptions } from '@temporalio/worker';
+import { Client } from '@temporalio/client';
+import { type NativeConnection, Runtime, Worker, type WorkerOptions } from '@temporalio/worker';
 import { createControlActivities } from '../activities';
 import { UserCodeThreads } from '../activities/training/user-code-threads';
 import { dashboardUrl } from '../dashboard/service';
@@ -25,6 +26,7 @@ import { migrate } from '../schema/migrate';
 import { refuseNewerRuns } from './workflow-compat';
 import { Patch } from '../workflows/patches';
 import { activeProject, enterProjectFromEnvironment, writeWorkflowsEntry } from './project';
+import { EpisodeWatch } from './episode-watch';
 import { isolateTeamBuildErrors } from './team-bundle';
 import { loadTeamCode, workerIdentity } from './team-code';
 
@@ -50,6 +52,9 @@ export function workflowsPath(): string {
   const project = activeProject();
   return project ? writeWorkflowsEntry(project) : require.resolve('../workflows');
 }
+
+/** How long workflow code may run without yielding: the SDK's isolate execution timeout, fixed at 5 s (WorkerOptionsWithDefaults). */
+const ISOLATE_TIMEOUT_MS = 5000;
 
 /** The user code threads' wiring (./user-code-thread.ts, beside this file). */
 const USER_CODE_THREAD = path.join(__dirname, 'user-code-thread.ts');
@@ -113,6 +118,9 @@ export async function runControlWorkerProcess(opts: {
   const namespace = opts.namespace ?? config.namespace;
   const taskQueue = opts.taskQueue ?? config.taskQueue;
   const watchdog = watchProcess({ what: 'troupe control worker', blockedLoopMs: config.blockedLoopS * 1000 });
+  // Before the first connection: the SDK's logger is where a durable episode that never yields shows.
+  const episodes = new EpisodeWatch({ limitMs: ISOLATE_TIMEOUT_MS });
+  Runtime.install({ logger: episodes.logger(), telemetryOptions: { logging: { forward: {} } } });
   dropPostgresJsStrays((e) => console.log(JSON.stringify({ ts: new Date().toISOString(), ...e })));
 
   // PostgreSQL and Temporal may be down or still starting: wait for each (capped backoff)
@@ -154,6 +162,7 @@ export async function runControlWorkerProcess(opts: {
     { ...wait, retryable: (e) => !isTroupeError(e) },
   );
   try {
+    episodes.attach(new Client({ connection, namespace, dataConverter: payloadDataConverter(config.payloadKeys) }));
     console.log(`${READY_LINE} (temporal ${address}, namespace ${namespace}, task queue ${taskQueue})`);
     opts.onReady?.(worker);
     await worker.run();

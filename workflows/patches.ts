@@ -40,6 +40,8 @@ export const Patch = {
   decideAtStart: 'decide-at-start',
   /** Partial rollouts (run setting partialRollouts); runs without the setting never reach it. */
   partialRollouts: 'partial-rollouts',
+  /** A durable episode child that was terminated (a runaway episode, or by hand) is stored as a failed episode; the run goes on. */
+  stoppedEpisodes: 'stopped-episodes',
 } as const;
 
 /**

@@ -4,6 +4,7 @@
  * call these with ids and small JSON; trajectories go to Postgres here.
  */
 import { Context } from '@temporalio/activity';
+import type { Client } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import type { ToolCallReply, ToolCallRequest } from '../../agents/episode';
 import { scoreEpisode } from '../../agents/rewards';
@@ -19,6 +20,13 @@ import { loadTasks } from '../tasks';
 import { episodesOf, type EpisodeSpec, type StepPlan } from './plan';
 import { readCheckpointTokenizers } from './pretrained';
 import { resumePoint, versionsBefore } from './resume';
+
+/** The reason a terminated workflow's history records, if it was terminated. */
+async function terminationReason(client: Client, workflowId: string): Promise<string | undefined> {
+  const { events } = await client.workflow.getHandle(workflowId).fetchHistory();
+  const terminated = [...(events ?? [])].reverse().find((e) => e.workflowExecutionTerminatedEventAttributes);
+  return terminated?.workflowExecutionTerminatedEventAttributes?.reason || undefined;
+}
 
 export interface TeamRef {
   team: string;
@@ -152,6 +160,34 @@ export function createTrainingControlActivities({ sql, workflowPatches, userCode
       const episode = await threads('recordEpisode').score(loadTeam(input.team, input.teamOptions), ref, input.meta, input.trajectory);
       await saveEpisodes(sql, [episode]);
       return { episodeId: episode.meta.episodeId, status: episode.trajectory.status, success: episode.success };
+    },
+
+    /**
+     * Stores a durable episode whose child workflow was terminated as failed (idempotent by
+     * episode id), with the reason its termination recorded: the control worker's episode watch
+     * (processes/episode-watch.ts) says why it stopped it; an operator's reason is quoted.
+     */
+    async recordStoppedEpisode(
+      input: TeamRef & { runId: string; step: number; split: EpisodeMeta['split']; plan: Omit<StepPlan, 'episodes'>; index: number; workflowId: string },
+    ) {
+      const [spec] = episodesOf(loadTasks(loadTeam(input.team, input.teamOptions)), input.plan, input.index, input.index + 1);
+      if (!spec) throw ApplicationFailure.nonRetryable(`episode ${input.index} is not in the plan of step ${input.plan.step}`, 'InvalidPlan');
+      const reason = await terminationReason(Context.current().client, input.workflowId);
+      const error = reason?.startsWith('episode: ') ? reason : `episode: terminated before it finished (${reason ? `reason: ${reason}` : 'no reason given'})`;
+      const meta: EpisodeMeta = {
+        episodeId: spec.episodeId,
+        runId: input.runId,
+        step: input.step,
+        split: input.split,
+        taskId: spec.taskId,
+        task: spec.task,
+        groupIndex: spec.groupIndex,
+        episodeIndex: spec.episodeIndex,
+        seed: spec.seed,
+        mode: 'durable',
+      };
+      await saveEpisodes(sql, [{ meta, trajectory: { episodeId: spec.episodeId, status: 'failed', error, turns: [] }, rewards: [], success: null }]);
+      return { episodeId: spec.episodeId, status: 'failed', success: null };
     },
 
     /** Summarises a finished eval from its stored episodes and writes its metrics. */

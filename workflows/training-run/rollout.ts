@@ -3,13 +3,14 @@
  * episode) or batched (activities of up to ROLLOUT_CHUNK episodes on the pool).
  * Returns how many episodes failed.
  */
-import { executeChild } from '@temporalio/workflow';
+import { ChildWorkflowFailure, executeChild, patched, TerminatedFailure } from '@temporalio/workflow';
 import type { Sampling } from '../../agents/agent';
 import type { Split } from '../../agents/tasks';
 import { episodeIdOf, type EpisodeSpec, type StepPlan } from '../../activities/training/plan';
 import { poolsOf } from '../../schema/run-config';
-import { episodeWorkflow } from '../episode';
-import { poolAt } from './activities';
+import { episodeWorkflow, type EpisodeWorkflowInput } from '../episode';
+import { Patch } from '../patches';
+import { control, poolAt } from './activities';
 import type { RunState } from './state';
 
 /** Episodes per batched rollout activity. */
@@ -52,9 +53,17 @@ export async function rolloutPlan(
   if (run.config.rollout === 'durable') {
     const results = await Promise.all(
       Array.from({ length: episodes }, (_, index) =>
-        executeChild(episodeWorkflow, {
-          workflowId: episodeIdOf(byRef, index),
-          args: [{ ...ref, runId, step: at, split, plan: byRef, index, versions: serving, sampling, poolQueues, ...sampleQueues(run) }],
+        episodeChild(episodeIdOf(byRef, index), {
+          ...ref,
+          runId,
+          step: at,
+          split,
+          plan: byRef,
+          index,
+          versions: serving,
+          sampling,
+          poolQueues,
+          ...sampleQueues(run),
         }),
       ),
     );
@@ -66,6 +75,22 @@ export async function rolloutPlan(
     parts.map(([from, to]) => poolOf(run, run.models[0]!).rolloutBatch({ ...ref, runId, step: at, split, plan: byRef, from, to, versions: serving, sampling })),
   );
   return results.reduce((n, r) => n + r.failed, 0);
+}
+
+/**
+ * One durable episode as a child workflow. A child that was terminated (the control worker
+ * stops an episode whose code never yields, docs/durability.md; or an operator did) is stored
+ * as a failed episode with the reason its termination recorded, and the run goes on; before
+ * the stopped-episodes patch it failed the run.
+ */
+async function episodeChild(workflowId: string, input: EpisodeWorkflowInput & { plan: Omit<StepPlan, 'episodes'>; index: number }) {
+  try {
+    return await executeChild(episodeWorkflow, { workflowId, args: [input] });
+  } catch (e) {
+    if (!(e instanceof ChildWorkflowFailure && e.cause instanceof TerminatedFailure) || !patched(Patch.stoppedEpisodes)) throw e;
+    const { team, teamOptions, runId, step, split, plan, index } = input;
+    return control.recordStoppedEpisode({ team, teamOptions, runId, step, split, plan, index, workflowId });
+  }
 }
 
 /** Histories from before plans were references: planStep/planEval returned the episode list. */
