@@ -15,9 +15,14 @@ const dir = path.join(__dirname, '..', '..', 'fixtures', 'histories');
 const files = fs.readdirSync(dir).filter((f) => f.endsWith('.json'));
 
 describe('replay of recorded histories', () => {
-  it('has fixtures for both rollout modes and an episode, from before and after step plans became references, with the dashboard link, asynchronous runs (staleness 1), a model training on another pool (run config pools), and a continued execution whose continue-as-new task was failed by a signal (UnhandledCommand) and redone with it', () => {
+  it('has fixtures for both rollout modes and an episode, from before and after step plans became references, with the dashboard link, asynchronous runs (staleness 1), a model training on another pool (run config pools), a continued execution whose continue-as-new task was failed by a signal (UnhandledCommand) and redone with it, and a durable run one of whose episodes was terminated (stored as failed)', () => {
     const kinds = ['episode-math', 'training-run-batched', 'training-run-durable'];
-    const oneMode = ['training-run-batched-stale', 'training-run-durable-stale', 'training-run-batched-signal-continue'];
+    const oneMode = [
+      'training-run-batched-stale',
+      'training-run-durable-stale',
+      'training-run-batched-signal-continue',
+      'training-run-durable-stopped-episode',
+    ];
     const expected = [
       ...['', '-plan-ref', '-dashboard-link', '-pools'].flatMap((suffix) => kinds.map((k) => `${k}${suffix}.json`)),
       ...oneMode.map((k) => `${k}.json`),
