@@ -50,6 +50,12 @@ export const runConfigSchema = z.strictObject({
   groupsPerStep: int(1, 4096).default(16),
   groupSize: int(1, 1024).default(8),
   rollout: z.enum(['batched', 'durable']).default('batched'),
+  /**
+   * Durable rollouts: episodes per rollout node (workflows/rollout-node.ts). A rollout of more episodes
+   * starts ceil(episodes / rolloutNodeSize) nodes, each starting its slice of episode children; at most
+   * 1,000 keeps a node well inside Temporal's 2,000 pending children and its history limits.
+   */
+  rolloutNodeSize: int(1, 1000).default(500),
   /** Optimizer settings for every model, per model, and per agent (role). */
   optimizer: optimizerConfigSchema.prefault({}),
   /** Eval on held-out tasks every N steps (0: only before the first and after the last step). */
@@ -102,10 +108,14 @@ export const runConfigSchema = z.strictObject({
   maxStepsWithoutSignal: int(0, 1_000_000).default(3),
 });
 
-/** Temporal allows 2,000 pending child workflows per workflow; a durable step starts all its episodes at once. */
-export const MAX_DURABLE_EPISODES = 2000;
+/** Temporal's limit on a workflow's pending child workflows (the run's, and each rollout node's). */
+export const MAX_PENDING_CHILDREN = 2000;
+
+/** Child workflows a durable rollout of n episodes starts from the run: its episodes, or past one node's worth its rollout nodes. */
+export const rolloutChildren = (episodes: number, nodeSize: number) => (episodes <= nodeSize ? episodes : Math.ceil(episodes / nodeSize));
+
 /**
- * Episodes one batched step may plan. A step's history grows by one rollout
+ * Episodes one step may plan. A batched step's history grows by one rollout
  * activity per 256 episodes (64 here, ~200 events) and its update loads the
  * whole step into one batch; far larger steps would wedge the control worker.
  */
@@ -127,13 +137,9 @@ export function parseRunConfig(input: unknown): RunConfig {
   const r = runConfigSchema.safeParse(input);
   if (!r.success) throw new RunConfigError(issuesFromZod(r.error, { unknownKey: 'unknown field', root: '(config)' }));
   const episodes = r.data.groupsPerStep * r.data.groupSize;
-  if (r.data.rollout === 'durable' && episodes > MAX_DURABLE_EPISODES) {
-    throw new RunConfigError([
-      {
-        path: 'groupSize',
-        message: `durable rollouts start every episode of a step as a child workflow: groupsPerStep x groupSize must be <= ${MAX_DURABLE_EPISODES}, got ${episodes}`,
-      },
-    ]);
+  if (r.data.rollout === 'durable') {
+    const issue = pendingChildrenIssue(r.data, episodes);
+    if (issue) throw new RunConfigError([issue]);
   }
   if (episodes > MAX_STEP_EPISODES) {
     throw new RunConfigError([
@@ -149,6 +155,22 @@ export function parseRunConfig(input: unknown): RunConfig {
     if (issue) throw new RunConfigError([issue]);
   }
   return r.data;
+}
+
+/**
+ * A durable run's rollouts in flight at once (1 + staleness steps, and an eval) must stay within the run
+ * workflow's pending children; a rollout node keeps its own slice (at most rolloutNodeSize) under the same limit.
+ */
+function pendingChildrenIssue(config: RunConfig, episodes: number): FieldIssue | undefined {
+  const k = Math.max(0, ...(typeof config.staleness === 'number' ? [config.staleness] : Object.values(config.staleness)));
+  const step = rolloutChildren(episodes, config.rolloutNodeSize);
+  const evalChildren = rolloutChildren(config.evalTasks, config.rolloutNodeSize);
+  const pending = (1 + k) * step + evalChildren;
+  if (pending <= MAX_PENDING_CHILDREN) return undefined;
+  return {
+    path: 'rolloutNodeSize',
+    message: `durable rollouts may keep at most ${MAX_PENDING_CHILDREN} child workflows of the run pending (Temporal's limit): (1 + staleness ${k}) x ${step} for a step of ${episodes} episodes + ${evalChildren} for an eval of ${config.evalTasks} tasks is ${pending}; a rollout of more than rolloutNodeSize ${config.rolloutNodeSize} episodes starts one child per rolloutNodeSize episodes, so lower rolloutNodeSize`,
+  };
 }
 
 /** Groups a step with partial rollouts keeps in flight, and how many whole ones end its rollout. */

@@ -2,4 +2,5 @@
 // Workflow code only: deterministic, no Node APIs. Add one export line per file.
 export * from './ping';
 export * from './episode';
+export * from './rollout-node';
 export * from './training-run';

@@ -42,6 +42,8 @@ export const Patch = {
   partialRollouts: 'partial-rollouts',
   /** A durable episode child that was terminated (a runaway episode, or by hand) is stored as a failed episode; the run goes on. */
   stoppedEpisodes: 'stopped-episodes',
+  /** Durable rollouts of more than rolloutNodeSize episodes fan out through rollout nodes (before: every episode a child of the run). */
+  rolloutTree: 'rollout-tree',
 } as const;
 
 /**

@@ -43,6 +43,11 @@ export function episodeIdOf(plan: Omit<StepPlan, 'episodes'>, index: number): st
     : evalEpisodeId(plan.runId, plan.step, index);
 }
 
+/** The id of a durable rollout's node-th rollout node (workflows/rollout-node.ts). */
+export function rolloutNodeIdOf(plan: Omit<StepPlan, 'episodes'>, node: number): string {
+  return `${plan.runId}:${plan.rule.split === 'train' ? 's' : 'eval'}${plan.step}:n${node}`;
+}
+
 export function planTrainEpisodes(
   all: readonly Task[],
   o: { runId: string; step: number; seed: number; groupsPerStep: number; groupSize: number },

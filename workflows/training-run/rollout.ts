@@ -1,16 +1,17 @@
 /**
  * A step's or eval's rollout, in the run's mode: durable (one child workflow per
- * episode) or batched (activities of up to ROLLOUT_CHUNK episodes on the pool).
+ * episode, through rollout nodes past rolloutNodeSize episodes) or batched (activities of up to ROLLOUT_CHUNK episodes on the pool).
  * Returns how many episodes failed.
  */
-import { ChildWorkflowFailure, executeChild, patched, TerminatedFailure } from '@temporalio/workflow';
+import { executeChild, patched } from '@temporalio/workflow';
 import type { Sampling } from '../../agents/agent';
 import type { Split } from '../../agents/tasks';
-import { episodeIdOf, type EpisodeSpec, type StepPlan } from '../../activities/training/plan';
+import { rolloutNodeIdOf, type EpisodeSpec, type StepPlan } from '../../activities/training/plan';
 import { poolsOf } from '../../schema/run-config';
-import { episodeWorkflow, type EpisodeWorkflowInput } from '../episode';
+import { episodeWorkflow } from '../episode';
 import { Patch } from '../patches';
-import { control, poolAt } from './activities';
+import { rolloutNode, runEpisodeChildren } from '../rollout-node';
+import { poolAt } from './activities';
 import type { RunState } from './state';
 
 /** Episodes per batched rollout activity. */
@@ -51,23 +52,19 @@ export async function rolloutPlan(
   const at = plan.step;
   const { ref, runId, poolQueues } = run;
   if (run.config.rollout === 'durable') {
-    const results = await Promise.all(
-      Array.from({ length: episodes }, (_, index) =>
-        episodeChild(episodeIdOf(byRef, index), {
-          ...ref,
-          runId,
-          step: at,
-          split,
-          plan: byRef,
-          index,
-          versions: serving,
-          sampling,
-          poolQueues,
-          ...sampleQueues(run),
+    const children = { ...ref, runId, step: at, split, plan: byRef, versions: serving, sampling, poolQueues, ...sampleQueues(run) };
+    const size = run.config.rolloutNodeSize;
+    // Up to one node's worth of episodes stays flat: a node would add its own history and a workflow task hop for nothing.
+    if (episodes <= size || !patched(Patch.rolloutTree)) return runEpisodeChildren(children, 0, episodes);
+    const failed = await Promise.all(
+      Array.from({ length: Math.ceil(episodes / size) }, (_, k) =>
+        executeChild(rolloutNode, {
+          workflowId: rolloutNodeIdOf(byRef, k),
+          args: [{ episodes: children, from: k * size, to: Math.min((k + 1) * size, episodes) }],
         }),
       ),
     );
-    return results.filter((r) => r.status === 'failed').length;
+    return failed.reduce((n, f) => n + f, 0);
   }
   const parts: Array<[number, number]> = [];
   for (let from = 0; from < episodes; from += ROLLOUT_CHUNK) parts.push([from, Math.min(from + ROLLOUT_CHUNK, episodes)]);
@@ -75,22 +72,6 @@ export async function rolloutPlan(
     parts.map(([from, to]) => poolOf(run, run.models[0]!).rolloutBatch({ ...ref, runId, step: at, split, plan: byRef, from, to, versions: serving, sampling })),
   );
   return results.reduce((n, r) => n + r.failed, 0);
-}
-
-/**
- * One durable episode as a child workflow. A child that was terminated (the control worker
- * stops an episode whose code never yields, docs/durability.md; or an operator did) is stored
- * as a failed episode with the reason its termination recorded, and the run goes on; before
- * the stopped-episodes patch it failed the run.
- */
-async function episodeChild(workflowId: string, input: EpisodeWorkflowInput & { plan: Omit<StepPlan, 'episodes'>; index: number }) {
-  try {
-    return await executeChild(episodeWorkflow, { workflowId, args: [input] });
-  } catch (e) {
-    if (!(e instanceof ChildWorkflowFailure && e.cause instanceof TerminatedFailure) || !patched(Patch.stoppedEpisodes)) throw e;
-    const { team, teamOptions, runId, step, split, plan, index } = input;
-    return control.recordStoppedEpisode({ team, teamOptions, runId, step, split, plan, index, workflowId });
-  }
 }
 
 /** Histories from before plans were references: planStep/planEval returned the episode list. */

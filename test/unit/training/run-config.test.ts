@@ -163,13 +163,35 @@ describe('run config', () => {
     );
   });
 
-  it('bounds a durable step by the 2,000 pending children Temporal allows', () => {
-    assert.equal(parseRunConfig({ team: 'math', rollout: 'durable', groupsPerStep: 250, groupSize: 8 }).groupSize, 8);
+  it('bounds a durable run by the 2,000 pending children Temporal allows the run, counting rollout nodes past rolloutNodeSize', () => {
+    // 10,000 episodes at the default 500 per node: 20 nodes, + 6 eval episodes = 26 pending children.
+    const big = parseRunConfig({ team: 'math', rollout: 'durable', groupsPerStep: 1250, groupSize: 8, evalTasks: 6 });
+    assert.equal(big.rolloutNodeSize, 500);
+    // Flat up to one node's worth: 1,000 episodes at rolloutNodeSize 1,000 are 1,000 children; with staleness 1, 2,000; + 1 eval episode is 2,001.
+    const at = { team: 'math', rollout: 'durable', groupsPerStep: 125, groupSize: 8, rolloutNodeSize: 1000, staleness: 1 } as const;
+    assert.equal(parseRunConfig({ ...at, evalTasks: 0 }).staleness, 1);
     assert.throws(
-      () => parseRunConfig({ team: 'math', rollout: 'durable', groupsPerStep: 251, groupSize: 8 }),
-      /groupSize: durable rollouts .* must be <= 2000, got 2008/,
+      () => parseRunConfig({ ...at, evalTasks: 1 }),
+      (e: RunConfigError) => {
+        assert.deepEqual(
+          e.issues.map((i) => i.path),
+          ['rolloutNodeSize'],
+        );
+        assert.match(
+          e.message,
+          /rolloutNodeSize: durable rollouts may keep at most 2000 .*\(1 \+ staleness 1\) x 1000 for a step of 1000 episodes \+ 1 for an eval of 1 tasks is 2001/,
+        );
+        return true;
+      },
     );
-    assert.equal(parseRunConfig({ team: 'math', rollout: 'batched', groupsPerStep: 251, groupSize: 8 }).groupsPerStep, 251);
+    // One node per episode: 2,001 nodes for a 2,001-episode step.
+    assert.throws(() => parseRunConfig({ team: 'math', rollout: 'durable', groupsPerStep: 2001, groupSize: 1, rolloutNodeSize: 1 }), /is 2001;/);
+    assert.equal(parseRunConfig({ team: 'math', rollout: 'durable', groupsPerStep: 2000, groupSize: 1, rolloutNodeSize: 1 }).groupsPerStep, 2000);
+    assert.equal(
+      parseRunConfig({ team: 'math', rollout: 'batched', groupsPerStep: 125, groupSize: 8, rolloutNodeSize: 1000, staleness: 1, evalTasks: 1 }).groupSize,
+      8,
+    );
+    assert.throws(() => parseRunConfig({ team: 'math', rolloutNodeSize: 1001 }), /rolloutNodeSize: must be <= 1000/);
   });
 
   it('bounds what a step may plan, naming the field (a 4096 x 1024 step would wedge the control worker)', () => {

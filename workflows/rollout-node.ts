@@ -1,0 +1,57 @@
+/**
+ * A durable rollout's episodes as child workflows, and the rollout node that
+ * lets a rollout grow past Temporal's 2,000 pending children per workflow:
+ * the run starts ceil(n / rolloutNodeSize) nodes, each node starts its slice
+ * of episodes. Episode ids are the plan's (episodeIdOf) in both shapes, so a
+ * retried or resumed rollout runs the same episodes either way.
+ *
+ * A node's history is ~3 events per episode child (initiated, started,
+ * completed) plus its workflow tasks; at rolloutNodeSize <= 1,000 that stays
+ * well under Temporal's history limits (docs/performance.md has the counts),
+ * so a node never continues as new: it cannot while its children are pending.
+ */
+import { ChildWorkflowFailure, executeChild, patched, proxyActivities, TerminatedFailure } from '@temporalio/workflow';
+import type { TrainingControlActivities } from '../activities/training/control';
+import { episodeIdOf } from '../activities/training/plan';
+import { episodeWorkflow, type EpisodeWorkflowInput } from './episode';
+import { Patch } from './patches';
+import { controlActivities } from './timeouts';
+
+const control = proxyActivities<TrainingControlActivities>(controlActivities);
+
+/** What every episode child of a rollout gets, less its index in the plan. */
+export type EpisodeChildrenInput = Omit<Extract<EpisodeWorkflowInput, { plan: unknown }>, 'index'>;
+
+/** Runs the plan's episodes [from, to) as child workflows; returns how many failed. */
+export async function runEpisodeChildren(input: EpisodeChildrenInput, from: number, to: number): Promise<number> {
+  const results = await Promise.all(Array.from({ length: to - from }, (_, i) => episodeChild(input, from + i)));
+  return results.filter((r) => r.status === 'failed').length;
+}
+
+/**
+ * One durable episode as a child workflow. A child that was terminated (the control worker
+ * stops an episode whose code never yields, processes/episode-watch.ts; or an operator did) is
+ * stored as a failed episode with the reason its termination recorded, and the rollout goes on;
+ * before the stopped-episodes patch it failed the run.
+ */
+async function episodeChild(input: EpisodeChildrenInput, index: number) {
+  const workflowId = episodeIdOf(input.plan, index);
+  try {
+    return await executeChild(episodeWorkflow, { workflowId, args: [{ ...input, index }] });
+  } catch (e) {
+    if (!(e instanceof ChildWorkflowFailure && e.cause instanceof TerminatedFailure) || !patched(Patch.stoppedEpisodes)) throw e;
+    const { team, teamOptions, runId, step, split, plan } = input;
+    return control.recordStoppedEpisode({ team, teamOptions, runId, step, split, plan, index, workflowId });
+  }
+}
+
+export interface RolloutNodeInput {
+  episodes: EpisodeChildrenInput;
+  from: number;
+  to: number;
+}
+
+/** One node of a durable rollout: its slice of the plan's episodes; returns how many failed. */
+export async function rolloutNode(input: RolloutNodeInput): Promise<number> {
+  return runEpisodeChildren(input.episodes, input.from, input.to);
+}
