@@ -125,11 +125,19 @@ describe('durable rollouts through rollout nodes', () => {
       const groupsPerStep = Number(process.env.TROUPE_SCALE_GROUPS ?? 1250);
       const episodes = groupsPerStep * 8;
       const t0 = Date.now();
-      const summary = await h.env.client.workflow.execute<typeof trainingRun>('trainingRun', {
-        taskQueue: h.taskQueue,
-        workflowId: 'scale',
-        args: [{ team: 'math', steps: 1, groupsPerStep, groupSize: 8, rollout: 'durable', evalEvery: 0, evalTasks: 2, seed: 1 }],
-      });
+      // Progress, for a person watching a long run: episodes stored so far.
+      const progress = setInterval(() => {
+        void h.db.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM episodes WHERE run_id = 'scale'`.then(([r]) =>
+          console.log(`scale: ${r!.n} episodes stored after ${((Date.now() - t0) / 1000).toFixed(0)} s`),
+        );
+      }, 60_000);
+      const summary = await h.env.client.workflow
+        .execute<typeof trainingRun>('trainingRun', {
+          taskQueue: h.taskQueue,
+          workflowId: 'scale',
+          args: [{ team: 'math', steps: 1, groupsPerStep, groupSize: 8, rollout: 'durable', evalEvery: 0, evalTasks: 2, seed: 1 }],
+        })
+        .finally(() => clearInterval(progress));
       const seconds = (Date.now() - t0) / 1000;
       assert.equal(summary.status, 'completed');
       assert.equal(summary.steps, 1);
