@@ -12,5 +12,6 @@ export default defineConfig({
     'chat-digits': './teams/chat-digits.ts',
     'ai-sdk-lookup': './teams/ai-sdk-lookup.ts',
     'agents-handoff': './teams/agents-handoff.ts',
+    'python-lookup': './teams/python-lookup.ts',
   },
 });

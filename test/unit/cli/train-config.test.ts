@@ -29,7 +29,10 @@ it('rejects bad flags naming the fields, and starts nothing', () => {
 it('rejects an unknown team and a config file with unknown fields', () => {
   const unknown = train('chess');
   assert.equal(unknown.status, 1);
-  assert.match(unknown.stderr, /team: unknown team "chess" \(known: math, research, recall, chain, chat-digits, ai-sdk-lookup, agents-handoff\)/);
+  assert.match(
+    unknown.stderr,
+    /team: unknown team "chess" \(known: math, research, recall, chain, chat-digits, ai-sdk-lookup, agents-handoff, python-lookup\)/,
+  );
   const file = path.join(state, '..', `troupe-bad-config-${process.pid}.json`);
   fs.writeFileSync(file, JSON.stringify({ groupSize: 'eight', optimizer: { agents: { judge: { lr: 0.1 } } } }));
   try {

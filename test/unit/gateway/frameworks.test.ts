@@ -1,8 +1,9 @@
 /**
  * The bundled framework teams' agent code, on the real packages, against the
  * real gateway and the real ONNX CPU engine: `ai-sdk-lookup` (Vercel AI SDK,
- * generateText with a tool, multi-step) and `agents-handoff` (OpenAI Agents
- * SDK on Chat Completions: a handoff, then a function tool). Every turn
+ * generateText with a tool, multi-step), `agents-handoff` (OpenAI Agents
+ * SDK on Chat Completions: a handoff, then a function tool) and
+ * `python-lookup` (a Python process over plain HTTP). Every turn
  * recorded holds exactly the context the engine was given and the ids and
  * log-probs it sampled, over the multi-turn conversations the frameworks drive
  * with their tool calls.
@@ -27,6 +28,7 @@ import { startEngineServer } from '../../../engines/onnx/server';
 import { openGatewaySessions } from '../../../gateway';
 import { aiSdkLookupTeam, LOOKUP_CALL } from '../../../examples/teams/ai-sdk-lookup';
 import { agentsHandoffTeam, HANDOFF_CALL } from '../../../examples/teams/agents-handoff';
+import { pythonLookupTeam } from '../../../examples/teams/python-lookup';
 import { cpuEngine } from '../engine/helpers';
 
 type Log = Array<{ call: GenerateCall; reply: GenerateReply }>;
@@ -141,5 +143,32 @@ describe('framework teams against the real gateway and engine', () => {
       ...lookup!.contextTokens,
       ...lookup!.responseTokens,
     ]);
+  });
+
+  it('Python over plain HTTP: the process calls the tool, then answers; every turn is what the engine sampled', async () => {
+    const team = pythonLookupTeam();
+    const digits = [...'0123456789'];
+    const version = await teach(team, 'py', [
+      [['[lookup]U?>'], [LOOKUP_CALL]],
+      ...digits.map((d): [string[], string[]] => [['[lookup]U?>', LOOKUP_CALL, '<eos>', `T${d}>`], [d]]),
+    ]);
+    for (const secret of [2, 9]) {
+      const log: Log = [];
+      const t = await runBatchedEpisode(team, { episodeId: `py${secret}`, seed: secret, task: { secret }, versions: { policy: version } }, io('py', log));
+      assert.equal(t.status, 'completed', t.error);
+      assert.deepEqual(t.outcome, { answer: String(secret), looked: true });
+      assert.equal(t.turns.length, 2, 'the tool call, then the answer');
+      assertExact(t.turns, log);
+      assert.equal(team.tokenizer.decode(t.turns[0]!.responseTokens), LOOKUP_CALL);
+      // the Python process sent back the reply's message (content null, tool_calls): matched to its ids, not re-encoded
+      const first = t.turns[0]!;
+      assert.deepEqual(t.turns[1]!.contextTokens.slice(0, first.contextTokens.length + first.responseTokens.length), [
+        ...first.contextTokens,
+        ...first.responseTokens,
+      ]);
+      assert.deepEqual(t.turns[1]!.parents, [first.index]);
+      assert.equal(t.counters!.solver!.retokenizedTurns, 0);
+      assert.equal(t.counters!.solver!.gatewayCalls, 2);
+    }
   });
 });

@@ -1,0 +1,81 @@
+/**
+ * `python-lookup`: agent code in Python (python-lookup.py), trained through the
+ * gateway (gateway/). The episode function starts one Python process per
+ * episode with the agent's session in OPENAI_BASE_URL / OPENAI_API_KEY, as
+ * the OpenAI Python client reads them; the process calls the gateway over
+ * plain HTTP with a `lookup` tool, runs the tool calls it gets back, and prints
+ * its answer as one JSON line, which the episode scores. The same task,
+ * tokenizer and chat template as `ai-sdk-lookup`: after `U?>` the policy
+ * must call the tool, after `T<digit>>` answer the digit.
+ *
+ * The interpreter: TROUPE_PYTHON, else Debian's /usr/bin/python3 when present,
+ * else `python3` on the PATH. Batched rollout only (the gateway serves batched
+ * episodes).
+ */
+import { agent, chatTemplate, tinyLM, generatedTasks, defineTeam, vocabTokenizer } from 'troupe';
+
+export interface PythonLookupTask {
+  secret: number;
+}
+
+/** The tool call as the gateway renders it (Hermes convention), one piece of the vocabulary. */
+export const LOOKUP_CALL = '<tool_call>{"name":"lookup","arguments":{}}</tool_call>';
+const PRINTABLE = Array.from({ length: 95 }, (_, i) => String.fromCharCode(32 + i));
+const tokenizer = vocabTokenizer([LOOKUP_CALL, ...PRINTABLE]);
+const TEMPLATE =
+  '{%- if tools %}{% for t in tools %}[{{ t.function.name }}]{% endfor %}{% endif -%}' +
+  "{%- for m in messages %}{% if m.role == 'assistant' %}{{ m.content }}{% elif m.role == 'user' %}U{{ m.content }}" +
+  "{% elif m.role == 'tool' %}T{{ m.content }}{% else %}S{{ m.content }}{% endif %}{% endfor -%}" +
+  '{%- if add_generation_prompt %}>{% endif -%}';
+
+/** What the Python agent printed: its answer and whether it called the tool. */
+export interface PythonLookupOutcome {
+  answer: string;
+  looked: boolean;
+}
+
+/**
+ * Runs the Python agent to its end. Node's modules are loaded here, where the episode runs
+ * (bundled teams are also compiled into the workflow bundle, which has no child processes).
+ */
+async function runAgent(session: { baseURL: string; apiKey: string }, secret: number): Promise<PythonLookupOutcome> {
+  const [{ execFile }, fs, path] = await Promise.all([
+    import(/* webpackIgnore: true */ 'node:child_process'),
+    import(/* webpackIgnore: true */ 'node:fs'),
+    import(/* webpackIgnore: true */ 'node:path'),
+  ]);
+  const python = process.env.TROUPE_PYTHON ?? (fs.existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3');
+  const script = path.join(__dirname, 'python-lookup.py');
+  // only what the agent needs: a proxy variable of the parent's would send requests' loopback calls to the proxy
+  const env = { PATH: process.env.PATH ?? '', OPENAI_BASE_URL: session.baseURL, OPENAI_API_KEY: session.apiKey, LOOKUP_SECRET: String(secret) };
+  const stdout = await new Promise<string>((resolve, reject) =>
+    execFile(python, [script], { env, timeout: 300_000 }, (err, out, errText) =>
+      err ? reject(new Error(`${python} ${script}: ${errText.trim() || err.message}`)) : resolve(out),
+    ),
+  );
+  const line = stdout.trim().split('\n').at(-1) ?? '';
+  try {
+    return JSON.parse(line) as PythonLookupOutcome;
+  } catch {
+    throw new Error(`${script} printed no JSON outcome: ${JSON.stringify(stdout.slice(-200))}`);
+  }
+}
+
+export function pythonLookupTeam() {
+  return defineTeam({
+    name: 'python-lookup',
+    description: 'Python agent code over plain HTTP, trained through the gateway: call the lookup tool, answer with its digit.',
+    tokenizer,
+    chatTemplate: chatTemplate(TEMPLATE, {}, ''),
+    models: { policy: tinyLM({ tokenizer, contextWindow: 4, embedDim: 16, hiddenDim: 64, optimizer: { lr: 0.02, entropyCoef: 0.01 } }) },
+    agents: { solver: agent({ model: 'policy', maxTokens: 2, maxTurns: 3 }) },
+    tasks: generatedTasks<PythonLookupTask>({ seed: 9, count: 50, evalFraction: 0.2, make: (_random, i) => ({ id: String(i), data: { secret: i % 10 } }) }),
+    episode: ({ task, agents }) => runAgent(agents.solver.openai, task.secret),
+    rewards: {
+      solver: ({ task, outcome }) => ({ correct: Number(outcome?.looked === true && outcome.answer === String(task.secret)) }),
+    },
+    success: ({ task, outcome }) => outcome?.looked === true && outcome.answer === String(task.secret),
+  });
+}
+
+export default pythonLookupTeam;
