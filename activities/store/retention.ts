@@ -1,5 +1,8 @@
 /**
- * Retention of model versions' bytes (what `troupe gc` prunes). Per model of
+ * Retention (what `troupe gc` prunes): model versions' bytes, and the gateway
+ * journals of runs that have ended for good.
+ *
+ * Versions: per model of
  * a run it keeps version 0 (the KL reference and the init), the newest
  * `keepLast`, every `keepEvery`-th, the version each recorded eval was run
  * with, and everything from the run's resume point on, so a run can always
@@ -113,4 +116,34 @@ export async function orphanFiles(sql: Sql, store: CheckpointStore, graceMs: num
     named.add(r.optimizer_file);
   }
   return (await store.list()).filter((f) => !named.has(f.file) && now - f.mtimeMs > graceMs).map((f) => f.file);
+}
+
+/**
+ * Run statuses that end a run for good: `troupe resume` refuses them. A failed, terminated or
+ * timed-out run can resume in place and retry its unfinished step, whose gateway calls its
+ * journal answers again (gateway/journal.ts), so its journal stays.
+ */
+export const FINAL_RUN_STATUSES = ['completed', 'stopped'] as const;
+
+export interface PrunableJournal {
+  runId: string;
+  /** Journaled gateway calls (rows of gateway_calls) of the run. */
+  calls: number;
+}
+
+/** Runs whose gateway journal nothing can read again: those ended with a final status. */
+export async function planJournalPrune(sql: Sql, runId?: string): Promise<PrunableJournal[]> {
+  const rows = await sql`
+    SELECT g.run_id, count(*)::int AS calls FROM gateway_calls g JOIN runs r ON r.run_id = g.run_id
+    WHERE r.status = ANY(${sql.array([...FINAL_RUN_STATUSES])}::text[]) ${runId === undefined ? sql`` : sql`AND g.run_id = ${runId}`}
+    GROUP BY g.run_id ORDER BY g.run_id`;
+  return rows.map((r) => ({ runId: r.run_id as string, calls: r.calls as number }));
+}
+
+/** Deletes those runs' journals; a run whose status changed since the plan (none can leave a final one) keeps its rows. */
+export async function pruneJournals(sql: Sql, list: readonly PrunableJournal[]): Promise<void> {
+  for (const j of list)
+    await sql`
+      DELETE FROM gateway_calls g USING runs r
+      WHERE g.run_id = ${j.runId} AND r.run_id = g.run_id AND r.status = ANY(${sql.array([...FINAL_RUN_STATUSES])}::text[])`;
 }
