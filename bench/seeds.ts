@@ -8,10 +8,10 @@
  * Per seed: final and best greedy eval success, the first eval step at which
  * success reached 0.9, and per agent the mean reward (sum of components, last
  * step) and policy entropy (StepBatch.entropy) at the first and last step.
- * Not a test; prints tables and writes bench/results/seeds.{md,json}.
+ * Not a test; prints tables and writes bench/results/<out>.{md,json} (--out, default seeds).
  *
  *   node --import tsx bench/seeds.ts [--teams math,research] [--seeds 20 | --seed-list 0,11]
- *        [--eval-every N] [--parallel 2] [--trace] [--config '{"steps":60}'] [--no-write]
+ *        [--eval-every N] [--parallel 2] [--trace] [--config '{"steps":60}'] [--out seeds] [--no-write]
  *
  * --eval-every defaults to the run config's evalEvery; evals are greedy and
  * seeded apart from training, so their frequency changes no training step.
@@ -39,6 +39,7 @@ const { values } = parseArgs({
     parallel: { type: 'string' },
     threads: { type: 'string' },
     config: { type: 'string' },
+    out: { type: 'string' },
     trace: { type: 'boolean' },
     'no-write': { type: 'boolean' },
   },
@@ -51,8 +52,10 @@ const PARALLEL = Number(values.parallel ?? 2);
 const COMMAND = `node --import tsx bench/seeds.ts${process.argv.length > 2 ? ' ' + process.argv.slice(2).join(' ') : ''}`;
 const RESULTS = path.join(__dirname, 'results');
 const TARGET = 0.9;
+const OUT = values.out ?? 'seeds';
 
 for (const s of SEEDS) if (!Number.isInteger(s) || s < 0) throw new Error(`--seeds/--seed-list: expected non-negative integers, got ${s}`);
+if (!/^[A-Za-z0-9_-]+$/.test(OUT)) throw new Error(`--out: expected a file name (letters, digits, _ -), got ${OUT}`);
 if (!(PARALLEL >= 1)) throw new Error(`--parallel: expected a number >= 1, got ${values.parallel}`);
 
 interface Run {
@@ -156,14 +159,14 @@ async function main() {
     out(`Reward: mean over the step's episodes (sum of components). Entropy: mean −log p of the agent's sampled tokens (nats), step 0 → last step.`);
     out();
     out(
-      `| seed | final eval | best eval | steps to ${TARGET} | ${agents.map((a) => `${a} reward (last step)`).join(' | ')} | ${agents.map((a) => `${a} entropy`).join(' | ')} |`,
+      `| seed | final eval | best eval | steps to ${TARGET} | ${agents.map((a) => `${a} reward (last step)`).join(' | ')} | ${agents.map((a) => `${a} entropy`).join(' | ')} | wall s |`,
     );
-    out(`|---|---|---|---|${agents.map(() => '---|').join('')}${agents.map(() => '---|').join('')}`);
+    out(`|---|---|---|---|${agents.map(() => '---|').join('')}${agents.map(() => '---|').join('')}---|`);
     for (const r of mine) {
       const first = r.steps[0]!;
       const last = r.steps.at(-1)!;
       out(
-        `| ${r.seed} | ${f(r.final, 3)} | ${f(r.best, 3)} | ${r.toTarget ?? '—'} | ${agents.map((a) => f(total(last.rewards[a]))).join(' | ')} | ${agents.map((a) => `${f(first.entropy[a])} → ${f(last.entropy[a])}`).join(' | ')} |`,
+        `| ${r.seed} | ${f(r.final, 3)} | ${f(r.best, 3)} | ${r.toTarget ?? '—'} | ${agents.map((a) => f(total(last.rewards[a]))).join(' | ')} | ${agents.map((a) => `${f(first.entropy[a])} → ${f(last.entropy[a])}`).join(' | ')} | ${f(r.wallSeconds, 0)} |`,
       );
     }
     const reached = mine.filter((r) => r.final >= TARGET).length;
@@ -175,7 +178,7 @@ async function main() {
   }
   if (!values['no-write']) {
     fs.mkdirSync(RESULTS, { recursive: true });
-    fs.writeFileSync(path.join(RESULTS, 'seeds.md'), lines.join('\n') + '\n');
+    fs.writeFileSync(path.join(RESULTS, `${OUT}.md`), lines.join('\n') + '\n');
     // per step only rewards, entropy and zero-advantage shares (the sampled replies would be megabytes)
     const compact = runs.map((r) => ({
       ...r,
@@ -183,7 +186,7 @@ async function main() {
       evals: r.evals.map((e) => ({ step: e.step, success: e.success })),
     }));
     const round = (_: string, v: unknown) => (typeof v === 'number' && !Number.isInteger(v) ? Number(v.toFixed(4)) : v);
-    fs.writeFileSync(path.join(RESULTS, 'seeds.json'), JSON.stringify({ command: COMMAND, runs: compact }, round) + '\n');
+    fs.writeFileSync(path.join(RESULTS, `${OUT}.json`), JSON.stringify({ command: COMMAND, runs: compact }, round) + '\n');
   }
 }
 
