@@ -34,6 +34,7 @@ import type { StoredEpisode } from '../../activities/store/trajectories';
 import { loadTasks } from '../../activities/tasks';
 import { executeTool } from '../../activities/tools';
 import { checkAgainstTeam, parseRunConfig, type RunConfigInput } from '../../schema/run-config';
+import { openGatewaySessions } from '../../gateway';
 
 // A benchmark is a process of its own: it enters its project first, as every Troupe process does
 // (in a checkout: the examples project), so teams load by name.
@@ -112,6 +113,8 @@ export async function trainInProcess(engine: EngineApi, input: RunConfigInput & 
       return executeTool(team, req);
     },
     now: () => Date.now(),
+    // gateway teams (agent code on an OpenAI client) get their sessions as a batched rollout gives them
+    openSessions: openGatewaySessions,
   };
 
   /** Rollout, then scoring, of a list of episodes; all in flight at once, as rolloutBatch does. */

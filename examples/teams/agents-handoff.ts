@@ -8,12 +8,16 @@
  * call is a turn of the agent that made it; tracing is off (it would export to
  * OpenAI).
  *
- * Small enough for a tiny-lm policy: a vocabulary (agents/tokenizer.ts
- * vocabTokenizer) of printable characters plus each tool call as one piece,
- * and a chat template that writes each message as a one-letter tag and its
- * content and ends with `>`. The policy learns: after the user's `U?>`, the
- * handoff; after the handoff's result, the lookup; after `T<digit>>`, the
- * digit. Batched rollout only (the gateway serves batched episodes).
+ * Small enough for a tiny-lm policy to learn from scratch: a vocabulary
+ * (agents/tokenizer.ts vocabTokenizer) of each tool call as one piece plus the
+ * characters the chat template writes here, a chat template that writes each
+ * message as a one-letter tag and its content and ends with `>`, and
+ * one-token replies. The policy learns: after the user's `U?>`, the handoff;
+ * after the handoff's result, the lookup; after `T<digit>>`, the digit. The
+ * solver's reward counts calling the tool on its own (`looked`) as well as
+ * the answer (`correct`), or a random policy's groups would almost never see
+ * a reward (ai-sdk-lookup.ts). Batched rollout only (the gateway serves
+ * batched episodes).
  */
 import type OpenAI from 'openai';
 import { agent, chatTemplate, tinyLM, generatedTasks, defineTeam, vocabTokenizer } from 'troupe';
@@ -25,8 +29,9 @@ export interface HandoffTask {
 /** The tool calls as the gateway renders them (Hermes convention), one piece of the vocabulary each. */
 export const HANDOFF_CALL = '<tool_call>{"name":"transfer_to_solver","arguments":{}}</tool_call>';
 export const LOOKUP_CALL = '<tool_call>{"name":"lookup","arguments":{}}</tool_call>';
-const PRINTABLE = Array.from({ length: 95 }, (_, i) => String.fromCharCode(32 + i));
-const tokenizer = vocabTokenizer([HANDOFF_CALL, LOOKUP_CALL, ...PRINTABLE]);
+/** Every character the template writes for this agent code (tool lists, instructions, prompt, tool results): a small vocabulary. */
+const RENDERED = '[transfer_to_solver][lookup]SRoute.SAnswer.U?>T{"assistant":"solver"}0123456789';
+const tokenizer = vocabTokenizer([HANDOFF_CALL, LOOKUP_CALL, ...new Set(RENDERED)]);
 const TEMPLATE =
   '{%- if tools %}{% for t in tools %}[{{ t.function.name }}]{% endfor %}{% endif -%}' +
   "{%- for m in messages %}{% if m.role == 'assistant' %}{{ m.content }}{% elif m.role == 'user' %}U{{ m.content }}" +
@@ -55,8 +60,8 @@ export function agentsHandoffTeam() {
     chatTemplate: chatTemplate(TEMPLATE, {}, ''),
     models: { policy: tinyLM({ tokenizer, contextWindow: 4, embedDim: 16, hiddenDim: 64, optimizer: { lr: 0.02, entropyCoef: 0.01 } }) },
     agents: {
-      triage: agent({ model: 'policy', maxTokens: 2, maxTurns: 2 }),
-      solver: agent({ model: 'policy', maxTokens: 2, maxTurns: 3 }),
+      triage: agent({ model: 'policy', maxTokens: 1, maxTurns: 2 }),
+      solver: agent({ model: 'policy', maxTokens: 1, maxTurns: 3 }),
     },
     tasks: generatedTasks<HandoffTask>({ seed: 8, count: 50, evalFraction: 0.2, make: (_random, i) => ({ id: String(i), data: { secret: i % 10 } }) }),
     async episode({ task, agents }) {
@@ -69,21 +74,24 @@ export function agentsHandoffTeam() {
         instructions: 'Answer.',
         tools: [lookup],
         model: model(agents.solver.openai),
-        modelSettings: { maxTokens: 2 },
+        modelSettings: { maxTokens: 1 },
       });
       const triage = new sdkAgents.Agent({
         name: 'triage',
         instructions: 'Route.',
         handoffs: [solver],
         model: model(agents.triage.openai),
-        modelSettings: { maxTokens: 2 },
+        modelSettings: { maxTokens: 1 },
       });
       const result = await new sdkAgents.Runner({ tracingDisabled: true }).run(triage, '?', { maxTurns: 4 });
       const items = result.newItems.map((i) => i.type);
       return { answer: String(result.finalOutput ?? ''), handedOff: items.includes('handoff_output_item'), looked: items.includes('tool_call_output_item') };
     },
     rewards: {
-      solver: ({ task, outcome }) => ({ correct: Number(outcome?.looked === true && outcome.answer === String(task.secret)) }),
+      solver: ({ task, outcome }) => ({
+        looked: Number(outcome?.looked === true),
+        correct: Number(outcome?.looked === true && outcome.answer === String(task.secret)),
+      }),
       triage: ({ outcome }) => ({ handedOff: Number(outcome?.handedOff === true) }),
     },
     success: ({ task, outcome }) => outcome?.handedOff === true && outcome.looked === true && outcome.answer === String(task.secret),

@@ -6,12 +6,17 @@
  * hidden digit; only the tool knows it, so the agent must call the tool and
  * then answer with what it returned.
  *
- * Small enough for a tiny-lm policy: a vocabulary (agents/tokenizer.ts
- * vocabTokenizer) of printable characters plus the whole tool call as one
- * piece, and a chat template that writes each message as a one-letter tag and
- * its content (`U?`, then `T7` for the tool's result) and ends with `>`. The
- * policy learns two things: after `U?>`, the tool call; after `T<digit>>`,
- * the digit. Batched rollout only (the gateway serves batched episodes).
+ * Small enough for a tiny-lm policy to learn from scratch: a vocabulary
+ * (agents/tokenizer.ts vocabTokenizer) of the whole tool call as one piece
+ * plus the characters the chat template writes here, a chat template that
+ * writes each message as a one-letter tag and its content (`U?`, then `T7` for
+ * the tool's result) and ends with `>`, and one-token replies. The policy
+ * learns two things: after `U?>`, the tool call; after `T<digit>>`, the digit.
+ * The reward counts calling the tool on its own (`looked`) as well as the
+ * answer (`correct`): a random policy calls it in 1 episode of 24, answers
+ * right after it in 1 of 24 again, and with the answer alone almost no group
+ * would ever see a reward. Batched rollout only (the gateway serves batched
+ * episodes).
  */
 import { agent, chatTemplate, tinyLM, generatedTasks, defineTeam, vocabTokenizer } from 'troupe';
 
@@ -21,8 +26,9 @@ export interface LookupTask {
 
 /** The tool call as the gateway renders it (Hermes convention), one piece of the vocabulary. */
 export const LOOKUP_CALL = '<tool_call>{"name":"lookup","arguments":{}}</tool_call>';
-const PRINTABLE = Array.from({ length: 95 }, (_, i) => String.fromCharCode(32 + i));
-const tokenizer = vocabTokenizer([LOOKUP_CALL, ...PRINTABLE]);
+/** Every character the template writes for this agent code (a tool list, the prompt, tool results): a small vocabulary. */
+const RENDERED = '[lookup]U?>T0123456789';
+const tokenizer = vocabTokenizer([LOOKUP_CALL, ...new Set(RENDERED)]);
 const TEMPLATE =
   '{%- if tools %}{% for t in tools %}[{{ t.function.name }}]{% endfor %}{% endif -%}' +
   "{%- for m in messages %}{% if m.role == 'assistant' %}{{ m.content }}{% elif m.role == 'user' %}U{{ m.content }}" +
@@ -50,7 +56,7 @@ export function aiSdkLookupTeam() {
     tokenizer,
     chatTemplate: chatTemplate(TEMPLATE, {}, ''),
     models: { policy: tinyLM({ tokenizer, contextWindow: 4, embedDim: 16, hiddenDim: 64, optimizer: { lr: 0.02, entropyCoef: 0.01 } }) },
-    agents: { solver: agent({ model: 'policy', maxTokens: 2, maxTurns: 3 }) },
+    agents: { solver: agent({ model: 'policy', maxTokens: 1, maxTurns: 3 }) },
     tasks: generatedTasks<LookupTask>({ seed: 7, count: 50, evalFraction: 0.2, make: (_random, i) => ({ id: String(i), data: { secret: i % 10 } }) }),
     async episode({ task, agents }) {
       const { ai, compatible, z } = await sdk();
@@ -62,13 +68,16 @@ export function aiSdkLookupTeam() {
           lookup: ai.tool({ description: 'the hidden digit', inputSchema: z.object({}), execute: async () => String(task.secret) }),
         },
         stopWhen: ai.stepCountIs(3),
-        maxOutputTokens: 2,
+        maxOutputTokens: 1,
         maxRetries: 0,
       });
       return { answer: result.text, looked: result.steps.some((s) => s.toolCalls.length > 0) };
     },
     rewards: {
-      solver: ({ task, outcome }) => ({ correct: Number(outcome?.looked === true && outcome.answer === String(task.secret)) }),
+      solver: ({ task, outcome }) => ({
+        looked: Number(outcome?.looked === true),
+        correct: Number(outcome?.looked === true && outcome.answer === String(task.secret)),
+      }),
     },
     success: ({ task, outcome }) => outcome?.looked === true && outcome.answer === String(task.secret),
   });

@@ -51,7 +51,7 @@ def main():
     messages = [{"role": "user", "content": "?"}]
     looked = False
     for _ in range(3):
-        reply = create({"model": "policy", "messages": messages, "tools": TOOLS, "max_tokens": 2})
+        reply = create({"model": "policy", "messages": messages, "tools": TOOLS, "max_tokens": 1})
         message = reply["choices"][0]["message"]
         messages.append(message)  # as the OpenAI client's message.model_dump(): content null beside tool_calls
         calls = message.get("tool_calls") or []

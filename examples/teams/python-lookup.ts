@@ -5,8 +5,9 @@
  * the OpenAI Python client reads them; the process calls the gateway over
  * plain HTTP with a `lookup` tool, runs the tool calls it gets back, and prints
  * its answer as one JSON line, which the episode scores. The same task,
- * tokenizer and chat template as `ai-sdk-lookup`: after `U?>` the policy
- * must call the tool, after `T<digit>>` answer the digit.
+ * tokenizer, chat template, one-token replies and reward as `ai-sdk-lookup`:
+ * after `U?>` the policy must call the tool, after `T<digit>>` answer the
+ * digit, and calling the tool is rewarded on its own too.
  *
  * The interpreter: TROUPE_PYTHON, else Debian's /usr/bin/python3 when present,
  * else `python3` on the PATH. Batched rollout only (the gateway serves batched
@@ -20,8 +21,9 @@ export interface PythonLookupTask {
 
 /** The tool call as the gateway renders it (Hermes convention), one piece of the vocabulary. */
 export const LOOKUP_CALL = '<tool_call>{"name":"lookup","arguments":{}}</tool_call>';
-const PRINTABLE = Array.from({ length: 95 }, (_, i) => String.fromCharCode(32 + i));
-const tokenizer = vocabTokenizer([LOOKUP_CALL, ...PRINTABLE]);
+/** Every character the template writes for this agent code (a tool list, the prompt, tool results): a small vocabulary. */
+const RENDERED = '[lookup]U?>T0123456789';
+const tokenizer = vocabTokenizer([LOOKUP_CALL, ...new Set(RENDERED)]);
 const TEMPLATE =
   '{%- if tools %}{% for t in tools %}[{{ t.function.name }}]{% endfor %}{% endif -%}' +
   "{%- for m in messages %}{% if m.role == 'assistant' %}{{ m.content }}{% elif m.role == 'user' %}U{{ m.content }}" +
@@ -68,11 +70,14 @@ export function pythonLookupTeam() {
     tokenizer,
     chatTemplate: chatTemplate(TEMPLATE, {}, ''),
     models: { policy: tinyLM({ tokenizer, contextWindow: 4, embedDim: 16, hiddenDim: 64, optimizer: { lr: 0.02, entropyCoef: 0.01 } }) },
-    agents: { solver: agent({ model: 'policy', maxTokens: 2, maxTurns: 3 }) },
+    agents: { solver: agent({ model: 'policy', maxTokens: 1, maxTurns: 3 }) },
     tasks: generatedTasks<PythonLookupTask>({ seed: 9, count: 50, evalFraction: 0.2, make: (_random, i) => ({ id: String(i), data: { secret: i % 10 } }) }),
     episode: ({ task, agents }) => runAgent(agents.solver.openai, task.secret),
     rewards: {
-      solver: ({ task, outcome }) => ({ correct: Number(outcome?.looked === true && outcome.answer === String(task.secret)) }),
+      solver: ({ task, outcome }) => ({
+        looked: Number(outcome?.looked === true),
+        correct: Number(outcome?.looked === true && outcome.answer === String(task.secret)),
+      }),
     },
     success: ({ task, outcome }) => outcome?.looked === true && outcome.answer === String(task.secret),
   });

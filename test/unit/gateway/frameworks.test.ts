@@ -50,8 +50,9 @@ describe('framework teams against the real gateway and engine', () => {
     const tok = team.tokenizer;
     const key = modelKey(runId, 'policy');
     await client.initModel({ modelKey: key, spec: engineSpec(team.models.policy!), seed: 1 });
-    const ids = (pieces: string[]) => pieces.flatMap((p) => (p === '<eos>' ? [tok.eosId] : tok.encode(p)));
-    const samples = lesson.map(([context, reply]) => ({ context: [tok.bosId, ...ids(context)], tokens: [...ids(reply), tok.eosId] }));
+    // the teams reply one token (max_tokens 1): a tool call's reply is that token, with no EOS after it
+    const ids = (pieces: string[]) => pieces.flatMap((p) => tok.encode(p));
+    const samples = lesson.map(([context, reply]) => ({ context: [tok.bosId, ...ids(context)], tokens: ids(reply) }));
     let version = 0;
     for (let round = 0; round < 300; round++) {
       const scored = await client.score({ modelKey: key, version, sequences: samples });
@@ -100,7 +101,7 @@ describe('framework teams against the real gateway and engine', () => {
     const digits = [...'0123456789'];
     const version = await teach(team, 'ai', [
       [['[lookup]U?>'], [LOOKUP_CALL]],
-      ...digits.map((d): [string[], string[]] => [['[lookup]U?>', LOOKUP_CALL, '<eos>', `T${d}>`], [d]]),
+      ...digits.map((d): [string[], string[]] => [['[lookup]U?>', LOOKUP_CALL, `T${d}>`], [d]]),
     ]);
     for (const secret of [3, 8]) {
       const log: Log = [];
@@ -127,7 +128,7 @@ describe('framework teams against the real gateway and engine', () => {
     const version = await teach(team, 'sdk', [
       [['[transfer_to_solver]SRoute.U?>'], [HANDOFF_CALL]],
       [afterHandoff, [LOOKUP_CALL]],
-      ...digits.map((d): [string[], string[]] => [[...afterHandoff, LOOKUP_CALL, '<eos>', `T${d}>`], [d]]),
+      ...digits.map((d): [string[], string[]] => [[...afterHandoff, LOOKUP_CALL, `T${d}>`], [d]]),
     ]);
     const log: Log = [];
     const t = await runBatchedEpisode(team, { episodeId: 'sdk5', seed: 5, task: { secret: 5 }, versions: { policy: version } }, io('sdk', log));
@@ -150,7 +151,7 @@ describe('framework teams against the real gateway and engine', () => {
     const digits = [...'0123456789'];
     const version = await teach(team, 'py', [
       [['[lookup]U?>'], [LOOKUP_CALL]],
-      ...digits.map((d): [string[], string[]] => [['[lookup]U?>', LOOKUP_CALL, '<eos>', `T${d}>`], [d]]),
+      ...digits.map((d): [string[], string[]] => [['[lookup]U?>', LOOKUP_CALL, `T${d}>`], [d]]),
     ]);
     for (const secret of [2, 9]) {
       const log: Log = [];
