@@ -17,8 +17,8 @@ import type { ChatRequest } from './request';
 /** Per agent: calls answered from the journal, and episodes restarted because the code diverged from it. */
 export const JOURNAL_COUNTERS = { replayed: 'journalReplayedCalls', restarts: 'journalRestarts' } as const;
 
-/** Sorted keys: the same hash however a client orders an object. */
-function canonical(v: unknown): string {
+/** Sorted keys, undefined fields left out: the same text (and hash) however a client orders an object. */
+export function canonical(v: unknown): string {
   if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
   if (v && typeof v === 'object')
     return `{${Object.keys(v)

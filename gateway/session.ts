@@ -16,7 +16,7 @@ import { LimitExceeded, type EpisodeTurns } from '../agents/episode';
 import type { ChatMessage, ChatTemplate } from '../agents/chat-template';
 import type { TurnRecord } from '../schema/trajectory';
 import { GatewayError, invalid } from './errors';
-import { JOURNAL_COUNTERS, requestHash, type EpisodeCalls } from './journal';
+import { JOURNAL_COUNTERS, canonical, requestHash, type EpisodeCalls } from './journal';
 import type { ChatRequest, FunctionTool, RequestMessage } from './request';
 import { parseToolCalls, renderToolCalls, type ToolCall } from './tool-calls';
 
@@ -31,17 +31,6 @@ export interface Completion {
 
 /** Counters kept per agent in the trajectory (`counters`). */
 export const COUNTERS = { calls: 'gatewayCalls', retokenized: 'retokenizedTurns', unparsed: 'unparsedToolCalls' } as const;
-
-/** Sorted keys: the same JSON however a client orders an object. */
-function canonical(v: unknown): string {
-  if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
-  if (v && typeof v === 'object')
-    return `{${Object.keys(v)
-      .sort()
-      .map((k) => `${JSON.stringify(k)}:${canonical((v as Record<string, unknown>)[k])}`)
-      .join(',')}}`;
-  return JSON.stringify(v);
-}
 
 const argumentsKey = (args: string) => {
   try {
