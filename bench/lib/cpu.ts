@@ -53,7 +53,8 @@ export interface CpuSample {
   machine: number;
 }
 
-function machineBusy(): number {
+/** Busy CPU seconds of the whole machine, over all cores (from /proc/stat). */
+export function machineBusy(): number {
   try {
     const line = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0]!;
     const v = line.split(/\s+/).slice(1).map(Number);
@@ -70,6 +71,16 @@ function cmdline(pid: number): string {
   } catch {
     return '';
   }
+}
+
+/** CPU seconds (user + system) of every process now, by pid. */
+export function processSeconds(): Map<number, { ppid: number; comm: string; seconds: number }> {
+  return new Map(allProcs().map((p) => [p.pid, { ppid: p.ppid, comm: p.comm, seconds: p.seconds }]));
+}
+
+/** The command line of a process, arguments joined by spaces ('' once it is gone). */
+export function commandLine(pid: number): string {
+  return cmdline(pid).split('\0').join(' ');
 }
 
 export function cpuSample(enginePid: number | undefined, database: string): CpuSample {

@@ -21,7 +21,7 @@ import { ensureTemporalServerBinaries, temporalServerBinariesCached } from '../.
 import type { RunSummary, trainingRun } from '../../../workflows/training-run';
 import { compareRuns, loadStoredRun } from '../../../testing/chaos/compare';
 import { createTestDatabase, testDatabaseServer } from '../../helpers';
-import { SERVER_NAME, startCluster } from './cluster';
+import { SERVER_NAME, startCluster } from '../../../testing/production';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const STEPS = 6;

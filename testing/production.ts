@@ -13,15 +13,15 @@ import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { Connection } from '@temporalio/client';
-import { loadConfig, type TroupeConfig } from '../../../infra/config';
-import { connect } from '../../../infra/db';
-import { pidAlive, readRecord, spawnService, stopService, tailFile, type ServiceRecord } from '../../../infra/processes';
-import { TROUPE_SEARCH_ATTRIBUTES } from '../../../infra/search-attributes';
-import { ensureTemporalBinary, pollerIdentities, temporalConnectionOptions, temporalServerVersion } from '../../../infra/temporal';
-import { setupTemporalSchema, temporalServerArgs } from '../../../infra/temporal-server';
-import { repoRoot } from '../../../infra/paths';
-import { freePort } from '../../../testing/ports';
-import { childProcesses } from '../../../testing/chaos/stack';
+import { loadConfig, type TroupeConfig } from '../infra/config';
+import { connect } from '../infra/db';
+import { pidAlive, readRecord, spawnService, stopService, tailFile, type ServiceRecord } from '../infra/processes';
+import { TROUPE_SEARCH_ATTRIBUTES } from '../infra/search-attributes';
+import { ensureTemporalBinary, pollerIdentities, temporalConnectionOptions, temporalServerVersion } from '../infra/temporal';
+import { setupTemporalSchema, temporalServerArgs } from '../infra/temporal-server';
+import { repoRoot } from '../infra/paths';
+import { freePort } from './ports';
+import { childProcesses } from './chaos/stack';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 export const SERVER_NAME = 'temporal.troupe.test';
@@ -98,6 +98,10 @@ export interface Cluster {
   dir: string;
   address: string;
   namespace: string;
+  /** Temporal's two databases on the PostgreSQL server (dropped by shutdown). */
+  databases: { database: string; visibilityDatabase: string };
+  /** host:port of the server's Prometheus metrics. */
+  metricsAddress: string;
   certs: Certs;
   /** What Troupe's processes get: TEMPORAL_ADDRESS, TEMPORAL_TLS_*, DATABASE_URL, ... */
   troupeEnv: Record<string, string>;
@@ -109,6 +113,8 @@ export interface Cluster {
   killServer(): Promise<number>;
   /** Start a Troupe worker process ('control-worker' or 'pool-worker-N'). */
   startWorker(name: string): ServiceRecord;
+  /** A running service's record ('temporal', 'control-worker', 'pool-worker-N'), undefined when not running. */
+  record(name: string): ServiceRecord | undefined;
   /** SIGKILL a worker and its children (a pool worker's engine). */
   killWorker(name: string): Promise<number>;
   /** Waits until each named worker polls its queue (by its pid in the poller identity). */
@@ -156,6 +162,8 @@ export async function startCluster(opts: {
   serverUrl: string;
   troupeDatabaseUrl: string;
   log: (line: string) => void;
+  /** More TEMPORAL_SERVER_* settings of production.yaml (e.g. TEMPORAL_SERVER_HISTORY_SHARDS). */
+  serverEnv?: Record<string, string>;
 }): Promise<Cluster> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-prod-'));
   const id = `${Date.now().toString(36)}_${randomBytes(3).toString('hex')}`;
@@ -197,6 +205,7 @@ export async function startCluster(opts: {
     TEMPORAL_SERVER_TLS_SERVER_NAME: SERVER_NAME,
     TEMPORAL_SERVER_TLS_WORKER_CERT: certs.workerCert,
     TEMPORAL_SERVER_TLS_WORKER_KEY: certs.workerKey,
+    ...opts.serverEnv,
   };
   const address = `127.0.0.1:${ports.grpc}`;
   const namespace = 'troupe-production';
@@ -240,9 +249,12 @@ export async function startCluster(opts: {
     address,
     namespace,
     certs,
+    databases,
+    metricsAddress: serverEnv.TEMPORAL_SERVER_METRICS_ADDRESS!,
     troupeEnv,
     config,
     server: () => rec('temporal'),
+    record: rec,
     async startServer() {
       const r = spawnService({ stateDir, name: 'temporal', command: opts.serverBin, args: temporalServerArgs(), env: serverEnv });
       const deadline = Date.now() + 120_000;
