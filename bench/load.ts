@@ -9,11 +9,12 @@
  * p50/p99 (from histories), PostgreSQL growth per 1,000 episodes (Troupe's store and Temporal's
  * databases apart), history events and bytes per episode, CPU seconds per process (from /proc),
  * and the load average (the machine is shared). Not a test; prints a table and with --write
- * writes bench/results/load.{md,json}.
+ * writes bench/results/<--out, default load>.{md,json}.
  *
  *   node --import tsx bench/load.ts [--write] [--workers 1,2,4] [--modes batched,durable]
  *        [--batched-sizes 256,2048,16384] [--durable-sizes 32,128,512] [--cap 30]
- *        [--max-steps 3] [--budget 1200] [--history-sample 48]
+ *        [--max-steps 3] [--budget 1200] [--history-sample 48] [--out load]
+ *   node --import tsx bench/load.ts --report bench/results/load.json   (the tables of a saved run)
  */
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -46,6 +47,8 @@ const { values } = parseArgs({
     'max-steps': { type: 'string' },
     budget: { type: 'string' },
     'history-sample': { type: 'string' },
+    report: { type: 'string' },
+    out: { type: 'string' },
   },
 });
 const list = (v: string | undefined, dflt: string, what: string) =>
@@ -76,6 +79,9 @@ const HISTORY_SAMPLE = Number(values['history-sample'] ?? 48);
 const GROWTH = 1.15;
 const COMMAND = `node --import tsx bench/load.ts${process.argv.length > 2 ? ' ' + process.argv.slice(2).join(' ') : ''}`;
 const RESULTS = path.join(__dirname, 'results');
+/** --write writes bench/results/<out>.{md,json}. */
+const OUT = values.out ?? 'load';
+if (!/^[A-Za-z0-9._-]+$/.test(OUT)) throw new Error(`--out: a file name stem (letters, digits, . _ -), got ${OUT}`);
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const f = (x: number | undefined, d = 1) => (x !== undefined && Number.isFinite(x) ? x.toFixed(d) : 'n/a');
@@ -120,7 +126,7 @@ interface Snapshot {
 }
 
 /** Server counters worth a per-turn rate: requests to persistence and to the frontend. */
-const METRICS = ['persistence_requests', 'service_requests', 'state_transition_count_sum'];
+const METRICS = ['persistence_requests', 'service_requests'];
 
 async function scrape(address: string): Promise<Record<string, number>> {
   const out: Record<string, number> = Object.fromEntries(METRICS.map((m) => [m, 0]));
@@ -471,7 +477,7 @@ async function main() {
         for (const episodes of SIZES[mode]) {
           const elapsed = (performance.now() - t0) / 1000;
           if (elapsed > BUDGET) {
-            skipped.push(`${workers} pool workers, ${mode}, ${episodes} episodes/step: past the ${BUDGET} s budget`);
+            skipped.push(`${mode}, ${workers} pool worker(s), ${episodes} episodes/step: past the ${BUDGET} s budget`);
             continue;
           }
           // steps that fit the cap, predicted from the previous size (linear in episodes)
@@ -483,7 +489,7 @@ async function main() {
           const saturated = p.capped || p.stepsCompleted === 0 || (prev !== undefined && p.turnsPerSecond < GROWTH * prev.turnsPerSecond);
           if (saturated) {
             const rest = SIZES[mode].filter((s) => s > episodes);
-            if (rest.length) skipped.push(`${workers} pool workers, ${mode}, ${rest.join(', ')} episodes/step: saturated at ${episodes}`);
+            if (rest.length) skipped.push(`${mode}, ${workers} pool worker(s), ${rest.join(', ')} episodes/step: saturated or capped at ${episodes}`);
             break;
           }
           prev = p;
@@ -498,17 +504,17 @@ async function main() {
     await store.drop().catch(() => undefined);
   }
   const seconds = (performance.now() - t0) / 1000;
-  const md = report(points, skipped, seconds);
+  const md = report(points, skipped, { command: COMMAND, date: new Date().toISOString(), seconds });
   console.log(md);
   if (values.write) {
     fs.mkdirSync(RESULTS, { recursive: true });
-    fs.writeFileSync(path.join(RESULTS, 'load.md'), md);
+    fs.writeFileSync(path.join(RESULTS, `${OUT}.md`), md);
     fs.writeFileSync(
-      path.join(RESULTS, 'load.json'),
+      path.join(RESULTS, `${OUT}.json`),
       JSON.stringify({ command: COMMAND, date: new Date().toISOString(), node: process.version, cores: os.cpus().length, seconds, points, skipped }, null, 2) +
         '\n',
     );
-    console.log(`wrote ${path.relative(process.cwd(), RESULTS)}/load.{md,json}`);
+    console.log(`wrote ${path.relative(process.cwd(), RESULTS)}/${OUT}.{md,json}`);
   }
 }
 
@@ -519,14 +525,14 @@ const cpuCols = (p: Point) => [p.cpu.temporal, p.cpu.control, p.cpu.pool, p.cpu.
 const ourCpu = (p: Point) => GROUPS.filter((g) => g !== 'driver').reduce((n, g) => n + p.cpu[g], 0);
 
 function row(p: Point): string {
-  return `| ${p.workers} | ${p.mode} | ${p.episodesPerStep} | ${p.stepsCompleted}/${p.stepsPlanned}${p.capped ? ' (capped)' : ''} | ${f(median(p.stepSeconds), 2)} | ${f(p.turnsPerSecond, 0)} | ${f(p.episodesPerSecond, 0)} | ${f(p.latency.wftP50, 0)} / ${f(p.latency.wftP99, 0)} | ${f(p.latency.poolQueueP50, 0)} / ${f(p.latency.poolQueueP99, 0)} | ${f(p.history.eventsPerEpisode, 1)} / ${KB(p.history.bytesPerEpisode)} | ${KB(p.sizePer1000.store)} / ${KB(p.sizePer1000.temporal)} | ${cpuCols(p)} | ${f(ourCpu(p) / p.wallSeconds, 2)} / ${f(p.machineCpu / p.wallSeconds, 2)} | ${p.loadBefore[0]}–${p.loadAfter[0]} |`;
+  return `| ${p.workers} | ${p.mode} | ${p.episodesPerStep} | ${p.stepsCompleted}/${p.stepsPlanned}${p.capped ? ' (capped)' : ''} | ${f(median(p.stepSeconds), 2)} | ${f(p.turnsPerSecond, 0)} | ${f(p.episodesPerSecond, 0)} | ${f(p.latency.wftP50, 0)} / ${f(p.latency.wftP99, 0)} | ${f(p.latency.poolQueueP50, 0)} / ${f(p.latency.poolQueueP99, 0)} | ${p.stepsCompleted === 0 ? 'n/a' : `${f(p.history.eventsPerEpisode, 1)} / ${KB(p.history.bytesPerEpisode)}`} | ${p.stepsCompleted === 0 ? 'n/a' : `${KB(p.sizePer1000.store)} / ${KB(p.sizePer1000.temporal)}`} | ${cpuCols(p)} | ${f(ourCpu(p) / p.wallSeconds, 2)} / ${f(p.machineCpu / p.wallSeconds, 2)} | ${p.loadBefore[0]}–${p.loadAfter[0]} |`;
 }
 
-function report(points: Point[], skipped: string[], seconds: number): string {
+function report(points: Point[], skipped: string[], run: { command: string; date: string; seconds: number }): string {
   const lines: string[] = [];
   const out = (l = '') => lines.push(l);
-  out(`# ${COMMAND}`);
-  out(`# ${new Date().toISOString()}, node ${process.version}, ${os.cpus().length} cores (${os.cpus()[0]?.model ?? '?'}), bench took ${f(seconds, 0)} s`);
+  out(`# ${run.command}`);
+  out(`# ${run.date}, node ${process.version}, ${os.cpus().length} cores (${os.cpus()[0]?.model ?? '?'}), bench took ${f(run.seconds, 0)} s`);
   out();
   out(
     `Production path: Temporal server 1.29.1 on PostgreSQL (deploy/temporal/production.yaml, 4 history shards, mTLS, payload codec on), Troupe's store on the same PostgreSQL server, one control worker, N pool workers with a CPU engine each, all on this machine. Bundled math team (tiny-lm policy), group size ${GROUP_SIZE}, evalEvery 0, evalTasks 1, seed 0. A point is one training run of up to ${MAX_STEPS} steps (as many as fit ${CAP} s at the previous size's rate; terminated at ${2.5 * CAP} s); a size whose turns/s is below ${GROWTH}x the previous size's ends the sweep of its mode. Each worker count is warmed up first with an unrecorded one-step run per mode. The machine is shared with other jobs: the load average (1 min) at the start and end of each point is in the last column.`,
@@ -541,25 +547,25 @@ function report(points: Point[], skipped: string[], seconds: number): string {
   for (const p of points) out(row(p));
   out();
   out(
-    "turns/s and episodes/s: agent turns and episodes of the completed training steps over those steps' wall time (planStep to the next step's first activity: rollout, update and bookkeeping). WFT: workflow task latency, scheduled -> completed, from the histories (the run's during those steps; durable: plus a sample of episode children); pool queue: generateTurn / rolloutBatch scheduled -> started. Events / KB per episode: the run's history (describe: historyLength, historySize) over its stored episodes, plus for durable the mean episode child's. Sizes: growth of pg_database_size over the point per 1,000 stored episodes (training and eval), Troupe's store (versions included) and Temporal's main database. CPU: seconds over the whole run from /proc, per process group. Cores used: CPU seconds over wall seconds, of the processes under test (Troupe's and Temporal's, with their PostgreSQL backends) and of the whole machine (other jobs included; it has ${os.cpus().length}).",
+    `turns/s and episodes/s: agent turns and episodes of the completed training steps over those steps' wall time (planStep to the next step's first activity: rollout, update and bookkeeping). WFT: workflow task latency, scheduled -> completed, from the histories (the run's during those steps; durable: plus a sample of episode children); pool queue: generateTurn / rolloutBatch scheduled -> started. Events / KB per episode: the run's history (describe: historyLength, historySize) over its stored episodes, plus for durable the mean episode child's. Sizes: growth of pg_database_size over the point per 1,000 stored episodes (training and eval), Troupe's store (versions included) and Temporal's main database. CPU: seconds over the whole run from /proc, per process group. A run terminated at the cap before it completed a step shows no sizes and no per-turn row (its stored episodes are not all the work it did); one that completed steps first keeps them, its CPU counting the terminated step's work too. Cores used: CPU seconds over wall seconds, of the processes under test (Troupe's and Temporal's, with their PostgreSQL backends) and of the whole machine (other jobs included; it has ${os.cpus().length}).`,
   );
   out();
   out("## Per agent turn (each point: over all the run's stored turns)");
   out();
   out(
-    `CPU per turn counts the whole run (its start, two one-task evals, every step), so small points carry fixed costs. The ceiling is what ${os.cpus().length} cores would carry if the processes under test had them to themselves and nothing but CPU limited them: ${os.cpus().length} / (CPU seconds per turn). State transitions, persistence and server requests: deltas of the Temporal server's Prometheus counters (state_transition_count_sum, persistence_requests, service_requests of all its services).`,
+    `CPU per turn counts the whole run (its start, two one-task evals, every step), so small points carry fixed costs. The ceiling is what ${os.cpus().length} cores would carry if the processes under test had them to themselves and nothing but CPU limited them: ${os.cpus().length} / (CPU seconds per turn). Persistence and server requests: deltas of the Temporal server's Prometheus counters (persistence_requests, service_requests of all its services).`,
   );
   out();
   out(
-    `| pool workers | mode | episodes/step | turns | CPU ms/turn Temporal / control / pool / engines / pg-store / pg-Temporal / sum | ${os.cpus().length}-core ceiling, turns/s | state transitions / turn | persistence requests / turn | server requests / turn | history events / turn | history bytes / turn | store bytes / turn (without versions) | Temporal DB bytes / turn | versions KB / step |`,
+    `| pool workers | mode | episodes/step | turns | CPU ms/turn Temporal / control / pool / engines / pg-store / pg-Temporal / sum | ${os.cpus().length}-core ceiling, turns/s | persistence requests / turn | server requests / turn | history events / turn | history bytes / turn | store bytes / turn (without versions) | Temporal DB bytes / turn | versions KB / step |`,
   );
-  out('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
-  for (const p of points) {
+  out('|---|---|---|---|---|---|---|---|---|---|---|---|---|');
+  for (const p of points.filter((p) => p.stepsCompleted > 0)) {
     const per = (x: number) => (x / Math.max(1, p.turns)) * 1000;
     const turnsPerEpisode = p.turns / Math.max(1, p.episodes);
     const cpus = [p.cpu.temporal, p.cpu.control, p.cpu.pool, p.cpu.engine, p.cpu.pgStore, p.cpu.pgTemporal];
     out(
-      `| ${p.workers} | ${p.mode} | ${p.episodesPerStep} | ${p.turns} | ${[...cpus, cpus.reduce((a, b) => a + b, 0)].map((x) => f(per(x), 2)).join(' / ')} | ${f((os.cpus().length * p.turns) / ourCpu(p), 0)} | ${f(p.temporalMetrics.state_transition_count_sum! / p.turns, 2)} | ${f(p.temporalMetrics.persistence_requests! / p.turns, 2)} | ${f(p.temporalMetrics.service_requests! / p.turns, 2)} | ${f(p.history.eventsPerEpisode / turnsPerEpisode, 1)} | ${f(p.history.bytesPerEpisode / turnsPerEpisode, 0)} | ${f(p.sizePer1000.storeWithoutVersions / 1000 / turnsPerEpisode, 0)} | ${f(p.sizePer1000.temporal / 1000 / turnsPerEpisode, 0)} | ${KB(p.versionBytesPerStep)} |`,
+      `| ${p.workers} | ${p.mode} | ${p.episodesPerStep} | ${p.turns} | ${[...cpus, cpus.reduce((a, b) => a + b, 0)].map((x) => f(per(x), 2)).join(' / ')} | ${f((os.cpus().length * p.turns) / ourCpu(p), 0)} | ${f(p.temporalMetrics.persistence_requests! / p.turns, 2)} | ${f(p.temporalMetrics.service_requests! / p.turns, 2)} | ${f(p.history.eventsPerEpisode / turnsPerEpisode, 1)} | ${f(p.history.bytesPerEpisode / turnsPerEpisode, 0)} | ${f(p.sizePer1000.storeWithoutVersions / 1000 / turnsPerEpisode, 0)} | ${f(p.sizePer1000.temporal / 1000 / turnsPerEpisode, 0)} | ${KB(p.versionBytesPerStep)} |`,
     );
   }
   out();
@@ -589,7 +595,13 @@ function report(points: Point[], skipped: string[], seconds: number): string {
   return lines.join('\n') + '\n';
 }
 
-main().catch((e: unknown) => {
+/** --report <load.json>: the tables again from a saved run (what the bench prints is rendered from the same points). */
+function rerender(file: string): void {
+  const saved = JSON.parse(fs.readFileSync(file, 'utf8')) as { command: string; date: string; seconds: number; points: Point[]; skipped: string[] };
+  process.stdout.write(report(saved.points, saved.skipped, saved).replace('\n\n', `\n# tables rendered again from ${path.basename(file)} by --report\n\n`));
+}
+
+(values.report ? Promise.resolve(rerender(values.report)) : main()).catch((e: unknown) => {
   console.error(e);
   process.exit(1);
 });
