@@ -6,16 +6,25 @@
  *   resolveSettings(modelLevel, agentLevel)  →  defaults ← model ← agent
  *
  * Merging is per field; `kl`, `estimator` and `rewardWeights` merge per key
- * (set a weight to 0 to drop a component). One exception: `normalizeStd`
- * belongs to an estimator, so it is not inherited when the agent names a
- * different estimator than its model.
+ * (set a weight to 0 to drop a component). One exception: `normalizeStd` and
+ * `gamma` belong to an estimator, so they are not inherited when the agent
+ * names a different estimator than its model.
  *
  * Errors name the full path, e.g. `agents.verifier.optimizer.lr: must be > 0`;
  * unknown keys are rejected (a typo must not silently fall back to a default).
  */
 
 import { z } from 'zod';
-import { getEstimator, isEstimatorName, normalizeStdMessage, scopeMessage, unknownEstimatorMessage, type AdvantageSpec } from '../rl/advantages/registry';
+import {
+  gammaMessage,
+  gammaProblem,
+  getEstimator,
+  isEstimatorName,
+  normalizeStdMessage,
+  scopeMessage,
+  unknownEstimatorMessage,
+  type AdvantageSpec,
+} from '../rl/advantages/registry';
 import { SCOPES, type Scope } from '../rl/advantages/types';
 import { KL_TYPES, type KlType, type PolicyLossSettings } from '../rl/loss';
 import { LOSS_AGGREGATIONS, type LossAggregation } from '../rl/tokens';
@@ -72,6 +81,8 @@ const fields = {
     .refine(isEstimatorName, { error: (iss) => unknownEstimatorMessage(iss.input) }),
   scope: oneOf<Scope>('scope', SCOPES),
   normalizeStd: z.boolean(),
+  /** Discount per turn of the discounted (turn-level) estimators. */
+  gamma: z.number({ error: (iss) => gammaProblem(iss.input) }).refine((x) => gammaProblem(x) === undefined, { error: (iss) => gammaProblem(iss.input) }),
 };
 
 export const OPTIMIZER_DEFAULTS = {
@@ -110,6 +121,7 @@ export const optimizerOverridesSchema = z.strictObject({
       name: fields.estimatorName.optional(),
       scope: fields.scope.optional(),
       normalizeStd: fields.normalizeStd.optional(),
+      gamma: fields.gamma.optional(),
     })
     .optional(),
 });
@@ -155,6 +167,7 @@ export const optimizerSettingsSchema = z
         name: fields.estimatorName.default(D.estimator.name),
         scope: fields.scope.default(D.estimator.scope),
         normalizeStd: fields.normalizeStd.optional(),
+        gamma: fields.gamma.optional(),
       })
       .prefault({}),
   })
@@ -166,6 +179,8 @@ export const optimizerSettingsSchema = z
         path: ['estimator', 'normalizeStd'],
         message: normalizeStdMessage(s.estimator.name),
       });
+    if (s.estimator.gamma !== undefined && !estimator.discounted)
+      ctx.addIssue({ code: 'custom', path: ['estimator', 'gamma'], message: gammaMessage(s.estimator.name) });
     if (estimator.scopes && !estimator.scopes.includes(s.estimator.scope))
       ctx.addIssue({ code: 'custom', path: ['estimator', 'scope'], message: scopeMessage(estimator, s.estimator.scope) });
   });
@@ -252,7 +267,10 @@ export function resolveSettings(modelLevel: unknown, agentLevel: unknown, paths:
   const agent = a.data;
   const switched = agent.estimator?.name !== undefined && agent.estimator.name !== (model.estimator?.name ?? D.estimator.name);
   const modelEstimator = { ...model.estimator };
-  if (switched) delete modelEstimator.normalizeStd;
+  if (switched) {
+    delete modelEstimator.normalizeStd;
+    delete modelEstimator.gamma;
+  }
   const merged = {
     ...model,
     ...agent,
@@ -278,6 +296,7 @@ export function toAdvantageSpec(s: OptimizerSettings): AdvantageSpec {
       weights: s.rewardWeights,
       scope: s.estimator.scope,
       ...(s.estimator.normalizeStd === undefined ? {} : { normalizeStd: s.estimator.normalizeStd }),
+      ...(s.estimator.gamma === undefined ? {} : { gamma: s.estimator.gamma }),
     },
   };
 }

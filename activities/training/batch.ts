@@ -272,7 +272,7 @@ function tokenHash(tokens: readonly number[], prefix = ''): string {
 export function advantagesFor(samples: Sample[], agents: Record<string, OptimizerSettings>) {
   const specs = Object.fromEntries(Object.entries(agents).map(([role, s]) => [role, toAdvantageSpec(s)]));
   const list = Object.values(specs);
-  const shape = (s: (typeof list)[number]) => JSON.stringify([s.estimator, s.options?.scope, s.options?.normalizeStd]);
+  const shape = (s: (typeof list)[number]) => JSON.stringify([s.estimator, s.options?.scope, s.options?.normalizeStd, s.options?.gamma]);
   const weights = (s: (typeof list)[number]) => JSON.stringify(Object.entries(s.options?.weights ?? {}).sort());
   if (list.length === 0 || list.some((s) => shape(s) !== shape(list[0]!))) return computeAdvantagesByAgent(samples, specs);
   const first = list[0]!;

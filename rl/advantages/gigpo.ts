@@ -8,7 +8,7 @@
  *             with more turns does not weigh more;
  *   step:     turns whose context tokens hash alike (same anchor state) in the same
  *             (task group, agent) form a step group; with G_t the discounted return
- *             along the turn graph (γ = GIGPO_GAMMA, turn-graph.ts turnReturns),
+ *             along the turn graph (γ the `gamma` option, default 0.95; turn-graph.ts turnReturns),
  *             A_S(t) = (G_t − mean_G) / (std_G + 1e-6) within the step group;
  *   A(t) = A_E(e) + ω · A_S(t), ω = GIGPO_OMEGA (the paper's weighting, ω = 1).
  * A group of one (episode or step) contributes 0. Stds are unbiased (n − 1);
@@ -25,9 +25,8 @@ import type { RewardWeights, Sample } from '../samples';
 import { episodeReturns, requireFields, setsBy, turnPlaces, turnReturns } from '../turn-graph';
 import { toResult } from './scope';
 import { mean, unbiasedStd } from './stats';
-import type { AdvantageEstimator, AdvantageResult, ResolvedAdvantageOptions } from './types';
+import { DEFAULT_GAMMA, type AdvantageEstimator, type AdvantageResult, type ResolvedAdvantageOptions } from './types';
 
-export const GIGPO_GAMMA = 0.95;
 export const GIGPO_OMEGA = 1;
 export const GIGPO_EPS = 1e-6;
 
@@ -53,7 +52,7 @@ export function episodeAdvantages(samples: readonly Sample[], weights: RewardWei
 export function gigpo(samples: readonly Sample[], options: ResolvedAdvantageOptions): AdvantageResult {
   requireFields(samples, 'gigpo', ['contextHash']);
   const places = turnPlaces(samples, 'gigpo');
-  const g = turnReturns(samples, places, options.weights, GIGPO_GAMMA);
+  const g = turnReturns(samples, places, options.weights, options.gamma);
   const adv = episodeAdvantages(samples, options.weights, options.normalizeStd);
   const sets = setsBy(samples.length, (i) => `${samples[i]!.groupId}\u0000${samples[i]!.agentId}\u0000${samples[i]!.contextHash}`);
   const sharedStep: boolean[] = new Array<boolean>(samples.length).fill(false);
@@ -70,8 +69,9 @@ export function gigpo(samples: readonly Sample[], options: ResolvedAdvantageOpti
 
 export const gigpoEstimator: AdvantageEstimator = {
   name: 'gigpo',
-  summary: `episode-level group advantage + ${GIGPO_OMEGA}× step-level one over turns with identical contexts (returns with γ ${GIGPO_GAMMA})`,
+  summary: `episode-level group advantage + ${GIGPO_OMEGA}× step-level one over turns with identical contexts (returns with γ, default ${DEFAULT_GAMMA})`,
   supportsNormalizeStd: true,
+  discounted: true,
   perComponent: false,
   scopes: ['group-agent'],
   estimate: gigpo,

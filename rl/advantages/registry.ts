@@ -26,6 +26,7 @@ import { rlooEstimator } from './rloo';
 import { saltEstimator } from './salt';
 import { turnReturnEstimator } from './turn-return';
 import {
+  DEFAULT_GAMMA,
   SCOPES,
   type Scope,
   type AdvantageDiagnostics,
@@ -71,6 +72,7 @@ export function defineEstimator(estimator: AdvantageEstimator): AdvantageEstimat
     if (typeof e.summary !== 'string') issues.add('estimator.summary', `must be a string, got ${describe(e.summary)}`);
     for (const flag of ['supportsNormalizeStd', 'perComponent'] as const)
       if (typeof e[flag] !== 'boolean') issues.add(`estimator.${flag}`, `must be a boolean, got ${describe(e[flag])}`);
+    if (e.discounted !== undefined && typeof e.discounted !== 'boolean') issues.add('estimator.discounted', `must be a boolean, got ${describe(e.discounted)}`);
     if (e.scopes !== undefined && !(Array.isArray(e.scopes) && e.scopes.length > 0 && e.scopes.every((x) => SCOPES.includes(x))))
       issues.add('estimator.scopes', `must be a non-empty list of ${SCOPES.join(', ')}, got ${describe(e.scopes)}`);
     if (typeof e.estimate !== 'function') issues.add('estimator.estimate', `must be a function, got ${describe(e.estimate)}`);
@@ -86,7 +88,9 @@ export function estimatorNames(): string[] {
 }
 
 /** A yes/no property an estimator declares (e.g. `supportsNormalizeStd`). */
-export type EstimatorCapability = { [K in keyof AdvantageEstimator]-?: AdvantageEstimator[K] extends boolean ? K : never }[keyof AdvantageEstimator];
+export type EstimatorCapability = {
+  [K in keyof AdvantageEstimator]-?: NonNullable<AdvantageEstimator[K]> extends boolean ? K : never;
+}[keyof AdvantageEstimator];
 
 /** The estimators that declare `capability`, in registry order: for help texts and messages. */
 export function estimatorsWith(capability: EstimatorCapability): string[] {
@@ -106,6 +110,18 @@ export function normalizeStdMessage(name: string): string {
   const names = estimatorsWith('supportsNormalizeStd');
   const list = names.length > 1 ? `${names.slice(0, -1).join(', ')} and ${names.at(-1)}` : names.join('');
   return `is not an option of ${name} (only ${list})`;
+}
+
+/** Why `gamma` is refused for an estimator that does not discount. */
+export function gammaMessage(name: string): string {
+  const names = estimatorsWith('discounted');
+  const list = names.length > 1 ? `${names.slice(0, -1).join(', ')} and ${names.at(-1)}` : names.join('');
+  return `is not an option of ${name} (only ${list})`;
+}
+
+/** What a `gamma` must be; undefined when `value` is one. */
+export function gammaProblem(value: unknown): string | undefined {
+  return typeof value === 'number' && value >= 0 && value <= 1 ? undefined : `must be a number from 0 to 1, got ${describe(value)}`;
 }
 
 /** Why a scope is refused for an estimator that makes its own sets. */
@@ -141,10 +157,21 @@ export function resolveOptions(estimator: AdvantageEstimator, options: Advantage
     if (typeof o.normalizeStd !== 'boolean') issues.add(`${path}.normalizeStd`, `must be a boolean, got ${describe(o.normalizeStd)}`);
     else if (!estimator.supportsNormalizeStd) issues.add(`${path}.normalizeStd`, normalizeStdMessage(estimator.name));
   }
+  if (o.gamma !== undefined) {
+    const problem = gammaProblem(o.gamma);
+    if (problem) issues.add(`${path}.gamma`, problem);
+    else if (!estimator.discounted) issues.add(`${path}.gamma`, gammaMessage(estimator.name));
+  }
   for (const key of Object.keys(o))
-    if (key !== 'weights' && key !== 'scope' && key !== 'normalizeStd') issues.add(`${path}.${key}`, 'unknown option (known: weights, scope, normalizeStd)');
+    if (!['weights', 'scope', 'normalizeStd', 'gamma'].includes(key))
+      issues.add(`${path}.${key}`, 'unknown option (known: weights, scope, normalizeStd, gamma)');
   issues.throwIfAny();
-  return { weights, scope: scope as ResolvedAdvantageOptions['scope'], normalizeStd: o.normalizeStd !== false };
+  return {
+    weights,
+    scope: scope as ResolvedAdvantageOptions['scope'],
+    normalizeStd: o.normalizeStd !== false,
+    gamma: (o.gamma as number | undefined) ?? DEFAULT_GAMMA,
+  };
 }
 
 /** Advantages for a whole batch with one estimator. */

@@ -5,7 +5,7 @@
  *   G_t = r_t + γ · mean_{c ∈ children(t)} G_c   (a turn without children: r_t + R_t)
  *   A_t = G_t − mean_{j ∈ set(t), j ≠ t} G_j,   set(t) = (group, agent, position of t)
  * r_t: the turn's per-turn components, R_t: its episode components (both weighted);
- * γ = TURN_RETURN_GAMMA; a set of one turn gets 0. rl/turn-graph.ts holds the graph
+ * γ the `gamma` option (default DEFAULT_GAMMA, 0.95); a set of one turn gets 0. rl/turn-graph.ts holds the graph
  * rules (per agent, children averaged so parallel branches do not share credit).
  * Source: reward-to-go REINFORCE (Williams 1992; Sutton & Barto §13.4) with the
  * per-position group baseline of MT-GRPO (Zeng et al. 2025, arXiv:2505.11821).
@@ -22,13 +22,11 @@ import type { Sample } from '../samples';
 import { setsBy, turnPlaces, turnReturns } from '../turn-graph';
 import { toResult } from './scope';
 import { mean } from './stats';
-import type { AdvantageEstimator, AdvantageResult, ResolvedAdvantageOptions } from './types';
-
-export const TURN_RETURN_GAMMA = 0.95;
+import { DEFAULT_GAMMA, type AdvantageEstimator, type AdvantageResult, type ResolvedAdvantageOptions } from './types';
 
 export function turnReturn(samples: readonly Sample[], options: ResolvedAdvantageOptions): AdvantageResult {
   const places = turnPlaces(samples, 'turn-return');
-  const g = turnReturns(samples, places, options.weights, TURN_RETURN_GAMMA);
+  const g = turnReturns(samples, places, options.weights, options.gamma);
   const sets = setsBy(samples.length, (i) => `${samples[i]!.groupId}\u0000${samples[i]!.agentId}\u0000${places.position[i]}`);
   const adv = new Float64Array(samples.length);
   for (const set of sets) {
@@ -43,8 +41,9 @@ export function turnReturn(samples: readonly Sample[], options: ResolvedAdvantag
 
 export const turnReturnEstimator: AdvantageEstimator = {
   name: 'turn-return',
-  summary: `discounted return along the turn graph (γ ${TURN_RETURN_GAMMA}) − mean of other episodes' at the same turn position`,
+  summary: `discounted return along the turn graph (γ, default ${DEFAULT_GAMMA}) − mean of other episodes' at the same turn position`,
   supportsNormalizeStd: false,
+  discounted: true,
   perComponent: false,
   scopes: ['group-agent'],
   estimate: turnReturn,

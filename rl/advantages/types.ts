@@ -27,12 +27,18 @@ export interface AdvantageOptions {
   scope?: Scope;
   /** Divide by the spread (std, MAD). Only for estimators that declare it; default true. */
   normalizeStd?: boolean;
+  /** Discount per turn along the turn graph, 0-1. Only for estimators that declare `discounted`; default DEFAULT_GAMMA. */
+  gamma?: number;
 }
+
+/** γ of the discounted estimators when a run config sets none. */
+export const DEFAULT_GAMMA = 0.95;
 
 export interface ResolvedAdvantageOptions {
   weights: RewardWeights;
   scope: Scope;
   normalizeStd: boolean;
+  gamma: number;
 }
 
 export interface AdvantageDiagnostics {
@@ -73,6 +79,8 @@ export interface AdvantageEstimator {
    * one call on scores weighted beforehand (activities/training/batch.ts).
    */
   perComponent: boolean;
+  /** Whether it discounts returns along the turn graph, so `gamma` means something for it; absent means no. */
+  discounted?: boolean;
   /** The scopes it accepts; absent means all. Turn-level estimators make their own sets within `group-agent`. */
   scopes?: readonly Scope[];
   estimate(samples: readonly Sample[], options: ResolvedAdvantageOptions): AdvantageResult;

@@ -97,6 +97,22 @@ test('normalizeStd on an estimator without it is rejected at the level that chos
   );
 });
 
+test('gamma: a run-config option of the discounted estimators, named in its errors, not inherited across estimators', () => {
+  const s = resolveSettings({ estimator: { name: 'turn-return', gamma: 0.8 } }, {});
+  assert.deepEqual(toAdvantageSpec(s).options, { weights: {}, scope: 'group-agent', gamma: 0.8 });
+  // the agent picks gigpo: the model's γ belonged to turn-return
+  assert.equal(resolveSettings({ estimator: { name: 'turn-return', gamma: 0.8 } }, { estimator: { name: 'gigpo' } }).estimator.gamma, undefined);
+  assert.equal(resolveSettings({ estimator: { name: 'gigpo', gamma: 0.8 } }, { estimator: { gamma: 0.5 } }).estimator.gamma, 0.5);
+  assert.throws(
+    () => resolveSettings({ estimator: { name: 'turn-return', gamma: -0.1 } }, {}, paths),
+    /models\.policy\.optimizer\.estimator\.gamma: must be a number from 0 to 1, got -0\.1/,
+  );
+  assert.throws(
+    () => resolveSettings({}, { estimator: { name: 'grpo', gamma: 0.9 } }, paths),
+    /agents\.verifier\.optimizer\.estimator\.gamma: is not an option of grpo \(only turn-return and gigpo\)/,
+  );
+});
+
 test('resolved settings feed the registry and the loss directly', () => {
   const s = resolveSettings({ rewardWeights: { r: 2 } }, { estimator: { name: 'rloo', scope: 'batch' }, clipHigh: 0.28, kl: { type: 'k1' } });
   const spec = toAdvantageSpec(s);

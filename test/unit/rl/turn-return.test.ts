@@ -3,11 +3,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { computeAdvantages } from '../../../rl/advantages/registry';
-import { TURN_RETURN_GAMMA } from '../../../rl/advantages/turn-return';
+import { DEFAULT_GAMMA } from '../../../rl/advantages/types';
 import { assertClose, turnSample } from './helpers';
 
 test('turn-return: returns per turn, baseline = mean of the other episodes at the same position', () => {
-  assert.equal(TURN_RETURN_GAMMA, 0.95);
+  assert.equal(DEFAULT_GAMMA, 0.95);
   const samples = [
     // e1: chain of 3, step [1, 0, 1], ok 1 → G2 = 2, G1 = 0.95·2 = 1.9, G0 = 1 + 0.95·1.9 = 2.805
     turnSample('e1', 0, [], 1, 1),
@@ -44,4 +44,35 @@ test('turn-return refuses a scope other than group-agent, naming the option', ()
     name: 'RlInputError',
     message: 'options.scope: "batch" is not a scope of turn-return (it accepts group-agent)',
   });
+});
+
+test('turn-return: the gamma option sets the discount', () => {
+  // γ 0.5, e1 steps [1, 0, 1], ok 1 → G2 = 2, G1 = 1, G0 = 1 + 0.5·1 = 1.5;
+  // e2 steps [0, 1], ok 0 → G1 = 1, G0 = 0.5
+  const samples = [
+    turnSample('e1', 0, [], 1, 1),
+    turnSample('e1', 1, [0], 0, 1),
+    turnSample('e1', 2, [1], 1, 1),
+    turnSample('e2', 0, [], 0, 0),
+    turnSample('e2', 1, [0], 1, 0),
+  ];
+  const r = computeAdvantages(samples, { estimator: 'turn-return', options: { gamma: 0.5 } });
+  // position 0: 1.5 − 0.5 = 1, 0.5 − 1.5 = −1; position 1: 1 − 1 = 0 twice; position 2: alone → 0
+  assertClose(r.advantages, [1, 0, 0, -1, 0]);
+  // γ 0: each turn's return is its own reward (the last one's plus the episode's)
+  const z = computeAdvantages(samples, { estimator: 'turn-return', options: { gamma: 0 } });
+  assertClose(z.advantages, [1, -1, 0, -1, 1]);
+});
+
+test('turn-return: gamma outside 0-1, or on an estimator that does not discount, is refused by name', () => {
+  const one = [turnSample('e1', 0, [], 1, 1)];
+  assert.throws(() => computeAdvantages(one, { estimator: 'turn-return', options: { gamma: 1.5 } }), /options\.gamma: must be a number from 0 to 1, got 1\.5/);
+  assert.throws(
+    () => computeAdvantages(one, { estimator: 'turn-return', options: { gamma: '0.9' as never } }),
+    /options\.gamma: must be a number from 0 to 1, got "0\.9"/,
+  );
+  assert.throws(
+    () => computeAdvantages(one, { estimator: 'at-grpo', options: { gamma: 0.9 } }),
+    /options\.gamma: is not an option of at-grpo \(only turn-return and gigpo\)/,
+  );
 });
