@@ -13,7 +13,7 @@
  * included) is listed too. Not a test; prints a table and writes
  * bench/results/credit.{md,json}.
  *
- *   node --import tsx bench/credit.ts [--seeds 10] [--estimators grpo@group,turn-return,...]
+ *   node --import tsx bench/credit.ts [--team navigator] [--seeds 10] [--estimators grpo@group,turn-return,...]
  *        [--steps 20] [--eval-every 2] [--eval-tasks 100] [--parallel 2] [--no-write]
  */
 import * as fs from 'node:fs';
@@ -27,6 +27,7 @@ import { machineLine } from './lib/cpu';
 
 const { values } = parseArgs({
   options: {
+    team: { type: 'string' },
     seeds: { type: 'string' },
     estimators: { type: 'string' },
     steps: { type: 'string' },
@@ -36,6 +37,7 @@ const { values } = parseArgs({
     'no-write': { type: 'boolean' },
   },
 });
+const TEAM = values.team ?? 'navigator';
 const SEEDS = Array.from({ length: Number(values.seeds ?? 10) }, (_, i) => i);
 /** name[@scope] */
 const ESTIMATORS = (values.estimators ?? 'grpo@group,grpo,turn-return,gigpo,at-grpo,salt').split(',');
@@ -73,7 +75,7 @@ async function main() {
         const [name, scope] = job.estimator.split('@');
         const a = performance.now();
         const r = await trainInProcess(client, {
-          team: 'chain',
+          team: TEAM,
           seed: job.seed,
           runId: `credit-${job.estimator.replace(/[^A-Za-z0-9._-]/g, '_')}-s${job.seed}-${Date.now().toString(36)}`,
           steps: STEPS,
@@ -111,7 +113,7 @@ async function main() {
   out(`# ${new Date().toISOString()}, node ${process.version}, ${os.cpus().length} cores; sweep took ${f((performance.now() - t0) / 1000, 0)} s`);
   out();
   out(
-    `chain: ${STEPS} steps x 16 groups x 8 episodes, greedy eval every ${EVAL_EVERY} steps on ${EVAL_TASKS} held-out tasks, seeds ${SEEDS[0]}–${SEEDS.at(-1)}.`,
+    `${TEAM}: ${STEPS} steps x 16 groups x 8 episodes, greedy eval every ${EVAL_EVERY} steps on ${EVAL_TASKS} held-out tasks, seeds ${SEEDS[0]}–${SEEDS.at(-1)}.`,
   );
   out(`Steps to ${TARGET}: first eval step with success ≥ ${TARGET}; mean ± std (sample) over the seeds that reached it.`);
   out();

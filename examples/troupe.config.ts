@@ -9,6 +9,7 @@ export default defineConfig({
     research: './teams/research.ts',
     recall: './teams/recall.ts',
     chain: './teams/chain.ts',
+    navigator: './teams/navigator.ts',
     'chat-digits': './teams/chat-digits.ts',
     'ai-sdk-lookup': './teams/ai-sdk-lookup.ts',
     'agents-handoff': './teams/agents-handoff.ts',
