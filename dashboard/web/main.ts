@@ -56,6 +56,8 @@ interface Turn {
 interface TurnRewards {
   turn: number;
   components: Record<string, number>;
+  /** The components that reward this turn itself (the reward function's `turn` part). */
+  perTurn?: string[];
 }
 interface GraphNode {
   id: string;
@@ -562,11 +564,14 @@ function tokensHtml(pieces: string[] | null, ids: number[], cls: string, logprob
 }
 
 function turnHtml(t: Turn, rewards: TurnRewards | undefined, decodeError: string | null) {
-  const comps = rewards
-    ? Object.entries(rewards.components)
-        .map(([k, v]) => `${esc(k)} ${fmt(v)}`)
-        .join(', ')
-    : '–';
+  // Episode components first, then this turn's own, which sit next to the advantage they feed.
+  const own = new Set(rewards?.perTurn ?? []);
+  const comp = ([k, v]: [string, number]) =>
+    `<span class="reward ${own.has(k) ? 'per-turn' : 'episode'}" data-component="${esc(k)}">${esc(k)} ${fmt(v)}${own.has(k) ? ' (turn)' : ''}</span>`;
+  const entries = Object.entries(rewards?.components ?? {});
+  const episodeParts = entries.filter(([k]) => !own.has(k)).map(comp);
+  const turnParts = entries.filter(([k]) => own.has(k)).map(comp);
+  const comps = entries.length > 0 ? [...episodeParts, ...turnParts].join(', ') : '–';
   const calls = t.toolCalls
     .map(
       (c) =>

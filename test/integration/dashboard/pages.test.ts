@@ -20,6 +20,9 @@ const skip = browserSkipReason();
 /** Symbols drawn as data (not legend) in one chart. */
 const drawnPoints = (page: Page, selector: string) => page.locator(`${selector} .mark-symbol.role-mark path`).count();
 
+/** A reward value as the episode page prints it (3 decimals unless whole). */
+const fmtValue = (x: number) => (Number.isInteger(x) ? String(x) : x.toFixed(3));
+
 /** The points a panel's view draws (smoothed `value`, stored `raw` where smoothing is on). */
 const viewPoints = (page: Page, panel: string): Promise<{ x: number; series: string; value: number; raw?: number }[]> =>
   page.evaluate((p) => (globalThis as any).troupe.views[p].data('points').map((x: any) => ({ x: x.x, series: x.series, value: x.value, raw: x.raw })), panel);
@@ -380,6 +383,55 @@ describe('dashboard pages', { skip }, () => {
     await open(page, `${dash.url}/#/runs/${runId}`);
     for (const panel of [...Object.keys(OFF_POLICY_PANELS), 'tokens by staleness'])
       assert.equal(await page.locator(`[data-panel="${panel}"]`).count(), 0, panel);
+  });
+
+  it("marks a chain episode's per-turn reward components and shows them next to each turn's advantage", async () => {
+    const chain = 'dash-pages-chain';
+    await h.env.client.workflow.execute('trainingRun', {
+      taskQueue: h.taskQueue,
+      workflowId: chain,
+      args: [{ ...RUN, team: 'chain', steps: 1, evalEvery: 0 }],
+    });
+    const [ep] = await h.db.sql`SELECT episode_id FROM episodes WHERE run_id = ${chain} AND split = 'train' ORDER BY episode_id LIMIT 1`;
+    await open(page, `${dash.url}/#/episodes/${encodeURIComponent(ep!.episode_id)}`);
+    const stored = await h.db.sql`
+      SELECT t.turn_index, t.advantage, r.component, r.value, r.per_turn
+      FROM turns t JOIN rewards r ON r.episode_id = t.episode_id AND r.turn_index = t.turn_index
+      WHERE t.episode_id = ${ep!.episode_id} ORDER BY t.turn_index, r.component`;
+    // chain: four turns, each with its episode's 'final' and its own 'step'
+    assert.deepEqual(
+      stored.map((r) => [r.turn_index, r.component, r.per_turn]),
+      [0, 1, 2, 3].flatMap((k) => [
+        [k, 'final', false],
+        [k, 'step', true],
+      ]),
+    );
+    // the page's DOM, typed loosely: the tests compile without the DOM library
+    const shown = await page.locator('.turn').evaluateAll((turns: any[]) =>
+      turns.map((t) => ({
+        turn: Number(t.dataset.turn),
+        rewards: [...t.querySelectorAll('h4 .reward')].map((r: any) => [r.dataset.component, r.classList.contains('per-turn'), r.innerText]),
+        // the per-turn components come last, just before the advantage
+        beforeAdvantage: t.querySelector('h4 .advantage')?.previousElementSibling?.dataset.component,
+        advantage: t.querySelector('h4 .advantage').innerText,
+      })),
+    );
+    assert.deepEqual(
+      shown,
+      [0, 1, 2, 3].map((k) => {
+        const row = (c: string) => stored.find((r) => r.turn_index === k && r.component === c)!;
+        return {
+          turn: k,
+          rewards: [
+            ['final', false, `final ${fmtValue(row('final').value)}`],
+            ['step', true, `step ${fmtValue(row('step').value)} (turn)`],
+          ],
+          beforeAdvantage: 'step',
+          advantage: (row('step').advantage as number).toFixed(4),
+        };
+      }),
+    );
+    await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-episode-chain.png'), fullPage: true });
   });
 
   it("overlays two runs' curves, checked in the runs list", async () => {
