@@ -392,7 +392,10 @@ describe('dashboard pages', { skip }, () => {
       workflowId: chain,
       args: [{ ...RUN, team: 'chain', steps: 1, evalEvery: 0 }],
     });
-    const [ep] = await h.db.sql`SELECT episode_id FROM episodes WHERE run_id = ${chain} AND split = 'train' ORDER BY episode_id LIMIT 1`;
+    // the episode with the most per-turn reward, so the values shown are not all 0
+    const [ep] = await h.db.sql`
+      SELECT e.episode_id FROM episodes e WHERE e.run_id = ${chain} AND e.split = 'train'
+      ORDER BY (SELECT coalesce(sum(value), 0) FROM rewards r WHERE r.episode_id = e.episode_id AND r.per_turn) DESC, e.episode_id LIMIT 1`;
     await open(page, `${dash.url}/#/episodes/${encodeURIComponent(ep!.episode_id)}`);
     const stored = await h.db.sql`
       SELECT t.turn_index, t.advantage, r.component, r.value, r.per_turn

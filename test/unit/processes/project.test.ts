@@ -95,11 +95,12 @@ test('each bad team is its own error naming its module and field; the good one l
 test('defineEstimator refuses a built-in name and names every bad field', () => {
   assert.throws(() => defineEstimator({ ...getEstimator('grpo') }), /estimator\.name: "grpo" is a built-in estimator/);
   assert.throws(
-    () => defineEstimator({ name: 'Bad Name', summary: 1, supportsNormalizeStd: 'no', perComponent: false, estimate: null } as never),
+    () => defineEstimator({ name: 'Bad Name', summary: 1, supportsNormalizeStd: 'no', perComponent: false, discounted: 1, estimate: null } as never),
     (e: Error) =>
       /estimator\.name: must be lower-case/.test(e.message) &&
       /estimator\.summary/.test(e.message) &&
       /estimator\.supportsNormalizeStd/.test(e.message) &&
+      /estimator\.discounted: must be a boolean, got 1/.test(e.message) &&
       /estimator\.estimate/.test(e.message),
   );
 });
