@@ -1,9 +1,10 @@
 /**
  * Learning curves of a run, from its stored metrics: reward per agent and
  * component, truncated/failed shares per agent, eval success (points: it is
- * measured only at eval steps), gradient norm per model, and for asynchronous
- * runs the off-policy correction per agent, a panel per quantity. Drawn with Vega-Lite (SVG) and rasterised
- * with resvg (PNG).
+ * measured only at eval steps), gradient norm per model, for asynchronous
+ * runs the off-policy correction per agent, a panel per quantity, and for runs with
+ * partial rollouts their carried episodes and tokens. Drawn with Vega-Lite (SVG) and
+ * rasterised with resvg (PNG).
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -14,6 +15,20 @@ import { STALENESS_TOKENS } from '../activities/training/off-policy';
 
 // vega and vega-lite are ES modules; load them from this CommonJS code with a real dynamic import.
 const esm = new Function('m', 'return import(m)') as <T>(m: string) => Promise<T>;
+
+/**
+ * A partial-rollout step's metrics (workflows/training-run/steps.ts, team rows):
+ * [panel, series]. The dashboard's run page (dashboard/web/curves.ts) draws the same panels.
+ */
+export const PARTIAL_PANELS: Record<string, [panel: string, series: string]> = {
+  'partial.carriedEpisodes': ['carried into the next step', 'episodes'],
+  'partial.carriedGroups': ['carried into the next step', 'groups'],
+  'partial.carriedMaxAge': ["carried episodes' age (steps)", 'oldest'],
+  'partial.generatedTokens': ['rollout tokens (sampled / served from the store)', 'sampled'],
+  'partial.replayedTokens': ['rollout tokens (sampled / served from the store)', 'served from the store'],
+  'partial.groups': ['partial rollout: groups run and lockstep rounds', 'groups'],
+  'partial.rounds': ['partial rollout: groups run and lockstep rounds', 'rounds'],
+};
 
 export interface CurvePoint {
   step: number;
@@ -77,7 +92,19 @@ export function curves(rows: Awaited<ReturnType<typeof readMetrics>>) {
       .map((r) => ({ step: r.step, series: 'eval success', value: r.value })),
     gradNorm: rows.filter((r) => r.kind === 'update' && r.name === 'gradNorm').map((r) => ({ step: r.step + 1, series: r.scope, value: r.value })),
     offPolicy: [...offPolicyPanels].map(([title, values]) => ({ title, values })),
+    partial: partialPanels(rows),
   };
+}
+
+/** Partial rollouts' panels, in PARTIAL_PANELS' order; none for a run without them. */
+function partialPanels(rows: Awaited<ReturnType<typeof readMetrics>>) {
+  const panels = new Map<string, CurvePoint[]>();
+  for (const [panel] of Object.values(PARTIAL_PANELS)) panels.set(panel, []);
+  for (const r of rows) {
+    const [panel, series] = (r.kind === 'train' && r.scope === 'team' && PARTIAL_PANELS[r.name]) || [];
+    if (panel) panels.get(panel)!.push({ step: r.step + 1, series: series!, value: r.value });
+  }
+  return [...panels].filter(([, values]) => values.length > 0).map(([title, values]) => ({ title, values }));
 }
 
 const WIDTH = 520;
@@ -124,6 +151,8 @@ export function curvesSpec(c: ReturnType<typeof curves>, title: string) {
       panel('gradient norm per model (before clipping)', c.gradNorm, 'grad norm'),
       // Only asynchronous runs (staleness > 0) have these.
       ...c.offPolicy.map((p) => panel(`${p.title} per agent (asynchronous run)`, p.values, 'value')),
+      // Only runs with partial rollouts have these.
+      ...c.partial.map((p) => panel(`${p.title} (partial rollouts)`, p.values, 'value')),
     ],
   };
 }

@@ -75,6 +75,12 @@ export function offPolicyLine(who: string, step: number, m: Record<string, numbe
   return `${who} (step ${step}): staleness ${f('staleness', 2)}${histogram}  IS weight mean ${f('isWeight.mean')} max ${f('isWeight.max')} truncated ${pct(m['isWeight.truncated'])} masked ${pct(m['isWeight.masked'])}  mismatch KL ${kl === undefined ? '-' : kl.toExponential(2)}  clip ${pct(m.clipFraction)}`;
 }
 
+/** A partial-rollout step (team rows `partial.*`, workflows/training-run/steps.ts): what it ran and what it carried on. */
+export function partialLine(step: number, m: Record<string, number>): string {
+  const n = (name: string) => (m[`partial.${name}`] === undefined ? '-' : String(m[`partial.${name}`]));
+  return `partial rollouts (step ${step}): groups ${n('groups')} in ${n('rounds')} rounds  carried ${n('carriedEpisodes')} episodes in ${n('carriedGroups')} groups, oldest ${n('carriedMaxAge')} steps  tokens sampled ${n('generatedTokens')}, served from the store ${n('replayedTokens')}`;
+}
+
 /** Model m's correction as the stored run config sets it ('' when the config no longer parses). */
 export function correctionLabel(config: unknown, model: string): string {
   try {
@@ -163,6 +169,14 @@ export default defineCommand({
       for (const r of offRows) (offPolicy![r.kind === 'update' ? 'models' : 'agents'][r.scope as string] ??= {})[r.name as string] = r.value as number;
       // a model's update rows exist in sync runs too: only models with a correction (a staleness row) count
       if (offPolicy) for (const [m, x] of Object.entries(offPolicy.models)) if (x.staleness === undefined) delete offPolicy.models[m];
+      // Runs with partial rollouts: the last step's carried episodes and tokens.
+      const partialRows =
+        await c.sql`SELECT step, name, value FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND scope = 'team' AND name LIKE 'partial.%'
+        AND step = (SELECT max(step) FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND scope = 'team' AND name = 'partial.groups')`;
+      const partial =
+        partialRows.length === 0
+          ? null
+          : { step: partialRows[0]!.step as number, metrics: Object.fromEntries(partialRows.map((r) => [r.name as string, r.value as number])) };
       const problems = await episodeProblems(c.sql, runId);
       const out = {
         runId,
@@ -178,6 +192,7 @@ export default defineCommand({
         events: events.map((e) => ({ step: e.step, kind: e.kind, detail: e.detail })),
         problems,
         offPolicy,
+        partial,
         entropy:
           entropyRows.length === 0
             ? null
@@ -217,6 +232,7 @@ export default defineCommand({
         }
         for (const [agent, m] of Object.entries(offPolicy.agents)) console.log(`  off-policy ${offPolicyLine(agent, offPolicy.step, m)}`);
       }
+      if (partial) console.log(`  off-policy ${partialLine(partial.step, partial.metrics)}`);
       for (const e of out.events) console.log(`  event at step ${e.step}: ${e.kind} ${JSON.stringify(e.detail)}`);
       return 0;
     } finally {

@@ -59,11 +59,22 @@ export const SECTIONS: readonly { id: string; title: string; panels: readonly st
     title: 'Optimization',
     panels: ['loss', 'pgLoss', 'klLoss', 'gradNorm', 'learning rate', 'clipFraction', 'approxKl', 'logprob gap (engine vs. rollout)'],
   },
-  // Only asynchronous runs (staleness > 0, activities/training/off-policy.ts) store these.
+  // Only asynchronous runs (staleness > 0, activities/training/off-policy.ts) and runs with
+  // partial rollouts (the last four, team rows `partial.*`) store these.
   {
     id: 'off-policy',
     title: 'Off-policy',
-    panels: ['staleness', 'tokens by staleness', 'importance weight', 'tokens truncated / masked', 'mismatch KL'],
+    panels: [
+      'staleness',
+      'tokens by staleness',
+      'importance weight',
+      'tokens truncated / masked',
+      'mismatch KL',
+      'carried into the next step',
+      "carried episodes' age (steps)",
+      'rollout tokens (sampled / served from the store)',
+      'partial rollout: groups run and lockstep rounds',
+    ],
   },
   { id: 'system', title: 'System', panels: ['step time split (s)', 'update tokens/s', 'tokens'] },
 ];
@@ -115,6 +126,7 @@ export function panelsOf(metrics: readonly MetricRow[], lrs: readonly LrRow[] = 
     } else if (r.scope === 'team') {
       // The step's rollout beside each model's update: where a step's time goes.
       if (r.name === 'rolloutSeconds') add('step time split (s)', r, 'rollout', r.step + 1);
+      else if (PARTIAL_PANEL_OF[r.name]) add(PARTIAL_PANEL_OF[r.name]![0], r, PARTIAL_PANEL_OF[r.name]![1], r.step + 1);
     } else if (r.name.startsWith('reward.')) add('reward components', r, `${r.scope} ${r.name.slice(7)}`, r.step + 1);
     // advantage.position.<k>: one series per agent and turn position (rl/diagnostics.ts advantageByPosition)
     else if (r.name.startsWith('advantage.position.'))
@@ -135,6 +147,17 @@ export function panelsOf(metrics: readonly MetricRow[], lrs: readonly LrRow[] = 
   for (const r of lrs) add('learning rate', { ...r, value: r.lr, kind: 'settings', scope: r.model, name: 'lr' }, `${r.model} (model)`, r.step + 1);
   return new Map([...panels].filter(([, points]) => points.length > 0));
 }
+
+/** A partial-rollout step's team rows: [panel, series]; `troupe plot` draws the same panels (cli/plot.ts PARTIAL_PANELS). */
+const PARTIAL_PANEL_OF: Record<string, [panel: string, series: string]> = {
+  'partial.carriedEpisodes': ['carried into the next step', 'episodes'],
+  'partial.carriedGroups': ['carried into the next step', 'groups'],
+  'partial.carriedMaxAge': ["carried episodes' age (steps)", 'oldest'],
+  'partial.generatedTokens': ['rollout tokens (sampled / served from the store)', 'sampled'],
+  'partial.replayedTokens': ['rollout tokens (sampled / served from the store)', 'served from the store'],
+  'partial.groups': ['partial rollout: groups run and lockstep rounds', 'groups'],
+  'partial.rounds': ['partial rollout: groups run and lockstep rounds', 'rounds'],
+};
 
 const short = (v: number): string => String(Number(v.toPrecision(4)));
 

@@ -40,6 +40,14 @@ const OFF_POLICY_PANELS: Record<string, Record<string, string>> = {
   'mismatch KL': { mismatch_kl: '' },
 };
 
+/** A partial-rollout run's panels (team rows): per panel, its metrics and their series. */
+const PARTIAL_PANELS: Record<string, Record<string, string>> = {
+  'carried into the next step': { 'partial.carriedEpisodes': 'episodes', 'partial.carriedGroups': 'groups' },
+  "carried episodes' age (steps)": { 'partial.carriedMaxAge': 'oldest' },
+  'rollout tokens (sampled / served from the store)': { 'partial.generatedTokens': 'sampled', 'partial.replayedTokens': 'served from the store' },
+  'partial rollout: groups run and lockstep rounds': { 'partial.groups': 'groups', 'partial.rounds': 'rounds' },
+};
+
 describe('dashboard pages', { skip }, () => {
   let h: Harness;
   let dash: Dashboard;
@@ -381,7 +389,7 @@ describe('dashboard pages', { skip }, () => {
     assert.deepEqual(histogram.sort(), lags.map((r) => [r.step + 1, lagSeries(r), r.value]).sort());
     await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-run-async.png'), fullPage: true });
     await open(page, `${dash.url}/#/runs/${runId}`);
-    for (const panel of [...Object.keys(OFF_POLICY_PANELS), 'tokens by staleness'])
+    for (const panel of [...Object.keys(OFF_POLICY_PANELS), 'tokens by staleness', ...Object.keys(PARTIAL_PANELS)])
       assert.equal(await page.locator(`[data-panel="${panel}"]`).count(), 0, panel);
   });
 
@@ -435,6 +443,35 @@ describe('dashboard pages', { skip }, () => {
       }),
     );
     await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-episode-chain.png'), fullPage: true });
+  });
+
+  it("draws a partial-rollout run's carried episodes, their age and tokens in the off-policy section, one point per stored row", async () => {
+    const partial = 'dash-pages-partial';
+    const config = {
+      team: 'chain',
+      teamOptions: { longTail: 0.5 },
+      steps: 2,
+      groupsPerStep: 2,
+      groupSize: 2,
+      evalEvery: 0,
+      evalTasks: 4,
+      seed: 5,
+      partialRollouts: { overProvision: 2, minFinished: 1 },
+    };
+    await h.env.client.workflow.execute('trainingRun', { taskQueue: h.taskQueue, workflowId: partial, args: [config] });
+    await open(page, `${dash.url}/#/runs/${partial}`);
+    const offPolicy = await page.evaluate(() =>
+      [...(globalThis as any).document.querySelectorAll('section[data-section="off-policy"]:not([hidden]) [data-panel]')].map((p: any) => p.dataset.panel),
+    );
+    assert.deepEqual(offPolicy, Object.keys(PARTIAL_PANELS), 'the off-policy section holds the partial-rollout panels only (staleness 0)');
+    for (const [panel, names] of Object.entries(PARTIAL_PANELS)) {
+      const rows = await h.db
+        .sql`SELECT step, name, value FROM metrics WHERE run_id = ${partial} AND kind = 'train' AND scope = 'team' AND name IN ${h.db.sql(Object.keys(names))}`;
+      assert.equal(rows.length, 2 * Object.keys(names).length, `${panel}: each metric, each step`);
+      const drawn = await page.evaluate((p) => (globalThis as any).troupe.views[p].data('points').map((x: any) => [x.x, x.series, x.value]), panel);
+      assert.deepEqual(drawn.sort(), rows.map((r) => [r.step + 1, names[r.name], r.value]).sort(), panel);
+    }
+    await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-run-partial.png'), fullPage: true });
   });
 
   it("overlays two runs' curves, checked in the runs list", async () => {

@@ -35,6 +35,7 @@ it('curves: one series per agent and component, a sum only for agents with sever
     { step: 10, series: 'eval success', value: 0.9 },
   ]);
   assert.deepEqual(c.offPolicy, [], 'a synchronous run has no off-policy panel');
+  assert.deepEqual(c.partial, [], 'nor a partial-rollout panel');
   const spec = curvesSpec(c, 't');
   assert.equal(spec.vconcat.length, 4);
   assert.deepEqual(spec.vconcat[2]!.mark, { type: 'point', filled: true, size: 50 }, 'eval: points, no line between evals');
@@ -74,6 +75,61 @@ it('curves: an asynchronous run adds the off-policy correction, a panel per quan
   assert.deepEqual(
     spec.vconcat.slice(4).map((p) => p.title),
     c.offPolicy.map((p) => `${p.title} per agent (asynchronous run)`),
+  );
+});
+
+it('curves: a partial-rollout run adds its carried episodes, their age, its tokens and rounds, a panel each', () => {
+  const names = ['groups', 'rounds', 'carriedEpisodes', 'carriedGroups', 'carriedMaxAge', 'generatedTokens', 'replayedTokens'];
+  const c = curves([
+    ...names.map((n, i) => row(0, 'train', 'team', `partial.${n}`, i)),
+    ...names.map((n, i) => row(1, 'train', 'team', `partial.${n}`, 10 + i)),
+    row(1, 'train', 'team', 'episodes', 12),
+    row(1, 'train', 'solver', 'reward.correct', 1),
+  ]);
+  assert.deepEqual(c.offPolicy, [], 'no staleness: no correction panels');
+  assert.deepEqual(
+    c.partial.map((p) => [p.title, p.values.map((v) => [v.step, v.series, v.value])]),
+    [
+      [
+        'carried into the next step',
+        [
+          [1, 'episodes', 2],
+          [1, 'groups', 3],
+          [2, 'episodes', 12],
+          [2, 'groups', 13],
+        ],
+      ],
+      [
+        "carried episodes' age (steps)",
+        [
+          [1, 'oldest', 4],
+          [2, 'oldest', 14],
+        ],
+      ],
+      [
+        'rollout tokens (sampled / served from the store)',
+        [
+          [1, 'sampled', 5],
+          [1, 'served from the store', 6],
+          [2, 'sampled', 15],
+          [2, 'served from the store', 16],
+        ],
+      ],
+      [
+        'partial rollout: groups run and lockstep rounds',
+        [
+          [1, 'groups', 0],
+          [1, 'rounds', 1],
+          [2, 'groups', 10],
+          [2, 'rounds', 11],
+        ],
+      ],
+    ],
+  );
+  const spec = curvesSpec(c, 't');
+  assert.deepEqual(
+    spec.vconcat.slice(4).map((p) => p.title),
+    c.partial.map((p) => `${p.title} (partial rollouts)`),
   );
 });
 

@@ -1,7 +1,7 @@
 // `troupe status` shows each agent's latest reward components and truncated/failed shares.
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
-import { agentStepLine, correctionLabel, latestAgentSteps, offPolicyLine } from '../../../cli/commands/status';
+import { agentStepLine, correctionLabel, latestAgentSteps, offPolicyLine, partialLine } from '../../../cli/commands/status';
 
 it("takes each agent's latest train step, with its reward components and episode endings", () => {
   const agents = latestAgentSteps([
@@ -49,4 +49,23 @@ it('correctionLabel: the correction a stored config gives a model', () => {
   assert.equal(correctionLabel({ team: 'math', staleness: 1, offPolicy: { correction: 'mis-sequence', cap: 2 } }, 'policy'), 'mis-sequence cap 2');
   assert.equal(correctionLabel({ team: 'math', staleness: 1, offPolicy: { models: { policy: { correction: 'icepop' } } } }, 'policy'), 'icepop band [0.5, 5]');
   assert.equal(correctionLabel({ team: 'math', bogus: 1 }, 'policy'), '');
+});
+
+it('partialLine: a partial-rollout step, what it ran and what it carried', () => {
+  assert.equal(
+    partialLine(4, {
+      'partial.groups': 6,
+      'partial.rounds': 9,
+      'partial.carriedEpisodes': 4,
+      'partial.carriedGroups': 2,
+      'partial.carriedMaxAge': 1,
+      'partial.generatedTokens': 300,
+      'partial.replayedTokens': 40,
+    }),
+    'partial rollouts (step 4): groups 6 in 9 rounds  carried 4 episodes in 2 groups, oldest 1 steps  tokens sampled 300, served from the store 40',
+  );
+  assert.equal(
+    partialLine(0, { 'partial.groups': 4 }),
+    'partial rollouts (step 0): groups 4 in - rounds  carried - episodes in - groups, oldest - steps  tokens sampled -, served from the store -',
+  );
 });

@@ -105,6 +105,44 @@ it('draws the off-policy section: truncated and masked shares together, mismatch
   ]);
 });
 
+it("draws a partial-rollout run's carried episodes, their age and its tokens in the off-policy section; a plain run has none", () => {
+  const step = (t: number, carried: number, groups: number, age: number, sampled: number, served: number) => [
+    row(t, 'train', 'team', 'partial.groups', 6),
+    row(t, 'train', 'team', 'partial.rounds', 9),
+    row(t, 'train', 'team', 'partial.carriedEpisodes', carried),
+    row(t, 'train', 'team', 'partial.carriedGroups', groups),
+    row(t, 'train', 'team', 'partial.carriedMaxAge', age),
+    row(t, 'train', 'team', 'partial.generatedTokens', sampled),
+    row(t, 'train', 'team', 'partial.replayedTokens', served),
+  ];
+  const panels = panelsOf([...step(0, 4, 2, 1, 300, 0), ...step(1, 2, 1, 2, 250, 40), row(1, 'train', 'team', 'episodes', 12)]);
+  assert.deepEqual(Object.fromEntries([...panels.keys()].map((p) => [p, sectionOf(p)])), {
+    'carried into the next step': 'off-policy',
+    "carried episodes' age (steps)": 'off-policy',
+    'rollout tokens (sampled / served from the store)': 'off-policy',
+    'partial rollout: groups run and lockstep rounds': 'off-policy',
+  });
+  const drawn = (panel: string) => panels.get(panel)!.map((p) => [p.x, p.series, p.value]);
+  assert.deepEqual(drawn('carried into the next step'), [
+    [1, 'episodes', 4],
+    [1, 'groups', 2],
+    [2, 'episodes', 2],
+    [2, 'groups', 1],
+  ]);
+  assert.deepEqual(drawn("carried episodes' age (steps)"), [
+    [1, 'oldest', 1],
+    [2, 'oldest', 2],
+  ]);
+  assert.deepEqual(drawn('rollout tokens (sampled / served from the store)'), [
+    [1, 'sampled', 300],
+    [1, 'served from the store', 0],
+    [2, 'sampled', 250],
+    [2, 'served from the store', 40],
+  ]);
+  // A synchronous run's team rows (other than the rollout time) draw nothing.
+  assert.deepEqual([...panelsOf([row(0, 'train', 'team', 'episodes', 12), row(0, 'train', 'solver', 'entropy', 1)]).keys()], ['entropy']);
+});
+
 it('calls a panel constant only when every series keeps one value over two or more steps', () => {
   assert.equal(constantNote([pt(1, 'a', 0.001), pt(2, 'a', 0.001), pt(1, 'b', 0.001), pt(2, 'b', 0.001)]), 'constant: 0.001');
   assert.equal(constantNote([pt(1, 'a', 1), pt(2, 'a', 1), pt(1, 'b', 0), pt(2, 'b', 0)]), 'constant: a 1, b 0');
