@@ -27,7 +27,7 @@ import { logFilePath, pidAlive, tailFile } from '../../infra/processes';
 import { TroupeStep } from '../../infra/search-attributes';
 import { compareRuns, loadStoredRun, type Comparison } from './compare';
 import { FAULT_KINDS, startChaosStack, type ChaosStack, type FaultKind } from './stack';
-import { WorkMeter, type EngineWork } from './work-meter';
+import { WorkMeter, workAfterLastKill, type EngineWork } from './work-meter';
 
 export type Mode = 'batched' | 'durable';
 
@@ -67,6 +67,8 @@ export interface ChaosOptions {
   pairShare?: number;
   /** The runs' staleness k (asynchronous RL); unset: synchronous. */
   staleness?: number;
+  /** Steps between evals; unset: 3. 0: only the final eval (what the partial-rollout work check needs). */
+  evalEvery?: number;
   /** The runs' partialRollouts setting (batched); unset: off. */
   partialRollouts?: { overProvision?: number; minFinished?: number };
   /**
@@ -163,7 +165,9 @@ export const SHORT_STALE: Omit<ChaosOptions, 'log'> = {
 /**
  * Partial rollouts on the long-tail `chain` (issue #31): pool worker kills land in steps that
  * continue carried episodes; the run must end identical to its uninterrupted twin, the carried
- * episodes (their generations) included.
+ * episodes (their generations) included. The engines' work is metered and only the final eval
+ * runs, so the tokens the engine after the last kill sampled can be held against the twin's
+ * (work-meter.ts workAfterLastKill).
  */
 export const SHORT_PARTIAL: Omit<ChaosOptions, 'log'> = {
   ...SHORT,
@@ -174,6 +178,8 @@ export const SHORT_PARTIAL: Omit<ChaosOptions, 'log'> = {
   kills: 2,
   kinds: ['pool-worker'],
   partialRollouts: { overProvision: 1.5 },
+  evalEvery: 0,
+  meterWork: true,
 };
 
 export const LONG_STALE: Omit<ChaosOptions, 'log'> = {
@@ -236,6 +242,17 @@ export interface ModeReport {
   work?: { baseline: EngineWork; chaos: EngineWork };
   /** Partial rollouts: the steps whose rollout continued episodes carried into it (in the chaos run). */
   carriedInto?: number[];
+  /** Partial rollouts with `meterWork`: what was sampled twice, from the engines' counters against the twin's stored per-step tokens. */
+  partialWork?: PartialWork;
+}
+
+export interface PartialWork {
+  /** The twin's tokens sampled per step, and served from the store per step (carried episodes' earlier generations). */
+  stepTokens: number[];
+  servedTokens: number[];
+  /** Engine tokens of the chaos run less the twin's: the killed attempts' tokens, sampled again by their retries. */
+  killedAttemptTokens: number;
+  after: ReturnType<typeof workAfterLastKill>;
 }
 
 export interface ChaosReport {
@@ -286,7 +303,7 @@ export function schedule(
 }
 
 /** The run config of a mode. Batched steps are bigger (32 episodes), so they last long enough to be hit mid-rollout. */
-export function runConfig(opts: Pick<ChaosOptions, 'team' | 'runSeed' | 'steps' | 'staleness' | 'partialRollouts'>, mode: Mode) {
+export function runConfig(opts: Pick<ChaosOptions, 'team' | 'runSeed' | 'steps' | 'staleness' | 'partialRollouts' | 'evalEvery'>, mode: Mode) {
   const size = mode === 'batched' ? { groupsPerStep: 4, groupSize: 8 } : { groupsPerStep: 2, groupSize: 4 };
   return {
     team: opts.team.name,
@@ -294,7 +311,7 @@ export function runConfig(opts: Pick<ChaosOptions, 'team' | 'runSeed' | 'steps' 
     steps: opts.steps[mode],
     ...size,
     rollout: mode,
-    evalEvery: 3,
+    evalEvery: opts.evalEvery ?? 3,
     evalTasks: 4,
     seed: opts.runSeed,
     ...(opts.staleness ? { staleness: opts.staleness } : {}),
@@ -671,6 +688,26 @@ async function killEngineAtStart(stack: ChaosStack, oldPoolPid: number, log: (l:
   return undefined;
 }
 
+/** The twin's per-step sampled and served tokens (its partial.* metrics), held against the engines' counters. */
+async function partialWork(
+  stack: ChaosStack,
+  twinId: string,
+  steps: number,
+  work: { baseline: EngineWork; chaos: EngineWork },
+  kills: KillRecord[],
+): Promise<PartialWork> {
+  const rows = await stack.sql`SELECT step, name, value FROM metrics WHERE run_id = ${twinId} AND kind = 'train' AND scope = 'team'
+    AND name IN ('partial.generatedTokens', 'partial.replayedTokens') ORDER BY step`;
+  const per = (name: string) => Array.from({ length: steps }, (_, t) => Number(rows.find((r) => r.step === t && r.name === name)?.value ?? NaN));
+  const stepTokens = per('partial.generatedTokens');
+  return {
+    stepTokens,
+    servedTokens: per('partial.replayedTokens'),
+    killedAttemptTokens: work.chaos.tokensGenerated - work.baseline.tokensGenerated,
+    after: workAfterLastKill(stepTokens, work.baseline.tokensGenerated, work.chaos.tokensByEngine, kills.at(-1)?.stepsDone ?? 0),
+  };
+}
+
 export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   const log = options.log ?? ((l: string) => process.stderr.write(l + '\n'));
   const started = Date.now();
@@ -747,6 +784,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
         report.comparison = compareRuns(await loadStoredRun(stack.sql, `uninterrupted-${mode}`), stored, options.steps[mode], models);
         if (options.partialRollouts)
           report.carriedInto = [...stored.episodes.keys()].filter((k) => k.startsWith('carried/')).map((k) => Number(k.slice('carried/'.length)));
+        if (options.partialRollouts && work) report.partialWork = await partialWork(stack, `uninterrupted-${mode}`, options.steps[mode], work, kills);
         report.identical = summary.status === 'completed' && summary.steps === options.steps[mode] && report.comparison.problems.length === 0;
       }
       log(
@@ -789,6 +827,12 @@ export function formatReport(r: ChaosReport): string {
         .join(' ')}`,
     );
     if (m.error) lines.push(`  error: ${m.error}`);
+    if (m.partialWork) {
+      const w = m.partialWork;
+      lines.push(
+        `  partial rollouts: twin sampled ${w.stepTokens.join(' ')} tokens per step (served from the store ${w.servedTokens.join(' ')}) + ${w.after.evalTokens} final eval; killed attempts' tokens sampled again ${w.killedAttemptTokens}; engine after the last kill ${w.after.lastEngineTokens} tokens = the twin's from step ${w.after.resumedAt ?? '(none)'} on + eval, excess ${w.after.excess}`,
+      );
+    }
     for (const p of c?.problems ?? []) lines.push(`  PROBLEM ${p}`);
     for (const u of m.unplanned) lines.push(`  unplanned: ${u}`);
     for (const k of m.kills) {

@@ -2,7 +2,10 @@
  * Chaos with partial rollouts (issue #31): the pool worker is SIGKILLed during steps
  * whose rollout continues carried episodes; the run ends identical to an uninterrupted
  * twin: versions' bytes, trained episodes and the carried episodes with their
- * generations (testing/chaos/compare.ts), so a kill lost and repeated none of them.
+ * generations (testing/chaos/compare.ts), so a kill lost and repeated none of them. The
+ * engines' counters (testing/chaos/work-meter.ts) show what was sampled twice: only the killed
+ * attempts' tokens; the engine after the last kill sampled exactly the twin's tokens from the
+ * retried step on, so no carried generation was sampled again.
  * The schedule: SHORT_PARTIAL (node --import tsx testing/chaos/chaos.ts --partial).
  */
 import assert from 'node:assert/strict';
@@ -36,5 +39,15 @@ test('chaos with partial rollouts: pool worker kills while carried episodes cont
       m.kills.some((k) => k.stepsDone !== undefined && m.carriedInto?.includes(k.stepsDone)),
       `${m.mode}: no kill landed in a step with carried episodes`,
     );
+    // Tokens generated twice, from the engines' own counters (the twin's meter agrees with its stored per-step counts).
+    const w = m.partialWork!;
+    assert.ok(w.stepTokens.every((n) => n > 0) && w.after.evalTokens > 0, `token counts: ${JSON.stringify(w)}`);
+    assert.ok(
+      w.servedTokens.some((n) => n > 0),
+      'carried generations were served from the store',
+    );
+    assert.equal(m.work!.chaos.tokensByEngine.length, m.kills.length + 1, 'an engine before each kill and one after the last');
+    assert.ok(w.killedAttemptTokens >= 0, `killed attempts: ${w.killedAttemptTokens}`);
+    assert.notEqual(w.after.resumedAt, undefined, `the engine after the last kill sampled ${w.after.excess} tokens beyond the twin's: ${JSON.stringify(w)}`);
   }
 });
