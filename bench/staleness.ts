@@ -2,9 +2,14 @@
  * Asynchronous RL benchmark: synchronous (k = 0) versus staleness k, interleaved
  * (seed by seed, every k in turn) on one bench stack. Prints numbers; not a test.
  *
- *   node --import tsx bench/staleness.ts [--ks 0,1,2] [--seeds 1,2,3] [--steps 8] [--groups 4] [--group-size 8]
- *                                        [--team math] [--team-options '{"policy":"transformer"}']
+ *   node --import tsx bench/staleness.ts [--ks 0,1,2] [--split-ks 1] [--seeds 1,2,3] [--steps 8] [--groups 4] [--group-size 8]
+ *                                        [--team math] [--team-options '{"policy":"transformer"}'] [--models policy]
  *                                        [--eval-every 0] [--eval-tasks 0] [--write]
+ *
+ * --split-ks adds a row per k with the sampler and the trainer on separate engines: a second
+ * pool worker (its own engine process, one thread) serves the queue `bench-train`, and the run
+ * sets `pools: { <model>: { train: 'bench-train' } }` for each of --models, so a rollout of step
+ * t + 1 samples on one engine while the update of step t runs on the other.
  *
  * Step time is measured from the store: (commit of the last step − commit of step 0) / (steps − 1),
  * so start-up and the initial eval are left out (evals during training are in it).
@@ -17,13 +22,15 @@ import { parseArgs } from 'node:util';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { startHarness, type Harness } from '../testing/stack';
+import { startHarness, startPool, type Harness } from '../testing/stack';
 import { renderVegaLite } from '../cli/plot';
 import { runTroupe } from './lib/troupe';
 
 const { values } = parseArgs({
   options: {
     ks: { type: 'string', default: '0,1,2' },
+    'split-ks': { type: 'string', default: '' },
+    models: { type: 'string', default: 'policy' },
     seeds: { type: 'string', default: '1,2,3' },
     steps: { type: 'string', default: '8' },
     groups: { type: 'string', default: '4' },
@@ -35,15 +42,28 @@ const { values } = parseArgs({
     write: { type: 'boolean', default: false },
   },
 });
-const ks = values.ks!.split(',').map(Number);
+/** A row of the table: staleness k, on one engine or with the trainer on its own (split). */
+interface Layout {
+  k: number;
+  split: boolean;
+}
+const layouts: Layout[] = [
+  ...values.ks!.split(',').map((k) => ({ k: Number(k), split: false })),
+  ...values['split-ks']!.split(',')
+    .filter(Boolean)
+    .map((k) => ({ k: Number(k), split: true })),
+];
+const label = (l: Layout) => `k = ${l.k}${l.split ? ', split' : ''}`;
+const TRAIN_QUEUE = 'bench-train';
 const seeds = values.seeds!.split(',').map(Number);
 const steps = Number(values.steps);
 const evalEvery = Number(values['eval-every']);
 const teamOptions = JSON.parse(values['team-options']!) as Record<string, unknown>;
 const RESULTS = path.join(__dirname, 'results');
-const COMMAND = `node --import tsx bench/staleness.ts --team ${values.team} --team-options '${values['team-options']}' --ks ${ks} --seeds ${seeds} --steps ${steps} --groups ${values.groups} --group-size ${values['group-size']} --eval-every ${evalEvery} --eval-tasks ${values['eval-tasks']}${values.write ? ' --write' : ''}`;
+const COMMAND = `node --import tsx bench/staleness.ts --team ${values.team} --team-options '${values['team-options']}' --ks ${values.ks}${values['split-ks'] ? ` --split-ks ${values['split-ks']} --models ${values.models}` : ''} --seeds ${seeds} --steps ${steps} --groups ${values.groups} --group-size ${values['group-size']} --eval-every ${evalEvery} --eval-tasks ${values['eval-tasks']}${values.write ? ' --write' : ''}`;
 
 interface Run {
+  layout: string;
   k: number;
   seed: number;
   secondsPerStep: number;
@@ -66,13 +86,13 @@ const f = (x: number, d = 3) => (Number.isFinite(x) ? x.toFixed(d) : '-');
 
 /** Mean over seeds of each eval step, per k: success and seconds (the thick lines). */
 function meanCurves(runs: Run[]) {
-  return ks.flatMap((k) => {
-    const mine = runs.filter((r) => r.k === k);
+  return layouts.map(label).flatMap((k) => {
+    const mine = runs.filter((r) => r.layout === k);
     const evalSteps = [...new Set(mine.flatMap((r) => r.evals.map((e) => e.step)))].sort((a, b) => a - b);
     return evalSteps.map((step) => {
       const at = mine.flatMap((r) => r.evals.filter((e) => e.step === step));
       return {
-        k: `k = ${k}`,
+        k,
         step,
         seconds: mean(at.map((e) => e.seconds)),
         success: mean(at.map((e) => e.success)),
@@ -90,10 +110,10 @@ function report(runs: Run[], startLoad: number[]): string[] {
     `# ${new Date().toISOString()}, node ${process.version}, ${os.cpus().length} cores (${os.cpus()[0]?.model ?? '?'}); load average at start ${startLoad.map((x) => x.toFixed(1)).join(' / ')}`,
     '',
   ];
-  const sync = mean(runs.filter((r) => r.k === 0).map((r) => 1 / r.secondsPerStep));
-  lines.push('| k | seeds | s/step (mean) | steps/s vs k=0 | wall to last commit, s (mean) | final eval (mean, min–max) |', '|---|---|---|---|---|---|');
-  for (const k of ks) {
-    const mine = runs.filter((r) => r.k === k);
+  const sync = mean(runs.filter((r) => r.layout === label({ k: 0, split: false })).map((r) => 1 / r.secondsPerStep));
+  lines.push('| layout | seeds | s/step (mean) | steps/s vs k=0 | wall to last commit, s (mean) | final eval (mean, min–max) |', '|---|---|---|---|---|---|');
+  for (const k of layouts.map(label)) {
+    const mine = runs.filter((r) => r.layout === k);
     if (mine.length === 0) continue;
     const finals = mine.map((r) => r.evals.at(-1)?.success ?? NaN);
     lines.push(
@@ -104,9 +124,9 @@ function report(runs: Run[], startLoad: number[]): string[] {
   const evalSteps = [...new Set(curves.map((c) => c.step))].sort((a, b) => a - b);
   if (evalSteps.length > 0) {
     lines.push('', 'Eval success per eval step, mean over seeds (min–max) @ mean seconds since the initial version:', '');
-    lines.push(`| k | ${evalSteps.map((s) => `step ${s}`).join(' | ')} |`, `|---|${evalSteps.map(() => '---|').join('')}`);
-    for (const k of ks) {
-      const mine = curves.filter((c) => c.k === `k = ${k}`);
+    lines.push(`| layout | ${evalSteps.map((s) => `step ${s}`).join(' | ')} |`, `|---|${evalSteps.map(() => '---|').join('')}`);
+    for (const k of layouts.map(label)) {
+      const mine = curves.filter((c) => c.k === k);
       if (mine.length === 0) continue;
       lines.push(
         `| ${k} | ${evalSteps
@@ -120,18 +140,18 @@ function report(runs: Run[], startLoad: number[]): string[] {
     '',
     'Per run (in the order run; load average 1/5/15 min when it ended):',
     '',
-    '| seed | k | s/step | wall, s | evals (step: success @ s) | load |',
+    '| seed | layout | s/step | wall, s | evals (step: success @ s) | load |',
     '|---|---|---|---|---|---|',
   );
   for (const r of runs)
     lines.push(
-      `| ${r.seed} | ${r.k} | ${f(r.secondsPerStep, 2)} | ${f(r.wallSeconds, 0)} | ${r.evals.map((e) => `${e.step}: ${f(e.success, 2)} @ ${f(e.seconds, 0)}`).join(', ')} | ${r.load.map((x) => x.toFixed(1)).join(' / ')} |`,
+      `| ${r.seed} | ${r.layout} | ${f(r.secondsPerStep, 2)} | ${f(r.wallSeconds, 0)} | ${r.evals.map((e) => `${e.step}: ${f(e.success, 2)} @ ${f(e.seconds, 0)}`).join(', ')} | ${r.load.map((x) => x.toFixed(1)).join(' / ')} |`,
     );
   return lines;
 }
 
 async function plot(runs: Run[]): Promise<{ svg: string; png: Uint8Array }> {
-  const perSeed = runs.flatMap((r) => r.evals.map((e) => ({ k: `k = ${r.k}`, seed: r.seed, ...e })));
+  const perSeed = runs.flatMap((r) => r.evals.map((e) => ({ k: r.layout, seed: r.seed, ...e })));
   const means = meanCurves(runs);
   const color = { field: 'k', type: 'nominal', title: null, legend: { orient: 'top' } };
   const y = { field: 'success', type: 'quantitative', title: 'eval success', scale: { domain: [0, 1] } };
@@ -150,7 +170,7 @@ async function plot(runs: Run[]): Promise<{ svg: string; png: Uint8Array }> {
   });
   return renderVegaLite({
     title: {
-      text: `Staleness k on ${values.team}${values['team-options'] === '{}' ? '' : ` ${values['team-options']}`}: held-out eval success (greedy), ${seeds.length} seeds interleaved`,
+      text: `Staleness k (split: trainer on its own engine) on ${values.team}${values['team-options'] === '{}' ? '' : ` ${values['team-options']}`}: held-out eval success (greedy), ${seeds.length} seeds interleaved`,
       subtitle: 'thin: one seed; thick: mean over seeds (on the right at the mean time of each eval step)',
     },
     hconcat: [panel('step', 'per training step', 'step'), panel('seconds', 'per wall-clock second', 'seconds since the initial version was committed')],
@@ -162,11 +182,14 @@ async function main() {
   const startLoad = os.loadavg();
   console.log(`# ${COMMAND}; ${os.cpus().length} cores; load average ${startLoad.map((x) => x.toFixed(1)).join(' / ')}`);
   const h = await startHarness();
+  // The trainer's own pool worker and engine, for the split rows.
+  const trainer = layouts.some((l) => l.split) ? await startPool(h.env, h.db, { poolTaskQueue: TRAIN_QUEUE }) : undefined;
   const runs: Run[] = [];
   try {
     for (const seed of seeds) {
-      for (const k of ks) {
-        const runId = `bench-stale-k${k}-s${seed}`;
+      for (const layout of layouts) {
+        const { k, split } = layout;
+        const runId = `bench-stale-k${k}${split ? '-split' : ''}-s${seed}`;
         await runTroupe(h, {
           runId,
           team: values.team!,
@@ -178,12 +201,14 @@ async function main() {
           evalTasks: Number(values['eval-tasks']),
           seed,
           staleness: k,
+          ...(split ? { pools: Object.fromEntries(values.models!.split(',').map((m) => [m, { train: TRAIN_QUEUE }])) } : {}),
         });
         const at = await commitTimes(h, runId);
         const evalRows = await h.db
           .sql`SELECT step, value FROM metrics WHERE run_id = ${runId} AND kind = 'eval' AND scope = 'team' AND name = 'success' ORDER BY step`;
         const evals = evalRows.map((e) => ({ step: e.step as number, seconds: at.get((e.step as number) - 1)!, success: e.value as number }));
         const run = {
+          layout: label(layout),
           k,
           seed,
           secondsPerStep: (at.get(steps - 1)! - at.get(0)!) / Math.max(1, steps - 1),
@@ -193,7 +218,7 @@ async function main() {
         };
         runs.push(run);
         console.log(
-          `k=${k} seed=${seed}: ${f(run.secondsPerStep, 2)} s/step, evals ${evals.map((e) => `${e.step}: ${f(e.success, 2)} @ ${f(e.seconds, 0)} s`).join(', ')}; load ${run.load.map((x) => x.toFixed(1)).join(' / ')}`,
+          `${label(layout)} seed=${seed}: ${f(run.secondsPerStep, 2)} s/step, evals ${evals.map((e) => `${e.step}: ${f(e.success, 2)} @ ${f(e.seconds, 0)} s`).join(', ')}; load ${run.load.map((x) => x.toFixed(1)).join(' / ')}`,
         );
         if (values.write) {
           fs.mkdirSync(RESULTS, { recursive: true });
@@ -208,6 +233,7 @@ async function main() {
       }
     }
   } finally {
+    await trainer?.shutdown();
     await h.shutdown();
   }
   console.log('\n' + report(runs, startLoad).join('\n'));

@@ -250,6 +250,10 @@ export interface PartialWork {
   /** The twin's tokens sampled per step, and served from the store per step (carried episodes' earlier generations). */
   stepTokens: number[];
   servedTokens: number[];
+  /** Diagnostics: the chaos run's stored per-step tokens, the twin's eval turns' tokens (all response tokens, and those sampled), tokens per engine process. */
+  chaosStepTokens: number[];
+  evalTokensStored: { response: number; masked: number };
+  tokensByEngine: { twin: number[]; chaos: number[] };
   /** Engine tokens of the chaos run less the twin's: the killed attempts' tokens, sampled again by their retries. */
   killedAttemptTokens: number;
   after: ReturnType<typeof workAfterLastKill>;
@@ -692,6 +696,7 @@ async function killEngineAtStart(stack: ChaosStack, oldPoolPid: number, log: (l:
 async function partialWork(
   stack: ChaosStack,
   twinId: string,
+  chaosId: string,
   steps: number,
   work: { baseline: EngineWork; chaos: EngineWork },
   kills: KillRecord[],
@@ -700,8 +705,16 @@ async function partialWork(
     AND name IN ('partial.generatedTokens', 'partial.replayedTokens') ORDER BY step`;
   const per = (name: string) => Array.from({ length: steps }, (_, t) => Number(rows.find((r) => r.step === t && r.name === name)?.value ?? NaN));
   const stepTokens = per('partial.generatedTokens');
+  const chaos =
+    await stack.sql`SELECT step, value FROM metrics WHERE run_id = ${chaosId} AND kind = 'train' AND scope = 'team' AND name = 'partial.generatedTokens' ORDER BY step`;
+  const evals =
+    await stack.sql`SELECT coalesce(sum(cardinality(t.response_tokens)), 0)::int AS all, coalesce(sum((SELECT count(*) FROM unnest(t.loss_mask) m WHERE m = 1)), 0)::int AS sampled
+    FROM turns t JOIN episodes e USING (episode_id) WHERE e.run_id = ${twinId} AND e.split = 'eval'`;
   return {
     stepTokens,
+    chaosStepTokens: chaos.map((r) => Number(r.value)),
+    evalTokensStored: { response: evals[0]!.all as number, masked: evals[0]!.sampled as number },
+    tokensByEngine: { twin: work.baseline.tokensByEngine, chaos: work.chaos.tokensByEngine },
     servedTokens: per('partial.replayedTokens'),
     killedAttemptTokens: work.chaos.tokensGenerated - work.baseline.tokensGenerated,
     after: workAfterLastKill(stepTokens, work.baseline.tokensGenerated, work.chaos.tokensByEngine, kills.at(-1)?.stepsDone ?? 0),
@@ -784,7 +797,8 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
         report.comparison = compareRuns(await loadStoredRun(stack.sql, `uninterrupted-${mode}`), stored, options.steps[mode], models);
         if (options.partialRollouts)
           report.carriedInto = [...stored.episodes.keys()].filter((k) => k.startsWith('carried/')).map((k) => Number(k.slice('carried/'.length)));
-        if (options.partialRollouts && work) report.partialWork = await partialWork(stack, `uninterrupted-${mode}`, options.steps[mode], work, kills);
+        if (options.partialRollouts && work)
+          report.partialWork = await partialWork(stack, `uninterrupted-${mode}`, workflowId, options.steps[mode], work, kills);
         report.identical = summary.status === 'completed' && summary.steps === options.steps[mode] && report.comparison.problems.length === 0;
       }
       log(
@@ -831,6 +845,7 @@ export function formatReport(r: ChaosReport): string {
       const w = m.partialWork;
       lines.push(
         `  partial rollouts: twin sampled ${w.stepTokens.join(' ')} tokens per step (served from the store ${w.servedTokens.join(' ')}) + ${w.after.evalTokens} final eval; killed attempts' tokens sampled again ${w.killedAttemptTokens}; engine after the last kill ${w.after.lastEngineTokens} tokens = the twin's from step ${w.after.resumedAt ?? '(none)'} on + eval, excess ${w.after.excess}`,
+        `  partial rollouts (diagnostics): chaos run sampled ${w.chaosStepTokens.join(' ')} per step; twin's eval turns ${w.evalTokensStored.response} response tokens (${w.evalTokensStored.masked} sampled); tokens per engine: twin ${w.tokensByEngine.twin.join(' ')}, chaos ${w.tokensByEngine.chaos.join(' ')}; readings (pid offset first last n): twin ${JSON.stringify(m.work?.baseline.readings)}, chaos ${JSON.stringify(m.work?.chaos.readings)}`,
       );
     }
     for (const p of c?.problems ?? []) lines.push(`  PROBLEM ${p}`);

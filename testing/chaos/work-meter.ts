@@ -26,9 +26,11 @@ export interface EngineWork {
   engines: number;
   /** Tokens generated per engine process that did any work, in the order they were first seen (each kill of its pool worker starts the next). */
   tokensByEngine: number[];
+  /** Per engine process: its pid, the tokens counted at the start (offset), its first and last readings and how many were taken. */
+  readings: { pid: number; offset: number; first: number; last: number; n: number }[];
 }
 
-type Counters = Omit<EngineWork, 'engines' | 'tokensByEngine'>;
+type Counters = Omit<EngineWork, 'engines' | 'tokensByEngine' | 'readings'>;
 
 const ZERO: Counters = { tokensGenerated: 0, generateRuns: 0, scoreRuns: 0, updateRuns: 0 };
 
@@ -37,6 +39,7 @@ export class WorkMeter {
   private readonly offsets = new Map<number, Counters>();
   private readonly addresses = new Map<number, string>();
   private readonly clients = new Map<string, Promise<EngineClient | undefined>>();
+  private readonly seen = new Map<number, { first: number; n: number }>();
   private timer: NodeJS.Timeout | undefined;
   private sampling: Promise<void> = Promise.resolve();
 
@@ -62,10 +65,13 @@ export class WorkMeter {
   async stop(): Promise<EngineWork> {
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
-    await this.sample();
+    // The last reading of the live engine must get through (a loaded host can time one out).
+    const live = this.stack.pidOf('engine');
+    const n = live === undefined ? 0 : (this.seen.get(live)?.n ?? 0);
+    for (let i = 0; i < 10 && live !== undefined && (this.seen.get(live)?.n ?? 0) === n; i++) await this.sample();
     for (const c of this.clients.values()) void c.then((x) => x?.close());
     this.clients.clear();
-    const total: EngineWork = { ...ZERO, engines: 0, tokensByEngine: [] };
+    const total: EngineWork = { ...ZERO, engines: 0, tokensByEngine: [], readings: [] };
     for (const [pid, all] of this.byEngine) {
       const o = this.offsets.get(pid) ?? ZERO;
       const c = {
@@ -82,6 +88,8 @@ export class WorkMeter {
         total.engines++;
         total.tokensByEngine.push(c.tokensGenerated);
       }
+      const seen = this.seen.get(pid)!;
+      total.readings.push({ pid, offset: o.tokensGenerated, first: seen.first, last: all.tokensGenerated, n: seen.n });
     }
     return total;
   }
@@ -104,6 +112,9 @@ export class WorkMeter {
     const s = await Promise.race([client.stats().catch(() => undefined), new Promise<undefined>((r) => setTimeout(() => r(undefined), 2000))]);
     if (!s) return;
     const before = this.byEngine.get(pid) ?? ZERO;
+    const seen = this.seen.get(pid) ?? { first: Number(s.tokensGenerated), n: 0 };
+    seen.n++;
+    this.seen.set(pid, seen);
     // Counters only grow within one engine process; the highest reading is its latest.
     this.byEngine.set(pid, {
       tokensGenerated: Math.max(before.tokensGenerated, Number(s.tokensGenerated)),
