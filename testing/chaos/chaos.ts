@@ -250,9 +250,10 @@ export interface PartialWork {
   /** The twin's tokens sampled per step, and served from the store per step (carried episodes' earlier generations). */
   stepTokens: number[];
   servedTokens: number[];
-  /** Diagnostics: the chaos run's stored per-step tokens, the twin's eval turns' tokens (all response tokens, and those sampled), tokens per engine process. */
+  /** Diagnostics: the chaos run's stored per-step tokens, tokens per engine process. */
   chaosStepTokens: number[];
-  evalTokensStored: { response: number; masked: number };
+  /** The twin's eval turns' sampled tokens: the initial eval (step 0) and the final one. */
+  evalTokens: { initial: number; final: number };
   tokensByEngine: { twin: number[]; chaos: number[] };
   /** Engine tokens of the chaos run less the twin's: the killed attempts' tokens, sampled again by their retries. */
   killedAttemptTokens: number;
@@ -707,17 +708,19 @@ async function partialWork(
   const stepTokens = per('partial.generatedTokens');
   const chaos =
     await stack.sql`SELECT step, value FROM metrics WHERE run_id = ${chaosId} AND kind = 'train' AND scope = 'team' AND name = 'partial.generatedTokens' ORDER BY step`;
-  const evals =
-    await stack.sql`SELECT coalesce(sum(cardinality(t.response_tokens)), 0)::int AS all, coalesce(sum((SELECT count(*) FROM unnest(t.loss_mask) m WHERE m = 1)), 0)::int AS sampled
-    FROM turns t JOIN episodes e USING (episode_id) WHERE e.run_id = ${twinId} AND e.split = 'eval'`;
+  // The sampled tokens of the twin's eval turns (loss mask 1), per eval step: the initial eval (step 0) and the final one.
+  const evalRows = await stack.sql`SELECT e.step, coalesce(sum((SELECT count(*) FROM unnest(t.loss_mask) m WHERE m = 1)), 0)::int AS sampled
+    FROM turns t JOIN episodes e USING (episode_id) WHERE e.run_id = ${twinId} AND e.split = 'eval' GROUP BY e.step`;
+  const evalAt = (step: number) => Number(evalRows.find((r) => r.step === step)?.sampled ?? 0);
+  const evalTokens = { initial: evalAt(0), final: evalAt(steps) };
   return {
     stepTokens,
     chaosStepTokens: chaos.map((r) => Number(r.value)),
-    evalTokensStored: { response: evals[0]!.all as number, masked: evals[0]!.sampled as number },
+    evalTokens,
     tokensByEngine: { twin: work.baseline.tokensByEngine, chaos: work.chaos.tokensByEngine },
     servedTokens: per('partial.replayedTokens'),
     killedAttemptTokens: work.chaos.tokensGenerated - work.baseline.tokensGenerated,
-    after: workAfterLastKill(stepTokens, work.baseline.tokensGenerated, work.chaos.tokensByEngine, kills.at(-1)?.stepsDone ?? 0),
+    after: workAfterLastKill(stepTokens, evalTokens, work.baseline.tokensGenerated, work.chaos.tokensByEngine, kills.at(-1)?.stepsDone ?? 0),
   };
 }
 
@@ -844,8 +847,8 @@ export function formatReport(r: ChaosReport): string {
     if (m.partialWork) {
       const w = m.partialWork;
       lines.push(
-        `  partial rollouts: twin sampled ${w.stepTokens.join(' ')} tokens per step (served from the store ${w.servedTokens.join(' ')}) + ${w.after.evalTokens} final eval; killed attempts' tokens sampled again ${w.killedAttemptTokens}; engine after the last kill ${w.after.lastEngineTokens} tokens = the twin's from step ${w.after.resumedAt ?? '(none)'} on + eval, excess ${w.after.excess}`,
-        `  partial rollouts (diagnostics): chaos run sampled ${w.chaosStepTokens.join(' ')} per step; twin's eval turns ${w.evalTokensStored.response} response tokens (${w.evalTokensStored.masked} sampled); tokens per engine: twin ${w.tokensByEngine.twin.join(' ')}, chaos ${w.tokensByEngine.chaos.join(' ')}; readings (pid offset first last n): twin ${JSON.stringify(m.work?.baseline.readings)}, chaos ${JSON.stringify(m.work?.chaos.readings)}`,
+        `  partial rollouts: twin sampled ${w.stepTokens.join(' ')} tokens per step (served from the store ${w.servedTokens.join(' ')}) + evals ${w.evalTokens.initial} initial, ${w.evalTokens.final} final (meter agrees: ${w.after.meterMatchesStore}); killed attempts' tokens sampled again ${w.killedAttemptTokens}; engine after the last kill ${w.after.lastEngineTokens} tokens = the twin's from step ${w.after.resumedAt ?? '(none)'} on + the final eval, excess ${w.after.excess}`,
+        `  partial rollouts (diagnostics): chaos run sampled ${w.chaosStepTokens.join(' ')} per step; tokens per engine: twin ${w.tokensByEngine.twin.join(' ')}, chaos ${w.tokensByEngine.chaos.join(' ')}; readings (pid offset first last n): twin ${JSON.stringify(m.work?.baseline.readings)}, chaos ${JSON.stringify(m.work?.chaos.readings)}`,
       );
     }
     for (const p of c?.problems ?? []) lines.push(`  PROBLEM ${p}`);

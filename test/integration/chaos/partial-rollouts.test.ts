@@ -41,7 +41,8 @@ test('chaos with partial rollouts: pool worker kills while carried episodes cont
     );
     // Tokens generated twice, from the engines' own counters (the twin's meter agrees with its stored per-step counts).
     const w = m.partialWork!;
-    assert.ok(w.stepTokens.every((n) => n > 0) && w.after.evalTokens > 0, `token counts: ${JSON.stringify(w)}`);
+    assert.ok(w.stepTokens.every((n) => n > 0) && w.evalTokens.initial > 0 && w.evalTokens.final > 0, `token counts: ${JSON.stringify(w)}`);
+    assert.ok(w.after.meterMatchesStore, `the twin's engine tokens are its stored steps' and evals' sampled tokens: ${JSON.stringify(w)}`);
     assert.ok(
       w.servedTokens.some((n) => n > 0),
       'carried generations were served from the store',
