@@ -1,0 +1,392 @@
+#!/usr/bin/python3
+"""The PyTorch engine's device code at real shapes, without gRPC: prints a markdown table and writes JSON.
+
+    python3 bench/pytorch_gpu.py --out $OUT/pytorch-gpu.json [--models 0.5b,1.5b] [--dtypes fp32,bf16] [--budget-s 400]
+    /usr/bin/python3 bench/pytorch_gpu.py --tiny --out /tmp/pytorch-gpu.json        # a tiny shape, on CPU
+
+Models: random-init transformers in the engine's own flat layout (spec.py), shaped as Qwen2.5-0.5B (width 896,
+24 layers, 14 heads, 2 KV heads, MLP 4864) and Qwen2.5-1.5B (1536, 28, 12, 2, 8960): vocab 151936, RoPE theta 1e6,
+RMSNorm eps 1e-6, SwiGLU, q/k/v biases (the family's `bias`), tied head. θ is drawn on the device with torch's
+generator by init.ts's rule (uniform ±0.02·√3, residual-out scaled, gains 1, biases 0), not Philox: the same
+distribution as InitModel, not its bytes, and seconds instead of minutes at 1.5B. No download.
+
+Per model and dtype (fp32; bf16 = the engine's `--dtype bf16`: its device queue runs every job under
+torch.autocast(cuda, bfloat16), θ and AdamW state float32), every job submitted through the engine's own DeviceQueue:
+  generate  Engine._generate_batch (what Generate runs: per-sequence prefill, fixed-shape decode of max_batch slots,
+            host sampling, per-sequence rescoring) at batch 1/8/32/64, prompt 64, 128 new tokens, temperature 1;
+            tokens/s = new tokens / wall, with the time split into decode / host sampling / rescoring / rest
+  update    update.run_update (what Update runs after its scoring pass) on 64 sequences of 512 tokens (64 context,
+            448 trained), one AdamW step, the engine's default --micro-batch-bytes
+  score     Engine._score_one over the same 64 sequences (Score, and Update's log-prob gap pass); under bf16 its
+            log-probs are compared with fp32's: max and mean |Δ logprob| over the trained tokens
+Peak GPU memory is torch.cuda.max_memory_allocated, reset before each measurement (on CPU: the process's peak RSS
+so far). Each measurement is timed between torch.cuda.synchronize() calls, after one warm-up per model and dtype;
+an OOM or error is recorded and the run goes on; past --budget-s the rest is recorded as skipped. The JSON file is
+rewritten after every measurement, so a run cut short still leaves its results.
+"""
+import argparse
+import json
+import math
+import os
+import resource
+import sys
+import time
+import types
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ENGINE_DIR = os.path.normpath(os.path.join(HERE, "..", "engines", "pytorch"))
+sys.path.insert(0, ENGINE_DIR)
+
+
+def _stubs():
+    """server.py imports the generated gRPC stubs (engines/pytorch/.gen, made by the server at start-up from protoc)
+    and grpc. Where they are absent, small stand-ins: Generate's results are plain records here (no gRPC is used)."""
+    sys.path.insert(0, os.path.join(ENGINE_DIR, ".gen"))
+    try:
+        import engine_pb2  # noqa: F401
+        import engine_pb2_grpc  # noqa: F401
+        import grpc  # noqa: F401
+        return "generated stubs"
+    except Exception:  # noqa: BLE001
+        pass
+    pb = types.ModuleType("engine_pb2")
+
+    class GeneratedSequence:
+        def __init__(self, tokens=(), logprobs=(), sample_logprobs=(), stop_reason=0):
+            self.tokens, self.logprobs, self.sample_logprobs, self.stop_reason = list(tokens), list(logprobs), list(sample_logprobs), stop_reason
+    pb.GeneratedSequence = GeneratedSequence
+    pb.STOP_TOKEN, pb.MAX_TOKENS, pb.ABORTED = 1, 2, 3
+    pbg = types.ModuleType("engine_pb2_grpc")
+    pbg.EngineServicer = object
+    sys.modules["engine_pb2"], sys.modules["engine_pb2_grpc"] = pb, pbg
+    try:
+        import grpc  # noqa: F401,F811
+    except ImportError:
+        g = types.ModuleType("grpc")
+        g.StatusCode = types.SimpleNamespace(**{k: k for k in ("INVALID_ARGUMENT", "NOT_FOUND", "FAILED_PRECONDITION", "ABORTED", "INTERNAL")})
+        sys.modules["grpc"] = g
+    return "stand-in stubs (no gRPC stubs / grpc here)"
+
+
+STUBS = _stubs()
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import server as srv  # noqa: E402  (sets CUBLAS_WORKSPACE_CONFIG before CUDA starts, as the engine does)
+import spec as specmod  # noqa: E402
+from model import SIGMA, Transformer, init_weights  # noqa: E402
+from update import micro_batch_plan, run_update  # noqa: E402
+
+QWEN2 = {"positions": "rope", "ropeTheta": 1_000_000, "norm": "rmsnorm", "normEps": 1e-6, "mlp": "swiglu", "bias": True, "tiedHead": True}
+SHAPES = {
+    "0.5b": {"vocabSize": 151936, "width": 896, "layers": 24, "heads": 14, "kvHeads": 2, "mlpWidth": 4864},
+    "1.5b": {"vocabSize": 151936, "width": 1536, "layers": 28, "heads": 12, "kvHeads": 2, "mlpWidth": 8960},
+    "tiny": {"vocabSize": 512, "width": 64, "layers": 2, "heads": 4, "kvHeads": 2, "mlpWidth": 128},
+}
+
+
+def parse():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", required=True, help="JSON results file")
+    p.add_argument("--models", default="0.5b,1.5b", help=f"comma list of {', '.join(SHAPES)}")
+    p.add_argument("--tiny", action="store_true", help="the tiny shape only (CPU check of this script)")
+    p.add_argument("--dtypes", default="fp32,bf16")
+    p.add_argument("--device", default="auto", help="auto (cuda:0 when available), cpu, cuda:N")
+    p.add_argument("--batches", default="1,8,32,64")
+    p.add_argument("--prompt", type=int, default=64)
+    p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--update-seqs", type=int, default=64)
+    p.add_argument("--update-len", type=int, default=512, help="tokens per update sequence (context = --prompt)")
+    p.add_argument("--max-seq", type=int, default=1024, help="the spec's maxSeq (the decode attends over all of it)")
+    p.add_argument("--max-batch", type=int, default=64, help="the engine's --max-batch (decode slots)")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (the engine's --threads default)")
+    p.add_argument("--budget-s", type=float, default=400.0)
+    p.add_argument("--skip", default="", help="comma list of measurements to leave out: generate, update, score")
+    p.add_argument("--cpu-bf16", action="store_true",
+                   help="on CPU, run bf16 under torch.autocast(cpu) (not an engine path: the engine refuses bf16 on CPU); to test this script")
+    a = p.parse_args()
+    if a.tiny:
+        a.models = "tiny"
+    a.models = a.models.split(",")
+    for m in a.models:
+        if m not in SHAPES:
+            p.error(f"--models: unknown model {m!r}; known: {', '.join(SHAPES)}")
+    a.dtypes = a.dtypes.split(",")
+    for d in a.dtypes:
+        if d not in srv.DTYPES:
+            p.error(f"--dtypes: unknown dtype {d!r}; known: {', '.join(srv.DTYPES)}")
+    a.batches = [int(b) for b in a.batches.split(",")]
+    if a.update_len <= a.prompt:
+        p.error("--update-len must exceed --prompt (the trained tokens follow the context)")
+    a.skip = set(x for x in a.skip.split(",") if x)
+    return a
+
+
+def make_spec(name, max_seq):
+    """(spec, note): the engine's normalized spec, or the raw layout with the reason normalize refused it."""
+    cfg = {**SHAPES[name], **QWEN2, "maxSeq": max_seq}
+    V = cfg.pop("vocabSize")
+    try:
+        return specmod.normalize("transformer", V, cfg), ""
+    except specmod.SpecError as e:
+        s = {"family": "transformer", "vocabSize": V}
+        s.update({k: (float(cfg[k]) if k in ("ropeTheta", "normEps") else cfg[k]) for k in specmod.FIELDS})
+        return s, f"spec.normalize refuses this spec ({e}); measured with the raw layout"
+
+
+def init_theta(spec, device, seed=1):
+    """θ₀ by init.ts's rule; Philox (the engine's InitModel bytes) below 20M parameters, else torch's generator."""
+    slots, P = specmod.param_layout(spec)
+    if P < 20_000_000:
+        return init_weights(spec, seed).to(device)
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    theta = torch.empty(P, dtype=torch.float32, device=device)
+    half = SIGMA * math.sqrt(3)
+    for _, off, shape, kind in slots:
+        seg = theta[off:off + int(np.prod(shape))]
+        if kind == "gain":
+            seg.fill_(1)
+        elif kind == "bias":
+            seg.zero_()
+        else:
+            a = half / math.sqrt(2 * spec["layers"]) if kind == "residual-out" else half
+            seg.uniform_(-a, a, generator=g)
+    return theta
+
+
+class Bench:
+    def __init__(self, a):
+        self.a = a
+        self.t0 = time.monotonic()
+        self.rows = []
+        self.meta = {}
+        dev = a.device
+        if dev == "auto":
+            dev = "cuda:0" if torch.cuda.is_available() else "cpu"
+        self.device = dev
+        self.cuda = dev.startswith("cuda")
+        torch.set_num_threads(a.threads)
+        try:
+            torch.use_deterministic_algorithms(True)  # as server.main does
+        except Exception:  # noqa: BLE001
+            pass
+        self.engine = srv.Engine(dev, dev, False, "", a.threads, None, a.max_batch)
+
+    def sync(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def peak_gib(self):
+        if self.cuda:
+            return torch.cuda.max_memory_allocated() / 2 ** 30
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
+
+    def on_device(self, fn, dtype):
+        """fn() as an engine device job: bf16 under the queue's autocast (CUDA), as --dtype bf16 runs it."""
+        cpu_bf16 = dtype == "bf16" and not self.cuda
+
+        def job(_):
+            if cpu_bf16:
+                with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+                    return fn()
+            return fn()
+        self.engine.queue.autocast = torch.bfloat16 if dtype == "bf16" and self.cuda else None
+        return self.engine._device(job)
+
+    def measure(self, model, dtype, what, fn):
+        """Run fn() -> dict of results, timed and with its peak memory; record skip / OOM / error instead of failing."""
+        row = {"model": model, "dtype": dtype, "what": what}
+        elapsed = time.monotonic() - self.t0
+        if elapsed > self.a.budget_s:
+            row["status"] = f"skipped: past --budget-s {self.a.budget_s:g} ({elapsed:.0f} s)"
+        else:
+            try:
+                if self.cuda:
+                    torch.cuda.empty_cache()
+                    torch.cuda.reset_peak_memory_stats()
+                self.sync()
+                t = time.perf_counter()
+                row.update(fn())
+                self.sync()
+                row["wall_s"] = time.perf_counter() - t
+                row["peak_gib"] = self.peak_gib()
+                row["status"] = "ok"
+            except Exception as e:  # noqa: BLE001
+                oom = "out of memory" in str(e).lower()
+                row["status"] = "OOM" if oom else f"error: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+                if self.cuda:
+                    torch.cuda.empty_cache()
+        self.rows.append(row)
+        shown = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items() if k not in ("logprobs",)}
+        print(f"[{time.monotonic() - self.t0:7.1f} s] {json.dumps(shown)}", flush=True)
+        self.save()
+        return row
+
+    def save(self):
+        rows = [{k: v for k, v in r.items() if k != "logprobs"} for r in self.rows]
+        tmp = self.a.out + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"meta": self.meta, "rows": rows}, f, indent=1)
+        os.replace(tmp, self.a.out)
+
+    # ---- measurements
+    def generate(self, model, W, spec, B, new_tokens, dtype):
+        V = spec["vocabSize"]
+        rng = np.random.default_rng(1000 + B)
+        sp = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_tokens": new_tokens, "stop": set()}
+        rows = [([int(x) for x in rng.integers(0, V, self.a.prompt)], 7 + i, sp) for i in range(B)]
+        call = srv.GenerateCall("bench", f"generate-{B}", rows)
+        spent = {"decode_s": 0.0, "sample_s": 0.0, "rescore_s": 0.0}
+        eng = self.engine
+
+        def timed(fn, key):
+            def wrapped(*args, **kw):
+                self.sync()
+                t = time.perf_counter()
+                try:
+                    return fn(*args, **kw)
+                finally:
+                    self.sync()
+                    spent[key] += time.perf_counter() - t
+            return wrapped
+        orig_sample = srv.sample
+        model.decode_batch = timed(Transformer.decode_batch.__get__(model), "decode_s")
+        eng._score_one = timed(srv.Engine._score_one.__get__(eng), "rescore_s")
+        srv.sample = timed(orig_sample, "sample_s")
+        try:
+            t = time.perf_counter()
+            out = self.on_device(lambda: eng._generate_batch(model, W, [call]), dtype)
+            self.sync()
+            wall = time.perf_counter() - t
+        finally:
+            del model.decode_batch
+            del eng._score_one
+            srv.sample = orig_sample
+        n = sum(len(s.tokens) for s in out[0])
+        spent["rest_s"] = wall - sum(spent.values())
+        return {"batch": B, "new_tokens": n, "tokens_per_s": n / wall, **spent}
+
+    def update_samples(self, spec):
+        V = spec["vocabSize"]
+        rng = np.random.default_rng(2024)
+        C, T = self.a.prompt, self.a.update_len - self.a.prompt
+        old = -math.log(V)  # about what a random-init model gives every token
+        out = []
+        for _ in range(self.a.update_seqs):
+            out.append({"context": [int(x) for x in rng.integers(0, V, C)], "tokens": [int(x) for x in rng.integers(0, V, T)],
+                        "loss_mask": [1] * T, "advantages": [float(x) for x in rng.choice([-1.0, 1.0], T)],
+                        "old_logprobs": [old] * T, "loss_weights": [1.0 / T] * T, "ref_logprobs": []})
+        return out
+
+    def update(self, model, theta, samples, dtype):
+        st = srv.settings_of(None)
+        P = theta.numel()
+        m = torch.zeros(P, device=self.device)
+        v = torch.zeros(P, device=self.device)
+        S = max(len(s["context"]) + len(s["tokens"]) - 1 for s in samples)
+        groups = micro_batch_plan(model.spec, samples, S, self.engine.micro_batch_bytes)
+        res = self.on_device(lambda: run_update(model, theta, m, v, 0, samples, st, None, self.engine.micro_batch_bytes), dtype)
+        self.sync()
+        ntok = res[5]
+        loss = res[4][0]["loss"]
+        return {"trained_tokens": ntok, "micro_batches": len(groups), "rows_per_micro_batch": len(groups[0]), "loss": loss}
+
+    def score(self, model, W, samples, dtype):
+        eng = self.engine
+
+        def run():
+            return [eng._score_one(model, W, s["context"], s["tokens"])[0] for s in samples]
+        lps = self.on_device(run, dtype)
+        n = sum(len(x) for x in lps)
+        return {"scored_tokens": n, "logprobs": lps}
+
+    def run(self):
+        a = self.a
+        self.meta = {"device": self.device, "device_name": torch.cuda.get_device_name(0) if self.cuda else "cpu",
+                     "torch": torch.__version__, "cuda": getattr(torch.version, "cuda", None), "stubs": STUBS,
+                     "threads": a.threads, "max_batch": a.max_batch, "max_seq": a.max_seq, "prompt": a.prompt,
+                     "new_tokens": a.new_tokens, "update": f"{a.update_seqs} x {a.update_len} tokens ({a.prompt} context)",
+                     "micro_batch_bytes": self.engine.micro_batch_bytes, "budget_s": a.budget_s,
+                     "memory_budget_bytes": self.engine.memory_bytes, "models": {}}
+        print(f"# {json.dumps(self.meta)}", flush=True)
+        for name in a.models:
+            spec, note = make_spec(name, a.max_seq)
+            P = specmod.param_layout(spec)[1]
+            slots = srv.memory.decode_slots(spec, self.engine.memory_bytes, srv.ROW_CHUNK, a.max_batch)
+            self.meta["models"][name] = {"params": P, "decode_slots": slots, "note": note, "spec": spec}
+            print(f"# model {name}: {P:,} parameters, {slots} decode slots{'; ' + note if note else ''}", flush=True)
+            if time.monotonic() - self.t0 > a.budget_s:
+                self.measure(name, "-", "build", lambda: {})
+                continue
+            model = Transformer(spec, self.device)
+            built = {}
+            row = self.measure(name, "fp32", "build (θ init on device)", lambda: built.update(theta=init_theta(spec, self.device)) or {"params": P})
+            if row["status"] != "ok":
+                continue
+            theta = built.pop("theta")
+            W = model.weights(theta, inference=True)
+            samples = self.update_samples(spec)
+            fp32_lps = None
+            for dtype in a.dtypes:
+                if dtype == "bf16" and not self.cuda and not a.cpu_bf16:
+                    self.rows.append({"model": name, "dtype": dtype, "what": "all",
+                                      "status": "skipped: bf16 needs CUDA (the engine refuses --dtype bf16 on CPU)"})
+                    continue
+                short = samples[:2]
+                warm = [dict(s, tokens=s["tokens"][:16], loss_mask=[1] * 16, advantages=s["advantages"][:16],
+                             old_logprobs=s["old_logprobs"][:16], loss_weights=s["loss_weights"][:16]) for s in short]
+                self.measure(name, dtype, "warm-up", lambda: {
+                    "generate": self.generate(model, W, spec, 1, 4, dtype)["new_tokens"],
+                    "update": self.update(model, theta, warm, dtype)["trained_tokens"]})
+                if "generate" not in a.skip:
+                    for B in a.batches:
+                        self.measure(name, dtype, f"generate batch {B}", lambda: self.generate(model, W, spec, B, a.new_tokens, dtype))
+                if "update" not in a.skip:
+                    r = self.measure(name, dtype, f"update {a.update_seqs}x{a.update_len}", lambda: self.update(model, theta, samples, dtype))
+                    if r["status"] == "ok":
+                        r["tokens_per_s"] = r["trained_tokens"] / r["wall_s"]
+                if "score" not in a.skip:
+                    r = self.measure(name, dtype, f"score {a.update_seqs}x{a.update_len}", lambda: self.score(model, W, samples, dtype))
+                    if r["status"] == "ok":
+                        r["tokens_per_s"] = r["scored_tokens"] / r["wall_s"]
+                        if dtype == "fp32":
+                            fp32_lps = r["logprobs"]
+                        elif fp32_lps is not None:
+                            d = np.abs(np.concatenate([np.array(x, dtype=np.float64) - np.array(y, dtype=np.float64)
+                                                       for x, y in zip(r["logprobs"], fp32_lps)]))
+                            r["gap_vs_fp32_max"], r["gap_vs_fp32_mean"] = float(d.max()), float(d.mean())
+                        r.pop("logprobs")
+                        self.save()
+            W = theta = model = None  # free the device memory before the next model
+            if self.cuda:
+                torch.cuda.empty_cache()
+        self.table()
+
+    def table(self):
+        print("\n| model | dtype | measurement | result | wall s | peak GiB | notes |\n| --- | --- | --- | --- | --- | --- | --- |")
+        for r in self.rows:
+            if r["status"] != "ok":
+                print(f"| {r['model']} | {r['dtype']} | {r['what']} | {r['status']} | | | |")
+                continue
+            res, notes = "", ""
+            if "batch" in r:
+                res = f"{r['tokens_per_s']:,.1f} new tokens/s"
+                notes = f"decode {r['decode_s']:.2f} s, host sampling {r['sample_s']:.2f} s, rescoring {r['rescore_s']:.2f} s, rest {r['rest_s']:.2f} s"
+            elif "trained_tokens" in r and "tokens_per_s" in r:
+                res = f"{r['tokens_per_s']:,.0f} trained tokens/s"
+                notes = f"{r['micro_batches']} micro-batches of {r['rows_per_micro_batch']}; loss {r['loss']:.4g}"
+            elif "scored_tokens" in r:
+                res = f"{r['tokens_per_s']:,.0f} scored tokens/s"
+                if "gap_vs_fp32_max" in r:
+                    notes = f"abs Δ logprob vs fp32: max {r['gap_vs_fp32_max']:.3g}, mean {r['gap_vs_fp32_mean']:.3g}"
+            elif "params" in r:
+                res = f"{r['params']:,} parameters"
+            peak = "RSS " if not self.cuda else ""
+            print(f"| {r['model']} | {r['dtype']} | {r['what']} | {res} | {r['wall_s']:.2f} | {peak}{r['peak_gib']:.2f} | {notes} |")
+        print(f"\ndevice: {self.meta.get('device_name')} (torch {torch.__version__}); total {time.monotonic() - self.t0:.0f} s; "
+              f"budget {self.a.budget_s:g} s; JSON: {self.a.out}", flush=True)
+
+
+if __name__ == "__main__":
+    Bench(parse()).run()
