@@ -65,7 +65,7 @@ def _stubs():
         g = types.ModuleType("grpc")
         g.StatusCode = types.SimpleNamespace(**{k: k for k in ("INVALID_ARGUMENT", "NOT_FOUND", "FAILED_PRECONDITION", "ABORTED", "INTERNAL")})
         sys.modules["grpc"] = g
-    return "stand-in stubs (no gRPC stubs / grpc here)"
+    return "stand-in stubs (no generated gRPC stubs here)"
 
 
 STUBS = _stubs()
