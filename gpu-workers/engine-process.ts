@@ -5,8 +5,9 @@
  * reload versions from the store, as after any engine loss.
  *
  * A hung engine (stopped, deadlocked, or stuck in a device run) does not exit: a watchdog asks
- * it for Health every HEALTH_EVERY_MS and counts it hung when for `hangMs` it has either not
- * answered or had work queued without finishing a device run. It is then killed, which fails
+ * it for Health every HEALTH_EVERY_MS and counts it hung by gpu-workers/hang-watch.ts's rule
+ * (a device run, or silence, lasting `hangMs`; each ask waits up to that deadline, as a busy
+ * engine answers only between device runs). It is then killed, which fails
  * the calls in flight (retryable: the activity's next attempt reloads and redoes the work),
  * and restarted like an engine that died.
  */
@@ -15,6 +16,7 @@ import * as path from 'node:path';
 import * as readline from 'node:readline';
 import { EngineClient } from '../engines/protocol/client';
 import { backoffDelay, untilAvailable } from '../infra/backoff';
+import { HangWatch } from './hang-watch';
 
 export const ENGINE_MAIN = path.join(__dirname, '..', 'processes', 'onnx-engine.ts');
 const REPO_ROOT = path.resolve(__dirname, '..');
@@ -186,31 +188,25 @@ export class EngineSupervisor {
     return client;
   }
 
-  /** The hang watchdog of one engine incarnation; it ends with that incarnation. */
+  /** The hang watchdog of one engine incarnation (the rule: gpu-workers/hang-watch.ts); it ends with that incarnation. */
   private watch(incarnation: NonNullable<EngineSupervisor['current']>): void {
-    const hangMs = this.opts.hangMs ?? DEFAULT_HANG_MS;
-    let runs = -1;
-    let progressAt = Date.now();
+    const watch = new HangWatch(this.opts.hangMs ?? DEFAULT_HANG_MS, incarnation.startedAt);
     let asking = false;
     const timer = setInterval(() => {
       if (asking) return;
       asking = true;
       incarnation.client
-        .health({ timeoutMs: HEALTH_EVERY_MS })
+        .health({ timeoutMs: watch.askTimeoutMs(Date.now(), HEALTH_EVERY_MS) })
         .then(
-          (h) => {
-            // Idle, or a device run finished since the last answer: progress.
-            if (h.queueDepth === 0 || h.deviceRuns !== runs) progressAt = Date.now();
-            runs = h.deviceRuns;
-          },
-          () => undefined, // no answer in time: no progress
+          (h) => watch.answered(Date.now(), h),
+          () => undefined, // no answer by the hang deadline: no progress
         )
         .finally(() => {
           asking = false;
-          const stalledMs = Date.now() - progressAt;
-          if (stalledMs < hangMs || this.current !== incarnation || this.stopping) return;
+          const now = Date.now();
+          if (!watch.hung(now) || this.current !== incarnation || this.stopping) return;
           clearInterval(timer);
-          this.opts.log?.({ event: 'engine_hung', pid: incarnation.engine.child.pid, stalledMs, deviceRuns: runs });
+          this.opts.log?.({ event: 'engine_hung', pid: incarnation.engine.child.pid, stalledMs: watch.stalledMs(now), deviceRuns: watch.deviceRuns });
           incarnation.engine.child.kill('SIGKILL'); // also a stopped process; onExit restarts it
         });
     }, HEALTH_EVERY_MS);
