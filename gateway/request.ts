@@ -31,10 +31,12 @@ export interface ChatRequest {
   stream: boolean;
   includeUsage: boolean;
   logprobs: boolean;
+  /** Where each message's content is in the request as sent, for errors (absent: `messages[i].content`). */
+  contentParams?: string[];
 }
 
 type Json = Record<string, unknown>;
-const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
+export const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 export function parseChatRequest(body: unknown): ChatRequest {
   if (!isObject(body)) throw invalid('body', 'must be a JSON object');
@@ -60,12 +62,14 @@ export function parseChatRequest(body: unknown): ChatRequest {
     throw invalid('n', `only 1 is supported (one episode turn per call), got ${JSON.stringify(body.n)}`);
   if (body.top_logprobs !== undefined && body.top_logprobs !== null && body.top_logprobs !== 0)
     throw invalid('top_logprobs', 'is not supported: the engine returns the sampled tokens’ log-probs only');
-  for (const field of ['max_completion_tokens', 'max_tokens'] as const) {
-    const v = body[field];
-    if (v === undefined || v === null) continue;
-    if (!(Number.isInteger(v) && (v as number) > 0)) throw invalid(field, `must be a positive integer, got ${JSON.stringify(v)}`);
-    out.maxTokens ??= v as number;
-  }
+  const legacy = positiveInteger(body.max_tokens, 'max_tokens');
+  const maxTokens = positiveInteger(body.max_completion_tokens, 'max_completion_tokens') ?? legacy;
+  return { ...out, ...(maxTokens !== undefined ? { maxTokens } : {}), ...parseSampling(body) };
+}
+
+/** `temperature` and `top_p`, the same in both APIs. */
+export function parseSampling(body: Json): Pick<ChatRequest, 'temperature' | 'topP'> {
+  const out: Pick<ChatRequest, 'temperature' | 'topP'> = {};
   if (body.temperature !== undefined && body.temperature !== null) {
     const t = body.temperature;
     if (typeof t !== 'number' || !(t >= 0 && t <= 2)) throw invalid('temperature', `must be a number in [0, 2], got ${JSON.stringify(t)}`);
@@ -79,7 +83,13 @@ export function parseChatRequest(body: unknown): ChatRequest {
   return out;
 }
 
-function optionalBool(v: unknown, field: string): boolean | undefined {
+export function positiveInteger(v: unknown, field: string): number | undefined {
+  if (v === undefined || v === null) return undefined;
+  if (!(Number.isInteger(v) && (v as number) > 0)) throw invalid(field, `must be a positive integer, got ${JSON.stringify(v)}`);
+  return v as number;
+}
+
+export function optionalBool(v: unknown, field: string): boolean | undefined {
   if (v === undefined || v === null) return undefined;
   if (typeof v !== 'boolean') throw invalid(field, `must be a boolean, got ${JSON.stringify(v)}`);
   return v;
@@ -132,25 +142,34 @@ function parseMessage(m: unknown, at: string): RequestMessage {
 }
 
 function parseTools(v: unknown): FunctionTool[] {
+  return parseToolList(v, (t, at) => {
+    if (!isObject(t) || t.type !== 'function') throw invalid(`${at}.type`, 'must be "function"');
+    if (!isObject(t.function)) throw invalid(`${at}.function`, 'must be an object');
+    return [t.function, `${at}.function`];
+  });
+}
+
+/**
+ * A `tools` list, checked: `locate` finds each tool's function definition (name, description,
+ * parameters) and its path (Chat Completions nests it under `function`, the Responses API does not).
+ */
+export function parseToolList(v: unknown, locate: (tool: unknown, at: string) => [Json, string]): FunctionTool[] {
   if (v === undefined || v === null) return [];
   if (!Array.isArray(v)) throw invalid('tools', 'must be an array');
   const names = new Set<string>();
   return v.map((t, i) => {
-    const at = `tools[${i}]`;
-    if (!isObject(t) || t.type !== 'function') throw invalid(`${at}.type`, 'must be "function"');
-    const f = t.function;
-    if (!isObject(f)) throw invalid(`${at}.function`, 'must be an object');
-    if (typeof f.name !== 'string' || !/^[A-Za-z0-9_-]{1,64}$/.test(f.name)) throw invalid(`${at}.function.name`, 'must be 1-64 letters, digits, _ or -');
-    if (names.has(f.name)) throw invalid(`${at}.function.name`, `duplicate tool ${f.name}`);
+    const [f, at] = locate(t, `tools[${i}]`);
+    if (typeof f.name !== 'string' || !/^[A-Za-z0-9_-]{1,64}$/.test(f.name)) throw invalid(`${at}.name`, 'must be 1-64 letters, digits, _ or -');
+    if (names.has(f.name)) throw invalid(`${at}.name`, `duplicate tool ${f.name}`);
     names.add(f.name);
-    if (f.description !== undefined && typeof f.description !== 'string') throw invalid(`${at}.function.description`, 'must be a string');
-    if (f.parameters !== undefined) schemaIssue(f.parameters, `${at}.function.parameters`);
+    if (f.description !== undefined && f.description !== null && typeof f.description !== 'string') throw invalid(`${at}.description`, 'must be a string');
+    if (f.parameters !== undefined && f.parameters !== null) schemaIssue(f.parameters, `${at}.parameters`);
     return {
       type: 'function',
       function: {
         name: f.name,
-        ...(f.description !== undefined ? { description: f.description as string } : {}),
-        ...(f.parameters !== undefined ? { parameters: f.parameters as Json } : {}),
+        ...(typeof f.description === 'string' ? { description: f.description } : {}),
+        ...(f.parameters !== undefined && f.parameters !== null ? { parameters: f.parameters as Json } : {}),
       },
     };
   });

@@ -1,5 +1,5 @@
 /**
- * The gateway's HTTP server (node:http): OpenAI Chat Completions and Models
+ * The gateway's HTTP server (node:http): OpenAI Chat Completions, Responses and Models
  * for the sessions of the episodes running in this thread. One server per
  * episode thread, on loopback; each episode registers a session per agent
  * (`/s/<session>/v1`) under a per-episode random key, so a request reaches
@@ -12,9 +12,30 @@ import * as http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { EpisodeTurns, OpenSessions } from '../agents/episode';
 import { GatewayError, invalid } from './errors';
-import { parseChatRequest } from './request';
+import { parseChatRequest, type ChatRequest } from './request';
+import { parseResponsesRequest, responseBody, streamResponse } from './responses';
 import { EpisodeCalls } from './journal';
 import { AgentSession, type Completion } from './session';
+
+/** An API the gateway serves: its request read as a ChatRequest (one turn), its reply written both ways. */
+interface Api {
+  parse(body: unknown): ChatRequest;
+  body(c: Completion, req: ChatRequest): unknown;
+  stream(res: http.ServerResponse, c: Completion, req: ChatRequest): void;
+}
+
+const APIS: Record<string, Api> = {
+  '/chat/completions': {
+    parse: parseChatRequest,
+    body: (c, req) => completionBody(c, req.logprobs),
+    stream: (res, c, req) => stream(res, c, req.logprobs, req.includeUsage),
+  },
+  '/responses': {
+    parse: parseResponsesRequest,
+    body: (c, req) => responseBody(c, req.logprobs),
+    stream: (res, c, req) => streamResponse(res, c, req.logprobs),
+  },
+};
 
 interface Registered {
   key: Buffer;
@@ -93,9 +114,9 @@ export class GatewayServer {
         if (id !== model.id) throw new GatewayError(404, `this session serves model ${JSON.stringify(model.id)}`, 'model', 'model_not_found');
         return json(res, 200, model);
       }
-      if (route !== '/chat/completions')
-        throw new GatewayError(404, `no route ${route} (the gateway serves /chat/completions and /models)`, null, 'unknown_route');
-      if (req.method !== 'POST') throw new GatewayError(405, `${req.method} /chat/completions: use POST`, null, 'method_not_allowed');
+      const api = APIS[route];
+      if (!api) throw new GatewayError(404, `no route ${route} (the gateway serves /chat/completions, /responses and /models)`, null, 'unknown_route');
+      if (req.method !== 'POST') throw new GatewayError(405, `${req.method} ${route}: use POST`, null, 'method_not_allowed');
       const raw = await readBody(req);
       let body: unknown;
       try {
@@ -103,13 +124,13 @@ export class GatewayServer {
       } catch (e) {
         throw invalid('body', `not valid JSON: ${(e as Error).message}`);
       }
-      const request = parseChatRequest(body);
+      const request = api.parse(body);
       // one call of an episode at a time: its turns are recorded in the order they are numbered
       const run = registered.episode.queue.then(() => registered.session.complete(request));
       registered.episode.queue = run.catch(() => undefined);
       const done = await run;
-      if (request.stream) stream(res, done, request.logprobs, request.includeUsage);
-      else json(res, 200, completionBody(done, request.logprobs));
+      if (request.stream) api.stream(res, done, request);
+      else json(res, 200, api.body(done, request));
     } catch (e) {
       const err =
         e instanceof GatewayError

@@ -92,7 +92,7 @@ export class AgentSession {
     if (tools.length > 0 && !templateRendersTools(chat))
       throw invalid('tools', `team ${team.name}'s chat template does not render tools (it never shows its \`tools\` variable)`);
 
-    const { context, parents, retokenized } = this.contextOf(req.messages, tools, chat);
+    const { context, parents, retokenized } = this.contextOf(req, tools, chat);
     const stops = req.stop;
     const stopTokens = [...new Set(stops.flatMap((s) => tok.idsContaining(s.slice(-1))))];
     // numbered only once it is valid: a refused request takes no index and records nothing
@@ -150,7 +150,8 @@ export class AgentSession {
   }
 
   /** The request's context: continued from the latest assistant message this session returned, else rendered whole. */
-  private contextOf(messages: readonly RequestMessage[], tools: readonly FunctionTool[], chat: ChatTemplate) {
+  private contextOf(req: ChatRequest, tools: readonly FunctionTool[], chat: ChatTemplate) {
+    const messages = req.messages;
     const tok = this.episode.team.tokenizer;
     const encode = (text: string) => {
       try {
@@ -164,7 +165,7 @@ export class AgentSession {
             return true;
           }
         });
-        throw invalid(at >= 0 ? `messages[${at}].content` : 'tools', (e as Error).message);
+        throw invalid(at >= 0 ? (req.contentParams?.[at] ?? `messages[${at}].content`) : 'tools', (e as Error).message);
       }
     };
     const render = (fn: () => string) => {

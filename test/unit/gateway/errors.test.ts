@@ -1,6 +1,6 @@
 /**
- * Malformed requests to the gateway, through the real `openai` client (raw
- * HTTP where the client cannot send the fault): each gets an OpenAI-style
+ * Malformed requests to the gateway, Chat Completions and Responses, through
+ * the real `openai` client (raw HTTP where the client cannot send the fault): each gets an OpenAI-style
  * error body naming the field, and nothing is recorded (no generation, no turn).
  */
 import assert from 'node:assert/strict';
@@ -34,8 +34,8 @@ async function failure(p: Promise<unknown>): Promise<Failure> {
   assert.fail('the request succeeded');
 }
 
-async function raw(session: OpenAISession, body: string, key = session.apiKey): Promise<Failure> {
-  const res = await fetch(`${session.baseURL}/chat/completions`, {
+async function raw(session: OpenAISession, body: string, key = session.apiKey, route = '/chat/completions'): Promise<Failure> {
+  const res = await fetch(`${session.baseURL}${route}`, {
     method: 'POST',
     headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
     body,
@@ -95,6 +95,39 @@ it('malformed requests get an OpenAI error naming the field and record nothing',
     );
     // the other episode's key on this episode's session
     results.crossed = await raw(s, JSON.stringify({ model: 'policy', messages: user }), other!.apiKey);
+    await responses(s);
+  }
+  /** The Responses API's faults (`/responses`), each naming its field in that API's terms. */
+  async function responses(s: OpenAISession) {
+    const client = new OpenAI({ ...s, maxRetries: 0 });
+    const create = (body: Record<string, unknown>) => failure(client.responses.create({ model: 'policy', input: 'hi', ...body } as never));
+    const add = { type: 'function', name: 'add', parameters: { type: 'object', properties: {} }, strict: false };
+    results.rJson = await raw(s, '{"model": "policy", "input": [', s.apiKey, '/responses');
+    results.rModel = await create({ model: 'gpt-4o' });
+    results.rInput = await create({ input: [] });
+    results.rItem = await create({ input: [{ type: 'reasoning', summary: [] }] });
+    results.rRole = await create({ input: [{ role: 'tool', content: 'x' }] });
+    results.rPart = await create({ input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'data:,' }] }] });
+    results.rCall = await create({
+      input: [
+        { role: 'user', content: 'hi' },
+        { type: 'function_call', name: 'add', arguments: '{}' },
+      ],
+    });
+    results.rOutput = await create({ input: [{ type: 'function_call_output', call_id: 'c', output: 5 }] });
+    results.rSchema = await create({ tools: [{ ...add, parameters: { type: 'object', properties: { a: { type: 'digits' } } } }] });
+    results.rTool = await create({ tools: [{ type: 'web_search' }] });
+    results.rChoice = await create({ tools: [add], tool_choice: { type: 'function', name: 'sub' } });
+    results.rPrevious = await create({ previous_response_id: 'resp_1' });
+    results.rMax = await create({ max_output_tokens: 0 });
+    results.rFormat = await create({ text: { format: { type: 'json_object' } } });
+    // a character the team's tokenizer cannot encode, in a tool's output: named where it is in the request
+    results.rEncode = await create({
+      input: [
+        { role: 'user', content: 'hi' },
+        { type: 'function_call_output', call_id: 'c', output: 'é' },
+      ],
+    });
   }
   const input = (episodeId: string) => ({ episodeId, seed: 1, task: 0, versions: { policy: 0, other: 0 } });
   const [mine, theirs] = await Promise.all([
@@ -116,6 +149,21 @@ it('malformed requests get an OpenAI error naming the field and record nothing',
     key: [401, 'apiKey', 'invalid_api_key'],
     another: [403, 'apiKey', 'session_mismatch'],
     crossed: [403, 'apiKey', 'session_mismatch'],
+    rJson: [400, 'body', 'invalid_value'],
+    rModel: [404, 'model', 'model_not_found'],
+    rInput: [400, 'input', 'invalid_value'],
+    rItem: [400, 'input[0].type', 'invalid_value'],
+    rRole: [400, 'input[0].role', 'invalid_value'],
+    rPart: [400, 'input[0].content[0]', 'invalid_value'],
+    rCall: [400, 'input[1].call_id', 'invalid_value'],
+    rOutput: [400, 'input[0].output', 'invalid_value'],
+    rSchema: [400, 'tools[0].parameters.properties.a.type', 'invalid_value'],
+    rTool: [400, 'tools[0].type', 'invalid_value'],
+    rChoice: [400, 'tool_choice.name', 'invalid_value'],
+    rPrevious: [400, 'previous_response_id', 'invalid_value'],
+    rMax: [400, 'max_output_tokens', 'invalid_value'],
+    rFormat: [400, 'text.format', 'invalid_value'],
+    rEncode: [400, 'input[1].output', 'invalid_value'],
   });
   assert.match(results.json!.message, /^body: not valid JSON/);
   assert.match(results.schema!.message, /"digits" is not a JSON Schema type/);

@@ -4,7 +4,8 @@
  * path against the real engine: engine-episode.test.ts). Checked: the
  * contexts recorded are the template's rendering continued token in / token
  * out from the sampled ids, tool calls come back as OpenAI `tool_calls`,
- * stream and non-stream give the same reply, and edited history is counted.
+ * stream and non-stream give the same reply, and edited history is counted;
+ * the same for the Responses API (output items, input items sent back).
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
@@ -180,5 +181,110 @@ describe('gateway with the openai client', () => {
       ...tokenizer.encode(chat.next(rest, true)),
     ]);
     assert.deepEqual(traj.counters, { solver: { gatewayCalls: 3, retokenizedTurns: 1, unparsedToolCalls: 1 } });
+  });
+
+  it('Responses API: output items, multi-turn input continued from the sampled ids, streamed events give the same response', async () => {
+    const call = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>';
+    const texts = [`Let me add.${call}`, 'It is 5.', 'ok…'];
+    const rTools = tools.map((t) => ({ type: 'function' as const, ...t.function, strict: false }));
+    const run = async (stream: boolean) => {
+      const { io, calls } = scripted([...texts]);
+      const replies: OpenAI.Responses.Response[] = [];
+      const events: string[] = [];
+      const team = gatewayTeam(async ({ agents }) => {
+        const client = new OpenAI({ ...agents.solver.openai, maxRetries: 0 });
+        const input: OpenAI.Responses.ResponseInputItem[] = [{ role: 'user', content: '2+3?' }];
+        const create = async (extra: { max_output_tokens?: number } = {}) => {
+          const req = { model: 'policy', instructions: 'You add.', input, tools: rTools, include: ['message.output_text.logprobs' as const], ...extra };
+          let r: OpenAI.Responses.Response | undefined;
+          if (!stream) r = await client.responses.create(req);
+          else
+            for await (const e of await client.responses.create({ ...req, stream: true })) {
+              events.push(e.type);
+              if (e.type === 'response.completed' || e.type === 'response.incomplete') r = e.response;
+            }
+          replies.push(r!);
+          return r!;
+        };
+        const first = await create();
+        const fc = first.output.find((o) => o.type === 'function_call')!;
+        // the SDKs send a reply's output items back as they came, then the tool's output
+        input.push(...(first.output as OpenAI.Responses.ResponseInputItem[]), { type: 'function_call_output', call_id: fc.call_id, output: '5' });
+        const second = await create();
+        input.push(...(second.output as OpenAI.Responses.ResponseInputItem[]), { role: 'user', content: 'thanks' });
+        await create({ max_output_tokens: 2 });
+      });
+      const traj = await runBatchedEpisode(team, input, io);
+      assert.equal(traj.status, 'completed', traj.error);
+      return { replies, events, traj, calls };
+    };
+    const plain = await run(false);
+    const { traj } = plain;
+    const [first, second, third] = plain.replies;
+    assert.deepEqual(
+      first!.output.map((o) => o.type),
+      ['message', 'function_call'],
+    );
+    const message = first!.output[0] as OpenAI.Responses.ResponseOutputMessage;
+    const text = message.content[0] as OpenAI.Responses.ResponseOutputText;
+    assert.equal(text.text, 'Let me add.');
+    assert.deepEqual(
+      text.logprobs!.map((t) => t.logprob),
+      traj.turns[0]!.logprobs.slice(0, -1),
+      'log-probs of the sampled tokens, EOS left out',
+    );
+    const fc = first!.output[1] as OpenAI.Responses.ResponseFunctionToolCall;
+    assert.deepEqual([fc.call_id, fc.name, fc.arguments], ['call_0_0', 'add', '{"a":2,"b":3}']);
+    assert.equal(first!.status, 'completed');
+    assert.deepEqual(first!.usage, {
+      input_tokens: traj.turns[0]!.contextTokens.length,
+      input_tokens_details: { cached_tokens: 0 },
+      output_tokens: traj.turns[0]!.responseTokens.length,
+      output_tokens_details: { reasoning_tokens: 0 },
+      total_tokens: traj.turns[0]!.contextTokens.length + traj.turns[0]!.responseTokens.length,
+    });
+    assert.equal(second!.output_text, 'It is 5.');
+    // the third call stops at max_output_tokens: 'ok' with no EOS after it
+    assert.equal(third!.status, 'incomplete');
+    assert.deepEqual(third!.incomplete_details, { reason: 'max_output_tokens' });
+    assert.equal(third!.output_text, 'ok');
+
+    // turn 0: instructions and input rendered by the template, tools included (as Chat Completions would)
+    const opening = chat.open(
+      [
+        { role: 'system', content: 'You add.' },
+        { role: 'user', content: '2+3?' },
+      ],
+      tools,
+    );
+    assert.deepEqual(traj.turns[0]!.contextTokens, tokenizer.encode(opening));
+    // turns 1 and 2: the previous turn's context and sampled ids as they were, then only what followed
+    assert.deepEqual(traj.turns[1]!.contextTokens, [
+      ...traj.turns[0]!.contextTokens,
+      ...traj.turns[0]!.responseTokens,
+      ...tokenizer.encode('\n<tool>5\n<assistant>'),
+    ]);
+    assert.deepEqual(traj.turns[2]!.contextTokens, [
+      ...traj.turns[1]!.contextTokens,
+      ...traj.turns[1]!.responseTokens,
+      ...tokenizer.encode('\n<user>thanks\n<assistant>'),
+    ]);
+    assert.deepEqual(
+      traj.turns.map((t) => t.parents),
+      [[], [0], [1]],
+    );
+    assert.deepEqual(
+      traj.turns.map((t) => t.contextTokens),
+      plain.calls.map((c) => c.context),
+    );
+    assert.deepEqual(traj.counters, { solver: { gatewayCalls: 3, retokenizedTurns: 0, unparsedToolCalls: 0 } });
+
+    const streamed = await run(true);
+    // the client adds the convenience output_text to a non-streamed response only
+    const strip = ({ output_text: _, ...r }: OpenAI.Responses.Response) => ({ ...r, created_at: 0 });
+    assert.deepEqual(streamed.replies.map(strip), plain.replies.map(strip));
+    assert.deepEqual(streamed.traj.turns, traj.turns);
+    assert.equal(streamed.events[0], 'response.created');
+    assert.ok(streamed.events.includes('response.output_text.delta') && streamed.events.includes('response.function_call_arguments.delta'));
   });
 });
