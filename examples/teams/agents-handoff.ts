@@ -1,10 +1,11 @@
 /**
- * `agents-handoff`: agent code on the OpenAI Agents SDK (`@openai/agents`, set
- * to Chat Completions), trained through the gateway (gateway/). Two agents: a
+ * `agents-handoff`: agent code on the OpenAI Agents SDK (`@openai/agents`, on
+ * its default Responses API; Chat Completions as an option), trained through
+ * the gateway (gateway/). Two agents: a
  * `triage` agent whose only move is a handoff to `solver`, and a `solver` with
  * a function tool `lookup` that knows a hidden digit; the answer is the digit.
- * Each SDK agent's model is an `OpenAIChatCompletionsModel` on its Troupe
- * agent's session (`agents.triage.openai`, `agents.solver.openai`), so every
+ * Each SDK agent's model is an `OpenAIResponsesModel` (the SDK's default) or
+ * an `OpenAIChatCompletionsModel` on its Troupe agent's session (`agents.triage.openai`, `agents.solver.openai`), so every
  * call is a turn of the agent that made it; tracing is off (it would export to
  * OpenAI).
  *
@@ -52,7 +53,14 @@ async function sdk() {
   }
 }
 
-export function agentsHandoffTeam() {
+export interface HandoffOptions {
+  /** Which OpenAI API the SDK's models call: its default, 'responses', or 'chat-completions'. */
+  api?: 'responses' | 'chat-completions';
+  /** Run the agents streamed (`Runner.run(..., { stream: true })`). */
+  stream?: boolean;
+}
+
+export function agentsHandoffTeam({ api = 'responses', stream = false }: HandoffOptions = {}) {
   return defineTeam({
     name: 'agents-handoff',
     description: 'OpenAI Agents SDK code trained through the gateway: a triage agent hands off to a solver, which calls a tool.',
@@ -66,8 +74,8 @@ export function agentsHandoffTeam() {
     tasks: generatedTasks<HandoffTask>({ seed: 8, count: 50, evalFraction: 0.2, make: (_random, i) => ({ id: String(i), data: { secret: i % 10 } }) }),
     async episode({ task, agents }) {
       const { agents: sdkAgents, OpenAI: Client, z } = await sdk();
-      const model = (session: { baseURL: string; apiKey: string }) =>
-        new sdkAgents.OpenAIChatCompletionsModel(new Client({ ...session, maxRetries: 0 }), 'policy');
+      const Model = api === 'responses' ? sdkAgents.OpenAIResponsesModel : sdkAgents.OpenAIChatCompletionsModel;
+      const model = (session: { baseURL: string; apiKey: string }) => new Model(new Client({ ...session, maxRetries: 0 }), 'policy');
       const lookup = sdkAgents.tool({ name: 'lookup', description: 'the hidden digit', parameters: z.object({}), execute: async () => String(task.secret) });
       const solver = new sdkAgents.Agent({
         name: 'solver',
@@ -83,7 +91,13 @@ export function agentsHandoffTeam() {
         model: model(agents.triage.openai),
         modelSettings: { maxTokens: 1 },
       });
-      const result = await new sdkAgents.Runner({ tracingDisabled: true }).run(triage, '?', { maxTurns: 4 });
+      const runner = new sdkAgents.Runner({ tracingDisabled: true });
+      let result;
+      if (stream) {
+        const streamed = await runner.run(triage, '?', { maxTurns: 4, stream: true });
+        await streamed.completed;
+        result = streamed;
+      } else result = await runner.run(triage, '?', { maxTurns: 4 });
       const items = result.newItems.map((i) => i.type);
       return { answer: String(result.finalOutput ?? ''), handedOff: items.includes('handoff_output_item'), looked: items.includes('tool_call_output_item') };
     },

@@ -2,7 +2,8 @@
  * The bundled framework teams' agent code, on the real packages, against the
  * real gateway and the real ONNX CPU engine: `ai-sdk-lookup` (Vercel AI SDK,
  * generateText with a tool, multi-step), `agents-handoff` (OpenAI Agents
- * SDK on Chat Completions: a handoff, then a function tool) and
+ * SDK on its default Responses API, streamed and not, and on Chat
+ * Completions: a handoff, then a function tool) and
  * `python-lookup` (a Python process over plain HTTP). Every turn
  * recorded holds exactly the context the engine was given and the ids and
  * log-probs it sampled, over the multi-turn conversations the frameworks drive
@@ -121,29 +122,45 @@ describe('framework teams against the real gateway and engine', () => {
     }
   });
 
-  it('OpenAI Agents SDK: triage hands off, the solver calls its tool and answers; every turn is what the engine sampled', async () => {
-    const team = agentsHandoffTeam();
+  it('OpenAI Agents SDK (Responses by default, streamed, and Chat Completions): triage hands off, the solver calls its tool and answers; every turn is what the engine sampled', async () => {
     const digits = [...'0123456789'];
     const afterHandoff = ['[lookup]SAnswer.U?>', HANDOFF_CALL, 'T{"assistant":"solver"}>'];
-    const version = await teach(team, 'sdk', [
+    const version = await teach(agentsHandoffTeam(), 'sdk', [
       [['[transfer_to_solver]SRoute.U?>'], [HANDOFF_CALL]],
       [afterHandoff, [LOOKUP_CALL]],
       ...digits.map((d): [string[], string[]] => [[...afterHandoff, LOOKUP_CALL, `T${d}>`], [d]]),
     ]);
-    const log: Log = [];
-    const t = await runBatchedEpisode(team, { episodeId: 'sdk5', seed: 5, task: { secret: 5 }, versions: { policy: version } }, io('sdk', log));
-    assert.equal(t.status, 'completed', t.error);
-    assert.deepEqual(t.outcome, { answer: '5', handedOff: true, looked: true });
-    assert.deepEqual(
-      t.turns.map((x) => x.agent),
-      ['triage', 'solver', 'solver'],
-    );
-    assertExact(t.turns, log);
-    const [, lookup, answer] = t.turns;
-    assert.deepEqual(answer!.contextTokens.slice(0, lookup!.contextTokens.length + lookup!.responseTokens.length), [
-      ...lookup!.contextTokens,
-      ...lookup!.responseTokens,
-    ]);
+    const runs: Record<string, Awaited<ReturnType<typeof runBatchedEpisode>>> = {};
+    for (const [name, options] of [
+      ['responses', {}],
+      ['responses streamed', { stream: true }],
+      ['chat completions', { api: 'chat-completions' }],
+    ] as const) {
+      const team = agentsHandoffTeam(options);
+      const log: Log = [];
+      const t = await runBatchedEpisode(team, { episodeId: 'sdk5', seed: 5, task: { secret: 5 }, versions: { policy: version } }, io('sdk', log));
+      assert.equal(t.status, 'completed', `${name}: ${t.error}`);
+      assert.deepEqual(t.outcome, { answer: '5', handedOff: true, looked: true }, name);
+      assert.deepEqual(
+        t.turns.map((x) => x.agent),
+        ['triage', 'solver', 'solver'],
+        name,
+      );
+      assertExact(t.turns, log);
+      const [, lookup, answer] = t.turns;
+      // the solver's second call continues its first one's ids: the SDK's history was matched, not re-encoded
+      assert.deepEqual(answer!.contextTokens.slice(0, lookup!.contextTokens.length + lookup!.responseTokens.length), [
+        ...lookup!.contextTokens,
+        ...lookup!.responseTokens,
+      ]);
+      assert.deepEqual(answer!.parents, [lookup!.index], name);
+      assert.equal(t.counters!.solver!.gatewayCalls, 2, name);
+      runs[name] = t;
+    }
+    // the same seed gives the same turns whichever API or transport carried them
+    const tokens = (t: (typeof runs)[string]) => t.turns.map((x) => [x.contextTokens, x.responseTokens, x.logprobs]);
+    assert.deepEqual(tokens(runs['responses streamed']!), tokens(runs.responses!));
+    assert.deepEqual(tokens(runs['chat completions']!), tokens(runs.responses!));
   });
 
   it('Python over plain HTTP: the process calls the tool, then answers; every turn is what the engine sampled', async () => {
