@@ -21,7 +21,7 @@
  * batched episodes).
  */
 import type OpenAI from 'openai';
-import { agent, chatTemplate, tinyLM, generatedTasks, defineTeam, vocabTokenizer } from 'troupe';
+import { agent, chatTemplate, tinyLM, generatedTasks, defineTeam, TeamDefinitionError, vocabTokenizer } from 'troupe';
 
 export interface HandoffTask {
   secret: number;
@@ -60,7 +60,14 @@ export interface HandoffOptions {
   stream?: boolean;
 }
 
-export function agentsHandoffTeam({ api = 'responses', stream = false }: HandoffOptions = {}) {
+export function agentsHandoffTeam(options: HandoffOptions = {}) {
+  const { api = 'responses', stream = false } = options;
+  if (api !== 'responses' && api !== 'chat-completions')
+    throw new TeamDefinitionError('agents-handoff', [
+      { path: 'teamOptions.api', message: `must be "responses" or "chat-completions", got ${JSON.stringify(api)}` },
+    ]);
+  if (typeof stream !== 'boolean')
+    throw new TeamDefinitionError('agents-handoff', [{ path: 'teamOptions.stream', message: `must be a boolean, got ${JSON.stringify(stream)}` }]);
   return defineTeam({
     name: 'agents-handoff',
     description: 'OpenAI Agents SDK code trained through the gateway: a triage agent hands off to a solver, which calls a tool.',
@@ -92,12 +99,12 @@ export function agentsHandoffTeam({ api = 'responses', stream = false }: Handoff
         modelSettings: { maxTokens: 1 },
       });
       const runner = new sdkAgents.Runner({ tracingDisabled: true });
-      let result;
-      if (stream) {
-        const streamed = await runner.run(triage, '?', { maxTurns: 4, stream: true });
-        await streamed.completed;
-        result = streamed;
-      } else result = await runner.run(triage, '?', { maxTurns: 4 });
+      const result = stream
+        ? await runner.run(triage, '?', { maxTurns: 4, stream: true }).then(async (streamed) => {
+            await streamed.completed;
+            return streamed;
+          })
+        : await runner.run(triage, '?', { maxTurns: 4 });
       const items = result.newItems.map((i) => i.type);
       return { answer: String(result.finalOutput ?? ''), handedOff: items.includes('handoff_output_item'), looked: items.includes('tool_call_output_item') };
     },

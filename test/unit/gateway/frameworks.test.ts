@@ -123,6 +123,7 @@ describe('framework teams against the real gateway and engine', () => {
   });
 
   it('OpenAI Agents SDK (Responses by default, streamed, and Chat Completions): triage hands off, the solver calls its tool and answers; every turn is what the engine sampled', async () => {
+    assert.throws(() => agentsHandoffTeam({ api: 'rest' as never }), /teamOptions\.api: must be "responses" or "chat-completions", got "rest"/);
     const digits = [...'0123456789'];
     const afterHandoff = ['[lookup]SAnswer.U?>', HANDOFF_CALL, 'T{"assistant":"solver"}>'];
     const version = await teach(agentsHandoffTeam(), 'sdk', [
