@@ -1,6 +1,6 @@
 /**
- * One agent's OpenAI-compatible session in one episode: a Chat Completions
- * request becomes one turn of that agent, token in / token out.
+ * One agent's OpenAI-compatible session in one episode: a request (Chat
+ * Completions, or Responses read as one) becomes one turn of that agent, token in / token out.
  *
  * The context is built from ids, never from re-rendered text where it can be
  * avoided: an assistant message this session returned is matched (with
