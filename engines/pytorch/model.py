@@ -31,8 +31,11 @@ SIGMA = 0.02
 # choice depends only on shapes, so results stay deterministic. TROUPE_TORCH_MKLDNN=0 turns it off.
 MKLDNN = os.environ.get("TROUPE_TORCH_MKLDNN", "1") != "0" and torch.backends.mkldnn.is_available() and hasattr(torch._C._nn, "mkldnn_linear")
 MKLDNN_MIN_ROWS = 4
-# rows per chunk of a scoring forward (forward_chunked): its shapes must not depend on the sequence length
+# rows per chunk of a scoring forward (forward_rows): its shapes must not depend on the sequence length
 ROW_CHUNK = 16
+# sequences per step of forward_rows: each step runs SEQ_BLOCK chunks (the unused ones padded) through every dense op, so
+# per-op overhead is shared by several sequences while every shape stays the same whatever the step holds
+SEQ_BLOCK = 4
 MEMO = "_onednn"  # the key of an inference weights dict's oneDNN copies
 
 
@@ -211,42 +214,68 @@ class Transformer:
                 h = block(h)
         return h
 
-    def forward_chunked(self, W, tokens, cache=None, per_chunk=None):
-        """forward() of one sequence (tokens [1, S]) in chunks of exactly ROW_CHUNK rows (the last padded), each
-        attending to the keys of the chunks before it. Every kernel then sees shapes that depend only on a row's
-        chunk index, never on S, so row p's logits are the same bits for every sequence that shares tokens 0..p:
-        Score, Generate's log-probs and an aborted Generate's shorter prefix agree bit for bit (a plain forward's
-        matmul and softmax kernels change with S, and its rows with them by an ulp or so).
-        With `cache` (a list), each layer's keys and values [1, Hkv, S, hd] are appended to it (a prefill).
-        `per_chunk(logits [1, ROW_CHUNK, V], c0)` → [1, ROW_CHUNK, ...] replaces each chunk's logits in the result, so
-        vocabulary-sized values exist for one chunk at a time (Score keeps a few values a row, not [S, V])."""
-        S = tokens.shape[1]
-        n = -(-S // ROW_CHUNK) * ROW_CHUNK
-        padded = torch.zeros(1, n, dtype=torch.long, device=tokens.device)
-        padded[:, :S] = tokens
+    def forward_rows(self, W, jobs):
+        """Forward passes of several sequences in chunks of exactly ROW_CHUNK rows (the last padded), each chunk attending
+        to the keys of the chunks before it. Jobs run SEQ_BLOCK at a time: each step stacks one chunk per job into
+        [SEQ_BLOCK, ROW_CHUNK] (slots without a chunk padded), so every dense op, norm and elementwise op has the same
+        shape at every step, and each job's attention runs alone with shapes that depend only on its chunk index.
+        Every op is row-local or a matmul of that fixed shape, so row p's logits are the same bits for every sequence
+        that shares tokens 0..p, whatever runs beside it and however long it is: Score, Generate's prefill and its
+        log-probs and an aborted Generate's shorter prefix agree bit for bit (a plain forward's matmul and softmax
+        kernels change with the sequence length and batch, and its rows with them by an ulp or so).
+        A job is a dict: "tokens" (list), "per_chunk(logits [ROW_CHUNK, V], c0)" called for each of its chunks (so
+        vocabulary-sized values exist for one step at a time), optional "start" (first chunk to run) with "prefix"
+        (each layer's [keys, values] [1, Hkv, ≥ start·ROW_CHUNK, hd] of the chunks before it, from an earlier pass over
+        the same tokens: the same bits), optional "cache" (a list: each layer's keys and values [1, Hkv, S, hd] are
+        appended to it, a prefill)."""
+        s, C, G = self.spec, ROW_CHUNK, SEQ_BLOCK
+        dev = self.device
+        n_max = -(-s["maxSeq"] // C) * C
         # padded rows' positions are clamped into the tables; real rows never attend to them (causal)
-        positions = torch.arange(n, device=tokens.device).clamp(max=self.spec["maxSeq"] - 1)
-        causal = torch.ones(n, n, dtype=torch.bool, device=tokens.device).tril()
-        keys = [[None, None] for _ in range(self.spec["layers"])]
-        out = []
-        for c0 in range(0, n, ROW_CHUNK):
-            c1 = c0 + ROW_CHUNK
-            pos = positions[c0:c1]
-            h = self.embed(W, padded[:, c0:c1], pos)
-            for layer in range(self.spec["layers"]):
-                L = f"l{layer}."
-                q, k, v = self.heads(W, self.norm(W, h, f"{L}ln1"), L, pos)
-                if keys[layer][0] is not None:
-                    k = torch.cat([keys[layer][0], k], dim=2)
-                    v = torch.cat([keys[layer][1], v], dim=2)
-                keys[layer] = [k, v]
-                h = h + self.linear(W, self.attend(q, k, v, causal[c0:c1, :c1]), L, "o")
-                h = h + self.mlp(W, self.norm(W, h, f"{L}ln2"), L)
-            logits = self.head(W, h)
-            out.append(logits if per_chunk is None else per_chunk(logits, c0))
-        if cache is not None:
-            cache.extend([k[:, :, :S].contiguous(), v[:, :, :S].contiguous()] for k, v in keys)
-        return torch.cat(out, dim=1)[:, :S]
+        positions = torch.arange(n_max, device=dev).clamp(max=s["maxSeq"] - 1)
+        causal = torch.ones(n_max, n_max, dtype=torch.bool, device=dev).tril()
+        HD = s["heads"] * self.hd
+        for b in range(0, len(jobs), G):
+            group = []
+            for j in jobs[b:b + G]:
+                S = len(j["tokens"])
+                padded = torch.zeros(-(-S // C) * C, dtype=torch.long, device=dev)
+                padded[:S] = torch.tensor(j["tokens"], dtype=torch.long, device=dev)
+                start = j.get("start", 0)
+                keys = [[k[:, :, :start * C], v[:, :, :start * C]] for k, v in j["prefix"]] if start > 0 else [[None, None] for _ in range(s["layers"])]
+                group.append((j, padded, start, keys))
+            steps = max(len(padded) // C - start for _, padded, start, _ in group)
+            for step in range(steps):
+                tok = torch.zeros(G, C, dtype=torch.long, device=dev)
+                pos = torch.zeros(G, C, dtype=torch.long, device=dev)
+                live = []
+                for g, (j, padded, start, keys) in enumerate(group):
+                    c0 = (start + step) * C
+                    if c0 < len(padded):
+                        tok[g] = padded[c0:c0 + C]
+                        pos[g] = positions[c0:c0 + C]
+                        live.append((g, c0, keys))
+                h = self.embed(W, tok, pos)
+                for layer in range(s["layers"]):
+                    L = f"l{layer}."
+                    q, k, v = self.heads(W, self.norm(W, h, f"{L}ln1"), L, pos)
+                    ctx = torch.zeros(G, C, HD, device=dev)
+                    for g, c0, keys in live:
+                        kk, vv = k[g:g + 1], v[g:g + 1]
+                        if keys[layer][0] is not None:
+                            kk = torch.cat([keys[layer][0], kk], dim=2)
+                            vv = torch.cat([keys[layer][1], vv], dim=2)
+                        keys[layer] = [kk, vv]
+                        ctx[g] = self.attend(q[g:g + 1], kk, vv, causal[c0:c0 + C, :c0 + C])[0]
+                    h = h + self.linear(W, ctx, L, "o")
+                    h = h + self.mlp(W, self.norm(W, h, f"{L}ln2"), L)
+                logits = self.head(W, h)
+                for g, c0, _ in live:
+                    group[g][0]["per_chunk"](logits[g], c0)
+            for j, _, _, keys in group:
+                if j.get("cache") is not None:
+                    S = len(j["tokens"])
+                    j["cache"].extend([k[:, :, :S].contiguous(), v[:, :, :S].contiguous()] for k, v in keys)
 
     # ---- batched decoding: fixed shapes, so a row's bits do not depend on the batch ----
     def new_cache(self, rows):

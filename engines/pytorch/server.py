@@ -161,7 +161,7 @@ import memory  # noqa: E402
 import philox  # noqa: E402
 import watchdog  # noqa: E402
 import spec as specmod  # noqa: E402
-from model import ROW_CHUNK, Transformer, init_weights  # noqa: E402
+from model import ROW_CHUNK, SEQ_BLOCK, Transformer, init_weights  # noqa: E402
 from sampling import sample  # noqa: E402
 from update import NonFiniteUpdate, run_update  # noqa: E402
 
@@ -769,41 +769,51 @@ class Engine(pbg.EngineServicer):
             yield pb.ExportVersionChunk(optimizer_state=o[at:at + CHUNK_BYTES])
 
     # -- generate / score
-    def _rows(self, model, W, seq, targets, cache=None):
-        """One sequence's full forward (batch of one, in fixed-size row chunks so that a row does not depend on the
-        sequence's length): log π(targets[p]) and the entropy at each row p (targets shorter than seq: 0 beyond),
-        and the last row's raw logits [V] and log-softmax [V] (Generate's first token and its log-prob).
-        Vocabulary-sized values exist for one ROW_CHUNK of rows at a time, never [S, V]."""
+    def _row_job(self, seq, targets, out, cache=None, start=0, prefix=None):
+        """A model.forward_rows job over `seq` that fills `out`: "lp" / "ent" [S] (log π(targets[p]) and the entropy at
+        each row p it runs; targets shorter than seq: 0 beyond) and "logits" / "logp" [V], the last row's raw logits and
+        log-softmax (Generate's first token and its log-prob). Vocabulary-sized values exist for one step at a time."""
         S = len(seq)
-        x = torch.tensor([list(seq)], dtype=torch.long, device=self.device)
         tgt = torch.zeros(-(-S // ROW_CHUNK) * ROW_CHUNK, dtype=torch.long, device=self.device)
         tgt[:len(targets)] = torch.tensor(list(targets), dtype=torch.long, device=self.device)
-        last = {}
+        out["lp"] = torch.zeros(len(tgt), device=self.device)
+        out["ent"] = torch.zeros(len(tgt), device=self.device)
 
         def per_chunk(logits, c0):
-            logp = torch.log_softmax(logits[0], dim=-1)  # [ROW_CHUNK, V]
+            logp = torch.log_softmax(logits, dim=-1)  # [ROW_CHUNK, V]
             if c0 <= S - 1 < c0 + ROW_CHUNK:
-                last["logits"], last["logp"] = logits[0, S - 1 - c0].clone(), logp[S - 1 - c0].clone()
-            lp = logp.gather(1, tgt[c0:c0 + ROW_CHUNK, None])[:, 0]
-            ent = -(torch.exp(logp) * logp).sum(dim=-1)
-            return torch.stack([lp, ent], dim=-1)[None]
+                out["logits"], out["logp"] = logits[S - 1 - c0].clone(), logp[S - 1 - c0].clone()
+            out["lp"][c0:c0 + ROW_CHUNK] = logp.gather(1, tgt[c0:c0 + ROW_CHUNK, None])[:, 0]
+            out["ent"][c0:c0 + ROW_CHUNK] = -(torch.exp(logp) * logp).sum(dim=-1)
+        return {"tokens": list(seq), "per_chunk": per_chunk, "cache": cache, "start": start, "prefix": prefix}
 
-        rows = model.forward_chunked(W, x, cache, per_chunk)[0]  # [S, 2]
-        return rows[:, 0], rows[:, 1], last
-
-    def _score_one(self, model, W, context, tokens, prefill_logp=None):
-        """log π(tokens[t]) and entropies, one full-sequence forward of this sequence alone (batch of 1).
-        `prefill_logp`: for one token, the log-softmax of the context's last row when a prefill of exactly the
-        context already computed it (the same bits: the same chunked forward)."""
-        if len(tokens) == 0:
-            return [], []
+    def _score_many(self, model, W, items):
+        """[(context, tokens, prefill)] → [(log π(tokens[t]), entropies)], every sequence's forward in model.forward_rows
+        (several sequences a step; a sequence's bits do not depend on the others). `prefill` (Generate), or None: the
+        {"kv", "logp"} of a prefill of exactly the context, whose full chunks are not run again (the same bits: the same
+        forward); the first token's log-prob then comes from its last row. Its entropies are not computed there."""
+        res, jobs = [], []
+        for ctx, toks, pre in items:
+            out = {}
+            res.append((len(ctx), list(toks), pre, out))
+            if len(toks) == 0:
+                continue
+            full = list(ctx) + list(toks)
+            start = len(ctx) // ROW_CHUNK if pre is not None else 0
+            jobs.append(self._row_job(full[:-1], full[1:], out, start=start, prefix=pre["kv"] if pre is not None else None))
         with torch.no_grad():
-            if prefill_logp is not None and len(tokens) == 1:
-                return [float(prefill_logp[tokens[0]].item())], [float(-(torch.exp(prefill_logp) * prefill_logp).sum().item())]
-            full = list(context) + list(tokens)
-            lp, ent, _ = self._rows(model, W, full[:-1], full[1:])
-            C = len(context)
-        return lp[C - 1: C - 1 + len(tokens)].cpu().tolist(), ent[C - 1: C - 1 + len(tokens)].cpu().tolist()
+            model.forward_rows(W, jobs)
+        results = []
+        for C, toks, pre, out in res:
+            T = len(toks)
+            if T == 0:
+                results.append(([], []))
+                continue
+            lp, ent = out["lp"], out["ent"]
+            if pre is not None and C % ROW_CHUNK == 0 and C > 0:  # row C - 1 ran in the prefill only
+                lp[C - 1] = pre["logp"][toks[0]]
+            results.append((lp[C - 1: C - 1 + T].cpu().tolist(), ent[C - 1: C - 1 + T].cpu().tolist()))
+        return results
 
     def _batch_version(self, req):
         """The model and version a Generate or Score request names, and that it has sequences."""
@@ -859,25 +869,39 @@ class Engine(pbg.EngineServicer):
 
     def _generate_batch(self, model, W, calls):
         """Every sequence of `calls` (one model version), continuously batched: up to max_batch slots decode together,
-        one token per slot per step; a sequence that stops frees its slot for the next one, after a prefill of its
-        own. The decode always runs all max_batch slots over maxSeq keys (model.decode_batch), so a sequence's
-        tokens do not depend on what runs beside it; its log-probs are rescored alone (Score's forward)."""
+        one token per slot per step; a sequence that stops frees its slot for the next ones, which are prefilled together
+        (model.forward_rows). The decode always runs all max_batch slots over maxSeq keys (model.decode_batch), so a
+        sequence's tokens do not depend on what runs beside it; its log-probs are rescored by Score's forward."""
         out = [[None] * c.n for c in calls]
         pending = collections.deque((c, i) for c in calls for i in range(c.n))
         R = memory.decode_slots(model.spec, self.memory_bytes, ROW_CHUNK, self.max_batch)
         slots = [None] * R
         cache = None
 
+        done = []  # finished sequences waiting for their rescoring: (state, stop reason)
+
+        def put(st, reason, lps):
+            out[calls.index(st["call"])][st["i"]] = pb.GeneratedSequence(tokens=st["tokens"], logprobs=lps, sample_logprobs=st["slps"], stop_reason=reason)
+
+        def rescore():
+            """log π(token) of the finished sequences by the forward Score runs (bit-identical to Score), SEQ_BLOCK at a
+            time; each reruns only the chunks its prefill did not compute in full."""
+            while done:
+                block = done[:SEQ_BLOCK]
+                del done[:SEQ_BLOCK]
+                for (st, reason), (lps, _) in zip(block, self._score_many(model, W, [(st["ctx"], st["tokens"], st["prefill"]) for st, _ in block])):
+                    put(st, reason, lps)
+                self.queue.progress()
+
         def finish(st, reason):
-            c, i, ctx, tokens, slps, kv_lps = st["call"], st["i"], st["ctx"], st["tokens"], st["slps"], st["kv_lps"]
-            # log π(token) by the forward Score runs (bit-identical to Score). A long ABORTED sequence (not a finished
-            # sample) keeps the decode's log-probs (within ~1e-6 of Score) so that Abort returns at once.
-            if reason == pb.ABORTED and len(ctx) + len(tokens) > ABORT_RESCORE_MAX:
-                lps = kv_lps
-            else:
-                lps = self._score_one(model, W, ctx, tokens, st["prefill"])[0]
-            out[calls.index(c)][i] = pb.GeneratedSequence(tokens=tokens, logprobs=lps, sample_logprobs=slps, stop_reason=reason)
-            self.queue.progress()
+            # A long ABORTED sequence (not a finished sample) keeps the decode's log-probs (within ~1e-6 of Score) so
+            # that Abort returns at once.
+            if reason == pb.ABORTED and len(st["ctx"]) + len(st["tokens"]) > ABORT_RESCORE_MAX:
+                put(st, reason, st["kv_lps"])
+                return
+            done.append((st, reason))
+            if len(done) >= SEQ_BLOCK:
+                rescore()
 
         def take(st, logits):
             """Sample the next token of slot state `st` from its logits [V] (host); True when the sequence is done."""
@@ -896,26 +920,30 @@ class Engine(pbg.EngineServicer):
 
         with torch.no_grad():
             while True:
-                for r in range(R):  # fill free slots: prefill alone (Score's chunked forward), first token from it
-                    while slots[r] is None and pending:
+                free = [r for r in range(R) if slots[r] is None]
+                while free and pending:  # fill free slots: prefills SEQ_BLOCK at a time (Score's forward), first token from them
+                    fresh = []
+                    while len(fresh) < len(free) and pending:
                         c, i = pending.popleft()
-                        ctx, seed, sp = c.rows[i]
                         if c.aborted.is_set():
                             out[calls.index(c)][i] = pb.GeneratedSequence(stop_reason=pb.ABORTED)
+                        else:
+                            ctx, seed, sp = c.rows[i]
+                            fresh.append({"call": c, "i": i, "ctx": ctx, "sp": sp, "tokens": [], "slps": [], "kv_lps": [],
+                                          "prefill": {"kv": []}, "u": philox.uniforms(seed, philox.STREAM_SAMPLING, sp["max_tokens"]).astype(np.float32)})
+                    model.forward_rows(W, [self._row_job(st["ctx"], [], st["prefill"], cache=st["prefill"]["kv"]) for st in fresh])
+                    for st in fresh:
+                        if take(st, st["prefill"]["logits"].cpu()):
                             continue
-                        kv = []
-                        _, _, last = self._rows(model, W, ctx, [], kv)
-                        st = {"call": c, "i": i, "ctx": ctx, "sp": sp, "tokens": [], "slps": [], "kv_lps": [], "prefill": last["logp"],
-                              "u": philox.uniforms(seed, philox.STREAM_SAMPLING, sp["max_tokens"]).astype(np.float32)}
-                        if take(st, last["logits"].cpu()):
-                            continue
+                        r = free.pop(0)
                         if cache is None:
                             cache = model.new_cache(R)
-                        for layer, (k, v) in enumerate(kv):
+                        n = len(st["ctx"])
+                        for layer, (k, v) in enumerate(st["prefill"]["kv"]):
                             cache[layer][0][r].zero_()
                             cache[layer][1][r].zero_()
-                            cache[layer][0][r, :, :len(ctx)] = k[0]
-                            cache[layer][1][r, :, :len(ctx)] = v[0]
+                            cache[layer][0][r, :, :n] = k[0]
+                            cache[layer][1][r, :, :n] = v[0]
                         slots[r] = st
                 for r, st in enumerate(slots):  # Abort: the running sequences stop after their current token
                     if st is not None and st["call"].aborted.is_set():
@@ -936,6 +964,7 @@ class Engine(pbg.EngineServicer):
                 for r, st in enumerate(slots):
                     if st is not None and take(st, logits[r]):
                         slots[r] = None
+            rescore()
         return out
 
     def Abort(self, req, context):
@@ -975,9 +1004,9 @@ class Engine(pbg.EngineServicer):
             def work(job):
                 W = m.model.weights(theta, inference=True)
                 out = []
-                for ctx, toks in seqs:
-                    lp, ent = self._score_one(m.model, W, ctx, toks)
-                    out.append(pb.ScoredSequence(logprobs=lp, entropy=ent))
+                for b in range(0, len(seqs), SEQ_BLOCK):
+                    for lp, ent in self._score_many(m.model, W, [(ctx, toks, None) for ctx, toks in seqs[b:b + SEQ_BLOCK]]):
+                        out.append(pb.ScoredSequence(logprobs=lp, entropy=ent))
                     self.queue.progress()
                 self.counters["score_runs"] += 1
                 return out
@@ -1040,9 +1069,10 @@ class Engine(pbg.EngineServicer):
                 progress["phase"] = "scoring"
                 W = mm.model.weights(v.theta, inference=True)
                 gaps = []
-                for x in samples:
-                    lp, _ = self._score_one(mm.model, W, x["context"], x["tokens"])
-                    gaps += [abs(x["old_logprobs"][t] - lp[t]) for t in range(len(lp)) if x["loss_mask"][t] == 1]
+                for b in range(0, len(samples), SEQ_BLOCK):
+                    block = samples[b:b + SEQ_BLOCK]
+                    for x, (lp, _) in zip(block, self._score_many(mm.model, W, [(x["context"], x["tokens"], None) for x in block])):
+                        gaps += [abs(x["old_logprobs"][t] - lp[t]) for t in range(len(lp)) if x["loss_mask"][t] == 1]
                     self.queue.progress()
                 progress["phase"] = "training"
 
