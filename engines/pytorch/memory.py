@@ -17,9 +17,9 @@ S the sequence length (context + tokens):
               log-softmax and exp (a chunk's rows are reduced to log-prob and entropy before the next);
               Generate's prefill and rescoring are this forward, its KV cache (2·L·Dkv·S) is within it
 
-Score and Generate run one sequence at a time, Update one micro-batch (micro_batch_rows, at least one sequence)
-at a time, so a spec fits when state + one sequence of the larger of update and
-score at S = maxSeq fits in the budget; otherwise SpecTooLarge names `maxSeq` when the per-sequence term
+Score and Generate run G = model.SEQ_BLOCK sequences at a time (model.forward_rows), Update one micro-batch
+(micro_batch_rows, at least one sequence) at a time, so a spec fits when state + the larger of one sequence's
+update and G sequences' score at S = maxSeq fits in the budget; otherwise SpecTooLarge names `maxSeq` when the per-sequence term
 dominates, else `vocabSize` when embeddings and head hold most parameters, else `width`.
 """
 import os
@@ -79,17 +79,17 @@ def slot_bytes(s):
     return F32 * 2 * s["layers"] * s["kvHeads"] * head_dim(s) * s["maxSeq"]
 
 
-def decode_slots(s, budget, chunk, max_batch):
+def decode_slots(s, budget, chunk, block, max_batch):
     """Decode slots of a spec's batched Generate: max_batch, fewer when their caches would not fit beside the state
     and one run (at least 1). Fixed per spec and budget, so a sequence's bits do not depend on the batch."""
-    free = budget - state_bytes(s) - max(update_bytes_per_sequence(s, s["maxSeq"]), score_bytes_per_sequence(s, s["maxSeq"], chunk))
+    free = budget - state_bytes(s) - max(update_bytes_per_sequence(s, s["maxSeq"]), block * score_bytes_per_sequence(s, s["maxSeq"], chunk))
     return max(1, min(max_batch, free // slot_bytes(s)))
 
 
-def check_fits(s, budget, chunk, prefix="spec"):
+def check_fits(s, budget, chunk, block, prefix="spec"):
     """Raise SpecTooLarge when one sequence of maxSeq tokens cannot run beside the state within `budget` bytes."""
     state = state_bytes(s)
-    run = max(update_bytes_per_sequence(s, s["maxSeq"]), score_bytes_per_sequence(s, s["maxSeq"], chunk))
+    run = max(update_bytes_per_sequence(s, s["maxSeq"]), block * score_bytes_per_sequence(s, s["maxSeq"], chunk))
     if state + run <= budget:
         return
     slots, total = param_layout(s)

@@ -648,7 +648,7 @@ class Engine(pbg.EngineServicer):
     def _check_memory(self, s):
         """A spec whose smallest run cannot fit in the memory budget is refused before anything is allocated."""
         try:
-            memory.check_fits(s, self.memory_bytes, ROW_CHUNK)
+            memory.check_fits(s, self.memory_bytes, ROW_CHUNK, SEQ_BLOCK)
         except memory.SpecTooLarge as e:
             raise invalid(str(e))
 
@@ -874,7 +874,7 @@ class Engine(pbg.EngineServicer):
         sequence's tokens do not depend on what runs beside it; its log-probs are rescored by Score's forward."""
         out = [[None] * c.n for c in calls]
         pending = collections.deque((c, i) for c in calls for i in range(c.n))
-        R = memory.decode_slots(model.spec, self.memory_bytes, ROW_CHUNK, self.max_batch)
+        R = memory.decode_slots(model.spec, self.memory_bytes, ROW_CHUNK, SEQ_BLOCK, self.max_batch)
         slots = [None] * R
         cache = None
 
