@@ -12,12 +12,12 @@ distribution as InitModel, not its bytes, and seconds instead of minutes at 1.5B
 
 Per model and dtype (fp32; bf16 = the engine's `--dtype bf16`: its device queue runs every job under
 torch.autocast(cuda, bfloat16), θ and AdamW state float32), every job submitted through the engine's own DeviceQueue:
-  generate  Engine._generate_batch (what Generate runs: per-sequence prefill, fixed-shape decode of max_batch slots,
-            host sampling, per-sequence rescoring) at batch 1/8/32/64, prompt 64, 128 new tokens, temperature 1;
+  generate  Engine._generate_batch (what Generate runs: prefill model.SEQ_BLOCK sequences a step, fixed-shape decode of
+            max_batch slots, host sampling, rescoring SEQ_BLOCK sequences a step) at batch 1/8/32/64, prompt 64, 128 new tokens, temperature 1;
             tokens/s = new tokens / wall, with the time split into decode / host sampling / rescoring / rest
   update    update.run_update (what Update runs after its scoring pass) on 64 sequences of 512 tokens (64 context,
             448 trained), one AdamW step, the engine's default --micro-batch-bytes
-  score     Engine._score_one over the same 64 sequences (Score, and Update's log-prob gap pass); under bf16 its
+  score     Engine._score_many over the same 64 sequences (Score, and Update's log-prob gap pass); under bf16 its
             log-probs are compared with fp32's: max and mean |Δ logprob| over the trained tokens
 Peak GPU memory is torch.cuda.max_memory_allocated, reset before each measurement (on CPU: the process's peak RSS
 so far). Each measurement is timed between torch.cuda.synchronize() calls, after one warm-up per model and dtype;
@@ -252,7 +252,7 @@ class Bench:
             return wrapped
         orig_sample = srv.sample
         model.decode_batch = timed(Transformer.decode_batch.__get__(model), "decode_s")
-        eng._score_one = timed(srv.Engine._score_one.__get__(eng), "rescore_s")
+        eng._score_many = timed(srv.Engine._score_many.__get__(eng), "rescore_s")
         srv.sample = timed(orig_sample, "sample_s")
         try:
             t = time.perf_counter()
@@ -261,7 +261,7 @@ class Bench:
             wall = time.perf_counter() - t
         finally:
             del model.decode_batch
-            del eng._score_one
+            del eng._score_many
             srv.sample = orig_sample
         n = sum(len(s.tokens) for s in out[0])
         spent["rest_s"] = wall - sum(spent.values())
@@ -296,7 +296,7 @@ class Bench:
         eng = self.engine
 
         def run():
-            return [eng._score_one(model, W, s["context"], s["tokens"])[0] for s in samples]
+            return [lp for lp, _ in eng._score_many(model, W, [(s["context"], s["tokens"], None) for s in samples])]
         lps = self.on_device(run, dtype)
         n = sum(len(x) for x in lps)
         return {"scored_tokens": n, "logprobs": lps}
@@ -313,7 +313,7 @@ class Bench:
         for name in a.models:
             spec, note = make_spec(name, a.max_seq)
             P = specmod.param_layout(spec)[1]
-            slots = srv.memory.decode_slots(spec, self.engine.memory_bytes, srv.ROW_CHUNK, a.max_batch)
+            slots = srv.memory.decode_slots(spec, self.engine.memory_bytes, srv.ROW_CHUNK, srv.SEQ_BLOCK, a.max_batch)
             self.meta["models"][name] = {"params": P, "decode_slots": slots, "note": note, "spec": spec}
             print(f"# model {name}: {P:,} parameters, {slots} decode slots{'; ' + note if note else ''}", flush=True)
             if time.monotonic() - self.t0 > a.budget_s:
