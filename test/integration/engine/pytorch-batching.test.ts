@@ -5,7 +5,11 @@
  * sequences (--max-batch 4, 12 sequences of different lengths, stop tokens and
  * sampling settings, so slots are refilled mid-run), and with concurrent calls
  * that share device runs (a long call first, so that three calls queue behind
- * it and then run together). Log-probs stay bit-identical to Score.
+ * it and then run together). Log-probs stay bit-identical to Score. Contexts of
+ * 16, 17 and 32 tokens make the rescoring reuse the prefill's full 16-row
+ * chunks (engines/pytorch/server.py _score_many), and 12 sequences fill
+ * several 4-sequence scoring steps (model.py forward_rows) while alone each
+ * runs with 3 padded slots.
  *
  * Skips (naming the Debian packages) where the PyTorch engine cannot run.
  */
@@ -21,13 +25,13 @@ const torch = pytorchEngine();
 const skip = 'missing' in torch ? torch.missing : false;
 const V = 16;
 const VARIANTS = {
-  llama: { family: 'transformer', vocabSize: V, width: 32, layers: 2, heads: 4, kvHeads: 2, maxSeq: 32, positions: 'rope', norm: 'rmsnorm', mlp: 'swiglu' },
-  gpt2: { family: 'transformer', vocabSize: V, width: 32, layers: 2, heads: 4, maxSeq: 32 },
+  llama: { family: 'transformer', vocabSize: V, width: 32, layers: 2, heads: 4, kvHeads: 2, maxSeq: 64, positions: 'rope', norm: 'rmsnorm', mlp: 'swiglu' },
+  gpt2: { family: 'transformer', vocabSize: V, width: 32, layers: 2, heads: 4, maxSeq: 64 },
 };
 
 function sequences(): GenerateSequenceInput[] {
   return Array.from({ length: 12 }, (_, i) => ({
-    context: Array.from({ length: 1 + (i % 5) }, (_, t) => (3 * i + 5 * t + 1) % V),
+    context: Array.from({ length: [1, 16, 3, 17, 32, 5][i % 6]! }, (_, t) => (3 * i + 5 * t + 1) % V),
     seed: 900 + i,
     sampling:
       i % 4 === 0
