@@ -10,7 +10,7 @@ import { runEpisode, type EpisodeIO, type GenerateCall } from '../agents/episode
 import type { Split } from '../agents/tasks';
 import { loadTeam } from '../agents/team-registry';
 import type { TrainingControlActivities, TeamRef } from '../activities/training/control';
-import type { EpisodeSpec, StepPlan } from '../activities/training/plan';
+import { durableEpisodeMeta, type EpisodeSpec, type StepPlan } from '../activities/training/plan';
 import type { TrainingPoolActivities } from '../activities/training/pool';
 import { controlActivities, controlLocalActivities, toolActivities, turnActivities } from './timeouts';
 
@@ -62,18 +62,7 @@ export async function episodeWorkflow(input: EpisodeWorkflowInput): Promise<{ ep
   );
   return control.recordEpisode({
     ...ref,
-    meta: {
-      episodeId: spec.episodeId,
-      runId: input.runId,
-      step: input.step,
-      split: input.split,
-      taskId: spec.taskId,
-      task: spec.task,
-      groupIndex: spec.groupIndex,
-      episodeIndex: spec.episodeIndex,
-      seed: spec.seed,
-      mode: 'durable',
-    },
+    meta: durableEpisodeMeta(spec, input),
     trajectory,
   });
 }

@@ -17,9 +17,16 @@ import { createRun, getRun, hasExecution, recordEvent, recordExecution, recordWo
 import { mergeStepMetrics, writeMetrics } from '../store/metrics';
 import { loadStepEpisodes, saveEpisodes, type EpisodeMeta, type StoredEpisode } from '../store/trajectories';
 import { loadTasks } from '../tasks';
-import { episodesOf, type EpisodeSpec, type StepPlan } from './plan';
+import { durableEpisodeMeta, episodesOf, type EpisodeSpec, type StepPlan } from './plan';
 import { readCheckpointTokenizers } from './pretrained';
 import { resumePoint, versionsBefore } from './resume';
+
+/** The plan's episode at `index`, planned again from the team's tasks. */
+function specAt(input: TeamRef & { plan: Omit<StepPlan, 'episodes'>; index: number }): EpisodeSpec {
+  const [spec] = episodesOf(loadTasks(loadTeam(input.team, input.teamOptions)), input.plan, input.index, input.index + 1);
+  if (!spec) throw ApplicationFailure.nonRetryable(`episode ${input.index} is not in the plan of step ${input.plan.step}`, 'InvalidPlan');
+  return spec;
+}
 
 /** The reason a terminated workflow's history records, if it was terminated. */
 async function terminationReason(client: Client, workflowId: string): Promise<string | undefined> {
@@ -143,9 +150,7 @@ export function createTrainingControlActivities({ sql, workflowPatches, userCode
 
     /** One episode of a plan (what a durable episode workflow runs). */
     async episodeSpec(input: TeamRef & { plan: Omit<StepPlan, 'episodes'>; index: number }): Promise<EpisodeSpec> {
-      const [spec] = episodesOf(loadTasks(loadTeam(input.team, input.teamOptions)), input.plan, input.index, input.index + 1);
-      if (!spec) throw ApplicationFailure.nonRetryable(`episode ${input.index} is not in the plan of step ${input.plan.step}`, 'InvalidPlan');
-      return spec;
+      return specAt(input);
     },
 
     /** One tool call of a durable episode. */
@@ -170,22 +175,10 @@ export function createTrainingControlActivities({ sql, workflowPatches, userCode
     async recordStoppedEpisode(
       input: TeamRef & { runId: string; step: number; split: EpisodeMeta['split']; plan: Omit<StepPlan, 'episodes'>; index: number; workflowId: string },
     ) {
-      const [spec] = episodesOf(loadTasks(loadTeam(input.team, input.teamOptions)), input.plan, input.index, input.index + 1);
-      if (!spec) throw ApplicationFailure.nonRetryable(`episode ${input.index} is not in the plan of step ${input.plan.step}`, 'InvalidPlan');
+      const spec = specAt(input);
       const reason = await terminationReason(Context.current().client, input.workflowId);
       const error = reason?.startsWith('episode: ') ? reason : `episode: terminated before it finished (${reason ? `reason: ${reason}` : 'no reason given'})`;
-      const meta: EpisodeMeta = {
-        episodeId: spec.episodeId,
-        runId: input.runId,
-        step: input.step,
-        split: input.split,
-        taskId: spec.taskId,
-        task: spec.task,
-        groupIndex: spec.groupIndex,
-        episodeIndex: spec.episodeIndex,
-        seed: spec.seed,
-        mode: 'durable',
-      };
+      const meta = durableEpisodeMeta(spec, input);
       await saveEpisodes(sql, [{ meta, trajectory: { episodeId: spec.episodeId, status: 'failed', error, turns: [] }, rewards: [], success: null }]);
       return { episodeId: spec.episodeId, status: 'failed', success: null };
     },

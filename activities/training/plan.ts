@@ -9,7 +9,8 @@
  * list of episodes goes through Temporal history.
  */
 import { deriveSeed } from '../../agents/seed';
-import { selectTasks, type Task } from '../../agents/tasks';
+import { selectTasks, type Split, type Task } from '../../agents/tasks';
+import type { EpisodeMeta } from '../store/trajectories';
 
 export interface EpisodeSpec {
   episodeId: string;
@@ -18,6 +19,12 @@ export interface EpisodeSpec {
   groupIndex: number;
   episodeIndex: number;
   seed: number;
+}
+
+/** What a durable episode is stored under: its spec, where its run put it. */
+export function durableEpisodeMeta(spec: EpisodeSpec, at: { runId: string; step: number; split: Split }): EpisodeMeta {
+  const { episodeId, taskId, task, groupIndex, episodeIndex, seed } = spec;
+  return { episodeId, runId: at.runId, step: at.step, split: at.split, taskId, task, groupIndex, episodeIndex, seed, mode: 'durable' };
 }
 
 /** How a step's or an eval's episodes are chosen: enough to plan them again anywhere. */
