@@ -6,9 +6,11 @@
  * for as long as the run lasts: the episode never ends and its run waits on it forever. The
  * SDK raises the timeout outside the sandbox, so no workflow code can catch it; what sees it is
  * the SDK core, which logs "Failing workflow task" with the execution's run id and the failure.
- * The control worker forwards the core's log to the logger this watch makes: after `strikes`
- * such timeouts of one execution, the watch looks the execution up and, if it is an episode,
- * terminates it with a reason naming the episode's last turn; the run stores it as a failed
+ * The control worker forwards the core's log to the logger this watch makes. On the first such
+ * timeout of an execution (the core logs later attempts' failures only at debug level, and a
+ * task the server timed out not at all), the watch looks the execution up and, if it is an
+ * episode, follows its pending workflow task on the server: once that task has failed `strikes`
+ * times in a row, it terminates the episode with a reason naming its last turn; the run stores it as a failed
  * episode and goes on (workflows/training-run/rollout.ts, episodeChild). A run's own workflow
  * is never terminated here.
  */
@@ -28,16 +30,18 @@ const TURN_ACTIVITY = 'generateTurn';
 export interface EpisodeWatchOptions {
   /** The worker's isolate execution timeout, for the reason (the SDK's default: 5 s). */
   limitMs: number;
-  /** Timeouts of one execution before it is stopped: more than one, so a single slow task on a loaded host is not mistaken for a loop. */
+  /** Failed attempts of one workflow task before it is stopped: more than one, so a single slow task on a loaded host is not mistaken for a loop. */
   strikes?: number;
+  /** How often the server is asked about a followed execution, and for how long at most. */
+  pollMs?: number;
+  followMs?: number;
   log?: (line: string) => void;
 }
 
 export class EpisodeWatch {
   private client?: Client;
   private readonly strikes: number;
-  private readonly seen = new Map<string, number>();
-  private readonly stopping = new Set<string>();
+  private readonly following = new Set<string>();
   private readonly log: (line: string) => void;
 
   constructor(private readonly opts: EpisodeWatchOptions) {
@@ -69,34 +73,42 @@ export class EpisodeWatch {
     if (level !== 'WARN' || message !== FAILING_TASK || !meta) return;
     if (typeof meta.failure !== 'string' || !TIMED_OUT.test(meta.failure) || typeof meta.runId !== 'string') return;
     const runId = meta.runId;
-    const n = (this.seen.get(runId) ?? 0) + 1;
-    this.seen.set(runId, n);
-    if (n < this.strikes || this.stopping.has(runId)) return;
-    this.stopping.add(runId);
-    this.stop(runId).then(
-      () => this.seen.delete(runId),
-      (e: unknown) => {
-        // the next timeout tries again
-        this.stopping.delete(runId);
+    if (this.following.has(runId)) return;
+    this.following.add(runId);
+    this.follow(runId)
+      .catch((e: unknown) => {
         this.log(`troupe control worker: could not stop the execution ${runId} that keeps timing out: ${(e as Error)?.message ?? String(e)}`);
-      },
-    );
+      })
+      .finally(() => this.following.delete(runId));
   }
 
-  private async stop(runId: string): Promise<void> {
+  /** Follows an execution whose task timed out until it ends, recovers, or keeps failing and is stopped. */
+  private async follow(runId: string): Promise<void> {
     if (!this.client) throw new Error('the watch has no client yet');
-    // the core names the execution by run id only: visibility knows its workflow
-    let found: { workflowId: string; type: string } | undefined;
-    for await (const w of this.client.workflow.list({ query: `RunId = '${runId}'` })) found = { workflowId: w.workflowId, type: w.type };
-    if (!found) throw new Error('not found in visibility yet');
-    if (found.type !== EPISODE_WORKFLOW) return;
-    const { workflowId } = found;
-    const handle = this.client.workflow.getHandle(workflowId, runId);
-    const history = await handle.fetchHistory();
-    if ((history.events ?? []).some((e) => e.workflowExecutionCompletedEventAttributes || e.workflowExecutionTerminatedEventAttributes)) return;
-    const reason = stoppedReason(turnsDone(history.events ?? []), this.opts.limitMs);
-    await handle.terminate(reason);
-    this.log(`troupe control worker: stopped episode ${workflowId}: ${reason}`);
+    const { pollMs = 2000, followMs = 10 * 60_000 } = this.opts;
+    const until = Date.now() + followMs;
+    let workflowId: string | undefined;
+    for (; Date.now() < until; await new Promise((r) => setTimeout(r, pollMs))) {
+      if (!workflowId) {
+        // the core names the execution by run id only: visibility knows its workflow
+        for await (const w of this.client.workflow.list({ query: `RunId = '${runId}'` })) {
+          if (w.type !== EPISODE_WORKFLOW) return;
+          workflowId = w.workflowId;
+        }
+        if (!workflowId) continue;
+      }
+      const handle = this.client.workflow.getHandle(workflowId, runId);
+      const run = await handle.describe();
+      if (run.status.name !== 'RUNNING') return;
+      const task = run.raw.pendingWorkflowTask;
+      if (!task) return; // the task went through: a slow task, not a loop
+      if ((task.attempt ?? 0) <= this.strikes) continue;
+      const history = await handle.fetchHistory();
+      const reason = stoppedReason(turnsDone(history.events ?? []), this.opts.limitMs);
+      await handle.terminate(reason);
+      this.log(`troupe control worker: stopped episode ${workflowId}: ${reason}`);
+      return;
+    }
   }
 }
 

@@ -33,7 +33,7 @@ test('stoppedReason names the limit and where the episode was', () => {
   assert.match(stoppedReason(3, 5000), /after 3 agent turns /);
 });
 
-test('the watch acts on the second sandbox timeout of one execution, and on nothing else', async () => {
+test('the watch follows an execution from its first sandbox timeout, and acts on nothing else', async () => {
   const lines: string[] = [];
   const watch = new EpisodeWatch({ limitMs: 5000, log: (l) => lines.push(l) });
   const quiet = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
@@ -46,16 +46,18 @@ test('the watch acts on the second sandbox timeout of one execution, and on noth
   });
   const settle = () => new Promise((r) => setTimeout(r, 10));
 
-  logger.warn('Failing workflow task', timedOut('r1'));
-  logger.warn('Failing workflow task', timedOut('r2')); // another execution
   logger.warn('Failing workflow task', { ...timedOut('r1'), failure: 'Failure { message: "boom" }' });
   logger.warn('Activity not found on completion', timedOut('r1'));
   logger.error('Failing workflow task', timedOut('r1'));
   await settle();
   assert.deepEqual(lines, []);
 
-  // the second strike: the watch tries to stop it (here it has no client yet, so it says so)
+  // a timeout: the watch follows the execution on the server (here it has no client yet, so it says so)
   logger.log('WARN', 'Failing workflow task', timedOut('r1'));
+  logger.warn('Failing workflow task', timedOut('r2')); // another execution
   await settle();
-  assert.deepEqual(lines, ['troupe control worker: could not stop the execution r1 that keeps timing out: the watch has no client yet']);
+  assert.deepEqual(lines, [
+    'troupe control worker: could not stop the execution r1 that keeps timing out: the watch has no client yet',
+    'troupe control worker: could not stop the execution r2 that keeps timing out: the watch has no client yet',
+  ]);
 });
