@@ -19,21 +19,11 @@ import { EngineClient } from '../../../engines/protocol/client';
 import { pytorchEngine } from '../../../engines/pytorch';
 import { engineCommand } from '../../../gpu-workers/engine-kinds';
 import { spawnEngine, type SpawnedEngine } from '../../../gpu-workers/engine-process';
+import { TINY_TRANSFORMER } from '../../helpers/tiny-transformer';
 
 const torch = pytorchEngine();
 const skip = 'missing' in torch ? torch.missing : false;
-const SPEC = {
-  family: 'transformer',
-  vocabSize: 16,
-  width: 32,
-  layers: 2,
-  heads: 4,
-  kvHeads: 2,
-  maxSeq: 32,
-  positions: 'rope',
-  norm: 'rmsnorm',
-  mlp: 'swiglu',
-};
+const SPEC = TINY_TRANSFORMER;
 const LONG = 30;
 
 describe('the PyTorch engine: a shorter run of a sequence is a bit-identical prefix of a longer one', { skip }, () => {

@@ -19,6 +19,7 @@ import type { UpdateRequest } from '../../../engines/protocol/types';
 import { spawnEngine, type SpawnedEngine } from '../../../gpu-workers/engine-process';
 import { pytorchEngine } from '../../../engines/pytorch';
 import { childProcesses } from '../../../testing/chaos/stack';
+import { TINY_TRANSFORMER } from '../../helpers/tiny-transformer';
 
 const engine = pytorchEngine();
 const skip = 'missing' in engine ? engine.missing : false;
@@ -55,18 +56,7 @@ after(() => {
   }
 });
 
-const SPEC = {
-  family: 'transformer',
-  vocabSize: 16,
-  width: 32,
-  layers: 2,
-  heads: 4,
-  kvHeads: 2,
-  maxSeq: 32,
-  positions: 'rope',
-  norm: 'rmsnorm',
-  mlp: 'swiglu',
-};
+const SPEC = TINY_TRANSFORMER;
 const LR = 0.01;
 const INNER = 2;
 
