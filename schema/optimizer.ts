@@ -29,6 +29,7 @@ import { SCOPES, type Scope } from '../rl/advantages/types';
 import { KL_TYPES, type KlType, type PolicyLossSettings } from '../rl/loss';
 import { LOSS_AGGREGATIONS, type LossAggregation } from '../rl/tokens';
 import { FieldError, issuesFromZod } from '../infra/issues';
+import { lazily } from '../infra/lazily';
 
 // ---- field validators (shared by the override and the full schema) --------
 
@@ -49,41 +50,44 @@ const engineNumber = (...rules: Array<[(x: number) => boolean, string]>) =>
     else if (!Number.isFinite(f)) fail(`must be at most 3.4e38 in magnitude (the engine computes in float32), got ${v}`);
     else if (brokenInFloat32) fail(`${brokenInFloat32[1]}; ${v} is ${f} in float32, which the engine computes in`);
   });
-const positive = engineNumber([(x) => x > 0, 'must be > 0']);
-const nonNegative = engineNumber([(x) => x >= 0, 'must be ≥ 0']);
-const fraction = engineNumber([(x) => x >= 0, 'must be ≥ 0'], [(x) => x < 1, 'must be < 1']);
 const oneOf = <T extends string>(what: string, values: readonly T[]) =>
   z.enum(values as [T, ...T[]], { error: (iss) => `unknown ${what} ${JSON.stringify(iss.input)}; known: ${values.join(', ')}` });
 
-const fields = {
-  /** AdamW. lr 1e-3 suits the bundled tiny models; LLM-scale runs use ~1e-6. */
-  lr: positive,
-  betas: z.tuple([fraction, fraction]),
-  eps: positive,
-  weightDecay: nonNegative,
-  /** Global grad-norm clip; null turns it off. */
-  gradClipMaxNorm: positive.nullable(),
-  /** PPO clip range [1 − clipLow, 1 + clipHigh]. */
-  clipLow: fraction,
-  clipHigh: nonNegative,
-  /** Dual-clip bound c for negative advantages; null turns it off. */
-  dualClip: engineNumber([(x) => x > 1, 'must be > 1']).nullable(),
-  klType: oneOf<KlType>('KL type', KL_TYPES),
-  klCoef: nonNegative,
-  entropyCoef: engineNumber(),
-  lossAggregation: oneOf<LossAggregation>('loss aggregation', LOSS_AGGREGATIONS),
-  /** Token budget H for seq-mean-token-sum-norm (usually the role's maxTokens). */
-  horizon: z.number().int('must be an integer').gt(0, 'must be > 0'),
-  rewardWeights: z.record(z.string(), z.number()),
-  // checked against the live registry: a project's defineEstimator names count too
-  estimatorName: z
-    .string({ error: (iss) => unknownEstimatorMessage(iss.input) })
-    .refine(isEstimatorName, { error: (iss) => unknownEstimatorMessage(iss.input) }),
-  scope: oneOf<Scope>('scope', SCOPES),
-  normalizeStd: z.boolean(),
-  /** Discount per turn of the discounted (turn-level) estimators. */
-  gamma: z.number({ error: (iss) => gammaProblem(iss.input) }).refine((x) => gammaProblem(x) === undefined, { error: (iss) => gammaProblem(iss.input) }),
-};
+// Built on first use (infra/lazily.ts), as every schema below.
+const fields = lazily(() => {
+  const positive = engineNumber([(x) => x > 0, 'must be > 0']);
+  const nonNegative = engineNumber([(x) => x >= 0, 'must be ≥ 0']);
+  const fraction = engineNumber([(x) => x >= 0, 'must be ≥ 0'], [(x) => x < 1, 'must be < 1']);
+  return {
+    /** AdamW. lr 1e-3 suits the bundled tiny models; LLM-scale runs use ~1e-6. */
+    lr: positive,
+    betas: z.tuple([fraction, fraction]),
+    eps: positive,
+    weightDecay: nonNegative,
+    /** Global grad-norm clip; null turns it off. */
+    gradClipMaxNorm: positive.nullable(),
+    /** PPO clip range [1 − clipLow, 1 + clipHigh]. */
+    clipLow: fraction,
+    clipHigh: nonNegative,
+    /** Dual-clip bound c for negative advantages; null turns it off. */
+    dualClip: engineNumber([(x) => x > 1, 'must be > 1']).nullable(),
+    klType: oneOf<KlType>('KL type', KL_TYPES),
+    klCoef: nonNegative,
+    entropyCoef: engineNumber(),
+    lossAggregation: oneOf<LossAggregation>('loss aggregation', LOSS_AGGREGATIONS),
+    /** Token budget H for seq-mean-token-sum-norm (usually the role's maxTokens). */
+    horizon: z.number().int('must be an integer').gt(0, 'must be > 0'),
+    rewardWeights: z.record(z.string(), z.number()),
+    // checked against the live registry: a project's defineEstimator names count too
+    estimatorName: z
+      .string({ error: (iss) => unknownEstimatorMessage(iss.input) })
+      .refine(isEstimatorName, { error: (iss) => unknownEstimatorMessage(iss.input) }),
+    scope: oneOf<Scope>('scope', SCOPES),
+    normalizeStd: z.boolean(),
+    /** Discount per turn of the discounted (turn-level) estimators. */
+    gamma: z.number({ error: (iss) => gammaProblem(iss.input) }).refine((x) => gammaProblem(x) === undefined, { error: (iss) => gammaProblem(iss.input) }),
+  };
+});
 
 export const OPTIMIZER_DEFAULTS = {
   lr: 1e-3,
@@ -102,89 +106,97 @@ export const OPTIMIZER_DEFAULTS = {
 
 // ---- one level as a user writes it: every field optional ------------------
 
-export const optimizerOverridesSchema = z.strictObject({
-  lr: fields.lr.optional(),
-  betas: fields.betas.optional(),
-  eps: fields.eps.optional(),
-  weightDecay: fields.weightDecay.optional(),
-  gradClipMaxNorm: fields.gradClipMaxNorm.optional(),
-  clipLow: fields.clipLow.optional(),
-  clipHigh: fields.clipHigh.optional(),
-  dualClip: fields.dualClip.optional(),
-  kl: z.strictObject({ type: fields.klType.optional(), coef: fields.klCoef.optional() }).optional(),
-  entropyCoef: fields.entropyCoef.optional(),
-  lossAggregation: fields.lossAggregation.optional(),
-  horizon: fields.horizon.optional(),
-  rewardWeights: fields.rewardWeights.optional(),
-  estimator: z
-    .strictObject({
-      name: fields.estimatorName.optional(),
-      scope: fields.scope.optional(),
-      normalizeStd: fields.normalizeStd.optional(),
-      gamma: fields.gamma.optional(),
-    })
-    .optional(),
-});
-export type OptimizerOverrides = z.input<typeof optimizerOverridesSchema>;
+export const optimizerOverridesSchema = lazily(() =>
+  z.strictObject({
+    lr: fields().lr.optional(),
+    betas: fields().betas.optional(),
+    eps: fields().eps.optional(),
+    weightDecay: fields().weightDecay.optional(),
+    gradClipMaxNorm: fields().gradClipMaxNorm.optional(),
+    clipLow: fields().clipLow.optional(),
+    clipHigh: fields().clipHigh.optional(),
+    dualClip: fields().dualClip.optional(),
+    kl: z.strictObject({ type: fields().klType.optional(), coef: fields().klCoef.optional() }).optional(),
+    entropyCoef: fields().entropyCoef.optional(),
+    lossAggregation: fields().lossAggregation.optional(),
+    horizon: fields().horizon.optional(),
+    rewardWeights: fields().rewardWeights.optional(),
+    estimator: z
+      .strictObject({
+        name: fields().estimatorName.optional(),
+        scope: fields().scope.optional(),
+        normalizeStd: fields().normalizeStd.optional(),
+        gamma: fields().gamma.optional(),
+      })
+      .optional(),
+  }),
+);
+export type OptimizerOverrides = z.input<ReturnType<typeof optimizerOverridesSchema>>;
 
 // ---- the optimizer part of a run config, and a change to it (setOptimizer) ---
 
 /** Overrides for every model, per model and per agent (role); unknown keys rejected. */
-export const optimizerChangeSchema = z.strictObject({
-  all: optimizerOverridesSchema.optional(),
-  models: z.record(z.string(), optimizerOverridesSchema).optional(),
-  agents: z.record(z.string(), optimizerOverridesSchema).optional(),
-});
-export type OptimizerChange = z.output<typeof optimizerChangeSchema>;
+export const optimizerChangeSchema = lazily(() =>
+  z.strictObject({
+    all: optimizerOverridesSchema().optional(),
+    models: z.record(z.string(), optimizerOverridesSchema()).optional(),
+    agents: z.record(z.string(), optimizerOverridesSchema()).optional(),
+  }),
+);
+export type OptimizerChange = z.output<ReturnType<typeof optimizerChangeSchema>>;
 
 /** As a run config holds it: models and agents always present. */
-export const optimizerConfigSchema = optimizerChangeSchema.extend({
-  models: z.record(z.string(), optimizerOverridesSchema).default({}),
-  agents: z.record(z.string(), optimizerOverridesSchema).default({}),
-});
-export type OptimizerConfig = z.output<typeof optimizerConfigSchema>;
+export const optimizerConfigSchema = lazily(() =>
+  optimizerChangeSchema().extend({
+    models: z.record(z.string(), optimizerOverridesSchema()).default({}),
+    agents: z.record(z.string(), optimizerOverridesSchema()).default({}),
+  }),
+);
+export type OptimizerConfig = z.output<ReturnType<typeof optimizerConfigSchema>>;
 
 // ---- resolved settings: every field present --------------------------------
 
 const D = OPTIMIZER_DEFAULTS;
-export const optimizerSettingsSchema = z
-  .strictObject({
-    lr: fields.lr.default(D.lr),
-    betas: fields.betas.default([...D.betas]),
-    eps: fields.eps.default(D.eps),
-    weightDecay: fields.weightDecay.default(D.weightDecay),
-    gradClipMaxNorm: fields.gradClipMaxNorm.default(D.gradClipMaxNorm),
-    clipLow: fields.clipLow.default(D.clipLow),
-    clipHigh: fields.clipHigh.default(D.clipHigh),
-    dualClip: fields.dualClip.default(D.dualClip),
-    kl: z.strictObject({ type: fields.klType.default(D.kl.type), coef: fields.klCoef.default(D.kl.coef) }).prefault({}),
-    entropyCoef: fields.entropyCoef.default(D.entropyCoef),
-    lossAggregation: fields.lossAggregation.default(D.lossAggregation),
-    horizon: fields.horizon.optional(),
-    rewardWeights: fields.rewardWeights.default({}),
-    estimator: z
-      .strictObject({
-        name: fields.estimatorName.default(D.estimator.name),
-        scope: fields.scope.default(D.estimator.scope),
-        normalizeStd: fields.normalizeStd.optional(),
-        gamma: fields.gamma.optional(),
-      })
-      .prefault({}),
-  })
-  .superRefine((s, ctx) => {
-    const estimator = getEstimator(s.estimator.name);
-    if (s.estimator.normalizeStd !== undefined && !estimator.supportsNormalizeStd)
-      ctx.addIssue({
-        code: 'custom',
-        path: ['estimator', 'normalizeStd'],
-        message: normalizeStdMessage(s.estimator.name),
-      });
-    if (s.estimator.gamma !== undefined && !estimator.discounted)
-      ctx.addIssue({ code: 'custom', path: ['estimator', 'gamma'], message: gammaMessage(s.estimator.name) });
-    if (estimator.scopes && !estimator.scopes.includes(s.estimator.scope))
-      ctx.addIssue({ code: 'custom', path: ['estimator', 'scope'], message: scopeMessage(estimator, s.estimator.scope) });
-  });
-export type OptimizerSettings = z.output<typeof optimizerSettingsSchema>;
+export const optimizerSettingsSchema = lazily(() =>
+  z
+    .strictObject({
+      lr: fields().lr.default(D.lr),
+      betas: fields().betas.default([...D.betas]),
+      eps: fields().eps.default(D.eps),
+      weightDecay: fields().weightDecay.default(D.weightDecay),
+      gradClipMaxNorm: fields().gradClipMaxNorm.default(D.gradClipMaxNorm),
+      clipLow: fields().clipLow.default(D.clipLow),
+      clipHigh: fields().clipHigh.default(D.clipHigh),
+      dualClip: fields().dualClip.default(D.dualClip),
+      kl: z.strictObject({ type: fields().klType.default(D.kl.type), coef: fields().klCoef.default(D.kl.coef) }).prefault({}),
+      entropyCoef: fields().entropyCoef.default(D.entropyCoef),
+      lossAggregation: fields().lossAggregation.default(D.lossAggregation),
+      horizon: fields().horizon.optional(),
+      rewardWeights: fields().rewardWeights.default({}),
+      estimator: z
+        .strictObject({
+          name: fields().estimatorName.default(D.estimator.name),
+          scope: fields().scope.default(D.estimator.scope),
+          normalizeStd: fields().normalizeStd.optional(),
+          gamma: fields().gamma.optional(),
+        })
+        .prefault({}),
+    })
+    .superRefine((s, ctx) => {
+      const estimator = getEstimator(s.estimator.name);
+      if (s.estimator.normalizeStd !== undefined && !estimator.supportsNormalizeStd)
+        ctx.addIssue({
+          code: 'custom',
+          path: ['estimator', 'normalizeStd'],
+          message: normalizeStdMessage(s.estimator.name),
+        });
+      if (s.estimator.gamma !== undefined && !estimator.discounted)
+        ctx.addIssue({ code: 'custom', path: ['estimator', 'gamma'], message: gammaMessage(s.estimator.name) });
+      if (estimator.scopes && !estimator.scopes.includes(s.estimator.scope))
+        ctx.addIssue({ code: 'custom', path: ['estimator', 'scope'], message: scopeMessage(estimator, s.estimator.scope) });
+    }),
+);
+export type OptimizerSettings = z.output<ReturnType<typeof optimizerSettingsSchema>>;
 
 // ---- errors ----------------------------------------------------------------
 
@@ -202,7 +214,7 @@ const toIssues = (error: z.ZodError, prefix: string) => issuesFromZod(error, { p
 export function parseOptimizerChange(input: unknown): OptimizerChange {
   if (typeof input !== 'object' || input === null || Array.isArray(input))
     throw new SettingsError([{ path: '(change)', message: `must be a JSON object like {"all": {"lr": 0.01}}, got ${JSON.stringify(input) ?? String(input)}` }]);
-  const r = optimizerChangeSchema.safeParse(input);
+  const r = optimizerChangeSchema().safeParse(input);
   if (!r.success) {
     const issues = issuesFromZod(r.error, { unknownKey: 'unknown setting', root: '(change)' });
     throw new SettingsError(
@@ -249,7 +261,7 @@ export interface SettingsPaths {
 
 /** Validates one level alone (e.g. when a team is defined). */
 export function parseOverrides(level: unknown, path = 'optimizer'): OptimizerOverrides {
-  const r = optimizerOverridesSchema.safeParse(level ?? {});
+  const r = optimizerOverridesSchema().safeParse(level ?? {});
   if (!r.success) throw new SettingsError(toIssues(r.error, path));
   return r.data;
 }
@@ -258,8 +270,8 @@ export function parseOverrides(level: unknown, path = 'optimizer'): OptimizerOve
 export function resolveSettings(modelLevel: unknown, agentLevel: unknown, paths: SettingsPaths = {}): OptimizerSettings {
   const modelPath = paths.model ?? 'model.optimizer';
   const agentPath = paths.agent ?? 'agent.optimizer';
-  const m = optimizerOverridesSchema.safeParse(modelLevel ?? {});
-  const a = optimizerOverridesSchema.safeParse(agentLevel ?? {});
+  const m = optimizerOverridesSchema().safeParse(modelLevel ?? {});
+  const a = optimizerOverridesSchema().safeParse(agentLevel ?? {});
   const issues = [...(m.success ? [] : toIssues(m.error, modelPath)), ...(a.success ? [] : toIssues(a.error, agentPath))];
   if (!m.success || !a.success) throw new SettingsError(issues);
 
@@ -278,7 +290,7 @@ export function resolveSettings(modelLevel: unknown, agentLevel: unknown, paths:
     rewardWeights: { ...model.rewardWeights, ...agent.rewardWeights },
     estimator: { ...modelEstimator, ...agent.estimator },
   };
-  const r = optimizerSettingsSchema.safeParse(merged);
+  const r = optimizerSettingsSchema().safeParse(merged);
   if (!r.success) {
     // Only cross-field checks can fail here; blame the level that chose the estimator.
     const blame = agent.estimator !== undefined ? agentPath : modelPath;

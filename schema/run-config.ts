@@ -18,95 +18,102 @@ import {
   type OptimizerSettings,
 } from './optimizer';
 import { FieldError, issuesFromZod, type FieldIssue } from '../infra/issues';
+import { lazily } from '../infra/lazily';
 import { CORRECTION_NAMES, DEFAULT_CORRECTION, type CorrectionName } from '../rl/corrections/registry';
 
 /** Bound on staleness: each step of lag keeps one more step's rollout in flight. */
 export const MAX_STALENESS = 8;
 
-const poolName = z.string().regex(/^[A-Za-z0-9._-]{1,100}$/, 'a pool name: letters, digits, . _ - only (1-100)');
+const poolName = () => z.string().regex(/^[A-Za-z0-9._-]{1,100}$/, 'a pool name: letters, digits, . _ - only (1-100)');
 const int = (min: number, max: number) => z.number().int('must be an integer').min(min, `must be >= ${min}`).max(max, `must be <= ${max}`);
 
 /** One model's off-policy correction (rl/corrections/): which, and the settings it reads. */
-const correctionSchema = z.strictObject({
-  correction: z.enum(CORRECTION_NAMES, `must be one of ${CORRECTION_NAMES.join(', ')}`).optional(),
-  /** C: the truncation cap (decoupled-ppo, tis-*) or the masking threshold (mis-*). */
-  cap: z.number().min(1, 'must be >= 1').max(1e6, 'must be <= 1000000').optional(),
-  /** [lo, hi]: the ratios IcePop keeps. */
-  band: z
-    .tuple([z.number().min(0, 'must be >= 0').max(1, 'must be <= 1'), z.number().min(1, 'must be >= 1').max(1e6, 'must be <= 1000000')], 'must be [lo, hi]')
-    .optional(),
-});
+const correctionSchema = () =>
+  z.strictObject({
+    correction: z.enum(CORRECTION_NAMES, `must be one of ${CORRECTION_NAMES.join(', ')}`).optional(),
+    /** C: the truncation cap (decoupled-ppo, tis-*) or the masking threshold (mis-*). */
+    cap: z.number().min(1, 'must be >= 1').max(1e6, 'must be <= 1000000').optional(),
+    /** [lo, hi]: the ratios IcePop keeps. */
+    band: z
+      .tuple([z.number().min(0, 'must be >= 0').max(1, 'must be <= 1'), z.number().min(1, 'must be >= 1').max(1e6, 'must be <= 1000000')], 'must be [lo, hi]')
+      .optional(),
+  });
 
-export const runConfigSchema = z.strictObject({
-  /** Team name in the registry (agents/team-registry.ts): a team of the project. */
-  team: z.string().min(1, 'must name a team'),
-  teamOptions: z.record(z.string(), z.unknown()).default({}),
-  /** Stable id of the run; defaults to the workflow id. */
-  runId: z
-    .string()
-    .regex(/^[A-Za-z0-9._-]{1,100}$/, 'letters, digits, . _ - only (1-100)')
-    .optional(),
-  steps: int(1, 1_000_000).default(40),
-  groupsPerStep: int(1, 4096).default(16),
-  groupSize: int(1, 1024).default(8),
-  rollout: z.enum(['batched', 'durable']).default('batched'),
-  /**
-   * Durable rollouts: episodes per rollout node (workflows/rollout-node.ts). A rollout of more episodes
-   * starts ceil(episodes / rolloutNodeSize) nodes, each starting its slice of episode children; at most
-   * 1,000 keeps a node well inside Temporal's 2,000 pending children and its history limits.
-   */
-  rolloutNodeSize: int(1, 1000).default(500),
-  /** Optimizer settings for every model, per model, and per agent (role). */
-  optimizer: optimizerConfigSchema.prefault({}),
-  /** Eval on held-out tasks every N steps (0: only before the first and after the last step). */
-  evalEvery: int(0, 1_000_000).default(10),
-  /** Held-out tasks per eval (0: all of them). */
-  evalTasks: int(0, 100_000).default(0),
-  seed: int(0, 2 ** 31 - 1).default(0),
-  /** What to do when an update's loss or gradients are not finite. */
-  nonFinite: z.enum(['skip', 'reduce-lr', 'fail']).default('skip'),
-  /**
-   * Asynchronous RL (docs/running.md, "Asynchronous RL"): the rollout of step t uses the version each model
-   * had at step max(0, t − k) and runs while the updates of steps t − k … t − 1 are in flight.
-   * One k for every model, or one per model name (missing models: 0). 0: synchronous.
-   */
-  staleness: z
-    .union([z.number(), z.record(z.string(), z.number())], 'must be an integer k or an object { <model>: k }')
-    .superRefine((v, ctx) => {
-      for (const [path, k] of typeof v === 'number' ? [[[], v] as const] : Object.entries(v).map(([m, k]) => [[m], k] as const)) {
-        const r = int(0, MAX_STALENESS).safeParse(k);
-        if (!r.success) ctx.addIssue({ code: 'custom', path: [...path], message: r.error.issues[0]!.message });
-      }
-    })
-    .default(0),
-  /** The default cap C of the off-policy corrections (offPolicy.cap overrides it). */
-  importanceCap: z.number().min(1, 'must be >= 1').max(1e6, 'must be <= 1000000').default(5),
-  /**
-   * How asynchronous models' updates correct for their stale rollouts (docs/running.md, "Off-policy
-   * corrections"): one setting for every model, `models` overriding it per model name.
-   * Default: decoupled PPO with cap importanceCap.
-   */
-  offPolicy: correctionSchema.extend({ models: z.record(z.string(), correctionSchema).optional() }).optional(),
-  /**
-   * Where each model samples and trains, overriding its team's `pool` / `trainPool`: { <model>: { sample?, train? } }.
-   * Pool names map to task queues as the team's do (activities/training/pool-queues.ts).
-   */
-  pools: z.record(z.string(), z.strictObject({ sample: poolName.optional(), train: poolName.optional() })).optional(),
-  /**
-   * Partial rollouts (docs/running.md, "Partial rollouts"; batched, synchronous runs): a step starts
-   * ceil(groupsPerStep x overProvision) groups (carried ones first), ends its rollout once minFinished
-   * whole groups finished (default groupsPerStep), trains on the finished groups and carries the rest,
-   * turns and tokens so far, in the store into the next step's rollout.
-   */
-  partialRollouts: z
-    .strictObject({
-      overProvision: z.number().min(1, 'must be >= 1').max(8, 'must be <= 8').default(1.5),
-      minFinished: int(1, 4096).optional(),
-    })
-    .optional(),
-  /** Fail the run after this many consecutive steps in which no model could train (every update skipped); 0: never. */
-  maxStepsWithoutSignal: int(0, 1_000_000).default(3),
-});
+// Built on first use (infra/lazily.ts).
+export const runConfigSchema = lazily(() =>
+  z.strictObject({
+    /** Team name in the registry (agents/team-registry.ts): a team of the project. */
+    team: z.string().min(1, 'must name a team'),
+    teamOptions: z.record(z.string(), z.unknown()).default({}),
+    /** Stable id of the run; defaults to the workflow id. */
+    runId: z
+      .string()
+      .regex(/^[A-Za-z0-9._-]{1,100}$/, 'letters, digits, . _ - only (1-100)')
+      .optional(),
+    steps: int(1, 1_000_000).default(40),
+    groupsPerStep: int(1, 4096).default(16),
+    groupSize: int(1, 1024).default(8),
+    rollout: z.enum(['batched', 'durable']).default('batched'),
+    /**
+     * Durable rollouts: episodes per rollout node (workflows/rollout-node.ts). A rollout of more episodes
+     * starts ceil(episodes / rolloutNodeSize) nodes, each starting its slice of episode children; at most
+     * 1,000 keeps a node well inside Temporal's 2,000 pending children and its history limits.
+     */
+    rolloutNodeSize: int(1, 1000).default(500),
+    /** Optimizer settings for every model, per model, and per agent (role). */
+    optimizer: optimizerConfigSchema().prefault({}),
+    /** Eval on held-out tasks every N steps (0: only before the first and after the last step). */
+    evalEvery: int(0, 1_000_000).default(10),
+    /** Held-out tasks per eval (0: all of them). */
+    evalTasks: int(0, 100_000).default(0),
+    seed: int(0, 2 ** 31 - 1).default(0),
+    /** What to do when an update's loss or gradients are not finite. */
+    nonFinite: z.enum(['skip', 'reduce-lr', 'fail']).default('skip'),
+    /**
+     * Asynchronous RL (docs/running.md, "Asynchronous RL"): the rollout of step t uses the version each model
+     * had at step max(0, t − k) and runs while the updates of steps t − k … t − 1 are in flight.
+     * One k for every model, or one per model name (missing models: 0). 0: synchronous.
+     */
+    staleness: z
+      .union([z.number(), z.record(z.string(), z.number())], 'must be an integer k or an object { <model>: k }')
+      .superRefine((v, ctx) => {
+        for (const [path, k] of typeof v === 'number' ? [[[], v] as const] : Object.entries(v).map(([m, k]) => [[m], k] as const)) {
+          const r = int(0, MAX_STALENESS).safeParse(k);
+          if (!r.success) ctx.addIssue({ code: 'custom', path: [...path], message: r.error.issues[0]!.message });
+        }
+      })
+      .default(0),
+    /** The default cap C of the off-policy corrections (offPolicy.cap overrides it). */
+    importanceCap: z.number().min(1, 'must be >= 1').max(1e6, 'must be <= 1000000').default(5),
+    /**
+     * How asynchronous models' updates correct for their stale rollouts (docs/running.md, "Off-policy
+     * corrections"): one setting for every model, `models` overriding it per model name.
+     * Default: decoupled PPO with cap importanceCap.
+     */
+    offPolicy: correctionSchema()
+      .extend({ models: z.record(z.string(), correctionSchema()).optional() })
+      .optional(),
+    /**
+     * Where each model samples and trains, overriding its team's `pool` / `trainPool`: { <model>: { sample?, train? } }.
+     * Pool names map to task queues as the team's do (activities/training/pool-queues.ts).
+     */
+    pools: z.record(z.string(), z.strictObject({ sample: poolName().optional(), train: poolName().optional() })).optional(),
+    /**
+     * Partial rollouts (docs/running.md, "Partial rollouts"; batched, synchronous runs): a step starts
+     * ceil(groupsPerStep x overProvision) groups (carried ones first), ends its rollout once minFinished
+     * whole groups finished (default groupsPerStep), trains on the finished groups and carries the rest,
+     * turns and tokens so far, in the store into the next step's rollout.
+     */
+    partialRollouts: z
+      .strictObject({
+        overProvision: z.number().min(1, 'must be >= 1').max(8, 'must be <= 8').default(1.5),
+        minFinished: int(1, 4096).optional(),
+      })
+      .optional(),
+    /** Fail the run after this many consecutive steps in which no model could train (every update skipped); 0: never. */
+    maxStepsWithoutSignal: int(0, 1_000_000).default(3),
+  }),
+);
 
 /** Temporal's limit on a workflow's pending child workflows (the run's, and each rollout node's). */
 export const MAX_PENDING_CHILDREN = 2000;
@@ -121,8 +128,8 @@ export const rolloutChildren = (episodes: number, nodeSize: number) => (episodes
  */
 export const MAX_STEP_EPISODES = 16_384;
 
-export type RunConfigInput = z.input<typeof runConfigSchema>;
-export type RunConfig = z.output<typeof runConfigSchema>;
+export type RunConfigInput = z.input<ReturnType<typeof runConfigSchema>>;
+export type RunConfig = z.output<ReturnType<typeof runConfigSchema>>;
 
 export class RunConfigError extends FieldError {
   override readonly name = 'RunConfigError';
@@ -134,7 +141,7 @@ export class RunConfigError extends FieldError {
 /** Parses a config; throws RunConfigError naming each bad field. */
 export function parseRunConfig(input: unknown): RunConfig {
   if (typeof input !== 'object' || input === null || Array.isArray(input)) throw new RunConfigError([{ path: '(config)', message: 'must be a JSON object' }]);
-  const r = runConfigSchema.safeParse(input);
+  const r = runConfigSchema().safeParse(input);
   if (!r.success) throw new RunConfigError(issuesFromZod(r.error, { unknownKey: 'unknown field', root: '(config)' }));
   const episodes = r.data.groupsPerStep * r.data.groupSize;
   if (r.data.rollout === 'durable') {

@@ -8,6 +8,7 @@
  */
 import { z } from 'zod';
 import { issuesFromZod, type FieldIssue } from '../../../infra/issues';
+import { lazily } from '../../../infra/lazily';
 import { ModelSpecError } from '../model-family';
 
 export const POSITIONS = ['learned', 'rope'] as const;
@@ -30,36 +31,38 @@ const count = (max: number, min = 1) => z.number().int('must be an integer').min
 const oneOf = <T extends string>(values: readonly T[]) =>
   z.enum(values as unknown as [T, ...T[]], { error: (iss) => `unknown option ${JSON.stringify(iss.input)}; known: ${values.join(', ')}` });
 
-const schema = z
-  .object({
-    family: z.literal('transformer').default('transformer'),
-    /** V: token ids are 0..V−1 (the team's tokenizer). */
-    vocabSize: count(TRANSFORMER_LIMITS.vocabSize, 2),
-    /** D: residual stream width. */
-    width: count(TRANSFORMER_LIMITS.width).default(128),
-    layers: count(TRANSFORMER_LIMITS.layers).default(2),
-    /** query heads; head dim = width / heads. */
-    heads: count(TRANSFORMER_LIMITS.heads).default(4),
-    /** key/value heads (grouped-query attention when < heads); default = heads. */
-    kvHeads: count(TRANSFORMER_LIMITS.heads).optional(),
-    /** F: MLP hidden width; default 4·width. */
-    mlpWidth: count(TRANSFORMER_LIMITS.mlpWidth).optional(),
-    positions: oneOf(POSITIONS).default('learned'),
-    /** RoPE base θ: frequencies θ^(−2i/headDim). */
-    ropeTheta: z.number().gt(1, 'must be > 1').default(10_000),
-    norm: oneOf(NORMS).default('layernorm'),
-    normEps: z.number().gt(0, 'must be > 0').max(1, 'must be ≤ 1').default(1e-5),
-    mlp: oneOf(MLPS).default('gelu'),
-    /** biases on the q/k/v/o and MLP projections (GPT-2: yes, Llama: no). */
-    bias: z.boolean().default(true),
-    /** output head = token embeddingᵀ. */
-    tiedHead: z.boolean().default(true),
-    /** longest sequence (context + generated tokens) the model accepts: at least a context token and a generated one. */
-    maxSeq: count(TRANSFORMER_LIMITS.maxSeq, 2).default(256),
-  })
-  .strict();
+const schema = lazily(() =>
+  z
+    .object({
+      family: z.literal('transformer').default('transformer'),
+      /** V: token ids are 0..V−1 (the team's tokenizer). */
+      vocabSize: count(TRANSFORMER_LIMITS.vocabSize, 2),
+      /** D: residual stream width. */
+      width: count(TRANSFORMER_LIMITS.width).default(128),
+      layers: count(TRANSFORMER_LIMITS.layers).default(2),
+      /** query heads; head dim = width / heads. */
+      heads: count(TRANSFORMER_LIMITS.heads).default(4),
+      /** key/value heads (grouped-query attention when < heads); default = heads. */
+      kvHeads: count(TRANSFORMER_LIMITS.heads).optional(),
+      /** F: MLP hidden width; default 4·width. */
+      mlpWidth: count(TRANSFORMER_LIMITS.mlpWidth).optional(),
+      positions: oneOf(POSITIONS).default('learned'),
+      /** RoPE base θ: frequencies θ^(−2i/headDim). */
+      ropeTheta: z.number().gt(1, 'must be > 1').default(10_000),
+      norm: oneOf(NORMS).default('layernorm'),
+      normEps: z.number().gt(0, 'must be > 0').max(1, 'must be ≤ 1').default(1e-5),
+      mlp: oneOf(MLPS).default('gelu'),
+      /** biases on the q/k/v/o and MLP projections (GPT-2: yes, Llama: no). */
+      bias: z.boolean().default(true),
+      /** output head = token embeddingᵀ. */
+      tiedHead: z.boolean().default(true),
+      /** longest sequence (context + generated tokens) the model accepts: at least a context token and a generated one. */
+      maxSeq: count(TRANSFORMER_LIMITS.maxSeq, 2).default(256),
+    })
+    .strict(),
+);
 
-export type TransformerSpec = Required<z.output<typeof schema>>;
+export type TransformerSpec = Required<z.output<ReturnType<typeof schema>>>;
 
 /** A bad config: every issue names its field (`spec.heads: …`). */
 export class TransformerSpecError extends ModelSpecError {
@@ -71,7 +74,7 @@ export class TransformerSpecError extends ModelSpecError {
 
 /** Validate, fill defaults and check the cross-field rules; throws TransformerSpecError. */
 export function normalizeTransformerSpec(input: unknown, prefix = 'spec'): TransformerSpec {
-  const parsed = schema.safeParse(input);
+  const parsed = schema().safeParse(input);
   if (!parsed.success) throw new TransformerSpecError(issuesFromZod(parsed.error, { prefix, unknownKey: 'unknown option', root: prefix }));
   const s = parsed.data;
   const spec: TransformerSpec = { ...s, kvHeads: s.kvHeads ?? s.heads, mlpWidth: s.mlpWidth ?? 4 * s.width };

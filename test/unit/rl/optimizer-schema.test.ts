@@ -33,7 +33,7 @@ test('an empty config resolves to the documented defaults', () => {
     rewardWeights: {},
     estimator: { name: 'grpo', scope: 'group-agent' },
   });
-  assert.deepEqual(optimizerSettingsSchema.parse({}), s);
+  assert.deepEqual(optimizerSettingsSchema().parse({}), s);
   assert.equal(OPTIMIZER_DEFAULTS.lr, s.lr);
 });
 
