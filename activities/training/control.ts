@@ -21,11 +21,26 @@ import { durableEpisodeMeta, episodesOf, type EpisodeSpec, type StepPlan } from 
 import { readCheckpointTokenizers } from './pretrained';
 import { resumePoint, versionsBefore } from './resume';
 
-/** The plan's episode at `index`, planned again from the team's tasks. */
-function specAt(input: TeamRef & { plan: Omit<StepPlan, 'episodes'>; index: number }): EpisodeSpec {
-  const [spec] = episodesOf(loadTasks(loadTeam(input.team, input.teamOptions)), input.plan, input.index, input.index + 1);
-  if (!spec) throw ApplicationFailure.nonRetryable(`episode ${input.index} is not in the plan of step ${input.plan.step}`, 'InvalidPlan');
-  return spec;
+type SpecRequest = TeamRef & { plan: Omit<StepPlan, 'episodes'>; index: number };
+
+/**
+ * The plan's episode at `index`, planned again from the team's tasks. Each episode of a durable
+ * step asks for its own spec, and planning orders every task of the split, so the last few plans
+ * are kept (newest last): a step of n episodes costs one planning, not n. A plan is a pure
+ * function of its key, so a kept plan is the plan.
+ */
+function specLookup(keep = 8): (input: SpecRequest) => EpisodeSpec {
+  const recent = new Map<string, EpisodeSpec[]>();
+  return (input) => {
+    const key = JSON.stringify([input.team, input.teamOptions, input.plan]);
+    const specs = recent.get(key) ?? episodesOf(loadTasks(loadTeam(input.team, input.teamOptions)), input.plan);
+    recent.delete(key);
+    recent.set(key, specs);
+    if (recent.size > keep) recent.delete(recent.keys().next().value!);
+    const spec = specs[input.index];
+    if (!spec) throw ApplicationFailure.nonRetryable(`episode ${input.index} is not in the plan of step ${input.plan.step}`, 'InvalidPlan');
+    return spec;
+  };
 }
 
 /** The reason a terminated workflow's history records, if it was terminated. */
@@ -61,6 +76,7 @@ export function createTrainingControlActivities({ sql, workflowPatches, userCode
     return userCode;
   };
   readCheckpointTokenizers();
+  const specAt = specLookup();
   return {
     /**
      * Creates the run, or continues it when this start is a resume; tells the
