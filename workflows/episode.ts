@@ -24,6 +24,8 @@ export type EpisodeWorkflowInput = TeamRef & {
   poolQueues?: Record<string, string>;
   /** model -> task queue of its sampling pool, where the run or team moved it off the team's `pool` */
   modelQueues?: Record<string, string>;
+  /** Score and store the episode by a local activity (set by runs with the local-record-episode patch). */
+  recordLocally?: boolean;
 } &
   // The episode by reference (its plan and index), looked up by a local activity, or
   // listed in full (episodes started before plans were references).
@@ -33,6 +35,11 @@ const control = proxyActivities<TrainingControlActivities>(controlActivities);
 const controlLocal = proxyLocalActivities<TrainingControlActivities>(controlLocalActivities);
 
 export async function episodeWorkflow(input: EpisodeWorkflowInput): Promise<{ episodeId: string; status: string; success: boolean | null }> {
+  // Local: one workflow task and one task-queue round trip fewer per episode, and the trajectory stays
+  // out of the history (a local activity's input is not recorded); recordEpisode is idempotent. The
+  // run decides (patch local-record-episode) and says so in the input: a patch here would add a marker
+  // and a search-attribute upsert to every episode's history.
+  const record = input.recordLocally ? controlLocal : control;
   const team = loadTeam(input.team, input.teamOptions);
   const ref: TeamRef = { team: input.team, teamOptions: input.teamOptions };
   const tools = proxyActivities<TrainingControlActivities>(
@@ -60,7 +67,7 @@ export async function episodeWorkflow(input: EpisodeWorkflowInput): Promise<{ ep
     { episodeId: spec.episodeId, seed: spec.seed, task: spec.task, versions: input.versions, sampling: input.sampling },
     io,
   );
-  return control.recordEpisode({
+  return record.recordEpisode({
     ...ref,
     meta: durableEpisodeMeta(spec, input),
     trajectory,

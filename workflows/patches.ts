@@ -44,6 +44,8 @@ export const Patch = {
   stoppedEpisodes: 'stopped-episodes',
   /** Durable rollouts of more than rolloutNodeSize episodes fan out through rollout nodes (before: every episode a child of the run). */
   rolloutTree: 'rollout-tree',
+  /** The run's durable episodes score and store themselves by a local activity (input recordLocally; before: an ordinary activity on the control queue). */
+  localRecordEpisode: 'local-record-episode',
 } as const;
 
 /**

@@ -52,7 +52,8 @@ export async function rolloutPlan(
   const at = plan.step;
   const { ref, runId, poolQueues } = run;
   if (run.config.rollout === 'durable') {
-    const children = { ...ref, runId, step: at, split, plan: byRef, versions: serving, sampling, poolQueues, ...sampleQueues(run) };
+    const recordLocally = patched(Patch.localRecordEpisode) ? { recordLocally: true } : {};
+    const children = { ...ref, runId, step: at, split, plan: byRef, versions: serving, sampling, poolQueues, ...sampleQueues(run), ...recordLocally };
     const size = run.config.rolloutNodeSize;
     // Up to one node's worth of episodes stays flat: a node would add its own history and a workflow task hop for nothing.
     if (episodes <= size || !patched(Patch.rolloutTree)) return runEpisodeChildren(children, 0, episodes);

@@ -43,7 +43,8 @@ test('every recorded history replays cut at every workflow task boundary', async
   for (const file of files) {
     const events = historyFromJSON(JSON.parse(fs.readFileSync(path.join(dir, file), 'utf8'))).events ?? [];
     const points = cutPoints(events);
-    assert.ok(points.length >= 3, `${file}: ${points.length} cut points`);
+    // a durable math episode has 3 workflow tasks since local-record-episode, so 2 cuts
+    assert.ok(points.length >= 2, `${file}: ${points.length} cut points`);
     for (const n of points) cuts.push({ workflowId: `${file}@${n}`, history: { events: events.slice(0, n) } });
   }
   const failures: string[] = [];
