@@ -17,14 +17,21 @@ export function mean(xs: ArrayLike<number>): number {
 
 /** Unbiased (n − 1) standard deviation around `m`; 0 when n < 2. */
 export function unbiasedStd(xs: ArrayLike<number>, m: number): number {
-  const n = xs.length;
-  if (n < 2) return 0;
+  return xs.length < 2 ? 0 : Math.sqrt(squaredDeviations(xs, m) / (xs.length - 1));
+}
+
+/** Population (n) standard deviation around `m` (torch's `unbiased=False`); 0 when n < 2. */
+export function populationStd(xs: ArrayLike<number>, m: number): number {
+  return xs.length < 2 ? 0 : Math.sqrt(squaredDeviations(xs, m) / xs.length);
+}
+
+function squaredDeviations(xs: ArrayLike<number>, m: number): number {
   let acc = 0;
-  for (let i = 0; i < n; i++) {
+  for (let i = 0; i < xs.length; i++) {
     const d = xs[i]! - m;
     acc += d * d;
   }
-  return Math.sqrt(acc / (n - 1));
+  return acc;
 }
 
 /** Weighted mean, shifted like `mean`; 0 when the total weight is 0. */
