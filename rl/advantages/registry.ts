@@ -20,6 +20,7 @@ import { atGrpoEstimator } from './at-grpo';
 import { gdpoEstimator } from './gdpo';
 import { gigpoEstimator } from './gigpo';
 import { grpoEstimator } from './grpo';
+import { hgpoEstimator } from './hgpo';
 import { mcGrpoEstimator } from './mc-grpo';
 import { reinforcePlusPlusBaselineEstimator } from './reinforce-plus-plus-baseline';
 import { rlooEstimator } from './rloo';
@@ -47,6 +48,7 @@ export const ESTIMATORS = {
   gigpo: gigpoEstimator,
   'at-grpo': atGrpoEstimator,
   salt: saltEstimator,
+  hgpo: hgpoEstimator,
 } as const satisfies Readonly<Record<string, AdvantageEstimator>>;
 export type EstimatorName = keyof typeof ESTIMATORS;
 /** The built-in names; `estimatorNames()` adds the project's. */

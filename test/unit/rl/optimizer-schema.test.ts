@@ -109,7 +109,7 @@ test('gamma: a run-config option of the discounted estimators, named in its erro
   );
   assert.throws(
     () => resolveSettings({}, { estimator: { name: 'grpo', gamma: 0.9 } }, paths),
-    /agents\.verifier\.optimizer\.estimator\.gamma: is not an option of grpo \(only turn-return and gigpo\)/,
+    /agents\.verifier\.optimizer\.estimator\.gamma: is not an option of grpo \(only turn-return, gigpo and hgpo\)/,
   );
 });
 

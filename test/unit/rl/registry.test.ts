@@ -14,7 +14,7 @@ import { RlInputError } from '../../../rl/errors';
 import { assertClose, sample } from './helpers';
 
 test('every registered estimator is reachable by its name', () => {
-  assert.deepEqual([...ESTIMATOR_NAMES], ['grpo', 'mc-grpo', 'gdpo', 'rloo', 'reinforce++-baseline', 'turn-return', 'gigpo', 'at-grpo', 'salt']);
+  assert.deepEqual([...ESTIMATOR_NAMES], ['grpo', 'mc-grpo', 'gdpo', 'rloo', 'reinforce++-baseline', 'turn-return', 'gigpo', 'at-grpo', 'salt', 'hgpo']);
   for (const name of ESTIMATOR_NAMES) assert.equal(getEstimator(name).name, name);
 });
 
@@ -23,14 +23,14 @@ test('an unknown estimator name is rejected, listing the known ones', () => {
     () => computeAdvantages([sample()], { estimator: 'ppo-gae' }),
     (e: unknown) =>
       e instanceof RlInputError &&
-      e.message === 'estimator: unknown estimator "ppo-gae"; known: grpo, mc-grpo, gdpo, rloo, reinforce++-baseline, turn-return, gigpo, at-grpo, salt',
+      e.message === 'estimator: unknown estimator "ppo-gae"; known: grpo, mc-grpo, gdpo, rloo, reinforce++-baseline, turn-return, gigpo, at-grpo, salt, hgpo',
   );
 });
 
 test('capabilities are declared by the estimators and read through the registry', () => {
-  assert.deepEqual(estimatorsWith('supportsNormalizeStd'), ['grpo', 'mc-grpo', 'gigpo', 'at-grpo', 'salt']);
+  assert.deepEqual(estimatorsWith('supportsNormalizeStd'), ['grpo', 'mc-grpo', 'gigpo', 'at-grpo', 'salt', 'hgpo']);
   assert.deepEqual(estimatorsWith('perComponent'), ['gdpo']);
-  assert.equal(normalizeStdMessage('rloo'), 'is not an option of rloo (only grpo, mc-grpo, gigpo, at-grpo and salt)');
+  assert.equal(normalizeStdMessage('rloo'), 'is not an option of rloo (only grpo, mc-grpo, gigpo, at-grpo, salt and hgpo)');
 });
 
 test('options are checked against the estimator', () => {

@@ -73,6 +73,6 @@ test('turn-return: gamma outside 0-1, or on an estimator that does not discount,
   );
   assert.throws(
     () => computeAdvantages(one, { estimator: 'at-grpo', options: { gamma: 0.9 } }),
-    /options\.gamma: is not an option of at-grpo \(only turn-return and gigpo\)/,
+    /options\.gamma: is not an option of at-grpo \(only turn-return, gigpo and hgpo\)/,
   );
 });
