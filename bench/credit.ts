@@ -40,7 +40,7 @@ const { values } = parseArgs({
 const TEAM = values.team ?? 'navigator';
 const SEEDS = Array.from({ length: Number(values.seeds ?? 10) }, (_, i) => i);
 /** name[@scope] */
-const ESTIMATORS = (values.estimators ?? 'grpo@group,grpo,turn-return,gigpo,at-grpo,salt').split(',');
+const ESTIMATORS = (values.estimators ?? 'grpo@group,grpo,turn-return,gigpo,at-grpo,salt,hgpo').split(',');
 const STEPS = Number(values.steps ?? 20);
 const EVAL_EVERY = Number(values['eval-every'] ?? 2);
 const EVAL_TASKS = Number(values['eval-tasks'] ?? 100);
