@@ -65,11 +65,15 @@ export interface TransformerOptions extends CommonOptions {
   layers?: number;
   heads?: number;
   kvHeads?: number;
+  /** width of one attention head (default width / heads) */
+  headDim?: number;
   mlpWidth?: number;
   positions?: 'learned' | 'rope';
   ropeTheta?: number;
   norm?: 'layernorm' | 'rmsnorm';
   normEps?: number;
+  /** RMSNorm of every query and key head before RoPE (Qwen3) */
+  qkNorm?: boolean;
   mlp?: 'gelu' | 'swiglu';
   bias?: boolean;
   tiedHead?: boolean;

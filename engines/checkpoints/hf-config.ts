@@ -1,13 +1,13 @@
 /**
  * Hugging Face `config.json` ↔ transformer family options. Model types
- * `gpt2`, `llama` and `qwen2`; anything the family cannot compute exactly
+ * `gpt2`, `llama`, `qwen2` and `qwen3`; anything the family cannot compute exactly
  * (another activation, rope scaling, sliding windows, …) is refused with a
  * `HfConfigError` naming the config.json field, so a loaded checkpoint is
  * never silently a different model.
  */
 import { TRANSFORMER_LIMITS, type TransformerSpec } from '../families/transformer/spec';
 
-export const HF_MODEL_TYPES = ['gpt2', 'llama', 'qwen2'] as const;
+export const HF_MODEL_TYPES = ['gpt2', 'llama', 'qwen2', 'qwen3'] as const;
 export type HfModelType = (typeof HF_MODEL_TYPES)[number];
 
 export class HfConfigError extends Error {
@@ -23,8 +23,8 @@ export class HfConfigError extends Error {
 /** What a config maps to: the family's options plus which projections really have biases (the rest are zero). */
 export interface HfModel {
   modelType: HfModelType;
-  /** transformer options (vocabSize included), ready for normalizeTransformerSpec */
-  options: Omit<TransformerSpec, 'family'>;
+  /** transformer options (vocabSize included), ready for normalizeTransformerSpec; headDim only where config.json sets it (qwen3) */
+  options: Omit<TransformerSpec, 'family' | 'headDim'> & { headDim?: number };
   /** projections with biases in the checkpoint; with options.bias the others are loaded as zeros */
   biases: { qkv: boolean; o: boolean; mlp: boolean };
 }
@@ -90,6 +90,7 @@ export function parseHfConfig(config: unknown, file = 'config.json'): HfModel {
         ropeTheta: 10_000,
         norm: 'layernorm',
         normEps: num('layer_norm_epsilon', 1e-5),
+        qkNorm: false,
         mlp: 'gelu',
         bias: true,
         tiedHead: flag('tie_word_embeddings', true),
@@ -99,15 +100,23 @@ export function parseHfConfig(config: unknown, file = 'config.json'): HfModel {
     };
     if (positions > TRANSFORMER_LIMITS.maxSeq) bad('n_positions', `must be ≤ ${TRANSFORMER_LIMITS.maxSeq} (learned positions are stored for every one)`);
   } else {
-    const modelType = c.model_type as 'llama' | 'qwen2';
+    const modelType = c.model_type as 'llama' | 'qwen2' | 'qwen3';
+    const qwen3 = modelType === 'qwen3';
     const heads = int('num_attention_heads');
     const width = int('hidden_size');
     refuse('hidden_act', (v) => v === 'silu', 'only SwiGLU (silu) MLPs are implemented');
     refuse('rope_scaling', (v) => v === null, 'rope scaling is not implemented');
-    refuse('head_dim', (v) => v === null || v === width / heads, `the head dimension must be hidden_size / num_attention_heads = ${width / heads}`);
+    if (!qwen3)
+      refuse('head_dim', (v) => v === null || v === width / heads, `the head dimension must be hidden_size / num_attention_heads = ${width / heads}`);
     refuse('partial_rotary_factor', (v) => v === 1, 'rope on every head dimension only');
     refuse('use_sliding_window', (v) => v === false, 'sliding-window attention is not implemented');
-    const attentionBias = modelType === 'llama' ? flag('attention_bias', false) : true;
+    refuse(
+      'layer_types',
+      (v) => v === null || (Array.isArray(v) && v.every((t) => t === 'full_attention')),
+      'sliding-window attention is not implemented (every layer must be full_attention)',
+    );
+    // Llama's and Qwen3's attention_bias covers q/k/v and o_proj; Qwen2 has q/k/v biases only
+    const attentionBias = modelType === 'qwen2' ? true : flag('attention_bias', false);
     const mlpBias = modelType === 'llama' ? flag('mlp_bias', false) : false;
     model = {
       modelType,
@@ -117,19 +126,21 @@ export function parseHfConfig(config: unknown, file = 'config.json'): HfModel {
         layers: int('num_hidden_layers'),
         heads,
         kvHeads: int('num_key_value_heads', heads),
+        // Qwen3's head dimension is its own field (transformers' default 128), with q/k RMSNorm per head
+        ...(qwen3 ? { headDim: int('head_dim', 128) } : {}),
         mlpWidth: int('intermediate_size'),
         positions: 'rope',
         ropeTheta: num('rope_theta', 10_000),
         norm: 'rmsnorm',
         normEps: num('rms_norm_eps', 1e-6),
+        qkNorm: qwen3,
         mlp: 'swiglu',
         bias: attentionBias || mlpBias,
         tiedHead: flag('tie_word_embeddings', false),
         // rope has no table, so the family's bound applies; teams may ask for less
         maxSeq: Math.min(int('max_position_embeddings', 2048), TRANSFORMER_LIMITS.maxSeq),
       },
-      // Llama's attention_bias covers o_proj too; Qwen2 has q/k/v biases only
-      biases: { qkv: attentionBias, o: modelType === 'llama' && attentionBias, mlp: mlpBias },
+      biases: { qkv: attentionBias, o: modelType !== 'qwen2' && attentionBias, mlp: mlpBias },
     };
   }
   if (issues.length > 0) throw new HfConfigError(file, issues);
@@ -141,9 +152,22 @@ export function parseHfConfig(config: unknown, file = 'config.json'): HfModel {
  * when there is one (its other fields — token ids, torch_dtype, architectures —
  * stay). `biases` says which biases are non-zero: Qwen2 cannot hold an o_proj
  * or MLP bias, so such weights are written as Llama with both bias flags.
+ * q/k norms are written as Qwen3 (the one layout with them).
  */
 export function hfConfigFor(options: Omit<TransformerSpec, 'family'>, base: Config | undefined, nonZero: HfModel['biases']): Config {
   const o = options;
+  if (o.qkNorm) {
+    if (o.positions !== 'rope' || o.norm !== 'rmsnorm' || o.mlp !== 'swiglu')
+      throw new Error('export: q/k norms are written as qwen3, which needs rope, rmsnorm and swiglu');
+    return {
+      ...(base?.model_type === 'qwen3' ? base : { architectures: ['Qwen3ForCausalLM'], hidden_act: 'silu' }),
+      model_type: 'qwen3',
+      ...ropeFields(o, base),
+      head_dim: o.headDim,
+      attention_bias: nonZero.qkv || nonZero.o,
+    };
+  }
+  if (o.headDim * o.heads !== o.width) throw new Error(`export: headDim ${o.headDim} ≠ width / heads is written only as qwen3, which needs qkNorm`);
   if (o.positions === 'learned') {
     if (o.norm !== 'layernorm' || o.mlp !== 'gelu' || !o.bias || o.kvHeads !== o.heads)
       throw new Error('export: learned positions are written as gpt2, which needs layernorm, gelu, biases and kvHeads = heads');
@@ -167,6 +191,19 @@ export function hfConfigFor(options: Omit<TransformerSpec, 'family'>, base: Conf
   const out: Config = {
     ...(sameFamily ? base : { architectures: [asQwen2 ? 'Qwen2ForCausalLM' : 'LlamaForCausalLM'], hidden_act: 'silu' }),
     model_type: asQwen2 ? 'qwen2' : 'llama',
+    ...ropeFields(o, base),
+  };
+  if (!asQwen2) {
+    out.attention_bias = nonZero.qkv || nonZero.o;
+    out.mlp_bias = nonZero.mlp;
+    if (!sameFamily) out.architectures = ['LlamaForCausalLM'];
+  }
+  return out;
+}
+
+/** The shape fields every rope layout (llama, qwen2, qwen3) writes alike. */
+function ropeFields(o: Omit<TransformerSpec, 'family'>, base: Config | undefined): Config {
+  return {
     vocab_size: o.vocabSize,
     hidden_size: o.width,
     num_hidden_layers: o.layers,
@@ -178,10 +215,4 @@ export function hfConfigFor(options: Omit<TransformerSpec, 'family'>, base: Conf
     tie_word_embeddings: o.tiedHead,
     max_position_embeddings: typeof base?.max_position_embeddings === 'number' ? base.max_position_embeddings : o.maxSeq,
   };
-  if (!asQwen2) {
-    out.attention_bias = nonZero.qkv || nonZero.o;
-    out.mlp_bias = nonZero.mlp;
-    if (!sameFamily) out.architectures = ['LlamaForCausalLM'];
-  }
-  return out;
 }

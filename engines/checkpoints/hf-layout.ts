@@ -38,7 +38,7 @@ const IGNORED = /(^|\.)attn\.(bias|masked_bias)$|rotary_emb\.inv_freq$/;
 
 export function tensorMap(model: HfModel, s: Omit<TransformerSpec, 'family'>): Entry[] {
   const D = s.width;
-  const hd = D / s.heads;
+  const hd = s.headDim;
   const entries: Entry[] = [];
   const add = (name: string, shape: number[], slots: string[], transpose = false) => entries.push({ name, shape, slots, transpose });
   if (model.modelType === 'gpt2') {
@@ -76,6 +76,10 @@ export function tensorMap(model: HfModel, s: Omit<TransformerSpec, 'family'>): E
       proj('self_attn.q_proj', 'q', s.heads * hd, D, model.biases.qkv);
       proj('self_attn.k_proj', 'k', s.kvHeads * hd, D, model.biases.qkv);
       proj('self_attn.v_proj', 'v', s.kvHeads * hd, D, model.biases.qkv);
+      if (s.qkNorm) {
+        add(`${h}self_attn.q_norm.weight`, [hd], [`${L}lnq_g`]);
+        add(`${h}self_attn.k_norm.weight`, [hd], [`${L}lnk_g`]);
+      }
       proj('self_attn.o_proj', 'o', D, s.heads * hd, model.biases.o);
       add(`${h}post_attention_layernorm.weight`, [D], [`${L}ln2_g`]);
       proj('mlp.gate_proj', 'g', s.mlpWidth, D, model.biases.mlp);

@@ -23,5 +23,5 @@ export const transformerFamily: ModelFamily<TransformerSpec> = {
   // 3 generated probe tokens must still fit
   probeContextLength: (s) => Math.max(1, Math.min(16, s.maxSeq - 3)),
   describe: (s) =>
-    `transformer D${s.width} L${s.layers} H${s.heads}${s.kvHeads !== s.heads ? `/${s.kvHeads}kv` : ''} F${s.mlpWidth} ${s.positions} ${s.norm} ${s.mlp}${s.tiedHead ? ' tied' : ''} maxSeq ${s.maxSeq}`,
+    `transformer D${s.width} L${s.layers} H${s.heads}${s.kvHeads !== s.heads ? `/${s.kvHeads}kv` : ''}${s.headDim * s.heads !== s.width ? ` hd${s.headDim}` : ''}${s.qkNorm ? ' qk-norm' : ''} F${s.mlpWidth} ${s.positions} ${s.norm} ${s.mlp}${s.tiedHead ? ' tied' : ''} maxSeq ${s.maxSeq}`,
 };

@@ -4,18 +4,19 @@
  * Pure TypeScript: the engine calls it with its budget (engine/memory.ts);
  * the runtime sizes update micro-batches and generate chunks with it.
  *
- * With P parameters, D width, F mlp width, H heads, Dkv = kvHeads·headDim,
- * L layers, V vocabulary, S the sequence length (context + tokens):
+ * With P parameters, D width, F mlp width, H heads, Dq = heads·headDim,
+ * Dkv = kvHeads·headDim, L layers, V vocabulary, S the sequence length (context + tokens):
  *
  *   state       = 4·P·8: θ, AdamW m, v in; θ, m, v out; gradient sum, clipped gradient
- *   update      = 4·S·(L + 1)·(10·D + 2·Dkv + 2·H·S + k·F) bytes per sequence:
+ *   update      = 4·S·(L + 1)·(8·D + 2·Dq + 2·Dkv + n·(Dq + Dkv) + 2·H·S + k·F) bytes per sequence:
  *                 per layer and token the forward values the backward reads (h, norm
- *                 outputs and x̂, q, k, v, ctx, h1: 10·D + 2·Dkv; scores and
+ *                 outputs and x̂, h1: 8·D; q, ctx: 2·Dq; k, v: 2·Dkv; with qkNorm, n = 2,
+ *                 the normalized q, k and their x̂; scores and
  *                 probabilities: 2·H·S; MLP pre-activations and activation: k·F,
  *                 k = 3 GELU, 4 SwiGLU) and one more layer's worth of backward transients;
  *                 the head's vocabulary-sized values exist for one chunk of rows at a time
  *                 (onnx/transformer/head.ts: HEAD_CHUNK_BYTES each), counted by enginePeakBytes
- *   generate    = 4·[4·L·Dkv·S + S·(10·D + 2·Dkv + 3·H·S + k·F) + 4·V] bytes per row:
+ *   generate    = 4·[4·L·Dkv·S + S·(8·D + 2·Dq + 2·Dkv + n·(Dq + Dkv) + 3·H·S + k·F) + 4·V] bytes per row:
  *                 key/value caches (context cache plus the generated cache carried
  *                 in and out of the Loop: at most 2·2·L·Dkv·S) and one prefill layer's
  *                 transients (scores, masked scores, probabilities: 3·H·S per token)
@@ -45,9 +46,11 @@ export function stateBytes(spec: TransformerSpec): number {
 }
 
 function perLayerToken(spec: TransformerSpec, S: number, attentionCopies: number): number {
-  const dkv = spec.kvHeads * (spec.width / spec.heads);
+  const dq = spec.heads * spec.headDim;
+  const dkv = spec.kvHeads * spec.headDim;
   const mlp = (spec.mlp === 'gelu' ? 3 : 4) * spec.mlpWidth;
-  return 10 * spec.width + 2 * dkv + attentionCopies * spec.heads * S + mlp;
+  const qkNorm = spec.qkNorm ? 2 * (dq + dkv) : 0;
+  return 8 * spec.width + 2 * dq + 2 * dkv + qkNorm + attentionCopies * spec.heads * S + mlp;
 }
 
 /** Activation bytes one update sequence of S tokens holds while its micro-batch runs. */
@@ -70,7 +73,7 @@ const GENERATE_VOCAB_FLOATS = 24;
 
 /** Bytes one generate row of S tokens (context + generated) holds: KV caches, prefill transients and sampling's vocabulary-sized tensors. */
 export function generateBytesPerRow(spec: TransformerSpec, S: number): number {
-  const dkv = spec.kvHeads * (spec.width / spec.heads);
+  const dkv = spec.kvHeads * spec.headDim;
   return F32 * (4 * spec.layers * dkv * S + S * perLayerToken(spec, S, 3) + GENERATE_VOCAB_FLOATS * spec.vocabSize);
 }
 

@@ -2,7 +2,8 @@
  * The "transformer" policy family: a decoder-only transformer whose options
  * express both the GPT-2 layout (learned positions, LayerNorm, GELU, biases,
  * tied head) and the Llama/Qwen layout (RoPE, RMSNorm, SwiGLU, grouped-query
- * attention, no biases, untied head). This file holds the config (zod, errors
+ * attention, no biases, untied head; Qwen3 adds a free head dimension and
+ * per-head q/k RMSNorm). This file holds the config (zod, errors
  * by field path), its defaults and limits, and the flat parameter layout θ
  * shared by every graph, the reference, init and the weights format.
  */
@@ -21,6 +22,7 @@ export const TRANSFORMER_LIMITS = {
   width: 8192,
   layers: 128,
   heads: 256,
+  headDim: 1024,
   mlpWidth: 65_536,
   maxSeq: 32_768,
   /** θ + AdamW m, v are 12 bytes per parameter: 1e9 parameters is 12 GB before activations. */
@@ -40,10 +42,12 @@ const schema = lazily(() =>
       /** D: residual stream width. */
       width: count(TRANSFORMER_LIMITS.width).default(128),
       layers: count(TRANSFORMER_LIMITS.layers).default(2),
-      /** query heads; head dim = width / heads. */
+      /** query heads. */
       heads: count(TRANSFORMER_LIMITS.heads).default(4),
       /** key/value heads (grouped-query attention when < heads); default = heads. */
       kvHeads: count(TRANSFORMER_LIMITS.heads).optional(),
+      /** hd: width of one attention head; default width / heads (Qwen3 sets it freely: q/k/v are heads·hd wide). */
+      headDim: count(TRANSFORMER_LIMITS.headDim).optional(),
       /** F: MLP hidden width; default 4·width. */
       mlpWidth: count(TRANSFORMER_LIMITS.mlpWidth).optional(),
       positions: oneOf(POSITIONS).default('learned'),
@@ -51,6 +55,8 @@ const schema = lazily(() =>
       ropeTheta: z.number().gt(1, 'must be > 1').default(10_000),
       norm: oneOf(NORMS).default('layernorm'),
       normEps: z.number().gt(0, 'must be > 0').max(1, 'must be ≤ 1').default(1e-5),
+      /** RMSNorm (gain [hd], eps normEps) of every query and key head after its projection, before RoPE (Qwen3). */
+      qkNorm: z.boolean().default(false),
       mlp: oneOf(MLPS).default('gelu'),
       /** biases on the q/k/v/o and MLP projections (GPT-2: yes, Llama: no). */
       bias: z.boolean().default(true),
@@ -77,12 +83,21 @@ export function normalizeTransformerSpec(input: unknown, prefix = 'spec'): Trans
   const parsed = schema().safeParse(input);
   if (!parsed.success) throw new TransformerSpecError(issuesFromZod(parsed.error, { prefix, unknownKey: 'unknown option', root: prefix }));
   const s = parsed.data;
-  const spec: TransformerSpec = { ...s, kvHeads: s.kvHeads ?? s.heads, mlpWidth: s.mlpWidth ?? 4 * s.width };
   const issues: FieldIssue[] = [];
   const at = (field: string, message: string) => issues.push({ path: `${prefix}.${field}`, message });
-  if (spec.width % spec.heads !== 0) at('heads', `must divide width (${spec.width} is not a multiple of ${spec.heads})`);
-  else if (spec.positions === 'rope' && (spec.width / spec.heads) % 2 !== 0) {
-    at('positions', `rope needs an even head dimension (width / heads = ${spec.width / spec.heads})`);
+  // without headDim, heads must divide width (the default head dimension is width / heads)
+  if (s.headDim === undefined && s.width % s.heads !== 0) at('heads', `must divide width (${s.width} is not a multiple of ${s.heads}), or set headDim`);
+  const spec: TransformerSpec = {
+    ...s,
+    kvHeads: s.kvHeads ?? s.heads,
+    mlpWidth: s.mlpWidth ?? 4 * s.width,
+    headDim: s.headDim ?? Math.floor(s.width / s.heads),
+  };
+  if (issues.length === 0 && spec.positions === 'rope' && spec.headDim % 2 !== 0) {
+    at(
+      s.headDim === undefined ? 'positions' : 'headDim',
+      `rope needs an even head dimension (${s.headDim === undefined ? 'width / heads' : 'headDim'} = ${spec.headDim})`,
+    );
   }
   if (spec.heads % spec.kvHeads !== 0) at('kvHeads', `must divide heads (${spec.heads} is not a multiple of ${spec.kvHeads})`);
   if (issues.length === 0) {
@@ -96,7 +111,7 @@ export function normalizeTransformerSpec(input: unknown, prefix = 'spec'): Trans
 }
 
 export function headDim(s: TransformerSpec): number {
-  return s.width / s.heads;
+  return s.headDim;
 }
 
 export interface ParamSlot {
@@ -117,7 +132,7 @@ export interface ParamLayout {
  * Flat θ, matrices stored [in, out] (y = x·W):
  *   tok_emb [V, D]; pos_emb [maxSeq, D] (learned only);
  *   per layer l: ln1_g [D], ln1_b [D] (LayerNorm only); wq [D, H·hd], bq; wk [D, Hkv·hd], bk;
- *     wv [D, Hkv·hd], bv; wo [H·hd, D], bo; ln2_g, ln2_b;
+ *     wv [D, Hkv·hd], bv; lnq_g [hd], lnk_g [hd] (qkNorm only); wo [H·hd, D], bo; ln2_g, ln2_b;
  *     GELU: w1 [D, F], b1, w2 [F, D], b2 — SwiGLU: wg [D, F], bg, wu [D, F], bu, wd [F, D], bd
  *     (b* only with bias);
  *   lnf_g, lnf_b; head [D, V] (untied only).
@@ -125,7 +140,7 @@ export interface ParamLayout {
  */
 export function paramLayout(s: TransformerSpec): ParamLayout {
   const D = s.width;
-  const hd = s.width / s.heads;
+  const hd = s.headDim;
   const slots: ParamSlot[] = [];
   let offset = 0;
   const add = (name: string, shape: number[], kind: ParamSlot['kind']) => {
@@ -149,6 +164,10 @@ export function paramLayout(s: TransformerSpec): ParamLayout {
     linear(p, 'q', D, s.heads * hd);
     linear(p, 'k', D, s.kvHeads * hd);
     linear(p, 'v', D, s.kvHeads * hd);
+    if (s.qkNorm) {
+      add(`${p}lnq_g`, [hd], 'gain');
+      add(`${p}lnk_g`, [hd], 'gain');
+    }
     linear(p, 'o', s.heads * hd, D, 'residual-out');
     norm(`${p}ln2`);
     const mlp: [string, number, number, ParamSlot['kind']][] =
@@ -178,11 +197,13 @@ export function transformerSpecKey(s: TransformerSpec): string {
     s.layers,
     s.heads,
     s.kvHeads,
+    s.headDim,
     s.mlpWidth,
     s.positions,
     s.ropeTheta,
     s.norm,
     s.normEps,
+    s.qkNorm,
     s.mlp,
     s.bias,
     s.tiedHead,

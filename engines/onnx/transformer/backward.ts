@@ -13,6 +13,7 @@
  *           dp = dctx·vᵀ, dv = Σ_G pᵀ·dctx, ds = scale·p⊙(dp − Σ_j dp⊙p),
  *           dq = ds·k, dk = Σ_G dsᵀ·q (Σ_G: the query heads sharing a kv head)
  *   RoPE:   rotation is orthogonal: dx = dy⊙cos + rotate_halfᵀ(dy⊙sin), rotate_halfᵀ([z₁, z₂]) = [z₂, −z₁]
+ *   q/k norm (qkNorm): RMSNorm's backward over each head's hd values, after undoing RoPE
  *   embeddings: dtok_emb = ScatterND(0, tokens, dh₀, reduction='add') — a token repeated
  *           in a sequence or across sequences accumulates; dpos_emb[p] = Σ_b dh₀[b, p].
  */
@@ -41,13 +42,13 @@ export function backward(o: Ops, w: Weights, fw: ForwardValues, tokens: string, 
     if (w.has(`${layer}b${n}`)) grads.set(`${layer}b${n}`, colSum(dy, fanOut));
     return o.op('MatMul', [dy, o.op('Transpose', [W])]);
   };
-  const normBack = (dy: string, saved: NormSaved, name: string): string => {
-    const col = o.meanCol(D);
-    grads.set(`${name}_g`, colSum(o.op('Mul', [dy, saved.xhat]), D));
-    if (s.norm === 'layernorm') grads.set(`${name}_b`, colSum(dy, D));
+  const normBack = (dy: string, saved: NormSaved, name: string, width = D, kind = s.norm): string => {
+    const col = o.meanCol(width);
+    grads.set(`${name}_g`, colSum(o.op('Mul', [dy, saved.xhat]), width));
+    if (kind === 'layernorm') grads.set(`${name}_b`, colSum(dy, width));
     const dxhat = o.op('Mul', [dy, w.get(`${name}_g`)]);
     let inner = o.op('Sub', [dxhat, o.op('Mul', [saved.xhat, o.op('MatMul', [o.op('Mul', [dxhat, saved.xhat]), col])])]);
-    if (s.norm === 'layernorm') inner = o.op('Sub', [inner, o.op('MatMul', [dxhat, col])]);
+    if (kind === 'layernorm') inner = o.op('Sub', [inner, o.op('MatMul', [dxhat, col])]);
     return o.op('Mul', [saved.rstd, inner]);
   };
   const unrotate = (dy: string): string => {
@@ -102,6 +103,10 @@ export function backward(o: Ops, w: Weights, fw: ForwardValues, tokens: string, 
     if (s.positions === 'rope') {
       dq = unrotate(dq);
       dk = unrotate(dk);
+    }
+    if (s.qkNorm) {
+      dq = normBack(dq, sv.qn!, `${L}lnq`, o.hd, 'rmsnorm');
+      dk = normBack(dk, sv.kn!, `${L}lnk`, o.hd, 'rmsnorm');
     }
     const dn1 = o.op('Add', [
       o.op('Add', [linearBack(sv.n1, o.fromHeads(dq), L, 'q', D, H), linearBack(sv.n1, o.fromHeads(dk), L, 'k', D, Hkv)]),

@@ -165,10 +165,13 @@ export interface NormSaved {
 export interface LayerSaved {
   ln1: NormSaved;
   n1: string;
-  /** rotated query / key heads and value heads */
+  /** rotated (and, with qkNorm, normalized) query / key heads and value heads */
   q: string;
   k: string;
   v: string;
+  /** the q / k head norms (qkNorm only) */
+  qn?: NormSaved;
+  kn?: NormSaved;
   /** attention probabilities [B, Hkv, G, S, S] */
   p: string;
   /** attention output before Wo [B, S, H·hd] */
@@ -188,15 +191,15 @@ export interface ForwardValues {
   nf: string;
 }
 
-export function norm(o: Ops, w: Weights, x: string, name: string): { y: string; saved: NormSaved } {
-  const D = o.spec.width;
-  const col = o.meanCol(D);
-  const centred = o.spec.norm === 'layernorm' ? o.op('Sub', [x, o.op('MatMul', [x, col])]) : x;
+/** The spec's norm over the last axis of x (width D); the q/k head norms pass their width hd and 'rmsnorm'. */
+export function norm(o: Ops, w: Weights, x: string, name: string, width = o.spec.width, kind = o.spec.norm): { y: string; saved: NormSaved } {
+  const col = o.meanCol(width);
+  const centred = kind === 'layernorm' ? o.op('Sub', [x, o.op('MatMul', [x, col])]) : x;
   const ms = o.op('MatMul', [o.op('Mul', [centred, centred]), col]);
   const rstd = o.op('Reciprocal', [o.op('Sqrt', [o.op('Add', [ms, o.c(o.spec.normEps)])])]);
   const xhat = o.op('Mul', [centred, rstd]);
   let y = o.op('Mul', [xhat, w.get(`${name}_g`)]);
-  if (o.spec.norm === 'layernorm') y = o.op('Add', [y, w.get(`${name}_b`)]);
+  if (kind === 'layernorm') y = o.op('Add', [y, w.get(`${name}_b`)]);
   return { y, saved: { xhat, rstd } };
 }
 
@@ -221,17 +224,23 @@ export function gelu(o: Ops, z: string): { y: string; t: string } {
   return { y: o.op('Mul', [o.op('Mul', [o.c(0.5), z]), o.op('Add', [o.c(1), t])]), t };
 }
 
-/** Query, key and value heads of normalized input n1 [B, S, D], rotated when rope. */
-export function projectHeads(o: Ops, w: Weights, n1: string, layer: string, pos: Positions) {
+/** Query, key and value heads of normalized input n1 [B, S, D]; with qkNorm q and k are RMS-normalized per head, then rotated when rope. */
+export function projectHeads(o: Ops, w: Weights, n1: string, layer: string, pos: Positions): { q: string; k: string; v: string; qn?: NormSaved; kn?: NormSaved } {
   const s = o.spec;
   let q = o.toHeads(linear(o, w, n1, layer, 'q'), s.kvHeads, o.group);
   let k = o.toHeads(linear(o, w, n1, layer, 'k'), s.kvHeads, 1);
   const v = o.toHeads(linear(o, w, n1, layer, 'v'), s.kvHeads, 1);
+  let saved: { qn?: NormSaved; kn?: NormSaved } = {};
+  if (s.qkNorm) {
+    const qn = norm(o, w, q, `${layer}lnq`, o.hd, 'rmsnorm');
+    const kn = norm(o, w, k, `${layer}lnk`, o.hd, 'rmsnorm');
+    [q, k, saved] = [qn.y, kn.y, { qn: qn.saved, kn: kn.saved }];
+  }
   if (s.positions === 'rope') {
     q = rotate(o, q, pos);
     k = rotate(o, k, pos);
   }
-  return { q, k, v };
+  return { q, k, v, ...saved };
 }
 
 /** scale·q·kᵀ with masked keys at −∞ (probability exactly 0); keys [B, Hkv, 1, keys, hd] → [B, Hkv, G, S, keys]. */

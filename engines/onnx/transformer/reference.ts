@@ -141,6 +141,13 @@ class Model {
     return x.map((v, d) => t.mul(t.mul(v, r), this.w(`${name}_g`, d)));
   }
 
+  /** One head's RMSNorm (qkNorm): v·(mean(v²) + eps)^(−½)·g, gain `name`_g [hd]. */
+  private headNorm(v: Vec, name: string): Vec {
+    const t = this.t;
+    const r = t.rsqrt(t.shift(t.scale(t.dot(v, v), 1 / v.length), this.spec.normEps));
+    return v.map((x, d) => t.mul(t.mul(x, r), this.w(`${name}_g`, d)));
+  }
+
   /** Rotate pairs (i, i + hd/2) of one head's vector by pos·θ^(−2i/hd). */
   private rope(x: Vec, pos: number): Vec {
     const t = this.t;
@@ -182,8 +189,13 @@ class Model {
       const L = `l${l}.`;
       const n1 = h.map((x) => this.norm(x, `${L}ln1`));
       const headsOf = (v: Vec, count: number) => Array.from({ length: count }, (_, i) => v.slice(i * hd, (i + 1) * hd));
-      const q = n1.map((x, p) => headsOf(this.linear(x, L, 'q', s.heads * hd), s.heads).map((v) => (s.positions === 'rope' ? this.rope(v, p) : v)));
-      const k = n1.map((x, p) => headsOf(this.linear(x, L, 'k', s.kvHeads * hd), s.kvHeads).map((v) => (s.positions === 'rope' ? this.rope(v, p) : v)));
+      // per head: RMSNorm (qkNorm), then the rotation (rope)
+      const prep = (v: Vec, p: number, n: string) => {
+        const u = s.qkNorm ? this.headNorm(v, `${L}${n}`) : v;
+        return s.positions === 'rope' ? this.rope(u, p) : u;
+      };
+      const q = n1.map((x, p) => headsOf(this.linear(x, L, 'q', s.heads * hd), s.heads).map((v) => prep(v, p, 'lnq')));
+      const k = n1.map((x, p) => headsOf(this.linear(x, L, 'k', s.kvHeads * hd), s.kvHeads).map((v) => prep(v, p, 'lnk')));
       const v = n1.map((x) => headsOf(this.linear(x, L, 'v', s.kvHeads * hd), s.kvHeads));
       const attn = q.map((qp, i) => {
         const out: Vec = [];
