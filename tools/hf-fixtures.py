@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Small random Hugging Face-layout checkpoints and their reference logits.
 
-Writes test/fixtures/hf/{gpt2,llama,qwen2}-tiny/ (config.json + safetensors:
+Writes test/fixtures/hf/{gpt2,llama,qwen2,qwen3}-tiny/ (config.json + safetensors:
 gpt2 F32 single file without the `transformer.` prefix and with the causal-mask
 buffer real GPT-2 files carry; llama BF16 sharded with an index, GQA, untied
-head; qwen2 F16 with q/k/v biases, tied head) and
+head; qwen2 F16 with q/k/v biases, tied head; qwen3 BF16 with head_dim 8 ≠
+hidden/heads, per-head q/k RMSNorm, GQA, tied head) and
 test/fixtures/hf/reference-logits.json: logits of fixed prompts, computed here
 in float64 by PyTorch from the stored (dtype-rounded) weights, with the model
 math written out directly (no transformers package). The TypeScript tests
@@ -99,8 +100,12 @@ def llama_logits(c, w, ids):
     for l in range(c['num_hidden_layers']):
         p = f'model.layers.{l}.'
         h = rmsnorm(x, w[p + 'input_layernorm.weight'], eps)
-        q = rope(lin(h, p + 'self_attn.q_proj').reshape(S, H, -1), c['rope_theta'])
-        k = rope(lin(h, p + 'self_attn.k_proj').reshape(S, Hkv, -1), c['rope_theta'])
+        q = lin(h, p + 'self_attn.q_proj').reshape(S, H, -1)
+        k = lin(h, p + 'self_attn.k_proj').reshape(S, Hkv, -1)
+        if p + 'self_attn.q_norm.weight' in w:  # qwen3: RMSNorm of each head before the rotation
+            q = rmsnorm(q, w[p + 'self_attn.q_norm.weight'], eps)
+            k = rmsnorm(k, w[p + 'self_attn.k_norm.weight'], eps)
+        q, k = rope(q, c['rope_theta']), rope(k, c['rope_theta'])
         v = lin(h, p + 'self_attn.v_proj').reshape(S, Hkv, -1)
         x = x + lin(attend(q, k, v), p + 'self_attn.o_proj')
         h = rmsnorm(x, w[p + 'post_attention_layernorm.weight'], eps)
@@ -161,6 +166,26 @@ def llama_like(gen, model_type, H, Hkv, F, tied, qkv_bias):
     return c, t
 
 
+def qwen3(gen):
+    """Qwen3's layout: a head_dim of its own (8, while hidden/heads = 4), q_norm / k_norm [head_dim], no biases."""
+    D, V, L, H, Hkv, hd, F = 16, 48, 2, 4, 2, 8, 24
+    c = {'model_type': 'qwen3', 'architectures': ['Qwen3ForCausalLM'], 'vocab_size': V, 'hidden_size': D, 'num_hidden_layers': L,
+         'num_attention_heads': H, 'num_key_value_heads': Hkv, 'head_dim': hd, 'intermediate_size': F, 'max_position_embeddings': 64,
+         'rms_norm_eps': 1e-6, 'rope_theta': 1000000.0, 'hidden_act': 'silu', 'tie_word_embeddings': True, 'attention_bias': False,
+         'use_sliding_window': False, 'sliding_window': None, 'max_window_layers': L, 'bos_token_id': 1, 'eos_token_id': 2, 'rope_scaling': None}
+    t = [('model.embed_tokens.weight', rand(gen, V, D))]
+    for l in range(L):
+        p = f'model.layers.{l}.'
+        t += [(p + 'input_layernorm.weight', rand(gen, D, scale=0.2, centre=1)),
+              (p + 'self_attn.q_proj.weight', rand(gen, H * hd, D)), (p + 'self_attn.k_proj.weight', rand(gen, Hkv * hd, D)),
+              (p + 'self_attn.v_proj.weight', rand(gen, Hkv * hd, D)),
+              (p + 'self_attn.q_norm.weight', rand(gen, hd, scale=0.2, centre=1)), (p + 'self_attn.k_norm.weight', rand(gen, hd, scale=0.2, centre=1)),
+              (p + 'self_attn.o_proj.weight', rand(gen, D, H * hd)), (p + 'post_attention_layernorm.weight', rand(gen, D, scale=0.2, centre=1)),
+              (p + 'mlp.gate_proj.weight', rand(gen, F, D)), (p + 'mlp.up_proj.weight', rand(gen, F, D)), (p + 'mlp.down_proj.weight', rand(gen, D, F))]
+    t += [('model.norm.weight', rand(gen, D, scale=0.2, centre=1))]
+    return c, t
+
+
 def main():
     gen = torch.Generator().manual_seed(20261123)
     out = {'tolerance': 'see test/unit/checkpoints/hf-logits.test.ts', 'prompts': PROMPTS, 'models': {}}
@@ -168,6 +193,8 @@ def main():
         ('gpt2-tiny', 'F32', gpt2(gen), gpt2_logits, 1),
         ('llama-tiny', 'BF16', llama_like(gen, 'llama', H=4, Hkv=2, F=24, tied=False, qkv_bias=False), llama_logits, 2),
         ('qwen2-tiny', 'F16', llama_like(gen, 'qwen2', H=4, Hkv=1, F=32, tied=True, qkv_bias=True), llama_logits, 1),
+        # drawn after the others, so their bytes do not change
+        ('qwen3-tiny', 'BF16', qwen3(gen), llama_logits, 1),
     ]
     for name, dtype, (config, tensors), forward, shards in models:
         d = os.path.join(ROOT, name)
