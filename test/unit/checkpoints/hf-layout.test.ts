@@ -22,6 +22,7 @@ describe('HF layout: load → export → load', () => {
     ['gpt2-tiny', 'F32', 'gpt2'],
     ['llama-tiny', 'BF16', 'llama'],
     ['qwen2-tiny', 'F16', 'qwen2'],
+    ['qwen3-tiny', 'BF16', 'qwen3'],
   ] as const) {
     it(`${name}: bit-identical θ and spec, source dtype kept, tokenizer files copied, bytes deterministic`, () => {
       const src = tmp();
@@ -107,8 +108,13 @@ describe('HF layout: load → export → load', () => {
 describe('HF config.json: what the family cannot express is refused by field', () => {
   const llama = JSON.parse(fs.readFileSync(path.join(FIXTURES, 'llama-tiny/config.json'), 'utf8'));
   const gpt2 = JSON.parse(fs.readFileSync(path.join(FIXTURES, 'gpt2-tiny/config.json'), 'utf8'));
+  const qwen3 = JSON.parse(fs.readFileSync(path.join(FIXTURES, 'qwen3-tiny/config.json'), 'utf8'));
   const cases: Array<[Record<string, unknown>, RegExp]> = [
-    [{ ...llama, model_type: 'mistral' }, /model_type: "mistral" is not supported \(supported: gpt2, llama, qwen2\)/],
+    [{ ...llama, model_type: 'mistral' }, /model_type: "mistral" is not supported \(supported: gpt2, llama, qwen2, qwen3\)/],
+    [{ ...qwen3, use_sliding_window: true }, /use_sliding_window: true is not supported: sliding-window attention/],
+    [{ ...qwen3, rope_scaling: { rope_type: 'yarn', factor: 4 } }, /rope_scaling: .* rope scaling is not implemented/],
+    [{ ...qwen3, layer_types: ['full_attention', 'sliding_attention'] }, /layer_types: .* not supported: sliding-window attention is not implemented \(every layer must be full_attention\)/],
+    [{ ...qwen3, head_dim: 0 }, /head_dim: must be a positive integer, got 0/],
     [{ ...llama, rope_scaling: { type: 'linear', factor: 2 } }, /rope_scaling: .* rope scaling is not implemented/],
     [{ ...llama, hidden_act: 'gelu' }, /hidden_act: "gelu" is not supported/],
     [{ ...llama, head_dim: 8 }, /head_dim: 8 is not supported: the head dimension must be hidden_size \/ num_attention_heads = 4/],
@@ -133,6 +139,11 @@ describe('HF config.json: what the family cannot express is refused by field', (
     assert.deepEqual(q.biases, { qkv: true, o: false, mlp: false });
     assert.equal(parseHfConfig({ ...llama, max_position_embeddings: 131072 }).options.maxSeq, 32768, "rope models are bounded by the family's maxSeq");
     assert.equal(parseHfConfig(gpt2).options.mlpWidth, 64, 'n_inner null → 4·n_embd');
+    const q3 = parseHfConfig(qwen3);
+    assert.deepEqual([q3.options.headDim, q3.options.qkNorm, q3.options.bias], [8, true, false]);
+    assert.deepEqual(parseHfConfig({ ...qwen3, attention_bias: true }).biases, { qkv: true, o: true, mlp: false }, "Qwen3's attention_bias covers o_proj");
+    assert.equal(parseHfConfig({ ...qwen3, head_dim: undefined }).options.headDim, 128, "transformers' Qwen3 default");
+    assert.equal(parseHfConfig(llama).options.headDim, undefined, 'llama: width / heads, filled in by the family');
   });
 });
 
