@@ -2,7 +2,8 @@
  * The transformer's hand-built backward (engines/onnx/transformer/backward.ts):
  *  - float64 grad graph vs central finite differences of its own loss, for every
  *    parameter, for small configs covering each option (LayerNorm/RMSNorm,
- *    learned/RoPE, MHA/GQA/MQA, GELU/SwiGLU, tied/untied, biases or none);
+ *    learned/RoPE, MHA/GQA/MQA, GELU/SwiGLU, tied/untied, biases or none, a free
+ *    head dimension with q/k norms);
  *    tokens repeat within and across sequences (ScatterND reduction='add'), rows
  *    sit in every PPO regime, with KL and an entropy bonus;
  *  - logits and gradient vs the independent plain-TypeScript reference
@@ -166,6 +167,10 @@ const CONFIGS: [string, Record<string, unknown>][] = [
   ],
   ['LayerNorm, RoPE, MHA, SwiGLU, tied, biases', { width: 8, heads: 2, positions: 'rope', mlp: 'swiglu', mlpWidth: 10 }],
   ['RMSNorm, learned positions, MQA (1 kv head), GELU, untied, biases', { width: 8, heads: 4, kvHeads: 1, norm: 'rmsnorm', tiedHead: false, mlpWidth: 12 }],
+  [
+    'Qwen3 style: headDim 6 ≠ width / heads, q/k RMSNorm, RoPE, GQA, SwiGLU, tied, no biases',
+    { width: 8, heads: 4, kvHeads: 2, headDim: 6, qkNorm: true, norm: 'rmsnorm', positions: 'rope', mlp: 'swiglu', bias: false, mlpWidth: 10 },
+  ],
 ];
 const specOf = (opts: Record<string, unknown>) => normalizeTransformerSpec({ vocabSize: 7, layers: 2, maxSeq: 8, ...opts });
 // The head in chunks of 5 of the B·S = 12 rows (5, 5, 2: a partial last chunk), as a large vocabulary runs it.
