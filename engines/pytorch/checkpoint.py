@@ -4,7 +4,7 @@ torch 1.13 is enough). The same mapping as the built-in engine's engines/checkpo
 hf-layout.ts, safetensors.ts), written independently; the interop test checks that both give the
 same θ bytes and the same exported files.
 
-  config.json      model_type gpt2 | llama | qwen2; anything the family cannot compute exactly
+  config.json      model_type gpt2 | llama | qwen2 | qwen3; anything the family cannot compute exactly
                    (another activation, rope scaling, sliding windows, …) is refused naming the field
   weights          model.safetensors, or model.safetensors.index.json + its shards; F32/F16/BF16/F64
   export           config.json (the source's, shape fields rewritten) + model.safetensors in the
@@ -25,7 +25,7 @@ import numpy as np
 
 import spec as specmod
 
-MODEL_TYPES = ["gpt2", "llama", "qwen2"]
+MODEL_TYPES = ["gpt2", "llama", "qwen2", "qwen3"]
 LOADER = f"own safetensors loader, model types {'/'.join(MODEL_TYPES)}; transformers not used"
 DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8}
 TORCH_DTYPE = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
@@ -210,29 +210,36 @@ def parse_config(c, file="config.json"):
         opts = {"vocabSize": integer("vocab_size"), "width": width, "layers": integer("n_layer"), "heads": integer("n_head"),
                 "kvHeads": integer("n_head"), "mlpWidth": 4 * width if c.get("n_inner") is None else integer("n_inner"),
                 "positions": "learned", "ropeTheta": 10_000, "norm": "layernorm", "normEps": num("layer_norm_epsilon", 1e-5),
-                "mlp": "gelu", "bias": True, "tiedHead": flag("tie_word_embeddings", True), "maxSeq": positions}
+                "qkNorm": False, "mlp": "gelu", "bias": True, "tiedHead": flag("tie_word_embeddings", True), "maxSeq": positions}
         biases = {"qkv": True, "o": True, "mlp": True}
         if positions > specmod.LIMITS["maxSeq"]:
             bad("n_positions", f"must be ≤ {specmod.LIMITS['maxSeq']} (learned positions are stored for every one)")
     else:
+        qwen3 = mt == "qwen3"
         heads = integer("num_attention_heads")
         width = integer("hidden_size")
         refuse("hidden_act", lambda v: v == "silu", "only SwiGLU (silu) MLPs are implemented")
         refuse("rope_scaling", lambda v: v is None, "rope scaling is not implemented")
-        refuse("head_dim", lambda v: v is None or v == width / heads,
-               f"the head dimension must be hidden_size / num_attention_heads = {specmod.js_number(width / heads)}")
+        if not qwen3:
+            refuse("head_dim", lambda v: v is None or v == width / heads,
+                   f"the head dimension must be hidden_size / num_attention_heads = {specmod.js_number(width / heads)}")
         refuse("partial_rotary_factor", lambda v: v == 1, "rope on every head dimension only")
         refuse("use_sliding_window", lambda v: v is False, "sliding-window attention is not implemented")
-        attention_bias = flag("attention_bias", False) if mt == "llama" else True
+        refuse("layer_types", lambda v: v is None or (isinstance(v, list) and all(t == "full_attention" for t in v)),
+               "sliding-window attention is not implemented (every layer must be full_attention)")
+        # Llama's and Qwen3's attention_bias covers q/k/v and o_proj; Qwen2 has q/k/v biases only
+        attention_bias = True if mt == "qwen2" else flag("attention_bias", False)
         mlp_bias = flag("mlp_bias", False) if mt == "llama" else False
         opts = {"vocabSize": integer("vocab_size"), "width": width, "layers": integer("num_hidden_layers"), "heads": heads,
-                "kvHeads": integer("num_key_value_heads", heads), "mlpWidth": integer("intermediate_size"), "positions": "rope",
-                "ropeTheta": num("rope_theta", 10_000), "norm": "rmsnorm", "normEps": num("rms_norm_eps", 1e-6), "mlp": "swiglu",
-                "bias": attention_bias or mlp_bias, "tiedHead": flag("tie_word_embeddings", False),
-                # rope has no table, so the family's bound applies; a spec may ask for less
-                "maxSeq": min(integer("max_position_embeddings", 2048), specmod.LIMITS["maxSeq"])}
-        # Llama's attention_bias covers o_proj too; Qwen2 has q/k/v biases only
-        biases = {"qkv": attention_bias, "o": mt == "llama" and attention_bias, "mlp": mlp_bias}
+                "kvHeads": integer("num_key_value_heads", heads)}
+        if qwen3:  # Qwen3's head dimension is its own field (transformers' default 128), with q/k RMSNorm per head
+            opts["headDim"] = integer("head_dim", 128)
+        opts.update({"mlpWidth": integer("intermediate_size"), "positions": "rope", "ropeTheta": num("rope_theta", 10_000),
+                     "norm": "rmsnorm", "normEps": num("rms_norm_eps", 1e-6), "qkNorm": qwen3, "mlp": "swiglu",
+                     "bias": attention_bias or mlp_bias, "tiedHead": flag("tie_word_embeddings", False),
+                     # rope has no table, so the family's bound applies; a spec may ask for less
+                     "maxSeq": min(integer("max_position_embeddings", 2048), specmod.LIMITS["maxSeq"])})
+        biases = {"qkv": attention_bias, "o": mt != "qwen2" and attention_bias, "mlp": mlp_bias}
     if issues:
         raise CheckpointError(f"{file}: {'; '.join(issues)}")
     return mt, opts, biases
@@ -240,7 +247,18 @@ def parse_config(c, file="config.json"):
 
 def config_for(s, base, non_zero):
     """The config.json for spec s, starting from the source checkpoint's config when there is one. Qwen2 cannot
-    hold an o_proj or MLP bias, so such weights are written as Llama with both bias flags."""
+    hold an o_proj or MLP bias, so such weights are written as Llama with both bias flags. q/k norms are written
+    as Qwen3 (the one layout with them)."""
+    if s["qkNorm"]:
+        if s["positions"] != "rope" or s["norm"] != "rmsnorm" or s["mlp"] != "swiglu":
+            raise CheckpointError("export: q/k norms are written as qwen3, which needs rope, rmsnorm and swiglu")
+        out = dict(base) if base and base.get("model_type") == "qwen3" else {"architectures": ["Qwen3ForCausalLM"], "hidden_act": "silu"}
+        out["model_type"] = "qwen3"
+        out.update(_rope_fields(s, base))
+        out.update({"head_dim": s["headDim"], "attention_bias": non_zero["qkv"] or non_zero["o"]})
+        return out
+    if s["headDim"] * s["heads"] != s["width"]:
+        raise CheckpointError(f"export: headDim {s['headDim']} ≠ width / heads is written only as qwen3, which needs qkNorm")
     if s["positions"] == "learned":
         if s["norm"] != "layernorm" or s["mlp"] != "gelu" or not s["bias"] or s["kvHeads"] != s["heads"]:
             raise CheckpointError("export: learned positions are written as gpt2, which needs layernorm, gelu, biases and kvHeads = heads")
@@ -254,11 +272,8 @@ def config_for(s, base, non_zero):
     as_qwen2 = bool(base) and base.get("model_type") == "qwen2" and not non_zero["o"] and not non_zero["mlp"]
     same = bool(base) and base.get("model_type") == ("qwen2" if as_qwen2 else "llama")
     out = dict(base) if same else {"architectures": ["Qwen2ForCausalLM" if as_qwen2 else "LlamaForCausalLM"], "hidden_act": "silu"}
-    mpe = base.get("max_position_embeddings") if base else None
-    out.update({"model_type": "qwen2" if as_qwen2 else "llama", "vocab_size": s["vocabSize"], "hidden_size": s["width"],
-                "num_hidden_layers": s["layers"], "num_attention_heads": s["heads"], "num_key_value_heads": s["kvHeads"],
-                "intermediate_size": s["mlpWidth"], "rope_theta": s["ropeTheta"], "rms_norm_eps": s["normEps"], "tie_word_embeddings": s["tiedHead"],
-                "max_position_embeddings": mpe if isinstance(mpe, (int, float)) and not isinstance(mpe, bool) else s["maxSeq"]})
+    out["model_type"] = "qwen2" if as_qwen2 else "llama"
+    out.update(_rope_fields(s, base))
     if not as_qwen2:
         out["attention_bias"] = non_zero["qkv"] or non_zero["o"]
         out["mlp_bias"] = non_zero["mlp"]
@@ -267,12 +282,21 @@ def config_for(s, base, non_zero):
     return out
 
 
+def _rope_fields(s, base):
+    """The shape fields every rope layout (llama, qwen2, qwen3) writes alike."""
+    mpe = base.get("max_position_embeddings") if base else None
+    return {"vocab_size": s["vocabSize"], "hidden_size": s["width"], "num_hidden_layers": s["layers"], "num_attention_heads": s["heads"],
+            "num_key_value_heads": s["kvHeads"], "intermediate_size": s["mlpWidth"], "rope_theta": s["ropeTheta"], "rms_norm_eps": s["normEps"],
+            "tie_word_embeddings": s["tiedHead"],
+            "max_position_embeddings": mpe if isinstance(mpe, (int, float)) and not isinstance(mpe, bool) else s["maxSeq"]}
+
+
 # ---------------------------------------------------------------- tensor map (one table for load and export)
 
 def tensor_map(model_type, biases, s):
     """[(name, checkpoint shape, θ slots concatenated along the last dim, transpose)]"""
     D = s["width"]
-    hd = D // s["heads"]
+    hd = s["headDim"]
     out = []
 
     def add(name, shape, slots, transpose=False):
@@ -310,6 +334,9 @@ def tensor_map(model_type, biases, s):
             proj("self_attn.q_proj", "q", s["heads"] * hd, D, biases["qkv"])
             proj("self_attn.k_proj", "k", s["kvHeads"] * hd, D, biases["qkv"])
             proj("self_attn.v_proj", "v", s["kvHeads"] * hd, D, biases["qkv"])
+            if s["qkNorm"]:
+                add(f"{h}self_attn.q_norm.weight", [hd], [f"{L}lnq_g"])
+                add(f"{h}self_attn.k_norm.weight", [hd], [f"{L}lnk_g"])
             proj("self_attn.o_proj", "o", D, s["heads"] * hd, biases["o"])
             add(f"{h}post_attention_layernorm.weight", [D], [f"{L}ln2_g"])
             proj("mlp.gate_proj", "g", s["mlpWidth"], D, biases["mlp"])

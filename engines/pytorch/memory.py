@@ -3,16 +3,17 @@ of a spec into the engine's budget: a spec whose smallest run cannot fit is refu
 LoadVersion naming the field that dominates, as the built-in engine does
 (engines/families/transformer/memory.ts; the terms differ where this engine's runs differ).
 
-With P parameters, D width, F mlp width, H heads, Dkv = kvHeads·headDim, L layers, V vocabulary,
-S the sequence length (context + tokens):
+With P parameters, D width, F mlp width, H heads, Dq = heads·headDim, Dkv = kvHeads·headDim, L layers,
+V vocabulary, S the sequence length (context + tokens); T = 8·D + 2·Dq + 2·Dkv + n·(Dq + Dkv), n = 2 with qkNorm
+(the normalized q, k and their x̂) else 0, is 10·D + 2·Dkv when headDim = width / heads and no qkNorm:
 
   state     = 4·P·8: θ, AdamW m, v of the base; θ, m, v of the new version; gradient; clipped gradient
-  update    = 4·[S·(L + 1)·(10·D + 2·Dkv + 2·H·S + k·F) + 3·min(S, c)·V] bytes per sequence: the values
+  update    = 4·[S·(L + 1)·(T + 2·H·S + k·F) + 3·min(S, c)·V] bytes per sequence: the values
               autograd keeps per layer and token (h, norm outputs, q, k, v, ctx, h1; scores and
               probabilities; MLP pre-activations and activation, k = 3 GELU, 4 SwiGLU), one more layer of
               backward transients, and one checkpointed chunk of c = head_chunk_rows(V) rows'
               logits, log-softmax and their gradient (the head runs over chunks of rows)
-  score     = 4·[2·L·Dkv·S + C·(10·D + 2·Dkv + 3·H·S + k·F) + 3·C·V] per sequence: the keys and values
+  score     = 4·[2·L·Dkv·S + C·(T + 3·H·S + k·F) + 3·C·V] per sequence: the keys and values
               of the chunks before, one C-row chunk's transients (model.ROW_CHUNK), its logits,
               log-softmax and exp (a chunk's rows are reduced to log-prob and entropy before the next);
               Generate's prefill and rescoring are this forward, its KV cache (2·L·Dkv·S) is within it
@@ -42,9 +43,11 @@ def state_bytes(s):
 
 
 def _per_layer_token(s, S, attention_copies):
+    dq = s["heads"] * head_dim(s)
     dkv = s["kvHeads"] * head_dim(s)
     mlp = (3 if s["mlp"] == "gelu" else 4) * s["mlpWidth"]
-    return 10 * s["width"] + 2 * dkv + attention_copies * s["heads"] * S + mlp
+    qk_norm = 2 * (dq + dkv) if s["qkNorm"] else 0
+    return 8 * s["width"] + 2 * dq + 2 * dkv + qk_norm + attention_copies * s["heads"] * S + mlp
 
 
 def head_chunk_rows(V):

@@ -6,7 +6,8 @@ reading its weights straight out of the flat parameter vector θ (spec.py layout
   logits = norm_f(h)·head (tied: tok_embᵀ), log-softmax
 
 norm: LayerNorm (x − mean)·rsqrt(mean((x − mean)²) + eps)·g + b, or RMSNorm x·rsqrt(mean(x²) + eps)·g;
-attention: softmax(q·kᵀ / √hd) over keys j ≤ i, query head h reads kv head ⌊h / (heads / kvHeads)⌋;
+attention: softmax(q·kᵀ / √hd) over keys j ≤ i, query head h reads kv head ⌊h / (heads / kvHeads)⌋, hd = headDim
+(width / heads unless set); with qkNorm each q and k head is RMS-normalized (gain lnq_g / lnk_g [hd]) before RoPE;
 RoPE: rotate-half convention, angle(p, i) = p·θ^(−2(i mod hd/2)/hd) (tables in float64, then float32);
 MLP: GPT-2's tanh GELU 0.5·z·(1 + tanh(√(2/π)(z + 0.044715 z³))), or SwiGLU silu(x·Wg)·(x·Wu).
 """
@@ -118,9 +119,10 @@ class Transformer:
         return W
 
     # ---- building blocks ----
-    def norm(self, W, x, name):
+    def norm(self, W, x, name, kind=None):
+        """The spec's norm over x's last axis; the q/k head norms pass kind "rmsnorm"."""
         eps = self.spec["normEps"]
-        if self.spec["norm"] == "layernorm":
+        if (kind or self.spec["norm"]) == "layernorm":
             c = x - x.mean(dim=-1, keepdim=True)
             r = 1.0 / torch.sqrt((c * c).mean(dim=-1, keepdim=True) + eps)
             return c * r * W[f"{name}_g"] + W[f"{name}_b"]
@@ -156,6 +158,9 @@ class Transformer:
         q = self.linear(W, n1, L, "q").view(B, S, s["heads"], self.hd).transpose(1, 2)
         k = self.linear(W, n1, L, "k").view(B, S, s["kvHeads"], self.hd).transpose(1, 2)
         v = self.linear(W, n1, L, "v").view(B, S, s["kvHeads"], self.hd).transpose(1, 2)
+        if s["qkNorm"]:  # per head, before the rotation (Qwen3)
+            q = self.norm(W, q, f"{L}lnq", "rmsnorm")
+            k = self.norm(W, k, f"{L}lnk", "rmsnorm")
         if s["positions"] == "rope":
             q = self.rotate(q, pos)
             k = self.rotate(k, pos)

@@ -14,12 +14,14 @@ LIMITS = {
     "width": 8192,
     "layers": 128,
     "heads": 256,
+    "headDim": 1024,
     "mlpWidth": 65_536,
     "maxSeq": 32_768,
     "params": 1_000_000_000,
 }
 # normalized field order (the order spec.ts's zod schema declares them)
-FIELDS = ["width", "layers", "heads", "kvHeads", "mlpWidth", "positions", "ropeTheta", "norm", "normEps", "mlp", "bias", "tiedHead", "maxSeq"]
+FIELDS = ["width", "layers", "heads", "kvHeads", "headDim", "mlpWidth", "positions", "ropeTheta", "norm", "normEps", "qkNorm", "mlp", "bias",
+          "tiedHead", "maxSeq"]
 
 
 _ABSENT = object()
@@ -122,11 +124,13 @@ def normalize(family: str, vocab_size: int, config: dict, prefix="spec"):
     out["layers"] = count("layers", g("layers"), LIMITS["layers"], default=2)
     out["heads"] = count("heads", g("heads"), LIMITS["heads"], default=4)
     out["kvHeads"] = count("kvHeads", g("kvHeads"), LIMITS["heads"], optional=True)
+    out["headDim"] = count("headDim", g("headDim"), LIMITS["headDim"], optional=True)
     out["mlpWidth"] = count("mlpWidth", g("mlpWidth"), LIMITS["mlpWidth"], optional=True)
     out["positions"] = one_of("positions", g("positions"), POSITIONS, "learned")
     out["ropeTheta"] = number("ropeTheta", g("ropeTheta"), 10_000.0, lambda v: None if v > 1 else "must be > 1")
     out["norm"] = one_of("norm", g("norm"), NORMS, "layernorm")
     out["normEps"] = number("normEps", g("normEps"), 1e-5, lambda v: "must be > 0" if not v > 0 else ("must be ≤ 1" if v > 1 else None))
+    out["qkNorm"] = boolean("qkNorm", g("qkNorm"), False)
     out["mlp"] = one_of("mlp", g("mlp"), MLPS, "gelu")
     out["bias"] = boolean("bias", g("bias"), True)
     out["tiedHead"] = boolean("tiedHead", g("tiedHead"), True)
@@ -137,7 +141,7 @@ def normalize(family: str, vocab_size: int, config: dict, prefix="spec"):
     if issues:
         raise SpecError(issues)
     # Key order as spec.ts produces it: zod's output keeps the schema order of the keys it has, then
-    # `{ ...s, kvHeads, mlpWidth }` appends the optional ones the input left out (config_json round-trips
+    # `{ ...s, kvHeads, mlpWidth, headDim }` appends the optional ones the input left out (config_json round-trips
     # byte for byte between the engines).
     spec = {"family": FAMILY, "vocabSize": vocab}
     for k, v in out.items():
@@ -147,10 +151,15 @@ def normalize(family: str, vocab_size: int, config: dict, prefix="spec"):
         spec["kvHeads"] = spec["heads"]
     if out["mlpWidth"] is None:
         spec["mlpWidth"] = 4 * spec["width"]
-    if spec["width"] % spec["heads"] != 0:
-        at("heads", f"must divide width ({spec['width']} is not a multiple of {spec['heads']})")
-    elif spec["positions"] == "rope" and (spec["width"] // spec["heads"]) % 2 != 0:
-        at("positions", f"rope needs an even head dimension (width / heads = {spec['width'] // spec['heads']})")
+    free_hd = out["headDim"] is not None
+    if not free_hd:
+        spec["headDim"] = spec["width"] // spec["heads"]
+        # without headDim, heads must divide width (the default head dimension is width / heads)
+        if spec["width"] % spec["heads"] != 0:
+            at("heads", f"must divide width ({spec['width']} is not a multiple of {spec['heads']}), or set headDim")
+    if not issues and spec["positions"] == "rope" and spec["headDim"] % 2 != 0:
+        at("headDim" if free_hd else "positions",
+           f"rope needs an even head dimension ({'headDim' if free_hd else 'width / heads'} = {spec['headDim']})")
     if spec["heads"] % spec["kvHeads"] != 0:
         at("kvHeads", f"must divide heads ({spec['heads']} is not a multiple of {spec['kvHeads']})")
     if not issues:
@@ -163,13 +172,13 @@ def normalize(family: str, vocab_size: int, config: dict, prefix="spec"):
 
 
 def head_dim(s):
-    return s["width"] // s["heads"]
+    return s["headDim"]
 
 
 def param_layout(s):
     """([(name, offset, shape, kind)], total): spec.ts paramLayout, matrices stored [in, out] row-major."""
     D = s["width"]
-    hd = s["width"] // s["heads"]
+    hd = s["headDim"]
     slots = []
     offset = 0
 
@@ -200,6 +209,9 @@ def param_layout(s):
         linear(p, "q", D, s["heads"] * hd)
         linear(p, "k", D, s["kvHeads"] * hd)
         linear(p, "v", D, s["kvHeads"] * hd)
+        if s["qkNorm"]:
+            add(f"{p}lnq_g", [hd], "gain")
+            add(f"{p}lnk_g", [hd], "gain")
         linear(p, "o", s["heads"] * hd, D, "residual-out")
         norm(f"{p}ln2")
         if s["mlp"] == "gelu":
