@@ -5,10 +5,11 @@
  * layout. Checked against the built-in engine's TypeScript loader and writer
  * (engines/checkpoints/) and the built-in engine, both as real processes:
  *
- * - the checkpoints: the three tiny fixtures (gpt2 F32; llama BF16 sharded,
- *   GQA, untied head; qwen2 F16 with q/k/v biases, tied head) and, written
- *   here with random weights by exportHfCheckpoint, gpt2 / llama / qwen2 at
- *   width 64 (4 heads, 2 layers, vocabulary 96);
+ * - the checkpoints: the four tiny fixtures (gpt2 F32; llama BF16 sharded,
+ *   GQA, untied head; qwen2 F16 with q/k/v biases, tied head; qwen3 BF16 with
+ *   head_dim 8 ≠ hidden/heads, q/k norms, GQA, tied head) and, written
+ *   here with random weights by exportHfCheckpoint, gpt2 / llama / qwen2 / qwen3
+ *   at width 64 (4 heads, 2 layers, vocabulary 96);
  * - InitModel gives the same normalized spec and the same θ bytes (sha256) as
  *   loadHfCheckpoint; `maxSeq` lowers a rope model's bound as it does there;
  * - every log-softmax row (every vocabulary entry of every position) of Score
@@ -18,6 +19,8 @@
  * - `checkpoint.py export` of an exported version writes the same
  *   model.safetensors bytes and the same config.json as exportHfCheckpoint,
  *   and the directory loads back to the same sha256;
+ * - an Update of qwen3-tiny in both engines moves the q/k norm gains alike,
+ *   and the trained version exports and loads back to the same bytes;
  * - bad specs and directories are INVALID_REQUEST naming the field, and
  *   load nothing; Health names the loader.
  *
@@ -31,9 +34,9 @@ import * as path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { exportHfCheckpoint, loadHfCheckpoint } from '../../../engines/checkpoints/hf-layout';
 import { initTransformerWeights } from '../../../engines/families/transformer/init';
-import { normalizeTransformerSpec, type TransformerSpec } from '../../../engines/families/transformer/spec';
+import { normalizeTransformerSpec, paramLayout, type TransformerSpec } from '../../../engines/families/transformer/spec';
 import { EngineClient } from '../../../engines/protocol/client';
-import { encodeWeights, sha256Hex } from '../../../engines/protocol/version-bytes';
+import { decodeWeights, encodeWeights, sha256Hex } from '../../../engines/protocol/version-bytes';
 import { pytorchEngine } from '../../../engines/pytorch';
 import { spawnEngine, type SpawnedEngine } from '../../../gpu-workers/engine-process';
 
@@ -51,7 +54,7 @@ let onnx: EngineClient;
 let tmp: string;
 
 /** A checkpoint of `model_type`'s layout at width 64 with seeded random weights, written by the built-in engine's writer. */
-function writeCheckpoint(name: string, options: Omit<TransformerSpec, 'family'>, source?: string): string {
+function writeCheckpoint(name: string, options: Omit<TransformerSpec, 'family' | 'headDim' | 'qkNorm'> & Partial<TransformerSpec>, source?: string): string {
   const spec = normalizeTransformerSpec({ family: 'transformer', ...options });
   const dir = path.join(tmp, name);
   const src = source ? { dir: source, config: JSON.parse(fs.readFileSync(path.join(source, 'config.json'), 'utf8')) } : undefined;
@@ -66,6 +69,7 @@ function checkpoints(): Record<string, string> {
     'gpt2-tiny': path.join(FIXTURES, 'gpt2-tiny'),
     'llama-tiny': path.join(FIXTURES, 'llama-tiny'),
     'qwen2-tiny': path.join(FIXTURES, 'qwen2-tiny'),
+    'qwen3-tiny': path.join(FIXTURES, 'qwen3-tiny'),
     'gpt2-64': writeCheckpoint('gpt2-64', {
       ...shape,
       kvHeads: 4,
@@ -81,6 +85,8 @@ function checkpoints(): Record<string, string> {
     'llama-64': writeCheckpoint('llama-64', { ...rope, kvHeads: 2, mlpWidth: 176, bias: false, tiedHead: false }),
     // q/k/v biases only (a qwen2 source config keeps the qwen2 layout): zero o/mlp biases stay unwritten
     'qwen2-64': writeCheckpoint('qwen2-64', { ...rope, kvHeads: 1, mlpWidth: 128, bias: true, tiedHead: true }, path.join(FIXTURES, 'qwen2-tiny')),
+    // head_dim 32 ≠ 64 / 4, written as qwen3 (q/k norms) without a source config
+    'qwen3-64': writeCheckpoint('qwen3-64', { ...rope, kvHeads: 2, headDim: 32, qkNorm: true, mlpWidth: 128, bias: false, tiedHead: true }),
   };
 }
 
@@ -168,7 +174,7 @@ describe('the PyTorch engine loads and writes Hugging Face checkpoints', { skip 
   });
 
   it('checkpoint.py export writes what exportHfCheckpoint writes, and it loads back to the same bytes', async () => {
-    for (const name of ['gpt2-tiny', 'llama-tiny', 'qwen2-tiny']) {
+    for (const name of ['gpt2-tiny', 'llama-tiny', 'qwen2-tiny', 'qwen3-tiny']) {
       const src = path.join(FIXTURES, name);
       const key = `ck-${name}`;
       const info = await torch.initModel({ modelKey: key, spec: { family: 'transformer', vocabSize: 0, checkpoint: src }, seed: 0 });
@@ -198,6 +204,57 @@ describe('the PyTorch engine loads and writes Hugging Face checkpoints', { skip 
     }
   });
 
+  it('qwen3-tiny: an Update moves the q/k norm gains alike in both engines; the trained version exports and loads back', async () => {
+    const src = path.join(FIXTURES, 'qwen3-tiny');
+    const key = 'ck-qwen3-update';
+    const ckpt = loadHfCheckpoint(src);
+    const V = ckpt.spec.vocabSize;
+    await torch.initModel({ modelKey: key, spec: { family: 'transformer', vocabSize: 0, checkpoint: src }, seed: 0 });
+    await onnx.loadVersion({ modelKey: key, version: 0, spec: ckpt.spec, weights: encodeWeights(ckpt.theta), optimizerState: new Uint8Array(0) });
+    const samples = [0, 1, 2].map((i) => {
+      const toks = [3 + i, 17, 5 + 2 * i, 40, 9];
+      return {
+        context: [1, 7 + i, 20],
+        tokens: toks,
+        lossMask: toks.map(() => 1),
+        advantages: toks.map((_, t) => (i % 2 === 0 ? 1 : -1) * (0.5 + 0.1 * t)),
+        oldLogprobs: toks.map(() => -Math.log(V)),
+        lossWeights: toks.map(() => 1 / 15),
+      };
+    });
+    const req = { modelKey: key, baseVersion: 0, requestId: 'q3-u1', samples, settings: { lr: 0.01, innerSteps: 2 } };
+    const [a, b] = await Promise.all([torch.update(req), onnx.update(req)]);
+    const [ea, eb] = await Promise.all([torch.exportVersion({ modelKey: key, version: 1 }), onnx.exportVersion({ modelKey: key, version: 1 })]);
+    const ta = decodeWeights(ea.weights, ckpt.theta.length);
+    const tb = decodeWeights(eb.weights, ckpt.theta.length);
+    for (const slot of paramLayout(ckpt.spec).slots.filter((s) => /\.ln[qk]_g$/.test(s.name))) {
+      let moved = Infinity;
+      let gap = 0;
+      for (let i = slot.offset; i < slot.offset + slot.size; i++) {
+        moved = Math.min(moved, Math.abs(ta[i]! - ckpt.theta[i]!));
+        gap = Math.max(gap, Math.abs(ta[i]! - tb[i]!));
+      }
+      // AdamW moves every weight with a non-zero gradient by about lr per step
+      assert.ok(moved > 1e-3, `${slot.name}: the smallest move is ${moved}`);
+      assert.ok(gap < 0.05 * 0.01 * 2, `${slot.name}: engines differ by ${gap}`);
+    }
+    assert.equal(a.info.version, 1);
+    assert.equal(b.tokens, a.tokens);
+    // the trained version, written by checkpoint.py and loaded back by both loaders
+    const weightsFile = path.join(tmp, 'q3-v1.weights');
+    fs.writeFileSync(weightsFile, ea.weights);
+    const { family: _f, ...config } = ckpt.spec;
+    const out = path.join(tmp, 'q3-trained');
+    const r = spawnSync(PYTHON, [CHECKPOINT_PY, 'export', '--weights', weightsFile, '--spec', JSON.stringify(config), '--out', out, '--from', src], {
+      encoding: 'utf8',
+    });
+    assert.equal(r.status, 0, r.stderr);
+    assert.equal(JSON.parse(fs.readFileSync(path.join(out, 'config.json'), 'utf8')).model_type, 'qwen3');
+    const back = await torch.initModel({ modelKey: `${key}-back`, spec: { family: 'transformer', vocabSize: 0, checkpoint: out }, seed: 0 });
+    assert.equal(back.weightsSha256, a.info.weightsSha256, 'the trained version loads back to other bytes (PyTorch loader)');
+    assert.ok(sha256Hex(encodeWeights(loadHfCheckpoint(out).theta)) === a.info.weightsSha256, 'the trained version loads back to other bytes (built-in loader)');
+  });
+
   it('bad specs and directories: INVALID_REQUEST naming the field; nothing is loaded', async () => {
     const gelu = path.join(tmp, 'bad-act');
     fs.cpSync(path.join(FIXTURES, 'llama-tiny'), gelu, { recursive: true });
@@ -205,6 +262,10 @@ describe('the PyTorch engine loads and writes Hugging Face checkpoints', { skip 
     fs.writeFileSync(path.join(gelu, 'config.json'), JSON.stringify({ ...cfg, hidden_act: 'gelu' }));
     const truncated = path.join(tmp, 'truncated');
     fs.cpSync(path.join(FIXTURES, 'qwen2-tiny'), truncated, { recursive: true });
+    const sliding = path.join(tmp, 'qwen3-sliding');
+    fs.cpSync(path.join(FIXTURES, 'qwen3-tiny'), sliding, { recursive: true });
+    const q3 = JSON.parse(fs.readFileSync(path.join(sliding, 'config.json'), 'utf8'));
+    fs.writeFileSync(path.join(sliding, 'config.json'), JSON.stringify({ ...q3, use_sliding_window: true, sliding_window: 4 }));
     const st = path.join(truncated, 'model.safetensors');
     fs.truncateSync(st, fs.statSync(st).size - 100);
     const cases: Array<[string, Record<string, unknown>, RegExp]> = [
@@ -213,6 +274,7 @@ describe('the PyTorch engine loads and writes Hugging Face checkpoints', { skip 
       ['missing dir', { checkpoint: path.join(tmp, 'nowhere') }, /spec\.checkpoint: .*nowhere\/config\.json: cannot read/],
       ['activation', { checkpoint: gelu }, /spec\.checkpoint: .*config\.json: hidden_act: "gelu" is not supported/],
       ['truncated', { checkpoint: truncated }, /spec\.checkpoint: .*model\.safetensors: .*truncated/],
+      ['qwen3 sliding window', { checkpoint: sliding }, /spec\.checkpoint: .*config\.json: use_sliding_window: true is not supported: sliding-window attention/],
       ['maxSeq', { checkpoint: path.join(FIXTURES, 'gpt2-tiny'), maxSeq: 64 }, /spec\.maxSeq: 64 is more than the checkpoint's 32/],
     ];
     for (const [what, config, message] of cases) {
@@ -230,6 +292,6 @@ describe('the PyTorch engine loads and writes Hugging Face checkpoints', { skip 
       );
     }
     const h = await torch.health();
-    assert.match(h.capabilities?.engine ?? '', /checkpoints: own safetensors loader, model types gpt2\/llama\/qwen2; transformers not used/);
+    assert.match(h.capabilities?.engine ?? '', /checkpoints: own safetensors loader, model types gpt2\/llama\/qwen2\/qwen3; transformers not used/);
   });
 });

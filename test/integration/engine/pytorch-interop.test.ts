@@ -61,6 +61,8 @@ const VARIANTS: Record<string, ModelSpecInput> = {
   llama: { ...base, kvHeads: 2, positions: 'rope', norm: 'rmsnorm', mlp: 'swiglu', bias: false, tiedHead: false },
   mixedA: { ...base, kvHeads: 2, positions: 'rope', norm: 'layernorm', mlp: 'gelu', bias: true, tiedHead: false, ropeTheta: 500, normEps: 1e-6 },
   mixedB: { ...base, kvHeads: 1, positions: 'learned', norm: 'rmsnorm', mlp: 'swiglu', bias: false, tiedHead: true, mlpWidth: 48 },
+  // Qwen3's shape: a head dimension of its own (12 ≠ 32 / 4) and per-head q/k RMSNorm
+  qwen3: { ...base, kvHeads: 2, headDim: 12, qkNorm: true, positions: 'rope', norm: 'rmsnorm', mlp: 'swiglu', bias: false, tiedHead: true, normEps: 1e-6 },
 };
 
 /** deterministic pseudo-random token lists */
