@@ -23,10 +23,12 @@ test('defaults give a small GPT-style model', () => {
     ropeTheta: 10000,
     norm: 'layernorm',
     normEps: 1e-5,
+    qkNorm: false,
     mlp: 'gelu',
     bias: true,
     tiedHead: true,
     maxSeq: 256,
+    headDim: 32,
   });
 });
 
@@ -88,6 +90,53 @@ test('parameter count and layout match hand counts (GPT-2 and Llama layouts)', (
   assert.notEqual(transformerSpecKey(gpt), transformerSpecKey(llama));
 });
 
+test('Qwen3 layout: a free head dimension and per-head q/k norm gains (hand count)', () => {
+  // V 10, D 8, 4 heads of 6, 2 kv heads, F 12, no biases, tied: tok 80 + ln1 8 + q 8·24 + k 8·12 + v 8·12
+  // + lnq 6 + lnk 6 + o 24·8 + ln2 8 + g/u/d 3·96 + lnf 8 = 980
+  const qwen3 = normalizeTransformerSpec({
+    vocabSize: 10,
+    width: 8,
+    layers: 1,
+    heads: 4,
+    kvHeads: 2,
+    headDim: 6,
+    qkNorm: true,
+    mlpWidth: 12,
+    positions: 'rope',
+    norm: 'rmsnorm',
+    mlp: 'swiglu',
+    bias: false,
+  });
+  const layout = paramLayout(qwen3);
+  assert.equal(layout.total, 980);
+  assert.deepEqual(
+    layout.slots.map((s) => `${s.name} ${s.shape.join('x')}`),
+    [
+      'tok_emb 10x8',
+      'l0.ln1_g 8',
+      'l0.wq 8x24',
+      'l0.wk 8x12',
+      'l0.wv 8x12',
+      'l0.lnq_g 6',
+      'l0.lnk_g 6',
+      'l0.wo 24x8',
+      'l0.ln2_g 8',
+      'l0.wg 8x12',
+      'l0.wu 8x12',
+      'l0.wd 12x8',
+      'lnf_g 8',
+    ],
+  );
+  // q/k norm gains start at 1, like every gain
+  const theta = initTransformerWeights(qwen3, 1);
+  const lnq = layout.slots.find((s) => s.name === 'l0.lnq_g')!;
+  assert.deepEqual([...theta.subarray(lnq.offset, lnq.offset + lnq.size)], [1, 1, 1, 1, 1, 1]);
+  // headDim frees heads from dividing width; qkNorm and headDim are part of the key
+  assert.equal(normalizeTransformerSpec({ vocabSize: 10, width: 10, heads: 4, headDim: 4 }).headDim, 4);
+  assert.notEqual(transformerSpecKey(qwen3), transformerSpecKey({ ...qwen3, qkNorm: false }));
+  assert.notEqual(transformerSpecKey(qwen3), transformerSpecKey({ ...qwen3, headDim: 2 }));
+});
+
 function issuesOf(input: unknown): { path: string; message: string }[] {
   try {
     normalizeTransformerSpec(input, 'models.policy');
@@ -104,6 +153,9 @@ test('bad specs fail naming the field', () => {
     [{ vocabSize: 16, width: 10, heads: 4 }, 'models.policy.heads', /must divide width/],
     [{ vocabSize: 16, heads: 4, kvHeads: 3 }, 'models.policy.kvHeads', /must divide heads/],
     [{ vocabSize: 16, width: 12, heads: 4, positions: 'rope' }, 'models.policy.positions', /even head dimension/],
+    [{ vocabSize: 16, headDim: 5, positions: 'rope' }, 'models.policy.headDim', /rope needs an even head dimension \(headDim = 5\)/],
+    [{ vocabSize: 16, headDim: 0 }, 'models.policy.headDim', /≥ 1/],
+    [{ vocabSize: 16, qkNorm: 1 }, 'models.policy.qkNorm', /.+/],
     [{ vocabSize: 16, layers: 0 }, 'models.policy.layers', /≥ 1/],
     [{ vocabSize: 16, layers: 2.5 }, 'models.policy.layers', /integer/],
     [{ vocabSize: 16, width: 1_000_000 }, 'models.policy.width', /≤ 8192/],
