@@ -26,6 +26,17 @@ test('byte counts match hand computation', () => {
   assert.equal(updateBytesPerSequence(SMALL, 3), 5_328);
 });
 
+test('a free head dimension and q/k norms: q and ctx are heads·headDim wide, the norms keep 2·(Dq + Dkv) more', () => {
+  // SMALL with hd 6: Dq 12, Dkv 6; per layer and token 8·8 + 2·12 + 2·6 + 3·16 = 148, with qkNorm + 2·(12 + 6) = 184
+  const wide = normalizeTransformerSpec({ ...SMALL, headDim: 6 });
+  const qk = normalizeTransformerSpec({ ...SMALL, headDim: 6, qkNorm: true });
+  // update, S 6: 3 × (148 + 24) × 6 × 4 = 12,384; with q/k norms 3 × (184 + 24) × 6 × 4 = 14,976
+  assert.equal(updateBytesPerSequence(wide, 6), 12_384);
+  assert.equal(updateBytesPerSequence(qk, 6), 14_976);
+  // generate, S 6: caches 4·2·6·6 = 288; prefill 6 × (184 + 36) = 1320; sampling 240 → 4 × 1848
+  assert.equal(generateBytesPerRow(qk, 6), 7_392);
+});
+
 test('a spec fits exactly at state + 2 of its largest rows; one byte less is refused naming the dominant field', () => {
   const need = 38_400 + 2 * 11_520; // 61,440
   assert.doesNotThrow(() => checkTransformerFits(SMALL, need));
