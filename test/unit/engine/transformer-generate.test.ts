@@ -38,6 +38,23 @@ const SPECS: [string, TransformerSpec][] = [
       maxSeq: 16,
     }),
   ],
+  [
+    'Qwen3 layout (headDim 6, q/k norms)',
+    normalizeTransformerSpec({
+      vocabSize: 13,
+      width: 16,
+      layers: 2,
+      heads: 4,
+      kvHeads: 2,
+      headDim: 6,
+      qkNorm: true,
+      positions: 'rope',
+      norm: 'rmsnorm',
+      mlp: 'swiglu',
+      bias: false,
+      maxSeq: 16,
+    }),
+  ],
 ];
 
 interface Row {
