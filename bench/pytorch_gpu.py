@@ -1,12 +1,13 @@
 #!/usr/bin/python3
 """The PyTorch engine's device code at real shapes, without gRPC: prints a markdown table and writes JSON.
 
-    python3 bench/pytorch_gpu.py --out $OUT/pytorch-gpu.json [--models 0.5b,1.5b] [--dtypes fp32,bf16] [--budget-s 400]
-    /usr/bin/python3 bench/pytorch_gpu.py --tiny --out /tmp/pytorch-gpu.json        # a tiny shape, on CPU
+    python3 bench/pytorch_gpu.py --out $OUT/pytorch-gpu.json [--models 0.5b,1.5b,qwen3-0.6b] [--dtypes fp32,bf16] [--budget-s 400]
+    /usr/bin/python3 bench/pytorch_gpu.py --tiny --out /tmp/pytorch-gpu.json        # the tiny shapes, on CPU
 
 Models: random-init transformers in the engine's own flat layout (spec.py), shaped as Qwen2.5-0.5B (width 896,
 24 layers, 14 heads, 2 KV heads, MLP 4864) and Qwen2.5-1.5B (1536, 28, 12, 2, 8960): vocab 151936, RoPE theta 1e6,
-RMSNorm eps 1e-6, SwiGLU, q/k/v biases (the family's `bias`), tied head. θ is drawn on the device with torch's
+RMSNorm eps 1e-6, SwiGLU, q/k/v biases (the family's `bias`), tied head; and Qwen3-0.6B (1024, 28, 16, 8 KV heads,
+head dim 128, MLP 3072, q/k norms, no biases, otherwise the same). θ is drawn on the device with torch's
 generator by init.ts's rule (uniform ±0.02·√3, residual-out scaled, gains 1, biases 0), not Philox: the same
 distribution as InitModel, not its bytes, and seconds instead of minutes at 1.5B. No download.
 
@@ -81,7 +82,10 @@ QWEN2 = {"positions": "rope", "ropeTheta": 1_000_000, "norm": "rmsnorm", "normEp
 SHAPES = {
     "0.5b": {"vocabSize": 151936, "width": 896, "layers": 24, "heads": 14, "kvHeads": 2, "mlpWidth": 4864},
     "1.5b": {"vocabSize": 151936, "width": 1536, "layers": 28, "heads": 12, "kvHeads": 2, "mlpWidth": 8960},
+    "qwen3-0.6b": {"vocabSize": 151936, "width": 1024, "layers": 28, "heads": 16, "kvHeads": 8, "headDim": 128, "mlpWidth": 3072,
+                   "qkNorm": True, "bias": False},
     "tiny": {"vocabSize": 512, "width": 64, "layers": 2, "heads": 4, "kvHeads": 2, "mlpWidth": 128},
+    "qwen3-tiny": {"vocabSize": 512, "width": 64, "layers": 2, "heads": 4, "kvHeads": 2, "headDim": 32, "mlpWidth": 128, "qkNorm": True, "bias": False},
 }
 
 
@@ -89,7 +93,7 @@ def parse():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, help="JSON results file")
     p.add_argument("--models", default="0.5b,1.5b", help=f"comma list of {', '.join(SHAPES)}")
-    p.add_argument("--tiny", action="store_true", help="the tiny shape only (CPU check of this script)")
+    p.add_argument("--tiny", action="store_true", help="the tiny shapes only (CPU check of this script)")
     p.add_argument("--dtypes", default="fp32,bf16")
     p.add_argument("--device", default="auto", help="auto (cuda:0 when available), cpu, cuda:N")
     p.add_argument("--batches", default="1,8,32,64")
@@ -106,7 +110,7 @@ def parse():
                    help="on CPU, run bf16 under torch.autocast(cpu) (not an engine path: the engine refuses bf16 on CPU); to test this script")
     a = p.parse_args()
     if a.tiny:
-        a.models = "tiny"
+        a.models = "tiny,qwen3-tiny"
     a.models = a.models.split(",")
     for m in a.models:
         if m not in SHAPES:
@@ -124,12 +128,13 @@ def parse():
 
 def make_spec(name, max_seq):
     """(spec, note): the engine's normalized spec, or the raw layout with the reason normalize refused it."""
-    cfg = {**SHAPES[name], **QWEN2, "maxSeq": max_seq}
+    cfg = {**QWEN2, **SHAPES[name], "maxSeq": max_seq}
     V = cfg.pop("vocabSize")
     try:
         return specmod.normalize("transformer", V, cfg), ""
     except specmod.SpecError as e:
         s = {"family": "transformer", "vocabSize": V}
+        cfg = {"headDim": cfg["width"] // cfg["heads"], "qkNorm": False, **cfg}
         s.update({k: (float(cfg[k]) if k in ("ropeTheta", "normEps") else cfg[k]) for k in specmod.FIELDS})
         return s, f"spec.normalize refuses this spec ({e}); measured with the raw layout"
 
