@@ -40,7 +40,9 @@ test('transformer({...}) and tinyLM({...}) both define a team; the engine spec c
 });
 
 test('bad model configs fail at team load, each field named', () => {
-  assert.deepEqual(problems(transformer({ tokenizer, width: 30, heads: 4 })), ['models.policy.heads: must divide width (30 is not a multiple of 4)']);
+  assert.deepEqual(problems(transformer({ tokenizer, width: 30, heads: 4 })), [
+    'models.policy.heads: must divide width (30 is not a multiple of 4), or set headDim',
+  ]);
   assert.ok(problems(transformer({ tokenizer, layers: 0 })).some((p) => p.startsWith('models.policy.layers:')));
   assert.ok(
     problems(transformer({ tokenizer, width: 8192, layers: 128, mlpWidth: 65536 })).some((p) =>

@@ -34,7 +34,7 @@ test('specs dispatch to their family by name; errors name the field under the pr
   // hand count: tok_emb 12·16 + pos_emb 24·16 + ln1 32 + q,k,v,o 4·(256+16) + ln2 32 + w1 16·64+64 + w2 64·16+16 + lnf 32
   assert.equal(paramCount(tf), 192 + 384 + 32 + 1088 + 32 + 1088 + 1040 + 32);
   assert.match(issues({ family: 'gpt', vocabSize: 8 }).join(), /^models\.policy\.family: unknown model family "gpt" \(known: tiny-lm, transformer\)/);
-  assert.ok(issues({ ...TF, heads: 3 }).includes('models.policy.heads: must divide width (16 is not a multiple of 3)'));
+  assert.ok(issues({ ...TF, heads: 3 }).includes('models.policy.heads: must divide width (16 is not a multiple of 3), or set headDim'));
   assert.ok(issues({ ...TF, layers: 0 }).some((i) => i.startsWith('models.policy.layers:')));
   assert.ok(issues({ ...TF, dropout: 0.1 }).some((i) => i.startsWith('models.policy.dropout: unknown option')));
   assert.ok(
