@@ -23,7 +23,7 @@ export class HfConfigError extends Error {
 /** What a config maps to: the family's options plus which projections really have biases (the rest are zero). */
 export interface HfModel {
   modelType: HfModelType;
-  /** transformer options (vocabSize included), ready for normalizeTransformerSpec; headDim only where config.json sets it (qwen3) */
+  /** transformer options (vocabSize included), ready for normalizeTransformerSpec; no headDim when heads do not divide the width (normalize names it) */
   options: Omit<TransformerSpec, 'family' | 'headDim'> & { headDim?: number };
   /** projections with biases in the checkpoint; with options.bias the others are loaded as zeros */
   biases: { qkv: boolean; o: boolean; mlp: boolean };
@@ -64,6 +64,8 @@ export function parseHfConfig(config: unknown, file = 'config.json'): HfModel {
   const refuse = (field: string, ok: (v: unknown) => boolean, why: string) => {
     if (field in c && !ok(c[field])) bad(field, `${JSON.stringify(c[field])} is not supported: ${why}`);
   };
+  // given explicitly, so a spec and its normalized JSON normalize to the same key order
+  const evenHeads = (width: number, heads: number) => (width % heads === 0 ? { headDim: width / heads } : {});
   const modelType = c.model_type;
   if (!HF_MODEL_TYPES.includes(modelType as HfModelType)) {
     throw new HfConfigError(file, [
@@ -77,14 +79,16 @@ export function parseHfConfig(config: unknown, file = 'config.json'): HfModel {
     refuse('scale_attn_weights', (v) => v === true, 'attention is always scaled by 1/√headDim');
     refuse('scale_attn_by_inverse_layer_idx', (v) => v === false, 'per-layer attention scaling is not implemented');
     const positions = int('n_positions');
+    const heads = int('n_head');
     model = {
       modelType: 'gpt2',
       options: {
         vocabSize: int('vocab_size'),
         width,
         layers: int('n_layer'),
-        heads: int('n_head'),
-        kvHeads: int('n_head'),
+        heads,
+        kvHeads: heads,
+        ...evenHeads(width, heads),
         mlpWidth: c.n_inner == null ? 4 * width : int('n_inner'),
         positions: 'learned',
         ropeTheta: 10_000,
@@ -127,7 +131,7 @@ export function parseHfConfig(config: unknown, file = 'config.json'): HfModel {
         heads,
         kvHeads: int('num_key_value_heads', heads),
         // Qwen3's head dimension is its own field (transformers' default 128), with q/k RMSNorm per head
-        ...(qwen3 ? { headDim: int('head_dim', 128) } : {}),
+        ...(qwen3 ? { headDim: int('head_dim', 128) } : evenHeads(width, heads)),
         mlpWidth: int('intermediate_size'),
         positions: 'rope',
         ropeTheta: num('rope_theta', 10_000),

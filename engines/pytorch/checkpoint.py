@@ -207,10 +207,12 @@ def parse_config(c, file="config.json"):
         refuse("scale_attn_weights", lambda v: v is True, "attention is always scaled by 1/√headDim")
         refuse("scale_attn_by_inverse_layer_idx", lambda v: v is False, "per-layer attention scaling is not implemented")
         positions = integer("n_positions")
-        opts = {"vocabSize": integer("vocab_size"), "width": width, "layers": integer("n_layer"), "heads": integer("n_head"),
-                "kvHeads": integer("n_head"), "mlpWidth": 4 * width if c.get("n_inner") is None else integer("n_inner"),
+        heads = integer("n_head")
+        opts = {"vocabSize": integer("vocab_size"), "width": width, "layers": integer("n_layer"), "heads": heads, "kvHeads": heads, "mlpWidth": 4 * width if c.get("n_inner") is None else integer("n_inner"),
                 "positions": "learned", "ropeTheta": 10_000, "norm": "layernorm", "normEps": num("layer_norm_epsilon", 1e-5),
                 "qkNorm": False, "mlp": "gelu", "bias": True, "tiedHead": flag("tie_word_embeddings", True), "maxSeq": positions}
+        if width % heads == 0:
+            opts["headDim"] = width // heads
         biases = {"qkv": True, "o": True, "mlp": True}
         if positions > specmod.LIMITS["maxSeq"]:
             bad("n_positions", f"must be ≤ {specmod.LIMITS['maxSeq']} (learned positions are stored for every one)")
@@ -234,6 +236,8 @@ def parse_config(c, file="config.json"):
                 "kvHeads": integer("num_key_value_heads", heads)}
         if qwen3:  # Qwen3's head dimension is its own field (transformers' default 128), with q/k RMSNorm per head
             opts["headDim"] = integer("head_dim", 128)
+        elif width % heads == 0:
+            opts["headDim"] = width // heads
         opts.update({"mlpWidth": integer("intermediate_size"), "positions": "rope", "ropeTheta": num("rope_theta", 10_000),
                      "norm": "rmsnorm", "normEps": num("rms_norm_eps", 1e-6), "qkNorm": qwen3, "mlp": "swiglu",
                      "bias": attention_bias or mlp_bias, "tiedHead": flag("tie_word_embeddings", False),

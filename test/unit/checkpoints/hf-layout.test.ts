@@ -143,7 +143,8 @@ describe('HF config.json: what the family cannot express is refused by field', (
     assert.deepEqual([q3.options.headDim, q3.options.qkNorm, q3.options.bias], [8, true, false]);
     assert.deepEqual(parseHfConfig({ ...qwen3, attention_bias: true }).biases, { qkv: true, o: true, mlp: false }, "Qwen3's attention_bias covers o_proj");
     assert.equal(parseHfConfig({ ...qwen3, head_dim: undefined }).options.headDim, 128, "transformers' Qwen3 default");
-    assert.equal(parseHfConfig(llama).options.headDim, undefined, 'llama: width / heads, filled in by the family');
+    assert.equal(parseHfConfig(llama).options.headDim, 4, 'llama: hidden_size / num_attention_heads');
+    assert.equal(parseHfConfig({ ...llama, hidden_size: 18 }).options.headDim, undefined, 'left to the family, which names heads');
   });
 });
 
