@@ -11,7 +11,9 @@ import { describe, it } from 'node:test';
 import { parseHfConfig } from '../../../engines/checkpoints/hf-config';
 import { exportHfCheckpoint, loadHfCheckpoint } from '../../../engines/checkpoints/hf-layout';
 import { readSafetensors, representable, writeSafetensors } from '../../../engines/checkpoints/safetensors';
-import { paramLayout } from '../../../engines/families/transformer/spec';
+import { normalizeTransformerSpec, paramLayout } from '../../../engines/families/transformer/spec';
+import { sessionFactory } from '../../../engines/onnx/device';
+import { TransformerRuntime } from '../../../engines/onnx/transformer/runtime';
 import { sameBits } from '../engine/helpers';
 
 const FIXTURES = path.join(__dirname, '../../fixtures/hf');
@@ -77,6 +79,50 @@ describe('HF layout: load → export → load', () => {
     assert.ok(sameBits(theta, b.theta));
   });
 
+  it('qwen3-tiny: a built-in engine update moves every q/k norm gain; the trained model exports as qwen3 and reloads bit-identical', async () => {
+    const a = loadHfCheckpoint(path.join(FIXTURES, 'qwen3-tiny'));
+    const rt = new TransformerRuntime(a.spec, sessionFactory('cpu', { intraOpThreads: 1 }));
+    const P = a.theta.length;
+    const samples = [0, 1, 2].map((i) => ({
+      context: [1, 7 + i, 20],
+      tokens: [3 + i, 17, 5 + 2 * i, 40],
+      lossMask: [1, 1, 1, 1],
+      advantages: [1, -1, 0.5, i - 1],
+      oldLogprobs: [-3, -3, -3, -3],
+      lossWeights: [0.1, 0.1, 0.1, 0.1],
+      refLogprobs: [],
+    }));
+    const settings = { lr: 0.01, beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0, maxGradNorm: 1, clipLow: 0.2, clipHigh: 0.28, dualClip: 3 };
+    const { state } = await rt.update({ theta: a.theta, m: new Float32Array(P), v: new Float32Array(P), step: 0 }, samples, {
+      ...settings,
+      klCoef: 0,
+      klType: 'low_var_kl',
+      entropyCoef: 0,
+      innerSteps: 1,
+    });
+    const norms = paramLayout(a.spec).slots.filter((s) => /\.ln[qk]_g$/.test(s.name));
+    assert.equal(norms.length, 4);
+    for (const slot of norms)
+      for (let i = slot.offset; i < slot.offset + slot.size; i++)
+        // AdamW's first step moves every weight with a non-zero gradient by ≈ lr
+        assert.ok(Math.abs(state.theta[i]! - a.theta[i]!) > 1e-3, `${slot.name}[${i - slot.offset}] did not move`);
+    const out = tmp();
+    assert.equal(exportHfCheckpoint(out, a.spec, state.theta, a).dtype, 'F32', 'trained values leave BF16');
+    const config = JSON.parse(fs.readFileSync(path.join(out, 'config.json'), 'utf8'));
+    assert.deepEqual([config.model_type, config.head_dim, config.attention_bias], ['qwen3', 8, false]);
+    const b = loadHfCheckpoint(out);
+    assert.deepEqual(b.spec, a.spec);
+    assert.ok(sameBits(state.theta, b.theta));
+  });
+
+  it('a free head dimension without q/k norms has no Hugging Face layout: export refuses it', () => {
+    const spec = normalizeTransformerSpec({ vocabSize: 8, width: 8, heads: 2, headDim: 6, positions: 'rope', norm: 'rmsnorm', mlp: 'swiglu', bias: false });
+    assert.throws(
+      () => exportHfCheckpoint(tmp(), spec, new Float32Array(paramLayout(spec).total)),
+      /headDim 6 ≠ width \/ heads is written only as qwen3, which needs qkNorm/,
+    );
+  });
+
   it('refuses a checkpoint whose tensors do not fit its config, naming the tensor', () => {
     const dir = tmp();
     fs.copyFileSync(path.join(FIXTURES, 'gpt2-tiny/model.safetensors'), path.join(dir, 'model.safetensors'));
@@ -113,7 +159,10 @@ describe('HF config.json: what the family cannot express is refused by field', (
     [{ ...llama, model_type: 'mistral' }, /model_type: "mistral" is not supported \(supported: gpt2, llama, qwen2, qwen3\)/],
     [{ ...qwen3, use_sliding_window: true }, /use_sliding_window: true is not supported: sliding-window attention/],
     [{ ...qwen3, rope_scaling: { rope_type: 'yarn', factor: 4 } }, /rope_scaling: .* rope scaling is not implemented/],
-    [{ ...qwen3, layer_types: ['full_attention', 'sliding_attention'] }, /layer_types: .* not supported: sliding-window attention is not implemented \(every layer must be full_attention\)/],
+    [
+      { ...qwen3, layer_types: ['full_attention', 'sliding_attention'] },
+      /layer_types: .* not supported: sliding-window attention is not implemented \(every layer must be full_attention\)/,
+    ],
     [{ ...qwen3, head_dim: 0 }, /head_dim: must be a positive integer, got 0/],
     [{ ...llama, rope_scaling: { type: 'linear', factor: 2 } }, /rope_scaling: .* rope scaling is not implemented/],
     [{ ...llama, hidden_act: 'gelu' }, /hidden_act: "gelu" is not supported/],
