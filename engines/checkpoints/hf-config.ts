@@ -110,8 +110,7 @@ export function parseHfConfig(config: unknown, file = 'config.json'): HfModel {
     const width = int('hidden_size');
     refuse('hidden_act', (v) => v === 'silu', 'only SwiGLU (silu) MLPs are implemented');
     refuse('rope_scaling', (v) => v === null, 'rope scaling is not implemented');
-    if (!qwen3)
-      refuse('head_dim', (v) => v === null || v === width / heads, `the head dimension must be hidden_size / num_attention_heads = ${width / heads}`);
+    if (!qwen3) refuse('head_dim', (v) => v === null || v === width / heads, `the head dimension must be hidden_size / num_attention_heads = ${width / heads}`);
     refuse('partial_rotary_factor', (v) => v === 1, 'rope on every head dimension only');
     refuse('use_sliding_window', (v) => v === false, 'sliding-window attention is not implemented');
     refuse(

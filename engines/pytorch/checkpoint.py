@@ -208,7 +208,8 @@ def parse_config(c, file="config.json"):
         refuse("scale_attn_by_inverse_layer_idx", lambda v: v is False, "per-layer attention scaling is not implemented")
         positions = integer("n_positions")
         heads = integer("n_head")
-        opts = {"vocabSize": integer("vocab_size"), "width": width, "layers": integer("n_layer"), "heads": heads, "kvHeads": heads, "mlpWidth": 4 * width if c.get("n_inner") is None else integer("n_inner"),
+        opts = {"vocabSize": integer("vocab_size"), "width": width, "layers": integer("n_layer"), "heads": heads, "kvHeads": heads,
+                "mlpWidth": 4 * width if c.get("n_inner") is None else integer("n_inner"),
                 "positions": "learned", "ropeTheta": 10_000, "norm": "layernorm", "normEps": num("layer_norm_epsilon", 1e-5),
                 "qkNorm": False, "mlp": "gelu", "bias": True, "tiedHead": flag("tie_word_embeddings", True), "maxSeq": positions}
         if width % heads == 0:

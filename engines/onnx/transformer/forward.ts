@@ -225,7 +225,13 @@ export function gelu(o: Ops, z: string): { y: string; t: string } {
 }
 
 /** Query, key and value heads of normalized input n1 [B, S, D]; with qkNorm q and k are RMS-normalized per head, then rotated when rope. */
-export function projectHeads(o: Ops, w: Weights, n1: string, layer: string, pos: Positions): { q: string; k: string; v: string; qn?: NormSaved; kn?: NormSaved } {
+export function projectHeads(
+  o: Ops,
+  w: Weights,
+  n1: string,
+  layer: string,
+  pos: Positions,
+): { q: string; k: string; v: string; qn?: NormSaved; kn?: NormSaved } {
   const s = o.spec;
   let q = o.toHeads(linear(o, w, n1, layer, 'q'), s.kvHeads, o.group);
   let k = o.toHeads(linear(o, w, n1, layer, 'k'), s.kvHeads, 1);

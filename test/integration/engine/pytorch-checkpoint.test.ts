@@ -252,7 +252,10 @@ describe('the PyTorch engine loads and writes Hugging Face checkpoints', { skip 
     assert.equal(JSON.parse(fs.readFileSync(path.join(out, 'config.json'), 'utf8')).model_type, 'qwen3');
     const back = await torch.initModel({ modelKey: `${key}-back`, spec: { family: 'transformer', vocabSize: 0, checkpoint: out }, seed: 0 });
     assert.equal(back.weightsSha256, a.info.weightsSha256, 'the trained version loads back to other bytes (PyTorch loader)');
-    assert.ok(sha256Hex(encodeWeights(loadHfCheckpoint(out).theta)) === a.info.weightsSha256, 'the trained version loads back to other bytes (built-in loader)');
+    assert.ok(
+      sha256Hex(encodeWeights(loadHfCheckpoint(out).theta)) === a.info.weightsSha256,
+      'the trained version loads back to other bytes (built-in loader)',
+    );
   });
 
   it('bad specs and directories: INVALID_REQUEST naming the field; nothing is loaded', async () => {
@@ -274,7 +277,11 @@ describe('the PyTorch engine loads and writes Hugging Face checkpoints', { skip 
       ['missing dir', { checkpoint: path.join(tmp, 'nowhere') }, /spec\.checkpoint: .*nowhere\/config\.json: cannot read/],
       ['activation', { checkpoint: gelu }, /spec\.checkpoint: .*config\.json: hidden_act: "gelu" is not supported/],
       ['truncated', { checkpoint: truncated }, /spec\.checkpoint: .*model\.safetensors: .*truncated/],
-      ['qwen3 sliding window', { checkpoint: sliding }, /spec\.checkpoint: .*config\.json: use_sliding_window: true is not supported: sliding-window attention/],
+      [
+        'qwen3 sliding window',
+        { checkpoint: sliding },
+        /spec\.checkpoint: .*config\.json: use_sliding_window: true is not supported: sliding-window attention/,
+      ],
       ['maxSeq', { checkpoint: path.join(FIXTURES, 'gpt2-tiny'), maxSeq: 64 }, /spec\.maxSeq: 64 is more than the checkpoint's 32/],
     ];
     for (const [what, config, message] of cases) {

@@ -88,7 +88,11 @@ describe('HF checkpoints: logits agree with PyTorch', () => {
     assert.equal(ckpt.spec.qkNorm, true);
     const spec = { ...ckpt.spec, qkNorm: false };
     const keep = new Set(paramLayout(spec).slots.map((s) => s.name));
-    const theta = Float32Array.from(paramLayout(ckpt.spec).slots.filter((s) => keep.has(s.name)).flatMap((s) => [...ckpt.theta.subarray(s.offset, s.offset + s.size)]));
+    const theta = Float32Array.from(
+      paramLayout(ckpt.spec)
+        .slots.filter((s) => keep.has(s.name))
+        .flatMap((s) => [...ckpt.theta.subarray(s.offset, s.offset + s.size)]),
+    );
     const d = maxDiff(expected.models['qwen3-tiny']![0]!, referenceForward(spec, theta, [expected.prompts[0]!]).logits[0]!);
     assert.ok(d > 0.01, `max |Δlogit| without q/k norms ${d}`);
   });
