@@ -64,6 +64,22 @@ export function parseHfConfig(config: unknown, file = 'config.json'): HfModel {
   const refuse = (field: string, ok: (v: unknown) => boolean, why: string) => {
     if (field in c && !ok(c[field])) bad(field, `${JSON.stringify(c[field])} is not supported: ${why}`);
   };
+  // newer transformers write rope_theta inside rope_parameters: read there, or the default would be silently another model
+  const ropeTheta = (): number => {
+    const rp = c.rope_parameters;
+    if (rp == null) return num('rope_theta', 10_000);
+    const p = rp as Config;
+    const plain =
+      typeof rp === 'object' &&
+      !Array.isArray(rp) &&
+      (p.rope_type ?? 'default') === 'default' &&
+      Object.keys(p).every((k) => k === 'rope_type' || k === 'rope_theta') &&
+      typeof p.rope_theta === 'number' &&
+      p.rope_theta > 0 &&
+      (c.rope_theta == null || c.rope_theta === p.rope_theta);
+    if (!plain) bad('rope_parameters', `${JSON.stringify(rp)} is not supported: only {"rope_type": "default", "rope_theta": θ} agreeing with rope_theta`);
+    return plain ? (p.rope_theta as number) : 10_000;
+  };
   // given explicitly, so a spec and its normalized JSON normalize to the same key order
   const evenHeads = (width: number, heads: number) => (width % heads === 0 ? { headDim: width / heads } : {});
   const modelType = c.model_type;
@@ -133,7 +149,7 @@ export function parseHfConfig(config: unknown, file = 'config.json'): HfModel {
         ...(qwen3 ? { headDim: int('head_dim', 128) } : evenHeads(width, heads)),
         mlpWidth: int('intermediate_size'),
         positions: 'rope',
-        ropeTheta: num('rope_theta', 10_000),
+        ropeTheta: ropeTheta(),
         norm: 'rmsnorm',
         normEps: num('rms_norm_eps', 1e-6),
         qkNorm: qwen3,

@@ -198,6 +198,18 @@ def parse_config(c, file="config.json"):
         if field in c and not ok(c[field]):
             bad(field, f"{json.dumps(c[field])} is not supported: {why}")
 
+    def rope_theta():
+        """newer transformers write rope_theta inside rope_parameters: read there, or the default would be silently another model"""
+        rp = c.get("rope_parameters")
+        if rp is None:
+            return num("rope_theta", 10_000)
+        plain = (isinstance(rp, dict) and rp.get("rope_type", "default") == "default" and all(k in ("rope_type", "rope_theta") for k in rp)
+                 and isinstance(rp.get("rope_theta"), (int, float)) and not isinstance(rp.get("rope_theta"), bool) and rp["rope_theta"] > 0
+                 and (c.get("rope_theta") is None or c.get("rope_theta") == rp["rope_theta"]))
+        if not plain:
+            bad("rope_parameters", f"{json.dumps(rp)} is not supported: only {{\"rope_type\": \"default\", \"rope_theta\": θ}} agreeing with rope_theta")
+        return rp["rope_theta"] if plain else 10_000
+
     mt = c.get("model_type")
     if mt not in MODEL_TYPES:
         raise CheckpointError(f"{file}: model_type: {json.dumps(mt)} is not supported (supported: {', '.join(MODEL_TYPES)})")
@@ -239,7 +251,7 @@ def parse_config(c, file="config.json"):
             opts["headDim"] = integer("head_dim", 128)
         elif width % heads == 0:
             opts["headDim"] = width // heads
-        opts.update({"mlpWidth": integer("intermediate_size"), "positions": "rope", "ropeTheta": num("rope_theta", 10_000),
+        opts.update({"mlpWidth": integer("intermediate_size"), "positions": "rope", "ropeTheta": rope_theta(),
                      "norm": "rmsnorm", "normEps": num("rms_norm_eps", 1e-6), "qkNorm": qwen3, "mlp": "swiglu",
                      "bias": attention_bias or mlp_bias, "tiedHead": flag("tie_word_embeddings", False),
                      # rope has no table, so the family's bound applies; a spec may ask for less

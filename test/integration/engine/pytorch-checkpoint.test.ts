@@ -269,6 +269,9 @@ describe('the PyTorch engine loads and writes Hugging Face checkpoints', { skip 
     fs.cpSync(path.join(FIXTURES, 'qwen3-tiny'), sliding, { recursive: true });
     const q3 = JSON.parse(fs.readFileSync(path.join(sliding, 'config.json'), 'utf8'));
     fs.writeFileSync(path.join(sliding, 'config.json'), JSON.stringify({ ...q3, use_sliding_window: true, sliding_window: 4 }));
+    const yarn = path.join(tmp, 'qwen3-yarn');
+    fs.cpSync(path.join(FIXTURES, 'qwen3-tiny'), yarn, { recursive: true });
+    fs.writeFileSync(path.join(yarn, 'config.json'), JSON.stringify({ ...q3, rope_parameters: { rope_type: 'yarn', rope_theta: 1e6, factor: 4 } }));
     const st = path.join(truncated, 'model.safetensors');
     fs.truncateSync(st, fs.statSync(st).size - 100);
     const cases: Array<[string, Record<string, unknown>, RegExp]> = [
@@ -282,6 +285,7 @@ describe('the PyTorch engine loads and writes Hugging Face checkpoints', { skip 
         { checkpoint: sliding },
         /spec\.checkpoint: .*config\.json: use_sliding_window: true is not supported: sliding-window attention/,
       ],
+      ['qwen3 yarn', { checkpoint: yarn }, /spec\.checkpoint: .*config\.json: rope_parameters: .* is not supported/],
       ['maxSeq', { checkpoint: path.join(FIXTURES, 'gpt2-tiny'), maxSeq: 64 }, /spec\.maxSeq: 64 is more than the checkpoint's 32/],
     ];
     for (const [what, config, message] of cases) {

@@ -164,6 +164,11 @@ describe('HF config.json: what the family cannot express is refused by field', (
       /layer_types: .* not supported: sliding-window attention is not implemented \(every layer must be full_attention\)/,
     ],
     [{ ...qwen3, head_dim: 0 }, /head_dim: must be a positive integer, got 0/],
+    [
+      { ...qwen3, rope_parameters: { rope_type: 'yarn', rope_theta: 1e6, factor: 4 } },
+      /rope_parameters: .* is not supported: only \{"rope_type": "default", "rope_theta": θ\}/,
+    ],
+    [{ ...qwen3, rope_parameters: { rope_type: 'default', rope_theta: 5e5 } }, /rope_parameters: .* agreeing with rope_theta/],
     [{ ...llama, rope_scaling: { type: 'linear', factor: 2 } }, /rope_scaling: .* rope scaling is not implemented/],
     [{ ...llama, hidden_act: 'gelu' }, /hidden_act: "gelu" is not supported/],
     [{ ...llama, head_dim: 8 }, /head_dim: 8 is not supported: the head dimension must be hidden_size \/ num_attention_heads = 4/],
@@ -192,6 +197,12 @@ describe('HF config.json: what the family cannot express is refused by field', (
     assert.deepEqual([q3.options.headDim, q3.options.qkNorm, q3.options.bias], [8, true, false]);
     assert.deepEqual(parseHfConfig({ ...qwen3, attention_bias: true }).biases, { qkv: true, o: true, mlp: false }, "Qwen3's attention_bias covers o_proj");
     assert.equal(parseHfConfig({ ...qwen3, head_dim: undefined }).options.headDim, 128, "transformers' Qwen3 default");
+    const { rope_theta: _theta, ...newer } = qwen3;
+    assert.equal(
+      parseHfConfig({ ...newer, rope_parameters: { rope_type: 'default', rope_theta: 5e5 } }).options.ropeTheta,
+      5e5,
+      'rope_theta inside rope_parameters',
+    );
     assert.equal(parseHfConfig(llama).options.headDim, 4, 'llama: hidden_size / num_attention_heads');
     assert.equal(parseHfConfig({ ...llama, hidden_size: 18 }).options.headDim, undefined, 'left to the family, which names heads');
   });
