@@ -2,7 +2,7 @@
  * A team trained from a pretrained checkpoint against the real stack (Temporal
  * dev server, PostgreSQL, pool worker with its CPU engine): `math` with a
  * transformer policy and `teamOptions.checkpoint` — what `troupe train math
- * --model DIR` sets — on the tiny random qwen2 fixture. Version 0 is the
+ * --model DIR` sets — on the tiny random qwen2 and qwen3 fixtures. Version 0 is the
  * checkpoint's θ (not a seeded init), the weights move with each step, the last
  * version exports as an HF directory that loads back bit-identical, and a
  * checkpoint that cannot be the model fails the run with the field named. With
@@ -18,6 +18,7 @@ import { loadStepEpisodes } from '../../../activities/store/trajectories';
 import { getVersion, listVersions } from '../../../activities/store/versions';
 import { exportModelVersion } from '../../../cli/commands/export-model';
 import { loadHfCheckpoint } from '../../../engines/checkpoints/hf-layout';
+import { paramLayout } from '../../../engines/families/transformer/spec';
 import { decodeWeights, encodeWeights, sha256Hex } from '../../../engines/protocol/version-bytes';
 import type { trainingRun } from '../../../workflows';
 import { qwenWithTokenizer } from '../../unit/checkpoints/pretrained-dir';
@@ -84,6 +85,29 @@ describe('training from a pretrained checkpoint', () => {
     assert.equal(back.model.modelType, 'llama');
     assert.deepEqual(back.model.biases, { qkv: true, o: true, mlp: true });
     assert.ok(sameBits(back.theta, decodeWeights(last!.weights, ckpt.theta.length)));
+  });
+
+  it('qwen3: trains from its checkpoint, the q/k norm gains move, the last version exports as qwen3 and loads back', async () => {
+    const dir = path.join(HF, 'qwen3-tiny');
+    const summary = await run('pretrained-qwen3', dir);
+    assert.equal(summary.status, 'completed');
+    const ckpt = loadHfCheckpoint(dir, { maxSeq: 48 });
+    const versions = await listVersions(h.db.sql, 'pretrained-qwen3');
+    assert.equal(versions[0]!.sha256, sha256Hex(encodeWeights(ckpt.theta)), "version 0 is the checkpoint's θ");
+    assert.equal(new Set(versions.map((v) => v.sha256)).size, 3, 'every step changed the weights');
+    const last = await getVersion(h.db.sql, h.db.checkpoints, 'pretrained-qwen3', 'policy', 2);
+    const theta = decodeWeights(last!.weights, ckpt.theta.length);
+    for (const slot of paramLayout(ckpt.spec).slots.filter((s) => /\.ln[qk]_g$/.test(s.name)))
+      assert.ok(
+        !sameBits(theta.subarray(slot.offset, slot.offset + slot.size), ckpt.theta.subarray(slot.offset, slot.offset + slot.size)),
+        `${slot.name} did not move`,
+      );
+    const out = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-pretrained-')), 'v2');
+    await exportModelVersion(h.db.sql, h.db.checkpoints, { runId: 'pretrained-qwen3', model: 'policy', version: 2, out, from: dir });
+    const back = loadHfCheckpoint(out, { maxSeq: 48 }); // config.json keeps max_position_embeddings 64
+    assert.equal(back.model.modelType, 'qwen3');
+    assert.deepEqual(back.spec, ckpt.spec);
+    assert.ok(sameBits(back.theta, theta));
   });
 
   it('a checkpoint that cannot be the model fails the run, naming the field', async () => {
