@@ -5,6 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { transformerFamily } from '../../../engines/families/transformer/family';
 import { initTransformerWeights } from '../../../engines/families/transformer/init';
 import { normalizeTransformerSpec, paramLayout, TransformerSpecError, transformerSpecKey } from '../../../engines/families/transformer/spec';
 import { sameBits } from './helpers';
@@ -135,6 +136,7 @@ test('Qwen3 layout: a free head dimension and per-head q/k norm gains (hand coun
   assert.equal(normalizeTransformerSpec({ vocabSize: 10, width: 10, heads: 4, headDim: 4 }).headDim, 4);
   assert.notEqual(transformerSpecKey(qwen3), transformerSpecKey({ ...qwen3, qkNorm: false }));
   assert.notEqual(transformerSpecKey(qwen3), transformerSpecKey({ ...qwen3, headDim: 2 }));
+  assert.equal(transformerFamily.describe(qwen3), 'transformer D8 L1 H4/2kv hd6 qk-norm F12 rope rmsnorm swiglu tied maxSeq 256');
 });
 
 function issuesOf(input: unknown): { path: string; message: string }[] {
