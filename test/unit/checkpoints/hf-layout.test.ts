@@ -186,6 +186,44 @@ describe('HF config.json: what the family cannot express is refused by field', (
       ),
     );
 
+  it("Qwen3-0.6B's config.json: 596,049,920 parameters, 440,466,432 of them in the layers (hand count)", () => {
+    // the published config's fields (Qwen/Qwen3-0.6B), weights not needed
+    const config = {
+      architectures: ['Qwen3ForCausalLM'],
+      attention_bias: false,
+      attention_dropout: 0.0,
+      bos_token_id: 151643,
+      eos_token_id: 151645,
+      head_dim: 128,
+      hidden_act: 'silu',
+      hidden_size: 1024,
+      initializer_range: 0.02,
+      intermediate_size: 3072,
+      max_position_embeddings: 40960,
+      max_window_layers: 28,
+      model_type: 'qwen3',
+      num_attention_heads: 16,
+      num_hidden_layers: 28,
+      num_key_value_heads: 8,
+      rms_norm_eps: 1e-6,
+      rope_scaling: null,
+      rope_theta: 1000000,
+      sliding_window: null,
+      tie_word_embeddings: true,
+      torch_dtype: 'bfloat16',
+      use_cache: true,
+      use_sliding_window: false,
+      vocab_size: 151936,
+    };
+    const spec = normalizeTransformerSpec({ family: 'transformer', ...parseHfConfig(config).options });
+    assert.deepEqual([spec.headDim, spec.qkNorm, spec.bias, spec.tiedHead, spec.maxSeq], [128, true, false, true, 32768]);
+    // per layer: ln1 1024 + q 1024·2048 + k, v 1024·1024 each + q/k norms 2·128 + o 2048·1024 + ln2 1024 + MLP 3·1024·3072
+    const perLayer = 1024 + 2 * 2_097_152 + 2 * 1_048_576 + 256 + 1024 + 9_437_184;
+    assert.equal(perLayer, 15_730_944);
+    assert.equal(paramLayout(spec).total, 151_936 * 1024 + 28 * perLayer + 1024);
+    assert.equal(paramLayout(spec).total, 596_049_920);
+  });
+
   it('maps the layouts onto the family', () => {
     assert.deepEqual(parseHfConfig(llama).biases, { qkv: false, o: false, mlp: false });
     const q = parseHfConfig({ ...llama, model_type: 'qwen2' });
