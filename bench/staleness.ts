@@ -178,18 +178,39 @@ async function plot(runs: Run[]): Promise<{ svg: string; png: Uint8Array }> {
   });
 }
 
+/**
+ * SIGINT/SIGTERM end the bench and everything it started. Temporal's runtime answers them by
+ * shutting this process's workers down and nothing more, so without this the run in flight
+ * waited forever for its result and the dev server outlived the bench. Here the run in flight
+ * is terminated, so main's cleanup (workers, engines, database, dev server) runs and the
+ * process exits; a second signal ends it at once.
+ */
+const stop: { signal?: NodeJS.Signals; runId?: string; h?: Harness } = {};
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    stop.signal ??= signal;
+    console.error(`# ${signal}: stopping the run in flight and the bench stack`);
+    if (stop.h && stop.runId)
+      void stop.h.env.client.workflow
+        .getHandle(stop.runId)
+        .terminate(`bench stopped by ${signal}`)
+        .catch(() => undefined);
+  });
+}
+
 async function main() {
   const startLoad = os.loadavg();
   console.log(`# ${COMMAND}; ${os.cpus().length} cores; load average ${startLoad.map((x) => x.toFixed(1)).join(' / ')}`);
-  const h = await startHarness();
+  const h = (stop.h = await startHarness());
   // The trainer's own pool worker and engine, for the split rows.
   const trainer = layouts.some((l) => l.split) ? await startPool(h.env, h.db, { poolTaskQueue: TRAIN_QUEUE }) : undefined;
   const runs: Run[] = [];
   try {
     for (const seed of seeds) {
       for (const layout of layouts) {
+        if (stop.signal) throw new Error(`stopped by ${stop.signal}`);
         const { k, split } = layout;
-        const runId = `bench-stale-k${k}${split ? '-split' : ''}-s${seed}`;
+        const runId = (stop.runId = `bench-stale-k${k}${split ? '-split' : ''}-s${seed}`);
         await runTroupe(h, {
           runId,
           team: values.team!,
@@ -240,6 +261,7 @@ async function main() {
 }
 
 main().catch((e) => {
-  console.error(e);
-  process.exit(1);
+  if (stop.signal) console.error(`# stopped by ${stop.signal}${values.write ? '; the finished runs are in bench/results/staleness.md' : ''}`);
+  else console.error(e);
+  process.exit(stop.signal ? 128 + os.constants.signals[stop.signal] : 1);
 });

@@ -76,7 +76,8 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
       h.pool = await startPool(env, db, opts);
     },
     async shutdown() {
-      control.shutdown();
+      // Temporal's runtime shuts the workers down itself on SIGINT/SIGTERM; a second shutdown() would throw.
+      if (control.getState() === 'RUNNING') control.shutdown();
       await controlRun.catch(() => undefined);
       await h.pool.shutdown();
       await db.drop();
