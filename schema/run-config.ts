@@ -99,7 +99,7 @@ export const runConfigSchema = lazily(() =>
      */
     pools: z.record(z.string(), z.strictObject({ sample: poolName().optional(), train: poolName().optional() })).optional(),
     /**
-     * Partial rollouts (docs/running.md, "Partial rollouts"; batched, synchronous runs): a step starts
+     * Partial rollouts (docs/running.md, "Partial rollouts"; batched rollouts, any staleness): a step starts
      * ceil(groupsPerStep x overProvision) groups (carried ones first), ends its rollout once minFinished
      * whole groups finished (default groupsPerStep), trains on the finished groups and carries the rest,
      * turns and tokens so far, in the store into the next step's rollout.
@@ -190,8 +190,6 @@ export function partialShape(config: Pick<RunConfig, 'groupsPerStep' | 'partialR
 function partialIssue(config: RunConfig, partial: NonNullable<RunConfig['partialRollouts']>): FieldIssue | undefined {
   const shape = partialShape(config)!;
   if (config.rollout !== 'batched') return { path: 'partialRollouts', message: "needs rollout: 'batched' (durable episodes are not carried yet)" };
-  const ks = typeof config.staleness === 'number' ? [config.staleness] : Object.values(config.staleness);
-  if (ks.some((k) => k > 0)) return { path: 'partialRollouts', message: 'needs staleness 0 (partial rollouts do not combine with asynchronous runs yet)' };
   if (shape.minFinished > shape.inFlight)
     return {
       path: 'partialRollouts.minFinished',

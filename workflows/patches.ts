@@ -46,6 +46,8 @@ export const Patch = {
   rolloutTree: 'rollout-tree',
   /** The run's durable episodes score and store themselves by a local activity (input recordLocally; before: an ordinary activity on the control queue). */
   localRecordEpisode: 'local-record-episode',
+  /** Partial rollouts in asynchronous runs: a step's partial rollout starts once the one before it, which carries episodes into it, committed. */
+  stalePartialRollouts: 'stale-partial-rollouts',
 } as const;
 
 /**

@@ -27,9 +27,11 @@ import { toAdvantageSpec } from '../../schema/optimizer';
 import type { StoredEpisode } from '../store/trajectories';
 
 export interface UpdateSequence {
-  /** The agent whose turn this is, and the version that sampled it (the behaviour version). */
+  /** The agent whose turn this is, and the version that sampled it (the behaviour version; its first token's). */
   agent: string;
   version: number;
+  /** The version that sampled each token, where not all of them are `version` (a carried episode's turn). */
+  tokenVersions?: number[];
   context: number[];
   tokens: number[];
   mask: number[];
@@ -198,6 +200,7 @@ export function buildStepBatch(
       .map((i, k) => ({
         agent: turns[i]!.agent,
         version: turns[i]!.version,
+        ...(turns[i]!.tokenVersions ? { tokenVersions: turns[i]!.tokenVersions } : {}),
         context: turns[i]!.contextTokens,
         tokens: turns[i]!.responseTokens,
         mask: turns[i]!.lossMask,

@@ -15,11 +15,11 @@ import type { UpdateSampleInput } from '../../engines/protocol/types';
 import type { OffPolicySetting } from '../../schema/run-config';
 import type { UpdateSequence } from './batch';
 
-/** Prefix of the staleness histogram: `staleness.tokens.<lag>` counts trained tokens sampled `lag` versions before the base. */
+/** Prefix of the staleness histogram: `staleness.tokens.<lag>` counts trained tokens sampled `lag` versions before the base (each token by its own version). */
 export const STALENESS_TOKENS = 'staleness.tokens.';
 
 export type OffPolicyMetrics = {
-  /** Mean versions between the behaviour version and the update's base, over sequences. */
+  /** Mean versions between the behaviour version (a sequence's first token's) and the update's base, over sequences. */
   staleness: number;
   'isWeight.mean': number;
   'isWeight.max': number;
@@ -52,6 +52,17 @@ interface Sums {
   lags: Map<number, number>;
 }
 
+/** A sequence's trained tokens (mask 1) per lag: base version − the version that sampled each token. */
+function trainedTokensByLag(seq: UpdateSequence, mask: ArrayLike<number>, baseVersion: number): Map<number, number> {
+  const lags = new Map<number, number>();
+  for (let t = 0; t < mask.length; t++) {
+    if (mask[t] === 0) continue;
+    const lag = baseVersion - (seq.tokenVersions?.[t] ?? seq.version);
+    lags.set(lag, (lags.get(lag) ?? 0) + 1);
+  }
+  return lags;
+}
+
 /**
  * `samples[i]` is the engine sample of `sequences[i]`; `baseLogprobs[i]` its
  * tokens' log-probs under the base version (engine Score).
@@ -67,7 +78,7 @@ export function offPolicyCorrection(
   const settings = { cap: setting.importanceCap, band: setting.band ?? DEFAULT_BAND };
   const sums = new Map<string, Sums>();
   const empty = (): Sums => ({ sequences: 0, lag: 0, tokens: 0, w: 0, max: 0, truncated: 0, masked: 0, kl: 0, lags: new Map() });
-  const add = (key: string, lag: number, d: ImportanceWeights['diagnostics']) => {
+  const add = (key: string, lag: number, d: ImportanceWeights['diagnostics'], lags: ReadonlyMap<number, number>) => {
     const s = sums.get(key) ?? empty();
     s.sequences++;
     s.lag += lag;
@@ -77,15 +88,16 @@ export function offPolicyCorrection(
     s.truncated += d.truncatedFraction * d.tokens;
     s.masked += d.maskedFraction * d.tokens;
     s.kl += d.mismatchKl * d.tokens;
-    s.lags.set(lag, (s.lags.get(lag) ?? 0) + d.tokens);
+    for (const [l, n] of lags) s.lags.set(l, (s.lags.get(l) ?? 0) + n);
     sums.set(key, s);
   };
   const corrected = samples.map((sample, i) => {
     const seq = sequences[i]!;
     const prox = baseLogprobs[i]!;
     const { weights, diagnostics } = importanceWeights(prox, sample.oldLogprobs, sample.lossMask, correction, settings);
-    add('', baseVersion - seq.version, diagnostics);
-    add(seq.agent, baseVersion - seq.version, diagnostics);
+    const lags = trainedTokensByLag(seq, sample.lossMask, baseVersion);
+    add('', baseVersion - seq.version, diagnostics, lags);
+    add(seq.agent, baseVersion - seq.version, diagnostics, lags);
     const trained = (t: number) => sample.lossMask[t] === 1;
     return {
       ...sample,

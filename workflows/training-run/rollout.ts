@@ -12,7 +12,7 @@ import { episodeWorkflow } from '../episode';
 import { Patch } from '../patches';
 import { rolloutNode, runEpisodeChildren } from '../rollout-node';
 import { poolAt } from './activities';
-import type { RunState } from './state';
+import type { RolloutDone, RunState } from './state';
 
 /** Episodes per batched rollout activity. */
 const ROLLOUT_CHUNK = 256;
@@ -73,6 +73,43 @@ export async function rolloutPlan(
     parts.map(([from, to]) => poolOf(run, run.models[0]!).rolloutBatch({ ...ref, runId, step: at, split, plan: byRef, from, to, versions: serving, sampling })),
   );
   return results.reduce((n, r) => n + r.failed, 0);
+}
+
+/**
+ * A step's partial rollout (activities/training/partial.ts): one activity runs the groups carried
+ * into step `at` and new ones, sampling the `serving` versions, stores the whole groups for the
+ * step's update and carries the rest into step at + 1.
+ */
+export async function rolloutPartialStep(
+  run: RunState,
+  at: number,
+  shape: { inFlight: number; minFinished: number },
+  serving: Record<string, number>,
+): Promise<RolloutDone> {
+  const t0 = Date.now();
+  const r = await poolOf(run, run.models[0]!).rolloutPartial({
+    ...run.ref,
+    runId: run.runId,
+    step: at,
+    seed: run.config.seed,
+    groupSize: run.config.groupSize,
+    ...shape,
+    versions: serving,
+  });
+  return {
+    seconds: (Date.now() - t0) / 1000,
+    episodes: r.episodes,
+    failed: r.failed,
+    partial: {
+      'partial.groups': r.groups,
+      'partial.carriedEpisodes': r.carried,
+      'partial.carriedGroups': r.carriedGroups,
+      'partial.carriedMaxAge': r.carriedMaxAge,
+      'partial.generatedTokens': r.generatedTokens,
+      'partial.replayedTokens': r.replayedTokens,
+      'partial.rounds': r.rounds,
+    },
+  };
 }
 
 /** Histories from before plans were references: planStep/planEval returned the episode list. */

@@ -4,15 +4,25 @@
  * as that version exists, so it runs while the updates of steps t − k … t − 1
  * are in flight; updates still commit in step order. The schedule depends on
  * t and k only, never on timing.
+ *
+ * With partial rollouts the rollout of step t continues the episodes the rollout of
+ * step t − 1 carried into it, so it starts once that one committed as well: each
+ * carried episode is continued by exactly one rollout. Its new tokens are sampled by
+ * the version of step max(0, t − k_m), its carried ones keep the versions that
+ * sampled them (and their own behaviour log-probs, which the off-policy correction uses).
  */
-import { stalenessOf } from '../../schema/run-config';
+import { patched } from '@temporalio/workflow';
+import { partialShape, stalenessOf } from '../../schema/run-config';
+import { Patch } from '../patches';
 import { control, controlLocal } from './activities';
-import { rolloutPlan } from './rollout';
+import { rolloutPartialStep, rolloutPlan } from './rollout';
 import type { RolloutDone, RunState } from './state';
 
 export class StalePipeline {
   private readonly minLag: number;
   private readonly maxLag: number;
+  /** Partial rollouts: groups in flight and whole groups that end a step's rollout. */
+  private readonly partial: { inFlight: number; minFinished: number } | undefined;
   /** Serving versions at the steps a rollout may still need (step − maxLag … step). */
   private readonly versionsAt: Record<number, Record<string, number>> = {};
   private readonly rollouts = new Map<number, Promise<RolloutDone>>();
@@ -22,6 +32,9 @@ export class StalePipeline {
   constructor(private readonly run: RunState) {
     this.minLag = Math.min(...run.models.map((m) => this.lag(m)));
     this.maxLag = Math.max(...run.models.map((m) => this.lag(m)));
+    // Runs without partialRollouts never reach patched(): their histories stay as they were.
+    const shape = partialShape(run.config);
+    this.partial = shape && patched(Patch.stalePartialRollouts) ? shape : undefined;
   }
 
   /** Whether some model of the run samples stale versions (k > 0). */
@@ -87,6 +100,12 @@ export class StalePipeline {
 
   private async rolloutStep(at: number, serving: Record<string, number>): Promise<RolloutDone> {
     const { run } = this;
+    if (this.partial) {
+      // Absent: step at − 1's rollout committed already (taken, or in an earlier execution).
+      const carrying = this.rollouts.get(at - 1);
+      if (carrying) await carrying;
+      return rolloutPartialStep(run, at, this.partial, serving);
+    }
     const t0 = Date.now();
     const planned = await controlLocal.planStep({
       ...run.ref,

@@ -35,6 +35,8 @@ export interface RolloutDone {
   seconds: number;
   episodes: number;
   failed: number;
+  /** Partial rollouts: the step's partial.* metrics (kept out of the update's input). */
+  partial?: Record<string, number>;
 }
 
 export class RunState {

@@ -12,7 +12,7 @@ import { offPolicyOf, partialShape } from '../../schema/run-config';
 import { Patch } from '../patches';
 import { control, controlLocal, type Bookkeeping } from './activities';
 import { withOptimizer } from './resolve';
-import { poolOf, rolloutListed, rolloutPlan } from './rollout';
+import { poolOf, rolloutListed, rolloutPartialStep, rolloutPlan } from './rollout';
 import type { StartMode } from './workflow';
 import type { RolloutDone, RunState } from './state';
 
@@ -117,28 +117,9 @@ export async function runStep(run: RunState) {
 
 /** One step with partial rollouts: one rollout activity runs carried and new groups and carries what did not finish. */
 async function runPartialStep(run: RunState, shape: { inFlight: number; minFinished: number }) {
-  const t0 = Date.now();
-  const { config } = run;
-  const r = await poolOf(run, run.models[0]!).rolloutPartial({
-    ...run.ref,
-    runId: run.runId,
-    step: run.step,
-    seed: config.seed,
-    groupSize: config.groupSize,
-    ...shape,
-    versions: run.versions,
-  });
-  run.failedEpisodes += r.failed;
-  const partial = {
-    'partial.groups': r.groups,
-    'partial.carriedEpisodes': r.carried,
-    'partial.carriedGroups': r.carriedGroups,
-    'partial.carriedMaxAge': r.carriedMaxAge,
-    'partial.generatedTokens': r.generatedTokens,
-    'partial.replayedTokens': r.replayedTokens,
-    'partial.rounds': r.rounds,
-  };
-  await updateStep(run, { seconds: (Date.now() - t0) / 1000, episodes: r.episodes, failed: r.failed }, controlLocal, false, partial);
+  const done = await rolloutPartialStep(run, run.step, shape, run.versions);
+  run.failedEpisodes += done.failed;
+  await updateStep(run, done, controlLocal);
 }
 
 /** One asynchronous step: start what may start, wait for this step's rollout, update from it. */
@@ -155,8 +136,10 @@ export async function runStaleStep(run: RunState) {
  * The update of the current step, one per model, from its finished rollout; then bookkeeping.
  * offPolicy: the rollout may be stale (asynchronous runs), the update corrects for it.
  */
-async function updateStep(run: RunState, rolloutDone: RolloutDone, bookkeeping: Bookkeeping, offPolicy = false, rolloutMetrics: Record<string, number> = {}) {
+async function updateStep(run: RunState, rolloutDone: RolloutDone, bookkeeping: Bookkeeping, offPolicy = false) {
   const { runId, models, config } = run;
+  // partial rollouts' counts go to the step's metrics, not to the update
+  const { partial, ...rollout } = rolloutDone;
   const t1 = Date.now();
   // offPolicyOf sets only non-default settings: a run without `offPolicy` sends { importanceCap } as before (no patch needed).
   const correction = (model: string) => (offPolicy && run.pipeline!.lag(model) > 0 ? { offPolicy: offPolicyOf(config, model) } : {});
@@ -170,7 +153,7 @@ async function updateStep(run: RunState, rolloutDone: RolloutDone, bookkeeping: 
         baseVersion: run.versions[model]!,
         settings: run.settings,
         nonFinite: config.nonFinite,
-        rollout: rolloutDone,
+        rollout,
         ...correction(model),
       }),
     ),
@@ -184,7 +167,7 @@ async function updateStep(run: RunState, rolloutDone: RolloutDone, bookkeeping: 
   await bookkeeping.finishStep({
     runId,
     step: run.step - 1,
-    metrics: { updateSeconds: (t2 - t1) / 1000, episodesPerSecond: rolloutDone.episodes / Math.max(rolloutDone.seconds, 1e-3), ...rolloutMetrics },
+    metrics: { updateSeconds: (t2 - t1) / 1000, episodesPerSecond: rollout.episodes / Math.max(rollout.seconds, 1e-3), ...partial },
   });
   run.publish();
   checkSignal(run, updates, rolloutDone);

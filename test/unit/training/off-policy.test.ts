@@ -74,6 +74,26 @@ describe('offPolicyCorrection', () => {
     );
   });
 
+  it("weighs a carried turn's tokens each by its own behaviour log-prob and counts each at its own version's lag", () => {
+    // A turn continued across rollouts: tokens 0-1 sampled by version 1, the tool token between (mask 0), token 3 by version 2; base 3.
+    // log ρ: ln 2 (w 2), ln 0.5 (w 0.5), tool untouched, ln 4 (w capped at 3).
+    const carried = { ...seq('solver', 1, [-2, -1, 0, -3], [1, 1, 0, 1], [1, 1, 1, 1]), tokenVersions: [1, 1, 1, 2] };
+    const base = [[-2 + Math.log(2), -1 + Math.log(0.5), -7, -3 + Math.log(4)]];
+    const r = offPolicyCorrection([carried], samplesOf([carried]), base, 3, { importanceCap: 3 });
+    r.samples[0]!.advantages.forEach((a, t) => close(a, [2, 0.5, 1, 3][t]!));
+    assert.deepEqual(r.samples[0]!.oldLogprobs, [base[0]![0], base[0]![1], 0, base[0]![3]]);
+    // histogram per token: 2 trained tokens at lag 2, 1 at lag 1; the sequence's staleness is its first token's lag
+    assert.deepEqual(
+      Object.entries(r.model).filter(([k]) => k.startsWith(STALENESS_TOKENS)),
+      [
+        ['staleness.tokens.1', 1],
+        ['staleness.tokens.2', 2],
+      ],
+    );
+    assert.equal(r.model.staleness, 2);
+    close(r.model['isWeight.mean'], (2 + 0.5 + 3) / 3);
+  });
+
   it('applies the selected correction: icepop masks outside its band and reports the masked share', () => {
     // lag 1; trained log ρ = ln 0.25 (below 0.5: masked), ln 2 (kept, w 2), ln 8 (above 5: masked)
     const sequences = [seq('solver', 4, [-1, -1, -1], [1, 1, 1], [1, 1, 1])];

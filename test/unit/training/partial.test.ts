@@ -122,6 +122,13 @@ describe('partialRollouts run setting', () => {
     assert.deepEqual(partialShape(parseRunConfig({ ...base, partialRollouts: { overProvision: 1.25, minFinished: 3 } })), { inFlight: 5, minFinished: 3 });
     assert.deepEqual(partialShape(parseRunConfig({ ...base, partialRollouts: { overProvision: 2 } })), { inFlight: 8, minFinished: 4 });
   });
+  it('combines with asynchronous runs (staleness > 0), for every model or some', () => {
+    assert.deepEqual(partialShape(parseRunConfig({ ...base, staleness: 1, partialRollouts: {} })), { inFlight: 6, minFinished: 4 });
+    assert.deepEqual(parseRunConfig({ ...base, staleness: { policy: 2 }, partialRollouts: { minFinished: 2 } }).partialRollouts, {
+      overProvision: 1.5,
+      minFinished: 2,
+    });
+  });
   const refused = (config: unknown, path: string, message: RegExp) => {
     assert.throws(
       () => parseRunConfig(config),
@@ -134,6 +141,6 @@ describe('partialRollouts run setting', () => {
     refused({ ...base, partialRollouts: { minFinished: 1.5 } }, 'partialRollouts.minFinished', /integer/);
     refused({ ...base, partialRollouts: { extra: 1 } }, 'partialRollouts.extra', /unknown field/);
     refused({ ...base, rollout: 'durable', partialRollouts: {} }, 'partialRollouts', /batched/);
-    refused({ ...base, staleness: 1, partialRollouts: {} }, 'partialRollouts', /staleness 0/);
+    refused({ ...base, rollout: 'durable', staleness: 1, partialRollouts: {} }, 'partialRollouts', /batched/);
   });
 });
