@@ -17,6 +17,7 @@
  * --transformer: the `recall` team's transformer (SHORT_TRANSFORMER, or LONG_TRANSFORMER with --long).
  * --staleness K: asynchronous runs (SHORT_STALE, or LONG_STALE with --long), kills land while rollouts
  * of later steps overlap updates.
+ * --partial: partial rollouts (SHORT_PARTIAL); with --staleness K too, asynchronously (SHORT_PARTIAL_STALE for K = 1).
  */
 import { parseArgs } from 'node:util';
 import { WorkflowFailedError, WorkflowNotFoundError, type WorkflowHandle } from '@temporalio/client';
@@ -181,6 +182,9 @@ export const SHORT_PARTIAL: Omit<ChaosOptions, 'log'> = {
   evalEvery: 0,
   meterWork: true,
 };
+
+/** SHORT_PARTIAL with staleness 1: the kills also land while a step's rollout, continuing what the previous one carried, overlaps the previous update. */
+export const SHORT_PARTIAL_STALE: Omit<ChaosOptions, 'log'> = { ...SHORT_PARTIAL, staleness: 1 };
 
 export const LONG_STALE: Omit<ChaosOptions, 'log'> = {
   ...LONG,
@@ -899,10 +903,12 @@ async function main() {
     },
   });
   const long = values.long || process.env.TROUPE_CHAOS_LONG === '1';
-  if ([values['no-pause'], values.transformer, values.staleness, values.partial].filter(Boolean).length > 1)
-    throw new Error('--no-pause, --transformer, --staleness and --partial: choose one schedule');
+  if ([values['no-pause'], values.transformer, values.staleness && !values.partial, values.partial].filter(Boolean).length > 1)
+    throw new Error('--no-pause, --transformer, --staleness and --partial (alone or with --staleness): choose one schedule');
   const base = values.partial
-    ? SHORT_PARTIAL
+    ? values.staleness
+      ? { ...SHORT_PARTIAL_STALE, staleness: Number(values.staleness) }
+      : SHORT_PARTIAL
     : values.staleness
       ? { ...(long ? LONG_STALE : SHORT_STALE), staleness: Number(values.staleness) }
       : values['no-pause']

@@ -5,50 +5,13 @@
  * generations (testing/chaos/compare.ts), so a kill lost and repeated none of them. The
  * engines' counters (testing/chaos/work-meter.ts) show what was sampled twice: only the killed
  * attempts' tokens; the engine after the last kill sampled exactly the twin's tokens from the
- * retried step on, so no carried generation was sampled again.
+ * retried step on, so no carried generation was sampled again (partial-checks.ts).
  * The schedule: SHORT_PARTIAL (node --import tsx testing/chaos/chaos.ts --partial).
  */
-import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { formatReport, runChaos, SHORT_PARTIAL } from '../../../testing/chaos/chaos';
-import { POSTGRES_JS_CRASH } from '../../../testing/chaos/stack';
+import { runChaos, SHORT_PARTIAL } from '../../../testing/chaos/chaos';
+import { checkPartialChaos } from './partial-checks';
 
 test('chaos with partial rollouts: pool worker kills while carried episodes continue change nothing about the result', { timeout: 900_000 }, async (t) => {
-  const report = await runChaos({ ...SHORT_PARTIAL, log: (line) => process.stderr.write(`${line}\n`) });
-  for (const line of formatReport(report).split('\n')) t.diagnostic(line);
-  for (const m of report.modes) {
-    assert.equal(m.status, 'completed', `${m.mode}: the chaos run did not complete: ${m.error ?? ''}`);
-    assert.deepEqual(m.comparison?.problems, [], `${m.mode}: differs from the uninterrupted run`);
-    assert.ok(m.identical, `${m.mode}: identical`);
-    assert.ok(
-      (m.comparison?.episodesCompared ?? 0) > 0 && (m.comparison?.versionsCompared ?? 0) === m.steps + 1,
-      `${m.mode}: compared every version and some episodes`,
-    );
-    assert.deepEqual(
-      m.unplanned.filter((u) => !u.includes(POSTGRES_JS_CRASH)),
-      [],
-      `${m.mode}: processes died that the schedule did not kill`,
-    );
-    assert.ok(
-      m.kills.some((k) => k.kind === 'pool-worker'),
-      `${m.mode}: the pool worker was never killed mid-run (the run ended first)`,
-    );
-    // a kill landed in a step whose rollout continued carried episodes (the step under way when killed)
-    t.diagnostic(`steps continuing carried episodes: ${m.carriedInto?.join(', ')}; kills during steps ${m.kills.map((k) => k.stepsDone).join(', ')}`);
-    assert.ok(
-      m.kills.some((k) => k.stepsDone !== undefined && m.carriedInto?.includes(k.stepsDone)),
-      `${m.mode}: no kill landed in a step with carried episodes`,
-    );
-    // Tokens generated twice, from the engines' own counters (the twin's meter agrees with its stored per-step counts).
-    const w = m.partialWork!;
-    assert.ok(w.stepTokens.every((n) => n > 0) && w.evalTokens.initial > 0 && w.evalTokens.final > 0, `token counts: ${JSON.stringify(w)}`);
-    assert.ok(w.after.meterMatchesStore, `the twin's engine tokens are its stored steps' and evals' sampled tokens: ${JSON.stringify(w)}`);
-    assert.ok(
-      w.servedTokens.some((n) => n > 0),
-      'carried generations were served from the store',
-    );
-    assert.equal(m.work!.chaos.tokensByEngine.length, m.kills.length + 1, 'an engine before each kill and one after the last');
-    assert.ok(w.killedAttemptTokens >= 0, `killed attempts: ${w.killedAttemptTokens}`);
-    assert.notEqual(w.after.resumedAt, undefined, `the engine after the last kill sampled ${w.after.excess} tokens beyond the twin's: ${JSON.stringify(w)}`);
-  }
+  checkPartialChaos(t, await runChaos({ ...SHORT_PARTIAL, log: (line) => process.stderr.write(`${line}\n`) }));
 });
