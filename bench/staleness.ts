@@ -2,21 +2,24 @@
  * Asynchronous RL benchmark: synchronous (k = 0) versus staleness k, interleaved
  * (seed by seed, every k in turn) on one bench stack. Prints numbers; not a test.
  *
- *   node --import tsx bench/staleness.ts [--ks 0,1,2] [--split-ks 1] [--seeds 1,2,3] [--steps 8] [--groups 4] [--group-size 8]
+ *   node --import tsx bench/staleness.ts [--ks 0,1,2] [--split-ks 1] [--partial-ks 1] [--partial-rollouts '{"overProvision":1.5}']
+ *                                        [--seeds 1,2,3] [--steps 8] [--groups 4] [--group-size 8]
  *                                        [--team math] [--team-options '{"policy":"transformer"}'] [--models policy]
- *                                        [--eval-every 0] [--eval-tasks 0] [--write]
+ *                                        [--eval-every 0] [--eval-tasks 0] [--write [--out staleness]]
  *
  * --split-ks adds a row per k with the sampler and the trainer on separate engines: a second
  * pool worker (its own engine process, one thread) serves the queue `bench-train`, and the run
  * sets `pools: { <model>: { train: 'bench-train' } }` for each of --models, so a rollout of step
  * t + 1 samples on one engine while the update of step t runs on the other.
+ * --partial-ks adds a row per k with partial rollouts (run config partialRollouts, from
+ * --partial-rollouts; docs/running.md "Partial rollouts in asynchronous runs"), on one engine.
  *
  * Step time is measured from the store: (commit of the last step − commit of step 0) / (steps − 1),
  * so start-up and the initial eval are left out (evals during training are in it).
  * Eval curves: eval success at each eval step s, at the wall-clock time the version it
  * measured was committed (the commit of step s − 1; step 0: the initial version, time 0).
- * With --write, bench/results/staleness.{md,png,svg} are (re)written after every run, so a
- * cut-short sweep still leaves its finished runs.
+ * With --write, bench/results/<out>.{md,png,svg} (--out, default staleness) are (re)written
+ * after every run, so a cut-short sweep still leaves its finished runs.
  */
 import { parseArgs } from 'node:util';
 import * as fs from 'node:fs';
@@ -30,6 +33,8 @@ const { values } = parseArgs({
   options: {
     ks: { type: 'string', default: '0,1,2' },
     'split-ks': { type: 'string', default: '' },
+    'partial-ks': { type: 'string', default: '' },
+    'partial-rollouts': { type: 'string', default: '{}' },
     models: { type: 'string', default: 'policy' },
     seeds: { type: 'string', default: '1,2,3' },
     steps: { type: 'string', default: '8' },
@@ -40,33 +45,41 @@ const { values } = parseArgs({
     'eval-every': { type: 'string', default: '0' },
     'eval-tasks': { type: 'string', default: '0' },
     write: { type: 'boolean', default: false },
+    out: { type: 'string', default: 'staleness' },
   },
 });
-/** A row of the table: staleness k, on one engine or with the trainer on its own (split). */
+/** A row of the table: staleness k, on one engine or with the trainer on its own (split), or with partial rollouts. */
 interface Layout {
   k: number;
   split: boolean;
+  partial: boolean;
 }
-const layouts: Layout[] = [
-  ...values.ks!.split(',').map((k) => ({ k: Number(k), split: false })),
-  ...values['split-ks']!.split(',')
+const listed = (flag: 'ks' | 'split-ks' | 'partial-ks') =>
+  values[flag]!.split(',')
     .filter(Boolean)
-    .map((k) => ({ k: Number(k), split: true })),
+    .map((k) => Number(k));
+const layouts: Layout[] = [
+  ...listed('ks').map((k) => ({ k, split: false, partial: false })),
+  ...listed('split-ks').map((k) => ({ k, split: true, partial: false })),
+  ...listed('partial-ks').map((k) => ({ k, split: false, partial: true })),
 ];
-const label = (l: Layout) => `k = ${l.k}${l.split ? ', split' : ''}`;
+const label = (l: Layout) => `k = ${l.k}${l.split ? ', split' : ''}${l.partial ? ', partial' : ''}`;
+const partialRollouts = JSON.parse(values['partial-rollouts']!) as Record<string, unknown>;
 const TRAIN_QUEUE = 'bench-train';
 const seeds = values.seeds!.split(',').map(Number);
 const steps = Number(values.steps);
 const evalEvery = Number(values['eval-every']);
 const teamOptions = JSON.parse(values['team-options']!) as Record<string, unknown>;
 const RESULTS = path.join(__dirname, 'results');
-const COMMAND = `node --import tsx bench/staleness.ts --team ${values.team} --team-options '${values['team-options']}' --ks ${values.ks}${values['split-ks'] ? ` --split-ks ${values['split-ks']} --models ${values.models}` : ''} --seeds ${seeds} --steps ${steps} --groups ${values.groups} --group-size ${values['group-size']} --eval-every ${evalEvery} --eval-tasks ${values['eval-tasks']}${values.write ? ' --write' : ''}`;
+const COMMAND = `node --import tsx bench/staleness.ts --team ${values.team} --team-options '${values['team-options']}' --ks ${values.ks}${values['split-ks'] ? ` --split-ks ${values['split-ks']} --models ${values.models}` : ''}${values['partial-ks'] ? ` --partial-ks ${values['partial-ks']} --partial-rollouts '${values['partial-rollouts']}'` : ''} --seeds ${seeds} --steps ${steps} --groups ${values.groups} --group-size ${values['group-size']} --eval-every ${evalEvery} --eval-tasks ${values['eval-tasks']}${values.write ? ` --write --out ${values.out}` : ''}`;
 
 interface Run {
   layout: string;
   k: number;
   seed: number;
   secondsPerStep: number;
+  /** Episodes the updates trained on, mean per step (partial rollouts: the whole groups, at least minFinished). */
+  episodesPerStep: number;
   /** initial version to the last step's commit, seconds */
   wallSeconds: number;
   evals: Array<{ step: number; seconds: number; success: number }>;
@@ -110,14 +123,17 @@ function report(runs: Run[], startLoad: number[]): string[] {
     `# ${new Date().toISOString()}, node ${process.version}, ${os.cpus().length} cores (${os.cpus()[0]?.model ?? '?'}); load average at start ${startLoad.map((x) => x.toFixed(1)).join(' / ')}`,
     '',
   ];
-  const sync = mean(runs.filter((r) => r.layout === label({ k: 0, split: false })).map((r) => 1 / r.secondsPerStep));
-  lines.push('| layout | seeds | s/step (mean) | steps/s vs k=0 | wall to last commit, s (mean) | final eval (mean, min–max) |', '|---|---|---|---|---|---|');
+  const sync = mean(runs.filter((r) => r.layout === label({ k: 0, split: false, partial: false })).map((r) => 1 / r.secondsPerStep));
+  lines.push(
+    '| layout | seeds | s/step (mean) | steps/s vs k=0 | episodes trained/step (mean) | wall to last commit, s (mean) | final eval (mean, min–max) |',
+    '|---|---|---|---|---|---|---|',
+  );
   for (const k of layouts.map(label)) {
     const mine = runs.filter((r) => r.layout === k);
     if (mine.length === 0) continue;
     const finals = mine.map((r) => r.evals.at(-1)?.success ?? NaN);
     lines.push(
-      `| ${k} | ${mine.length} | ${f(mean(mine.map((r) => r.secondsPerStep)), 2)} | ${f(mean(mine.map((r) => 1 / r.secondsPerStep)) / sync, 2)} | ${f(mean(mine.map((r) => r.wallSeconds)), 0)} | ${f(mean(finals))} (${f(Math.min(...finals))}–${f(Math.max(...finals))}) |`,
+      `| ${k} | ${mine.length} | ${f(mean(mine.map((r) => r.secondsPerStep)), 2)} | ${f(mean(mine.map((r) => 1 / r.secondsPerStep)) / sync, 2)} | ${f(mean(mine.map((r) => r.episodesPerStep)), 1)} | ${f(mean(mine.map((r) => r.wallSeconds)), 0)} | ${f(mean(finals))} (${f(Math.min(...finals))}–${f(Math.max(...finals))}) |`,
     );
   }
   const curves = meanCurves(runs);
@@ -209,8 +225,8 @@ async function main() {
     for (const seed of seeds) {
       for (const layout of layouts) {
         if (stop.signal) throw new Error(`stopped by ${stop.signal}`);
-        const { k, split } = layout;
-        const runId = (stop.runId = `bench-stale-k${k}${split ? '-split' : ''}-s${seed}`);
+        const { k, split, partial } = layout;
+        const runId = (stop.runId = `bench-stale-k${k}${split ? '-split' : ''}${partial ? '-partial' : ''}-s${seed}`);
         await runTroupe(h, {
           runId,
           team: values.team!,
@@ -223,32 +239,36 @@ async function main() {
           seed,
           staleness: k,
           ...(split ? { pools: Object.fromEntries(values.models!.split(',').map((m) => [m, { train: TRAIN_QUEUE }])) } : {}),
+          ...(partial ? { partialRollouts } : {}),
         });
         const at = await commitTimes(h, runId);
         const evalRows = await h.db
           .sql`SELECT step, value FROM metrics WHERE run_id = ${runId} AND kind = 'eval' AND scope = 'team' AND name = 'success' ORDER BY step`;
+        const [trained] = await h.db
+          .sql`SELECT avg(value)::float8 AS n FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND scope = 'team' AND name = 'episodes'`;
         const evals = evalRows.map((e) => ({ step: e.step as number, seconds: at.get((e.step as number) - 1)!, success: e.value as number }));
         const run = {
           layout: label(layout),
           k,
           seed,
           secondsPerStep: (at.get(steps - 1)! - at.get(0)!) / Math.max(1, steps - 1),
+          episodesPerStep: trained!.n as number,
           wallSeconds: at.get(steps - 1)!,
           evals,
           load: os.loadavg(),
         };
         runs.push(run);
         console.log(
-          `${label(layout)} seed=${seed}: ${f(run.secondsPerStep, 2)} s/step, evals ${evals.map((e) => `${e.step}: ${f(e.success, 2)} @ ${f(e.seconds, 0)} s`).join(', ')}; load ${run.load.map((x) => x.toFixed(1)).join(' / ')}`,
+          `${label(layout)} seed=${seed}: ${f(run.secondsPerStep, 2)} s/step, ${f(run.episodesPerStep, 1)} episodes/step, evals ${evals.map((e) => `${e.step}: ${f(e.success, 2)} @ ${f(e.seconds, 0)} s`).join(', ')}; load ${run.load.map((x) => x.toFixed(1)).join(' / ')}`,
         );
         if (values.write) {
           fs.mkdirSync(RESULTS, { recursive: true });
           const { svg, png } = await plot(runs);
-          fs.writeFileSync(path.join(RESULTS, 'staleness.svg'), svg);
-          fs.writeFileSync(path.join(RESULTS, 'staleness.png'), png);
+          fs.writeFileSync(path.join(RESULTS, `${values.out}.svg`), svg);
+          fs.writeFileSync(path.join(RESULTS, `${values.out}.png`), png);
           fs.writeFileSync(
-            path.join(RESULTS, 'staleness.md'),
-            [...report(runs, startLoad), '', 'Curves: [staleness.png](staleness.png) (and .svg).', ''].join('\n'),
+            path.join(RESULTS, `${values.out}.md`),
+            [...report(runs, startLoad), '', `Curves: [${values.out}.png](${values.out}.png) (and .svg).`, ''].join('\n'),
           );
         }
       }
@@ -261,7 +281,7 @@ async function main() {
 }
 
 main().catch((e) => {
-  if (stop.signal) console.error(`# stopped by ${stop.signal}${values.write ? '; the finished runs are in bench/results/staleness.md' : ''}`);
+  if (stop.signal) console.error(`# stopped by ${stop.signal}${values.write ? `; the finished runs are in bench/results/${values.out}.md` : ''}`);
   else console.error(e);
   process.exit(stop.signal ? 128 + os.constants.signals[stop.signal] : 1);
 });
