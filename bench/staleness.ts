@@ -186,7 +186,7 @@ async function plot(runs: Run[]): Promise<{ svg: string; png: Uint8Array }> {
   });
   return renderVegaLite({
     title: {
-      text: `Staleness k (split: trainer on its own engine) on ${values.team}${values['team-options'] === '{}' ? '' : ` ${values['team-options']}`}: held-out eval success (greedy), ${new Set(runs.map((r) => r.seed)).size} seeds interleaved`,
+      text: `Staleness k${layouts.some((l) => l.split) ? ' (split: trainer on its own engine)' : ''}${layouts.some((l) => l.partial) ? ' (partial: partial rollouts)' : ''} on ${values.team}${values['team-options'] === '{}' ? '' : ` ${values['team-options']}`}: held-out eval success (greedy), ${new Set(runs.map((r) => r.seed)).size} seeds interleaved`,
       subtitle: 'thin: one seed; thick: mean over seeds (on the right at the mean time of each eval step)',
     },
     hconcat: [panel('step', 'per training step', 'step'), panel('seconds', 'per wall-clock second', 'seconds since the initial version was committed')],
