@@ -11,10 +11,15 @@
  * gets the episode's average score, so all its tokens share one advantage.
  * `grpo` in its default scope (each turn scored on its own, per-turn rewards
  * included) is listed too. Not a test; prints a table and writes
- * bench/results/credit.{md,json}.
+ * bench/results/credit.{md,json} and the mean eval curves, credit.{png,svg}.
+ *
+ * --merge keeps the stored runs of the estimators not run now (the stored
+ * sweep's settings must match: team, seeds, steps, eval interval and tasks),
+ * so one estimator can be added or rerun without the hours of the others; the
+ * md lists the command of each sweep that contributed.
  *
  *   node --import tsx bench/credit.ts [--team navigator] [--seeds 10] [--estimators grpo@group,turn-return,...]
- *        [--steps 20] [--eval-every 2] [--eval-tasks 100] [--parallel 2] [--no-write]
+ *        [--steps 20] [--eval-every 2] [--eval-tasks 100] [--parallel 2] [--merge] [--no-write]
  */
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -22,31 +27,44 @@ import * as path from 'node:path';
 import { parseArgs } from 'node:util';
 import { EngineClient } from '../engines/protocol/client';
 import { spawnEngine } from '../gpu-workers/engine-process';
+import { renderVegaLite } from '../cli/plot';
 import { trainInProcess } from './lib/inprocess';
 import { machineLine } from './lib/cpu';
 
-const { values } = parseArgs({
-  options: {
-    team: { type: 'string' },
-    seeds: { type: 'string' },
-    estimators: { type: 'string' },
-    steps: { type: 'string' },
-    'eval-every': { type: 'string' },
-    'eval-tasks': { type: 'string' },
-    parallel: { type: 'string' },
-    'no-write': { type: 'boolean' },
-  },
-});
-const TEAM = values.team ?? 'navigator';
-const SEEDS = Array.from({ length: Number(values.seeds ?? 10) }, (_, i) => i);
+const OPTIONS = {
+  team: { type: 'string' },
+  seeds: { type: 'string' },
+  estimators: { type: 'string' },
+  steps: { type: 'string' },
+  'eval-every': { type: 'string' },
+  'eval-tasks': { type: 'string' },
+  parallel: { type: 'string' },
+  merge: { type: 'boolean' },
+  'no-write': { type: 'boolean' },
+} as const;
+const PROGRAM = 'node --import tsx bench/credit.ts';
+
+/** What a sweep's results depend on, from its arguments (the stored commands are read the same way). */
+function settingsOf(args: string[]) {
+  const { values } = parseArgs({ args, options: OPTIONS });
+  return {
+    team: values.team ?? 'navigator',
+    seeds: Array.from({ length: Number(values.seeds ?? 10) }, (_, i) => i),
+    steps: Number(values.steps ?? 20),
+    evalEvery: Number(values['eval-every'] ?? 2),
+    evalTasks: Number(values['eval-tasks'] ?? 100),
+  };
+}
+
+const ARGS = process.argv.slice(2);
+const { values } = parseArgs({ args: ARGS, options: OPTIONS });
+const SETTINGS = settingsOf(ARGS);
+const { team: TEAM, seeds: SEEDS, steps: STEPS, evalEvery: EVAL_EVERY, evalTasks: EVAL_TASKS } = SETTINGS;
 /** name[@scope] */
 const ESTIMATORS = (values.estimators ?? 'grpo@group,grpo,turn-return,gigpo,at-grpo,salt,hgpo').split(',');
-const STEPS = Number(values.steps ?? 20);
-const EVAL_EVERY = Number(values['eval-every'] ?? 2);
-const EVAL_TASKS = Number(values['eval-tasks'] ?? 100);
 const PARALLEL = Number(values.parallel ?? 2);
 const TARGET = 0.9;
-const COMMAND = `node --import tsx bench/credit.ts${process.argv.length > 2 ? ' ' + process.argv.slice(2).join(' ') : ''}`;
+const COMMAND = [PROGRAM, ...ARGS].join(' ');
 const RESULTS = path.join(__dirname, 'results');
 
 interface Run {
@@ -56,6 +74,70 @@ interface Run {
   toTarget: number | null;
   final: number;
   wallSeconds: number;
+}
+
+/** One invocation that contributed runs to the stored results. */
+interface Sweep {
+  command: string;
+  date: string;
+  node: string;
+  cores: number;
+  seconds: number;
+  estimators: string[];
+}
+
+interface Stored {
+  sweeps: Sweep[];
+  runs: Run[];
+}
+
+/**
+ * The stored results with this sweep's estimators replaced by its runs. The stored sweeps must
+ * have been run with this sweep's settings, or the table would compare unlike runs.
+ */
+function merged(stored: Stored, sweep: Sweep, runs: Run[]): Stored {
+  const want = JSON.stringify(SETTINGS);
+  for (const old of stored.sweeps) {
+    const got = JSON.stringify(settingsOf(old.command.slice(PROGRAM.length).split(' ').filter(Boolean)));
+    if (got !== want) throw new Error(`--merge: stored sweep \`${old.command}\` has settings ${got}, this one ${want}; run all estimators instead`);
+  }
+  const now = new Set(sweep.estimators);
+  const kept = stored.sweeps.map((w) => ({ ...w, estimators: w.estimators.filter((e) => !now.has(e)) })).filter((w) => w.estimators.length > 0);
+  return { sweeps: [...kept, sweep], runs: [...stored.runs.filter((r) => !now.has(r.estimator)), ...runs] };
+}
+
+/** Mean, min and max greedy eval over seeds at each eval step, per estimator. */
+function curves(estimators: string[], runs: Run[]) {
+  return estimators.flatMap((e) => {
+    const mine = runs.filter((r) => r.estimator === e);
+    const steps = [...new Set(mine.flatMap((r) => r.evals.map((x) => x.step)))].sort((a, b) => a - b);
+    return steps.map((step) => {
+      const at = mine.flatMap((r) => r.evals.filter((x) => x.step === step).map((x) => x.success));
+      return { estimator: label(e), step, mean: at.reduce((a, b) => a + b, 0) / at.length, min: Math.min(...at), max: Math.max(...at) };
+    });
+  });
+}
+
+function plot(estimators: string[], runs: Run[]): Promise<{ svg: string; png: Uint8Array }> {
+  const color = { field: 'estimator', type: 'nominal', title: null, scale: { domain: estimators.map(label) }, legend: { orient: 'right', labelLimit: 300 } };
+  const x = { field: 'step', type: 'quantitative', title: 'training step' };
+  return renderVegaLite({
+    title: {
+      text: `Credit over turns on ${TEAM}: held-out eval success (greedy, ${EVAL_TASKS} tasks) per estimator, seeds ${SEEDS[0]}–${SEEDS.at(-1)}`,
+      subtitle: `line: mean over seeds; band: min–max over seeds; dashed: ${TARGET}`,
+    },
+    width: 560,
+    height: 320,
+    data: { values: curves(estimators, runs) },
+    layer: [
+      { mark: { type: 'area', opacity: 0.1 }, encoding: { x, y: { field: 'min', type: 'quantitative' }, y2: { field: 'max' }, color } },
+      {
+        mark: { type: 'line', strokeWidth: 2, point: { size: 16 } },
+        encoding: { x, y: { field: 'mean', type: 'quantitative', title: 'eval success', scale: { domain: [0, 1] } }, color },
+      },
+      { data: { values: [{ y: TARGET }] }, mark: { type: 'rule', strokeDash: [4, 4], color: '#666' }, encoding: { y: { field: 'y', type: 'quantitative' } } },
+    ],
+  });
 }
 
 const f = (x: number | undefined, d = 2) => (x !== undefined && Number.isFinite(x) ? x.toFixed(d) : 'n/a');
@@ -104,13 +186,30 @@ async function main() {
     engine.child.kill('SIGTERM');
   }
 
+  const sweep: Sweep = {
+    command: COMMAND,
+    date: new Date().toISOString(),
+    node: process.version,
+    cores: os.cpus().length,
+    seconds: Math.round((performance.now() - t0) / 1000),
+    estimators: ESTIMATORS,
+  };
+  const json = path.join(RESULTS, 'credit.json');
+  const stored = values.merge ? (JSON.parse(fs.readFileSync(json, 'utf8')) as Stored) : undefined;
+  const all = stored ? merged(stored, sweep, runs) : { sweeps: [sweep], runs };
+  // Stored estimators first, a rerun one keeping its place; runs in table order.
+  const estimators = [...new Set([...(stored?.runs ?? []).map((r) => r.estimator), ...ESTIMATORS])];
+  all.runs.sort((a, b) => estimators.indexOf(a.estimator) - estimators.indexOf(b.estimator) || a.seed - b.seed);
+
   const lines: string[] = [];
   const out = (l = '') => {
     lines.push(l);
     console.log(l);
   };
-  out(`# ${COMMAND}`);
-  out(`# ${new Date().toISOString()}, node ${process.version}, ${os.cpus().length} cores; sweep took ${f((performance.now() - t0) / 1000, 0)} s`);
+  for (const w of all.sweeps) {
+    out(`# ${w.command}`);
+    out(`# ${w.date}, node ${w.node}, ${w.cores} cores; sweep took ${w.seconds} s; runs of ${w.estimators.join(', ')}`);
+  }
   out();
   out(
     `${TEAM}: ${STEPS} steps x 16 groups x 8 episodes, greedy eval every ${EVAL_EVERY} steps on ${EVAL_TASKS} held-out tasks, seeds ${SEEDS[0]}–${SEEDS.at(-1)}.`,
@@ -119,8 +218,8 @@ async function main() {
   out();
   out(`| estimator | reached ${TARGET} | steps to ${TARGET} (mean ± std) | min–max | final eval (mean) |`);
   out('|---|---|---|---|---|');
-  for (const e of ESTIMATORS) {
-    const mine = runs.filter((r) => r.estimator === e);
+  for (const e of estimators) {
+    const mine = all.runs.filter((r) => r.estimator === e);
     const hit = mine.map((r) => r.toTarget).filter((s): s is number => s !== null);
     const m = hit.reduce((a, b) => a + b, 0) / hit.length;
     const sd = hit.length > 1 ? Math.sqrt(hit.reduce((a, b) => a + (b - m) ** 2, 0) / (hit.length - 1)) : NaN;
@@ -129,11 +228,15 @@ async function main() {
       `| ${label(e)} | ${hit.length}/${mine.length} | ${hit.length ? `${f(m, 1)} ± ${f(sd, 1)}` : '—'} | ${hit.length ? `${Math.min(...hit)}–${Math.max(...hit)}` : '—'} | ${f(final, 3)} |`,
     );
   }
-  if (!values['no-write']) {
-    fs.mkdirSync(RESULTS, { recursive: true });
-    fs.writeFileSync(path.join(RESULTS, 'credit.md'), lines.join('\n') + '\n');
-    fs.writeFileSync(path.join(RESULTS, 'credit.json'), JSON.stringify({ command: COMMAND, runs }, null, 1) + '\n');
-  }
+  if (values['no-write']) return;
+  fs.mkdirSync(RESULTS, { recursive: true });
+  const { svg, png } = await plot(estimators, all.runs);
+  fs.writeFileSync(path.join(RESULTS, 'credit.svg'), svg);
+  fs.writeFileSync(path.join(RESULTS, 'credit.png'), png);
+  out();
+  out('Curves: [credit.png](credit.png) (and .svg).');
+  fs.writeFileSync(path.join(RESULTS, 'credit.md'), lines.join('\n') + '\n');
+  fs.writeFileSync(json, JSON.stringify(all, null, 1) + '\n');
 }
 
 main().catch((e) => {
