@@ -118,25 +118,49 @@ function curves(estimators: string[], runs: Run[]) {
   });
 }
 
+/** All means in one panel; below, one panel per estimator with its min–max band over seeds. */
 function plot(estimators: string[], runs: Run[]): Promise<{ svg: string; png: Uint8Array }> {
-  const color = { field: 'estimator', type: 'nominal', title: null, scale: { domain: estimators.map(label) }, legend: { orient: 'right', labelLimit: 300 } };
+  const names = estimators.map(label);
+  const color = {
+    field: 'estimator',
+    type: 'nominal',
+    title: null,
+    scale: { domain: names },
+    legend: { orient: 'right', labelLimit: 300, symbolType: 'stroke' },
+  };
   const x = { field: 'step', type: 'quantitative', title: 'training step' };
+  const y = { field: 'mean', type: 'quantitative', title: 'eval success', scale: { domain: [0, 1] } };
+  const target = {
+    data: { values: [{ y: TARGET }] },
+    mark: { type: 'rule', strokeDash: [4, 4], color: '#666' },
+    encoding: { y: { field: 'y', type: 'quantitative' } },
+  };
   return renderVegaLite({
     title: {
-      text: `Credit over turns on ${TEAM}: held-out eval success (greedy, ${EVAL_TASKS} tasks) per estimator, seeds ${SEEDS[0]}–${SEEDS.at(-1)}`,
+      text: `Credit over turns on ${TEAM}: greedy eval on ${EVAL_TASKS} held-out tasks, seeds ${SEEDS[0]}–${SEEDS.at(-1)}`,
       subtitle: `line: mean over seeds; band: min–max over seeds; dashed: ${TARGET}`,
     },
-    width: 560,
-    height: 320,
     data: { values: curves(estimators, runs) },
-    layer: [
-      { mark: { type: 'area', opacity: 0.1 }, encoding: { x, y: { field: 'min', type: 'quantitative' }, y2: { field: 'max' }, color } },
+    vconcat: [
+      { width: 560, height: 280, layer: [{ mark: { type: 'line', strokeWidth: 2, point: { size: 16 } }, encoding: { x, y, color } }, target] },
       {
-        mark: { type: 'line', strokeWidth: 2, point: { size: 16 } },
-        encoding: { x, y: { field: 'mean', type: 'quantitative', title: 'eval success', scale: { domain: [0, 1] } }, color },
+        facet: { field: 'estimator', type: 'nominal', title: null, sort: names },
+        columns: 4,
+        spec: {
+          width: 130,
+          height: 90,
+          layer: [
+            {
+              mark: { type: 'area', opacity: 0.25 },
+              encoding: { x, y: { field: 'min', type: 'quantitative', title: 'eval success' }, y2: { field: 'max' }, color },
+            },
+            { mark: { type: 'line', strokeWidth: 1.5 }, encoding: { x, y, color } },
+            target,
+          ],
+        },
       },
-      { data: { values: [{ y: TARGET }] }, mark: { type: 'rule', strokeDash: [4, 4], color: '#666' }, encoding: { y: { field: 'y', type: 'quantitative' } } },
     ],
+    resolve: { scale: { color: 'shared' } },
   });
 }
 
