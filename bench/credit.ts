@@ -92,15 +92,21 @@ interface Stored {
 }
 
 /**
- * The stored results with this sweep's estimators replaced by its runs. The stored sweeps must
- * have been run with this sweep's settings, or the table would compare unlike runs.
+ * The stored results, for --merge. Their sweeps must have been run with this sweep's settings,
+ * or the table would compare unlike runs; checked before the hours of training.
  */
-function merged(stored: Stored, sweep: Sweep, runs: Run[]): Stored {
+function readStored(file: string): Stored {
+  const stored = JSON.parse(fs.readFileSync(file, 'utf8')) as Stored;
   const want = JSON.stringify(SETTINGS);
   for (const old of stored.sweeps) {
     const got = JSON.stringify(settingsOf(old.command.slice(PROGRAM.length).split(' ').filter(Boolean)));
     if (got !== want) throw new Error(`--merge: stored sweep \`${old.command}\` has settings ${got}, this one ${want}; run all estimators instead`);
   }
+  return stored;
+}
+
+/** The stored results with this sweep's estimators replaced by its runs. */
+function merged(stored: Stored, sweep: Sweep, runs: Run[]): Stored {
   const now = new Set(sweep.estimators);
   const kept = stored.sweeps.map((w) => ({ ...w, estimators: w.estimators.filter((e) => !now.has(e)) })).filter((w) => w.estimators.length > 0);
   return { sweeps: [...kept, sweep], runs: [...stored.runs.filter((r) => !now.has(r.estimator)), ...runs] };
@@ -169,6 +175,8 @@ const label = (e: string) => (e === 'grpo@group' ? 'grpo@group (episode-level)' 
 
 async function main() {
   const t0 = performance.now();
+  const json = path.join(RESULTS, 'credit.json');
+  const stored = values.merge ? readStored(json) : undefined;
   const engine = await spawnEngine(['--device', 'cpu', '--port', '0', '--threads', '1'], { quiet: true });
   const client = await EngineClient.connect(engine.listening.address);
   const runs: Run[] = [];
@@ -218,8 +226,6 @@ async function main() {
     seconds: Math.round((performance.now() - t0) / 1000),
     estimators: ESTIMATORS,
   };
-  const json = path.join(RESULTS, 'credit.json');
-  const stored = values.merge ? (JSON.parse(fs.readFileSync(json, 'utf8')) as Stored) : undefined;
   const all = stored ? merged(stored, sweep, runs) : { sweeps: [sweep], runs };
   // Stored estimators first, a rerun one keeping its place; runs in table order.
   const estimators = [...new Set([...(stored?.runs ?? []).map((r) => r.estimator), ...ESTIMATORS])];
