@@ -34,7 +34,7 @@ export function canonical(v: unknown): string {
  * transport's (stream, usage, log-probs in the reply change no token).
  */
 export function requestHash(agent: string, req: ChatRequest): string {
-  const { stream: _s, includeUsage: _u, logprobs: _l, contentParams: _p, ...decides } = req;
+  const { stream: _s, includeUsage: _u, logprobs: _l, params: _p, ...decides } = req;
   return createHash('sha256')
     .update(canonical([agent, decides]))
     .digest('hex');

@@ -31,8 +31,14 @@ export interface ChatRequest {
   stream: boolean;
   includeUsage: boolean;
   logprobs: boolean;
-  /** Where each message's content is in the request as sent, for errors (absent: `messages[i].content`). */
-  contentParams?: string[];
+  /** Where the messages are in the request as sent, for errors: the field holding them, and each one's content. */
+  params: MessageParams;
+}
+
+/** Paths in the client's own terms (`messages`, `messages[2].content`; `input`, `input[2].output`). */
+export interface MessageParams {
+  messages: string;
+  content: string[];
 }
 
 type Json = Record<string, unknown>;
@@ -53,6 +59,7 @@ export function parseChatRequest(body: unknown): ChatRequest {
     stream: optionalBool(body.stream, 'stream') ?? false,
     includeUsage: false,
     logprobs: optionalBool(body.logprobs, 'logprobs') ?? false,
+    params: { messages: 'messages', content: messages.map((_, i) => `messages[${i}].content`) },
   };
   if (body.stream_options !== undefined && body.stream_options !== null) {
     if (!isObject(body.stream_options)) throw invalid('stream_options', 'must be an object');

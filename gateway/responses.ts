@@ -43,11 +43,11 @@ export function parseResponsesRequest(body: unknown): ChatRequest {
     return [t, at];
   });
   const maxTokens = positiveInteger(body.max_output_tokens, 'max_output_tokens');
-  const { messages, contentParams } = parseInput(body.input, typeof body.instructions === 'string' ? body.instructions : '');
+  const { messages, params } = parseInput(body.input, typeof body.instructions === 'string' ? body.instructions : '');
   return {
     model: body.model,
     messages,
-    contentParams,
+    params: { messages: 'input', content: params },
     tools,
     toolChoice: parseToolChoice(body.tool_choice, tools),
     ...(maxTokens !== undefined ? { maxTokens } : {}),
@@ -62,8 +62,8 @@ export function parseResponsesRequest(body: unknown): ChatRequest {
 /** The messages, and where each one's content is in the request (for errors). */
 function parseInput(input: unknown, instructions: string) {
   const messages: RequestMessage[] = instructions !== '' ? [{ role: 'system', content: instructions }] : [];
-  const contentParams = instructions !== '' ? ['instructions'] : [];
-  if (typeof input === 'string') return { messages: [...messages, { role: 'user' as const, content: input }], contentParams: [...contentParams, 'input'] };
+  const params = instructions !== '' ? ['instructions'] : [];
+  if (typeof input === 'string') return { messages: [...messages, { role: 'user' as const, content: input }], params: [...params, 'input'] };
   if (!Array.isArray(input) || input.length === 0) throw invalid('input', 'is required (a string or a non-empty array of items)');
   input.forEach((item, i) => {
     const at = `input[${i}]`;
@@ -71,7 +71,7 @@ function parseInput(input: unknown, instructions: string) {
     const type = item.type ?? (typeof item.role === 'string' ? 'message' : undefined);
     if (type === 'message') {
       const content = contentText(item.content, `${at}.content`);
-      contentParams.push(`${at}.content`);
+      params.push(`${at}.content`);
       if (item.role === 'user') messages.push({ role: 'user', content });
       else if (item.role === 'system' || item.role === 'developer') messages.push({ role: 'system', content });
       else if (item.role === 'assistant') messages.push({ role: 'assistant', content, toolCalls: [] });
@@ -85,15 +85,15 @@ function parseInput(input: unknown, instructions: string) {
       if (last?.role === 'assistant') last.toolCalls.push(call);
       else {
         messages.push({ role: 'assistant', content: '', toolCalls: [call] });
-        contentParams.push(at);
+        params.push(at);
       }
     } else if (type === 'function_call_output') {
       if (typeof item.call_id !== 'string') throw invalid(`${at}.call_id`, 'must be a string');
       messages.push({ role: 'tool', content: contentText(item.output, `${at}.output`), toolCallId: item.call_id });
-      contentParams.push(`${at}.output`);
+      params.push(`${at}.output`);
     } else throw invalid(`${at}.type`, `must be message, function_call or function_call_output, got ${JSON.stringify(type)}`);
   });
-  return { messages, contentParams };
+  return { messages, params };
 }
 
 /** Content: a string or text parts (input_text, output_text). */

@@ -87,7 +87,8 @@ export class AgentSession {
         'model',
         'model_not_found',
       );
-    if (!chat) throw new GatewayError(400, `team ${team.name} has no chatTemplate: the gateway renders messages with it`, 'messages', 'no_chat_template');
+    if (!chat)
+      throw new GatewayError(400, `team ${team.name} has no chatTemplate: the gateway renders messages with it`, req.params.messages, 'no_chat_template');
     const tools = req.toolChoice === 'none' ? [] : req.tools;
     if (tools.length > 0 && !templateRendersTools(chat))
       throw invalid('tools', `team ${team.name}'s chat template does not render tools (it never shows its \`tools\` variable)`);
@@ -165,14 +166,14 @@ export class AgentSession {
             return true;
           }
         });
-        throw invalid(at >= 0 ? (req.contentParams?.[at] ?? `messages[${at}].content`) : 'tools', (e as Error).message);
+        throw invalid(at >= 0 ? req.params.content[at]! : 'tools', (e as Error).message);
       }
     };
     const render = (fn: () => string) => {
       try {
         return fn();
       } catch (e) {
-        throw invalid('messages', (e as Error).message);
+        throw invalid(req.params.messages, (e as Error).message);
       }
     };
     for (let j = messages.length - 1; j >= 0; j--) {

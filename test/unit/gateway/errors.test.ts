@@ -171,3 +171,69 @@ it('malformed requests get an OpenAI error naming the field and record nothing',
   assert.equal(generations.n, 0, 'no generation');
   assert.deepEqual([mine.turns, theirs.turns, mine.counters, theirs.counters], [[], [], undefined, undefined], 'nothing recorded');
 });
+
+/** Renders like the test team's template but refuses tool messages, as some models' templates do: the fault comes at render time. */
+const REFUSES_TOOL_MESSAGES =
+  "{%- for m in messages %}{% if m.role == 'tool' %}{{ raise_exception('tool messages are not supported') }}{% endif %}" +
+  '<{{ m.role }}>{{ m.content }}\n{% endfor -%}' +
+  '{%- if add_generation_prompt %}<assistant>{% endif -%}';
+
+it('a session fault names the messages in the terms of the API the request came through', async () => {
+  const generations = { n: 0 };
+  const results: Record<string, Failure> = {};
+  // the same conversation both ways: a user message, a call and its result
+  const ask = (fault: string) =>
+    gatewayTeam(
+      async ({ agents }) => {
+        const client = new OpenAI({ ...agents.solver.openai, maxRetries: 0 });
+        results[`${fault}Chat`] = await failure(
+          client.chat.completions.create({
+            model: 'policy',
+            messages: [
+              { role: 'user', content: 'hi' },
+              { role: 'assistant', content: null, tool_calls: [{ id: 'c', type: 'function', function: { name: 'add', arguments: '{}' } }] },
+              { role: 'tool', tool_call_id: 'c', content: '5' },
+            ],
+          }),
+        );
+        results[`${fault}Responses`] = await failure(
+          client.responses.create({
+            model: 'policy',
+            instructions: 'add',
+            input: [
+              { role: 'user', content: 'hi' },
+              { type: 'function_call', call_id: 'c', name: 'add', arguments: '{}' },
+              { type: 'function_call_output', call_id: 'c', output: '5' },
+            ],
+          }),
+        );
+      },
+      4,
+      fault === 'render' ? REFUSES_TOOL_MESSAGES : null,
+    );
+  const input = (episodeId: string) => ({ episodeId, seed: 1, task: 0, versions: { policy: 0, other: 0 } });
+  const episodes = [
+    await runBatchedEpisode(ask('render'), input('e-render'), io(generations)),
+    await runBatchedEpisode(ask('none'), input('e-none'), io(generations)),
+  ];
+  for (const e of episodes) assert.equal(e.status, 'completed', e.error);
+
+  const summary = Object.fromEntries(Object.entries(results).map(([k, f]) => [k, [f.status, f.param, f.code]]));
+  assert.deepEqual(summary, {
+    renderChat: [400, 'messages', 'invalid_value'],
+    renderResponses: [400, 'input', 'invalid_value'],
+    noneChat: [400, 'messages', 'no_chat_template'],
+    noneResponses: [400, 'input', 'no_chat_template'],
+  });
+  for (const k of ['renderChat', 'renderResponses']) assert.match(results[k]!.message, /tool messages are not supported/);
+  for (const k of ['noneChat', 'noneResponses']) assert.match(results[k]!.message, /team gateway-test has no chatTemplate/);
+  assert.equal(generations.n, 0, 'no generation');
+  assert.deepEqual(
+    episodes.map((e) => [e.turns, e.counters]),
+    [
+      [[], undefined],
+      [[], undefined],
+    ],
+    'nothing recorded',
+  );
+});

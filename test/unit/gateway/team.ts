@@ -14,11 +14,16 @@ export const TEMPLATE =
   '{%- for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor -%}' +
   '{%- if add_generation_prompt %}<assistant>{% endif -%}';
 
-export function gatewayTeam(episode: (ctx: { task: number; agents: Record<'solver' | 'helper', AgentHandle> }) => Promise<unknown>, maxTurns = 4) {
+/** template: the chat template's source, or null for a team without one. */
+export function gatewayTeam(
+  episode: (ctx: { task: number; agents: Record<'solver' | 'helper', AgentHandle> }) => Promise<unknown>,
+  maxTurns = 4,
+  template: string | null = TEMPLATE,
+) {
   return defineTeam({
     name: 'gateway-test',
     tokenizer,
-    chatTemplate: chatTemplate(TEMPLATE, {}, ''),
+    ...(template !== null ? { chatTemplate: chatTemplate(template, {}, '') } : {}),
     models: {
       policy: tinyLM({ tokenizer, contextWindow: 4, embedDim: 8, hiddenDim: 16 }),
       other: tinyLM({ tokenizer, contextWindow: 4, embedDim: 8, hiddenDim: 16 }),
