@@ -31,14 +31,16 @@ export interface ChatRequest {
   stream: boolean;
   includeUsage: boolean;
   logprobs: boolean;
-  /** Where the messages are in the request as sent, for errors: the field holding them, and each one's content. */
+  /** Where the messages are in the request as sent, for errors. */
   params: MessageParams;
 }
 
-/** Paths in the client's own terms (`messages`, `messages[2].content`; `input`, `input[2].output`). */
+/** Where a request's messages are, in the terms of the API it came through. */
 export interface MessageParams {
+  /** The field that holds them: `messages`, `input`. */
   messages: string;
-  content: string[];
+  /** Per message: its content's path (`messages[2].content`, `input[2].output`, `instructions`) and each tool call's (`messages[1].tool_calls[0]`, `input[3]`). */
+  each: Array<{ content: string; calls: string[] }>;
 }
 
 type Json = Record<string, unknown>;
@@ -50,16 +52,23 @@ export function parseChatRequest(body: unknown): ChatRequest {
   const messages = body.messages;
   if (!Array.isArray(messages) || messages.length === 0) throw invalid('messages', 'is required (a non-empty array)');
   const tools = parseTools(body.tools);
+  const parsed = messages.map((m, i) => parseMessage(m, `messages[${i}]`));
   const out: ChatRequest = {
     model: body.model,
-    messages: messages.map((m, i) => parseMessage(m, `messages[${i}]`)),
+    messages: parsed,
     tools,
     toolChoice: parseToolChoice(body.tool_choice, tools),
     stop: parseStop(body.stop),
     stream: optionalBool(body.stream, 'stream') ?? false,
     includeUsage: false,
     logprobs: optionalBool(body.logprobs, 'logprobs') ?? false,
-    params: { messages: 'messages', content: messages.map((_, i) => `messages[${i}].content`) },
+    params: {
+      messages: 'messages',
+      each: parsed.map((m, i) => ({
+        content: `messages[${i}].content`,
+        calls: m.role === 'assistant' ? m.toolCalls.map((_, k) => `messages[${i}].tool_calls[${k}]`) : [],
+      })),
+    },
   };
   if (body.stream_options !== undefined && body.stream_options !== null) {
     if (!isObject(body.stream_options)) throw invalid('stream_options', 'must be an object');

@@ -12,7 +12,17 @@
  */
 import type * as http from 'node:http';
 import { invalid } from './errors';
-import { isObject, optionalBool, parseSampling, parseToolList, positiveInteger, type ChatRequest, type FunctionTool, type RequestMessage } from './request';
+import {
+  isObject,
+  optionalBool,
+  parseSampling,
+  parseToolList,
+  positiveInteger,
+  type ChatRequest,
+  type FunctionTool,
+  type MessageParams,
+  type RequestMessage,
+} from './request';
 import type { Completion } from './session';
 
 /** Asked for in `include`: the sampled tokens' log-probs on each output_text. */
@@ -47,7 +57,7 @@ export function parseResponsesRequest(body: unknown): ChatRequest {
   return {
     model: body.model,
     messages,
-    params: { messages: 'input', content: params },
+    params: { messages: 'input', each: params },
     tools,
     toolChoice: parseToolChoice(body.tool_choice, tools),
     ...(maxTokens !== undefined ? { maxTokens } : {}),
@@ -59,11 +69,12 @@ export function parseResponsesRequest(body: unknown): ChatRequest {
   };
 }
 
-/** The messages, and where each one's content is in the request (for errors). */
+/** The messages, and where each one's content and calls are in the request (for errors). */
 function parseInput(input: unknown, instructions: string) {
   const messages: RequestMessage[] = instructions !== '' ? [{ role: 'system', content: instructions }] : [];
-  const params = instructions !== '' ? ['instructions'] : [];
-  if (typeof input === 'string') return { messages: [...messages, { role: 'user' as const, content: input }], params: [...params, 'input'] };
+  const params: MessageParams['each'] = instructions !== '' ? [{ content: 'instructions', calls: [] }] : [];
+  if (typeof input === 'string')
+    return { messages: [...messages, { role: 'user' as const, content: input }], params: [...params, { content: 'input', calls: [] }] };
   if (!Array.isArray(input) || input.length === 0) throw invalid('input', 'is required (a string or a non-empty array of items)');
   input.forEach((item, i) => {
     const at = `input[${i}]`;
@@ -71,7 +82,7 @@ function parseInput(input: unknown, instructions: string) {
     const type = item.type ?? (typeof item.role === 'string' ? 'message' : undefined);
     if (type === 'message') {
       const content = contentText(item.content, `${at}.content`);
-      params.push(`${at}.content`);
+      params.push({ content: `${at}.content`, calls: [] });
       if (item.role === 'user') messages.push({ role: 'user', content });
       else if (item.role === 'system' || item.role === 'developer') messages.push({ role: 'system', content });
       else if (item.role === 'assistant') messages.push({ role: 'assistant', content, toolCalls: [] });
@@ -82,15 +93,17 @@ function parseInput(input: unknown, instructions: string) {
       const call = { id: item.call_id as string, type: 'function' as const, function: { name: item.name as string, arguments: item.arguments as string } };
       // one reply's output items: its message (if any), then its calls
       const last = messages.at(-1);
-      if (last?.role === 'assistant') last.toolCalls.push(call);
-      else {
+      if (last?.role === 'assistant') {
+        last.toolCalls.push(call);
+        params.at(-1)!.calls.push(at);
+      } else {
         messages.push({ role: 'assistant', content: '', toolCalls: [call] });
-        params.push(at);
+        params.push({ content: at, calls: [at] });
       }
     } else if (type === 'function_call_output') {
       if (typeof item.call_id !== 'string') throw invalid(`${at}.call_id`, 'must be a string');
       messages.push({ role: 'tool', content: contentText(item.output, `${at}.output`), toolCallId: item.call_id });
-      params.push(`${at}.output`);
+      params.push({ content: `${at}.output`, calls: [] });
     } else throw invalid(`${at}.type`, `must be message, function_call or function_call_output, got ${JSON.stringify(type)}`);
   });
   return { messages, params };

@@ -49,6 +49,25 @@ function toChat(m: RequestMessage): ChatMessage {
   return m.role === 'assistant' ? { role: 'assistant', content: m.content + renderToolCalls(m.toolCalls) } : { role: m.role, content: m.content };
 }
 
+/** The param of the first message content or tool call that does not encode; else `tools` (their JSON is the rest of the text). */
+function unencodable(req: ChatRequest, encode: (text: string) => unknown): string {
+  const fails = (text: string) => {
+    try {
+      encode(text);
+      return false;
+    } catch {
+      return true;
+    }
+  };
+  for (const [i, m] of req.messages.entries()) {
+    const at = req.params.each[i]!;
+    if (fails(m.content)) return at.content;
+    const call = m.role === 'assistant' ? m.toolCalls.findIndex((c) => fails(renderToolCalls([c]))) : -1;
+    if (call >= 0) return at.calls[call]!;
+  }
+  return 'tools';
+}
+
 const PROBE = 'troupe_probe_tool';
 const rendersTools = new WeakMap<ChatTemplate, boolean>();
 
@@ -158,15 +177,10 @@ export class AgentSession {
       try {
         return tok.encode(text);
       } catch (e) {
-        const at = messages.findIndex((m) => {
-          try {
-            tok.encode(toChat(m).content);
-            return false;
-          } catch {
-            return true;
-          }
-        });
-        throw invalid(at >= 0 ? req.params.content[at]! : 'tools', (e as Error).message);
+        throw invalid(
+          unencodable(req, (piece) => tok.encode(piece)),
+          (e as Error).message,
+        );
       }
     };
     const render = (fn: () => string) => {

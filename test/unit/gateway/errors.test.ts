@@ -82,6 +82,16 @@ it('malformed requests get an OpenAI error naming the field and record nothing',
       }),
     );
     results.n = await failure(client.chat.completions.create({ model: 'policy', messages: user, n: 2 }));
+    // a character the team's tokenizer cannot encode, in a call's arguments: named at the call, not the content
+    results.encodeCall = await failure(
+      client.chat.completions.create({
+        model: 'policy',
+        messages: [
+          ...user,
+          { role: 'assistant', content: 'ok', tool_calls: [{ id: 'c', type: 'function', function: { name: 'add', arguments: '{"a": "é"}' } }] },
+        ],
+      }),
+    );
     results.session = await failure(
       new OpenAI({ ...s, baseURL: s.baseURL.replace(/\/s\/[^/]+\//, '/s/nosuchsession/'), maxRetries: 0 }).chat.completions.create({
         model: 'policy',
@@ -128,6 +138,14 @@ it('malformed requests get an OpenAI error naming the field and record nothing',
         { type: 'function_call_output', call_id: 'c', output: 'é' },
       ],
     });
+    // the same in a call that joins the assistant message before it: named at the call's item
+    results.rEncodeCall = await create({
+      input: [
+        { role: 'user', content: 'hi' },
+        { role: 'assistant', content: 'ok' },
+        { type: 'function_call', call_id: 'c', name: 'add', arguments: '{"a": "é"}' },
+      ],
+    });
   }
   const input = (episodeId: string) => ({ episodeId, seed: 1, task: 0, versions: { policy: 0, other: 0 } });
   const [mine, theirs] = await Promise.all([
@@ -145,6 +163,7 @@ it('malformed requests get an OpenAI error naming the field and record nothing',
     role: [400, 'messages[0].role', 'invalid_value'],
     schema: [400, 'tools[0].function.parameters.properties.a.type', 'invalid_value'],
     n: [400, 'n', 'invalid_value'],
+    encodeCall: [400, 'messages[1].tool_calls[0]', 'invalid_value'],
     session: [404, 'baseURL', 'session_not_found'],
     key: [401, 'apiKey', 'invalid_api_key'],
     another: [403, 'apiKey', 'session_mismatch'],
@@ -164,6 +183,7 @@ it('malformed requests get an OpenAI error naming the field and record nothing',
     rMax: [400, 'max_output_tokens', 'invalid_value'],
     rFormat: [400, 'text.format', 'invalid_value'],
     rEncode: [400, 'input[1].output', 'invalid_value'],
+    rEncodeCall: [400, 'input[2]', 'invalid_value'],
   });
   assert.match(results.json!.message, /^body: not valid JSON/);
   assert.match(results.schema!.message, /"digits" is not a JSON Schema type/);
