@@ -9,8 +9,8 @@
  * printing its wall time and history sizes: too slow for CI on a small machine.
  * TROUPE_SCALE_GROUPS=G runs G groups of 8 instead of 1,250. `npm test` ends a
  * test file after 20 min (infra/test.js --test-timeout) whatever this test's own
- * timeout: on a loaded 2-core machine that cut a 2,504-episode step at 1,475
- * episodes stored, so a step this size needs a quieter or larger machine.
+ * timeout; TROUPE_TEST_TIMEOUT_S=7200 lifts that:
+ *   TROUPE_SCALE_TEST=1 TROUPE_TEST_TIMEOUT_S=7200 npm test -- integration/training/rollout-tree
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
