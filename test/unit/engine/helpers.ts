@@ -3,6 +3,7 @@ import * as ort from 'onnxruntime-node';
 import { Engine, type EngineOptions } from '../../../engines/onnx/engine';
 import type { ResolvedDevice } from '../../../engines/onnx/device';
 import { paramLayout, type TinyLmSpec } from '../../../engines/families/tiny-lm/spec';
+import { normalizeTransformerSpec, type TransformerSpec } from '../../../engines/families/transformer/spec';
 
 export const CPU: ResolvedDevice = { device: 'cpu', requested: 'cpu', fellBack: false, fallbackReason: '' };
 
@@ -64,3 +65,41 @@ export function referenceLogp(spec: TinyLmSpec, theta: ArrayLike<number>, window
   const lse = m + Math.log(logits.reduce((a, z) => a + Math.exp(z - m), 0));
   return logits.map((z) => z - lse);
 }
+
+/** The transformer layouts the graph tests run: GPT-2, Llama and Qwen3 (free headDim, q/k norms), tiny. */
+export const TINY_LAYOUTS: [string, TransformerSpec][] = [
+  ['GPT-2 layout', normalizeTransformerSpec({ vocabSize: 13, width: 16, layers: 2, heads: 4, maxSeq: 16 })],
+  [
+    'Llama layout',
+    normalizeTransformerSpec({
+      vocabSize: 13,
+      width: 16,
+      layers: 2,
+      heads: 4,
+      kvHeads: 2,
+      positions: 'rope',
+      norm: 'rmsnorm',
+      mlp: 'swiglu',
+      bias: false,
+      tiedHead: false,
+      maxSeq: 16,
+    }),
+  ],
+  [
+    'Qwen3 layout (headDim 6, q/k norms)',
+    normalizeTransformerSpec({
+      vocabSize: 13,
+      width: 16,
+      layers: 2,
+      heads: 4,
+      kvHeads: 2,
+      headDim: 6,
+      qkNorm: true,
+      positions: 'rope',
+      norm: 'rmsnorm',
+      mlp: 'swiglu',
+      bias: false,
+      maxSeq: 16,
+    }),
+  ],
+];

@@ -14,48 +14,13 @@ import { initTransformerWeights } from '../../../engines/families/transformer/in
 import { referenceForward } from '../../../engines/onnx/transformer/reference';
 import { buildTransformerGenerateGraph } from '../../../engines/onnx/transformer/generate-graph';
 import { buildTransformerScoreGraph } from '../../../engines/onnx/transformer/score-graph';
-import { normalizeTransformerSpec, type TransformerSpec } from '../../../engines/families/transformer/spec';
-import { session } from './helpers';
+import type { TransformerSpec } from '../../../engines/families/transformer/spec';
+import { session, TINY_LAYOUTS } from './helpers';
 
 /** Generate vs Score: the same function computed over cache columns vs whole sequences (float32). */
 const GENERATE_SCORE_TOLERANCE = 1e-5;
 
-const SPECS: [string, TransformerSpec][] = [
-  ['GPT-2 layout', normalizeTransformerSpec({ vocabSize: 13, width: 16, layers: 2, heads: 4, maxSeq: 16 })],
-  [
-    'Llama layout',
-    normalizeTransformerSpec({
-      vocabSize: 13,
-      width: 16,
-      layers: 2,
-      heads: 4,
-      kvHeads: 2,
-      positions: 'rope',
-      norm: 'rmsnorm',
-      mlp: 'swiglu',
-      bias: false,
-      tiedHead: false,
-      maxSeq: 16,
-    }),
-  ],
-  [
-    'Qwen3 layout (headDim 6, q/k norms)',
-    normalizeTransformerSpec({
-      vocabSize: 13,
-      width: 16,
-      layers: 2,
-      heads: 4,
-      kvHeads: 2,
-      headDim: 6,
-      qkNorm: true,
-      positions: 'rope',
-      norm: 'rmsnorm',
-      mlp: 'swiglu',
-      bias: false,
-      maxSeq: 16,
-    }),
-  ],
-];
+const SPECS = TINY_LAYOUTS;
 
 interface Row {
   context: number[];

@@ -14,46 +14,11 @@ import { buildAdamwGraph } from '../../../engines/onnx/tiny-lm/update-graph';
 import { initTransformerWeights } from '../../../engines/families/transformer/init';
 import { referenceForward } from '../../../engines/onnx/transformer/reference';
 import { buildTransformerScoreGraph } from '../../../engines/onnx/transformer/score-graph';
-import { normalizeTransformerSpec, paramLayout, type TransformerSpec } from '../../../engines/families/transformer/spec';
+import { paramLayout, type TransformerSpec } from '../../../engines/families/transformer/spec';
 import { buildTransformerGradGraph, buildTransformerUpdateGraph } from '../../../engines/onnx/transformer/update-graph';
-import { rng, sameBits, session } from './helpers';
+import { rng, sameBits, session, TINY_LAYOUTS } from './helpers';
 
-const SPECS: [string, TransformerSpec][] = [
-  ['GPT-2 layout', normalizeTransformerSpec({ vocabSize: 13, width: 16, layers: 2, heads: 4, maxSeq: 16 })],
-  [
-    'Llama layout',
-    normalizeTransformerSpec({
-      vocabSize: 13,
-      width: 16,
-      layers: 2,
-      heads: 4,
-      kvHeads: 2,
-      positions: 'rope',
-      norm: 'rmsnorm',
-      mlp: 'swiglu',
-      bias: false,
-      tiedHead: false,
-      maxSeq: 16,
-    }),
-  ],
-  [
-    'Qwen3 layout (headDim 6, q/k norms)',
-    normalizeTransformerSpec({
-      vocabSize: 13,
-      width: 16,
-      layers: 2,
-      heads: 4,
-      kvHeads: 2,
-      headDim: 6,
-      qkNorm: true,
-      positions: 'rope',
-      norm: 'rmsnorm',
-      mlp: 'swiglu',
-      bias: false,
-      maxSeq: 16,
-    }),
-  ],
-];
+const SPECS = TINY_LAYOUTS;
 
 /** Weights large enough that every position's distribution is far from uniform. */
 function theta32(spec: TransformerSpec, seed: number): Float32Array {
