@@ -12,23 +12,10 @@ import type { Sql } from '../infra/db';
 import { TroupeError } from '../infra/errors';
 import { readMetrics } from '../activities/store/metrics';
 import { STALENESS_TOKENS } from '../activities/training/off-policy';
+import { PARTIAL_PANELS } from '../dashboard/web/partial-panels';
 
 // vega and vega-lite are ES modules; load them from this CommonJS code with a real dynamic import.
 const esm = new Function('m', 'return import(m)') as <T>(m: string) => Promise<T>;
-
-/**
- * A partial-rollout step's metrics (workflows/training-run/steps.ts, team rows):
- * [panel, series]. The dashboard's run page (dashboard/web/curves.ts) draws the same panels.
- */
-export const PARTIAL_PANELS: Record<string, [panel: string, series: string]> = {
-  'partial.carriedEpisodes': ['carried into the next step', 'episodes'],
-  'partial.carriedGroups': ['carried into the next step', 'groups'],
-  'partial.carriedMaxAge': ["carried episodes' age (steps)", 'oldest'],
-  'partial.generatedTokens': ['rollout tokens (sampled / served from the store)', 'sampled'],
-  'partial.replayedTokens': ['rollout tokens (sampled / served from the store)', 'served from the store'],
-  'partial.groups': ['partial rollout: groups run and lockstep rounds', 'groups'],
-  'partial.rounds': ['partial rollout: groups run and lockstep rounds', 'rounds'],
-};
 
 export interface CurvePoint {
   step: number;

@@ -2,6 +2,8 @@
 // panel is shown in, which panels are constant (folded), EMA smoothing and the wall-time axis.
 // Pure functions (no DOM), so the unit tests run them in Node.
 
+import { PARTIAL_PANELS } from './partial-panels';
+
 /** A metric row as dashboard/api.ts answers it. */
 export interface MetricRow {
   kind: string;
@@ -126,7 +128,7 @@ export function panelsOf(metrics: readonly MetricRow[], lrs: readonly LrRow[] = 
     } else if (r.scope === 'team') {
       // The step's rollout beside each model's update: where a step's time goes.
       if (r.name === 'rolloutSeconds') add('step time split (s)', r, 'rollout', r.step + 1);
-      else if (PARTIAL_PANEL_OF[r.name]) add(PARTIAL_PANEL_OF[r.name]![0], r, PARTIAL_PANEL_OF[r.name]![1], r.step + 1);
+      else if (PARTIAL_PANELS[r.name]) add(PARTIAL_PANELS[r.name]![0], r, PARTIAL_PANELS[r.name]![1], r.step + 1);
     } else if (r.name.startsWith('reward.')) add('reward components', r, `${r.scope} ${r.name.slice(7)}`, r.step + 1);
     // advantage.position.<k>: one series per agent and turn position (rl/diagnostics.ts advantageByPosition)
     else if (r.name.startsWith('advantage.position.'))
@@ -147,17 +149,6 @@ export function panelsOf(metrics: readonly MetricRow[], lrs: readonly LrRow[] = 
   for (const r of lrs) add('learning rate', { ...r, value: r.lr, kind: 'settings', scope: r.model, name: 'lr' }, `${r.model} (model)`, r.step + 1);
   return new Map([...panels].filter(([, points]) => points.length > 0));
 }
-
-/** A partial-rollout step's team rows: [panel, series]; `troupe plot` draws the same panels (cli/plot.ts PARTIAL_PANELS). */
-const PARTIAL_PANEL_OF: Record<string, [panel: string, series: string]> = {
-  'partial.carriedEpisodes': ['carried into the next step', 'episodes'],
-  'partial.carriedGroups': ['carried into the next step', 'groups'],
-  'partial.carriedMaxAge': ["carried episodes' age (steps)", 'oldest'],
-  'partial.generatedTokens': ['rollout tokens (sampled / served from the store)', 'sampled'],
-  'partial.replayedTokens': ['rollout tokens (sampled / served from the store)', 'served from the store'],
-  'partial.groups': ['partial rollout: groups run and lockstep rounds', 'groups'],
-  'partial.rounds': ['partial rollout: groups run and lockstep rounds', 'rounds'],
-};
 
 const short = (v: number): string => String(Number(v.toPrecision(4)));
 

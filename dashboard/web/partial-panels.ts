@@ -1,0 +1,15 @@
+/**
+ * A partial-rollout step's metrics (workflows/training-run/steps.ts, team rows) as
+ * [panel, series]: the dashboard's run page (curves.ts) and `troupe plot` (cli/plot.ts)
+ * draw the same panels from this one table. Here, beside the page's sources, so a change
+ * rebuilds the page (infra/install.js watches dashboard/web).
+ */
+export const PARTIAL_PANELS: Record<string, [panel: string, series: string]> = {
+  'partial.carriedEpisodes': ['carried into the next step', 'episodes'],
+  'partial.carriedGroups': ['carried into the next step', 'groups'],
+  'partial.carriedMaxAge': ["carried episodes' age (steps)", 'oldest'],
+  'partial.generatedTokens': ['rollout tokens (sampled / served from the store)', 'sampled'],
+  'partial.replayedTokens': ['rollout tokens (sampled / served from the store)', 'served from the store'],
+  'partial.groups': ['partial rollout: groups run and lockstep rounds', 'groups'],
+  'partial.rounds': ['partial rollout: groups run and lockstep rounds', 'rounds'],
+};
