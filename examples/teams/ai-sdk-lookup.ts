@@ -49,16 +49,37 @@ async function sdk() {
   }
 }
 
-export function aiSdkLookupTeam() {
-  return defineTeam({
-    name: 'ai-sdk-lookup',
-    description: 'Vercel AI SDK agent code trained through the gateway: call the lookup tool, answer with its digit.',
+/** What an agent of the lookup game ends with: its answer and whether it called the tool. */
+export interface LookupOutcome {
+  answer: string;
+  looked: boolean;
+}
+
+type Scored = { task: LookupTask; outcome: LookupOutcome | undefined };
+const solved = ({ task, outcome }: Scored) => outcome?.looked === true && outcome.answer === String(task.secret);
+
+/**
+ * The lookup game without its agent code: tokenizer, chat template, model, solver and rewards.
+ * `python-lookup` plays the same game with agent code in Python.
+ */
+export function lookupGame() {
+  return {
     tokenizer,
     chatTemplate: chatTemplate(TEMPLATE, {}, ''),
     models: { policy: tinyLM({ tokenizer, contextWindow: 4, embedDim: 16, hiddenDim: 64, optimizer: { lr: 0.02, entropyCoef: 0.01 } }) },
     agents: { solver: agent({ model: 'policy', maxTokens: 1, maxTurns: 3 }) },
+    rewards: { solver: (s: Scored) => ({ looked: Number(s.outcome?.looked === true), correct: Number(solved(s)) }) },
+    success: solved,
+  };
+}
+
+export function aiSdkLookupTeam() {
+  return defineTeam({
+    name: 'ai-sdk-lookup',
+    description: 'Vercel AI SDK agent code trained through the gateway: call the lookup tool, answer with its digit.',
+    ...lookupGame(),
     tasks: generatedTasks<LookupTask>({ seed: 7, count: 50, evalFraction: 0.2, make: (_random, i) => ({ id: String(i), data: { secret: i % 10 } }) }),
-    async episode({ task, agents }) {
+    async episode({ task, agents }): Promise<LookupOutcome> {
       const { ai, compatible, z } = await sdk();
       const provider = compatible.createOpenAICompatible({ name: 'troupe', ...agents.solver.openai });
       const result = await ai.generateText({
@@ -73,13 +94,6 @@ export function aiSdkLookupTeam() {
       });
       return { answer: result.text, looked: result.steps.some((s) => s.toolCalls.length > 0) };
     },
-    rewards: {
-      solver: ({ task, outcome }) => ({
-        looked: Number(outcome?.looked === true),
-        correct: Number(outcome?.looked === true && outcome.answer === String(task.secret)),
-      }),
-    },
-    success: ({ task, outcome }) => outcome?.looked === true && outcome.answer === String(task.secret),
   });
 }
 

@@ -13,34 +13,14 @@
  * else `python3` on the PATH. Batched rollout only (the gateway serves batched
  * episodes).
  */
-import { agent, chatTemplate, tinyLM, generatedTasks, defineTeam, vocabTokenizer } from 'troupe';
-
-export interface PythonLookupTask {
-  secret: number;
-}
-
-/** The tool call as the gateway renders it (Hermes convention), one piece of the vocabulary. */
-export const LOOKUP_CALL = '<tool_call>{"name":"lookup","arguments":{}}</tool_call>';
-/** Every character the template writes for this agent code (a tool list, the prompt, tool results): a small vocabulary. */
-const RENDERED = '[lookup]U?>T0123456789';
-const tokenizer = vocabTokenizer([LOOKUP_CALL, ...new Set(RENDERED)]);
-const TEMPLATE =
-  '{%- if tools %}{% for t in tools %}[{{ t.function.name }}]{% endfor %}{% endif -%}' +
-  "{%- for m in messages %}{% if m.role == 'assistant' %}{{ m.content }}{% elif m.role == 'user' %}U{{ m.content }}" +
-  "{% elif m.role == 'tool' %}T{{ m.content }}{% else %}S{{ m.content }}{% endif %}{% endfor -%}" +
-  '{%- if add_generation_prompt %}>{% endif -%}';
-
-/** What the Python agent printed: its answer and whether it called the tool. */
-export interface PythonLookupOutcome {
-  answer: string;
-  looked: boolean;
-}
+import { generatedTasks, defineTeam } from 'troupe';
+import { lookupGame, type LookupOutcome, type LookupTask } from './ai-sdk-lookup';
 
 /**
  * Runs the Python agent to its end. Node's modules are loaded here, where the episode runs
  * (bundled teams are also compiled into the workflow bundle, which has no child processes).
  */
-async function runAgent(session: { baseURL: string; apiKey: string }, secret: number): Promise<PythonLookupOutcome> {
+async function runAgent(session: { baseURL: string; apiKey: string }, secret: number): Promise<LookupOutcome> {
   const [{ execFile }, fs, path] = await Promise.all([
     import(/* webpackIgnore: true */ 'node:child_process'),
     import(/* webpackIgnore: true */ 'node:fs'),
@@ -57,7 +37,7 @@ async function runAgent(session: { baseURL: string; apiKey: string }, secret: nu
   );
   const line = stdout.trim().split('\n').at(-1) ?? '';
   try {
-    return JSON.parse(line) as PythonLookupOutcome;
+    return JSON.parse(line) as LookupOutcome;
   } catch {
     throw new Error(`${script} printed no JSON outcome: ${JSON.stringify(stdout.slice(-200))}`);
   }
@@ -67,19 +47,9 @@ export function pythonLookupTeam() {
   return defineTeam({
     name: 'python-lookup',
     description: 'Python agent code over plain HTTP, trained through the gateway: call the lookup tool, answer with its digit.',
-    tokenizer,
-    chatTemplate: chatTemplate(TEMPLATE, {}, ''),
-    models: { policy: tinyLM({ tokenizer, contextWindow: 4, embedDim: 16, hiddenDim: 64, optimizer: { lr: 0.02, entropyCoef: 0.01 } }) },
-    agents: { solver: agent({ model: 'policy', maxTokens: 1, maxTurns: 3 }) },
-    tasks: generatedTasks<PythonLookupTask>({ seed: 9, count: 50, evalFraction: 0.2, make: (_random, i) => ({ id: String(i), data: { secret: i % 10 } }) }),
+    ...lookupGame(),
+    tasks: generatedTasks<LookupTask>({ seed: 9, count: 50, evalFraction: 0.2, make: (_random, i) => ({ id: String(i), data: { secret: i % 10 } }) }),
     episode: ({ task, agents }) => runAgent(agents.solver.openai, task.secret),
-    rewards: {
-      solver: ({ task, outcome }) => ({
-        looked: Number(outcome?.looked === true),
-        correct: Number(outcome?.looked === true && outcome.answer === String(task.secret)),
-      }),
-    },
-    success: ({ task, outcome }) => outcome?.looked === true && outcome.answer === String(task.secret),
   });
 }
 
