@@ -62,8 +62,8 @@ async function rowsAgree(rt: ModelRuntime, spec: ModelSpec, sizes: number[], min
     context: Array.from({ length: contextLength }, () => rnd(spec.vocabSize)),
     tokens: [rnd(spec.vocabSize)],
   });
-  const genRow = (k: number): GenerateRow => ({
-    context: seq().context,
+  const genRow = (k: number, length = contextLength): GenerateRow => ({
+    context: Array.from({ length }, () => rnd(spec.vocabSize)),
     seedKey: [rnd(2 ** 31), k],
     temperature: [1, 0.7, 1.3, 0][k % 4]!,
     topK: [0, 3, 0, 0][k % 4]!,
@@ -72,7 +72,8 @@ async function rowsAgree(rt: ModelRuntime, spec: ModelSpec, sizes: number[], min
     stopTokens: [],
   });
   const probes = Array.from({ length: 4 }, seq);
-  const genProbes = Array.from({ length: 4 }, (_, k) => genRow(k));
+  // probe rows shorter than their neighbours: a left-padded row must not depend on how much padding it gets
+  const genProbes = Array.from({ length: 4 }, (_, k) => genRow(k, Math.max(1, contextLength - k)));
   const ref = await Promise.all(probes.map((p) => rt.score(theta, [p]).then((r) => r.logprobs[0]![0])));
   const genRef = await Promise.all(genProbes.map((p) => rt.generate(theta, [p]).then((r) => r[0])));
   const same = (a: GenerateRowResult, b: GenerateRowResult) =>

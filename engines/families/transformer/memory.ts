@@ -71,6 +71,16 @@ export function scoreBytesPerSequence(spec: TransformerSpec, S: number): number 
  */
 const GENERATE_VOCAB_FLOATS = 24;
 
+/**
+ * Generate's left-padded context width (C) for a run whose longest context is `longest`: a
+ * multiple of 16. A row's tokens then sit at the same offset modulo the SIMD width (16 floats
+ * on AVX-512) in any batch, so the attention's sums over keys add the same lanes in the same
+ * order as when the row runs alone. Padded to the longest context instead, a row's log-probs
+ * moved by up to 4.8e-7 with its neighbours' lengths (engines/onnx/README.md, "Batch invariance").
+ */
+const GENERATE_CONTEXT_ALIGN = 16;
+export const generateContextWidth = (longest: number) => Math.ceil(longest / GENERATE_CONTEXT_ALIGN) * GENERATE_CONTEXT_ALIGN;
+
 /** Bytes one generate row of S tokens (context + generated) holds: KV caches, prefill transients and sampling's vocabulary-sized tensors. */
 export function generateBytesPerRow(spec: TransformerSpec, S: number): number {
   const dkv = spec.kvHeads * spec.headDim;
@@ -88,6 +98,7 @@ export function rowsThatFit(spec: TransformerSpec, budget: number, bytesPerRow: 
 /** Refuse a spec whose smallest run at maxSeq would not fit in `budget` bytes; the error names the dominant field. */
 export function checkTransformerFits(spec: TransformerSpec, budget: number, prefix = 'spec'): void {
   const state = stateBytes(spec);
+  // at S = maxSeq: a generate run's aligned context can add up to 15 columns, under 1% at maxSeq 2,048
   const rows = MIN_ROWS * Math.max(updateBytesPerSequence(spec, spec.maxSeq), generateBytesPerRow(spec, spec.maxSeq));
   if (state + rows <= budget) return;
   const layout = paramLayout(spec);

@@ -27,7 +27,7 @@ import type {
 import { f32, generatedRows, i64, optimizerFeeds, PolicySessions, samplingFeeds, updateOutput } from '../graph/runtime-io';
 import { transformerSequenceIssue } from '../../families/transformer/family';
 import { buildTransformerGenerateGraph } from './generate-graph';
-import { generateBytesPerRow, rowsThatFit, scoreBytesPerSequence, updateMicroBatchRows } from '../../families/transformer/memory';
+import { generateBytesPerRow, generateContextWidth, rowsThatFit, scoreBytesPerSequence, updateMicroBatchRows } from '../../families/transformer/memory';
 import { buildTransformerScoreGraph } from './score-graph';
 import { paramLayout, type TransformerSpec } from '../../families/transformer/spec';
 import { buildTransformerUpdateGraph } from './update-graph';
@@ -41,6 +41,8 @@ export class TransformerRequestError extends ModelRequestError {
 }
 
 type Sequence = { context: ArrayLike<number>; tokens: ArrayLike<number> };
+
+const alignedContext = (rows: GenerateRow[]) => generateContextWidth(Math.max(0, ...rows.map((r) => r.context.length)));
 
 /** S of the grid: the longest sequence minus its last token (nothing predicts past it). */
 const gridLength = (seqs: Sequence[]) => Math.max(1, ...seqs.map((s) => s.context.length + s.tokens.length - 1));
@@ -87,8 +89,8 @@ export class TransformerRuntime implements ModelRuntime {
    */
   async generate(theta: Float32Array, rows: GenerateRow[]): Promise<GenerateRowResult[]> {
     rows.forEach((r, b) => this.checkLength(`sequences[${b}]`, r.context.length, r.context.length + r.maxTokens));
-    // a run's caches span the longest context plus the most tokens (C + T), whichever rows they come from
-    const span = Math.max(0, ...rows.map((r) => r.context.length)) + Math.max(0, ...rows.map((r) => r.maxTokens));
+    // a run's caches span the (aligned) longest context plus the most tokens (C + T), whichever rows they come from
+    const span = alignedContext(rows) + Math.max(0, ...rows.map((r) => r.maxTokens));
     const { budgetBytes, microBatchBytes } = this.factory.memory;
     const perRun = rowsThatFit(this.spec, budgetBytes, generateBytesPerRow(this.spec, span), microBatchBytes);
     const out: GenerateRowResult[] = [];
@@ -109,7 +111,7 @@ export class TransformerRuntime implements ModelRuntime {
     if (n === 0) return [];
     const B = Math.max(n, this.rows.minRows);
     const V = this.spec.vocabSize;
-    const C = Math.max(...rows.map((r) => r.context.length));
+    const C = alignedContext(rows);
     const context = new BigInt64Array(B * C); // left padding: token 0, masked in the graph
     const contextLen = new BigInt64Array(B).fill(1n);
     rows.forEach((r, b) => {
