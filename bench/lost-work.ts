@@ -126,7 +126,7 @@ function row(m: ModeReport, staleness: number, run: { command: string; started: 
           servedTokens: p.servedTokens.reduce((a, b) => a + b, 0),
           // tokens beyond the twin's that the engine after the last kill sampled; unset resumedAt: no step matched
           carriedTokensTwice: p.after.excess,
-          carriedInto: m.carriedInto ?? [],
+          carriedInto: (m.carriedInto ?? []).filter((t) => t < m.steps), // carried out of the last step: continued by none
           killSteps: m.kills.map((k) => k.stepsDone ?? -1),
         }
       : {}),
@@ -134,6 +134,7 @@ function row(m: ModeReport, staleness: number, run: { command: string; started: 
 }
 
 const layoutOf = (r: Row): Layout => r.layout ?? 'plain';
+const signed = (x: number) => `${x >= 0 ? '+' : ''}${x.toFixed(1)}`;
 
 function table(rows: Row[]): string {
   const partial = rows.some((r) => layoutOf(r) === 'partial');
@@ -149,7 +150,7 @@ function table(rows: Row[]): string {
         ? ` ${r.servedTokens} | ${r.carriedTokensTwice} | ${r.killSteps?.join(', ')} (${r.carriedInto?.join(', ')}) |`
         : ' | | |';
     lines.push(
-      `| ${layoutOf(r)} | ${r.mode} | ${r.staleness} | ${r.kills} | ${result} | ${r.tokensTwin} | ${r.tokensTwice} (${((100 * r.tokensTwice) / Math.max(1, r.tokensTwin)).toFixed(1)}%) | ${r.updateRunsTwice} of ${r.updateRunsTwin} | ${r.twinSeconds.toFixed(1)} s → ${r.chaosSeconds.toFixed(1)} s (+${(r.chaosSeconds - r.twinSeconds).toFixed(1)} s) |${extra}`,
+      `| ${layoutOf(r)} | ${r.mode} | ${r.staleness} | ${r.kills} | ${result} | ${r.tokensTwin} | ${r.tokensTwice} (${((100 * r.tokensTwice) / Math.max(1, r.tokensTwin)).toFixed(1)}%) | ${r.updateRunsTwice} of ${r.updateRunsTwin} | ${r.twinSeconds.toFixed(1)} s → ${r.chaosSeconds.toFixed(1)} s (${signed(r.chaosSeconds - r.twinSeconds)} s) |${extra}`,
     );
   }
   return lines.join('\n');
