@@ -102,12 +102,15 @@ export const runConfigSchema = lazily(() =>
      * Partial rollouts (docs/running.md, "Partial rollouts"; batched rollouts, any staleness): a step starts
      * ceil(groupsPerStep x overProvision) groups (carried ones first), ends its rollout once minFinished
      * whole groups finished (default groupsPerStep), trains on the finished groups and carries the rest,
-     * turns and tokens so far, in the store into the next step's rollout.
+     * turns and tokens so far, in the store into the next step's rollout. maxCarrySteps bounds the carry:
+     * a group planned at step s is trained at step s + maxCarrySteps at the latest (that step's rollout
+     * waits for it to finish); unset: no bound.
      */
     partialRollouts: z
       .strictObject({
         overProvision: z.number().min(1, 'must be >= 1').max(8, 'must be <= 8').default(1.5),
         minFinished: int(1, 4096).optional(),
+        maxCarrySteps: int(1, 1_000_000).optional(),
       })
       .optional(),
     /** Fail the run after this many consecutive steps in which no model could train (every update skipped); 0: never. */
@@ -180,11 +183,26 @@ function pendingChildrenIssue(config: RunConfig, episodes: number): FieldIssue |
   };
 }
 
-/** Groups a step with partial rollouts keeps in flight, and how many whole ones end its rollout. */
-export function partialShape(config: Pick<RunConfig, 'groupsPerStep' | 'partialRollouts'>): { inFlight: number; minFinished: number } | undefined {
+/** The shape of a step with partial rollouts (the rollout activity's input, workflows/training-run/rollout.ts). */
+export interface PartialShape {
+  /** Groups in flight. */
+  inFlight: number;
+  /** Whole groups that end the rollout. */
+  minFinished: number;
+  /** Steps a group may be carried: one carried this often must finish in the step's rollout. Unset: no bound. */
+  maxCarrySteps?: number;
+}
+
+/** Groups a step with partial rollouts keeps in flight, how many whole ones end its rollout, and how often one may be carried. */
+export function partialShape(config: Pick<RunConfig, 'groupsPerStep' | 'partialRollouts'>): PartialShape | undefined {
   const p = config.partialRollouts;
   if (!p) return undefined;
-  return { inFlight: Math.ceil(config.groupsPerStep * p.overProvision - 1e-9), minFinished: p.minFinished ?? config.groupsPerStep };
+  return {
+    inFlight: Math.ceil(config.groupsPerStep * p.overProvision - 1e-9),
+    minFinished: p.minFinished ?? config.groupsPerStep,
+    // only when set: a run without it gives its rollout activity the input it always had
+    ...(p.maxCarrySteps === undefined ? {} : { maxCarrySteps: p.maxCarrySteps }),
+  };
 }
 
 function partialIssue(config: RunConfig, partial: NonNullable<RunConfig['partialRollouts']>): FieldIssue | undefined {

@@ -32,6 +32,13 @@ export interface PartialRolloutResult {
   carriedGroups: number;
   /** Steps since the oldest carried episode was planned, counted into the next step (0: none carried). */
   carriedMaxAge: number;
+  /**
+   * Steps from planning to this step of the oldest episode trained here (0: none carried), and the
+   * groups carried partialRollouts.maxCarrySteps times that the rollout held until they finished.
+   * Unset in results stored before they were counted.
+   */
+  trainedMaxAge?: number;
+  heldGroups?: number;
   /** Tokens sampled in this rollout, and tokens of carried episodes served from the store instead. */
   generatedTokens: number;
   replayedTokens: number;

@@ -16,6 +16,13 @@
  * sampled them); continuing it runs the episode again from its start with
  * those generations served back (its code and tools are deterministic given
  * them), so none of its tokens is generated twice.
+ *
+ * How often a group may be carried is bounded (partialRollouts.maxCarrySteps):
+ * a group carried that often is held, the rollout does not end before it is
+ * whole, so its oldest token is at most maxCarrySteps steps older than the
+ * step that trains it and none of its work is thrown away. Whether a group is
+ * held depends on its planning step alone (stored with it), so a retried
+ * rollout holds the same groups.
  */
 import type { GenerateCall, GenerateReply } from '../../agents/episode';
 
@@ -98,8 +105,8 @@ interface Waiter {
  * An episode calls `enter` before each live generation and `leave` after it, and
  * `finish` when it ended (finished episodes, carried ones included, may be finished
  * from the start). At each barrier the rollout ends if at least `minFinished`
- * groups are whole (every episode finished); pending generations are then
- * rejected with CarriedOver.
+ * groups are whole (every episode finished) and so is every group in `held`
+ * (groups at the carry bound); pending generations are then rejected with CarriedOver.
  */
 export class Lockstep {
   private allowed = 1;
@@ -117,6 +124,7 @@ export class Lockstep {
   constructor(
     private readonly groupOf: readonly string[],
     private readonly minFinished: number,
+    private readonly held: ReadonlySet<string> = new Set(),
   ) {
     const n = groupOf.length;
     this.calls = new Array<number>(n).fill(0);
@@ -171,7 +179,8 @@ export class Lockstep {
       if (this.inFlight[i]! > 0 || this.waiting[i]!.length === 0) return;
     }
     if (!anyOpen) return;
-    if (this.wholeGroups().size >= this.minFinished) {
+    const whole = this.wholeGroups();
+    if (whole.size >= this.minFinished && [...this.held].every((g) => whole.has(g))) {
       this.stopped = true;
       this.waiting.forEach((ws, i) => {
         if (ws.length > 0) this.carried[i] = true;
@@ -194,3 +203,13 @@ export class Lockstep {
 
 /** A group's key: the step that planned it and its index there (carried groups keep theirs). */
 export const groupKey = (fromStep: number, groupIndex: number) => `s${fromStep}:g${groupIndex}`;
+
+/**
+ * The groups the rollout of `step` must finish: those planned maxCarrySteps or more steps
+ * before it (carried maxCarrySteps times), whose keys are given with their planning step.
+ * None without a bound.
+ */
+export function heldGroups(step: number, groups: ReadonlyArray<{ key: string; fromStep: number }>, maxCarrySteps: number | undefined): Set<string> {
+  if (maxCarrySteps === undefined) return new Set();
+  return new Set(groups.filter((g) => step - g.fromStep >= maxCarrySteps).map((g) => g.key));
+}

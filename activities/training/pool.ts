@@ -61,7 +61,7 @@ import {
 } from './update-step';
 import { scoredEpisode, type TeamRef } from './control';
 import { episodesOf, planTrainEpisodes, type RolloutEpisodes } from './plan';
-import { CarriedOver, continuing, groupKey, Lockstep, type Generation } from './partial';
+import { CarriedOver, continuing, groupKey, heldGroups, Lockstep, type Generation } from './partial';
 import { commitPartialRollout, loadCarried, partialRolloutOf, type CarriedEpisode, type PartialRolloutResult } from '../store/carried';
 import { loadTasks } from '../tasks';
 import { openGatewaySessions } from '../../gateway';
@@ -324,9 +324,10 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints, episode
     /**
      * A step's partial rollout (batched mode; partial.ts): the groups carried into this step
      * and new ones up to `inFlight` groups run in lockstep rounds until `minFinished` whole
-     * groups finished; the whole groups are stored for this step's update, the rest carried
-     * into the next step, all in one transaction. A retry redoes the rollout from the same
-     * stored inputs (same cut, same episodes), or returns the committed result.
+     * groups finished (and every group carried `maxCarrySteps` times, when set); the whole
+     * groups are stored for this step's update, the rest carried into the next step, all in
+     * one transaction. A retry redoes the rollout from the same stored inputs (same cut, same
+     * episodes), or returns the committed result.
      */
     async rolloutPartial(
       input: TeamRef & {
@@ -336,6 +337,7 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints, episode
         groupSize: number;
         inFlight: number;
         minFinished: number;
+        maxCarrySteps?: number;
         versions: Record<string, number>;
       },
     ): Promise<PartialRolloutResult> {
@@ -357,9 +359,16 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints, episode
               generations: [],
             }));
       const all = [...carriedIn, ...planned];
+      // groups carried maxCarrySteps times are finished here: decided from the stored carried rows alone
+      const held = heldGroups(
+        step,
+        carriedIn.map((c) => ({ key: groupKey(c.fromStep, c.spec.groupIndex), fromStep: c.fromStep })),
+        input.maxCarrySteps,
+      );
       const lock = new Lockstep(
         all.map((e) => groupKey(e.fromStep, e.spec.groupIndex)),
         input.minFinished,
+        held,
       );
       const ended: Array<StoredEpisode | undefined> = all.map((e) => e.finished && { ...e.finished, meta: { ...e.finished.meta, step } });
       const records: Generation[][] = all.map(() => []);
@@ -431,6 +440,8 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints, episode
           carried: carried.length,
           carriedGroups: new Set(carried.map((e) => groupKey(e.fromStep, e.spec.groupIndex))).size,
           carriedMaxAge: Math.max(0, ...carried.map((e) => step + 1 - e.fromStep)),
+          trainedMaxAge: Math.max(0, ...all.filter((e) => whole.has(groupKey(e.fromStep, e.spec.groupIndex))).map((e) => step - e.fromStep)),
+          heldGroups: held.size,
           generatedTokens,
           replayedTokens,
           rounds: lock.rounds,

@@ -78,7 +78,7 @@ export function offPolicyLine(who: string, step: number, m: Record<string, numbe
 /** A partial-rollout step (team rows `partial.*`, workflows/training-run/steps.ts): what it ran and what it carried on. */
 export function partialLine(step: number, m: Record<string, number>): string {
   const n = (name: string) => (m[`partial.${name}`] === undefined ? '-' : String(m[`partial.${name}`]));
-  return `partial rollouts (step ${step}): groups ${n('groups')} in ${n('rounds')} rounds  carried ${n('carriedEpisodes')} episodes in ${n('carriedGroups')} groups, oldest ${n('carriedMaxAge')} steps  tokens sampled ${n('generatedTokens')}, served from the store ${n('replayedTokens')}`;
+  return `partial rollouts (step ${step}): groups ${n('groups')} in ${n('rounds')} rounds  carried ${n('carriedEpisodes')} episodes in ${n('carriedGroups')} groups, oldest ${n('carriedMaxAge')} steps  trained oldest ${n('trainedMaxAge')} steps, held ${n('heldGroups')} groups  tokens sampled ${n('generatedTokens')}, served from the store ${n('replayedTokens')}`;
 }
 
 /** Model m's correction as the stored run config sets it ('' when the config no longer parses). */

@@ -8,8 +8,10 @@ export const PARTIAL_PANELS: Record<string, [panel: string, series: string]> = {
   'partial.carriedEpisodes': ['carried into the next step', 'episodes'],
   'partial.carriedGroups': ['carried into the next step', 'groups'],
   'partial.carriedMaxAge': ["carried episodes' age (steps)", 'oldest'],
+  'partial.trainedMaxAge': ["carried episodes' age (steps)", 'oldest trained'],
   'partial.generatedTokens': ['rollout tokens (sampled / served from the store)', 'sampled'],
   'partial.replayedTokens': ['rollout tokens (sampled / served from the store)', 'served from the store'],
   'partial.groups': ['partial rollout: groups run and lockstep rounds', 'groups'],
   'partial.rounds': ['partial rollout: groups run and lockstep rounds', 'rounds'],
+  'partial.heldGroups': ['partial rollout: groups run and lockstep rounds', 'held at maxCarrySteps'],
 };

@@ -7,7 +7,7 @@ import { executeChild, patched } from '@temporalio/workflow';
 import type { Sampling } from '../../agents/agent';
 import type { Split } from '../../agents/tasks';
 import { rolloutNodeIdOf, type EpisodeSpec, type StepPlan } from '../../activities/training/plan';
-import { poolsOf } from '../../schema/run-config';
+import { poolsOf, type PartialShape } from '../../schema/run-config';
 import { episodeWorkflow } from '../episode';
 import { Patch } from '../patches';
 import { rolloutNode, runEpisodeChildren } from '../rollout-node';
@@ -80,12 +80,7 @@ export async function rolloutPlan(
  * into step `at` and new ones, sampling the `serving` versions, stores the whole groups for the
  * step's update and carries the rest into step at + 1.
  */
-export async function rolloutPartialStep(
-  run: RunState,
-  at: number,
-  shape: { inFlight: number; minFinished: number },
-  serving: Record<string, number>,
-): Promise<RolloutDone> {
+export async function rolloutPartialStep(run: RunState, at: number, shape: PartialShape, serving: Record<string, number>): Promise<RolloutDone> {
   const t0 = Date.now();
   const r = await poolOf(run, run.models[0]!).rolloutPartial({
     ...run.ref,
@@ -105,6 +100,9 @@ export async function rolloutPartialStep(
       'partial.carriedEpisodes': r.carried,
       'partial.carriedGroups': r.carriedGroups,
       'partial.carriedMaxAge': r.carriedMaxAge,
+      // results committed before these were counted (and their replays) have none
+      ...(r.trainedMaxAge === undefined ? {} : { 'partial.trainedMaxAge': r.trainedMaxAge }),
+      ...(r.heldGroups === undefined ? {} : { 'partial.heldGroups': r.heldGroups }),
       'partial.generatedTokens': r.generatedTokens,
       'partial.replayedTokens': r.replayedTokens,
       'partial.rounds': r.rounds,

@@ -12,7 +12,7 @@
  * sampled them (and their own behaviour log-probs, which the off-policy correction uses).
  */
 import { patched } from '@temporalio/workflow';
-import { partialShape, stalenessOf } from '../../schema/run-config';
+import { partialShape, stalenessOf, type PartialShape } from '../../schema/run-config';
 import { Patch } from '../patches';
 import { control, controlLocal } from './activities';
 import { rolloutPartialStep, rolloutPlan } from './rollout';
@@ -22,7 +22,7 @@ export class StalePipeline {
   private readonly minLag: number;
   private readonly maxLag: number;
   /** Partial rollouts: groups in flight and whole groups that end a step's rollout. */
-  private readonly partial: { inFlight: number; minFinished: number } | undefined;
+  private readonly partial: PartialShape | undefined;
   /** Serving versions at the steps a rollout may still need (step − maxLag … step). */
   private readonly versionsAt: Record<number, Record<string, number>> = {};
   private readonly rollouts = new Map<number, Promise<RolloutDone>>();

@@ -8,7 +8,7 @@ import type { EvalSummary } from '../../activities/training/control';
 import type { EpisodeSpec } from '../../activities/training/plan';
 import type { UpdateResult } from '../../activities/training/pool';
 import { applyOptimizerChange } from '../../schema/optimizer';
-import { offPolicyOf, partialShape } from '../../schema/run-config';
+import { offPolicyOf, partialShape, type PartialShape } from '../../schema/run-config';
 import { Patch } from '../patches';
 import { control, controlLocal, type Bookkeeping } from './activities';
 import { withOptimizer } from './resolve';
@@ -116,7 +116,7 @@ export async function runStep(run: RunState) {
 }
 
 /** One step with partial rollouts: one rollout activity runs carried and new groups and carries what did not finish. */
-async function runPartialStep(run: RunState, shape: { inFlight: number; minFinished: number }) {
+async function runPartialStep(run: RunState, shape: PartialShape) {
   const done = await rolloutPartialStep(run, run.step, shape, run.versions);
   run.failedEpisodes += done.failed;
   await updateStep(run, done, controlLocal);

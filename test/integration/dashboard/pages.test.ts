@@ -43,9 +43,9 @@ const OFF_POLICY_PANELS: Record<string, Record<string, string>> = {
 /** A partial-rollout run's panels (team rows): per panel, its metrics and their series. */
 const PARTIAL_PANELS: Record<string, Record<string, string>> = {
   'carried into the next step': { 'partial.carriedEpisodes': 'episodes', 'partial.carriedGroups': 'groups' },
-  "carried episodes' age (steps)": { 'partial.carriedMaxAge': 'oldest' },
+  "carried episodes' age (steps)": { 'partial.carriedMaxAge': 'oldest', 'partial.trainedMaxAge': 'oldest trained' },
   'rollout tokens (sampled / served from the store)': { 'partial.generatedTokens': 'sampled', 'partial.replayedTokens': 'served from the store' },
-  'partial rollout: groups run and lockstep rounds': { 'partial.groups': 'groups', 'partial.rounds': 'rounds' },
+  'partial rollout: groups run and lockstep rounds': { 'partial.groups': 'groups', 'partial.rounds': 'rounds', 'partial.heldGroups': 'held at maxCarrySteps' },
 };
 
 describe('dashboard pages', { skip }, () => {

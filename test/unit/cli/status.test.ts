@@ -59,13 +59,15 @@ it('partialLine: a partial-rollout step, what it ran and what it carried', () =>
       'partial.carriedEpisodes': 4,
       'partial.carriedGroups': 2,
       'partial.carriedMaxAge': 1,
+      'partial.trainedMaxAge': 2,
+      'partial.heldGroups': 1,
       'partial.generatedTokens': 300,
       'partial.replayedTokens': 40,
     }),
-    'partial rollouts (step 4): groups 6 in 9 rounds  carried 4 episodes in 2 groups, oldest 1 steps  tokens sampled 300, served from the store 40',
+    'partial rollouts (step 4): groups 6 in 9 rounds  carried 4 episodes in 2 groups, oldest 1 steps  trained oldest 2 steps, held 1 groups  tokens sampled 300, served from the store 40',
   );
   assert.equal(
     partialLine(0, { 'partial.groups': 4 }),
-    'partial rollouts (step 0): groups 4 in - rounds  carried - episodes in - groups, oldest - steps  tokens sampled -, served from the store -',
+    'partial rollouts (step 0): groups 4 in - rounds  carried - episodes in - groups, oldest - steps  trained oldest - steps, held - groups  tokens sampled -, served from the store -',
   );
 });

@@ -1,15 +1,15 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { GenerateCall } from '../../../agents/episode';
-import { CarriedOver, continuing, Lockstep, type Generation } from '../../../activities/training/partial';
+import { CarriedOver, continuing, heldGroups, Lockstep, type Generation } from '../../../activities/training/partial';
 import { parseRunConfig, partialShape, RunConfigError } from '../../../schema/run-config';
 import { seededRandom as rng } from '../../../agents/seed';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Episodes that each need `need[i]` live generations, with random generation and tool times. */
-async function simulate(groups: string[], need: number[], minFinished: number, seed: number) {
-  const lock = new Lockstep(groups, minFinished);
+async function simulate(groups: string[], need: number[], minFinished: number, seed: number, held?: Set<string>) {
+  const lock = new Lockstep(groups, minFinished, held);
   const random = rng(seed);
   const made = need.map(() => 0);
   const carried = need.map(() => false);
@@ -49,6 +49,32 @@ describe('Lockstep (partial rollouts)', () => {
   it('runs every episode to its end when the groups never suffice before the last round', async () => {
     const r = await simulate(groups, need, 3, 7);
     assert.deepEqual(r, { whole: ['A', 'B', 'C'], made: need, carried: need.map(() => false), rounds: 4 });
+  });
+
+  it('holds a group at the carry bound: the rollout ends only once it is whole', async () => {
+    // C held: the barrier after round 3 has A and B whole but not C (C0 has made 3 of 5);
+    // rounds 4 and 5 finish C0, so every episode runs to its end (4 barriers passed), none carried.
+    for (const seed of [1, 2]) {
+      const r = await simulate(groups, need, 2, seed, new Set(['C']));
+      assert.deepEqual(r, { whole: ['A', 'B', 'C'], made: need, carried: need.map(() => false), rounds: 4 }, `seed ${seed}`);
+    }
+    // A held: A is whole at the same barrier that ends the rollout anyway, so the cut is the unbounded one
+    assert.deepEqual(await simulate(groups, need, 2, 3, new Set(['A'])), expected);
+  });
+
+  it('a held group keeps the rollout going past minFinished, then it ends with the held group whole', async () => {
+    // Groups A [1, 1], B [1, 1], C [3, 1], 2 wanted. Round 1: A and B whole, C1 done, C0 made 1.
+    // Unbounded: the barrier after round 1 ends it (0 barriers passed), C0 carried with 1 generation.
+    const g = ['A', 'A', 'B', 'B', 'C', 'C'];
+    const n = [1, 1, 1, 1, 3, 1];
+    assert.deepEqual(await simulate(g, n, 2, 5), {
+      whole: ['A', 'B'],
+      made: [1, 1, 1, 1, 1, 1],
+      carried: [false, false, false, false, true, false],
+      rounds: 0,
+    });
+    // C held: barriers after rounds 1 and 2 pass (C0 at 1, then 2 of 3), round 3 finishes C0 and the rollout.
+    assert.deepEqual(await simulate(g, n, 2, 5, new Set(['C'])), { whole: ['A', 'B', 'C'], made: n, carried: n.map(() => false), rounds: 2 });
   });
 
   it('counts episodes finished from the start (carried finished ones) toward whole groups', async () => {
@@ -113,6 +139,25 @@ describe('continuing (carried generations)', () => {
   });
 });
 
+describe('heldGroups (partialRollouts.maxCarrySteps)', () => {
+  const groups = [
+    { key: 's3:g0', fromStep: 3 },
+    { key: 's4:g1', fromStep: 4 },
+    { key: 's2:g5', fromStep: 2 },
+  ];
+  it('holds the groups planned maxCarrySteps or more steps before the rollout', () => {
+    // at step 5 the groups are 5-3 = 2, 5-4 = 1 and 5-2 = 3 steps old
+    assert.deepEqual([...heldGroups(5, groups, 2)], ['s3:g0', 's2:g5']);
+    assert.deepEqual([...heldGroups(5, groups, 1)], ['s3:g0', 's4:g1', 's2:g5']);
+    assert.deepEqual([...heldGroups(5, groups, 3)], ['s2:g5']);
+    assert.deepEqual([...heldGroups(5, groups, 4)], []);
+  });
+  it('holds none without a bound, or with nothing carried in', () => {
+    assert.deepEqual([...heldGroups(5, groups, undefined)], []);
+    assert.deepEqual([...heldGroups(5, [], 1)], []);
+  });
+});
+
 describe('partialRollouts run setting', () => {
   const base = { team: 'math', groupsPerStep: 4, groupSize: 2 };
   it('is off by default and shapes the step when set', () => {
@@ -121,6 +166,9 @@ describe('partialRollouts run setting', () => {
     assert.deepEqual(partialShape(parseRunConfig({ ...base, partialRollouts: {} })), { inFlight: 6, minFinished: 4 });
     assert.deepEqual(partialShape(parseRunConfig({ ...base, partialRollouts: { overProvision: 1.25, minFinished: 3 } })), { inFlight: 5, minFinished: 3 });
     assert.deepEqual(partialShape(parseRunConfig({ ...base, partialRollouts: { overProvision: 2 } })), { inFlight: 8, minFinished: 4 });
+    // the bound only when set: a run without it gives its rollout activity the input it always had
+    assert.deepEqual(partialShape(parseRunConfig({ ...base, partialRollouts: { maxCarrySteps: 2 } })), { inFlight: 6, minFinished: 4, maxCarrySteps: 2 });
+    assert.equal('maxCarrySteps' in partialShape(parseRunConfig({ ...base, partialRollouts: {} }))!, false);
   });
   it('combines with asynchronous runs (staleness > 0), for every model or some', () => {
     assert.deepEqual(partialShape(parseRunConfig({ ...base, staleness: 1, partialRollouts: {} })), { inFlight: 6, minFinished: 4 });
@@ -140,6 +188,9 @@ describe('partialRollouts run setting', () => {
     refused({ ...base, partialRollouts: { minFinished: 7 } }, 'partialRollouts.minFinished', /ceil\(4 x 1.5\) = 6, got 7/);
     refused({ ...base, partialRollouts: { minFinished: 1.5 } }, 'partialRollouts.minFinished', /integer/);
     refused({ ...base, partialRollouts: { extra: 1 } }, 'partialRollouts.extra', /unknown field/);
+    refused({ ...base, partialRollouts: { maxCarrySteps: 0 } }, 'partialRollouts.maxCarrySteps', />= 1/);
+    refused({ ...base, partialRollouts: { maxCarrySteps: 1.5 } }, 'partialRollouts.maxCarrySteps', /integer/);
+    refused({ ...base, partialRollouts: { maxCarrySteps: '2' } }, 'partialRollouts.maxCarrySteps', /number/);
     refused({ ...base, rollout: 'durable', partialRollouts: {} }, 'partialRollouts', /batched/);
     refused({ ...base, rollout: 'durable', staleness: 1, partialRollouts: {} }, 'partialRollouts', /batched/);
   });
