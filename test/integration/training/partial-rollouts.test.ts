@@ -5,7 +5,10 @@
  * (their turns mix versions), so every planned episode is trained exactly once
  * or is still carried at the end, none is lost or repeated; carried generations
  * are served from the store, never sampled again; the same config gives the
- * same weights.
+ * same weights. With partialRollouts.maxCarrySteps, no episode is carried more
+ * often and none is trained later than the bound allows: no trained token is
+ * older than that, and the rollout waits for the held groups instead of
+ * dropping them.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
@@ -130,6 +133,70 @@ describe('partial rollouts (batched)', () => {
         JSON.stringify(r.generations),
       ]);
     assert.deepEqual(await carried('partial-chain-again'), await carried('partial-chain'));
+  });
+
+  it('maxCarrySteps 1: a carried group is trained in the next step, no trained token older than one step', async () => {
+    const runId = 'partial-chain-bounded';
+    const maxCarrySteps = 1;
+    // the unbounded run (the first test's) carried some episode twice or more: the bound has something to bound
+    const [unbounded] = await h.db.sql`SELECT max(into_step - from_step)::int AS age FROM carried_episodes WHERE run_id = 'partial-chain'`;
+    assert.ok(unbounded!.age > maxCarrySteps, `the unbounded run's oldest carried episode is ${unbounded!.age} steps old`);
+
+    const summary = await run(runId, { partialRollouts: { ...base.partialRollouts, maxCarrySteps } });
+    assert.equal(summary.status, 'completed');
+    assert.deepEqual(summary.versions, { policy: STEPS });
+    await checkRunBookkeeping(h, runId, STEPS, ['adder'], ['policy']);
+
+    const trainedAt = new Map<string, number>();
+    const results = (await h.db.sql`SELECT step, result FROM partial_rollouts WHERE run_id = ${runId} ORDER BY step`).map(
+      (r) => r.result as PartialRolloutResult,
+    );
+    assert.equal(results.length, STEPS);
+    for (let t = 0; t < STEPS; t++) {
+      let age = 0;
+      for (const e of await loadStepEpisodes(h.db.sql, runId, t, 'train')) {
+        trainedAt.set(e.meta.episodeId, t);
+        const origin = Number(/:s(\d+):/.exec(e.meta.episodeId)![1]);
+        age = Math.max(age, t - origin);
+        assert.ok(t - origin <= maxCarrySteps, `${e.meta.episodeId} planned at step ${origin}, trained at step ${t}`);
+        // staleness 0: rollout j samples version j, so the oldest token a step-t update sees is version t - maxCarrySteps
+        for (const turn of e.trajectory.turns)
+          for (const v of turn.tokenVersions ?? [turn.version])
+            assert.ok(v >= t - maxCarrySteps && v <= t, `${e.meta.episodeId} turn ${turn.index}: token version ${v} at step ${t}`);
+      }
+      assert.equal(results[t]!.trainedMaxAge, age, `step ${t}: trainedMaxAge`);
+    }
+    // From the store: nothing carried past the bound, and every group carried into a step (held there) is trained in it.
+    const carriedRows = await h.db.sql`SELECT into_step, from_step, episode_id FROM carried_episodes WHERE run_id = ${runId}`;
+    assert.ok(carriedRows.length > 0, 'episodes were carried');
+    const heldGroups = new Map<number, Set<string>>();
+    for (const r of carriedRows) {
+      const id = r.episode_id as string;
+      assert.ok(r.into_step - r.from_step <= maxCarrySteps, `${id} carried into step ${r.into_step} from step ${r.from_step}`);
+      if (r.into_step === STEPS) continue; // carried out of the last step: no rollout continued it
+      assert.equal(trainedAt.get(id), r.into_step, `${id} held and trained in step ${r.into_step}`);
+      heldGroups.set(r.into_step, (heldGroups.get(r.into_step) ?? new Set()).add(id.replace(/:e\d+$/, '')));
+    }
+    for (const [t, r] of results.entries()) assert.equal(r.heldGroups, heldGroups.get(t)?.size ?? 0, `step ${t}: heldGroups`);
+    assert.ok(
+      results.some((r) => r.heldGroups! > 0),
+      'some rollout held a group at the bound',
+    );
+    // none lost: every episode planned is trained once or still carried out of the last step
+    const ids = await h.db.sql`
+      SELECT DISTINCT episode_id FROM (
+        SELECT episode_id FROM episodes WHERE run_id = ${runId} AND split = 'train'
+        UNION ALL SELECT episode_id FROM carried_episodes WHERE run_id = ${runId}) x`;
+    const leftOver = carriedRows.filter((r) => r.into_step === STEPS).length;
+    assert.equal(ids.length, trainedAt.size + leftOver, 'every episode ever planned is trained or still carried');
+    const m = await h.db.sql`SELECT step, value FROM metrics WHERE run_id = ${runId} AND name = 'partial.heldGroups' ORDER BY step`;
+    assert.deepEqual(
+      m.map((r) => Number(r.value)),
+      results.map((r) => r.heldGroups),
+    );
+    note(
+      `bounded: trained ${trainedAt.size}, held groups per step ${results.map((r) => r.heldGroups).join(' ')}, unbounded run's oldest carried ${unbounded!.age} steps`,
+    );
   });
 });
 

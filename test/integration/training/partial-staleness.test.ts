@@ -7,7 +7,8 @@
  * (read from the carried rows and the trained turns' token versions); the update's
  * staleness histogram counts each token at its own version; the rollout of step
  * t + 1 is scheduled before the update of step t completes; the same config and
- * seed give the same weights.
+ * seed give the same weights. With maxCarrySteps n, no trained token is more than
+ * n + k versions older than the update's base version.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
@@ -49,7 +50,8 @@ describe('partial rollouts with staleness k = 1 (batched)', () => {
   after(async () => {
     await h?.shutdown();
   });
-  const run = (runId: string) => h.env.client.workflow.execute<typeof trainingRun>('trainingRun', { taskQueue: h.taskQueue, workflowId: runId, args: [base] });
+  const run = (runId: string, extra: Partial<RunConfigInput> = {}) =>
+    h.env.client.workflow.execute<typeof trainingRun>('trainingRun', { taskQueue: h.taskQueue, workflowId: runId, args: [{ ...base, ...extra }] });
 
   it('continues each carried episode in exactly one later rollout, every token under the version its rollout served', async () => {
     const runId = 'partial-stale-chain';
@@ -210,6 +212,43 @@ describe('partial rollouts with staleness k = 1 (batched)', () => {
     await run('partial-stale-chain-again');
     const weights = async (id: string) => (await listVersions(h.db.sql, id)).map((v) => `${v.model}@${v.version}:${v.sha256}`);
     assert.deepEqual(await weights('partial-stale-chain-again'), await weights('partial-stale-chain'));
+  });
+
+  it('maxCarrySteps 2: no trained token is more than 2 + k versions old, held groups are trained at the bound', async () => {
+    const runId = 'partial-stale-chain-bounded';
+    const n = 2;
+    const [unbounded] = await h.db.sql`SELECT max(into_step - from_step)::int AS age FROM carried_episodes WHERE run_id = 'partial-stale-chain'`;
+    assert.ok(unbounded!.age > n, `the unbounded run's oldest carried episode is ${unbounded!.age} steps old`);
+    const summary = await run(runId, { partialRollouts: { ...base.partialRollouts, maxCarrySteps: n } });
+    assert.equal(summary.status, 'completed');
+    await checkRunBookkeeping(h, runId, STEPS, ['adder'], ['policy']);
+    const trainedAt = new Map<string, number>();
+    let oldest = 0;
+    for (let t = 0; t < STEPS; t++)
+      for (const e of await loadStepEpisodes(h.db.sql, runId, t, 'train')) {
+        trainedAt.set(e.meta.episodeId, t);
+        const origin = Number(/:s(\d+):/.exec(e.meta.episodeId)![1]);
+        assert.ok(t - origin <= n, `${e.meta.episodeId} planned at step ${origin}, trained at step ${t}`);
+        // the update of step t has base version t; rollout j sampled version max(0, j - k), j >= t - n
+        for (const v of sampledVersions(e)) {
+          assert.ok(t - v <= n + K && v >= servedAt(origin), `${e.meta.episodeId}: token version ${v} at step ${t}`);
+          oldest = Math.max(oldest, t - v);
+        }
+      }
+    const carried = await h.db.sql`SELECT into_step, from_step, episode_id FROM carried_episodes WHERE run_id = ${runId}`;
+    assert.ok(carried.length > 0, 'episodes were carried');
+    for (const r of carried) {
+      assert.ok(r.into_step - r.from_step <= n, `${r.episode_id} carried into step ${r.into_step} from step ${r.from_step}`);
+      if (r.into_step - r.from_step === n && r.into_step < STEPS) assert.equal(trainedAt.get(r.episode_id), r.into_step, `${r.episode_id}: held and trained`);
+    }
+    const results = (await h.db.sql`SELECT result FROM partial_rollouts WHERE run_id = ${runId} ORDER BY step`).map((r) => r.result as PartialRolloutResult);
+    assert.ok(
+      results.some((r) => r.heldGroups! > 0),
+      'some rollout held a group at the bound',
+    );
+    note(
+      `bounded (n = ${n}, k = ${K}): trained ${trainedAt.size}, oldest trained token lag ${oldest}, held groups per step ${results.map((r) => r.heldGroups).join(' ')}`,
+    );
   });
 });
 
