@@ -3,14 +3,14 @@
  * `<state>/dashboard.pid`, stopped by `troupe down`), reused while it runs.
  */
 import * as path from 'node:path';
-import type { TroupeConfig } from '../infra/config';
+import { isWildcard, urlHost, type TroupeConfig } from '../infra/config';
 import { repoRoot } from '../infra/paths';
 import { runningService, spawnService, tailFile, pidAlive } from '../infra/processes';
 
 export function dashboardUrl(config: TroupeConfig): string {
   // A wildcard bind is still opened through loopback on this machine.
-  const host = config.dashboardHost === '0.0.0.0' || config.dashboardHost === '::' ? '127.0.0.1' : config.dashboardHost;
-  return `http://${host.includes(':') ? `[${host}]` : host}:${config.dashboardPort}`;
+  const host = isWildcard(config.dashboardHost) ? '127.0.0.1' : config.dashboardHost;
+  return `http://${urlHost(host)}:${config.dashboardPort}`;
 }
 
 /** Starts (or finds) the dashboard and waits until it answers; the line for `up`'s summary. */

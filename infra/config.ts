@@ -4,10 +4,13 @@
 //   const config = loadConfig();            // throws ConfigError (a TroupeError) on bad input
 //
 // The table in docs/operations.md ("Configuration") lists the same variables; keep them in step.
+import * as fs from 'node:fs';
+import { isIP } from 'node:net';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import { z } from 'zod';
 import { DEFAULT_POOL } from './pools';
-import { TroupeError } from './errors';
+import { TroupeError, errorMessage } from './errors';
 import { repoRoot } from './paths';
 
 /** A configuration problem: `variable` is the environment variable at fault. */
@@ -44,6 +47,17 @@ const hostPort = z.preprocess(
     .regex(/^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):\d{1,5}$/, 'must be host:port, e.g. 127.0.0.1:7233 or temporal.example.com:7233')
     .optional(),
 );
+
+// A host name or an IP address (IPv6 without brackets), to bind or to put in a URL.
+const hostName = z
+  .string()
+  .trim()
+  .refine(
+    (v) => isIP(v) !== 0 || /^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$/.test(v),
+    'must be a host name or an IP address (IPv6 without brackets), e.g. 0.0.0.0 or gw.example.com',
+  );
+const optionalHost = z.preprocess(unsetIfEmpty, hostName.optional());
+const hostWithDefault = (d: string) => z.preprocess(unsetIfEmpty, hostName.default(d));
 
 const postgresUrl = z.preprocess(
   unsetIfEmpty,
@@ -174,6 +188,10 @@ const schema = z.object({
   TROUPE_DASHBOARD_PORT: port(8234),
   TROUPE_DASHBOARD_HOST: stringWithDefault('127.0.0.1'),
   TROUPE_DASHBOARD_TOKEN: optionalString,
+  TROUPE_GATEWAY_HOST: hostWithDefault('127.0.0.1'),
+  TROUPE_GATEWAY_PUBLIC_HOST: optionalHost,
+  TROUPE_GATEWAY_TLS_CERT_PATH: optionalString,
+  TROUPE_GATEWAY_TLS_KEY_PATH: optionalString,
 });
 
 /** Every variable loadConfig reads (deploy/ files are checked against it). */
@@ -207,6 +225,16 @@ export interface PayloadKeysConfig {
   keyId: string;
   key: Uint8Array;
   oldKeys: Record<string, Uint8Array>;
+}
+
+/** Where each episode thread's gateway listens and the address its sessions' baseURLs carry (on an ephemeral port). */
+export interface GatewayConfig {
+  /** Address the gateway binds to (TROUPE_GATEWAY_HOST): loopback unless set; anything else needs TLS. */
+  host: string;
+  /** Host in each session's baseURL (TROUPE_GATEWAY_PUBLIC_HOST; default the bind address, or this machine's host name for 0.0.0.0 / ::). */
+  publicHost: string;
+  /** PEM certificate (chain) and key the gateway serves HTTPS with (TROUPE_GATEWAY_TLS_CERT_PATH, TROUPE_GATEWAY_TLS_KEY_PATH): both or neither. */
+  tls?: { certPath: string; keyPath: string };
 }
 
 export interface TroupeConfig {
@@ -249,6 +277,7 @@ export interface TroupeConfig {
   dashboardHost: string;
   /** Enables the dashboard's run controls for requests that carry it (TROUPE_DASHBOARD_TOKEN); unset: controls refused. */
   dashboardToken?: string;
+  gateway: GatewayConfig;
 }
 
 const hints: Record<string, string> = {
@@ -281,6 +310,21 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): TroupeConfig {
   }
   if (e.TROUPE_PAYLOAD_OLD_KEYS && !e.TROUPE_PAYLOAD_KEY) {
     throw new ConfigError('TROUPE_PAYLOAD_KEY', 'is required when TROUPE_PAYLOAD_OLD_KEYS is set', 'set the current key; old keys only decrypt');
+  }
+  if (Boolean(e.TROUPE_GATEWAY_TLS_CERT_PATH) !== Boolean(e.TROUPE_GATEWAY_TLS_KEY_PATH)) {
+    const missing = e.TROUPE_GATEWAY_TLS_CERT_PATH ? 'TROUPE_GATEWAY_TLS_KEY_PATH' : 'TROUPE_GATEWAY_TLS_CERT_PATH';
+    throw new ConfigError(
+      missing,
+      "is required with the other half of the gateway's certificate pair",
+      'set both TROUPE_GATEWAY_TLS_CERT_PATH and TROUPE_GATEWAY_TLS_KEY_PATH (HTTPS), or neither',
+    );
+  }
+  if (!e.TROUPE_GATEWAY_TLS_CERT_PATH && !isLoopback(e.TROUPE_GATEWAY_HOST)) {
+    throw new ConfigError(
+      'TROUPE_GATEWAY_TLS_CERT_PATH',
+      `is required to bind the gateway to ${e.TROUPE_GATEWAY_HOST} (TROUPE_GATEWAY_HOST): its sessions' keys must not cross the network in clear`,
+      'set TROUPE_GATEWAY_TLS_CERT_PATH and TROUPE_GATEWAY_TLS_KEY_PATH (PEM), or bind the gateway to loopback',
+    );
   }
   const tlsImplied = Boolean(e.TEMPORAL_TLS_SERVER_CA_CERT_PATH || e.TEMPORAL_TLS_CLIENT_CERT_PATH || e.TEMPORAL_TLS_SERVER_NAME || e.TEMPORAL_API_KEY);
   const stateDir = path.resolve(e.TROUPE_STATE_DIR ?? path.join(repoRoot, '.troupe'));
@@ -319,7 +363,35 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): TroupeConfig {
     dashboardPort: e.TROUPE_DASHBOARD_PORT,
     dashboardHost: e.TROUPE_DASHBOARD_HOST,
     dashboardToken: e.TROUPE_DASHBOARD_TOKEN,
+    gateway: {
+      host: e.TROUPE_GATEWAY_HOST,
+      publicHost: e.TROUPE_GATEWAY_PUBLIC_HOST ?? (isWildcard(e.TROUPE_GATEWAY_HOST) ? os.hostname() : e.TROUPE_GATEWAY_HOST),
+      tls:
+        e.TROUPE_GATEWAY_TLS_CERT_PATH && e.TROUPE_GATEWAY_TLS_KEY_PATH
+          ? { certPath: e.TROUPE_GATEWAY_TLS_CERT_PATH, keyPath: e.TROUPE_GATEWAY_TLS_KEY_PATH }
+          : undefined,
+    },
   };
+}
+
+/** An address that only this machine reaches: localhost, 127.0.0.0/8, ::1. */
+export function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || (isIP(host) === 4 && host.startsWith('127.'));
+}
+
+/** Every interface: 0.0.0.0 or ::. */
+export const isWildcard = (host: string) => host === '0.0.0.0' || host === '::';
+
+/** A host as it stands in a URL (an IPv6 address in brackets). */
+export const urlHost = (host: string) => (host.includes(':') ? `[${host}]` : host);
+
+/** A file a variable names (a PEM certificate or key), read now; unreadable → ConfigError naming the variable. */
+export function readConfigFile(variable: string, file: string): Buffer {
+  try {
+    return fs.readFileSync(file);
+  } catch (err) {
+    throw new ConfigError(variable, `cannot read ${file}: ${errorMessage(err)}`, 'point it at a readable PEM file');
+  }
 }
 
 /** The address clients use: TEMPORAL_ADDRESS, else the local dev server's port. */

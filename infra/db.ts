@@ -14,10 +14,9 @@
 // - timestamps come back as JS Date; jsonb as parsed JSON.
 // - TLS as libpq does it: sslmode / sslrootcert / sslcert / sslkey in the URL's query, else
 //   PGSSLMODE / PGSSLROOTCERT / PGSSLCERT / PGSSLKEY (postgresTls below).
-import * as fs from 'node:fs';
 import { checkServerIdentity, type ConnectionOptions as TlsOptions } from 'node:tls';
 import postgres from 'postgres';
-import { ConfigError, SSL_MODES, loadConfig, redactUrl, type DatabaseTlsConfig, type SslMode } from './config';
+import { ConfigError, SSL_MODES, loadConfig, readConfigFile, redactUrl, type DatabaseTlsConfig, type SslMode } from './config';
 import { TroupeError, errorMessage } from './errors';
 
 const INT8_OID = 20;
@@ -76,13 +75,7 @@ export function postgresTls(url: string, env: DatabaseTlsConfig): { url: string;
   if (Boolean(cert) !== Boolean(key))
     throw new ConfigError(cert ? (key?.from ?? 'PGSSLKEY') : 'PGSSLCERT', 'the client certificate needs both sslcert and sslkey');
   if (!mode && !root && !cert) return { url: stripped };
-  const read = (p: { value: string; from: string }) => {
-    try {
-      return fs.readFileSync(p.value);
-    } catch (err) {
-      throw new ConfigError(p.from, `cannot read ${p.value}: ${errorMessage(err)}`, 'point it at a readable PEM file');
-    }
-  };
+  const read = (p: { value: string; from: string }) => readConfigFile(p.from, p.value);
   const sslmode = (mode?.value ?? 'prefer') as SslMode;
   const clientCert = cert && key ? { cert: read(cert), key: read(key) } : {};
   const verify = sslmode === 'verify-ca' || sslmode === 'verify-full' || (sslmode === 'require' && root);

@@ -16,7 +16,7 @@ import * as path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import type { NativeConnection } from '@temporalio/worker';
 import { payloadDataConverter } from './codec';
-import { ConfigError, type TroupeConfig, loadConfig, temporalAddressOf } from './config';
+import { ConfigError, type TroupeConfig, loadConfig, readConfigFile, temporalAddressOf } from './config';
 import { TroupeError, errorMessage } from './errors';
 import { withLockFile } from './lock';
 import { cacheBinDir, cacheDir } from './paths';
@@ -393,13 +393,7 @@ export interface TemporalConnectionOptions {
   apiKey?: string;
 }
 
-function readPem(variable: string, file: string): Uint8Array {
-  try {
-    return new Uint8Array(fs.readFileSync(file));
-  } catch (err) {
-    throw new ConfigError(variable, `cannot read ${file}: ${errorMessage(err)}`, 'point it at a readable PEM file');
-  }
-}
+const readPem = (variable: string, file: string) => new Uint8Array(readConfigFile(variable, file));
 
 /** Address, TLS (server CA, client certificate for mTLS, server name) and API key for clients and workers alike. */
 export function temporalConnectionOptions(config: TroupeConfig, address = temporalAddressOf(config)): TemporalConnectionOptions {
