@@ -1,7 +1,8 @@
 /**
- * The gateway's HTTP server (node:http): OpenAI Chat Completions, Responses and Models
- * for the sessions of the episodes running in this thread. One server per
- * episode thread, on loopback; each episode registers a session per agent
+ * The gateway's HTTP server (node:http, or node:https with a certificate): OpenAI Chat
+ * Completions, Responses and Models for the sessions of the episodes running in this
+ * thread. One server per episode thread, on loopback unless configured (listen.ts:
+ * another address needs TLS), on an ephemeral port; each episode registers a session per agent
  * (`/s/<session>/v1`) under a per-episode random key, so a request reaches
  * only its own episode's agent. Requests of one episode are taken one at a
  * time, in arrival order, so its turns are numbered as they are recorded;
@@ -9,12 +10,15 @@
  */
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import * as http from 'node:http';
+import * as https from 'node:https';
 import type { AddressInfo } from 'node:net';
+import { urlHost } from '../infra/config';
 import type { EpisodeTurns, OpenSessions } from '../agents/episode';
 import { GatewayError, invalid } from './errors';
 import { parseChatRequest, type ChatRequest } from './request';
 import { parseResponsesRequest, responseBody, streamResponse } from './responses';
 import { EpisodeCalls } from './journal';
+import type { GatewayListen } from './listen';
 import { AgentSession, type Completion } from './session';
 
 /** An API the gateway serves: its request read as a ChatRequest (one turn), its reply written both ways. */
@@ -52,23 +56,25 @@ export class GatewayServer {
   private readonly keys = new Set<string>();
 
   private constructor(
-    private readonly server: http.Server,
+    private readonly server: http.Server | https.Server,
     readonly origin: string,
   ) {}
 
-  static async start(host = '127.0.0.1'): Promise<GatewayServer> {
+  /** A server on `listen.host`, an ephemeral port; HTTPS with `listen.tls`. */
+  static async start(listen: GatewayListen = { host: '127.0.0.1' }): Promise<GatewayServer> {
     let self: GatewayServer | undefined;
-    const server = http.createServer((req, res) => void self!.handle(req, res));
+    const handler = (req: http.IncomingMessage, res: http.ServerResponse) => void self!.handle(req, res);
+    const server = listen.tls ? https.createServer({ cert: listen.tls.cert, key: listen.tls.key }, handler) : http.createServer(handler);
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
-      server.listen(0, host, resolve);
+      server.listen(0, listen.host, resolve);
     });
     server.unref(); // a thread or process with no episodes is not kept alive by it
     // never close an idle keep-alive connection: a client reusing it as it closes gets a connection
     // error (the agent's call fails); the client closes idle connections itself
     server.keepAliveTimeout = 0;
     const { port } = server.address() as AddressInfo;
-    self = new GatewayServer(server, `http://${host}:${port}`);
+    self = new GatewayServer(server, `${listen.tls ? 'https' : 'http'}://${urlHost(listen.publicHost ?? listen.host)}:${port}`);
     return self;
   }
 

@@ -24,6 +24,7 @@ import { DEFAULT_POOL } from '../agents/model';
 import { payloadDataConverter } from '../infra/codec';
 import { checkpointStoreOf, type CheckpointStore } from '../infra/checkpoint-store';
 import { loadConfig, type PayloadKeysConfig } from '../infra/config';
+import { gatewayListen } from '../gateway';
 import { connect, dropPostgresJsStrays, type Sql } from '../infra/db';
 import { enterProjectFromEnvironment } from './project';
 import { loadTeamCode, workerIdentity } from './team-code';
@@ -247,6 +248,8 @@ export async function runPoolWorkerProcess(
     });
   }
   const config = loadConfig();
+  // its episode threads start their gateways from the same environment: an unreadable certificate stops the worker now
+  gatewayListen(config.gateway);
   const watchdog = watchProcess({ what: 'troupe pool worker', blockedLoopMs: config.blockedLoopS * 1000 });
   dropPostgresJsStrays(log);
   pool = await createPoolWorker({
