@@ -20,6 +20,7 @@ import { TROUPE_SEARCH_ATTRIBUTES } from '../infra/search-attributes';
 import { ensureTemporalBinary, pollerIdentities, temporalConnectionOptions, temporalServerVersion } from '../infra/temporal';
 import { setupTemporalSchema, temporalServerArgs } from '../infra/temporal-server';
 import { repoRoot } from '../infra/paths';
+import { makeCa, makeLeaf } from './certs';
 import { freePort } from './ports';
 import { childProcesses } from './chaos/stack';
 
@@ -41,45 +42,14 @@ export interface Certs {
   strangerKey: string;
 }
 
-function openssl(args: string[], cwd: string): void {
-  const r = spawnSync('openssl', args, { cwd, encoding: 'utf8' });
-  if (r.status !== 0) throw new Error(`openssl ${args.join(' ')} failed: ${r.stderr || r.error?.message}`);
-}
-
 /** A CA and leaf certificates (P-256) signed by it, with openssl, in `dir`. */
 export function makeCerts(dir: string): Certs {
-  const key = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
-  const ca = (name: string) => openssl(['req', '-x509', ...key, '-keyout', `${name}.key`, '-out', `${name}.pem`, '-days', '2', '-subj', `/CN=${name}`], dir);
-  const leaf = (name: string, signer: string, ext: string) => {
-    fs.writeFileSync(path.join(dir, `${name}.ext`), `basicConstraints=CA:FALSE\n${ext}\n`);
-    openssl(['req', ...key, '-keyout', `${name}.key`, '-out', `${name}.csr`, '-subj', `/CN=${name}`], dir);
-    openssl(
-      [
-        'x509',
-        '-req',
-        '-in',
-        `${name}.csr`,
-        '-CA',
-        `${signer}.pem`,
-        '-CAkey',
-        `${signer}.key`,
-        '-CAcreateserial',
-        '-out',
-        `${name}.pem`,
-        '-days',
-        '2',
-        '-extfile',
-        `${name}.ext`,
-      ],
-      dir,
-    );
-  };
-  ca('troupe-test-ca');
-  ca('stranger-ca');
-  leaf('server', 'troupe-test-ca', `subjectAltName=DNS:${SERVER_NAME}\nextendedKeyUsage=serverAuth,clientAuth`);
-  leaf('system-worker', 'troupe-test-ca', 'subjectAltName=DNS:system-worker\nextendedKeyUsage=clientAuth');
-  leaf('troupe', 'troupe-test-ca', 'subjectAltName=DNS:troupe-worker\nextendedKeyUsage=clientAuth');
-  leaf('stranger', 'stranger-ca', 'subjectAltName=DNS:stranger\nextendedKeyUsage=clientAuth');
+  makeCa(dir, 'troupe-test-ca');
+  makeCa(dir, 'stranger-ca');
+  makeLeaf(dir, 'server', 'troupe-test-ca', `subjectAltName=DNS:${SERVER_NAME}\nextendedKeyUsage=serverAuth,clientAuth`);
+  makeLeaf(dir, 'system-worker', 'troupe-test-ca', 'subjectAltName=DNS:system-worker\nextendedKeyUsage=clientAuth');
+  makeLeaf(dir, 'troupe', 'troupe-test-ca', 'subjectAltName=DNS:troupe-worker\nextendedKeyUsage=clientAuth');
+  makeLeaf(dir, 'stranger', 'stranger-ca', 'subjectAltName=DNS:stranger\nextendedKeyUsage=clientAuth');
   const p = (f: string) => path.join(dir, f);
   return {
     ca: p('troupe-test-ca.pem'),

@@ -6,6 +6,7 @@ import { test } from 'node:test';
 import { ConfigError, loadConfig } from '../../../infra/config';
 import { postgresTls } from '../../../infra/db';
 import { temporalConnectionOptions } from '../../../infra/temporal';
+import { gatewayListen } from '../../../gateway';
 
 function configError(env: Record<string, string>): ConfigError {
   try {
@@ -141,4 +142,49 @@ test('PostgreSQL: bad TLS settings name where they came from', () => {
     named(() => loadConfig({ PGSSLMODE: 'on' })),
     'PGSSLMODE',
   );
+});
+
+/** The ConfigError loadConfig or the gateway's start-up (gatewayListen reads the PEM files) throws for env. */
+function gatewayError(env: Record<string, string>): ConfigError {
+  try {
+    gatewayListen(loadConfig(env).gateway);
+  } catch (err) {
+    assert.ok(err instanceof ConfigError, `expected ConfigError, got ${err}`);
+    return err;
+  }
+  assert.fail(`expected ${JSON.stringify(env)} to be refused`);
+}
+
+test('gateway: loopback and plain HTTP by default; a certificate pair turns HTTPS on and is read at start', () => {
+  assert.deepEqual(loadConfig({}).gateway, { host: '127.0.0.1', publicHost: '127.0.0.1', tls: undefined });
+  assert.deepEqual(gatewayListen(loadConfig({}).gateway), { host: '127.0.0.1', publicHost: '127.0.0.1', tls: undefined });
+  const tls = { TROUPE_GATEWAY_TLS_CERT_PATH: crt, TROUPE_GATEWAY_TLS_KEY_PATH: key };
+  const listen = gatewayListen(loadConfig({ ...tls, TROUPE_GATEWAY_HOST: '10.1.2.3' }).gateway);
+  assert.equal(listen.host, '10.1.2.3');
+  assert.equal(listen.publicHost, '10.1.2.3');
+  assert.equal(listen.tls?.cert.toString(), '-----BEGIN client.pem-----\n');
+  assert.equal(listen.tls?.key.toString(), '-----BEGIN client.key-----\n');
+  // a wildcard bind advertises this machine's name, unless told another
+  assert.equal(loadConfig({ ...tls, TROUPE_GATEWAY_HOST: '0.0.0.0' }).gateway.publicHost, os.hostname());
+  assert.equal(loadConfig({ ...tls, TROUPE_GATEWAY_HOST: '::' }).gateway.publicHost, os.hostname());
+  assert.equal(loadConfig({ ...tls, TROUPE_GATEWAY_HOST: '::', TROUPE_GATEWAY_PUBLIC_HOST: 'gw.example.com' }).gateway.publicHost, 'gw.example.com');
+  // other loopback addresses need no TLS
+  for (const host of ['localhost', '127.0.0.2', '::1']) assert.equal(loadConfig({ TROUPE_GATEWAY_HOST: host }).gateway.host, host);
+});
+
+test('gateway: bad settings are refused naming the variable; another address without TLS names the certificate', () => {
+  assert.equal(gatewayError({ TROUPE_GATEWAY_TLS_CERT_PATH: crt }).variable, 'TROUPE_GATEWAY_TLS_KEY_PATH');
+  assert.equal(gatewayError({ TROUPE_GATEWAY_TLS_KEY_PATH: key }).variable, 'TROUPE_GATEWAY_TLS_CERT_PATH');
+  for (const host of ['0.0.0.0', '::', '10.1.2.3', 'gw.example.com']) {
+    const e = gatewayError({ TROUPE_GATEWAY_HOST: host });
+    assert.equal(e.variable, 'TROUPE_GATEWAY_TLS_CERT_PATH');
+    assert.match(e.message, new RegExp(`bind the gateway to ${host.replace(/\./g, '\\.')} \\(TROUPE_GATEWAY_HOST\\)`));
+  }
+  assert.equal(gatewayError({ TROUPE_GATEWAY_HOST: 'https://gw:443' }).variable, 'TROUPE_GATEWAY_HOST');
+  assert.equal(gatewayError({ TROUPE_GATEWAY_HOST: '[::1]' }).variable, 'TROUPE_GATEWAY_HOST');
+  assert.equal(gatewayError({ TROUPE_GATEWAY_PUBLIC_HOST: 'gw.example.com/x' }).variable, 'TROUPE_GATEWAY_PUBLIC_HOST');
+  const missing = gatewayError({ TROUPE_GATEWAY_TLS_CERT_PATH: path.join(dir, 'nope.pem'), TROUPE_GATEWAY_TLS_KEY_PATH: key });
+  assert.equal(missing.variable, 'TROUPE_GATEWAY_TLS_CERT_PATH');
+  assert.match(missing.message, /cannot read .*nope\.pem/);
+  assert.equal(gatewayError({ TROUPE_GATEWAY_TLS_CERT_PATH: crt, TROUPE_GATEWAY_TLS_KEY_PATH: dir + '/none.key' }).variable, 'TROUPE_GATEWAY_TLS_KEY_PATH');
 });
