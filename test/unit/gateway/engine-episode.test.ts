@@ -7,17 +7,10 @@
  * concurrent episodes' calls are each recorded in their own episode.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import OpenAI from 'openai';
-import type { EpisodeIO, GenerateCall, GenerateReply } from '../../../agents/episode';
-import { engineSpec } from '../../../agents/model';
 import { runBatchedEpisode } from '../../../activities/training/episode-sandbox';
-import { generateOne } from '../../../activities/training/pool';
-import { modelKey } from '../../../activities/training/update-step';
-import { EngineClient } from '../../../engines/protocol/client';
-import { startEngineServer } from '../../../engines/onnx/server';
-import { openGatewaySessions } from '../../../gateway';
-import { cpuEngine } from '../engine/helpers';
+import { assertExact, sampledTurns, suiteEngine, type EngineLog } from './engine';
 import { gatewayTeam, tokenizer } from './team';
 
 const tools: OpenAI.ChatCompletionTool[] = [
@@ -51,43 +44,16 @@ const conversation =
   };
 
 describe('gateway against the real engine', () => {
-  let server: Awaited<ReturnType<typeof startEngineServer>>;
-  let client: EngineClient;
-  const runId = 'gw';
-  before(async () => {
-    server = await startEngineServer(cpuEngine({ batchWindowMs: 20 }), '127.0.0.1', 0);
-    client = new EngineClient(server.address);
-    const team = gatewayTeam(async () => undefined);
-    for (const model of ['policy', 'other']) await client.initModel({ modelKey: modelKey(runId, model), spec: engineSpec(team.models[model]!), seed: 3 });
-  });
-  after(async () => {
-    client?.close();
-    await server?.shutdown();
-  });
-
-  const io = (log: Array<{ call: GenerateCall; reply: GenerateReply }>): EpisodeIO => ({
-    async generate(call) {
-      const reply = await generateOne(client, runId, call);
-      log.push({ call, reply });
-      return reply;
-    },
-    callTool: async () => ({ ok: false, error: 'none', durationMs: 0 }),
-    now: () => 0,
-    openSessions: openGatewaySessions,
-  });
+  const engine = suiteEngine(20, { runId: 'gw', seed: 3 });
+  const io = (log: EngineLog) => engine.io('gw', log);
   const input = (episodeId: string, seed: number) => ({ episodeId, seed, task: 0, versions: { policy: 0, other: 0 } });
 
   it('records exactly what the engine was given and sampled; stream and non-stream sample the same tokens', async () => {
-    const plainLog: Array<{ call: GenerateCall; reply: GenerateReply }> = [];
+    const plainLog: EngineLog = [];
     const plain = await runBatchedEpisode(gatewayTeam(conversation(false)), input('p', 11), io(plainLog));
     assert.equal(plain.status, 'completed', plain.error);
     assert.equal(plain.turns.length, 3);
-    for (const [i, t] of plain.turns.entries()) {
-      const { call, reply } = plainLog[i]!;
-      assert.deepEqual(t.contextTokens, call.context, `turn ${i}: context`);
-      assert.deepEqual(t.responseTokens, reply.tokens, `turn ${i}: sampled ids`);
-      assert.deepEqual(t.logprobs, reply.logprobs, `turn ${i}: behaviour log-probs`);
-    }
+    assertExact(plain.turns, plainLog);
     // each later turn continues the previous one's ids (the replies were matched, never re-tokenized)
     for (const i of [1, 2]) {
       const prev = plain.turns[i - 1]!;
@@ -104,22 +70,16 @@ describe('gateway against the real engine', () => {
     const streamed = await runBatchedEpisode(gatewayTeam(conversation(true)), input('s', 11), io(streamedLog));
     assert.equal(streamed.status, 'completed', streamed.error);
     assert.deepEqual(streamed.outcome, plain.outcome);
-    assert.deepEqual(
-      streamed.turns.map((t) => [t.contextTokens, t.responseTokens, t.logprobs]),
-      plain.turns.map((t) => [t.contextTokens, t.responseTokens, t.logprobs]),
-    );
+    assert.deepEqual(sampledTurns(streamed), sampledTurns(plain));
   });
 
   it('concurrent episodes: every call is a turn of its own episode', async () => {
-    const logs = Array.from({ length: 8 }, () => [] as Array<{ call: GenerateCall; reply: GenerateReply }>);
+    const logs = Array.from({ length: 8 }, () => [] as EngineLog);
     const runs = await Promise.all(logs.map((log, k) => runBatchedEpisode(gatewayTeam(conversation(k % 2 === 1)), input(`c${k}`, 100 + k), io(log))));
     runs.forEach((r, k) => {
       assert.equal(r.status, 'completed', r.error);
       // the engine calls made through episode k's runtime are exactly episode k's turns
-      assert.deepEqual(
-        r.turns.map((t) => [t.contextTokens, t.responseTokens, t.logprobs]),
-        logs[k]!.map((l) => [l.call.context, l.reply.tokens, l.reply.logprobs]),
-      );
+      assertExact(r.turns, logs[k]!);
     });
     // the same seed alone gives the same episode as among others
     const alone = await runBatchedEpisode(gatewayTeam(conversation(false)), input('c0', 100), io([]));

@@ -17,48 +17,32 @@
  * the taught version.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
-import type { EpisodeIO, GenerateCall, GenerateReply } from '../../../agents/episode';
+import { describe, it } from 'node:test';
 import { engineSpec } from '../../../agents/model';
 import type { AnyTeam } from '../../../agents/team';
 import { runBatchedEpisode } from '../../../activities/training/episode-sandbox';
-import { generateOne } from '../../../activities/training/pool';
 import { modelKey } from '../../../activities/training/update-step';
-import { EngineClient } from '../../../engines/protocol/client';
-import { startEngineServer } from '../../../engines/onnx/server';
-import { openGatewaySessions } from '../../../gateway';
 import { aiSdkLookupTeam, LOOKUP_CALL } from '../../../examples/teams/ai-sdk-lookup';
 import { agentsHandoffTeam, HANDOFF_CALL } from '../../../examples/teams/agents-handoff';
 import { pythonLookupTeam } from '../../../examples/teams/python-lookup';
-import { cpuEngine } from '../engine/helpers';
-
-type Log = Array<{ call: GenerateCall; reply: GenerateReply }>;
+import { assertExact, suiteEngine, type EngineLog } from './engine';
 
 describe('framework teams against the real gateway and engine', () => {
-  let server: Awaited<ReturnType<typeof startEngineServer>>;
-  let client: EngineClient;
-  before(async () => {
-    server = await startEngineServer(cpuEngine({ batchWindowMs: 5 }), '127.0.0.1', 0);
-    client = new EngineClient(server.address);
-  });
-  after(async () => {
-    client?.close();
-    await server?.shutdown();
-  });
+  const engine = suiteEngine(5);
 
   /** Teaches `lesson` (context text -> wanted reply pieces) to a fresh model; returns the version that knows it. */
   async function teach(team: AnyTeam, runId: string, lesson: Array<[string[], string[]]>): Promise<number> {
     const tok = team.tokenizer;
     const key = modelKey(runId, 'policy');
-    await client.initModel({ modelKey: key, spec: engineSpec(team.models.policy!), seed: 1 });
+    await engine.client.initModel({ modelKey: key, spec: engineSpec(team.models.policy!), seed: 1 });
     // the teams reply one token (max_tokens 1): a tool call's reply is that token, with no EOS after it
     const ids = (pieces: string[]) => pieces.flatMap((p) => tok.encode(p));
     const samples = lesson.map(([context, reply]) => ({ context: [tok.bosId, ...ids(context)], tokens: ids(reply) }));
     let version = 0;
     for (let round = 0; round < 300; round++) {
-      const scored = await client.score({ modelKey: key, version, sequences: samples });
+      const scored = await engine.client.score({ modelKey: key, version, sequences: samples });
       if (scored.sequences.every((s) => s.logprobs.every((l) => l > Math.log(0.9)))) return version;
-      const res = await client.update({
+      const res = await engine.client.update({
         modelKey: key,
         baseVersion: version,
         requestId: `teach-${runId}-${round}`,
@@ -76,27 +60,6 @@ describe('framework teams against the real gateway and engine', () => {
     throw new Error('the lesson was not learned in 300 updates');
   }
 
-  const io = (runId: string, log: Log): EpisodeIO => ({
-    async generate(call) {
-      const reply = await generateOne(client, runId, call);
-      log.push({ call, reply });
-      return reply;
-    },
-    callTool: async () => ({ ok: false, error: 'none', durationMs: 0 }),
-    now: () => 0,
-    openSessions: openGatewaySessions,
-  });
-
-  /** Each recorded turn is exactly one engine call's context, ids and log-probs. */
-  function assertExact(turns: Awaited<ReturnType<typeof runBatchedEpisode>>['turns'], log: Log) {
-    assert.equal(turns.length, log.length);
-    for (const [i, t] of turns.entries()) {
-      assert.deepEqual(t.contextTokens, log[i]!.call.context, `turn ${i}: context`);
-      assert.deepEqual(t.responseTokens, log[i]!.reply.tokens, `turn ${i}: sampled ids`);
-      assert.deepEqual(t.logprobs, log[i]!.reply.logprobs, `turn ${i}: behaviour log-probs`);
-    }
-  }
-
   it('Vercel AI SDK: generateText calls the tool, then answers; every turn is what the engine sampled', async () => {
     const team = aiSdkLookupTeam();
     const digits = [...'0123456789'];
@@ -105,8 +68,12 @@ describe('framework teams against the real gateway and engine', () => {
       ...digits.map((d): [string[], string[]] => [['[lookup]U?>', LOOKUP_CALL, `T${d}>`], [d]]),
     ]);
     for (const secret of [3, 8]) {
-      const log: Log = [];
-      const t = await runBatchedEpisode(team, { episodeId: `ai${secret}`, seed: secret, task: { secret }, versions: { policy: version } }, io('ai', log));
+      const log: EngineLog = [];
+      const t = await runBatchedEpisode(
+        team,
+        { episodeId: `ai${secret}`, seed: secret, task: { secret }, versions: { policy: version } },
+        engine.io('ai', log),
+      );
       assert.equal(t.status, 'completed', t.error);
       assert.deepEqual(t.outcome, { answer: String(secret), looked: true });
       assert.equal(t.turns.length, 2, 'the tool call, then the answer');
@@ -138,8 +105,8 @@ describe('framework teams against the real gateway and engine', () => {
       ['chat completions', { api: 'chat-completions' }],
     ] as const) {
       const team = agentsHandoffTeam(options);
-      const log: Log = [];
-      const t = await runBatchedEpisode(team, { episodeId: 'sdk5', seed: 5, task: { secret: 5 }, versions: { policy: version } }, io('sdk', log));
+      const log: EngineLog = [];
+      const t = await runBatchedEpisode(team, { episodeId: 'sdk5', seed: 5, task: { secret: 5 }, versions: { policy: version } }, engine.io('sdk', log));
       assert.equal(t.status, 'completed', `${name}: ${t.error}`);
       assert.deepEqual(t.outcome, { answer: '5', handedOff: true, looked: true }, name);
       assert.deepEqual(
@@ -172,8 +139,12 @@ describe('framework teams against the real gateway and engine', () => {
       ...digits.map((d): [string[], string[]] => [['[lookup]U?>', LOOKUP_CALL, `T${d}>`], [d]]),
     ]);
     for (const secret of [2, 9]) {
-      const log: Log = [];
-      const t = await runBatchedEpisode(team, { episodeId: `py${secret}`, seed: secret, task: { secret }, versions: { policy: version } }, io('py', log));
+      const log: EngineLog = [];
+      const t = await runBatchedEpisode(
+        team,
+        { episodeId: `py${secret}`, seed: secret, task: { secret }, versions: { policy: version } },
+        engine.io('py', log),
+      );
       assert.equal(t.status, 'completed', t.error);
       assert.deepEqual(t.outcome, { answer: String(secret), looked: true });
       assert.equal(t.turns.length, 2, 'the tool call, then the answer');

@@ -13,20 +13,14 @@ import { execFile } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { after, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import OpenAI from 'openai';
-import type { EpisodeIO, GenerateCall, GenerateReply, OpenSessions } from '../../../agents/episode';
-import { engineSpec } from '../../../agents/model';
 import { runBatchedEpisode } from '../../../activities/training/episode-sandbox';
-import { generateOne } from '../../../activities/training/pool';
-import { modelKey } from '../../../activities/training/update-step';
-import { EngineClient } from '../../../engines/protocol/client';
-import { startEngineServer } from '../../../engines/onnx/server';
-import { GatewayServer, gatewayListen, openGatewaySessions } from '../../../gateway';
+import { GatewayServer, gatewayListen } from '../../../gateway';
 import { loadConfig } from '../../../infra/config';
 import { makeCa, makeLeaf } from '../../../testing/certs';
-import { cpuEngine } from '../engine/helpers';
+import { assertExact, sampledTurns, suiteEngine, type EngineLog } from './engine';
 import { gatewayTeam } from './team';
 
 const AGENT = path.join(__dirname, 'remote-agent.ts');
@@ -59,34 +53,11 @@ async function remoteAgent(session: { baseURL: string; apiKey: string }): Promis
 }
 
 describe('gateway over TLS', () => {
-  let server: Awaited<ReturnType<typeof startEngineServer>>;
-  let client: EngineClient;
-  const runId = 'gw-tls';
-  before(async () => {
-    server = await startEngineServer(cpuEngine({ batchWindowMs: 20 }), '127.0.0.1', 0);
-    client = new EngineClient(server.address);
-    const team = gatewayTeam(async () => undefined);
-    for (const model of ['policy', 'other']) await client.initModel({ modelKey: modelKey(runId, model), spec: engineSpec(team.models[model]!), seed: 3 });
-  });
-  after(async () => {
-    client?.close();
-    await server?.shutdown();
-    fs.rmSync(dir, { recursive: true, force: true });
-  });
-
-  const io = (openSessions: EpisodeIO['openSessions'], log: Array<{ call: GenerateCall; reply: GenerateReply }> = []): EpisodeIO => ({
-    async generate(call) {
-      const reply = await generateOne(client, runId, call);
-      log.push({ call, reply });
-      return reply;
-    },
-    callTool: async () => ({ ok: false, error: 'none', durationMs: 0 }),
-    now: () => 0,
-    openSessions,
-  });
+  const engine = suiteEngine(20, { runId: 'gw-tls', seed: 3 });
+  /** Sessions on `gateway`, else on this thread's (openGatewaySessions: started from the environment). */
+  const io = (gateway: GatewayServer | undefined, log: EngineLog = []) => engine.io('gw-tls', log, gateway && (async (ep) => gateway.open(ep)));
+  after(() => fs.rmSync(dir, { recursive: true, force: true }));
   const input = (episodeId: string) => ({ episodeId, seed: 21, task: 0, versions: { policy: 0, other: 0 } });
-  const turnsOf = (t: { turns: Array<{ contextTokens: number[]; responseTokens: number[]; logprobs: number[] }> }) =>
-    t.turns.map((x) => [x.contextTokens, x.responseTokens, x.logprobs]);
 
   it('an episode over https (configured by TROUPE_GATEWAY_TLS_*) records exactly the turns it records over http', async () => {
     const plain = await GatewayServer.start();
@@ -96,20 +67,15 @@ describe('gateway over TLS', () => {
       return remoteAgent(agents.solver.openai);
     });
     try {
-      const overHttp = await runBatchedEpisode(
-        remoteTeam,
-        input('h'),
-        io(async (ep) => plain.open(ep)),
-      );
+      const overHttp = await runBatchedEpisode(remoteTeam, input('h'), io(plain));
       // this thread's gateway, started on first use from the environment as an episode thread's is
-      const saved = { ...process.env };
       Object.assign(process.env, TLS_ENV);
-      const log: Array<{ call: GenerateCall; reply: GenerateReply }> = [];
+      const log: EngineLog = [];
       let overHttps;
       try {
-        overHttps = await runBatchedEpisode(remoteTeam, input('s'), io(openGatewaySessions, log));
+        overHttps = await runBatchedEpisode(remoteTeam, input('s'), io(undefined, log));
       } finally {
-        process.env = saved;
+        for (const k of Object.keys(TLS_ENV)) delete process.env[k];
       }
       assert.match(baseURLs[0]!, /^http:\/\/127\.0\.0\.1:\d+\/s\/[\w-]+\/v1$/);
       assert.match(baseURLs[1]!, /^https:\/\/127\.0\.0\.1:\d+\/s\/[\w-]+\/v1$/);
@@ -119,12 +85,9 @@ describe('gateway over TLS', () => {
         assert.equal(t.turns.length, 2);
       }
       assert.deepEqual(overHttps.outcome, overHttp.outcome);
-      assert.deepEqual(turnsOf(overHttps), turnsOf(overHttp));
+      assert.deepEqual(sampledTurns(overHttps), sampledTurns(overHttp));
       // and they are what the engine was given and sampled
-      assert.deepEqual(
-        turnsOf(overHttps),
-        log.map((l) => [l.call.context, l.reply.tokens, l.reply.logprobs]),
-      );
+      assertExact(overHttps.turns, log);
     } finally {
       await plain.close();
     }
@@ -145,11 +108,7 @@ describe('gateway over TLS', () => {
       return null;
     });
     try {
-      const t = await runBatchedEpisode(
-        team,
-        input('x'),
-        io(async (ep) => secure.open(ep)),
-      );
+      const t = await runBatchedEpisode(team, input('x'), io(secure));
       assert.equal(t.status, 'completed', t.error);
       const wrongKey = seen.wrongKey as AgentResult;
       assert.deepEqual(
@@ -170,26 +129,19 @@ describe('gateway over TLS', () => {
   it('bound to a non-loopback address with TLS, it serves a session there', async (t) => {
     if (!remoteIp) return t.skip('this machine has no non-loopback IPv4 address');
     const remote = await GatewayServer.start(gatewayListen(loadConfig({ ...TLS_ENV, TROUPE_GATEWAY_HOST: remoteIp }).gateway));
-    const log: Array<{ call: GenerateCall; reply: GenerateReply }> = [];
+    const log: EngineLog = [];
     let baseURL = '';
     const team = gatewayTeam(async ({ agents }) => {
       baseURL = agents.solver.openai.baseURL;
       return remoteAgent(agents.solver.openai);
     });
     try {
-      const traj = await runBatchedEpisode(
-        team,
-        input('r'),
-        io(async (ep): Promise<OpenSessions> => remote.open(ep), log),
-      );
+      const traj = await runBatchedEpisode(team, input('r'), io(remote, log));
       assert.equal(baseURL.startsWith(`https://${remoteIp}:`), true, baseURL);
       assert.equal(traj.status, 'completed', traj.error);
       assert.equal((traj.outcome as AgentResult).error, undefined, JSON.stringify(traj.outcome));
       assert.equal(traj.turns.length, 2);
-      assert.deepEqual(
-        turnsOf(traj),
-        log.map((l) => [l.call.context, l.reply.tokens, l.reply.logprobs]),
-      );
+      assertExact(traj.turns, log);
     } finally {
       await remote.close();
     }
