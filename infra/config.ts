@@ -300,25 +300,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): TroupeConfig {
     throw new ConfigError(variable, issue.message, hint || `fix or unset ${variable}`);
   }
   const e = result.data;
-  if (Boolean(e.TEMPORAL_TLS_CLIENT_CERT_PATH) !== Boolean(e.TEMPORAL_TLS_CLIENT_KEY_PATH)) {
-    const missing = e.TEMPORAL_TLS_CLIENT_CERT_PATH ? 'TEMPORAL_TLS_CLIENT_KEY_PATH' : 'TEMPORAL_TLS_CLIENT_CERT_PATH';
-    throw new ConfigError(
-      missing,
-      'is required with the other half of the client certificate pair',
-      'set both TEMPORAL_TLS_CLIENT_CERT_PATH and TEMPORAL_TLS_CLIENT_KEY_PATH (mTLS), or neither',
-    );
-  }
+  certificatePair(e, 'TEMPORAL_TLS_CLIENT_CERT_PATH', 'TEMPORAL_TLS_CLIENT_KEY_PATH', 'the client certificate pair', 'mTLS');
   if (e.TROUPE_PAYLOAD_OLD_KEYS && !e.TROUPE_PAYLOAD_KEY) {
     throw new ConfigError('TROUPE_PAYLOAD_KEY', 'is required when TROUPE_PAYLOAD_OLD_KEYS is set', 'set the current key; old keys only decrypt');
   }
-  if (Boolean(e.TROUPE_GATEWAY_TLS_CERT_PATH) !== Boolean(e.TROUPE_GATEWAY_TLS_KEY_PATH)) {
-    const missing = e.TROUPE_GATEWAY_TLS_CERT_PATH ? 'TROUPE_GATEWAY_TLS_KEY_PATH' : 'TROUPE_GATEWAY_TLS_CERT_PATH';
-    throw new ConfigError(
-      missing,
-      "is required with the other half of the gateway's certificate pair",
-      'set both TROUPE_GATEWAY_TLS_CERT_PATH and TROUPE_GATEWAY_TLS_KEY_PATH (HTTPS), or neither',
-    );
-  }
+  certificatePair(e, 'TROUPE_GATEWAY_TLS_CERT_PATH', 'TROUPE_GATEWAY_TLS_KEY_PATH', "the gateway's certificate pair", 'HTTPS');
   if (!e.TROUPE_GATEWAY_TLS_CERT_PATH && !isLoopback(e.TROUPE_GATEWAY_HOST)) {
     throw new ConfigError(
       'TROUPE_GATEWAY_TLS_CERT_PATH',
@@ -372,6 +358,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): TroupeConfig {
           : undefined,
     },
   };
+}
+
+/** A certificate and its key come both or neither: the missing one is named. */
+function certificatePair(e: Partial<Record<string, unknown>>, cert: string, key: string, what: string, use: string): void {
+  if (Boolean(e[cert]) === Boolean(e[key])) return;
+  throw new ConfigError(e[cert] ? key : cert, `is required with the other half of ${what}`, `set both ${cert} and ${key} (${use}), or neither`);
 }
 
 /** An address that only this machine reaches: localhost, 127.0.0.0/8, ::1. */
