@@ -7,6 +7,7 @@ import { ConfigError, loadConfig } from '../../../infra/config';
 import { postgresTls } from '../../../infra/db';
 import { temporalConnectionOptions } from '../../../infra/temporal';
 import { gatewayListen } from '../../../gateway';
+import { makeCa, makeLeaf } from '../../../testing/certs';
 
 function configError(env: Record<string, string>): ConfigError {
   try {
@@ -155,15 +156,19 @@ function gatewayError(env: Record<string, string>): ConfigError {
   assert.fail(`expected ${JSON.stringify(env)} to be refused`);
 }
 
+// a real certificate and key for the gateway (it tries the pair), and a CA key that is not the certificate's
+makeCa(dir, 'gw-ca');
+const gw = makeLeaf(dir, 'gw', 'gw-ca', 'subjectAltName=DNS:gw.example.com');
+
 test('gateway: loopback and plain HTTP by default; a certificate pair turns HTTPS on and is read at start', () => {
   assert.deepEqual(loadConfig({}).gateway, { host: '127.0.0.1', publicHost: '127.0.0.1', tls: undefined });
-  assert.deepEqual(gatewayListen(loadConfig({}).gateway), { host: '127.0.0.1', publicHost: '127.0.0.1', tls: undefined });
-  const tls = { TROUPE_GATEWAY_TLS_CERT_PATH: crt, TROUPE_GATEWAY_TLS_KEY_PATH: key };
+  assert.deepEqual(gatewayListen(loadConfig({}).gateway), { host: '127.0.0.1', publicHost: '127.0.0.1' });
+  const tls = { TROUPE_GATEWAY_TLS_CERT_PATH: gw.cert, TROUPE_GATEWAY_TLS_KEY_PATH: gw.key };
   const listen = gatewayListen(loadConfig({ ...tls, TROUPE_GATEWAY_HOST: '10.1.2.3' }).gateway);
   assert.equal(listen.host, '10.1.2.3');
   assert.equal(listen.publicHost, '10.1.2.3');
-  assert.equal(listen.tls?.cert.toString(), '-----BEGIN client.pem-----\n');
-  assert.equal(listen.tls?.key.toString(), '-----BEGIN client.key-----\n');
+  assert.equal(listen.tls?.cert.toString(), fs.readFileSync(gw.cert, 'utf8'));
+  assert.equal(listen.tls?.key.toString(), fs.readFileSync(gw.key, 'utf8'));
   // a wildcard bind advertises this machine's name, unless told another
   assert.equal(loadConfig({ ...tls, TROUPE_GATEWAY_HOST: '0.0.0.0' }).gateway.publicHost, os.hostname());
   assert.equal(loadConfig({ ...tls, TROUPE_GATEWAY_HOST: '::' }).gateway.publicHost, os.hostname());
@@ -183,8 +188,13 @@ test('gateway: bad settings are refused naming the variable; another address wit
   assert.equal(gatewayError({ TROUPE_GATEWAY_HOST: 'https://gw:443' }).variable, 'TROUPE_GATEWAY_HOST');
   assert.equal(gatewayError({ TROUPE_GATEWAY_HOST: '[::1]' }).variable, 'TROUPE_GATEWAY_HOST');
   assert.equal(gatewayError({ TROUPE_GATEWAY_PUBLIC_HOST: 'gw.example.com/x' }).variable, 'TROUPE_GATEWAY_PUBLIC_HOST');
-  const missing = gatewayError({ TROUPE_GATEWAY_TLS_CERT_PATH: path.join(dir, 'nope.pem'), TROUPE_GATEWAY_TLS_KEY_PATH: key });
+  const missing = gatewayError({ TROUPE_GATEWAY_TLS_CERT_PATH: path.join(dir, 'nope.pem'), TROUPE_GATEWAY_TLS_KEY_PATH: gw.key });
   assert.equal(missing.variable, 'TROUPE_GATEWAY_TLS_CERT_PATH');
   assert.match(missing.message, /cannot read .*nope\.pem/);
-  assert.equal(gatewayError({ TROUPE_GATEWAY_TLS_CERT_PATH: crt, TROUPE_GATEWAY_TLS_KEY_PATH: dir + '/none.key' }).variable, 'TROUPE_GATEWAY_TLS_KEY_PATH');
+  assert.equal(gatewayError({ TROUPE_GATEWAY_TLS_CERT_PATH: gw.cert, TROUPE_GATEWAY_TLS_KEY_PATH: dir + '/none.key' }).variable, 'TROUPE_GATEWAY_TLS_KEY_PATH');
+  // readable, but not a certificate and its key
+  const wrongKey = gatewayError({ TROUPE_GATEWAY_TLS_CERT_PATH: gw.cert, TROUPE_GATEWAY_TLS_KEY_PATH: path.join(dir, 'gw-ca.key') });
+  assert.equal(wrongKey.variable, 'TROUPE_GATEWAY_TLS_CERT_PATH');
+  assert.match(wrongKey.message, /gw-ca\.key \(TROUPE_GATEWAY_TLS_KEY_PATH\) is not a certificate and its key: .*key values mismatch/);
+  assert.equal(gatewayError({ TROUPE_GATEWAY_TLS_CERT_PATH: crt, TROUPE_GATEWAY_TLS_KEY_PATH: key }).variable, 'TROUPE_GATEWAY_TLS_CERT_PATH');
 });
