@@ -1,10 +1,11 @@
 /**
  * `navigator`: one agent walks a 10×10 grid to a goal, one move per turn, for
  * turn-level credit over long episodes (issue #30). A task is a start cell and
- * a goal exactly NAVIGATOR_TURNS moves away; each turn the agent is shown its
- * cell and the goal as four digits ("2705": at x 2, y 7, goal x 0, y 5) and
- * answers one move: N (y + 1), S (y − 1), E (x + 1) or W (x − 1). Anything
- * else, or a move off the grid, leaves it where it was.
+ * a goal exactly NAVIGATOR_TURNS (8) moves away, or as many as option `turns`
+ * (1–18) says; each turn the agent is shown its cell and the goal as four
+ * digits ("2705": at x 2, y 7, goal x 0, y 5) and answers one move: N (y + 1),
+ * S (y − 1), E (x + 1) or W (x − 1). Anything else, or a move off the grid,
+ * leaves it where it was.
  *
  * Every turn must close the distance, so a task takes eight right decisions
  * in eight different states. A wrong move does not end the episode: later
@@ -17,7 +18,7 @@
  * turn-level estimator scores it on its own. bench/credit.ts compares the
  * estimators on this team (bench/results/credit.md).
  */
-import { agent, tinyLM, generatedTasks, defineTeam, charTokenizer } from 'troupe';
+import { agent, tinyLM, generatedTasks, defineTeam, TeamDefinitionError, charTokenizer } from 'troupe';
 
 /** [x, y] */
 export type Cell = [number, number];
@@ -38,6 +39,11 @@ export const NAVIGATOR_TURNS = 8;
 export const GRID = 10;
 const CLOSER_REWARD = 0.25;
 
+export interface NavigatorOptions {
+  /** Moves per episode (the start is this many from the goal), 1 to 2 × (GRID − 1); default NAVIGATOR_TURNS. */
+  turns?: number;
+}
+
 const MOVES: Record<string, Cell> = { N: [0, 1], S: [0, -1], E: [1, 0], W: [-1, 0] };
 const tokenizer = charTokenizer('0123456789NSEW');
 
@@ -51,15 +57,21 @@ export function move(cell: Cell, reply: string): Cell {
   return next && onGrid(next) ? next : [cell[0], cell[1]];
 }
 
-const arrived = (task: NavigatorTask, outcome: NavigatorOutcome | undefined) => {
-  const last = outcome?.cells[NAVIGATOR_TURNS - 1];
+/** Whether the agent stood on the goal after its last turn (turn `turns`). */
+const arrived = (task: NavigatorTask, outcome: NavigatorOutcome | undefined, turns: number) => {
+  const last = outcome?.cells[turns - 1];
   return last !== undefined && distance(last, task.goal) === 0;
 };
 
-export function navigatorTeam() {
+export function navigatorTeam(options: NavigatorOptions = {}) {
+  const turns = options.turns ?? NAVIGATOR_TURNS;
+  if (!Number.isInteger(turns) || turns < 1 || turns > 2 * (GRID - 1))
+    throw new TeamDefinitionError('navigator', [
+      { path: 'teamOptions.turns', message: `must be a whole number from 1 to ${2 * (GRID - 1)}, got ${JSON.stringify(options.turns)}` },
+    ]);
   return defineTeam({
     name: 'navigator',
-    description: 'One agent walks a 10x10 grid to a goal eight moves away, one move a turn: a sparse arrival reward and a per-turn one.',
+    description: `One agent walks a 10x10 grid to a goal ${turns === NAVIGATOR_TURNS ? 'eight' : turns} moves away, one move a turn: a sparse arrival reward and a per-turn one.`,
     tokenizer,
     models: {
       // as chain's policy (lr 0.02 and an entropy bonus suit the tiny-lm learning from scratch)
@@ -72,18 +84,18 @@ export function navigatorTeam() {
       }),
     },
     agents: {
-      walker: agent({ model: 'policy', maxTokens: 1, maxTurns: NAVIGATOR_TURNS, memory: false }),
+      walker: agent({ model: 'policy', maxTokens: 1, maxTurns: turns, memory: false }),
     },
     tasks: generatedTasks<NavigatorTask>({
       seed: 13,
       count: 2000,
       evalFraction: 0.1,
       make: (random) => {
-        // a goal NAVIGATOR_TURNS moves away, on the grid: draw again until one is
+        // a goal `turns` moves away, on the grid: draw again until one is
         for (;;) {
           const start: Cell = [Math.floor(random() * GRID), Math.floor(random() * GRID)];
-          const dx = Math.floor(random() * (NAVIGATOR_TURNS + 1)) * (random() < 0.5 ? -1 : 1);
-          const dy = (NAVIGATOR_TURNS - Math.abs(dx)) * (random() < 0.5 ? -1 : 1);
+          const dx = Math.floor(random() * (turns + 1)) * (random() < 0.5 ? -1 : 1);
+          const dy = (turns - Math.abs(dx)) * (random() < 0.5 ? -1 : 1);
           const goal: Cell = [start[0] + dx, start[1] + dy];
           if (onGrid(goal)) return { id: `${start.join('')}>${goal.join('')}`, data: { start, goal } };
         }
@@ -93,7 +105,7 @@ export function navigatorTeam() {
       const cells: Cell[] = [];
       let cell = task.start;
       let previous;
-      for (let k = 0; k < NAVIGATOR_TURNS; k++) {
+      for (let k = 0; k < turns; k++) {
         const turn = await agents.walker.act(`${cell.join('')}${task.goal.join('')}`, previous ? { after: [previous] } : undefined);
         cell = move(cell, turn.reply);
         cells.push(cell);
@@ -107,12 +119,12 @@ export function navigatorTeam() {
         const from = turn.index === 0 ? task.start : cells[turn.index - 1];
         const to = cells[turn.index];
         return {
-          episode: { arrived: arrived(task, outcome) ? 1 : 0 },
+          episode: { arrived: arrived(task, outcome, turns) ? 1 : 0 },
           turn: { closer: from !== undefined && to !== undefined && distance(to, task.goal) < distance(from, task.goal) ? CLOSER_REWARD : 0 },
         };
       },
     },
-    success: ({ task, outcome }) => arrived(task, outcome),
+    success: ({ task, outcome }) => arrived(task, outcome, turns),
   });
 }
 

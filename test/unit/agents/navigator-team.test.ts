@@ -6,20 +6,21 @@ import { runEpisode, type EpisodeIO } from '../../../agents/episode';
 import { scoreEpisode } from '../../../agents/rewards';
 import { loadTasks } from '../../../activities/tasks';
 import { executeTool } from '../../../activities/tools';
+import { TeamDefinitionError } from '../../../agents/team';
 import { move, NAVIGATOR_TURNS, navigatorTeam, type NavigatorTask } from '../../../examples/teams/navigator';
 
 const team = navigatorTeam();
 
 /** Each generate call returns the next scripted move (one token). */
-function scripted(replies: string[]): EpisodeIO {
+function scripted(replies: string[], t = team): EpisodeIO {
   return {
     async generate() {
       const text = replies.shift();
       if (text === undefined) throw new Error('script exhausted');
-      const tokens = team.tokenizer.encode(text);
+      const tokens = t.tokenizer.encode(text);
       return { tokens, logprobs: tokens.map(() => -1), stopReason: 'max_tokens' };
     },
-    callTool: (req) => executeTool(team, req),
+    callTool: (req) => executeTool(t, req),
     now: () => 0,
   };
 }
@@ -92,5 +93,46 @@ describe('navigator team', () => {
       );
     }
     assert.ok(tasks.some((t) => t.split === 'eval'));
+  });
+
+  it('option turns: tasks that many moves away, episodes of that many turns', async () => {
+    const short = navigatorTeam({ turns: 3 });
+    for (const t of loadTasks(short)) {
+      const { start, goal } = t.data as NavigatorTask;
+      assert.equal(Math.abs(start[0] - goal[0]) + Math.abs(start[1] - goal[1]), 3, t.id);
+    }
+    // start (2, 7), goal (1, 5): one move west, two south
+    const near: NavigatorTask = { start: [2, 7], goal: [1, 5] };
+    const traj = await runEpisode(short, { ...input, task: near }, scripted(['W', 'S', 'S'], short));
+    assert.deepEqual(traj.outcome, {
+      cells: [
+        [1, 7],
+        [1, 6],
+        [1, 5],
+      ],
+    });
+    assert.equal(short.success({ task: near, outcome: traj.outcome as never, status: 'completed' }), true);
+    // a wrong last move: two of three closer, not arrived
+    const astray = await runEpisode(short, { ...input, task: near }, scripted(['W', 'S', 'N'], short));
+    assert.deepEqual(
+      scoreEpisode(short, near, astray).rewards.map((r) => r.components),
+      [
+        { arrived: 0, closer: 0.25 },
+        { arrived: 0, closer: 0.25 },
+        { arrived: 0, closer: 0 },
+      ],
+    );
+    assert.equal(short.success({ task: near, outcome: astray.outcome as never, status: 'completed' }), false);
+  });
+
+  it('option turns out of range is a definition error naming teamOptions.turns', () => {
+    for (const turns of [0, 19, 2.5, '8']) {
+      assert.throws(
+        () => navigatorTeam({ turns } as never),
+        (e: unknown) =>
+          e instanceof TeamDefinitionError && e.problems.length === 1 && e.problems[0]!.startsWith('teamOptions.turns: must be a whole number from 1 to 18'),
+        String(turns),
+      );
+    }
   });
 });
