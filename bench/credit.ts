@@ -18,8 +18,13 @@
  * so one estimator can be added or rerun without the hours of the others; the
  * md lists the command of each sweep that contributed.
  *
- *   node --import tsx bench/credit.ts [--team navigator] [--seeds 10] [--estimators grpo@group,turn-return,...]
+ *   node --import tsx bench/credit.ts [--team navigator] [--team-options '{"turns":12}'] [--seeds 10]
+ *        [--estimators grpo@group,turn-return,...] [--optimizer '{"lr":0.05}'] [--groups 16]
  *        [--steps 20] [--eval-every 2] [--eval-tasks 100] [--parallel 2] [--merge] [--no-write]
+ *
+ * --team-options go to the team; --optimizer (run-config optimizer fields, e.g. lr, entropyCoef,
+ * estimator.gamma; JSON without spaces) applies to every estimator of the sweep alike, each
+ * keeping its name and scope; --groups is task groups per step.
  */
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -33,6 +38,9 @@ import { machineLine } from './lib/cpu';
 
 const OPTIONS = {
   team: { type: 'string' },
+  'team-options': { type: 'string' },
+  optimizer: { type: 'string' },
+  groups: { type: 'string' },
   seeds: { type: 'string' },
   estimators: { type: 'string' },
   steps: { type: 'string' },
@@ -49,6 +57,9 @@ function settingsOf(args: string[]) {
   const { values } = parseArgs({ args, options: OPTIONS });
   return {
     team: values.team ?? 'navigator',
+    teamOptions: JSON.parse(values['team-options'] ?? '{}') as Record<string, unknown>,
+    optimizer: JSON.parse(values.optimizer ?? '{}') as Record<string, unknown>,
+    groups: Number(values.groups ?? 16),
     seeds: Array.from({ length: Number(values.seeds ?? 10) }, (_, i) => i),
     steps: Number(values.steps ?? 20),
     evalEvery: Number(values['eval-every'] ?? 2),
@@ -59,12 +70,22 @@ function settingsOf(args: string[]) {
 const ARGS = process.argv.slice(2);
 const { values } = parseArgs({ args: ARGS, options: OPTIONS });
 const SETTINGS = settingsOf(ARGS);
-const { team: TEAM, seeds: SEEDS, steps: STEPS, evalEvery: EVAL_EVERY, evalTasks: EVAL_TASKS } = SETTINGS;
+const {
+  team: TEAM,
+  teamOptions: TEAM_OPTIONS,
+  optimizer: OPTIMIZER,
+  groups: GROUPS,
+  seeds: SEEDS,
+  steps: STEPS,
+  evalEvery: EVAL_EVERY,
+  evalTasks: EVAL_TASKS,
+} = SETTINGS;
 /** name[@scope] */
 const ESTIMATORS = (values.estimators ?? 'grpo@group,grpo,turn-return,gigpo,at-grpo,salt,hgpo').split(',');
 const PARALLEL = Number(values.parallel ?? 2);
 const TARGET = 0.9;
-const COMMAND = [PROGRAM, ...ARGS].join(' ');
+// JSON arguments quoted, so the printed command runs as printed
+const COMMAND = [PROGRAM, ...ARGS.map((a) => (/^[\w@.,=/:-]*$/.test(a) ? a : `'${a}'`))].join(' ');
 const RESULTS = path.join(__dirname, 'results');
 
 interface Run {
@@ -99,7 +120,15 @@ function readStored(file: string): Stored {
   const stored = JSON.parse(fs.readFileSync(file, 'utf8')) as Stored;
   const want = JSON.stringify(SETTINGS);
   for (const old of stored.sweeps) {
-    const got = JSON.stringify(settingsOf(old.command.slice(PROGRAM.length).split(' ').filter(Boolean)));
+    const got = JSON.stringify(
+      settingsOf(
+        old.command
+          .slice(PROGRAM.length)
+          .split(' ')
+          .filter(Boolean)
+          .map((a) => a.replace(/^'(.*)'$/, '$1')),
+      ),
+    );
     if (got !== want) throw new Error(`--merge: stored sweep \`${old.command}\` has settings ${got}, this one ${want}; run all estimators instead`);
   }
   return stored;
@@ -143,7 +172,7 @@ function plot(estimators: string[], runs: Run[]): Promise<{ svg: string; png: Ui
   };
   return renderVegaLite({
     title: {
-      text: `Credit over turns on ${TEAM}: greedy eval on ${EVAL_TASKS} held-out tasks, seeds ${SEEDS[0]}–${SEEDS.at(-1)}`,
+      text: `Credit over turns on ${TEAM}${JSON.stringify(TEAM_OPTIONS) === '{}' ? '' : ` ${JSON.stringify(TEAM_OPTIONS)}`}: greedy eval on ${EVAL_TASKS} held-out tasks, seeds ${SEEDS[0]}–${SEEDS.at(-1)}`,
       subtitle: `line: mean over seeds; band: min–max over seeds; dashed: ${TARGET}`,
     },
     data: { values: curves(estimators, runs) },
@@ -190,12 +219,14 @@ async function main() {
         const a = performance.now();
         const r = await trainInProcess(client, {
           team: TEAM,
+          teamOptions: TEAM_OPTIONS,
           seed: job.seed,
+          groupsPerStep: GROUPS,
           runId: `credit-${job.estimator.replace(/[^A-Za-z0-9._-]/g, '_')}-s${job.seed}-${Date.now().toString(36)}`,
           steps: STEPS,
           evalEvery: EVAL_EVERY,
           evalTasks: EVAL_TASKS,
-          optimizer: { all: { estimator: { name: name!, ...(scope ? { scope: scope as 'group' } : {}) } } },
+          optimizer: { all: { ...OPTIMIZER, estimator: { ...(OPTIMIZER.estimator as object), name: name!, ...(scope ? { scope: scope as 'group' } : {}) } } },
         });
         const evals = r.evals.map((e) => ({ step: e.step, success: e.success }));
         const run: Run = {
@@ -242,7 +273,7 @@ async function main() {
   }
   out();
   out(
-    `${TEAM}: ${STEPS} steps x 16 groups x 8 episodes, greedy eval every ${EVAL_EVERY} steps on ${EVAL_TASKS} held-out tasks, seeds ${SEEDS[0]}–${SEEDS.at(-1)}.`,
+    `${TEAM}${JSON.stringify(TEAM_OPTIONS) === '{}' ? '' : ` (team options ${JSON.stringify(TEAM_OPTIONS)})`}${JSON.stringify(OPTIMIZER) === '{}' ? '' : ` (optimizer ${JSON.stringify(OPTIMIZER)})`}: ${STEPS} steps x ${GROUPS} groups x 8 episodes, greedy eval every ${EVAL_EVERY} steps on ${EVAL_TASKS} held-out tasks, seeds ${SEEDS[0]}–${SEEDS.at(-1)}.`,
   );
   out(`Steps to ${TARGET}: first eval step with success ≥ ${TARGET}; mean ± std (sample) over the seeds that reached it.`);
   out();
