@@ -78,7 +78,8 @@ export function agentsHandoffTeam(options: HandoffOptions = {}) {
       triage: agent({ model: 'policy', maxTokens: 1, maxTurns: 2 }),
       solver: agent({ model: 'policy', maxTokens: 1, maxTurns: 3 }),
     },
-    tasks: generatedTasks<HandoffTask>({ seed: 8, count: 50, evalFraction: 0.2, make: (_random, i) => ({ id: String(i), data: { secret: i % 10 } }) }),
+    // 200 tasks, so that every digit is in the training split often (ai-sdk-lookup.ts)
+    tasks: generatedTasks<HandoffTask>({ seed: 8, count: 200, evalFraction: 0.2, make: (_random, i) => ({ id: String(i), data: { secret: i % 10 } }) }),
     async episode({ task, agents }) {
       const { agents: sdkAgents, OpenAI: Client, z } = await sdk();
       const Model = api === 'responses' ? sdkAgents.OpenAIResponsesModel : sdkAgents.OpenAIChatCompletionsModel;

@@ -48,7 +48,8 @@ export function pythonLookupTeam() {
     name: 'python-lookup',
     description: 'Python agent code over plain HTTP, trained through the gateway: call the lookup tool, answer with its digit.',
     ...lookupGame(),
-    tasks: generatedTasks<LookupTask>({ seed: 9, count: 50, evalFraction: 0.2, make: (_random, i) => ({ id: String(i), data: { secret: i % 10 } }) }),
+    // 200 tasks, so that every digit is in the training split often (ai-sdk-lookup.ts)
+    tasks: generatedTasks<LookupTask>({ seed: 9, count: 200, evalFraction: 0.2, make: (_random, i) => ({ id: String(i), data: { secret: i % 10 } }) }),
     episode: ({ task, agents }) => runAgent(agents.solver.openai, task.secret),
   });
 }
