@@ -73,14 +73,20 @@ export function lookupGame() {
   };
 }
 
+/**
+ * The game's tasks, split by id under `seed`: 200, so every digit has >= 14 training tasks. With 50,
+ * the split left 2 training tasks each for the digits 1 and 2, which were 6 of the 9 held-out ones
+ * (eval 0.11-0.67; docs/performance.md).
+ */
+export const lookupTasks = (seed: number) =>
+  generatedTasks<LookupTask>({ seed, count: 200, evalFraction: 0.2, make: (_random, i) => ({ id: String(i), data: { secret: i % 10 } }) });
+
 export function aiSdkLookupTeam() {
   return defineTeam({
     name: 'ai-sdk-lookup',
     description: 'Vercel AI SDK agent code trained through the gateway: call the lookup tool, answer with its digit.',
     ...lookupGame(),
-    // 200 tasks: the split is by id, so with 50 it left 2 training tasks each for the digits 1 and 2,
-    // which were 6 of the 9 held-out ones (eval 0.11-0.67); now every digit has >= 14 (docs/performance.md)
-    tasks: generatedTasks<LookupTask>({ seed: 7, count: 200, evalFraction: 0.2, make: (_random, i) => ({ id: String(i), data: { secret: i % 10 } }) }),
+    tasks: lookupTasks(7),
     async episode({ task, agents }): Promise<LookupOutcome> {
       const { ai, compatible, z } = await sdk();
       const provider = compatible.createOpenAICompatible({ name: 'troupe', ...agents.solver.openai });

@@ -13,8 +13,8 @@
  * else `python3` on the PATH. Batched rollout only (the gateway serves batched
  * episodes).
  */
-import { generatedTasks, defineTeam } from 'troupe';
-import { lookupGame, type LookupOutcome, type LookupTask } from './ai-sdk-lookup';
+import { defineTeam } from 'troupe';
+import { lookupGame, lookupTasks, type LookupOutcome } from './ai-sdk-lookup';
 
 /**
  * Runs the Python agent to its end. Node's modules are loaded here, where the episode runs
@@ -48,8 +48,7 @@ export function pythonLookupTeam() {
     name: 'python-lookup',
     description: 'Python agent code over plain HTTP, trained through the gateway: call the lookup tool, answer with its digit.',
     ...lookupGame(),
-    // 200 tasks, so that every digit is in the training split often (ai-sdk-lookup.ts)
-    tasks: generatedTasks<LookupTask>({ seed: 9, count: 200, evalFraction: 0.2, make: (_random, i) => ({ id: String(i), data: { secret: i % 10 } }) }),
+    tasks: lookupTasks(9),
     episode: ({ task, agents }) => runAgent(agents.solver.openai, task.secret),
   });
 }
