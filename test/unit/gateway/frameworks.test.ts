@@ -30,11 +30,11 @@ import { assertExact, suiteEngine, type EngineLog } from './engine';
 describe('framework teams against the real gateway and engine', () => {
   const engine = suiteEngine(5);
 
-  /** Teaches `lesson` (context text -> wanted reply pieces) to a fresh model; returns the version that knows it. */
-  async function teach(team: AnyTeam, runId: string, lesson: Array<[string[], string[]]>): Promise<number> {
+  /** Teaches `lesson` (context text -> wanted reply pieces) to a fresh `model` of the team; returns the version that knows it. */
+  async function teach(team: AnyTeam, runId: string, lesson: Array<[string[], string[]]>, model = 'policy'): Promise<number> {
     const tok = team.tokenizer;
-    const key = modelKey(runId, 'policy');
-    await engine.client.initModel({ modelKey: key, spec: engineSpec(team.models.policy!), seed: 1 });
+    const key = modelKey(runId, model);
+    await engine.client.initModel({ modelKey: key, spec: engineSpec(team.models[model]!), seed: 1 });
     // the teams reply one token (max_tokens 1): a tool call's reply is that token, with no EOS after it
     const ids = (pieces: string[]) => pieces.flatMap((p) => tok.encode(p));
     const samples = lesson.map(([context, reply]) => ({ context: [tok.bosId, ...ids(context)], tokens: ids(reply) }));
@@ -45,7 +45,7 @@ describe('framework teams against the real gateway and engine', () => {
       const res = await engine.client.update({
         modelKey: key,
         baseVersion: version,
-        requestId: `teach-${runId}-${round}`,
+        requestId: `teach-${runId}-${model}-${round}`,
         samples: samples.map((s, i) => ({
           ...s,
           lossMask: s.tokens.map(() => 1),
@@ -93,11 +93,16 @@ describe('framework teams against the real gateway and engine', () => {
     assert.throws(() => agentsHandoffTeam({ api: 'rest' as never }), /teamOptions\.api: must be "responses" or "chat-completions", got "rest"/);
     const digits = [...'0123456789'];
     const afterHandoff = ['[lookup]SAnswer.U?>', HANDOFF_CALL, 'T{"assistant":"solver"}>'];
-    const version = await teach(agentsHandoffTeam(), 'sdk', [
-      [['[transfer_to_solver]SRoute.U?>'], [HANDOFF_CALL]],
-      [afterHandoff, [LOOKUP_CALL]],
-      ...digits.map((d): [string[], string[]] => [[...afterHandoff, LOOKUP_CALL, `T${d}>`], [d]]),
-    ]);
+    // one model per agent: each is taught its own moves
+    const versions = {
+      triage: await teach(agentsHandoffTeam(), 'sdk', [[['[transfer_to_solver]SRoute.U?>'], [HANDOFF_CALL]]], 'triage'),
+      solver: await teach(
+        agentsHandoffTeam(),
+        'sdk',
+        [[afterHandoff, [LOOKUP_CALL]], ...digits.map((d): [string[], string[]] => [[...afterHandoff, LOOKUP_CALL, `T${d}>`], [d]])],
+        'solver',
+      ),
+    };
     const runs: Record<string, Awaited<ReturnType<typeof runBatchedEpisode>>> = {};
     for (const [name, options] of [
       ['responses', {}],
@@ -106,7 +111,7 @@ describe('framework teams against the real gateway and engine', () => {
     ] as const) {
       const team = agentsHandoffTeam(options);
       const log: EngineLog = [];
-      const t = await runBatchedEpisode(team, { episodeId: 'sdk5', seed: 5, task: { secret: 5 }, versions: { policy: version } }, engine.io('sdk', log));
+      const t = await runBatchedEpisode(team, { episodeId: 'sdk5', seed: 5, task: { secret: 5 }, versions }, engine.io('sdk', log));
       assert.equal(t.status, 'completed', `${name}: ${t.error}`);
       assert.deepEqual(t.outcome, { answer: '5', handedOff: true, looked: true }, name);
       assert.deepEqual(
