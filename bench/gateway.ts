@@ -9,10 +9,16 @@
  * With the journal: the same through the gateway with every call journaled in
  * a fresh PostgreSQL database (as a run's rollout does). Not a test.
  *
- *   node --import tsx bench/gateway.ts [calls per session, default 100]
+ * The gateway's cost is per call, on the episode side; the engine's grows with
+ * the model. `--model transformer` (4 layers, width 256) gives each call real
+ * engine work, as a served model does, to show what share of throughput the
+ * per-call cost takes once generation is not free.
+ *
+ *   node --import tsx bench/gateway.ts [calls per session, default 100] [--model tiny-lm|transformer] [--max-tokens N]
  */
+import { parseArgs } from 'node:util';
 import OpenAI from 'openai';
-import { agent, chatTemplate, charTokenizer, defineTeam, generatedTasks, tinyLM } from '../agents';
+import { agent, chatTemplate, charTokenizer, defineTeam, generatedTasks, tinyLM, transformer } from '../agents';
 import { engineSpec } from '../agents/model';
 import type { EpisodeIO, GenerateCall } from '../agents/episode';
 import { runBatchedEpisode } from '../activities/training/episode-sandbox';
@@ -25,10 +31,20 @@ import { openGatewaySessions } from '../gateway';
 import { createTestDatabase } from '../testing/database';
 import { machineLine } from './lib/cpu';
 
-const CALLS = Number(process.argv[2] ?? 100);
+const { values, positionals } = parseArgs({ allowPositionals: true, options: { model: { type: 'string' }, 'max-tokens': { type: 'string' } } });
+const CALLS = Number(positionals[0] ?? 100);
 const SESSIONS = 64;
-const MAX_TOKENS = 8;
+const MAX_TOKENS = Number(values['max-tokens'] ?? 8);
+const MODEL = values.model ?? 'tiny-lm';
+if (!(Number.isInteger(CALLS) && CALLS > 0)) throw new Error(`calls per session: expected a positive integer, got ${positionals[0]}`);
+if (!(Number.isInteger(MAX_TOKENS) && MAX_TOKENS > 0 && MAX_TOKENS <= 48))
+  throw new Error(`--max-tokens: expected an integer 1..48, got ${values['max-tokens']}`);
+if (MODEL !== 'tiny-lm' && MODEL !== 'transformer') throw new Error(`--model: expected tiny-lm or transformer, got ${MODEL}`);
 const tokenizer = charTokenizer('0123456789?=');
+const policy = () =>
+  MODEL === 'transformer'
+    ? transformer({ tokenizer, width: 256, layers: 4, heads: 4, maxSeq: 64 })
+    : tinyLM({ tokenizer, contextWindow: 8, embedDim: 16, hiddenDim: 64 });
 const template = "{% for m in messages %}{% if m.role == 'assistant' %}{{ m.content }}{% elif m.role == 'user' %}{{ m.content }}={% endif %}{% endfor %}";
 
 function team(episode: (agents: { openai: { baseURL: string; apiKey: string } }) => Promise<void>) {
@@ -36,7 +52,7 @@ function team(episode: (agents: { openai: { baseURL: string; apiKey: string } })
     name: 'bench-gateway',
     tokenizer,
     chatTemplate: chatTemplate(template, {}, ''),
-    models: { policy: tinyLM({ tokenizer, contextWindow: 8, embedDim: 16, hiddenDim: 64 }) },
+    models: { policy: policy() },
     agents: { reader: agent({ model: 'policy', maxTokens: MAX_TOKENS, maxTurns: CALLS }) },
     limits: { maxTurns: CALLS, cpuMs: 600_000 },
     tasks: generatedTasks({ seed: 1, count: 2, evalFraction: 0.5, make: (_r, i) => ({ id: String(i), data: i }) }),
@@ -49,7 +65,8 @@ function team(episode: (agents: { openai: { baseURL: string; apiKey: string } })
 const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
 
 async function main() {
-  console.log(`command: node --import tsx bench/gateway.ts ${CALLS}`);
+  console.log(`command: node --import tsx bench/gateway.ts ${process.argv.slice(2).join(' ')}`);
+  console.log(`model: ${MODEL}, ${MAX_TOKENS} tokens a call, ${SESSIONS} sessions × ${CALLS} calls`);
   console.log(machineLine());
   const engine = await spawnEngine(['--device', 'cpu', '--port', '0'], { quiet: true });
   const client = new EngineClient(engine.listening.address);
@@ -70,7 +87,7 @@ async function main() {
     version: 0,
     context,
     maxTokens: MAX_TOKENS,
-    stopTokens: [],
+    stopTokens: [tokenizer.eosId], // as the gateway stops a turn: on EOS
     sampling: { temperature: 1, topK: 0, topP: 1 },
     seed: i,
   });
