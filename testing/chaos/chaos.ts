@@ -11,13 +11,15 @@
  * TROUPE_CHAOS_LONG=1) and runnable on its own:
  *
  *   node --import tsx testing/chaos/chaos.ts [--long] [--no-pause | --transformer] [--seed N] [--kills N] [--steps N] [--modes batched,durable]
- *                                         [--kinds control-worker,pool-worker,engine,temporal,postgres] [--staleness K] [--partial]
+ *                                         [--kinds control-worker,pool-worker,engine,temporal,postgres] [--staleness K]
+ *                                         [--partial [--max-carry-steps N]]
  *
  * --no-pause: the no-pause, double-kill discipline (SHORT_NO_PAUSE, or LONG_NO_PAUSE with --long).
  * --transformer: the `recall` team's transformer (SHORT_TRANSFORMER, or LONG_TRANSFORMER with --long).
  * --staleness K: asynchronous runs (SHORT_STALE, or LONG_STALE with --long), kills land while rollouts
  * of later steps overlap updates.
- * --partial: partial rollouts (SHORT_PARTIAL); with --staleness K too, asynchronously (SHORT_PARTIAL_STALE for K = 1).
+ * --partial: partial rollouts (SHORT_PARTIAL, or LONG_PARTIAL with --long); with --staleness K too, asynchronously
+ * (SHORT_PARTIAL_STALE for K = 1). --max-carry-steps N sets partialRollouts.maxCarrySteps (LONG_PARTIAL: 1).
  */
 import { parseArgs } from 'node:util';
 import { WorkflowFailedError, WorkflowNotFoundError, type WorkflowHandle } from '@temporalio/client';
@@ -70,8 +72,8 @@ export interface ChaosOptions {
   staleness?: number;
   /** Steps between evals; unset: 3. 0: only the final eval (what the partial-rollout work check needs). */
   evalEvery?: number;
-  /** The runs' partialRollouts setting (batched); unset: off. */
-  partialRollouts?: { overProvision?: number; minFinished?: number };
+  /** The runs' partialRollouts setting (batched; maxCarrySteps: groups carried that often are held); unset: off. */
+  partialRollouts?: { overProvision?: number; minFinished?: number; maxCarrySteps?: number };
   /**
    * Measure the engines' work (work-meter.ts) in each run: the uninterrupted twins then run one
    * at a time, so each one's work and wall time are its own (bench/lost-work.ts).
@@ -186,6 +188,20 @@ export const SHORT_PARTIAL: Omit<ChaosOptions, 'log'> = {
 /** SHORT_PARTIAL with staleness 1: the kills also land while a step's rollout, continuing what the previous one carried, overlaps the previous update. */
 export const SHORT_PARTIAL_STALE: Omit<ChaosOptions, 'log'> = { ...SHORT_PARTIAL, staleness: 1 };
 
+/**
+ * The long partial run (opt-in, TROUPE_CHAOS_LONG=1): maxCarrySteps 1, so every group carried
+ * into a step is held there (its rollout waits for it to be whole), and more pool worker kills
+ * over more steps land in steps holding groups; the same checks as SHORT_PARTIAL.
+ */
+export const LONG_PARTIAL: Omit<ChaosOptions, 'log'> = {
+  ...SHORT_PARTIAL,
+  seed: 19,
+  steps: { batched: 24, durable: 5 },
+  kills: 8,
+  partialRollouts: { ...SHORT_PARTIAL.partialRollouts, maxCarrySteps: 1 },
+  runTimeoutMs: 1_800_000,
+};
+
 export const LONG_STALE: Omit<ChaosOptions, 'log'> = {
   ...LONG,
   seed: 13,
@@ -246,6 +262,8 @@ export interface ModeReport {
   work?: { baseline: EngineWork; chaos: EngineWork };
   /** Partial rollouts: the steps whose rollout continued episodes carried into it (in the chaos run). */
   carriedInto?: number[];
+  /** Partial rollouts with maxCarrySteps: the steps whose rollout held groups carried that often (in the chaos run). */
+  heldIn?: number[];
   /** Partial rollouts with `meterWork`: what was sampled twice, from the engines' counters against the twin's stored per-step tokens. */
   partialWork?: PartialWork;
 }
@@ -728,6 +746,13 @@ async function partialWork(
   };
 }
 
+/** The steps whose rollout held groups at maxCarrySteps (the run's partial.heldGroups metric). */
+async function heldIn(stack: ChaosStack, runId: string): Promise<number[]> {
+  const rows = await stack.sql`SELECT step FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND scope = 'team'
+    AND name = 'partial.heldGroups' AND value > 0 ORDER BY step`;
+  return rows.map((r) => Number(r.step));
+}
+
 export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   const log = options.log ?? ((l: string) => process.stderr.write(l + '\n'));
   const started = Date.now();
@@ -804,6 +829,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
         report.comparison = compareRuns(await loadStoredRun(stack.sql, `uninterrupted-${mode}`), stored, options.steps[mode], models);
         if (options.partialRollouts)
           report.carriedInto = [...stored.episodes.keys()].filter((k) => k.startsWith('carried/')).map((k) => Number(k.slice('carried/'.length)));
+        if (options.partialRollouts?.maxCarrySteps !== undefined) report.heldIn = await heldIn(stack, workflowId);
         if (options.partialRollouts && work)
           report.partialWork = await partialWork(stack, `uninterrupted-${mode}`, workflowId, options.steps[mode], work, kills);
         report.identical = summary.status === 'completed' && summary.steps === options.steps[mode] && report.comparison.problems.length === 0;
@@ -848,6 +874,10 @@ export function formatReport(r: ChaosReport): string {
         .join(' ')}`,
     );
     if (m.error) lines.push(`  error: ${m.error}`);
+    if (m.carriedInto)
+      lines.push(
+        `  partial rollouts: steps continuing carried episodes ${m.carriedInto.join(' ')}${m.heldIn ? `; holding groups at maxCarrySteps ${m.heldIn.join(' ')}` : ''}; kills during steps ${m.kills.map((k) => k.stepsDone ?? '?').join(' ')}`,
+      );
     if (m.partialWork) {
       const w = m.partialWork;
       lines.push(
@@ -900,15 +930,22 @@ async function main() {
       kinds: { type: 'string' },
       staleness: { type: 'string' },
       partial: { type: 'boolean' },
+      'max-carry-steps': { type: 'string' },
     },
   });
   const long = values.long || process.env.TROUPE_CHAOS_LONG === '1';
   if ([values['no-pause'], values.transformer, values.staleness && !values.partial, values.partial].filter(Boolean).length > 1)
     throw new Error('--no-pause, --transformer, --staleness and --partial (alone or with --staleness): choose one schedule');
+  if (values['max-carry-steps'] !== undefined && !values.partial) throw new Error('--max-carry-steps: only with --partial');
+  const partial = long ? LONG_PARTIAL : SHORT_PARTIAL;
   const base = values.partial
-    ? values.staleness
-      ? { ...SHORT_PARTIAL_STALE, staleness: Number(values.staleness) }
-      : SHORT_PARTIAL
+    ? {
+        ...partial,
+        ...(values.staleness ? { staleness: Number(values.staleness) } : {}),
+        ...(values['max-carry-steps'] !== undefined
+          ? { partialRollouts: { ...partial.partialRollouts, maxCarrySteps: Number(values['max-carry-steps']) } }
+          : {}),
+      }
     : values.staleness
       ? { ...(long ? LONG_STALE : SHORT_STALE), staleness: Number(values.staleness) }
       : values['no-pause']

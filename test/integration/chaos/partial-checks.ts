@@ -1,10 +1,11 @@
 /**
  * What a chaos run with partial rollouts must show (testing/chaos/chaos.ts SHORT_PARTIAL,
- * SHORT_PARTIAL_STALE): the run ends identical to its uninterrupted twin, carried episodes
+ * SHORT_PARTIAL_STALE, LONG_PARTIAL): the run ends identical to its uninterrupted twin, carried episodes
  * and their generations included; a pool worker kill landed in a step with carried
- * episodes; the engines' counters show that only the killed attempts' tokens were sampled
- * twice, and the engine after the last kill sampled exactly the twin's tokens from the
- * retried step on, so no carried generation was sampled again.
+ * episodes (with maxCarrySteps: in a step holding groups at the bound); the engines' counters
+ * show that only the killed attempts' tokens were sampled twice, and the engine after the last
+ * kill sampled exactly the twin's tokens from the retried step on, so no carried generation was
+ * sampled again.
  */
 import assert from 'node:assert/strict';
 import type { TestContext } from 'node:test';
@@ -22,6 +23,13 @@ export function checkPartialChaos(t: TestContext, report: ChaosReport) {
       m.kills.some((k) => k.stepsDone !== undefined && m.carriedInto?.includes(k.stepsDone)),
       `${m.mode}: no kill landed in a step with carried episodes`,
     );
+    if (report.options.partialRollouts?.maxCarrySteps !== undefined) {
+      t.diagnostic(`steps holding groups at maxCarrySteps: ${m.heldIn?.join(', ')}`);
+      assert.ok(
+        m.kills.some((k) => k.stepsDone !== undefined && m.heldIn?.includes(k.stepsDone)),
+        `${m.mode}: no kill landed in a step holding groups (held in steps ${m.heldIn?.join(', ')})`,
+      );
+    }
     // Tokens generated twice, from the engines' own counters (the twin's meter agrees with its stored per-step counts).
     const w = m.partialWork!;
     assert.ok(w.stepTokens.every((n) => n > 0) && w.evalTokens.initial > 0 && w.evalTokens.final > 0, `token counts: ${JSON.stringify(w)}`);

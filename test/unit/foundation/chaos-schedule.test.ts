@@ -1,7 +1,19 @@
 // The chaos harness's kill schedules (testing/chaos/chaos.ts): pure functions of their seed.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { LONG_NO_PAUSE, LONG_TRANSFORMER, PAIRS, runConfig, schedule, SHORT, SHORT_NO_PAUSE, SHORT_TRANSFORMER } from '../../../testing/chaos/chaos';
+import { parseRunConfig, partialShape } from '../../../schema/run-config';
+import {
+  LONG_NO_PAUSE,
+  LONG_PARTIAL,
+  LONG_TRANSFORMER,
+  PAIRS,
+  runConfig,
+  schedule,
+  SHORT,
+  SHORT_NO_PAUSE,
+  SHORT_PARTIAL,
+  SHORT_TRANSFORMER,
+} from '../../../testing/chaos/chaos';
 import { FAULT_KINDS } from '../../../testing/chaos/stack';
 
 test('paired kills are drawn only when asked for: the short no-pause schedule is what it was', () => {
@@ -57,4 +69,10 @@ test('the transformer schedules train recall; the short one kills its engine and
     for (const p of schedule(LONG_TRANSFORMER, mode)) counts.set(p.kind, (counts.get(p.kind) ?? 0) + 1);
     assert.deepEqual(Object.fromEntries(counts), Object.fromEntries(FAULT_KINDS.map((k) => [k, 2])), mode);
   }
+});
+
+test('the long partial schedule runs with maxCarrySteps 1 (held groups); the short one, in npm test, without a bound', () => {
+  // shape: ceil(4 groups x 1.5) in flight, 4 whole groups end a rollout
+  assert.deepEqual(partialShape(parseRunConfig(runConfig(LONG_PARTIAL, 'batched'))), { inFlight: 6, minFinished: 4, maxCarrySteps: 1 });
+  assert.deepEqual(partialShape(parseRunConfig(runConfig(SHORT_PARTIAL, 'batched'))), { inFlight: 6, minFinished: 4 });
 });
