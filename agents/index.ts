@@ -2,7 +2,7 @@
 export { agent, defaultSampling, type AgentSpec, type Sampling } from './agent';
 export { chatTemplate, type ChatMessage, type ChatTemplate } from './chat-template';
 export { LimitExceeded, type AgentHandle, type TurnHandle } from './episode';
-export { tinyLM, transformer, type ModelSpec } from './model';
+export { lora, tinyLM, transformer, type ModelSpec } from './model';
 export { exactMatch, lastNumber, normalizeAnswer, numericMatch, onLastTurn, tokenF1 } from './reward-helpers';
 export { generatedTasks, jsonlTasks, type Task, type TaskSource } from './tasks';
 export { defineTeam, TeamDefinitionError, type RewardFn, type Team, type TurnView } from './team';

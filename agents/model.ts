@@ -24,6 +24,11 @@ export interface ModelSpec {
   readonly trainPool?: string;
   /** Optimizer settings for every agent on this model (agents may override). */
   readonly optimizer?: Record<string, unknown>;
+  /**
+   * A LoRA model (`lora(...)`): the team model whose version 0 is its frozen base. defineTeam copies the
+   * base's config into `config` beside `config.lora`.
+   */
+  readonly base?: string;
 }
 
 interface CommonOptions {
@@ -96,6 +101,56 @@ export function transformer(opts: TransformerOptions): ModelSpec {
   return model('transformer', { ...opts });
 }
 
+export interface LoraOptions extends CommonOptions {
+  /** Another model of the team, a transformer that is not itself a LoRA model: its version 0 is the frozen base. */
+  base: string;
+  /** r: the adapter's rank */
+  rank: number;
+  /** α: the update is scaled by α / r (default: rank, a scale of 1) */
+  alpha?: number;
+  /** The projections of every layer that get an adapter, by their names in the base's parameter layout: q, k, v, o, and 1, 2 (GELU MLP) or g, u, d (SwiGLU MLP). */
+  targets: string[];
+}
+
+/**
+ * A LoRA adapter over another model of the team (engines/families/transformer/lora.ts): agents on it
+ * share the base's version 0, frozen, and train only A and B of each targeted projection. Its versions
+ * hold the adapter's bytes only. Served by engines whose Health says `lora` (the PyTorch engine).
+ */
+export function lora({ base, rank, alpha, targets, ...common }: LoraOptions): ModelSpec {
+  return { ...model('transformer', { ...common, lora: { rank, alpha: alpha ?? rank, targets } }), base };
+}
+
+/**
+ * The team's models with every LoRA model's config completed from its base's (the base's fields, then
+ * `lora`), and the problems by field. Idempotent: a completed model is completed again from its base.
+ */
+export function resolveLoraModels(models: Readonly<Record<string, ModelSpec>>): {
+  models: Record<string, ModelSpec>;
+  issues: Array<{ path: string; message: string }>;
+} {
+  const out: Record<string, ModelSpec> = { ...models };
+  const issues: Array<{ path: string; message: string }> = [];
+  for (const [m, spec] of Object.entries(models)) {
+    if (spec.base === undefined) continue;
+    const at = `models.${m}.base`;
+    const base = models[spec.base];
+    if (typeof spec.base !== 'string' || !base)
+      issues.push({ path: at, message: `unknown model ${JSON.stringify(spec.base)} (models: ${Object.keys(models).join(', ')})` });
+    else if (spec.base === m) issues.push({ path: at, message: 'a LoRA model cannot be its own base' });
+    else if (base.base !== undefined) issues.push({ path: at, message: `${JSON.stringify(spec.base)} is itself a LoRA model; name a full model` });
+    else if (base.family !== 'transformer')
+      issues.push({ path: at, message: `${JSON.stringify(spec.base)} is a ${base.family} model; LoRA needs a transformer base` });
+    else if (checkpointOf(base) !== undefined)
+      issues.push({
+        path: at,
+        message: `${JSON.stringify(spec.base)} starts from a checkpoint; LoRA over a checkpoint base is not supported yet (name a seeded transformer)`,
+      });
+    else out[m] = { ...spec, config: { ...base.config, lora: spec.config.lora } };
+  }
+  return { models: out, issues };
+}
+
 /** Options a checkpoint model may still set: everything else is its config.json's. */
 const CHECKPOINT_KEEPS = new Set(['checkpoint', 'maxSeq']);
 
@@ -121,7 +176,8 @@ export function checkpointIssues(spec: ModelSpec): Array<{ field: string; messag
 /** The model started from `dir` instead: its shape options dropped (config.json has them), maxSeq kept. */
 export function withCheckpoint(spec: ModelSpec, dir: string, tokenizer: Tokenizer): ModelSpec {
   const maxSeq = spec.config.maxSeq;
-  return { ...spec, tokenizer, config: { checkpoint: dir, ...(maxSeq !== undefined ? { maxSeq } : {}) } };
+  const lora = spec.config.lora;
+  return { ...spec, tokenizer, config: { checkpoint: dir, ...(maxSeq !== undefined ? { maxSeq } : {}), ...(lora !== undefined ? { lora } : {}) } };
 }
 
 /** The engine's view of a model: plain JSON (no tokenizer object). */

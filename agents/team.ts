@@ -8,7 +8,7 @@ import type { AgentHandle } from './episode';
 import { familyOf, normalizeModelSpec } from '../engines/families';
 import { ModelSpecError, type ModelSpec as EngineModelSpec } from '../engines/families/model-family';
 import { MAX_TOKENS_LIMIT } from '../engines/protocol/types';
-import { checkpointIssues, checkpointOf, engineSpec, type ModelSpec } from './model';
+import { checkpointIssues, checkpointOf, engineSpec, resolveLoraModels, type ModelSpec } from './model';
 import type { TaskSource } from './tasks';
 import type { ChatTemplate } from './chat-template';
 import type { Tokenizer } from './tokenizer';
@@ -131,9 +131,12 @@ export function defineTeam<TTask, TOutcome, Roles extends string>(def: TeamDefin
   const models = Object.keys(def.models ?? {});
   if (models.length === 0) bad('models', 'at least one model is required');
   const normalized = new Map<string, EngineModelSpec>();
-  for (const [m, spec] of Object.entries(def.models ?? {})) {
+  const lora = resolveLoraModels(def.models ?? {});
+  for (const i of lora.issues) bad(i.path, i.message);
+  for (const [m, spec] of Object.entries(lora.models)) {
     if (spec.tokenizer !== def.tokenizer) bad(`models.${m}.tokenizer`, "must be the team's tokenizer");
     if (typeof spec.tokenizer?.size !== 'number') continue;
+    if (spec.base !== undefined && lora.issues.some((i) => i.path.startsWith(`models.${m}.`))) continue;
     if (checkpointOf(spec) !== undefined) {
       for (const i of checkpointIssues(spec)) bad(`models.${m}.${i.field}`, i.message);
       continue;
@@ -206,5 +209,5 @@ export function defineTeam<TTask, TOutcome, Roles extends string>(def: TeamDefin
   if (typeof def.success !== 'function') bad('success', 'must be a function');
   if (!def.tasks || (def.tasks.kind !== 'generated' && def.tasks.kind !== 'jsonl')) bad('tasks', 'must be generatedTasks(...) or jsonlTasks(...)');
   if (issues.length > 0) throw new TeamDefinitionError(String(name), issues);
-  return { ...def, limits: { maxTurns, cpuMs }, roles };
+  return { ...def, models: lora.models as typeof def.models, limits: { maxTurns, cpuMs }, roles };
 }

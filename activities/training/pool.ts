@@ -12,7 +12,8 @@ import { ApplicationFailure } from '@temporalio/common';
 import type { CallJournal, GenerateCall, GenerateReply } from '../../agents/episode';
 import { runBatchedEpisode } from './episode-sandbox';
 import type { EpisodeThreads, ThreadEpisode } from './episode-threads';
-import { checkpointOf, engineSpec } from '../../agents/model';
+import { checkpointOf, engineSpec, type ModelSpec } from '../../agents/model';
+import type { ModelSpecInput } from '../../engines/families/model-family';
 import { pretrainedVersion, readCheckpointTokenizers } from './pretrained';
 import type { Sampling } from '../../agents/agent';
 import { deriveSeed } from '../../agents/seed';
@@ -133,6 +134,16 @@ export interface UpdateResult {
 /** Finished episodes per store transaction in a batched rollout: few round trips, early progress. */
 const ROLLOUT_FLUSH = 32;
 
+/**
+ * A model's InitModel spec. A LoRA model's names its base's version 0 by the seed the base's own
+ * InitModel draws it from, so the spec alone (stored with every version) rebuilds the frozen base.
+ */
+function initSpec(spec: ModelSpec, runSeed: number): ModelSpecInput {
+  const s = engineSpec(spec);
+  if (spec.base === undefined) return s;
+  return { ...s, lora: { ...(s.lora as object), baseSeed: deriveSeed(runSeed, 'init', spec.base) } };
+}
+
 const reasonOf = (e: unknown) => (e as { reason?: string })?.reason;
 
 export function createTrainingPoolActivities({ sql, engine, checkpoints, episodes }: PoolDeps) {
@@ -235,7 +246,7 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints, episode
       const v = await heartbeating(
         () => ({ phase: 'init' }),
         async () => {
-          await engine().initModel({ modelKey: key, spec: engineSpec(spec), seed: deriveSeed(input.seed, 'init', input.model) });
+          await engine().initModel({ modelKey: key, spec: initSpec(spec, input.seed), seed: deriveSeed(input.seed, 'init', input.model) });
           return engine().exportVersion({ modelKey: key, version: 0 });
         },
       );

@@ -10,12 +10,13 @@ import * as path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import * as P from '../protocol/proto';
 import type { DeepPartial } from '../protocol/proto';
-import { BASE_SEED, type Context, expect, Fail, HEX64, ok, sha256Hex, Skip, type Spec, type UpdateFixture } from './context';
+import { BASE_SEED, type Context, expect, Fail, HEX64, type Model, ok, sha256Hex, Skip, type Spec, type UpdateFixture } from './context';
 import { FAMILY_NAMES, normalizeModelSpec } from '../families';
 import { initTransformerWeights } from '../families/transformer/init';
-import { normalizeTransformerSpec } from '../families/transformer/spec';
+import { normalizeTransformerSpec, paramLayout, type TransformerSpec } from '../families/transformer/spec';
+import { adapterLayout, baseSpecOf, mergeLora } from '../families/transformer/lora';
 import { exportHfCheckpoint, loadHfCheckpoint } from '../checkpoints/hf-layout';
-import { encodeWeights } from '../protocol/version-bytes';
+import { decodeOptimizerState, decodeWeights, encodeWeights } from '../protocol/version-bytes';
 import * as wire from '../protocol/wire';
 import { describeError, protoRpcNames, type Req, type WireError } from './wire-client';
 
@@ -171,6 +172,89 @@ function firstUpdate(ctx: Context): Promise<UpdateFixture> {
     return { key: base.key, base, request, response };
   });
 }
+
+// ---------- LoRA (engines/families/transformer/lora.ts) ----------
+
+/**
+ * The LoRA test spec over the suite's transformer (its base: version 0 at BASE_SEED, the base model's), as sent
+ * with `lora` merged over the test adapter (rank 4, α 8, q v and the MLP's down projection), and normalized.
+ */
+async function loraSpec(ctx: Context, lora: Record<string, unknown> = {}): Promise<{ spec: () => TransformerSpec; wire: Spec }> {
+  const base = await ctx.spec();
+  if (base.family !== 'transformer') throw new Skip(`the test spec is a ${base.family} model; LoRA adapts transformers`);
+  const config = JSON.parse(base.configJson || '{}') as Record<string, unknown>;
+  const mlp = normalizeTransformerSpec({ ...config, vocabSize: base.vocabSize }).mlp;
+  const l = { rank: 4, alpha: 8, targets: ['q', 'v', mlp === 'swiglu' ? 'd' : '2'], baseSeed: Number(BASE_SEED), ...lora };
+  return {
+    spec: () => normalizeTransformerSpec({ ...config, lora: l, vocabSize: base.vocabSize }),
+    wire: { ...base, configJson: JSON.stringify({ ...config, lora: l }) },
+  };
+}
+
+async function requireLora(ctx: Context): Promise<void> {
+  if (!(await ctx.capabilities()).lora) throw new Skip('the engine does not host LoRA models (capabilities.lora false; lora.refused checks that)');
+  await ctx.requireRpcs('InitModel', 'ExportVersion', 'Score', 'Update', 'Generate', 'LoadVersion');
+}
+
+interface LoraFixture {
+  key: string;
+  spec: TransformerSpec;
+  wire: Spec;
+  base: Model;
+  v0: P.ExportVersionResponse;
+  v1: P.ExportVersionResponse;
+  update: P.UpdateResponse;
+}
+
+/** A LoRA model over the base model's version 0: InitModel (seed 99), one Update, both versions exported. */
+function loraFixture(ctx: Context): Promise<LoraFixture> {
+  return ctx.once('lora', async () => {
+    await requireLora(ctx);
+    const base = await ctx.base();
+    const { spec: normalized, wire } = await loraSpec(ctx);
+    const spec = normalized();
+    const key = ctx.key('lora');
+    ok(await ctx.client.unary('InitModel', { modelKey: key, spec: wire, seed: '99' }), 'InitModel of the LoRA spec');
+    const v0 = ok(await ctx.client.unary('ExportVersion', { modelKey: key, version: '0' }), 'ExportVersion LoRA v0');
+    const request = P.UpdateRequest.fromPartial({
+      modelKey: key,
+      baseVersion: '0',
+      requestId: ctx.key('lora-update'),
+      samples: await updateSamples(ctx, key, '0'),
+      settings: { lr: 0.05 },
+    });
+    const update = ok(await ctx.client.unary('Update', request), 'Update of the LoRA model');
+    const v1 = ok(await ctx.client.unary('ExportVersion', { modelKey: key, version: String(update.info?.version ?? 1) }), 'ExportVersion LoRA v1');
+    return { key, spec, wire, base, v0, v1, update };
+  });
+}
+
+/** Score of fixed sequences (every context, 6 tokens each) on (key, version). */
+async function scoreFixed(ctx: Context, key: string, version: string): Promise<number[][]> {
+  const V = await ctx.vocab();
+  const seqs = contexts(V).map((c, i) => ({ context: c, tokens: Array.from({ length: 6 }, (_, k) => (k * 7 + i * 3 + 1) % V) }));
+  const res = ok(await ctx.client.unary('Score', { modelKey: key, version, sequences: seqs }), `Score ${key} v${version}`);
+  return res.sequences.map((s) => s.logprobs);
+}
+
+function maxDiff(a: number[][], b: number[][]): { max: number; differ: number; n: number } {
+  let max = 0;
+  let differ = 0;
+  let n = 0;
+  a.forEach((row, i) =>
+    row.forEach((x, k) => {
+      const y = b[i]![k]!;
+      n++;
+      if (!Object.is(x, y)) differ++;
+      const d = Math.abs(x - y);
+      if (!(d <= max)) max = Number.isNaN(d) ? NaN : d;
+    }),
+  );
+  return { max, differ, n };
+}
+
+/** The base's θ at version 0, as the engine exported it. */
+const baseTheta = (f: LoraFixture) => decodeWeights(f.base.weights, paramLayout(baseSpecOf(f.spec)).total);
 
 const sameInfo = (a: P.VersionInfo | undefined, b: P.VersionInfo | undefined) =>
   !!a && !!b && String(a.version) === String(b.version) && a.weightsSha256 === b.weightsSha256 && a.optimizerSha256 === b.optimizerSha256;
@@ -1430,6 +1514,102 @@ export const CHECKS: Check[] = [
   },
 
   // ---- Errors ----
+  {
+    id: 'lora.refused',
+    title: 'An engine without capabilities.lora refuses a LoRA spec at InitModel: INVALID_REQUEST naming spec.lora (it does not run the base instead)',
+    async run(ctx) {
+      if ((await ctx.capabilities()).lora) throw new Skip('the engine hosts LoRA models (capabilities.lora); the other lora.* checks cover it');
+      await ctx.requireRpcs('InitModel');
+      const { wire } = await loraSpec(ctx);
+      const e = await ctx.expectError(
+        'InitModel of a LoRA spec',
+        () => ctx.client.unary('InitModel', { modelKey: ctx.key('lora-refused'), spec: wire, seed: '99' }),
+        'INVALID_ARGUMENT',
+        'INVALID_REQUEST',
+      );
+      expect(/spec\.lora/.test(e.message), `the error does not name spec.lora: ${e.message}`);
+      return e.message.slice(0, 100);
+    },
+  },
+  {
+    id: 'lora.init-is-base',
+    title: "LoRA version 0 (B = 0) scores bit for bit as its base's version 0; its weights are the adapter's A and B only",
+    async run(ctx) {
+      const f = await loraFixture(ctx);
+      const adapter = adapterLayout(f.spec).total;
+      expect(
+        f.v0.weights.length === 4 * adapter,
+        `version 0 holds ${f.v0.weights.length} weights bytes; the adapter is ${adapter} float32 values (${4 * adapter} bytes)`,
+      );
+      const d = maxDiff(await scoreFixed(ctx, f.key, '0'), await scoreFixed(ctx, f.base.key, '0'));
+      expect(d.differ === 0, `${d.differ} of ${d.n} log-probs differ from the base's (max |Δ| ${fmt(d.max)})`);
+      return `${adapter} adapter values (${((100 * adapter) / paramLayout(baseSpecOf(f.spec)).total).toFixed(1)}% of the base's); ${d.n} log-probs equal`;
+    },
+  },
+  {
+    id: 'lora.update-adapter-only',
+    title:
+      "A LoRA Update trains the adapter: the new version's weights and AdamW state hold A and B only, B leaves 0, the log-probs move and the base's version 0 is unchanged",
+    async run(ctx) {
+      const f = await loraFixture(ctx);
+      const { slots, total } = adapterLayout(f.spec);
+      expect(f.v1.weights.length === 4 * total, `version 1 holds ${f.v1.weights.length} weights bytes, the adapter ${4 * total}`);
+      let moments;
+      try {
+        moments = decodeOptimizerState(f.v1.optimizerState, total);
+      } catch (e) {
+        throw new Fail(`version 1's optimizer_state is not an AdamW state of the ${total} adapter values: ${(e as Error).message}`);
+      }
+      expect(moments.step === 1, `optimizer step ${moments.step} after one Update, expected 1`);
+      const phi = decodeWeights(f.v1.weights, total);
+      const b = slots.filter((x) => x.matrix === 'B');
+      const moved = b.filter((x) => phi.subarray(x.offset, x.offset + x.size).some((v) => v !== 0)).length;
+      expect(moved === b.length, `${b.length - moved} of ${b.length} B matrices are still 0 after the Update`);
+      const d = maxDiff(await scoreFixed(ctx, f.key, String(f.update.info?.version)), await scoreFixed(ctx, f.base.key, '0'));
+      expect(d.max > 0, 'the updated adapter scores exactly as the base');
+      await ctx.stillServing('a LoRA Update');
+      return `${total} values and moments per version; max |Δ log-prob| vs the base ${fmt(d.max)}`;
+    },
+  },
+  {
+    id: 'lora.merged',
+    title: 'The merged weights W + (α/r)·Aᵀ·Bᵀ, loaded as a plain transformer, score as the LoRA version within 1e-5',
+    async run(ctx) {
+      const f = await loraFixture(ctx);
+      const v = String(f.update.info?.version);
+      const merged = mergeLora(f.spec, baseTheta(f), decodeWeights(f.v1.weights, adapterLayout(f.spec).total));
+      const key = ctx.key('lora-merged');
+      ok(
+        await ctx.client.unary('LoadVersion', loadRequest(key, '0', await ctx.spec(), { weights: Buffer.from(encodeWeights(merged)) })),
+        'LoadVersion of the merged weights',
+      );
+      const d = maxDiff(await scoreFixed(ctx, key, '0'), await scoreFixed(ctx, f.key, v));
+      expect(d.max <= 1e-5, `max |Δ log-prob| ${fmt(d.max)} > 1e-5 over ${d.n} tokens`);
+      return `max |Δ| ${fmt(d.max)} over ${d.n} tokens`;
+    },
+  },
+  {
+    id: 'lora.bad-spec',
+    title: 'A LoRA spec without lora.baseSeed, or naming a projection the base lacks, is INVALID_REQUEST naming the field',
+    async run(ctx) {
+      await requireLora(ctx);
+      const cases: Array<[Record<string, unknown>, RegExp]> = [
+        [{ baseSeed: undefined }, /spec\.lora\.baseSeed/],
+        [{ targets: ['q', 'nope'] }, /spec\.lora\.targets/],
+        [{ rank: 0 }, /spec\.lora\.rank/],
+      ];
+      for (const [lora, field] of cases) {
+        const { wire: spec } = await loraSpec(ctx, lora);
+        const e = await ctx.expectError(
+          `InitModel with lora ${JSON.stringify(lora)}`,
+          () => ctx.client.unary('InitModel', { modelKey: ctx.key('lora-bad'), spec, seed: '1' }),
+          'INVALID_ARGUMENT',
+          'INVALID_REQUEST',
+        );
+        expect(field.test(e.message), `lora ${JSON.stringify(lora)}: the error does not match ${field}: ${e.message}`);
+      }
+    },
+  },
   {
     id: 'errors.model-not-loaded',
     title: 'Generate/Score/ExportVersion/Update of an unknown model_key → MODEL_NOT_LOADED (NOT_FOUND)',

@@ -475,6 +475,8 @@ export class Engine {
       scoreTolerance: SCORE_TOLERANCE,
       maxBatch: this.maxBatch,
       weightsByReference: true,
+      // LoRA specs are refused (validate.ts); the PyTorch engine hosts them
+      lora: false,
     };
   }
 

@@ -41,9 +41,18 @@ export function versionNumber(v: unknown, field = 'version'): number {
   return v;
 }
 
+/** This engine's graphs have no adapter inputs: a LoRA spec is refused, not run as its base (Health: lora false). */
+function refuseLora(s: ModelSpecInput): void {
+  if (s.lora !== undefined)
+    throw invalid(
+      'spec.lora: this engine (troupe-onnx) does not host LoRA models (Health capabilities.lora is false); serve the model on the PyTorch engine (--engine pytorch)',
+    );
+}
+
 /** A normalized spec whose smallest run fits in `memoryBytes` (the family's checkMemory). */
 export function spec(s: ModelSpecInput | undefined, memoryBytes: number): ModelSpec {
   if (!s) throw invalid('spec: required');
+  refuseLora(s);
   try {
     const spec = normalizeModelSpec(s);
     familyOf(spec.family).checkMemory?.(spec, memoryBytes, 'spec');
@@ -60,6 +69,7 @@ export function spec(s: ModelSpecInput | undefined, memoryBytes: number): ModelS
  * cannot be the model is INVALID_REQUEST naming spec.checkpoint (or the field), nothing loaded.
  */
 export function checkpoint(s: ModelSpecInput | undefined): { spec: ModelSpecInput; theta: Float32Array } | undefined {
+  if (s) refuseLora(s);
   try {
     const ck = checkpointSpecOf(s);
     if (!ck) return undefined;

@@ -161,6 +161,7 @@ import memory  # noqa: E402
 import philox  # noqa: E402
 import watchdog  # noqa: E402
 import spec as specmod  # noqa: E402
+from lora import LoraModel, adapter_layout, init_adapter  # noqa: E402
 from model import ROW_CHUNK, SEQ_BLOCK, Transformer, init_weights  # noqa: E402
 from sampling import sample  # noqa: E402
 from update import NonFiniteUpdate, run_update  # noqa: E402
@@ -379,6 +380,7 @@ class VersionCache:
         self.lock = threading.RLock()
         self.clock = 0
         self.runtimes = {}
+        self.bases = {}  # frozen LoRA bases by (base spec key, base seed): one θ however many adapters use it
 
     def model(self, key):
         with self.lock:
@@ -415,9 +417,16 @@ class VersionCache:
                 if specmod.spec_key(m.spec) != specmod.spec_key(spec):
                     raise Fault("VERSION_CONFLICT", f'model "{key}" is loaded with spec {json.dumps(m.spec)}, request has {json.dumps(spec)}')
                 return m
-            m = ModelEntry(key, spec, self.runtime(spec))
+            m = ModelEntry(key, spec, self.lora_model(spec) if "lora" in spec else self.runtime(spec))
             self.models[key] = m
             return m
+
+    def lora_model(self, spec):
+        base = specmod.base_spec(spec)
+        k = (specmod.spec_key(base), spec["lora"]["baseSeed"])
+        if k not in self.bases:
+            self.bases[k] = init_weights(base, spec["lora"]["baseSeed"]).to(self.device)
+        return LoraModel(spec, self.runtime(base), self.bases[k])
 
     def put(self, m, number, theta, mom, vel, step):
         nv = Version(number, theta, mom, vel, step)
@@ -457,10 +466,15 @@ def spec_from_wire(w, field="spec"):
         raise invalid(f"{field}.config_json: not valid JSON")
     if not isinstance(config, dict):
         raise invalid(f"{field}.config_json: must be a JSON object")
+    if "lora" in config and "checkpoint" in config:
+        raise invalid(f"{field}.lora: LoRA over a checkpoint base is not supported yet (the base must be a seeded transformer)")
     try:
         ck = checkpoint.checkpoint_options(config, field) if w.family == specmod.FAMILY else None
         if ck is None:
-            return specmod.normalize(w.family, w.vocab_size, config, field), None
+            s = specmod.normalize(w.family, w.vocab_size, config, field)
+            if "lora" in s and "baseSeed" not in s["lora"]:
+                raise invalid(f"{field}.lora.baseSeed: required (the seed of the frozen base's version 0)")
+            return s, None
         s = checkpoint.resolve(ck[0], ck[1], field)[0]
     except specmod.SpecError as e:
         raise invalid(str(e))
@@ -662,7 +676,12 @@ class Engine(pbg.EngineServicer):
 
             def work(job):
                 m = self.cache.ensure_model(key, s)
-                theta = pretrained if pretrained is not None else init_weights(s, int(req.seed))
+                if pretrained is not None:
+                    theta = pretrained
+                elif "lora" in s:
+                    theta = init_adapter(s, int(req.seed))
+                else:
+                    theta = init_weights(s, int(req.seed))
 
                 def z():
                     return torch.zeros(theta.numel())
@@ -686,7 +705,7 @@ class Engine(pbg.EngineServicer):
             optim = req.optimizer_state
         if req.weights_sha256 and sha256_hex(weights) != req.weights_sha256.lower():
             raise invalid(f"weights_sha256: the weights bytes hash to {sha256_hex(weights)}, not {req.weights_sha256}")
-        P = specmod.param_layout(s)[1]
+        P = adapter_layout(s)[1] if "lora" in s else specmod.param_layout(s)[1]
         theta = decode_weights(weights, P)
         step, m, v = decode_optimizer(optim, P)
 
@@ -1081,7 +1100,8 @@ class Engine(pbg.EngineServicer):
                     self.queue.progress()
                 try:
                     theta, mo, ve, step, steps, ntok = run_update(mm.model, v.theta, v.m, v.v, v.step, samples, st, on_step,
-                                                                  self.micro_batch_bytes, self.checkpoint_layers, self.parallel)
+                                                                  # a LoRA update runs here alone: the other ranks build full models
+                                                                  self.micro_batch_bytes, self.checkpoint_layers, None if "lora" in mm.spec else self.parallel)
                 except NonFiniteUpdate as e:
                     raise Fault(
                         "NON_FINITE_UPDATE",
@@ -1173,7 +1193,7 @@ class Engine(pbg.EngineServicer):
         return pb.Capabilities(
             protocol_version=PROTOCOL_VERSION, engine=ENGINE_NAME, rpcs=RPCS,
             families=["transformer"], deterministic=True, score_matches_generate="bit-identical", score_tolerance=0.0,
-            max_batch=self.max_batch, weights_by_reference=True)
+            max_batch=self.max_batch, weights_by_reference=True, lora=True)
 
     def Health(self, req, context):
         return pb.HealthResponse(

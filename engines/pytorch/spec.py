@@ -18,7 +18,11 @@ LIMITS = {
     "mlpWidth": 65_536,
     "maxSeq": 32_768,
     "params": 1_000_000_000,
+    "loraRank": 4096,
 }
+# LoRA target names: one layer's linear maps by their slot names (spec.ts LORA_TARGETS)
+LORA_TARGETS = ["q", "k", "v", "o", "1", "2", "g", "u", "d"]
+MAX_SAFE_INTEGER = 2 ** 53 - 1
 # normalized field order (the order spec.ts's zod schema declares them)
 FIELDS = ["width", "layers", "heads", "kvHeads", "headDim", "mlpWidth", "positions", "ropeTheta", "norm", "normEps", "qkNorm", "mlp", "bias",
           "tiedHead", "maxSeq"]
@@ -135,8 +139,11 @@ def normalize(family: str, vocab_size: int, config: dict, prefix="spec"):
     out["bias"] = boolean("bias", g("bias"), True)
     out["tiedHead"] = boolean("tiedHead", g("tiedHead"), True)
     out["maxSeq"] = count("maxSeq", g("maxSeq"), LIMITS["maxSeq"], default=256)
+    lora = g("lora")
+    if lora is not _ABSENT:
+        out["lora"] = _lora(lora, count, number, at)
     for k in cfg:
-        if k not in FIELDS:
+        if k not in FIELDS and k != "lora":
             at(k, "unknown option")
     if issues:
         raise SpecError(issues)
@@ -166,9 +173,48 @@ def normalize(family: str, vocab_size: int, config: dict, prefix="spec"):
         total = param_layout(spec)[1]
         if total > LIMITS["params"]:
             at("width", f"{total} parameters exceed the limit of {LIMITS['params']} (reduce width, layers, mlpWidth or vocabSize)")
+    if not issues and "lora" in spec:
+        have = [n[4:] for n, _, _, _ in param_layout(spec)[0] if n.startswith("l0.w")]
+        targets = spec["lora"]["targets"]
+        for t in targets:
+            if t not in have:
+                at("lora.targets", f"{json.dumps(t)} is not a projection of this model (it has: {', '.join(have)})")
+        for t in dict.fromkeys(targets):
+            if targets.count(t) > 1:
+                at("lora.targets", f"{json.dumps(t)} is named twice")
+        spec["lora"]["targets"] = [t for t in LORA_TARGETS if t in targets]
     if issues:
         raise SpecError(issues)
     return spec
+
+
+def _lora(v, count, number, at):
+    """spec.ts's lora object: {rank, alpha, targets, baseSeed?}, in that key order."""
+    if not isinstance(v, dict):
+        at("lora", f"Invalid input: expected object, received {_type_name(v)}")
+        return None
+    out = {}
+    out["rank"] = count("lora.rank", v.get("rank", _ABSENT), LIMITS["loraRank"])
+    out["alpha"] = number("lora.alpha", v.get("alpha", _ABSENT), None, lambda a: "must be > 0" if not a > 0 else ("must be ≤ 1000000" if a > 1e6 else None))
+    if out["alpha"] is None and "alpha" not in v:
+        at("lora.alpha", "Invalid input: expected number, received undefined")
+    t = v.get("targets", _ABSENT)
+    if not isinstance(t, list):
+        at("lora.targets", f"Invalid input: expected array, received {_type_name(None if t is _ABSENT else t)}")
+    elif not t:
+        at("lora.targets", "name at least one projection")
+    else:
+        for i, x in enumerate(t):
+            if x not in LORA_TARGETS:
+                at(f"lora.targets[{i}]", f"unknown option {json.dumps(x)}; known: {', '.join(LORA_TARGETS)}")
+        out["targets"] = list(t)
+    seed = count("lora.baseSeed", v.get("baseSeed", _ABSENT), MAX_SAFE_INTEGER, minimum=0, optional=True)
+    if seed is not None:
+        out["baseSeed"] = seed
+    for k in v:
+        if k not in ("rank", "alpha", "targets", "baseSeed"):
+            at(f"lora.{k}", "unknown option")
+    return out
 
 
 def head_dim(s):
@@ -227,7 +273,17 @@ def param_layout(s):
 
 
 def spec_key(s):
-    return json.dumps([s[k] for k in ["family", "vocabSize"] + FIELDS])
+    """spec.ts transformerSpecKey: equal keys, same model (a LoRA spec's adapter and base seed included)."""
+    key = [s[k] for k in ["family", "vocabSize"] + FIELDS]
+    if "lora" in s:
+        lo = s["lora"]
+        key.append([lo["rank"], lo["alpha"], lo["targets"], lo.get("baseSeed")])
+    return json.dumps(key)
+
+
+def base_spec(s):
+    """The spec without its lora: the frozen base's."""
+    return {k: v for k, v in s.items() if k != "lora"}
 
 
 def js_number(x) -> str:
@@ -272,9 +328,13 @@ def js_number(x) -> str:
 def config_json(s) -> str:
     """The normalized config (every field but family / vocabSize) as JSON, keys in the spec's order, JS number formatting."""
     parts = []
-    for k in [k for k in s if k in FIELDS]:
+    for k in [k for k in s if k in FIELDS or k == "lora"]:
         v = s[k]
-        if isinstance(v, str):
+        if k == "lora":
+            seed = f',"baseSeed":{v["baseSeed"]}' if "baseSeed" in v else ""
+            targets = json.dumps(v["targets"], separators=(",", ":"))
+            val = f'{{"rank":{v["rank"]},"alpha":{js_number(v["alpha"])},"targets":{targets}{seed}}}'
+        elif isinstance(v, str):
             val = json.dumps(v)
         elif isinstance(v, bool):
             val = "true" if v else "false"

@@ -27,7 +27,15 @@ export const TRANSFORMER_LIMITS = {
   maxSeq: 32_768,
   /** θ + AdamW m, v are 12 bytes per parameter: 1e9 parameters is 12 GB before activations. */
   params: 1_000_000_000,
+  /** LoRA rank r */
+  loraRank: 4096,
 };
+
+/**
+ * LoRA target names: the linear maps of one layer, by their slot names in paramLayout (`l0.wq` is target `q`).
+ * GELU MLPs have `1` (up) and `2` (down); SwiGLU MLPs `g` (gate), `u` (up) and `d` (down).
+ */
+export const LORA_TARGETS = ['q', 'k', 'v', 'o', '1', '2', 'g', 'u', 'd'] as const;
 
 const count = (max: number, min = 1) => z.number().int('must be an integer').min(min, `must be ≥ ${min}`).max(max, `must be ≤ ${max}`);
 const oneOf = <T extends string>(values: readonly T[]) =>
@@ -64,11 +72,25 @@ const schema = lazily(() =>
       tiedHead: z.boolean().default(true),
       /** longest sequence (context + generated tokens) the model accepts: at least a context token and a generated one. */
       maxSeq: count(TRANSFORMER_LIMITS.maxSeq, 2).default(256),
+      /**
+       * A LoRA model (engines/families/transformer/lora.ts): these fields are its frozen base's, the version
+       * bytes are the adapter's A and B only. `baseSeed`: the seed of the base's version 0 (the run sets it).
+       */
+      lora: z
+        .object({
+          rank: count(TRANSFORMER_LIMITS.loraRank),
+          alpha: z.number().gt(0, 'must be > 0').max(1e6, 'must be ≤ 1000000'),
+          targets: z.array(oneOf(LORA_TARGETS)).min(1, 'name at least one projection'),
+          baseSeed: count(Number.MAX_SAFE_INTEGER, 0).optional(),
+        })
+        .strict()
+        .optional(),
     })
     .strict(),
 );
 
-export type TransformerSpec = Required<z.output<ReturnType<typeof schema>>>;
+export type LoraSpec = NonNullable<z.output<ReturnType<typeof schema>>['lora']>;
+export type TransformerSpec = Required<Omit<z.output<ReturnType<typeof schema>>, 'lora'>> & { lora?: LoraSpec };
 
 /** A bad config: every issue names its field (`spec.heads: …`). */
 export class TransformerSpecError extends ModelSpecError {
@@ -106,8 +128,21 @@ export function normalizeTransformerSpec(input: unknown, prefix = 'spec'): Trans
       at('width', `${total} parameters exceed the limit of ${TRANSFORMER_LIMITS.params} (reduce width, layers, mlpWidth or vocabSize)`);
     }
   }
+  if (issues.length === 0 && s.lora) spec.lora = { ...s.lora, targets: loraTargets(spec, s.lora.targets, (m) => at('lora.targets', m)) };
   if (issues.length > 0) throw new TransformerSpecError(issues);
   return spec;
+}
+
+/** The targets in layer order (q k v o, then the MLP's), each once; `bad` hears of one this layout lacks. */
+function loraTargets(s: TransformerSpec, targets: readonly string[], bad: (message: string) => void): LoraSpec['targets'] {
+  const have = new Set(
+    paramLayout(s)
+      .slots.filter((x) => /^l0\.w/.test(x.name))
+      .map((x) => x.name.slice(4)),
+  );
+  for (const t of targets) if (!have.has(t)) bad(`${JSON.stringify(t)} is not a projection of this model (it has: ${[...have].join(', ')})`);
+  for (const t of new Set(targets)) if (targets.indexOf(t) !== targets.lastIndexOf(t)) bad(`${JSON.stringify(t)} is named twice`);
+  return LORA_TARGETS.filter((t) => targets.includes(t));
 }
 
 export function headDim(s: TransformerSpec): number {
@@ -208,5 +243,6 @@ export function transformerSpecKey(s: TransformerSpec): string {
     s.bias,
     s.tiedHead,
     s.maxSeq,
+    ...(s.lora ? [[s.lora.rank, s.lora.alpha, s.lora.targets, s.lora.baseSeed ?? null]] : []),
   ]);
 }
