@@ -380,7 +380,7 @@ class VersionCache:
         self.lock = threading.RLock()
         self.clock = 0
         self.runtimes = {}
-        self.bases = {}  # frozen LoRA bases by (base spec key, base seed): one θ however many adapters use it
+        self.bases = {}  # seeded θ₀ by (spec key, seed): a LoRA base, one tensor however many adapters and models use it
 
     def model(self, key):
         with self.lock:
@@ -421,12 +421,18 @@ class VersionCache:
             self.models[key] = m
             return m
 
+    def seeded(self, spec, seed):
+        """θ₀ of a plain spec from its seed, one tensor per (spec, seed): a model's version 0 and the LoRA base over it
+        share it (versions are immutable, so nothing writes into it)."""
+        k = (specmod.spec_key(spec), seed)
+        with self.lock:
+            if k not in self.bases:
+                self.bases[k] = init_weights(spec, seed).to(self.device)
+            return self.bases[k]
+
     def lora_model(self, spec):
         base = specmod.base_spec(spec)
-        k = (specmod.spec_key(base), spec["lora"]["baseSeed"])
-        if k not in self.bases:
-            self.bases[k] = init_weights(base, spec["lora"]["baseSeed"]).to(self.device)
-        return LoraModel(spec, self.runtime(base), self.bases[k])
+        return LoraModel(spec, self.runtime(base), self.seeded(base, spec["lora"]["baseSeed"]))
 
     def put(self, m, number, theta, mom, vel, step):
         nv = Version(number, theta, mom, vel, step)
@@ -681,7 +687,7 @@ class Engine(pbg.EngineServicer):
                 elif "lora" in s:
                     theta = init_adapter(s, int(req.seed))
                 else:
-                    theta = init_weights(s, int(req.seed))
+                    theta = self.cache.seeded(s, int(req.seed))
 
                 def z():
                     return torch.zeros(theta.numel())

@@ -7,7 +7,19 @@
  * times the solver's, the case per-agent advantage normalization is for.
  */
 import { z } from 'zod';
-import { agent, tinyLM, transformer, type ModelSpec, generatedTasks, defineTeam, TeamDefinitionError, charTokenizer, defineTool, keySyntax } from 'troupe';
+import {
+  agent,
+  lora,
+  tinyLM,
+  transformer,
+  type ModelSpec,
+  generatedTasks,
+  defineTeam,
+  TeamDefinitionError,
+  charTokenizer,
+  defineTool,
+  keySyntax,
+} from 'troupe';
 
 export interface MathTask {
   a: number;
@@ -32,8 +44,11 @@ export const calculator = defineTool({
 });
 
 export interface MathOptions {
-  /** 'shared': one policy for both roles; 'separate': one policy each. */
-  models?: 'shared' | 'separate';
+  /**
+   * 'shared': one policy for both roles; 'separate': one policy each; 'lora' (with policy 'transformer'):
+   * one LoRA adapter each over a frozen shared transformer (needs an engine that hosts LoRA: --engine pytorch).
+   */
+  models?: 'shared' | 'separate' | 'lora';
   /** Multiplier of the verifier's reward relative to the solver's. */
   verifierScale?: number;
   /** Operands are drawn from 0..maxOperand. */
@@ -59,6 +74,8 @@ export function mathTeam(options: MathOptions = {}) {
       { path: 'teamOptions.policy', message: `must be "tiny-lm" or "transformer", got ${JSON.stringify(options.policy)}` },
     ]);
   }
+  if (options.models === 'lora' && options.policy !== 'transformer')
+    throw new TeamDefinitionError('math', [{ path: 'teamOptions.models', message: '"lora" adapts a transformer: set policy "transformer" too' }]);
   // lr 0.02: Adam steps this large suit a 9,811-parameter tiny-lm policy learning from scratch (measured: eval 0 -> 0.98 in 20 steps).
   // entropyCoef 0.01: while the solver is still mostly wrong, 'N' is the verifier's right verdict, and
   // without a bonus it can become the verifier's only verdict before the solver turns accurate; then no
@@ -68,8 +85,15 @@ export function mathTeam(options: MathOptions = {}) {
     options.policy === 'transformer'
       ? transformer({ tokenizer, width: 64, layers: 2, heads: 4, maxSeq: 48, optimizer: { lr: 0.002 } })
       : tinyLM({ tokenizer, contextWindow: 8, embedDim: 16, hiddenDim: 64, optimizer: { lr: 0.02, entropyCoef: 0.01 } });
-  const models: Record<string, ModelSpec> = options.models === 'separate' ? { solver: policy(), verifier: policy() } : { policy: policy() };
-  const modelOf = (role: 'solver' | 'verifier') => (options.models === 'separate' ? role : 'policy');
+  // LoRA: the policy is the frozen base (no agent trains it); each role trains rank-8 adapters on every projection
+  const adapter = () => lora({ tokenizer, base: 'policy', rank: 8, alpha: 16, targets: ['q', 'k', 'v', 'o', '1', '2'], optimizer: { lr: 0.005 } });
+  const models: Record<string, ModelSpec> =
+    options.models === 'separate'
+      ? { solver: policy(), verifier: policy() }
+      : options.models === 'lora'
+        ? { policy: policy(), solver: adapter(), verifier: adapter() }
+        : { policy: policy() };
+  const modelOf = (role: 'solver' | 'verifier') => (options.models === 'separate' || options.models === 'lora' ? role : 'policy');
 
   return defineTeam({
     name: 'math',

@@ -1,0 +1,64 @@
+/**
+ * LoRA per agent (issue #28) end to end: the bundled `math` team with
+ * `{ models: 'lora', policy: 'transformer' }` (its solver and verifier each on
+ * a LoRA adapter over the frozen `policy`) trains 2 steps on a pool whose
+ * engine is the PyTorch engine (`--engine pytorch`). Each adapter gets one
+ * version per step, stored as adapter bytes only; the base is never updated;
+ * the engine holds one base for both adapters.
+ *
+ * Skips, naming the Debian packages, where the PyTorch engine cannot run.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { getVersion, listVersions } from '../../../activities/store/versions';
+import { loadTeam } from '../../../agents/team-registry';
+import { engineSpec } from '../../../agents/model';
+import { pytorchEngine } from '../../../engines/pytorch';
+import { adapterLayout } from '../../../engines/families/transformer/lora';
+import { normalizeTransformerSpec, paramLayout } from '../../../engines/families/transformer/spec';
+import type { trainingRun } from '../../../workflows';
+import { checkRunBookkeeping, startHarness, type Harness } from '../../../testing/stack';
+
+const torch = pytorchEngine();
+const skip = 'missing' in torch ? torch.missing : false;
+const teamOptions = { models: 'lora', policy: 'transformer' };
+
+describe('two agents on two LoRA adapters over one base', { skip }, () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness({ pool: { engine: 'pytorch' } });
+  });
+  after(async () => {
+    await h?.shutdown();
+  });
+
+  it('trains 2 steps on the PyTorch engine: adapter-only versions, the base frozen', async () => {
+    const steps = 2;
+    const result = await h.env.client.workflow.execute<typeof trainingRun>('trainingRun', {
+      taskQueue: h.taskQueue,
+      workflowId: 'lora-run',
+      args: [{ team: 'math', teamOptions, steps, groupsPerStep: 2, groupSize: 4, evalEvery: 0, evalTasks: 2, seed: 3 }],
+    });
+    assert.equal(result.status, 'completed');
+    // the base has no agent: it keeps version 0 (its updates are skipped: no trainable tokens)
+    assert.deepEqual(result.versions, { policy: 0, solver: steps, verifier: steps });
+    await checkRunBookkeeping(h, 'lora-run', steps, ['solver', 'verifier'], ['solver', 'verifier']);
+
+    const team = loadTeam('math', teamOptions);
+    const spec = normalizeTransformerSpec(engineSpec(team.models.solver!));
+    const adapter = adapterLayout(spec).total;
+    for (const m of ['solver', 'verifier']) {
+      const v = (await getVersion(h.db.sql, h.db.checkpoints, 'lora-run', m, steps))!;
+      assert.equal(v.weights.length, 4 * adapter, `${m}: version ${steps} holds the adapter's ${adapter} values only`);
+      assert.equal((v.spec as { lora?: { baseSeed?: number } }).lora?.baseSeed !== undefined, true, `${m}: the stored spec names its base`);
+    }
+    const shas = (await listVersions(h.db.sql, 'lora-run')).filter((v) => v.version === steps).map((v) => v.sha256);
+    assert.equal(new Set(shas).size, 2, 'the two adapters trained apart');
+    const base = (await getVersion(h.db.sql, h.db.checkpoints, 'lora-run', 'policy', 0))!;
+    assert.equal(base.weights.length, 4 * paramLayout(normalizeTransformerSpec(engineSpec(team.models.policy!))).total);
+    const stats = await h.pool.getClient().stats();
+    console.log(
+      `lora run: adapter ${adapter} values (${((100 * adapter) / paramLayout(spec).total).toFixed(1)}% of the base's ${paramLayout(spec).total}); engine holds ${stats.models.length} models`,
+    );
+  });
+});
