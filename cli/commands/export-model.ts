@@ -1,5 +1,7 @@
 // troupe export-model <run> --model M --version V --out DIR: a stored version as a Hugging Face-layout
 // directory (config.json, model.safetensors, tokenizer files), to serve with transformers / vLLM / SGLang.
+// A LoRA version is written merged (W + (α/r)·Aᵀ·Bᵀ over its base's version 0), and with --adapter-out
+// also as a PEFT adapter directory.
 import * as fs from 'node:fs';
 import { getRun } from '../../activities/store/runs';
 import { getVersion } from '../../activities/store/versions';
@@ -11,6 +13,9 @@ import { ensureDatabase } from '../../infra/postgres';
 import { exportHfCheckpoint, HfCheckpointError, loadHfCheckpoint } from '../../engines/checkpoints/hf-layout';
 import { CheckpointError, decodeWeights } from '../../engines/protocol/version-bytes';
 import { normalizeTransformerSpec, paramLayout } from '../../engines/families/transformer/spec';
+import { adapterLayout, baseSpecOf, mergeLora } from '../../engines/families/transformer/lora';
+import { initTransformerWeights } from '../../engines/families/transformer/init';
+import { exportPeftAdapter } from '../../engines/checkpoints/peft';
 import { defineCommand } from '../command';
 
 export interface ExportModelArgs {
@@ -20,6 +25,8 @@ export interface ExportModelArgs {
   out: string;
   /** the HF directory the model started from: its config.json fields and tokenizer files carry over */
   from?: string;
+  /** a LoRA version's PEFT adapter directory, beside the merged model in `out` */
+  adapterOut?: string;
 }
 
 /** Writes the version; returns the files written and their dtype. */
@@ -34,11 +41,21 @@ export async function exportModelVersion(sql: Sql, store: CheckpointStore, a: Ex
   const family = (stored.spec as { family?: string }).family;
   if (family !== 'transformer') throw new TroupeError(`model ${a.model} is a ${family} model; only transformer models have a Hugging Face layout`);
   const spec = normalizeTransformerSpec(stored.spec);
-  if (fs.existsSync(a.out) && fs.readdirSync(a.out).length > 0) throw new TroupeError(`--out ${a.out}: not empty`, 'name a new or empty directory');
+  for (const [flag, dir] of [
+    ['--out', a.out],
+    ['--adapter-out', a.adapterOut],
+  ] as const)
+    if (dir && fs.existsSync(dir) && fs.readdirSync(dir).length > 0) throw new TroupeError(`${flag} ${dir}: not empty`, 'name a new or empty directory');
+  if (a.adapterOut && !spec.lora) throw new TroupeError(`--adapter-out: model ${a.model} is not a LoRA model`, 'leave --adapter-out out');
   try {
-    const theta = decodeWeights(stored.weights, paramLayout(spec).total);
     const source = a.from ? loadHfCheckpoint(a.from) : undefined;
-    return exportHfCheckpoint(a.out, spec, theta, source);
+    if (!spec.lora) return exportHfCheckpoint(a.out, spec, decodeWeights(stored.weights, paramLayout(spec).total), source);
+    // a LoRA version holds its adapter only; its base is version 0 of the base model, drawn from lora.baseSeed
+    const base = baseSpecOf(spec);
+    const adapter = decodeWeights(stored.weights, adapterLayout(spec).total);
+    if (spec.lora.baseSeed === undefined) throw new TroupeError(`model ${a.model}: the stored spec has no lora.baseSeed (its base is unknown)`);
+    if (a.adapterOut) exportPeftAdapter(a.adapterOut, spec, adapter, a.from);
+    return exportHfCheckpoint(a.out, base, mergeLora(spec, initTransformerWeights(base, spec.lora.baseSeed), adapter), source);
   } catch (e) {
     if (e instanceof HfCheckpointError || e instanceof CheckpointError) throw new TroupeError(`export-model: ${e.message}`);
     throw e;
@@ -48,7 +65,7 @@ export async function exportModelVersion(sql: Sql, store: CheckpointStore, a: Ex
 export default defineCommand({
   name: 'export-model',
   summary: 'Write a model version as a Hugging Face-layout directory',
-  usage: 'troupe export-model <run> --model M --version V --out DIR [--from HF_DIR]',
+  usage: 'troupe export-model <run> --model M --version V --out DIR [--from HF_DIR] [--adapter-out DIR]',
   positionals: true,
   options: {
     model: { type: 'string', valueName: 'M', description: "the team's model name" },
@@ -58,6 +75,11 @@ export default defineCommand({
       type: 'string',
       valueName: 'HF_DIR',
       description: 'the pretrained directory the model started from: keeps its config fields and copies its tokenizer files',
+    },
+    'adapter-out': {
+      type: 'string',
+      valueName: 'DIR',
+      description: "a LoRA model's adapter as a PEFT directory (adapter_config.json, adapter_model.safetensors); --out gets the merged model",
     },
   },
   async run({ values, positionals, log }) {
@@ -77,8 +99,10 @@ export default defineCommand({
         version: values.version,
         out: values.out,
         from: values.from,
+        adapterOut: values['adapter-out'],
       });
       log(`troupe: wrote ${r.files.join(', ')} (${r.dtype}) to ${values.out}`);
+      if (values['adapter-out']) log(`troupe: wrote the PEFT adapter to ${values['adapter-out']} (its base: export-model --version 0 of the base model)`);
       return 0;
     } finally {
       await sql.end({ timeout: 2 });

@@ -4,12 +4,20 @@
  * a LoRA adapter over the frozen `policy`) trains 2 steps on a pool whose
  * engine is the PyTorch engine (`--engine pytorch`). Each adapter gets one
  * version per step, stored as adapter bytes only; the base is never updated;
- * the engine holds one base for both adapters.
+ * `troupe export-model` writes the adapter merged into its base, which scores
+ * as the LoRA version within 1e-5.
  *
  * Skips, naming the Debian packages, where the PyTorch engine cannot run.
  */
 import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { exportModelVersion } from '../../../cli/commands/export-model';
+import { modelKey } from '../../../activities/training/update-step';
+import { loadHfCheckpoint } from '../../../engines/checkpoints/hf-layout';
+import { encodeWeights } from '../../../engines/protocol/version-bytes';
 import { getVersion, listVersions } from '../../../activities/store/versions';
 import { loadTeam } from '../../../agents/team-registry';
 import { engineSpec } from '../../../agents/model';
@@ -56,6 +64,28 @@ describe('two agents on two LoRA adapters over one base', { skip }, () => {
     assert.equal(new Set(shas).size, 2, 'the two adapters trained apart');
     const base = (await getVersion(h.db.sql, h.db.checkpoints, 'lora-run', 'policy', 0))!;
     assert.equal(base.weights.length, 4 * paramLayout(normalizeTransformerSpec(engineSpec(team.models.policy!))).total);
+
+    // the merged export, loaded as a plain model, scores as the LoRA version
+    const out = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-lora-export-'));
+    try {
+      await exportModelVersion(h.db.sql, h.db.checkpoints, { runId: 'lora-run', model: 'solver', version: steps, out });
+      const merged = loadHfCheckpoint(out);
+      const c = h.pool.getClient();
+      await c.loadVersion({
+        modelKey: 'merged-solver',
+        version: 0,
+        spec: merged.spec,
+        weights: encodeWeights(merged.theta),
+        optimizerState: new Uint8Array(0),
+      });
+      const sequences = [{ context: [1, 2, 3, 4], tokens: [5, 6, 7, 8, 9] }];
+      const a = (await c.score({ modelKey: 'merged-solver', version: 0, sequences })).sequences[0]!.logprobs;
+      const b = (await c.score({ modelKey: modelKey('lora-run', 'solver'), version: steps, sequences })).sequences[0]!.logprobs;
+      const d = Math.max(...a.map((x, i) => Math.abs(x - b[i]!)));
+      assert.ok(d <= 1e-5, `merged export vs LoRA version: max |Δ log-prob| ${d}`);
+    } finally {
+      fs.rmSync(out, { recursive: true, force: true });
+    }
     const stats = await h.pool.getClient().stats();
     console.log(
       `lora run: adapter ${adapter} values (${((100 * adapter) / paramLayout(spec).total).toFixed(1)}% of the base's ${paramLayout(spec).total}); engine holds ${stats.models.length} models`,
