@@ -6,6 +6,7 @@
  */
 import type { ModelSpecInput } from '../engines/families/model-family';
 import type { Tokenizer } from './tokenizer';
+import { loraIssues } from '../engines/families/transformer/spec';
 
 export interface ModelSpec {
   /** `tiny-lm`, `transformer`, ... (engines/families/index.ts) */
@@ -141,11 +142,6 @@ export function resolveLoraModels(models: Readonly<Record<string, ModelSpec>>): 
     else if (base.base !== undefined) issues.push({ path: at, message: `${JSON.stringify(spec.base)} is itself a LoRA model; name a full model` });
     else if (base.family !== 'transformer')
       issues.push({ path: at, message: `${JSON.stringify(spec.base)} is a ${base.family} model; LoRA needs a transformer base` });
-    else if (checkpointOf(base) !== undefined)
-      issues.push({
-        path: at,
-        message: `${JSON.stringify(spec.base)} starts from a checkpoint; LoRA over a checkpoint base is not supported yet (name a seeded transformer)`,
-      });
     else out[m] = { ...spec, config: { ...base.config, lora: spec.config.lora } };
   }
   return { models: out, issues };
@@ -159,7 +155,10 @@ export function checkpointOf(spec: ModelSpec): string | undefined {
   return spec.config.checkpoint as string | undefined;
 }
 
-/** A checkpoint model's problems, by field of its config (the checkpoint itself is read where files can be: initModel). */
+/**
+ * A checkpoint model's problems, by field of its config (the checkpoint itself is read where files can be: initModel).
+ * A LoRA model over a checkpoint keeps its `lora`, checked alone (its targets against the directory's layout by the engine).
+ */
 export function checkpointIssues(spec: ModelSpec): Array<{ field: string; message: string }> {
   const dir = spec.config.checkpoint;
   const issues: Array<{ field: string; message: string }> = [];
@@ -168,8 +167,10 @@ export function checkpointIssues(spec: ModelSpec): Array<{ field: string; messag
   if (typeof dir !== 'string' || !dir.startsWith('/'))
     issues.push({ field: 'checkpoint', message: `must be an absolute directory path, got ${JSON.stringify(dir)}` });
   for (const key of Object.keys(spec.config)) {
-    if (!CHECKPOINT_KEEPS.has(key)) issues.push({ field: key, message: "comes from the checkpoint's config.json; leave it out" });
+    if (!CHECKPOINT_KEEPS.has(key) && !(key === 'lora' && spec.base !== undefined))
+      issues.push({ field: key, message: "comes from the checkpoint's config.json; leave it out" });
   }
+  if (spec.base !== undefined) for (const i of loraIssues(spec.config.lora, 'lora')) issues.push({ field: i.path, message: i.message });
   return issues;
 }
 

@@ -136,10 +136,13 @@ const ROLLOUT_FLUSH = 32;
 
 /**
  * A model's InitModel spec. A LoRA model's names its base's version 0 by the seed the base's own
- * InitModel draws it from, so the spec alone (stored with every version) rebuilds the frozen base.
+ * InitModel draws it from (over a checkpoint, the engine names the directory), so the spec alone
+ * (stored with every version) rebuilds the frozen base.
  */
 function initSpec(spec: ModelSpec, runSeed: number): ModelSpecInput {
   const s = engineSpec(spec);
+  // over a checkpoint: the directory's vocabulary, which may be padded past the tokenizer's ids (the base's initModel checks they fit)
+  if (spec.base !== undefined && checkpointOf(spec) !== undefined) return { ...s, vocabSize: 0 };
   if (spec.base === undefined) return s;
   return { ...s, lora: { ...(s.lora as object), baseSeed: deriveSeed(runSeed, 'init', spec.base) } };
 }
@@ -236,7 +239,7 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints, episode
       const team = loadTeam(input.team, input.teamOptions);
       const spec = team.models[input.model];
       if (!spec) throw ApplicationFailure.nonRetryable(`team ${team.name} has no model ${input.model}`);
-      if (checkpointOf(spec) !== undefined) {
+      if (checkpointOf(spec) !== undefined && spec.base === undefined) {
         // stored as is: engines load it from the store on first use (withVersion)
         await saveInitialVersion(sql, checkpoints, { runId: input.runId, model: input.model, ...pretrainedVersion(spec, input.model) });
         return { version: 0 };

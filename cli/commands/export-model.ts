@@ -12,7 +12,7 @@ import { TroupeError } from '../../infra/errors';
 import { ensureDatabase } from '../../infra/postgres';
 import { exportHfCheckpoint, HfCheckpointError, loadHfCheckpoint } from '../../engines/checkpoints/hf-layout';
 import { CheckpointError, decodeWeights } from '../../engines/protocol/version-bytes';
-import { normalizeTransformerSpec, paramLayout } from '../../engines/families/transformer/spec';
+import { normalizeTransformerSpec, paramLayout, transformerSpecKey } from '../../engines/families/transformer/spec';
 import { adapterLayout, baseSpecOf, mergeLora } from '../../engines/families/transformer/lora';
 import { initTransformerWeights } from '../../engines/families/transformer/init';
 import { exportPeftAdapter } from '../../engines/checkpoints/peft';
@@ -50,12 +50,21 @@ export async function exportModelVersion(sql: Sql, store: CheckpointStore, a: Ex
   try {
     const source = a.from ? loadHfCheckpoint(a.from) : undefined;
     if (!spec.lora) return exportHfCheckpoint(a.out, spec, decodeWeights(stored.weights, paramLayout(spec).total), source);
-    // a LoRA version holds its adapter only; its base is version 0 of the base model, drawn from lora.baseSeed
+    // a LoRA version holds its adapter only; its base is version 0 of the base model: drawn from lora.baseSeed, or its checkpoint
     const base = baseSpecOf(spec);
     const adapter = decodeWeights(stored.weights, adapterLayout(spec).total);
-    if (spec.lora.baseSeed === undefined) throw new TroupeError(`model ${a.model}: the stored spec has no lora.baseSeed (its base is unknown)`);
+    const { baseSeed, baseCheckpoint } = spec.lora;
+    if (baseCheckpoint !== undefined) {
+      // the directory's config fields and tokenizer files carry over, as for a checkpoint model with --from
+      const ck = loadHfCheckpoint(baseCheckpoint, { maxSeq: base.maxSeq });
+      if (transformerSpecKey(ck.spec) !== transformerSpecKey(base))
+        throw new TroupeError(`model ${a.model}: its base ${baseCheckpoint} no longer has the shape this version was trained over`);
+      if (a.adapterOut) exportPeftAdapter(a.adapterOut, spec, adapter, baseCheckpoint);
+      return exportHfCheckpoint(a.out, base, mergeLora(spec, ck.theta, adapter), source ?? ck);
+    }
+    if (baseSeed === undefined) throw new TroupeError(`model ${a.model}: the stored spec names no base (lora.baseSeed or lora.baseCheckpoint)`);
     if (a.adapterOut) exportPeftAdapter(a.adapterOut, spec, adapter, a.from);
-    return exportHfCheckpoint(a.out, base, mergeLora(spec, initTransformerWeights(base, spec.lora.baseSeed), adapter), source);
+    return exportHfCheckpoint(a.out, base, mergeLora(spec, initTransformerWeights(base, baseSeed), adapter), source);
   } catch (e) {
     if (e instanceof HfCheckpointError || e instanceof CheckpointError) throw new TroupeError(`export-model: ${e.message}`);
     throw e;

@@ -10,7 +10,7 @@ import * as path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import * as P from '../protocol/proto';
 import type { DeepPartial } from '../protocol/proto';
-import { BASE_SEED, type Context, expect, Fail, HEX64, type Model, ok, sha256Hex, Skip, type Spec, type UpdateFixture } from './context';
+import { BASE_SEED, type Context, TRANSFORMER_TEST_SPEC, expect, Fail, HEX64, type Model, ok, sha256Hex, Skip, type Spec, type UpdateFixture } from './context';
 import { FAMILY_NAMES, normalizeModelSpec } from '../families';
 import { initTransformerWeights } from '../families/transformer/init';
 import { normalizeTransformerSpec, paramLayout, type TransformerSpec } from '../families/transformer/spec';
@@ -1586,6 +1586,54 @@ export const CHECKS: Check[] = [
       const d = maxDiff(await scoreFixed(ctx, key, '0'), await scoreFixed(ctx, f.key, v));
       expect(d.max <= 1e-5, `max |Δ log-prob| ${fmt(d.max)} > 1e-5 over ${d.n} tokens`);
       return `max |Δ| ${fmt(d.max)} over ${d.n} tokens`;
+    },
+  },
+  {
+    id: 'lora.checkpoint-base',
+    title:
+      'InitModel of {"checkpoint": dir, "lora": …}: an adapter over the directory\'s weights (its spec names them as lora.baseCheckpoint); version 0 scores as the checkpoint model, and again when loaded from its export under another key',
+    async run(ctx) {
+      await requireLora(ctx);
+      const root = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-conformance-lora-ckpt-'));
+      try {
+        const dir = path.join(root, 'llama');
+        const spec = normalizeTransformerSpec({ ...JSON.parse(TRANSFORMER_TEST_SPEC.configJson!), vocabSize: 16 });
+        exportHfCheckpoint(dir, spec, initTransformerWeights(spec, 7));
+        const plain = ctx.key('lora-ckpt-plain');
+        ok(
+          await ctx.client.unary('InitModel', { modelKey: plain, spec: { family: 'transformer', configJson: JSON.stringify({ checkpoint: dir }) }, seed: '1' }),
+          'InitModel {checkpoint}',
+        );
+        const key = ctx.key('lora-ckpt');
+        const lora = { rank: 2, alpha: 4, targets: ['q', 'd'] };
+        const info = ok(
+          await ctx.client.unary('InitModel', {
+            modelKey: key,
+            spec: { family: 'transformer', configJson: JSON.stringify({ checkpoint: dir, lora }) },
+            seed: '5',
+          }),
+          'InitModel {checkpoint, lora}',
+        );
+        const config = JSON.parse(info.spec?.configJson || '{}') as { lora?: { baseCheckpoint?: string } };
+        expect(config.lora?.baseCheckpoint === dir, `the version's spec has lora ${JSON.stringify(config.lora)}, expected baseCheckpoint ${dir}`);
+        const base = await scoreFixed(ctx, plain, '0');
+        const d = maxDiff(await scoreFixed(ctx, key, '0'), base);
+        expect(d.differ === 0, `version 0 (B = 0): ${d.differ} of ${d.n} log-probs differ from the checkpoint model's (max |Δ| ${fmt(d.max)})`);
+        const ex = ok(await ctx.client.unary('ExportVersion', { modelKey: key, version: '0' }), 'ExportVersion');
+        const again = ctx.key('lora-ckpt-loaded');
+        ok(
+          await ctx.client.unary(
+            'LoadVersion',
+            loadRequest(again, '0', info.spec!, { weights: Buffer.from(ex.weights), optimizerState: Buffer.from(ex.optimizerState) }),
+          ),
+          'LoadVersion of the export with its spec',
+        );
+        const d2 = maxDiff(await scoreFixed(ctx, again, '0'), base);
+        expect(d2.differ === 0, `loaded from its export: ${d2.differ} of ${d2.n} log-probs differ (max |Δ| ${fmt(d2.max)})`);
+        return `${info.paramCount} adapter values over ${dir}`;
+      } finally {
+        fs.rmSync(root, { recursive: true, force: true });
+      }
     },
   },
   {

@@ -432,7 +432,14 @@ class VersionCache:
 
     def lora_model(self, spec):
         base = specmod.base_spec(spec)
-        return LoraModel(spec, self.runtime(base), self.seeded(base, spec["lora"]["baseSeed"]))
+        d = spec["lora"].get("baseCheckpoint")
+        if d is None:
+            return LoraModel(spec, self.runtime(base), self.seeded(base, spec["lora"]["baseSeed"]))
+        k = ("checkpoint", d, specmod.spec_key(base))
+        with self.lock:
+            if k not in self.bases:
+                self.bases[k] = load_checkpoint((d, base["maxSeq"]), "spec.lora.baseCheckpoint", base).to(self.device)
+            return LoraModel(spec, self.runtime(base), self.bases[k])
 
     def put(self, m, number, theta, mom, vel, step):
         nv = Version(number, theta, mom, vel, step)
@@ -472,14 +479,21 @@ def spec_from_wire(w, field="spec"):
         raise invalid(f"{field}.config_json: not valid JSON")
     if not isinstance(config, dict):
         raise invalid(f"{field}.config_json: must be a JSON object")
-    if "lora" in config and "checkpoint" in config:
-        raise invalid(f"{field}.lora: LoRA over a checkpoint base is not supported yet (the base must be a seeded transformer)")
+    if isinstance(config.get("lora"), dict) and "checkpoint" in config:
+        # InitModel's form of an adapter over a checkpoint: the resolved shape, the directory as lora.baseCheckpoint
+        lora = config["lora"]
+        if "baseSeed" in lora or "baseCheckpoint" in lora:
+            raise invalid(f"{field}.lora: over a checkpoint the base is the checkpoint; leave baseSeed and baseCheckpoint out")
+        base, ck = spec_from_wire(pb.ModelSpec(family=w.family, vocab_size=w.vocab_size,
+                                               config_json=json.dumps({k: v for k, v in config.items() if k != "lora"})), field)
+        config = {**json.loads(specmod.config_json(base)), "lora": {**lora, "baseCheckpoint": ck[0]}}
+        w = pb.ModelSpec(family=w.family, vocab_size=base["vocabSize"])
     try:
         ck = checkpoint.checkpoint_options(config, field) if w.family == specmod.FAMILY else None
         if ck is None:
             s = specmod.normalize(w.family, w.vocab_size, config, field)
-            if "lora" in s and "baseSeed" not in s["lora"]:
-                raise invalid(f"{field}.lora.baseSeed: required (the seed of the frozen base's version 0)")
+            if "lora" in s and "baseSeed" not in s["lora"] and "baseCheckpoint" not in s["lora"]:
+                raise invalid(f"{field}.lora.baseSeed: required (the seed of the frozen base's version 0), or lora.baseCheckpoint")
             return s, None
         s = checkpoint.resolve(ck[0], ck[1], field)[0]
     except specmod.SpecError as e:
@@ -492,12 +506,16 @@ def spec_from_wire(w, field="spec"):
     return s, ck
 
 
-def load_checkpoint(ck):
-    """θ of a checkpoint directory (version 0 of its model: the seed plays no part, the optimizer starts fresh)."""
+def load_checkpoint(ck, field="spec.checkpoint", spec=None):
+    """θ of a checkpoint directory (version 0 of its model: the seed plays no part, the optimizer starts fresh);
+    with `spec`, the directory must still give that spec (a LoRA base named by its directory)."""
     try:
-        return torch.from_numpy(checkpoint.load(ck[0], ck[1])[1])
+        s, theta = checkpoint.load(ck[0], ck[1])[:2]
     except checkpoint.CheckpointError as e:
-        raise invalid(f"spec.checkpoint: {e}")
+        raise invalid(f"{field}: {e}")
+    if spec is not None and specmod.spec_key(s) != specmod.spec_key(spec):
+        raise invalid(f"{field}: {ck[0]} now gives the spec {specmod.config_json(s)}, the version was made over {specmod.config_json(spec)}")
+    return torch.from_numpy(theta)
 
 
 def info_of(m, v):

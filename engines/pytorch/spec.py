@@ -211,8 +211,16 @@ def _lora(v, count, number, at):
     seed = count("lora.baseSeed", v.get("baseSeed", _ABSENT), MAX_SAFE_INTEGER, minimum=0, optional=True)
     if seed is not None:
         out["baseSeed"] = seed
+    ck = v.get("baseCheckpoint", _ABSENT)
+    if ck is not _ABSENT:
+        if not isinstance(ck, str) or not ck.startswith("/"):
+            at("lora.baseCheckpoint", f"must be an absolute directory path, got {json.dumps(ck)}")
+        elif seed is not None:
+            at("lora.baseCheckpoint", "name the base by baseSeed or by baseCheckpoint, not both")
+        else:
+            out["baseCheckpoint"] = ck
     for k in v:
-        if k not in ("rank", "alpha", "targets", "baseSeed"):
+        if k not in ("rank", "alpha", "targets", "baseSeed", "baseCheckpoint"):
             at(f"lora.{k}", "unknown option")
     return out
 
@@ -277,7 +285,7 @@ def spec_key(s):
     key = [s[k] for k in ["family", "vocabSize"] + FIELDS]
     if "lora" in s:
         lo = s["lora"]
-        key.append([lo["rank"], lo["alpha"], lo["targets"], lo.get("baseSeed")])
+        key.append([lo["rank"], lo["alpha"], lo["targets"], lo.get("baseSeed"), lo.get("baseCheckpoint")])
     return json.dumps(key)
 
 
@@ -332,6 +340,8 @@ def config_json(s) -> str:
         v = s[k]
         if k == "lora":
             seed = f',"baseSeed":{v["baseSeed"]}' if "baseSeed" in v else ""
+            if "baseCheckpoint" in v:
+                seed = f',"baseCheckpoint":{json.dumps(v["baseCheckpoint"])}'
             targets = json.dumps(v["targets"], separators=(",", ":"))
             val = f'{{"rank":{v["rank"]},"alpha":{js_number(v["alpha"])},"targets":{targets}{seed}}}'
         elif isinstance(v, str):

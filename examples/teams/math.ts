@@ -85,8 +85,9 @@ export function mathTeam(options: MathOptions = {}) {
     options.policy === 'transformer'
       ? transformer({ tokenizer, width: 64, layers: 2, heads: 4, maxSeq: 48, optimizer: { lr: 0.002 } })
       : tinyLM({ tokenizer, contextWindow: 8, embedDim: 16, hiddenDim: 64, optimizer: { lr: 0.02, entropyCoef: 0.01 } });
-  // LoRA: the policy is the frozen base (no agent trains it); each role trains rank-8 adapters on every projection
-  const adapter = () => lora({ tokenizer, base: 'policy', rank: 8, alpha: 16, targets: ['q', 'k', 'v', 'o', '1', '2'], optimizer: { lr: 0.005 } });
+  // LoRA: the policy is the frozen base (no agent trains it); each role trains rank-8 adapters on the attention
+  // projections, which every layout has (the MLP's are 1, 2 or g, u, d: a checkpoint's is SwiGLU)
+  const adapter = () => lora({ tokenizer, base: 'policy', rank: 8, alpha: 16, targets: ['q', 'k', 'v', 'o'], optimizer: { lr: 0.005 } });
   const models: Record<string, ModelSpec> =
     options.models === 'separate'
       ? { solver: policy(), verifier: policy() }

@@ -74,20 +74,37 @@ const schema = lazily(() =>
       maxSeq: count(TRANSFORMER_LIMITS.maxSeq, 2).default(256),
       /**
        * A LoRA model (engines/families/transformer/lora.ts): these fields are its frozen base's, the version
-       * bytes are the adapter's A and B only. `baseSeed`: the seed of the base's version 0 (the run sets it).
+       * bytes are the adapter's A and B only. The base's version 0 is drawn from `baseSeed` (the run sets it
+       * to the base model's init seed), or is the Hugging Face directory `baseCheckpoint`.
        */
-      lora: z
-        .object({
-          rank: count(TRANSFORMER_LIMITS.loraRank),
-          alpha: z.number().gt(0, 'must be > 0').max(1e6, 'must be ≤ 1000000'),
-          targets: z.array(oneOf(LORA_TARGETS)).min(1, 'name at least one projection'),
-          baseSeed: count(Number.MAX_SAFE_INTEGER, 0).optional(),
-        })
-        .strict()
-        .optional(),
+      lora: lazyLora(),
     })
     .strict(),
 );
+
+/** The `lora` object alone: a LoRA model over a checkpoint is checked by it (its shape is the directory's). */
+export const lazyLora = lazily(() =>
+  z
+    .object({
+      rank: count(TRANSFORMER_LIMITS.loraRank),
+      alpha: z.number().gt(0, 'must be > 0').max(1e6, 'must be ≤ 1000000'),
+      targets: z.array(oneOf(LORA_TARGETS)).min(1, 'name at least one projection'),
+      baseSeed: count(Number.MAX_SAFE_INTEGER, 0).optional(),
+      baseCheckpoint: z.string().startsWith('/', 'must be an absolute directory path').optional(),
+    })
+    .strict()
+    .refine((l) => l.baseSeed === undefined || l.baseCheckpoint === undefined, {
+      path: ['baseCheckpoint'],
+      message: 'name the base by baseSeed or by baseCheckpoint, not both',
+    })
+    .optional(),
+);
+
+/** Problems of a `lora` object alone (paths under `prefix`), for an adapter over a checkpoint (its targets are checked where the directory is read). */
+export function loraIssues(input: unknown, prefix: string): FieldIssue[] {
+  const parsed = lazyLora().safeParse(input);
+  return parsed.success ? [] : issuesFromZod(parsed.error, { prefix, unknownKey: 'unknown option', root: prefix });
+}
 
 export type LoraSpec = NonNullable<z.output<ReturnType<typeof schema>>['lora']>;
 export type TransformerSpec = Required<Omit<z.output<ReturnType<typeof schema>>, 'lora'>> & { lora?: LoraSpec };
@@ -243,6 +260,6 @@ export function transformerSpecKey(s: TransformerSpec): string {
     s.bias,
     s.tiedHead,
     s.maxSeq,
-    ...(s.lora ? [[s.lora.rank, s.lora.alpha, s.lora.targets, s.lora.baseSeed ?? null]] : []),
+    ...(s.lora ? [[s.lora.rank, s.lora.alpha, s.lora.targets, s.lora.baseSeed ?? null, s.lora.baseCheckpoint ?? null]] : []),
   ]);
 }

@@ -5,7 +5,9 @@
  * engine is the PyTorch engine (`--engine pytorch`). Each adapter gets one
  * version per step, stored as adapter bytes only; the base is never updated;
  * `troupe export-model` writes the adapter merged into its base, which scores
- * as the LoRA version within 1e-5.
+ * as the LoRA version within 1e-5. The same team started from a checkpoint
+ * (`troupe train --model DIR`: the Qwen3 fixture) trains its adapters over the
+ * directory's weights.
  *
  * Skips, naming the Debian packages, where the PyTorch engine cannot run.
  */
@@ -87,8 +89,38 @@ describe('two agents on two LoRA adapters over one base', { skip }, () => {
       fs.rmSync(out, { recursive: true, force: true });
     }
     const stats = await h.pool.getClient().stats();
+    assert.ok(stats.models.some((m) => m.modelKey === modelKey('lora-run', 'verifier')));
     console.log(
       `lora run: adapter ${adapter} values (${((100 * adapter) / paramLayout(spec).total).toFixed(1)}% of the base's ${paramLayout(spec).total}); engine holds ${stats.models.length} models`,
     );
+  });
+
+  it('over a checkpoint base (troupe train --model DIR): the adapters name the directory', async () => {
+    const dir = path.resolve(__dirname, '../../fixtures/hf/qwen3-tiny');
+    const result = await h.env.client.workflow.execute<typeof trainingRun>('trainingRun', {
+      taskQueue: h.taskQueue,
+      workflowId: 'lora-ckpt-run',
+      args: [{ team: 'math', teamOptions: { ...teamOptions, checkpoint: dir }, steps: 1, groupsPerStep: 2, groupSize: 4, evalEvery: 0, evalTasks: 2, seed: 3 }],
+    });
+    assert.equal(result.status, 'completed');
+    assert.deepEqual(result.versions, { policy: 0, solver: 1, verifier: 1 });
+    const v = (await getVersion(h.db.sql, h.db.checkpoints, 'lora-ckpt-run', 'solver', 1))!;
+    assert.equal((v.spec as { lora?: { baseCheckpoint?: string } }).lora?.baseCheckpoint, dir);
+    const spec = normalizeTransformerSpec(v.spec);
+    assert.equal(v.weights.length, 4 * adapterLayout(spec).total);
+    const out = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-lora-export-'));
+    try {
+      await exportModelVersion(h.db.sql, h.db.checkpoints, {
+        runId: 'lora-ckpt-run',
+        model: 'solver',
+        version: 1,
+        out: path.join(out, 'merged'),
+        adapterOut: path.join(out, 'adapter'),
+      });
+      assert.equal(loadHfCheckpoint(path.join(out, 'merged')).model.modelType, 'qwen3');
+      assert.ok(fs.existsSync(path.join(out, 'adapter', 'adapter_model.safetensors')));
+    } finally {
+      fs.rmSync(out, { recursive: true, force: true });
+    }
   });
 });

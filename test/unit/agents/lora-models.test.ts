@@ -57,6 +57,20 @@ test("a LoRA model's engine spec is its base's config plus lora, targets in laye
   assert.equal(keys.size, 3);
 });
 
+test('a LoRA model over a checkpoint: the directory and lora travel to InitModel, the engine names the base', () => {
+  const t = team({
+    policy: transformer({ tokenizer, checkpoint: '/abs/qwen', maxSeq: 64 }),
+    solver: lora({ tokenizer, base: 'policy', rank: 2, targets: ['q'] }),
+  });
+  assert.deepEqual(engineSpec(t.models.solver!), {
+    family: 'transformer',
+    vocabSize: tokenizer.size,
+    checkpoint: '/abs/qwen',
+    maxSeq: 64,
+    lora: { rank: 2, alpha: 2, targets: ['q'] },
+  });
+});
+
 test('bad LoRA models fail at team load, each field named', () => {
   const l = (o: Partial<Parameters<typeof lora>[0]>) => lora({ tokenizer, base: 'policy', rank: 2, targets: ['q'], ...o });
   assert.deepEqual(problems({ policy, solver: l({ base: 'nope' }) }), ['models.solver.base: unknown model "nope" (models: policy, solver)']);
@@ -65,8 +79,11 @@ test('bad LoRA models fail at team load, each field named', () => {
   assert.deepEqual(problems({ policy: tinyLM({ tokenizer }), solver: l({}) }), [
     'models.solver.base: "policy" is a tiny-lm model; LoRA needs a transformer base',
   ]);
-  assert.deepEqual(problems({ policy: transformer({ tokenizer, checkpoint: '/abs/qwen' }), solver: l({}) }), [
-    'models.solver.base: "policy" starts from a checkpoint; LoRA over a checkpoint base is not supported yet (name a seeded transformer)',
+  // over a checkpoint the shape is the directory's: the lora object is checked alone (targets by the engine, against the layout)
+  assert.deepEqual(problems({ policy: transformer({ tokenizer, checkpoint: '/abs/qwen' }), solver: l({ rank: 0, targets: ['x'] }) }), [
+    'models.solver.lora.rank: must be ≥ 1',
+    'models.solver.lora.alpha: must be > 0',
+    'models.solver.lora.targets[0]: unknown option "x"; known: q, k, v, o, 1, 2, g, u, d',
   ]);
   assert.deepEqual(problems({ policy, solver: l({ rank: 0, alpha: -1 }) }), ['models.solver.lora.rank: must be ≥ 1', 'models.solver.lora.alpha: must be > 0']);
   assert.deepEqual(problems({ policy, solver: l({ targets: [] }) }), ['models.solver.lora.targets: name at least one projection']);
