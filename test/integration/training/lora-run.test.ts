@@ -7,7 +7,8 @@
  * `troupe export-model` writes the adapter merged into its base, which scores
  * as the LoRA version within 1e-5. The same team started from a checkpoint
  * (`troupe train --model DIR`: the Qwen3 fixture) trains its adapters over the
- * directory's weights.
+ * directory's weights. An engine killed mid-run leaves the run ending bit for
+ * bit where the uninterrupted one does.
  *
  * Skips, naming the Debian packages, where the PyTorch engine cannot run.
  */
@@ -92,6 +93,26 @@ describe('two agents on two LoRA adapters over one base', { skip }, () => {
     assert.ok(stats.models.some((m) => m.modelKey === modelKey('lora-run', 'verifier')));
     console.log(
       `lora run: adapter ${adapter} values (${((100 * adapter) / paramLayout(spec).total).toFixed(1)}% of the base's ${paramLayout(spec).total}); engine holds ${stats.models.length} models`,
+    );
+  });
+
+  it('an engine killed mid-run: the restarted engine rebuilds the base from the stored specs and the run ends bit-identical', async () => {
+    const run = h.env.client.workflow.execute<typeof trainingRun>('trainingRun', {
+      taskQueue: h.taskQueue,
+      workflowId: 'lora-killed',
+      args: [{ team: 'math', teamOptions, steps: 2, groupsPerStep: 2, groupSize: 4, evalEvery: 0, evalTasks: 2, seed: 3 }],
+    });
+    while (!(await listVersions(h.db.sql, 'lora-killed')).some((v) => v.model === 'solver' && v.version >= 1)) await new Promise((r) => setTimeout(r, 20));
+    const pid = h.pool.supervisor!.pid!;
+    process.kill(pid, 'SIGKILL');
+    await h.pool.supervisor!.waitForRestart(pid);
+    assert.equal((await run).status, 'completed');
+    const shas = async (id: string) => (await listVersions(h.db.sql, id)).map((v) => `${v.model}:${v.version}:${v.sha256}`);
+    assert.deepEqual(await shas('lora-killed'), await shas('lora-run'), 'the killed run ends where the uninterrupted one does');
+    const models = (await h.pool.getClient().stats()).models.filter((m) => m.modelKey.startsWith('lora-killed/'));
+    assert.ok(
+      models.some((m) => m.modelKey.endsWith('/solver') && m.versions.length > 0),
+      'the restarted engine loaded an adapter version from the store',
     );
   });
 
