@@ -22,7 +22,7 @@ import { normalizeTransformerSpec, paramLayout } from '../engines/families/trans
 import { pytorchEngine } from '../engines/pytorch';
 import { engineCommand } from '../gpu-workers/engine-kinds';
 import { spawnEngine, type SpawnedEngine } from '../gpu-workers/engine-process';
-import type { UpdateRequest } from '../engines/protocol/types';
+import { UPDATE, updateRequest } from './lib/update-request';
 
 const { values } = parseArgs({ options: { reps: { type: 'string' }, baseline: { type: 'string' }, configs: { type: 'string' }, engines: { type: 'string' } } });
 const reps = Number(values.reps ?? 3);
@@ -36,7 +36,6 @@ const engines = (values.engines ?? 'pytorch,baseline,onnx').split(',');
 const BATCHES = [1, 8, 32, 64];
 const CONTEXT = 16;
 const NEW_TOKENS = 16;
-const UPDATE = { sequences: 16, context: 16, tokens: 48 };
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
@@ -69,26 +68,6 @@ function peakRss(pid: number): number {
   return Number(m?.[1] ?? 0) * 1024;
 }
 
-function updateRequest(key: string, id: string): UpdateRequest {
-  const t = UPDATE.tokens;
-  return {
-    modelKey: key,
-    baseVersion: 0,
-    requestId: id,
-    allowStaleBase: true,
-    samples: Array.from({ length: UPDATE.sequences }, (_, i) => ({
-      context: Array.from({ length: UPDATE.context }, (_, j) => (i + j) % V),
-      tokens: Array.from({ length: t }, (_, j) => (i * 5 + j) % V),
-      lossMask: new Array(t).fill(1),
-      advantages: Array.from({ length: t }, (_, j) => ((i + j) % 3) - 1),
-      oldLogprobs: new Array(t).fill(-Math.log(V)),
-      lossWeights: new Array(t).fill(1 / (UPDATE.sequences * t)),
-      refLogprobs: [],
-    })),
-    settings: { lr: 1e-4, innerSteps: 1 },
-  } as UpdateRequest;
-}
-
 /** One engine's column: label → value, per config. */
 async function column(name: string, engine: SpawnedEngine): Promise<Map<string, string>> {
   const c = await EngineClient.connect(engine.listening.address);
@@ -111,7 +90,7 @@ async function column(name: string, engine: SpawnedEngine): Promise<Map<string, 
         out.set(`${cfg} generate batch ${B} (tokens/s)`, rate(B * NEW_TOKENS, t));
         process.stderr.write(`${name} ${cfg} generate ${B}: ${t.wall.toFixed(0)} ms (engine CPU ${t.cpu.toFixed(0)} ms)\n`);
       }
-      const t = await timed(pid, () => c.update(updateRequest(key, `u${n++}`)));
+      const t = await timed(pid, () => c.update(updateRequest(key, `u${n++}`, V)));
       out.set(`${cfg} update (trained tokens/s)`, rate(UPDATE.sequences * UPDATE.tokens, t));
       process.stderr.write(`${name} ${cfg} update: ${t.wall.toFixed(0)} ms (engine CPU ${t.cpu.toFixed(0)} ms)\n`);
     }

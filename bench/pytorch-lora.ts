@@ -10,7 +10,7 @@
  *     adapters (the third over another base seed: a second base in memory)
  *   - version bytes (weights + AdamW state) of the base and of an adapter
  *   - Generate (batch 32, 16 new tokens) and Update (16 × 48 trained tokens) wall ms, full vs LoRA
- * Medians of `reps` warm calls.
+ * Medians of `reps` warm calls (bench/lib/timing.ts).
  */
 import * as fs from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -19,7 +19,8 @@ import { normalizeTransformerSpec } from '../engines/families/transformer/spec';
 import { pytorchEngine } from '../engines/pytorch';
 import { engineCommand } from '../gpu-workers/engine-kinds';
 import { spawnEngine } from '../gpu-workers/engine-process';
-import type { UpdateRequest } from '../engines/protocol/types';
+import { updateRequest } from './lib/update-request';
+import { time } from './lib/timing';
 
 const { values } = parseArgs({ options: { reps: { type: 'string' }, rank: { type: 'string' } } });
 const reps = Number(values.reps ?? 3);
@@ -27,41 +28,8 @@ const rank = Number(values.rank ?? 8);
 const V = 1024;
 const base = { family: 'transformer', vocabSize: V, width: 320, layers: 8, heads: 8, maxSeq: 64 };
 const lora = (baseSeed: number) => ({ ...base, lora: { rank, alpha: 2 * rank, targets: ['q', 'k', 'v', 'o', '1', '2'], baseSeed } });
-const UPDATE = { sequences: 16, context: 16, tokens: 48 };
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const rssMiB = (pid: number) => Number(/^VmRSS:\s+(\d+) kB/m.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0) / 1024;
-
-async function timed(fn: () => Promise<unknown>): Promise<number> {
-  await fn();
-  const ms: number[] = [];
-  for (let i = 0; i < reps; i++) {
-    const t0 = performance.now();
-    await fn();
-    ms.push(performance.now() - t0);
-  }
-  return median(ms);
-}
-
-function updateRequest(key: string, id: string): UpdateRequest {
-  const t = UPDATE.tokens;
-  return {
-    modelKey: key,
-    baseVersion: 0,
-    requestId: id,
-    allowStaleBase: true,
-    samples: Array.from({ length: UPDATE.sequences }, (_, i) => ({
-      context: Array.from({ length: UPDATE.context }, (_, j) => (i + j) % V),
-      tokens: Array.from({ length: t }, (_, j) => (i * 5 + j) % V),
-      lossMask: new Array(t).fill(1),
-      advantages: Array.from({ length: t }, (_, j) => ((i + j) % 3) - 1),
-      oldLogprobs: new Array(t).fill(-Math.log(V)),
-      lossWeights: new Array(t).fill(1 / (UPDATE.sequences * t)),
-      refLogprobs: [],
-    })),
-    settings: { lr: 1e-4, innerSteps: 1 },
-  } as UpdateRequest;
-}
 
 async function main() {
   const torch = pytorchEngine();
@@ -93,9 +61,9 @@ async function main() {
         sampling: { temperature: 1, maxTokens: 16 },
         sequences: Array.from({ length: 32 }, (_, i) => ({ context: Array.from({ length: 16 }, (_, j) => (i * 31 + j * 7) % V), seed: i + 1 })),
       };
-      rows.push([`${key}: Generate batch 32 (ms)`, (await timed(() => c.generate(gen))).toFixed(0)]);
+      rows.push([`${key}: Generate batch 32 (ms)`, (await time(reps, () => c.generate(gen))).wall.toFixed(0)]);
       let n = 0;
-      rows.push([`${key}: Update 16×48 tokens (ms)`, (await timed(() => c.update(updateRequest(key, `${key}-${n++}`)))).toFixed(0)]);
+      rows.push([`${key}: Update 16×48 tokens (ms)`, (await time(reps, () => c.update(updateRequest(key, `${key}-${n++}`, V)))).wall.toFixed(0)]);
     }
   } finally {
     c.close();
