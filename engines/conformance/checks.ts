@@ -340,7 +340,7 @@ export const CHECKS: Check[] = [
       if (c.scoreMatchesGenerate === 'tolerance' && !(Number.isFinite(c.scoreTolerance) && c.scoreTolerance >= 0))
         problems.push(`score_tolerance ${c.scoreTolerance}`);
       expect(problems.length === 0, problems.join('; '));
-      return `${c.engine}; ${c.rpcs.length} rpcs; families ${c.families.join(', ')}; deterministic ${c.deterministic}; score ${c.scoreMatchesGenerate}${c.scoreMatchesGenerate === 'tolerance' ? ` ${fmt(c.scoreTolerance)}` : ''}; by reference ${c.weightsByReference}`;
+      return `${c.engine}; ${c.rpcs.length} rpcs; families ${c.families.join(', ')}; deterministic ${c.deterministic}; score ${c.scoreMatchesGenerate}${c.scoreMatchesGenerate === 'tolerance' ? ` ${fmt(c.scoreTolerance)}` : ''}; by reference ${c.weightsByReference}; lora ${c.lora}`;
     },
   },
   {
