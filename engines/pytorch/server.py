@@ -20,6 +20,7 @@ import threading
 import time
 import traceback
 import urllib.parse
+import weakref
 from concurrent import futures
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -380,7 +381,9 @@ class VersionCache:
         self.lock = threading.RLock()
         self.clock = 0
         self.runtimes = {}
-        self.bases = {}  # seeded θ₀ by (spec key, seed): a LoRA base, one tensor however many adapters and models use it
+        # θ₀ by (spec key, seed) or directory: a LoRA base, one tensor however many adapters and models use it, kept while
+        # one does (a version 0 the LRU evicts, with no adapter over it, goes)
+        self.bases = weakref.WeakValueDictionary()
 
     def model(self, key):
         with self.lock:
@@ -426,9 +429,10 @@ class VersionCache:
         share it (versions are immutable, so nothing writes into it)."""
         k = (specmod.spec_key(spec), seed)
         with self.lock:
-            if k not in self.bases:
-                self.bases[k] = init_weights(spec, seed).to(self.device)
-            return self.bases[k]
+            theta = self.bases.get(k)
+            if theta is None:
+                theta = self.bases[k] = init_weights(spec, seed).to(self.device)
+            return theta
 
     def lora_model(self, spec):
         base = specmod.base_spec(spec)
@@ -437,9 +441,10 @@ class VersionCache:
             return LoraModel(spec, self.runtime(base), self.seeded(base, spec["lora"]["baseSeed"]))
         k = ("checkpoint", d, specmod.spec_key(base))
         with self.lock:
-            if k not in self.bases:
-                self.bases[k] = load_checkpoint((d, base["maxSeq"]), "spec.lora.baseCheckpoint", base).to(self.device)
-            return LoraModel(spec, self.runtime(base), self.bases[k])
+            theta = self.bases.get(k)
+            if theta is None:
+                theta = self.bases[k] = load_checkpoint((d, base["maxSeq"]), "spec.lora.baseCheckpoint", base).to(self.device)
+            return LoraModel(spec, self.runtime(base), theta)
 
     def put(self, m, number, theta, mom, vel, step):
         nv = Version(number, theta, mom, vel, step)
