@@ -17,23 +17,7 @@ import numpy as np
 import torch
 
 import philox
-from spec import base_spec, param_layout
-
-
-def adapter_layout(spec):
-    """([(name, offset, shape, base slot name)], total): A [r, in] then B [out, r] per layer and target."""
-    lora = spec["lora"]
-    r = lora["rank"]
-    base = {name: shape for name, _, shape, _ in param_layout(spec)[0]}
-    slots, offset = [], 0
-    for layer in range(spec["layers"]):
-        for t in lora["targets"]:
-            w = f"l{layer}.w{t}"
-            fan_in, fan_out = base[w]
-            for m, shape in (("A", (r, fan_in)), ("B", (fan_out, r))):
-                slots.append((f"l{layer}.{t}.{m}", offset, shape, w))
-                offset += shape[0] * shape[1]
-    return slots, offset
+from spec import adapter_layout, base_spec, param_layout
 
 
 def init_adapter(spec, seed: int) -> torch.Tensor:

@@ -8,6 +8,8 @@ V vocabulary, S the sequence length (context + tokens); T = 8·D + 2·Dq + 2·Dk
 (the normalized q, k and their x̂) else 0, is 10·D + 2·Dkv when headDim = width / heads and no qkNorm:
 
   state     = 4·P·8: θ, AdamW m, v of the base; θ, m, v of the new version; gradient; clipped gradient
+              (a LoRA spec: 4·(P + 2·Pt + 8·Pa), Pt the targeted matrices' values, Pa the adapter's: the base θ
+              once, each run's merged targets and their gradient, and the 8 copies above of the adapter only)
   update    = 4·[S·(L + 1)·(T + 2·H·S + k·F) + 3·min(S, c)·V] bytes per sequence: the values
               autograd keeps per layer and token (h, norm outputs, q, k, v, ctx, h1; scores and
               probabilities; MLP pre-activations and activation, k = 3 GELU, 4 SwiGLU), one more layer of
@@ -25,7 +27,7 @@ dominates, else `vocabSize` when embeddings and head hold most parameters, else 
 """
 import os
 
-from spec import head_dim, param_layout
+from spec import adapter_layout, head_dim, param_layout
 
 F32 = 4
 STATE_COPIES = 8
@@ -39,7 +41,13 @@ class SpecTooLarge(Exception):
 
 
 def state_bytes(s):
-    return F32 * STATE_COPIES * param_layout(s)[1]
+    if "lora" not in s:
+        return F32 * STATE_COPIES * param_layout(s)[1]
+    base_slots, P = param_layout(s)
+    shapes = {name: shape for name, _, shape, _ in base_slots}
+    slots, adapter = adapter_layout(s)
+    targeted = sum(_size(shapes[w]) for name, _, _, w in slots if name.endswith(".A"))
+    return F32 * (P + 2 * targeted + STATE_COPIES * adapter)
 
 
 def _per_layer_token(s, S, attention_copies):

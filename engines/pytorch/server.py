@@ -162,7 +162,7 @@ import memory  # noqa: E402
 import philox  # noqa: E402
 import watchdog  # noqa: E402
 import spec as specmod  # noqa: E402
-from lora import LoraModel, adapter_layout, init_adapter  # noqa: E402
+from lora import LoraModel, init_adapter  # noqa: E402
 from model import ROW_CHUNK, SEQ_BLOCK, Transformer, init_weights  # noqa: E402
 from sampling import sample  # noqa: E402
 from update import NonFiniteUpdate, run_update  # noqa: E402
@@ -734,7 +734,7 @@ class Engine(pbg.EngineServicer):
             optim = req.optimizer_state
         if req.weights_sha256 and sha256_hex(weights) != req.weights_sha256.lower():
             raise invalid(f"weights_sha256: the weights bytes hash to {sha256_hex(weights)}, not {req.weights_sha256}")
-        P = adapter_layout(s)[1] if "lora" in s else specmod.param_layout(s)[1]
+        P = specmod.adapter_layout(s)[1] if "lora" in s else specmod.param_layout(s)[1]
         theta = decode_weights(weights, P)
         step, m, v = decode_optimizer(optim, P)
 

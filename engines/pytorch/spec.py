@@ -289,6 +289,22 @@ def spec_key(s):
     return json.dumps(key)
 
 
+def adapter_layout(spec):
+    """([(name, offset, shape, base slot name)], total): A [r, in] then B [out, r] per layer and target."""
+    lora = spec["lora"]
+    r = lora["rank"]
+    base = {name: shape for name, _, shape, _ in param_layout(spec)[0]}
+    slots, offset = [], 0
+    for layer in range(spec["layers"]):
+        for t in lora["targets"]:
+            w = f"l{layer}.w{t}"
+            fan_in, fan_out = base[w]
+            for m, shape in (("A", (r, fan_in)), ("B", (fan_out, r))):
+                slots.append((f"l{layer}.{t}.{m}", offset, shape, w))
+                offset += shape[0] * shape[1]
+    return slots, offset
+
+
 def base_spec(s):
     """The spec without its lora: the frozen base's."""
     return {k: v for k, v in s.items() if k != "lora"}

@@ -14,6 +14,11 @@
  * so an engine with exactly that budget loads it and refuses the same spec with
  * maxSeq 33 (naming width: state dominates, embeddings are few); a long maxSeq
  * names maxSeq and a large vocabulary names vocabSize.
+ *
+ * A LoRA adapter over that spec (rank 2 on q and o) keeps AdamW state for its
+ * adapter only: Pt = 2·(1024 + 1024) = 4,096 targeted values, Pa = 2·2·(2·(32 + 32))
+ * = 512 adapter values, state = 4·(P + 2·Pt + 8·Pa) = 174,720, so at maxSeq 33
+ * (update 453,024) it fits where the full spec does not.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
@@ -65,5 +70,11 @@ describe('the PyTorch engine refuses a spec that cannot fit its memory budget', 
         (e: { reason: string }) => e.reason === 'MODEL_NOT_LOADED',
       );
     }
+  });
+
+  it('budgets a LoRA spec by its adapter: it loads at a maxSeq the full spec is refused at', async () => {
+    const lora = { rank: 2, alpha: 2, targets: ['q', 'o'], baseSeed: 1 };
+    const info = await c.initModel({ modelKey: 'lora-33', spec: { ...SPEC, ...LLAMA, maxSeq: 33, lora }, seed: 1 });
+    assert.equal(info.paramCount, 512);
   });
 });
