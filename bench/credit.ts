@@ -11,7 +11,8 @@
  * gets the episode's average score, so all its tokens share one advantage.
  * `grpo` in its default scope (each turn scored on its own, per-turn rewards
  * included) is listed too. Not a test; prints a table and writes
- * bench/results/credit.{md,json} and the mean eval curves, credit.{png,svg}.
+ * bench/results/credit-<team>.{md,json} and the mean eval curves,
+ * credit-<team>.{png,svg}.
  *
  * --merge keeps the stored runs of the estimators not run now (the stored
  * sweep's settings must match: team, seeds, steps, eval interval and tasks),
@@ -87,6 +88,8 @@ const TARGET = 0.9;
 // JSON arguments quoted, so the printed command runs as printed
 const COMMAND = [PROGRAM, ...ARGS.map((a) => (/^[\w@.,=/:-]*$/.test(a) ? a : `'${a}'`))].join(' ');
 const RESULTS = path.join(__dirname, 'results');
+/** Each team's sweep in files of its own, so one team's sweep never replaces another's. */
+const BASE = `credit-${TEAM}`;
 
 interface Run {
   estimator: string;
@@ -204,7 +207,7 @@ const label = (e: string) => (e === 'grpo@group' ? 'grpo@group (episode-level)' 
 
 async function main() {
   const t0 = performance.now();
-  const json = path.join(RESULTS, 'credit.json');
+  const json = path.join(RESULTS, `${BASE}.json`);
   const stored = values.merge ? readStored(json) : undefined;
   const engine = await spawnEngine(['--device', 'cpu', '--port', '0', '--threads', '1'], { quiet: true });
   const client = await EngineClient.connect(engine.listening.address);
@@ -292,11 +295,11 @@ async function main() {
   if (values['no-write']) return;
   fs.mkdirSync(RESULTS, { recursive: true });
   const { svg, png } = await plot(estimators, all.runs);
-  fs.writeFileSync(path.join(RESULTS, 'credit.svg'), svg);
-  fs.writeFileSync(path.join(RESULTS, 'credit.png'), png);
+  fs.writeFileSync(path.join(RESULTS, `${BASE}.svg`), svg);
+  fs.writeFileSync(path.join(RESULTS, `${BASE}.png`), png);
   out();
-  out('Curves: [credit.png](credit.png) (and .svg).');
-  fs.writeFileSync(path.join(RESULTS, 'credit.md'), lines.join('\n') + '\n');
+  out(`Curves: [${BASE}.png](${BASE}.png) (and .svg).`);
+  fs.writeFileSync(path.join(RESULTS, `${BASE}.md`), lines.join('\n') + '\n');
   fs.writeFileSync(json, JSON.stringify(all, null, 1) + '\n');
 }
 
