@@ -10,6 +10,7 @@ export default defineConfig({
     recall: './teams/recall.ts',
     chain: './teams/chain.ts',
     navigator: './teams/navigator.ts',
+    lookout: './teams/lookout.ts',
     'chat-digits': './teams/chat-digits.ts',
     'ai-sdk-lookup': './teams/ai-sdk-lookup.ts',
     'agents-handoff': './teams/agents-handoff.ts',

@@ -16,7 +16,7 @@
  * goal). Episode-level credit gives each move the average of all eight, so a
  * right move in an episode with wrong ones is pushed down with them; a
  * turn-level estimator scores it on its own. bench/credit.ts compares the
- * estimators on this team (bench/results/credit.md): they reach eval 0.9 in
+ * estimators on this team (bench/results/credit-navigator.md): they reach eval 0.9 in
  * about the same number of steps, with 8 turns and with 12; docs/performance.md
  * (Credit over turns) measures why: AdamW's step and the data of a step set
  * the pace, not the credit.
@@ -50,7 +50,8 @@ export interface NavigatorOptions {
 const MOVES: Record<string, Cell> = { N: [0, 1], S: [0, -1], E: [1, 0], W: [-1, 0] };
 const tokenizer = charTokenizer('0123456789NSEW');
 
-const distance = (a: Cell, b: Cell) => Math.abs(a[0] - b[0]) + Math.abs(a[1] - b[1]);
+/** Moves between two cells (Manhattan distance). */
+export const distance = (a: Cell, b: Cell) => Math.abs(a[0] - b[0]) + Math.abs(a[1] - b[1]);
 const onGrid = (c: Cell) => c.every((v) => v >= 0 && v < GRID);
 
 /** Where a reply takes the agent from `cell`: a move's first character, kept on the grid. */
