@@ -28,12 +28,10 @@
  * compares them (docs/performance.md, Credit over turns).
  */
 import { agent, tinyLM, generatedTasks, defineTeam, charTokenizer } from 'troupe';
-import { GRID, distance, move, type Cell } from './navigator';
+import { distance, move, walkTask, type Cell, type NavigatorTask } from './navigator';
 
-export interface LookoutTask {
-  start: Cell;
-  goal: Cell;
-}
+/** As navigator's: a start cell and a goal. */
+export type LookoutTask = NavigatorTask;
 
 /** One move of the walk. */
 export interface LookoutStep {
@@ -84,16 +82,7 @@ export function lookoutTeam() {
       seed: 17,
       count: 2000,
       evalFraction: 0.1,
-      make: (random) => {
-        // a goal LOOKOUT_DISTANCE moves away, on the grid: draw again until one is
-        for (;;) {
-          const start: Cell = [Math.floor(random() * GRID), Math.floor(random() * GRID)];
-          const dx = Math.floor(random() * (LOOKOUT_DISTANCE + 1)) * (random() < 0.5 ? -1 : 1);
-          const dy = (LOOKOUT_DISTANCE - Math.abs(dx)) * (random() < 0.5 ? -1 : 1);
-          const goal: Cell = [start[0] + dx, start[1] + dy];
-          if (goal.every((v) => v >= 0 && v < GRID)) return { id: `${start.join('')}>${goal.join('')}`, data: { start, goal } };
-        }
-      },
+      make: (random) => walkTask(random, LOOKOUT_DISTANCE),
     }),
     async episode({ task, agents }): Promise<LookoutOutcome> {
       const steps: LookoutStep[] = [];

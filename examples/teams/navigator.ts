@@ -67,6 +67,17 @@ const arrived = (task: NavigatorTask, outcome: NavigatorOutcome | undefined, tur
   return last !== undefined && distance(last, task.goal) === 0;
 };
 
+/** A start cell and a goal `moves` moves away, both on the grid (drawn again until the goal is). */
+export function walkTask(random: () => number, moves: number): { id: string; data: NavigatorTask } {
+  for (;;) {
+    const start: Cell = [Math.floor(random() * GRID), Math.floor(random() * GRID)];
+    const dx = Math.floor(random() * (moves + 1)) * (random() < 0.5 ? -1 : 1);
+    const dy = (moves - Math.abs(dx)) * (random() < 0.5 ? -1 : 1);
+    const goal: Cell = [start[0] + dx, start[1] + dy];
+    if (onGrid(goal)) return { id: `${start.join('')}>${goal.join('')}`, data: { start, goal } };
+  }
+}
+
 export function navigatorTeam(options: NavigatorOptions = {}) {
   const turns = options.turns ?? NAVIGATOR_TURNS;
   if (!Number.isInteger(turns) || turns < 1 || turns > 2 * (GRID - 1))
@@ -94,16 +105,7 @@ export function navigatorTeam(options: NavigatorOptions = {}) {
       seed: 13,
       count: 2000,
       evalFraction: 0.1,
-      make: (random) => {
-        // a goal `turns` moves away, on the grid: draw again until one is
-        for (;;) {
-          const start: Cell = [Math.floor(random() * GRID), Math.floor(random() * GRID)];
-          const dx = Math.floor(random() * (turns + 1)) * (random() < 0.5 ? -1 : 1);
-          const dy = (turns - Math.abs(dx)) * (random() < 0.5 ? -1 : 1);
-          const goal: Cell = [start[0] + dx, start[1] + dy];
-          if (onGrid(goal)) return { id: `${start.join('')}>${goal.join('')}`, data: { start, goal } };
-        }
-      },
+      make: (random) => walkTask(random, turns),
     }),
     async episode({ task, agents }): Promise<NavigatorOutcome> {
       const cells: Cell[] = [];
