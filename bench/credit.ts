@@ -1,6 +1,6 @@
 /**
- * Credit sweep (issue #30): the `chain` team (four turns per episode, sparse
- * final reward plus a per-turn one) trained with episode-level GRPO and with
+ * Credit sweep (issue #30): a team with long episodes and per-turn rewards
+ * (`--team`: `navigator` by default, `lookout`, `chain`) trained with episode-level GRPO and with
  * each turn-level estimator, over seeds, with the in-process loop
  * (bench/lib/inprocess.ts: the same plan / rollout / reward / advantage /
  * update code as a Troupe batched run, without Temporal or Postgres).
