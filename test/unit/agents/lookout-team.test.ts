@@ -105,7 +105,12 @@ describe('lookout team', () => {
   it('its tasks are walks of eight moves on the grid', () => {
     const tasks = loadTasks(team);
     assert.ok(tasks.length > 500, `${tasks.length} tasks`);
-    assert.ok(tasks.every(({ data: { start, goal } }) => Math.abs(start[0] - goal[0]) + Math.abs(start[1] - goal[1]) === LOOKOUT_DISTANCE));
+    assert.ok(
+      tasks.every((t) => {
+        const { start, goal } = t.data as LookoutTask;
+        return Math.abs(start[0] - goal[0]) + Math.abs(start[1] - goal[1]) === LOOKOUT_DISTANCE;
+      }),
+    );
     assert.ok(tasks.some((t) => t.split === 'eval'));
   });
 });
