@@ -22,3 +22,4 @@ export async function openGatewaySessions(episode: EpisodeTurns): Promise<OpenSe
 export { GatewayServer } from './server';
 export { gatewayListen, type GatewayListen } from './listen';
 export { GatewayError } from './errors';
+export { checkGateway, type GatewayFinding } from './check';

@@ -291,27 +291,12 @@ const hints: Record<string, string> = {
 
 /** Parse Troupe's configuration from an environment (default: process.env). Throws ConfigError. */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): TroupeConfig {
-  const result = schema.safeParse(env);
-  if (!result.success) {
-    const issue = result.error.issues[0]!;
-    const variable = String(issue.path[0] ?? 'environment');
-    const others = result.error.issues.length - 1;
-    const hint = [hints[variable], others > 0 ? `${others} more problem(s) after this one` : undefined].filter(Boolean).join('; ');
-    throw new ConfigError(variable, issue.message, hint || `fix or unset ${variable}`);
-  }
-  const e = result.data;
+  const e = parseEnv(schema, env);
   certificatePair(e, 'TEMPORAL_TLS_CLIENT_CERT_PATH', 'TEMPORAL_TLS_CLIENT_KEY_PATH', 'the client certificate pair', 'mTLS');
   if (e.TROUPE_PAYLOAD_OLD_KEYS && !e.TROUPE_PAYLOAD_KEY) {
     throw new ConfigError('TROUPE_PAYLOAD_KEY', 'is required when TROUPE_PAYLOAD_OLD_KEYS is set', 'set the current key; old keys only decrypt');
   }
-  certificatePair(e, 'TROUPE_GATEWAY_TLS_CERT_PATH', 'TROUPE_GATEWAY_TLS_KEY_PATH', "the gateway's certificate pair", 'HTTPS');
-  if (!e.TROUPE_GATEWAY_TLS_CERT_PATH && !isLoopback(e.TROUPE_GATEWAY_HOST)) {
-    throw new ConfigError(
-      'TROUPE_GATEWAY_TLS_CERT_PATH',
-      `is required to bind the gateway to ${e.TROUPE_GATEWAY_HOST} (TROUPE_GATEWAY_HOST): its sessions' keys must not cross the network in clear`,
-      'set TROUPE_GATEWAY_TLS_CERT_PATH and TROUPE_GATEWAY_TLS_KEY_PATH (PEM), or bind the gateway to loopback',
-    );
-  }
+  const gateway = gatewayOf(e);
   const tlsImplied = Boolean(e.TEMPORAL_TLS_SERVER_CA_CERT_PATH || e.TEMPORAL_TLS_CLIENT_CERT_PATH || e.TEMPORAL_TLS_SERVER_NAME || e.TEMPORAL_API_KEY);
   const stateDir = path.resolve(e.TROUPE_STATE_DIR ?? path.join(repoRoot, '.troupe'));
   return {
@@ -349,14 +334,52 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): TroupeConfig {
     dashboardPort: e.TROUPE_DASHBOARD_PORT,
     dashboardHost: e.TROUPE_DASHBOARD_HOST,
     dashboardToken: e.TROUPE_DASHBOARD_TOKEN,
-    gateway: {
-      host: e.TROUPE_GATEWAY_HOST,
-      publicHost: e.TROUPE_GATEWAY_PUBLIC_HOST ?? (isWildcard(e.TROUPE_GATEWAY_HOST) ? os.hostname() : e.TROUPE_GATEWAY_HOST),
-      tls:
-        e.TROUPE_GATEWAY_TLS_CERT_PATH && e.TROUPE_GATEWAY_TLS_KEY_PATH
-          ? { certPath: e.TROUPE_GATEWAY_TLS_CERT_PATH, keyPath: e.TROUPE_GATEWAY_TLS_KEY_PATH }
-          : undefined,
-    },
+    gateway,
+  };
+}
+
+/** The environment parsed by `shape`; the first bad variable → ConfigError naming it. */
+function parseEnv<T extends z.ZodRawShape>(shape: z.ZodObject<T>, env: NodeJS.ProcessEnv): z.infer<z.ZodObject<T>> {
+  const result = shape.safeParse(env);
+  if (result.success) return result.data;
+  const issue = result.error.issues[0]!;
+  const variable = String(issue.path[0] ?? 'environment');
+  const others = result.error.issues.length - 1;
+  const hint = [hints[variable], others > 0 ? `${others} more problem(s) after this one` : undefined].filter(Boolean).join('; ');
+  throw new ConfigError(variable, issue.message, hint || `fix or unset ${variable}`);
+}
+
+const gatewaySchema = schema.pick({
+  TROUPE_GATEWAY_HOST: true,
+  TROUPE_GATEWAY_PUBLIC_HOST: true,
+  TROUPE_GATEWAY_TLS_CERT_PATH: true,
+  TROUPE_GATEWAY_TLS_KEY_PATH: true,
+});
+
+/** The gateway's variables (TROUPE_GATEWAY_*): `troupe doctor` checks them on a line of their own. */
+export const GATEWAY_VARIABLES: readonly string[] = Object.keys(gatewaySchema.shape);
+
+/** Only the gateway's part of loadConfig (the same rules): for a check that reports it apart from the rest. Throws ConfigError. */
+export function loadGatewayConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig {
+  return gatewayOf(parseEnv(gatewaySchema, env));
+}
+
+function gatewayOf(e: z.infer<typeof gatewaySchema>): GatewayConfig {
+  certificatePair(e, 'TROUPE_GATEWAY_TLS_CERT_PATH', 'TROUPE_GATEWAY_TLS_KEY_PATH', "the gateway's certificate pair", 'HTTPS');
+  if (!e.TROUPE_GATEWAY_TLS_CERT_PATH && !isLoopback(e.TROUPE_GATEWAY_HOST)) {
+    throw new ConfigError(
+      'TROUPE_GATEWAY_TLS_CERT_PATH',
+      `is required to bind the gateway to ${e.TROUPE_GATEWAY_HOST} (TROUPE_GATEWAY_HOST): its sessions' keys must not cross the network in clear`,
+      'set TROUPE_GATEWAY_TLS_CERT_PATH and TROUPE_GATEWAY_TLS_KEY_PATH (PEM), or bind the gateway to loopback',
+    );
+  }
+  return {
+    host: e.TROUPE_GATEWAY_HOST,
+    publicHost: e.TROUPE_GATEWAY_PUBLIC_HOST ?? (isWildcard(e.TROUPE_GATEWAY_HOST) ? os.hostname() : e.TROUPE_GATEWAY_HOST),
+    tls:
+      e.TROUPE_GATEWAY_TLS_CERT_PATH && e.TROUPE_GATEWAY_TLS_KEY_PATH
+        ? { certPath: e.TROUPE_GATEWAY_TLS_CERT_PATH, keyPath: e.TROUPE_GATEWAY_TLS_KEY_PATH }
+        : undefined,
   };
 }
 

@@ -158,8 +158,8 @@ export function describeDbError(err: unknown, url: string, what = 'PostgreSQL'):
 }
 
 /** Connect once and read `server_version`; throws a TroupeError saying what went wrong. */
-export async function checkDatabase(url: string, opts: { connectTimeout?: number } = {}): Promise<{ serverVersion: string }> {
-  const sql = connect(url, { max: 1, connectTimeout: opts.connectTimeout ?? 5 });
+export async function checkDatabase(url: string, opts: { connectTimeout?: number; tls?: DatabaseTlsConfig } = {}): Promise<{ serverVersion: string }> {
+  const sql = connect(url, { max: 1, connectTimeout: opts.connectTimeout ?? 5, tls: opts.tls });
   try {
     const [row] = await sql<{ server_version: string }[]>`show server_version`;
     return { serverVersion: row!.server_version };

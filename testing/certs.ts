@@ -1,5 +1,5 @@
 /**
- * Certificates for tests, made with openssl (P-256, valid two days): a CA, and leaf
+ * Certificates for tests, made with openssl (P-256, valid two days unless told): a CA, and leaf
  * certificates it signs with the extensions a test needs (subjectAltName, extendedKeyUsage).
  */
 import { spawnSync } from 'node:child_process';
@@ -19,8 +19,8 @@ export function makeCa(dir: string, name: string): string {
   return path.join(dir, `${name}.pem`);
 }
 
-/** A certificate signed by the CA `signer` (made by makeCa in `dir`), with the extension lines `ext`: `<dir>/<name>.pem` and `<name>.key`. */
-export function makeLeaf(dir: string, name: string, signer: string, ext: string): { cert: string; key: string } {
+/** A certificate signed by the CA `signer` (made by makeCa in `dir`), with the extension lines `ext`, valid from now for `days`: `<dir>/<name>.pem` and `<name>.key`. */
+export function makeLeaf(dir: string, name: string, signer: string, ext: string, days = 2): { cert: string; key: string } {
   fs.writeFileSync(path.join(dir, `${name}.ext`), `basicConstraints=CA:FALSE\n${ext}\n`);
   openssl(['req', ...KEY, '-keyout', `${name}.key`, '-out', `${name}.csr`, '-subj', `/CN=${name}`], dir);
   openssl(
@@ -37,7 +37,7 @@ export function makeLeaf(dir: string, name: string, signer: string, ext: string)
       '-out',
       `${name}.pem`,
       '-days',
-      '2',
+      String(days),
       '-extfile',
       `${name}.ext`,
     ],

@@ -1,5 +1,6 @@
 // troupe doctor: what this machine has, and whether Troupe's services answer.
-import { loadConfig, redactUrl, temporalAddressOf, type TroupeConfig } from '../../infra/config';
+import { GATEWAY_VARIABLES, loadConfig, redactUrl, temporalAddressOf, type TroupeConfig } from '../../infra/config';
+import { checkGateway } from '../../gateway';
 import { checkDatabase, connect } from '../../infra/db';
 import { engineSpec } from '../../agents/model';
 import { loadTeam, teams } from '../../agents/team-registry';
@@ -35,7 +36,8 @@ interface Line {
   detail: string;
 }
 
-export async function doctor(config: TroupeConfig): Promise<Line[]> {
+/** `env` is where the gateway's variables are read (checkGateway), apart from `config`. */
+export async function doctor(config: TroupeConfig, env: NodeJS.ProcessEnv = process.env): Promise<Line[]> {
   const lines: Line[] = [];
   const add = (status: Status, what: string, detail: string) => lines.push({ status, what, detail });
 
@@ -94,11 +96,11 @@ export async function doctor(config: TroupeConfig): Promise<Line[]> {
 
   // Temporal
   const address = temporalAddressOf(config);
-  const serverVersion = await temporalServerVersion(address);
+  const serverVersion = await temporalServerVersion(address, undefined, config);
   if (serverVersion) {
     add('ok', 'temporal server', `reachable at ${address} (server ${serverVersion}, namespace ${config.namespace})`);
     try {
-      const connection = await connectTemporal(address);
+      const connection = await connectTemporal(address, 'Temporal', config);
       try {
         const problems = await namespaceProblems(connection, config.namespace, address);
         if (problems.length === 0)
@@ -160,9 +162,9 @@ export async function doctor(config: TroupeConfig): Promise<Line[]> {
   }
   if (dbUrl) {
     try {
-      const { serverVersion: pgVersion } = await checkDatabase(dbUrl);
+      const { serverVersion: pgVersion } = await checkDatabase(dbUrl, { tls: config.databaseTls });
       add('ok', 'postgres', `reachable: ${redactUrl(dbUrl)} (server_version ${pgVersion}; ${config.databaseUrl ? 'DATABASE_URL' : 'embedded'})`);
-      const sql = connect(dbUrl, { max: 1 });
+      const sql = connect(dbUrl, { max: 1, tls: config.databaseTls });
       try {
         const v = await schemaVersion(sql);
         const migrations = loadMigrations();
@@ -205,6 +207,8 @@ export async function doctor(config: TroupeConfig): Promise<Line[]> {
       add('FAIL', `team ${name}`, errorMessage(err));
     }
   }
+  // The gateway of the pool workers' episode threads, as a pool worker on this machine would start it
+  lines.push(...checkGateway(env));
   add('info', 'device', `TROUPE_DEVICE=${config.device}`);
   add('info', 'state dir', config.stateDir);
   return lines;
@@ -212,12 +216,13 @@ export async function doctor(config: TroupeConfig): Promise<Line[]> {
 
 export default defineCommand({
   name: 'doctor',
-  summary: 'Check Node, Go, the Temporal CLI, Temporal, PostgreSQL and onnxruntime execution providers',
+  summary: 'Check Node, Go, the Temporal CLI, Temporal, PostgreSQL, onnxruntime execution providers and the gateway',
   usage: 'troupe doctor',
   description: 'Exits 1 if something Troupe needs is broken (FAIL); warnings are things `troupe up` would fix.',
   async run() {
-    const config = loadConfig();
-    const lines = await doctor(config);
+    // The gateway's variables are checked on their own lines: a mistake there is a FAIL among the others, not the end of the report.
+    const rest = Object.fromEntries(Object.entries(process.env).filter(([k]) => !GATEWAY_VARIABLES.includes(k)));
+    const lines = await doctor(loadConfig(rest));
     const width = Math.max(...lines.map((l) => l.what.length));
     for (const l of lines) console.log(`${l.status.padEnd(4)}  ${l.what.padEnd(width)}  ${l.detail}`);
     return lines.some((l) => l.status === 'FAIL') ? 1 : 0;
