@@ -2,17 +2,23 @@
  * deploy/: the systemd units, their environment files, the Kubernetes manifests and the
  * Temporal server config template parse, and say only what the code knows: `troupe`
  * commands and options that the CLI has, variables that infra/config.ts reads (with values
- * it accepts), and the server arguments infra/temporal-server.ts starts the server with.
+ * it accepts), and the server arguments infra/temporal-server.ts starts the server with. The
+ * pool worker's gateway certificate is made by running its init container's script here, and
+ * checked by `troupe doctor`'s gateway check.
  */
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import { test } from 'node:test';
 import { parseAllDocuments } from 'yaml';
 import { commands } from '../../../cli/commands';
+import { checkGateway } from '../../../gateway';
 import { CONFIG_VARIABLES, loadConfig } from '../../../infra/config';
 import { repoRoot } from '../../../infra/paths';
 import { temporalServerArgs } from '../../../infra/temporal-server';
+import { makeCa } from '../../../testing/certs';
 
 const deploy = path.join(repoRoot, 'deploy');
 const read = (p: string) => fs.readFileSync(path.join(deploy, p), 'utf8');
@@ -129,6 +135,62 @@ test('pool worker Deployments ask for a GPU each and control workers for none; e
       if (c.readinessProbe)
         assert.equal(String(c.readinessProbe.httpGet.port), health > 0 ? c.command[health + 1] : undefined, `${f}: the probe asks the worker's --health-port`);
     }
+  }
+});
+
+test("the pool worker's gateway: HTTPS on the pod IP with a certificate its init container signs for that IP, which doctor finds sound", () => {
+  const { doc } = manifests.find(({ doc }) => doc.kind === 'Deployment' && doc.metadata.name === 'troupe-pool-worker')!;
+  const pod = doc.spec.template.spec;
+  const podIp = '10.244.3.17';
+  // the pod's volumes as folders here: mount paths are rewritten to them
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-k8s-gateway-'));
+  try {
+    const volumeDir = (name: string) => {
+      const v = (pod.volumes as any[]).find((v) => v.name === name);
+      assert.ok(v, `volume ${name} is declared`);
+      fs.mkdirSync(path.join(dir, name), { recursive: true });
+      return path.join(dir, name);
+    };
+    const local = (c: any, text: string) => (c.volumeMounts as any[]).reduce((t: string, m: any) => t.split(m.mountPath).join(volumeDir(m.name)), text);
+    /** A container's env, the downward API's status.podIP given as podIp. */
+    const envOf = (c: any) =>
+      Object.fromEntries(
+        (c.env as any[]).map((e) => {
+          if (e.valueFrom) assert.equal(e.valueFrom.fieldRef?.fieldPath, 'status.podIP', `${c.name} ${e.name}: only the pod IP comes from the downward API`);
+          return [e.name, e.valueFrom ? podIp : local(c, e.value)];
+        }),
+      );
+    // the gateway's CA, as the Secret troupe-gateway-ca holds it
+    const caVolume = (pod.volumes as any[]).find((v) => v.secret?.secretName === 'troupe-gateway-ca');
+    makeCa(volumeDir(caVolume.name), 'ca');
+    const init = (pod.initContainers as any[]).find((c) => c.name === 'gateway-cert');
+    const [shell, ...args] = init.command as string[];
+    const made = spawnSync(
+      shell!,
+      args.map((a) => local(init, a)),
+      { env: { PATH: process.env.PATH, ...envOf(init) }, encoding: 'utf8' },
+    );
+    assert.equal(made.status, 0, `the init container's script runs: ${made.stderr}`);
+    const worker = (pod.containers as any[]).find((c) => c.name === 'pool-worker');
+    const env = envOf(worker);
+    assert.deepEqual(
+      Object.keys(env).filter((k) => !CONFIG_VARIABLES.includes(k)),
+      [],
+      'variables infra/config.ts reads',
+    );
+    assert.equal(env.TROUPE_GATEWAY_PUBLIC_HOST, podIp);
+    const findings = checkGateway(env);
+    assert.deepEqual(
+      findings.filter((f) => f.status !== 'ok'),
+      [],
+      'doctor finds the gateway sound',
+    );
+    assert.deepEqual(
+      findings.map((f) => f.what),
+      ['gateway', 'gateway cert', 'gateway name'],
+    );
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
   }
 });
 
