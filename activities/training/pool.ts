@@ -141,9 +141,9 @@ const ROLLOUT_FLUSH = 32;
  */
 function initSpec(spec: ModelSpec, runSeed: number): ModelSpecInput {
   const s = engineSpec(spec);
-  // over a checkpoint: the directory's vocabulary, which may be padded past the tokenizer's ids (the base's initModel checks they fit)
-  if (spec.base !== undefined && checkpointOf(spec) !== undefined) return { ...s, vocabSize: 0 };
   if (spec.base === undefined) return s;
+  // over a checkpoint: the directory's vocabulary, which may be padded past the tokenizer's ids (the base's initModel checks they fit)
+  if (checkpointOf(spec) !== undefined) return { ...s, vocabSize: 0 };
   return { ...s, lora: { ...(s.lora as object), baseSeed: deriveSeed(runSeed, 'init', spec.base) } };
 }
 

@@ -424,27 +424,27 @@ class VersionCache:
             self.models[key] = m
             return m
 
-    def seeded(self, spec, seed):
-        """θ₀ of a plain spec from its seed, one tensor per (spec, seed): a model's version 0 and the LoRA base over it
-        share it (versions are immutable, so nothing writes into it)."""
-        k = (specmod.spec_key(spec), seed)
+    def shared_base(self, k, make):
+        """One θ₀ tensor per key while anything uses it (versions are immutable, so nothing writes into it)."""
         with self.lock:
             theta = self.bases.get(k)
             if theta is None:
-                theta = self.bases[k] = init_weights(spec, seed).to(self.device)
+                theta = self.bases[k] = make().to(self.device)
             return theta
+
+    def seeded(self, spec, seed):
+        """θ₀ of a plain spec from its seed: a model's version 0 and the LoRA bases over it share it."""
+        return self.shared_base((specmod.spec_key(spec), seed), lambda: init_weights(spec, seed))
 
     def lora_model(self, spec):
         base = specmod.base_spec(spec)
         d = spec["lora"].get("baseCheckpoint")
         if d is None:
-            return LoraModel(spec, self.runtime(base), self.seeded(base, spec["lora"]["baseSeed"]))
-        k = ("checkpoint", d, specmod.spec_key(base))
-        with self.lock:
-            theta = self.bases.get(k)
-            if theta is None:
-                theta = self.bases[k] = load_checkpoint((d, base["maxSeq"]), "spec.lora.baseCheckpoint", base).to(self.device)
-            return LoraModel(spec, self.runtime(base), theta)
+            theta = self.seeded(base, spec["lora"]["baseSeed"])
+        else:
+            theta = self.shared_base(("checkpoint", d, specmod.spec_key(base)),
+                                     lambda: load_checkpoint((d, base["maxSeq"]), "spec.lora.baseCheckpoint", base))
+        return LoraModel(spec, self.runtime(base), theta)
 
     def put(self, m, number, theta, mom, vel, step):
         nv = Version(number, theta, mom, vel, step)
