@@ -16,7 +16,7 @@ export interface GatewayFinding {
   detail: string;
 }
 
-/** A certificate expiring sooner than this is warned about: time to renew it and restart the pool workers. */
+/** A certificate expiring sooner than this is warned about: time to renew it (gateways serve the renewed files within 30 s: tls-reload.ts). */
 export const EXPIRY_WARNING_DAYS = 14;
 const DAY_MS = 86_400_000;
 
@@ -66,9 +66,17 @@ function validity(cert: X509Certificate, now: Date): GatewayFinding {
   const dates = `valid ${from.toISOString()} to ${to.toISOString()}`;
   if (now < from) return { status: 'FAIL', what: 'gateway cert', detail: `TROUPE_GATEWAY_TLS_CERT_PATH: not valid yet (${dates})` };
   if (now > to)
-    return { status: 'FAIL', what: 'gateway cert', detail: `TROUPE_GATEWAY_TLS_CERT_PATH: expired (${dates}) — renew it and restart the pool workers` };
+    return {
+      status: 'FAIL',
+      what: 'gateway cert',
+      detail: `TROUPE_GATEWAY_TLS_CERT_PATH: expired (${dates}) — renew it (the pool workers serve the renewed files within 30 s)`,
+    };
   const days = (to.getTime() - now.getTime()) / DAY_MS;
   if (days < EXPIRY_WARNING_DAYS)
-    return { status: 'warn', what: 'gateway cert', detail: `expires in ${days.toFixed(1)} days (${dates}) — renew it and restart the pool workers` };
+    return {
+      status: 'warn',
+      what: 'gateway cert',
+      detail: `expires in ${days.toFixed(1)} days (${dates}) — renew it (the pool workers serve the renewed files within 30 s)`,
+    };
   return { status: 'ok', what: 'gateway cert', detail: `${dates}, subject ${cert.subject.replace(/\n/g, ', ')}` };
 }

@@ -8,14 +8,18 @@
 import { createSecureContext } from 'node:tls';
 import { ConfigError, readConfigFile, type GatewayConfig } from '../infra/config';
 import { errorMessage } from '../infra/errors';
+import type { TlsFiles } from './tls-reload';
 
 export interface GatewayListen {
   /** Address to bind. */
   host: string;
   /** Host in the sessions' baseURLs (default: `host`). */
   publicHost?: string;
-  /** PEM certificate (chain) and key: HTTPS; absent: plain HTTP (loopback only, loadConfig checks). */
-  tls?: { cert: Buffer; key: Buffer };
+  /**
+   * PEM certificate (chain) and key: HTTPS; absent: plain HTTP (loopback only, loadConfig checks).
+   * `files`: where they were read; a renewed pair there is served without a restart (tls-reload.ts).
+   */
+  tls?: { cert: Buffer; key: Buffer; files?: TlsFiles };
 }
 
 export function gatewayListen(config: GatewayConfig): GatewayListen {
@@ -33,5 +37,5 @@ export function gatewayListen(config: GatewayConfig): GatewayListen {
       'point them at the PEM certificate (chain first) and its unencrypted private key',
     );
   }
-  return { host: config.host, publicHost: config.publicHost, tls };
+  return { host: config.host, publicHost: config.publicHost, tls: { ...tls, files: { certPath: config.tls.certPath, keyPath: config.tls.keyPath } } };
 }

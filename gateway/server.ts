@@ -19,6 +19,7 @@ import { parseChatRequest, type ChatRequest } from './request';
 import { parseResponsesRequest, responseBody, streamResponse } from './responses';
 import { EpisodeCalls } from './journal';
 import type { GatewayListen } from './listen';
+import { reloadTls, type TlsReloader } from './tls-reload';
 import { AgentSession, type Completion } from './session';
 
 /** An API the gateway serves: its request read as a ChatRequest (one turn), its reply written both ways. */
@@ -47,6 +48,8 @@ interface Registered {
   episode: { queue: Promise<unknown> };
 }
 
+/** How often an HTTPS gateway looks for a renewed certificate (a stat of two files). */
+const TLS_CHECK_EVERY_MS = 30_000;
 /** Bodies above this are refused (a context the engine could hold is far smaller). */
 const MAX_BODY = 16 * 1024 * 1024;
 
@@ -54,14 +57,19 @@ export class GatewayServer {
   private readonly sessions = new Map<string, Registered>();
   /** Live episodes' keys, to tell another episode's key from a wrong one. */
   private readonly keys = new Set<string>();
+  /** Serves a renewed certificate (HTTPS from files); `tls.check()` looks now. */
+  tls: TlsReloader | undefined;
 
   private constructor(
     private readonly server: http.Server | https.Server,
     readonly origin: string,
   ) {}
 
-  /** A server on `listen.host`, an ephemeral port; HTTPS with `listen.tls`. */
-  static async start(listen: GatewayListen = { host: '127.0.0.1' }): Promise<GatewayServer> {
+  /**
+   * A server on `listen.host`, an ephemeral port; HTTPS with `listen.tls`, whose files (when
+   * known) are looked at every `tlsCheckEveryMs` for a renewed pair.
+   */
+  static async start(listen: GatewayListen = { host: '127.0.0.1' }, opts: { tlsCheckEveryMs?: number } = {}): Promise<GatewayServer> {
     let self: GatewayServer | undefined;
     const handler = (req: http.IncomingMessage, res: http.ServerResponse) => void self!.handle(req, res);
     const server = listen.tls ? https.createServer({ cert: listen.tls.cert, key: listen.tls.key }, handler) : http.createServer(handler);
@@ -75,6 +83,11 @@ export class GatewayServer {
     server.keepAliveTimeout = 0;
     const { port } = server.address() as AddressInfo;
     self = new GatewayServer(server, `${listen.tls ? 'https' : 'http'}://${urlHost(listen.publicHost ?? listen.host)}:${port}`);
+    if (listen.tls?.files)
+      self.tls = reloadTls(server as https.Server, listen.tls.files, {
+        everyMs: opts.tlsCheckEveryMs ?? TLS_CHECK_EVERY_MS,
+        warn: (message) => process.stderr.write(`${JSON.stringify({ ts: new Date().toISOString(), event: 'gateway_tls_refused', message })}\n`),
+      });
     return self;
   }
 
@@ -102,6 +115,7 @@ export class GatewayServer {
   }
 
   async close(): Promise<void> {
+    this.tls?.stop();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
   }
 
