@@ -19,7 +19,7 @@
  * --staleness K: asynchronous runs (SHORT_STALE, or LONG_STALE with --long), kills land while rollouts
  * of later steps overlap updates.
  * --partial: partial rollouts (SHORT_PARTIAL, or LONG_PARTIAL with --long); with --staleness K too, asynchronously
- * (SHORT_PARTIAL_STALE for K = 1). --max-carry-steps N sets partialRollouts.maxCarrySteps (LONG_PARTIAL: 1).
+ * (SHORT_PARTIAL_STALE, or LONG_PARTIAL_STALE with --long, for K = 1). --max-carry-steps N sets partialRollouts.maxCarrySteps (LONG_PARTIAL: 1).
  */
 import { parseArgs } from 'node:util';
 import { WorkflowFailedError, WorkflowNotFoundError, type WorkflowHandle } from '@temporalio/client';
@@ -201,6 +201,9 @@ export const LONG_PARTIAL: Omit<ChaosOptions, 'log'> = {
   partialRollouts: { ...SHORT_PARTIAL.partialRollouts, maxCarrySteps: 1 },
   runTimeoutMs: 1_800_000,
 };
+
+/** LONG_PARTIAL with staleness 1 (opt-in): kills land in steps holding groups at the bound while the rollout overlaps the previous update. */
+export const LONG_PARTIAL_STALE: Omit<ChaosOptions, 'log'> = { ...LONG_PARTIAL, staleness: 1 };
 
 export const LONG_STALE: Omit<ChaosOptions, 'log'> = {
   ...LONG,
@@ -937,7 +940,7 @@ async function main() {
   if ([values['no-pause'], values.transformer, values.staleness && !values.partial, values.partial].filter(Boolean).length > 1)
     throw new Error('--no-pause, --transformer, --staleness and --partial (alone or with --staleness): choose one schedule');
   if (values['max-carry-steps'] !== undefined && !values.partial) throw new Error('--max-carry-steps: only with --partial');
-  const partial = long ? LONG_PARTIAL : SHORT_PARTIAL;
+  const partial = long ? (values.staleness ? LONG_PARTIAL_STALE : LONG_PARTIAL) : SHORT_PARTIAL;
   const base = values.partial
     ? {
         ...partial,

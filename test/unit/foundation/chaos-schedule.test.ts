@@ -5,6 +5,7 @@ import { parseRunConfig, partialShape } from '../../../schema/run-config';
 import {
   LONG_NO_PAUSE,
   LONG_PARTIAL,
+  LONG_PARTIAL_STALE,
   LONG_TRANSFORMER,
   PAIRS,
   runConfig,
@@ -71,8 +72,12 @@ test('the transformer schedules train recall; the short one kills its engine and
   }
 });
 
-test('the long partial schedule runs with maxCarrySteps 1 (held groups); the short one, in npm test, without a bound', () => {
+test('the long partial schedules (k = 0 and k = 1) run with maxCarrySteps 1 (held groups); the short one, in npm test, without a bound', () => {
   // shape: ceil(4 groups x 1.5) in flight, 4 whole groups end a rollout
   assert.deepEqual(partialShape(parseRunConfig(runConfig(LONG_PARTIAL, 'batched'))), { inFlight: 6, minFinished: 4, maxCarrySteps: 1 });
   assert.deepEqual(partialShape(parseRunConfig(runConfig(SHORT_PARTIAL, 'batched'))), { inFlight: 6, minFinished: 4 });
+  // the long asynchronous one keeps the bound and adds k = 1
+  const stale = parseRunConfig(runConfig(LONG_PARTIAL_STALE, 'batched'));
+  assert.deepEqual(partialShape(stale), { inFlight: 6, minFinished: 4, maxCarrySteps: 1 });
+  assert.equal(stale.staleness, 1);
 });
