@@ -99,7 +99,7 @@ export default defineCommand({
     'group-size': { type: 'number', valueName: 'G', example: '8', description: 'episodes per task group' },
     rollout: { type: 'string', valueName: 'MODE', description: 'batched (default) or durable' },
     estimator: { type: 'string', valueName: 'NAME', description: `${ESTIMATOR_NAMES.join(', ')}, or one the project defines (defineEstimator)` },
-    scope: { type: 'string', valueName: 'SCOPE', description: 'group-agent (Dr. MAS, default), group, batch' },
+    scope: { type: 'string', valueName: 'SCOPE', description: 'group-agent (Dr. MAS, default), group, group-agent-episode, batch' },
     lr: { type: 'number', valueName: 'X', example: '0.001', description: 'learning rate of every model' },
     seed: { type: 'number', valueName: 'N', example: '0', description: 'run seed' },
     'eval-every': { type: 'number', valueName: 'N', example: '10', description: 'eval on held-out tasks every N steps' },

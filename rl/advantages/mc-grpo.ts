@@ -15,6 +15,7 @@
  * In `group` scope a sample's score is its episode's average, so the pivot
  * stands for its episode: every sample of the pivot's episode is excluded
  * (all of them have A = 0), which drops the median episode as the paper does.
+ * In `group-agent-episode` the same holds within the pivot's role (its set).
  */
 
 import type { Sample } from '../samples';
@@ -38,7 +39,8 @@ export function mcGrpo(samples: readonly Sample[], options: ResolvedAdvantageOpt
     for (const i of set) adv[i] = options.normalizeStd ? (scores[i]! - med) / (mad + MC_GRPO_EPS) : scores[i]! - med;
 
     excluded[pivot] = true;
-    if (options.scope === 'group') for (const i of set) if (samples[i]!.episodeId === samples[pivot]!.episodeId) excluded[i] = true;
+    if (options.scope === 'group' || options.scope === 'group-agent-episode')
+      for (const i of set) if (samples[i]!.episodeId === samples[pivot]!.episodeId) excluded[i] = true;
   }
   return toResult('mc-grpo', samples, scoped, adv, options, excluded);
 }

@@ -8,6 +8,10 @@
  * - `group` (the "global" baseline): a set per task group; each sample's score
  *   (and each reward component) is replaced by its episode's average over the
  *   samples of the call, then statistics run over the samples of the group.
+ * - `group-agent-episode` (episode-level credit per role): a set per (task
+ *   group, agent), as `group-agent`; each sample's score (and component) is
+ *   replaced by the average over its agent's samples of its episode, so one
+ *   role's rewards never reach another's turns.
  * - `batch`: one set with every sample of the call, own scores.
  *
  * Set order and order within a set is first appearance in the input.
@@ -36,9 +40,10 @@ export function scopeSamples(samples: readonly Sample[], options: ResolvedAdvant
     scores[i] = scoreOf(samples[i]!, options.weights);
     for (let j = 0; j < components.length; j++) componentValues[j]![i] = componentOf(samples[i]!, components[j]!);
   }
-  if (options.scope === 'group') {
-    averagePerEpisode(samples, scores);
-    for (const values of componentValues) averagePerEpisode(samples, values);
+  const average = averagedOver(options.scope);
+  if (average) {
+    averagePer(samples, scores, average);
+    for (const values of componentValues) averagePer(samples, values, average);
   }
 
   const sets: number[][] = [];
@@ -58,22 +63,30 @@ export function scopeSamples(samples: readonly Sample[], options: ResolvedAdvant
   return { scores, components, componentValues, sets };
 }
 
+/** The samples whose scores a scope averages into one (by key), or undefined when each keeps its own. */
+function averagedOver(scope: ResolvedAdvantageOptions['scope']): ((s: Sample) => string) | undefined {
+  if (scope === 'group') return (s) => s.episodeId;
+  if (scope === 'group-agent-episode') return (s) => `${s.episodeId}\u0000${s.agentId}`;
+  return undefined;
+}
+
 /**
- * Replaces each value by the mean over the samples of its episode, shifted
- * by the episode's first value so equal values stay exactly equal (see stats.ts).
+ * Replaces each value by the mean over the samples of the same key, shifted
+ * by the key's first value so equal values stay exactly equal (see stats.ts).
  */
-function averagePerEpisode(samples: readonly Sample[], values: Float64Array): void {
+function averagePer(samples: readonly Sample[], values: Float64Array, keyOf: (s: Sample) => string): void {
   const acc = new Map<string, { first: number; shifted: number; count: number }>();
-  samples.forEach((s, i) => {
-    const a = acc.get(s.episodeId);
-    if (a === undefined) acc.set(s.episodeId, { first: values[i]!, shifted: 0, count: 1 });
+  const keys = samples.map(keyOf);
+  keys.forEach((k, i) => {
+    const a = acc.get(k);
+    if (a === undefined) acc.set(k, { first: values[i]!, shifted: 0, count: 1 });
     else {
       a.shifted += values[i]! - a.first;
       a.count++;
     }
   });
-  samples.forEach((s, i) => {
-    const a = acc.get(s.episodeId)!;
+  keys.forEach((k, i) => {
+    const a = acc.get(k)!;
     values[i] = a.first + a.shifted / a.count;
   });
 }

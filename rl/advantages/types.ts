@@ -15,10 +15,13 @@ import type { RewardWeights, Sample } from '../samples';
  *   is a sample, so an agent called L times per episode contributes L samples.
  * - `group` (the "global" baseline Dr. MAS compares against): sets are task
  *   groups; each sample's score is its episode's average score.
+ * - `group-agent-episode` (episode-level credit per role): sets are (task
+ *   group, agent); each sample's score is the average over its agent's samples
+ *   of its episode.
  * - `batch`: one set holding every sample of the call.
  */
-export type Scope = 'group-agent' | 'group' | 'batch';
-export const SCOPES: readonly Scope[] = ['group-agent', 'group', 'batch'];
+export type Scope = 'group-agent' | 'group' | 'group-agent-episode' | 'batch';
+export const SCOPES: readonly Scope[] = ['group-agent', 'group', 'group-agent-episode', 'batch'];
 
 export interface AdvantageOptions {
   /** Reward-component weights; score = Σ_j w_j r_j, missing weights are 1. */

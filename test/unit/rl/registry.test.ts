@@ -40,7 +40,7 @@ test('options are checked against the estimator', () => {
   );
   assert.throws(
     () => computeAdvantages([sample()], { estimator: 'grpo', options: { scope: 'episode' as never } }),
-    /options\.scope: must be one of group-agent, group, batch, got "episode"/,
+    /options\.scope: must be one of group-agent, group, group-agent-episode, batch, got "episode"/,
   );
   assert.throws(
     () => computeAdvantages([sample()], { estimator: 'grpo', options: { weights: { correct: NaN } } }),

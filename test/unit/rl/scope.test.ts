@@ -5,7 +5,7 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { computeAdvantages, ESTIMATOR_NAMES, getEstimator } from '../../../rl/advantages/registry';
+import { computeAdvantages, computeAdvantagesByAgent, ESTIMATOR_NAMES, getEstimator } from '../../../rl/advantages/registry';
 import type { Sample } from '../../../rl/samples';
 import { assertClose, meanOf, sample, unbiasedStdOf } from './helpers';
 
@@ -82,13 +82,75 @@ test('every estimator honours the scope: sets are (group, agent), group, or the 
     sample({ groupId: 'b', agentId: 'x', episodeId: 'b1', reward: 3 }),
     sample({ groupId: 'b', agentId: 'x', episodeId: 'b2', reward: 1 }),
   ];
-  const expected = { 'group-agent': 3, group: 2, batch: 1 } as const;
+  const expected = { 'group-agent': 3, group: 2, 'group-agent-episode': 3, batch: 1 } as const;
   // turn-level estimators make their own sets (their tests check them) and accept group-agent only
   for (const estimator of ESTIMATOR_NAMES.filter((e) => getEstimator(e).scopes === undefined))
-    for (const scope of ['group-agent', 'group', 'batch'] as const) {
+    for (const scope of ['group-agent', 'group', 'group-agent-episode', 'batch'] as const) {
       const r = computeAdvantages(samples, { estimator, options: { scope } });
       assert.equal(r.diagnostics.sets, expected[scope], `${estimator} ${scope}`);
       assert.equal(r.diagnostics.scope, scope);
+    }
+});
+
+// Two roles, two episodes of one task group; the walker twice in e1, the lookout twice in e2.
+//   walker:  e1 1, 0   e2 0
+//   lookout: e1 10     e2 0, 4
+const twoRoles = (): Sample[] => [
+  turn('e1', 'walker', 1),
+  turn('e1', 'lookout', 10),
+  turn('e1', 'walker', 0),
+  turn('e2', 'walker', 0),
+  turn('e2', 'lookout', 0),
+  turn('e2', 'lookout', 4),
+];
+
+test("group-agent-episode: each turn carries its own role's episode average, compared within the role", () => {
+  // walker: e1 (1+0)/2 = 0.5 (both turns), e2 0 → [0.5, 0.5, 0]; mean 1/3; deviations [1/6, 1/6, −1/3]
+  //   var = (1/36 + 1/36 + 4/36)/2 = 1/12; std = 0.2886751 → A ≈ [0.577348, 0.577348, −1.154696]
+  // lookout: e1 10, e2 (0+4)/2 = 2 (both turns) → [10, 2, 2]; mean 14/3; deviations [16/3, −8/3, −8/3]
+  //   var = (256/9 + 64/9 + 64/9)/2 = 64/3; std = 4.6188022 → A ≈ [1.154700, −0.577350, −0.577350]
+  const r = computeAdvantages(twoRoles(), { estimator: 'grpo', options: { scope: 'group-agent-episode' } });
+  const w = Math.sqrt(1 / 12) + 1e-6;
+  const l = Math.sqrt(64 / 3) + 1e-6;
+  // input order: walker e1, lookout e1, walker e1, walker e2, lookout e2, lookout e2
+  assertClose(r.advantages, [1 / 6 / w, 16 / 3 / l, 1 / 6 / w, -1 / 3 / w, -8 / 3 / l, -8 / 3 / l]);
+  assertClose(r.advantages, [0.577348, 1.1547, 0.577348, -1.154696, -0.57735, -0.57735], 1e-5);
+  assert.equal(r.diagnostics.sets, 2);
+  // In `group` scope the lookout's 10 in e1 lifts the walker's e1 turns; here the walker's advantages
+  // do not depend on the lookout's rewards at all.
+  const other = twoRoles().map((s) => (s.agentId === 'lookout' ? { ...s, rewards: { r: 7 - s.rewards.r! } } : s));
+  const again = computeAdvantages(other, { estimator: 'grpo', options: { scope: 'group-agent-episode' } });
+  assertClose(
+    [0, 2, 3].map((i) => again.advantages[i]!),
+    [0, 2, 3].map((i) => r.advantages[i]!),
+  );
+});
+
+test('group-agent-episode in one call is the `group` scope run role by role', () => {
+  // reference: computeAdvantagesByAgent gives each role its own call, where `group` averages only that
+  // role's turns of an episode; per-turn rewards and weights included
+  const samples = [
+    ...twoRoles(),
+    turn('e3', 'walker', 2),
+    turn('e3', 'lookout', 1),
+    turn('e3', 'walker', 1),
+    sample({ groupId: 'h', episodeId: 'f1', agentId: 'walker', reward: 1, turnRewards: { step: 0.25 } }),
+    sample({ groupId: 'h', episodeId: 'f1', agentId: 'walker', reward: 1, turnRewards: { step: 0 } }),
+    sample({ groupId: 'h', episodeId: 'f2', agentId: 'walker', reward: 0, turnRewards: { step: 0.25 } }),
+    sample({ groupId: 'h', episodeId: 'f2', agentId: 'lookout', reward: 0, turnRewards: { step: -0.25 } }),
+  ];
+  for (const estimator of ['grpo', 'rloo', 'mc-grpo'])
+    for (const normalizeStd of estimator === 'rloo' ? [undefined] : [true, false]) {
+      const options = { weights: { step: 2 }, ...(normalizeStd === undefined ? {} : { normalizeStd }) };
+      const one = computeAdvantages(samples, { estimator, options: { ...options, scope: 'group-agent-episode' } });
+      const spec = { estimator, options: { ...options, scope: 'group' as const } };
+      const byRole = computeAdvantagesByAgent(samples, { walker: spec, lookout: spec });
+      assertClose(one.advantages, byRole.advantages, 1e-12, `${estimator} normalizeStd ${normalizeStd}`);
+      assert.deepEqual(one.excluded, byRole.excluded);
+      assert.ok(
+        one.advantages.some((a) => a !== 0),
+        estimator,
+      );
     }
 });
 
