@@ -27,6 +27,19 @@ const fmtValue = (x: number) => (Number.isInteger(x) ? String(x) : x.toFixed(3))
 const viewPoints = (page: Page, panel: string): Promise<{ x: number; series: string; value: number; raw?: number }[]> =>
   page.evaluate((p) => (globalThis as any).troupe.views[p].data('points').map((x: any) => ({ x: x.x, series: x.series, value: x.value, raw: x.raw })), panel);
 
+/** Each turn of the episode page: its reward components (name, whether per-turn, text) and advantage. */
+const shownTurns = (page: Page) =>
+  // the page's DOM, typed loosely: the tests compile without the DOM library
+  page.locator('.turn').evaluateAll((turns: any[]) =>
+    turns.map((t) => ({
+      turn: Number(t.dataset.turn),
+      rewards: [...t.querySelectorAll('h4 .reward')].map((r: any) => [r.dataset.component, r.classList.contains('per-turn'), r.innerText]),
+      // the per-turn components come last, just before the advantage
+      beforeAdvantage: t.querySelector('h4 .advantage')?.previousElementSibling?.dataset.component,
+      advantage: t.querySelector('h4 .advantage').innerText,
+    })),
+  );
+
 async function open(page: Page, url: string) {
   await page.goto(url);
   await page.waitForFunction(() => (globalThis as any).troupe?.ready === true);
@@ -417,18 +430,8 @@ describe('dashboard pages', { skip }, () => {
         [k, 'step', true],
       ]),
     );
-    // the page's DOM, typed loosely: the tests compile without the DOM library
-    const shown = await page.locator('.turn').evaluateAll((turns: any[]) =>
-      turns.map((t) => ({
-        turn: Number(t.dataset.turn),
-        rewards: [...t.querySelectorAll('h4 .reward')].map((r: any) => [r.dataset.component, r.classList.contains('per-turn'), r.innerText]),
-        // the per-turn components come last, just before the advantage
-        beforeAdvantage: t.querySelector('h4 .advantage')?.previousElementSibling?.dataset.component,
-        advantage: t.querySelector('h4 .advantage').innerText,
-      })),
-    );
     assert.deepEqual(
-      shown,
+      await shownTurns(page),
       [0, 1, 2, 3].map((k) => {
         const row = (c: string) => stored.find((r) => r.turn_index === k && r.component === c)!;
         return {
@@ -443,6 +446,80 @@ describe('dashboard pages', { skip }, () => {
       }),
     );
     await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-episode-chain.png'), fullPage: true });
+  });
+
+  it("shows each lookout turn's own reward terms and its advantage, for the walker and the lookout; stores their mean by turn position", async () => {
+    const lookout = 'dash-pages-lookout';
+    // The team's default estimator, turn-return: each turn its own advantage. Seed 4: its untrained
+    // lookout vetoes 7 of the 80 proposals (seed 3's, one), so vetoes are there to show.
+    await h.env.client.workflow.execute('trainingRun', {
+      taskQueue: h.taskQueue,
+      workflowId: lookout,
+      args: [{ ...RUN, team: 'lookout', steps: 1, evalEvery: 0, seed: 4 }],
+    });
+    // the episode with the most kinds, then the most, of non-zero per-turn rewards (closing moves, vetoes)
+    const [ep] = await h.db.sql`
+      SELECT e.episode_id FROM episodes e JOIN rewards r ON r.episode_id = e.episode_id AND r.per_turn AND r.value <> 0
+      WHERE e.run_id = ${lookout} AND e.split = 'train'
+      GROUP BY e.episode_id ORDER BY count(DISTINCT r.component) DESC, count(*) DESC, e.episode_id LIMIT 1`;
+    await open(page, `${dash.url}/#/episodes/${encodeURIComponent(ep!.episode_id)}`);
+    const turns = await h.db.sql`SELECT turn_index, agent, advantage FROM turns WHERE episode_id = ${ep!.episode_id} ORDER BY turn_index`;
+    const rewards = await h.db.sql`
+      SELECT turn_index, component, value, per_turn FROM rewards WHERE episode_id = ${ep!.episode_id} ORDER BY turn_index, component`;
+    // the walker and the lookout take turns, at least the goal's distance (8) each
+    assert.ok(turns.length >= 16, `${turns.length} turns`);
+    turns.forEach((t, k) => assert.equal(t.agent, k % 2 === 0 ? 'walker' : 'lookout'));
+    const own = { walker: ['closer'], lookout: ['blocked', 'caught'] } as Record<string, string[]>;
+    for (const t of turns) {
+      const mine = rewards.filter((r) => r.turn_index === t.turn_index);
+      assert.deepEqual(
+        mine.map((r) => [r.component, r.per_turn]),
+        [['arrived', false], ...own[t.agent]!.map((c) => [c, true])],
+        `turn ${t.turn_index} (${t.agent}): arrived for the episode, its role's terms per turn`,
+      );
+      assert.equal(typeof t.advantage, 'number', `turn ${t.turn_index} was trained on`);
+    }
+    // each role earned a per-turn reward somewhere in this episode, so the values shown are not all 0
+    for (const agent of ['walker', 'lookout'])
+      assert.ok(
+        rewards.some((r) => r.per_turn && r.value !== 0 && turns[r.turn_index]!.agent === agent),
+        `${agent} has a non-zero per-turn reward`,
+      );
+    // turn-level credit: a role's turns do not all share one advantage
+    for (const agent of ['walker', 'lookout'])
+      assert.ok(new Set(turns.filter((t) => t.agent === agent).map((t) => t.advantage)).size > 1, `${agent}'s advantages differ by turn`);
+    assert.deepEqual(
+      await shownTurns(page),
+      turns.map((t) => {
+        const value = (c: string) => rewards.find((r) => r.turn_index === t.turn_index && r.component === c)!.value as number;
+        return {
+          turn: t.turn_index,
+          rewards: [['arrived', false, `arrived ${fmtValue(value('arrived'))}`], ...own[t.agent]!.map((c) => [c, true, `${c} ${fmtValue(value(c))} (turn)`])],
+          beforeAdvantage: own[t.agent]!.at(-1),
+          advantage: (t.advantage as number).toFixed(4),
+        };
+      }),
+    );
+    await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-episode-lookout.png'), fullPage: true });
+    // The step's metric per agent and turn position (the role's k-th turns) is the mean of the stored turns' advantages.
+    const trained = await h.db.sql`
+      SELECT t.agent, row_number() OVER (PARTITION BY t.episode_id, t.agent ORDER BY t.turn_index) - 1 AS position, t.advantage
+      FROM turns t JOIN episodes e ON e.episode_id = t.episode_id
+      WHERE e.run_id = ${lookout} AND e.split = 'train' AND t.advantage IS NOT NULL`;
+    const metrics = await h.db.sql`
+      SELECT scope, name, value FROM metrics WHERE run_id = ${lookout} AND kind = 'train' AND name LIKE 'advantage.position.%'`;
+    const expected = new Map<string, number[]>();
+    for (const t of trained) {
+      const key = `${t.agent} advantage.position.${t.position}`;
+      expected.set(key, [...(expected.get(key) ?? []), t.advantage as number]);
+    }
+    assert.deepEqual(metrics.map((m) => `${m.scope} ${m.name}`).sort(), [...expected.keys()].sort());
+    for (const m of metrics) {
+      const xs = expected.get(`${m.scope} ${m.name}`)!;
+      const mean = xs.reduce((a, b) => a + b, 0) / xs.length;
+      assert.ok(Math.abs((m.value as number) - mean) < 1e-9, `${m.scope} ${m.name}: ${m.value} vs ${mean}`);
+    }
+    for (const agent of ['walker', 'lookout']) assert.ok(metrics.filter((m) => m.scope === agent).length >= 8, `${agent}: a metric per turn position`);
   });
 
   it("draws a partial-rollout run's carried episodes, their age and tokens in the off-policy section, one point per stored row", async () => {
