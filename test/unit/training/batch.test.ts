@@ -4,6 +4,8 @@ import { agentEndings, agentLengths, buildStepBatch } from '../../../activities/
 import type { StoredEpisode } from '../../../activities/store/trajectories';
 import { mathTeam } from '../../../examples/teams/math';
 import { checkAgainstTeam, parseRunConfig } from '../../../schema/run-config';
+import { defineEstimator } from '../../../rl/advantages/registry';
+import { toResult } from '../../../rl/advantages/scope';
 
 /** An episode of the math team with the given rewards (solver one turn, verifier one turn). */
 function episode(group: number, idx: number, solver: number, verifier: number, status: 'completed' | 'failed' = 'completed'): StoredEpisode {
@@ -167,6 +169,31 @@ describe('buildStepBatch with per-turn rewards and a turn-level estimator', () =
     assert.deepEqual(batch.rewards.solver, { ok: 0.5, step: 0.25 }, 'per-turn components are logged like episode ones');
     assert.deepEqual(batch.diagnostics.solver!.advantageByPosition, [0, 0]);
     assert.equal(batch.diagnostics.solver!.stepGroupShare, null);
+  });
+
+  it("gives a project's own estimator (defineEstimator) the turn graph and per-turn rewards, and its per-turn advantages to that turn's tokens", () => {
+    // A = 100·|after| + 10·turn + step: each field a user's turn-level estimator reads shows in the result
+    defineEstimator({
+      name: 'test-turn-fields',
+      summary: 'A = 100·|after| + 10·turn + step',
+      supportsNormalizeStd: false,
+      perComponent: false,
+      scopes: ['group-agent'],
+      estimate: (samples, options) =>
+        toResult(
+          'test-turn-fields',
+          samples,
+          { sets: [] },
+          Float64Array.from(samples, (x) => 100 * (x.after?.length ?? 0) + 10 * (x.turn ?? 0) + (x.turnRewards?.step ?? 0)),
+          options,
+        ),
+    });
+    const cfg = checkAgainstTeam(parseRunConfig({ team: 'math', optimizer: { agents: { solver: { estimator: { name: 'test-turn-fields' } } } } }), mathTeam());
+    const batch = buildStepBatch([twoTurnEpisode(0, [1, 0], 1, 10), twoTurnEpisode(1, [0.5, 0], 0, 0)], cfg);
+    // solver t0: after [], step 1 (e0) or 0.5 (e1) → 1, 0.5; t2: after [0], turn 2, step 0 → 120. Verifier: GRPO ±5/(√50 + 1e-6).
+    const v = 5 / (Math.sqrt(50) + 1e-6);
+    const expected = [1, v, 120, 0.5, -v, 120].map((a) => [a, 0, a]);
+    batch.models.policy!.forEach((q, i) => q.advantages.forEach((a, k) => assert.ok(Math.abs(a - expected[i]![k]!) < 1e-12, `seq ${i} token ${k}: ${a}`)));
   });
 
   it('groups identical contexts into step groups (gigpo) and reports their share', () => {
