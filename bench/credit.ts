@@ -9,8 +9,10 @@
  * and spread over the seeds that reached it, and how many did), and the final
  * eval. Episode-level GRPO is `grpo` in scope `group`: every turn of an episode
  * gets the episode's average score, so all its tokens share one advantage.
- * `grpo` in its default scope (each turn scored on its own, per-turn rewards
- * included) is listed too. Not a test; prints a table and writes
+ * `grpo@group-agent-episode` is episode-level GRPO per role: each role's turns
+ * get the average of that role's own rewards in the episode, compared within
+ * the role's task group. `grpo` in its default scope (each turn scored on its
+ * own, per-turn rewards included) is listed too. Not a test; prints a table and writes
  * bench/results/credit-<team>.{md,json} and the mean eval curves,
  * credit-<team>.{png,svg}.
  *
@@ -36,6 +38,7 @@ import { spawnEngine } from '../gpu-workers/engine-process';
 import { renderVegaLite } from '../cli/plot';
 import { trainInProcess } from './lib/inprocess';
 import { machineLine } from './lib/cpu';
+import type { Scope } from '../rl/advantages/types';
 
 const OPTIONS = {
   team: { type: 'string' },
@@ -82,7 +85,8 @@ const {
   evalTasks: EVAL_TASKS,
 } = SETTINGS;
 /** name[@scope] */
-const ESTIMATORS = (values.estimators ?? 'grpo@group,grpo,turn-return,gigpo,at-grpo,salt,hgpo').split(',');
+const DEFAULT_ESTIMATORS = ['grpo@group', 'grpo@group-agent-episode', 'grpo', 'turn-return', 'gigpo', 'at-grpo', 'salt', 'hgpo'];
+const ESTIMATORS = values.estimators?.split(',') ?? DEFAULT_ESTIMATORS;
 const PARALLEL = Number(values.parallel ?? 2);
 const TARGET = 0.9;
 // JSON arguments quoted, so the printed command runs as printed
@@ -203,7 +207,11 @@ function plot(estimators: string[], runs: Run[]): Promise<{ svg: string; png: Ui
 }
 
 const f = (x: number | undefined, d = 2) => (x !== undefined && Number.isFinite(x) ? x.toFixed(d) : 'n/a');
-const label = (e: string) => (e === 'grpo@group' ? 'grpo@group (episode-level)' : e);
+const LABELS: Record<string, string> = {
+  'grpo@group': 'grpo@group (episode-level)',
+  'grpo@group-agent-episode': 'grpo@group-agent-episode (per role)',
+};
+const label = (e: string) => LABELS[e] ?? e;
 
 async function main() {
   const t0 = performance.now();
@@ -229,7 +237,7 @@ async function main() {
           steps: STEPS,
           evalEvery: EVAL_EVERY,
           evalTasks: EVAL_TASKS,
-          optimizer: { all: { ...OPTIMIZER, estimator: { ...(OPTIMIZER.estimator as object), name: name!, ...(scope ? { scope: scope as 'group' } : {}) } } },
+          optimizer: { all: { ...OPTIMIZER, estimator: { ...(OPTIMIZER.estimator as object), name: name!, ...(scope ? { scope: scope as Scope } : {}) } } },
         });
         const evals = r.evals.map((e) => ({ step: e.step, success: e.success }));
         const run: Run = {
@@ -261,8 +269,9 @@ async function main() {
     estimators: ESTIMATORS,
   };
   const all = stored ? merged(stored, sweep, runs) : { sweeps: [sweep], runs };
-  // Stored estimators first, a rerun one keeping its place; runs in table order.
-  const estimators = [...new Set([...(stored?.runs ?? []).map((r) => r.estimator), ...ESTIMATORS])];
+  // The default sweep's order, then any other in order of appearance (stored first); runs in table order.
+  const rank = (e: string) => (DEFAULT_ESTIMATORS.includes(e) ? DEFAULT_ESTIMATORS.indexOf(e) : DEFAULT_ESTIMATORS.length);
+  const estimators = [...new Set([...(stored?.runs ?? []).map((r) => r.estimator), ...ESTIMATORS])].sort((a, b) => rank(a) - rank(b));
   all.runs.sort((a, b) => estimators.indexOf(a.estimator) - estimators.indexOf(b.estimator) || a.seed - b.seed);
 
   const lines: string[] = [];
