@@ -451,11 +451,12 @@ describe('dashboard pages', { skip }, () => {
   it("shows each lookout turn's own reward terms and its advantage, for the walker and the lookout; stores their mean by turn position", async () => {
     const lookout = 'dash-pages-lookout';
     // The team's default estimator, turn-return: each turn its own advantage. Seed 4: its untrained
-    // lookout vetoes 7 of the 80 proposals (seed 3's, one), so vetoes are there to show.
+    // lookout vetoes 7 of the 80 proposals (seed 3's, one), so vetoes are there to show. Durable
+    // rollout (an activity per turn), where the chain run above is batched: per-turn credit in both.
     await h.env.client.workflow.execute('trainingRun', {
       taskQueue: h.taskQueue,
       workflowId: lookout,
-      args: [{ ...RUN, team: 'lookout', steps: 1, evalEvery: 0, seed: 4 }],
+      args: [{ ...RUN, team: 'lookout', steps: 1, evalEvery: 0, seed: 4, rollout: 'durable' }],
     });
     // the episode with the most kinds, then the most, of non-zero per-turn rewards (closing moves, vetoes)
     const [ep] = await h.db.sql`
@@ -468,6 +469,8 @@ describe('dashboard pages', { skip }, () => {
       SELECT turn_index, component, value, per_turn FROM rewards WHERE episode_id = ${ep!.episode_id} ORDER BY turn_index, component`;
     // the walker and the lookout take turns, at least the goal's distance (8) each
     assert.ok(turns.length >= 16, `${turns.length} turns`);
+    const [stored] = await h.db.sql`SELECT mode FROM episodes WHERE episode_id = ${ep!.episode_id}`;
+    assert.equal(stored!.mode, 'durable');
     turns.forEach((t, k) => assert.equal(t.agent, k % 2 === 0 ? 'walker' : 'lookout'));
     const own = { walker: ['closer'], lookout: ['blocked', 'caught'] } as Record<string, string[]>;
     for (const t of turns) {
