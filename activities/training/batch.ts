@@ -15,6 +15,7 @@ import {
   computeAdvantages,
   computeAdvantagesByAgent,
   getEstimator,
+  resolveOptions,
   episodeScoreOf,
   scoreOf,
   stepDiagnostics,
@@ -275,7 +276,11 @@ function tokenHash(tokens: readonly number[], prefix = ''): string {
 export function advantagesFor(samples: Sample[], agents: Record<string, OptimizerSettings>) {
   const specs = Object.fromEntries(Object.entries(agents).map(([role, s]) => [role, toAdvantageSpec(s)]));
   const list = Object.values(specs);
-  const shape = (s: (typeof list)[number]) => JSON.stringify([s.estimator, s.options?.scope, s.options?.normalizeStd, s.options?.gamma]);
+  // compared as resolved (defaults filled): `normalizeStd: true` written out is the default, not another setting
+  const shape = (s: (typeof list)[number]) => {
+    const o = resolveOptions(getEstimator(s.estimator), s.options);
+    return JSON.stringify([s.estimator, o.scope, o.normalizeStd, o.gamma]);
+  };
   const weights = (s: (typeof list)[number]) => JSON.stringify(Object.entries(s.options?.weights ?? {}).sort());
   if (list.length === 0 || list.some((s) => shape(s) !== shape(list[0]!))) return computeAdvantagesByAgent(samples, specs);
   const first = list[0]!;

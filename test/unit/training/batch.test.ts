@@ -88,6 +88,20 @@ describe('buildStepBatch', () => {
     // Per-agent normalisation gives each role ±0.7071 instead.
     const perAgent = buildStepBatch([episode(0, 0, 1, 10), episode(0, 1, 0, 0)], settings);
     assert.ok(Math.abs(perAgent.models.policy![0]!.advantages[0]! - 0.5 / (Math.sqrt(0.5) + 1e-6)) < 1e-12);
+    // A role that writes out the default (normalizeStd: true) has the same settings: still one global baseline,
+    // not role-by-role estimation (which would give each role ±0.7071 of its own episode-level scores).
+    const spelled = checkAgainstTeam(
+      parseRunConfig({
+        team: 'math',
+        optimizer: { all: { estimator: { scope: 'group' } }, agents: { verifier: { estimator: { name: 'grpo', scope: 'group', normalizeStd: true } } } },
+      }),
+      mathTeam(),
+    );
+    const same = buildStepBatch([episode(0, 0, 1, 10), episode(0, 1, 0, 0)], spelled);
+    assert.deepEqual(
+      same.models.policy!.map((s) => s.advantages),
+      batch.models.policy!.map((s) => s.advantages),
+    );
   });
 
   it("applies each role's reward weights before a shared estimator", () => {
