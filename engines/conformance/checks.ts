@@ -14,7 +14,7 @@ import { BASE_SEED, type Context, TRANSFORMER_TEST_SPEC, expect, Fail, HEX64, ty
 import { FAMILY_NAMES, normalizeModelSpec } from '../families';
 import { initTransformerWeights } from '../families/transformer/init';
 import { normalizeTransformerSpec, paramLayout, type TransformerSpec } from '../families/transformer/spec';
-import { adapterLayout, baseSpecOf, mergeLora } from '../families/transformer/lora';
+import { adapterLayout, baseSpecOf, initAdapter, mergeLora } from '../families/transformer/lora';
 import { exportHfCheckpoint, loadHfCheckpoint } from '../checkpoints/hf-layout';
 import { decodeOptimizerState, decodeWeights, encodeWeights } from '../protocol/version-bytes';
 import * as wire from '../protocol/wire';
@@ -1533,7 +1533,8 @@ export const CHECKS: Check[] = [
   },
   {
     id: 'lora.init-is-base',
-    title: "LoRA version 0 (B = 0) scores bit for bit as its base's version 0; its weights are the adapter's A and B only",
+    title:
+      "LoRA version 0 (B = 0) scores bit for bit as its base's version 0; its weights are the adapter's A and B only, drawn as initAdapter draws them (the same bytes on every engine)",
     async run(ctx) {
       const f = await loraFixture(ctx);
       const adapter = adapterLayout(f.spec).total;
@@ -1541,6 +1542,10 @@ export const CHECKS: Check[] = [
         f.v0.weights.length === 4 * adapter,
         `version 0 holds ${f.v0.weights.length} weights bytes; the adapter is ${adapter} float32 values (${4 * adapter} bytes)`,
       );
+      const drawn = decodeWeights(f.v0.weights, adapter);
+      const expected = initAdapter(f.spec, 99);
+      const off = drawn.findIndex((x, i) => !Object.is(x, expected[i]));
+      expect(off < 0, `version 0's adapter value ${off} is ${drawn[off]}, initAdapter(spec, seed 99) draws ${expected[off]}`);
       const d = maxDiff(await scoreFixed(ctx, f.key, '0'), await scoreFixed(ctx, f.base.key, '0'));
       expect(d.differ === 0, `${d.differ} of ${d.n} log-probs differ from the base's (max |Δ| ${fmt(d.max)})`);
       return `${adapter} adapter values (${((100 * adapter) / paramLayout(baseSpecOf(f.spec)).total).toFixed(1)}% of the base's); ${d.n} log-probs equal`;

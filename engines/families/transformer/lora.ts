@@ -7,6 +7,7 @@
  * so the merged matrix is W + (α/r)·Aᵀ·Bᵀ. A LoRA version's bytes are the adapter only: per layer, per target
  * in LORA_TARGETS order, A then B, row-major float32. The PyTorch engine mirrors this (engines/pytorch/lora.py).
  */
+import { fillUniforms, seedKey, STREAM_INIT } from '../philox';
 import { paramLayout, type LoraSpec, type ParamSlot, type TransformerSpec } from './spec';
 
 export interface AdapterSlot {
@@ -43,6 +44,24 @@ export function adapterLayout(s: TransformerSpec): { slots: AdapterSlot[]; total
     }
   }
   return { slots, total: offset, base };
+}
+
+/**
+ * Version 0's adapter, as engines/pytorch/lora.py's init_adapter draws it (PEFT's init): A ~ U(±1/√in) from the
+ * Philox uniforms (STREAM_INIT) at the slot's own offsets, computed in float64 and rounded once; B = 0, so
+ * version 0 scores as the base.
+ */
+export function initAdapter(s: TransformerSpec, seed: bigint | number | string): Float32Array {
+  const { slots, total } = adapterLayout(s);
+  const u = new Float64Array(total);
+  fillUniforms(seedKey(seed), STREAM_INIT, total, u);
+  const phi = new Float32Array(total);
+  for (const slot of slots) {
+    if (slot.matrix !== 'A') continue;
+    const bound = 1 / Math.sqrt(slot.shape[1]);
+    for (let i = slot.offset; i < slot.offset + slot.size; i++) phi[i] = (2 * u[i]! - 1) * bound;
+  }
+  return phi;
 }
 
 /** α / r, in float32 as the engines use it. */
