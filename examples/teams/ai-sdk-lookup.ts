@@ -66,7 +66,17 @@ export function lookupGame() {
   return {
     tokenizer,
     chatTemplate: chatTemplate(TEMPLATE, {}, ''),
-    models: { policy: tinyLM({ tokenizer, contextWindow: 4, embedDim: 16, hiddenDim: 64, optimizer: { lr: 0.02, entropyCoef: 0.01 } }) },
+    // entropyCoef 0.15 and Dr. GRPO advantages (normalizeStd false) keep the answer turn from
+    // collapsing onto one or two digits before it tells the secrets apart (docs/performance.md)
+    models: {
+      policy: tinyLM({
+        tokenizer,
+        contextWindow: 4,
+        embedDim: 16,
+        hiddenDim: 64,
+        optimizer: { lr: 0.03, entropyCoef: 0.15, estimator: { normalizeStd: false } },
+      }),
+    },
     agents: { solver: agent({ model: 'policy', maxTokens: 1, maxTurns: 3 }) },
     rewards: { solver: (s: Scored) => ({ looked: Number(s.outcome?.looked === true), correct: Number(solved(s)) }) },
     success: solved,
