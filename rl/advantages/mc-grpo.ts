@@ -19,7 +19,7 @@
  */
 
 import type { Sample } from '../samples';
-import { scopeSamples, toResult } from './scope';
+import { averagedOver, scopeSamples, toResult } from './scope';
 import { lowerMedian } from './stats';
 import type { AdvantageEstimator, AdvantageResult, ResolvedAdvantageOptions } from './types';
 
@@ -39,8 +39,8 @@ export function mcGrpo(samples: readonly Sample[], options: ResolvedAdvantageOpt
     for (const i of set) adv[i] = options.normalizeStd ? (scores[i]! - med) / (mad + MC_GRPO_EPS) : scores[i]! - med;
 
     excluded[pivot] = true;
-    if (options.scope === 'group' || options.scope === 'group-agent-episode')
-      for (const i of set) if (samples[i]!.episodeId === samples[pivot]!.episodeId) excluded[i] = true;
+    const together = averagedOver(options.scope); // the samples that share the pivot's averaged score
+    if (together) for (const i of set) if (together(samples[i]!) === together(samples[pivot]!)) excluded[i] = true;
   }
   return toResult('mc-grpo', samples, scoped, adv, options, excluded);
 }

@@ -64,7 +64,7 @@ export function scopeSamples(samples: readonly Sample[], options: ResolvedAdvant
 }
 
 /** The samples whose scores a scope averages into one (by key), or undefined when each keeps its own. */
-function averagedOver(scope: ResolvedAdvantageOptions['scope']): ((s: Sample) => string) | undefined {
+export function averagedOver(scope: ResolvedAdvantageOptions['scope']): ((s: Sample) => string) | undefined {
   if (scope === 'group') return (s) => s.episodeId;
   if (scope === 'group-agent-episode') return (s) => `${s.episodeId}\u0000${s.agentId}`;
   return undefined;
