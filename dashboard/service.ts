@@ -29,10 +29,13 @@ export async function ensureDashboard(config: TroupeConfig, env: NodeJS.ProcessE
   const deadline = Date.now() + 30_000;
   while (Date.now() < deadline && pidAlive(rec.pid)) {
     // Ours, not another server on that port: it answers with the pid we started.
-    const pid = await fetch(`${url}/api/config`).then(
-      (r) => r.json().then((b) => (b as { pid?: number }).pid),
-      () => undefined,
-    );
+    // Any failure (refused, or another server's HTML that is not JSON) means "not ours yet".
+    const pid = await fetch(`${url}/api/config`)
+      .then((r) => r.json())
+      .then(
+        (b) => (b as { pid?: number }).pid,
+        () => undefined,
+      );
     if (pid === rec.pid) return { url, line: `dashboard    ${url} (pid ${rec.pid}, log ${rec.log})` };
     await new Promise((r) => setTimeout(r, 300));
   }
