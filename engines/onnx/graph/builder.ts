@@ -174,14 +174,49 @@ export class Graph {
 
 export const OPSET = 18;
 
-/** Serialize a main graph into a ModelProto (IR 8, default domain at OPSET). */
-export function encodeModel(g: Graph, docString = ''): Uint8Array {
+/**
+ * The graph without the nodes none of its outputs depends on, in Loop/If bodies too (each against its own
+ * outputs; a body's reads of outer names count as reads of the node that holds it). ORT runs every node it is
+ * given, so a builder that takes part of a shared construction (a LoRA update wants the gradient of a few
+ * matrices, not the chain below the first layer) drops the rest here.
+ */
+export function pruneUnused(graph: onnx.IGraphProto): onnx.IGraphProto {
+  return pruned(graph).graph;
+}
+
+/** The pruned graph and the outer-scope names it reads. */
+function pruned(graph: onnx.IGraphProto): { graph: onnx.IGraphProto; reads: Set<string> } {
+  const nodes = (graph.node ?? []).map((n) => {
+    const reads = new Set((n.input ?? []).filter((x) => x !== ''));
+    const attribute = (n.attribute ?? []).map((a) => {
+      if (!a.g) return a;
+      const sub = pruned(a.g);
+      sub.reads.forEach((x) => reads.add(x));
+      return { ...a, g: sub.graph };
+    });
+    return { node: { ...n, attribute }, reads };
+  });
+  const needed = new Set((graph.output ?? []).map((o) => o.name!));
+  const kept: onnx.INodeProto[] = [];
+  for (let i = nodes.length - 1; i >= 0; i--) {
+    const { node, reads } = nodes[i]!;
+    if (!(node.output ?? []).some((x) => needed.has(x))) continue;
+    kept.push(node);
+    reads.forEach((x) => needed.add(x));
+  }
+  kept.reverse();
+  const defined = new Set([...(graph.input ?? []).map((x) => x.name!), ...(graph.initializer ?? []).map((x) => x.name!), ...kept.flatMap((n) => n.output ?? [])]);
+  return { graph: { ...graph, node: kept }, reads: new Set([...needed].filter((x) => !defined.has(x))) };
+}
+
+/** Serialize a main graph into a ModelProto (IR 8, default domain at OPSET); `prune`: drop unused nodes (pruneUnused). */
+export function encodeModel(g: Graph, docString = '', opts: { prune?: boolean } = {}): Uint8Array {
   const model: onnx.IModelProto = {
     irVersion: 8,
     producerName: 'troupe-gpu-workers',
     docString,
     opsetImport: [{ domain: '', version: OPSET }],
-    graph: g.toProto(),
+    graph: opts.prune ? pruneUnused(g.toProto()) : g.toProto(),
   };
   return onnx.ModelProto.encode(onnx.ModelProto.create(model)).finish();
 }

@@ -1,7 +1,7 @@
 /**
  * Hand-derived backward pass of the transformer forward (forward.ts), from
- * ∂loss/∂nf and the head's gradient to the gradient of every parameter,
- * flattened in the θ layout. The head's part runs per chunk of rows in the
+ * ∂loss/∂nf and the head's gradient to the gradient of every parameter
+ * (flatGrads: flattened in the θ layout). The head's part runs per chunk of rows in the
  * update graph (head.ts), which passes its sums:
  *
  *   head:   dnf = dlogits·headᵀ (tied: dlogits·tok_emb), dhead = nfᵀ·dlogits (tied: adds dlogitsᵀ·nf to dtok_emb)
@@ -21,16 +21,42 @@ import { int, str } from '../graph/builder';
 import { type ForwardValues, GELU_A, GELU_C, type NormSaved, type Ops, type Positions, type Weights } from './forward';
 import { paramLayout } from '../../families/transformer/spec';
 
-/** What the head's backward (per chunk, update-graph.ts) hands on: ∂nf [B, S, D] and ∂head ([V, D] to add to tok_emb when tied, else [D, V]). */
+/**
+ * What the head's backward (per chunk, update-graph.ts) hands on: ∂nf [B, S, D] and ∂head ([V, D] to add to
+ * tok_emb when tied, else [D, V]; absent when neither is wanted).
+ */
 export interface HeadGrad {
   dnf: string;
-  grad: string;
+  grad?: string;
 }
 
-export function backward(o: Ops, w: Weights, fw: ForwardValues, tokens: string, pos: Positions, head: HeadGrad): string {
+/** Every parameter's gradient (parameterGrads), flattened in the θ layout. */
+export function flatGrads(o: Ops, grads: Map<string, string>): string {
+  const parts = paramLayout(o.spec).slots.map((slot) => {
+    const gr = grads.get(slot.name);
+    if (!gr) throw new Error(`transformer backward: no gradient for ${slot.name}`);
+    return o.op('Reshape', [gr, o.i64([-1])]);
+  });
+  return o.op('Concat', parts, { axis: int(0) });
+}
+
+/**
+ * The gradients of the parameters `want` names, by slot name (shaped as the slot). Only their nodes are built: a
+ * LoRA update (lora-update-graph.ts) wants its targeted matrices alone, and the chain back through the layers.
+ */
+export function parameterGrads(
+  o: Ops,
+  w: Weights,
+  fw: ForwardValues,
+  tokens: string,
+  pos: Positions,
+  head: HeadGrad,
+  want: (name: string) => boolean = () => true,
+): Map<string, string> {
   const s = o.spec;
   const D = s.width;
-  const grads = new Map<string, string>();
+  const all = new Map<string, string>();
+  const grads = { set: (name: string, make: string | (() => string)) => want(name) && all.set(name, typeof make === 'string' ? make : make()) };
   const axis0 = o.i64([0]);
   const colSum = (t: string, n: number) => o.op('ReduceSum', [o.rows(t, n), axis0], { keepdims: int(0) });
   const tMatMul = (a: string, b: string, na: number, nb: number) => o.op('Gemm', [o.rows(a, na), o.rows(b, nb)], { transA: int(1) }); // aᵀ·b over all positions
@@ -38,14 +64,14 @@ export function backward(o: Ops, w: Weights, fw: ForwardValues, tokens: string, 
   /** y = x·W (+ b): records dW, db and returns dx. */
   const linearBack = (x: string, dy: string, layer: string, n: string, fanIn: number, fanOut: number): string => {
     const W = w.get(`${layer}w${n}`);
-    grads.set(`${layer}w${n}`, tMatMul(x, dy, fanIn, fanOut));
-    if (w.has(`${layer}b${n}`)) grads.set(`${layer}b${n}`, colSum(dy, fanOut));
+    grads.set(`${layer}w${n}`, () => tMatMul(x, dy, fanIn, fanOut));
+    if (w.has(`${layer}b${n}`)) grads.set(`${layer}b${n}`, () => colSum(dy, fanOut));
     return o.op('MatMul', [dy, o.op('Transpose', [W])]);
   };
   const normBack = (dy: string, saved: NormSaved, name: string, width = D, kind = s.norm): string => {
     const col = o.meanCol(width);
-    grads.set(`${name}_g`, colSum(o.op('Mul', [dy, saved.xhat]), width));
-    if (kind === 'layernorm') grads.set(`${name}_b`, colSum(dy, width));
+    grads.set(`${name}_g`, () => colSum(o.op('Mul', [dy, saved.xhat]), width));
+    if (kind === 'layernorm') grads.set(`${name}_b`, () => colSum(dy, width));
     const dxhat = o.op('Mul', [dy, w.get(`${name}_g`)]);
     let inner = o.op('Sub', [dxhat, o.op('Mul', [saved.xhat, o.op('MatMul', [o.op('Mul', [dxhat, saved.xhat]), col])])]);
     if (kind === 'layernorm') inner = o.op('Sub', [inner, o.op('MatMul', [dxhat, col])]);
@@ -59,7 +85,11 @@ export function backward(o: Ops, w: Weights, fw: ForwardValues, tokens: string, 
 
   // Final norm (the head's gradient comes in).
   const V = s.vocabSize;
-  if (!s.tiedHead) grads.set('head', head.grad);
+  const headGrad = () => {
+    if (!head.grad) throw new Error('transformer backward: the head gradient is wanted but was not summed');
+    return head.grad;
+  };
+  if (!s.tiedHead) grads.set('head', headGrad);
   let dh = normBack(head.dnf, fw.lnf, 'lnf');
 
   const H = s.heads * o.hd;
@@ -117,20 +147,17 @@ export function backward(o: Ops, w: Weights, fw: ForwardValues, tokens: string, 
 
   // Embeddings. Repeated token ids must accumulate: ScatterND with reduction='add'.
   const zeros = (rows: number) => o.op('Expand', [o.c(0), o.i64([rows, D])]);
-  const tokIdx = o.op('Reshape', [tokens, o.i64([-1, 1])]);
-  let dTok = o.op('ScatterND', [zeros(V), tokIdx, o.rows(dh, D)], { reduction: str('add') });
-  if (s.tiedHead) dTok = o.op('Add', [dTok, head.grad]);
-  grads.set('tok_emb', dTok);
-  if (s.positions === 'learned') {
-    const posIdx = o.op('Reshape', [pos.ids, o.i64([-1, 1])]);
-    const perPos = o.op('ReduceSum', [dh, axis0], { keepdims: int(0) }); // [S, D]
-    grads.set('pos_emb', o.op('ScatterND', [zeros(s.maxSeq), posIdx, perPos], { reduction: str('add') }));
-  }
-
-  const parts = paramLayout(s).slots.map((slot) => {
-    const gr = grads.get(slot.name);
-    if (!gr) throw new Error(`transformer backward: no gradient for ${slot.name}`);
-    return o.op('Reshape', [gr, o.i64([-1])]);
+  grads.set('tok_emb', () => {
+    const tokIdx = o.op('Reshape', [tokens, o.i64([-1, 1])]);
+    const dTok = o.op('ScatterND', [zeros(V), tokIdx, o.rows(dh, D)], { reduction: str('add') });
+    return s.tiedHead ? o.op('Add', [dTok, headGrad()]) : dTok;
   });
-  return o.op('Concat', parts, { axis: int(0) });
+  if (s.positions === 'learned') {
+    grads.set('pos_emb', () => {
+      const posIdx = o.op('Reshape', [pos.ids, o.i64([-1, 1])]);
+      const perPos = o.op('ReduceSum', [dh, axis0], { keepdims: int(0) }); // [S, D]
+      return o.op('ScatterND', [zeros(s.maxSeq), posIdx, perPos], { reduction: str('add') });
+    });
+  }
+  return all;
 }

@@ -23,23 +23,23 @@ import { encodeModel, type FloatType, Graph, graphAttr, int } from '../graph/bui
 import { optimizerLoop } from '../ops/adamw';
 import { metricVector, rlObjective, type ObjectiveInputs } from '../ops/objective';
 import { STEP_METRICS } from '../model-runtime';
-import { backward } from './backward';
+import { flatGrads, parameterGrads } from './backward';
 import { forward, headMatrix, logitsOf, Ops, sequencePositions, sliceParams, type Weights } from './forward';
 import { overRowChunks } from './head';
 import { headChunkRows } from '../../families/transformer/memory';
 import { paramLayout, type TransformerSpec } from '../../families/transformer/spec';
 
-interface BatchInputs extends Omit<ObjectiveInputs, 'targetsCol' | 'onehot' | 'nRows'> {
+export interface BatchInputs extends Omit<ObjectiveInputs, 'targetsCol' | 'onehot' | 'nRows'> {
   tokens: string;
   targets: string;
 }
 
-const ROW_INPUTS = ['tokens', 'targets', 'advantages', 'old_logprobs', 'weights', 'row_mask', 'ref_logprobs', 'has_ref'] as const;
-type RowInputs = Record<(typeof ROW_INPUTS)[number], string>;
-type Settings = Pick<BatchInputs, 'clipLow' | 'clipHigh' | 'dualClip' | 'klCoef' | 'klIsK3' | 'entropyCoef'>;
+export const ROW_INPUTS = ['tokens', 'targets', 'advantages', 'old_logprobs', 'weights', 'row_mask', 'ref_logprobs', 'has_ref'] as const;
+export type RowInputs = Record<(typeof ROW_INPUTS)[number], string>;
+export type Settings = Pick<BatchInputs, 'clipLow' | 'clipHigh' | 'dualClip' | 'klCoef' | 'klIsK3' | 'entropyCoef'>;
 
 /** Per-row inputs with the given leading dims ([B, S] or [M, B, S]); loss settings as scalars. */
-function declareBatch(g: Graph, ft: FloatType, dims: string[]): { rows: RowInputs; settings: Settings } {
+export function declareBatch(g: Graph, ft: FloatType, dims: string[]): { rows: RowInputs; settings: Settings } {
   const type = (n: string) => (n === 'tokens' || n === 'targets' ? 'int64' : n === 'has_ref' ? 'bool' : ft);
   const rows = Object.fromEntries(ROW_INPUTS.map((n) => [n, g.input(n, type(n), dims)])) as RowInputs;
   const sc = (name: string) => g.input(name, ft, []);
@@ -57,7 +57,7 @@ function declareBatch(g: Graph, ft: FloatType, dims: string[]): { rows: RowInput
 }
 
 /** The batch (or micro-batch `micro` of it) as objective rows; tokens stay [B, S]. */
-function batchRows(g: Graph, r: RowInputs, settings: Settings, micro?: string): BatchInputs {
+export function batchRows(g: Graph, r: RowInputs, settings: Settings, micro?: string): BatchInputs {
   const pick = (t: string) => (micro ? g.op('Gather', [t, micro], { axis: int(0) }) : t);
   const flat = (t: string) => g.op('Reshape', [pick(t), g.constant('int64', [-1])]);
   return {
@@ -74,7 +74,7 @@ function batchRows(g: Graph, r: RowInputs, settings: Settings, micro?: string): 
 }
 
 /** max(number of counted rows, 1) over the whole batch */
-function countRows(g: Graph, ft: FloatType, rowMask: string): string {
+export function countRows(g: Graph, ft: FloatType, rowMask: string): string {
   return g.op('Max', [g.op('ReduceSum', [rowMask], { keepdims: int(0) }), g.constant(ft, 1)]);
 }
 
@@ -87,8 +87,18 @@ interface StepValues {
 /**
  * Forward to nf, then the head, RL objective and ∂logits in chunks of rows (head.ts), so no
  * [B·S, V] tensor exists; the backward starts from ∂nf and the head's gradient summed over chunks.
+ * Returns the gradients of the parameters `want` names (all by default), by slot name.
  */
-function lossAndGrad(g: Graph, spec: TransformerSpec, ft: FloatType, w: Weights, x: BatchInputs, nRows: string, headChunk: number): StepValues {
+export function lossAndGrads(
+  g: Graph,
+  spec: TransformerSpec,
+  ft: FloatType,
+  w: Weights,
+  x: BatchInputs,
+  nRows: string,
+  headChunk: number,
+  want: (name: string) => boolean = () => true,
+): { grads: Map<string, string>; metrics: string } {
   const o = new Ops(g, spec, ft);
   const V = spec.vocabSize;
   const D = spec.width;
@@ -103,9 +113,11 @@ function lossAndGrad(g: Graph, spec: TransformerSpec, ft: FloatType, w: Weights,
     Array.from({ length: V }, (_, i) => i),
     [1, V],
   );
+  // the head's own gradient is summed over chunks only when it is wanted (a LoRA update leaves it out)
+  const sumHead = want(spec.tiedHead ? 'tok_emb' : 'head');
   const headGrad0 = g.op('Expand', [g.constant(ft, 0), g.constant('int64', spec.tiedHead ? [V, D] : [D, V])]);
   const metrics0 = g.constant(ft, new Array(STEP_METRICS.length).fill(0), [STEP_METRICS.length]);
-  const { perRow, sums } = overRowChunks(g, ft, headChunk, N, [[D]], [headGrad0, metrics0], (b, chunk) => {
+  const { perRow, sums } = overRowChunks(g, ft, headChunk, N, [[D]], sumHead ? [metrics0, headGrad0] : [metrics0], (b, chunk) => {
     const ob = new Ops(b, spec, ft);
     const nfc = chunk.rows(nf);
     const targetsCol = b.op('Unsqueeze', [chunk.rows(x.targets), b.constant('int64', [1])]);
@@ -122,12 +134,21 @@ function lossAndGrad(g: Graph, spec: TransformerSpec, ft: FloatType, w: Weights,
       onehot,
       nRows,
     });
+    const metrics = metricVector(b, ft, values);
+    const perRow = [b.op('MatMul', [dLogits, headT])];
+    if (!sumHead) return { perRow, sums: [metrics] };
     // tied: ∂tok_emb += ∂logitsᵀ·nf [V, D]; untied: ∂head += nfᵀ·∂logits [D, V]
     const headGrad = spec.tiedHead ? b.op('Gemm', [dLogits, nfc], { transA: int(1) }) : b.op('Gemm', [nfc, dLogits], { transA: int(1) });
-    return { perRow: [b.op('MatMul', [dLogits, headT])], sums: [headGrad, metricVector(b, ft, values)] };
+    return { perRow, sums: [metrics, headGrad] };
   });
   const dnf = g.op('Reshape', [perRow[0]!, g.op('Shape', [fw.nf])]);
-  return { grad: backward(o, w, fw, x.tokens, pos, { dnf, grad: sums[0]! }), metrics: sums[1]! };
+  return { grads: parameterGrads(o, w, fw, x.tokens, pos, { dnf, grad: sums[1] }, want), metrics: sums[0]! };
+}
+
+/** The flat gradient [P] of every parameter (θ layout). */
+function lossAndGrad(g: Graph, spec: TransformerSpec, ft: FloatType, w: Weights, x: BatchInputs, nRows: string, headChunk: number): StepValues {
+  const { grads, metrics } = lossAndGrads(g, spec, ft, w, x, nRows, headChunk);
+  return { grad: flatGrads(new Ops(g, spec, ft), grads), metrics };
 }
 
 /** `headChunk`: rows per chunk of the head (default headChunkRows(V); tests pick small ones). */
