@@ -45,6 +45,10 @@ import { defaultMemoryPolicy, type ResolvedDevice, sessionFactory } from './devi
 import { type InvarianceResult, probeInvariance } from './invariance';
 import * as validate from './validate';
 import { type ModelEntry, VersionCache } from './version-cache';
+import { checkpointKey, seededKey, SharedWeights } from './shared-weights';
+import { createLoraRuntime } from './transformer/lora-runtime';
+import { baseSpecOf, initAdapter, loraSpecOf } from '../families/transformer/lora';
+import type { LoraSpec, TransformerSpec } from '../families/transformer/spec';
 
 export interface EngineOptions {
   device: ResolvedDevice;
@@ -143,6 +147,8 @@ export class Engine {
   private readonly queue = new DeviceQueue();
   private readonly batcher: GenerateBatcher<GenerateGroupCtx>;
   private readonly runtimes = new Map<string, Promise<SpecRuntime>>();
+  /** seeded version-0 θ and LoRA bases, one array per content */
+  private readonly weights = new SharedWeights();
   private readonly updates = new Map<string, UpdateRecord>();
   private readonly inflight = new Set<InflightGenerate>();
   private readonly started = Date.now();
@@ -179,19 +185,42 @@ export class Engine {
     let rt = this.runtimes.get(key);
     if (!rt) {
       const factory = sessionFactory(this.device.device, { intraOpThreads: this.intraOpThreads, memory: this.memory });
-      rt = this.queue.run(async () => {
-        const force = this.batchShape === 'auto' ? undefined : this.batchShape;
-        const invariance = await probeInvariance(spec, factory, this.maxBatch, force);
-        const runtime = invariance.runtime;
-        await runtime.warm();
-        this.log({ event: 'spec_ready', spec, batch_invariance: invariance.description });
-        if (invariance.mode === 'none') this.log({ event: 'warning', message: `batch invariance not guaranteed: ${invariance.description}` });
-        return { spec, runtime, invariance };
-      });
+      const lora = loraSpecOf(spec);
+      rt = lora
+        ? this.loraRuntime(lora, factory)
+        : this.queue.run(async () => {
+            const force = this.batchShape === 'auto' ? undefined : this.batchShape;
+            const invariance = await probeInvariance(spec, factory, this.maxBatch, force);
+            const runtime = invariance.runtime;
+            await runtime.warm();
+            this.log({ event: 'spec_ready', spec, batch_invariance: invariance.description });
+            if (invariance.mode === 'none') this.log({ event: 'warning', message: `batch invariance not guaranteed: ${invariance.description}` });
+            return { spec, runtime, invariance };
+          });
       rt.catch(() => this.runtimes.delete(key));
       this.runtimes.set(key, rt);
     }
     return rt;
+  }
+
+  /** A LoRA spec's runtime: its base spec's (probed once, shared with plain models of it) over the frozen base θ. */
+  private async loraRuntime(spec: TransformerSpec & { lora: LoraSpec }, factory: ReturnType<typeof sessionFactory>): Promise<SpecRuntime> {
+    const baseSpec = baseSpecOf(spec);
+    const base = await this.runtimeFor(baseSpec);
+    const dir = spec.lora.baseCheckpoint;
+    const theta =
+      dir === undefined
+        ? this.seeded(baseSpec, spec.lora.baseSeed!)
+        : this.weights.get(checkpointKey(dir, specKey(baseSpec)), () => validate.checkpointBase(dir, baseSpec));
+    const runtime = createLoraRuntime(spec, base.runtime, theta, factory);
+    await this.queue.run(() => runtime.warm());
+    this.log({ event: 'spec_ready', spec, batch_invariance: `${base.invariance.description} (the base's)` });
+    return { spec, runtime, invariance: base.invariance };
+  }
+
+  /** θ₀ of a plain spec from its seed: a model's version 0 and the LoRA bases over it share one array. */
+  private seeded(spec: ModelSpec, seed: bigint | number | string): Float32Array {
+    return this.weights.get(seededKey(specKey(spec), validate.seed(seed, 'seed')), () => familyOf(spec.family).init(spec, seed));
   }
 
   private async modelFor(key: string, spec: ModelSpec): Promise<ModelEntry> {
@@ -203,12 +232,17 @@ export class Engine {
 
   async initModel(req: InitModelRequest): Promise<VersionInfo> {
     const key = validate.modelKey(req.modelKey);
+    // a checkpoint's θ (with `lora`: the adapter's base), read before the model exists here
     const pretrained = validate.checkpoint(req.spec);
     const spec = validate.spec(pretrained?.spec ?? req.spec, this.memory.budgetBytes);
     validate.seed(req.seed, 'seed');
+    const lora = loraSpecOf(spec);
+    // an adapter over the checkpoint just read: its runtime finds the base here instead of reading it again
+    if (lora && pretrained) this.weights.get(checkpointKey(lora.lora.baseCheckpoint!, specKey(baseSpecOf(lora))), () => pretrained.theta);
     const model = await this.modelFor(key, spec);
-    // a checkpoint's θ as version 0 (the seed is not used), else the family's seeded init
-    const theta = pretrained?.theta ?? familyOf(spec.family).init(spec, req.seed);
+    // LoRA: the adapter drawn from the seed (B = 0: it scores as its base); a checkpoint's θ as version 0 (the seed
+    // is not used); else the family's seeded init
+    const theta = lora ? initAdapter(lora, req.seed) : (pretrained?.theta ?? this.seeded(spec, req.seed));
     const zeros = () => new Float32Array(theta.length);
     const v = this.cache.put(model, 0, { theta, m: zeros(), v: zeros(), step: 0 });
     return this.cache.info(model, v);
@@ -475,8 +509,8 @@ export class Engine {
       scoreTolerance: SCORE_TOLERANCE,
       maxBatch: this.maxBatch,
       weightsByReference: true,
-      // LoRA specs are refused (validate.ts); the PyTorch engine hosts them
-      lora: false,
+      // LoRA specs: merged on the host for Generate / Score, adapter gradient in the update graph (transformer/lora-runtime.ts)
+      lora: true,
     };
   }
 

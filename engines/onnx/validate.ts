@@ -7,6 +7,8 @@ import { invalid } from '../protocol/errors';
 import { seedKey } from '../families/philox';
 import { familyOf, normalizeModelSpec } from '../families';
 import { ModelSpecError, type ModelSpec } from '../families/model-family';
+import { type TransformerSpec, transformerSpecKey } from '../families/transformer/spec';
+import { loraSpecOf } from '../families/transformer/lora';
 import { checkpointSpecOf, HfCheckpointError, loadHfCheckpoint } from '../checkpoints/hf-layout';
 import { HfConfigError } from '../checkpoints/hf-config';
 import type { GenerateRow, UpdateSample, UpdateSettings } from './model-runtime';
@@ -41,35 +43,39 @@ export function versionNumber(v: unknown, field = 'version'): number {
   return v;
 }
 
-/** This engine's graphs have no adapter inputs: a LoRA spec is refused, not run as its base (Health: lora false). */
-function refuseLora(s: ModelSpecInput): void {
-  if (s.lora !== undefined)
-    throw invalid(
-      'spec.lora: this engine (troupe-onnx) does not host LoRA models (Health capabilities.lora is false); serve the model on the PyTorch engine (--engine pytorch)',
-    );
-}
-
-/** A normalized spec whose smallest run fits in `memoryBytes` (the family's checkMemory). */
+/** A normalized spec whose smallest run fits in `memoryBytes` (the family's checkMemory); a LoRA spec names its base. */
 export function spec(s: ModelSpecInput | undefined, memoryBytes: number): ModelSpec {
   if (!s) throw invalid('spec: required');
-  refuseLora(s);
+  let spec: ModelSpec;
   try {
-    const spec = normalizeModelSpec(s);
+    spec = normalizeModelSpec(s);
     familyOf(spec.family).checkMemory?.(spec, memoryBytes, 'spec');
-    return spec;
   } catch (e) {
     if (e instanceof ModelSpecError) throw invalid(e.message);
     throw e;
   }
+  const lora = loraSpecOf(spec)?.lora;
+  // a team's spec leaves the base out (the run fills it in); the engine must know which θ to adapt
+  if (lora && lora.baseSeed === undefined && lora.baseCheckpoint === undefined)
+    throw invalid("spec.lora.baseSeed: required (the seed of the frozen base's version 0), or lora.baseCheckpoint");
+  return spec;
 }
 
 /**
  * The checkpoint an InitModel spec names (`{family: "transformer", checkpoint: "/abs/dir", maxSeq?}`), loaded:
  * its spec and θ as engines/checkpoints/hf-layout.ts gives them; undefined for a plain spec. A directory that
  * cannot be the model is INVALID_REQUEST naming spec.checkpoint (or the field), nothing loaded.
+ * With `lora` beside `checkpoint` it is an adapter over the directory: the spec is the directory's with that
+ * lora and `lora.baseCheckpoint` the directory, θ the base's (as engines/pytorch/server.py's spec_from_wire).
  */
 export function checkpoint(s: ModelSpecInput | undefined): { spec: ModelSpecInput; theta: Float32Array } | undefined {
-  if (s) refuseLora(s);
+  if (s && 'checkpoint' in s && typeof s.lora === 'object' && s.lora !== null) {
+    const { lora, ...base } = s;
+    if ('baseSeed' in lora || 'baseCheckpoint' in lora)
+      throw invalid('spec.lora: over a checkpoint the base is the checkpoint; leave baseSeed and baseCheckpoint out');
+    const loaded = checkpoint(base)!;
+    return { spec: { ...loaded.spec, lora: { ...lora, baseCheckpoint: base.checkpoint } }, theta: loaded.theta };
+  }
   try {
     const ck = checkpointSpecOf(s);
     if (!ck) return undefined;
@@ -79,12 +85,33 @@ export function checkpoint(s: ModelSpecInput | undefined): { spec: ModelSpecInpu
       throw invalid(`spec.vocab_size: ${V}, but the checkpoint's config.json has vocab_size ${loaded.spec.vocabSize} (send 0 or that)`);
     return { spec: loaded.spec as ModelSpecInput, theta: loaded.theta };
   } catch (e) {
-    if (e instanceof HfCheckpointError || e instanceof HfConfigError || e instanceof ModelSpecError) {
-      const msg = e.message;
-      throw invalid(msg.startsWith('spec.') ? msg : `spec.checkpoint: ${msg}`);
-    }
-    throw e;
+    throw checkpointFault(e, 'spec.checkpoint');
   }
+}
+
+/**
+ * θ of a LoRA base named by its directory, which must still give the base's spec (the adapter's versions were
+ * made over it); INVALID_REQUEST naming spec.lora.baseCheckpoint otherwise.
+ */
+export function checkpointBase(dir: string, base: TransformerSpec): Float32Array {
+  let loaded;
+  try {
+    loaded = loadHfCheckpoint(dir, { maxSeq: base.maxSeq });
+  } catch (e) {
+    throw checkpointFault(e, 'spec.lora.baseCheckpoint');
+  }
+  if (transformerSpecKey(loaded.spec) !== transformerSpecKey(base))
+    throw invalid(`spec.lora.baseCheckpoint: ${dir} now gives the spec ${JSON.stringify(loaded.spec)}, the adapter was made over ${JSON.stringify(base)}`);
+  return loaded.theta;
+}
+
+/** A checkpoint loader's error as INVALID_REQUEST naming `field` (or the field it names itself). */
+function checkpointFault(e: unknown, field: string): unknown {
+  if (e instanceof HfCheckpointError || e instanceof HfConfigError || e instanceof ModelSpecError) {
+    const msg = e.message;
+    return invalid(msg.startsWith('spec.') ? msg : `${field}: ${msg}`);
+  }
+  return e;
 }
 
 export function seed(s: unknown, field: string): [number, number] {

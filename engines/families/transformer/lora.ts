@@ -8,6 +8,7 @@
  * in LORA_TARGETS order, A then B, row-major float32. The PyTorch engine mirrors this (engines/pytorch/lora.py).
  */
 import { fillUniforms, seedKey, STREAM_INIT } from '../philox';
+import type { ModelSpec } from '../model-family';
 import { paramLayout, type LoraSpec, type ParamSlot, type TransformerSpec } from './spec';
 
 export interface AdapterSlot {
@@ -94,4 +95,9 @@ export function mergeLora(s: TransformerSpec, base: Float32Array, adapter: Float
 export function baseSpecOf(s: TransformerSpec): TransformerSpec {
   const { lora: _lora, ...base } = s;
   return base;
+}
+
+/** The spec as a LoRA transformer's, or undefined for any other model. */
+export function loraSpecOf(s: ModelSpec): (TransformerSpec & { lora: LoraSpec }) | undefined {
+  return s.family === 'transformer' && (s as TransformerSpec).lora ? (s as TransformerSpec & { lora: LoraSpec }) : undefined;
 }

@@ -8,6 +8,9 @@
  * Dkv = kvHeads·headDim, L layers, V vocabulary, S the sequence length (context + tokens):
  *
  *   state       = 4·P·8: θ, AdamW m, v in; θ, m, v out; gradient sum, clipped gradient
+ *                 (a LoRA spec: 4·(3·P + 2·Pt + 8·Pa), Pt the targeted matrices' values, Pa the adapter's: the
+ *                 frozen base θ, one merged θ for sampling and the graphs' slices of θ; each update step's merged
+ *                 targets and their gradient; the 8 copies above of the adapter only)
  *   update      = 4·S·(L + 1)·(8·D + 2·Dq + 2·Dkv + n·(Dq + Dkv) + 2·H·S + k·F) bytes per sequence:
  *                 per layer and token the forward values the backward reads (h, norm
  *                 outputs and x̂, h1: 8·D; q, ctx: 2·Dq; k, v: 2·Dkv; with qkNorm, n = 2,
@@ -26,6 +29,7 @@
  * the field that dominates: `maxSeq` when the per-sequence term does, else
  * `vocabSize` when embeddings and head hold most parameters, else `width`.
  */
+import { adapterLayout } from './lora';
 import { paramLayout, type TransformerSpec, TransformerSpecError } from './spec';
 
 const F32 = 4;
@@ -42,7 +46,11 @@ const STATE_COPIES = 8;
 const MIN_ROWS = 2;
 
 export function stateBytes(spec: TransformerSpec): number {
-  return F32 * STATE_COPIES * paramLayout(spec).total;
+  const P = paramLayout(spec).total;
+  if (!spec.lora) return F32 * STATE_COPIES * P;
+  const { slots, total, base } = adapterLayout(spec);
+  const targeted = slots.filter((x) => x.matrix === 'A').reduce((a, x) => a + base.get(`l${x.layer}.w${x.target}`)!.size, 0);
+  return F32 * (3 * P + 2 * targeted + STATE_COPIES * total);
 }
 
 function perLayerToken(spec: TransformerSpec, S: number, attentionCopies: number): number {

@@ -205,7 +205,11 @@ function pruned(graph: onnx.IGraphProto): { graph: onnx.IGraphProto; reads: Set<
     reads.forEach((x) => needed.add(x));
   }
   kept.reverse();
-  const defined = new Set([...(graph.input ?? []).map((x) => x.name!), ...(graph.initializer ?? []).map((x) => x.name!), ...kept.flatMap((n) => n.output ?? [])]);
+  const defined = new Set([
+    ...(graph.input ?? []).map((x) => x.name!),
+    ...(graph.initializer ?? []).map((x) => x.name!),
+    ...kept.flatMap((n) => n.output ?? []),
+  ]);
   return { graph: { ...graph, node: kept }, reads: new Set([...needed].filter((x) => !defined.has(x))) };
 }
 

@@ -187,6 +187,13 @@ export class TransformerRuntime implements ModelRuntime {
    * and that setting, so the result is bitwise reproducible.
    */
   async update(state: OptimState, samples: UpdateSample[], s: UpdateSettings): Promise<UpdateOutput> {
+    const batch = this.updateBatch(samples);
+    const out = await (await this.sessions.get('update')).run({ ...optimizerFeeds(state, s), ...batch.feeds });
+    return updateOutput(out, state, s.innerSteps, batch.trained);
+  }
+
+  /** An update's row inputs ([M, B, S]: M micro-batches, update-graph.ts) and its trained-token count; lora-runtime.ts feeds them too. */
+  updateBatch(samples: UpdateSample[]): { feeds: Record<string, ort.Tensor>; trained: number } {
     // One sequence a micro-batch when fewer than minRows fit (2,048 positions at a large vocabulary): the split only
     // sets the summation order, fixed by batch, spec and setting, and an update's rows are not compared across runs.
     const perMicro = updateMicroBatchRows(this.spec, samples.length, gridLength(samples), this.factory.memory.microBatchBytes, this.rows.minRows);
@@ -216,20 +223,19 @@ export class TransformerRuntime implements ModelRuntime {
       }
     });
     const dims = [micro, grid.B / micro, grid.S];
-    const out = await (
-      await this.sessions.get('update')
-    ).run({
-      ...optimizerFeeds(state, s),
-      tokens: i64(grid.tokens, dims),
-      targets: i64(grid.targets, dims),
-      advantages: f32(advantages, dims),
-      old_logprobs: f32(oldLogprobs, dims),
-      weights: f32(weights, dims),
-      row_mask: f32(rowMask, dims),
-      ref_logprobs: f32(refLogprobs, dims),
-      has_ref: new ort.Tensor('bool', hasRef, dims),
-    });
-    return updateOutput(out, state, s.innerSteps, trained);
+    return {
+      trained,
+      feeds: {
+        tokens: i64(grid.tokens, dims),
+        targets: i64(grid.targets, dims),
+        advantages: f32(advantages, dims),
+        old_logprobs: f32(oldLogprobs, dims),
+        weights: f32(weights, dims),
+        row_mask: f32(rowMask, dims),
+        ref_logprobs: f32(refLogprobs, dims),
+        has_ref: new ort.Tensor('bool', hasRef, dims),
+      },
+    };
   }
 }
 

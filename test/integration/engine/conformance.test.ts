@@ -55,11 +55,11 @@ test('the built-in engine passes every check of the conformance suite', async ()
     console.log(r.status === 'fail' ? `known failure: ${formatResult(r)}` : `${r.id} now ${r.status}: remove it from KNOWN_FAILURES`);
   }
   assert.equal(rep.capabilities?.protocolVersion, 2);
-  // the built-in engine lists every RPC and claims determinism and references, so every conditional check runs
-  // but the LoRA ones: it refuses LoRA specs (lora.refused checks that) and says so in capabilities.lora
+  // the built-in engine lists every RPC, claims determinism and references and hosts LoRA models, so every
+  // conditional check runs but lora.refused (for engines without capabilities.lora)
   assert.deepEqual(
     rep.results.filter((r) => r.status === 'skip').map((r) => r.id),
-    ['health.unlisted-unimplemented', 'lora.init-is-base', 'lora.update-adapter-only', 'lora.merged', 'lora.checkpoint-base', 'lora.bad-spec'],
+    ['health.unlisted-unimplemented', 'lora.refused'],
     show(rep),
   );
   assert.ok(rep.counts.pass >= 40, show(rep));

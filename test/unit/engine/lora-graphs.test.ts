@@ -213,7 +213,15 @@ const HYPER = { lr: 0.01, beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, 
 const sc = (x: number) => new ort.Tensor('float32', Float32Array.of(x), []);
 const vec = (a: Float32Array) => new ort.Tensor('float32', a, [a.length]);
 
-async function runUpdate(s: ort.InferenceSession, spec: TransformerSpec, theta: Float32Array, st: { phi: Float32Array; m: Float32Array; v: Float32Array }, first: number, K: number, M = 1) {
+async function runUpdate(
+  s: ort.InferenceSession,
+  spec: TransformerSpec,
+  theta: Float32Array,
+  st: { phi: Float32Array; m: Float32Array; v: Float32Array },
+  first: number,
+  K: number,
+  M = 1,
+) {
   const bc = biasCorrections(Math.fround(HYPER.lr), Math.fround(HYPER.beta1), Math.fround(HYPER.beta2), first, K);
   const out = await s.run({
     ...batch(spec, 'float32', 13, M),

@@ -26,6 +26,14 @@ test('byte counts match hand computation', () => {
   assert.equal(updateBytesPerSequence(SMALL, 3), 5_328);
 });
 
+test('a LoRA spec keeps AdamW state for its adapter only: 4·(3·P + 2·Pt + 8·Pa)', () => {
+  // rank 2 on q [8, 8] and w2 [16, 8], 2 layers: Pt = 2 × (64 + 128) = 384; Pa = 2 × (2·8 + 8·2 + 2·16 + 8·2) = 160
+  const lora = normalizeTransformerSpec({ ...SMALL, lora: { rank: 2, alpha: 2, targets: ['q', '2'], baseSeed: 1 } });
+  assert.equal(stateBytes(lora), 4 * (3 * 1200 + 2 * 384 + 8 * 160)); // 22,592 < the full spec's 38,400
+  // activations are the base's
+  assert.equal(updateBytesPerSequence(lora, 6), updateBytesPerSequence(SMALL, 6));
+});
+
 test('a free head dimension and q/k norms: q and ctx are heads·headDim wide, the norms keep 2·(Dq + Dkv) more', () => {
   // SMALL with hd 6: Dq 12, Dkv 6; per layer and token 8·8 + 2·12 + 2·6 + 3·16 = 148, with qkNorm + 2·(12 + 6) = 184
   const wide = normalizeTransformerSpec({ ...SMALL, headDim: 6 });
