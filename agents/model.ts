@@ -116,7 +116,7 @@ export interface LoraOptions extends CommonOptions {
 /**
  * A LoRA adapter over another model of the team (engines/families/transformer/lora.ts): agents on it
  * share the base's version 0, frozen, and train only A and B of each targeted projection. Its versions
- * hold the adapter's bytes only. Served by engines whose Health says `lora` (the PyTorch engine).
+ * hold the adapter's bytes only. Served by engines whose Health says `lora` (the built-in and the PyTorch engine).
  */
 export function lora({ base, rank, alpha, targets, ...common }: LoraOptions): ModelSpec {
   return { ...model('transformer', { ...common, lora: { rank, alpha: alpha ?? rank, targets } }), base };
