@@ -46,7 +46,8 @@ export class LoraRuntime implements ModelRuntime {
   }
 
   private session(): Promise<ort.InferenceSession> {
-    return (this.update_ ??= this.factory.create(buildLoraUpdateGraph(this.spec), 'lora-update'));
+    // labelled 'update': one intra-op thread, as every update session (device.ts: bitwise-reproducible updates)
+    return (this.update_ ??= this.factory.create(buildLoraUpdateGraph(this.spec), 'update'));
   }
 
   async warm(): Promise<void> {

@@ -151,3 +151,14 @@ test('LoRA over a checkpoint: {checkpoint, lora} names the directory as lora.bas
     fs.rmSync(root, { recursive: true, force: true });
   }
 });
+
+test('a LoRA Update is bitwise reproducible, whatever the engine’s generate/score threads', async () => {
+  const shas = [];
+  for (const intraOpThreads of [1, 2]) {
+    const engine = cpuEngine({ batchShape: 'free', intraOpThreads });
+    await engine.initModel({ modelKey: 'a', spec: SPEC, seed: 99 });
+    const u = await trainOnce(engine, 'a');
+    shas.push([u.info.weightsSha256, u.info.optimizerSha256]);
+  }
+  assert.deepEqual(shas[0], shas[1]);
+});
