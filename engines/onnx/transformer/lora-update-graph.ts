@@ -2,9 +2,11 @@
  * The training graphs of a LoRA model (engines/families/transformer/lora.ts): the optimizer's θ is the adapter φ
  * [Pa] (per layer, per target, A [r, in] then B [out, r]); the base's θ [P] is a frozen input, `base_theta`.
  *
- * Each step merges in the graph, θ' = θ with every targeted W [in, out] replaced by W + s·Aᵀ·Bᵀ (s = α/r),
- * runs the plain transformer's forward, objective and backward on θ' (update-graph.ts lossAndGrads, asked for
- * the targeted matrices' gradients dW' only), and chains them to the adapter:
+ * Each step merges in the graph, θ' = θ with every targeted W [in, out] replaced by W + s·Aᵀ·Bᵀ (s = α/r), in
+ * float64 rounded once as mergeLora merges for Generate and Score (the same θ' unless the two float64 sums round
+ * apart, so an update from Score's log-probs starts at ratio 1); runs the plain transformer's forward, objective
+ * and backward on θ' (update-graph.ts lossAndGrads, asked for the targeted matrices' gradients dW' only); and
+ * chains them to the adapter:
  *
  *   dA = s·Bᵀ·dW'ᵀ [r, in],   dB = s·dW'ᵀ·Aᵀ [out, r]
  *
@@ -33,7 +35,10 @@ interface Adapted {
 /** θ' from the base's weights and φ (a [Pa] value of `g`), and the chain rule back to φ. */
 function adapt(g: Graph, spec: TransformerSpec, ft: FloatType, base: Weights, phi: string): Adapted {
   const { slots } = adapterLayout(spec);
-  const scale = g.constant(ft, loraScale(spec.lora!));
+  // the merge in float64, rounded once (module doc)
+  const wide = (t: string) => (ft === 'float64' ? t : g.op('Cast', [t], { to: int(11) }));
+  const narrow = (t: string) => (ft === 'float64' ? t : g.op('Cast', [t], { to: int(1) }));
+  const scale = g.constant('float64', loraScale(spec.lora!));
   const axis0 = g.constant('int64', [0]);
   const take = (offset: number, size: number, shape: number[]) =>
     g.op('Reshape', [g.op('Slice', [phi, g.constant('int64', [offset]), g.constant('int64', [offset + size]), axis0]), g.constant('int64', shape)]);
@@ -46,7 +51,8 @@ function adapt(g: Graph, spec: TransformerSpec, ft: FloatType, base: Weights, ph
     const A = take(a.offset, a.size, a.shape);
     const B = take(b.offset, b.size, b.shape);
     // W + s·Aᵀ·Bᵀ: [in, r]·[r, out]
-    merged.set(name, g.op('Add', [base.get(name), g.op('Mul', [g.op('Gemm', [A, B], { transA: int(1), transB: int(1) }), scale])]));
+    const delta = g.op('Mul', [g.op('Gemm', [wide(A), wide(B)], { transA: int(1), transB: int(1) }), scale]);
+    merged.set(name, narrow(g.op('Add', [wide(base.get(name)), delta])));
     pairs.push({ name, A, B });
   }
   return {

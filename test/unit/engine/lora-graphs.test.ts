@@ -4,7 +4,8 @@
  *    plain transformer's gradient graph at θ' (buildTransformerGradGraph, checked against finite differences
  *    in transformer-gradient.test.ts), then dA = s·Bᵀ·dW'ᵀ and dB = s·dW'ᵀ·Aᵀ in float64 loops;
  *  - and central finite differences of its own loss, for every adapter value;
- *  - one update step = that gradient (float32) → clip → AdamW over φ, bit for bit; K fused steps = K runs;
+ *  - one update step = that gradient (float32) → clip → AdamW over φ, bit for bit, its loss the plain graph's at
+ *    mergeLora's weights bit for bit; K fused steps = K runs;
  *    2 micro-batches = the whole batch within float32 summation order.
  */
 import assert from 'node:assert/strict';
@@ -12,7 +13,7 @@ import { test } from 'node:test';
 import * as ort from 'onnxruntime-node';
 import { biasCorrections } from '../../../engines/onnx/ops/adamw';
 import { buildAdamwGraph } from '../../../engines/onnx/tiny-lm/update-graph';
-import { adapterLayout, baseSpecOf, loraScale } from '../../../engines/families/transformer/lora';
+import { adapterLayout, baseSpecOf, loraScale, mergeLora } from '../../../engines/families/transformer/lora';
 import { normalizeTransformerSpec, paramLayout, type TransformerSpec } from '../../../engines/families/transformer/spec';
 import { buildTransformerGradGraph } from '../../../engines/onnx/transformer/update-graph';
 import { buildLoraGradGraph, buildLoraUpdateGraph } from '../../../engines/onnx/transformer/lora-update-graph';
@@ -279,6 +280,10 @@ for (const [name, spec] of CONFIGS) {
     assert.ok(sameBits(one.phi, ref.new_theta!.data as Float32Array), 'φ after one step');
     assert.ok(sameBits(one.m, ref.new_adam_m!.data as Float32Array) && sameBits(one.v, ref.new_adam_v!.data as Float32Array), 'm, v after one step');
     assert.equal(one.metrics[0], (g.loss!.data as Float32Array)[0], 'step metric "loss" is the loss at the starting adapter');
+    // the graph merges as mergeLora does on the host (Generate / Score): the same loss, bit for bit
+    const merged = mergeLora(spec, theta, phi);
+    const plain = await (await session(buildTransformerGradGraph(baseSpecOf(spec), 'float32'))).run({ ...batch(spec, 'float32', 13), theta: vec(merged) });
+    assert.equal((g.loss!.data as Float32Array)[0], (plain.loss!.data as Float32Array)[0], 'the loss at the host-merged weights');
     assert.ok(!sameBits(one.phi, phi));
 
     const fused = await runUpdate(upd, spec, theta, { phi, m: zeros, v: zeros }, 1, 3);
