@@ -2,7 +2,7 @@
  * LoRA per agent (issue #28) end to end: the bundled `math` team with
  * `{ models: 'lora', policy: 'transformer' }` (its solver and verifier each on
  * a LoRA adapter over the frozen `policy`) trains 2 steps on a pool whose
- * engine is the PyTorch engine (`--engine pytorch`). Each adapter gets one
+ * engine is the built-in one, and again on the PyTorch engine (`--engine pytorch`). Each adapter gets one
  * version per step, stored as adapter bytes only; the base is never updated;
  * `troupe export-model` writes the adapter merged into its base, which scores
  * as the LoRA version within 1e-5. The same team started from a checkpoint
@@ -10,7 +10,7 @@
  * directory's weights. An engine killed mid-run leaves the run ending bit for
  * bit where the uninterrupted one does.
  *
- * Skips, naming the Debian packages, where the PyTorch engine cannot run.
+ * The PyTorch runs skip, naming the Debian packages, where that engine cannot run.
  */
 import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
@@ -31,117 +31,123 @@ import type { trainingRun } from '../../../workflows';
 import { checkRunBookkeeping, startHarness, type Harness } from '../../../testing/stack';
 
 const torch = pytorchEngine();
-const skip = 'missing' in torch ? torch.missing : false;
 const teamOptions = { models: 'lora', policy: 'transformer' };
+const ENGINES = [
+  { engine: 'onnx', name: 'the built-in engine', skip: false as const },
+  { engine: 'pytorch', name: 'the PyTorch engine', skip: 'missing' in torch ? torch.missing : (false as const) },
+];
 
-describe('two agents on two LoRA adapters over one base', { skip }, () => {
-  let h: Harness;
-  before(async () => {
-    h = await startHarness({ pool: { engine: 'pytorch' } });
-  });
-  after(async () => {
-    await h?.shutdown();
-  });
-
-  it('trains 2 steps on the PyTorch engine: adapter-only versions, the base frozen', async () => {
-    const steps = 2;
-    const result = await h.env.client.workflow.execute<typeof trainingRun>('trainingRun', {
-      taskQueue: h.taskQueue,
-      workflowId: 'lora-run',
-      args: [{ team: 'math', teamOptions, steps, groupsPerStep: 2, groupSize: 4, evalEvery: 0, evalTasks: 2, seed: 3 }],
+for (const { engine, name, skip } of ENGINES)
+  describe(`two agents on two LoRA adapters over one base (${name})`, { skip }, () => {
+    let h: Harness;
+    before(async () => {
+      h = await startHarness({ pool: { engine } });
     });
-    assert.equal(result.status, 'completed');
-    // the base has no agent: it keeps version 0 (its updates are skipped: no trainable tokens)
-    assert.deepEqual(result.versions, { policy: 0, solver: steps, verifier: steps });
-    await checkRunBookkeeping(h, 'lora-run', steps, ['solver', 'verifier'], ['solver', 'verifier']);
+    after(async () => {
+      await h?.shutdown();
+    });
 
-    const team = loadTeam('math', teamOptions);
-    const spec = normalizeTransformerSpec(engineSpec(team.models.solver!));
-    const adapter = adapterLayout(spec).total;
-    for (const m of ['solver', 'verifier']) {
-      const v = (await getVersion(h.db.sql, h.db.checkpoints, 'lora-run', m, steps))!;
-      assert.equal(v.weights.length, 4 * adapter, `${m}: version ${steps} holds the adapter's ${adapter} values only`);
-      assert.equal((v.spec as { lora?: { baseSeed?: number } }).lora?.baseSeed !== undefined, true, `${m}: the stored spec names its base`);
-    }
-    const shas = (await listVersions(h.db.sql, 'lora-run')).filter((v) => v.version === steps).map((v) => v.sha256);
-    assert.equal(new Set(shas).size, 2, 'the two adapters trained apart');
-    const base = (await getVersion(h.db.sql, h.db.checkpoints, 'lora-run', 'policy', 0))!;
-    assert.equal(base.weights.length, 4 * paramLayout(normalizeTransformerSpec(engineSpec(team.models.policy!))).total);
-
-    // the merged export, loaded as a plain model, scores as the LoRA version
-    const out = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-lora-export-'));
-    try {
-      await exportModelVersion(h.db.sql, h.db.checkpoints, { runId: 'lora-run', model: 'solver', version: steps, out });
-      const merged = loadHfCheckpoint(out);
-      const c = h.pool.getClient();
-      await c.loadVersion({
-        modelKey: 'merged-solver',
-        version: 0,
-        spec: merged.spec,
-        weights: encodeWeights(merged.theta),
-        optimizerState: new Uint8Array(0),
+    it(`trains 2 steps on ${name}: adapter-only versions, the base frozen`, async () => {
+      const steps = 2;
+      const result = await h.env.client.workflow.execute<typeof trainingRun>('trainingRun', {
+        taskQueue: h.taskQueue,
+        workflowId: 'lora-run',
+        args: [{ team: 'math', teamOptions, steps, groupsPerStep: 2, groupSize: 4, evalEvery: 0, evalTasks: 2, seed: 3 }],
       });
-      const sequences = [{ context: [1, 2, 3, 4], tokens: [5, 6, 7, 8, 9] }];
-      const a = (await c.score({ modelKey: 'merged-solver', version: 0, sequences })).sequences[0]!.logprobs;
-      const b = (await c.score({ modelKey: modelKey('lora-run', 'solver'), version: steps, sequences })).sequences[0]!.logprobs;
-      const d = Math.max(...a.map((x, i) => Math.abs(x - b[i]!)));
-      assert.ok(d <= 1e-5, `merged export vs LoRA version: max |Δ log-prob| ${d}`);
-    } finally {
-      fs.rmSync(out, { recursive: true, force: true });
-    }
-    const stats = await h.pool.getClient().stats();
-    assert.ok(stats.models.some((m) => m.modelKey === modelKey('lora-run', 'verifier')));
-    console.log(
-      `lora run: adapter ${adapter} values (${((100 * adapter) / paramLayout(spec).total).toFixed(1)}% of the base's ${paramLayout(spec).total}); engine holds ${stats.models.length} models`,
-    );
-  });
+      assert.equal(result.status, 'completed');
+      // the base has no agent: it keeps version 0 (its updates are skipped: no trainable tokens)
+      assert.deepEqual(result.versions, { policy: 0, solver: steps, verifier: steps });
+      await checkRunBookkeeping(h, 'lora-run', steps, ['solver', 'verifier'], ['solver', 'verifier']);
 
-  it('an engine killed mid-run: the restarted engine rebuilds the base from the stored specs and the run ends bit-identical', async () => {
-    const run = h.env.client.workflow.execute<typeof trainingRun>('trainingRun', {
-      taskQueue: h.taskQueue,
-      workflowId: 'lora-killed',
-      args: [{ team: 'math', teamOptions, steps: 2, groupsPerStep: 2, groupSize: 4, evalEvery: 0, evalTasks: 2, seed: 3 }],
-    });
-    while (!(await listVersions(h.db.sql, 'lora-killed')).some((v) => v.model === 'solver' && v.version >= 1)) await new Promise((r) => setTimeout(r, 20));
-    const pid = h.pool.supervisor!.pid!;
-    process.kill(pid, 'SIGKILL');
-    await h.pool.supervisor!.waitForRestart(pid);
-    assert.equal((await run).status, 'completed');
-    const shas = async (id: string) => (await listVersions(h.db.sql, id)).map((v) => `${v.model}:${v.version}:${v.sha256}`);
-    assert.deepEqual(await shas('lora-killed'), await shas('lora-run'), 'the killed run ends where the uninterrupted one does');
-    const models = (await h.pool.getClient().stats()).models.filter((m) => m.modelKey.startsWith('lora-killed/'));
-    assert.ok(
-      models.some((m) => m.modelKey.endsWith('/solver') && m.versions.length > 0),
-      'the restarted engine loaded an adapter version from the store',
-    );
-  });
+      const team = loadTeam('math', teamOptions);
+      const spec = normalizeTransformerSpec(engineSpec(team.models.solver!));
+      const adapter = adapterLayout(spec).total;
+      for (const m of ['solver', 'verifier']) {
+        const v = (await getVersion(h.db.sql, h.db.checkpoints, 'lora-run', m, steps))!;
+        assert.equal(v.weights.length, 4 * adapter, `${m}: version ${steps} holds the adapter's ${adapter} values only`);
+        assert.equal((v.spec as { lora?: { baseSeed?: number } }).lora?.baseSeed !== undefined, true, `${m}: the stored spec names its base`);
+      }
+      const shas = (await listVersions(h.db.sql, 'lora-run')).filter((v) => v.version === steps).map((v) => v.sha256);
+      assert.equal(new Set(shas).size, 2, 'the two adapters trained apart');
+      const base = (await getVersion(h.db.sql, h.db.checkpoints, 'lora-run', 'policy', 0))!;
+      assert.equal(base.weights.length, 4 * paramLayout(normalizeTransformerSpec(engineSpec(team.models.policy!))).total);
 
-  it('over a checkpoint base (troupe train --model DIR): the adapters name the directory', async () => {
-    const dir = path.resolve(__dirname, '../../fixtures/hf/qwen3-tiny');
-    const result = await h.env.client.workflow.execute<typeof trainingRun>('trainingRun', {
-      taskQueue: h.taskQueue,
-      workflowId: 'lora-ckpt-run',
-      args: [{ team: 'math', teamOptions: { ...teamOptions, checkpoint: dir }, steps: 1, groupsPerStep: 2, groupSize: 4, evalEvery: 0, evalTasks: 2, seed: 3 }],
+      // the merged export, loaded as a plain model, scores as the LoRA version
+      const out = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-lora-export-'));
+      try {
+        await exportModelVersion(h.db.sql, h.db.checkpoints, { runId: 'lora-run', model: 'solver', version: steps, out });
+        const merged = loadHfCheckpoint(out);
+        const c = h.pool.getClient();
+        await c.loadVersion({
+          modelKey: 'merged-solver',
+          version: 0,
+          spec: merged.spec,
+          weights: encodeWeights(merged.theta),
+          optimizerState: new Uint8Array(0),
+        });
+        const sequences = [{ context: [1, 2, 3, 4], tokens: [5, 6, 7, 8, 9] }];
+        const a = (await c.score({ modelKey: 'merged-solver', version: 0, sequences })).sequences[0]!.logprobs;
+        const b = (await c.score({ modelKey: modelKey('lora-run', 'solver'), version: steps, sequences })).sequences[0]!.logprobs;
+        const d = Math.max(...a.map((x, i) => Math.abs(x - b[i]!)));
+        assert.ok(d <= 1e-5, `merged export vs LoRA version: max |Δ log-prob| ${d}`);
+      } finally {
+        fs.rmSync(out, { recursive: true, force: true });
+      }
+      const stats = await h.pool.getClient().stats();
+      assert.ok(stats.models.some((m) => m.modelKey === modelKey('lora-run', 'verifier')));
+      console.log(
+        `lora run: adapter ${adapter} values (${((100 * adapter) / paramLayout(spec).total).toFixed(1)}% of the base's ${paramLayout(spec).total}); engine holds ${stats.models.length} models`,
+      );
     });
-    assert.equal(result.status, 'completed');
-    assert.deepEqual(result.versions, { policy: 0, solver: 1, verifier: 1 });
-    const v = (await getVersion(h.db.sql, h.db.checkpoints, 'lora-ckpt-run', 'solver', 1))!;
-    assert.equal((v.spec as { lora?: { baseCheckpoint?: string } }).lora?.baseCheckpoint, dir);
-    const spec = normalizeTransformerSpec(v.spec);
-    assert.equal(v.weights.length, 4 * adapterLayout(spec).total);
-    const out = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-lora-export-'));
-    try {
-      await exportModelVersion(h.db.sql, h.db.checkpoints, {
-        runId: 'lora-ckpt-run',
-        model: 'solver',
-        version: 1,
-        out: path.join(out, 'merged'),
-        adapterOut: path.join(out, 'adapter'),
+
+    it('an engine killed mid-run: the restarted engine rebuilds the base from the stored specs and the run ends bit-identical', async () => {
+      const run = h.env.client.workflow.execute<typeof trainingRun>('trainingRun', {
+        taskQueue: h.taskQueue,
+        workflowId: 'lora-killed',
+        args: [{ team: 'math', teamOptions, steps: 2, groupsPerStep: 2, groupSize: 4, evalEvery: 0, evalTasks: 2, seed: 3 }],
       });
-      assert.equal(loadHfCheckpoint(path.join(out, 'merged')).model.modelType, 'qwen3');
-      assert.ok(fs.existsSync(path.join(out, 'adapter', 'adapter_model.safetensors')));
-    } finally {
-      fs.rmSync(out, { recursive: true, force: true });
-    }
+      while (!(await listVersions(h.db.sql, 'lora-killed')).some((v) => v.model === 'solver' && v.version >= 1)) await new Promise((r) => setTimeout(r, 20));
+      const pid = h.pool.supervisor!.pid!;
+      process.kill(pid, 'SIGKILL');
+      await h.pool.supervisor!.waitForRestart(pid);
+      assert.equal((await run).status, 'completed');
+      const shas = async (id: string) => (await listVersions(h.db.sql, id)).map((v) => `${v.model}:${v.version}:${v.sha256}`);
+      assert.deepEqual(await shas('lora-killed'), await shas('lora-run'), 'the killed run ends where the uninterrupted one does');
+      const models = (await h.pool.getClient().stats()).models.filter((m) => m.modelKey.startsWith('lora-killed/'));
+      assert.ok(
+        models.some((m) => m.modelKey.endsWith('/solver') && m.versions.length > 0),
+        'the restarted engine loaded an adapter version from the store',
+      );
+    });
+
+    it('over a checkpoint base (troupe train --model DIR): the adapters name the directory', async () => {
+      const dir = path.resolve(__dirname, '../../fixtures/hf/qwen3-tiny');
+      const result = await h.env.client.workflow.execute<typeof trainingRun>('trainingRun', {
+        taskQueue: h.taskQueue,
+        workflowId: 'lora-ckpt-run',
+        args: [
+          { team: 'math', teamOptions: { ...teamOptions, checkpoint: dir }, steps: 1, groupsPerStep: 2, groupSize: 4, evalEvery: 0, evalTasks: 2, seed: 3 },
+        ],
+      });
+      assert.equal(result.status, 'completed');
+      assert.deepEqual(result.versions, { policy: 0, solver: 1, verifier: 1 });
+      const v = (await getVersion(h.db.sql, h.db.checkpoints, 'lora-ckpt-run', 'solver', 1))!;
+      assert.equal((v.spec as { lora?: { baseCheckpoint?: string } }).lora?.baseCheckpoint, dir);
+      const spec = normalizeTransformerSpec(v.spec);
+      assert.equal(v.weights.length, 4 * adapterLayout(spec).total);
+      const out = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-lora-export-'));
+      try {
+        await exportModelVersion(h.db.sql, h.db.checkpoints, {
+          runId: 'lora-ckpt-run',
+          model: 'solver',
+          version: 1,
+          out: path.join(out, 'merged'),
+          adapterOut: path.join(out, 'adapter'),
+        });
+        assert.equal(loadHfCheckpoint(path.join(out, 'merged')).model.modelType, 'qwen3');
+        assert.ok(fs.existsSync(path.join(out, 'adapter', 'adapter_model.safetensors')));
+      } finally {
+        fs.rmSync(out, { recursive: true, force: true });
+      }
+    });
   });
-});
