@@ -15,6 +15,9 @@ import { adapterLayout, baseSpecOf, initAdapter, mergeLora } from '../../../engi
 import { normalizeTransformerSpec, paramLayout } from '../../../engines/families/transformer/spec';
 import { initTransformerWeights } from '../../../engines/families/transformer/init';
 import { exportHfCheckpoint } from '../../../engines/checkpoints/hf-layout';
+import { sessionFactory } from '../../../engines/onnx/device';
+import { createLoraRuntime } from '../../../engines/onnx/transformer/lora-runtime';
+import { TransformerRuntime } from '../../../engines/onnx/transformer/runtime';
 import { cpuEngine, rng, sameBits } from './helpers';
 
 const BASE = { family: 'transformer', vocabSize: 11, width: 16, layers: 2, heads: 2, maxSeq: 16 };
@@ -161,4 +164,21 @@ test('a LoRA Update is bitwise reproducible, whatever the engine’s generate/sc
     shas.push([u.info.weightsSha256, u.info.optimizerSha256]);
   }
   assert.deepEqual(shas[0], shas[1]);
+});
+
+test('a LoRA runtime merges an adapter once while it is among the last 4 sampled, then again', () => {
+  const factory = sessionFactory('cpu', { intraOpThreads: 1 });
+  const base = initTransformerWeights(baseSpecOf(spec), 7);
+  const rt = createLoraRuntime(spec, new TransformerRuntime(baseSpecOf(spec), factory), base, factory);
+  const adapters = Array.from({ length: 5 }, (_, k) => Float32Array.from({ length: Pa }, (_, i) => Math.sin(i + k) / 8));
+  const first = rt.mergedTheta(adapters[0]!);
+  assert.ok(sameBits(first, mergeLora(spec, base, adapters[0]!)));
+  assert.equal(rt.mergedTheta(adapters[0]!), first, 'kept');
+  const kept = adapters.slice(1, 4).map((a) => rt.mergedTheta(a));
+  assert.equal(rt.mergedTheta(adapters[0]!), first, 'still among the last 4');
+  rt.mergedTheta(adapters[4]!); // the least recently used, adapters[1], goes
+  assert.equal(rt.mergedTheta(adapters[0]!), first);
+  const again = rt.mergedTheta(adapters[1]!);
+  assert.notEqual(again, kept[0], 'merged again');
+  assert.ok(sameBits(again, mergeLora(spec, base, adapters[1]!)));
 });
