@@ -2079,14 +2079,19 @@ export const CHECKS: Check[] = [
       const abort = async (r: GenReq) => ok(await ctx.client.unary('Abort', { modelKey: r.modelKey, requestIds: [r.requestId!] }), `Abort ${r.requestId}`);
       // B's Abort is repeated (every 2 ms) until it lands or B returns: an Abort may reach the engine before the Generate it names.
       // One that was sent well after B and answered while A still ran proves the engine had B waiting (it was reading its
-      // messages, and B came first): from then on B had to be found.
+      // messages, and B came first): from then on B had to be found. "A still ran" is judged after one more round trip
+      // (Health): A's reply may reach this client together with the Abort's, the engine having finished A and started B
+      // (on the device: not abortable) just before it read the Abort, which is no fault.
       let mustHaveFound = false;
       const abortB = async () => {
         let total = 0;
         for (let i = 0; i < 2000 && !bDone && total === 0; i++) {
           const sentLate = Date.now() - bSent >= QUEUED_ABORT_AFTER_MS;
           total += (await abort(b)).abortedRequests;
-          if (total === 0 && sentLate && !aDone && !bDone) mustHaveFound = true;
+          if (total === 0 && sentLate && !aDone && !bDone) {
+            ok(await ctx.client.unary('Health', {}), 'Health');
+            if (!aDone && !bDone) mustHaveFound = true;
+          }
           if (total === 0) await sleep(2);
         }
         return { abortedRequests: total };
