@@ -115,12 +115,15 @@ export function agentsHandoffTeam(options: HandoffOptions = {}) {
           })
         : await runner.run(triage, '?', { maxTurns: 4 });
       const items = result.newItems.map((i) => i.type);
-      return { answer: String(result.finalOutput ?? ''), handedOff: items.includes('handoff_output_item'), looked: items.includes('tool_call_output_item') };
+      const lookups = items.filter((t) => t === 'tool_call_output_item').length;
+      return { answer: String(result.finalOutput ?? ''), handedOff: items.includes('handoff_output_item'), looked: lookups > 0, lookups };
     },
     rewards: {
       solver: ({ task, outcome }) => ({
         looked: Number(outcome?.looked === true),
-        correct: Number(outcome?.looked === true && outcome.answer === String(task.secret)),
+        // the answer counts right after one lookup only: a second lookup's context is the first's, so
+        // a policy that may look again loops under greedy eval (the eval's misses; docs/performance.md)
+        correct: Number(outcome?.lookups === 1 && outcome.answer === String(task.secret)),
       }),
       triage: ({ outcome }) => ({ handedOff: Number(outcome?.handedOff === true) }),
     },
