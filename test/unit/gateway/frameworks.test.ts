@@ -19,6 +19,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { engineSpec } from '../../../agents/model';
+import { scoreEpisode } from '../../../agents/rewards';
 import type { AnyTeam } from '../../../agents/team';
 import { runBatchedEpisode } from '../../../activities/training/episode-sandbox';
 import { modelKey } from '../../../activities/training/update-step';
@@ -113,7 +114,7 @@ describe('framework teams against the real gateway and engine', () => {
       const log: EngineLog = [];
       const t = await runBatchedEpisode(team, { episodeId: 'sdk5', seed: 5, task: { secret: 5 }, versions }, engine.io('sdk', log));
       assert.equal(t.status, 'completed', `${name}: ${t.error}`);
-      assert.deepEqual(t.outcome, { answer: '5', handedOff: true, looked: true }, name);
+      assert.deepEqual(t.outcome, { answer: '5', handedOff: true, looked: true, lookups: 1 }, name);
       assert.deepEqual(
         t.turns.map((x) => x.agent),
         ['triage', 'solver', 'solver'],
@@ -134,6 +135,19 @@ describe('framework teams against the real gateway and engine', () => {
     const tokens = (t: (typeof runs)[string]) => t.turns.map((x) => [x.contextTokens, x.responseTokens, x.logprobs]);
     assert.deepEqual(tokens(runs['responses streamed']!), tokens(runs.responses!));
     assert.deepEqual(tokens(runs['chat completions']!), tokens(runs.responses!));
+    // the solver's answer scores only after one lookup: a second lookup's context is the first's, which loops under greedy eval
+    const solverRewards = (outcome: object) =>
+      scoreEpisode(agentsHandoffTeam(), { secret: 5 }, { ...runs.responses!, outcome })
+        .rewards.filter((r) => r.agent === 'solver')
+        .map((r) => r.components);
+    assert.deepEqual(solverRewards(runs.responses!.outcome as object), [
+      { looked: 1, correct: 1 },
+      { looked: 1, correct: 1 },
+    ]);
+    assert.deepEqual(solverRewards({ answer: '5', handedOff: true, looked: true, lookups: 2 }), [
+      { looked: 1, correct: 0 },
+      { looked: 1, correct: 0 },
+    ]);
   });
 
   it('Python over plain HTTP: the process calls the tool, then answers; every turn is what the engine sampled', async () => {
