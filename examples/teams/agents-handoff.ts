@@ -17,8 +17,9 @@
  * after the handoff's result, the lookup; after `T<digit>>`, the digit. The
  * solver's reward counts calling the tool on its own (`looked`) as well as
  * the answer (`correct`), or a random policy's groups would almost never see
- * a reward (ai-sdk-lookup.ts). Batched rollout only (the gateway serves
- * batched episodes).
+ * a reward (ai-sdk-lookup.ts); the answer counts only after one lookup, as a
+ * second lookup's context is the answer's. Batched rollout only (the gateway
+ * serves batched episodes).
  */
 import type OpenAI from 'openai';
 import { agent, chatTemplate, tinyLM, generatedTasks, defineTeam, TeamDefinitionError, vocabTokenizer } from 'troupe';
