@@ -14,11 +14,11 @@
  * optimizer state is adapter-sized. Nodes that feed nothing (the backward below the first layer, the untargeted
  * matrices' slices of the chain) are pruned (builder.ts pruneUnused).
  */
-import { encodeModel, type FloatType, Graph, graphAttr, int } from '../graph/builder';
+import { encodeModel, type FloatType, Graph, int } from '../graph/builder';
 import { optimizerLoop } from '../ops/adamw';
 import { STEP_METRICS } from '../model-runtime';
 import { sliceParams, type Weights } from './forward';
-import { batchRows, countRows, declareBatch, lossAndGrads } from './update-graph';
+import { batchRows, countRows, declareBatch, lossAndGrads, microBatchLoop } from './update-graph';
 import { headChunkRows } from '../../families/transformer/memory';
 import { adapterLayout, baseSpecOf, loraScale } from '../../families/transformer/lora';
 import { paramLayout, type TransformerSpec } from '../../families/transformer/spec';
@@ -77,31 +77,20 @@ export function buildLoraUpdateGraph(spec: TransformerSpec, headChunk = headChun
   const ft: FloatType = 'float32';
   const base = baseSpecOf(spec);
   const Pa = adapterLayout(spec).total;
-  const nMetrics = STEP_METRICS.length;
   const g = new Graph('transformer_lora_update');
   const batch = declareBatch(g, ft, ['M', 'B', 'S']);
   const nRows = countRows(g, ft, batch.rows.row_mask);
-  const microBatches = g.op('Gather', [g.op('Shape', [batch.rows.tokens]), g.constant('int64', 0)], { axis: int(0) });
-  const zeroGrad = g.op('Expand', [g.constant(ft, 0), g.constant('int64', [Pa])]);
-  const zeroSums = g.constant(ft, new Array(nMetrics).fill(0), [nMetrics]);
+  const sumMicroBatches = microBatchLoop(g, ft, batch, Pa);
   // the frozen base, cut into its tensors once per run
   const baseW = sliceParams(g, base, g.input('base_theta', ft, [paramLayout(base).total]));
 
   optimizerLoop(g, ft, Pa, (b, phi) => {
     const adapted = adapt(b, spec, ft, baseW, phi);
-    // Inner loop: Σ over micro-batches of ∂loss/∂φ and of every metric (grad_norm slot stays 0).
-    const mb = b.subgraph('micro_batch');
-    const micro = mb.input('micro', 'int64', []);
-    const microCond = mb.input('micro_cond_in', 'bool', []);
-    const gradIn = mb.input('grad_in', ft, [Pa]);
-    const sumsIn = mb.input('sums_in', ft, [nMetrics]);
-    const x = batchRows(mb, batch.rows, batch.settings, micro);
-    const step = lossAndGrads(mb, base, ft, adapted.w, x, nRows, headChunk, (name) => adapted.targets.has(name));
-    mb.output(mb.op('Identity', [microCond]), 'micro_cond_out', 'bool', []);
-    mb.output(mb.op('Add', [gradIn, adapted.chain(mb, step.grads)]), 'grad_out', ft, [Pa]);
-    mb.output(mb.op('Add', [sumsIn, step.metrics]), 'sums_out', ft, [nMetrics]);
-    const [sum, metrics] = b.opN('Loop', [microBatches, b.constant('bool', 1), zeroGrad, zeroSums], 2, { body: graphAttr(mb.toProto()) });
-    return { grad: sum, metrics };
+    // Σ over micro-batches of ∂loss/∂φ (the targets' gradients chained to A and B) and of every metric
+    return sumMicroBatches(b, (mb, x) => {
+      const step = lossAndGrads(mb, base, ft, adapted.w, x, nRows, headChunk, (name) => adapted.targets.has(name));
+      return { grad: adapted.chain(mb, step.grads), metrics: step.metrics };
+    });
   });
   return encodeModel(g, 'transformer LoRA update: K x (merge, M micro-batches of forward, PPO loss, backward to A and B; clip, AdamW over the adapter)', {
     prune: true,

@@ -78,7 +78,7 @@ export function countRows(g: Graph, ft: FloatType, rowMask: string): string {
   return g.op('Max', [g.op('ReduceSum', [rowMask], { keepdims: int(0) }), g.constant(ft, 1)]);
 }
 
-interface StepValues {
+export interface StepValues {
   grad: string;
   /** [STEP_METRICS] sums (grad_norm 0) */
   metrics: string;
@@ -151,32 +151,42 @@ function lossAndGrad(g: Graph, spec: TransformerSpec, ft: FloatType, w: Weights,
   return { grad: flatGrads(new Ops(g, spec, ft), grads), metrics };
 }
 
+/**
+ * The inner Loop of an update graph's optimizer step: Σ over the batch's M micro-batches (activations
+ * held for one at a time) of `step`'s gradient [size] and metric sums (grad_norm slot stays 0). The
+ * zeros and the count are built once in `g`; the returned function builds the Loop in a step's body.
+ */
+export function microBatchLoop(g: Graph, ft: FloatType, batch: { rows: RowInputs; settings: Settings }, size: number) {
+  const nMetrics = STEP_METRICS.length;
+  const microBatches = g.op('Gather', [g.op('Shape', [batch.rows.tokens]), g.constant('int64', 0)], { axis: int(0) });
+  const zeroGrad = g.op('Expand', [g.constant(ft, 0), g.constant('int64', [size])]);
+  const zeroSums = g.constant(ft, new Array(nMetrics).fill(0), [nMetrics]);
+  return (b: Graph, step: (mb: Graph, x: BatchInputs) => StepValues): StepValues => {
+    const mb = b.subgraph('micro_batch');
+    const micro = mb.input('micro', 'int64', []);
+    const microCond = mb.input('micro_cond_in', 'bool', []);
+    const gradIn = mb.input('grad_in', ft, [size]);
+    const sumsIn = mb.input('sums_in', ft, [nMetrics]);
+    const st = step(mb, batchRows(mb, batch.rows, batch.settings, micro));
+    mb.output(mb.op('Identity', [microCond]), 'micro_cond_out', 'bool', []);
+    mb.output(mb.op('Add', [gradIn, st.grad]), 'grad_out', ft, [size]);
+    mb.output(mb.op('Add', [sumsIn, st.metrics]), 'sums_out', ft, [nMetrics]);
+    const [grad, metrics] = b.opN('Loop', [microBatches, b.constant('bool', 1), zeroGrad, zeroSums], 2, { body: graphAttr(mb.toProto()) });
+    return { grad: grad!, metrics: metrics! };
+  };
+}
+
 /** `headChunk`: rows per chunk of the head (default headChunkRows(V); tests pick small ones). */
 export function buildTransformerUpdateGraph(spec: TransformerSpec, headChunk = headChunkRows(spec.vocabSize)): Uint8Array {
   const ft: FloatType = 'float32';
   const P = paramLayout(spec).total;
-  const nMetrics = STEP_METRICS.length;
   const g = new Graph('transformer_update');
   const batch = declareBatch(g, ft, ['M', 'B', 'S']);
   const nRows = countRows(g, ft, batch.rows.row_mask);
-  const microBatches = g.op('Gather', [g.op('Shape', [batch.rows.tokens]), g.constant('int64', 0)], { axis: int(0) });
-  const zeroGrad = g.op('Expand', [g.constant(ft, 0), g.constant('int64', [P])]);
-  const zeroSums = g.constant(ft, new Array(nMetrics).fill(0), [nMetrics]);
-
+  const sumMicroBatches = microBatchLoop(g, ft, batch, P);
   optimizerLoop(g, ft, P, (b, theta) => {
     const w = sliceParams(b, spec, theta);
-    // Inner loop: Σ over micro-batches of the gradient and of every metric (grad_norm slot stays 0).
-    const mb = b.subgraph('micro_batch');
-    const micro = mb.input('micro', 'int64', []);
-    const microCond = mb.input('micro_cond_in', 'bool', []);
-    const gradIn = mb.input('grad_in', ft, [P]);
-    const sumsIn = mb.input('sums_in', ft, [nMetrics]);
-    const step = lossAndGrad(mb, spec, ft, w, batchRows(mb, batch.rows, batch.settings, micro), nRows, headChunk);
-    mb.output(mb.op('Identity', [microCond]), 'micro_cond_out', 'bool', []);
-    mb.output(mb.op('Add', [gradIn, step.grad]), 'grad_out', ft, [P]);
-    mb.output(mb.op('Add', [sumsIn, step.metrics]), 'sums_out', ft, [nMetrics]);
-    const [sum, metrics] = b.opN('Loop', [microBatches, b.constant('bool', 1), zeroGrad, zeroSums], 2, { body: graphAttr(mb.toProto()) });
-    return { grad: sum, metrics };
+    return sumMicroBatches(b, (mb, x) => lossAndGrad(mb, spec, ft, w, x, nRows, headChunk));
   });
   return encodeModel(g, 'transformer update: K x (M micro-batches of forward, PPO loss, backward; clip, AdamW) in one Loop');
 }
