@@ -521,7 +521,9 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: Ep
   if (infrastructure) throw infrastructure.cause;
   if (diverged) throw diverged;
   if (fault) return { episodeId: input.episodeId, status: 'failed', error: `episode: ${fault.message}`, turns };
-  if (sessionLimit && trajectory.status === 'completed') trajectory = { episodeId: input.episodeId, status: 'truncated', error: sessionLimit.message, turns };
+  // Whether the agent's code caught the gateway's limit error or rethrew it (the Agents SDK and the AI SDK do),
+  // the episode ran into its limit: truncated, so its turns still train.
+  if (sessionLimit && trajectory.status !== 'truncated') trajectory = { episodeId: input.episodeId, status: 'truncated', error: sessionLimit.message, turns };
   if (Object.keys(counters).length > 0) trajectory.counters = counters;
   return trajectory;
 }

@@ -287,4 +287,33 @@ describe('gateway with the openai client', () => {
     assert.equal(streamed.events[0], 'response.created');
     assert.ok(streamed.events.includes('response.output_text.delta') && streamed.events.includes('response.function_call_arguments.delta'));
   });
+  it('a call past maxTurns is refused; the episode ends truncated whether the agent code catches the error or rethrows it', async () => {
+    for (const rethrow of [false, true]) {
+      const { io } = scripted(['a', 'b', 'never sampled']);
+      let refused: unknown;
+      const team = gatewayTeam(async ({ agents }) => {
+        const client = new OpenAI({ ...agents.solver.openai, maxRetries: 0 });
+        const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: 'user', content: 'q' }];
+        for (;;) {
+          try {
+            messages.push((await client.chat.completions.create({ model: 'policy', messages })).choices[0]!.message, { role: 'user', content: 'more' });
+          } catch (e) {
+            refused = e;
+            if (rethrow) throw e;
+            return 'caught';
+          }
+        }
+      }, 2);
+      const traj = await runBatchedEpisode(team, input, io);
+      assert.ok(refused instanceof OpenAI.BadRequestError, String(refused));
+      assert.match(refused.message, /agents\.solver\.maxTurns \(2\) exceeded: the episode ends truncated/);
+      assert.equal(traj.status, 'truncated', `rethrow ${rethrow}: ${traj.error}`);
+      assert.equal(traj.error, 'agents.solver.maxTurns (2) exceeded');
+      assert.deepEqual(
+        traj.turns.map((t) => tokenizer.decode(t.responseTokens)),
+        ['a', 'b'],
+        'both turns taken are kept for training',
+      );
+    }
+  });
 });
