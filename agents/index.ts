@@ -5,6 +5,6 @@ export { LimitExceeded, type AgentHandle, type TurnHandle } from './episode';
 export { lora, tinyLM, transformer, type ModelSpec } from './model';
 export { exactMatch, lastNumber, normalizeAnswer, numericMatch, onLastTurn, tokenF1 } from './reward-helpers';
 export { generatedTasks, jsonlTasks, type Task, type TaskSource } from './tasks';
-export { defineTeam, TeamDefinitionError, type RewardFn, type Team, type TurnView } from './team';
+export { defineTeam, TeamDefinitionError, type RewardFn, type Team, type TeamRunDefaults, type TurnView } from './team';
 export { charTokenizer, vocabTokenizer, type Tokenizer } from './tokenizer';
 export { defineTool, keySyntax, tagSyntax, type Tool, type ToolContext, type ToolSyntax } from './tool';

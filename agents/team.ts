@@ -66,6 +66,11 @@ export interface TeamDefinition<TTask, TOutcome, Roles extends string> {
    * mode, default 30 s); code that runs that long without awaiting a turn or tool is stopped.
    */
   limits?: { maxTurns?: number; cpuMs?: number };
+  /**
+   * The run settings this team trains best with (e.g. `{ steps: 60, groupsPerStep: 32 }`): a run of
+   * the team takes them where its own config leaves the field unset (schema/run-config.ts, withTeamRunDefaults).
+   */
+  run?: TeamRunDefaults;
   /** Plain async code: who talks to whom. Must be workflow-safe (no I/O, no Math.random). */
   episode(ctx: { task: TTask; agents: Record<Roles, AgentHandle> }): Promise<TOutcome>;
   rewards: Record<Roles, RewardFn<TTask, TOutcome>>;
@@ -79,6 +84,15 @@ export interface Team<TTask = any, TOutcome = any, Roles extends string = string
 }
 
 export type AnyTeam = Team<any, any, string>;
+
+/** Run-config fields a team may default (TeamDefinition.run); the run config's own bounds still apply. */
+export interface TeamRunDefaults {
+  steps?: number;
+  groupsPerStep?: number;
+  groupSize?: number;
+  evalEvery?: number;
+}
+const RUN_DEFAULT_FIELDS: readonly (keyof TeamRunDefaults)[] = ['steps', 'groupsPerStep', 'groupSize', 'evalEvery'];
 
 /** A team definition's problems, each by path (`agents.x.model: unknown model "y"`). */
 export class TeamDefinitionError extends FieldError {
@@ -205,6 +219,12 @@ export function defineTeam<TTask, TOutcome, Roles extends string>(def: TeamDefin
   if (!positiveInt(cpuMs)) bad('limits.cpuMs', `must be a positive integer (milliseconds), got ${JSON.stringify(cpuMs)}`);
   if (def.chatTemplate !== undefined && typeof def.chatTemplate?.open !== 'function')
     bad('chatTemplate', 'must be chatTemplate(...) (agents/chat-template.ts)');
+  for (const [field, v] of Object.entries(def.run ?? {})) {
+    if (!RUN_DEFAULT_FIELDS.includes(field as keyof TeamRunDefaults))
+      bad(`run.${field}`, `unknown field (a team may default ${RUN_DEFAULT_FIELDS.join(', ')})`);
+    else if (!(typeof v === 'number' && Number.isInteger(v) && v >= (field === 'evalEvery' ? 0 : 1)))
+      bad(`run.${field}`, `must be an integer >= ${field === 'evalEvery' ? 0 : 1}, got ${JSON.stringify(v)}`);
+  }
   if (typeof def.episode !== 'function') bad('episode', 'must be an async function');
   if (typeof def.success !== 'function') bad('success', 'must be a function');
   if (!def.tasks || (def.tasks.kind !== 'generated' && def.tasks.kind !== 'jsonl')) bad('tasks', 'must be generatedTasks(...) or jsonlTasks(...)');

@@ -25,8 +25,9 @@ import * as path from 'node:path';
 import { parseArgs } from 'node:util';
 import { EngineClient } from '../engines/protocol/client';
 import { spawnEngine } from '../gpu-workers/engine-process';
+import { loadTeam } from '../agents/team-registry';
 import type { RunConfigInput } from '../schema/run-config';
-import { parseRunConfig } from '../schema/run-config';
+import { parseRunConfig, withTeamRunDefaults } from '../schema/run-config';
 import { trainInProcess, type InProcessResult, type InProcessStep } from './lib/inprocess';
 import { machineLine } from './lib/cpu';
 
@@ -148,7 +149,8 @@ async function main() {
   for (const team of TEAMS) {
     const mine = runs.filter((r) => r.team === team).sort((a, b) => a.seed - b.seed);
     if (mine.length === 0) continue;
-    const c = parseRunConfig({ ...config(team, 0, 'x') });
+    const input = config(team, 0, 'x');
+    const c = parseRunConfig(withTeamRunDefaults(input, loadTeam(team, input.teamOptions ?? {})));
     const agents = Object.keys(mine[0]!.steps[0]?.rewards ?? {});
     out();
     out(`## ${team}`);

@@ -13,7 +13,7 @@ import { TroupeError, errorMessage } from '../infra/errors';
 import { ensureDatabase } from '../infra/postgres';
 import { isTemporalOutage } from '../infra/outage';
 import { connectTemporal, temporalClient } from '../infra/temporal';
-import { checkAgainstTeam, parseRunConfig, RunConfigError, type RunConfig, type RunConfigInput } from '../schema/run-config';
+import { checkAgainstTeam, parseRunConfig, RunConfigError, withTeamRunDefaults, type RunConfig, type RunConfigInput } from '../schema/run-config';
 import type { RunStatusView } from '../workflows/definitions';
 import { statusQuery } from '../workflows/definitions';
 import type { RunSummary, trainingRun } from '../workflows/training-run';
@@ -45,9 +45,11 @@ export async function connectRuns(log: (l: string) => void): Promise<Connected> 
 /** Validates a run config the way the workflow will, so the CLI fails before starting anything. */
 export function validateRunConfig(input: RunConfigInput): RunConfig {
   try {
-    const config = parseRunConfig(input);
+    const parsed = parseRunConfig(input);
     // A team that fails to load is a TeamLoadError (a user error with its own hint).
-    checkAgainstTeam(config, loadTeam(config.team, config.teamOptions));
+    const team = loadTeam(parsed.team, parsed.teamOptions);
+    const config = team.run ? parseRunConfig(withTeamRunDefaults(input, team)) : parsed;
+    checkAgainstTeam(config, team);
     return config;
   } catch (e) {
     if (e instanceof RunConfigError)

@@ -168,6 +168,17 @@ export function parseRunConfig(input: unknown): RunConfig {
 }
 
 /**
+ * The config a run of `team` starts from: the team's run defaults (TeamDefinition.run) under every
+ * field the input sets. The CLI, the client and the workflow (a config typed into the Web UI) apply it
+ * before parseRunConfig, so a field the user leaves out takes the team's value, then the global default.
+ */
+export function withTeamRunDefaults<T extends object>(input: T, team: Pick<AnyTeam, 'run'>): T {
+  if (!team.run) return input;
+  const set = Object.fromEntries(Object.entries(input).filter(([, v]) => v !== undefined));
+  return { ...team.run, ...set } as T;
+}
+
+/**
  * A durable run's rollouts in flight at once (1 + staleness steps, and an eval) must stay within the run
  * workflow's pending children; a rollout node keeps its own slice (at most rolloutNodeSize) under the same limit.
  */

@@ -48,6 +48,8 @@ export const Patch = {
   localRecordEpisode: 'local-record-episode',
   /** Partial rollouts in asynchronous runs: a step's partial rollout starts once the one before it, which carries episodes into it, committed. */
   stalePartialRollouts: 'stale-partial-rollouts',
+  /** A run of a team with run defaults (TeamDefinition.run) takes them where its config leaves the field out. */
+  teamRunDefaults: 'team-run-defaults',
 } as const;
 
 /**

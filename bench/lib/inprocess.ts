@@ -33,7 +33,7 @@ import { modelKey, needsReference, scoreRequest, skipReason, updateRequest, upda
 import type { StoredEpisode } from '../../activities/store/trajectories';
 import { loadTasks } from '../../activities/tasks';
 import { executeTool } from '../../activities/tools';
-import { checkAgainstTeam, parseRunConfig, type RunConfigInput } from '../../schema/run-config';
+import { checkAgainstTeam, parseRunConfig, withTeamRunDefaults, type RunConfigInput } from '../../schema/run-config';
 import { openGatewaySessions } from '../../gateway';
 
 // A benchmark is a process of its own: it enters its project first, as every Troupe process does
@@ -86,9 +86,10 @@ const GREEDY: Partial<Sampling> = { temperature: 0 };
 
 export async function trainInProcess(engine: EngineApi, input: RunConfigInput & { runId: string }, hooks: InProcessOptions = {}): Promise<InProcessResult> {
   const t0 = performance.now();
-  const config = parseRunConfig(input);
+  const parsed = parseRunConfig(input);
   const runId = input.runId;
-  const team = loadTeam(config.team, config.teamOptions);
+  const team = loadTeam(parsed.team, parsed.teamOptions);
+  const config = parseRunConfig(withTeamRunDefaults(input, team));
   const settings = checkAgainstTeam(config, team);
   const tasks = loadTasks(team);
   const models = Object.keys(team.models);

@@ -80,6 +80,7 @@ export function agentsHandoffTeam(options: HandoffOptions = {}) {
     description: 'OpenAI Agents SDK code trained through the gateway: a triage agent hands off to a solver, which calls a tool.',
     tokenizer,
     chatTemplate: chatTemplate(TEMPLATE, {}, ''),
+    run: { steps: 60 }, // the seed table's run length (README)
     // one model per agent: with one shared policy, the triage's handoff (learned first) is
     // pushed up in the solver's contexts too (eval 0.00 on seeds 0 and 1; docs/performance.md)
     models: { triage: policy(0.03), solver: policy(0.04) },

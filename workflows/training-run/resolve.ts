@@ -4,10 +4,12 @@
  * optimizer stored by a resumed run, a setOptimizer change (its validator) and
  * the changes applied at a step all go through withOptimizer.
  */
+import { patched } from '@temporalio/workflow';
 import { loadTeam } from '../../agents/team-registry';
 import type { AnyTeam } from '../../agents/team';
 import type { OptimizerConfig } from '../../schema/optimizer';
-import { checkAgainstTeam, parseRunConfig, poolsOf, RunConfigError, type ResolvedTraining, type RunConfig } from '../../schema/run-config';
+import { checkAgainstTeam, parseRunConfig, poolsOf, RunConfigError, withTeamRunDefaults, type ResolvedTraining, type RunConfig } from '../../schema/run-config';
+import { Patch } from '../patches';
 
 export interface Resolved {
   config: RunConfig;
@@ -26,13 +28,15 @@ export function withOptimizer(r: { config: RunConfig; team: AnyTeam }, optimizer
  * `optimizer`: the one a continued execution carries (changes accepted since the start).
  */
 export function resolve(rawConfig: unknown, optimizer?: OptimizerConfig): Resolved {
-  const config = parseRunConfig(rawConfig);
+  let config = parseRunConfig(rawConfig);
   let team: AnyTeam;
   try {
     team = loadTeam(config.team, config.teamOptions);
   } catch (e) {
     throw new RunConfigError([{ path: 'team', message: (e as Error).message.replace(/^team: /, '') }]);
   }
+  // A config from the CLI or client already holds them; one typed into the Web UI may leave them out.
+  if (team.run && patched(Patch.teamRunDefaults)) config = parseRunConfig(withTeamRunDefaults(rawConfig as object, team));
   const resolved = withOptimizer({ config, team }, optimizer ?? config.optimizer);
   const pools = new Set(Object.keys(team.models).map((m) => poolsOf(config, team, m).sample));
   // its episodes would run in workflow code, which cannot read the checkpoint's tokenizer.json

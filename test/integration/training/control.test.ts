@@ -105,6 +105,28 @@ describe('controlling runs', () => {
     assert.equal(summary.status, 'completed');
     assert.equal(summary.versions.policy, 1);
 
+    // a field the input leaves out takes the team's run default (lookout: steps 48), one it sets is kept
+    await run(bin, [
+      'workflow',
+      'start',
+      ...base,
+      '--type',
+      'trainingRun',
+      '--task-queue',
+      h.taskQueue,
+      '--workflow-id',
+      'from-cli-team-defaults',
+      '--input',
+      JSON.stringify({ team: 'lookout', groupsPerStep: 1, groupSize: 2, evalEvery: 0, evalTasks: 2 }),
+    ]);
+    const defaulted = h.env.client.workflow.getHandle<typeof trainingRun>('from-cli-team-defaults');
+    const view = await until('status', () => defaulted.query(statusQuery));
+    assert.equal(view.steps, 48);
+    await defaulted.signal(stopSignal);
+    assert.equal((await defaulted.result()).status, 'stopped');
+    const [stored] = await h.db.sql`SELECT config FROM runs WHERE run_id = 'from-cli-team-defaults'`;
+    assert.deepEqual([stored!.config.steps, stored!.config.groupsPerStep], [48, 1]);
+
     await run(bin, [
       'workflow',
       'start',

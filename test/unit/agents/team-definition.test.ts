@@ -149,3 +149,14 @@ test('a tool without render whose JSON output the tokenizer cannot write is refu
   });
   assert.equal(ok.name, 'json-tools');
 });
+
+test("a team's run defaults are checked by path", () => {
+  const withRun = (run: unknown) => () => defineTeam({ ...team([calculator], syntax()), run: run as never });
+  assert.deepEqual(issuesOf(withRun({ steps: 0, groupsPerStep: 2.5, evalEvery: -1, lr: 0.1 })), [
+    'run.steps: must be an integer >= 1, got 0',
+    'run.groupsPerStep: must be an integer >= 1, got 2.5',
+    'run.evalEvery: must be an integer >= 0, got -1',
+    'run.lr: unknown field (a team may default steps, groupsPerStep, groupSize, evalEvery)',
+  ]);
+  assert.deepEqual(withRun({ steps: 60, evalEvery: 0 })().run, { steps: 60, evalEvery: 0 });
+});

@@ -55,7 +55,7 @@ it('a team whose module throws fails alone, as a user error naming the team and 
   assert.deepEqual(Object.keys(teamLoadErrors()), ['broken']);
 });
 
-it('the CLI refuses a broken team with its error and still accepts the others', () => {
+it('the CLI refuses a broken team with its error and still accepts the others, with their run defaults', () => {
   assert.throws(
     () => validateRunConfig({ team: 'broken' }),
     (e: unknown) => {
@@ -65,6 +65,10 @@ it('the CLI refuses a broken team with its error and still accepts the others', 
     },
   );
   assert.equal(validateRunConfig({ team: 'research' }).team, 'research');
+  // a team's run defaults fill what the config leaves out; a field it sets wins
+  const lookup = validateRunConfig({ team: 'ai-sdk-lookup', groupsPerStep: 8 });
+  assert.deepEqual([lookup.steps, lookup.groupsPerStep, lookup.groupSize], [60, 8, 8]);
+  assert.deepEqual([validateRunConfig({ team: 'lookout' }).steps, validateRunConfig({ team: 'research' }).steps], [48, 40]);
   assert.throws(
     () => loadTeam('nope'),
     (e: unknown) =>
