@@ -150,13 +150,16 @@ describe('framework teams against the real gateway and engine', () => {
     ]);
   });
 
-  it('Python over plain HTTP: the process calls the tool, then answers; every turn is what the engine sampled', async () => {
+  it('Python over plain HTTP: the agent service calls the tool, then answers; every turn is what the engine sampled; a failed episode leaves it serving', async () => {
     const team = pythonLookupTeam();
     const digits = [...'0123456789'];
     const version = await teach(team, 'py', [
       [['[lookup]U?>'], [LOOKUP_CALL]],
       ...digits.map((d): [string[], string[]] => [['[lookup]U?>', LOOKUP_CALL, `T${d}>`], [d]]),
     ]);
+    // an episode whose calls fail gets the service's error; the service goes on serving the others
+    const unreachable = { solver: { openai: { baseURL: 'http://127.0.0.1:9/v1', apiKey: 'k' } } } as unknown as Parameters<typeof team.episode>[0]['agents'];
+    await assert.rejects(team.episode({ task: { secret: 1 }, agents: unreachable }), /python-lookup\.py: \w*(Connection|URL)Error/);
     for (const secret of [2, 9]) {
       const log: EngineLog = [];
       const t = await runBatchedEpisode(
