@@ -13,9 +13,9 @@ distribution as InitModel, not its bytes, and seconds instead of minutes at 1.5B
 
 Per model and dtype (fp32; bf16 = the engine's `--dtype bf16`: its device queue runs every job under
 torch.autocast(cuda, bfloat16), θ and AdamW state float32), every job submitted through the engine's own DeviceQueue:
-  generate  Engine._generate_batch (what Generate runs: prefill model.SEQ_BLOCK sequences a step, fixed-shape decode of
-            max_batch slots, host sampling, rescoring SEQ_BLOCK sequences a step) at batch 1/8/32/64, prompt 64, 128 new tokens, temperature 1;
-            tokens/s = new tokens / wall, with the time split into decode / host sampling / rescoring / rest
+  generate  Engine._generate_batch (what Generate runs: fixed-shape steps of model.BLOCK rows over max_batch cache slots,
+            prefill and decode rows alike, then sampling) at batch 1/8/32/64, prompt 64, 128 new tokens, temperature 1;
+            tokens/s = new tokens / wall, with the time split into steps / sampling / rest
   update    update.run_update (what Update runs after its scoring pass) on 64 sequences of 512 tokens (64 context,
             448 trained), one AdamW step, the engine's default --micro-batch-bytes
   score     Engine._score_many over the same 64 sequences (Score, and Update's log-prob gap pass); under bf16 its
@@ -101,8 +101,8 @@ def parse():
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--update-seqs", type=int, default=64)
     p.add_argument("--update-len", type=int, default=512, help="tokens per update sequence (context = --prompt)")
-    p.add_argument("--max-seq", type=int, default=1024, help="the spec's maxSeq (the decode attends over all of it)")
-    p.add_argument("--max-batch", type=int, default=64, help="the engine's --max-batch (decode slots)")
+    p.add_argument("--max-seq", type=int, default=1024, help="the spec's maxSeq (every row attends over all of it)")
+    p.add_argument("--max-batch", type=int, default=64, help="the engine's --max-batch (cache slots)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (the engine's --threads default)")
     p.add_argument("--budget-s", type=float, default=400.0)
     p.add_argument("--skip", default="", help="comma list of measurements to leave out: generate, update, score")
@@ -242,7 +242,7 @@ class Bench:
         sp = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_tokens": new_tokens, "stop": set()}
         rows = [([int(x) for x in rng.integers(0, V, self.a.prompt)], 7 + i, sp) for i in range(B)]
         call = srv.GenerateCall("bench", f"generate-{B}", rows)
-        spent = {"decode_s": 0.0, "sample_s": 0.0, "rescore_s": 0.0}
+        spent = {"steps_s": 0.0, "sample_s": 0.0}
         eng = self.engine
 
         def timed(fn, key):
@@ -255,19 +255,17 @@ class Bench:
                     self.sync()
                     spent[key] += time.perf_counter() - t
             return wrapped
-        orig_sample = srv.sample
-        model.decode_batch = timed(Transformer.decode_batch.__get__(model), "decode_s")
-        eng._score_many = timed(srv.Engine._score_many.__get__(eng), "rescore_s")
-        srv.sample = timed(orig_sample, "sample_s")
+        orig_sample = srv.sample_rows
+        model.step = timed(Transformer.step.__get__(model), "steps_s")
+        srv.sample_rows = timed(orig_sample, "sample_s")
         try:
             t = time.perf_counter()
             out = self.on_device(lambda: eng._generate_batch(model, W, [call]), dtype)
             self.sync()
             wall = time.perf_counter() - t
         finally:
-            del model.decode_batch
-            del eng._score_many
-            srv.sample = orig_sample
+            del model.step
+            srv.sample_rows = orig_sample
         n = sum(len(s.tokens) for s in out[0])
         spent["rest_s"] = wall - sum(spent.values())
         return {"batch": B, "new_tokens": n, "tokens_per_s": n / wall, **spent}
@@ -301,7 +299,7 @@ class Bench:
         eng = self.engine
 
         def run():
-            return [lp for lp, _ in eng._score_many(model, W, [(s["context"], s["tokens"], None) for s in samples])]
+            return [lp for lp, _ in eng._score_many(model, W, [(s["context"], s["tokens"]) for s in samples])]
         lps = self.on_device(run, dtype)
         n = sum(len(x) for x in lps)
         return {"scored_tokens": n, "logprobs": lps}
@@ -318,9 +316,9 @@ class Bench:
         for name in a.models:
             spec, note = make_spec(name, a.max_seq)
             P = specmod.param_layout(spec)[1]
-            slots = srv.memory.decode_slots(spec, self.engine.memory_bytes, srv.ROW_CHUNK, srv.SEQ_BLOCK, a.max_batch)
-            self.meta["models"][name] = {"params": P, "decode_slots": slots, "note": note, "spec": spec}
-            print(f"# model {name}: {P:,} parameters, {slots} decode slots{'; ' + note if note else ''}", flush=True)
+            slots = srv.memory.run_slots(spec, self.engine.memory_bytes, a.max_batch)
+            self.meta["models"][name] = {"params": P, "cache_slots": slots, "note": note, "spec": spec}
+            print(f"# model {name}: {P:,} parameters, {slots} cache slots{'; ' + note if note else ''}", flush=True)
             if time.monotonic() - self.t0 > a.budget_s:
                 self.measure(name, "-", "build", lambda: {})
                 continue
@@ -377,7 +375,7 @@ class Bench:
             res, notes = "", ""
             if "batch" in r:
                 res = f"{r['tokens_per_s']:,.1f} new tokens/s"
-                notes = f"decode {r['decode_s']:.2f} s, host sampling {r['sample_s']:.2f} s, rescoring {r['rescore_s']:.2f} s, rest {r['rest_s']:.2f} s"
+                notes = f"steps {r['steps_s']:.2f} s, sampling {r['sample_s']:.2f} s, rest {r['rest_s']:.2f} s"
             elif "trained_tokens" in r and "tokens_per_s" in r:
                 res = f"{r['tokens_per_s']:,.0f} trained tokens/s"
                 notes = f"{r['micro_batches']} micro-batches of {r['rows_per_micro_batch']}; loss {r['loss']:.4g}"

@@ -15,18 +15,21 @@ V vocabulary, S the sequence length (context + tokens); T = 8·D + 2·Dq + 2·Dk
               probabilities; MLP pre-activations and activation, k = 3 GELU, 4 SwiGLU), one more layer of
               backward transients, and one checkpointed chunk of c = head_chunk_rows(V) rows'
               logits, log-softmax and their gradient (the head runs over chunks of rows)
-  score     = 4·[2·L·Dkv·S + C·(T + 3·H·S + k·F) + 3·C·V] per sequence: the keys and values
-              of the chunks before, one C-row chunk's transients (model.ROW_CHUNK), its logits,
-              log-softmax and exp (a chunk's rows are reduced to log-prob and entropy before the next);
-              Generate's prefill and rescoring are this forward, its KV cache (2·L·Dkv·S) is within it
+  step      = 4·[B·(T + k·F + 3·V) + A·M·(2·Dkv + Dq + 3·H)]: one Score / Generate step (model.run_rows) of
+              B = model.BLOCK rows at M = maxSeq: per row the transients above (no attention term), its logits,
+              log-softmax and exp; per attention group of A = model.ATT_ROWS rows each row's keys and values of its
+              slot, the query·key products and the scores, masked scores and probabilities
+  slot      = 4·2·L·Dkv·M: the keys and values of one sequence (a cache slot of Score and Generate)
 
-Score and Generate run G = model.SEQ_BLOCK sequences at a time (model.forward_rows), Update one micro-batch
-(micro_batch_rows, at least one sequence) at a time, so a spec fits when state + the larger of one sequence's
-update and G sequences' score at S = maxSeq fits in the budget; otherwise SpecTooLarge names `maxSeq` when the per-sequence term
-dominates, else `vocabSize` when embeddings and head hold most parameters, else `width`.
+Update runs one micro-batch (micro_batch_rows, at least one sequence) at a time, Score and Generate one step beside
+their slots' caches (max_batch slots, fewer when memory is short, and a scratch slot), so a spec fits when state + the
+larger of one sequence's update at S = maxSeq and a step with one slot and the scratch slot fits in the budget;
+otherwise SpecTooLarge names `maxSeq` when the per-sequence term dominates, else `vocabSize` when embeddings and head
+hold most parameters, else `width`.
 """
 import os
 
+from model import ATT_ROWS, BLOCK
 from spec import adapter_layout, head_dim, param_layout
 
 F32 = 4
@@ -80,27 +83,29 @@ def micro_batch_rows(s, rows, S, micro_batch_bytes, checkpointed=False):
     return max(1, min(rows, micro_batch_bytes // update_bytes_per_sequence(s, S, checkpointed)))
 
 
-def score_bytes_per_sequence(s, S, chunk):
-    dkv = s["kvHeads"] * head_dim(s)
-    return F32 * (2 * s["layers"] * dkv * S + chunk * _per_layer_token(s, S, 3) + 3 * chunk * s["vocabSize"])
+def step_bytes(s):
+    """One model.run_rows step: BLOCK rows, their attention in groups of ATT_ROWS rows over maxSeq keys."""
+    M, H = s["maxSeq"], s["heads"]
+    dq, dkv = H * head_dim(s), s["kvHeads"] * head_dim(s)
+    return F32 * (BLOCK * (_per_layer_token(s, 0, 0) + 3 * s["vocabSize"]) + ATT_ROWS * M * (2 * dkv + dq + 3 * H))
 
 
 def slot_bytes(s):
-    """One decode slot of the batched Generate: keys and values of maxSeq positions in every layer."""
+    """One cache slot of Score and Generate: keys and values of maxSeq positions in every layer."""
     return F32 * 2 * s["layers"] * s["kvHeads"] * head_dim(s) * s["maxSeq"]
 
 
-def decode_slots(s, budget, chunk, block, max_batch):
-    """Decode slots of a spec's batched Generate: max_batch, fewer when their caches would not fit beside the state
-    and one run (at least 1). Fixed per spec and budget, so a sequence's bits do not depend on the batch."""
-    free = budget - state_bytes(s) - max(update_bytes_per_sequence(s, s["maxSeq"]), block * score_bytes_per_sequence(s, s["maxSeq"], chunk))
-    return max(1, min(max_batch, free // slot_bytes(s)))
+def run_slots(s, budget, max_batch):
+    """Cache slots of a Score or Generate run: max_batch, fewer when their caches (and the scratch slot) would not fit
+    beside the state and one step (at least 1). Fixed per spec and budget; a row's bits do not depend on it."""
+    free = budget - state_bytes(s) - step_bytes(s)
+    return max(1, min(max_batch, free // slot_bytes(s) - 1))
 
 
-def check_fits(s, budget, chunk, block, prefix="spec"):
+def check_fits(s, budget, prefix="spec"):
     """Raise SpecTooLarge when one sequence of maxSeq tokens cannot run beside the state within `budget` bytes."""
     state = state_bytes(s)
-    run = max(update_bytes_per_sequence(s, s["maxSeq"]), block * score_bytes_per_sequence(s, s["maxSeq"], chunk))
+    run = max(update_bytes_per_sequence(s, s["maxSeq"]), step_bytes(s) + 2 * slot_bytes(s))
     if state + run <= budget:
         return
     slots, total = param_layout(s)

@@ -28,15 +28,17 @@ SIGMA = 0.02
 
 # Dense float32 matmuls on CPU through oneDNN (mkldnn_linear): Debian's python3-torch links the
 # generic reference BLAS, ~10x slower for these shapes. Used for inputs of ≥ MKLDNN_MIN_ROWS rows
-# (prefill, Score, Update); single-row decode steps stay on aten's mm, which is faster there. The
+# (every Score and Generate step, Update); smaller ones stay on aten's mm, which is faster there. The
 # choice depends only on shapes, so results stay deterministic. TROUPE_TORCH_MKLDNN=0 turns it off.
 MKLDNN = os.environ.get("TROUPE_TORCH_MKLDNN", "1") != "0" and torch.backends.mkldnn.is_available() and hasattr(torch._C._nn, "mkldnn_linear")
 MKLDNN_MIN_ROWS = 4
-# rows per chunk of a scoring forward (forward_rows): its shapes must not depend on the sequence length
-ROW_CHUNK = 16
-# sequences per step of forward_rows: each step runs SEQ_BLOCK chunks (the unused ones padded) through every dense op, so
-# per-op overhead is shared by several sequences while every shape stays the same whatever the step holds
-SEQ_BLOCK = 4
+# rows of every Score, prefill and decode step (Transformer.run_rows): each dense op, norm and elementwise op runs on exactly
+# BLOCK rows, so a row's bits do not depend on what runs beside it. oneDNN's AVX2 sgemm computes rows in blocks of 6 and a
+# tail of 1–3 rows by another kernel (other bits), so BLOCK ≡ 4 (mod 6): every row of a 64-row matmul gets the same bits.
+BLOCK = 64
+# rows per attention group of a step: groups of padding rows are skipped, and a group's keys and values
+# [ATT_ROWS, kvHeads, maxSeq, headDim] bound the step's memory
+ATT_ROWS = 16
 MEMO = "_onednn"  # the key of an inference weights dict's oneDNN copies
 
 
@@ -65,10 +67,14 @@ class _OneDnnMatMul(torch.autograd.Function):
         return gx, gw
 
 
+def _onednn_rows(x):
+    return MKLDNN and x.device.type == "cpu" and x.dtype == torch.float32 and x.numel() // x.shape[-1] >= MKLDNN_MIN_ROWS
+
+
 def matmul(x, w, memo=None, name=None):
     """x [..., K] · w [K, M]. `memo` (a dict, inference only) keeps w's oneDNN copy under `name` across calls:
     the same kernel on the same values as converting it each time, without the conversion."""
-    if MKLDNN and x.device.type == "cpu" and x.dtype == torch.float32 and x.numel() // x.shape[-1] >= MKLDNN_MIN_ROWS:
+    if _onednn_rows(x):
         if memo is None or torch.is_grad_enabled():
             return _OneDnnMatMul.apply(x, w)
         wm = memo.get(name)
@@ -129,10 +135,27 @@ class Transformer:
         r = 1.0 / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps)
         return x * r * W[f"{name}_g"]
 
-    def linear(self, W, x, layer, n):
-        y = matmul(x, W[f"{layer}w{n}"], W.get(MEMO), f"{layer}w{n}")
-        b = W.get(f"{layer}b{n}")
-        return y + b if b is not None else y
+    def linear(self, W, x, layer, *names):
+        """x·w_n (+ b_n) for each of `names`: a tensor for one name, a tuple for several. At inference (W holds the
+        oneDNN memo) on oneDNN's path they run as one matmul of the weights side by side with the biases added in it,
+        saving a dispatch and conversion per name (each output column is still its own dot product)."""
+        memo = W.get(MEMO)
+        if memo is None or torch.is_grad_enabled() or not _onednn_rows(x):
+            ys = []
+            for n in names:
+                y = matmul(x, W[f"{layer}w{n}"], memo, f"{layer}w{n}")
+                b = W.get(f"{layer}b{n}")
+                ys.append(y + b if b is not None else y)
+            return ys[0] if len(names) == 1 else tuple(ys)
+        key = layer + "w" + "".join(names)
+        wb = memo.get(key)
+        if wb is None:
+            biases = [W.get(f"{layer}b{n}") for n in names]  # the spec's `bias`: every linear map has one, or none does
+            wb = memo[key] = (torch.cat([W[f"{layer}w{n}"] for n in names], dim=1).t().contiguous().to_mkldnn(),
+                              None if biases[0] is None else torch.cat(biases).to_mkldnn())
+        x2 = x.reshape(-1, x.shape[-1]).contiguous()
+        y = torch._C._nn.mkldnn_linear(x2.to_mkldnn(), wb[0], wb[1]).to_dense().view(*x.shape[:-1], -1)
+        return y if len(names) == 1 else y.split([W[f"{layer}w{n}"].shape[1] for n in names], dim=-1)
 
     def rotate(self, x, pos):
         """x [B, n, S, hd], pos: LongTensor [S], or [B, S] (a position per row)"""
@@ -148,16 +171,16 @@ class Transformer:
             z = self.linear(W, x, L, "1")
             a = 0.5 * z * (1 + torch.tanh(GELU_C * (z + GELU_A * (z * z * z))))
             return self.linear(W, a, L, "2")
-        gate = self.linear(W, x, L, "g")
-        up = self.linear(W, x, L, "u")
+        gate, up = self.linear(W, x, L, "g", "u")
         return self.linear(W, gate * torch.sigmoid(gate) * up, L, "d")
 
     def heads(self, W, n1, L, pos):
         B, S, _ = n1.shape
         s = self.spec
-        q = self.linear(W, n1, L, "q").view(B, S, s["heads"], self.hd).transpose(1, 2)
-        k = self.linear(W, n1, L, "k").view(B, S, s["kvHeads"], self.hd).transpose(1, 2)
-        v = self.linear(W, n1, L, "v").view(B, S, s["kvHeads"], self.hd).transpose(1, 2)
+        q, k, v = self.linear(W, n1, L, "q", "k", "v")
+        q = q.reshape(B, S, s["heads"], self.hd).transpose(1, 2)
+        k = k.reshape(B, S, s["kvHeads"], self.hd).transpose(1, 2)
+        v = v.reshape(B, S, s["kvHeads"], self.hd).transpose(1, 2)
         if s["qkNorm"]:  # per head, before the rotation (Qwen3)
             q = self.norm(W, q, f"{L}lnq", "rmsnorm")
             k = self.norm(W, k, f"{L}lnk", "rmsnorm")
@@ -167,15 +190,13 @@ class Transformer:
         return q, k, v
 
     def attend(self, q, k, v, mask):
-        """q [B, H, S, hd], k/v [B, Hkv, T, hd], mask bool [S, T] or None → [B, S, H·hd]"""
+        """q [B, H, S, hd], k/v [B, Hkv, T, hd], mask bool [S, T] → [B, S, H·hd]"""
         if self.group > 1:  # query head h reads kv head ⌊h / group⌋ (expand: its backward is a plain sum)
             B, Hkv, T, hd = k.shape
             k = k[:, :, None].expand(B, Hkv, self.group, T, hd).reshape(B, Hkv * self.group, T, hd)
             v = v[:, :, None].expand(B, Hkv, self.group, T, hd).reshape(B, Hkv * self.group, T, hd)
         scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.hd))
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        p = torch.softmax(scores, dim=-1)
+        p = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
         ctx = p @ v
         B, H, S, hd = ctx.shape
         return ctx.transpose(1, 2).reshape(B, S, H * hd)
@@ -190,14 +211,10 @@ class Transformer:
         nf = self.norm(W, h, "lnf")
         return matmul(nf, W["tok_emb"].t() if self.spec["tiedHead"] else W["head"], W.get(MEMO), "head")
 
-    # ---- whole sequences ----
-    def forward(self, W, tokens, cache=None):
-        """tokens LongTensor [B, S] (right-padded) → logits [B, S, V]; position p predicts token p+1.
-        With `cache` (a list), each layer's keys and values [B, Hkv, S, hd] are appended to it (a prefill)."""
-        return self.head(W, self.trunk(W, tokens, cache))
-
-    def trunk(self, W, tokens, cache=None, checkpoint_layers=False):
-        """forward() up to the head: the last layer's output [B, S, D] (Update runs the head over chunks of rows).
+    # ---- whole sequences (Update) ----
+    def trunk(self, W, tokens, checkpoint_layers=False):
+        """tokens LongTensor [B, S] (right-padded) → the last layer's output [B, S, D]; head() of row p predicts token
+        p+1 (Update runs the head over chunks of rows).
         `checkpoint_layers` (Update with --activation-checkpointing): autograd keeps only each layer's input and
         reruns the layer in the backward, the same kernels on the same values, so the gradient's bits do not change."""
         S = tokens.shape[1]
@@ -209,123 +226,73 @@ class Transformer:
 
             def block(h, L=L):
                 q, k, v = self.heads(W, self.norm(W, h, f"{L}ln1"), L, pos)
-                if cache is not None:
-                    cache.append([k, v])
                 h = h + self.linear(W, self.attend(q, k, v, mask), L, "o")
                 return h + self.mlp(W, self.norm(W, h, f"{L}ln2"), L)
-            if checkpoint_layers and cache is None:
+            if checkpoint_layers:
                 h = torch.utils.checkpoint.checkpoint(block, h, use_reentrant=False)
             else:
                 h = block(h)
         return h
 
-    def forward_rows(self, W, jobs):
-        """Forward passes of several sequences in chunks of exactly ROW_CHUNK rows (the last padded), each chunk attending
-        to the keys of the chunks before it. Jobs run SEQ_BLOCK at a time: each step stacks one chunk per job into
-        [SEQ_BLOCK, ROW_CHUNK] (slots without a chunk padded), so every dense op, norm and elementwise op has the same
-        shape at every step, and each job's attention runs alone with shapes that depend only on its chunk index.
-        Every op is row-local or a matmul of that fixed shape, so row p's logits are the same bits for every sequence
-        that shares tokens 0..p, whatever runs beside it and however long it is: Score, Generate's prefill and its
-        log-probs and an aborted Generate's shorter prefix agree bit for bit (a plain forward's matmul and softmax
-        kernels change with the sequence length and batch, and its rows with them by an ulp or so).
-        A job is a dict: "tokens" (list), "per_chunk(logits [ROW_CHUNK, V], c0)" called for each of its chunks (so
-        vocabulary-sized values exist for one step at a time), optional "start" (first chunk to run) with "prefix"
-        (each layer's [keys, values] [1, Hkv, ≥ start·ROW_CHUNK, hd] of the chunks before it, from an earlier pass over
-        the same tokens: the same bits), optional "cache" (a list: each layer's keys and values [1, Hkv, S, hd] are
-        appended to it, a prefill)."""
-        s, C, G = self.spec, ROW_CHUNK, SEQ_BLOCK
-        dev = self.device
-        n_max = -(-s["maxSeq"] // C) * C
-        # padded rows' positions are clamped into the tables; real rows never attend to them (causal)
-        positions = torch.arange(n_max, device=dev).clamp(max=s["maxSeq"] - 1)
-        causal = torch.ones(n_max, n_max, dtype=torch.bool, device=dev).tril()
-        HD = s["heads"] * self.hd
-        for b in range(0, len(jobs), G):
-            group = []
-            for j in jobs[b:b + G]:
-                S = len(j["tokens"])
-                padded = torch.zeros(-(-S // C) * C, dtype=torch.long, device=dev)
-                padded[:S] = torch.tensor(j["tokens"], dtype=torch.long, device=dev)
-                start = j.get("start", 0)
-                keys = [[k[:, :, :start * C], v[:, :, :start * C]] for k, v in j["prefix"]] if start > 0 else [[None, None] for _ in range(s["layers"])]
-                group.append((j, padded, start, keys))
-            steps = max(len(padded) // C - start for _, padded, start, _ in group)
-            for step in range(steps):
-                tok = torch.zeros(G, C, dtype=torch.long, device=dev)
-                pos = torch.zeros(G, C, dtype=torch.long, device=dev)
-                live = []
-                for g, (j, padded, start, keys) in enumerate(group):
-                    c0 = (start + step) * C
-                    if c0 < len(padded):
-                        tok[g] = padded[c0:c0 + C]
-                        pos[g] = positions[c0:c0 + C]
-                        live.append((g, c0, keys))
-                h = self.embed(W, tok, pos)
-                for layer in range(s["layers"]):
-                    L = f"l{layer}."
-                    q, k, v = self.heads(W, self.norm(W, h, f"{L}ln1"), L, pos)
-                    ctx = torch.zeros(G, C, HD, device=dev)
-                    for g, c0, keys in live:
-                        kk, vv = k[g:g + 1], v[g:g + 1]
-                        if keys[layer][0] is not None:
-                            kk = torch.cat([keys[layer][0], kk], dim=2)
-                            vv = torch.cat([keys[layer][1], vv], dim=2)
-                        keys[layer] = [kk, vv]
-                        ctx[g] = self.attend(q[g:g + 1], kk, vv, causal[c0:c0 + C, :c0 + C])[0]
-                    h = h + self.linear(W, ctx, L, "o")
-                    h = h + self.mlp(W, self.norm(W, h, f"{L}ln2"), L)
-                logits = self.head(W, h)
-                for g, c0, _ in live:
-                    group[g][0]["per_chunk"](logits[g], c0)
-            for j, _, _, keys in group:
-                if j.get("cache") is not None:
-                    S = len(j["tokens"])
-                    j["cache"].extend([k[:, :, :S].contiguous(), v[:, :, :S].contiguous()] for k, v in keys)
-
-    # ---- batched decoding: fixed shapes, so a row's bits do not depend on the batch ----
-    def new_cache(self, rows):
-        """Keys and values of `rows` decode slots, each holding up to maxSeq positions: [[k, v] per layer]."""
-        shape = (rows, self.spec["kvHeads"], self.spec["maxSeq"], self.hd)
+    # ---- rows against a KV cache: Score, Generate's prefill and its decode are the same steps ----
+    def new_cache(self, slots):
+        """Keys and values of `slots` sequences, each up to maxSeq positions, and one scratch slot (the last) that padding
+        rows write to: [[k, v] per layer], each [slots + 1, kvHeads, maxSeq, headDim]."""
+        shape = (slots + 1, self.spec["kvHeads"], self.spec["maxSeq"], self.hd)
         return [[torch.zeros(shape, device=self.device), torch.zeros(shape, device=self.device)] for _ in range(self.spec["layers"])]
 
-    def decode_batch(self, W, tokens, positions, cache):
-        """One token per slot: tokens, positions LongTensor [R] (every slot, used or not), cache from new_cache
-        (slot r's keys 0..positions[r]-1 filled) → logits [R, V]; writes each slot's key and value at its position.
-        Every tensor has the same shape whatever the slots hold (R rows, maxSeq keys masked per row), and every op
-        is row-local or a matmul of that fixed shape, so slot r's logits depend only on its own tokens."""
-        R = tokens.shape[0]
-        rows = torch.arange(R, device=self.device)
-        Hkv, g, hd = self.spec["kvHeads"], self.group, self.hd
-        h = self.embed(W, tokens[:, None], positions[:, None])  # [R, 1, D]
-        keys = torch.arange(self.spec["maxSeq"], device=self.device)
-        mask = (keys[None, :] <= positions[:, None])[:, None, None, :]  # [R, 1, 1, maxSeq]: slot r's keys 0..positions[r]
-        for layer in range(self.spec["layers"]):
+    def run_rows(self, W, cache, rows, on_block):
+        """Rows [(token, position, cache slot)] in steps of BLOCK rows, in order → on_block(logits [BLOCK, V], first row,
+        real rows) per step. Each row writes its key and value at (slot, position), then attends to its slot's keys
+        0..position, so a sequence's rows may be split over steps and share one with other sequences' rows; a slot must
+        hold the sequence's keys of earlier positions (an earlier step, or earlier in this one).
+        Every op is row-local or has the same shape at every step: a row's attention runs over all maxSeq keys of its slot
+        (the later ones masked) in a group of ATT_ROWS rows, its dense ops in a matmul of BLOCK rows. So a row's logits
+        depend only on its own sequence's tokens 0..position: Score, a prefill and a decode step give the same bits for
+        the same position, whatever else runs and however the rows are split (Generate's log-probs are Score's)."""
+        pad = (0, 0, cache[0][0].shape[0] - 1)  # padding rows: the scratch slot
+        for a in range(0, len(rows), BLOCK):
+            block = rows[a:a + BLOCK]
+            m = len(block)
+            block = block + [pad] * (BLOCK - m)
+            on_block(self.step(W, cache, block, m), a, m)
+
+    def step(self, W, cache, block, m):
+        """One step of run_rows: BLOCK rows (token, position, slot), the first m real → logits [BLOCK, V]."""
+        s = self.spec
+        Hkv, g, hd, A = s["kvHeads"], self.group, self.hd, ATT_ROWS
+        tok, pos, slot = torch.tensor(block, dtype=torch.long).t().to(self.device)
+        h = self.embed(W, tok[:, None], pos[:, None])  # [BLOCK, 1, D]
+        keys = torch.arange(s["maxSeq"], device=self.device)
+        mask = (keys[None, :] <= pos[:, None])[:, None, None, :]  # [BLOCK, 1, 1, maxSeq]: row r's keys 0..pos[r]
+        # the slots each group of real rows reads (padding rows read anything): one slot (a prefill) or a run of them
+        # (decode rows) is read in place, others gathered
+        groups = []
+        for a in range(0, m, A):
+            sl = [r[2] for r in block[a:min(a + A, m)]]
+            if sl.count(sl[0]) == len(sl):
+                groups.append((a, slice(sl[0], sl[0] + 1)))
+            elif sl == list(range(sl[0], sl[0] + len(sl))) and sl[0] + A <= cache[0][0].shape[0]:
+                groups.append((a, slice(sl[0], sl[0] + A)))
+            else:
+                groups.append((a, slot[a:a + A]))
+        for layer in range(s["layers"]):
             L = f"l{layer}."
-            q, k, v = self.heads(W, self.norm(W, h, f"{L}ln1"), L, positions[:, None])
+            q, k, v = self.heads(W, self.norm(W, h, f"{L}ln1"), L, pos[:, None])
             ck, cv = cache[layer]
-            ck[rows, :, positions] = k[:, :, 0]
-            cv[rows, :, positions] = v[:, :, 0]
-            # one query per slot: element-wise products and sums over fixed dims (R·H tiny matmuls are slow on CPU)
-            qg = q.view(R, Hkv, g, 1, hd)
-            scores = (qg * ck[:, :, None]).sum(-1) * (1.0 / math.sqrt(hd))  # [R, Hkv, g, maxSeq]
-            p = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
-            ctx = (p[..., None] * cv[:, :, None]).sum(-2).reshape(R, 1, Hkv * g * hd)
-            h = h + self.linear(W, ctx, L, "o")
+            ck[slot, :, pos] = k[:, :, 0]
+            cv[slot, :, pos] = v[:, :, 0]
+            ctx = []
+            for a, at in groups:
+                # one query per row: element-wise products and sums over fixed dims (row·head tiny matmuls are slow on CPU);
+                # a slot read in place broadcasts over the group's rows: the same products, so the same bits
+                K, V = ck[at], cv[at]  # [A or 1, Hkv, maxSeq, hd]
+                qg = q[a:a + A].reshape(A, Hkv, g, 1, hd)
+                scores = (qg * K[:, :, None]).sum(-1) * (1.0 / math.sqrt(hd))  # [A, Hkv, g, maxSeq]
+                p = torch.softmax(scores.masked_fill(~mask[a:a + A], float("-inf")), dim=-1)
+                ctx.append((p[..., None] * V[:, :, None]).sum(-2).reshape(A, 1, Hkv * g * hd))
+            if len(ctx) * A < BLOCK:
+                ctx.append(torch.zeros(BLOCK - len(ctx) * A, 1, Hkv * g * hd, device=self.device))
+            h = h + self.linear(W, torch.cat(ctx), L, "o")
             h = h + self.mlp(W, self.norm(W, h, f"{L}ln2"), L)
         return self.head(W, h)[:, 0]
-
-    # ---- incremental decoding with a KV cache (batch of one sequence) ----
-    def decode(self, W, token: int, position: int, cache):
-        """One new token at `position` attending to the cache (extended in place) → logits [V]."""
-        tokens = torch.tensor([[token]], dtype=torch.long, device=self.device)
-        pos = torch.tensor([position], dtype=torch.long, device=self.device)
-        h = self.embed(W, tokens, pos)
-        for layer in range(self.spec["layers"]):
-            L = f"l{layer}."
-            q, k, v = self.heads(W, self.norm(W, h, f"{L}ln1"), L, pos)
-            k = torch.cat([cache[layer][0], k], dim=2)
-            v = torch.cat([cache[layer][1], v], dim=2)
-            cache[layer] = [k, v]
-            h = h + self.linear(W, self.attend(q, k, v, None), L, "o")
-            h = h + self.mlp(W, self.norm(W, h, f"{L}ln2"), L)
-        return self.head(W, h)[0, 0]

@@ -8,6 +8,7 @@ gRPC handler threads validate and enqueue; one device worker thread runs the dev
 work (init, load, generate, score, update) in FIFO order.
 """
 import argparse
+import bisect
 import collections
 import hashlib
 import json
@@ -39,7 +40,6 @@ MAX_REMEMBERED_UPDATES = 4096
 PROGRESS_EVERY_S = 1.0
 DEFAULT_MICRO_BATCH_BYTES = 256 * 2 ** 20  # the built-in engine's --micro-batch-bytes default
 DTYPES = ("fp32", "bf16")  # compute types; weights and AdamW state stay float32 (master copies) in both
-ABORT_RESCORE_MAX = 512  # aborted sequences up to this length are still rescored (bit-identical log-probs)
 
 
 def log(event, **fields):
@@ -163,15 +163,16 @@ import philox  # noqa: E402
 import watchdog  # noqa: E402
 import spec as specmod  # noqa: E402
 from lora import LoraModel, init_adapter  # noqa: E402
-from model import ROW_CHUNK, SEQ_BLOCK, Transformer, init_weights  # noqa: E402
-from sampling import sample  # noqa: E402
+from model import Transformer, init_weights  # noqa: E402
+from sampling import sample_rows  # noqa: E402
 from update import NonFiniteUpdate, run_update  # noqa: E402
 
 # Health names the checkpoint loader in use: this engine's own (checkpoint.py), never transformers'
 ENGINE_NAME = f"troupe-pytorch 2 (torch {torch.__version__}; checkpoints: {checkpoint.LOADER})"
-BATCH_INVARIANCE = ("bit-identical: Generate decodes in fixed-shape runs (max_batch slots, fewer when memory is short, over maxSeq "
-                    "keys, continuous batching; concurrent calls of one version share them), prefills and log-probs by each "
-                    "sequence's own chunked forward (= Score); Philox noise per sequence and token")
+BATCH_INVARIANCE = ("bit-identical: Score, Generate's prefill and its decode run the same fixed-shape steps of 64 rows, each row "
+                    "attending over maxSeq keys of its own sequence's cache slot (max_batch slots, fewer when memory is short, "
+                    "continuous batching; concurrent calls of one version share them), so a row's bits depend only on its "
+                    "sequence and Generate's log-probs are Score's; Philox noise per sequence and token")
 REASON_CODE = {
     "INVALID_REQUEST": grpc.StatusCode.INVALID_ARGUMENT,
     "MODEL_NOT_LOADED": grpc.StatusCode.NOT_FOUND,
@@ -691,7 +692,7 @@ class Engine(pbg.EngineServicer):
     def _check_memory(self, s):
         """A spec whose smallest run cannot fit in the memory budget is refused before anything is allocated."""
         try:
-            memory.check_fits(s, self.memory_bytes, ROW_CHUNK, SEQ_BLOCK)
+            memory.check_fits(s, self.memory_bytes)
         except memory.SpecTooLarge as e:
             raise invalid(str(e))
 
@@ -817,50 +818,54 @@ class Engine(pbg.EngineServicer):
             yield pb.ExportVersionChunk(optimizer_state=o[at:at + CHUNK_BYTES])
 
     # -- generate / score
-    def _row_job(self, seq, targets, out, cache=None, start=0, prefix=None):
-        """A model.forward_rows job over `seq` that fills `out`: "lp" / "ent" [S] (log π(targets[p]) and the entropy at
-        each row p it runs; targets shorter than seq: 0 beyond) and "logits" / "logp" [V], the last row's raw logits and
-        log-softmax (Generate's first token and its log-prob). Vocabulary-sized values exist for one step at a time."""
-        S = len(seq)
-        tgt = torch.zeros(-(-S // ROW_CHUNK) * ROW_CHUNK, dtype=torch.long, device=self.device)
-        tgt[:len(targets)] = torch.tensor(list(targets), dtype=torch.long, device=self.device)
-        out["lp"] = torch.zeros(len(tgt), device=self.device)
-        out["ent"] = torch.zeros(len(tgt), device=self.device)
+    def _slots(self, model):
+        """Cache slots of a Score or Generate run (memory.run_slots)."""
+        return memory.run_slots(model.spec, self.memory_bytes, self.max_batch)
 
-        def per_chunk(logits, c0):
-            logp = torch.log_softmax(logits, dim=-1)  # [ROW_CHUNK, V]
-            if c0 <= S - 1 < c0 + ROW_CHUNK:
-                out["logits"], out["logp"] = logits[S - 1 - c0].clone(), logp[S - 1 - c0].clone()
-            out["lp"][c0:c0 + ROW_CHUNK] = logp.gather(1, tgt[c0:c0 + ROW_CHUNK, None])[:, 0]
-            out["ent"][c0:c0 + ROW_CHUNK] = -(torch.exp(logp) * logp).sum(dim=-1)
-        return {"tokens": list(seq), "per_chunk": per_chunk, "cache": cache, "start": start, "prefix": prefix}
+    def _run_rows(self, model, W, cache, rows, on_rows):
+        """model.run_rows over `rows` [(token, position, slot)] → on_rows(logits, log-softmax, first row) per step, both
+        [real rows, V]; the log-softmax runs over the whole step (Score and Generate take the same op on the same shape)."""
+        def on_block(logits, a, m):
+            on_rows(logits[:m], torch.log_softmax(logits, dim=-1)[:m], a)
+            self.queue.progress()  # each step is a device run (the hang watchdog sees progress)
+        with torch.no_grad():
+            model.run_rows(W, cache, rows, on_block)
 
     def _score_many(self, model, W, items):
-        """[(context, tokens, prefill)] → [(log π(tokens[t]), entropies)], every sequence's forward in model.forward_rows
-        (several sequences a step; a sequence's bits do not depend on the others). `prefill` (Generate), or None: the
-        {"kv", "logp"} of a prefill of exactly the context, whose full chunks are not run again (the same bits: the same
-        forward); the first token's log-prob then comes from its last row. Its entropies are not computed there."""
-        res, jobs = [], []
-        for ctx, toks, pre in items:
-            out = {}
-            res.append((len(ctx), list(toks), pre, out))
-            if len(toks) == 0:
-                continue
-            full = list(ctx) + list(toks)
-            start = len(ctx) // ROW_CHUNK if pre is not None else 0
-            jobs.append(self._row_job(full[:-1], full[1:], out, start=start, prefix=pre["kv"] if pre is not None else None))
-        with torch.no_grad():
-            model.forward_rows(W, jobs)
-        results = []
-        for C, toks, pre, out in res:
-            T = len(toks)
-            if T == 0:
-                results.append(([], []))
-                continue
-            lp, ent = out["lp"], out["ent"]
-            if pre is not None and C % ROW_CHUNK == 0 and C > 0:  # row C - 1 ran in the prefill only
-                lp[C - 1] = pre["logp"][toks[0]]
-            results.append((lp[C - 1: C - 1 + T].cpu().tolist(), ent[C - 1: C - 1 + T].cpu().tolist()))
+        """[(context, tokens)] → [(log π(tokens[t]), entropies)]: each sequence's rows 0..S-2 in a cache slot of its own,
+        as many sequences at a time as there are slots, packed into model.run_rows steps (a row's bits do not depend on
+        what runs beside it, and are those of Generate's row at the same position)."""
+        R = self._slots(model)
+        cache = None
+        results = [([], []) for _ in items]
+        todo = [i for i, (_, toks) in enumerate(items) if len(toks) > 0]
+        for w in range(0, len(todo), R):
+            wave = todo[w:w + R]
+            if cache is None:
+                cache = model.new_cache(R)
+            else:  # no keys of an earlier sequence stay in a slot
+                for k, v in cache:
+                    k.zero_()
+                    v.zero_()
+            rows, targets = [], []
+            for r, i in enumerate(wave):
+                full = list(items[i][0]) + list(items[i][1])
+                rows += [(t, p, r) for p, t in enumerate(full[:-1])]
+                targets += full[1:]
+            tgt = torch.tensor(targets, dtype=torch.long, device=self.device)
+            lp = torch.zeros(len(rows), device=self.device)
+            ent = torch.zeros(len(rows), device=self.device)
+
+            def on_rows(logits, logp, a):
+                lp[a:a + len(logp)] = logp.gather(1, tgt[a:a + len(logp), None])[:, 0]
+                ent[a:a + len(logp)] = -(torch.exp(logp) * logp).sum(dim=-1)
+            self._run_rows(model, W, cache, rows, on_rows)
+            lp, ent = lp.cpu().tolist(), ent.cpu().tolist()
+            at = 0
+            for i in wave:
+                C, T = len(items[i][0]), len(items[i][1])
+                results[i] = (lp[at + C - 1:at + C - 1 + T], ent[at + C - 1:at + C - 1 + T])
+                at += C + T - 1
         return results
 
     def _batch_version(self, req):
@@ -916,104 +921,89 @@ class Engine(pbg.EngineServicer):
         return self._run(context, go)
 
     def _generate_batch(self, model, W, calls):
-        """Every sequence of `calls` (one model version), continuously batched: up to max_batch slots decode together,
-        one token per slot per step; a sequence that stops frees its slot for the next ones, which are prefilled together
-        (model.forward_rows). The decode always runs all max_batch slots over maxSeq keys (model.decode_batch), so a
-        sequence's tokens do not depend on what runs beside it; its log-probs are rescored by Score's forward."""
+        """Every sequence of `calls` (one model version), continuously batched over the cache slots (max_batch, fewer
+        when memory is short): each round runs, in model.run_rows steps, one row per running sequence (its last token)
+        and the context rows of the sequences that take the free slots, then draws the next token of each of them from
+        its row's logits (sampling.sample_rows, Philox noise per sequence and token). A row's bits do not depend on the
+        other rows, so a sequence's tokens do not depend on what runs beside it, and its log-probs (the log-softmax of
+        the rows that drew its tokens) are Score's bit for bit."""
         out = [[None] * c.n for c in calls]
         pending = collections.deque((c, i) for c in calls for i in range(c.n))
-        R = memory.decode_slots(model.spec, self.memory_bytes, ROW_CHUNK, SEQ_BLOCK, self.max_batch)
+        R = self._slots(model)
         slots = [None] * R
         cache = None
 
-        done = []  # finished sequences waiting for their rescoring: (state, stop reason)
-
-        def put(st, reason, lps):
-            out[calls.index(st["call"])][st["i"]] = pb.GeneratedSequence(tokens=st["tokens"], logprobs=lps, sample_logprobs=st["slps"], stop_reason=reason)
-
-        def rescore():
-            """log π(token) of the finished sequences by the forward Score runs (bit-identical to Score), SEQ_BLOCK at a
-            time; each reruns only the chunks its prefill did not compute in full."""
-            while done:
-                block = done[:SEQ_BLOCK]
-                del done[:SEQ_BLOCK]
-                for (st, reason), (lps, _) in zip(block, self._score_many(model, W, [(st["ctx"], st["tokens"], st["prefill"]) for st, _ in block])):
-                    put(st, reason, lps)
-                self.queue.progress()
-
-        def finish(st, reason):
-            # A long ABORTED sequence (not a finished sample) keeps the decode's log-probs (within ~1e-6 of Score) so
-            # that Abort returns at once.
-            if reason == pb.ABORTED and len(st["ctx"]) + len(st["tokens"]) > ABORT_RESCORE_MAX:
-                put(st, reason, st["kv_lps"])
-                return
-            done.append((st, reason))
-            if len(done) >= SEQ_BLOCK:
-                rescore()
-
-        def take(st, logits):
-            """Sample the next token of slot state `st` from its logits [V] (host); True when the sequence is done."""
-            sp, k = st["sp"], len(st["tokens"])
-            tok, slp = sample(logits, float(st["u"][k]), sp["temperature"], sp["top_k"], sp["top_p"])
-            st["tokens"].append(tok)
-            st["slps"].append(slp)
-            st["kv_lps"].append(float(torch.log_softmax(logits, dim=-1)[tok].item()))
-            if tok in sp["stop"]:
-                finish(st, pb.STOP_TOKEN)
-                return True
-            if k + 1 >= sp["max_tokens"]:
-                finish(st, pb.MAX_TOKENS)
-                return True
-            return False
+        def finish(r, reason):
+            st = slots[r]
+            out[calls.index(st["call"])][st["i"]] = pb.GeneratedSequence(tokens=st["tokens"], logprobs=st["lps"],
+                                                                         sample_logprobs=st["slps"], stop_reason=reason)
+            slots[r] = None
 
         with torch.no_grad():
             while True:
-                free = [r for r in range(R) if slots[r] is None]
-                while free and pending:  # fill free slots: prefills SEQ_BLOCK at a time (Score's forward), first token from them
-                    fresh = []
-                    while len(fresh) < len(free) and pending:
+                for r, st in enumerate(slots):  # Abort: the running sequences stop after their current token
+                    if st is not None and st["call"].aborted.is_set():
+                        finish(r, pb.ABORTED)
+                rows, draws = [], []  # draws: (row, slot) whose row's logits give the slot's next token
+                for r, st in enumerate(slots):
+                    if st is not None:
+                        rows.append((st["tokens"][-1], len(st["ctx"]) + len(st["tokens"]) - 1, r))
+                        draws.append((len(rows) - 1, r))
+                fresh = []
+                for r in range(R):
+                    while slots[r] is None and pending:
                         c, i = pending.popleft()
                         if c.aborted.is_set():
                             out[calls.index(c)][i] = pb.GeneratedSequence(stop_reason=pb.ABORTED)
-                        else:
-                            ctx, seed, sp = c.rows[i]
-                            fresh.append({"call": c, "i": i, "ctx": ctx, "sp": sp, "tokens": [], "slps": [], "kv_lps": [],
-                                          "prefill": {"kv": []}, "u": philox.uniforms(seed, philox.STREAM_SAMPLING, sp["max_tokens"]).astype(np.float32)})
-                    model.forward_rows(W, [self._row_job(st["ctx"], [], st["prefill"], cache=st["prefill"]["kv"]) for st in fresh])
-                    for st in fresh:
-                        if take(st, st["prefill"]["logits"].cpu()):
                             continue
-                        r = free.pop(0)
-                        if cache is None:
-                            cache = model.new_cache(R)
-                        n = len(st["ctx"])
-                        for layer, (k, v) in enumerate(st["prefill"]["kv"]):
-                            cache[layer][0][r].zero_()
-                            cache[layer][1][r].zero_()
-                            cache[layer][0][r, :, :n] = k[0]
-                            cache[layer][1][r, :, :n] = v[0]
-                        slots[r] = st
-                for r, st in enumerate(slots):  # Abort: the running sequences stop after their current token
-                    if st is not None and st["call"].aborted.is_set():
-                        finish(st, pb.ABORTED)
-                        slots[r] = None
-                if all(st is None for st in slots):
-                    if pending:
-                        continue
+                        ctx, seed, sp = c.rows[i]
+                        slots[r] = {"call": c, "i": i, "ctx": ctx, "sp": sp, "tokens": [], "slps": [], "lps": [],
+                                    "u": philox.uniforms(seed, philox.STREAM_SAMPLING, sp["max_tokens"]).astype(np.float32)}
+                        rows += [(t, p, r) for p, t in enumerate(ctx)]
+                        draws.append((len(rows) - 1, r))
+                        fresh.append(r)
+                if not rows:
                     break
-                toks = torch.zeros(R, dtype=torch.long)
-                pos = torch.zeros(R, dtype=torch.long)
-                for r, st in enumerate(slots):
-                    if st is not None:
-                        toks[r] = st["tokens"][-1]
-                        pos[r] = len(st["ctx"]) + len(st["tokens"]) - 1
-                logits = model.decode_batch(W, toks.to(self.device), pos.to(self.device), cache).cpu()  # sampling on the host
-                self.queue.progress()  # each decode step is a device run (the hang watchdog sees progress)
-                for r, st in enumerate(slots):
-                    if st is not None and take(st, logits[r]):
-                        slots[r] = None
-            rescore()
+                if cache is None:
+                    cache = model.new_cache(R)
+                elif fresh:  # no keys of an earlier sequence stay in a slot
+                    idx = torch.tensor(fresh, device=self.device)
+                    for k, v in cache:
+                        k.index_fill_(0, idx, 0)
+                        v.index_fill_(0, idx, 0)
+                at = [row for row, _ in draws]  # increasing
+                logits = torch.zeros(len(draws), model.spec["vocabSize"], device=self.device)
+                logp = torch.zeros_like(logits)
+
+                def on_rows(lg, lp, a):
+                    n0, n1 = bisect.bisect_left(at, a), bisect.bisect_left(at, a + len(lg))
+                    idx = torch.tensor(at[n0:n1], device=self.device) - a
+                    logits[n0:n1], logp[n0:n1] = lg[idx], lp[idx]
+                self._run_rows(model, W, cache, rows, on_rows)
+                self._draw(logits, logp, [slots[r] for _, r in draws])
+                for _, r in draws:
+                    st, sp = slots[r], slots[r]["sp"]
+                    if st["tokens"][-1] in sp["stop"]:
+                        finish(r, pb.STOP_TOKEN)
+                    elif len(st["tokens"]) >= sp["max_tokens"]:
+                        finish(r, pb.MAX_TOKENS)
         return out
+
+    def _draw(self, logits, logp, states):
+        """Append the next token, its sample log-prob and its log-prob to each sequence state: sample_rows per setting."""
+        groups = collections.defaultdict(list)
+        for n, st in enumerate(states):
+            sp = st["sp"]
+            groups[(sp["temperature"], sp["top_k"], sp["top_p"])].append(n)
+        for (temperature, top_k, top_p), ns in groups.items():
+            idx = torch.tensor(ns, device=logits.device)
+            u = torch.tensor([states[n]["u"][len(states[n]["tokens"])] for n in ns], dtype=torch.float32, device=logits.device)
+            tok, slp = sample_rows(logits[idx], u, temperature, top_k, top_p)
+            lp = logp[idx].gather(1, tok[:, None])[:, 0]
+            for n, t, s, p in zip(ns, tok.cpu().tolist(), slp.cpu().tolist(), lp.cpu().tolist()):
+                states[n]["tokens"].append(t)
+                states[n]["slps"].append(s)
+                states[n]["lps"].append(p)
 
     def Abort(self, req, context):
         def go():
@@ -1051,11 +1041,7 @@ class Engine(pbg.EngineServicer):
 
             def work(job):
                 W = m.model.weights(theta, inference=True)
-                out = []
-                for b in range(0, len(seqs), SEQ_BLOCK):
-                    for lp, ent in self._score_many(m.model, W, [(ctx, toks, None) for ctx, toks in seqs[b:b + SEQ_BLOCK]]):
-                        out.append(pb.ScoredSequence(logprobs=lp, entropy=ent))
-                    self.queue.progress()
+                out = [pb.ScoredSequence(logprobs=lp, entropy=ent) for lp, ent in self._score_many(m.model, W, seqs)]
                 self.counters["score_runs"] += 1
                 return out
             return pb.ScoreResponse(version=v.number, sequences=self._device(work))
@@ -1117,11 +1103,8 @@ class Engine(pbg.EngineServicer):
                 progress["phase"] = "scoring"
                 W = mm.model.weights(v.theta, inference=True)
                 gaps = []
-                for b in range(0, len(samples), SEQ_BLOCK):
-                    block = samples[b:b + SEQ_BLOCK]
-                    for x, (lp, _) in zip(block, self._score_many(mm.model, W, [(x["context"], x["tokens"], None) for x in block])):
-                        gaps += [abs(x["old_logprobs"][t] - lp[t]) for t in range(len(lp)) if x["loss_mask"][t] == 1]
-                    self.queue.progress()
+                for x, (lp, _) in zip(samples, self._score_many(mm.model, W, [(x["context"], x["tokens"]) for x in samples])):
+                    gaps += [abs(x["old_logprobs"][t] - lp[t]) for t in range(len(lp)) if x["loss_mask"][t] == 1]
                 progress["phase"] = "training"
 
                 def on_step(k):
