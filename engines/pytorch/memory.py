@@ -16,20 +16,21 @@ V vocabulary, S the sequence length (context + tokens); T = 8·D + 2·Dq + 2·Dk
               backward transients, and one checkpointed chunk of c = head_chunk_rows(V) rows'
               logits, log-softmax and their gradient (the head runs over chunks of rows)
   step      = 4·[B·(T + k·F + 3·V) + A·M·(2·Dkv + Dq + 3·H)]: one Score / Generate step (model.run_rows) of
-              B = model.BLOCK rows at M = maxSeq: per row the transients above (no attention term), its logits,
+              B rows (model.BLOCK; up to max(model.STEP_SIZES) when memory allows) at M = maxSeq: per row the
+              transients above (no attention term), its logits,
               log-softmax and exp; per attention group of A = model.ATT_ROWS rows each row's keys and values of its
               slot, the query·key products and the scores, masked scores and probabilities
   slot      = 4·2·L·Dkv·M: the keys and values of one sequence (a cache slot of Score and Generate)
 
 Update runs one micro-batch (micro_batch_rows, at least one sequence) at a time, Score and Generate one step beside
-their slots' caches (max_batch slots, fewer when memory is short, and a scratch slot), so a spec fits when state + the
-larger of one sequence's update at S = maxSeq and a step with one slot and the scratch slot fits in the budget;
+their slots' caches (max_batch slots, fewer when memory is short), so a spec fits when state + the larger of one
+sequence's update at S = maxSeq and a step of BLOCK rows with one slot fits in the budget;
 otherwise SpecTooLarge names `maxSeq` when the per-sequence term dominates, else `vocabSize` when embeddings and head
 hold most parameters, else `width`.
 """
 import os
 
-from model import ATT_ROWS, BLOCK
+from model import ATT_ROWS, BLOCK, STEP_SIZES
 from spec import adapter_layout, head_dim, param_layout
 
 F32 = 4
@@ -83,11 +84,11 @@ def micro_batch_rows(s, rows, S, micro_batch_bytes, checkpointed=False):
     return max(1, min(rows, micro_batch_bytes // update_bytes_per_sequence(s, S, checkpointed)))
 
 
-def step_bytes(s):
-    """One model.run_rows step: BLOCK rows, their attention in groups of ATT_ROWS rows over maxSeq keys."""
+def step_bytes(s, rows=BLOCK):
+    """One model.run_rows step of `rows` rows, their attention in groups of ATT_ROWS rows over maxSeq keys."""
     M, H = s["maxSeq"], s["heads"]
     dq, dkv = H * head_dim(s), s["kvHeads"] * head_dim(s)
-    return F32 * (BLOCK * (_per_layer_token(s, 0, 0) + 3 * s["vocabSize"]) + ATT_ROWS * M * (2 * dkv + dq + 3 * H))
+    return F32 * (rows * (_per_layer_token(s, 0, 0) + 3 * s["vocabSize"]) + ATT_ROWS * M * (2 * dkv + dq + 3 * H))
 
 
 def slot_bytes(s):
@@ -96,16 +97,23 @@ def slot_bytes(s):
 
 
 def run_slots(s, budget, max_batch):
-    """Cache slots of a Score or Generate run: max_batch, fewer when their caches (and the scratch slot) would not fit
+    """Cache slots of a Score or Generate run: max_batch, fewer when their caches would not fit
     beside the state and one step (at least 1). Fixed per spec and budget; a row's bits do not depend on it."""
     free = budget - state_bytes(s) - step_bytes(s)
-    return max(1, min(max_batch, free // slot_bytes(s) - 1))
+    return max(1, min(max_batch, free // slot_bytes(s)))
+
+
+def step_rows(s, budget, slots):
+    """The most rows a step of a run with `slots` cache slots may hold: the largest of STEP_SIZES that fits beside the
+    state and the slots, at least BLOCK (model.run_rows takes the largest of its probed sizes up to it)."""
+    free = budget - state_bytes(s) - slots * slot_bytes(s)
+    return max([BLOCK] + [n for n in STEP_SIZES if step_bytes(s, n) <= free])
 
 
 def check_fits(s, budget, prefix="spec"):
     """Raise SpecTooLarge when one sequence of maxSeq tokens cannot run beside the state within `budget` bytes."""
     state = state_bytes(s)
-    run = max(update_bytes_per_sequence(s, s["maxSeq"]), step_bytes(s) + 2 * slot_bytes(s))
+    run = max(update_bytes_per_sequence(s, s["maxSeq"]), step_bytes(s) + slot_bytes(s))
     if state + run <= budget:
         return
     slots, total = param_layout(s)

@@ -32,12 +32,18 @@ SIGMA = 0.02
 # choice depends only on shapes, so results stay deterministic. TROUPE_TORCH_MKLDNN=0 turns it off.
 MKLDNN = os.environ.get("TROUPE_TORCH_MKLDNN", "1") != "0" and torch.backends.mkldnn.is_available() and hasattr(torch._C._nn, "mkldnn_linear")
 MKLDNN_MIN_ROWS = 4
-# rows of every Score, prefill and decode step (Transformer.run_rows): each dense op, norm and elementwise op runs on exactly
-# BLOCK rows, so a row's bits do not depend on what runs beside it. oneDNN's AVX2 sgemm computes rows in blocks of 6 and a
-# tail of 1–3 rows by another kernel (other bits), so BLOCK ≡ 4 (mod 6): every row of a 64-row matmul gets the same bits.
+# rows of a Score, prefill or decode step (Transformer.run_rows): each dense op, norm and elementwise op runs on BLOCK
+# rows, or on another of STEP_SIZES where every row gets the same bits as in a BLOCK-row step (Transformer.step_sizes),
+# so a row's bits do not depend on what runs beside it. Larger steps share each op's dispatch among more rows (a
+# prefill), smaller ones waste fewer padding rows (a decode of a few sequences). oneDNN's AVX2 sgemm computes rows in
+# blocks of 6 and a tail of 1–3 rows by another kernel (other bits), so each size is ≡ 0 or 4 (mod 6); and a multiple
+# of 16, so that an element-wise op over size × width values has no scalar tail (its vector and scalar
+# transcendentals may differ in the last bit).
 BLOCK = 64
-# rows per attention group of a step: groups of padding rows are skipped, and a group's keys and values
-# [ATT_ROWS, kvHeads, maxSeq, headDim] bound the step's memory
+STEP_SIZES = (16, 48, 64, 96, 112, 144, 160, 192, 208, 240, 256)
+PROBE_COLUMNS = 2048  # at most this many output columns of a dense shape are probed (the vocabulary can be large)
+# rows per attention group of a step: groups of padding rows are skipped, and a group's keys, values and products
+# [ATT_ROWS, heads, maxSeq, headDim] bound the step's memory
 ATT_ROWS = 16
 MEMO = "_onednn"  # the key of an inference weights dict's oneDNN copies
 
@@ -109,6 +115,7 @@ class Transformer:
         self.slots, self.P = param_layout(spec)
         self.hd = head_dim(spec)
         self.group = spec["heads"] // spec["kvHeads"]
+        self._sizes = None
         if spec["positions"] == "rope":
             half = self.hd // 2
             p = np.arange(spec["maxSeq"], dtype=np.float64)[:, None]
@@ -236,35 +243,72 @@ class Transformer:
 
     # ---- rows against a KV cache: Score, Generate's prefill and its decode are the same steps ----
     def new_cache(self, slots):
-        """Keys and values of `slots` sequences, each up to maxSeq positions, and one scratch slot (the last) that padding
-        rows write to: [[k, v] per layer], each [slots + 1, kvHeads, maxSeq, headDim]."""
-        shape = (slots + 1, self.spec["kvHeads"], self.spec["maxSeq"], self.hd)
+        """Keys and values of `slots` sequences, each up to maxSeq positions: [[k, v] per layer], each
+        [slots, kvHeads, maxSeq, headDim]."""
+        shape = (slots, self.spec["kvHeads"], self.spec["maxSeq"], self.hd)
         return [[torch.zeros(shape, device=self.device), torch.zeros(shape, device=self.device)] for _ in range(self.spec["layers"])]
 
-    def run_rows(self, W, cache, rows, on_block):
-        """Rows [(token, position, cache slot)] in steps of BLOCK rows, in order → on_block(logits [BLOCK, V], first row,
-        real rows) per step. Each row writes its key and value at (slot, position), then attends to its slot's keys
-        0..position, so a sequence's rows may be split over steps and share one with other sequences' rows; a slot must
-        hold the sequence's keys of earlier positions (an earlier step, or earlier in this one).
+    def step_sizes(self):
+        """The STEP_SIZES whose rows get the same bits as in BLOCK-row matmuls, for each of the spec's dense shapes, on
+        this machine (oneDNN picks its kernels by shape and instruction set, not by values): probed once on random
+        values, every row of each size against a BLOCK-row matmul holding it. Only BLOCK off oneDNN's path (CUDA, or
+        oneDNN off)."""
+        if self._sizes is None:
+            self._sizes = [BLOCK]
+            if _onednn_rows(torch.zeros(BLOCK, 1, device=self.device)):
+                s, gen = self.spec, torch.Generator().manual_seed(0)
+                D, F = s["width"], s["mlpWidth"] * (1 if s["mlp"] == "gelu" else 2)
+                dq, dkv = s["heads"] * self.hd, s["kvHeads"] * self.hd
+                b = s["bias"]
+                shapes = [(D, dq + 2 * dkv, b), (dq, D, b), (D, F, b), (s["mlpWidth"], D, b), (D, s["vocabSize"], False)]
+                ok = set(STEP_SIZES)
+                for K, N, bias in shapes:
+                    N = min(N, PROBE_COLUMNS)
+                    w = torch.rand(N, K, generator=gen).to_mkldnn()
+                    b = torch.rand(N, generator=gen).to_mkldnn() if bias else None
+                    x = torch.rand(max(STEP_SIZES), K, generator=gen) - 0.5
+
+                    def rows(x):
+                        return torch._C._nn.mkldnn_linear(x.contiguous().to_mkldnn(), w, b).to_dense()
+                    for n in list(ok):
+                        y = rows(x[:n])
+                        if n < BLOCK:
+                            same = torch.equal(y, rows(x[:BLOCK])[:n])
+                        else:
+                            same = all(torch.equal(y[a:a + BLOCK], rows(x[a:a + BLOCK])) for a in [*range(0, n - BLOCK, BLOCK), n - BLOCK])
+                        if not same:
+                            ok.discard(n)
+                self._sizes = sorted(ok | {BLOCK})
+        return self._sizes
+
+    def run_rows(self, W, cache, rows, on_block, max_step=BLOCK):
+        """Rows [(token, position, cache slot)] in steps of the largest of step_sizes() up to max_step (the last: the
+        smallest that holds what is left), in order → on_block(logits [step rows, V], first row, real rows) per step. Each row writes its key
+        and value at (slot, position), then attends to its slot's keys 0..position, so a sequence's rows may be split over
+        steps and share one with other sequences' rows; a slot must hold the sequence's keys of earlier positions (an
+        earlier step, or earlier in this one).
         Every op is row-local or has the same shape at every step: a row's attention runs over all maxSeq keys of its slot
-        (the later ones masked) in a group of ATT_ROWS rows, its dense ops in a matmul of BLOCK rows. So a row's logits
-        depend only on its own sequence's tokens 0..position: Score, a prefill and a decode step give the same bits for
-        the same position, whatever else runs and however the rows are split (Generate's log-probs are Score's)."""
-        pad = (0, 0, cache[0][0].shape[0] - 1)  # padding rows: the scratch slot
-        for a in range(0, len(rows), BLOCK):
-            block = rows[a:a + BLOCK]
+        (the later ones masked) in a group of ATT_ROWS rows, its dense ops in a matmul whose row count gives every row the
+        same bits (step_sizes). So a row's logits depend only on its own sequence's tokens 0..position: Score, a prefill
+        and a decode step give the same bits for the same position, whatever else runs and however the rows are split
+        (Generate's log-probs are Score's)."""
+        pad = (0, 0, 0)  # padding rows read slot 0 and write nothing
+        sizes = [n for n in self.step_sizes() if n <= max_step] or self.step_sizes()[:1]
+        for a in range(0, len(rows), sizes[-1]):
+            block = rows[a:a + sizes[-1]]
             m = len(block)
-            block = block + [pad] * (BLOCK - m)
+            block = block + [pad] * (next(n for n in sizes if n >= m) - m)
             on_block(self.step(W, cache, block, m), a, m)
 
     def step(self, W, cache, block, m):
-        """One step of run_rows: BLOCK rows (token, position, slot), the first m real → logits [BLOCK, V]."""
+        """One step of run_rows: rows (token, position, slot), the first m real → logits [rows, V]."""
         s = self.spec
+        n = len(block)
         Hkv, g, hd, A = s["kvHeads"], self.group, self.hd, ATT_ROWS
         tok, pos, slot = torch.tensor(block, dtype=torch.long).t().to(self.device)
-        h = self.embed(W, tok[:, None], pos[:, None])  # [BLOCK, 1, D]
+        h = self.embed(W, tok[:, None], pos[:, None])  # [n, 1, D]
         keys = torch.arange(s["maxSeq"], device=self.device)
-        mask = (keys[None, :] <= pos[:, None])[:, None, None, :]  # [BLOCK, 1, 1, maxSeq]: row r's keys 0..pos[r]
+        mask = (keys[None, :] <= pos[:, None])[:, None, None, :]  # [n, 1, 1, maxSeq]: row r's keys 0..pos[r]
         # the slots each group of real rows reads (padding rows read anything): one slot (a prefill) or a run of them
         # (decode rows) is read in place, others gathered
         groups = []
@@ -280,8 +324,8 @@ class Transformer:
             L = f"l{layer}."
             q, k, v = self.heads(W, self.norm(W, h, f"{L}ln1"), L, pos[:, None])
             ck, cv = cache[layer]
-            ck[slot, :, pos] = k[:, :, 0]
-            cv[slot, :, pos] = v[:, :, 0]
+            ck[slot[:m], :, pos[:m]] = k[:m, :, 0]
+            cv[slot[:m], :, pos[:m]] = v[:m, :, 0]
             ctx = []
             for a, at in groups:
                 # one query per row: element-wise products and sums over fixed dims (row·head tiny matmuls are slow on CPU);
@@ -291,8 +335,8 @@ class Transformer:
                 scores = (qg * K[:, :, None]).sum(-1) * (1.0 / math.sqrt(hd))  # [A, Hkv, g, maxSeq]
                 p = torch.softmax(scores.masked_fill(~mask[a:a + A], float("-inf")), dim=-1)
                 ctx.append((p[..., None] * V[:, :, None]).sum(-2).reshape(A, 1, Hkv * g * hd))
-            if len(ctx) * A < BLOCK:
-                ctx.append(torch.zeros(BLOCK - len(ctx) * A, 1, Hkv * g * hd, device=self.device))
+            if len(ctx) * A < n:
+                ctx.append(torch.zeros(n - len(ctx) * A, 1, Hkv * g * hd, device=self.device))
             h = h + self.linear(W, torch.cat(ctx), L, "o")
             h = h + self.mlp(W, self.norm(W, h, f"{L}ln2"), L)
         return self.head(W, h)[:, 0]

@@ -818,24 +818,25 @@ class Engine(pbg.EngineServicer):
             yield pb.ExportVersionChunk(optimizer_state=o[at:at + CHUNK_BYTES])
 
     # -- generate / score
-    def _slots(self, model):
-        """Cache slots of a Score or Generate run (memory.run_slots)."""
-        return memory.run_slots(model.spec, self.memory_bytes, self.max_batch)
+    def _shape(self, model):
+        """(cache slots, most rows a step) of a Score or Generate run (memory.run_slots, memory.step_rows)."""
+        slots = memory.run_slots(model.spec, self.memory_bytes, self.max_batch)
+        return slots, memory.step_rows(model.spec, self.memory_bytes, slots)
 
-    def _run_rows(self, model, W, cache, rows, on_rows):
+    def _run_rows(self, model, W, cache, max_step, rows, on_rows):
         """model.run_rows over `rows` [(token, position, slot)] → on_rows(logits, log-softmax, first row) per step, both
         [real rows, V]; the log-softmax runs over the whole step (Score and Generate take the same op on the same shape)."""
         def on_block(logits, a, m):
             on_rows(logits[:m], torch.log_softmax(logits, dim=-1)[:m], a)
             self.queue.progress()  # each step is a device run (the hang watchdog sees progress)
         with torch.no_grad():
-            model.run_rows(W, cache, rows, on_block)
+            model.run_rows(W, cache, rows, on_block, max_step)
 
     def _score_many(self, model, W, items):
         """[(context, tokens)] → [(log π(tokens[t]), entropies)]: each sequence's rows 0..S-2 in a cache slot of its own,
         as many sequences at a time as there are slots, packed into model.run_rows steps (a row's bits do not depend on
         what runs beside it, and are those of Generate's row at the same position)."""
-        R = self._slots(model)
+        R, max_step = self._shape(model)
         cache = None
         results = [([], []) for _ in items]
         todo = [i for i, (_, toks) in enumerate(items) if len(toks) > 0]
@@ -859,7 +860,7 @@ class Engine(pbg.EngineServicer):
             def on_rows(logits, logp, a):
                 lp[a:a + len(logp)] = logp.gather(1, tgt[a:a + len(logp), None])[:, 0]
                 ent[a:a + len(logp)] = -(torch.exp(logp) * logp).sum(dim=-1)
-            self._run_rows(model, W, cache, rows, on_rows)
+            self._run_rows(model, W, cache, max_step, rows, on_rows)
             lp, ent = lp.cpu().tolist(), ent.cpu().tolist()
             at = 0
             for i in wave:
@@ -929,7 +930,7 @@ class Engine(pbg.EngineServicer):
         the rows that drew its tokens) are Score's bit for bit."""
         out = [[None] * c.n for c in calls]
         pending = collections.deque((c, i) for c in calls for i in range(c.n))
-        R = self._slots(model)
+        R, max_step = self._shape(model)
         slots = [None] * R
         cache = None
 
@@ -979,7 +980,7 @@ class Engine(pbg.EngineServicer):
                     n0, n1 = bisect.bisect_left(at, a), bisect.bisect_left(at, a + len(lg))
                     idx = torch.tensor(at[n0:n1], device=self.device) - a
                     logits[n0:n1], logp[n0:n1] = lg[idx], lp[idx]
-                self._run_rows(model, W, cache, rows, on_rows)
+                self._run_rows(model, W, cache, max_step, rows, on_rows)
                 self._draw(logits, logp, [slots[r] for _, r in draws])
                 for _, r in draws:
                     st, sp = slots[r], slots[r]["sp"]

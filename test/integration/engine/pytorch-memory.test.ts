@@ -8,7 +8,8 @@
  *   P      = 512 (tok_emb) + 2·(32 + 1024 + 512 + 512 + 1024 + 32 + 3·4096) + 32 = 31,392
  *   state  = 4·8·P = 1,004,544
  *   update = 4·32·[3·(10·32 + 2·16 + 2·4·32 + 4·128) + 3·16] = 4·32·3408 = 436,224
- *   score  = 4·[2·2·16·32 + 16·(320 + 32 + 3·4·32 + 512) + 3·32·16] = 94,208
+ *   step   = 4·[64·(352 + 512 + 3·16) + 16·32·(2·16 + 32 + 3·4)] + one cache slot 4·2·2·16·32
+ *          = 389,120 + 8,192 = 397,312 (a Score / Generate step of 64 rows)
  *   total  = 1,004,544 + 436,224 = 1,440,768 bytes
  *
  * so an engine with exactly that budget loads it and refuses the same spec with
