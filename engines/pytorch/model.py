@@ -283,10 +283,10 @@ class Transformer:
 
     def run_rows(self, W, cache, rows, on_block, max_step=BLOCK):
         """Rows [(token, position, cache slot)] in steps of the largest of step_sizes() up to max_step (the last: the
-        smallest that holds what is left), in order → on_block(logits [step rows, V], first row, real rows) per step. Each row writes its key
-        and value at (slot, position), then attends to its slot's keys 0..position, so a sequence's rows may be split over
-        steps and share one with other sequences' rows; a slot must hold the sequence's keys of earlier positions (an
-        earlier step, or earlier in this one).
+        smallest that holds what is left), in order → on_block(logits [step rows, V], first row, real rows) per step.
+        Each row writes its key and value at (slot, position), then attends to its slot's keys 0..position, so a
+        sequence's rows may be split over steps and share one with other sequences' rows; a slot must hold the
+        sequence's keys of earlier positions (an earlier step, or earlier in this one).
         Every op is row-local or has the same shape at every step: a row's attention runs over all maxSeq keys of its slot
         (the later ones masked) in a group of ATT_ROWS rows, its dense ops in a matmul whose row count gives every row the
         same bits (step_sizes). So a row's logits depend only on its own sequence's tokens 0..position: Score, a prefill

@@ -824,10 +824,11 @@ class Engine(pbg.EngineServicer):
         return slots, memory.step_rows(model.spec, self.memory_bytes, slots)
 
     def _run_rows(self, model, W, cache, max_step, rows, on_rows):
-        """model.run_rows over `rows` [(token, position, slot)] → on_rows(logits, log-softmax, first row) per step, both
-        [real rows, V]; the log-softmax runs over the whole step (Score and Generate take the same op on the same shape)."""
+        """model.run_rows over `rows` [(token, position, slot)] → on_rows(logits, log-softmax, first row, real rows) per
+        step, both [step rows, V] (row-wise and element-wise ops on a whole step: a multiple of 16 rows, so an element's
+        bits do not depend on how many rows are real)."""
         def on_block(logits, a, m):
-            on_rows(logits[:m], torch.log_softmax(logits, dim=-1)[:m], a)
+            on_rows(logits, torch.log_softmax(logits, dim=-1), a, m)
             self.queue.progress()  # each step is a device run (the hang watchdog sees progress)
         with torch.no_grad():
             model.run_rows(W, cache, rows, on_block, max_step)
@@ -857,9 +858,9 @@ class Engine(pbg.EngineServicer):
             lp = torch.zeros(len(rows), device=self.device)
             ent = torch.zeros(len(rows), device=self.device)
 
-            def on_rows(logits, logp, a):
-                lp[a:a + len(logp)] = logp.gather(1, tgt[a:a + len(logp), None])[:, 0]
-                ent[a:a + len(logp)] = -(torch.exp(logp) * logp).sum(dim=-1)
+            def on_rows(logits, logp, a, m):
+                lp[a:a + m] = logp[:m].gather(1, tgt[a:a + m, None])[:, 0]
+                ent[a:a + m] = -(torch.exp(logp) * logp).sum(dim=-1)[:m]
             self._run_rows(model, W, cache, max_step, rows, on_rows)
             lp, ent = lp.cpu().tolist(), ent.cpu().tolist()
             at = 0
@@ -976,8 +977,8 @@ class Engine(pbg.EngineServicer):
                 logits = torch.zeros(len(draws), model.spec["vocabSize"], device=self.device)
                 logp = torch.zeros_like(logits)
 
-                def on_rows(lg, lp, a):
-                    n0, n1 = bisect.bisect_left(at, a), bisect.bisect_left(at, a + len(lg))
+                def on_rows(lg, lp, a, m):
+                    n0, n1 = bisect.bisect_left(at, a), bisect.bisect_left(at, a + m)
                     idx = torch.tensor(at[n0:n1], device=self.device) - a
                     logits[n0:n1], logp[n0:n1] = lg[idx], lp[idx]
                 self._run_rows(model, W, cache, max_step, rows, on_rows)
