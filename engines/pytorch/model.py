@@ -45,6 +45,9 @@ PROBE_COLUMNS = 2048  # at most this many output columns of a dense shape are pr
 # rows per attention group of a step: groups of padding rows are skipped, and a group's keys, values and products
 # [ATT_ROWS, heads, maxSeq, headDim] bound the step's memory
 ATT_ROWS = 16
+# key lengths an attention group may stop at (multiples of 16, then growing by half; maxSeq itself always): a group attends
+# to the first L keys of its slots, the smallest of Transformer.key_lengths that covers its rows' positions
+KEY_LENGTHS = tuple(range(16, 257, 16)) + (384, 576, 864, 1296, 1952, 2928, 4400, 6592, 9888, 14832, 22256, 33376)
 MEMO = "_onednn"  # the key of an inference weights dict's oneDNN copies
 
 
@@ -116,6 +119,7 @@ class Transformer:
         self.hd = head_dim(spec)
         self.group = spec["heads"] // spec["kvHeads"]
         self._sizes = None
+        self._keys = None
         if spec["positions"] == "rope":
             half = self.hd // 2
             p = np.arange(spec["maxSeq"], dtype=np.float64)[:, None]
@@ -281,6 +285,36 @@ class Transformer:
                 self._sizes = sorted(ok | {BLOCK})
         return self._sizes
 
+    def key_lengths(self):
+        """The KEY_LENGTHS below maxSeq, and maxSeq, at which a group's attention gives the same bits as over all maxSeq
+        keys: the keys past a row's position are masked, so they add exact zeros, after the others, to the softmax's
+        sum and to the values' sum, when those kernels only append them to their running sums (aten's CPU kernels do;
+        not assumed: probed once per spec on random values, each length against the next, the last against maxSeq,
+        with the spec's heads). maxSeq only on CUDA."""
+        if self._keys is None:
+            M = self.spec["maxSeq"]
+            self._keys = [M]
+            if self.device == "cpu" or str(self.device) == "cpu":
+                s, gen = self.spec, torch.Generator().manual_seed(1)
+                Hkv, g, hd, A = s["kvHeads"], self.group, self.hd, ATT_ROWS
+                q = torch.randn(A, Hkv, g, 1, hd, generator=gen) * 3
+                K, V = torch.randn(A, Hkv, M, hd, generator=gen), torch.randn(A, Hkv, M, hd, generator=gen)
+
+                def attend(L, pos):
+                    scores = (q * K[:, :, None, :L]).sum(-1) * (1.0 / math.sqrt(hd))
+                    hidden = (torch.arange(L)[None, :] > pos[:, None])[:, None, None, :]
+                    p = torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1)
+                    return (p[..., None] * V[:, :, None, :L]).sum(-2)
+                longer = M
+                for L in sorted((n for n in KEY_LENGTHS if n < M), reverse=True):
+                    pos = torch.randint(0, L, (A,), generator=gen)
+                    pos[0] = L - 1
+                    if not torch.equal(attend(L, pos), attend(longer, pos)):
+                        break
+                    self._keys.insert(0, L)
+                    longer = L
+        return self._keys
+
     def run_rows(self, W, cache, rows, on_block, max_step=BLOCK):
         """Rows [(token, position, cache slot)] in steps of the largest of step_sizes() up to max_step (the last: the
         smallest that holds what is left), in order → on_block(logits [step rows, V], first row, real rows) per step.
@@ -308,18 +342,20 @@ class Transformer:
         tok, pos, slot = torch.tensor(block, dtype=torch.long).t().to(self.device)
         h = self.embed(W, tok[:, None], pos[:, None])  # [n, 1, D]
         keys = torch.arange(s["maxSeq"], device=self.device)
-        mask = (keys[None, :] <= pos[:, None])[:, None, None, :]  # [n, 1, 1, maxSeq]: row r's keys 0..pos[r]
+        hidden = (keys[None, :] > pos[:, None])[:, None, None, :]  # [n, 1, 1, maxSeq]: row r sees keys 0..pos[r]
         # the slots each group of real rows reads (padding rows read anything): one slot (a prefill) or a run of them
-        # (decode rows) is read in place, others gathered
+        # (decode rows) is read in place, others gathered; and the keys it reads: the first L, L covering its positions
         groups = []
+        lengths = self.key_lengths()
         for a in range(0, m, A):
             sl = [r[2] for r in block[a:min(a + A, m)]]
+            nk = next(n for n in lengths if n > max(r[1] for r in block[a:min(a + A, m)]))
             if sl.count(sl[0]) == len(sl):
-                groups.append((a, slice(sl[0], sl[0] + 1)))
+                groups.append((a, slice(sl[0], sl[0] + 1), nk))
             elif sl == list(range(sl[0], sl[0] + len(sl))) and sl[0] + A <= cache[0][0].shape[0]:
-                groups.append((a, slice(sl[0], sl[0] + A)))
+                groups.append((a, slice(sl[0], sl[0] + A), nk))
             else:
-                groups.append((a, slot[a:a + A]))
+                groups.append((a, slot[a:a + A], nk))
         for layer in range(s["layers"]):
             L = f"l{layer}."
             q, k, v = self.heads(W, self.norm(W, h, f"{L}ln1"), L, pos[:, None])
@@ -327,13 +363,13 @@ class Transformer:
             ck[slot[:m], :, pos[:m]] = k[:m, :, 0]
             cv[slot[:m], :, pos[:m]] = v[:m, :, 0]
             ctx = []
-            for a, at in groups:
+            for a, at, nk in groups:
                 # one query per row: element-wise products and sums over fixed dims (row·head tiny matmuls are slow on CPU);
                 # a slot read in place broadcasts over the group's rows: the same products, so the same bits
-                K, V = ck[at], cv[at]  # [A or 1, Hkv, maxSeq, hd]
+                K, V = ck[at][:, :, :nk], cv[at][:, :, :nk]  # [A or 1, Hkv, nk, hd]
                 qg = q[a:a + A].reshape(A, Hkv, g, 1, hd)
-                scores = (qg * K[:, :, None]).sum(-1) * (1.0 / math.sqrt(hd))  # [A, Hkv, g, maxSeq]
-                p = torch.softmax(scores.masked_fill(~mask[a:a + A], float("-inf")), dim=-1)
+                scores = (qg * K[:, :, None]).sum(-1) * (1.0 / math.sqrt(hd))  # [A, Hkv, g, nk]
+                p = torch.softmax(scores.masked_fill(hidden[a:a + A, :, :, :nk], float("-inf")), dim=-1)
                 ctx.append((p[..., None] * V[:, :, None]).sum(-2).reshape(A, 1, Hkv * g * hd))
             if len(ctx) * A < n:
                 ctx.append(torch.zeros(n - len(ctx) * A, 1, Hkv * g * hd, device=self.device))
