@@ -169,10 +169,11 @@ from update import NonFiniteUpdate, run_update  # noqa: E402
 
 # Health names the checkpoint loader in use: this engine's own (checkpoint.py), never transformers'
 ENGINE_NAME = f"troupe-pytorch 2 (torch {torch.__version__}; checkpoints: {checkpoint.LOADER})"
-BATCH_INVARIANCE = ("bit-identical: Score, Generate's prefill and its decode run the same fixed-shape steps of 64 rows, each row "
-                    "attending over maxSeq keys of its own sequence's cache slot (max_batch slots, fewer when memory is short, "
-                    "continuous batching; concurrent calls of one version share them), so a row's bits depend only on its "
-                    "sequence and Generate's log-probs are Score's; Philox noise per sequence and token")
+BATCH_INVARIANCE = ("bit-identical: Score, Generate's prefill and its decode run the same steps (16 to 240 rows: sizes probed "
+                    "per spec to give every row the bits of a 64-row matmul; each row attends to its own sequence's cache slot "
+                    "over a probed key length, the later keys masked), max_batch slots (fewer when memory is short), continuous "
+                    "batching, concurrent calls of one version sharing them; so a row's bits depend only on its sequence, and "
+                    "Generate's log-probs are Score's; Philox noise per sequence and token")
 REASON_CODE = {
     "INVALID_REQUEST": grpc.StatusCode.INVALID_ARGUMENT,
     "MODEL_NOT_LOADED": grpc.StatusCode.NOT_FOUND,
