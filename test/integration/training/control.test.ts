@@ -87,38 +87,30 @@ describe('controlling runs', () => {
 
   it('starts from the Temporal CLI with one JSON input (as the Web UI does), and rejects a bad one naming the fields', async () => {
     const bin = (await ensureTemporalBinary()).path;
-    const base = ['--address', h.env.address, '--namespace', 'default'];
-    await run(bin, [
-      'workflow',
-      'start',
-      ...base,
-      '--type',
-      'trainingRun',
-      '--task-queue',
-      h.taskQueue,
-      '--workflow-id',
-      'from-cli',
-      '--input',
-      JSON.stringify({ team: 'math', steps: 1, groupsPerStep: 2, groupSize: 2, evalTasks: 4 }),
-    ]);
+    const startFromCli = (workflowId: string, input: object) =>
+      run(bin, [
+        'workflow',
+        'start',
+        '--address',
+        h.env.address,
+        '--namespace',
+        'default',
+        '--type',
+        'trainingRun',
+        '--task-queue',
+        h.taskQueue,
+        '--workflow-id',
+        workflowId,
+        '--input',
+        JSON.stringify(input),
+      ]);
+    await startFromCli('from-cli', { team: 'math', steps: 1, groupsPerStep: 2, groupSize: 2, evalTasks: 4 });
     const summary = await h.env.client.workflow.getHandle<typeof trainingRun>('from-cli').result();
     assert.equal(summary.status, 'completed');
     assert.equal(summary.versions.policy, 1);
 
     // a field the input leaves out takes the team's run default (lookout: steps 48), one it sets is kept
-    await run(bin, [
-      'workflow',
-      'start',
-      ...base,
-      '--type',
-      'trainingRun',
-      '--task-queue',
-      h.taskQueue,
-      '--workflow-id',
-      'from-cli-team-defaults',
-      '--input',
-      JSON.stringify({ team: 'lookout', groupsPerStep: 1, groupSize: 2, evalEvery: 0, evalTasks: 2 }),
-    ]);
+    await startFromCli('from-cli-team-defaults', { team: 'lookout', groupsPerStep: 1, groupSize: 2, evalEvery: 0, evalTasks: 2 });
     const defaulted = h.env.client.workflow.getHandle<typeof trainingRun>('from-cli-team-defaults');
     const view = await until('status', () => defaulted.query(statusQuery));
     assert.equal(view.steps, 48);
@@ -127,19 +119,7 @@ describe('controlling runs', () => {
     const [stored] = await h.db.sql`SELECT config FROM runs WHERE run_id = 'from-cli-team-defaults'`;
     assert.deepEqual([stored!.config.steps, stored!.config.groupsPerStep], [48, 1]);
 
-    await run(bin, [
-      'workflow',
-      'start',
-      ...base,
-      '--type',
-      'trainingRun',
-      '--task-queue',
-      h.taskQueue,
-      '--workflow-id',
-      'from-cli-bad',
-      '--input',
-      JSON.stringify({ team: 'math', groupSize: 0, estimatr: 'grpo' }),
-    ]);
+    await startFromCli('from-cli-bad', { team: 'math', groupSize: 0, estimatr: 'grpo' });
     await assert.rejects(h.env.client.workflow.getHandle('from-cli-bad').result(), (e: Error) => {
       const message = String((e.cause as Error)?.message);
       assert.match(message, /groupSize: must be >= 1/);
