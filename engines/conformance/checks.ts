@@ -1594,6 +1594,74 @@ export const CHECKS: Check[] = [
     },
   },
   {
+    id: 'lora.mixed-batch',
+    title:
+      'Generate calls on different LoRA adapters over one base run in one batch (Stats.mixed_adapter_runs rises), each row with its own adapter: every sequence equals its call alone, bit for bit when deterministic',
+    async run(ctx) {
+      const f = await loraFixture(ctx);
+      await ctx.requireRpcs('Stats');
+      const caps = await ctx.capabilities();
+      const V = await ctx.vocab();
+      // a third adapter: version 1's with B negated, loaded under another key
+      const { total, slots } = adapterLayout(f.spec);
+      const phi = decodeWeights(f.v1.weights, total);
+      for (const x of slots.filter((s) => s.matrix === 'B')) for (let i = x.offset; i < x.offset + x.size; i++) phi[i] = -phi[i]!;
+      const other = ctx.key('lora-mixed');
+      ok(
+        await ctx.client.unary('LoadVersion', loadRequest(other, '0', f.wire, { weights: Buffer.from(encodeWeights(phi)) })),
+        'LoadVersion of a third adapter',
+      );
+      // sampled when deterministic (tokens and log-probs must match), else greedy (log-probs within score_tolerance)
+      const sampling = { temperature: caps.deterministic ? 1 : 0, maxTokens: 6 };
+      const calls: GenReq[] = [
+        [f.key, String(f.update.info?.version ?? 1)],
+        [f.key, '0'],
+        [other, '0'],
+      ].map(([modelKey, version], i) => ({
+        modelKey: modelKey!,
+        version: version!,
+        sampling,
+        sequences: contexts(V).map((context, j) => ({ context, seed: String(10 * i + j) })),
+      }));
+      const alone: P.GenerateResponse[] = [];
+      for (const [i, c] of calls.entries()) alone.push(await generateOk(ctx, c, `Generate on adapter ${i} alone`));
+      const d01 = maxDiff(
+        alone[0]!.sequences.map((s) => s.logprobs),
+        alone[1]!.sequences.map((s) => s.logprobs),
+      );
+      expect(
+        d01.differ > 0 || alone[0]!.sequences.some((s, i) => s.tokens.join() !== alone[1]!.sequences[i]!.tokens.join()),
+        'the trained adapter generates exactly as version 0',
+      );
+      const mixedRuns = async () => BigInt(ok(await ctx.client.unary('Stats', {}), 'Stats').mixedAdapterRuns || 0);
+      let worst = 0;
+      for (let attempt = 1; attempt <= 3; attempt++) {
+        const before = await mixedRuns();
+        const together = await Promise.all(calls.map((c, i) => generateOk(ctx, c, `Generate on adapter ${i} (concurrent)`)));
+        const mixed = (await mixedRuns()) > before;
+        together.forEach((res, i) => {
+          if (caps.deterministic) {
+            const diff = firstDifference(res.sequences, alone[i]!.sequences);
+            expect(!diff, `adapter ${i}${mixed ? ' in a mixed run' : ''} vs alone: ${diff}`);
+          } else {
+            const d = maxDiff(
+              res.sequences.map((s) => s.logprobs),
+              alone[i]!.sequences.map((s) => s.logprobs),
+            );
+            expect(
+              d.max <= caps.scoreTolerance,
+              `adapter ${i}${mixed ? ' in a mixed run' : ''} vs alone: max |Δ log-prob| ${fmt(d.max)} > ${fmt(caps.scoreTolerance)}`,
+            );
+            worst = Math.max(worst, d.max);
+          }
+        });
+        if (mixed)
+          return `3 adapters, ${calls.length * contexts(V).length} sequences in a mixed run (attempt ${attempt}); ${caps.deterministic ? 'bit for bit' : `max |Δ| ${fmt(worst)}`} as alone`;
+      }
+      throw new Fail('3 concurrent Generate calls on adapters of one base never shared a run (Stats.mixed_adapter_runs unchanged over 3 attempts)');
+    },
+  },
+  {
     id: 'lora.checkpoint-base',
     title:
       'InitModel of {"checkpoint": dir, "lora": …}: an adapter over the directory\'s weights (its spec names them as lora.baseCheckpoint); version 0 scores as the checkpoint model, and again when loaded from its export under another key',

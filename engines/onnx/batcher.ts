@@ -1,6 +1,7 @@
 /**
- * Dynamic batching of Generate calls. Calls for the same (model, version) join
- * an open group; the group is handed to the device queue `windowMs` after its
+ * Dynamic batching of Generate calls. Calls with the same group key join an
+ * open group (the engine's key: the (model, version), or the spec for LoRA
+ * models, whose rows each run on their own adapter); the group is handed to the device queue `windowMs` after its
  * first call (or at once when it reaches `maxBatch` rows) and keeps accepting
  * callers until the device actually starts it — so under load, batches grow to
  * whatever arrived while the previous run was executing.
@@ -14,6 +15,8 @@ import type { DeviceQueue } from './device-queue';
 
 export interface GenerateJob {
   rows: GenerateRow[];
+  /** the weights its rows run on (a group's jobs share one, but for runtimes with generateMixed) */
+  theta: Float32Array;
   /** null = aborted before it reached the device (Engine.abort) */
   resolve(results: Array<GenerateRowResult | null>): void;
   reject(err: unknown): void;

@@ -80,9 +80,9 @@ interface SpecRuntime {
   invariance: InvarianceResult;
 }
 
+/** A batch group's runtime; each job brings its own θ (one per group, but for LoRA models of one spec). */
 interface GenerateGroupCtx {
   runtime: ModelRuntime;
-  theta: Float32Array;
 }
 
 /** A Generate call not yet answered, for Abort. */
@@ -163,6 +163,7 @@ export class Engine {
     generateRequests: 0,
     scoreRuns: 0,
     updateRuns: 0,
+    mixedAdapterRuns: 0,
   };
 
   constructor(opts: EngineOptions) {
@@ -300,6 +301,7 @@ export class Engine {
       let settled = false;
       const job: GenerateJob = {
         rows,
+        theta: v.state.theta,
         resolve: (r) => ((settled = true), resolve(r)),
         reject: (e: unknown) => ((settled = true), reject(e)),
       };
@@ -310,7 +312,9 @@ export class Engine {
       });
       entry = { modelKey: key, requestId, job };
       this.inflight.add(entry);
-      this.batcher.submit(`${key}\u0000${version}`, { runtime: model.runtime, theta: v.state.theta }, job);
+      // a runtime that mixes weights by row (LoRA adapters of one spec) batches every model of its spec together
+      const group = model.runtime.generateMixed ? `spec\u0000${specKey(model.spec)}` : `${key}\u0000${version}`;
+      this.batcher.submit(group, { runtime: model.runtime }, job);
     }).finally(() => this.inflight.delete(entry!));
     return {
       version,
@@ -344,11 +348,22 @@ export class Engine {
 
   private async runGenerateGroup(ctx: GenerateGroupCtx, jobs: GenerateJob[]): Promise<void> {
     const rows = jobs.flatMap((j) => j.rows);
+    const thetaOf = jobs.flatMap((j) => j.rows.map(() => j.theta));
     const results: GenerateRowResult[] = [];
     for (let start = 0; start < rows.length; start += this.maxBatch) {
       const chunk = rows.slice(start, start + this.maxBatch);
+      const thetas = [...new Set(thetaOf.slice(start, start + this.maxBatch))];
       const t0 = performance.now();
-      const out = await ctx.runtime.generate(ctx.theta, chunk);
+      let out: GenerateRowResult[];
+      if (thetas.length === 1) out = await ctx.runtime.generate(thetas[0]!, chunk);
+      else {
+        out = await ctx.runtime.generateMixed!(
+          thetas,
+          chunk,
+          thetaOf.slice(start, start + this.maxBatch).map((t) => thetas.indexOf(t)),
+        );
+        this.counters.mixedAdapterRuns++;
+      }
       this.counters.generateMs += performance.now() - t0;
       this.counters.generateBatches++;
       this.counters.generateRows += chunk.length;
@@ -553,6 +568,7 @@ export class Engine {
       maxBatch: this.maxBatch,
       batchInvariance: await this.invarianceSummary(),
       uptimeS: (Date.now() - this.started) / 1000,
+      mixedAdapterRuns: c.mixedAdapterRuns,
     };
   }
 }

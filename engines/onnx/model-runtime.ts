@@ -131,6 +131,11 @@ export interface ModelRuntime {
    * where the runtime splits larger batches by memory (absent: one run, whatever the batch).
    */
   largestRun?(span: number): number;
+  /**
+   * One Generate over rows whose weights differ by row (LoRA adapters over one base: transformer/lora-runtime.ts):
+   * row i runs on thetas[ofRow[i]], each row's result as when it runs alone. Absent: a run holds one θ.
+   */
+  generateMixed?(thetas: Float32Array[], rows: GenerateRow[], ofRow: number[]): Promise<GenerateRowResult[]>;
 }
 
 /** Per-step metrics from the flat [K, STEP_METRICS] output of an update graph. */

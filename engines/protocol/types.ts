@@ -257,4 +257,6 @@ export interface StatsResponse {
   maxBatch: number;
   batchInvariance: string;
   uptimeS: number;
+  /** generate runs whose rows used more than one LoRA adapter over one base */
+  mixedAdapterRuns: number;
 }

@@ -277,6 +277,7 @@ export const statsToWire = (s: T.StatsResponse): P.StatsResponse => ({
   generateBatches: u64(s.generateBatches),
   scoreRuns: u64(s.scoreRuns),
   updateRuns: u64(s.updateRuns),
+  mixedAdapterRuns: u64(s.mixedAdapterRuns),
 });
 
 export const statsFromWire = (w: P.StatsResponse): T.StatsResponse => ({
@@ -291,4 +292,5 @@ export const statsFromWire = (w: P.StatsResponse): T.StatsResponse => ({
   generateBatches: u64ToNumber(w.generateBatches),
   scoreRuns: u64ToNumber(w.scoreRuns),
   updateRuns: u64ToNumber(w.updateRuns),
+  mixedAdapterRuns: u64ToNumber(w.mixedAdapterRuns),
 });

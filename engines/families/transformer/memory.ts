@@ -8,9 +8,9 @@
  * Dkv = kvHeads·headDim, L layers, V vocabulary, S the sequence length (context + tokens):
  *
  *   state       = 4·P·8: θ, AdamW m, v in; θ, m, v out; gradient sum, clipped gradient
- *                 (a LoRA spec: 4·(3·P + 2·Pt + 8·Pa), Pt the targeted matrices' values, Pa the adapter's: the
- *                 frozen base θ, one merged θ for sampling and the graphs' slices of θ; each update step's merged
- *                 targets and their gradient; the 8 copies above of the adapter only)
+ *                 (a LoRA spec: 4·(2·P + 2·Pt + 8·Pa), Pt the targeted matrices' values, Pa the adapter's: the
+ *                 frozen base θ and the graphs' slices of it (sampling runs the adapter unmerged); each update
+ *                 step's merged targets and their gradient; the 8 copies above of the adapter only)
  *   update      = 4·S·(L + 1)·(8·D + 2·Dq + 2·Dkv + n·(Dq + Dkv) + 2·H·S + k·F) bytes per sequence:
  *                 per layer and token the forward values the backward reads (h, norm
  *                 outputs and x̂, h1: 8·D; q, ctx: 2·Dq; k, v: 2·Dkv; with qkNorm, n = 2,
@@ -22,7 +22,9 @@
  *   generate    = 4·[4·L·Dkv·S + S·(8·D + 2·Dq + 2·Dkv + n·(Dq + Dkv) + 3·H·S + k·F) + 4·V] bytes per row:
  *                 key/value caches (context cache plus the generated cache carried
  *                 in and out of the Loop: at most 2·2·L·Dkv·S) and one prefill layer's
- *                 transients (scores, masked scores, probabilities: 3·H·S per token)
+ *                 transients (scores, masked scores, probabilities: 3·H·S per token);
+ *                 a LoRA spec adds 2·Pa: the row's gathered A and B, and its share of the run's
+ *                 transposed adapters (onnx/transformer/lora-graph.ts)
  *
  * A spec fits when state + 2 rows (the smallest run) of the larger of update and
  * generate at S = maxSeq fit in the budget; otherwise TransformerSpecError names
@@ -50,7 +52,7 @@ export function stateBytes(spec: TransformerSpec): number {
   if (!spec.lora) return F32 * STATE_COPIES * P;
   const { slots, total, base } = adapterLayout(spec);
   const targeted = slots.filter((x) => x.matrix === 'A').reduce((a, x) => a + base.get(`l${x.layer}.w${x.target}`)!.size, 0);
-  return F32 * (3 * P + 2 * targeted + STATE_COPIES * total);
+  return F32 * (2 * P + 2 * targeted + STATE_COPIES * total);
 }
 
 function perLayerToken(spec: TransformerSpec, S: number, attentionCopies: number): number {
@@ -92,7 +94,8 @@ export const generateContextWidth = (longest: number) => Math.ceil(longest / GEN
 /** Bytes one generate row of S tokens (context + generated) holds: KV caches, prefill transients and sampling's vocabulary-sized tensors. */
 export function generateBytesPerRow(spec: TransformerSpec, S: number): number {
   const dkv = spec.kvHeads * spec.headDim;
-  return F32 * (4 * spec.layers * dkv * S + S * perLayerToken(spec, S, 3) + GENERATE_VOCAB_FLOATS * spec.vocabSize);
+  const adapter = spec.lora ? 2 * adapterLayout(spec).total : 0;
+  return F32 * (4 * spec.layers * dkv * S + S * perLayerToken(spec, S, 3) + GENERATE_VOCAB_FLOATS * spec.vocabSize + adapter);
 }
 
 /**

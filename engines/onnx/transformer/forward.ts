@@ -84,6 +84,8 @@ export class Ops {
 export interface Weights {
   get(name: string): string;
   has(name: string): boolean;
+  /** A LoRA spec's sampling graphs (lora-graph.ts): the adapter's term s·(x·Aᵀ)·Bᵀ of map `n` of `layer`, if targeted. */
+  adapterTerm?(o: Ops, x: string, layer: string, n: string): string | undefined;
 }
 
 /** Cut the flat θ vector into named, shaped parameter tensors (Slice + Reshape). */
@@ -203,9 +205,12 @@ export function norm(o: Ops, w: Weights, x: string, name: string, width = o.spec
   return { y, saved: { xhat, rstd } };
 }
 
+/** x·W (+ b), then + the adapter's term where a LoRA spec targets the map (PEFT's order: the base layer, then LoRA). */
 export function linear(o: Ops, w: Weights, x: string, layer: string, n: string): string {
-  const y = o.op('MatMul', [x, w.get(`${layer}w${n}`)]);
-  return w.has(`${layer}b${n}`) ? o.op('Add', [y, w.get(`${layer}b${n}`)]) : y;
+  let y = o.op('MatMul', [x, w.get(`${layer}w${n}`)]);
+  if (w.has(`${layer}b${n}`)) y = o.op('Add', [y, w.get(`${layer}b${n}`)]);
+  const adapted = w.adapterTerm?.(o, x, layer, n);
+  return adapted ? o.op('Add', [y, adapted]) : y;
 }
 
 /** x·cos + rotate_half(x)·sin, rotate_half(x) = [−x₂, x₁] */

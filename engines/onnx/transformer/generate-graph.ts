@@ -45,6 +45,7 @@ import {
   rotationAt,
   sliceParams,
 } from './forward';
+import { rowAdapters } from './lora-graph';
 import { paramLayout, type TransformerSpec } from '../../families/transformer/spec';
 
 export function buildTransformerGenerateGraph(spec: TransformerSpec): Uint8Array {
@@ -56,7 +57,8 @@ export function buildTransformerGenerateGraph(spec: TransformerSpec): Uint8Array
   const contextLen = g.input('context_len', 'int64', ['B']);
   const sampling = prepareSampling(g, V, declareSamplingInputs(g, V));
   const steps = g.input('steps', 'int64', []);
-  const w = sliceParams(g, spec, theta);
+  // a LoRA spec: theta is the frozen base's, and each row names its adapter (lora-graph.ts)
+  const w = spec.lora ? rowAdapters(g, spec, sliceParams(g, spec, theta)) : sliceParams(g, spec, theta);
 
   // ---- prefill -----------------------------------------------------------------
   const C = g.op('Gather', [g.op('Shape', [context]), g.constant('int64', 1)], { axis: int(0) });

@@ -1,11 +1,11 @@
 /**
  * A LoRA model's runtime (engines/families/transformer/lora.ts): its versions' weights are the adapter φ; the
- * frozen base θ and the base spec's runtime (sessions, row policy, memory sizing) are shared with every model
- * over that base.
+ * frozen base θ is shared with every model over that base (SharedWeights), and no merged copy of it is made.
  *
- *  - Generate / Score: φ is merged into θ on the host (mergeLora: W + (α/r)·Aᵀ·Bᵀ, float64 sums) and the base's
- *    graphs run on the merged θ, so Score = Generate and batch invariance are the base's. Merged θ of the last
- *    MERGED_KEPT adapters are kept (by the version's array), so sampling a version merges it once.
+ *  - Generate / Score: the LoRA spec's own graphs (lora-graph.ts) run the adapter unmerged over the base θ, so
+ *    one Generate run holds rows of any adapters of this spec (generateMixed: the engine batches LoRA models of
+ *    one spec together), each row as when it runs alone. Rows are padded as the base's runtime pads them (its
+ *    probed row policy).
  *  - Update: lora-update-graph.ts, the merge and the chain rule to A and B inside the graph; AdamW state is φ-sized.
  */
 import type * as ort from 'onnxruntime-node';
@@ -21,19 +21,16 @@ import type {
   UpdateSettings,
 } from '../model-runtime';
 import { f32, optimizerFeeds, updateOutput } from '../graph/runtime-io';
-import { adapterLayout, mergeLora } from '../../families/transformer/lora';
+import { adapterLayout } from '../../families/transformer/lora';
 import type { TransformerSpec } from '../../families/transformer/spec';
 import { buildLoraUpdateGraph } from './lora-update-graph';
 import { TransformerRuntime } from './runtime';
 
-/** Merged θ kept per LoRA spec: the versions being sampled (a model's latest, a few models over one base). */
-const MERGED_KEPT = 4;
-
 export class LoraRuntime implements ModelRuntime {
   readonly paramCount: number;
   private update_?: Promise<ort.InferenceSession>;
-  /** φ → merged θ, oldest first */
-  private readonly merged = new Map<Float32Array, Float32Array>();
+  /** Generate and Score of this spec: the base's graphs plus the adapter's terms */
+  private readonly sampler: TransformerRuntime;
 
   constructor(
     readonly spec: TransformerSpec,
@@ -43,6 +40,7 @@ export class LoraRuntime implements ModelRuntime {
     private readonly factory: SessionFactory,
   ) {
     this.paramCount = adapterLayout(spec).total;
+    this.sampler = new TransformerRuntime(spec, factory, base.rows);
   }
 
   private session(): Promise<ort.InferenceSession> {
@@ -51,29 +49,27 @@ export class LoraRuntime implements ModelRuntime {
   }
 
   async warm(): Promise<void> {
-    await Promise.all([this.base.warm(), this.session()]);
-  }
-
-  /** θ with φ merged, from the kept ones when φ is one of them (a version's array never changes). */
-  mergedTheta(phi: Float32Array): Float32Array {
-    let theta = this.merged.get(phi);
-    if (theta) this.merged.delete(phi);
-    else theta = mergeLora(this.spec, this.baseTheta, phi);
-    this.merged.set(phi, theta);
-    while (this.merged.size > MERGED_KEPT) this.merged.delete(this.merged.keys().next().value!);
-    return theta;
+    await Promise.all([this.sampler.warm(), this.session()]);
   }
 
   generate(phi: Float32Array, rows: GenerateRow[]): Promise<GenerateRowResult[]> {
-    return this.base.generate(this.mergedTheta(phi), rows);
+    return this.generateMixed(
+      [phi],
+      rows,
+      rows.map(() => 0),
+    );
+  }
+
+  generateMixed(phis: Float32Array[], rows: GenerateRow[], ofRow: number[]): Promise<GenerateRowResult[]> {
+    return this.sampler.generate(this.baseTheta, rows, { phis, ofRow });
   }
 
   score(phi: Float32Array, seqs: ScoreSequence[]): Promise<{ logprobs: Float32Array[]; entropy: Float32Array[] }> {
-    return this.base.score(this.mergedTheta(phi), seqs);
+    return this.sampler.score(this.baseTheta, seqs, phi);
   }
 
   largestRun(span: number): number {
-    return this.base.largestRun(span);
+    return this.sampler.largestRun(span);
   }
 
   async update(state: OptimState, samples: UpdateSample[], s: UpdateSettings): Promise<UpdateOutput> {

@@ -3,8 +3,8 @@
  * [Pa] (per layer, per target, A [r, in] then B [out, r]); the base's θ [P] is a frozen input, `base_theta`.
  *
  * Each step merges in the graph, θ' = θ with every targeted W [in, out] replaced by W + s·Aᵀ·Bᵀ (s = α/r), in
- * float64 rounded once as mergeLora merges for Generate and Score (the same θ' unless the two float64 sums round
- * apart, so an update from Score's log-probs starts at ratio 1); runs the plain transformer's forward, objective
+ * float64 rounded once as mergeLora merges for export (Generate and Score run the adapter unmerged, lora-graph.ts,
+ * so an update from their log-probs starts at ratio 1 within float32 rounding); runs the plain transformer's forward, objective
  * and backward on θ' (update-graph.ts lossAndGrads, asked for the targeted matrices' gradients dW' only); and
  * chains them to the adapter:
  *

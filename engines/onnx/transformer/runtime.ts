@@ -42,6 +42,12 @@ export class TransformerRequestError extends ModelRequestError {
 
 type Sequence = { context: ArrayLike<number>; tokens: ArrayLike<number> };
 
+/** A LoRA spec's Generate rows (lora-graph.ts): one φ per adapter in the call, and each row's index into them. */
+export interface RowAdapters {
+  phis: Float32Array[];
+  ofRow: ArrayLike<number>;
+}
+
 const alignedContext = (rows: GenerateRow[]) => generateContextWidth(Math.max(0, ...rows.map((r) => r.context.length)));
 
 /** S of the grid: the longest sequence minus its last token (nothing predicts past it). */
@@ -72,8 +78,9 @@ export class TransformerRuntime implements ModelRuntime {
     });
   }
 
+  /** Builds the sessions now (a LoRA spec's sampler: Generate and Score only; its update is lora-update-graph.ts). */
   warm(): Promise<void> {
-    return this.sessions.warm();
+    return this.spec.lora ? Promise.all([this.sessions.get('generate'), this.sessions.get('score')]).then(() => undefined) : this.sessions.warm();
   }
 
   private checkLength(field: string, contextLength: number, total: number): void {
@@ -87,14 +94,17 @@ export class TransformerRuntime implements ModelRuntime {
    * budget or in one run's `microBatchBytes` together (memory.ts); rows are independent, so the
    * results are those of one run.
    */
-  async generate(theta: Float32Array, rows: GenerateRow[]): Promise<GenerateRowResult[]> {
+  async generate(theta: Float32Array, rows: GenerateRow[], adapters?: RowAdapters): Promise<GenerateRowResult[]> {
     rows.forEach((r, b) => this.checkLength(`sequences[${b}]`, r.context.length, r.context.length + r.maxTokens));
     // a run's caches span the (aligned) longest context plus the most tokens (C + T), whichever rows they come from
     const span = alignedContext(rows) + Math.max(0, ...rows.map((r) => r.maxTokens));
     const { budgetBytes, microBatchBytes } = this.factory.memory;
     const perRun = rowsThatFit(this.spec, budgetBytes, generateBytesPerRow(this.spec, span), microBatchBytes);
     const out: GenerateRowResult[] = [];
-    for (let at = 0; at < rows.length; at += perRun) out.push(...(await this.generateRun(theta, rows.slice(at, at + perRun))));
+    for (let at = 0; at < rows.length; at += perRun) {
+      const run = adapters && { phis: adapters.phis, ofRow: Array.from(adapters.ofRow).slice(at, at + perRun) };
+      out.push(...(await this.generateRun(theta, rows.slice(at, at + perRun), run)));
+    }
     return out;
   }
 
@@ -106,7 +116,7 @@ export class TransformerRuntime implements ModelRuntime {
     );
   }
 
-  private async generateRun(theta: Float32Array, rows: GenerateRow[]): Promise<GenerateRowResult[]> {
+  private async generateRun(theta: Float32Array, rows: GenerateRow[], adapters?: RowAdapters): Promise<GenerateRowResult[]> {
     const n = rows.length;
     if (n === 0) return [];
     const B = Math.max(n, this.rows.minRows);
@@ -121,8 +131,26 @@ export class TransformerRuntime implements ModelRuntime {
     const sampling = samplingFeeds(rows, B, V);
     const out = await (
       await this.sessions.get('generate')
-    ).run({ theta: f32(theta, [theta.length]), context: i64(context, [B, C]), context_len: i64(contextLen, [B]), ...sampling.feeds });
+    ).run({
+      theta: f32(theta, [theta.length]),
+      context: i64(context, [B, C]),
+      context_len: i64(contextLen, [B]),
+      ...sampling.feeds,
+      ...this.adapterFeeds(B, adapters),
+    });
     return generatedRows(out, rows, B, V, sampling.stopMask);
+  }
+
+  /** A LoRA spec's adapter inputs of a Generate run of B rows (padding rows: adapter 0). */
+  private adapterFeeds(B: number, adapters: RowAdapters | undefined): Record<string, ort.Tensor> {
+    if (!this.spec.lora) return {};
+    if (!adapters || adapters.phis.length === 0) throw new Error("transformer runtime: a LoRA spec generates with its rows' adapters");
+    const Pa = adapters.phis[0]!.length;
+    const stacked = new Float32Array(adapters.phis.length * Pa);
+    adapters.phis.forEach((phi, k) => stacked.set(phi, k * Pa));
+    const ofRow = new BigInt64Array(B);
+    Array.from(adapters.ofRow).forEach((k, b) => (ofRow[b] = BigInt(k)));
+    return { adapters: f32(stacked, [adapters.phis.length, Pa]), adapter_of_row: i64(ofRow, [B]) };
   }
 
   /** `rows`: at least this many sequences (the rest are zero padding); `S`: the grid's length (default: what `seqs` need). */
@@ -147,7 +175,7 @@ export class TransformerRuntime implements ModelRuntime {
    * scores are [H, S, S] per sequence, so 8 sequences at once would hold 1.5 GB. Rows are
    * independent, so the results are those of one run.
    */
-  async score(theta: Float32Array, seqs: ScoreSequence[]): Promise<{ logprobs: Float32Array[]; entropy: Float32Array[] }> {
+  async score(theta: Float32Array, seqs: ScoreSequence[], adapter?: Float32Array): Promise<{ logprobs: Float32Array[]; entropy: Float32Array[] }> {
     // checked before any run, so an error names the sequence's index in the whole request
     seqs.forEach((s, b) => this.checkLength(`sequences[${b}]`, s.context.length, s.context.length + s.tokens.length));
     const { budgetBytes, microBatchBytes } = this.factory.memory;
@@ -155,14 +183,19 @@ export class TransformerRuntime implements ModelRuntime {
     const perRun = rowsThatFit(this.spec, budgetBytes, scoreBytesPerSequence(this.spec, S), microBatchBytes);
     const out: { logprobs: Float32Array[]; entropy: Float32Array[] } = { logprobs: [], entropy: [] };
     for (let at = 0; at < seqs.length; at += perRun) {
-      const run = await this.scoreRun(theta, seqs.slice(at, at + perRun), S);
+      const run = await this.scoreRun(theta, seqs.slice(at, at + perRun), S, adapter);
       out.logprobs.push(...run.logprobs);
       out.entropy.push(...run.entropy);
     }
     return out;
   }
 
-  private async scoreRun(theta: Float32Array, seqs: ScoreSequence[], S: number): Promise<{ logprobs: Float32Array[]; entropy: Float32Array[] }> {
+  private async scoreRun(
+    theta: Float32Array,
+    seqs: ScoreSequence[],
+    S: number,
+    adapter?: Float32Array,
+  ): Promise<{ logprobs: Float32Array[]; entropy: Float32Array[] }> {
     const grid = this.grid(seqs, 'sequences', this.rows.minRows, S);
     const out = await (
       await this.sessions.get('score')
@@ -170,6 +203,7 @@ export class TransformerRuntime implements ModelRuntime {
       theta: f32(theta, [theta.length]),
       tokens: i64(grid.tokens, [grid.B, grid.S]),
       targets: i64(grid.targets, [grid.B, grid.S]),
+      ...(adapter ? { adapter: f32(adapter, [adapter.length]) } : {}),
     });
     const lp = out.logprobs!.data as Float32Array;
     const ent = out.entropy!.data as Float32Array;

@@ -10,6 +10,7 @@ import { lastColumn } from '../ops/sampling';
 import { forward, headMatrix, logitsOf, Ops, sequencePositions, sliceParams } from './forward';
 import { overRowChunks } from './head';
 import { headChunkRows } from '../../families/transformer/memory';
+import { oneAdapter } from './lora-graph';
 import { paramLayout, type TransformerSpec } from '../../families/transformer/spec';
 
 function model(name: string, spec: TransformerSpec, ft: FloatType) {
@@ -17,7 +18,8 @@ function model(name: string, spec: TransformerSpec, ft: FloatType) {
   const theta = g.input('theta', ft, [paramLayout(spec).total]);
   const tokens = g.input('tokens', 'int64', ['B', 'S']);
   const o = new Ops(g, spec, ft);
-  const w = sliceParams(g, spec, theta);
+  // a LoRA spec: theta is the frozen base's, and `adapter` the version's φ (lora-graph.ts)
+  const w = spec.lora ? oneAdapter(g, spec, sliceParams(g, spec, theta)) : sliceParams(g, spec, theta);
   return { g, o, w, fw: forward(o, w, tokens, sequencePositions(o, tokens)) };
 }
 

@@ -26,10 +26,11 @@ test('byte counts match hand computation', () => {
   assert.equal(updateBytesPerSequence(SMALL, 3), 5_328);
 });
 
-test('a LoRA spec keeps AdamW state for its adapter only: 4·(3·P + 2·Pt + 8·Pa)', () => {
+test('a LoRA spec keeps AdamW state for its adapter only: 4·(2·P + 2·Pt + 8·Pa); a generate row holds 2·Pa more', () => {
   // rank 2 on q [8, 8] and w2 [16, 8], 2 layers: Pt = 2 × (64 + 128) = 384; Pa = 2 × (2·8 + 8·2 + 2·16 + 8·2) = 160
   const lora = normalizeTransformerSpec({ ...SMALL, lora: { rank: 2, alpha: 2, targets: ['q', '2'], baseSeed: 1 } });
-  assert.equal(stateBytes(lora), 4 * (3 * 1200 + 2 * 384 + 8 * 160)); // 22,592 < the full spec's 38,400
+  assert.equal(stateBytes(lora), 4 * (2 * 1200 + 2 * 384 + 8 * 160)); // 17,792 < the full spec's 38,400
+  assert.equal(generateBytesPerRow(lora, 6), 5_856 + 4 * 2 * 160); // the row's gathered A and B, and the run's transposes
   // activations are the base's
   assert.equal(updateBytesPerSequence(lora, 6), updateBytesPerSequence(SMALL, 6));
 });
