@@ -9,7 +9,8 @@ V vocabulary, S the sequence length (context + tokens); T = 8·D + 2·Dq + 2·Dk
 
   state     = 4·P·8: θ, AdamW m, v of the base; θ, m, v of the new version; gradient; clipped gradient
               (a LoRA spec: 4·(P + 2·Pt + 8·Pa), Pt the targeted matrices' values, Pa the adapter's: the base θ
-              once, each run's merged targets and their gradient, and the 8 copies above of the adapter only)
+              once, an Update's merged targets and their gradient, and the 8 copies above of the adapter only;
+              Score and Generate run the adapters unmerged: no copy of a target)
   update    = 4·[S·(L + 1)·(T + 2·H·S + k·F) + 3·min(S, c)·V] bytes per sequence: the values
               autograd keeps per layer and token (h, norm outputs, q, k, v, ctx, h1; scores and
               probabilities; MLP pre-activations and activation, k = 3 GELU, 4 SwiGLU), one more layer of
@@ -19,7 +20,9 @@ V vocabulary, S the sequence length (context + tokens); T = 8·D + 2·Dq + 2·Dk
               B rows (model.BLOCK; up to max(model.STEP_SIZES) when memory allows) at M = maxSeq: per row the
               transients above (no attention term), its logits,
               log-softmax and exp; per attention group of A = model.ATT_ROWS rows each row's keys and values of its
-              slot, the query·key products and the scores, masked scores and probabilities
+              slot, the query·key products and the scores, masked scores and probabilities; a LoRA spec adds per row
+              + r·(in + out) + 2·out for its largest target [in, out]: that target's A and B gathered for the row
+              (lora.RowAdapters.delta, one target at a time) and its adapter term before and after the scaling
   slot      = 4·2·L·Dkv·M: the keys and values of one sequence (a cache slot of Score and Generate)
 
 Update runs one micro-batch (micro_batch_rows, at least one sequence) at a time, Score and Generate one step beside
@@ -88,7 +91,17 @@ def step_bytes(s, rows=BLOCK):
     """One model.run_rows step of `rows` rows, their attention in groups of ATT_ROWS rows over maxSeq keys."""
     M, H = s["maxSeq"], s["heads"]
     dq, dkv = H * head_dim(s), s["kvHeads"] * head_dim(s)
-    return F32 * (rows * (_per_layer_token(s, 0, 0) + 3 * s["vocabSize"]) + ATT_ROWS * M * (2 * dkv + dq + 3 * H))
+    return F32 * (rows * (_per_layer_token(s, 0, 0) + 3 * s["vocabSize"] + lora_row_values(s)) + ATT_ROWS * M * (2 * dkv + dq + 3 * H))
+
+
+def lora_row_values(s):
+    """Values a step's row holds for its own LoRA adapter (0 without lora): the largest target's A [r, in] and B [out, r]
+    gathered per row for the batched matmuls, and its [out] adapter term, before and after the scaling."""
+    if "lora" not in s:
+        return 0
+    shapes = {name: shape for name, _, shape, _ in param_layout(s)[0]}
+    r = s["lora"]["rank"]
+    return max(r * (shapes[w][0] + shapes[w][1]) + 2 * shapes[w][1] for _, _, _, w in adapter_layout(s)[0])
 
 
 def slot_bytes(s):

@@ -49,6 +49,7 @@ ATT_ROWS = 16
 # to the first L keys of its slots, the smallest of Transformer.key_lengths that covers its rows' positions
 KEY_LENGTHS = tuple(range(16, 257, 16)) + (384, 576, 864, 1296, 1952, 2928, 4400, 6592, 9888, 14832, 22256, 33376)
 MEMO = "_onednn"  # the key of an inference weights dict's oneDNN copies
+LORA = "_lora"  # the key of a LoRA run's adapters in its inference weights dict (lora.Adapters; per step lora.RowAdapters)
 
 
 def _onednn(a, w_out_in):
@@ -149,7 +150,8 @@ class Transformer:
     def linear(self, W, x, layer, *names):
         """x·w_n (+ b_n) for each of `names`: a tensor for one name, a tuple for several. At inference (W holds the
         oneDNN memo) on oneDNN's path they run as one matmul of the weights side by side with the biases added in it,
-        saving a dispatch and conversion per name (each output column is still its own dot product)."""
+        saving a dispatch and conversion per name (each output column is still its own dot product). In a LoRA run's step
+        (W[LORA]) each targeted name's output then gets its rows' adapter terms (lora.RowAdapters.delta)."""
         memo = W.get(MEMO)
         if memo is None or torch.is_grad_enabled() or not _onednn_rows(x):
             ys = []
@@ -157,16 +159,20 @@ class Transformer:
                 y = matmul(x, W[f"{layer}w{n}"], memo, f"{layer}w{n}")
                 b = W.get(f"{layer}b{n}")
                 ys.append(y + b if b is not None else y)
-            return ys[0] if len(names) == 1 else tuple(ys)
-        key = layer + "w" + "".join(names)
-        wb = memo.get(key)
-        if wb is None:
-            biases = [W.get(f"{layer}b{n}") for n in names]  # the spec's `bias`: every linear map has one, or none does
-            wb = memo[key] = (torch.cat([W[f"{layer}w{n}"] for n in names], dim=1).t().contiguous().to_mkldnn(),
-                              None if biases[0] is None else torch.cat(biases).to_mkldnn())
-        x2 = x.reshape(-1, x.shape[-1]).contiguous()
-        y = torch._C._nn.mkldnn_linear(x2.to_mkldnn(), wb[0], wb[1]).to_dense().view(*x.shape[:-1], -1)
-        return y if len(names) == 1 else y.split([W[f"{layer}w{n}"].shape[1] for n in names], dim=-1)
+        else:
+            key = layer + "w" + "".join(names)
+            wb = memo.get(key)
+            if wb is None:
+                biases = [W.get(f"{layer}b{n}") for n in names]  # the spec's `bias`: every linear map has one, or none does
+                wb = memo[key] = (torch.cat([W[f"{layer}w{n}"] for n in names], dim=1).t().contiguous().to_mkldnn(),
+                                  None if biases[0] is None else torch.cat(biases).to_mkldnn())
+            x2 = x.reshape(-1, x.shape[-1]).contiguous()
+            y = torch._C._nn.mkldnn_linear(x2.to_mkldnn(), wb[0], wb[1]).to_dense().view(*x.shape[:-1], -1)
+            ys = [y] if len(names) == 1 else y.split([W[f"{layer}w{n}"].shape[1] for n in names], dim=-1)
+        lora = W.get(LORA)
+        if lora is not None:  # a LoRA run's step (lora.RowAdapters): + each row's own unmerged adapter term, PEFT's order
+            ys = [y if d is None else y + d for y, d in ((y, lora.delta(x, f"{layer}w{n}")) for y, n in zip(ys, names))]
+        return ys[0] if len(names) == 1 else tuple(ys)
 
     def rotate(self, x, pos):
         """x [B, n, S, hd], pos: LongTensor [S], or [B, S] (a position per row)"""
@@ -325,7 +331,8 @@ class Transformer:
         (the later ones masked) in a group of ATT_ROWS rows, its dense ops in a matmul whose row count gives every row the
         same bits (step_sizes). So a row's logits depend only on its own sequence's tokens 0..position: Score, a prefill
         and a decode step give the same bits for the same position, whatever else runs and however the rows are split
-        (Generate's log-probs are Score's)."""
+        (Generate's log-probs are Score's). In a LoRA run each row adds its own adapter's terms by per-row matmuls of
+        one shape (lora.py), so this holds whichever adapters share a step."""
         pad = (0, 0, 0)  # padding rows read slot 0 and write nothing
         sizes = [n for n in self.step_sizes() if n <= max_step] or self.step_sizes()[:1]
         for a in range(0, len(rows), sizes[-1]):
@@ -339,6 +346,8 @@ class Transformer:
         s = self.spec
         n = len(block)
         Hkv, g, hd, A = s["kvHeads"], self.group, self.hd, ATT_ROWS
+        if W.get(LORA) is not None:  # a LoRA run: each row's adapter is its slot's (lora.Adapters.rows)
+            W = {**W, LORA: W[LORA].rows(block)}
         tok, pos, slot = torch.tensor(block, dtype=torch.long).t().to(self.device)
         h = self.embed(W, tok[:, None], pos[:, None])  # [n, 1, D]
         keys = torch.arange(s["maxSeq"], device=self.device)

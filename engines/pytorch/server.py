@@ -163,7 +163,7 @@ import philox  # noqa: E402
 import watchdog  # noqa: E402
 import spec as specmod  # noqa: E402
 from lora import LoraModel, init_adapter  # noqa: E402
-from model import Transformer, init_weights  # noqa: E402
+from model import LORA, Transformer, init_weights  # noqa: E402
 from sampling import sample_rows  # noqa: E402
 from update import NonFiniteUpdate, run_update  # noqa: E402
 
@@ -172,8 +172,9 @@ ENGINE_NAME = f"troupe-pytorch 2 (torch {torch.__version__}; checkpoints: {check
 BATCH_INVARIANCE = ("bit-identical: Score, Generate's prefill and its decode run the same steps (16 to 240 rows: sizes probed "
                     "per spec to give every row the bits of a 64-row matmul; each row attends to its own sequence's cache slot "
                     "over a probed key length, the later keys masked), max_batch slots (fewer when memory is short), continuous "
-                    "batching, concurrent calls of one version sharing them; so a row's bits depend only on its sequence, and "
-                    "Generate's log-probs are Score's; Philox noise per sequence and token")
+                    "batching, concurrent calls of one version sharing them, and of LoRA adapters over one base (each row its "
+                    "own adapter, unmerged: a per-row batched matmul of one shape); so a row's bits depend only on its "
+                    "sequence and its adapter, and Generate's log-probs are Score's; Philox noise per sequence and token")
 REASON_CODE = {
     "INVALID_REQUEST": grpc.StatusCode.INVALID_ARGUMENT,
     "MODEL_NOT_LOADED": grpc.StatusCode.NOT_FOUND,
@@ -285,7 +286,8 @@ class Job:
         self.future = futures.Future()
         self.started = False
         self.arrived = time.monotonic()
-        # Generate jobs of one (model, version) queued behind this one run with it (see DeviceQueue._loop)
+        # Generate jobs of one (model, version), or of LoRA adapters over one base, queued behind this one run with it
+        # (see DeviceQueue._loop, Engine.Generate)
         self.merge_key = merge_key
         self.merged = []
 
@@ -335,7 +337,7 @@ class DeviceQueue:
                     continue
                 self.running = job
                 job.started = True
-                if job.merge_key is not None:  # concurrent Generate calls of the same version share the device run
+                if job.merge_key is not None:  # concurrent Generate calls of the same version (or base) share the device run
                     job.merged = [j for j in self.pending if j.merge_key == job.merge_key and not j.future.done()]
                     for j in job.merged:
                         self.pending.remove(j)
@@ -639,13 +641,15 @@ def settings_of(x):
 # ---------------------------------------------------------------- the engine
 
 class GenerateCall:
-    def __init__(self, model_key, request_id, rows):
+    def __init__(self, model_key, request_id, rows, model=None, theta=None):
         self.model_key = model_key
         self.request_id = request_id
         self.aborted = threading.Event()
         self.rows = rows  # [(context, seed, sampling)]
         self.n = len(rows)
         self.job = None
+        self.model, self.theta = model, theta  # the version's runtime (a LoraModel for an adapter) and θ (φ)
+        self.adapter = 0  # in a LoRA run, the index of its φ among the run's adapters
 
 
 class Engine(pbg.EngineServicer):
@@ -892,13 +896,24 @@ class Engine(pbg.EngineServicer):
                 ctx = token_ids(q.context, s["vocabSize"], f"sequences[{i}].context")
                 sequence_issue(s, f"sequences[{i}]", len(ctx), len(ctx) + own["max_tokens"])
                 rows.append((ctx, int(q.seed), own))
-            call = GenerateCall(m.key, req.request_id, rows)
-            theta = v.theta
+            call = GenerateCall(m.key, req.request_id, rows, m.model, v.theta)
 
             def work(job):
                 t0 = time.monotonic()
                 calls = [job.call] + [j.call for j in job.merged]
-                results = self._generate_batch(m.model, m.model.weights(theta, inference=True), calls)
+                model = calls[0].model
+                if isinstance(model, LoraModel):  # adapters over one base: each call's rows with its φ, unmerged
+                    phis, index = [], {}
+                    for c in calls:
+                        c.adapter = index.setdefault(id(c.theta), len(phis))
+                        if c.adapter == len(phis):
+                            phis.append(c.theta)
+                    W = model.adapters(phis)
+                    if len(phis) > 1:
+                        self.counters["mixed_adapter_runs"] += 1
+                else:
+                    W = model.weights(calls[0].theta, inference=True)
+                results = self._generate_batch(model, W, calls)
                 for j, out in zip(job.merged, results[1:]):
                     if not j.future.done():
                         j.future.set_result(out)
@@ -910,7 +925,10 @@ class Engine(pbg.EngineServicer):
                 return results[0]
 
             with self.calls_lock:
-                call.job = self.queue.submit(work, "generate", merge_key=(m.key, v.number, id(m)))
+                # a LoRA version shares runs with every adapter of its spec over the same base θ (one tensor per base,
+                # VersionCache.shared_base, alive while these jobs hold it), other versions with their own calls only
+                merge = ("lora", specmod.spec_key(s), id(m.model.base)) if isinstance(m.model, LoraModel) else (m.key, v.number, id(m))
+                call.job = self.queue.submit(work, "generate", merge_key=merge)
                 call.job.call = call
                 self.calls.add(call)
             try:
@@ -924,17 +942,21 @@ class Engine(pbg.EngineServicer):
         return self._run(context, go)
 
     def _generate_batch(self, model, W, calls):
-        """Every sequence of `calls` (one model version), continuously batched over the cache slots (max_batch, fewer
+        """Every sequence of `calls` (one model version, or LoRA adapters over one base: W from LoraModel.adapters, each
+        call's `adapter` its φ's index), continuously batched over the cache slots (max_batch, fewer
         when memory is short): each round runs, in model.run_rows steps, one row per running sequence (its last token)
         and the context rows of the sequences that take the free slots, then draws the next token of each of them from
         its row's logits (sampling.sample_rows, Philox noise per sequence and token). A row's bits do not depend on the
-        other rows, so a sequence's tokens do not depend on what runs beside it, and its log-probs (the log-softmax of
-        the rows that drew its tokens) are Score's bit for bit."""
+        other rows (nor on their adapters), so a sequence's tokens do not depend on what runs beside it, and its log-probs
+        (the log-softmax of the rows that drew its tokens) are Score's bit for bit."""
         out = [[None] * c.n for c in calls]
         pending = collections.deque((c, i) for c in calls for i in range(c.n))
         R, max_step = self._shape(model)
         slots = [None] * R
         cache = None
+        adapters = W.get(LORA)
+        if adapters is not None:  # each cache slot's adapter: its sequence's call's
+            adapters.slots = [0] * R
 
         def finish(r, reason):
             st = slots[r]
@@ -960,6 +982,8 @@ class Engine(pbg.EngineServicer):
                             out[calls.index(c)][i] = pb.GeneratedSequence(stop_reason=pb.ABORTED)
                             continue
                         ctx, seed, sp = c.rows[i]
+                        if adapters is not None:
+                            adapters.slots[r] = c.adapter
                         slots[r] = {"call": c, "i": i, "ctx": ctx, "sp": sp, "tokens": [], "slps": [], "lps": [],
                                     "u": philox.uniforms(seed, philox.STREAM_SAMPLING, sp["max_tokens"]).astype(np.float32)}
                         rows += [(t, p, r) for p, t in enumerate(ctx)]
@@ -1230,7 +1254,7 @@ class Engine(pbg.EngineServicer):
             mean_batch_size=(c["generate_rows"] / b) if b else 0.0, mean_requests_per_batch=(c["generate_requests"] / b) if b else 0.0,
             score_runs=c["score_runs"], update_runs=c["update_runs"], intra_op_threads=self.threads, batch_window_ms=0.0, max_batch=self.max_batch,
             batch_invariance=BATCH_INVARIANCE,
-            uptime_s=time.time() - self.started)
+            uptime_s=time.time() - self.started, mixed_adapter_runs=c["mixed_adapter_runs"])
 
 
 # ---------------------------------------------------------------- main
