@@ -23,6 +23,7 @@ import { pytorchEngine } from '../engines/pytorch';
 import { engineCommand } from '../gpu-workers/engine-kinds';
 import { spawnEngine, type SpawnedEngine } from '../gpu-workers/engine-process';
 import { UPDATE, updateRequest } from './lib/update-request';
+import { timeProcess } from './lib/timing';
 
 const { values } = parseArgs({ options: { reps: { type: 'string' }, baseline: { type: 'string' }, configs: { type: 'string' }, engines: { type: 'string' } } });
 const reps = Number(values.reps ?? 3);
@@ -37,28 +38,8 @@ const BATCHES = [1, 8, 32, 64];
 const CONTEXT = 16;
 const NEW_TOKENS = 16;
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-
-/** CPU ms (user + system) the process has used: steadier than wall time on a loaded machine. */
-function cpuMs(pid: number): number {
-  const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-  return ((Number(f[11]) + Number(f[12])) * 1000) / 100; // utime, stime in clock ticks (USER_HZ 100)
-}
-
 /** Median wall ms and median engine CPU ms of `reps` warm calls. */
-async function timed(pid: number, fn: () => Promise<unknown>): Promise<{ wall: number; cpu: number }> {
-  await fn(); // warm
-  const wall: number[] = [];
-  const cpu: number[] = [];
-  for (let i = 0; i < reps; i++) {
-    const c0 = cpuMs(pid);
-    const t0 = performance.now();
-    await fn();
-    wall.push(performance.now() - t0);
-    cpu.push(cpuMs(pid) - c0);
-  }
-  return { wall: median(wall), cpu: median(cpu) };
-}
+const timed = (pid: number, fn: () => Promise<unknown>) => timeProcess(pid, reps, fn);
 
 /** "wall-clock rate (per engine CPU second)" */
 const rate = (n: number, t: { wall: number; cpu: number }) => `${(n / (t.wall / 1000)).toFixed(0)} (${(n / (Math.max(t.cpu, 10) / 1000)).toFixed(0)})`;

@@ -5,6 +5,7 @@
  * runs on one thread in this process, and no use for work done elsewhere
  * (an engine child, a gRPC peer).
  */
+import * as fs from 'node:fs';
 
 export interface Timing {
   /** median wall time, ms */
@@ -27,6 +28,27 @@ export async function time(reps: number, fn: () => Promise<unknown>): Promise<Ti
     wall.push(performance.now() - t0);
     const c = process.cpuUsage(c0);
     cpu.push((c.user + c.system) / 1000);
+  }
+  return { wall: median(wall), cpu: median(cpu) };
+}
+
+/** CPU ms (user + system) process `pid` has used (Linux /proc): an engine child's, steadier than wall time on a loaded machine. */
+export function processCpuMs(pid: number): number {
+  const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  return ((Number(f[11]) + Number(f[12])) * 1000) / 100; // utime, stime in clock ticks (USER_HZ 100)
+}
+
+/** Median wall ms and median CPU ms of process `pid` (an engine serving the calls) over `reps` runs after one warm-up. */
+export async function timeProcess(pid: number, reps: number, fn: () => Promise<unknown>): Promise<Timing> {
+  await fn();
+  const wall: number[] = [];
+  const cpu: number[] = [];
+  for (let i = 0; i < reps; i++) {
+    const c0 = processCpuMs(pid);
+    const t0 = performance.now();
+    await fn();
+    wall.push(performance.now() - t0);
+    cpu.push(processCpuMs(pid) - c0);
   }
   return { wall: median(wall), cpu: median(cpu) };
 }

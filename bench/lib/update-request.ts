@@ -1,5 +1,5 @@
 /**
- * The synthetic Update the engine benches time (bench/pytorch-engine.ts, bench/pytorch-lora.ts):
+ * The synthetic Update the engine benches time (bench/pytorch-engine.ts, bench/lora.ts):
  * 16 sequences of 16 context + 48 trained tokens over vocabulary V, advantages −1/0/1, one AdamW step.
  */
 import type { UpdateRequest } from '../../engines/protocol/types';
