@@ -238,13 +238,19 @@ def _steps(model, theta, m, v, step, st, on_step, gradient_at):
         if not math.isfinite(step_metrics["loss"]) or not math.isfinite(step_metrics["grad_norm"]):
             raise NonFiniteUpdate(k, step_metrics["loss"], step_metrics["grad_norm"], f"inner step {k}")
         coef = torch.clamp(max_norm / (norm + c(1e-6)), max=1.0)
-        g = g * coef
         step_size = c(lr / (1 - math.pow(b1, t)))
         bc2 = c(math.sqrt(1 - math.pow(b2, t)))
-        theta = theta * (c(1) - c(lr) * c(st["weight_decay"]))
-        m = c(b1) * m + (c(1) - c(b1)) * g
-        v = c(b2) * v + (c(1) - c(b2)) * (g * g)
-        theta = theta - step_size * (m / (torch.sqrt(v) / bc2 + c(st["eps"])))
+        # in place, in the order of the formulas above: the same element-wise operations on the same operands (so the
+        # same bits) without a fresh θ-sized tensor per operation; g is this step's own gradient, buf one scratch
+        g.mul_(coef)  # g·coef
+        theta.mul_(c(1) - c(lr) * c(st["weight_decay"]))  # θ·(1 − lr·wd)
+        buf = torch.mul(g, c(1) - c(b1))
+        m.mul_(c(b1)).add_(buf)  # β1·m + (1−β1)·g
+        torch.mul(g, g, out=buf).mul_(c(1) - c(b2))
+        v.mul_(c(b2)).add_(buf)  # β2·v + (1−β2)·g²
+        torch.sqrt(v, out=buf).div_(bc2).add_(c(st["eps"]))  # √v / bc2 + eps
+        theta.sub_(torch.div(m, buf, out=buf).mul_(step_size))  # θ − step_size·(m / ·)
+        del g, buf
         if on_step:
             on_step(k + 1)
     if not bool(torch.isfinite(theta).all()):
