@@ -108,11 +108,13 @@ class LoraModel:
         if inference:
             return self.adapters([phi])
         W = self.runtime.weights(self.base)
-        for name, off, shape, w in self.slots:
+        # the slots tile φ in order: one split, whose backward is one concatenation (model.Transformer.weights)
+        pieces = phi.split([shape[0] * shape[1] for _, _, shape, _ in self.slots])
+        for (name, _, shape, w), piece in zip(self.slots, pieces):
             if name.endswith(".A"):
-                A = phi[off:off + shape[0] * shape[1]].view(shape)
+                A = piece.view(shape)
             else:
-                B = phi[off:off + shape[0] * shape[1]].view(shape)
+                B = piece.view(shape)
                 W[w] = W[w] + self.scale * (A.t() @ B.t())  # [in, r]·[r, out]
         return W
 
