@@ -9,7 +9,7 @@ import * as path from 'node:path';
 import { describe, it } from 'node:test';
 import { Worker } from '@temporalio/worker';
 import { historyFromJSON } from '@temporalio/common/lib/proto-utils';
-import { workflowsPath } from '../../../processes/control-worker';
+import { workflowBundle } from '../../helpers';
 
 const dir = path.join(__dirname, '..', '..', 'fixtures', 'histories');
 const files = fs.readdirSync(dir).filter((f) => f.endsWith('.json'));
@@ -39,7 +39,8 @@ describe('replay of recorded histories', () => {
     it(`${file} replays without nondeterminism`, async () => {
       const history = historyFromJSON(JSON.parse(fs.readFileSync(path.join(dir, file), 'utf8')));
       assert.ok((history.events?.length ?? 0) > 10);
-      await Worker.runReplayHistory({ workflowsPath: workflowsPath() }, history, file);
+      // the workflow code bundled once for every file (a bundle per replay was most of this test's time)
+      await Worker.runReplayHistory({ workflowBundle: await workflowBundle() }, history, file);
     });
   }
 });
