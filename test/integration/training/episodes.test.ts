@@ -15,9 +15,9 @@ import { createTrainingPoolActivities } from '../../../activities/training/pool'
 import { loadEpisode, saveEpisodes } from '../../../activities/store/trajectories';
 import { locateVersion } from '../../../activities/store/versions';
 import { createRun } from '../../../activities/store/runs';
-import { workflowsPath } from '../../../processes/control-worker';
 import type { episodeWorkflow } from '../../../workflows';
 import { startHarness, type Harness } from '../../../testing/stack';
+import { workflowBundle } from '../../helpers';
 
 const stripIds = (t: { turns: Array<Record<string, unknown>> }) =>
   t.turns.map(({ durationMs, toolCalls, ...rest }) => ({
@@ -131,7 +131,7 @@ describe('episodes against Temporal, the engine and Postgres', () => {
       // The durable episodes' histories replay against the current workflow code.
       for (const spec of durable.slice(0, 2)) {
         const history = await h.env.client.workflow.getHandle(spec.episodeId).fetchHistory();
-        await Worker.runReplayHistory({ workflowsPath: workflowsPath() }, history, spec.episodeId);
+        await Worker.runReplayHistory({ workflowBundle: await workflowBundle() }, history, spec.episodeId);
       }
     });
   }
