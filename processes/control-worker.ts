@@ -27,7 +27,7 @@ import { refuseNewerRuns } from './workflow-compat';
 import { Patch } from '../workflows/patches';
 import { activeProject, enterProjectFromEnvironment, writeWorkflowsEntry } from './project';
 import { EpisodeWatch } from './episode-watch';
-import { isolateTeamBuildErrors } from './team-bundle';
+import { bundleCache } from './team-bundle';
 import { loadTeamCode, workerIdentity } from './team-code';
 
 export interface ControlWorkerOptions {
@@ -64,24 +64,29 @@ export async function createControlWorker(opts: ControlWorkerOptions): Promise<W
   for (const [team, why] of Object.entries(teams.failed)) console.warn(`troupe control worker: team ${team} is unusable: ${why}`);
   // idle threads are unref'd: they neither keep the process alive nor need closing
   const userCode = new UserCodeThreads(USER_CODE_THREAD);
-  return Worker.create({
-    identity: workerIdentity(teams.hash),
-    connection: opts.connection,
-    namespace: opts.namespace,
-    taskQueue: opts.taskQueue,
-    ...(opts.workflowBundle
-      ? { workflowBundle: opts.workflowBundle }
-      : { workflowsPath: workflowsPath(), bundlerOptions: { webpackConfigHook: isolateTeamBuildErrors } }),
-    activities: createControlActivities({
-      sql: opts.sql,
-      poolTaskQueue: opts.poolTaskQueue,
-      dashboardUrl: opts.dashboardUrl,
-      workflowPatches: Object.values(Patch),
-      userCode,
-    }),
-    dataConverter: payloadDataConverter(opts.payloadKeys),
-    ...opts.workerOptions,
-  });
+  const cache = opts.workflowBundle ? undefined : bundleCache();
+  try {
+    return await Worker.create({
+      identity: workerIdentity(teams.hash),
+      connection: opts.connection,
+      namespace: opts.namespace,
+      taskQueue: opts.taskQueue,
+      ...(opts.workflowBundle
+        ? { workflowBundle: opts.workflowBundle }
+        : { workflowsPath: workflowsPath(), bundlerOptions: { webpackConfigHook: cache!.hook } }),
+      activities: createControlActivities({
+        sql: opts.sql,
+        poolTaskQueue: opts.poolTaskQueue,
+        dashboardUrl: opts.dashboardUrl,
+        workflowPatches: Object.values(Patch),
+        userCode,
+      }),
+      dataConverter: payloadDataConverter(opts.payloadKeys),
+      ...opts.workerOptions,
+    });
+  } finally {
+    cache?.release(); // Worker.create has bundled by now
+  }
 }
 
 export const READY_LINE = 'troupe control worker: ready';

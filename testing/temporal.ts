@@ -4,7 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, DefaultLogger, Runtime, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
-import { isolateTeamBuildErrors } from '../processes/team-bundle';
+import { bundleCache } from '../processes/team-bundle';
 import { workflowsPath } from '../processes/control-worker';
 import { enterProjectFromEnvironment } from '../processes/project';
 import { TROUPE_SEARCH_ATTRIBUTE_KEYS } from '../infra/search-attributes';
@@ -72,7 +72,10 @@ let bundle: Promise<WorkflowBundleWithSourceMap> | undefined;
  */
 export function workflowBundle(): Promise<WorkflowBundleWithSourceMap> {
   enterProjectFromEnvironment({ required: false });
-  bundle ??= bundleWorkflowCode({ workflowsPath: workflowsPath(), logger: quietLogger, webpackConfigHook: isolateTeamBuildErrors });
+  if (!bundle) {
+    const cache = bundleCache();
+    bundle = bundleWorkflowCode({ workflowsPath: workflowsPath(), logger: quietLogger, webpackConfigHook: cache.hook }).finally(() => cache.release());
+  }
   return bundle;
 }
 
