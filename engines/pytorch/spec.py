@@ -17,7 +17,7 @@ LIMITS = {
     "headDim": 1024,
     "mlpWidth": 65_536,
     "maxSeq": 32_768,
-    "params": 1_000_000_000,
+    "params": 10_000_000_000,  # a typo's bound: whether a spec fits is memory.py's check (spec.ts TRANSFORMER_LIMITS)
     "loraRank": 4096,
 }
 # LoRA target names: one layer's linear maps by their slot names (spec.ts LORA_TARGETS)

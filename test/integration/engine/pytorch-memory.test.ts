@@ -14,7 +14,8 @@
  *
  * so an engine with exactly that budget loads it and refuses the same spec with
  * maxSeq 33 (naming width: state dominates, embeddings are few); a long maxSeq
- * names maxSeq and a large vocabulary names vocabSize.
+ * names maxSeq and a large vocabulary names vocabSize; a Qwen2.5-1.5B shape
+ * (1.54e9 parameters, within the 1e10 bound) is refused by the budget too.
  *
  * A LoRA adapter over that spec (rank 2 on q and o) keeps AdamW state for its
  * adapter only: Pt = 2·(1024 + 1024) = 4,096 targeted values, Pa = 2·2·(2·(32 + 32))
@@ -53,6 +54,12 @@ describe('the PyTorch engine refuses a spec that cannot fit its memory budget', 
       ['maxSeq 33', { maxSeq: 33 }, /^spec\.width: needs ~0\.00 GiB .*memory budget is 0\.00 GiB \(reduce width/],
       ['maxSeq 4096', { maxSeq: 4096 }, /^spec\.maxSeq: needs ~\d+\.\d\d GiB \(weights and AdamW state 0\.00 GiB, 1 sequence of maxSeq 4096 /],
       ['vocabulary', { vocabSize: 100_000 }, /^spec\.vocabSize: needs /],
+      // a real checkpoint's shape (Qwen2.5-1.5B, over the old 1e9-parameter bound): the budget, not a bound, refuses it
+      [
+        'a Qwen2.5-1.5B shape',
+        { vocabSize: 151_936, width: 1536, layers: 28, heads: 12, kvHeads: 2, mlpWidth: 8960, maxSeq: 2048 },
+        /^spec\.width: needs ~68\.37 GiB \(weights and AdamW state 46\.00 GiB/,
+      ],
     ];
     for (const [what, change, message] of cases) {
       const spec = { ...SPEC, ...LLAMA, ...change };

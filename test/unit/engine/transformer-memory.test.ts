@@ -91,3 +91,22 @@ test('the engine refuses a spec over its memory budget at InitModel, naming the 
   });
   assert.equal(info.version, 0);
 });
+
+test('a Qwen2.5-1.5B shape is a valid spec (the parameter bound is 1e10); the memory check is what refuses it on a small budget', () => {
+  const qwen = normalizeTransformerSpec({
+    ...{ vocabSize: 151_936, width: 1536, layers: 28, heads: 12, kvHeads: 2, mlpWidth: 8960, maxSeq: 2048 },
+    ...{ positions: 'rope', norm: 'rmsnorm', mlp: 'swiglu', bias: false, tiedHead: true },
+  });
+  assert.ok(paramLayout(qwen).total > 1e9 && paramLayout(qwen).total < 2e9, `${paramLayout(qwen).total} parameters`);
+  // 1.5e9 × 32 bytes of state (θ, m, v in and out, gradients) is 46 GiB, and 2 sequences of 2,048 positions 45 GiB:
+  // a 16 GiB budget cannot hold it, an H200's can
+  assert.throws(
+    () => checkTransformerFits(qwen, 16 * 2 ** 30, 'models.policy'),
+    (e: unknown) =>
+      e instanceof TransformerSpecError &&
+      e.issues[0]!.path === 'models.policy.width' &&
+      /needs ~90\.64 GiB .* budget is 16\.00 GiB/.test(e.issues[0]!.message),
+  );
+  assert.doesNotThrow(() => checkTransformerFits(qwen, 128 * 2 ** 30));
+  assert.throws(() => normalizeTransformerSpec({ vocabSize: 16, width: 8192, layers: 128, heads: 64 }), /parameters exceed the limit of 10000000000/);
+});
