@@ -16,7 +16,9 @@
  * crash) rebuilds only what changed: 1.1 s of CPU instead of 4 s here. Webpack checks every
  * module and resolution against the cache by content hash, so an edited team is rebuilt. One
  * process at a time uses a folder (a lock file naming its pid); another bundles without it
- * rather than read a cache being written. TROUPE_BUNDLE_CACHE=0 turns it off.
+ * rather than read a cache being written. A folder whose project is gone (a test's temporary
+ * project, a deleted checkout) is removed by the next process that bundles. TROUPE_BUNDLE_CACHE=0
+ * turns it off.
  */
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
@@ -110,15 +112,33 @@ export function bundleCacheDir(projectDir = activeProject()?.dir ?? process.cwd(
   return path.join(cacheDir(env), 'workflow-bundle', key);
 }
 
-export function bundleCache(dir = bundleCacheDir(), env: NodeJS.ProcessEnv = process.env): BundleCache {
+/** Removes the cache folders (beside `dir`) whose project no longer exists and that no live process holds. */
+function pruneGoneProjects(dir: string): void {
+  const parent = path.dirname(dir);
+  for (const name of fs.readdirSync(parent)) {
+    if (!name.endsWith('.project')) continue;
+    const folder = path.join(parent, name.slice(0, -'.project'.length));
+    if (folder === dir || fs.existsSync(fs.readFileSync(`${folder}.project`, 'utf8'))) continue;
+    if (!takeLock(`${folder}.lock`)) continue; // in use
+    fs.rmSync(folder, { recursive: true, force: true });
+    fs.rmSync(`${folder}.project`, { force: true });
+    fs.rmSync(`${folder}.lock`, { force: true });
+  }
+}
+
+export function bundleCache(dir = bundleCacheDir(), env: NodeJS.ProcessEnv = process.env, projectDir = activeProject()?.dir ?? process.cwd()): BundleCache {
   const lock = `${dir}.lock`;
   let held = false;
   if (env.TROUPE_BUNDLE_CACHE !== '0') {
     try {
       fs.mkdirSync(path.dirname(dir), { recursive: true });
       held = takeLock(lock);
+      if (held) {
+        fs.writeFileSync(`${dir}.project`, projectDir);
+        pruneGoneProjects(dir);
+      }
     } catch {
-      held = false;
+      /* a cache is an optimisation: without one (or its pruning) the bundle is the same */
     }
   }
   return {

@@ -47,7 +47,7 @@ it('with it the bundle builds, and the broken module throws only when required',
   assert.ok(code.includes(`.syntax-${process.pid}.ts`));
 });
 
-it('the build cache: an edited module is rebuilt, not restored stale; one process holds a cache folder at a time', async () => {
+it("the build cache: an edited module is rebuilt, not restored stale; one process holds a cache folder at a time; a gone project's folder is removed", async () => {
   const root = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-bundle-cache-'));
   const team = path.join(activeProject()!.dir, `.cached-${process.pid}.ts`);
   const entry = path.join(__dirname, `.bundle-probe-${process.pid}-cached.ts`);
@@ -81,6 +81,18 @@ it('the build cache: an edited module is rebuilt, not restored stale; one proces
     assert.ok(next.held);
     next.release();
     assert.equal(bundleCache(dir, { TROUPE_BUNDLE_CACHE: '0' }).held, false, 'TROUPE_BUNDLE_CACHE=0 turns it off');
+
+    // the folders of projects that are gone go, unless a live process holds them; others stay
+    const sibling = (name: string, project: string) => {
+      fs.mkdirSync(path.join(root, name, 'pack'), { recursive: true });
+      fs.writeFileSync(path.join(root, `${name}.project`), project);
+    };
+    sibling('gone', path.join(root, 'no-such-project'));
+    sibling('held', path.join(root, 'no-such-project'));
+    fs.writeFileSync(path.join(root, 'held.lock'), String(process.pid));
+    sibling('alive', root);
+    bundleCache(dir, {}).release();
+    assert.deepEqual(fs.readdirSync(root).sort(), ['alive', 'alive.project', 'cache', 'cache.project', 'held', 'held.lock', 'held.project']);
   } finally {
     fs.rmSync(root, { recursive: true, force: true });
     fs.rmSync(team, { force: true });
