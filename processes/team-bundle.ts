@@ -24,6 +24,7 @@ import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { WorkerOptions } from '@temporalio/worker';
+import { tryLockFile } from '../infra/lock';
 import { cacheDir, repoRoot } from '../infra/paths';
 import { activeProject } from './project';
 
@@ -75,37 +76,6 @@ export interface BundleCache {
   release(): void;
 }
 
-/** The pid in `lock` is a live process. */
-function lockHolderAlive(lock: string): boolean {
-  const pid = Number(fs.readFileSync(lock, 'utf8').trim());
-  if (!Number.isInteger(pid) || pid <= 0) return false;
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
-/** Takes `<dir>.lock` (a dead holder's is taken over); false when a live process holds it. */
-function takeLock(lock: string): boolean {
-  for (let attempt = 0; attempt < 2; attempt++) {
-    try {
-      fs.writeFileSync(lock, String(process.pid), { flag: 'wx' });
-      return true;
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') return false;
-      try {
-        if (lockHolderAlive(lock)) return false;
-        fs.rmSync(lock, { force: true });
-      } catch {
-        return false;
-      }
-    }
-  }
-  return false;
-}
-
 /** The cache folder of the active project (the bundle's inputs differ by project). */
 export function bundleCacheDir(projectDir = activeProject()?.dir ?? process.cwd(), env: NodeJS.ProcessEnv = process.env): string {
   const key = createHash('sha256').update(`${projectDir}\0${repoRoot}`).digest('hex').slice(0, 16);
@@ -119,21 +89,21 @@ function pruneGoneProjects(dir: string): void {
     if (!name.endsWith('.project')) continue;
     const folder = path.join(parent, name.slice(0, -'.project'.length));
     if (folder === dir || fs.existsSync(fs.readFileSync(`${folder}.project`, 'utf8'))) continue;
-    if (!takeLock(`${folder}.lock`)) continue; // in use
+    const release = tryLockFile(`${folder}.lock`);
+    if (typeof release !== 'function') continue; // in use
     fs.rmSync(folder, { recursive: true, force: true });
     fs.rmSync(`${folder}.project`, { force: true });
-    fs.rmSync(`${folder}.lock`, { force: true });
+    release();
   }
 }
 
 export function bundleCache(dir = bundleCacheDir(), env: NodeJS.ProcessEnv = process.env, projectDir = activeProject()?.dir ?? process.cwd()): BundleCache {
-  const lock = `${dir}.lock`;
-  let held = false;
+  let release: (() => void) | undefined;
   if (env.TROUPE_BUNDLE_CACHE !== '0') {
     try {
-      fs.mkdirSync(path.dirname(dir), { recursive: true });
-      held = takeLock(lock);
-      if (held) {
+      const got = tryLockFile(`${dir}.lock`);
+      if (typeof got === 'function') {
+        release = got;
         fs.writeFileSync(`${dir}.project`, projectDir);
         pruneGoneProjects(dir);
       }
@@ -142,10 +112,12 @@ export function bundleCache(dir = bundleCacheDir(), env: NodeJS.ProcessEnv = pro
     }
   }
   return {
-    held,
+    get held() {
+      return release !== undefined;
+    },
     hook: (config) => {
       const isolated = isolateTeamBuildErrors(config);
-      if (!held) return isolated;
+      if (!release) return isolated;
       return {
         ...isolated,
         // the bundler's own settings and versions are not files webpack can check: they key the cache
@@ -156,9 +128,8 @@ export function bundleCache(dir = bundleCacheDir(), env: NodeJS.ProcessEnv = pro
       } as WebpackConfig;
     },
     release: () => {
-      if (!held) return;
-      held = false;
-      fs.rmSync(lock, { force: true });
+      release?.();
+      release = undefined;
     },
   };
 }

@@ -352,7 +352,8 @@ export class Engine {
     const results: GenerateRowResult[] = [];
     for (let start = 0; start < rows.length; start += this.maxBatch) {
       const chunk = rows.slice(start, start + this.maxBatch);
-      const thetas = [...new Set(thetaOf.slice(start, start + this.maxBatch))];
+      const chunkThetas = thetaOf.slice(start, start + this.maxBatch);
+      const thetas = [...new Set(chunkThetas)];
       const t0 = performance.now();
       let out: GenerateRowResult[];
       if (thetas.length === 1) out = await ctx.runtime.generate(thetas[0]!, chunk);
@@ -360,7 +361,7 @@ export class Engine {
         out = await ctx.runtime.generateMixed!(
           thetas,
           chunk,
-          thetaOf.slice(start, start + this.maxBatch).map((t) => thetas.indexOf(t)),
+          chunkThetas.map((t) => thetas.indexOf(t)),
         );
         this.counters.mixedAdapterRuns++;
       }

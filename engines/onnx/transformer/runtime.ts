@@ -45,7 +45,7 @@ type Sequence = { context: ArrayLike<number>; tokens: ArrayLike<number> };
 /** A LoRA spec's Generate rows (lora-graph.ts): one φ per adapter in the call, and each row's index into them. */
 export interface RowAdapters {
   phis: Float32Array[];
-  ofRow: ArrayLike<number>;
+  ofRow: number[];
 }
 
 const alignedContext = (rows: GenerateRow[]) => generateContextWidth(Math.max(0, ...rows.map((r) => r.context.length)));
@@ -102,7 +102,7 @@ export class TransformerRuntime implements ModelRuntime {
     const perRun = rowsThatFit(this.spec, budgetBytes, generateBytesPerRow(this.spec, span), microBatchBytes);
     const out: GenerateRowResult[] = [];
     for (let at = 0; at < rows.length; at += perRun) {
-      const run = adapters && { phis: adapters.phis, ofRow: Array.from(adapters.ofRow).slice(at, at + perRun) };
+      const run = adapters && { phis: adapters.phis, ofRow: adapters.ofRow.slice(at, at + perRun) };
       out.push(...(await this.generateRun(theta, rows.slice(at, at + perRun), run)));
     }
     return out;
@@ -149,7 +149,7 @@ export class TransformerRuntime implements ModelRuntime {
     const stacked = new Float32Array(adapters.phis.length * Pa);
     adapters.phis.forEach((phi, k) => stacked.set(phi, k * Pa));
     const ofRow = new BigInt64Array(B);
-    Array.from(adapters.ofRow).forEach((k, b) => (ofRow[b] = BigInt(k)));
+    adapters.ofRow.forEach((k, b) => (ofRow[b] = BigInt(k)));
     return { adapters: f32(stacked, [adapters.phis.length, Pa]), adapter_of_row: i64(ofRow, [B]) };
   }
 
