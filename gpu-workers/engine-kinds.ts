@@ -11,7 +11,7 @@ import { BUILT_IN_ENGINE_COMMAND } from './engine-process';
 export const ENGINE_KINDS: Record<string, () => readonly string[]> = {
   /** the built-in ONNX Runtime engine (engines/onnx/) */
   onnx: () => BUILT_IN_ENGINE_COMMAND,
-  /** the reference PyTorch engine (engines/pytorch/), with Debian's python3-torch */
+  /** the PyTorch engine (engines/pytorch/), in its own Python environment (installed on first use) */
   pytorch: () => {
     const e = pytorchEngine();
     if ('missing' in e) throw new TroupeError(e.missing);

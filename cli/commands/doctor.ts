@@ -85,7 +85,7 @@ export async function doctor(config: TroupeConfig, env: NodeJS.ProcessEnv = proc
   else add('FAIL', 'temporal binary', 'not found, and no Go to build it — set TROUPE_TEMPORAL_BIN or TEMPORAL_ADDRESS, or install Go');
 
   // Engines other than the built-in one (optional)
-  const torch = pytorchEngine();
+  const torch = pytorchEngine({ install: false });
   add(
     'info',
     'pytorch engine',

@@ -56,23 +56,32 @@ def fail_start(message):
 # ---------------------------------------------------------------- stubs
 
 def ensure_stubs():
-    """Generate engine_pb2*.py into .gen/ when missing or older than the proto (temp dir, then rename)."""
+    """Generate engine_pb2*.py into .gen/ with grpcio-tools' protoc when missing, older than the
+    proto, or made by another grpcio-tools (temp dir, then rename)."""
+    try:
+        import grpc_tools
+    except ImportError:
+        fail_start("grpcio-tools is needed to generate the gRPC stubs (engines/pytorch/requirements.txt)")
+    stamp = os.path.join(GEN, "GRPC_TOOLS_VERSION")
+    tools_version = _dist_version("grpcio-tools")
     target = os.path.join(GEN, "engine_pb2_grpc.py")
-    fresh = os.path.exists(target) and os.path.getmtime(target) >= os.path.getmtime(PROTO)
+    fresh = (
+        os.path.exists(target) and os.path.getmtime(target) >= os.path.getmtime(PROTO)
+        and os.path.exists(stamp) and open(stamp).read().strip() == tools_version
+    )
     if not fresh:
-        plugin = shutil.which("grpc_python_plugin")
-        protoc = shutil.which("protoc")
-        if not plugin or not protoc:
-            fail_start("protoc and grpc_python_plugin are needed to generate the gRPC stubs (Debian: protobuf-compiler protobuf-compiler-grpc)")
         tmp = tempfile.mkdtemp(prefix=".gen-", dir=HERE)
         os.chmod(tmp, 0o755)
+        include = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
         r = subprocess.run(
-            [protoc, f"-I{PROTO_DIR}", f"--python_out={tmp}", f"--grpc_python_out={tmp}", f"--plugin=protoc-gen-grpc_python={plugin}", "engine.proto"],
+            [sys.executable, "-m", "grpc_tools.protoc", f"-I{PROTO_DIR}", f"-I{include}", f"--python_out={tmp}", f"--grpc_python_out={tmp}", "engine.proto"],
             capture_output=True, text=True,
         )
         if r.returncode != 0:
             shutil.rmtree(tmp, ignore_errors=True)
             fail_start(f"protoc failed: {r.stderr.strip()}")
+        with open(os.path.join(tmp, "GRPC_TOOLS_VERSION"), "w") as f:
+            f.write(tools_version + "\n")
         # replace atomically; another engine starting at the same time may win the race (its stubs are equal)
         old = None
         if os.path.exists(GEN):
@@ -89,6 +98,11 @@ def ensure_stubs():
         if old:
             shutil.rmtree(old, ignore_errors=True)
     sys.path.insert(0, GEN)
+
+
+def _dist_version(name):
+    from importlib.metadata import version
+    return version(name)
 
 
 # ---------------------------------------------------------------- flags (parsed before heavy imports)
