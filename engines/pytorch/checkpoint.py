@@ -26,7 +26,7 @@ import numpy as np
 import spec as specmod
 
 MODEL_TYPES = ["gpt2", "llama", "qwen2", "qwen3"]
-LOADER = f"own safetensors loader, model types {'/'.join(MODEL_TYPES)}; transformers not used"
+LOADER = f"own safetensors loader for model types {'/'.join(MODEL_TYPES)}; transformers for every other causal LM"
 DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8}
 TORCH_DTYPE = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
 TORCH_NAME = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64"}
@@ -408,6 +408,14 @@ def _read_weights(d):
         if name not in tensors:
             raise CheckpointError(f"{index_file}: tensor {name} is missing from {shard}")
     return tensors
+
+
+def model_type(d):
+    """config.json's model_type of directory d (None when unreadable: resolve then names the problem)."""
+    try:
+        return _read_json(os.path.join(d, "config.json")).get("model_type")
+    except CheckpointError:
+        return None
 
 
 def resolve(d, max_seq=None, prefix="spec"):

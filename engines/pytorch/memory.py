@@ -48,6 +48,8 @@ class SpecTooLarge(Exception):
 
 
 def state_bytes(s):
+    if "hf" in s:  # a transformers spec (hf.py): its module's parameter count
+        return F32 * STATE_COPIES * s["params"]
     if "lora" not in s:
         return F32 * STATE_COPIES * param_layout(s)[1]
     base_slots, P = param_layout(s)
@@ -129,8 +131,11 @@ def check_fits(s, budget, prefix="spec"):
     run = max(update_bytes_per_sequence(s, s["maxSeq"]), step_bytes(s) + slot_bytes(s))
     if state + run <= budget:
         return
-    slots, total = param_layout(s)
-    embeddings = sum(_size(shape) for name, _, shape, kind in slots if kind == "embedding" or name == "head")
+    if "hf" in s:
+        total, embeddings = s["params"], s["vocabSize"] * s["width"]
+    else:
+        slots, total = param_layout(s)
+        embeddings = sum(_size(shape) for name, _, shape, kind in slots if kind == "embedding" or name == "head")
     field = "maxSeq" if run >= state else ("vocabSize" if embeddings * 2 >= total else "width")
 
     def gib(b):

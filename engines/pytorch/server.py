@@ -172,6 +172,7 @@ import engine_pb2 as pb  # noqa: E402
 import engine_pb2_grpc as pbg  # noqa: E402
 import checkpoint  # noqa: E402
 import faults as faultsmod  # noqa: E402
+import hf  # noqa: E402
 import memory  # noqa: E402
 import philox  # noqa: E402
 import watchdog  # noqa: E402
@@ -428,7 +429,7 @@ class VersionCache:
         k = specmod.spec_key(spec)
         with self.lock:
             if k not in self.runtimes:
-                self.runtimes[k] = Transformer(spec, self.device)
+                self.runtimes[k] = hf.HfTransformer(spec, self.device) if hf.is_hf(spec) else Transformer(spec, self.device)
             return self.runtimes[k]
 
     def ensure_model(self, key, spec):
@@ -512,7 +513,13 @@ def spec_from_wire(w, field="spec"):
         config = {**json.loads(specmod.config_json(base)), "lora": {**lora, "baseCheckpoint": ck[0]}}
         w = pb.ModelSpec(family=w.family, vocab_size=base["vocabSize"])
     try:
+        if w.family == specmod.FAMILY and "hf" in config:  # a transformers spec, as VersionInfo gives it back
+            if "lora" in config:
+                raise invalid(f"{field}.lora: adapters over a transformers model (spec.hf) are not served by this engine yet")
+            return hf.normalize(w.vocab_size, config, field), None
         ck = checkpoint.checkpoint_options(config, field) if w.family == specmod.FAMILY else None
+        if ck is not None and checkpoint.model_type(ck[0]) not in (None, *checkpoint.MODEL_TYPES):  # transformers computes it
+            return hf.resolve_checkpoint(ck[0], ck[1], field), ck
         if ck is None:
             s = specmod.normalize(w.family, w.vocab_size, config, field)
             if "lora" in s and "baseSeed" not in s["lora"] and "baseCheckpoint" not in s["lora"]:
@@ -524,6 +531,8 @@ def spec_from_wire(w, field="spec"):
     except checkpoint.CheckpointError as e:
         msg = str(e)
         raise invalid(msg if msg.startswith(f"{field}.") else f"{field}.checkpoint: {msg}")
+    except hf.HfSpecError as e:
+        raise invalid(str(e))
     if w.vocab_size not in (0, s["vocabSize"]):
         raise invalid(f"{field}.vocab_size: {w.vocab_size}, but the checkpoint's config.json has vocab_size {s['vocabSize']} (send 0 or that)")
     return s, ck
@@ -715,13 +724,20 @@ class Engine(pbg.EngineServicer):
         except memory.SpecTooLarge as e:
             raise invalid(str(e))
 
+    def _hf_checkpoint(self, s, d):
+        try:
+            return hf.load_checkpoint(d, self.cache.runtime(s))
+        except hf.HfSpecError as e:
+            raise invalid(f"spec.checkpoint: {e}")
+
     # -- versions
     def InitModel(self, req, context):
         def go():
             key = check_key(req.model_key)
             s, ck = spec_from_wire(req.spec if req.HasField("spec") else None)
             self._check_memory(s)
-            pretrained = load_checkpoint(ck) if ck else None  # read before the model exists here: a bad directory changes nothing
+            # read before the model exists here: a bad directory changes nothing
+            pretrained = (self._hf_checkpoint(s, ck[0]) if hf.is_hf(s) else load_checkpoint(ck)) if ck else None
 
             def work(job):
                 m = self.cache.ensure_model(key, s)
@@ -754,7 +770,7 @@ class Engine(pbg.EngineServicer):
             optim = req.optimizer_state
         if req.weights_sha256 and sha256_hex(weights) != req.weights_sha256.lower():
             raise invalid(f"weights_sha256: the weights bytes hash to {sha256_hex(weights)}, not {req.weights_sha256}")
-        P = specmod.adapter_layout(s)[1] if "lora" in s else specmod.param_layout(s)[1]
+        P = s["params"] if hf.is_hf(s) else specmod.adapter_layout(s)[1] if "lora" in s else specmod.param_layout(s)[1]
         theta = decode_weights(weights, P)
         step, m, v = decode_optimizer(optim, P)
 

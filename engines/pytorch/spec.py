@@ -281,7 +281,10 @@ def param_layout(s):
 
 
 def spec_key(s):
-    """spec.ts transformerSpecKey: equal keys, same model (a LoRA spec's adapter and base seed included)."""
+    """spec.ts transformerSpecKey: equal keys, same model (a LoRA spec's adapter and base seed included). A
+    transformers spec (hf.py: {"hf": config.json, ...}) is its config and maxSeq."""
+    if "hf" in s:
+        return json.dumps(["hf", s["vocabSize"], s["hf"], s["maxSeq"]], sort_keys=True)
     key = [s[k] for k in ["family", "vocabSize"] + FIELDS]
     if "lora" in s:
         lo = s["lora"]
@@ -350,7 +353,10 @@ def js_number(x) -> str:
 
 
 def config_json(s) -> str:
-    """The normalized config (every field but family / vocabSize) as JSON, keys in the spec's order, JS number formatting."""
+    """The normalized config (every field but family / vocabSize) as JSON, keys in the spec's order, JS number formatting;
+    a transformers spec's is {"hf": config.json, "maxSeq": M}."""
+    if "hf" in s:
+        return json.dumps({"hf": s["hf"], "maxSeq": s["maxSeq"]}, separators=(",", ":"), sort_keys=True)
     parts = []
     for k in [k for k in s if k in FIELDS or k == "lora"]:
         v = s[k]

@@ -1,0 +1,378 @@
+"""Models through Hugging Face transformers: any decoder-only causal LM the pinned transformers has, computed by
+its own modules (embeddings, norms, MLPs, rotary tables, q/k norms, soft-caps), with the weights supplied per call
+from a version's flat θ (torch.func.functional_call), so one module serves every version of a model and a version
+stays one immutable tensor, as model.Transformer's do. HfTransformer has model.Transformer's interface (weights,
+run_rows, new_cache, trunk, head, P), so the server's batching, versions and updates run on it unchanged.
+
+Attention is the one piece Troupe supplies, registered as transformers' attention implementation "troupe":
+  - a row step (run_rows: Score, Generate's prefill and decode): every row is a one-token sequence at its own
+    position that writes its key and value into its own cache slot and attends to that slot's keys 0..position,
+    as model.Transformer.step does, so a row's bits do not depend on what runs beside it and Score = Generate;
+  - whole sequences (Update): causal attention, torch's SDPA where the model has no logit soft-cap or window.
+
+The spec of such a model (the form InitModel's {"checkpoint": dir} resolves to when config.json's model_type is not
+one of model.py's own four) is {"family": "transformer", "vocabSize": V, "hf": <config.json>, "maxSeq": M, ...}: the
+config is the model, so a stored spec rebuilds it without the directory. θ is the module's parameters in its own
+order and shapes (a tied head once), float32: the built-in engine does not load these.
+"""
+import json
+import math
+import os
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+from torch.func import functional_call
+
+import model as hand  # BLOCK, STEP_SIZES, ATT_ROWS, KEY_LENGTHS and the probes' rules are shared
+
+IMPLEMENTATION = "troupe"
+# config.json fields that say how the file was written, not what the model computes
+NOT_THE_MODEL = ("_name_or_path", "transformers_version", "torch_dtype", "dtype", "architectures", "auto_map",
+                 "use_cache", "output_attentions", "output_hidden_states", "return_dict")
+
+
+class HfSpecError(Exception):
+    pass
+
+
+def _transformers():
+    import transformers
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+    if IMPLEMENTATION not in AttentionInterface._global_mapping:
+        AttentionInterface.register(IMPLEMENTATION, attention)
+        AttentionMaskInterface.register(IMPLEMENTATION, lambda *a, **k: None)  # attention() masks by position itself
+    return transformers
+
+
+# ---------------------------------------------------------------- specs
+
+def _float_fields(cls):
+    """The config class's fields typed float and not int (JSON written by JavaScript gives 30 for 30.0)."""
+    out = set()
+    for c in reversed(cls.__mro__):
+        for k, a in c.__dict__.get("__annotations__", {}).items():
+            a = str(a)
+            if "float" in a and "int" not in a:
+                out.add(k)
+    return out
+
+
+def canonical(cfg: dict, where="spec.hf:"):
+    """cfg with float fields as floats, and transformers' config object of it, checked to be a causal LM that
+    transformers has."""
+    t = _transformers()
+    mt = cfg.get("model_type")
+    if not isinstance(mt, str):
+        raise HfSpecError(f"{where} model_type: required (a transformers model type)")
+    try:
+        cls = t.CONFIG_MAPPING[mt]
+    except KeyError:
+        raise HfSpecError(f"{where} model_type: {json.dumps(mt)} is not a model type transformers {t.__version__} knows")
+    floats = _float_fields(cls)
+    cfg = {k: (float(v) if k in floats and isinstance(v, int) and not isinstance(v, bool) else v) for k, v in cfg.items()}
+    try:
+        config = cls(**{k: v for k, v in cfg.items() if k != "model_type"})
+    except Exception as e:  # transformers' own validation: the message names the field
+        raise HfSpecError(f"{where} {e}")
+    if cls not in t.MODEL_FOR_CAUSAL_LM_MAPPING:
+        raise HfSpecError(f"{where} model_type: {json.dumps(mt)} has no causal LM in transformers {t.__version__}")
+    return cfg, config
+
+
+def model_config(cfg: dict, where="spec.hf:"):
+    return canonical(cfg, where)[1]
+
+
+def _shape(config, name, *alts, default=None):
+    for n in (name, *alts):
+        v = getattr(config, n, None)
+        if v is not None:
+            return v
+    if default is not None:
+        return default
+    raise HfSpecError(f"spec.hf.{name}: missing")
+
+
+def normalize(vocab_size: int, config: dict, prefix="spec", where=None):
+    """The spec of {"hf": config.json, "maxSeq"?}: the config as given (less the fields that say how it was written),
+    and the shape fields memory.py sizes runs by, read from it. Errors name `where` (the config's place) + its field."""
+    bad = [k for k in config if k not in ("hf", "maxSeq", "family", "vocabSize")]
+    if bad:
+        raise HfSpecError(f"{prefix}.{bad[0]}: comes from the checkpoint's config (spec.hf); leave it out")
+    cfg = config.get("hf")
+    if not isinstance(cfg, dict):
+        raise HfSpecError(f"{prefix}.hf: must be a config.json object")
+    cfg, c = canonical({k: v for k, v in cfg.items() if k not in NOT_THE_MODEL}, where or f"{prefix}.hf:")
+    V = int(_shape(c, "vocab_size"))
+    if vocab_size not in (0, V):
+        raise HfSpecError(f"{prefix}.vocab_size: {vocab_size}, but the config has vocab_size {V} (send 0 or that)")
+    bound = int(_shape(c, "max_position_embeddings", "n_positions", default=4096))
+    M = config.get("maxSeq", bound)
+    if not (isinstance(M, int) and not isinstance(M, bool) and 1 <= M <= bound):
+        raise HfSpecError(f"{prefix}.maxSeq: must be an integer in [1, {bound}] (the config's max_position_embeddings), got {json.dumps(M)}")
+    D = int(_shape(c, "hidden_size", "n_embd"))
+    H = int(_shape(c, "num_attention_heads", "n_head"))
+    act = str(getattr(c, "hidden_act", getattr(c, "activation_function", "silu")))
+    return {
+        "family": "transformer", "vocabSize": V, "hf": cfg, "maxSeq": M,
+        # read from the config for memory.py; not part of the spec's identity (the config is)
+        "width": D, "layers": int(_shape(c, "num_hidden_layers", "n_layer")), "heads": H,
+        "kvHeads": int(_shape(c, "num_key_value_heads", default=H)),
+        "headDim": int(getattr(c, "head_dim", None) or D // H),
+        "mlpWidth": int(_shape(c, "intermediate_size", "n_inner", default=4 * D)),
+        "mlp": "gelu" if "gelu" in act else "swiglu", "qkNorm": False, "bias": False, "params": param_count(c),
+    }
+
+
+def is_hf(spec):
+    return "hf" in spec
+
+
+def param_count(c):
+    """Parameters of config c's causal LM (a tied head once), from a module on the meta device (nothing allocated)."""
+    t = _transformers()
+    with torch.device("meta"):
+        m = t.AutoModelForCausalLM.from_config(c)
+    if getattr(c, "tie_word_embeddings", False):
+        m.tie_weights()
+    return sum(p.numel() for p in m.parameters())
+
+
+def resolve_checkpoint(d, max_seq=None, prefix="spec"):
+    """The spec of checkpoint directory d (its config.json), maxSeq lowered to max_seq if given."""
+    path = os.path.join(d, "config.json")
+    try:
+        with open(path) as f:
+            cfg = json.load(f)
+    except (OSError, ValueError) as e:
+        raise HfSpecError(f"{prefix}.checkpoint: cannot read {path}: {e}")
+    config = {"hf": cfg}
+    if max_seq is not None:
+        config["maxSeq"] = max_seq
+    return normalize(0, config, prefix, f"{prefix}.checkpoint: {path}:")
+
+
+# ---------------------------------------------------------------- attention
+
+def attention(module, q, k, v, attention_mask, dropout=0.0, scaling=None, sliding_window=None, softcap=None, troupe_rows=None, **_):
+    """transformers' attention interface: q [B, H, S, hd], k, v [B, Hkv, S, hd] → ([B, S, H, hd], None)."""
+    scale = scaling if scaling is not None else 1.0 / math.sqrt(q.shape[-1])
+    if troupe_rows is not None:
+        return troupe_rows.attend(module.layer_idx, q, k, v, scale, sliding_window, softcap), None
+    S = q.shape[2]
+    if softcap is None and sliding_window is None:
+        ctx = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=k.shape[1] != q.shape[1])
+        return ctx.transpose(1, 2), None
+    g = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(g, dim=1)
+    v = v.repeat_interleave(g, dim=1)
+    scores = (q @ k.transpose(-1, -2)) * scale
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    pos = torch.arange(S, device=q.device)
+    hidden = pos[None, :] > pos[:, None]
+    if sliding_window is not None:
+        hidden = hidden | (pos[:, None] - pos[None, :] >= sliding_window)
+    p = torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1)
+    return (p @ v).transpose(1, 2), None
+
+
+class Rows:
+    """One run_rows step's rows: their cache slots and positions, and the attention groups (model.Transformer.step's)."""
+
+    def __init__(self, cache, block, m, lengths, device):
+        self.cache, self.m = cache, m
+        _, pos, slot = torch.tensor(block, dtype=torch.long).t().to(device)
+        self.pos, self.slot = pos, slot
+        A = hand.ATT_ROWS
+        self.groups = []
+        for a in range(0, m, A):
+            nk = next(n for n in lengths if n > max(r[1] for r in block[a:min(a + A, m)]))
+            self.groups.append((a, slot[a:a + A], nk))
+
+    def attend(self, layer, q, k, v, scale, window, softcap):
+        """q [n, H, 1, hd], k, v [n, Hkv, 1, hd]: each real row writes its key and value at (slot, position) of this
+        layer's cache and attends to its slot's keys up to its position → [n, 1, H, hd]."""
+        n, H, _, hd = q.shape
+        Hkv = k.shape[1]
+        g, m = H // Hkv, self.m
+        ck, cv = self.cache[layer]
+        ck[self.slot[:m], :, self.pos[:m]] = k[:m, :, 0]
+        cv[self.slot[:m], :, self.pos[:m]] = v[:m, :, 0]
+        out = []
+        for a, at, nk in self.groups:
+            K, V = ck[at][:, :, :nk], cv[at][:, :, :nk]  # [A, Hkv, nk, hd]
+            rows = K.shape[0]
+            qg = q[a:a + rows].reshape(rows, Hkv, g, 1, hd)
+            scores = (qg * K[:, :, None]).sum(-1) * scale  # [A, Hkv, g, nk]
+            if softcap is not None:
+                scores = torch.tanh(scores / softcap) * softcap
+            keys = torch.arange(nk, device=q.device)[None, :]
+            p_ = self.pos[a:a + rows, None]
+            hidden = keys > p_
+            if window is not None:
+                hidden = hidden | (p_ - keys >= window)
+            p = torch.softmax(scores.masked_fill(hidden[:, None, None, :], float("-inf")), dim=-1)
+            out.append((p[..., None] * V[:, :, None]).sum(-2).reshape(rows, 1, H, hd))
+        done = sum(o.shape[0] for o in out)
+        if done < n:
+            out.append(torch.zeros(n - done, 1, H, hd, device=q.device, dtype=q.dtype))
+        return torch.cat(out)
+
+
+# ---------------------------------------------------------------- the runtime
+
+class HfTransformer:
+    """model.Transformer's interface over a transformers module whose parameters come from θ per call."""
+
+    def __init__(self, spec, device):
+        t = _transformers()
+        from accelerate import init_empty_weights
+        self.spec, self.device = spec, device
+        config = model_config(spec["hf"])
+        config._attn_implementation = IMPLEMENTATION
+        with init_empty_weights(include_buffers=False):  # parameters on the meta device: θ supplies them per call
+            self.module = t.AutoModelForCausalLM.from_config(config, attn_implementation=IMPLEMENTATION)
+        self.module.eval()
+        if getattr(config, "tie_word_embeddings", False) or getattr(config.get_text_config(), "tie_word_embeddings", False):
+            self.module.tie_weights()  # the head is the embedding: one tensor in θ
+        for mod in self.module.modules():  # buffers (rotary tables) are real: move them to the device
+            for name, buf in list(mod.named_buffers(recurse=False)):
+                if buf is not None:
+                    mod._buffers[name] = buf.to(device)
+        self.names, self.shapes = [], []
+        for name, p in self.module.named_parameters():  # a tied head appears once
+            self.names.append(name)
+            self.shapes.append(tuple(p.shape))
+        self.sizes = [math.prod(s) for s in self.shapes]
+        self.P = sum(self.sizes)
+        embedding = self.module.get_input_embeddings().weight
+        self.head_name = "lm_head.weight" if "lm_head.weight" in self.names else next(
+            n for n, p in self.module.named_parameters() if p is embedding)
+        self.softcap = getattr(config, "final_logit_softcapping", None)
+        self._sizes = None
+        self._keys = None
+        self._probe = hand.Transformer.__new__(hand.Transformer)  # key_lengths' probe reads spec, group, hd, device
+        self._probe.spec, self._probe.device, self._probe._keys = spec, device, None
+        self._probe.group, self._probe.hd = spec["heads"] // spec["kvHeads"], spec["headDim"]
+
+    # ---- θ
+    def weights(self, theta, inference=False):
+        return {n: piece.view(s) for n, s, piece in zip(self.names, self.shapes, theta.split(self.sizes))}
+
+    def flatten(self, tensors):
+        """θ float32 of a {name: tensor} state (a checkpoint's), in this module's order; a missing or misshapen tensor
+        is an HfSpecError naming it."""
+        out = []
+        for n, s in zip(self.names, self.shapes):
+            t = tensors.get(n)
+            if t is None and n == "lm_head.weight":
+                t = tensors.get(self.head_name)
+            if t is None:
+                raise HfSpecError(f"tensor {n} is missing")
+            if tuple(t.shape) != s:
+                raise HfSpecError(f"tensor {n} has shape {list(t.shape)}, the config implies {list(s)}")
+            out.append(t.to(torch.float32).reshape(-1))
+        return torch.cat(out)
+
+    def _call(self, W, **kwargs):
+        return functional_call(self.module, W, args=(), kwargs=kwargs, tie_weights=True, strict=False)
+
+    # ---- rows against a KV cache: Score, Generate's prefill and decode
+    def new_cache(self, slots):
+        s = self.spec
+        shape = (slots, s["kvHeads"], s["maxSeq"], s["headDim"])
+        return [[torch.zeros(shape, device=self.device), torch.zeros(shape, device=self.device)] for _ in range(s["layers"])]
+
+    def step_sizes(self):
+        """The STEP_SIZES whose rows get the same bits as in BLOCK-row steps of this model's linear maps (probed once, on
+        random values: the kernels are chosen by shape); only BLOCK on CUDA."""
+        if self._sizes is None:
+            self._sizes = [hand.BLOCK]
+            if str(self.device) == "cpu":
+                gen = torch.Generator().manual_seed(0)
+                shapes = {(m.in_features, min(m.out_features, hand.PROBE_COLUMNS), m.bias is not None)
+                          for m in self.module.modules() if isinstance(m, torch.nn.Linear)}
+                ok = set(hand.STEP_SIZES)
+                for K, N, bias in sorted(shapes):
+                    w = torch.rand(N, K, generator=gen)
+                    b = torch.rand(N, generator=gen) if bias else None
+                    x = torch.rand(max(hand.STEP_SIZES), K, generator=gen) - 0.5
+                    full = F.linear(x[:hand.BLOCK], w, b)
+                    for n in list(ok):
+                        y = F.linear(x[:n], w, b)
+                        if n < hand.BLOCK:
+                            same = torch.equal(y, full[:n])
+                        else:
+                            same = all(torch.equal(y[a:a + hand.BLOCK], F.linear(x[a:a + hand.BLOCK], w, b))
+                                       for a in [*range(0, n - hand.BLOCK, hand.BLOCK), n - hand.BLOCK])
+                        if not same:
+                            ok.discard(n)
+                self._sizes = sorted(ok | {hand.BLOCK})
+        return self._sizes
+
+    def key_lengths(self):
+        return hand.Transformer.key_lengths(self._probe)
+
+    def run_rows(self, W, cache, rows, on_block, max_step=hand.BLOCK):
+        """model.Transformer.run_rows: rows [(token, position, slot)] in steps of step_sizes() → on_block(logits, first, real)."""
+        pad = (0, 0, 0)
+        sizes = [n for n in self.step_sizes() if n <= max_step] or self.step_sizes()[:1]
+        for a in range(0, len(rows), sizes[-1]):
+            block = rows[a:a + sizes[-1]]
+            m = len(block)
+            block = block + [pad] * (next(n for n in sizes if n >= m) - m)
+            on_block(self.step(W, cache, block, m), a, m)
+
+    def step(self, W, cache, block, m):
+        r = Rows(cache, block, m, self.key_lengths(), self.device)
+        tok = torch.tensor([b[0] for b in block], dtype=torch.long, device=self.device)[:, None]
+        out = self._call(W, input_ids=tok, position_ids=r.pos[:, None], use_cache=False, troupe_rows=r)
+        return out.logits[:, 0].float()
+
+    # ---- whole sequences (Update)
+    def trunk(self, W, tokens, checkpoint_layers=False):
+        """tokens [B, S] (right-padded) → the final hidden states [B, S, D] (the model's last norm applied)."""
+        base = self.module.base_model_prefix
+        sub = getattr(self.module, base)
+        inner = {n[len(base) + 1:]: t for n, t in W.items() if n.startswith(base + ".")}
+        if checkpoint_layers:
+            sub.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            sub.train()
+        try:
+            pos = torch.arange(tokens.shape[1], device=tokens.device)[None].expand(tokens.shape[0], -1)
+            out = functional_call(sub, inner, args=(), kwargs={"input_ids": tokens, "position_ids": pos, "use_cache": False},
+                                  tie_weights=True, strict=False)
+        finally:
+            if checkpoint_layers:
+                sub.gradient_checkpointing_disable()
+                sub.eval()
+        return out.last_hidden_state
+
+    def head(self, W, h):
+        logits = F.linear(h, W[self.head_name])
+        if self.softcap is not None:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits
+
+
+def load_checkpoint(d, runtime):
+    """θ float32 of checkpoint directory d for `runtime` (its module's parameters, by name)."""
+    index = os.path.join(d, "model.safetensors.index.json")
+    tensors = {}
+    try:
+        if os.path.exists(index):
+            with open(index) as f:
+                files = sorted(set(json.load(f)["weight_map"].values()))
+        else:
+            files = ["model.safetensors"]
+        for name in files:
+            tensors.update(load_file(os.path.join(d, name)))
+    except (OSError, ValueError, KeyError) as e:
+        raise HfSpecError(f"{d}: cannot read the weights: {e}")
+    prefix = runtime.module.base_model_prefix + "."
+    if not any(n.startswith(prefix) for n in tensors):  # a checkpoint saved from the base model alone
+        tensors = {(n if n.startswith("lm_head.") else prefix + n): t for n, t in tensors.items()}
+    return runtime.flatten(tensors)
