@@ -66,7 +66,8 @@ export function pythonEnvironment(opts: { install?: boolean; log?: (line: string
   const python = path.join(dir, 'bin', 'python');
   const ready = () => fs.existsSync(path.join(dir, READY));
   if (ready()) return { python, installed: false };
-  if (opts.install === false) return { missing: `the engine's Python environment is not installed yet (${dir}); its first use installs it (~2.6 GB download, a few minutes)` };
+  if (opts.install === false)
+    return { missing: `the engine's Python environment is not installed yet (${dir}); its first use installs it (~2.6 GB download, a few minutes)` };
 
   let told = false;
   for (;;) {
@@ -92,13 +93,19 @@ function install(dir: string, log: (line: string) => void): PythonEnvironment {
   const base = process.env.TROUPE_PYTHON_BASE || 'python3';
   const t0 = Date.now();
   const version = spawnSync(base, ['-c', 'import sys; print("%d.%d" % sys.version_info[:2])'], { encoding: 'utf8', timeout: 30_000 });
-  if (version.error || version.status !== 0) return { missing: `no Python to make the engine's environment from: ${base} did not run (set TROUPE_PYTHON_BASE, or TROUPE_PYTHON to a ready interpreter)` };
+  if (version.error || version.status !== 0)
+    return {
+      missing: `no Python to make the engine's environment from: ${base} did not run (set TROUPE_PYTHON_BASE, or TROUPE_PYTHON to a ready interpreter)`,
+    };
   const [major = 0, minor = 0] = version.stdout.trim().split('.').map(Number);
-  if (major < 3 || (major === 3 && minor < 10)) return { missing: `${base} is Python ${version.stdout.trim()}; the engine needs 3.10 or newer (set TROUPE_PYTHON_BASE)` };
+  if (major < 3 || (major === 3 && minor < 10))
+    return { missing: `${base} is Python ${version.stdout.trim()}; the engine needs 3.10 or newer (set TROUPE_PYTHON_BASE)` };
 
   fs.rmSync(dir, { recursive: true, force: true }); // a half-made one from an install that was killed
   fs.mkdirSync(path.dirname(dir), { recursive: true });
-  log(`troupe: installing the PyTorch engine's Python packages (${path.basename(REQUIREMENTS)}: torch, transformers, peft, grpcio) into ${dir}, once (~2.6 GB download)...`);
+  log(
+    `troupe: installing the PyTorch engine's Python packages (${path.basename(REQUIREMENTS)}: torch, transformers, peft, grpcio) into ${dir}, once (~2.6 GB download)...`,
+  );
   const venv = spawnSync(base, ['-m', 'venv', dir], { encoding: 'utf8', timeout: 120_000 });
   if (venv.error || venv.status !== 0) {
     fs.rmSync(dir, { recursive: true, force: true });

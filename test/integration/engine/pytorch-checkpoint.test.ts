@@ -303,6 +303,9 @@ describe('the PyTorch engine loads and writes Hugging Face checkpoints', { skip 
       );
     }
     const h = await torch.health();
-    assert.match(h.capabilities?.engine ?? '', /checkpoints: own safetensors loader for model types gpt2\/llama\/qwen2\/qwen3; transformers for every other causal LM/);
+    assert.match(
+      h.capabilities?.engine ?? '',
+      /checkpoints: own safetensors loader for model types gpt2\/llama\/qwen2\/qwen3; transformers for every other causal LM/,
+    );
   });
 });

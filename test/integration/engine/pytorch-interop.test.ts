@@ -3,8 +3,8 @@
  * same transformer: weights exported by one load into the other with the same
  * sha256, Score agrees within float32 rounding, the same Update from the same
  * base gives nearly the same weights and metrics, and greedy Generate gives the
- * same tokens. Both run as real processes over gRPC. Skips (with the Debian
- * packages to install) where python3-torch / grpcio / protoc are missing.
+ * same tokens. Both run as real processes over gRPC. Skips (saying
+ * why) where the engine's Python environment cannot be made.
  *
  * Tolerances come from measurements on this machine (printed by each test):
  * Score |Δ| ≈ 1e-6 over these small models, so 1e-4 leaves ample room while still

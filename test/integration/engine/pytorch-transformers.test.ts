@@ -148,12 +148,35 @@ describe('the PyTorch engine runs transformers models', { skip }, () => {
       [{ hf: { model_type: 'no-such-model' } }, /spec\.hf: model_type: "no-such-model" is not a model type/],
       [{ hf: { model_type: 'vit' } }, /spec\.hf: model_type: "vit" has no causal LM/],
       [{ hf: 'llama' }, /spec\.hf: must be a config\.json object/],
-      [{ hf: { model_type: 'llama', vocab_size: 64, hidden_size: 32, num_attention_heads: 4, num_hidden_layers: 1, intermediate_size: 64 }, width: 8 }, /spec\.width: comes from the checkpoint's config/],
-      [{ hf: { model_type: 'llama', vocab_size: 64, hidden_size: 32, num_attention_heads: 4, num_hidden_layers: 1, intermediate_size: 64, max_position_embeddings: 64 }, maxSeq: 65 }, /spec\.maxSeq: must be an integer in \[1, 64\]/],
+      [
+        { hf: { model_type: 'llama', vocab_size: 64, hidden_size: 32, num_attention_heads: 4, num_hidden_layers: 1, intermediate_size: 64 }, width: 8 },
+        /spec\.width: comes from the checkpoint's config/,
+      ],
+      [
+        {
+          hf: {
+            model_type: 'llama',
+            vocab_size: 64,
+            hidden_size: 32,
+            num_attention_heads: 4,
+            num_hidden_layers: 1,
+            intermediate_size: 64,
+            max_position_embeddings: 64,
+          },
+          maxSeq: 65,
+        },
+        /spec\.maxSeq: must be an integer in \[1, 64\]/,
+      ],
     ];
     for (const [config, message] of cases) {
       await assert.rejects(
-        client.loadVersion({ modelKey: 'bad-hf', version: 0, spec: { family: 'transformer', vocabSize: 0, ...config }, weights: new Uint8Array(0), optimizerState: new Uint8Array(0) }),
+        client.loadVersion({
+          modelKey: 'bad-hf',
+          version: 0,
+          spec: { family: 'transformer', vocabSize: 0, ...config },
+          weights: new Uint8Array(0),
+          optimizerState: new Uint8Array(0),
+        }),
         (e: { reason: string; message: string }) => {
           assert.equal(e.reason, 'INVALID_REQUEST', e.message);
           assert.match(e.message, message);

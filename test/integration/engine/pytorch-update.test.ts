@@ -2,7 +2,7 @@
  * The PyTorch engine's Update in micro-batches (issue #28): `--micro-batch-bytes` cuts the batch
  * into groups whose gradients add up (engines/pytorch/update.py), `--activation-checkpointing`
  * recomputes each layer in the backward, `--dtype` is fp32 on CPU. Real engine processes over gRPC;
- * skips (with the Debian packages to install) where python3-torch / grpcio / protoc are missing.
+ * skips (saying why) where the engine's Python environment cannot be made.
  *
  * - The same request with the same split gives the same bytes (weights and AdamW state), run
  *   twice; checkpointing changes no bit.
