@@ -1,23 +1,25 @@
 #!/usr/bin/python3
-"""The PyTorch engine's device code at real shapes, without gRPC: prints a markdown table and writes JSON.
+"""The GPU check of the PyTorch engine: its device code at real shapes, without gRPC or Node, one command; prints a
+markdown table (beside the earlier engine's H200 numbers) and writes JSON after every measurement.
 
-    python3 bench/pytorch_gpu.py --out $OUT/pytorch-gpu.json [--models 0.5b,1.5b,qwen3-0.6b] [--dtypes fp32,bf16] [--budget-s 400]
-    /usr/bin/python3 bench/pytorch_gpu.py --tiny --out /tmp/pytorch-gpu.json        # the tiny shapes, on CPU
+    python3 bench/pytorch_gpu.py --out $OUT/gpu-check.json                      # the GPU check (defaults below)
+    python3 bench/pytorch_gpu.py --tiny --out /tmp/gpu-check.json                # the tiny shapes, on CPU (CI runs this)
 
-Models: random-init transformers in the engine's own flat layout (spec.py), shaped as Qwen2.5-0.5B (width 896,
-24 layers, 14 heads, 2 KV heads, MLP 4864) and Qwen2.5-1.5B (1536, 28, 12, 2, 8960): vocab 151936, RoPE theta 1e6,
-RMSNorm eps 1e-6, SwiGLU, q/k/v biases (the family's `bias`), tied head; and Qwen3-0.6B (1024, 28, 16, 8 KV heads,
-head dim 128, MLP 3072, q/k norms, no biases, otherwise the same). θ is drawn on the device with torch's
-generator by init.ts's rule (uniform ±0.02·√3, residual-out scaled, gains 1, biases 0), not Philox: the same
-distribution as InitModel, not its bytes, and seconds instead of minutes at 1.5B. No download.
+Models (random init, no download): Qwen3-0.6B (width 1024, 28 layers, 16 heads, 8 KV heads, head dim 128, MLP 3072,
+q/k norms, tied head, vocab 151936) and Qwen3-1.7B (2048, 28, 16, 8, 128, MLP 6144), RoPE theta 1e6, RMSNorm eps
+1e-6; also Qwen2.5-0.5B / 1.5B shapes (--models 0.5b,1.5b) for the earlier table. Each runs on the runtimes named
+by --runtimes: `transformers` (hf.py: transformers' Qwen3 modules from the model's config, the engine's row steps)
+and `own` (model.py: the engine's hand-written transformer in the built-in engine's flat layout). θ is drawn on the
+device with torch's generator (uniform ±0.02·√3), not Philox: InitModel's distribution, not its bytes.
 
 Per model and dtype (fp32; bf16 = the engine's `--dtype bf16`: its device queue runs every job under
 torch.autocast(cuda, bfloat16), θ and AdamW state float32), every job submitted through the engine's own DeviceQueue:
   generate  Engine._generate_batch (what Generate runs: fixed-shape steps of model.BLOCK rows over max_batch cache slots,
-            prefill and decode rows alike, then sampling) at batch 1/8/32/64, prompt 64, 128 new tokens, temperature 1;
+            prefill and decode rows alike, then sampling) at batch 1/16/64/256, prompt 256, 256 new tokens, temperature 1;
             tokens/s = new tokens / wall, with the time split into steps / sampling / rest
-  update    update.run_update (what Update runs after its scoring pass) on 64 sequences of 512 tokens (64 context,
-            448 trained), one AdamW step, the engine's default --micro-batch-bytes
+  update    update.run_update (what Update runs after its scoring pass) on 64 sequences of 1024 tokens (256 context,
+            768 trained), one AdamW step, the engine's default --micro-batch-bytes; `update-lora` the same for a
+            rank-16 adapter on every projection (lora.py, own runtime only: LoRA over transformers models is not served yet)
   score     Engine._score_many over the same 64 sequences (Score, and Update's log-prob gap pass); under bf16 its
             log-probs are compared with fp32's: max and mean |Δ logprob| over the trained tokens
 Peak GPU memory is torch.cuda.max_memory_allocated, reset before each measurement (on CPU: the process's peak RSS
@@ -74,15 +76,23 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import server as srv  # noqa: E402  (sets CUBLAS_WORKSPACE_CONFIG before CUDA starts, as the engine does)
+import hf  # noqa: E402
 import spec as specmod  # noqa: E402
+from lora import LoraModel, init_adapter  # noqa: E402
 from model import SIGMA, Transformer, init_weights  # noqa: E402
 from update import micro_batch_plan, run_update  # noqa: E402
+
+# The earlier engine on an NVIDIA H200 (bench/results/pytorch-gpu-h200.md, 2026-11-26, own runtime, 0.5b fp32,
+# prompt 64, 128 new tokens, update 64 x 512): printed beside this run's table.
+EARLIER = {"generate batch 64": "161 new tokens/s", "generate batch 1": "13.4 new tokens/s", "update": "439 trained tokens/s (64 x 512)"}
 
 QWEN2 = {"positions": "rope", "ropeTheta": 1_000_000, "norm": "rmsnorm", "normEps": 1e-6, "mlp": "swiglu", "bias": True, "tiedHead": True}
 SHAPES = {
     "0.5b": {"vocabSize": 151936, "width": 896, "layers": 24, "heads": 14, "kvHeads": 2, "mlpWidth": 4864},
     "1.5b": {"vocabSize": 151936, "width": 1536, "layers": 28, "heads": 12, "kvHeads": 2, "mlpWidth": 8960},
     "qwen3-0.6b": {"vocabSize": 151936, "width": 1024, "layers": 28, "heads": 16, "kvHeads": 8, "headDim": 128, "mlpWidth": 3072,
+                   "qkNorm": True, "bias": False},
+    "qwen3-1.7b": {"vocabSize": 151936, "width": 2048, "layers": 28, "heads": 16, "kvHeads": 8, "headDim": 128, "mlpWidth": 6144,
                    "qkNorm": True, "bias": False},
     "tiny": {"vocabSize": 512, "width": 64, "layers": 2, "heads": 4, "kvHeads": 2, "mlpWidth": 128},
     "qwen3-tiny": {"vocabSize": 512, "width": 64, "layers": 2, "heads": 4, "kvHeads": 2, "headDim": 32, "mlpWidth": 128, "qkNorm": True, "bias": False},
@@ -92,26 +102,33 @@ SHAPES = {
 def parse():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, help="JSON results file")
-    p.add_argument("--models", default="0.5b,1.5b", help=f"comma list of {', '.join(SHAPES)}")
+    p.add_argument("--models", default="qwen3-0.6b,qwen3-1.7b", help=f"comma list of {', '.join(SHAPES)}")
+    p.add_argument("--runtimes", default="transformers,own", help="comma list of transformers (hf.py), own (model.py)")
     p.add_argument("--tiny", action="store_true", help="the tiny shapes only (CPU check of this script)")
-    p.add_argument("--dtypes", default="fp32,bf16")
+    p.add_argument("--dtypes", default="bf16,fp32")
     p.add_argument("--device", default="auto", help="auto (cuda:0 when available), cpu, cuda:N")
-    p.add_argument("--batches", default="1,8,32,64")
-    p.add_argument("--prompt", type=int, default=64)
-    p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--batches", default="64,256,16,1")
+    p.add_argument("--prompt", type=int, default=256)
+    p.add_argument("--new-tokens", type=int, default=256)
     p.add_argument("--update-seqs", type=int, default=64)
-    p.add_argument("--update-len", type=int, default=512, help="tokens per update sequence (context = --prompt)")
+    p.add_argument("--update-len", type=int, default=1024, help="tokens per update sequence (context = --prompt)")
     p.add_argument("--max-seq", type=int, default=1024, help="the spec's maxSeq (every row attends over all of it)")
-    p.add_argument("--max-batch", type=int, default=64, help="the engine's --max-batch (cache slots)")
+    p.add_argument("--max-batch", type=int, default=256, help="the engine's --max-batch (cache slots)")
+    p.add_argument("--lora-rank", type=int, default=16)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (the engine's --threads default)")
-    p.add_argument("--budget-s", type=float, default=400.0)
-    p.add_argument("--skip", default="", help="comma list of measurements to leave out: generate, update, score")
+    p.add_argument("--budget-s", type=float, default=420.0)
+    p.add_argument("--skip", default="score", help="comma list of measurements to leave out: generate, update, update-lora, score")
     p.add_argument("--cpu-bf16", action="store_true",
                    help="on CPU, run bf16 under torch.autocast(cpu) (not an engine path: the engine refuses bf16 on CPU); to test this script")
     a = p.parse_args()
     if a.tiny:
-        a.models = "tiny,qwen3-tiny"
+        a.models, a.batches, a.prompt, a.new_tokens, a.update_seqs, a.update_len, a.max_seq, a.max_batch = \
+            "qwen3-tiny", "4,1", 8, 8, 4, 24, 64, 8
     a.models = a.models.split(",")
+    a.runtimes = a.runtimes.split(",")
+    for r in a.runtimes:
+        if r not in ("transformers", "own"):
+            p.error(f"--runtimes: unknown runtime {r!r}; known: transformers, own")
     for m in a.models:
         if m not in SHAPES:
             p.error(f"--models: unknown model {m!r}; known: {', '.join(SHAPES)}")
@@ -119,7 +136,7 @@ def parse():
     for d in a.dtypes:
         if d not in srv.DTYPES:
             p.error(f"--dtypes: unknown dtype {d!r}; known: {', '.join(srv.DTYPES)}")
-    a.batches = [int(b) for b in a.batches.split(",")]
+    a.batches = [int(b) for b in str(a.batches).split(",")]
     if a.update_len <= a.prompt:
         p.error("--update-len must exceed --prompt (the trained tokens follow the context)")
     a.skip = set(x for x in a.skip.split(",") if x)
@@ -137,6 +154,30 @@ def make_spec(name, max_seq):
         cfg = {"headDim": cfg["width"] // cfg["heads"], "qkNorm": False, **cfg}
         s.update({k: (float(cfg[k]) if k in ("ropeTheta", "normEps") else cfg[k]) for k in specmod.FIELDS})
         return s, f"spec.normalize refuses this spec ({e}); measured with the raw layout"
+
+
+def hf_spec(spec):
+    """The transformers spec (hf.py) of a Qwen-shaped engine spec: Qwen3's config with the same shapes."""
+    cfg = {"model_type": "qwen3" if spec["qkNorm"] else "qwen2", "vocab_size": spec["vocabSize"], "hidden_size": spec["width"],
+           "num_hidden_layers": spec["layers"], "num_attention_heads": spec["heads"], "num_key_value_heads": spec["kvHeads"],
+           "head_dim": spec["headDim"], "intermediate_size": spec["mlpWidth"], "rope_theta": float(spec["ropeTheta"]),
+           "rms_norm_eps": float(spec["normEps"]), "tie_word_embeddings": spec["tiedHead"],
+           "max_position_embeddings": spec["maxSeq"]}
+    return hf.normalize(0, {"hf": cfg, "maxSeq": spec["maxSeq"]})
+
+
+def init_hf_theta(model, device, seed=1):
+    """θ of a transformers runtime: matrices uniform ±0.02·√3, vectors (norm gains) 1."""
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    theta = torch.empty(model.P, dtype=torch.float32, device=device)
+    half = SIGMA * math.sqrt(3)
+    for piece, shape in zip(theta.split(model.sizes), model.shapes):
+        if len(shape) == 1:
+            piece.fill_(1)
+        else:
+            piece.uniform_(-half, half, generator=g)
+    return theta
 
 
 def init_theta(spec, device, seed=1):
@@ -256,7 +297,7 @@ class Bench:
                     spent[key] += time.perf_counter() - t
             return wrapped
         orig_sample = srv.sample_rows
-        model.step = timed(Transformer.step.__get__(model), "steps_s")
+        model.step = timed(type(model).step.__get__(model), "steps_s")
         srv.sample_rows = timed(orig_sample, "sample_s")
         try:
             t = time.perf_counter()
@@ -295,6 +336,16 @@ class Bench:
         loss = res[4][0]["loss"]
         return {"trained_tokens": ntok, "micro_batches": len(groups), "rows_per_micro_batch": len(groups[0]), "loss": loss}
 
+    def update_lora(self, spec, model, theta, samples, dtype):
+        """A rank-r adapter on every projection over θ (the own runtime's LoraModel), one Update."""
+        targets = ["q", "k", "v", "o", "g", "u", "d"]
+        lspec = {**spec, "lora": {"rank": self.a.lora_rank, "alpha": 2.0 * self.a.lora_rank, "targets": targets, "baseSeed": 1}}
+        lm = LoraModel(lspec, model, theta)
+        phi = init_adapter(lspec, 1).to(self.device)
+        out = self.update(lm, phi, samples, dtype)
+        out["adapter_params"] = lm.P
+        return out
+
     def score(self, model, W, samples, dtype):
         eng = self.engine
 
@@ -319,52 +370,70 @@ class Bench:
             slots = srv.memory.run_slots(spec, self.engine.memory_bytes, a.max_batch)
             self.meta["models"][name] = {"params": P, "cache_slots": slots, "note": note, "spec": spec}
             print(f"# model {name}: {P:,} parameters, {slots} cache slots{'; ' + note if note else ''}", flush=True)
-            if time.monotonic() - self.t0 > a.budget_s:
-                self.measure(name, "-", "build", lambda: {})
-                continue
-            model = Transformer(spec, self.device)
-            built = {}
-            row = self.measure(name, "fp32", "build (θ init on device)", lambda: built.update(theta=init_theta(spec, self.device)) or {"params": P})
-            if row["status"] != "ok":
-                continue
-            theta = built.pop("theta")
-            W = model.weights(theta, inference=True)
-            samples = self.update_samples(spec)
-            fp32_lps = None
-            for dtype in a.dtypes:
-                if dtype == "bf16" and not self.cuda and not a.cpu_bf16:
-                    self.rows.append({"model": name, "dtype": dtype, "what": "all",
-                                      "status": "skipped: bf16 needs CUDA (the engine refuses --dtype bf16 on CPU)"})
+            for runtime in a.runtimes:
+                label = f"{name} {runtime}"
+                if time.monotonic() - self.t0 > a.budget_s:
+                    self.measure(label, "-", "build", lambda: {})
                     continue
-                short = samples[:2]
-                warm = [dict(s, tokens=s["tokens"][:16], loss_mask=[1] * 16, advantages=s["advantages"][:16],
-                             old_logprobs=s["old_logprobs"][:16], loss_weights=s["loss_weights"][:16]) for s in short]
-                self.measure(name, dtype, "warm-up", lambda: {
-                    "generate": self.generate(model, W, spec, 1, 4, dtype)["new_tokens"],
-                    "update": self.update(model, theta, warm, dtype)["trained_tokens"]})
-                if "generate" not in a.skip:
-                    for B in a.batches:
-                        self.measure(name, dtype, f"generate batch {B}", lambda: self.generate(model, W, spec, B, a.new_tokens, dtype))
-                if "update" not in a.skip:
-                    r = self.measure(name, dtype, f"update {a.update_seqs}x{a.update_len}", lambda: self.update(model, theta, samples, dtype))
-                    if r["status"] == "ok":
-                        r["tokens_per_s"] = r["trained_tokens"] / r["wall_s"]
-                if "score" not in a.skip:
-                    r = self.measure(name, dtype, f"score {a.update_seqs}x{a.update_len}", lambda: self.score(model, W, samples, dtype))
-                    if r["status"] == "ok":
-                        r["tokens_per_s"] = r["scored_tokens"] / r["wall_s"]
-                        if dtype == "fp32":
-                            fp32_lps = r["logprobs"]
-                        elif fp32_lps is not None:
-                            d = np.abs(np.concatenate([np.array(x, dtype=np.float64) - np.array(y, dtype=np.float64)
-                                                       for x, y in zip(r["logprobs"], fp32_lps)]))
-                            r["gap_vs_fp32_max"], r["gap_vs_fp32_mean"] = float(d.max()), float(d.mean())
-                        r.pop("logprobs")
-                        self.save()
-            W = theta = model = None  # free the device memory before the next model
-            if self.cuda:
-                torch.cuda.empty_cache()
+                built = {}
+                if runtime == "own":
+                    model = Transformer(spec, self.device)
+                    row = self.measure(label, "fp32", "build (θ init on device)",
+                                       lambda: built.update(theta=init_theta(spec, self.device)) or {"params": P})
+                else:
+                    model = hf.HfTransformer(hf_spec(spec), self.device)
+                    row = self.measure(label, "fp32", "build (θ init on device)",
+                                       lambda: built.update(theta=init_hf_theta(model, self.device)) or {"params": model.P})
+                if row["status"] != "ok":
+                    continue
+                theta = built.pop("theta")
+                self.models(label, spec, model, theta, runtime)
+                theta = model = None  # free the device memory before the next model
+                if self.cuda:
+                    torch.cuda.empty_cache()
         self.table()
+
+    def models(self, name, spec, model, theta, runtime):
+        """Every measurement of one model on one runtime, for each dtype."""
+        a = self.a
+        W = model.weights(theta, inference=True)
+        samples = self.update_samples(spec)
+        fp32_lps = None
+        for dtype in a.dtypes:
+            if dtype == "bf16" and not self.cuda and not a.cpu_bf16:
+                self.rows.append({"model": name, "dtype": dtype, "what": "all",
+                                  "status": "skipped: bf16 needs CUDA (the engine refuses --dtype bf16 on CPU)"})
+                continue
+            short = samples[:2]
+            warm = [dict(s, tokens=s["tokens"][:16], loss_mask=[1] * 16, advantages=s["advantages"][:16],
+                         old_logprobs=s["old_logprobs"][:16], loss_weights=s["loss_weights"][:16]) for s in short]
+            self.measure(name, dtype, "warm-up", lambda: {
+                "generate": self.generate(model, W, spec, 1, 4, dtype)["new_tokens"],
+                "update": self.update(model, theta, warm, dtype)["trained_tokens"]})
+            if "generate" not in a.skip:
+                for B in a.batches:
+                    self.measure(name, dtype, f"generate batch {B}", lambda: self.generate(model, W, spec, B, a.new_tokens, dtype))
+            if "update" not in a.skip:
+                r = self.measure(name, dtype, f"update {a.update_seqs}x{a.update_len}", lambda: self.update(model, theta, samples, dtype))
+                if r["status"] == "ok":
+                    r["tokens_per_s"] = r["trained_tokens"] / r["wall_s"]
+            if "update-lora" not in a.skip and runtime == "own":
+                r = self.measure(name, dtype, f"update-lora {a.update_seqs}x{a.update_len}",
+                                 lambda: self.update_lora(spec, model, theta, samples, dtype))
+                if r["status"] == "ok":
+                    r["tokens_per_s"] = r["trained_tokens"] / r["wall_s"]
+            if "score" not in a.skip:
+                r = self.measure(name, dtype, f"score {a.update_seqs}x{a.update_len}", lambda: self.score(model, W, samples, dtype))
+                if r["status"] == "ok":
+                    r["tokens_per_s"] = r["scored_tokens"] / r["wall_s"]
+                    if dtype == "fp32":
+                        fp32_lps = r["logprobs"]
+                    elif fp32_lps is not None:
+                        d = np.abs(np.concatenate([np.array(x, dtype=np.float64) - np.array(y, dtype=np.float64)
+                                                   for x, y in zip(r["logprobs"], fp32_lps)]))
+                        r["gap_vs_fp32_max"], r["gap_vs_fp32_mean"] = float(d.max()), float(d.mean())
+                    r.pop("logprobs")
+                    self.save()
 
     def table(self):
         print("\n| model | dtype | measurement | result | wall s | peak GiB | notes |\n| --- | --- | --- | --- | --- | --- | --- |")
@@ -387,6 +456,8 @@ class Bench:
                 res = f"{r['params']:,} parameters"
             peak = "RSS " if not self.cuda else ""
             print(f"| {r['model']} | {r['dtype']} | {r['what']} | {res} | {r['wall_s']:.2f} | {peak}{r['peak_gib']:.2f} | {notes} |")
+        print("\nThe earlier engine on an NVIDIA H200 (bench/results/pytorch-gpu-h200.md; 0.5b, own runtime, fp32, prompt 64 + 128 new): "
+              + "; ".join(f"{k} {v}" for k, v in EARLIER.items()))
         print(f"\ndevice: {self.meta.get('device_name')} (torch {torch.__version__}); total {time.monotonic() - self.t0:.0f} s; "
               f"budget {self.a.budget_s:g} s; JSON: {self.a.out}", flush=True)
 
