@@ -48,11 +48,12 @@ describe('the PyTorch engine over its --rss-limit-bytes', { skip }, () => {
 
   it('a call that grows it past the limit fails as retryable and the supervisor starts a fresh engine', { timeout: 180_000 }, async () => {
     const events: Record<string, unknown>[] = [];
-    // An idle engine holds ~250 MiB; a model of 26M parameters allocates θ, m and v (3 × 100 MiB) at InitModel.
+    // An idle engine holds ~620 MiB (PyPI's torch loads its CUDA libraries even on CPU); a model of 51M parameters (vocabulary 200,000 × width 256)
+    // allocates θ, m and v (3 × 205 MiB) at InitModel.
     const supervisor = new EngineSupervisor({
       device: 'cpu',
       command: engineCommand('pytorch'),
-      extraArgs: ['--rss-limit-bytes', String(450 * MiB)],
+      extraArgs: ['--rss-limit-bytes', String(1000 * MiB)],
       quiet: true,
       log: (e) => events.push(e),
     });
@@ -62,7 +63,7 @@ describe('the PyTorch engine over its --rss-limit-bytes', { skip }, () => {
       const small = { family: 'transformer', vocabSize: 64, width: 16, layers: 1, heads: 4, kvHeads: 1, mlpWidth: 32, maxSeq: 16 };
       await supervisor.client().initModel({ modelKey: 'small', spec: small, seed: 1 }); // under the limit: fine
       await assert.rejects(
-        supervisor.client().initModel({ modelKey: 'big', spec: { ...small, vocabSize: 200_000, width: 128, heads: 4, mlpWidth: 64 }, seed: 1 }),
+        supervisor.client().initModel({ modelKey: 'big', spec: { ...small, vocabSize: 200_000, width: 256, heads: 4, mlpWidth: 64 }, seed: 1 }),
         (e: unknown) => e instanceof EngineError && e.transient,
       );
       const fresh = await supervisor.waitForRestart(pid);
