@@ -43,6 +43,11 @@ class CheckpointError(Exception):
     """A directory that cannot be this model: the message names the file and the field or tensor."""
 
 
+class Unsupported(CheckpointError):
+    """A valid config.json that the engine's own layouts cannot compute (another activation, rope scaling, sliding
+    windows, ...): transformers computes it instead (hf.py)."""
+
+
 # ---------------------------------------------------------------- safetensors
 
 def _widen(raw: bytes, dtype: str) -> np.ndarray:
@@ -162,6 +167,7 @@ def _write_atomic(path, data: bytes):
 def parse_config(c, file="config.json"):
     """(model_type, options for spec.normalize incl. vocabSize, biases {qkv, o, mlp}); CheckpointError names the field."""
     issues = []
+    unsupported = []
 
     def bad(field, m):
         issues.append(f"{field}: {m}")
@@ -196,7 +202,7 @@ def parse_config(c, file="config.json"):
 
     def refuse(field, ok, why):
         if field in c and not ok(c[field]):
-            bad(field, f"{json.dumps(c[field])} is not supported: {why}")
+            unsupported.append(f"{field}: {json.dumps(c[field])} is not supported: {why}")
 
     def rope_theta():
         """newer transformers write rope_theta inside rope_parameters: read there, or the default would be silently another model"""
@@ -207,7 +213,8 @@ def parse_config(c, file="config.json"):
                  and isinstance(rp.get("rope_theta"), (int, float)) and not isinstance(rp.get("rope_theta"), bool) and rp["rope_theta"] > 0
                  and (c.get("rope_theta") is None or c.get("rope_theta") == rp["rope_theta"]))
         if not plain:
-            bad("rope_parameters", f"{json.dumps(rp)} is not supported: only {{\"rope_type\": \"default\", \"rope_theta\": θ}} agreeing with rope_theta")
+            unsupported.append(f"rope_parameters: {json.dumps(rp)} is not supported: "
+                               "only {\"rope_type\": \"default\", \"rope_theta\": θ} agreeing with rope_theta")
         return rp["rope_theta"] if plain else 10_000
 
     mt = c.get("model_type")
@@ -258,7 +265,9 @@ def parse_config(c, file="config.json"):
                      "maxSeq": min(integer("max_position_embeddings", 2048), specmod.LIMITS["maxSeq"])})
         biases = {"qkv": attention_bias, "o": mt != "qwen2" and attention_bias, "mlp": mlp_bias}
     if issues:
-        raise CheckpointError(f"{file}: {'; '.join(issues)}")
+        raise CheckpointError(f"{file}: {'; '.join(issues + unsupported)}")
+    if unsupported:
+        raise Unsupported(f"{file}: {'; '.join(unsupported)}")
     return mt, opts, biases
 
 

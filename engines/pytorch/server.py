@@ -525,7 +525,10 @@ def spec_from_wire(w, field="spec"):
             if "lora" in s and "baseSeed" not in s["lora"] and "baseCheckpoint" not in s["lora"]:
                 raise invalid(f"{field}.lora.baseSeed: required (the seed of the frozen base's version 0), or lora.baseCheckpoint")
             return s, None
-        s = checkpoint.resolve(ck[0], ck[1], field)[0]
+        try:
+            s = checkpoint.resolve(ck[0], ck[1], field)[0]
+        except checkpoint.Unsupported:  # a config the own layouts cannot compute (rope scaling, windows, ...)
+            return hf.resolve_checkpoint(ck[0], ck[1], field), ck
     except specmod.SpecError as e:
         raise invalid(str(e))
     except checkpoint.CheckpointError as e:

@@ -29,6 +29,10 @@ MODELS = {
                                     attn_logit_softcapping=50.0, final_logit_softcapping=30.0)),
     "phi3": ("Phi3Config", dict(SMALL, sliding_window=None)),
     "olmo2": ("Olmo2Config", dict(SMALL)),
+    # a model type of the engine's own layouts with what they cannot compute: YaRN rope scaling, a GELU MLP
+    "llama-yarn": ("LlamaConfig", dict(SMALL, hidden_act="gelu_pytorch_tanh",
+                                       rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                                        "original_max_position_embeddings": 32})),
     "qwen3-vocab": ("Qwen3Config", dict(SMALL, vocab_size=151669, head_dim=16, tie_word_embeddings=True)),
 }
 

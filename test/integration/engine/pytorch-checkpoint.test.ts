@@ -1,6 +1,6 @@
 /**
- * The PyTorch engine loads Hugging Face checkpoint directories itself
- * (engines/pytorch/checkpoint.py: its own safetensors reader, no transformers)
+ * The PyTorch engine loads Hugging Face checkpoint directories of its own four
+ * layouts itself (engines/pytorch/checkpoint.py: its own safetensors reader)
  * from a spec `{ checkpoint: dir }`, and writes versions back in the same
  * layout. Checked against the built-in engine's TypeScript loader and writer
  * (engines/checkpoints/) and the built-in engine, both as real processes:
@@ -22,9 +22,12 @@
  * - an Update of qwen3-tiny in both engines moves the q/k norm gains alike,
  *   and the trained version exports and loads back to the same bytes;
  * - bad specs and directories are INVALID_REQUEST naming the field, and
- *   load nothing; Health names the loader.
+ *   load nothing; configs these layouts cannot compute (a GELU llama, Qwen3
+ *   with a sliding window or YaRN) load through transformers instead (hf.py,
+ *   checked against transformers in pytorch-transformers.test.ts); Health
+ *   names the loaders.
  *
- * Skips (naming the Debian packages) where the PyTorch engine cannot run.
+ * Skips (saying why) where the PyTorch engine cannot run.
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -258,7 +261,7 @@ describe('the PyTorch engine loads and writes Hugging Face checkpoints', { skip 
     );
   });
 
-  it('bad specs and directories: INVALID_REQUEST naming the field; nothing is loaded', async () => {
+  it('bad specs and directories: INVALID_REQUEST naming the field, nothing loaded; what the own layouts cannot compute, transformers does', async () => {
     const gelu = path.join(tmp, 'bad-act');
     fs.cpSync(path.join(FIXTURES, 'llama-tiny'), gelu, { recursive: true });
     const cfg = JSON.parse(fs.readFileSync(path.join(gelu, 'config.json'), 'utf8'));
@@ -278,14 +281,6 @@ describe('the PyTorch engine loads and writes Hugging Face checkpoints', { skip 
       ['relative', { checkpoint: 'fixtures/hf/llama-tiny' }, /spec\.checkpoint: must be an absolute directory path/],
       ['shape option', { checkpoint: path.join(FIXTURES, 'llama-tiny'), width: 32 }, /spec\.width: comes from the checkpoint's config\.json/],
       ['missing dir', { checkpoint: path.join(tmp, 'nowhere') }, /spec\.checkpoint: .*nowhere\/config\.json: cannot read/],
-      ['activation', { checkpoint: gelu }, /spec\.checkpoint: .*config\.json: hidden_act: "gelu" is not supported/],
-      ['truncated', { checkpoint: truncated }, /spec\.checkpoint: .*model\.safetensors: .*truncated/],
-      [
-        'qwen3 sliding window',
-        { checkpoint: sliding },
-        /spec\.checkpoint: .*config\.json: use_sliding_window: true is not supported: sliding-window attention/,
-      ],
-      ['qwen3 yarn', { checkpoint: yarn }, /spec\.checkpoint: .*config\.json: rope_parameters: .* is not supported/],
       ['maxSeq', { checkpoint: path.join(FIXTURES, 'gpt2-tiny'), maxSeq: 64 }, /spec\.maxSeq: 64 is more than the checkpoint's 32/],
     ];
     for (const [what, config, message] of cases) {
@@ -301,6 +296,16 @@ describe('the PyTorch engine loads and writes Hugging Face checkpoints', { skip 
         torch.score({ modelKey: `bad-${what}`, version: 0, sequences: [{ context: [1], tokens: [2] }] }),
         (e: { reason: string }) => e.reason === 'MODEL_NOT_LOADED',
       );
+    }
+    // valid configs the engine's own layouts cannot compute go to transformers (hf.py) instead
+    for (const [what, dir] of [
+      ['activation', gelu],
+      ['qwen3 sliding window', sliding],
+      ['qwen3 yarn', yarn],
+    ] as const) {
+      const info = await torch.initModel({ modelKey: `hf-${what}`, spec: { family: 'transformer', vocabSize: 0, checkpoint: dir }, seed: 0 });
+      const spec = info.spec as { hf?: { model_type?: string } };
+      assert.ok(spec.hf?.model_type, `${what}: loads through transformers (spec.hf), got ${JSON.stringify(info.spec).slice(0, 200)}`);
     }
     const h = await torch.health();
     assert.match(

@@ -6,7 +6,8 @@
  * vocabulary with its tokenizer.json. For each, through the engine as a process:
  *
  * - InitModel {checkpoint: dir} gives the spec {hf: config.json, maxSeq} (llama, qwen2 and qwen3 still load into
- *   the engine's own layout, the built-in engine's bytes, and are checked against transformers here too), and
+ *   the engine's own layout, the built-in engine's bytes, and are checked against transformers here too; a llama
+ *   with YaRN rope scaling and a GELU MLP, which that layout cannot compute, goes to transformers), and
  *   LoadVersion of that spec (no directory) with the exported bytes gives the same sha256;
  * - Score's log-probs equal transformers' own forward (eager attention, float32) within 1e-4, and greedy Generate's
  *   tokens are transformers' argmax continuation (the reference: test/helpers/hf_reference.py);
@@ -30,7 +31,7 @@ const engine = pytorchEngine();
 const skip = 'missing' in engine ? engine.missing : false;
 const PYTHON = 'missing' in engine ? '' : engine.command[0]!;
 const HELPERS = path.resolve(__dirname, '../../helpers');
-const ARCHS = ['llama', 'qwen2', 'qwen3', 'mistral', 'gemma2', 'phi3', 'olmo2', 'qwen3-vocab'];
+const ARCHS = ['llama', 'qwen2', 'qwen3', 'mistral', 'gemma2', 'phi3', 'olmo2', 'llama-yarn', 'qwen3-vocab'];
 const TOL = 1e-4;
 const PROMPTS = [
   [1, 5, 9, 13, 2, 7, 30, 31, 40, 41, 3],
@@ -75,7 +76,7 @@ describe('the PyTorch engine runs transformers models', { skip }, () => {
       const spec = info.spec as { family: string; vocabSize: number; hf?: { model_type?: string }; maxSeq?: number };
       // the model types of the engine's own layouts load as family specs (the built-in engine's bytes); the rest as hf
       const own = ['llama', 'qwen2', 'qwen3', 'qwen3-vocab'].includes(arch);
-      assert.equal(spec.hf?.model_type, own ? undefined : arch, `${arch}: the spec carries config.json`);
+      assert.equal(spec.hf?.model_type, own ? undefined : arch.replace('-yarn', ''), `${arch}: the spec carries config.json`);
       if (arch === 'qwen3-vocab') assert.equal(spec.vocabSize, 151_669);
 
       const scored = await client.score({
