@@ -29,9 +29,9 @@ import { connect, dropPostgresJsStrays, type Sql } from '../infra/db';
 import { enterProjectFromEnvironment } from './project';
 import { loadTeamCode, workerIdentity } from './team-code';
 import { untilAvailable } from '../infra/backoff';
-import { connectTemporalWorker } from '../infra/temporal';
+import { connectTemporalWorker } from '../infra/temporal-connection';
 import { TroupeError, isTroupeError } from '../infra/errors';
-import { watchProcess } from '../infra/watchdog';
+import { watchProcess } from '../stack/watchdog';
 import { assertNamespaceReady } from '../infra/namespace';
 
 export interface PoolWorkerOptions {

@@ -22,6 +22,7 @@ const LAYERS = [
   ['workflows'],
   ['dashboard'],
   ['gpu-workers'],
+  ['stack'],
   ['processes'],
   ['cli'],
   ['examples'],

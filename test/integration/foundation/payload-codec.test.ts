@@ -14,7 +14,7 @@ import { createPoolWorker } from '../../../processes/pool-worker';
 import { AesGcmCodec, ENCRYPTED_ENCODING } from '../../../infra/codec';
 import { loadConfig } from '../../../infra/config';
 import { createControlWorker } from '../../../processes/control-worker';
-import { temporalClient } from '../../../infra/temporal';
+import { temporalClient } from '../../../infra/temporal-connection';
 import { startTrainingRun, validateRunConfig } from '../../../cli/runs';
 import { createTestDatabase, startTemporal, uniqueTaskQueue, workflowBundle } from '../../helpers';
 

@@ -12,7 +12,7 @@ import { resumeRun } from '../../../cli/runs';
 import { loadTasks } from '../../../activities/tasks';
 import { planEvalEpisodes } from '../../../activities/training/plan';
 import { loadTeam } from '../../../agents/team-registry';
-import { ensureTemporalBinary } from '../../../infra/temporal';
+import { ensureTemporalBinary } from '../../../stack/temporal';
 import { pauseSignal, resumeSignal, setOptimizerUpdate, statusQuery, stopSignal } from '../../../workflows/definitions';
 import type { trainingRun } from '../../../workflows';
 import { checkRunBookkeeping, startHarness, type Harness } from '../../../testing/stack';

@@ -37,9 +37,9 @@ new RuleTester({ languageOptions: { parser: tseslint.parser } }).run('troupe/lay
   ],
   invalid: [
     {
-      filename: at('infra/test.js'),
+      filename: at('tools/test.js'),
       code: "const { resolveTestDatabaseServer } = require('../test/helpers/database.ts');",
-      errors: [upward('infra/test.js', 'infra', 'test/helpers/database.ts', 'test')],
+      errors: [upward('tools/test.js', 'tools', 'test/helpers/database.ts', 'test')],
     },
     {
       filename: at('engines/protocol/client.ts'),
