@@ -11,7 +11,7 @@ import { promisify } from 'node:util';
 import { describe, it } from 'node:test';
 import { EngineError } from '../../../engines/protocol/client';
 import { pytorchEngine } from '../../../engines/pytorch';
-import { engineCommand } from '../../../gpu-workers/engine-kinds';
+import { engineCommand } from '../../../processes/engine-kinds';
 import { EngineSupervisor } from '../../../gpu-workers/engine-process';
 
 const torch = pytorchEngine();
