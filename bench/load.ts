@@ -21,7 +21,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
 import type { Client } from '@temporalio/client';
-import { startTrainingRun, validateRunConfig } from '../cli/runs';
+import { startTrainingRun, validateRunConfig } from '../control/runs';
 import { connect, withDatabase, type Sql } from '../infra/db';
 import { errorMessage } from '../infra/errors';
 import { temporalClient } from '../infra/temporal-connection';

@@ -24,6 +24,7 @@ const LAYERS = [
   ['gpu-workers'],
   ['stack'],
   ['processes'],
+  ['control'],
   ['cli'],
   ['examples'],
   ['testing'],

@@ -14,7 +14,7 @@ import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import { test } from 'node:test';
 import { Connection, WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
-import { startTrainingRun, validateRunConfig } from '../../../cli/runs';
+import { startTrainingRun, validateRunConfig } from '../../../control/runs';
 import { errorMessage } from '../../../infra/errors';
 import { goVersion } from '../../../stack/temporal';
 import { temporalClient, temporalConnectionOptions } from '../../../infra/temporal-connection';

@@ -8,7 +8,7 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { after, before, describe, it } from 'node:test';
 import { type WorkflowUpdateFailedError } from '@temporalio/client';
-import { resumeRun } from '../../../cli/runs';
+import { resumeRun } from '../../../control/runs';
 import { loadTasks } from '../../../activities/tasks';
 import { planEvalEpisodes } from '../../../activities/training/plan';
 import { loadTeam } from '../../../agents/team-registry';
