@@ -7,9 +7,9 @@
  */
 import type { WorkflowHandle } from '@temporalio/client';
 import type { RunStatus } from './activities/store/runs';
-import { openRun, requireOpenRun, setOptimizer } from './cli/control';
-import { connectRuns, resumeRun, startTrainingRun, validateRunConfig, watchRun } from './cli/runs';
-import { runIdFor } from './cli/commands/train';
+import { openRun, requireOpenRun, setOptimizer } from './control/open-run';
+import { connectRuns, resumeRun, startTrainingRun, validateRunConfig, watchRun } from './control/runs';
+import { runIdFor } from './control/run-id';
 import { TroupeError } from './infra/errors';
 import { enterProjectFromEnvironment } from './processes/project';
 import type { RunConfigInput } from './schema/run-config';

@@ -35,6 +35,7 @@ import * as path from 'node:path';
 import { parseArgs } from 'node:util';
 import { EngineClient } from '../engines/protocol/client';
 import { spawnEngine } from '../gpu-workers/engine-process';
+import { BUILT_IN_ENGINE_COMMAND } from '../processes/engine-kinds';
 import { renderVegaLite } from '../cli/plot';
 import { trainInProcess } from './lib/inprocess';
 import { machineLine } from './lib/cpu';
@@ -217,7 +218,7 @@ async function main() {
   const t0 = performance.now();
   const json = path.join(RESULTS, `${BASE}.json`);
   const stored = values.merge ? readStored(json) : undefined;
-  const engine = await spawnEngine(['--device', 'cpu', '--port', '0', '--threads', '1'], { quiet: true });
+  const engine = await spawnEngine(['--device', 'cpu', '--port', '0', '--threads', '1'], { quiet: true, command: BUILT_IN_ENGINE_COMMAND });
   const client = await EngineClient.connect(engine.listening.address);
   const runs: Run[] = [];
   console.log(`# ${COMMAND}`);

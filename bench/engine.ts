@@ -15,6 +15,7 @@ import { parseArgs } from 'node:util';
 import { EngineClient } from '../engines/protocol/client';
 import { sessionFactory } from '../engines/onnx/device';
 import { spawnEngine } from '../gpu-workers/engine-process';
+import { BUILT_IN_ENGINE_COMMAND } from '../processes/engine-kinds';
 import { seedKey } from '../engines/families/philox';
 import { initWeights } from '../engines/families/tiny-lm/init';
 import type { GenerateRow } from '../engines/onnx/model-runtime';
@@ -44,7 +45,7 @@ async function main() {
   console.log(`# spec ${JSON.stringify(SPEC)} (${paramLayout(SPEC).total} parameters), CPU EP, intra-op threads ${threads}, ${T} tokens per sequence`);
   console.log(`# node ${process.version}, ${require('node:os').cpus().length} cores (${require('node:os').cpus()[0]?.model ?? '?'})`);
 
-  const engine = await spawnEngine(['--device', 'cpu', '--port', '0', '--threads', String(threads)], { quiet: true });
+  const engine = await spawnEngine(['--device', 'cpu', '--port', '0', '--threads', String(threads)], { quiet: true, command: BUILT_IN_ENGINE_COMMAND });
   const client = await EngineClient.connect(engine.listening.address);
   try {
     await client.initModel({ modelKey: 'bench', spec: SPEC, seed: 1 });

@@ -27,6 +27,7 @@ import { modelKey } from '../activities/training/update-step';
 import { EngineClient } from '../engines/protocol/client';
 import { gatewayJournal } from '../activities/store/gateway-journal';
 import { spawnEngine } from '../gpu-workers/engine-process';
+import { BUILT_IN_ENGINE_COMMAND } from '../processes/engine-kinds';
 import { openGatewaySessions } from '../gateway';
 import { createTestDatabase } from '../testing/database';
 import { machineLine } from './lib/cpu';
@@ -68,7 +69,7 @@ async function main() {
   console.log(`command: node --import tsx bench/gateway.ts ${process.argv.slice(2).join(' ')}`);
   console.log(`model: ${MODEL}, ${MAX_TOKENS} tokens a call, ${SESSIONS} sessions × ${CALLS} calls`);
   console.log(machineLine());
-  const engine = await spawnEngine(['--device', 'cpu', '--port', '0'], { quiet: true });
+  const engine = await spawnEngine(['--device', 'cpu', '--port', '0'], { quiet: true, command: BUILT_IN_ENGINE_COMMAND });
   const client = new EngineClient(engine.listening.address);
   const db = await createTestDatabase();
   const runId = 'bench';

@@ -21,7 +21,7 @@ import { parseArgs } from 'node:util';
 import { EngineClient } from '../engines/protocol/client';
 import { normalizeTransformerSpec } from '../engines/families/transformer/spec';
 import { pytorchEngine } from '../engines/pytorch';
-import { engineCommand } from '../gpu-workers/engine-kinds';
+import { engineCommand } from '../processes/engine-kinds';
 import { spawnEngine } from '../gpu-workers/engine-process';
 import { updateRequest } from './lib/update-request';
 import { fmt, timeProcess, type Timing } from './lib/timing';

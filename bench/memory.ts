@@ -19,7 +19,8 @@ import { parseArgs } from 'node:util';
 import { EngineClient } from '../engines/protocol/client';
 import { enginePeakBytes } from '../engines/families/transformer/memory';
 import { normalizeTransformerSpec, type TransformerSpec } from '../engines/families/transformer/spec';
-import { BUILT_IN_ENGINE_COMMAND, spawnEngine } from '../gpu-workers/engine-process';
+import { spawnEngine } from '../gpu-workers/engine-process';
+import { BUILT_IN_ENGINE_COMMAND } from '../processes/engine-kinds';
 
 export const QWEN3_VOCAB = 151_669;
 const ROWS = 8;

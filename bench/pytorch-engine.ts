@@ -20,7 +20,7 @@ import { parseArgs } from 'node:util';
 import { EngineClient } from '../engines/protocol/client';
 import { normalizeTransformerSpec, paramLayout } from '../engines/families/transformer/spec';
 import { pytorchEngine } from '../engines/pytorch';
-import { engineCommand } from '../gpu-workers/engine-kinds';
+import { engineCommand, BUILT_IN_ENGINE_COMMAND } from '../processes/engine-kinds';
 import { spawnEngine, type SpawnedEngine } from '../gpu-workers/engine-process';
 import { UPDATE, updateRequest } from './lib/update-request';
 import { timeProcess } from './lib/timing';
@@ -95,7 +95,11 @@ async function main() {
       `pytorch (${values.baseline})`,
       await column('baseline', await spawnEngine(args, { quiet: true, command: [torch.command[0]!, values.baseline] })),
     ]);
-  if (engines.includes('onnx')) columns.push(['built-in (onnx)', await column('onnx', await spawnEngine([...args, '--max-batch', '64'], { quiet: true }))]);
+  if (engines.includes('onnx'))
+    columns.push([
+      'built-in (onnx)',
+      await column('onnx', await spawnEngine([...args, '--max-batch', '64'], { quiet: true, command: BUILT_IN_ENGINE_COMMAND })),
+    ]);
   for (const cfg of wanted) console.log(`${cfg}: ${paramLayout(CONFIGS[cfg as keyof typeof CONFIGS]).total} parameters`);
   const labels = [...columns[0]![1].keys()];
   console.log(['', ...columns.map(([n]) => n)].join(' | '));

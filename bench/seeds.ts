@@ -25,6 +25,7 @@ import * as path from 'node:path';
 import { parseArgs } from 'node:util';
 import { EngineClient } from '../engines/protocol/client';
 import { spawnEngine } from '../gpu-workers/engine-process';
+import { BUILT_IN_ENGINE_COMMAND } from '../processes/engine-kinds';
 import { loadTeam } from '../agents/team-registry';
 import type { RunConfigInput } from '../schema/run-config';
 import { parseRunConfig, withTeamRunDefaults } from '../schema/run-config';
@@ -101,7 +102,10 @@ async function main() {
     console.log(l);
   };
   const t0 = performance.now();
-  const engine = await spawnEngine(['--device', 'cpu', '--port', '0', '--threads', String(Number(values.threads ?? 1))], { quiet: true });
+  const engine = await spawnEngine(['--device', 'cpu', '--port', '0', '--threads', String(Number(values.threads ?? 1))], {
+    quiet: true,
+    command: BUILT_IN_ENGINE_COMMAND,
+  });
   const client = await EngineClient.connect(engine.listening.address);
   const runs: Run[] = [];
   try {

@@ -24,6 +24,7 @@ import { EngineClient } from '../engines/protocol/client';
 import { defaultMemoryPolicy, sessionFactory } from '../engines/onnx/device';
 import { updateSettings } from '../engines/onnx/validate';
 import { spawnEngine } from '../gpu-workers/engine-process';
+import { BUILT_IN_ENGINE_COMMAND } from '../processes/engine-kinds';
 import type { GenerateRow, UpdateSample } from '../engines/onnx/model-runtime';
 import { seedKey } from '../engines/families/philox';
 import { initTransformerWeights } from '../engines/families/transformer/init';
@@ -166,6 +167,7 @@ async function torchColumn(table: Table, python: string) {
 async function grpcRatio(name: string, spec: TransformerSpec): Promise<string> {
   const engine = await spawnEngine(['--device', 'cpu', '--port', '0', '--threads', String(threads), '--batch-shape', 'free', '--max-batch', '128'], {
     quiet: true,
+    command: BUILT_IN_ENGINE_COMMAND,
   });
   const client = await EngineClient.connect(engine.listening.address);
   try {

@@ -4,11 +4,11 @@
 // clone: installs packages first if node_modules is missing or stale (and generates the
 // engine protocol's types and builds the dashboard's page if those are), then loads the TypeScript CLI through tsx.
 // Installed as a package (in a project's node_modules) all of that came in the tarball; only the
-// engine's runtime, onnxruntime-node, may need installing (infra/install.js ensureOnnxRuntime).
+// engine's runtime, onnxruntime-node, may need installing (stack/install.js ensureOnnxRuntime).
 const path = require('node:path');
 
 const repoRoot = path.resolve(__dirname, '..');
-const install = require('../infra/install.js');
+const install = require('../stack/install.js');
 if (install.isSourceCheckout(repoRoot)) {
   install.ensurePackages(repoRoot);
   install.ensureProtocolTypes(repoRoot);

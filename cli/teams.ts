@@ -7,10 +7,10 @@
  */
 import type { TroupeConfig } from '../infra/config';
 import { TroupeError } from '../infra/errors';
-import { EXTRA_POOL_WORKER, recordedServiceNames, runningService } from '../infra/processes';
+import { EXTRA_POOL_WORKER, recordedServiceNames, runningService } from '../stack/processes';
 import { activeProject } from '../processes/project';
 import { localPid, pollersOf, projectOf, staleTeamCode, teamCodeHash, teamCodeOf, type Poller } from '../processes/team-code';
-import { connectTemporal } from '../infra/temporal';
+import { connectTemporal } from '../infra/temporal-connection';
 import { up } from './commands/up';
 
 const WORKERS = ['control-worker', 'pool-worker'] as const;

@@ -38,7 +38,7 @@ export interface Dashboard {
   close(): Promise<void>;
 }
 
-/** The built page (infra/install.js ensureDashboardBuild): index.html and Vite's hashed assets. */
+/** The built page (stack/install.js ensureDashboardBuild): index.html and Vite's hashed assets. */
 export const DIST = path.join(__dirname, 'dist');
 const TYPES: Record<string, string> = {
   '.html': 'text/html; charset=utf-8',

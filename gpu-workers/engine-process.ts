@@ -1,5 +1,6 @@
 /**
- * Spawns `processes/onnx-engine.ts` as a child process, waits for its "listening" line,
+ * Spawns an engine (the command line its caller gives: processes/engine-kinds.ts names the
+ * built-in one, processes/onnx-engine.ts) as a child process, waits for its "listening" line,
  * and restarts it (with backoff) whenever it exits unexpectedly, also while starting. A restarted
  * engine has an empty cache: callers get NOT_FOUND (VERSION_NOT_LOADED) and
  * reload versions from the store, as after any engine loss.
@@ -18,7 +19,6 @@ import { EngineClient } from '../engines/protocol/client';
 import { backoffDelay, untilAvailable } from '../infra/backoff';
 import { HangWatch } from './hang-watch';
 
-export const ENGINE_MAIN = path.join(__dirname, '..', 'processes', 'onnx-engine.ts');
 const REPO_ROOT = path.resolve(__dirname, '..');
 
 export interface ListeningEvent {
@@ -41,16 +41,13 @@ export class EngineStartupError extends Error {
   override name = 'EngineStartupError';
 }
 
-/** The built-in engine's command line (processes/onnx-engine.ts under this Node). */
-export const BUILT_IN_ENGINE_COMMAND: readonly string[] = [process.execPath, '--import', 'tsx', ENGINE_MAIN];
-
 /**
  * Start one engine process; resolves on its "listening" line, rejects with its stderr tail if it exits first.
  * `command` is any engine that keeps the built-in engine's launch contract (engines/protocol/README.md):
  * --port/--device/--exit-with-stdin flags, one JSON "listening" line on stdout, exit code 1 on a start-up error.
  */
-export function spawnEngine(args: string[], opts: { startTimeoutMs?: number; quiet?: boolean; command?: readonly string[] } = {}): Promise<SpawnedEngine> {
-  const [program, ...prefix] = opts.command ?? BUILT_IN_ENGINE_COMMAND;
+export function spawnEngine(args: string[], opts: { startTimeoutMs?: number; quiet?: boolean; command: readonly string[] }): Promise<SpawnedEngine> {
+  const [program, ...prefix] = opts.command;
   // stdin stays open as a lifeline: the engine exits when this process dies (--exit-with-stdin).
   const child = spawn(program!, [...prefix, '--exit-with-stdin', ...args], {
     cwd: REPO_ROOT,
@@ -89,8 +86,8 @@ export function spawnEngine(args: string[], opts: { startTimeoutMs?: number; qui
 
 export interface SupervisorOptions {
   device: string;
-  /** the engine's command line (default BUILT_IN_ENGINE_COMMAND; see gpu-workers/engine-kinds.ts) */
-  command?: readonly string[];
+  /** the engine's command line (processes/engine-kinds.ts: BUILT_IN_ENGINE_COMMAND, engineCommand) */
+  command: readonly string[];
   /** extra engine flags, e.g. ['--threads', '2'] */
   extraArgs?: string[];
   /** do not forward the engine's stderr log lines */

@@ -12,16 +12,16 @@ import { Client } from '@temporalio/client';
 import { type NativeConnection, Runtime, Worker, type WorkerOptions } from '@temporalio/worker';
 import { createControlActivities } from '../activities';
 import { UserCodeThreads } from '../activities/training/user-code-threads';
-import { dashboardUrl } from '../dashboard/service';
+import { dashboardUrl } from '../stack/dashboard';
 import { untilAvailable } from '../infra/backoff';
 import { payloadDataConverter } from '../infra/codec';
 import { loadConfig, redactUrl, temporalAddressOf, type PayloadKeysConfig } from '../infra/config';
 import { connect, dropPostgresJsStrays, type Sql } from '../infra/db';
 import { formatError, isTroupeError } from '../infra/errors';
-import { watchProcess } from '../infra/watchdog';
+import { watchProcess } from '../stack/watchdog';
 import { assertNamespaceReady } from '../infra/namespace';
-import { ensureDatabase } from '../infra/postgres';
-import { connectTemporalWorker } from '../infra/temporal';
+import { ensureDatabase } from '../stack/postgres';
+import { connectTemporalWorker } from '../infra/temporal-connection';
 import { migrate } from '../schema/migrate';
 import { refuseNewerRuns } from './workflow-compat';
 import { Patch } from '../workflows/patches';
@@ -37,7 +37,7 @@ export interface ControlWorkerOptions {
   sql: Sql;
   /** Task queue of the default pool (config.poolTaskQueue); runs route their pool work by it. */
   poolTaskQueue?: string;
-  /** The dashboard's base URL (dashboard/service.ts dashboardUrl), linked from each run's Current Details. */
+  /** The dashboard's base URL (stack/dashboard.ts dashboardUrl), linked from each run's Current Details. */
   dashboardUrl?: string;
   /** Encrypt payloads with these keys (config.payloadKeys); the clients that start runs need the same. */
   payloadKeys?: PayloadKeysConfig;

@@ -8,7 +8,7 @@ import * as grpc from '@grpc/grpc-js';
 import { Engine } from '../engines/onnx/engine';
 import { defaultMemoryPolicy, freeMemoryBytes, parseDevice, resolveDevice } from '../engines/onnx/device';
 import { PortInUseError, startEngineServer } from '../engines/onnx/server';
-import { watchProcess } from '../infra/watchdog';
+import { watchProcess } from '../stack/watchdog';
 
 const HELP = `troupe engine: serves Generate / Score / Update for model versions over gRPC.
 

@@ -17,7 +17,7 @@ import { parseArgs } from 'node:util';
 import { type NativeConnection, Worker } from '@temporalio/worker';
 import { EngineClient } from '../engines/protocol/client';
 import { EngineSupervisor } from '../gpu-workers/engine-process';
-import { DEFAULT_ENGINE_KIND, engineCommand, ENGINE_KINDS } from '../gpu-workers/engine-kinds';
+import { DEFAULT_ENGINE_KIND, engineCommand, ENGINE_KINDS } from './engine-kinds';
 import { createTrainingPoolActivities } from '../activities/training/pool';
 import { EpisodeThreads } from '../activities/training/episode-threads';
 import { DEFAULT_POOL } from '../agents/model';
@@ -29,9 +29,9 @@ import { connect, dropPostgresJsStrays, type Sql } from '../infra/db';
 import { enterProjectFromEnvironment } from './project';
 import { loadTeamCode, workerIdentity } from './team-code';
 import { untilAvailable } from '../infra/backoff';
-import { connectTemporalWorker } from '../infra/temporal';
+import { connectTemporalWorker } from '../infra/temporal-connection';
 import { TroupeError, isTroupeError } from '../infra/errors';
-import { watchProcess } from '../infra/watchdog';
+import { watchProcess } from '../stack/watchdog';
 import { assertNamespaceReady } from '../infra/namespace';
 
 export interface PoolWorkerOptions {
@@ -46,7 +46,7 @@ export interface PoolWorkerOptions {
   payloadKeys?: PayloadKeysConfig;
   /** connect to this engine instead of spawning one */
   engineAddress?: string;
-  /** which engine to spawn (gpu-workers/engine-kinds.ts: onnx, pytorch; default env TROUPE_ENGINE or onnx) */
+  /** which engine to spawn (processes/engine-kinds.ts: onnx, pytorch; default env TROUPE_ENGINE or onnx) */
   engine?: string;
   /** device for a spawned engine (default env TROUPE_DEVICE or "auto") */
   device?: string;

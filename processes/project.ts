@@ -18,7 +18,7 @@ import * as path from 'node:path';
 import { useProjectTeams, type ProjectTeamEntry } from '../agents/team-registry';
 import { CONFIG_VARIABLES } from '../infra/config';
 import { errorMessage, TroupeError } from '../infra/errors';
-import { isSourceCheckout } from '../infra/install';
+import { isSourceCheckout } from '../stack/install';
 import { repoRoot } from '../infra/paths';
 import { parseProjectConfig, ProjectConfigError, TEAM_NAME, type ProjectConfig } from '../schema/project';
 

@@ -24,7 +24,7 @@ import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { WorkerOptions } from '@temporalio/worker';
-import { tryLockFile } from '../infra/lock';
+import { tryLockFile } from '../stack/lock';
 import { cacheDir, repoRoot } from '../infra/paths';
 import { activeProject } from './project';
 

@@ -14,7 +14,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import type { Connection } from '@temporalio/client';
 import { teamLoadErrors } from '../agents/team-registry';
-import { pidAlive } from '../infra/processes';
+import { pidAlive } from '../stack/processes';
 import { activeProject, projectCodeFiles, type Project } from './project';
 
 /**

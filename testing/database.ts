@@ -1,4 +1,4 @@
-// Fresh per-test databases on the test PostgreSQL server (infra/test-database.ts picks the server).
+// Fresh per-test databases on the test PostgreSQL server (testing/test-database.ts picks the server).
 import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -6,10 +6,10 @@ import * as path from 'node:path';
 import { checkpointStoreOf, type CheckpointStore } from '../infra/checkpoint-store';
 import { loadConfig } from '../infra/config';
 import { type Sql, connect, withDatabase } from '../infra/db';
-import { resolveTestDatabaseServer, TEST_DATABASE_PREFIX, type TestDatabaseServer } from '../infra/test-database';
+import { resolveTestDatabaseServer, TEST_DATABASE_PREFIX, type TestDatabaseServer } from './test-database';
 import { migrate } from '../schema/migrate';
 
-export { dropStaleTestDatabases, resolveTestDatabaseServer, type TestDatabaseServer } from '../infra/test-database';
+export { dropStaleTestDatabases, resolveTestDatabaseServer, type TestDatabaseServer } from './test-database';
 
 let serverPromise: Promise<TestDatabaseServer> | undefined;
 

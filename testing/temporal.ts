@@ -1,5 +1,5 @@
 // A real Temporal dev server for integration tests, from the same binary users get
-// (infra/temporal.ts: TROUPE_TEMPORAL_BIN → PATH → cache → go install). With
+// (stack/temporal.ts: TROUPE_TEMPORAL_BIN → PATH → cache → go install). With
 // TEMPORAL_ADDRESS set, tests attach to that server instead.
 import { randomBytes } from 'node:crypto';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
@@ -8,7 +8,7 @@ import { bundleCache } from '../processes/team-bundle';
 import { workflowsPath } from '../processes/control-worker';
 import { enterProjectFromEnvironment } from '../processes/project';
 import { TROUPE_SEARCH_ATTRIBUTE_KEYS } from '../infra/search-attributes';
-import { ensureTemporalBinary } from '../infra/temporal';
+import { ensureTemporalBinary } from '../stack/temporal';
 
 export interface StartTemporalOptions {
   namespace?: string;

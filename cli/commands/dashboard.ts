@@ -3,8 +3,8 @@ import { startDashboard } from '../../dashboard/server';
 import { loadConfig, temporalAddressOf } from '../../infra/config';
 import { connect } from '../../infra/db';
 import { errorMessage } from '../../infra/errors';
-import { ensureDatabase } from '../../infra/postgres';
-import { connectTemporal, temporalClient } from '../../infra/temporal';
+import { ensureDatabase } from '../../stack/postgres';
+import { connectTemporal, temporalClient } from '../../infra/temporal-connection';
 import { defineCommand } from '../command';
 
 export default defineCommand({

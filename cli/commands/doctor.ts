@@ -6,22 +6,14 @@ import { engineSpec } from '../../agents/model';
 import { loadTeam, teams } from '../../agents/team-registry';
 import { describeModel } from '../../engines/families';
 import { errorMessage } from '../../infra/errors';
-import { isSourceCheckout, packagesStaleReason } from '../../infra/install';
+import { isSourceCheckout, packagesStaleReason } from '../../stack/install';
 import { checkExecutionProviders, ortVersion } from '../../infra/onnx-check';
 import { namespaceProblems } from '../../infra/namespace';
 import { repoRoot } from '../../infra/paths';
 import { TROUPE_SEARCH_ATTRIBUTES } from '../../infra/search-attributes';
-import { embeddedPostgresStatus, embeddedPostgresUrl } from '../../infra/postgres';
-import {
-  MIN_GO_VERSION,
-  connectTemporal,
-  findTemporalBinary,
-  goVersion,
-  pollerIdentities,
-  temporalServerVersion,
-  temporalVersion,
-  versionAtLeast,
-} from '../../infra/temporal';
+import { embeddedPostgresStatus, embeddedPostgresUrl } from '../../stack/postgres';
+import { MIN_GO_VERSION, findTemporalBinary, goVersion, temporalVersion, versionAtLeast } from '../../stack/temporal';
+import { connectTemporal, pollerIdentities, temporalServerVersion } from '../../infra/temporal-connection';
 import { loadMigrations, schemaVersion } from '../../schema/migrate';
 import { pytorchEngine } from '../../engines/pytorch';
 import { activeProject } from '../../processes/project';

@@ -1,12 +1,12 @@
 // troupe down: stop what `troupe up` started (its pid files in <state>/), then any process of
-// this state dir that lost its record (infra/processes.ts strayProcesses), and nothing else.
+// this state dir that lost its record (stack/processes.ts strayProcesses), and nothing else.
 // An external Temporal (TEMPORAL_ADDRESS) or PostgreSQL (DATABASE_URL) is never touched.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { loadConfig } from '../../infra/config';
-import { withLockFile } from '../../infra/lock';
-import { stopRecordedPostgres } from '../../infra/postgres';
-import { EXTRA_POOL_WORKER, endStrayProcesses, readRecord, recordedServiceNames, stopService } from '../../infra/processes';
+import { withLockFile } from '../../stack/lock';
+import { stopRecordedPostgres } from '../../stack/postgres';
+import { EXTRA_POOL_WORKER, endStrayProcesses, readRecord, recordedServiceNames, stopService } from '../../stack/processes';
 import { defineCommand } from '../command';
 
 /** Stop order: the supervisor (so it restarts nothing), the dashboard, workers (they finish in-flight tasks), Temporal, PostgreSQL. */

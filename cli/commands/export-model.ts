@@ -9,7 +9,7 @@ import { checkpointStoreOf, type CheckpointStore } from '../../infra/checkpoint-
 import { loadConfig } from '../../infra/config';
 import { connect, type Sql } from '../../infra/db';
 import { TroupeError } from '../../infra/errors';
-import { ensureDatabase } from '../../infra/postgres';
+import { ensureDatabase } from '../../stack/postgres';
 import { exportHfCheckpoint, HfCheckpointError, loadHfCheckpoint } from '../../engines/checkpoints/hf-layout';
 import { CheckpointError, decodeWeights } from '../../engines/protocol/version-bytes';
 import { normalizeTransformerSpec, paramLayout, transformerSpecKey } from '../../engines/families/transformer/spec';

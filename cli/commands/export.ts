@@ -4,7 +4,7 @@ import { TroupeError } from '../../infra/errors';
 import { getRun } from '../../activities/store/runs';
 import { loadStepEpisodes } from '../../activities/store/trajectories';
 import { defineCommand } from '../command';
-import { connectRuns } from '../runs';
+import { connectRuns } from '../../control/runs';
 
 export default defineCommand({
   name: 'export',

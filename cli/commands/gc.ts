@@ -6,7 +6,7 @@ import { checkpointStoreOf } from '../../infra/checkpoint-store';
 import { loadConfig } from '../../infra/config';
 import { connect } from '../../infra/db';
 import { TroupeError } from '../../infra/errors';
-import { ensureDatabase } from '../../infra/postgres';
+import { ensureDatabase } from '../../stack/postgres';
 import { defineCommand } from '../command';
 
 const mib = (n: number) => `${(n / 2 ** 20).toFixed(1)} MiB`;

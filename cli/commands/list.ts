@@ -2,7 +2,7 @@
 import type { Client } from '@temporalio/client';
 import { defineCommand } from '../command';
 import { OPEN_RUN_STATUSES, phaseAfterClose, reconcileRunEnds } from '../../activities/store/run-end';
-import { connectRuns } from '../runs';
+import { connectRuns } from '../../control/runs';
 
 export default defineCommand({
   name: 'list',

@@ -2,8 +2,8 @@
 import { TroupeError } from '../../infra/errors';
 import { pauseSignal } from '../../workflows/definitions';
 import { defineCommand } from '../command';
-import { requireOpenRun } from '../control';
-import { connectRuns } from '../runs';
+import { requireOpenRun } from '../../control/open-run';
+import { connectRuns } from '../../control/runs';
 
 export default defineCommand({
   name: 'pause',

@@ -1,7 +1,7 @@
 // troupe ping: run the trivial workflow (control worker → activity → Postgres row).
 import { loadConfig, temporalAddressOf } from '../../infra/config';
 import { TroupeError, errorMessage } from '../../infra/errors';
-import { connectTemporal, pollerIdentities, temporalClient } from '../../infra/temporal';
+import { connectTemporal, pollerIdentities, temporalClient } from '../../infra/temporal-connection';
 import type { PingRow } from '../../activities/ping';
 import type { pingWorkflow } from '../../workflows';
 import { defineCommand } from '../command';

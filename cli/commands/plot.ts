@@ -3,7 +3,7 @@ import * as path from 'node:path';
 import { TroupeError } from '../../infra/errors';
 import { defineCommand } from '../command';
 import { writePlot } from '../plot';
-import { connectRuns } from '../runs';
+import { connectRuns } from '../../control/runs';
 
 export default defineCommand({
   name: 'plot',

@@ -4,8 +4,9 @@ import { loadConfig } from '../../infra/config';
 import { TroupeError } from '../../infra/errors';
 import { resumeSignal } from '../../workflows/definitions';
 import { defineCommand } from '../command';
-import { openRun } from '../control';
-import { connectRuns, resumeRun, runExitCode, summaryJson, summaryLines, watchRun } from '../runs';
+import { openRun } from '../../control/open-run';
+import { connectRuns, resumeRun, watchRun } from '../../control/runs';
+import { runExitCode, summaryJson, summaryLines } from '../summary';
 import { upWithCurrentTeams } from '../teams';
 
 export default defineCommand({

@@ -1,8 +1,8 @@
 // troupe set <run> --json '{...}' | --lr X [--model M | --agent A]: change a running run's optimizer (setOptimizer).
 import { TroupeError } from '../../infra/errors';
 import { defineCommand } from '../command';
-import { requireOpenRun, setOptimizer } from '../control';
-import { connectRuns } from '../runs';
+import { requireOpenRun, setOptimizer } from '../../control/open-run';
+import { connectRuns } from '../../control/runs';
 
 /** The change the flags describe: --json as it is, or the flag settings for every model, one model or one agent. */
 export function changeOf(values: { json?: string; lr?: number; 'entropy-coef'?: number; 'kl-coef'?: number; model?: string; agent?: string }): unknown {

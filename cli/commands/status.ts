@@ -13,7 +13,8 @@ import { offPolicyOf, parseRunConfig } from '../../schema/run-config';
 import { statusQuery } from '../../workflows/definitions';
 import type { trainingRun } from '../../workflows/training-run';
 import { defineCommand } from '../command';
-import { connectRuns, innermostCause, problemLines, progressLine, trained, watchRun } from '../runs';
+import { connectRuns, innermostCause, progressLine, watchRun } from '../../control/runs';
+import { problemLines, trained } from '../summary';
 
 export interface AgentStep {
   step: number;

@@ -6,8 +6,8 @@
 import { loadConfig, type TroupeConfig } from '../../infra/config';
 import { backoffDelay } from '../../infra/backoff';
 import { errorMessage } from '../../infra/errors';
-import { embeddedPostgresStatus } from '../../infra/postgres';
-import { logFilePath, runningService, tailFile } from '../../infra/processes';
+import { embeddedPostgresStatus } from '../../stack/postgres';
+import { logFilePath, runningService, tailFile } from '../../stack/processes';
 import { defineCommand } from '../command';
 import { poolWorkerNames, up } from './up';
 

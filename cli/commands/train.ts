@@ -3,36 +3,20 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { loadConfig } from '../../infra/config';
 import { TroupeError, errorMessage } from '../../infra/errors';
-import { WorkflowExecutionAlreadyStartedError, type WorkflowHandle } from '@temporalio/client';
-import { getRun } from '../../activities/store/runs';
+import type { WorkflowHandle } from '@temporalio/client';
 import { episodeProblems, type EpisodeProblems } from '../../activities/store/trajectories';
 import { mergeOverrides, type OptimizerOverrides } from '../../schema/optimizer';
-import type { RunConfig, RunConfigInput } from '../../schema/run-config';
+import type { RunConfigInput } from '../../schema/run-config';
 import { defineCommand } from '../command';
-import {
-  connectRuns,
-  problemLines,
-  readConfigFile,
-  runExitCode,
-  startTrainingRun,
-  summaryJson,
-  summaryLines,
-  validateRunConfig,
-  watchRun,
-  type Connected,
-  type RunTimes,
-} from '../runs';
+import { connectRuns, validateRunConfig, watchRun } from '../../control/runs';
+import { runIdFor, startNewRun } from '../../control/run-id';
+import { problemLines, readConfigFile, runExitCode, summaryJson, summaryLines, type RunTimes } from '../summary';
 import { writePlot } from '../plot';
 import { upWithCurrentTeams } from '../teams';
 import { activeProject } from '../../processes/project';
 import { MAX_LISTED, typeCheckTeam } from '../../processes/type-check';
 import { loadTeam, teams } from '../../agents/team-registry';
 import { ESTIMATOR_NAMES } from '../../rl/advantages/registry';
-
-export function runIdFor(team: string, now = new Date()): string {
-  const t = now.toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15);
-  return `${team}-${t}-${Math.random().toString(36).slice(2, 6)}`;
-}
 
 /** The --json line of a run that did not end with a summary: its workflow status as Temporal has it, and why. */
 export async function failureJson(handle: WorkflowHandle, team: string, error: unknown, times: RunTimes, problems?: EpisodeProblems) {
@@ -50,31 +34,6 @@ export async function failureJson(handle: WorkflowHandle, team: string, error: u
     wallSeconds: times.runSeconds + times.setupSeconds,
     ...times,
   };
-}
-
-/**
- * Starts a new run, refusing (before anything is said to have started) an id that a stored run
- * or a running workflow already has: a new start never continues or changes an existing run.
- */
-export async function startNewRun(c: Connected, config: RunConfig) {
-  const runId = config.runId!;
-  const existing = await getRun(c.sql, runId);
-  if (existing) {
-    const hint =
-      existing.status === 'failed'
-        ? `pick a new --run-id, or continue this one with \`npx troupe resume ${runId}\``
-        : existing.status === 'completed' || existing.status === 'stopped'
-          ? 'pick a new --run-id (or leave it out for a fresh one)'
-          : `pick a new --run-id; watch this one with \`npx troupe status ${runId} --watch\``;
-    throw new TroupeError(`run ${runId} already exists (${existing.status}, team ${existing.team}); a new start never continues or changes it`, hint);
-  }
-  try {
-    return await startTrainingRun(c.client, c.config.taskQueue, config);
-  } catch (e) {
-    if (e instanceof WorkflowExecutionAlreadyStartedError)
-      throw new TroupeError(`a workflow ${runId} is already running`, `pick a new --run-id; watch it with \`npx troupe status ${runId} --watch\``);
-    throw e;
-  }
 }
 
 export default defineCommand({

@@ -8,14 +8,15 @@ import { type TroupeConfig, loadConfig, redactUrl } from '../../infra/config';
 import { connect } from '../../infra/db';
 import { TroupeError } from '../../infra/errors';
 import { repoRoot } from '../../infra/paths';
-import { ensureDatabase } from '../../infra/postgres';
-import { withLockFile } from '../../infra/lock';
-import { type ServiceRecord, endStrayProcesses, pidAlive, runningService, spawnService, stopService, tailFile } from '../../infra/processes';
+import { ensureDatabase } from '../../stack/postgres';
+import { withLockFile } from '../../stack/lock';
+import { type ServiceRecord, endStrayProcesses, pidAlive, runningService, spawnService, stopService, tailFile } from '../../stack/processes';
 import { namespaceError, namespaceProblems } from '../../infra/namespace';
-import { connectTemporal, ensureTemporalServer, pollerIdentities } from '../../infra/temporal';
+import { ensureTemporalServer } from '../../stack/temporal';
+import { connectTemporal, pollerIdentities } from '../../infra/temporal-connection';
 import { migrate } from '../../schema/migrate';
 import { refuseNewerRuns } from '../../processes/workflow-compat';
-import { ensureDashboard } from '../../dashboard/service';
+import { ensureDashboard } from '../../stack/dashboard';
 import { defineCommand } from '../command';
 import { formatPingRow, runPing } from './ping';
 
@@ -242,7 +243,7 @@ async function upLocked(config: TroupeConfig, opts: UpOptions, log: (line: strin
       else ok = false;
     }
   }
-  const dashboard = await ensureDashboard(config, childEnv, temporal.uiUrl);
+  const dashboard = await ensureDashboard(config, childEnv, [process.execPath, CLI_ENTRY, 'dashboard'], temporal.uiUrl);
   lines.push(dashboard.line);
   // 6. Supervisor: restarts what dies from now on (the dashboard too).
   let supervisor: ServiceRecord | undefined;

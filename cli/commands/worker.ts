@@ -7,9 +7,9 @@
 import { loadConfig, temporalAddressOf } from '../../infra/config';
 import { runControlWorkerProcess } from '../../processes/control-worker';
 import { TroupeError } from '../../infra/errors';
-import { eventLoopLag } from '../../infra/watchdog';
+import { eventLoopLag } from '../../stack/watchdog';
 import { serveHealth, type Readiness } from '../../infra/health';
-import { embeddedPostgresStatus, embeddedPostgresUrl } from '../../infra/postgres';
+import { embeddedPostgresStatus, embeddedPostgresUrl } from '../../stack/postgres';
 import { runPoolWorkerProcess } from '../../processes/pool-worker';
 import { defineCommand } from '../command';
 

@@ -2,7 +2,7 @@
  * A partial-rollout step's metrics (workflows/training-run/steps.ts, team rows) as
  * [panel, series]: the dashboard's run page (curves.ts) and `troupe plot` (cli/plot.ts)
  * draw the same panels from this one table. Here, beside the page's sources, so a change
- * rebuilds the page (infra/install.js watches dashboard/web).
+ * rebuilds the page (stack/install.js watches dashboard/web).
  */
 export const PARTIAL_PANELS: Record<string, [panel: string, series: string]> = {
   'partial.carriedEpisodes': ['carried into the next step', 'episodes'],

@@ -1,5 +1,5 @@
 // Vite's build of the dashboard page: dashboard/web → dashboard/dist, which dashboard/server.ts serves.
-// Run by the project's set-up (infra/install.js ensureDashboardBuild), not by hand.
+// Run by the project's set-up (stack/install.js ensureDashboardBuild), not by hand.
 export default {
   build: {
     outDir: '../dist',

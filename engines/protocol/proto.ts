@@ -1,6 +1,6 @@
 /**
  * The engine API on the wire: the messages and codecs generated from engine.proto
- * (gen/engine.ts, by ts-proto; infra/install.js regenerates it when engine.proto
+ * (gen/engine.ts, by ts-proto; stack/install.js regenerates it when engine.proto
  * changes), and grpc-js's service definition built from them. Messages are camelCase,
  * uint64 as decimal strings (seeds use all 64 bits), enums by name, bytes as Uint8Array.
  */

@@ -26,7 +26,7 @@ import { WorkflowFailedError, WorkflowNotFoundError, type WorkflowHandle } from 
 import type { trainingRun, RunSummary } from '../../workflows/training-run';
 import { pauseSignal, resumeSignal } from '../../workflows/definitions';
 import { seededRandom } from '../../agents/seed';
-import { logFilePath, pidAlive, tailFile } from '../../infra/processes';
+import { logFilePath, pidAlive, tailFile } from '../../stack/processes';
 import { TroupeStep } from '../../infra/search-attributes';
 import { compareRuns, loadStoredRun, type Comparison } from './compare';
 import { FAULT_KINDS, startChaosStack, type ChaosStack, type FaultKind } from './stack';

@@ -17,10 +17,10 @@ import { up } from '../../cli/commands/up';
 import { PYTORCH_SERVER } from '../../engines/pytorch';
 import { loadConfig, type TroupeConfig } from '../../infra/config';
 import { connect, type Sql } from '../../infra/db';
-import { embeddedDataDir, embeddedPostgresStatus } from '../../infra/postgres';
-import { logFilePath, pidAlive, procArgv, readRecord, stopService, tailFile } from '../../infra/processes';
-import { pollerIdentities } from '../../infra/temporal';
-import { stopEmbeddedPostgres } from '../../infra/postgres';
+import { embeddedDataDir, embeddedPostgresStatus } from '../../stack/postgres';
+import { logFilePath, pidAlive, procArgv, readRecord, stopService, tailFile } from '../../stack/processes';
+import { pollerIdentities } from '../../infra/temporal-connection';
+import { stopEmbeddedPostgres } from '../../stack/postgres';
 import { freePort } from '../ports';
 
 export const FAULT_KINDS = ['control-worker', 'pool-worker', 'engine', 'temporal', 'postgres'] as const;

@@ -14,7 +14,7 @@
  */
 import * as fs from 'node:fs';
 import { EngineClient } from '../../engines/protocol/client';
-import { logFilePath } from '../../infra/processes';
+import { logFilePath } from '../../stack/processes';
 import type { ChaosStack } from './stack';
 
 export interface EngineWork {

@@ -8,7 +8,12 @@ const path = require('node:path');
 
 const repoRoot = path.resolve(__dirname, '..', '..');
 
-/** Low to high; folders in one entry form one layer (they may import each other). */
+/**
+ * Low to high; folders (and top-level files) in one entry form one layer (they may import each
+ * other). The library is infra up to gpu-workers; stack/ brings up the local stack's processes
+ * (Temporal, PostgreSQL, the dashboard service), processes/ wires the process entry points,
+ * control/ drives runs; index.ts and client.ts are the package's public entry points.
+ */
 const LAYERS = [
   ['infra'],
   ['rl'],
@@ -22,7 +27,10 @@ const LAYERS = [
   ['workflows'],
   ['dashboard'],
   ['gpu-workers'],
+  ['stack'],
   ['processes'],
+  ['control'],
+  ['index.ts', 'client.ts'],
   ['cli'],
   ['examples'],
   ['testing'],
@@ -30,6 +38,9 @@ const LAYERS = [
   ['tools'],
   ['test'],
 ];
+
+/** Files that belong to no layer: the repository's own tool configuration, imported by nothing. */
+const UNLAYERED = ['eslint.config.mjs'];
 
 /** Type-only imports allowed to point upwards: importer, imported file, names, why. */
 const EXCEPTIONS = [
@@ -41,22 +52,38 @@ const EXCEPTIONS = [
   },
 ];
 
-const layerName = (i) => (LAYERS[i].length === 1 ? LAYERS[i][0] : `${LAYERS[i][0].split('/')[0]}/{${LAYERS[i].map((f) => f.split('/')[1]).join(',')}}`);
+/** A repo-relative path without its extension, so 'agents/team' matches 'agents/team.ts'. */
+const stem = (rel) => rel.replace(/\.(ts|js|mjs|cjs|d\.ts)$/, '').replace(/\/index$/, '');
 
-/** The layer index of a repo-relative path ('infra/db.ts' → 0), or undefined if it is in none. */
+/** An entry of LAYERS that names a file ('client.ts'), not a folder. */
+const isFile = (entry) => /\.(ts|js|mjs|cjs)$/.test(entry);
+
+/** 'infra', 'engines/{onnx,conformance,pytorch}', '{index.ts,client.ts}'. */
+function layerName(i) {
+  const entries = LAYERS[i];
+  if (entries.length === 1) return entries[0];
+  const parents = new Set(entries.map((f) => (f.includes('/') ? f.split('/')[0] : '')));
+  if (parents.size === 1 && !parents.has('')) return `${entries[0].split('/')[0]}/{${entries.map((f) => f.split('/')[1]).join(',')}}`;
+  return `{${entries.join(',')}}`;
+}
+
+/** The layer index of a repo-relative path ('infra/db.ts' → 0, 'client' → the entry points'), or undefined if it is in none. */
 function layerOf(rel) {
   const segments = rel.split('/');
+  // '' is the repository root itself: an import of the package's folder loads index.ts
+  const fileStem = rel === '' ? 'index' : stem(rel);
   for (let i = 0; i < LAYERS.length; i++) {
-    for (const folder of LAYERS[i]) {
-      const f = folder.split('/');
+    for (const entry of LAYERS[i]) {
+      if (isFile(entry)) {
+        if (fileStem === stem(entry)) return i;
+        continue;
+      }
+      const f = entry.split('/');
       if (f.every((s, k) => segments[k] === s) && segments.length >= f.length) return i;
     }
   }
   return undefined;
 }
-
-/** A repo-relative path without its extension, so 'agents/team' matches 'agents/team.ts'. */
-const stem = (rel) => rel.replace(/\.(ts|js|mjs|cjs|d\.ts)$/, '').replace(/\/index$/, '');
 
 /** The names an import brings in when it brings in types only, else undefined. */
 function typeOnlyNames(node) {
@@ -95,12 +122,16 @@ const rule = {
       upward:
         '{{from}} (layer {{fromLayer}}) imports {{to}} (layer {{toLayer}}), a higher layer: a file may import only from its own layer or lower ones ({{order}}){{typeHint}}',
       unlayered: '{{to}} is in no layer: add its folder to LAYERS in tools/eslint/layers.js',
+      fileUnlayered: '{{from}} is in no layer: add its folder (or, at the top level, the file) to LAYERS in tools/eslint/layers.js',
     },
   },
   create(context) {
     const fromRel = path.relative(repoRoot, context.filename).split(path.sep).join('/');
     const fromLayer = layerOf(fromRel);
-    if (fromLayer === undefined) return {};
+    if (fromLayer === undefined) {
+      if (fromRel.startsWith('..') || path.isAbsolute(fromRel) || UNLAYERED.includes(fromRel)) return {};
+      return { Program: (node) => context.report({ node, messageId: 'fileUnlayered', data: { from: fromRel } }) };
+    }
     const check = (node, source) => {
       const specifier = stringOf(source);
       if (specifier === undefined || !specifier.startsWith('.')) return;
@@ -143,4 +174,4 @@ const rule = {
   },
 };
 
-module.exports = { rule, LAYERS, EXCEPTIONS, layerOf, repoRoot };
+module.exports = { rule, LAYERS, EXCEPTIONS, UNLAYERED, layerOf, layerName, repoRoot };

@@ -19,7 +19,7 @@ import { parseEngineFaults } from '../../../engines/onnx/faults';
 import type { trainingRun } from '../../../workflows';
 import { startHarness, type Harness } from '../../../testing/stack';
 import { TroupeStatus } from '../../../infra/search-attributes';
-import { resumeRun } from '../../../cli/runs';
+import { resumeRun } from '../../../control/runs';
 
 const config = (runId: string, nonFinite: 'skip' | 'reduce-lr' | 'fail') => ({
   team: 'math',

@@ -20,7 +20,7 @@ import type { trainingRun } from '../../../workflows';
 import { loadHfCheckpoint } from '../../../engines/checkpoints/hf-layout';
 import { encodeWeights, sha256Hex } from '../../../engines/protocol/version-bytes';
 import { pytorchEngine } from '../../../engines/pytorch';
-import { logFilePath, procArgv } from '../../../infra/processes';
+import { logFilePath, procArgv } from '../../../stack/processes';
 import { compareRuns, loadStoredRun } from '../../../testing/chaos/compare';
 import { startChaosStack } from '../../../testing/chaos/stack';
 

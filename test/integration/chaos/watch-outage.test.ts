@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { after, before, it } from 'node:test';
 import { Client, Connection } from '@temporalio/client';
-import { watchRun } from '../../../cli/runs';
+import { watchRun } from '../../../control/runs';
 import { pauseSignal, resumeSignal, statusQuery } from '../../../workflows/definitions';
 import type { trainingRun } from '../../../workflows/training-run';
 import { hostPort, tcpGate, type TcpGate } from '../../helpers/tcp-gate';

@@ -13,7 +13,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import * as path from 'node:path';
 import { after, before, it } from 'node:test';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { pollerIdentities } from '../../../infra/temporal';
+import { pollerIdentities } from '../../../infra/temporal-connection';
 import { childProcesses } from '../../../testing/chaos/stack';
 import { createTestDatabase, startTemporal, uniqueTaskQueue, type TestDatabase } from '../../helpers';
 import { hostPort, tcpGate } from '../../helpers/tcp-gate';

@@ -19,6 +19,7 @@ import { assertConformant, type ConformanceReport, formatResult, runConformance,
 import { type Outcome, type Req, WireClient, type WireError } from '../../../engines/conformance/wire-client';
 import { ERROR_REASON_METADATA } from '../../../engines/protocol/errors';
 import { spawnEngine, type SpawnedEngine } from '../../../gpu-workers/engine-process';
+import { BUILT_IN_ENGINE_COMMAND } from '../../../processes/engine-kinds';
 import { engineServiceDefinition, MAX_MESSAGE_BYTES } from '../../../engines/protocol/proto';
 import type * as P from '../../../engines/protocol/proto';
 import type { RpcName } from '../../../engines/protocol/proto';
@@ -27,7 +28,7 @@ import { troupe } from '../../helpers/cli';
 let engine: SpawnedEngine;
 
 before(async () => {
-  engine = await spawnEngine(['--device', 'cpu', '--port', '0'], { quiet: true });
+  engine = await spawnEngine(['--device', 'cpu', '--port', '0'], { quiet: true, command: BUILT_IN_ENGINE_COMMAND });
 });
 
 after(() => {
@@ -247,7 +248,7 @@ test("negative control: mutants of the real engine's answers fail the checks tha
 });
 
 test('an engine that dies mid-suite: the remaining checks fail as not run, quickly', async () => {
-  const spare = await spawnEngine(['--device', 'cpu', '--port', '0'], { quiet: true });
+  const spare = await spawnEngine(['--device', 'cpu', '--port', '0'], { quiet: true, command: BUILT_IN_ENGINE_COMMAND });
   const proxy = await lyingProxy(spare.listening.address, {
     ExportVersionChunks: (c: unknown) => {
       spare.child.kill('SIGKILL');

@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { EngineError } from '../../../engines/protocol/client';
 import { EngineSupervisor, HEALTH_EVERY_MS } from '../../../gpu-workers/engine-process';
+import { BUILT_IN_ENGINE_COMMAND } from '../../../processes/engine-kinds';
 
 const HANG_MS = 6000;
 const spec = { vocabSize: 16, contextWindow: 4, embedDim: 8, hiddenDim: 16 };
@@ -16,7 +17,13 @@ const generate = { modelKey: 'm', version: 0, sequences: [{ context: [1, 2], see
 
 test('a SIGSTOPped engine is found hung, killed and replaced; the call waiting on it fails retryably', async () => {
   const events: Array<Record<string, unknown> & { at: number }> = [];
-  const supervisor = new EngineSupervisor({ device: 'cpu', quiet: true, hangMs: HANG_MS, log: (e) => events.push({ ...e, at: Date.now() }) });
+  const supervisor = new EngineSupervisor({
+    device: 'cpu',
+    command: BUILT_IN_ENGINE_COMMAND,
+    quiet: true,
+    hangMs: HANG_MS,
+    log: (e) => events.push({ ...e, at: Date.now() }),
+  });
   const client = await supervisor.start();
   try {
     await client.initModel({ modelKey: 'm', spec, seed: 1 });

@@ -19,7 +19,8 @@ import {
   VersionNotLoadedError,
   isNotLoaded,
 } from '../../../engines/protocol/client';
-import { ENGINE_MAIN, spawnEngine, type SpawnedEngine } from '../../../gpu-workers/engine-process';
+import { spawnEngine, type SpawnedEngine } from '../../../gpu-workers/engine-process';
+import { ENGINE_MAIN, BUILT_IN_ENGINE_COMMAND } from '../../../processes/engine-kinds';
 
 const run = promisify(execFile);
 const engineCmd = (args: string[]) => run(process.execPath, ['--import', 'tsx', ENGINE_MAIN, ...args], { timeout: 60_000 });
@@ -28,7 +29,7 @@ let engine: SpawnedEngine;
 let client: EngineClient;
 
 before(async () => {
-  engine = await spawnEngine(['--device', 'auto', '--port', '0'], { quiet: true });
+  engine = await spawnEngine(['--device', 'auto', '--port', '0'], { quiet: true, command: BUILT_IN_ENGINE_COMMAND });
   client = await EngineClient.connect(engine.listening.address);
 });
 

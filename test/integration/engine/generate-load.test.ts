@@ -7,13 +7,14 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { EngineClient } from '../../../engines/protocol/client';
 import { spawnEngine, type SpawnedEngine } from '../../../gpu-workers/engine-process';
+import { BUILT_IN_ENGINE_COMMAND } from '../../../processes/engine-kinds';
 import type { GeneratedSequence, GenerateRequest, SamplingParams } from '../../../engines/protocol/types';
 
 let engine: SpawnedEngine;
 let client: EngineClient;
 
 before(async () => {
-  engine = await spawnEngine(['--device', 'cpu', '--port', '0'], { quiet: true });
+  engine = await spawnEngine(['--device', 'cpu', '--port', '0'], { quiet: true, command: BUILT_IN_ENGINE_COMMAND });
   client = await EngineClient.connect(engine.listening.address);
 });
 

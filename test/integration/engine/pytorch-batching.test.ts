@@ -24,7 +24,7 @@ import { after, before, describe, it } from 'node:test';
 import { EngineClient } from '../../../engines/protocol/client';
 import type { GenerateResponse, GenerateSequenceInput } from '../../../engines/protocol/types';
 import { pytorchEngine } from '../../../engines/pytorch';
-import { engineCommand } from '../../../gpu-workers/engine-kinds';
+import { engineCommand } from '../../../processes/engine-kinds';
 import { spawnEngine, type SpawnedEngine } from '../../../gpu-workers/engine-process';
 
 const torch = pytorchEngine();

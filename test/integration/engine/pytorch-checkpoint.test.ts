@@ -42,6 +42,7 @@ import { EngineClient } from '../../../engines/protocol/client';
 import { decodeWeights, encodeWeights, sha256Hex } from '../../../engines/protocol/version-bytes';
 import { pytorchEngine } from '../../../engines/pytorch';
 import { spawnEngine, type SpawnedEngine } from '../../../gpu-workers/engine-process';
+import { BUILT_IN_ENGINE_COMMAND } from '../../../processes/engine-kinds';
 
 const engine = pytorchEngine();
 const skip = 'missing' in engine ? engine.missing : false;
@@ -117,7 +118,7 @@ before(async () => {
   tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-pytorch-ckpt-'));
   // The PyTorch engine keeps the built-in engine's launch contract (spawnEngine's `command`).
   torchProc = await spawnEngine(['--device', 'cpu', '--port', '0'], { quiet: true, command: engine.command, startTimeoutMs: 120_000 });
-  builtin = await spawnEngine(['--device', 'cpu', '--port', '0'], { quiet: true });
+  builtin = await spawnEngine(['--device', 'cpu', '--port', '0'], { quiet: true, command: BUILT_IN_ENGINE_COMMAND });
   torch = await EngineClient.connect(torchProc.listening.address);
   onnx = await EngineClient.connect(builtin.listening.address);
 });

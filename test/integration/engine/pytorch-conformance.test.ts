@@ -9,7 +9,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { formatResult, runConformance } from '../../../engines/conformance';
-import { engineCommand } from '../../../gpu-workers/engine-kinds';
+import { engineCommand } from '../../../processes/engine-kinds';
 import { spawnEngine, type SpawnedEngine } from '../../../gpu-workers/engine-process';
 import { pytorchEngine } from '../../../engines/pytorch';
 import { troupe } from '../../helpers/cli';

@@ -14,6 +14,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { EngineClient } from '../../../engines/protocol/client';
 import { spawnEngine, type SpawnedEngine } from '../../../gpu-workers/engine-process';
+import { BUILT_IN_ENGINE_COMMAND } from '../../../processes/engine-kinds';
 import type { ModelSpecInput, UpdateRequest } from '../../../engines/protocol/types';
 import { referenceForward } from '../../../engines/onnx/transformer/reference';
 import { normalizeTransformerSpec, paramLayout } from '../../../engines/families/transformer/spec';
@@ -43,7 +44,7 @@ before(async () => {
   if ('missing' in engine) return; // skipped
   // The PyTorch engine keeps the built-in engine's launch contract (spawnEngine's `command`).
   torchProc = await spawnEngine(['--device', 'cpu', '--port', '0'], { quiet: true, command: engine.command, startTimeoutMs: 120_000 });
-  builtin = await spawnEngine(['--device', 'cpu', '--port', '0'], { quiet: true });
+  builtin = await spawnEngine(['--device', 'cpu', '--port', '0'], { quiet: true, command: BUILT_IN_ENGINE_COMMAND });
   torchClient = await EngineClient.connect(torchProc.listening.address);
   onnxClient = await EngineClient.connect(builtin.listening.address);
 });

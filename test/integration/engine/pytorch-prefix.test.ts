@@ -17,7 +17,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { EngineClient } from '../../../engines/protocol/client';
 import { pytorchEngine } from '../../../engines/pytorch';
-import { engineCommand } from '../../../gpu-workers/engine-kinds';
+import { engineCommand } from '../../../processes/engine-kinds';
 import { spawnEngine, type SpawnedEngine } from '../../../gpu-workers/engine-process';
 import { TINY_TRANSFORMER } from '../../helpers/tiny-transformer';
 

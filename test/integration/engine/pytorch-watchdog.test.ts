@@ -1,6 +1,6 @@
 /**
  * The PyTorch engine watches its own resident memory with the built-in
- * engine's contract (infra/watchdog.ts, engines/pytorch/watchdog.py): past
+ * engine's contract (stack/watchdog.ts, engines/pytorch/watchdog.py): past
  * --rss-limit-bytes it writes one "memory-exceeded" JSON line to stderr and
  * dies by SIGKILL; under a pool worker's EngineSupervisor the call in flight
  * fails as retryable (UNAVAILABLE) and a fresh engine is started.
@@ -11,7 +11,7 @@ import { promisify } from 'node:util';
 import { describe, it } from 'node:test';
 import { EngineError } from '../../../engines/protocol/client';
 import { pytorchEngine } from '../../../engines/pytorch';
-import { engineCommand } from '../../../gpu-workers/engine-kinds';
+import { engineCommand } from '../../../processes/engine-kinds';
 import { EngineSupervisor } from '../../../gpu-workers/engine-process';
 
 const torch = pytorchEngine();

@@ -5,8 +5,8 @@ import * as fs from 'node:fs';
 import * as net from 'node:net';
 import * as path from 'node:path';
 import { after, test } from 'node:test';
-import { pidAlive, readRecord } from '../../../infra/processes';
-import { temporalServerVersion } from '../../../infra/temporal';
+import { pidAlive, readRecord } from '../../../stack/processes';
+import { temporalServerVersion } from '../../../infra/temporal-connection';
 import { startTemporal, type TestDatabase } from '../../helpers';
 import { cliStack, troupe } from '../../helpers/cli';
 

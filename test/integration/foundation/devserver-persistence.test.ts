@@ -7,8 +7,8 @@ import * as path from 'node:path';
 import { after, test } from 'node:test';
 import { Client, Connection } from '@temporalio/client';
 import { TROUPE_SEARCH_ATTRIBUTES } from '../../../infra/search-attributes';
-import { ensureTemporalBinary, startDevServer, waitForTemporal } from '../../../infra/temporal';
-import { pidAlive, stopService } from '../../../infra/processes';
+import { ensureTemporalBinary, startDevServer, waitForTemporal } from '../../../stack/temporal';
+import { pidAlive, stopService } from '../../../stack/processes';
 import { freePort, uniqueTaskQueue } from '../../helpers';
 
 const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-devserver-'));

@@ -8,8 +8,8 @@ import { after, test } from 'node:test';
 import { loadConfig } from '../../../infra/config';
 import { checkDatabase, connect } from '../../../infra/db';
 import { TroupeError } from '../../../infra/errors';
-import { embeddedPostgresUrl, ensureDatabase, embeddedPostgresStatus, stopEmbeddedPostgres } from '../../../infra/postgres';
-import { readRecord } from '../../../infra/processes';
+import { embeddedPostgresUrl, ensureDatabase, embeddedPostgresStatus, stopEmbeddedPostgres } from '../../../stack/postgres';
+import { readRecord } from '../../../stack/processes';
 import { migrate } from '../../../schema/migrate';
 import { freePort } from '../../helpers';
 

@@ -18,7 +18,8 @@ import { loadConfig } from '../../../infra/config';
 import { TroupeError } from '../../../infra/errors';
 import { namespaceProblems } from '../../../infra/namespace';
 import { repoRoot } from '../../../infra/paths';
-import { connectTemporal, ensureTemporalBinary, pollerIdentities } from '../../../infra/temporal';
+import { ensureTemporalBinary } from '../../../stack/temporal';
+import { connectTemporal, pollerIdentities } from '../../../infra/temporal-connection';
 import { teamCodeHash, workerIdentity } from '../../../processes/team-code';
 import { createTestDatabase, startTemporal, uniqueTaskQueue, type TestDatabase } from '../../helpers';
 

@@ -14,8 +14,8 @@ import { createPoolWorker } from '../../../processes/pool-worker';
 import { AesGcmCodec, ENCRYPTED_ENCODING } from '../../../infra/codec';
 import { loadConfig } from '../../../infra/config';
 import { createControlWorker } from '../../../processes/control-worker';
-import { temporalClient } from '../../../infra/temporal';
-import { startTrainingRun, validateRunConfig } from '../../../cli/runs';
+import { temporalClient } from '../../../infra/temporal-connection';
+import { startTrainingRun, validateRunConfig } from '../../../control/runs';
 import { createTestDatabase, startTemporal, uniqueTaskQueue, workflowBundle } from '../../helpers';
 
 /**

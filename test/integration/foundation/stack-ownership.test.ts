@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import * as path from 'node:path';
 import { after, test } from 'node:test';
 import { editTeam } from '../../helpers/edit-team';
-import { markedProcesses, removeRecord, readRecord } from '../../../infra/processes';
+import { markedProcesses, removeRecord, readRecord } from '../../../stack/processes';
 import { cliStack, troupe } from '../../helpers/cli';
 
 const cleanups: (() => Promise<unknown>)[] = [];

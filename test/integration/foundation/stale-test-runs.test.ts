@@ -1,4 +1,4 @@
-// A killed `npm test` leaves its stacks behind; the next run sweeps them (infra/test-runs.ts).
+// A killed `npm test` leaves its stacks behind; the next run sweeps them (tools/test-runs.ts).
 // Owners are real processes that claim a run folder and start a stack with the run's
 // environment (a real Temporal dev server, a temp folder); one owner is SIGKILLed, as a killed
 // `npm test` is, the other lives on, as a concurrent run does.
@@ -9,8 +9,8 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { createInterface } from 'node:readline';
 import { after, test } from 'node:test';
-import { markedProcesses, pidAlive as pidExists } from '../../../infra/processes';
-import { sweepStaleTestRuns } from '../../../infra/test-runs';
+import { markedProcesses, pidAlive as pidExists } from '../../../stack/processes';
+import { sweepStaleTestRuns } from '../../../tools/test-runs';
 
 /** Alive and not a zombie (an ended process whose parent has not reaped it yet). */
 function pidAlive(pid: number): boolean {
@@ -43,7 +43,7 @@ const stackScript = (temporal: boolean) => `
 
 // The owner: claims a run folder under the test's root and starts the stack in the run's environment.
 const ownerScript = (temporal: boolean) => `
-  const { claimTestRun, testRunEnv } = require(${JSON.stringify(path.join(repo, 'infra/test-runs.ts'))});
+  const { claimTestRun, testRunEnv } = require(${JSON.stringify(path.join(repo, 'tools/test-runs.ts'))});
   const dir = claimTestRun(${JSON.stringify(root)});
   console.log(JSON.stringify({ dir }));
   require('node:child_process').spawn(process.execPath, ['--import', 'tsx', '-e', ${JSON.stringify(stackScript(temporal))}], {

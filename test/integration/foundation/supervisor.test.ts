@@ -7,8 +7,8 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, test } from 'node:test';
 import { Connection } from '@temporalio/client';
-import { pidAlive, readRecord, runningService } from '../../../infra/processes';
-import { pollerIdentities } from '../../../infra/temporal';
+import { pidAlive, readRecord, runningService } from '../../../stack/processes';
+import { pollerIdentities } from '../../../infra/temporal-connection';
 import { createTestDatabase, freePort, uniqueTaskQueue } from '../../helpers';
 import { troupe } from '../../helpers/cli';
 

@@ -6,9 +6,9 @@ import { NativeConnection, Worker } from '@temporalio/worker';
 import { upWithCurrentTeams } from '../../../cli/teams';
 import { loadConfig } from '../../../infra/config';
 import { isTroupeError } from '../../../infra/errors';
-import { pidAlive, readRecord } from '../../../infra/processes';
+import { pidAlive, readRecord } from '../../../stack/processes';
 import { pollersOf, teamCodeHash, workerIdentity } from '../../../processes/team-code';
-import { connectTemporal } from '../../../infra/temporal';
+import { connectTemporal } from '../../../infra/temporal-connection';
 import { cliStack, troupe } from '../../helpers/cli';
 import { editTeam } from '../../helpers/edit-team';
 

@@ -15,8 +15,8 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Worker } from '@temporalio/worker';
 import { createControlWorker } from '../../../processes/control-worker';
 import { repoRoot } from '../../../infra/paths';
-import { pidAlive, readRecord } from '../../../infra/processes';
-import { connectTemporal, pollerIdentities } from '../../../infra/temporal';
+import { pidAlive, readRecord } from '../../../stack/processes';
+import { connectTemporal, pollerIdentities } from '../../../infra/temporal-connection';
 import type { trainingRun } from '../../../workflows';
 import { createTestDatabase, freePort, startTemporal, uniqueTaskQueue, workflowBundle, type TestDatabase } from '../../helpers';
 

@@ -11,7 +11,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, test } from 'node:test';
 import { repoRoot } from '../../../infra/paths';
-import { readRecord } from '../../../infra/processes';
+import { readRecord } from '../../../stack/processes';
 import { createTestDatabase } from '../../../testing/database';
 import { browserSkipReason, launchBrowser } from '../dashboard/browser';
 import { freePort } from '../../../testing/ports';

@@ -11,7 +11,7 @@ import { MockActivityEnvironment } from '@temporalio/testing';
 import { defaultSampling } from '../../../agents/agent';
 import { createTrainingPoolActivities } from '../../../activities/training/pool';
 import { getVersion, listVersions, locateVersion } from '../../../activities/store/versions';
-import { resumeRun } from '../../../cli/runs';
+import { resumeRun } from '../../../control/runs';
 import { ReferenceUnreadableError } from '../../../engines/protocol/client';
 import { CheckpointStore, type BlobRef } from '../../../infra/checkpoint-store';
 import type { GenerateReply } from '../../../agents/episode';

@@ -13,7 +13,7 @@ import { after, before, describe, it } from 'node:test';
 import { ActivityFailure, ApplicationFailure, WorkflowFailedError } from '@temporalio/client';
 import type { trainingRun } from '../../../workflows';
 import { startHarness, type Harness } from '../../../testing/stack';
-import { failureHint } from '../../../cli/runs';
+import { failureHint } from '../../../control/runs';
 
 const QWEN = path.resolve(__dirname, '../../fixtures/hf/qwen2-tiny');
 

@@ -8,7 +8,7 @@
  * TROUPE_SCALE_TEST=1 adds a durable step of 10,000 episodes (20 nodes of 500),
  * printing its wall time and history sizes: too slow for CI on a small machine.
  * TROUPE_SCALE_GROUPS=G runs G groups of 8 instead of 1,250. `npm test` ends a
- * test file after 20 min (infra/test.js --test-timeout) whatever this test's own
+ * test file after 20 min (tools/test.js --test-timeout) whatever this test's own
  * timeout; TROUPE_TEST_TIMEOUT_S=7200 lifts that:
  *   TROUPE_SCALE_TEST=1 TROUPE_TEST_TIMEOUT_S=7200 npm test -- integration/training/rollout-tree
  */

@@ -26,7 +26,7 @@ import { createDashboardLinkActivities } from '../../../activities/training/dash
 import type { ResolvedTraining } from '../../../schema/run-config';
 import { pauseSignal, resumeSignal, setOptimizerUpdate, statusQuery, stopSignal } from '../../../workflows/definitions';
 import type { trainingRun } from '../../../workflows';
-import { startTrainingRun } from '../../../cli/runs';
+import { startTrainingRun } from '../../../control/runs';
 import { parseRunConfig } from '../../../schema/run-config';
 import { createRun, recordEvent } from '../../../activities/store/runs';
 import type { Sql } from '../../../infra/db';

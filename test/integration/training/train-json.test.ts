@@ -8,7 +8,7 @@ import { after, before, it } from 'node:test';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Worker } from '@temporalio/worker';
 import { failureJson } from '../../../cli/commands/train';
-import { watchRun } from '../../../cli/runs';
+import { watchRun } from '../../../control/runs';
 import { createControlWorker } from '../../../processes/control-worker';
 import type { trainingRun } from '../../../workflows/training-run';
 import { createTestDatabase, startTemporal, uniqueTaskQueue, workflowBundle, type TestDatabase } from '../../helpers';

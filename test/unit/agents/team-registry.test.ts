@@ -10,7 +10,7 @@ import * as path from 'node:path';
 import { after, before, it } from 'node:test';
 import { loadTeam, TeamLoadError, teamLoadErrors, teams } from '../../../agents/team-registry';
 import { formatError } from '../../../infra/errors';
-import { validateRunConfig } from '../../../cli/runs';
+import { validateRunConfig } from '../../../control/runs';
 
 const root = path.join(__dirname, '..', '..', '..');
 // in the checkout's examples project, which the test process entered (not one of its teams)

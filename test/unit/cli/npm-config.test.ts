@@ -3,7 +3,7 @@
  * `npm warn Unknown project config`: the project's npm config holds only keys npm
  * knows. onnxruntime-node still installs CPU-only when Troupe runs `npm ci`: its
  * install script (node_modules/onnxruntime-node/script/install-utils.js) reads
- * ONNXRUNTIME_NODE_INSTALL, which infra/install.js sets to "skip" unless the user chose.
+ * ONNXRUNTIME_NODE_INSTALL, which stack/install.js sets to "skip" unless the user chose.
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -12,7 +12,7 @@ import * as path from 'node:path';
 import { it } from 'node:test';
 import { repoRoot } from '../../../infra/paths';
 
-const { npmEnv } = require('../../../infra/install.js') as { npmEnv: (env?: NodeJS.ProcessEnv) => NodeJS.ProcessEnv };
+const { npmEnv } = require('../../../stack/install.js') as { npmEnv: (env?: NodeJS.ProcessEnv) => NodeJS.ProcessEnv };
 
 it('npm reads the project config without a warning about unknown keys', () => {
   const r = spawnSync(process.platform === 'win32' ? 'npm.cmd' : 'npm', ['config', 'get', 'fund'], { cwd: repoRoot, encoding: 'utf8' });

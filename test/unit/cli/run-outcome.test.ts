@@ -2,7 +2,8 @@
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
 import { ApplicationFailure } from '@temporalio/common';
-import { failureHint, problemLines, runExitCode, summaryLines } from '../../../cli/runs';
+import { failureHint } from '../../../control/runs';
+import { problemLines, runExitCode, summaryLines } from '../../../cli/summary';
 import type { RunSummary } from '../../../workflows/training-run';
 
 const summary = (over: Partial<RunSummary>): RunSummary => ({

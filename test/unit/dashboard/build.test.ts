@@ -4,7 +4,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { it } from 'node:test';
-import { dashboardStaleReason } from '../../../infra/install.js';
+import { dashboardStaleReason } from '../../../stack/install.js';
 
 it('rebuilds the dashboard page when dist is missing or older than dashboard/web or node_modules', () => {
   const root = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-build-'));

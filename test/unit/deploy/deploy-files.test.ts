@@ -2,7 +2,7 @@
  * deploy/: the systemd units, their environment files, the Kubernetes manifests and the
  * Temporal server config template parse, and say only what the code knows: `troupe`
  * commands and options that the CLI has, variables that infra/config.ts reads (with values
- * it accepts), and the server arguments infra/temporal-server.ts starts the server with. The
+ * it accepts), and the server arguments stack/temporal-server.ts starts the server with. The
  * pool worker's gateway certificate is made by running its init container's script here, and
  * checked by `troupe doctor`'s gateway check.
  */
@@ -17,7 +17,7 @@ import { commands } from '../../../cli/commands';
 import { checkGateway } from '../../../gateway';
 import { CONFIG_VARIABLES, loadConfig } from '../../../infra/config';
 import { repoRoot } from '../../../infra/paths';
-import { temporalServerArgs } from '../../../infra/temporal-server';
+import { temporalServerArgs } from '../../../stack/temporal-server';
 import { makeCa } from '../../../testing/certs';
 
 const deploy = path.join(repoRoot, 'deploy');
@@ -194,7 +194,7 @@ test("the pool worker's gateway: HTTPS on the pod IP with a certificate its init
   }
 });
 
-test('the Temporal server unit starts the server exactly as infra/temporal-server.ts (and the production-path test) does, with variables production.yaml reads', () => {
+test('the Temporal server unit starts the server exactly as stack/temporal-server.ts (and the production-path test) does, with variables production.yaml reads', () => {
   const { unit } = units.find(({ f }) => f.endsWith('temporal-server.service'))!;
   const argv = unit.Service!.ExecStart![0]!.split(/\s+/);
   assert.ok(argv[0]!.endsWith('/temporal-server'));

@@ -1,11 +1,11 @@
-// Which folder keeps the embedded PostgreSQL's `postgres` user out (infra/postgres.ts blockingFolder),
+// Which folder keeps the embedded PostgreSQL's `postgres` user out (stack/postgres.ts blockingFolder),
 // checked on real folders with real modes and owners.
 import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { test } from 'node:test';
-import { blockingFolder } from '../../../infra/postgres';
+import { blockingFolder } from '../../../stack/postgres';
 
 test('blockingFolder names the first folder a user can neither enter as owner, group nor other', (t) => {
   if (process.getuid?.() !== 0) return t.skip('needs root (chown)');

@@ -15,7 +15,7 @@ import {
   stopService,
   strayProcesses,
   writeRecord,
-} from '../../../infra/processes';
+} from '../../../stack/processes';
 
 const tmp = () => fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-proc-'));
 

@@ -5,7 +5,7 @@ import * as path from 'node:path';
 import { test } from 'node:test';
 import { ConfigError, loadConfig } from '../../../infra/config';
 import { postgresTls } from '../../../infra/db';
-import { temporalConnectionOptions } from '../../../infra/temporal';
+import { temporalConnectionOptions } from '../../../infra/temporal-connection';
 import { gatewayListen } from '../../../gateway';
 import { makeCa, makeLeaf } from '../../../testing/certs';
 

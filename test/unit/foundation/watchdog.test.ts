@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import * as path from 'node:path';
 import { test } from 'node:test';
-import { eventLoopLag } from '../../../infra/watchdog';
+import { eventLoopLag } from '../../../stack/watchdog';
 
 const repoRoot = path.resolve(__dirname, '../../..');
 
@@ -13,7 +13,7 @@ function child(
 ): Promise<{ code: number | null; signal: NodeJS.Signals | null; stderr: string; ms: number }> {
   const watch =
     watching === 'loop' ? `{ what: 'test worker', blockedLoopMs: 1500 }` : `{ what: 'test worker', rssLimitBytes: 400 * 2 ** 20, rssHint: 'use less' }`;
-  const script = `const { watchProcess } = require('./infra/watchdog'); watchProcess(${watch}); ${body}`;
+  const script = `const { watchProcess } = require('./stack/watchdog'); watchProcess(${watch}); ${body}`;
   const t0 = Date.now();
   const p = spawn(process.execPath, ['--import', 'tsx', '-e', script], { cwd: repoRoot, stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';

@@ -34,12 +34,38 @@ new RuleTester({ languageOptions: { parser: tseslint.parser } }).run('troupe/lay
     // The documented exception: a type, from the one file it is listed for.
     { filename: at('schema/run-config.ts'), code: "import type { AnyTeam } from '../agents/team';" },
     { filename: at('schema/run-config.ts'), code: "import { type AnyTeam } from '../agents/team';" },
+    // The public entry points: over the library, run control and process wiring, under the CLI.
+    { filename: at('client.ts'), code: "import { connectRuns } from './control/runs'; import { x } from './processes/project';" },
+    { filename: at('cli/x.ts'), code: "import { connectTroupe } from '../client';" },
+    { filename: at('examples/x.ts'), code: "import { defineTeam } from '..';" },
+    { filename: at('eslint.config.mjs'), code: "import layers from './tools/eslint/layers.js';" },
   ],
   invalid: [
     {
-      filename: at('infra/test.js'),
+      filename: at('tools/test.js'),
       code: "const { resolveTestDatabaseServer } = require('../test/helpers/database.ts');",
-      errors: [upward('infra/test.js', 'infra', 'test/helpers/database.ts', 'test')],
+      errors: [upward('tools/test.js', 'tools', 'test/helpers/database.ts', 'test')],
+    },
+    {
+      filename: at('client.ts'),
+      code: "import { runIdFor } from './cli/commands/train';",
+      errors: [upward('client.ts', '{index.ts,client.ts}', 'cli/commands/train', 'cli')],
+    },
+    {
+      filename: at('control/runs.ts'),
+      code: "import { connectTroupe } from '../client';",
+      errors: [upward('control/runs.ts', 'control', 'client', '{index.ts,client.ts}')],
+    },
+    // No library code reaches the stack's processes.
+    {
+      filename: at('infra/x.ts'),
+      code: "import { spawnService } from '../stack/processes';",
+      errors: [upward('infra/x.ts', 'infra', 'stack/processes', 'stack')],
+    },
+    {
+      filename: at('gpu-workers/x.ts'),
+      code: "import { BUILT_IN_ENGINE_COMMAND } from '../processes/engine-kinds';",
+      errors: [upward('gpu-workers/x.ts', 'gpu-workers', 'processes/engine-kinds', 'processes')],
     },
     {
       filename: at('engines/protocol/client.ts'),
@@ -72,6 +98,11 @@ new RuleTester({ languageOptions: { parser: tseslint.parser } }).run('troupe/lay
       filename: at('cli/x.ts'),
       code: "import '../deploy/k8s/thing';",
       errors: [{ message: 'deploy/k8s/thing is in no layer: add its folder to LAYERS in tools/eslint/layers.js' }],
+    },
+    {
+      filename: at('newfolder/x.ts'),
+      code: "import { z } from 'zod';",
+      errors: [{ message: 'newfolder/x.ts is in no layer: add its folder (or, at the top level, the file) to LAYERS in tools/eslint/layers.js' }],
     },
   ],
 });

@@ -1,6 +1,6 @@
 /**
- * Test runs own their stacks. `npm test` (infra/test.js) claims a folder for its run, records
- * itself there as the owner (a service record, infra/processes.ts) and runs the tests with that
+ * Test runs own their stacks. `npm test` (tools/test.js) claims a folder for its run, records
+ * itself there as the owner (a service record, stack/processes.ts) and runs the tests with that
  * folder as their state-dir marker and their TMPDIR: every process a test starts (Temporal dev
  * servers, workers, engines, CLI stacks and their services) carries the marker, and every temp
  * folder a test makes lies inside. A run killed before it cleaned up leaves them behind; the
@@ -19,7 +19,7 @@ import {
   SERVICE_STATE_DIR_ENV,
   writeRecord,
   type MarkedProcess,
-} from './processes';
+} from '../stack/processes';
 
 export const TEST_RUN_PREFIX = 'troupe-test-run-';
 /** The owner's record in a test run's folder. */

@@ -1,4 +1,4 @@
-// Types for infra/install.js (plain JS so it runs before node_modules exists).
+// Types for stack/install.js (plain JS so it runs before node_modules exists).
 export declare function packagesStaleReason(repoRoot: string): string | undefined;
 export declare function ensurePackages(repoRoot: string, log?: (line: string) => void): boolean;
 export declare function dashboardStaleReason(repoRoot: string): string | undefined;

@@ -1,5 +1,5 @@
 // The real Temporal server on PostgreSQL (the production path; `troupe up` runs the CLI's dev
-// server instead). Built from its Go module like the CLI (goInstall in infra/temporal.ts):
+// server instead). Built from its Go module like the CLI (goInstall in stack/temporal.ts):
 // `temporal-server` and `temporal-sql-tool` in <cache>/bin, one build per machine.
 //
 //   const { server, sqlTool } = await ensureTemporalServerBinaries();
@@ -11,9 +11,9 @@
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { TroupeError } from './errors';
-import { cacheBinDir } from './paths';
-import { repoRoot } from './paths';
+import { TroupeError } from '../infra/errors';
+import { cacheBinDir } from '../infra/paths';
+import { repoRoot } from '../infra/paths';
 import { goInstall, type GoBuild, type Log } from './temporal';
 
 export const TEMPORAL_SERVER_MODULE = 'go.temporal.io/server';

@@ -2,10 +2,9 @@
  * The dashboard as a background service of `troupe up`: started once (pid file
  * `<state>/dashboard.pid`, stopped by `troupe down`), reused while it runs.
  */
-import * as path from 'node:path';
 import { isWildcard, urlHost, type TroupeConfig } from '../infra/config';
 import { repoRoot } from '../infra/paths';
-import { runningService, spawnService, tailFile, pidAlive } from '../infra/processes';
+import { runningService, spawnService, tailFile, pidAlive } from './processes';
 
 export function dashboardUrl(config: TroupeConfig): string {
   // A wildcard bind is still opened through loopback on this machine.
@@ -13,16 +12,25 @@ export function dashboardUrl(config: TroupeConfig): string {
   return `http://${urlHost(host)}:${config.dashboardPort}`;
 }
 
-/** Starts (or finds) the dashboard and waits until it answers; the line for `up`'s summary. */
-export async function ensureDashboard(config: TroupeConfig, env: NodeJS.ProcessEnv, temporalUiUrl?: string): Promise<{ url?: string; line: string }> {
+/**
+ * Starts (or finds) the dashboard and waits until it answers; the line for `up`'s summary.
+ * `command` is the caller's command line that serves the dashboard (`troupe dashboard`: cli/bin.js,
+ * named by the CLI, not here); `--temporal-ui <url>` is appended when given.
+ */
+export async function ensureDashboard(
+  config: TroupeConfig,
+  env: NodeJS.ProcessEnv,
+  command: readonly string[],
+  temporalUiUrl?: string,
+): Promise<{ url?: string; line: string }> {
   const url = dashboardUrl(config);
   const running = runningService(config.stateDir, 'dashboard');
   if (running) return { url, line: `dashboard    ${url} (already running, pid ${running.pid})` };
   const rec = spawnService({
     stateDir: config.stateDir,
     name: 'dashboard',
-    command: process.execPath,
-    args: [path.join(repoRoot, 'cli', 'bin.js'), 'dashboard', ...(temporalUiUrl ? ['--temporal-ui', temporalUiUrl] : [])],
+    command: command[0]!,
+    args: [...command.slice(1), ...(temporalUiUrl ? ['--temporal-ui', temporalUiUrl] : [])],
     env,
     cwd: repoRoot,
   });

@@ -1,6 +1,6 @@
 'use strict';
 // Plain JavaScript, Node built-ins only: this runs before node_modules exists.
-// Shared by cli/bin.js (the `troupe` command) and infra/test.js (`npm test`).
+// Shared by cli/bin.js (the `troupe` command) and tools/test.js (`npm test`).
 //
 // ensurePackages(repoRoot): runs `npm ci` when node_modules is missing or older
 // than package-lock.json. ensureProtocolTypes(repoRoot): then generates the engine
@@ -261,7 +261,7 @@ function ensureProtocolTypes(repoRoot, log = (line) => process.stderr.write(line
       try {
         if (r.error || r.status !== 0) {
           log(`troupe: generating the engine protocol types failed (${r.error ? r.error.message : `exit ${r.status}`}; output above)`);
-          log(`  → fix it, then run \`node infra/install.js\` in ${repoRoot}`);
+          log(`  → fix it, then run \`node stack/install.js\` in ${repoRoot}`);
           process.exit(r.status || 1);
         }
         fs.mkdirSync(path.dirname(out), { recursive: true });
@@ -342,7 +342,7 @@ function ensureInstalled(repoRoot, log) {
   ensureDashboardBuild(repoRoot, log);
 }
 
-// `node infra/install.js` (npm run typecheck runs it first)
+// `node stack/install.js` (npm run typecheck runs it first)
 if (require.main === module) ensureInstalled(path.join(__dirname, '..'));
 
 module.exports = {

@@ -2,12 +2,12 @@
 'use strict';
 // `npm test` — plain JavaScript, no dependencies at load time:
 //   1. installs packages if node_modules is missing or stale, generates the engine protocol's
-//      types and builds the dashboard's page if they are (infra/install.js, as cli/bin.js does);
+//      types and builds the dashboard's page if they are (stack/install.js, as cli/bin.js does);
 //   2. for integration tests: makes sure the Temporal CLI exists (the users' code path:
 //      TROUPE_TEMPORAL_BIN → PATH → cache → go install), and picks the test PostgreSQL server
 //      (TROUPE_TEST_DATABASE_URL → postgres://postgres@127.0.0.1:5432/postgres → embedded);
-//   3. with no arguments, checks types (tsc) and lints (infra/lint.js) before any test runs;
-//   4. sweeps what killed earlier runs left (infra/test-runs.ts) and claims a folder for this run;
+//   3. with no arguments, checks types (tsc) and lints (tools/lint.js) before any test runs;
+//   4. sweeps what killed earlier runs left (tools/test-runs.ts) and claims a folder for this run;
 //   5. runs `node --import tsx --import ./test/helpers/enter-project.mjs --test --test-concurrency=1`
 //      (every test process enters the checkout's project: examples/) over test/unit/**/*.test.ts, then
 //      over test/integration/**/*.test.ts, and ends with one line "N passed, N failed".
@@ -15,7 +15,7 @@
 const fs = require('node:fs');
 const path = require('node:path');
 const { spawn } = require('node:child_process');
-const { ensurePackages, ensureProtocolTypes, ensureDashboardBuild } = require('./install.js');
+const { ensurePackages, ensureProtocolTypes, ensureDashboardBuild } = require('../stack/install.js');
 
 const repoRoot = path.resolve(__dirname, '..');
 const log = (line) => process.stderr.write(line + '\n');
@@ -76,11 +76,11 @@ async function main() {
   }
 
   require('tsx/cjs');
-  const { formatError } = require('./errors.ts');
+  const { formatError } = require('../infra/errors.ts');
   // Stacks of earlier runs that were killed (their owner is dead) go first; this run's own
   // processes and temp folders are marked as its, in a folder swept at its end.
   const { claimTestRun, sweepStaleTestRuns, testRunEnv } = require('./test-runs.ts');
-  const { endMarkedProcesses } = require('./processes.ts');
+  const { endMarkedProcesses } = require('../stack/processes.ts');
   for (const { dir, ended } of await sweepStaleTestRuns().catch((e) => (log(`troupe test: sweeping stale test runs: ${e.message}`), [])))
     log(
       `troupe test: swept a killed run's leftovers: ${dir}${ended.length ? ` (ended ${ended.map((p) => `${p.pid} ${path.basename(p.argv[0] || '?')}`).join(', ')})` : ''}`,
@@ -93,13 +93,13 @@ async function main() {
       if (env.TEMPORAL_ADDRESS) {
         log(`troupe test: Temporal: TEMPORAL_ADDRESS=${env.TEMPORAL_ADDRESS}`);
       } else {
-        const { ensureTemporalBinary } = require('./temporal.ts');
+        const { ensureTemporalBinary } = require('../stack/temporal.ts');
         const bin = await ensureTemporalBinary({ log });
         env.TROUPE_TEMPORAL_BIN = bin.path;
         log(`troupe test: Temporal CLI: ${bin.path} (from ${bin.source})`);
       }
-      const { resolveTestDatabaseServer, dropStaleTestDatabases } = require('./test-database.ts');
-      const { redactUrl } = require('./config.ts');
+      const { resolveTestDatabaseServer, dropStaleTestDatabases } = require('../testing/test-database.ts');
+      const { redactUrl } = require('../infra/config.ts');
       const db = await resolveTestDatabaseServer({ log });
       env.TROUPE_TEST_DATABASE_URL = db.url;
       stopDatabase = db.stop;

@@ -4,9 +4,15 @@
  * Adding an engine = its own directory plus one line here. An engine running elsewhere needs
  * none of this: point the pool worker at it with --engine-address.
  */
+import * as path from 'node:path';
 import { pytorchEngine } from '../engines/pytorch';
 import { TroupeError } from '../infra/errors';
-import { BUILT_IN_ENGINE_COMMAND } from './engine-process';
+
+/** The built-in engine's entry point (processes/onnx-engine.ts); the library that spawns engines is given its command line. */
+export const ENGINE_MAIN = path.join(__dirname, 'onnx-engine.ts');
+
+/** The built-in engine's command line (processes/onnx-engine.ts under this Node). */
+export const BUILT_IN_ENGINE_COMMAND: readonly string[] = [process.execPath, '--import', 'tsx', ENGINE_MAIN];
 
 export const ENGINE_KINDS: Record<string, () => readonly string[]> = {
   /** the built-in ONNX Runtime engine (engines/onnx/) */

@@ -1,12 +1,12 @@
-// The PostgreSQL server integration tests use: `npm test` (infra/test.js) resolves it once and
+// The PostgreSQL server integration tests use: `npm test` (tools/test.js) resolves it once and
 // passes it to the test processes as TROUPE_TEST_DATABASE_URL; testing/database.ts makes
 // the fresh per-test databases on it.
 //
 // Server: TROUPE_TEST_DATABASE_URL, else postgres://postgres@127.0.0.1:5432/postgres if it
 // answers, else the embedded PostgreSQL (started under TROUPE_STATE_DIR if needed).
-import { loadConfig } from './config';
-import { checkDatabase, connect } from './db';
-import { embeddedPostgresUrl, ensureEmbeddedPostgres, stopEmbeddedPostgres } from './postgres';
+import { loadConfig } from '../infra/config';
+import { checkDatabase, connect } from '../infra/db';
+import { embeddedPostgresUrl, ensureEmbeddedPostgres, stopEmbeddedPostgres } from '../stack/postgres';
 
 export const LOCAL_POSTGRES_URL = 'postgres://postgres@127.0.0.1:5432/postgres';
 
