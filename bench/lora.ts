@@ -20,7 +20,7 @@ import * as fs from 'node:fs';
 import { parseArgs } from 'node:util';
 import { EngineClient } from '../engines/protocol/client';
 import { normalizeTransformerSpec } from '../engines/families/transformer/spec';
-import { pytorchEngine } from '../engines/pytorch';
+import { pytorchEngine } from '../stack/pytorch-engine';
 import { engineCommand } from '../processes/engine-kinds';
 import { spawnEngine } from '../gpu-workers/engine-process';
 import { updateRequest } from './lib/update-request';

@@ -19,7 +19,7 @@ import * as fs from 'node:fs';
 import { parseArgs } from 'node:util';
 import { EngineClient } from '../engines/protocol/client';
 import { normalizeTransformerSpec, paramLayout } from '../engines/families/transformer/spec';
-import { pytorchEngine } from '../engines/pytorch';
+import { pytorchEngine } from '../stack/pytorch-engine';
 import { engineCommand, BUILT_IN_ENGINE_COMMAND } from '../processes/engine-kinds';
 import { spawnEngine, type SpawnedEngine } from '../gpu-workers/engine-process';
 import { UPDATE, updateRequest } from './lib/update-request';

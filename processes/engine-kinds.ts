@@ -5,7 +5,7 @@
  * none of this: point the pool worker at it with --engine-address.
  */
 import * as path from 'node:path';
-import { pytorchEngine } from '../engines/pytorch';
+import { pytorchEngine } from '../stack/pytorch-engine';
 import { TroupeError } from '../infra/errors';
 
 /** The built-in engine's entry point (processes/onnx-engine.ts); the library that spawns engines is given its command line. */

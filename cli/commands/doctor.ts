@@ -15,7 +15,7 @@ import { embeddedPostgresStatus, embeddedPostgresUrl } from '../../stack/postgre
 import { MIN_GO_VERSION, findTemporalBinary, goVersion, temporalVersion, versionAtLeast } from '../../stack/temporal';
 import { connectTemporal, pollerIdentities, temporalServerVersion } from '../../infra/temporal-connection';
 import { loadMigrations, schemaVersion } from '../../schema/migrate';
-import { pytorchEngine } from '../../engines/pytorch';
+import { pytorchEngine } from '../../stack/pytorch-engine';
 import { activeProject } from '../../processes/project';
 import { projectOf } from '../../processes/team-code';
 import { defineCommand } from '../command';

@@ -14,7 +14,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { up } from '../../cli/commands/up';
-import { PYTORCH_SERVER } from '../../engines/pytorch';
+import { PYTORCH_SERVER } from '../../stack/pytorch-engine';
 import { loadConfig, type TroupeConfig } from '../../infra/config';
 import { connect, type Sql } from '../../infra/db';
 import { embeddedDataDir, embeddedPostgresStatus } from '../../stack/postgres';

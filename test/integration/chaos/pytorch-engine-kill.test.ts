@@ -19,7 +19,7 @@ import { test } from 'node:test';
 import type { trainingRun } from '../../../workflows';
 import { loadHfCheckpoint } from '../../../engines/checkpoints/hf-layout';
 import { encodeWeights, sha256Hex } from '../../../engines/protocol/version-bytes';
-import { pytorchEngine } from '../../../engines/pytorch';
+import { pytorchEngine } from '../../../stack/pytorch-engine';
 import { logFilePath, procArgv } from '../../../stack/processes';
 import { compareRuns, loadStoredRun } from '../../../testing/chaos/compare';
 import { startChaosStack } from '../../../testing/chaos/stack';

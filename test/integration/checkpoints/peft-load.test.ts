@@ -21,7 +21,7 @@ import { initTransformerWeights } from '../../../engines/families/transformer/in
 import { adapterLayout, baseSpecOf, initAdapter, mergeLora } from '../../../engines/families/transformer/lora';
 import { normalizeTransformerSpec } from '../../../engines/families/transformer/spec';
 import { referenceForward } from '../../../engines/onnx/transformer/reference';
-import { pytorchEngine } from '../../../engines/pytorch';
+import { pytorchEngine } from '../../../stack/pytorch-engine';
 
 const engine = pytorchEngine();
 const skip = 'missing' in engine ? engine.missing : false;

@@ -23,7 +23,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { EngineClient } from '../../../engines/protocol/client';
 import type { GenerateResponse, GenerateSequenceInput } from '../../../engines/protocol/types';
-import { pytorchEngine } from '../../../engines/pytorch';
+import { pytorchEngine } from '../../../stack/pytorch-engine';
 import { engineCommand } from '../../../processes/engine-kinds';
 import { spawnEngine, type SpawnedEngine } from '../../../gpu-workers/engine-process';
 

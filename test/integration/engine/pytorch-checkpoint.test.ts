@@ -40,7 +40,7 @@ import { initTransformerWeights } from '../../../engines/families/transformer/in
 import { normalizeTransformerSpec, paramLayout, type TransformerSpec } from '../../../engines/families/transformer/spec';
 import { EngineClient } from '../../../engines/protocol/client';
 import { decodeWeights, encodeWeights, sha256Hex } from '../../../engines/protocol/version-bytes';
-import { pytorchEngine } from '../../../engines/pytorch';
+import { pytorchEngine } from '../../../stack/pytorch-engine';
 import { spawnEngine, type SpawnedEngine } from '../../../gpu-workers/engine-process';
 import { BUILT_IN_ENGINE_COMMAND } from '../../../processes/engine-kinds';
 

@@ -11,7 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import { formatResult, runConformance } from '../../../engines/conformance';
 import { engineCommand } from '../../../processes/engine-kinds';
 import { spawnEngine, type SpawnedEngine } from '../../../gpu-workers/engine-process';
-import { pytorchEngine } from '../../../engines/pytorch';
+import { pytorchEngine } from '../../../stack/pytorch-engine';
 import { troupe } from '../../helpers/cli';
 
 const torch = pytorchEngine();

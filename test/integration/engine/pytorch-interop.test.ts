@@ -18,7 +18,7 @@ import { BUILT_IN_ENGINE_COMMAND } from '../../../processes/engine-kinds';
 import type { ModelSpecInput, UpdateRequest } from '../../../engines/protocol/types';
 import { referenceForward } from '../../../engines/onnx/transformer/reference';
 import { normalizeTransformerSpec, paramLayout } from '../../../engines/families/transformer/spec';
-import { pytorchEngine } from '../../../engines/pytorch';
+import { pytorchEngine } from '../../../stack/pytorch-engine';
 
 const engine = pytorchEngine();
 const skip = 'missing' in engine ? engine.missing : false;

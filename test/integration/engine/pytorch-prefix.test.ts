@@ -16,7 +16,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { EngineClient } from '../../../engines/protocol/client';
-import { pytorchEngine } from '../../../engines/pytorch';
+import { pytorchEngine } from '../../../stack/pytorch-engine';
 import { engineCommand } from '../../../processes/engine-kinds';
 import { spawnEngine, type SpawnedEngine } from '../../../gpu-workers/engine-process';
 import { TINY_TRANSFORMER } from '../../helpers/tiny-transformer';

@@ -15,7 +15,7 @@
  * - an Update raises the log-probs of positively-advantaged tokens and lowers the others';
  * - a bad hf spec is INVALID_REQUEST naming the field.
  *
- * Skips where the engine's Python environment cannot be made (engines/pytorch/environment.ts says why).
+ * Skips where the engine's Python environment cannot be made (stack/python-environment.ts says why).
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -24,7 +24,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { EngineClient } from '../../../engines/protocol/client';
-import { pytorchEngine } from '../../../engines/pytorch';
+import { pytorchEngine } from '../../../stack/pytorch-engine';
 import { spawnEngine, type SpawnedEngine } from '../../../gpu-workers/engine-process';
 
 const engine = pytorchEngine();

@@ -17,7 +17,7 @@ import { after, before, test } from 'node:test';
 import { EngineClient } from '../../../engines/protocol/client';
 import type { UpdateRequest } from '../../../engines/protocol/types';
 import { spawnEngine, type SpawnedEngine } from '../../../gpu-workers/engine-process';
-import { pytorchEngine } from '../../../engines/pytorch';
+import { pytorchEngine } from '../../../stack/pytorch-engine';
 import { childProcesses } from '../../../testing/chaos/stack';
 import { TINY_TRANSFORMER } from '../../helpers/tiny-transformer';
 

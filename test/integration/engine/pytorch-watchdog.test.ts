@@ -10,7 +10,7 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { describe, it } from 'node:test';
 import { EngineError } from '../../../engines/protocol/client';
-import { pytorchEngine } from '../../../engines/pytorch';
+import { pytorchEngine } from '../../../stack/pytorch-engine';
 import { engineCommand } from '../../../processes/engine-kinds';
 import { EngineSupervisor } from '../../../gpu-workers/engine-process';
 

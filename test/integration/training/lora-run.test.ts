@@ -24,7 +24,7 @@ import { encodeWeights } from '../../../engines/protocol/version-bytes';
 import { getVersion, listVersions } from '../../../activities/store/versions';
 import { loadTeam } from '../../../agents/team-registry';
 import { engineSpec } from '../../../agents/model';
-import { pytorchEngine } from '../../../engines/pytorch';
+import { pytorchEngine } from '../../../stack/pytorch-engine';
 import { adapterLayout } from '../../../engines/families/transformer/lora';
 import { normalizeTransformerSpec, paramLayout } from '../../../engines/families/transformer/spec';
 import type { trainingRun } from '../../../workflows';

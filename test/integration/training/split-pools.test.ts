@@ -12,7 +12,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { listVersions } from '../../../activities/store/versions';
-import { pytorchEngine } from '../../../engines/pytorch';
+import { pytorchEngine } from '../../../stack/pytorch-engine';
 import type { PoolWorker } from '../../../processes/pool-worker';
 import type { trainingRun } from '../../../workflows';
 import { checkRunBookkeeping, startHarness, startPool, type Harness } from '../../../testing/stack';

@@ -1,7 +1,7 @@
 /**
  * The PyTorch engine's Python environment. Troupe makes it itself, as it builds the Temporal
- * CLI: a virtual environment under its cache holding `requirements.txt` (every package pinned
- * by `constraints.txt`), made on first use, once, under a lock, with pip's progress on stderr,
+ * CLI: a virtual environment under its cache holding engines/pytorch/requirements.txt (every
+ * package pinned by constraints.txt beside it), made on first use, once, under a lock, with pip's progress on stderr,
  * and marked ready only when complete, so a half-made one (a killed install) is made again.
  * The folder's name carries a hash of both files: a changed pin gets a new environment.
  *
@@ -13,11 +13,12 @@ import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { tryLockFile } from '../../infra/lock';
-import { cacheDir } from '../../infra/paths';
+import { cacheDir } from '../infra/paths';
+import { tryLockFile } from './lock';
 
-export const REQUIREMENTS = path.join(__dirname, 'requirements.txt');
-export const CONSTRAINTS = path.join(__dirname, 'constraints.txt');
+const ENGINE_DIR = path.join(__dirname, '..', 'engines', 'pytorch');
+export const REQUIREMENTS = path.join(ENGINE_DIR, 'requirements.txt');
+export const CONSTRAINTS = path.join(ENGINE_DIR, 'constraints.txt');
 /** What the engine imports: a probe of these decides whether an interpreter can run it. */
 export const ENGINE_IMPORTS = ['torch', 'transformers', 'peft', 'safetensors', 'grpc', 'grpc_tools', 'google.protobuf', 'numpy'];
 const READY = '.troupe-ready';

@@ -1,15 +1,15 @@
 /**
  * How the rest of Troupe launches the PyTorch engine (engines/pytorch/server.py): with the
- * interpreter of its own Python environment (environment.ts: TROUPE_PYTHON, else a virtual
+ * interpreter of its own Python environment (python-environment.ts: TROUPE_PYTHON, else a virtual
  * environment under Troupe's cache, installed on first use). Cached per process.
  *
  *   const e = pytorchEngine();
  *   if ('missing' in e) skip(e.missing); else spawn(e.command[0], [...e.command.slice(1), '--port', '0', '--exit-with-stdin']);
  */
 import * as path from 'node:path';
-import { pythonEnvironment } from './environment';
+import { pythonEnvironment } from './python-environment';
 
-export const PYTORCH_SERVER = path.join(__dirname, 'server.py');
+export const PYTORCH_SERVER = path.join(__dirname, '..', 'engines', 'pytorch', 'server.py');
 
 export type PytorchEngine = { command: string[] } | { missing: string };
 
