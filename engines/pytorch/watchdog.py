@@ -1,5 +1,5 @@
 """The engine watching its own resident memory from a thread beside the device worker: the contract of the
-built-in engine's watchdog (infra/watchdog.ts). Past the limit it writes one JSON line to stderr
+built-in engine's watchdog (stack/watchdog.ts). Past the limit it writes one JSON line to stderr
 ({"event": "memory-exceeded", "rssBytes", "limitBytes", "message": "engine: ..."}) and kills the process
 with SIGKILL (a device run holds the worker thread; nothing short of that stops it), so that its pool
 worker's engine supervisor starts a fresh one and the call in flight fails as retryable. PyTorch kernels
@@ -12,7 +12,7 @@ import threading
 import time
 
 HINT = "a smaller model or --max-batch; --rss-limit-bytes / TROUPE_ENGINE_RSS_LIMIT_BYTES raises the limit"
-EVERY_S = 0.1  # memory grows fast: look often (as infra/watchdog.ts does)
+EVERY_S = 0.1  # memory grows fast: look often (as stack/watchdog.ts does)
 
 
 def _kb(path, field):
