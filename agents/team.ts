@@ -78,11 +78,13 @@ export interface TeamDefinition<TTask, TOutcome, Roles extends string> {
   success(args: { task: TTask; outcome: TOutcome | undefined; status: EpisodeStatus }): boolean;
 }
 
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- as Tool's: callbacks take TTask / TOutcome, so unknown would refuse every typed team
 export interface Team<TTask = any, TOutcome = any, Roles extends string = string> extends TeamDefinition<TTask, TOutcome, Roles> {
   readonly limits: { maxTurns: number; cpuMs: number };
   readonly roles: readonly Roles[];
 }
 
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- any team whatever its task and outcome types (see Team)
 export type AnyTeam = Team<any, any, string>;
 
 /** Run-config fields a team may default (TeamDefinition.run); the run config's own bounds still apply. */

@@ -16,6 +16,7 @@ export interface ToolContext {
   signal: AbortSignal;
 }
 
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- the default is "any tool": execute takes I (contravariant), so unknown would refuse every typed tool
 export interface Tool<I = any, O = any> {
   readonly name: string;
   readonly description: string;

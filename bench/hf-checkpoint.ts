@@ -43,7 +43,7 @@ function randomGpt2Small(): string {
   return dir;
 }
 
-const ms = async (fn: () => Promise<unknown> | unknown) => {
+const ms = async (fn: () => unknown) => {
   const t0 = performance.now();
   await fn();
   return performance.now() - t0;

@@ -13,7 +13,7 @@ import os from 'node:os';
 import { seededRandom } from '../agents/seed';
 import { computeAdvantages, computeAdvantagesByAgent, ESTIMATOR_NAMES, ESTIMATORS, resolveOptions } from '../rl/advantages/registry';
 import type { Scope } from '../rl/advantages/types';
-import { policyLoss } from '../rl/loss';
+import { policyLoss } from '../rl/loss-reference';
 import type { Sample } from '../rl/samples';
 import { aggregationWeights } from '../rl/tokens';
 

@@ -15,6 +15,7 @@ import { STALENESS_TOKENS } from '../activities/training/off-policy';
 import { PARTIAL_PANELS } from '../dashboard/web/partial-panels';
 
 // vega and vega-lite are ES modules; load them from this CommonJS code with a real dynamic import.
+// eslint-disable-next-line @typescript-eslint/no-implied-eval -- a constant body: the only way to a real import() from CommonJS
 const esm = new Function('m', 'return import(m)') as <T>(m: string) => Promise<T>;
 
 export interface CurvePoint {

@@ -4,6 +4,7 @@
  * most MAX_LIMIT rows); bad parameters are a 400 naming the parameter, unknown
  * ids a 404 saying which.
  */
+import type { Row } from 'postgres';
 import type { Sql } from '../infra/db';
 import { loadEpisode } from '../activities/store/trajectories';
 import { loadTeam } from '../agents/team-registry';
@@ -72,7 +73,7 @@ export interface RunRow {
   resumedFrom: string | null;
 }
 
-function runRow(r: any): RunRow {
+function runRow(r: Row): RunRow {
   const started = new Date(r.created_at);
   const end = r.status === 'running' || r.status === 'paused' ? new Date() : new Date(r.updated_at);
   return {

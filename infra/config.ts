@@ -1,8 +1,15 @@
-// Environment configuration, parsed once with zod. Every error names the variable.
+// Environment configuration of the stack, parsed with zod by loadConfig(). Every error names the variable.
 //
 //   import { loadConfig } from './config';
 //   const config = loadConfig();            // throws ConfigError (a TroupeError) on bad input
 //
+// Not every variable comes through here. A few are read where they are used, each as a
+// fallback for an explicit option or flag, by code that also runs without the stack's config
+// (a pool worker or engine process spawned on its own, a test): TROUPE_ENGINE, TROUPE_DEVICE,
+// TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE and DATABASE_URL (processes/pool-worker.ts),
+// TROUPE_ENGINE_MEMORY_BYTES / TROUPE_ENGINE_RSS_LIMIT_BYTES (processes/onnx-engine.ts),
+// TROUPE_PYTHON / TROUPE_PYTHON_BASE (stack/python-environment.ts), TROUPE_ENGINE_FAULTS (fault injection for the
+// chaos tests, engines/onnx/engine.ts) and TROUPE_DEBUG (cli/main.ts).
 // The table in docs/operations.md ("Configuration") lists the same variables; keep them in step.
 import * as fs from 'node:fs';
 import { isIP } from 'node:net';

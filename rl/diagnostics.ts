@@ -11,7 +11,7 @@
  * share exactly (merge slices with mergeLossDiagnostics).
  */
 
-import type { PolicyLossDiagnostics } from './loss';
+import type { PolicyLossDiagnostics } from './loss-reference';
 import type { Sample } from './samples';
 import { mean, unbiasedStd } from './advantages/stats';
 

@@ -38,17 +38,8 @@ export {
   type AggregationOptions,
   type AggregationWeights,
 } from './tokens';
-export {
-  KL_TYPES,
-  DEFAULT_POLICY_LOSS_SETTINGS,
-  policyLoss,
-  resolveLossSettings,
-  type KlType,
-  type PolicyLossSettings,
-  type PolicyLossInput,
-  type PolicyLossOutput,
-  type PolicyLossDiagnostics,
-} from './loss';
+export { KL_TYPES, DEFAULT_POLICY_LOSS_SETTINGS, type KlType, type PolicyLossSettings } from './loss-settings';
+export { policyLoss, resolveLossSettings, type PolicyLossInput, type PolicyLossOutput, type PolicyLossDiagnostics } from './loss-reference';
 export {
   CORRECTIONS,
   CORRECTION_NAMES,

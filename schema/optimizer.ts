@@ -26,7 +26,7 @@ import {
   type AdvantageSpec,
 } from '../rl/advantages/registry';
 import { SCOPES, type Scope } from '../rl/advantages/types';
-import { KL_TYPES, type KlType, type PolicyLossSettings } from '../rl/loss';
+import { DEFAULT_POLICY_LOSS_SETTINGS, KL_TYPES, type KlType, type PolicyLossSettings } from '../rl/loss-settings';
 import { LOSS_AGGREGATIONS, type LossAggregation } from '../rl/tokens';
 import { FieldError, issuesFromZod } from '../infra/issues';
 import { lazily } from '../infra/lazily';
@@ -89,17 +89,23 @@ const fields = lazily(() => {
   };
 });
 
+/**
+ * A run's defaults. The policy loss's come from rl/loss-settings.ts. AdamW's equal the
+ * engine's (engines/protocol/contract.json; test/unit/engine/contract.test.ts checks
+ * them) except weight decay: 0.01 for a run, 0 for an Update that leaves it out.
+ */
+const LOSS = DEFAULT_POLICY_LOSS_SETTINGS;
 export const OPTIMIZER_DEFAULTS = {
   lr: 1e-3,
   betas: [0.9, 0.999] as [number, number],
   eps: 1e-8,
   weightDecay: 0.01,
   gradClipMaxNorm: 1.0,
-  clipLow: 0.2,
-  clipHigh: 0.2,
-  dualClip: 3,
-  kl: { type: 'none' as KlType, coef: 0.001 },
-  entropyCoef: 0,
+  clipLow: LOSS.clipLow,
+  clipHigh: LOSS.clipHigh,
+  dualClip: LOSS.dualClip,
+  kl: { type: LOSS.kl.type, coef: LOSS.kl.coef },
+  entropyCoef: LOSS.entropyCoef,
   lossAggregation: 'token-mean' as LossAggregation,
   estimator: { name: 'grpo' as const, scope: 'group-agent' as Scope },
 } as const;

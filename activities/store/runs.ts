@@ -1,5 +1,6 @@
 /** Runs, their executions (lineage) and events. */
 import type { Sql } from '../../infra/db';
+import type { RunConfigInput } from '../../schema/run-config';
 
 /** terminated, timed-out and cancelled: the workflow closed without recording its end (reconciled by run-end.ts). */
 export type RunStatus = 'running' | 'paused' | 'completed' | 'stopped' | 'failed' | 'terminated' | 'timed-out' | 'cancelled';
@@ -47,7 +48,8 @@ export async function createRun(
 
 export async function getRun(sql: Sql, runId: string) {
   const [row] = await sql`SELECT * FROM runs WHERE run_id = ${runId}`;
-  return row as { run_id: string; team: string; config: any; status: RunStatus; resumed_from: string | null; created_at: Date } | undefined;
+  // config: the run config as stored, checked again (validateRunConfig, parseRunConfig) where it is used
+  return row as { run_id: string; team: string; config: RunConfigInput; status: RunStatus; resumed_from: string | null; created_at: Date } | undefined;
 }
 
 export async function setRunStatus(sql: Sql, runId: string, status: RunStatus): Promise<void> {

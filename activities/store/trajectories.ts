@@ -3,6 +3,7 @@
  * `saveEpisodes` is idempotent (a retried rollout writes the same episode id
  * once), and `loadEpisode` gives back exactly what was written.
  */
+import type { Row } from 'postgres';
 import type { Sql } from '../../infra/db';
 import type { Split } from '../../agents/tasks';
 import type { Trajectory, TurnRewards } from '../../schema/trajectory';
@@ -162,18 +163,19 @@ async function loadEpisodes(sql: Sql, where: ReturnType<Sql>): Promise<StoredEpi
   const turns = await q.turns();
   const calls = await q.calls();
   const rewards = await q.rewards();
-  const byEpisode = <T extends { episode_id: string }>(rows: readonly T[]) => {
-    const m = new Map<string, T[]>();
+  const byEpisode = (rows: readonly Row[]) => {
+    const m = new Map<string, Row[]>();
     for (const r of rows) {
-      let list = m.get(r.episode_id);
-      if (!list) m.set(r.episode_id, (list = []));
+      const id = String(r.episode_id);
+      let list = m.get(id);
+      if (!list) m.set(id, (list = []));
       list.push(r);
     }
     return m;
   };
-  const turnsOf = byEpisode(turns as unknown as any[]);
-  const callsOf = byEpisode(calls as unknown as any[]);
-  const rewardsOf = byEpisode(rewards as unknown as any[]);
+  const turnsOf = byEpisode(turns);
+  const callsOf = byEpisode(calls);
+  const rewardsOf = byEpisode(rewards);
   return episodes.map((e) => {
     const episodeCalls = callsOf.get(e.episode_id) ?? [];
     return {
@@ -220,13 +222,14 @@ async function loadEpisodes(sql: Sql, where: ReturnType<Sql>): Promise<StoredEpi
             })),
         })),
       },
-      rewards: groupRewards(rewardsOf.get(e.episode_id) ?? []),
+      rewards: groupRewards((rewardsOf.get(e.episode_id) ?? []) as RewardRow[]),
       success: e.success,
     };
   });
 }
 
-function groupRewards(rows: Array<{ turn_index: number; agent: string; component: string; value: number; per_turn: boolean }>): TurnRewards[] {
+type RewardRow = { turn_index: number; agent: string; component: string; value: number; per_turn: boolean };
+function groupRewards(rows: RewardRow[]): TurnRewards[] {
   const byTurn = new Map<number, TurnRewards>();
   for (const r of rows) {
     let t = byTurn.get(r.turn_index);

@@ -8,6 +8,7 @@
  * checkpoint store's files first, and the row that names them (with size and
  * sha256) commits after, so a committed version never names a torn file.
  */
+import type { Row } from 'postgres';
 import type { Sql } from '../../infra/db';
 import { TroupeError } from '../../infra/errors';
 import { sha256Hex, type BlobRef, type CheckpointStore } from '../../infra/checkpoint-store';
@@ -35,11 +36,12 @@ export type VersionBytes =
 
 const META = 'run_id, model, version, step, spec, sha256, metrics';
 
-function metaOf(r: any): VersionMeta {
+/** A versions row (SELECT *) read back as its columns are declared in schema/migrations. */
+function metaOf(r: Row): VersionMeta {
   return { runId: r.run_id, model: r.model, version: r.version, step: r.step, spec: r.spec, sha256: r.sha256, metrics: r.metrics };
 }
 
-function bytesOf(r: any): VersionBytes {
+function bytesOf(r: Row): VersionBytes {
   if (r.pruned_at) return { kind: 'pruned' };
   if (r.weights_file) {
     return {

@@ -115,7 +115,7 @@ export default defineCommand({
       values.estimator || values.scope
         ? { ...(values.estimator ? { name: values.estimator } : {}), ...(values.scope ? { scope: values.scope } : {}) }
         : undefined;
-    const fileOptimizer = (fromFile.optimizer ?? {}) as Record<string, any>;
+    const fileOptimizer = (fromFile.optimizer ?? {}) as { all?: OptimizerOverrides };
     const all = mergeOverrides(fileOptimizer.all, {
       ...(values.lr !== undefined ? { lr: values.lr } : {}),
       ...(estimator ? { estimator } : {}),

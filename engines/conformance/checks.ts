@@ -1981,7 +1981,7 @@ export const CHECKS: Check[] = [
   },
   {
     id: 'errors.update-settings',
-    title: 'Update with dual_clip_c 0.5 (must be > 1 or 0), a negative loss weight, a loss_mask value 2, or ref_logprobs of the wrong length → INVALID_REQUEST',
+    title: 'Update with dual_clip 0.5 (must be > 1 or 0), a negative loss weight, a loss_mask value 2, or ref_logprobs of the wrong length → INVALID_REQUEST',
     async run(ctx) {
       await ctx.requireRpcs('Update');
       const base = await ctx.base();
@@ -1995,7 +1995,7 @@ export const CHECKS: Check[] = [
         refLogprobs: [],
       };
       const cases: [string, Partial<P.UpdateSample>, DeepPartial<P.UpdateSettings> | undefined][] = [
-        ['settings.dual_clip_c 0.5', {}, { dualClipC: 0.5 }],
+        ['settings.dual_clip 0.5', {}, { dualClip: 0.5 }],
         ['loss_weights[1] −0.25', { lossWeights: [0.25, -0.25, 0.25] }, undefined],
         ['loss_mask[1] 2', { lossMask: [1, 2, 1] }, undefined],
         ['1 ref_logprob for 3 tokens', { refLogprobs: [-1] }, undefined],

@@ -7,7 +7,7 @@ import { ModelSpecError, type ModelFamily, type ModelSpec } from './model-family
 import { tinyLmFamily } from './tiny-lm/family';
 import { transformerFamily } from './transformer/family';
 
-// any: each family checks its own spec type in normalize
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- each family checks its own spec type in normalize
 const FAMILIES: Record<string, ModelFamily<any>> = {
   'tiny-lm': tinyLmFamily,
   transformer: transformerFamily,

@@ -14,7 +14,7 @@ import { HfConfigError } from '../checkpoints/hf-config';
 import type { GenerateRow, UpdateSample, UpdateSettings } from './model-runtime';
 import {
   DEFAULT_UPDATE_SETTINGS,
-  MAX_TOKENS_LIMIT,
+  ENGINE_LIMITS,
   type GenerateRequest,
   type ModelSpecInput,
   type SamplingParams,
@@ -23,12 +23,8 @@ import {
   type UpdateSettingsInput,
 } from '../protocol/types';
 
-export const LIMITS = {
-  maxTokens: MAX_TOKENS_LIMIT,
-  innerSteps: 256,
-  modelKeyLength: 256,
-  requestIdLength: 512,
-};
+/** The engine contract's request limits (engines/protocol/contract.json). */
+export const LIMITS = ENGINE_LIMITS;
 
 export function modelKey(key: unknown): string {
   if (typeof key !== 'string' || key.length === 0) throw invalid('model_key: required');
@@ -233,7 +229,7 @@ export function updateSettings(x: UpdateSettingsInput | undefined): UpdateSettin
   const finiteNonNeg = (v: number) => Number.isFinite(v) && v >= 0;
   const unit = (v: number) => v >= 0 && v < 1;
   const maxGradNorm = num(s.maxGradNorm, d.maxGradNorm, 'settings.max_grad_norm', finiteNonNeg, 'must be >= 0 (0 = off)');
-  const dualClip = num(s.dualClipC, d.dualClipC, 'settings.dual_clip_c', (v) => v === 0 || (v > 1 && Number.isFinite(v)), 'must be > 1 (0 = off)');
+  const dualClip = num(s.dualClip, d.dualClip, 'settings.dual_clip', (v) => v === 0 || (v > 1 && Number.isFinite(v)), 'must be > 1 (0 = off)');
   const klType = s.klType ?? d.klType;
   if (klType !== 'k1' && klType !== 'low_var_kl') throw invalid(`settings.kl_type: must be "k1" or "low_var_kl", got "${String(klType)}"`);
   return {
@@ -243,8 +239,8 @@ export function updateSettings(x: UpdateSettingsInput | undefined): UpdateSettin
     eps: num(s.eps, d.eps, 'settings.eps', (v) => v > 0 && Number.isFinite(v), 'must be > 0'),
     weightDecay: num(s.weightDecay, d.weightDecay, 'settings.weight_decay', finiteNonNeg, 'must be >= 0'),
     maxGradNorm: maxGradNorm === 0 ? Infinity : maxGradNorm,
-    clipLow: num(s.clipEpsLow, d.clipEpsLow, 'settings.clip_eps_low', unit, 'must be in [0, 1)'),
-    clipHigh: num(s.clipEpsHigh, d.clipEpsHigh, 'settings.clip_eps_high', finiteNonNeg, 'must be >= 0'),
+    clipLow: num(s.clipLow, d.clipLow, 'settings.clip_low', unit, 'must be in [0, 1)'),
+    clipHigh: num(s.clipHigh, d.clipHigh, 'settings.clip_high', finiteNonNeg, 'must be >= 0'),
     dualClip: dualClip === 0 ? Infinity : dualClip,
     klCoef: num(s.klCoef, d.klCoef, 'settings.kl_coef', finiteNonNeg, 'must be >= 0'),
     klType,

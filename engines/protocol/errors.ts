@@ -1,43 +1,37 @@
 /**
  * Engine error reasons, shared by the engine (which raises them as gRPC
  * statuses with trailing metadata `troupe-error-reason`) and the client (which
- * turns them back into typed errors callers can branch on).
+ * turns them back into typed errors callers can branch on). The engine's reasons
+ * and their gRPC statuses are data, in contract.json; the client adds its own three.
  */
 import { status } from '@grpc/grpc-js';
+import contract from './contract.json';
 
 export const ERROR_REASON_METADATA = 'troupe-error-reason';
 
-export const ErrorReason = {
-  INVALID_REQUEST: 'INVALID_REQUEST',
-  MODEL_NOT_LOADED: 'MODEL_NOT_LOADED',
-  VERSION_NOT_LOADED: 'VERSION_NOT_LOADED',
-  STALE_BASE: 'STALE_BASE',
-  VERSION_CONFLICT: 'VERSION_CONFLICT',
-  REQUEST_ID_REUSED: 'REQUEST_ID_REUSED',
-  REFERENCE_UNREADABLE: 'REFERENCE_UNREADABLE',
-  NON_FINITE_UPDATE: 'NON_FINITE_UPDATE',
-  INTERNAL: 'INTERNAL',
-  /** client side only: engine unreachable, call cancelled or timed out */
-  UNAVAILABLE: 'UNAVAILABLE',
-  CANCELLED: 'CANCELLED',
-  DEADLINE_EXCEEDED: 'DEADLINE_EXCEEDED',
-} as const;
-export type ErrorReason = (typeof ErrorReason)[keyof typeof ErrorReason];
+/** The reasons an engine raises, and the gRPC status each travels as: defined once, in contract.json (the Python engine reads it too). */
+const ENGINE_REASONS = contract.errorReasons;
+type EngineReason = keyof typeof ENGINE_REASONS;
 
-export const REASON_STATUS: Record<ErrorReason, status> = {
-  INVALID_REQUEST: status.INVALID_ARGUMENT,
-  MODEL_NOT_LOADED: status.NOT_FOUND,
-  VERSION_NOT_LOADED: status.NOT_FOUND,
-  STALE_BASE: status.FAILED_PRECONDITION,
-  VERSION_CONFLICT: status.FAILED_PRECONDITION,
-  REQUEST_ID_REUSED: status.FAILED_PRECONDITION,
-  REFERENCE_UNREADABLE: status.FAILED_PRECONDITION,
-  NON_FINITE_UPDATE: status.ABORTED,
-  INTERNAL: status.INTERNAL,
-  UNAVAILABLE: status.UNAVAILABLE,
-  CANCELLED: status.CANCELLED,
-  DEADLINE_EXCEEDED: status.DEADLINE_EXCEEDED,
+/** Reasons the client gives itself: the engine was unreachable, or the call was cancelled or timed out. */
+const CLIENT_REASONS = { UNAVAILABLE: 'UNAVAILABLE', CANCELLED: 'CANCELLED', DEADLINE_EXCEEDED: 'DEADLINE_EXCEEDED' } as const;
+type ClientReason = keyof typeof CLIENT_REASONS;
+
+export type ErrorReason = EngineReason | ClientReason;
+/** Every reason by name (`ErrorReason.STALE_BASE === 'STALE_BASE'`). */
+export const ErrorReason = Object.freeze(Object.fromEntries([...Object.keys(ENGINE_REASONS), ...Object.keys(CLIENT_REASONS)].map((r) => [r, r]))) as {
+  readonly [R in ErrorReason]: R;
 };
+
+const statusNamed = (name: string): status => {
+  const code = status[name as keyof typeof status] as status | undefined;
+  if (code === undefined) throw new Error(`engines/protocol/contract.json: ${name} is not a gRPC status name`);
+  return code;
+};
+
+export const REASON_STATUS = Object.freeze(
+  Object.fromEntries(Object.entries({ ...ENGINE_REASONS, ...CLIENT_REASONS }).map(([reason, name]) => [reason, statusNamed(name)])),
+) as Readonly<Record<ErrorReason, status>>;
 
 /** Raised inside the engine; the gRPC layer maps it to a status + reason metadata. */
 export class EngineFault extends Error {

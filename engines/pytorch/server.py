@@ -31,10 +31,13 @@ GEN = os.path.join(HERE, ".gen")
 PROTOCOL_VERSION = 2
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 CHUNK_BYTES = 4 * 1024 * 1024 - 64 * 1024  # each chunk message within gRPC's default 4 MiB receive limit
-MAX_TOKENS_LIMIT = 4096
-INNER_STEPS_LIMIT = 256
-MODEL_KEY_LIMIT = 256
-REQUEST_ID_LIMIT = 512
+# the engine contract's data (error reasons, update defaults, limits), shared with the TypeScript side
+with open(os.path.join(PROTO_DIR, "contract.json")) as _f:
+    CONTRACT = json.load(_f)
+MAX_TOKENS_LIMIT = CONTRACT["limits"]["maxTokens"]
+INNER_STEPS_LIMIT = CONTRACT["limits"]["innerSteps"]
+MODEL_KEY_LIMIT = CONTRACT["limits"]["modelKeyLength"]
+REQUEST_ID_LIMIT = CONTRACT["limits"]["requestIdLength"]
 MAX_VERSIONS_PER_MODEL = 64
 MAX_REMEMBERED_UPDATES = 4096
 PROGRESS_EVERY_S = 1.0
@@ -190,17 +193,7 @@ BATCH_INVARIANCE = ("bit-identical: Score, Generate's prefill and its decode run
                     "batching, concurrent calls of one version sharing them, and of LoRA adapters over one base (each row its "
                     "own adapter, unmerged: a per-row batched matmul of one shape); so a row's bits depend only on its "
                     "sequence and its adapter, and Generate's log-probs are Score's; Philox noise per sequence and token")
-REASON_CODE = {
-    "INVALID_REQUEST": grpc.StatusCode.INVALID_ARGUMENT,
-    "MODEL_NOT_LOADED": grpc.StatusCode.NOT_FOUND,
-    "VERSION_NOT_LOADED": grpc.StatusCode.NOT_FOUND,
-    "STALE_BASE": grpc.StatusCode.FAILED_PRECONDITION,
-    "VERSION_CONFLICT": grpc.StatusCode.FAILED_PRECONDITION,
-    "REQUEST_ID_REUSED": grpc.StatusCode.FAILED_PRECONDITION,
-    "REFERENCE_UNREADABLE": grpc.StatusCode.FAILED_PRECONDITION,
-    "NON_FINITE_UPDATE": grpc.StatusCode.ABORTED,
-    "INTERNAL": grpc.StatusCode.INTERNAL,
-}
+REASON_CODE = {reason: getattr(grpc.StatusCode, code) for reason, code in CONTRACT["errorReasons"].items()}
 RPCS = ["InitModel", "LoadVersion", "ExportVersion", "LoadVersionChunks", "ExportVersionChunks", "Generate", "Score",
         "Update", "UpdateStream", "Abort", "Health", "Stats"]
 
@@ -619,8 +612,9 @@ def sampling_of(p, s, field):
     return {"temperature": float(temperature), "top_k": min(p.top_k, s["vocabSize"]), "top_p": float(top_p), "max_tokens": max_tokens, "stop": set(stops)}
 
 
-DEFAULTS = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0, "max_grad_norm": 1.0, "clip_eps_low": 0.2,
-            "clip_eps_high": 0.2, "dual_clip_c": 3.0, "kl_coef": 0.001, "inner_steps": 1, "entropy_coef": 0.0}
+# UpdateSettings' defaults by proto field name (contract.json keys them by the fields' JSON names)
+DEFAULTS = {f.name: CONTRACT["updateDefaults"][f.json_name] for f in pb.UpdateSettings.DESCRIPTOR.fields}
+KL_TYPES = {1: "k1", 2: "low_var_kl"}  # KlType; 0 (unset) = the default
 
 
 def settings_of(x):
@@ -640,7 +634,7 @@ def settings_of(x):
         return 0 <= v < 1
 
     max_grad_norm = num("max_grad_norm", fnn, "must be >= 0 (0 = off)")
-    dual = num("dual_clip_c", lambda v: v == 0 or (v > 1 and np.isfinite(v)), "must be > 1 (0 = off)")
+    dual = num("dual_clip", lambda v: v == 0 or (v > 1 and np.isfinite(v)), "must be > 1 (0 = off)")
     kl_type = x.kl_type if x is not None else 0
     if kl_type not in (0, 1, 2):
         raise invalid(f'settings.kl_type: must be "k1" or "low_var_kl", got {kl_type}')
@@ -654,11 +648,11 @@ def settings_of(x):
         "eps": num("eps", lambda v: v > 0 and np.isfinite(v), "must be > 0"),
         "weight_decay": num("weight_decay", fnn, "must be >= 0"),
         "max_grad_norm": max_grad_norm,
-        "clip_low": num("clip_eps_low", unit, "must be in [0, 1)"),
-        "clip_high": num("clip_eps_high", fnn, "must be >= 0"),
+        "clip_low": num("clip_low", unit, "must be in [0, 1)"),
+        "clip_high": num("clip_high", fnn, "must be >= 0"),
         "dual_clip": float("inf") if dual == 0 else dual,
         "kl_coef": num("kl_coef", fnn, "must be >= 0"),
-        "kl_type": "k1" if kl_type == 1 else "low_var_kl",
+        "kl_type": KL_TYPES.get(kl_type, DEFAULTS["kl_type"]),
         "entropy_coef": num("entropy_coef", lambda v: np.isfinite(v), "must be a finite number"),
         "inner_steps": inner,
     }

@@ -4,7 +4,7 @@
  * correction is its own file (formula and source in its header) plus one line here.
  */
 import { IssueList } from '../errors';
-import { LOG_RATIO_CLAMP } from '../loss';
+import { LOG_RATIO_CLAMP } from '../loss-settings';
 import { decoupledPpo } from './decoupled-ppo';
 import { icepop } from './icepop';
 import { misSequence } from './mis-sequence';

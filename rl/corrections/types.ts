@@ -5,7 +5,7 @@
  * π_behav is the version that sampled each token (its own log-prob, so tokens of
  * one sequence may come from several versions); π_prox is the update's base
  * version (Score), which is also the PPO clip's "old" policy. Since w_t ≥ 0,
- * w_t·L_pg(A) = L_pg(w_t·A) (rl/loss.ts): every correction is a change of the
+ * w_t·L_pg(A) = L_pg(w_t·A) (rl/loss-reference.ts): every correction is a change of the
  * advantages only, and the engine's update graph stays the same.
  */
 

@@ -1,6 +1,6 @@
 /**
  * PPO-clip policy loss with dual clip and an optional KL-to-reference term, per
- * trained token, as ONNX nodes — the formula of rl/loss.ts, the reference it must equal:
+ * trained token, as ONNX nodes — the formula of rl/loss-reference.ts, the reference it must equal:
  *
  *   ratio = exp(clamp(logp − logp_old, −20, 20))
  *   L1 = −A·ratio,  L2 = −A·clip(ratio, 1−ε_low, 1+ε_high),  L = max(L1, L2)
@@ -10,7 +10,7 @@
  *   total loss = Σ_t w_t·L_t   (w_t: the caller's aggregation weight, 0 for untrained rows)
  *   (the entropy bonus −β_H·Σ w_t·H_t does not depend on logp_t alone; update-graph.ts adds it)
  *
- * This is the same function as rl/loss.ts `policyLoss` (same kink rules: a clipped
+ * This is the same function as rl/loss-reference.ts `policyLoss` (same kink rules: a clipped
  * or dual-clip branch wins only when it binds strictly, clamps pass the gradient
  * at their boundary); test/unit/engine/rl-loss-agreement.test.ts checks both agree.
  *

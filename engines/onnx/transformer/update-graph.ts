@@ -4,7 +4,7 @@
  *  - update graph (float32): K fused optimizer steps in one ONNX `Loop`; each
  *    step = for each of M micro-batches (an inner `Loop`, so activations are
  *    held for one micro-batch at a time): forward → (per chunk of rows, head.ts) RL objective
- *    (tiny-lm/objective.ts: PPO/KL as rl/loss.ts, entropy bonus) → hand-built
+ *    (tiny-lm/objective.ts: PPO/KL as rl/loss-reference.ts, entropy bonus) → hand-built
  *    backward (backward.ts), gradients and metric sums accumulated in a fixed
  *    order; then global-norm clip → AdamW (tiny-lm/adamw.ts). θ, m, v are
  *    loop-carried; per-step metrics (tiny-lm STEP_METRICS order) are scan

@@ -113,7 +113,7 @@ test('bad requests map to gRPC codes and typed errors; the engine keeps serving,
   const v0 = await client.initModel({ modelKey: 'g', spec, seed: 5 });
   const gen = { modelKey: 'g', version: 0, sequences: [{ context: [1], seed: 1 }], sampling: { maxTokens: 2 } };
   const sample = { context: [1], tokens: [2, 3], lossMask: [1, 1], advantages: [1, -1], oldLogprobs: [-2, -2], lossWeights: [0.5, 0.5] };
-  const expectErr = async (p: Promise<unknown>, cls: Function, code: grpc.status, message: RegExp) => {
+  const expectErr = async (p: Promise<unknown>, cls: abstract new (...args: never[]) => Error, code: grpc.status, message: RegExp) => {
     await assert.rejects(p, (e: Error & { code: number; reason: string }) => {
       assert.ok(e instanceof cls, `${e.name}: ${e.message}`);
       assert.equal(e.code, code, e.message);

@@ -185,7 +185,7 @@ test('the same Update from the same base: weights and metrics agree', { skip, ti
     await torchClient.initModel({ modelKey: key, spec, seed: 99 });
     for (const [label, settings] of [
       ['default clip', {}],
-      ['k1, no grad clip, weight decay, dual clip off', { klType: 'k1' as const, maxGradNorm: 0, weightDecay: 0.1, dualClipC: 0, clipEpsHigh: 0.28 }],
+      ['k1, no grad clip, weight decay, dual clip off', { klType: 'k1' as const, maxGradNorm: 0, weightDecay: 0.1, dualClip: 0, clipHigh: 0.28 }],
     ] as const) {
       const v = label === 'default clip' ? 0 : 1;
       const req = updateRequest(key, v, `c-${name}-${v}`, spec.vocabSize, settings);
@@ -299,7 +299,7 @@ test('bad requests: the same gRPC code, reason and message from both engines; bo
     ['other seed for version 0', (c) => c.initModel({ modelKey: key, spec, seed: 4 })],
     ['NaN advantage', (c) => c.update({ modelKey: key, baseVersion: 0, requestId: 'e1', samples: [{ ...sample, advantages: [1, NaN] }] })],
     ['no trained tokens', (c) => c.update({ modelKey: key, baseVersion: 0, requestId: 'e2', samples: [{ ...sample, lossMask: [0, 0] }] })],
-    ['bad dual clip', (c) => c.update({ modelKey: key, baseVersion: 0, requestId: 'e3', samples: [sample], settings: { dualClipC: 0.5 } })],
+    ['bad dual clip', (c) => c.update({ modelKey: key, baseVersion: 0, requestId: 'e3', samples: [sample], settings: { dualClip: 0.5 } })],
     ['short weights', (c) => c.loadVersion({ modelKey: key, version: 5, spec, weights: new Uint8Array(8) })],
   ];
   for (const [label, call] of calls) {

@@ -121,7 +121,7 @@ test('greedy and top_k = 1 pick the most likely token; stop tokens end the seque
   const greedy = (await engine.generate(req([{ context, seed: 1 }], { temperature: 0, maxTokens: 6 }))).sequences[0]!;
   const top1 = (await engine.generate(req([{ context, seed: 2 }], { temperature: 1.5, topK: 1, maxTokens: 6 }))).sequences[0]!;
   assert.deepEqual(top1.tokens, greedy.tokens);
-  let ctx = [...context];
+  const ctx = [...context];
   for (const tok of greedy.tokens) {
     const lp = await distribution(engine, ctx);
     assert.equal(tok, lp.indexOf(Math.max(...lp)), 'argmax');

@@ -59,7 +59,7 @@ test('generated codecs: the same bytes as protobufjs for every kind of field, re
         samples: [
           { context: [1], tokens: [2, 3], lossMask: [1, 0], advantages: [-1.5, 0.25], oldLogprobs: [-0.5, -2], lossWeights: [0.5, 0.5], refLogprobs: [] },
         ],
-        settings: { lr: 0, dualClipC: 0, innerSteps: 2, klType: P.KlType.K1 },
+        settings: { lr: 0, dualClip: 0, innerSteps: 2, klType: P.KlType.K1 },
       }),
     ],
     [

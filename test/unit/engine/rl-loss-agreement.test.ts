@@ -1,6 +1,6 @@
 /**
  * The engine's in-graph policy loss (engines/onnx/ops/policy-loss.ts) and
- * the TypeScript reference of the RL core (rl/loss.ts) are the same function:
+ * the TypeScript reference of the RL core (rl/loss-reference.ts) are the same function:
  * loss, per-token gradient coefficient ∂loss/∂logp_t and diagnostics agree on
  * random tokens covering every regime (clip, dual clip, log-ratio clamp, k3
  * clamp, zero weights). The entropy bonus, which lives outside that function,
@@ -9,7 +9,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import * as ort from 'onnxruntime-node';
-import { policyLoss as referenceLoss, type PolicyLossSettings } from '../../../rl/loss';
+import { policyLoss as referenceLoss } from '../../../rl/loss-reference';
+import type { PolicyLossSettings } from '../../../rl/loss-settings';
 import { encodeModel, Graph, int } from '../../../engines/onnx/graph/builder';
 import { policyLoss } from '../../../engines/onnx/ops/policy-loss';
 import { TinyLmRuntime } from '../../../engines/onnx/tiny-lm/runtime';
@@ -70,7 +71,7 @@ function randomTokens(seed: number, n: number) {
 
 const close = (a: number, b: number, tol = 1e-12) => Math.abs(a - b) <= tol * Math.max(1, Math.abs(a), Math.abs(b));
 
-test('in-graph PPO/KL loss and ∂loss/∂logp agree with rl/loss.ts', async () => {
+test('in-graph PPO/KL loss and ∂loss/∂logp agree with rl/loss-reference.ts', async () => {
   const s = await session(lossGraph());
   const cases: Partial<PolicyLossSettings>[] = [
     { clipLow: 0.2, clipHigh: 0.2, dualClip: 3, kl: { type: 'none', coef: 0 } },
@@ -104,7 +105,7 @@ test('in-graph PPO/KL loss and ∂loss/∂logp agree with rl/loss.ts', async () 
     assert.ok(close(one('kl'), ref.kl), 'kl');
     const grad = out.grad!.data as Float64Array;
     for (let t = 0; t < n; t++) {
-      assert.ok(close(grad[t]!, ref.grad[t]!), `token ${t}: graph ${grad[t]} vs rl/loss ${ref.grad[t]}`);
+      assert.ok(close(grad[t]!, ref.grad[t]!), `token ${t}: graph ${grad[t]} vs rl/loss-reference ${ref.grad[t]}`);
       if (grad[t] === 0 && x.w[t] !== 0) seen.zeroGrad++;
     }
     // Diagnostics are means over tokens with w ≠ 0 (as the engine's row mask).
@@ -121,7 +122,7 @@ test('in-graph PPO/KL loss and ∂loss/∂logp agree with rl/loss.ts', async () 
   assert.ok(seen.clip > 0 && seen.dual > 0 && seen.zeroGrad > 0, 'every regime was exercised');
 });
 
-test("update-graph loss with entropy bonus and KL equals rl/loss.ts on the engine's own log-probs", async () => {
+test("update-graph loss with entropy bonus and KL equals rl/loss-reference.ts on the engine's own log-probs", async () => {
   const spec = normalizeSpec({ vocabSize: 10, contextWindow: 4, embedDim: 6, hiddenDim: 12, layers: 1 });
   const rt = new TinyLmRuntime(spec, sessionFactory('cpu', { intraOpThreads: 1 }), { minRows: 2 });
   const P = paramLayout(spec).total;

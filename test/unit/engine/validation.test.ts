@@ -117,9 +117,9 @@ test('bad requests are refused with the right reason and a clear message', async
     ],
     [
       'update bad dual clip',
-      () => engine.update({ modelKey: 'm', baseVersion: 0, requestId: 'a', samples: [sample()], settings: { dualClipC: 0.5 } }),
+      () => engine.update({ modelKey: 'm', baseVersion: 0, requestId: 'a', samples: [sample()], settings: { dualClip: 0.5 } }),
       'INVALID_REQUEST',
-      /settings\.dual_clip_c/,
+      /settings\.dual_clip\b/,
     ],
     ['update unknown base', () => engine.update({ modelKey: 'm', baseVersion: 5, requestId: 'a', samples: [sample()] }), 'VERSION_NOT_LOADED', /version 5/],
     ['spec missing vocab', () => engine.initModel({ modelKey: 'x', spec: { vocabSize: 0 }, seed: 1 }), 'INVALID_REQUEST', /spec\.vocabSize/],

@@ -95,7 +95,7 @@ describe('gateway over TLS', () => {
 
   it('a wrong key, plain http to the TLS port and an untrusted CA are refused; nothing is recorded', async () => {
     const secure = await GatewayServer.start(gatewayListen(loadConfig(TLS_ENV).gateway));
-    const seen: Record<string, AgentResult | unknown> = {};
+    const seen: Record<string, unknown> = {};
     const team = gatewayTeam(async ({ agents }) => {
       const s = agents.solver.openai;
       seen.wrongKey = await remoteAgent({ ...s, apiKey: 'sk-troupe-not-this-episodes' });

@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { computeAdvantages } from '../../../rl/advantages/registry';
 import { mergeLossDiagnostics, stepDiagnostics } from '../../../rl/diagnostics';
-import { policyLoss } from '../../../rl/loss';
+import { policyLoss } from '../../../rl/loss-reference';
 import { assertClose, sample } from './helpers';
 
 test('advantage stats and zero-advantage groups per agent', () => {

@@ -3,7 +3,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { policyLoss, type KlType, type PolicyLossInput, type PolicyLossSettings } from '../../../rl/loss';
+import { policyLoss, type PolicyLossInput } from '../../../rl/loss-reference';
+import type { KlType, PolicyLossSettings } from '../../../rl/loss-settings';
 import { assertClose } from './helpers';
 
 /** One token with weight 1 and logp_old = 0, so logp = log(ratio). */

@@ -1,4 +1,12 @@
 /**
+ * THE REFERENCE of the policy loss, not the loss that trains. Training runs the loss
+ * inside the engines, on the device, in each engine's own code: the built-in ONNX
+ * engine's update graph (engines/onnx/ops/policy-loss.ts and objective.ts) and the
+ * PyTorch engine's (engines/pytorch/update.py), reached by Update over gRPC. This
+ * file is the plain float64 TypeScript statement of the same function, the oracle
+ * they are tested against (test/unit/engine/rl-loss-agreement.test.ts) and what
+ * test/unit/rl/loss.test.ts checks by hand. Nothing in a training step calls it.
+ *
  * PPO-clip policy loss per token, with its exact gradient coefficient.
  *
  * For token t with advantage A, log-prob logp under the policy being updated,
@@ -42,8 +50,7 @@
  * when the PPO clip or dual clip binds strictly, or when |logp − logp_old| > 20,
  * or when k3 exceeds 10.
  *
- * Defaults: ε_low = ε_high = 0.2, c = 3, KL off (type 'none'; coefficient
- * 0.001 when turned on — it needs reference log-probs), entropy coefficient 0.
+ * Settings and their defaults: loss-settings.ts.
  *
  * Simplified: one flat token array (concatenate samples with tokens.flatten);
  * diagnostics are plain means over tokens with w_t ≠ 0 (verl's masked_mean),
@@ -52,29 +59,7 @@
  */
 
 import { IssueList } from './errors';
-
-export type KlType = 'none' | 'k1' | 'low_var_kl';
-export const KL_TYPES: readonly KlType[] = ['none', 'k1', 'low_var_kl'];
-
-export interface PolicyLossSettings {
-  clipLow: number;
-  clipHigh: number;
-  /** Dual-clip bound c (> 1) for A < 0; null turns dual clip off. */
-  dualClip: number | null;
-  kl: { type: KlType; coef: number };
-  entropyCoef: number;
-}
-
-export const DEFAULT_POLICY_LOSS_SETTINGS: Readonly<PolicyLossSettings> = Object.freeze({
-  clipLow: 0.2,
-  clipHigh: 0.2,
-  dualClip: 3,
-  kl: Object.freeze({ type: 'none' as KlType, coef: 0.001 }),
-  entropyCoef: 0,
-});
-
-export const LOG_RATIO_CLAMP = 20;
-export const K3_CLAMP = 10;
+import { DEFAULT_POLICY_LOSS_SETTINGS, K3_CLAMP, KL_TYPES, LOG_RATIO_CLAMP, type PolicyLossSettings } from './loss-settings';
 
 export interface PolicyLossInput {
   logp: ArrayLike<number>;
