@@ -111,6 +111,11 @@ function panel(title: string, values: CurvePoint[], y: string, opts: { points?: 
       encoding: { text: { field: 'note' }, x: { value: WIDTH / 2 }, y: { value: HEIGHT / 2 } },
     };
   }
+  // Steps are whole numbers: no fractional ticks. One step alone would give the axis an empty
+  // domain (Vega labels it 0.000000 or 1.000000): centre it, labelled with its step number.
+  const steps = new Set(values.map((v) => v.step));
+  const [only] = steps.size === 1 ? steps : [];
+  const x = only === undefined ? { axis: { tickMinStep: 1, format: 'd' } } : { axis: { values: [only], format: 'd' }, scale: { domain: [only - 1, only + 1] } };
   return {
     title,
     width: WIDTH,
@@ -118,7 +123,7 @@ function panel(title: string, values: CurvePoint[], y: string, opts: { points?: 
     data: { values },
     mark: opts.points ? { type: 'point', filled: true, size: 50 } : { type: 'line', point: values.length < 60 },
     encoding: {
-      x: { field: 'step', type: 'quantitative', title: 'step' },
+      x: { field: 'step', type: 'quantitative', title: 'step', ...x },
       y: { field: 'value', type: 'quantitative', title: y, ...(opts.domain ? { scale: { domain: opts.domain } } : {}) },
       color: { field: 'series', type: 'nominal', title: null },
     },

@@ -40,23 +40,38 @@ export function runExitCode(s: Pick<RunSummary, 'status' | 'versions'>): number 
   return s.status === 'completed' && trained(s.versions) ? 0 : 1;
 }
 
+/**
+ * A mean reward in its component's own units (a team may scale a component to 10, or make it
+ * negative): up to 3 decimals with no trailing zeros, so that `10` or `-2.5` is not read as a
+ * rate of 10.000 the way the eval success rate (always 3 decimals, in [0, 1]) is printed.
+ */
+export function rewardNumber(v: number): string {
+  if (!Number.isFinite(v)) return String(v);
+  if (v !== 0 && Math.abs(v) < 0.0005) return String(Number(v.toPrecision(2)));
+  const s = v.toFixed(3).replace(/\.?0+$/, '');
+  return s === '-0' ? '0' : s;
+}
+
+/** An eval: its success rate over the held-out tasks, then each agent's mean reward components, labelled as such. */
+export function evalText(e: RunSummary['initialEval']): string {
+  if (!e) return '-';
+  const rewards = Object.entries(e.rewards)
+    .filter(([, cs]) => Object.keys(cs).length > 0)
+    .map(
+      ([a, cs]) =>
+        `${a} ${Object.entries(cs)
+          .map(([k, v]) => `${k} ${rewardNumber(v)}`)
+          .join(', ')}`,
+    );
+  return `${e.success.toFixed(3)} (${e.episodes} held-out tasks)${rewards.length > 0 ? `; mean reward: ${rewards.join('; ')}` : ''}`;
+}
+
 export function summaryLines(s: RunSummary, times: RunTimes, problems?: EpisodeProblems): string[] {
-  const fmt = (e: RunSummary['initialEval']) =>
-    e
-      ? `${e.success.toFixed(3)} (${e.episodes} held-out tasks; ${Object.entries(e.rewards)
-          .map(
-            ([a, cs]) =>
-              `${a} ${Object.entries(cs)
-                .map(([k, v]) => `${k}=${v.toFixed(3)}`)
-                .join(',')}`,
-          )
-          .join('; ')})`
-      : '-';
   const setup = times.setupSeconds >= 1 ? ` (setting up the stack took ${duration(times.setupSeconds)} more)` : '';
   return [
     `run ${s.runId} (${s.team}) ${s.status} after ${s.steps} steps in ${duration(times.runSeconds)}${setup}`,
-    `  eval success: ${fmt(s.initialEval)}`,
-    `             -> ${fmt(s.finalEval)}`,
+    `  eval success: ${evalText(s.initialEval)}`,
+    `             -> ${evalText(s.finalEval)}`,
     `  versions: ${Object.entries(s.versions)
       .map(([m, v]) => `${m} v${v}`)
       .join(', ')}`,

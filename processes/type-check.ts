@@ -24,12 +24,30 @@ export const MAX_LISTED = 5;
 
 type TS = typeof import('typescript');
 
-function loadTypeScript(project: Project): TS | undefined {
+/** The TypeScript a project's teams are checked with: the project's own, else Troupe's (when installed). */
+export function findTypeScript(dir: string): string | undefined {
   try {
-    return require(require.resolve('typescript', { paths: [project.dir, repoRoot] })) as TS;
+    return require.resolve('typescript', { paths: [dir, repoRoot] });
   } catch {
     return undefined;
   }
+}
+
+function loadTypeScript(project: Project): TS | undefined {
+  const found = findTypeScript(project.dir);
+  return found === undefined ? undefined : (require(found) as TS);
+}
+
+/** Why no TypeScript was found: listed in the project's package.json (`troupe init` adds it) but not installed, or not listed. */
+export function noTypeScriptReason(dir: string): string {
+  let listed = false;
+  try {
+    const pkg = JSON.parse(fs.readFileSync(path.join(dir, 'package.json'), 'utf8')) as Record<string, Record<string, unknown> | undefined>;
+    listed = pkg.devDependencies?.typescript !== undefined || pkg.dependencies?.typescript !== undefined;
+  } catch {
+    /* no package.json, or not JSON: not listed */
+  }
+  return listed ? 'TypeScript is in package.json but not installed (run npm install)' : 'TypeScript is not installed (npm install -D typescript)';
 }
 
 /** Type-checks team `name` of `project` (its module and local imports). */
@@ -39,7 +57,7 @@ export function typeCheckTeam(project: Project, name: string): TypeCheckResult {
   const tsconfig = path.join(project.dir, 'tsconfig.json');
   if (!fs.existsSync(tsconfig)) return { errors: [], skipped: 'the project has no tsconfig.json' };
   const ts = loadTypeScript(project);
-  if (!ts) return { errors: [], skipped: 'TypeScript is not installed (npm install -D typescript)' };
+  if (!ts) return { errors: [], skipped: noTypeScriptReason(project.dir) };
 
   const files = localClosure([entry]).filter((f) => /\.(c|m)?tsx?$/.test(f));
   const key = createHash('sha256').update(ts.version).update(fs.readFileSync(tsconfig));

@@ -1,8 +1,11 @@
-// troupe init [dir]: scaffolds a project (troupe.config.ts, one example team, a tsconfig, a .gitignore for .troupe/).
+// troupe init [dir]: scaffolds a project (troupe.config.ts, one example team, a tsconfig, a .gitignore for .troupe/)
+// and adds TypeScript, the version Troupe pins, to its package.json devDependencies.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { TroupeError } from '../../infra/errors';
+import { repoRoot } from '../../infra/paths';
 import { CONFIG_NAMES, findProjectConfig } from '../../processes/project';
+import { findTypeScript } from '../../processes/type-check';
 import { defineCommand } from '../command';
 import { SCAFFOLD } from '../scaffold';
 
@@ -12,8 +15,9 @@ export default defineCommand({
   usage: 'troupe init [dir]',
   description:
     'Writes troupe.config.ts (teams by name -> module), teams/count.ts (a one-agent team that trains on a CPU in\n' +
-    'seconds), tsconfig.json and .gitignore lines for .troupe/ (the stack state) into DIR (default: here).\n' +
-    'Existing files are never overwritten. Then: `npx troupe train count --steps 2`.',
+    'seconds), tsconfig.json and .gitignore lines for .troupe/ (the stack state) into DIR (default: here), and adds\n' +
+    "TypeScript (the version Troupe pins) to package.json's devDependencies: `train` type-checks a team before it\n" +
+    'starts. Existing files are never overwritten. Then: `npm install`, `npx troupe train count --steps 2`.',
   positionals: true,
   async run({ positionals, log }) {
     if (positionals.length > 1) throw new TroupeError('init: at most one folder', 'usage: troupe init [dir]');
@@ -31,6 +35,7 @@ export default defineCommand({
       fs.writeFileSync(target, text(path.basename(dir)));
       written.push(file);
     }
+    if (addTypeScript(path.join(dir, 'package.json')) && !written.includes('package.json')) written.push('package.json (devDependencies.typescript)');
     const ignore = path.join(dir, '.gitignore');
     const before = fs.existsSync(ignore) ? fs.readFileSync(ignore, 'utf8') : '';
     const missing = ['.troupe/', 'node_modules/'].filter((l) => !before.split('\n').includes(l));
@@ -39,7 +44,36 @@ export default defineCommand({
       written.push('.gitignore');
     }
     console.log(`troupe: project in ${dir}: wrote ${written.join(', ') || 'nothing (all files exist)'}`);
+    if (!findTypeScript(dir)) console.log('  next: npm install                         (installs TypeScript: train type-checks a team before it starts)');
     console.log('  next: npx troupe train count --steps 2     (starts the stack in .troupe/ on first use)');
     return 0;
   },
 });
+
+/** The TypeScript version Troupe itself pins (its package.json), which a scaffolded project gets. */
+export function pinnedTypeScript(): string | undefined {
+  const own = JSON.parse(fs.readFileSync(path.join(repoRoot, 'package.json'), 'utf8')) as Record<string, Record<string, string> | undefined>;
+  return own.devDependencies?.typescript ?? own.dependencies?.typescript;
+}
+
+/**
+ * Adds TypeScript to the project's devDependencies unless the project names it already (in any
+ * dependency list); keeps the file's other fields and indentation. Whether it changed the file.
+ */
+export function addTypeScript(packageFile: string): boolean {
+  const version = pinnedTypeScript();
+  if (!version || !fs.existsSync(packageFile)) return false;
+  const text = fs.readFileSync(packageFile, 'utf8');
+  let pkg: Record<string, unknown>;
+  try {
+    pkg = JSON.parse(text);
+  } catch {
+    return false; // not ours to repair; npm will say what is wrong with it
+  }
+  const lists = ['dependencies', 'devDependencies', 'peerDependencies', 'optionalDependencies'] as const;
+  if (lists.some((l) => (pkg[l] as Record<string, unknown> | undefined)?.typescript !== undefined)) return false;
+  pkg.devDependencies = { ...(pkg.devDependencies as Record<string, string> | undefined), typescript: version };
+  const indent = /^[ \t]+(?=")/m.exec(text)?.[0] ?? 2;
+  fs.writeFileSync(packageFile, `${JSON.stringify(pkg, null, indent)}\n`);
+  return true;
+}

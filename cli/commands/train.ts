@@ -39,7 +39,7 @@ export async function failureJson(handle: WorkflowHandle, team: string, error: u
 export default defineCommand({
   name: 'train',
   summary: 'Train a team: bring the stack up, start a trainingRun workflow and show its progress',
-  usage: 'troupe train <team> [options]',
+  usage: 'troupe train <team> [options] | troupe train --config FILE [options]',
   description: () =>
     [
       'Starts the trainingRun workflow on the control task queue with a run config built from',
@@ -47,6 +47,7 @@ export default defineCommand({
       'ends with a summary (and with --json one JSON object as the last line of stdout).',
       'Exit status: 0 when the run completed and trained (some model past version 0); 1 when it',
       'failed, was stopped or terminated, or completed without training (the summary says why).',
+      'The team: <team>, else the --config file\'s "team" (both may name it, only the same one).',
       'The run keeps going if you press Ctrl-C: watch it again with `troupe status <run> --watch`.',
       `Teams: ${Object.keys(teams).join(', ') || '(none)'}${activeProject() ? ` (the project's, from ${activeProject()!.configFile})` : ''}.`,
     ].join('\n'),
@@ -93,9 +94,8 @@ export default defineCommand({
     'skip-type-check': { type: 'boolean', description: "in a project: start even if the team's files have type errors" },
   },
   async run({ values, positionals, log }) {
-    const team = positionals[0];
-    if (!team || positionals.length > 1) throw new TroupeError('train: name one team', 'e.g. npx troupe train math');
     const fromFile = values.config ? readConfigFile(values.config) : {};
+    const team = teamToTrain(positionals, fromFile, values.config);
     let teamOptions: Record<string, unknown> | undefined;
     if (values['team-options']) {
       try {
@@ -195,6 +195,27 @@ export default defineCommand({
     }
   },
 });
+
+/**
+ * The team a `train` names: the command line's, else the --config file's `team`. Both may name
+ * it, only the same one.
+ */
+export function teamToTrain(positionals: string[], fromFile: Record<string, unknown>, configFile?: string): string {
+  if (positionals.length > 1)
+    throw new TroupeError(`train: name one team, not ${positionals.length} (${positionals.join(', ')})`, 'e.g. npx troupe train math');
+  const inFile = fromFile.team;
+  if (inFile !== undefined && (typeof inFile !== 'string' || inFile === ''))
+    throw new TroupeError(`--config: ${configFile}: team must be a team's name, got ${JSON.stringify(inFile)}`, 'e.g. {"team": "math", "steps": 20}');
+  const given = positionals[0];
+  if (given !== undefined && inFile !== undefined && given !== inFile)
+    throw new TroupeError(
+      `train: two teams named: "${given}" on the command line and "${inFile}" in ${configFile}`,
+      'name the team once (or the same one in both places)',
+    );
+  const team = given ?? inFile;
+  if (!team) throw new TroupeError('train: name one team', 'e.g. npx troupe train math, or a --config file with "team": "math"');
+  return team;
+}
 
 /** In a project, a team whose files have type errors does not start (tsx would run it unchecked). */
 function refuseTypeErrors(team: string, log: (line: string) => void): void {

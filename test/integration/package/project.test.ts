@@ -158,8 +158,18 @@ test(
     const init = await troupe('init');
     assert.equal(init.code, 0, init.out);
     for (const f of ['troupe.config.ts', 'teams/count.ts', 'tsconfig.json', '.gitignore']) assert.ok(fs.existsSync(path.join(project, f)), f);
+    // TypeScript, the version Troupe pins, is a devDependency of the project; not installed yet, so init says to.
+    const pinnedTs = (JSON.parse(fs.readFileSync(path.join(repoRoot, 'package.json'), 'utf8')) as { devDependencies: Record<string, string> }).devDependencies
+      .typescript;
+    assert.equal(
+      (JSON.parse(fs.readFileSync(path.join(project, 'package.json'), 'utf8')) as { devDependencies: Record<string, string> }).devDependencies.typescript,
+      pinnedTs,
+    );
+    assert.match(init.out, /next: npm install +\(installs TypeScript/);
     const first = await troupe('train', 'count', '--steps', '2', '--groups', '2', '--group-size', '4');
     assert.equal(first.code, 0, first.out);
+    // Trained without `npm install`: the first train says why the team was not checked, and what to run.
+    assert.match(first.out, /team "count" was not type-checked: TypeScript is in package\.json but not installed \(run npm install\)/);
     assert.match(first.out, /run count-\S+ \(count\) completed after 2 steps/);
     const firstS = (Date.now() - t1) / 1000;
     assert.ok(readRecord(path.join(project, '.troupe'), 'control-worker'), "the stack's state is in the project's .troupe/");

@@ -154,3 +154,21 @@ it('renders empty, single-point and constant series without throwing', async () 
   ]);
   assert.match((await renderCurves(constant, 'constant')).svg, /^<svg/);
 });
+
+/** Each x axis's tick labels, in the panels' order, read from the SVG Vega draws. */
+const xAxisLabels = (svg: string) =>
+  svg
+    .split('aria-label="X-axis')
+    .slice(1)
+    .map((axis) => [...axis.slice(axis.indexOf('role-axis-label'), axis.indexOf('role-axis-domain')).matchAll(/>([^<]*)<\/text>/g)].map((m) => m[1]));
+
+it('x axes: one point is labelled with its step number (not 0.000000), and steps never get fractional ticks', async () => {
+  // A run with one step: its eval before it (step 0), its train rewards and update after it (step 1).
+  const one = curves([row(0, 'eval', 'team', 'success', 0.5), row(0, 'train', 'solver', 'reward.correct', 10), row(0, 'update', 'policy', 'gradNorm', 0.3)]);
+  const { svg } = await renderCurves(one, 'one point');
+  assert.deepEqual(xAxisLabels(svg), [['1'], ['0'], ['1']], 'reward, eval success, grad norm (the empty endings panel has no axis)');
+  assert.doesNotMatch(svg, />-?\d+\.\d{6}</, 'no six-decimal labels anywhere');
+  // Two evals a step apart: whole steps only.
+  const two = curves([row(0, 'eval', 'team', 'success', 0.5), row(1, 'eval', 'team', 'success', 0.7)]);
+  assert.deepEqual(xAxisLabels((await renderCurves(two, 'two points')).svg), [['0', '1']]);
+});

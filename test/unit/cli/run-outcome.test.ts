@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { it } from 'node:test';
 import { ApplicationFailure } from '@temporalio/common';
 import { failureHint } from '../../../control/runs';
-import { problemLines, runExitCode, summaryLines } from '../../../cli/summary';
+import { evalText, problemLines, rewardNumber, runExitCode, summaryLines } from '../../../cli/summary';
 import type { RunSummary } from '../../../workflows/training-run';
 
 const summary = (over: Partial<RunSummary>): RunSummary => ({
@@ -49,6 +49,23 @@ it('a run that learned nothing says why: failed and empty episodes with their mo
 
 it("the run's own time is reported apart from setting up the stack (none when the stack was up)", () => {
   assert.equal(summaryLines(summary({}), { runSeconds: 40, setupSeconds: 0.4 })[0], 'run r1 (math) completed after 2 steps in 40s');
+});
+
+it('eval rewards read as mean rewards in their own units, apart from the success rate: a scaled 10 is not 10.000 beside rates', () => {
+  const lines = summaryLines(
+    summary({
+      initialEval: { step: 0, success: 0.25, episodes: 21, rewards: { solver: { correct: 0.25 }, verifier: { judged: 2.5, format: 1 } } },
+      finalEval: { step: 2, success: 0.9047619, episodes: 21, rewards: { solver: { correct: 0.9047619 }, verifier: { judged: 10, format: -0.5 } } },
+    }),
+    { runSeconds: 40, setupSeconds: 0 },
+  );
+  assert.deepEqual(lines.slice(1, 3), [
+    '  eval success: 0.250 (21 held-out tasks); mean reward: solver correct 0.25; verifier judged 2.5, format 1',
+    '             -> 0.905 (21 held-out tasks); mean reward: solver correct 0.905; verifier judged 10, format -0.5',
+  ]);
+  assert.deepEqual([0, 10, 0.1234567, 12345.6789, 0.00001234, -0.0001].map(rewardNumber), ['0', '10', '0.123', '12345.679', '0.000012', '-0.0001']);
+  // An eval without rewards (e.g. every episode failed) is its rate alone.
+  assert.equal(evalText({ step: 0, success: 0, episodes: 3, rewards: {} }), '0.000 (3 held-out tasks)');
 });
 
 it('a failed run whose engine refused the request is not pointed at troupe resume, which would repeat it', () => {

@@ -78,3 +78,39 @@ it('--model DIR moves the team onto the directory: a model that cannot load it i
   assert.match(r.stderr, /models\.policy\.checkpoint: only transformer models load a checkpoint; this is a tiny-lm model/);
   assert.deepEqual(fs.readdirSync(state), []);
 });
+
+it("--config names the team: the file's team is trained; both naming different teams is refused, naming both", () => {
+  const file = (name: string, config: Record<string, unknown>) => {
+    const f = path.join(state, '..', `troupe-team-config-${process.pid}-${name}.json`);
+    fs.writeFileSync(f, JSON.stringify(config));
+    return f;
+  };
+  const chess = file('chess', { team: 'chess' });
+  const math = file('math', { team: 'math', steps: 0 });
+  const none = file('none', { steps: 2 });
+  try {
+    // The file's team is the run's: an unknown one is named by the run config's check.
+    assert.match(train('--config', chess).stderr, /^troupe: team: unknown team "chess" \(known: math, /);
+    // ... and a known one gets as far as the config's other fields.
+    const fromFile = train('--config', math);
+    assert.equal(fromFile.status, 1);
+    assert.match(fromFile.stderr, /^troupe: invalid run config: steps: must be >= 1\n/);
+    // The same team in both places is fine.
+    assert.equal(train('math', '--config', math).stderr, fromFile.stderr);
+    const both = train('recall', '--config', math);
+    assert.equal(both.status, 1);
+    assert.match(
+      both.stderr,
+      new RegExp(`^troupe: train: two teams named: "recall" on the command line and "math" in ${math.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\n`),
+    );
+    // Neither names one.
+    assert.match(train('--config', none).stderr, /^troupe: train: name one team\n.*--config file with "team": "math"/);
+    assert.match(train().stderr, /^troupe: train: name one team\n/);
+    assert.match(train('--config', file('bad', { team: 3 })).stderr, /^troupe: --config: \S+: team must be a team's name, got 3\n/);
+    assert.match(train('math', 'recall').stderr, /^troupe: train: name one team, not 2 \(math, recall\)\n/);
+  } finally {
+    for (const f of fs.readdirSync(path.join(state, '..')).filter((n) => n.startsWith(`troupe-team-config-${process.pid}-`)))
+      fs.rmSync(path.join(state, '..', f));
+  }
+  assert.deepEqual(fs.readdirSync(state), []);
+});
