@@ -1,19 +1,24 @@
-"""Models through Hugging Face transformers: any decoder-only causal LM the pinned transformers has, computed by
-its own modules (embeddings, norms, MLPs, rotary tables, q/k norms, soft-caps), with the weights supplied per call
-from a version's flat θ (torch.func.functional_call), so one module serves every version of a model and a version
-stays one immutable tensor, as model.Transformer's do. HfTransformer has model.Transformer's interface (weights,
-run_rows, new_cache, trunk, head, P), so the server's batching, versions and updates run on it unchanged.
+"""The engine's model code: transformers' own modules (embeddings, norms, MLPs, rotary tables, q/k norms, soft-caps)
+for every model the engine serves, with the weights supplied per call from a version's flat θ
+(torch.func.functional_call), so one module serves every version of a model and a version stays one immutable tensor.
+
+Two layouts of θ:
+  - a transformer({...}) spec, or a checkpoint of model type gpt2 / llama / qwen2 / qwen3: the family's flat layout
+    (spec.param_layout: the built-in engine's bytes), each transformers parameter a view of its slots, transposed
+    where the family stores [in, out], concatenated where transformers fuses (GPT-2's c_attn); the architecture is
+    the one checkpoint.config_for writes (gpt2, llama, qwen3). A spec no architecture computes (rope with LayerNorm
+    or GELU, learned positions without GPT-2's LayerNorm, GELU and biases) is refused (not_computable);
+  - any other causal LM transformers has ({"checkpoint": dir} of another model type, or a config those layouts
+    cannot compute): {"family": "transformer", "vocabSize": V, "hf": <config.json>, "maxSeq": M, ...}, the config
+    being the model (a stored spec rebuilds it without the directory); θ is the module's parameters in its own
+    order and shapes (a tied head once). The built-in engine does not load these.
 
 Attention is the one piece Troupe supplies, registered as transformers' attention implementation "troupe":
   - a row step (run_rows: Score, Generate's prefill and decode): every row is a one-token sequence at its own
-    position that writes its key and value into its own cache slot and attends to that slot's keys 0..position,
-    as model.Transformer.step does, so a row's bits do not depend on what runs beside it and Score = Generate;
+    position that writes its key and value into its own cache slot and attends to that slot's keys 0..position in
+    fixed shapes (steps.py), so a row's bits do not depend on what runs beside it and Score = Generate;
   - whole sequences (Update): causal attention, torch's SDPA where the model has no logit soft-cap or window.
-
-The spec of such a model (the form InitModel's {"checkpoint": dir} resolves to when config.json's model_type is not
-one of model.py's own four) is {"family": "transformer", "vocabSize": V, "hf": <config.json>, "maxSeq": M, ...}: the
-config is the model, so a stored spec rebuilds it without the directory. θ is the module's parameters in its own
-order and shapes (a tied head once), float32: the built-in engine does not load these.
+LoRA (lora.py) adds each row's own adapter term through forward hooks on the targeted modules.
 """
 import json
 import math
@@ -24,7 +29,9 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch.func import functional_call
 
-import model as hand  # BLOCK, STEP_SIZES, ATT_ROWS, KEY_LENGTHS and the probes' rules are shared
+import checkpoint
+import steps
+import spec as specmod
 
 IMPLEMENTATION = "troupe"
 # config.json fields that say how the file was written, not what the model computes
@@ -41,6 +48,7 @@ def _transformers():
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
     if IMPLEMENTATION not in AttentionInterface._global_mapping:
+        transformers.logging.set_verbosity_error()  # stderr carries the engine's JSON log lines
         AttentionInterface.register(IMPLEMENTATION, attention)
         AttentionMaskInterface.register(IMPLEMENTATION, lambda *a, **k: None)  # attention() masks by position itself
     return transformers
@@ -130,6 +138,44 @@ def is_hf(spec):
     return "hf" in spec
 
 
+def not_computable(spec, prefix="spec"):
+    """(field, message) when no transformers architecture computes family spec `spec` (its base, for a LoRA spec), else
+    None: the layouts are GPT-2 (learned positions, LayerNorm, GELU, biases, kvHeads = heads), Llama (RoPE, RMSNorm,
+    SwiGLU) and Qwen3 (Llama's with q/k norms and a head width of its own)."""
+    if "hf" in spec:
+        return None
+    s = specmod.base_spec(spec) if "lora" in spec else spec
+    if family_config(s) is not None:
+        return None
+    why = "the PyTorch engine computes transformer specs with transformers' architectures: "
+    if s["positions"] == "learned":
+        for field, want in (("norm", "layernorm"), ("mlp", "gelu"), ("bias", True), ("qkNorm", False)):
+            if s[field] != want:
+                return f"{prefix}.{field}", why + f"learned positions are GPT-2's, which needs norm layernorm, mlp gelu, bias true, no qkNorm (got {field} {json.dumps(s[field])}); the built-in engine computes it"
+        return f"{prefix}.kvHeads", why + "learned positions are GPT-2's, which needs kvHeads = heads; the built-in engine computes it"
+    for field, want in (("norm", "rmsnorm"), ("mlp", "swiglu")):
+        if s[field] != want:
+            return f"{prefix}.{field}", why + f"rope positions are Llama's or Qwen3's, which need norm rmsnorm and mlp swiglu (got {field} {json.dumps(s[field])}); the built-in engine computes it"
+    return f"{prefix}.headDim", why + "a head width other than width / heads needs qkNorm (Qwen3's layout); the built-in engine computes it"
+
+
+def family_config(spec):
+    """(config.json dict, model type, biases) of a family spec in the transformers architecture that computes it
+    (checkpoint.config_for: gpt2 for learned positions, qwen3 with q/k norms, else llama), or None when none does
+    (rope with LayerNorm or GELU, learned positions without GPT-2's norm, MLP and biases, a LoRA spec)."""
+    if "lora" in spec or "hf" in spec:
+        return None
+    biases = {"qkv": spec["bias"], "o": spec["bias"], "mlp": spec["bias"]}
+    try:
+        cfg = checkpoint.config_for(spec, None, biases)
+    except checkpoint.CheckpointError:
+        return None
+    if cfg["model_type"] != "gpt2":
+        cfg["max_position_embeddings"] = spec["maxSeq"]
+    cfg.update({"bos_token_id": None, "eos_token_id": None, "pad_token_id": None})  # the vocabulary is the team's
+    return cfg, cfg["model_type"], biases
+
+
 def param_count(c):
     """Parameters of config c's causal LM (a tied head once), from a module on the meta device (nothing allocated)."""
     t = _transformers()
@@ -180,13 +226,13 @@ def attention(module, q, k, v, attention_mask, dropout=0.0, scaling=None, slidin
 
 
 class Rows:
-    """One run_rows step's rows: their cache slots and positions, and the attention groups (model.Transformer.step's)."""
+    """One run_rows step's rows: their cache slots and positions, and their attention groups (steps.py)."""
 
     def __init__(self, cache, block, m, lengths, device):
         self.cache, self.m = cache, m
         _, pos, slot = torch.tensor(block, dtype=torch.long).t().to(device)
         self.pos, self.slot = pos, slot
-        A = hand.ATT_ROWS
+        A = steps.ATT_ROWS
         self.groups = []
         for a in range(0, m, A):
             nk = next(n for n in lengths if n > max(r[1] for r in block[a:min(a + A, m)]))
@@ -225,13 +271,17 @@ class Rows:
 # ---------------------------------------------------------------- the runtime
 
 class HfTransformer:
-    """model.Transformer's interface over a transformers module whose parameters come from θ per call."""
+    """A transformers module whose parameters come from θ per call: weights, run_rows and new_cache (Score, Generate),
+    trunk and head (Update), P (θ's length)."""
 
     def __init__(self, spec, device):
         t = _transformers()
         from accelerate import init_empty_weights
         self.spec, self.device = spec, device
-        config = model_config(spec["hf"])
+        family = None if is_hf(spec) else family_config(spec)
+        if not is_hf(spec) and family is None:
+            raise HfSpecError("spec: no transformers architecture computes this spec")
+        config = model_config(spec["hf"] if family is None else family[0])
         config._attn_implementation = IMPLEMENTATION
         with init_empty_weights(include_buffers=False):  # parameters on the meta device: θ supplies them per call
             self.module = t.AutoModelForCausalLM.from_config(config, attn_implementation=IMPLEMENTATION)
@@ -248,23 +298,90 @@ class HfTransformer:
             self.shapes.append(tuple(p.shape))
         self.sizes = [math.prod(s) for s in self.shapes]
         self.P = sum(self.sizes)
+        self.family = None
+        if family is not None:  # θ in the built-in engine's flat layout: each parameter a view (or concatenation) of slots
+            slots, self.P = specmod.param_layout(spec)
+            self.family = ([name for name, _, _, _ in slots], [tuple(shape) for _, _, shape, _ in slots],
+                           [math.prod(shape) for _, _, shape, _ in slots], checkpoint.tensor_map(family[1], family[2], spec))
+            self._lora_rows = None  # a LoRA step's RowAdapters (lora.py), read by the hooks on the targeted modules
+            self._hook_targets(self.family[3])
+            mapped = {e[0] for e in self.family[3]}
+            unmapped = [n for n in self.names if n not in mapped and not (n == "lm_head.weight" and spec["tiedHead"])]
+            if unmapped:
+                raise HfSpecError(f"spec: transformers' {family[1]} has parameters the family does not: {', '.join(unmapped[:3])}")
         embedding = self.module.get_input_embeddings().weight
         self.head_name = "lm_head.weight" if "lm_head.weight" in self.names else next(
             n for n, p in self.module.named_parameters() if p is embedding)
         self.softcap = getattr(config, "final_logit_softcapping", None)
         self._sizes = None
         self._keys = None
-        self._probe = hand.Transformer.__new__(hand.Transformer)  # key_lengths' probe reads spec, group, hd, device
-        self._probe.spec, self._probe.device, self._probe._keys = spec, device, None
-        self._probe.group, self._probe.hd = spec["heads"] // spec["kvHeads"], spec["headDim"]
+
+    def _hook_targets(self, entries):
+        """A forward hook on each module holding family matrices (q, k, v, o, MLP): in a LoRA step it adds each row's own
+        adapter term to the module's output, PEFT's order (y = base(x) + (α/r)·B·A·x), in that matrix's columns (GPT-2's
+        c_attn holds q, k and v side by side)."""
+        modules = dict(self.module.named_modules())
+        for name, shape, parts, _ in entries:
+            if not name.endswith(".weight") or not all(p.split(".")[-1].startswith("w") for p in parts) or len(shape) != 2:
+                continue
+            if parts[0] in ("tok_emb", "pos_emb", "head"):
+                continue
+            widths = [self.family[1][self.family[0].index(p)][1] for p in parts]  # each slot's [in, out]: its columns
+            cols, at = [], 0
+            for p, w in zip(parts, widths):
+                cols.append((p, None if len(parts) == 1 else (at, at + w)))
+                at += w
+            modules[name[:-len(".weight")]].register_forward_hook(self._lora_hook(cols))
+
+    def _lora_hook(self, cols):
+        def hook(_module, inputs, output):
+            rows = self._lora_rows
+            if rows is None:
+                return None
+            x = inputs[0]
+            for slot, span in cols:
+                d = rows.delta(x, slot)
+                if d is None:
+                    continue
+                if span is None:
+                    output = output + d
+                else:
+                    a, b = span
+                    output = torch.cat([output[..., :a], output[..., a:b] + d, output[..., b:]], dim=-1)
+            return output
+        return hook
 
     # ---- θ
+    def slot_weights(self, theta):
+        """θ's family slots as views by name (spec.param_layout): what LoRA merges into (lora.LoraModel)."""
+        names, shapes, sizes, _ = self.family
+        return {n: piece.view(s) for n, s, piece in zip(names, shapes, theta.split(sizes))}
+
+    def assemble(self, slot):
+        """{parameter name: tensor} of the family slots `slot`: views, transposed where the family stores [in, out] and
+        transformers [out, in], concatenated where transformers fuses (GPT-2's c_attn)."""
+        W = {}
+        for name, shape, parts, transpose in self.family[3]:
+            if transpose:
+                W[name] = slot[parts[0]].t()
+            elif len(parts) > 1:
+                W[name] = torch.cat([slot[p] for p in parts], dim=-1)
+            else:
+                W[name] = slot[parts[0]].view(shape)
+        return W
+
     def weights(self, theta, inference=False):
-        return {n: piece.view(s) for n, s, piece in zip(self.names, self.shapes, theta.split(self.sizes))}
+        """{parameter name: tensor} of θ for functional_call: views of θ's pieces (one split, whose backward is one
+        concatenation), transposed where the family stores [in, out] and transformers [out, in], concatenated where
+        transformers fuses (GPT-2's c_attn)."""
+        if self.family is None:
+            return {n: piece.view(s) for n, s, piece in zip(self.names, self.shapes, theta.split(self.sizes))}
+        return self.assemble(self.slot_weights(theta))
 
     def flatten(self, tensors):
         """θ float32 of a {name: tensor} state (a checkpoint's), in this module's order; a missing or misshapen tensor
         is an HfSpecError naming it."""
+        assert self.family is None, "a family spec's θ is the flat layout's"
         out = []
         for n, s in zip(self.names, self.shapes):
             t = tensors.get(n)
@@ -278,7 +395,8 @@ class HfTransformer:
         return torch.cat(out)
 
     def _call(self, W, **kwargs):
-        return functional_call(self.module, W, args=(), kwargs=kwargs, tie_weights=True, strict=False)
+        params = {k: v for k, v in W.items() if k != steps.LORA}
+        return functional_call(self.module, params, args=(), kwargs=kwargs, tie_weights=True, strict=False)
 
     # ---- rows against a KV cache: Score, Generate's prefill and decode
     def new_cache(self, slots):
@@ -290,34 +408,39 @@ class HfTransformer:
         """The STEP_SIZES whose rows get the same bits as in BLOCK-row steps of this model's linear maps (probed once, on
         random values: the kernels are chosen by shape); only BLOCK on CUDA."""
         if self._sizes is None:
-            self._sizes = [hand.BLOCK]
+            self._sizes = [steps.BLOCK]
             if str(self.device) == "cpu":
                 gen = torch.Generator().manual_seed(0)
-                shapes = {(m.in_features, min(m.out_features, hand.PROBE_COLUMNS), m.bias is not None)
+                shapes = {(m.in_features, min(m.out_features, steps.PROBE_COLUMNS), m.bias is not None)
                           for m in self.module.modules() if isinstance(m, torch.nn.Linear)}
-                ok = set(hand.STEP_SIZES)
+                ok = set(steps.STEP_SIZES)
                 for K, N, bias in sorted(shapes):
                     w = torch.rand(N, K, generator=gen)
                     b = torch.rand(N, generator=gen) if bias else None
-                    x = torch.rand(max(hand.STEP_SIZES), K, generator=gen) - 0.5
-                    full = F.linear(x[:hand.BLOCK], w, b)
+                    x = torch.rand(max(steps.STEP_SIZES), K, generator=gen) - 0.5
+                    full = F.linear(x[:steps.BLOCK], w, b)
                     for n in list(ok):
                         y = F.linear(x[:n], w, b)
-                        if n < hand.BLOCK:
+                        if n < steps.BLOCK:
                             same = torch.equal(y, full[:n])
                         else:
-                            same = all(torch.equal(y[a:a + hand.BLOCK], F.linear(x[a:a + hand.BLOCK], w, b))
-                                       for a in [*range(0, n - hand.BLOCK, hand.BLOCK), n - hand.BLOCK])
+                            same = all(torch.equal(y[a:a + steps.BLOCK], F.linear(x[a:a + steps.BLOCK], w, b))
+                                       for a in [*range(0, n - steps.BLOCK, steps.BLOCK), n - steps.BLOCK])
                         if not same:
                             ok.discard(n)
-                self._sizes = sorted(ok | {hand.BLOCK})
+                self._sizes = sorted(ok | {steps.BLOCK})
         return self._sizes
 
     def key_lengths(self):
-        return hand.Transformer.key_lengths(self._probe)
+        if self._keys is None:
+            self._keys = steps.key_lengths(self.spec, self.device)
+        return self._keys
 
-    def run_rows(self, W, cache, rows, on_block, max_step=hand.BLOCK):
-        """model.Transformer.run_rows: rows [(token, position, slot)] in steps of step_sizes() → on_block(logits, first, real)."""
+    def run_rows(self, W, cache, rows, on_block, max_step=steps.BLOCK):
+        """Rows [(token, position, cache slot)] in steps of the largest of step_sizes() up to max_step (the last: the
+        smallest that holds what is left), in order → on_block(logits [step rows, V], first row, real rows) per step.
+        Each row writes its key and value at (slot, position), then attends to its slot's keys 0..position, so a
+        sequence's rows may be split over steps and share one with other sequences' rows."""
         pad = (0, 0, 0)
         sizes = [n for n in self.step_sizes() if n <= max_step] or self.step_sizes()[:1]
         for a in range(0, len(rows), sizes[-1]):
@@ -329,33 +452,68 @@ class HfTransformer:
     def step(self, W, cache, block, m):
         r = Rows(cache, block, m, self.key_lengths(), self.device)
         tok = torch.tensor([b[0] for b in block], dtype=torch.long, device=self.device)[:, None]
-        out = self._call(W, input_ids=tok, position_ids=r.pos[:, None], use_cache=False, troupe_rows=r)
+        adapters = W.get(steps.LORA)  # a LoRA run: each row's adapter is its slot's (lora.Adapters.rows)
+        self._lora_rows = None if adapters is None else adapters.rows(block)
+        try:
+            out = self._call(W, input_ids=tok, position_ids=r.pos[:, None], use_cache=False, troupe_rows=r)
+        finally:
+            self._lora_rows = None
         return out.logits[:, 0].float()
 
     # ---- whole sequences (Update)
     def trunk(self, W, tokens, checkpoint_layers=False):
-        """tokens [B, S] (right-padded) → the final hidden states [B, S, D] (the model's last norm applied)."""
+        """tokens [B, S] (right-padded) → the final hidden states [B, S, D] (the model's last norm applied).
+        `checkpoint_layers` (--activation-checkpointing): autograd keeps only each decoder layer's input and reruns the
+        layer in the backward, the same kernels on the same values, so the gradient's bits do not change."""
         base = self.module.base_model_prefix
         sub = getattr(self.module, base)
         inner = {n[len(base) + 1:]: t for n, t in W.items() if n.startswith(base + ".")}
-        if checkpoint_layers:
-            sub.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            sub.train()
+        pos = torch.arange(tokens.shape[1], device=tokens.device)[None].expand(tokens.shape[0], -1)
+        undo = self._checkpoint_layers(sub, inner) if checkpoint_layers else []
         try:
-            pos = torch.arange(tokens.shape[1], device=tokens.device)[None].expand(tokens.shape[0], -1)
             out = functional_call(sub, inner, args=(), kwargs={"input_ids": tokens, "position_ids": pos, "use_cache": False},
                                   tie_weights=True, strict=False)
         finally:
-            if checkpoint_layers:
-                sub.gradient_checkpointing_disable()
-                sub.eval()
+            for layer in undo:
+                del layer.forward
         return out.last_hidden_state
+
+    @staticmethod
+    def _checkpoint_layers(sub, inner):
+        """Each decoder layer's forward, for one call, as a torch.utils.checkpoint of the layer with its own weights from
+        `inner` (transformers' own gradient checkpointing would rerun the layer after functional_call has put the meta
+        parameters back). Returns the layers to restore."""
+        from transformers.modeling_layers import GradientCheckpointingLayer
+        layers = [(n, m) for n, m in sub.named_modules() if isinstance(m, GradientCheckpointingLayer)]
+        for name, layer in layers:
+            params = {n[len(name) + 1:]: t for n, t in inner.items() if n.startswith(name + ".")}
+            plain = type(layer).forward.__get__(layer)
+            inside = [False]
+
+            def run(*args, _layer=layer, _params=params, _inside=inside, **kwargs):
+                _inside[0] = True
+                try:
+                    return functional_call(_layer, _params, args=args, kwargs=kwargs, strict=False)
+                finally:
+                    _inside[0] = False
+
+            def forward(*args, _plain=plain, _run=run, _inside=inside, **kwargs):
+                if _inside[0]:
+                    return _plain(*args, **kwargs)
+                return torch.utils.checkpoint.checkpoint(_run, *args, use_reentrant=False, **kwargs)
+            layer.forward = forward
+        return [layer for _, layer in layers]
 
     def head(self, W, h):
         logits = F.linear(h, W[self.head_name])
         if self.softcap is not None:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits
+
+
+def runtime_for(spec, device):
+    """The model code of a spec (the server refuses specs no transformers architecture computes: not_computable)."""
+    return HfTransformer(spec, device)
 
 
 def load_checkpoint(d, runtime):

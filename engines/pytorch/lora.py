@@ -8,13 +8,14 @@ version stores and all Update trains. Init as PEFT's: A ~ kaiming-uniform(a=√5
 STREAM_INIT), B = 0, so version 0 scores as the base.
 
 Generate and Score run the adapter UNMERGED, each row with its own: the inference weights dict is the base's (its oneDNN
-memo and kernels) plus, under model.LORA, the run's Adapters: the φ of every adapter in the run (different models of
+memo and kernels) plus, under steps.LORA, the run's Adapters: the φ of every adapter in the run (different models of
 one LoRA spec over one base, or different versions of one), and the adapter of each cache slot. Each step of
-model.run_rows takes its rows' adapters by slot (Adapters.rows); each targeted linear map then adds, to the base output
+hf.HfTransformer.run_rows takes its rows' adapters by slot (Adapters.rows); each targeted module then adds (a forward
+hook), to the base output
 of all the step's rows, RowAdapters.delta: per row its own A and B gathered ([rows, r, in], [rows, out, r]) and two
 batched matmuls (torch.bmm, one [1, in]·[in, r] and one [1, r]·[r, out] product per row). Every row's LoRA product
 has the same shape, on its own values only, whichever adapters share the step; the base part is the base's
-(row-invariant, model.py), the rest element-wise: a row's bits do not depend on the other rows or their adapters,
+(row-invariant, steps.py), the rest element-wise: a row's bits do not depend on the other rows or their adapters,
 so Score = Generate and batch invariance hold across a mix of adapters. The cost is r·(in + out) multiply-adds per
 row per target, and the gathered A and B (memory.step_bytes).
 
@@ -29,7 +30,7 @@ import numpy as np
 import torch
 
 import philox
-from model import LORA
+from steps import LORA
 from spec import adapter_layout, base_spec, param_layout
 
 
@@ -107,8 +108,12 @@ class LoraModel:
         export) the base's weights with every target merged, W + (α/r)·Aᵀ·Bᵀ, differentiable in φ."""
         if inference:
             return self.adapters([phi])
-        W = self.runtime.weights(self.base)
-        # the slots tile φ in order: one split, whose backward is one concatenation (model.Transformer.weights)
+        return self.runtime.assemble(self._merged_slots(phi))
+
+    def _merged_slots(self, phi):
+        """The base's slots (spec.param_layout names) with every target merged."""
+        W = self.runtime.slot_weights(self.base)
+        # the slots tile φ in order: one split, whose backward is one concatenation
         pieces = phi.split([shape[0] * shape[1] for _, _, shape, _ in self.slots])
         for (name, _, shape, w), piece in zip(self.slots, pieces):
             if name.endswith(".A"):
@@ -120,7 +125,7 @@ class LoraModel:
 
     def adapters(self, phis):
         """The inference weights of a run over this base with the adapters `phis` (each φ of this spec): the base's,
-        with W[model.LORA] the run's Adapters (set its `slots` to give each cache slot its adapter's index)."""
+        with W[steps.LORA] the run's Adapters (set its `slots` to give each cache slot its adapter's index)."""
         W = self.runtime.weights(self.base, inference=True)
         W[LORA] = Adapters(self, phis)
         return W
@@ -128,7 +133,7 @@ class LoraModel:
     def merged(self, phi: torch.Tensor) -> torch.Tensor:
         """The base θ with every target merged: a plain transformer's weights (export)."""
         theta = self.base.clone()
-        W = self.weights(phi)
+        W = self._merged_slots(phi)
         for name, off, shape, _ in param_layout(base_spec(self.spec))[0]:
             theta[off:off + int(np.prod(shape))] = W[name].reshape(-1)
         return theta

@@ -16,10 +16,10 @@ V vocabulary, S the sequence length (context + tokens); T = 8·D + 2·Dq + 2·Dk
               probabilities; MLP pre-activations and activation, k = 3 GELU, 4 SwiGLU), one more layer of
               backward transients, and one checkpointed chunk of c = head_chunk_rows(V) rows'
               logits, log-softmax and their gradient (the head runs over chunks of rows)
-  step      = 4·[B·(T + k·F + 3·V) + A·M·(2·Dkv + Dq + 3·H)]: one Score / Generate step (model.run_rows) of
-              B rows (model.BLOCK; up to max(model.STEP_SIZES) when memory allows) at M = maxSeq: per row the
+  step      = 4·[B·(T + k·F + 3·V) + A·M·(2·Dkv + Dq + 3·H)]: one Score / Generate step (hf.HfTransformer.run_rows) of
+              B rows (steps.BLOCK; up to max(steps.STEP_SIZES) when memory allows) at M = maxSeq: per row the
               transients above (no attention term), its logits,
-              log-softmax and exp; per attention group of A = model.ATT_ROWS rows each row's keys and values of its
+              log-softmax and exp; per attention group of A = steps.ATT_ROWS rows each row's keys and values of its
               slot, the query·key products and the scores, masked scores and probabilities; a LoRA spec adds per row
               + r·(in + out) + 2·out for its largest target [in, out]: that target's A and B gathered for the row
               (lora.RowAdapters.delta, one target at a time) and its adapter term before and after the scaling
@@ -33,7 +33,7 @@ hold most parameters, else `width`.
 """
 import os
 
-from model import ATT_ROWS, BLOCK, STEP_SIZES
+from steps import ATT_ROWS, BLOCK, STEP_SIZES
 from spec import adapter_layout, head_dim, param_layout
 
 F32 = 4
@@ -90,7 +90,7 @@ def micro_batch_rows(s, rows, S, micro_batch_bytes, checkpointed=False):
 
 
 def step_bytes(s, rows=BLOCK):
-    """One model.run_rows step of `rows` rows, their attention in groups of ATT_ROWS rows over maxSeq keys."""
+    """One run_rows step of `rows` rows, their attention in groups of ATT_ROWS rows over maxSeq keys."""
     M, H = s["maxSeq"], s["heads"]
     dq, dkv = H * head_dim(s), s["kvHeads"] * head_dim(s)
     return F32 * (rows * (_per_layer_token(s, 0, 0) + 3 * s["vocabSize"] + lora_row_values(s)) + ATT_ROWS * M * (2 * dkv + dq + 3 * H))
@@ -120,7 +120,7 @@ def run_slots(s, budget, max_batch):
 
 def step_rows(s, budget, slots):
     """The most rows a step of a run with `slots` cache slots may hold: the largest of STEP_SIZES that fits beside the
-    state and the slots, at least BLOCK (model.run_rows takes the largest of its probed sizes up to it)."""
+    state and the slots, at least BLOCK (run_rows takes the largest of its probed sizes up to it)."""
     free = budget - state_bytes(s) - slots * slot_bytes(s)
     return max([BLOCK] + [n for n in STEP_SIZES if step_bytes(s, n) <= free])
 

@@ -26,7 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-from model import Transformer  # noqa: E402
+from hf import runtime_for  # noqa: E402
 from update import SUM_KEYS, build_batch, gradient, micro_batch_plan  # noqa: E402
 
 # idle ranks wait in a broadcast between Updates: no collective timeout short of a year
@@ -123,7 +123,7 @@ def worker(rank, world, store, device, threads, dtype):
         dist.broadcast_object_list(box, src=0)
         job = box[0]
         key = repr(sorted(job["spec"].items()))
-        model = models.get(key) or models.setdefault(key, Transformer(job["spec"], device))
+        model = models.get(key) or models.setdefault(key, runtime_for(job["spec"], device))
         mine = ShardGradients(model, job["shards"][rank], job["st"], job["mbb"], job["ckpt"], job["S"])
         control = torch.zeros(1, dtype=torch.long, device=device)
         theta = torch.empty(model.P, dtype=torch.float32, device=device)

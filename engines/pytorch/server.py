@@ -181,7 +181,8 @@ import philox  # noqa: E402
 import watchdog  # noqa: E402
 import spec as specmod  # noqa: E402
 from lora import LoraModel, init_adapter  # noqa: E402
-from model import LORA, Transformer, init_weights  # noqa: E402
+from init import init_weights  # noqa: E402
+from steps import LORA  # noqa: E402
 from sampling import sample_rows  # noqa: E402
 from update import NonFiniteUpdate, run_update  # noqa: E402
 
@@ -422,7 +423,7 @@ class VersionCache:
         k = specmod.spec_key(spec)
         with self.lock:
             if k not in self.runtimes:
-                self.runtimes[k] = hf.HfTransformer(spec, self.device) if hf.is_hf(spec) else Transformer(spec, self.device)
+                self.runtimes[k] = hf.runtime_for(spec, self.device)
             return self.runtimes[k]
 
     def ensure_model(self, key, spec):
@@ -517,6 +518,9 @@ def spec_from_wire(w, field="spec"):
             s = specmod.normalize(w.family, w.vocab_size, config, field)
             if "lora" in s and "baseSeed" not in s["lora"] and "baseCheckpoint" not in s["lora"]:
                 raise invalid(f"{field}.lora.baseSeed: required (the seed of the frozen base's version 0), or lora.baseCheckpoint")
+            off = hf.not_computable(s, field)
+            if off:
+                raise invalid(f"{off[0]}: {off[1]}")
             return s, None
         try:
             s = checkpoint.resolve(ck[0], ck[1], field)[0]
@@ -856,7 +860,7 @@ class Engine(pbg.EngineServicer):
         return slots, memory.step_rows(model.spec, self.memory_bytes, slots)
 
     def _run_rows(self, model, W, cache, max_step, rows, on_rows):
-        """model.run_rows over `rows` [(token, position, slot)] → on_rows(logits, log-softmax, first row, real rows) per
+        """run_rows over `rows` [(token, position, slot)] → on_rows(logits, log-softmax, first row, real rows) per
         step, both [step rows, V] (row-wise and element-wise ops on a whole step: a multiple of 16 rows, so an element's
         bits do not depend on how many rows are real)."""
         def on_block(logits, a, m):
@@ -867,7 +871,7 @@ class Engine(pbg.EngineServicer):
 
     def _score_many(self, model, W, items):
         """[(context, tokens)] → [(log π(tokens[t]), entropies)]: each sequence's rows 0..S-2 in a cache slot of its own,
-        as many sequences at a time as there are slots, packed into model.run_rows steps (a row's bits do not depend on
+        as many sequences at a time as there are slots, packed into run_rows steps (a row's bits do not depend on
         what runs beside it, and are those of Generate's row at the same position)."""
         R, max_step = self._shape(model)
         cache = None
@@ -971,7 +975,7 @@ class Engine(pbg.EngineServicer):
     def _generate_batch(self, model, W, calls):
         """Every sequence of `calls` (one model version, or LoRA adapters over one base: W from LoraModel.adapters, each
         call's `adapter` its φ's index), continuously batched over the cache slots (max_batch, fewer
-        when memory is short): each round runs, in model.run_rows steps, one row per running sequence (its last token)
+        when memory is short): each round runs, in run_rows steps, one row per running sequence (its last token)
         and the context rows of the sequences that take the free slots, then draws the next token of each of them from
         its row's logits (sampling.sample_rows, Philox noise per sequence and token). A row's bits do not depend on the
         other rows (nor on their adapters), so a sequence's tokens do not depend on what runs beside it, and its log-probs

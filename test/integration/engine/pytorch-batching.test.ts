@@ -1,6 +1,6 @@
 /**
  * The PyTorch engine's batched Generate (continuous batching over fixed-shape
- * decode slots, engines/pytorch/model.py decode_batch) gives every sequence the
+ * cache slots, engines/pytorch/hf.py run_rows) gives every sequence the
  * same tokens and log-prob bits as when it runs alone: with fewer slots than
  * sequences (--max-batch 4, 12 sequences of different lengths, stop tokens and
  * sampling settings, so slots are refilled mid-run), and with concurrent calls
@@ -8,7 +8,7 @@
  * it and then run together). Log-probs stay bit-identical to Score. Contexts of
  * 16, 17 and 32 tokens make the rescoring reuse the prefill's full 16-row
  * chunks (engines/pytorch/server.py _score_many), and 12 sequences fill
- * several 4-sequence scoring steps (model.py forward_rows) while alone each
+ * several 4-sequence scoring steps (hf.py run_rows) while alone each
  * runs with 3 padded slots.
  *
  * LoRA adapters over one base (two versions of one LoRA model, two other models of
@@ -17,7 +17,7 @@
  * every sequence has the bits of its call alone and of itself alone, and Score of
  * each adapter gives its Generate's log-probs bit for bit.
  *
- * Skips (naming the Debian packages) where the PyTorch engine cannot run.
+ * Skips (saying why) where the PyTorch engine cannot run.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';

@@ -60,8 +60,6 @@ const base = { family: 'transformer', vocabSize: 16, width: 32, layers: 2, heads
 const VARIANTS: Record<string, ModelSpecInput> = {
   gpt2: { ...base, positions: 'learned', norm: 'layernorm', mlp: 'gelu', bias: true, tiedHead: true },
   llama: { ...base, kvHeads: 2, positions: 'rope', norm: 'rmsnorm', mlp: 'swiglu', bias: false, tiedHead: false },
-  mixedA: { ...base, kvHeads: 2, positions: 'rope', norm: 'layernorm', mlp: 'gelu', bias: true, tiedHead: false, ropeTheta: 500, normEps: 1e-6 },
-  mixedB: { ...base, kvHeads: 1, positions: 'learned', norm: 'rmsnorm', mlp: 'swiglu', bias: false, tiedHead: true, mlpWidth: 48 },
   // Qwen3's shape: a head dimension of its own (12 ≠ 32 / 4) and per-head q/k RMSNorm
   qwen3: { ...base, kvHeads: 2, headDim: 12, qkNorm: true, positions: 'rope', norm: 'rmsnorm', mlp: 'swiglu', bias: false, tiedHead: true, normEps: 1e-6 },
 };
@@ -119,6 +117,29 @@ function worstSlots(spec: ModelSpecInput, a: Uint8Array, b: Uint8Array): string 
 }
 
 const maxAbsDiff = (a: Uint8Array, b: Uint8Array) => absDiffs(a, b).at(-1) ?? 0;
+
+/** Family specs no transformers architecture computes: the built-in engine runs them, the PyTorch engine refuses them. */
+const NOT_ON_TRANSFORMERS: Record<string, [ModelSpecInput, RegExp]> = {
+  ropeLayernorm: [
+    { ...base, kvHeads: 2, positions: 'rope', norm: 'layernorm', mlp: 'gelu', bias: true, tiedHead: false, ropeTheta: 500, normEps: 1e-6 },
+    /^engine InitModel: spec\.norm: .*rope positions are Llama's or Qwen3's, which need norm rmsnorm and mlp swiglu/,
+  ],
+  learnedRmsnorm: [
+    { ...base, kvHeads: 1, positions: 'learned', norm: 'rmsnorm', mlp: 'swiglu', bias: false, tiedHead: true, mlpWidth: 48 },
+    /^engine InitModel: spec\.norm: .*learned positions are GPT-2's/,
+  ],
+};
+
+test('specs no transformers architecture computes: the built-in engine runs them, the PyTorch engine refuses them naming the field', { skip }, async () => {
+  for (const [name, [spec, message]] of Object.entries(NOT_ON_TRANSFORMERS)) {
+    assert.equal((await onnxClient.initModel({ modelKey: `n-${name}`, spec, seed: 1 })).version, 0);
+    await assert.rejects(torchClient.initModel({ modelKey: `n-${name}`, spec, seed: 1 }), (e: { reason: string; message: string }) => {
+      assert.equal(e.reason, 'INVALID_REQUEST', e.message);
+      assert.match(e.message, message);
+      return true;
+    });
+  }
+});
 
 test('built-in InitModel → export → PyTorch LoadVersion: same sha256, param_count, spec; Score agrees', { skip, timeout: 600_000 }, async () => {
   for (const [name, spec] of Object.entries(VARIANTS)) {

@@ -60,7 +60,19 @@ describe('the PyTorch engine over its --rss-limit-bytes', { skip }, () => {
     try {
       await supervisor.start();
       const pid = supervisor.pid;
-      const small = { family: 'transformer', vocabSize: 64, width: 16, layers: 1, heads: 4, kvHeads: 1, mlpWidth: 32, maxSeq: 16 };
+      const small = {
+        family: 'transformer',
+        vocabSize: 64,
+        width: 16,
+        layers: 1,
+        heads: 4,
+        kvHeads: 1,
+        mlpWidth: 32,
+        maxSeq: 16,
+        positions: 'rope',
+        norm: 'rmsnorm',
+        mlp: 'swiglu',
+      };
       await supervisor.client().initModel({ modelKey: 'small', spec: small, seed: 1 }); // under the limit: fine
       await assert.rejects(
         supervisor.client().initModel({ modelKey: 'big', spec: { ...small, vocabSize: 200_000, width: 256, heads: 4, mlpWidth: 64 }, seed: 1 }),
