@@ -7,9 +7,8 @@ markdown table (beside the earlier engine's H200 numbers) and writes JSON after 
 
 Models (random init, no download): Qwen3-0.6B (width 1024, 28 layers, 16 heads, 8 KV heads, head dim 128, MLP 3072,
 q/k norms, tied head, vocab 151936) and Qwen3-1.7B (2048, 28, 16, 8, 128, MLP 6144), RoPE theta 1e6, RMSNorm eps
-1e-6; also Qwen2.5-0.5B / 1.5B shapes (--models 0.5b,1.5b) for the earlier table. Each runs on the runtimes named
-by --runtimes: `transformers` (hf.py: transformers' Qwen3 modules from the model's config, the engine's row steps)
-and `own` (model.py: the engine's hand-written transformer in the built-in engine's flat layout). θ is drawn on the
+1e-6; also Qwen2.5-0.5B / 1.5B shapes (--models 0.5b,1.5b) for the earlier table. The model code is the engine's
+(hf.py: transformers' Qwen3 / Llama modules, θ in the family's flat layout, the engine's row steps). θ is drawn on the
 device with torch's generator (uniform ±0.02·√3), not Philox: InitModel's distribution, not its bytes.
 
 Per model and dtype (fp32; bf16 = the engine's `--dtype bf16`: its device queue runs every job under
@@ -19,7 +18,7 @@ torch.autocast(cuda, bfloat16), θ and AdamW state float32), every job submitted
             tokens/s = new tokens / wall, with the time split into steps / sampling / rest
   update    update.run_update (what Update runs after its scoring pass) on 64 sequences of 1024 tokens (256 context,
             768 trained), one AdamW step, the engine's default --micro-batch-bytes; `update-lora` the same for a
-            rank-16 adapter on every projection (lora.py, own runtime only: LoRA over transformers models is not served yet)
+            rank-16 adapter on every projection (lora.py)
   score     Engine._score_many over the same 64 sequences (Score, and Update's log-prob gap pass); under bf16 its
             log-probs are compared with fp32's: max and mean |Δ logprob| over the trained tokens
 Peak GPU memory is torch.cuda.max_memory_allocated, reset before each measurement (on CPU: the process's peak RSS
@@ -79,10 +78,10 @@ import server as srv  # noqa: E402  (sets CUBLAS_WORKSPACE_CONFIG before CUDA st
 import hf  # noqa: E402
 import spec as specmod  # noqa: E402
 from lora import LoraModel, init_adapter  # noqa: E402
-from model import SIGMA, Transformer, init_weights  # noqa: E402
+from init import SIGMA, init_weights  # noqa: E402
 from update import micro_batch_plan, run_update  # noqa: E402
 
-# The earlier engine on an NVIDIA H200 (bench/results/pytorch-gpu-h200.md, 2026-11-26, own runtime, 0.5b fp32,
+# The earlier engine on an NVIDIA H200 (bench/results/pytorch-gpu-h200.md, 2026-11-26, its hand-written model, 0.5b fp32,
 # prompt 64, 128 new tokens, update 64 x 512): printed beside this run's table.
 EARLIER = {"generate batch 64": "161 new tokens/s", "generate batch 1": "13.4 new tokens/s", "update": "439 trained tokens/s (64 x 512)"}
 
@@ -103,7 +102,6 @@ def parse():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, help="JSON results file")
     p.add_argument("--models", default="qwen3-0.6b,qwen3-1.7b", help=f"comma list of {', '.join(SHAPES)}")
-    p.add_argument("--runtimes", default="transformers,own", help="comma list of transformers (hf.py), own (model.py)")
     p.add_argument("--tiny", action="store_true", help="the tiny shapes only (CPU check of this script)")
     p.add_argument("--dtypes", default="bf16,fp32")
     p.add_argument("--device", default="auto", help="auto (cuda:0 when available), cpu, cuda:N")
@@ -125,10 +123,6 @@ def parse():
         a.models, a.batches, a.prompt, a.new_tokens, a.update_seqs, a.update_len, a.max_seq, a.max_batch = \
             "qwen3-tiny", "4,1", 8, 8, 4, 24, 64, 8
     a.models = a.models.split(",")
-    a.runtimes = a.runtimes.split(",")
-    for r in a.runtimes:
-        if r not in ("transformers", "own"):
-            p.error(f"--runtimes: unknown runtime {r!r}; known: transformers, own")
     for m in a.models:
         if m not in SHAPES:
             p.error(f"--models: unknown model {m!r}; known: {', '.join(SHAPES)}")
@@ -154,30 +148,6 @@ def make_spec(name, max_seq):
         cfg = {"headDim": cfg["width"] // cfg["heads"], "qkNorm": False, **cfg}
         s.update({k: (float(cfg[k]) if k in ("ropeTheta", "normEps") else cfg[k]) for k in specmod.FIELDS})
         return s, f"spec.normalize refuses this spec ({e}); measured with the raw layout"
-
-
-def hf_spec(spec):
-    """The transformers spec (hf.py) of a Qwen-shaped engine spec: Qwen3's config with the same shapes."""
-    cfg = {"model_type": "qwen3" if spec["qkNorm"] else "qwen2", "vocab_size": spec["vocabSize"], "hidden_size": spec["width"],
-           "num_hidden_layers": spec["layers"], "num_attention_heads": spec["heads"], "num_key_value_heads": spec["kvHeads"],
-           "head_dim": spec["headDim"], "intermediate_size": spec["mlpWidth"], "rope_theta": float(spec["ropeTheta"]),
-           "rms_norm_eps": float(spec["normEps"]), "tie_word_embeddings": spec["tiedHead"],
-           "max_position_embeddings": spec["maxSeq"]}
-    return hf.normalize(0, {"hf": cfg, "maxSeq": spec["maxSeq"]})
-
-
-def init_hf_theta(model, device, seed=1):
-    """θ of a transformers runtime: matrices uniform ±0.02·√3, vectors (norm gains) 1."""
-    g = torch.Generator(device=device)
-    g.manual_seed(seed)
-    theta = torch.empty(model.P, dtype=torch.float32, device=device)
-    half = SIGMA * math.sqrt(3)
-    for piece, shape in zip(theta.split(model.sizes), model.shapes):
-        if len(shape) == 1:
-            piece.fill_(1)
-        else:
-            piece.uniform_(-half, half, generator=g)
-    return theta
 
 
 def init_theta(spec, device, seed=1):
@@ -337,7 +307,7 @@ class Bench:
         return {"trained_tokens": ntok, "micro_batches": len(groups), "rows_per_micro_batch": len(groups[0]), "loss": loss}
 
     def update_lora(self, spec, model, theta, samples, dtype):
-        """A rank-r adapter on every projection over θ (the own runtime's LoraModel), one Update."""
+        """A rank-r adapter on every projection over θ (lora.LoraModel), one Update."""
         targets = ["q", "k", "v", "o", "g", "u", "d"]
         lspec = {**spec, "lora": {"rank": self.a.lora_rank, "alpha": 2.0 * self.a.lora_rank, "targets": targets, "baseSeed": 1}}
         lm = LoraModel(lspec, model, theta)
@@ -370,31 +340,24 @@ class Bench:
             slots = srv.memory.run_slots(spec, self.engine.memory_bytes, a.max_batch)
             self.meta["models"][name] = {"params": P, "cache_slots": slots, "note": note, "spec": spec}
             print(f"# model {name}: {P:,} parameters, {slots} cache slots{'; ' + note if note else ''}", flush=True)
-            for runtime in a.runtimes:
-                label = f"{name} {runtime}"
-                if time.monotonic() - self.t0 > a.budget_s:
-                    self.measure(label, "-", "build", lambda: {})
-                    continue
-                built = {}
-                if runtime == "own":
-                    model = Transformer(spec, self.device)
-                    row = self.measure(label, "fp32", "build (θ init on device)",
-                                       lambda: built.update(theta=init_theta(spec, self.device)) or {"params": P})
-                else:
-                    model = hf.HfTransformer(hf_spec(spec), self.device)
-                    row = self.measure(label, "fp32", "build (θ init on device)",
-                                       lambda: built.update(theta=init_hf_theta(model, self.device)) or {"params": model.P})
-                if row["status"] != "ok":
-                    continue
-                theta = built.pop("theta")
-                self.models(label, spec, model, theta, runtime)
-                theta = model = None  # free the device memory before the next model
-                if self.cuda:
-                    torch.cuda.empty_cache()
+            if time.monotonic() - self.t0 > a.budget_s:
+                self.measure(name, "-", "build", lambda: {})
+                continue
+            model = hf.HfTransformer(spec, self.device)
+            built = {}
+            row = self.measure(name, "fp32", "build (θ init on device)",
+                               lambda: built.update(theta=init_theta(spec, self.device)) or {"params": P})
+            if row["status"] != "ok":
+                continue
+            theta = built.pop("theta")
+            self.models(name, spec, model, theta)
+            theta = model = None  # free the device memory before the next model
+            if self.cuda:
+                torch.cuda.empty_cache()
         self.table()
 
-    def models(self, name, spec, model, theta, runtime):
-        """Every measurement of one model on one runtime, for each dtype."""
+    def models(self, name, spec, model, theta):
+        """Every measurement of one model, for each dtype."""
         a = self.a
         W = model.weights(theta, inference=True)
         samples = self.update_samples(spec)
@@ -417,11 +380,13 @@ class Bench:
                 r = self.measure(name, dtype, f"update {a.update_seqs}x{a.update_len}", lambda: self.update(model, theta, samples, dtype))
                 if r["status"] == "ok":
                     r["tokens_per_s"] = r["trained_tokens"] / r["wall_s"]
-            if "update-lora" not in a.skip and runtime == "own":
+                    self.save()
+            if "update-lora" not in a.skip:
                 r = self.measure(name, dtype, f"update-lora {a.update_seqs}x{a.update_len}",
                                  lambda: self.update_lora(spec, model, theta, samples, dtype))
                 if r["status"] == "ok":
                     r["tokens_per_s"] = r["trained_tokens"] / r["wall_s"]
+                    self.save()
             if "score" not in a.skip:
                 r = self.measure(name, dtype, f"score {a.update_seqs}x{a.update_len}", lambda: self.score(model, W, samples, dtype))
                 if r["status"] == "ok":
@@ -456,7 +421,7 @@ class Bench:
                 res = f"{r['params']:,} parameters"
             peak = "RSS " if not self.cuda else ""
             print(f"| {r['model']} | {r['dtype']} | {r['what']} | {res} | {r['wall_s']:.2f} | {peak}{r['peak_gib']:.2f} | {notes} |")
-        print("\nThe earlier engine on an NVIDIA H200 (bench/results/pytorch-gpu-h200.md; 0.5b, own runtime, fp32, prompt 64 + 128 new): "
+        print("\nThe earlier engine on an NVIDIA H200 (bench/results/pytorch-gpu-h200.md; 0.5b, hand-written model, fp32, prompt 64 + 128 new): "
               + "; ".join(f"{k} {v}" for k, v in EARLIER.items()))
         print(f"\ndevice: {self.meta.get('device_name')} (torch {torch.__version__}); total {time.monotonic() - self.t0:.0f} s; "
               f"budget {self.a.budget_s:g} s; JSON: {self.a.out}", flush=True)
