@@ -14,7 +14,7 @@ export async function sessionTurn(ep: RunningEpisode, role: string, req: Session
   const { team, input, io, turns, lastTurnOf } = ep;
   const tok = team.tokenizer;
   const spec = team.agents[role]!;
-  const limit = turnLimit(ep, role);
+  const limit = turnLimit(ep, role, spec);
   if (limit) throw (ep.sessionLimit ??= new LimitExceeded(limit));
   const index = turns.length;
   const started = io.now();

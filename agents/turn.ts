@@ -35,8 +35,7 @@ export class LimitExceeded extends Error {
 }
 
 /** The limit a new turn of `role` would exceed, or undefined. */
-export function turnLimit(ep: RunningEpisode, role: string): string | undefined {
-  const spec = ep.team.agents[role]!;
+export function turnLimit(ep: RunningEpisode, role: string, spec: AnyTeam['agents'][string]): string | undefined {
   const taken = ep.turns.filter((t) => t.agent === role).length;
   if (taken >= spec.maxTurns) return `agents.${role}.maxTurns (${spec.maxTurns}) exceeded`;
   if (ep.turns.length >= ep.team.limits.maxTurns) return `limits.maxTurns (${ep.team.limits.maxTurns}) exceeded`;
@@ -68,7 +67,7 @@ export async function takeTurn(ep: RunningEpisode, role: string, message: string
   const tok = team.tokenizer;
   const syntax = team.toolSyntax;
   const spec = team.agents[role]!;
-  const limit = turnLimit(ep, role);
+  const limit = turnLimit(ep, role, spec);
   if (limit) throw new LimitExceeded(limit);
 
   const index = turns.length;
