@@ -7,12 +7,15 @@
  * - batched: they are direct calls inside one rollout activity.
  * Everything here is pure and deterministic given the IO replies, so it is safe
  * inside the workflow sandbox and produces identical trajectories in both modes.
+ * A turn of the episode function is turn.ts; a turn the gateway takes, session-turn.ts.
  */
 import type { StopReason, ToolCallRecord, Trajectory, TurnRecord } from '../schema/trajectory';
 import type { Sampling } from './agent';
-import { deriveSeed } from './seed';
+import { sessionTurn } from './session-turn';
 import type { AnyTeam } from './team';
-import { zodMessage } from './tool';
+import { LimitExceeded, type RunningEpisode, takeTurn } from './turn';
+
+export { LimitExceeded } from './turn';
 
 export interface GenerateCall {
   model: string;
@@ -167,14 +170,6 @@ export interface AgentHandle {
   readonly openai: OpenAISession;
 }
 
-/** Thrown inside the episode when a limit is exceeded; the episode ends `truncated`. */
-export class LimitExceeded extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'LimitExceeded';
-  }
-}
-
 /**
  * A failure of what runs the episode (an activity, the engine, the store, the
  * workflow being cancelled), as opposed to the team's own code: every error
@@ -195,25 +190,6 @@ export class InfrastructureFailure extends Error {
  */
 export class EpisodeFault extends Error {
   override readonly name = 'EpisodeFault';
-}
-
-/**
- * The version of each response token of a turn. A carried episode's turn may hold
- * generations of several versions; tool output (not sampled) takes the turn's version.
- */
-class TokenVersions {
-  private readonly runs: Array<[count: number, version: number | undefined]> = [];
-  /** The version of the turn's first sampled token. */
-  first: number | undefined;
-  add(count: number, version: number | undefined) {
-    if (version !== undefined && count > 0) this.first ??= version;
-    this.runs.push([count, version]);
-  }
-  /** Per token, or undefined when every sampled token is the turn's version (the common case keeps no array). */
-  perToken(turnVersion: number): number[] | undefined {
-    if (this.runs.every(([n, v]) => n === 0 || v === undefined || v === turnVersion)) return undefined;
-    return this.runs.flatMap(([n, v]) => Array.from({ length: n }, () => v ?? turnVersion));
-  }
 }
 
 export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: EpisodeIO): Promise<Trajectory> {
@@ -240,247 +216,23 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: Ep
     now: () => runtime.now(),
   };
   const tok = team.tokenizer;
-  const chat = team.chatTemplate;
-  const turns: TurnRecord[] = [];
-  const handles: TurnHandle[] = [];
-  const lastTurnOf = new Map<string, number>();
   const syntax = team.toolSyntax;
-  const triggerIds = syntax ? [...new Set(syntax.triggers.flatMap((t) => tok.idsContaining(t.slice(-1))))] : [];
-
-  async function act(role: string, message: string, opts?: { after?: readonly TurnHandle[] }): Promise<TurnHandle> {
-    const spec = team.agents[role]!;
-    const taken = turns.filter((t) => t.agent === role).length;
-    if (taken >= spec.maxTurns) throw new LimitExceeded(`agents.${role}.maxTurns (${spec.maxTurns}) exceeded`);
-    if (turns.length >= team.limits.maxTurns) throw new LimitExceeded(`limits.maxTurns (${team.limits.maxTurns}) exceeded`);
-
-    const index = turns.length;
-    const started = io.now();
-    const parents = new Set<number>();
-    for (const h of opts?.after ?? []) parents.add(h.index);
-    const own = lastTurnOf.get(role);
-    const prev = spec.memory && own !== undefined ? turns[own]! : undefined;
-    if (prev) parents.add(prev.index);
-    const context: number[] = [];
-    if (chat) {
-      // Framed by the chat template; the earlier turn's ids are kept as they were, never re-rendered.
-      if (prev)
-        context.push(...prev.contextTokens, ...prev.responseTokens, ...tok.encode(chat.next([{ role: 'user', content: message }], prev.stopReason === 'eos')));
-      else
-        context.push(
-          ...tok.encode(
-            chat.open([...(spec.instructions ? [{ role: 'system' as const, content: spec.instructions }] : []), { role: 'user', content: message }]),
-          ),
-        );
-    } else {
-      context.push(tok.bosId, ...tok.encode(spec.instructions));
-      // The agent's own earlier turns, as it saw and wrote them (BOS dropped).
-      if (prev) context.push(...prev.contextTokens.slice(1), ...prev.responseTokens);
-      context.push(...tok.encode(message));
-    }
-
-    const response: number[] = [];
-    const logprobs: number[] = [];
-    const mask: Array<0 | 1> = [];
-    const versions = new TokenVersions();
-    const toolCalls: ToolCallRecord[] = [];
-    const sampling = { ...spec.sampling, ...input.sampling };
-    let budget = spec.maxTokens;
-    let stop: StopReason = 'max_tokens';
-    let replyStart = 0;
-    for (let segment = 0; budget > 0; segment++) {
-      const reply = await io.generate({
-        model: spec.model,
-        version: input.versions[spec.model]!,
-        context: [...context, ...response],
-        maxTokens: budget,
-        stopTokens: [tok.eosId, ...triggerIds.filter(() => spec.tools.length > 0)],
-        sampling,
-        seed: deriveSeed(input.seed, 'turn', index, 'segment', segment),
-      });
-      response.push(...reply.tokens);
-      logprobs.push(...reply.logprobs);
-      versions.add(reply.tokens.length, reply.version ?? input.versions[spec.model]!);
-      for (let i = 0; i < reply.tokens.length; i++) mask.push(1);
-      budget -= reply.tokens.length;
-      const last = reply.tokens[reply.tokens.length - 1];
-      if (reply.stopReason === 'stop_token' && last === tok.eosId) {
-        stop = 'eos';
-        break;
-      }
-      if (reply.stopReason !== 'stop_token' || !syntax) break;
-      const parsed = syntax.parse(tok.decode([...context, ...response]));
-      if (parsed === null) continue; // a trigger's last character without the whole trigger
-      if (toolCalls.length >= spec.maxToolCalls) {
-        turns.push(record('tool_limit'));
-        throw new LimitExceeded(`agents.${role}.maxToolCalls (${spec.maxToolCalls}) exceeded`);
-      }
-      const call = toolCalls.length;
-      const rendered = await runTool(role, parsed, index, call, toolCalls);
-      // with a chat template the output is a tool message; the assistant message it interrupts is closed first
-      const out = encodeToolOutput(role, toolCalls[toolCalls.length - 1], rendered);
-      response.push(...out);
-      versions.add(out.length, undefined);
-      for (let i = 0; i < out.length; i++) {
-        logprobs.push(0);
-        mask.push(0);
-      }
-      replyStart = response.length;
-    }
-
-    function record(stopReason: StopReason): TurnRecord {
-      const version = versions.first ?? input.versions[spec.model]!;
-      const tokenVersions = versions.perToken(version);
-      return {
-        index,
-        agent: role,
-        model: spec.model,
-        version,
-        ...(tokenVersions ? { tokenVersions } : {}),
-        parents: [...parents].sort((a, b) => a - b),
-        contextTokens: context,
-        responseTokens: response,
-        logprobs,
-        lossMask: mask,
-        stopReason,
-        toolCalls,
-        durationMs: Math.max(0, io.now() - started),
-      };
-    }
-    const turn = record(stop);
-    turns.push(turn);
-    lastTurnOf.set(role, index);
-    const handle: TurnHandle = {
-      index,
-      agent: role,
-      text: tok.decode(response),
-      reply: tok.decode(response.slice(replyStart)),
-      toolCalls,
-      stopReason: stop,
-    };
-    handles.push(handle);
-    return handle;
-  }
-
-  /** A tool's rendered output (or the syntax's error text) as tokens; text the tokenizer cannot hold names the tool and what rendered it. */
-  function encodeToolOutput(role: string, call: ToolCallRecord | undefined, rendered: string): number[] {
-    try {
-      return tok.encode(chat ? chat.next([{ role: 'tool', content: rendered }], false) : rendered);
-    } catch (e) {
-      const tools = team.agents[role]!.tools;
-      const i = tools.findIndex((t) => t.name === call?.tool);
-      const source = call?.error === undefined && i >= 0 ? `agents.${role}.tools[${i}] (${call!.tool}).render` : 'toolSyntax.renderError';
-      throw new Error(`${source} wrote ${JSON.stringify(rendered.slice(0, 80))}: ${(e as Error).message}`);
-    }
-  }
-
-  async function runTool(
-    role: string,
-    parsed: NonNullable<ReturnType<NonNullable<typeof syntax>['parse']>>,
-    turn: number,
-    call: number,
-    calls: ToolCallRecord[],
-  ): Promise<string> {
-    const allowed = team.agents[role]!.tools;
-    const fail = (tool: string, inputValue: unknown, error: string, durationMs = 0) => {
-      calls.push({ index: call, tool, input: inputValue, error, durationMs });
-      return syntax!.renderError(error);
-    };
-    if ('error' in parsed) return fail(parsed.tool ?? '', null, parsed.error);
-    const tool = allowed.find((t) => t.name === parsed.tool);
-    if (!tool)
-      return fail(
-        parsed.tool,
-        parsed.input,
-        `unknown tool ${JSON.stringify(parsed.tool)} for agent ${role} (allowed: ${allowed.map((t) => t.name).join(', ') || 'none'})`,
-      );
-    const valid = tool.input.safeParse(parsed.input);
-    if (!valid.success) return fail(tool.name, parsed.input, `${tool.name}: invalid input: ${zodMessage(valid.error, 'input')}`);
-    const reply = await io.callTool({
-      tool: tool.name,
-      input: valid.data,
-      episodeId: input.episodeId,
-      turn,
-      call,
-      seed: deriveSeed(input.seed, 'turn', turn, 'tool', call),
-    });
-    if (!reply.ok) return fail(tool.name, valid.data, reply.error, reply.durationMs);
-    calls.push({ index: call, tool: tool.name, input: valid.data, output: reply.output, durationMs: reply.durationMs });
-    return reply.rendered;
-  }
-
-  // Turns the gateway takes: the context is the gateway's, the limits, seeds and record are the episode's.
-  // A limit the gateway hits ends the episode truncated, even if the agent's code caught the HTTP error.
-  let sessionLimit: LimitExceeded | undefined;
+  const ep: RunningEpisode = {
+    team,
+    input,
+    io,
+    turns: [],
+    lastTurnOf: new Map<string, number>(),
+    triggerIds: syntax ? [...new Set(syntax.triggers.flatMap((t) => tok.idsContaining(t.slice(-1))))] : [],
+  };
+  const turns = ep.turns;
+  // what the gateway's turns counted, and the journaled call the agent's code diverged from
   const counters: Record<string, Record<string, number>> = {};
   let diverged: JournalDiverged | undefined;
-  async function sessionTurn(role: string, req: SessionTurnRequest, answered?: JournaledCall): Promise<TurnRecord> {
-    const spec = team.agents[role]!;
-    const taken = turns.filter((t) => t.agent === role).length;
-    const limit =
-      taken >= spec.maxTurns
-        ? `agents.${role}.maxTurns (${spec.maxTurns}) exceeded`
-        : turns.length >= team.limits.maxTurns
-          ? `limits.maxTurns (${team.limits.maxTurns}) exceeded`
-          : undefined;
-    if (limit) throw (sessionLimit ??= new LimitExceeded(limit));
-    const index = turns.length;
-    const started = io.now();
-    const sampling = { ...spec.sampling, ...req.sampling, ...input.sampling };
-    const response: number[] = [];
-    const logprobs: number[] = [];
-    const versions = new TokenVersions();
-    let budget = Math.min(req.maxTokens, spec.maxTokens);
-    let stop: StopReason = answered?.stopReason ?? 'max_tokens';
-    if (answered) {
-      response.push(...answered.tokens);
-      logprobs.push(...answered.logprobs);
-      budget = 0;
-    }
-    for (let segment = 0; budget > 0; segment++) {
-      const reply = await io.generate({
-        model: spec.model,
-        version: input.versions[spec.model]!,
-        context: [...req.context, ...response],
-        maxTokens: budget,
-        stopTokens: [tok.eosId, ...req.stopTokens],
-        sampling,
-        seed: deriveSeed(input.seed, 'turn', index, 'segment', segment),
-      });
-      response.push(...reply.tokens);
-      logprobs.push(...reply.logprobs);
-      versions.add(reply.tokens.length, reply.version ?? input.versions[spec.model]!);
-      budget -= reply.tokens.length;
-      if (reply.stopReason !== 'stop_token') break;
-      if (reply.tokens.at(-1) === tok.eosId || req.stopped(tok.decode(response))) {
-        stop = 'eos';
-        break;
-      }
-    }
-    const version = versions.first ?? input.versions[spec.model]!;
-    const tokenVersions = versions.perToken(version);
-    const turn: TurnRecord = {
-      index,
-      agent: role,
-      model: spec.model,
-      version,
-      ...(tokenVersions ? { tokenVersions } : {}),
-      parents: [...new Set(req.parents)].sort((a, b) => a - b),
-      contextTokens: req.context,
-      responseTokens: response,
-      logprobs,
-      lossMask: response.map(() => 1 as const),
-      stopReason: stop,
-      toolCalls: [],
-      durationMs: answered ? answered.durationMs : Math.max(0, io.now() - started),
-    };
-    turns.push(turn);
-    lastTurnOf.set(role, index);
-    return turn;
-  }
   const episodeTurns: EpisodeTurns = {
     team,
     episodeId: input.episodeId,
-    turn: sessionTurn,
+    turn: (role, req, answered) => sessionTurn(ep, role, req, answered),
     count(role, counter, n = 1) {
       const c = (counters[role] ??= {});
       c[counter] = (c[counter] ?? 0) + n;
@@ -500,7 +252,7 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: Ep
   const agents: Record<string, AgentHandle> = {};
   for (const role of Object.keys(team.agents))
     agents[role] = {
-      act: (m, o) => act(role, m, o),
+      act: (m, o) => takeTurn(ep, role, m, o),
       get openai(): OpenAISession {
         if (!opened) throw new Error(`agents.${role}.openai: the OpenAI-compatible gateway serves batched episodes only (this one runs durable)`);
         return opened.sessions[role]!;
@@ -523,7 +275,8 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: Ep
   if (fault) return { episodeId: input.episodeId, status: 'failed', error: `episode: ${fault.message}`, turns };
   // Whether the agent's code caught the gateway's limit error or rethrew it (the Agents SDK and the AI SDK do),
   // the episode ran into its limit: truncated, so its turns still train.
-  if (sessionLimit && trajectory.status !== 'truncated') trajectory = { episodeId: input.episodeId, status: 'truncated', error: sessionLimit.message, turns };
+  if (ep.sessionLimit && trajectory.status !== 'truncated')
+    trajectory = { episodeId: input.episodeId, status: 'truncated', error: ep.sessionLimit.message, turns };
   if (Object.keys(counters).length > 0) trajectory.counters = counters;
   return trajectory;
 }

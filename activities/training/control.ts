@@ -69,6 +69,8 @@ export interface UserCode {
   score(team: AnyTeam, ref: TeamRef, meta: EpisodeMeta, trajectory: Trajectory): Promise<StoredEpisode>;
 }
 
+export type StartRunInput = { runId: string; config: RunConfig; workflowId: string; executionId: string; models: string[]; resume?: boolean };
+
 export function createTrainingControlActivities({ sql, workflowPatches, userCode }: { sql: Sql; workflowPatches?: readonly string[]; userCode?: UserCode }) {
   // A tool or reward with a synchronous loop would block this worker for good: they run only in threads.
   const threads = (what: string) => {
@@ -78,63 +80,9 @@ export function createTrainingControlActivities({ sql, workflowPatches, userCode
   readCheckpointTokenizers();
   const specAt = specLookup();
   return {
-    /**
-     * Creates the run, or continues it when this start is a resume; tells the
-     * execution where to start. A start never touches a run it does not own: a
-     * new start of an existing run id is refused (whatever its config), and a
-     * resume only continues a run that did not finish. A retry of this very
-     * execution's startRun finds its own execution row and goes on.
-     */
-    async startRun(input: { runId: string; config: RunConfig; workflowId: string; executionId: string; models: string[]; resume?: boolean }) {
-      const existing = await getRun(sql, input.runId);
-      if (existing && !(await hasExecution(sql, input.runId, input.executionId))) {
-        if (!input.resume) {
-          const hint =
-            existing.status === 'completed' || existing.status === 'stopped'
-              ? 'start it under a new run id'
-              : `start a new run id, or continue this one with troupe resume ${input.runId}`;
-          throw ApplicationFailure.nonRetryable(
-            `run ${input.runId} already exists (${existing.status}); a new start never continues or changes an existing run: ${hint}`,
-            'RunExists',
-          );
-        }
-        if (existing.status === 'completed' || existing.status === 'stopped')
-          throw ApplicationFailure.nonRetryable(
-            `run ${input.runId} is ${existing.status}; only a failed, terminated or timed-out run can be resumed`,
-            'RunExists',
-          );
-        if (!sameConfig(existing.config, input.config)) {
-          throw ApplicationFailure.nonRetryable(
-            `run ${input.runId} already exists with a different config; start a new run id, or resume it with its stored config (troupe resume ${input.runId})`,
-            'RunConfigMismatch',
-          );
-        }
-      }
-      if (
-        !existing &&
-        !(await createRun(sql, {
-          runId: input.runId,
-          team: input.config.team,
-          config: input.config,
-          workflowId: input.workflowId,
-          executionId: input.executionId,
-        }))
-      ) {
-        throw ApplicationFailure.nonRetryable(`run ${input.runId} was just created by another start; pick a new run id`, 'RunExists');
-      }
-      // What this run's history may now hold: a Troupe whose workflow code lacks any of these cannot replay it.
-      if (workflowPatches) await recordWorkflowPatches(sql, input.runId, workflowPatches);
-      const point = await resumePoint(sql, input.runId, input.models, input.config.optimizer);
-      await recordExecution(sql, { runId: input.runId, workflowId: input.workflowId, executionId: input.executionId, startStep: point.startStep });
-      await setRunStatus(sql, input.runId, 'running');
-      if (existing)
-        await recordEvent(sql, {
-          runId: input.runId,
-          step: point.startStep,
-          kind: 'resumed',
-          detail: { executionId: input.executionId, versions: point.versions },
-        });
-      return point;
+    /** Creates the run, or continues it when this start is a resume; tells the execution where to start (startRun below). */
+    async startRun(input: StartRunInput) {
+      return startRun(sql, workflowPatches, input);
     },
 
     /** Each model's serving version at each of `steps` (what an asynchronous run's rollout of a later step samples from). */
@@ -201,26 +149,7 @@ export function createTrainingControlActivities({ sql, workflowPatches, userCode
 
     /** Summarises a finished eval from its stored episodes and writes its metrics. */
     async recordEval(input: { runId: string; step: number }): Promise<EvalSummary> {
-      const episodes = await loadStepEpisodes(sql, input.runId, input.step, 'eval');
-      const solved = episodes.filter((e) => e.success === true).length;
-      const sums: Record<string, Record<string, { s: number; n: number }>> = {};
-      for (const e of episodes)
-        for (const r of e.rewards)
-          for (const [k, v] of Object.entries(r.components)) {
-            const c = ((sums[r.agent] ??= {})[k] ??= { s: 0, n: 0 });
-            c.s += v;
-            c.n++;
-          }
-      const rewards = Object.fromEntries(Object.entries(sums).map(([a, cs]) => [a, Object.fromEntries(Object.entries(cs).map(([k, c]) => [k, c.s / c.n]))]));
-      const success = episodes.length === 0 ? 0 : solved / episodes.length;
-      await writeMetrics(sql, input.runId, [
-        { step: input.step, kind: 'eval', scope: 'team', name: 'success', value: success },
-        { step: input.step, kind: 'eval', scope: 'team', name: 'episodes', value: episodes.length },
-        ...Object.entries(rewards).flatMap(([agent, cs]) =>
-          Object.entries(cs).map(([name, value]) => ({ step: input.step, kind: 'eval', scope: agent, name: `reward.${name}`, value })),
-        ),
-      ]);
-      return { step: input.step, success, episodes: episodes.length, rewards };
+      return recordEval(sql, input);
     },
 
     /** Timings and throughput of a finished step, merged into its row. */
@@ -241,6 +170,86 @@ export function createTrainingControlActivities({ sql, workflowPatches, userCode
       await recordEvent(sql, input);
     },
   };
+}
+
+/**
+ * Creates the run, or continues it when this start is a resume; tells the
+ * execution where to start. A start never touches a run it does not own: a
+ * new start of an existing run id is refused (whatever its config), and a
+ * resume only continues a run that did not finish. A retry of this very
+ * execution's startRun finds its own execution row and goes on.
+ */
+async function startRun(sql: Sql, workflowPatches: readonly string[] | undefined, input: StartRunInput) {
+  const existing = await getRun(sql, input.runId);
+  if (existing && !(await hasExecution(sql, input.runId, input.executionId))) {
+    if (!input.resume) {
+      const hint =
+        existing.status === 'completed' || existing.status === 'stopped'
+          ? 'start it under a new run id'
+          : `start a new run id, or continue this one with troupe resume ${input.runId}`;
+      throw ApplicationFailure.nonRetryable(
+        `run ${input.runId} already exists (${existing.status}); a new start never continues or changes an existing run: ${hint}`,
+        'RunExists',
+      );
+    }
+    if (existing.status === 'completed' || existing.status === 'stopped')
+      throw ApplicationFailure.nonRetryable(`run ${input.runId} is ${existing.status}; only a failed, terminated or timed-out run can be resumed`, 'RunExists');
+    if (!sameConfig(existing.config, input.config)) {
+      throw ApplicationFailure.nonRetryable(
+        `run ${input.runId} already exists with a different config; start a new run id, or resume it with its stored config (troupe resume ${input.runId})`,
+        'RunConfigMismatch',
+      );
+    }
+  }
+  if (
+    !existing &&
+    !(await createRun(sql, {
+      runId: input.runId,
+      team: input.config.team,
+      config: input.config,
+      workflowId: input.workflowId,
+      executionId: input.executionId,
+    }))
+  ) {
+    throw ApplicationFailure.nonRetryable(`run ${input.runId} was just created by another start; pick a new run id`, 'RunExists');
+  }
+  // What this run's history may now hold: a Troupe whose workflow code lacks any of these cannot replay it.
+  if (workflowPatches) await recordWorkflowPatches(sql, input.runId, workflowPatches);
+  const point = await resumePoint(sql, input.runId, input.models, input.config.optimizer);
+  await recordExecution(sql, { runId: input.runId, workflowId: input.workflowId, executionId: input.executionId, startStep: point.startStep });
+  await setRunStatus(sql, input.runId, 'running');
+  if (existing)
+    await recordEvent(sql, {
+      runId: input.runId,
+      step: point.startStep,
+      kind: 'resumed',
+      detail: { executionId: input.executionId, versions: point.versions },
+    });
+  return point;
+}
+
+/** Summarises a finished eval from its stored episodes and writes its metrics. */
+async function recordEval(sql: Sql, input: { runId: string; step: number }): Promise<EvalSummary> {
+  const episodes = await loadStepEpisodes(sql, input.runId, input.step, 'eval');
+  const solved = episodes.filter((e) => e.success === true).length;
+  const sums: Record<string, Record<string, { s: number; n: number }>> = {};
+  for (const e of episodes)
+    for (const r of e.rewards)
+      for (const [k, v] of Object.entries(r.components)) {
+        const c = ((sums[r.agent] ??= {})[k] ??= { s: 0, n: 0 });
+        c.s += v;
+        c.n++;
+      }
+  const rewards = Object.fromEntries(Object.entries(sums).map(([a, cs]) => [a, Object.fromEntries(Object.entries(cs).map(([k, c]) => [k, c.s / c.n]))]));
+  const success = episodes.length === 0 ? 0 : solved / episodes.length;
+  await writeMetrics(sql, input.runId, [
+    { step: input.step, kind: 'eval', scope: 'team', name: 'success', value: success },
+    { step: input.step, kind: 'eval', scope: 'team', name: 'episodes', value: episodes.length },
+    ...Object.entries(rewards).flatMap(([agent, cs]) =>
+      Object.entries(cs).map(([name, value]) => ({ step: input.step, kind: 'eval', scope: agent, name: `reward.${name}`, value })),
+    ),
+  ]);
+  return { step: input.step, success, episodes: episodes.length, rewards };
 }
 
 /**

@@ -11,6 +11,15 @@ import type * as P from '../protocol/proto';
 import type { DeepPartial } from '../protocol/proto';
 import { describeError, type Outcome, type WireClient, type WireError } from './wire-client';
 
+/** One check of the suite: checks/ holds them, one file per area. */
+export interface Check {
+  id: string;
+  /** What it checks, one line. */
+  title: string;
+  /** Resolves with a short detail on pass; throws Fail or Skip. */
+  run(ctx: Context): Promise<string | void>;
+}
+
 /** Thrown by a check (or a fixture it uses) that does not apply to this engine. */
 export class Skip extends Error {
   override name = 'Skip';

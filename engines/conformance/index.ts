@@ -1,5 +1,5 @@
 /**
- * The protocol v2 conformance suite: runs the checks of checks.ts against the
+ * The protocol v2 conformance suite: runs the checks of checks/ against the
  * engine at `address`, over a raw gRPC client, and says for each whether the
  * engine passed, failed (observed vs expected) or was skipped (and why).
  *

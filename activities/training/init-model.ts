@@ -1,0 +1,61 @@
+/**
+ * Version 0 of a model in a run: from its checkpoint, or else made by the
+ * engine from the run seed; stored once.
+ */
+import { ApplicationFailure } from '@temporalio/common';
+import { checkpointOf, engineSpec, type ModelSpec } from '../../agents/model';
+import type { ModelSpecInput } from '../../engines/families/model-family';
+import { deriveSeed } from '../../agents/seed';
+import { loadTeam } from '../../agents/team-registry';
+import { saveInitialVersion, versionOfStep } from '../store/versions';
+import type { TeamRef } from './control';
+import { heartbeating } from './engine-work';
+import type { EngineVersionsDeps } from './engine-versions';
+import { pretrainedVersion } from './pretrained';
+import { modelKey } from './update-step';
+
+export type InitModelInput = TeamRef & { runId: string; model: string; seed: number };
+
+/**
+ * A model's InitModel spec. A LoRA model's names its base's version 0 by the seed the base's own
+ * InitModel draws it from (over a checkpoint, the engine names the directory), so the spec alone
+ * (stored with every version) rebuilds the frozen base.
+ */
+function initSpec(spec: ModelSpec, runSeed: number): ModelSpecInput {
+  const s = engineSpec(spec);
+  if (spec.base === undefined) return s;
+  // over a checkpoint: the directory's vocabulary, which may be padded past the tokenizer's ids (the base's initModel checks they fit)
+  if (checkpointOf(spec) !== undefined) return { ...s, vocabSize: 0 };
+  return { ...s, lora: { ...(s.lora as object), baseSeed: deriveSeed(runSeed, 'init', spec.base) } };
+}
+
+/** Version 0 of a model, from its checkpoint or else the run seed; stored once, a repeat is a no-op. */
+export async function initModel({ sql, engine, checkpoints }: EngineVersionsDeps, input: InitModelInput): Promise<{ version: 0 }> {
+  if (await versionOfStep(sql, input.runId, input.model, -1)) return { version: 0 };
+  const team = loadTeam(input.team, input.teamOptions);
+  const spec = team.models[input.model];
+  if (!spec) throw ApplicationFailure.nonRetryable(`team ${team.name} has no model ${input.model}`);
+  if (checkpointOf(spec) !== undefined && spec.base === undefined) {
+    // stored as is: engines load it from the store on first use (withVersion)
+    await saveInitialVersion(sql, checkpoints, { runId: input.runId, model: input.model, ...pretrainedVersion(spec, input.model) });
+    return { version: 0 };
+  }
+  const key = modelKey(input.runId, input.model);
+  // A cold engine builds (and probes) its sessions for a new spec first: heartbeat meanwhile.
+  const v = await heartbeating(
+    () => ({ phase: 'init' }),
+    async () => {
+      await engine().initModel({ modelKey: key, spec: initSpec(spec, input.seed), seed: deriveSeed(input.seed, 'init', input.model) });
+      return engine().exportVersion({ modelKey: key, version: 0 });
+    },
+  );
+  await saveInitialVersion(sql, checkpoints, {
+    runId: input.runId,
+    model: input.model,
+    spec: v.info.spec,
+    weights: v.weights,
+    optimizerState: v.optimizerState,
+    sha256: v.info.weightsSha256,
+  });
+  return { version: 0 };
+}

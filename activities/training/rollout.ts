@@ -1,0 +1,129 @@
+/**
+ * Batched rollouts: many episodes in the pool worker's process against the
+ * engine, which coalesces their turns into batched runs; each finished episode
+ * scored and stored.
+ */
+import { setMaxListeners } from 'node:events';
+import { Context, heartbeat } from '@temporalio/activity';
+import type { CallJournal, GenerateCall, GenerateReply } from '../../agents/episode';
+import type { Sampling } from '../../agents/agent';
+import type { Split } from '../../agents/tasks';
+import { loadTeam } from '../../agents/team-registry';
+import type { Sql } from '../../infra/db';
+import { openGatewaySessions } from '../../gateway';
+import { gatewayJournal } from '../store/gateway-journal';
+import { saveEpisodes, storedEpisodeIds, type StoredEpisode } from '../store/trajectories';
+import { loadTasks } from '../tasks';
+import { executeTool } from '../tools';
+import { scoredEpisode, type TeamRef } from './control';
+import { heartbeating } from './engine-work';
+import type { EngineVersions } from './engine-versions';
+import { runBatchedEpisode } from './episode-sandbox';
+import type { EpisodeThreads, ThreadEpisode } from './episode-threads';
+import { episodesOf, type RolloutEpisodes } from './plan';
+
+/** Finished episodes per store transaction in a batched rollout: few round trips, early progress. */
+const ROLLOUT_FLUSH = 32;
+
+/** One batched episode, scored. */
+export type RunEpisode = (
+  team: ReturnType<typeof loadTeam>,
+  signal: AbortSignal,
+  generate: (call: GenerateCall) => Promise<GenerateReply>,
+  episode: ThreadEpisode,
+  journal?: CallJournal,
+) => Promise<StoredEpisode>;
+
+/** Runs batched episodes on episode threads where the worker has them (a runaway episode cannot block the others), else here (activities called directly, as some tests do). */
+export function episodeRunner(episodes: EpisodeThreads | undefined): RunEpisode {
+  return (team, signal, generate, episode, journal) =>
+    episodes
+      ? episodes.run(episode, { cpuMs: team.limits.cpuMs, generate, journal, stopped: (trajectory) => scoredEpisode(team, episode.meta, trajectory), signal })
+      : runBatchedEpisode(team, episode.input, {
+          generate,
+          callTool: (req) => executeTool(team, req, signal),
+          now: () => Date.now(),
+          openSessions: openGatewaySessions,
+          journal,
+        }).then((trajectory) => scoredEpisode(team, episode.meta, trajectory));
+}
+
+export type RolloutBatchInput = TeamRef & {
+  runId: string;
+  step: number;
+  split: Split;
+  versions: Record<string, number>;
+  sampling?: Partial<Sampling>;
+} & RolloutEpisodes;
+
+/**
+ * Runs many episodes in this process against the engine (batched mode).
+ * Finished episodes are scored at once and stored in flushes of
+ * ROLLOUT_FLUSH (one transaction each, overlapping the episodes still
+ * generating). Episodes already stored are skipped, so a retry only does
+ * what is left; progress is heartbeated as the ids stored so far.
+ */
+export async function rolloutBatch(
+  { sql, versions, runOne }: { sql: Sql; versions: EngineVersions; runOne: RunEpisode },
+  input: RolloutBatchInput,
+): Promise<{ episodes: number; skipped: number; failed: number }> {
+  const team = loadTeam(input.team, input.teamOptions);
+  const ctx = Context.current();
+  // Episodes by reference (a plan and a slice), or listed (workflows started before plans were references).
+  const specs = 'plan' in input ? episodesOf(loadTasks(team), input.plan, input.from, input.to) : input.specs;
+  const previously = new Set<string>((ctx.info.heartbeatDetails as { finished?: string[] } | undefined)?.finished ?? []);
+  const stored = await storedEpisodeIds(
+    sql,
+    specs.map((s) => s.episodeId),
+  );
+  const finished: string[] = [...stored];
+  const todo = specs.filter((s) => !stored.has(s.episodeId) && !previously.has(s.episodeId));
+  let failed = 0;
+  let pending: StoredEpisode[] = [];
+  let writing: Promise<unknown> = Promise.resolve();
+  // One flush after another on one connection; the ids count as finished once committed.
+  const flush = () => {
+    const batch = pending;
+    pending = [];
+    if (batch.length > 0) {
+      writing = writing.then(async () => {
+        await saveEpisodes(sql, batch);
+        for (const e of batch) finished.push(e.meta.episodeId);
+      });
+      writing.catch(() => undefined); // surfaced by the final await, not as an unhandled rejection
+    }
+    return writing;
+  };
+  // Every concurrent tool call listens on the activity's cancellation signal.
+  setMaxListeners(0, ctx.cancellationSignal);
+  await heartbeating(
+    () => ({ finished }),
+    async () => {
+      const generate = (call: GenerateCall) => versions.generate(input.runId, call);
+      // gateway calls are journaled: a retry of this rollout answers them again without sampling
+      const journal = gatewayJournal(sql, input.runId);
+      // All episodes in flight at once: the engine coalesces their turns into batched runs.
+      await Promise.all(
+        todo.map(async (spec) => {
+          const episode = await runOne(
+            team,
+            ctx.cancellationSignal,
+            generate,
+            {
+              team: { team: input.team, teamOptions: input.teamOptions },
+              input: { episodeId: spec.episodeId, seed: spec.seed, task: spec.task, versions: input.versions, sampling: input.sampling },
+              meta: { ...spec, runId: input.runId, step: input.step, split: input.split, mode: 'batched' },
+            },
+            journal,
+          );
+          if (episode.trajectory.status === 'failed') failed++;
+          pending.push(episode);
+          if (pending.length >= ROLLOUT_FLUSH) void flush();
+        }),
+      );
+      await flush();
+    },
+  );
+  heartbeat({ finished });
+  return { episodes: specs.length, skipped: specs.length - todo.length, failed };
+}

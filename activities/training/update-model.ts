@@ -1,0 +1,151 @@
+/**
+ * The update of one model for one step on the engine, committed exactly once
+ * with its version, metrics and advantages; or the step skipped for the model,
+ * saying why.
+ */
+import { ApplicationFailure } from '@temporalio/common';
+import { loadTeam } from '../../agents/team-registry';
+import type { UpdateProgress, UpdateRequest, UpdateResponse } from '../../engines/protocol/types';
+import type { Sql } from '../../infra/db';
+import type { CheckpointStore } from '../../infra/checkpoint-store';
+import type { OffPolicySetting, ResolvedTraining } from '../../schema/run-config';
+import { writeMetrics } from '../store/metrics';
+import { recordEvent } from '../store/runs';
+import { loadStepEpisodes } from '../store/trajectories';
+import { commitUpdate, versionOfStep } from '../store/versions';
+import { buildStepBatch } from './batch';
+import type { TeamRef } from './control';
+import { heartbeating } from './engine-work';
+import { type EngineApi, type EngineVersions, reasonOf } from './engine-versions';
+import { offPolicyCorrection } from './off-policy';
+import {
+  FIRST_ATTEMPT,
+  REDUCED_LR,
+  agentRows,
+  agentsOfModel,
+  modelKey,
+  needsReference,
+  skipReason,
+  updateMetrics,
+  updateRequest,
+  updateRows,
+  updateSamples,
+  type UpdateAttempt,
+} from './update-step';
+
+export interface UpdateResult {
+  version: number;
+  /** false when an earlier attempt had already committed this step. */
+  committed: boolean;
+  skipped?: string;
+  metrics: Record<string, number>;
+  rewards: Record<string, Record<string, number>>;
+}
+
+export type UpdateModelInput = TeamRef & {
+  runId: string;
+  step: number;
+  model: string;
+  baseVersion: number;
+  settings: ResolvedTraining;
+  nonFinite: 'skip' | 'reduce-lr' | 'fail';
+  /** The step's rollout, committed with the update so a step that is committed always has it. */
+  rollout: { seconds: number; episodes: number; failed: number };
+  /** Asynchronous runs (staleness > 0): the model's correction against the base version (off-policy.ts). */
+  offPolicy?: OffPolicySetting;
+};
+
+/**
+ * The update of one model for one step, committed exactly once: a retry
+ * (or a second execution after a resume) finds the commit and returns it.
+ */
+export async function updateModel(
+  { sql, engine, checkpoints, versions }: { sql: Sql; engine: () => EngineApi; checkpoints: CheckpointStore; versions: EngineVersions },
+  input: UpdateModelInput,
+): Promise<UpdateResult> {
+  const { runId, step, model } = input;
+  const episodes = await loadStepEpisodes(sql, runId, step, 'train');
+  const batch = buildStepBatch(episodes, input.settings);
+  const done = await versionOfStep(sql, runId, model, step);
+  if (done) return { version: done.version, committed: false, metrics: done.metrics, rewards: batch.rewards };
+
+  const modelSettings = input.settings.models[model]!;
+  const sequences = batch.models[model] ?? [];
+  const agents = agentsOfModel(loadTeam(input.team, input.teamOptions), model, batch);
+  const skip = async (reason: string, detail: Record<string, unknown> = {}) => {
+    // The step's rewards and endings are kept even without an update: they say why there was none.
+    await writeMetrics(
+      sql,
+      runId,
+      agentRows(batch, agents.acted).map((r) => ({ ...r, step })),
+    );
+    await recordEvent(sql, { runId, step, kind: 'update-skipped', detail: { model, reason, ...detail } });
+    return { version: input.baseVersion, committed: false, skipped: reason, metrics: {}, rewards: batch.rewards };
+  };
+  const untrainable = skipReason(sequences);
+  if (untrainable) return skip(untrainable);
+
+  const key = modelKey(runId, model);
+  const refLogprobs = needsReference(modelSettings) ? await versions.score(runId, model, 0, sequences) : undefined;
+  const onPolicy = updateSamples(sequences, refLogprobs);
+  // A stale rollout: the base version scores the tokens (the proximal policy), off-policy.ts weights them.
+  const corrected =
+    input.offPolicy &&
+    offPolicyCorrection(sequences, onPolicy, await versions.score(runId, model, input.baseVersion, sequences), input.baseVersion, input.offPolicy);
+  const samples = corrected ? corrected.samples : onPolicy;
+  const request = (attempt: UpdateAttempt) => updateRequest({ runId, model, step, baseVersion: input.baseVersion }, samples, modelSettings, attempt);
+  // The engine's progress goes out with the heartbeats (visible in the Web UI's pending activity).
+  let progress: UpdateProgress | undefined;
+  const send = (req: UpdateRequest) => {
+    const e = engine();
+    return e.updateStream ? e.updateStream(req, (p) => void (progress = p)) : e.update(req);
+  };
+  // The engine's answer, or the step skipped after a non-finite update.
+  const updated = await heartbeating(
+    () => ({ phase: 'update', ...(progress ? { engine: progress } : {}) }),
+    async (): Promise<UpdateResponse | UpdateResult> => {
+      try {
+        return await versions.withVersion(runId, model, input.baseVersion, () => send(request(FIRST_ATTEMPT)));
+      } catch (e) {
+        if (reasonOf(e) !== 'NON_FINITE_UPDATE') throw e;
+        const message = (e as Error).message;
+        await recordEvent(sql, { runId, step, kind: 'non-finite-update', detail: { model, message, policy: input.nonFinite } });
+        if (input.nonFinite === 'fail')
+          throw ApplicationFailure.nonRetryable(
+            `step ${step}, model ${model}: non-finite update (${message}); the run's nonFinite policy is 'fail'`,
+            'NonFiniteUpdate',
+          );
+        if (input.nonFinite === 'skip') return skip('non-finite', { message });
+        try {
+          return await versions.withVersion(runId, model, input.baseVersion, () => send(request(REDUCED_LR)));
+        } catch (e2) {
+          if (reasonOf(e2) !== 'NON_FINITE_UPDATE') throw e2;
+          return skip('non-finite after reducing lr', { message: (e2 as Error).message });
+        }
+      }
+    },
+  );
+  if (!('info' in updated)) return updated;
+  const res = updated;
+  const exported = await engine().exportVersion({ modelKey: key, version: res.info.version });
+  const metrics = updateMetrics(res, corrected?.model);
+  const rows = updateRows(model, metrics, input.rollout, batch, agents, corrected?.agents);
+  const commit = await commitUpdate(sql, checkpoints, {
+    version: {
+      runId,
+      model,
+      version: res.info.version,
+      step,
+      spec: exported.info.spec,
+      weights: exported.weights,
+      optimizerState: exported.optimizerState,
+      sha256: exported.info.weightsSha256,
+      metrics,
+    },
+    metrics: rows.filter((r) => Number.isFinite(r.value)),
+    stepMetrics: { counts: batch.counts, [`update.${model}`]: metrics },
+    settings: { [model]: modelSettings },
+    advantages: batch.turnAdvantages.filter((a) => a.model === model),
+  });
+  return { version: commit.version.version, committed: commit.committed, metrics: commit.version.metrics, rewards: batch.rewards };
+}
