@@ -41,7 +41,7 @@ sys.path.insert(0, ENGINE_DIR)
 
 
 def _stubs():
-    """server.py imports the generated gRPC stubs (engines/pytorch/.gen, made by the server at start-up from protoc)
+    """The engine's modules import the generated gRPC stubs (engines/pytorch/.gen, made by the server at start-up from protoc)
     and grpc. Where they are absent, small stand-ins: Generate's results are plain records here (no gRPC is used)."""
     sys.path.insert(0, os.path.join(ENGINE_DIR, ".gen"))
     try:
@@ -74,7 +74,13 @@ STUBS = _stubs()
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-import server as srv  # noqa: E402  (sets CUBLAS_WORKSPACE_CONFIG before CUDA starts, as the engine does)
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before CUDA starts, as server.py sets it
+import generation  # noqa: E402
+import memory  # noqa: E402
+from boot import DTYPES  # noqa: E402
+from engine import Engine  # noqa: E402
+from generation import GenerateCall  # noqa: E402
+from messages import settings_of  # noqa: E402
 import hf  # noqa: E402
 import spec as specmod  # noqa: E402
 from lora import LoraModel, init_adapter  # noqa: E402
@@ -128,8 +134,8 @@ def parse():
             p.error(f"--models: unknown model {m!r}; known: {', '.join(SHAPES)}")
     a.dtypes = a.dtypes.split(",")
     for d in a.dtypes:
-        if d not in srv.DTYPES:
-            p.error(f"--dtypes: unknown dtype {d!r}; known: {', '.join(srv.DTYPES)}")
+        if d not in DTYPES:
+            p.error(f"--dtypes: unknown dtype {d!r}; known: {', '.join(DTYPES)}")
     a.batches = [int(b) for b in str(a.batches).split(",")]
     if a.update_len <= a.prompt:
         p.error("--update-len must exceed --prompt (the trained tokens follow the context)")
@@ -187,7 +193,7 @@ class Bench:
             torch.use_deterministic_algorithms(True)  # as server.main does
         except Exception:  # noqa: BLE001
             pass
-        self.engine = srv.Engine(dev, dev, False, "", a.threads, None, a.max_batch)
+        self.engine = Engine(dev, dev, False, "", a.threads, None, a.max_batch)
 
     def sync(self):
         if self.cuda:
@@ -252,7 +258,7 @@ class Bench:
         rng = np.random.default_rng(1000 + B)
         sp = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_tokens": new_tokens, "stop": set()}
         rows = [([int(x) for x in rng.integers(0, V, self.a.prompt)], 7 + i, sp) for i in range(B)]
-        call = srv.GenerateCall("bench", f"generate-{B}", rows)
+        call = GenerateCall("bench", f"generate-{B}", rows)
         spent = {"steps_s": 0.0, "sample_s": 0.0}
         eng = self.engine
 
@@ -266,9 +272,9 @@ class Bench:
                     self.sync()
                     spent[key] += time.perf_counter() - t
             return wrapped
-        orig_sample = srv.sample_rows
+        orig_sample = generation.sample_rows
         model.step = timed(type(model).step.__get__(model), "steps_s")
-        srv.sample_rows = timed(orig_sample, "sample_s")
+        generation.sample_rows = timed(orig_sample, "sample_s")
         try:
             t = time.perf_counter()
             out = self.on_device(lambda: eng._generate_batch(model, W, [call]), dtype)
@@ -276,7 +282,7 @@ class Bench:
             wall = time.perf_counter() - t
         finally:
             del model.step
-            srv.sample_rows = orig_sample
+            generation.sample_rows = orig_sample
         n = sum(len(s.tokens) for s in out[0])
         spent["rest_s"] = wall - sum(spent.values())
         return {"batch": B, "new_tokens": n, "tokens_per_s": n / wall, **spent}
@@ -294,7 +300,7 @@ class Bench:
         return out
 
     def update(self, model, theta, samples, dtype):
-        st = srv.settings_of(None)
+        st = settings_of(None)
         P = theta.numel()
         m = torch.zeros(P, device=self.device)
         v = torch.zeros(P, device=self.device)
@@ -337,7 +343,7 @@ class Bench:
         for name in a.models:
             spec, note = make_spec(name, a.max_seq)
             P = specmod.param_layout(spec)[1]
-            slots = srv.memory.run_slots(spec, self.engine.memory_bytes, a.max_batch)
+            slots = memory.run_slots(spec, self.engine.memory_bytes, a.max_batch)
             self.meta["models"][name] = {"params": P, "cache_slots": slots, "note": note, "spec": spec}
             print(f"# model {name}: {P:,} parameters, {slots} cache slots{'; ' + note if note else ''}", flush=True)
             if time.monotonic() - self.t0 > a.budget_s:

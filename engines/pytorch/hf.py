@@ -151,11 +151,13 @@ def not_computable(spec, prefix="spec"):
     if s["positions"] == "learned":
         for field, want in (("norm", "layernorm"), ("mlp", "gelu"), ("bias", True), ("qkNorm", False)):
             if s[field] != want:
-                return f"{prefix}.{field}", why + f"learned positions are GPT-2's, which needs norm layernorm, mlp gelu, bias true, no qkNorm (got {field} {json.dumps(s[field])}); the built-in engine computes it"
+                return f"{prefix}.{field}", (why + "learned positions are GPT-2's, which needs norm layernorm, mlp gelu, bias true, "
+                                             f"no qkNorm (got {field} {json.dumps(s[field])}); the built-in engine computes it")
         return f"{prefix}.kvHeads", why + "learned positions are GPT-2's, which needs kvHeads = heads; the built-in engine computes it"
     for field, want in (("norm", "rmsnorm"), ("mlp", "swiglu")):
         if s[field] != want:
-            return f"{prefix}.{field}", why + f"rope positions are Llama's or Qwen3's, which need norm rmsnorm and mlp swiglu (got {field} {json.dumps(s[field])}); the built-in engine computes it"
+            return f"{prefix}.{field}", (why + "rope positions are Llama's or Qwen3's, which need norm rmsnorm and mlp swiglu "
+                                         f"(got {field} {json.dumps(s[field])}); the built-in engine computes it")
     return f"{prefix}.headDim", why + "a head width other than width / heads needs qkNorm (Qwen3's layout); the built-in engine computes it"
 
 

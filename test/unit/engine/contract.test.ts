@@ -41,8 +41,13 @@ test('updateDefaults name every UpdateSettings field of engine.proto, by its JSO
   assert.deepEqual({ ...ENGINE_LIMITS }, contract.limits);
 });
 
-test('the Python engine reads contract.json and keeps no copy of its reasons or defaults', () => {
-  const server = read('engines/pytorch/server.py');
+test('the Python engine (every file) reads contract.json and keeps no copy of its reasons or defaults', () => {
+  const dir = 'engines/pytorch';
+  const server = fs
+    .readdirSync(path.join(repoRoot, dir))
+    .filter((f) => f.endsWith('.py'))
+    .map((f) => read(`${dir}/${f}`))
+    .join('\n');
   assert.match(server, /"contract\.json"/);
   assert.doesNotMatch(server, /"INVALID_REQUEST": grpc\.StatusCode/);
   assert.doesNotMatch(server, /"clip_(eps_)?low": 0\.2/);
