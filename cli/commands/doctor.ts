@@ -28,12 +28,25 @@ interface Line {
   detail: string;
 }
 
+type Add = (status: Status, what: string, detail: string) => void;
+
 /** `env` is where the gateway's variables are read (checkGateway), apart from `config`. */
 export async function doctor(config: TroupeConfig, env: NodeJS.ProcessEnv = process.env): Promise<Line[]> {
   const lines: Line[] = [];
-  const add = (status: Status, what: string, detail: string) => lines.push({ status, what, detail });
+  const add: Add = (status, what, detail) => lines.push({ status, what, detail });
+  checkToolchain(config, add);
+  await checkTemporal(config, add);
+  await checkPostgres(config, add);
+  await checkRuntimes(add);
+  // The gateway of the pool workers' episode threads, as a pool worker on this machine would start it
+  lines.push(...checkGateway(env));
+  add('info', 'device', `TROUPE_DEVICE=${config.device}`);
+  add('info', 'state dir', config.stateDir);
+  return lines;
+}
 
-  // Toolchain
+/** Node, the packages, the project, Go, the Temporal CLI, and whether the PyTorch engine's environment is there. */
+function checkToolchain(config: TroupeConfig, add: Add): void {
   const nodeMajor = Number(process.versions.node.split('.')[0]);
   add(nodeMajor >= 20 ? 'ok' : 'FAIL', 'node', `${process.version} (${process.execPath})${nodeMajor >= 20 ? '' : ' — Troupe needs Node ≥ 20'}`);
   if (isSourceCheckout(repoRoot)) {
@@ -85,8 +98,10 @@ export async function doctor(config: TroupeConfig, env: NodeJS.ProcessEnv = proc
       ? `not available (only for --engine pytorch): ${torch.missing}`
       : `available: ${torch.command.join(' ')} (troupe worker pool --engine pytorch)`,
   );
+}
 
-  // Temporal
+/** The Temporal server, its namespace, and the workers polling this project's task queues. */
+async function checkTemporal(config: TroupeConfig, add: Add): Promise<void> {
   const address = temporalAddressOf(config);
   const serverVersion = await temporalServerVersion(address, undefined, config);
   if (serverVersion) {
@@ -139,8 +154,10 @@ export async function doctor(config: TroupeConfig, env: NodeJS.ProcessEnv = proc
       `not reachable at ${address}${config.temporalAddress ? ' (TEMPORAL_ADDRESS)' : ' — `npx troupe up` starts the dev server'}`,
     );
   }
+}
 
-  // PostgreSQL
+/** PostgreSQL (DATABASE_URL or the embedded one) and its schema version against the code's migrations. */
+async function checkPostgres(config: TroupeConfig, add: Add): Promise<void> {
   let dbUrl: string | undefined = config.databaseUrl;
   if (!dbUrl) {
     const st = embeddedPostgresStatus(config.stateDir);
@@ -173,8 +190,10 @@ export async function doctor(config: TroupeConfig, env: NodeJS.ProcessEnv = proc
       add('FAIL', 'postgres', errorMessage(err));
     }
   }
+}
 
-  // onnxruntime-node
+/** onnxruntime-node's execution providers, and each of the project's teams as its models load. */
+async function checkRuntimes(add: Add): Promise<void> {
   try {
     const providers = await checkExecutionProviders();
     add('info', 'onnxruntime-node', `version ${ortVersion()}`);
@@ -199,11 +218,6 @@ export async function doctor(config: TroupeConfig, env: NodeJS.ProcessEnv = proc
       add('FAIL', `team ${name}`, errorMessage(err));
     }
   }
-  // The gateway of the pool workers' episode threads, as a pool worker on this machine would start it
-  lines.push(...checkGateway(env));
-  add('info', 'device', `TROUPE_DEVICE=${config.device}`);
-  add('info', 'state dir', config.stateDir);
-  return lines;
 }
 
 export default defineCommand({
