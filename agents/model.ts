@@ -30,6 +30,12 @@ export interface ModelSpec {
    * base's config into `config` beside `config.lora`.
    */
   readonly base?: string;
+  /**
+   * A LoRA model's starting adapter: the absolute path of a PEFT adapter directory (adapter_config.json +
+   * adapter_model.safetensors), imported as version 0 instead of PEFT's initialisation
+   * (engines/checkpoints/peft.ts importPeftAdapter: its r, lora_alpha and target modules must be the model's).
+   */
+  readonly adapter?: string;
 }
 
 interface CommonOptions {
@@ -111,6 +117,8 @@ export interface LoraOptions extends CommonOptions {
   alpha?: number;
   /** The projections of every layer that get an adapter, by their names in the base's parameter layout: q, k, v, o, and 1, 2 (GELU MLP) or g, u, d (SwiGLU MLP). */
   targets: string[];
+  /** Absolute path of a PEFT adapter directory to start from (version 0), e.g. one PEFT trained or Troupe exported. */
+  adapter?: string;
 }
 
 /**
@@ -118,8 +126,8 @@ export interface LoraOptions extends CommonOptions {
  * share the base's version 0, frozen, and train only A and B of each targeted projection. Its versions
  * hold the adapter's bytes only. Served by engines whose Health says `lora` (the built-in and the PyTorch engine).
  */
-export function lora({ base, rank, alpha, targets, ...common }: LoraOptions): ModelSpec {
-  return { ...model('transformer', { ...common, lora: { rank, alpha: alpha ?? rank, targets } }), base };
+export function lora({ base, rank, alpha, targets, adapter, ...common }: LoraOptions): ModelSpec {
+  return { ...model('transformer', { ...common, lora: { rank, alpha: alpha ?? rank, targets } }), base, ...(adapter === undefined ? {} : { adapter }) };
 }
 
 /**
@@ -139,6 +147,8 @@ export function resolveLoraModels(models: Readonly<Record<string, ModelSpec>>): 
     if (typeof spec.base !== 'string' || !base)
       issues.push({ path: at, message: `unknown model ${JSON.stringify(spec.base)} (models: ${Object.keys(models).join(', ')})` });
     else if (spec.base === m) issues.push({ path: at, message: 'a LoRA model cannot be its own base' });
+    else if (spec.adapter !== undefined && (typeof spec.adapter !== 'string' || !spec.adapter.startsWith('/')))
+      issues.push({ path: `models.${m}.adapter`, message: `must be an absolute path of a PEFT adapter directory, got ${JSON.stringify(spec.adapter)}` });
     else if (base.base !== undefined) issues.push({ path: at, message: `${JSON.stringify(spec.base)} is itself a LoRA model; name a full model` });
     else if (base.family !== 'transformer')
       issues.push({ path: at, message: `${JSON.stringify(spec.base)} is a ${base.family} model; LoRA needs a transformer base` });

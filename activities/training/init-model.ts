@@ -1,6 +1,6 @@
 /**
- * Version 0 of a model in a run: from its checkpoint, or else made by the
- * engine from the run seed; stored once.
+ * Version 0 of a model in a run: from its checkpoint, a LoRA model's PEFT adapter, or else made by
+ * the engine from the run seed; stored once.
  */
 import { ApplicationFailure } from '@temporalio/common';
 import { checkpointOf, engineSpec, type ModelSpec } from '../../agents/model';
@@ -12,6 +12,10 @@ import type { TeamRef } from './control';
 import { heartbeating } from './engine-work';
 import type { EngineVersionsDeps } from './engine-versions';
 import { pretrainedVersion } from './pretrained';
+import { importPeftAdapter } from '../../engines/checkpoints/peft';
+import { HfCheckpointError } from '../../engines/checkpoints/hf-layout';
+import { normalizeTransformerSpec } from '../../engines/families/transformer/spec';
+import { encodeWeights, sha256Hex } from '../../engines/protocol/version-bytes';
 import { modelKey } from './update-step';
 
 export type InitModelInput = TeamRef & { runId: string; model: string; seed: number };
@@ -41,21 +45,35 @@ export async function initModel({ sql, engine, checkpoints }: EngineVersionsDeps
     return { version: 0 };
   }
   const key = modelKey(input.runId, input.model);
+  // A PEFT adapter to start from: the engine's InitModel gives the spec and optimizer state, under a key of its
+  // own (the engine would hold other bytes as this model's version 0); the adapter's bytes are the PEFT file's.
+  const initKey = spec.adapter === undefined ? key : `${key}#adapter-import`;
   // A cold engine builds (and probes) its sessions for a new spec first: heartbeat meanwhile.
   const v = await heartbeating(
     () => ({ phase: 'init' }),
     async () => {
-      await engine().initModel({ modelKey: key, spec: initSpec(spec, input.seed), seed: deriveSeed(input.seed, 'init', input.model) });
-      return engine().exportVersion({ modelKey: key, version: 0 });
+      await engine().initModel({ modelKey: initKey, spec: initSpec(spec, input.seed), seed: deriveSeed(input.seed, 'init', input.model) });
+      return engine().exportVersion({ modelKey: initKey, version: 0 });
     },
   );
+  const weights = spec.adapter === undefined ? v.weights : importedAdapter(spec.adapter, v.info.spec, input.model);
   await saveInitialVersion(sql, checkpoints, {
     runId: input.runId,
     model: input.model,
     spec: v.info.spec,
-    weights: v.weights,
+    weights,
     optimizerState: v.optimizerState,
-    sha256: v.info.weightsSha256,
+    sha256: spec.adapter === undefined ? v.info.weightsSha256 : sha256Hex(weights),
   });
   return { version: 0 };
+}
+
+/** The bytes of the PEFT adapter in `dir` for the LoRA model whose engine spec is `spec`; one that does not fit fails non-retryably, naming the file and field. */
+function importedAdapter(dir: string, spec: ModelSpecInput, model: string): Uint8Array {
+  try {
+    return encodeWeights(importPeftAdapter(dir, normalizeTransformerSpec(spec)));
+  } catch (e) {
+    if (e instanceof HfCheckpointError) throw ApplicationFailure.nonRetryable(`model ${model}: adapter ${dir}: ${e.message}`, 'BadAdapter');
+    throw e;
+  }
 }

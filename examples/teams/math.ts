@@ -55,6 +55,8 @@ export interface MathOptions {
   maxOperand?: number;
   /** The policy family: 'tiny-lm' (default) or 'transformer'. */
   policy?: 'tiny-lm' | 'transformer';
+  /** With models 'lora': a PEFT adapter directory (absolute path) the solver's adapter starts from. */
+  solverAdapter?: string;
 }
 
 const tokenizer = charTokenizer('0123456789+=?YNE');
@@ -87,12 +89,13 @@ export function mathTeam(options: MathOptions = {}) {
       : tinyLM({ tokenizer, contextWindow: 8, embedDim: 16, hiddenDim: 64, optimizer: { lr: 0.02, entropyCoef: 0.01 } });
   // LoRA: the policy is the frozen base (no agent trains it); each role trains rank-8 adapters on the attention
   // projections, which every layout has (the MLP's are 1, 2 or g, u, d: a checkpoint's is SwiGLU)
-  const adapter = () => lora({ tokenizer, base: 'policy', rank: 8, alpha: 16, targets: ['q', 'k', 'v', 'o'], optimizer: { lr: 0.005 } });
+  const adapter = (from?: string) =>
+    lora({ tokenizer, base: 'policy', rank: 8, alpha: 16, targets: ['q', 'k', 'v', 'o'], optimizer: { lr: 0.005 }, ...(from ? { adapter: from } : {}) });
   const models: Record<string, ModelSpec> =
     options.models === 'separate'
       ? { solver: policy(), verifier: policy() }
       : options.models === 'lora'
-        ? { policy: policy(), solver: adapter(), verifier: adapter() }
+        ? { policy: policy(), solver: adapter(options.solverAdapter), verifier: adapter() }
         : { policy: policy() };
   const modelOf = (role: 'solver' | 'verifier') => (options.models === 'separate' || options.models === 'lora' ? role : 'policy');
 

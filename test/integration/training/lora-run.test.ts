@@ -7,10 +7,12 @@
  * `troupe export-model` writes the adapter merged into its base, which scores
  * as the LoRA version within 1e-5. The same team started from a checkpoint
  * (`troupe train --model DIR`: the Qwen3 fixture) trains its adapters over the
- * directory's weights. An engine killed mid-run leaves the run ending bit for
- * bit where the uninterrupted one does.
+ * directory's weights. A solver started from a PEFT adapter directory
+ * (`solverAdapter`) stores that adapter as its version 0 and trains on. An
+ * engine killed mid-run leaves the run ending bit for bit where the
+ * uninterrupted one does.
  *
- * The PyTorch runs skip, naming the Debian packages, where that engine cannot run.
+ * The PyTorch runs skip, saying why, where that engine cannot run.
  */
 import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
@@ -26,6 +28,7 @@ import { loadTeam } from '../../../agents/team-registry';
 import { engineSpec } from '../../../agents/model';
 import { pytorchEngine } from '../../../stack/pytorch-engine';
 import { adapterLayout } from '../../../engines/families/transformer/lora';
+import { exportPeftAdapter } from '../../../engines/checkpoints/peft';
 import { normalizeTransformerSpec, paramLayout } from '../../../engines/families/transformer/spec';
 import type { trainingRun } from '../../../workflows';
 import { checkRunBookkeeping, startHarness, type Harness } from '../../../testing/stack';
@@ -98,6 +101,44 @@ for (const { engine, name, skip } of ENGINES)
       console.log(
         `lora run: adapter ${adapter} values (${((100 * adapter) / paramLayout(spec).total).toFixed(1)}% of the base's ${paramLayout(spec).total}); engine holds ${stats.models.length} models`,
       );
+    });
+
+    it("from a PEFT adapter (teamOptions.solverAdapter): version 0 is the adapter's bytes, and it trains", async () => {
+      // over the Qwen3 fixture: PEFT adapts q, k, v and o there (GPT-2's fused c_attn has no q, k or v module of its own)
+      const base = path.resolve(__dirname, '../../fixtures/hf/qwen3-tiny');
+      const spec = normalizeTransformerSpec({
+        ...loadHfCheckpoint(base).spec,
+        lora: { rank: 8, alpha: 16, targets: ['q', 'k', 'v', 'o'], baseCheckpoint: base },
+      });
+      const phi = Float32Array.from({ length: adapterLayout(spec).total }, (_, i) => 0.05 * Math.sin(0.37 * i + 1));
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-lora-adapter-'));
+      try {
+        exportPeftAdapter(dir, spec, phi);
+        const result = await h.env.client.workflow.execute<typeof trainingRun>('trainingRun', {
+          taskQueue: h.taskQueue,
+          workflowId: 'lora-from-peft',
+          args: [
+            {
+              team: 'math',
+              teamOptions: { ...teamOptions, checkpoint: base, solverAdapter: dir },
+              steps: 1,
+              groupsPerStep: 2,
+              groupSize: 4,
+              evalEvery: 0,
+              evalTasks: 2,
+              seed: 3,
+            },
+          ],
+        });
+        assert.equal(result.status, 'completed');
+        assert.deepEqual(result.versions, { policy: 0, solver: 1, verifier: 1 });
+        const v0 = (await getVersion(h.db.sql, h.db.checkpoints, 'lora-from-peft', 'solver', 0))!;
+        assert.deepEqual(v0.weights, encodeWeights(phi), "the solver's version 0 is the PEFT adapter's bytes");
+        const verifier0 = (await getVersion(h.db.sql, h.db.checkpoints, 'lora-from-peft', 'verifier', 0))!;
+        assert.notDeepEqual(verifier0.weights, v0.weights, "the verifier keeps PEFT's initialisation");
+      } finally {
+        fs.rmSync(dir, { recursive: true, force: true });
+      }
     });
 
     it('an engine killed mid-run: the restarted engine rebuilds the base from the stored specs and the run ends bit-identical', async () => {

@@ -9,7 +9,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { test } from 'node:test';
 import { exportHfCheckpoint, loadHfCheckpoint } from '../../../engines/checkpoints/hf-layout';
-import { exportPeftAdapter } from '../../../engines/checkpoints/peft';
+import { exportPeftAdapter, importPeftAdapter } from '../../../engines/checkpoints/peft';
 import { readSafetensors } from '../../../engines/checkpoints/safetensors';
 import { initTransformerWeights } from '../../../engines/families/transformer/init';
 import { adapterLayout, baseSpecOf, mergeLora } from '../../../engines/families/transformer/lora';
@@ -123,6 +123,35 @@ test('GPT-2 layout: q, k, v have no tensor of their own (c_attn), so the adapter
     exportPeftAdapter(out, o2, new Float32Array(adapterLayout(o2).total));
     const config = JSON.parse(fs.readFileSync(path.join(out, 'adapter_config.json'), 'utf8'));
     assert.deepEqual([config.target_modules, config.fan_in_fan_out], [['attn.c_proj', 'mlp.c_fc', 'mlp.c_proj'], true]);
+  } finally {
+    fs.rmSync(out, { recursive: true, force: true });
+  }
+});
+
+test('PEFT adapter import: the exported adapter imports bit for bit; one that is not the model is refused naming the file and field', () => {
+  const spec = normalizeTransformerSpec({ ...llama, lora: { rank: 2, alpha: 6, targets: ['q', 'k', 'd'] } });
+  const { total } = adapterLayout(spec);
+  const adapter = Float32Array.from({ length: total }, (_, i) => Math.cos(i));
+  const out = tmp();
+  try {
+    exportPeftAdapter(out, spec, adapter);
+    assert.deepEqual(importPeftAdapter(out, spec), adapter);
+    const config = path.join(out, 'adapter_config.json');
+    const refused = (other: Parameters<typeof normalizeTransformerSpec>[0], message: RegExp) =>
+      assert.throws(() => importPeftAdapter(out, normalizeTransformerSpec(other)), message);
+    refused({ ...llama, lora: { rank: 4, alpha: 6, targets: ['q', 'k', 'd'] } }, /adapter_config\.json: r: 2, the model's is 4/);
+    refused({ ...llama, lora: { rank: 2, alpha: 2, targets: ['q', 'k', 'd'] } }, /adapter_config\.json: lora_alpha: 6, the model's is 2/);
+    refused(
+      { ...llama, lora: { rank: 2, alpha: 6, targets: ['q', 'k', 'v', 'd'] } },
+      /tensor base_model\.model\.model\.layers\.0\.self_attn\.v_proj\.lora_A\.weight is missing/,
+    );
+    refused(
+      { ...llama, lora: { rank: 2, alpha: 6, targets: ['q', 'd'] } },
+      /tensor base_model\.model\.model\.layers\.0\.self_attn\.k_proj\.lora_A\.weight has no place in the model's adapter/,
+    );
+    fs.writeFileSync(config, JSON.stringify({ ...JSON.parse(fs.readFileSync(config, 'utf8')), use_dora: true }));
+    assert.throws(() => importPeftAdapter(out, spec), /use_dora: true, the model's is false \(DoRA is not LoRA\)/);
+    assert.throws(() => importPeftAdapter(path.join(out, 'nowhere'), spec), /nowhere\/adapter_config\.json: cannot read/);
   } finally {
     fs.rmSync(out, { recursive: true, force: true });
   }
