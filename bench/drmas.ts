@@ -182,6 +182,64 @@ async function main() {
   await report(runs, (performance.now() - t0) / 1000);
 }
 
+/** The Vega-Lite spec of the learning curves: eval success, and per agent train reward and gradient norm. */
+function curvesSpec(shown: Run[]) {
+  const evalRows = shown.flatMap((r) => r.evals.map((e) => ({ setting: LABEL[r.setting], seed: r.seed, step: e.step, value: e.success })));
+  const trainRows = shown.flatMap((r) =>
+    AGENTS.flatMap((agent) => r.reward[agent]!.map((value, s) => ({ setting: LABEL[r.setting], seed: r.seed, agent, step: s + 1, value }))),
+  );
+  const gradRows = shown.flatMap((r) =>
+    AGENTS.flatMap((agent) => r.gradNorm[agent]!.map((value, s) => ({ setting: LABEL[r.setting], seed: r.seed, agent, step: s + 1, value }))),
+  );
+  const color = {
+    field: 'setting',
+    type: 'nominal',
+    title: null,
+    legend: { orient: 'top', labelLimit: 400 },
+    scale: { domain: SETTINGS.map((s) => LABEL[s]), range: ['#1f77b4', '#d62728'] },
+  };
+  const band = (title: string, yTitle: string, rows: unknown[], extra: Record<string, unknown> = {}) => ({
+    title,
+    width: 300,
+    height: 160,
+    data: { values: rows },
+    layer: [
+      {
+        mark: { type: 'line', opacity: 0.3, strokeWidth: 1 },
+        encoding: {
+          x: { field: 'step', type: 'quantitative' },
+          y: { field: 'value', type: 'quantitative', title: yTitle, ...extra },
+          color,
+          detail: { field: 'seed' },
+        },
+      },
+      {
+        mark: { type: 'line', strokeWidth: 2.5 },
+        encoding: {
+          x: { field: 'step', type: 'quantitative' },
+          y: { aggregate: 'mean', field: 'value', type: 'quantitative', title: yTitle, ...extra },
+          color,
+        },
+      },
+    ],
+  });
+  const perAgent = (agent: string, title: string, rows: Array<{ agent: string }>, yTitle: string) =>
+    band(
+      `${agent}: ${title}`,
+      yTitle,
+      rows.filter((r) => r.agent === agent),
+    );
+  return {
+    title: { text: `Dr. MAS on math: one model per role, verifier reward x10, ${SEEDS} seeds per setting`, subtitle: 'thin: one seed; thick: mean over seeds' },
+    vconcat: [
+      { hconcat: [band('eval success on held-out tasks (greedy)', 'success', evalRows, { scale: { domain: [0, 1] } })] },
+      { hconcat: AGENTS.map((a) => perAgent(a, 'train reward (mean per turn)', trainRows, 'reward')) },
+      { hconcat: AGENTS.map((a) => perAgent(a, 'gradient norm before clipping', gradRows, 'grad norm')) },
+    ],
+    resolve: { scale: { color: 'shared' } },
+  };
+}
+
 async function report(runs: Run[], seconds: number) {
   const lines: string[] = [];
   const out = (l = '') => {
@@ -267,61 +325,7 @@ async function report(runs: Run[], seconds: number) {
   );
   summary.checks = checks;
 
-  // ---- learning curves
-  const evalRows = shown.flatMap((r) => r.evals.map((e) => ({ setting: LABEL[r.setting], seed: r.seed, step: e.step, value: e.success })));
-  const trainRows = shown.flatMap((r) =>
-    AGENTS.flatMap((agent) => r.reward[agent]!.map((value, s) => ({ setting: LABEL[r.setting], seed: r.seed, agent, step: s + 1, value }))),
-  );
-  const gradRows = shown.flatMap((r) =>
-    AGENTS.flatMap((agent) => r.gradNorm[agent]!.map((value, s) => ({ setting: LABEL[r.setting], seed: r.seed, agent, step: s + 1, value }))),
-  );
-  const color = {
-    field: 'setting',
-    type: 'nominal',
-    title: null,
-    legend: { orient: 'top', labelLimit: 400 },
-    scale: { domain: SETTINGS.map((s) => LABEL[s]), range: ['#1f77b4', '#d62728'] },
-  };
-  const band = (title: string, yTitle: string, rows: unknown[], extra: Record<string, unknown> = {}) => ({
-    title,
-    width: 300,
-    height: 160,
-    data: { values: rows },
-    layer: [
-      {
-        mark: { type: 'line', opacity: 0.3, strokeWidth: 1 },
-        encoding: {
-          x: { field: 'step', type: 'quantitative' },
-          y: { field: 'value', type: 'quantitative', title: yTitle, ...extra },
-          color,
-          detail: { field: 'seed' },
-        },
-      },
-      {
-        mark: { type: 'line', strokeWidth: 2.5 },
-        encoding: {
-          x: { field: 'step', type: 'quantitative' },
-          y: { aggregate: 'mean', field: 'value', type: 'quantitative', title: yTitle, ...extra },
-          color,
-        },
-      },
-    ],
-  });
-  const perAgent = (agent: string, title: string, rows: Array<{ agent: string }>, yTitle: string) =>
-    band(
-      `${agent}: ${title}`,
-      yTitle,
-      rows.filter((r) => r.agent === agent),
-    );
-  const spec = {
-    title: { text: `Dr. MAS on math: one model per role, verifier reward x10, ${SEEDS} seeds per setting`, subtitle: 'thin: one seed; thick: mean over seeds' },
-    vconcat: [
-      { hconcat: [band('eval success on held-out tasks (greedy)', 'success', evalRows, { scale: { domain: [0, 1] } })] },
-      { hconcat: AGENTS.map((a) => perAgent(a, 'train reward (mean per turn)', trainRows, 'reward')) },
-      { hconcat: AGENTS.map((a) => perAgent(a, 'gradient norm before clipping', gradRows, 'grad norm')) },
-    ],
-    resolve: { scale: { color: 'shared' } },
-  };
+  const spec = curvesSpec(shown);
   if (values['no-write']) return;
   fs.mkdirSync(RESULTS, { recursive: true });
   const { svg, png } = await renderVegaLite(spec, 1.5);

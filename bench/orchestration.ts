@@ -305,14 +305,15 @@ async function storeMicro(h: Harness, job: Job): Promise<Micro> {
   return { episodes: episodes.length, perEpisodeSaveMs, bulkSaveMs, loadMs, buildMs, versionOfStepMs, exportMs };
 }
 
-function report(jobs: Job[], micro: Micro | undefined, durable: Record<string, DurableCounts>, batchedEvents: Record<string, number>, totalSeconds: number) {
-  const lines: string[] = [];
-  const out = (l = '') => {
-    lines.push(l);
-    console.log(l);
-  };
-  const by = (size: string, mode: Mode) => jobs.filter((j) => j.size === size && j.mode === mode);
-  const stepMs = (js: Job[]) => median(js.flatMap((j) => j.stepSeconds)) * 1000;
+type Out = (line?: string) => void;
+
+/** The jobs of one batch size and mode. */
+const jobsOf = (jobs: Job[]) => (size: string, mode: Mode) => jobs.filter((j) => j.size === size && j.mode === mode);
+const stepMs = (js: Job[]) => median(js.flatMap((j) => j.stepSeconds)) * 1000;
+
+/** Wall time per step of every mode and its ratio to the in-process loop. */
+function stepTable(out: Out, jobs: Job[]) {
+  const by = jobsOf(jobs);
   const ratioOf = (size: string, mode: Mode) => {
     // one ratio per round (same round = adjacent in time), then the median over rounds
     const rs: number[] = [];
@@ -323,19 +324,6 @@ function report(jobs: Job[], micro: Micro | undefined, durable: Record<string, D
     }
     return { ratio: median(rs), min: Math.min(...rs), max: Math.max(...rs) };
   };
-
-  out(`# ${COMMAND}`);
-  out(
-    `# ${new Date().toISOString()}, node ${process.version}, ${os.cpus().length} cores (${os.cpus()[0]?.model ?? '?'}), load ${os
-      .loadavg()
-      .map((x) => x.toFixed(1))
-      .join(' ')}, bench took ${f(totalSeconds, 0)} s`,
-  );
-  out();
-  out(
-    `Job: bundled math team (shared policy), seed 0, groups x group size as below, ${STEPS} steps (durable ${DURABLE_STEPS}), evalEvery 0, evalTasks 32, CPU engine; ${ROUNDS} rounds, modes interleaved in each round. "Same updates" compares the gradient norm of every step and model with the in-process loop's.`,
-  );
-  out();
   out('## Wall time per training step (median over steps 1..N-1 of every round) and ratio to the in-process loop');
   out();
   out(
@@ -358,8 +346,11 @@ function report(jobs: Job[], micro: Micro | undefined, durable: Record<string, D
   out(
     "CPU s/step: CPU seconds of each process group over the whole job divided by the steps (includes the job's two 32-task evals); the machine has 2 cores shared by all of them.",
   );
+}
 
-  // ---- durable per-turn overhead and history events
+/** Durable rollouts: overhead per agent turn and history events per step. */
+function durableTable(out: Out, jobs: Job[], durable: Record<string, DurableCounts>, batchedEvents: Record<string, number>) {
+  const by = jobsOf(jobs);
   out();
   out('## Durable rollouts: overhead per agent turn and Temporal history events per step');
   out();
@@ -382,100 +373,155 @@ function report(jobs: Job[], micro: Micro | undefined, durable: Record<string, D
   out(
     "Activities per episode = its generate segments + tool calls + one recordEpisode. Events per step count the parent's events of that step plus the full histories of its episode children.",
   );
+}
 
-  // ---- where the time goes in one step
-  for (const mode of ['batched', 'durable'] as const) {
-    const batchedLike = mode !== 'durable';
-    const js = by(DEFAULT_SIZE, mode).filter((j) => j.troupe);
-    const ipJobs = by(DEFAULT_SIZE, 'inprocess').filter((j) => j.inprocess);
-    if (js.length === 0 || ipJobs.length === 0) continue;
-    const steps = js.flatMap((j) => j.troupe!.steps.slice(1));
-    const ipSteps = ipJobs.flatMap((j) => j.inprocess!.steps.slice(1));
-    const med = (fn: (s: (typeof steps)[number]) => number) => median(steps.map(fn));
-    const ex = (s: (typeof steps)[number], t: string) => execSpan(s.spans.activities, t)?.ms ?? 0;
-    const wall = med((s) => s.seconds * 1000);
-    const plan = med((s) => ex(s, 'planStep'));
-    const rollout = batchedLike ? med((s) => ex(s, 'rolloutBatch')) : med((s) => (s.spans.childEnd ?? 0) - (s.spans.childStart ?? 0));
-    const update = med((s) => ex(s, 'updateModel'));
-    const finish = med((s) => ex(s, 'finishStep'));
-    const rolloutQ = batchedLike ? med((s) => execSpan(s.spans.activities, 'rolloutBatch')?.queuedMs ?? 0) : NaN;
-    const updateQ = med((s) => execSpan(s.spans.activities, 'updateModel')?.queuedMs ?? 0);
-    const orchestration = med(
-      (s) =>
-        s.seconds * 1000 -
-        ex(s, 'planStep') -
-        (batchedLike ? ex(s, 'rolloutBatch') : (s.spans.childEnd ?? 0) - (s.spans.childStart ?? 0)) -
-        ex(s, 'updateModel') -
-        ex(s, 'finishStep'),
-    );
-    const ipm = (k: keyof (typeof ipSteps)[number]['phases']) => median(ipSteps.map((s) => s.phases[k] * 1000));
-    const ipWall = median(ipSteps.map((s) => s.seconds * 1000));
-    const team = med((s) => (s.metrics.rolloutSeconds ?? 0) * 1000);
-    const upd = med((s) => (s.metrics.updateSeconds ?? 0) * 1000);
-    out();
-    out(`## Where the time goes in one ${mode} step (${DEFAULT_SIZE}, medians over steps 1..N-1, ms)`);
-    out();
+/** Where the time goes in one step of `mode`, part by part, beside the in-process loop. */
+function timeTable(out: Out, jobs: Job[], mode: 'batched' | 'durable', micro: Micro | undefined, durable: Record<string, DurableCounts>) {
+  const by = jobsOf(jobs);
+  const batchedLike = mode !== 'durable';
+  const js = by(DEFAULT_SIZE, mode).filter((j) => j.troupe);
+  const ipJobs = by(DEFAULT_SIZE, 'inprocess').filter((j) => j.inprocess);
+  if (js.length === 0 || ipJobs.length === 0) return;
+  const steps = js.flatMap((j) => j.troupe!.steps.slice(1));
+  const ipSteps = ipJobs.flatMap((j) => j.inprocess!.steps.slice(1));
+  const med = (fn: (s: (typeof steps)[number]) => number) => median(steps.map(fn));
+  const ex = (s: (typeof steps)[number], t: string) => execSpan(s.spans.activities, t)?.ms ?? 0;
+  const wall = med((s) => s.seconds * 1000);
+  const plan = med((s) => ex(s, 'planStep'));
+  const rollout = batchedLike ? med((s) => ex(s, 'rolloutBatch')) : med((s) => (s.spans.childEnd ?? 0) - (s.spans.childStart ?? 0));
+  const update = med((s) => ex(s, 'updateModel'));
+  const finish = med((s) => ex(s, 'finishStep'));
+  const rolloutQ = batchedLike ? med((s) => execSpan(s.spans.activities, 'rolloutBatch')?.queuedMs ?? 0) : NaN;
+  const updateQ = med((s) => execSpan(s.spans.activities, 'updateModel')?.queuedMs ?? 0);
+  const orchestration = med(
+    (s) =>
+      s.seconds * 1000 -
+      ex(s, 'planStep') -
+      (batchedLike ? ex(s, 'rolloutBatch') : (s.spans.childEnd ?? 0) - (s.spans.childStart ?? 0)) -
+      ex(s, 'updateModel') -
+      ex(s, 'finishStep'),
+  );
+  const ipm = (k: keyof (typeof ipSteps)[number]['phases']) => median(ipSteps.map((s) => s.phases[k] * 1000));
+  const ipWall = median(ipSteps.map((s) => s.seconds * 1000));
+  const team = med((s) => (s.metrics.rolloutSeconds ?? 0) * 1000);
+  const upd = med((s) => (s.metrics.updateSeconds ?? 0) * 1000);
+  out();
+  out(`## Where the time goes in one ${mode} step (${DEFAULT_SIZE}, medians over steps 1..N-1, ms)`);
+  out();
+  out(
+    `Step metrics (Postgres \`metrics\`, scope team): rolloutSeconds ${f(team, 0)} ms, updateSeconds ${f(upd, 0)} ms; step wall from the workflow history ${f(wall, 0)} ms; in-process step ${f(ipWall, 0)} ms.`,
+  );
+  out();
+  out('| part | Troupe ms | in-process ms | how measured |');
+  out('|---|---|---|---|');
+  out(`| plan (planStep, a local activity) | ${f(plan, 1)} | ${f(ipm('plan'), 1)} | history: activity started -> completed |`);
+  if (batchedLike) {
+    out(`| rollout activity (rolloutBatch) | ${f(rollout, 0)} | ${f(ipm('rollout') + ipm('reward'), 0)} | history; in-process = generation + tools + reward |`);
+    out(`| - generation + tools | | ${f(ipm('rollout'), 0)} | in-process loop, same tokens |`);
+    out(`| - reward (scoreEpisode) | | ${f(ipm('reward'), 1)} | in-process loop |`);
+    if (micro)
+      out(
+        `| - store: saveEpisodes, ${micro.episodes} episodes in one transaction | ${f(micro.bulkSaveMs, 0)} (isolated) | - | re-saved step 1's episodes under new ids; in the step, flushes of 32 overlap generation |`,
+      );
     out(
-      `Step metrics (Postgres \`metrics\`, scope team): rolloutSeconds ${f(team, 0)} ms, updateSeconds ${f(upd, 0)} ms; step wall from the workflow history ${f(wall, 0)} ms; in-process step ${f(ipWall, 0)} ms.`,
+      `| - rest of rollout activity (store writes overlapping generation, heartbeats) | ${f(rollout - ipm('rollout') - ipm('reward'), 0)} | - | rollout activity - in-process rollout - reward |`,
     );
-    out();
-    out('| part | Troupe ms | in-process ms | how measured |');
-    out('|---|---|---|---|');
-    out(`| plan (planStep, a local activity) | ${f(plan, 1)} | ${f(ipm('plan'), 1)} | history: activity started -> completed |`);
-    if (batchedLike) {
+  } else {
+    out(
+      `| rollout (episode children: first start -> last completion) | ${f(rollout, 0)} | ${f(ipm('rollout') + ipm('reward'), 0)} | history; includes every generate/tool/recordEpisode activity and child workflow task |`,
+    );
+    const d = durable[DEFAULT_SIZE];
+    if (d) {
+      const t = d.timings;
+      const wf = t.flatMap((c) => c.workflowTasks);
+      const firstWf = t.map((c) => c.workflowTasks[0]?.execMs ?? 0);
+      const acts = t.flatMap((c) => c.activities);
+      const actOf = (type: string) => acts.filter((a) => a.type === type);
+      out(`| - one episode child, start -> completion (median of ${t.length}) | ${f(median(t.map((c) => c.durationMs)), 0)} | - | child history |`);
       out(
-        `| rollout activity (rolloutBatch) | ${f(rollout, 0)} | ${f(ipm('rollout') + ipm('reward'), 0)} | history; in-process = generation + tools + reward |`,
+        `| - workflow tasks per episode: ${f(wf.length / t.length, 1)}; queue wait / execution (median) | ${f(median(wf.map((w) => w.queuedMs)), 0)} / ${f(median(wf.map((w) => w.execMs)), 0)} | - | execution = from the worker's poll to its completion, waits inside the worker included; first task ${f(median(firstWf), 0)} ms |`,
       );
-      out(`| - generation + tools | | ${f(ipm('rollout'), 0)} | in-process loop, same tokens |`);
-      out(`| - reward (scoreEpisode) | | ${f(ipm('reward'), 1)} | in-process loop |`);
-      if (micro)
+      for (const type of [...new Set(acts.map((a) => a.type))]) {
+        const xs = actOf(type);
         out(
-          `| - store: saveEpisodes, ${micro.episodes} episodes in one transaction | ${f(micro.bulkSaveMs, 0)} (isolated) | - | re-saved step 1's episodes under new ids; in the step, flushes of 32 overlap generation |`,
+          `| - ${type} activities per episode: ${f(xs.length / t.length, 2)}; queue wait / execution (median) | ${f(median(xs.map((a) => a.queuedMs)), 0)} / ${f(median(xs.map((a) => a.execMs)), 0)} | - | child histories |`,
         );
-      out(
-        `| - rest of rollout activity (store writes overlapping generation, heartbeats) | ${f(rollout - ipm('rollout') - ipm('reward'), 0)} | - | rollout activity - in-process rollout - reward |`,
-      );
-    } else {
-      out(
-        `| rollout (episode children: first start -> last completion) | ${f(rollout, 0)} | ${f(ipm('rollout') + ipm('reward'), 0)} | history; includes every generate/tool/recordEpisode activity and child workflow task |`,
-      );
-      const d = durable[DEFAULT_SIZE];
-      if (d) {
-        const t = d.timings;
-        const wf = t.flatMap((c) => c.workflowTasks);
-        const firstWf = t.map((c) => c.workflowTasks[0]?.execMs ?? 0);
-        const acts = t.flatMap((c) => c.activities);
-        const actOf = (type: string) => acts.filter((a) => a.type === type);
-        out(`| - one episode child, start -> completion (median of ${t.length}) | ${f(median(t.map((c) => c.durationMs)), 0)} | - | child history |`);
-        out(
-          `| - workflow tasks per episode: ${f(wf.length / t.length, 1)}; queue wait / execution (median) | ${f(median(wf.map((w) => w.queuedMs)), 0)} / ${f(median(wf.map((w) => w.execMs)), 0)} | - | execution = from the worker's poll to its completion, waits inside the worker included; first task ${f(median(firstWf), 0)} ms |`,
-        );
-        for (const type of [...new Set(acts.map((a) => a.type))]) {
-          const xs = actOf(type);
-          out(
-            `| - ${type} activities per episode: ${f(xs.length / t.length, 2)}; queue wait / execution (median) | ${f(median(xs.map((a) => a.queuedMs)), 0)} / ${f(median(xs.map((a) => a.execMs)), 0)} | - | child histories |`,
-          );
-        }
       }
     }
-    out(
-      `| update activities (updateModel, parallel per model) | ${f(update, 0)} | ${f(ipm('advantage') + ipm('update'), 0)} | history; in-process = advantage + engine Update |`,
-    );
-    if (micro && batchedLike) {
-      out(`| - load the step's episodes (loadStepEpisodes) | ${f(micro.loadMs, 0)} | - | isolated re-run |`);
-      out(`| - advantage (buildStepBatch) | ${f(micro.buildMs, 1)} | ${f(ipm('advantage'), 1)} | isolated re-run / in-process loop |`);
-      out(`| - engine Update | | ${f(ipm('update'), 0)} | in-process loop |`);
-      out(`| - versionOfStep + exportVersion | ${f(micro.versionOfStepMs + micro.exportMs, 1)} | - | isolated re-run |`);
-      out(
-        `| - commit (weights, metrics, step row) + rest | ${f(update - micro.loadMs - micro.buildMs - ipm('update') - micro.versionOfStepMs - micro.exportMs, 0)} | - | update activity - the parts above |`,
-      );
-    }
-    out(`| finishStep (step metrics to Postgres, a local activity) | ${f(finish, 1)} | - | history |`);
-    out(
-      `| orchestration (everything between activity executions) | ${f(orchestration, 0)} | - | step wall - activity executions; of which queue wait before rollout ${f(rolloutQ, 1)} ms, before update ${f(updateQ, 1)} ms |`,
-    );
-    out(`| **step** | **${f(wall, 0)}** | **${f(ipWall, 0)}** | |`);
   }
+  out(
+    `| update activities (updateModel, parallel per model) | ${f(update, 0)} | ${f(ipm('advantage') + ipm('update'), 0)} | history; in-process = advantage + engine Update |`,
+  );
+  if (micro && batchedLike) {
+    out(`| - load the step's episodes (loadStepEpisodes) | ${f(micro.loadMs, 0)} | - | isolated re-run |`);
+    out(`| - advantage (buildStepBatch) | ${f(micro.buildMs, 1)} | ${f(ipm('advantage'), 1)} | isolated re-run / in-process loop |`);
+    out(`| - engine Update | | ${f(ipm('update'), 0)} | in-process loop |`);
+    out(`| - versionOfStep + exportVersion | ${f(micro.versionOfStepMs + micro.exportMs, 1)} | - | isolated re-run |`);
+    out(
+      `| - commit (weights, metrics, step row) + rest | ${f(update - micro.loadMs - micro.buildMs - ipm('update') - micro.versionOfStepMs - micro.exportMs, 0)} | - | update activity - the parts above |`,
+    );
+  }
+  out(`| finishStep (step metrics to Postgres, a local activity) | ${f(finish, 1)} | - | history |`);
+  out(
+    `| orchestration (everything between activity executions) | ${f(orchestration, 0)} | - | step wall - activity executions; of which queue wait before rollout ${f(rolloutQ, 1)} ms, before update ${f(updateQ, 1)} ms |`,
+  );
+  out(`| **step** | **${f(wall, 0)}** | **${f(ipWall, 0)}** | |`);
+}
+
+/** bench/results/orchestration.md and .json. */
+function writeResults(lines: string[], jobs: Job[], micro: Micro | undefined, durable: Record<string, DurableCounts>) {
+  fs.mkdirSync(RESULTS, { recursive: true });
+  fs.writeFileSync(path.join(RESULTS, 'orchestration.md'), lines.join('\n') + '\n');
+  const slim = jobs.map(({ inprocess, troupe, ...j }) => ({
+    ...j,
+    phases: inprocess?.steps.map((s) => s.phases),
+    troupeSteps: troupe?.steps.map((s) => ({
+      step: s.step,
+      seconds: s.seconds,
+      events: s.spans.events,
+      rolloutSeconds: s.metrics.rolloutSeconds,
+      updateSeconds: s.metrics.updateSeconds,
+    })),
+  }));
+  fs.writeFileSync(
+    path.join(RESULTS, 'orchestration.json'),
+    JSON.stringify({
+      command: COMMAND,
+      date: new Date().toISOString(),
+      steps: STEPS,
+      durableSteps: DURABLE_STEPS,
+      rounds: ROUNDS,
+      micro,
+      durable: Object.fromEntries(
+        Object.entries(durable).map(([k, { timings, ...d }]) => [k, { ...d, medianEpisodeMs: median(timings.map((t) => t.durationMs)) }]),
+      ),
+      jobs: slim,
+    }) + '\n',
+  );
+  console.log(`\nwrote ${path.relative(process.cwd(), path.join(RESULTS, 'orchestration.md'))} and orchestration.json`);
+}
+
+function report(jobs: Job[], micro: Micro | undefined, durable: Record<string, DurableCounts>, batchedEvents: Record<string, number>, totalSeconds: number) {
+  const lines: string[] = [];
+  const out = (l = '') => {
+    lines.push(l);
+    console.log(l);
+  };
+  out(`# ${COMMAND}`);
+  out(
+    `# ${new Date().toISOString()}, node ${process.version}, ${os.cpus().length} cores (${os.cpus()[0]?.model ?? '?'}), load ${os
+      .loadavg()
+      .map((x) => x.toFixed(1))
+      .join(' ')}, bench took ${f(totalSeconds, 0)} s`,
+  );
+  out();
+  out(
+    `Job: bundled math team (shared policy), seed 0, groups x group size as below, ${STEPS} steps (durable ${DURABLE_STEPS}), evalEvery 0, evalTasks 32, CPU engine; ${ROUNDS} rounds, modes interleaved in each round. "Same updates" compares the gradient norm of every step and model with the in-process loop's.`,
+  );
+  out();
+  stepTable(out, jobs);
+  durableTable(out, jobs, durable, batchedEvents);
+  for (const mode of ['batched', 'durable'] as const) timeTable(out, jobs, mode, micro, durable);
   if (micro) {
     out();
     out(
@@ -483,37 +529,7 @@ function report(jobs: Job[], micro: Micro | undefined, durable: Record<string, D
     );
   }
 
-  if (!values['no-write']) {
-    fs.mkdirSync(RESULTS, { recursive: true });
-    fs.writeFileSync(path.join(RESULTS, 'orchestration.md'), lines.join('\n') + '\n');
-    const slim = jobs.map(({ inprocess, troupe, ...j }) => ({
-      ...j,
-      phases: inprocess?.steps.map((s) => s.phases),
-      troupeSteps: troupe?.steps.map((s) => ({
-        step: s.step,
-        seconds: s.seconds,
-        events: s.spans.events,
-        rolloutSeconds: s.metrics.rolloutSeconds,
-        updateSeconds: s.metrics.updateSeconds,
-      })),
-    }));
-    fs.writeFileSync(
-      path.join(RESULTS, 'orchestration.json'),
-      JSON.stringify({
-        command: COMMAND,
-        date: new Date().toISOString(),
-        steps: STEPS,
-        durableSteps: DURABLE_STEPS,
-        rounds: ROUNDS,
-        micro,
-        durable: Object.fromEntries(
-          Object.entries(durable).map(([k, { timings, ...d }]) => [k, { ...d, medianEpisodeMs: median(timings.map((t) => t.durationMs)) }]),
-        ),
-        jobs: slim,
-      }) + '\n',
-    );
-    console.log(`\nwrote ${path.relative(process.cwd(), path.join(RESULTS, 'orchestration.md'))} and orchestration.json`);
-  }
+  if (!values['no-write']) writeResults(lines, jobs, micro, durable);
 }
 
 main().then(

@@ -122,6 +122,63 @@ function dbOf(serverUrl: string): Db {
   return { host: u.hostname, port: Number(u.port || 5432), user: decodeURIComponent(u.username || 'postgres'), password: decodeURIComponent(u.password) };
 }
 
+/** The Temporal server's TEMPORAL_SERVER_* settings of production.yaml: databases, ports, mTLS. */
+function temporalServerEnvironment(
+  db: Db,
+  databases: { database: string; visibilityDatabase: string },
+  ports: Record<'grpc' | 'http' | 'history' | 'matching' | 'worker' | 'metrics', number>,
+  membership: Record<'frontend' | 'history' | 'matching' | 'worker', number>,
+  certs: Certs,
+  extra: Record<string, string> | undefined,
+): NodeJS.ProcessEnv {
+  return {
+    PATH: process.env.PATH,
+    TEMPORAL_SERVER_DB: databases.database,
+    TEMPORAL_SERVER_VISIBILITY_DB: databases.visibilityDatabase,
+    TEMPORAL_SERVER_DB_HOST: db.host,
+    TEMPORAL_SERVER_DB_PORT: String(db.port),
+    TEMPORAL_SERVER_DB_USER: db.user,
+    TEMPORAL_SERVER_DB_PASSWORD: db.password,
+    TEMPORAL_SERVER_PORT: String(ports.grpc),
+    TEMPORAL_SERVER_HTTP_PORT: String(ports.http),
+    TEMPORAL_SERVER_HISTORY_PORT: String(ports.history),
+    TEMPORAL_SERVER_MATCHING_PORT: String(ports.matching),
+    TEMPORAL_SERVER_WORKER_PORT: String(ports.worker),
+    TEMPORAL_SERVER_FRONTEND_MEMBERSHIP_PORT: String(membership.frontend),
+    TEMPORAL_SERVER_HISTORY_MEMBERSHIP_PORT: String(membership.history),
+    TEMPORAL_SERVER_MATCHING_MEMBERSHIP_PORT: String(membership.matching),
+    TEMPORAL_SERVER_WORKER_MEMBERSHIP_PORT: String(membership.worker),
+    TEMPORAL_SERVER_METRICS_ADDRESS: `127.0.0.1:${ports.metrics}`,
+    TEMPORAL_SERVER_TLS_CERT: certs.serverCert,
+    TEMPORAL_SERVER_TLS_KEY: certs.serverKey,
+    TEMPORAL_SERVER_TLS_CA: certs.ca,
+    TEMPORAL_SERVER_TLS_REQUIRE_CLIENT_AUTH: 'true',
+    TEMPORAL_SERVER_TLS_SERVER_NAME: SERVER_NAME,
+    TEMPORAL_SERVER_TLS_WORKER_CERT: certs.workerCert,
+    TEMPORAL_SERVER_TLS_WORKER_KEY: certs.workerKey,
+    ...extra,
+  };
+}
+
+/** What Troupe's processes and CLI read to reach this cluster (the variables of docs/operations.md). */
+function troupeEnvironment(address: string, namespace: string, certs: Certs, troupeDatabaseUrl: string, dir: string): Record<string, string> {
+  return {
+    TEMPORAL_ADDRESS: address,
+    TEMPORAL_NAMESPACE: namespace,
+    TEMPORAL_TLS_SERVER_CA_CERT_PATH: certs.ca,
+    TEMPORAL_TLS_CLIENT_CERT_PATH: certs.clientCert,
+    TEMPORAL_TLS_CLIENT_KEY_PATH: certs.clientKey,
+    TEMPORAL_TLS_SERVER_NAME: SERVER_NAME,
+    DATABASE_URL: troupeDatabaseUrl,
+    TROUPE_STATE_DIR: path.join(dir, 'state'),
+    TROUPE_TASK_QUEUE: 'troupe',
+    TROUPE_POOL_TASK_QUEUE: 'troupe-gpu',
+    TROUPE_DEVICE: 'cpu',
+    TROUPE_PAYLOAD_KEY: randomBytes(32).toString('base64'),
+    TROUPE_PAYLOAD_KEY_ID: 'prod-test',
+  };
+}
+
 /**
  * Sets up and starts the server from `serverBin` / `sqlTool` against the PostgreSQL server at
  * `serverUrl` (own databases, prefixed troupe_test_ so a crashed run's are dropped later), with
@@ -151,50 +208,10 @@ export async function startCluster(opts: {
     metrics: await freePort(),
   };
   const membership = { frontend: await lowFreePort(), history: await lowFreePort(), matching: await lowFreePort(), worker: await lowFreePort() };
-  const serverEnv: NodeJS.ProcessEnv = {
-    PATH: process.env.PATH,
-    TEMPORAL_SERVER_DB: databases.database,
-    TEMPORAL_SERVER_VISIBILITY_DB: databases.visibilityDatabase,
-    TEMPORAL_SERVER_DB_HOST: db.host,
-    TEMPORAL_SERVER_DB_PORT: String(db.port),
-    TEMPORAL_SERVER_DB_USER: db.user,
-    TEMPORAL_SERVER_DB_PASSWORD: db.password,
-    TEMPORAL_SERVER_PORT: String(ports.grpc),
-    TEMPORAL_SERVER_HTTP_PORT: String(ports.http),
-    TEMPORAL_SERVER_HISTORY_PORT: String(ports.history),
-    TEMPORAL_SERVER_MATCHING_PORT: String(ports.matching),
-    TEMPORAL_SERVER_WORKER_PORT: String(ports.worker),
-    TEMPORAL_SERVER_FRONTEND_MEMBERSHIP_PORT: String(membership.frontend),
-    TEMPORAL_SERVER_HISTORY_MEMBERSHIP_PORT: String(membership.history),
-    TEMPORAL_SERVER_MATCHING_MEMBERSHIP_PORT: String(membership.matching),
-    TEMPORAL_SERVER_WORKER_MEMBERSHIP_PORT: String(membership.worker),
-    TEMPORAL_SERVER_METRICS_ADDRESS: `127.0.0.1:${ports.metrics}`,
-    TEMPORAL_SERVER_TLS_CERT: certs.serverCert,
-    TEMPORAL_SERVER_TLS_KEY: certs.serverKey,
-    TEMPORAL_SERVER_TLS_CA: certs.ca,
-    TEMPORAL_SERVER_TLS_REQUIRE_CLIENT_AUTH: 'true',
-    TEMPORAL_SERVER_TLS_SERVER_NAME: SERVER_NAME,
-    TEMPORAL_SERVER_TLS_WORKER_CERT: certs.workerCert,
-    TEMPORAL_SERVER_TLS_WORKER_KEY: certs.workerKey,
-    ...opts.serverEnv,
-  };
+  const serverEnv = temporalServerEnvironment(db, databases, ports, membership, certs, opts.serverEnv);
   const address = `127.0.0.1:${ports.grpc}`;
   const namespace = 'troupe-production';
-  const troupeEnv: Record<string, string> = {
-    TEMPORAL_ADDRESS: address,
-    TEMPORAL_NAMESPACE: namespace,
-    TEMPORAL_TLS_SERVER_CA_CERT_PATH: certs.ca,
-    TEMPORAL_TLS_CLIENT_CERT_PATH: certs.clientCert,
-    TEMPORAL_TLS_CLIENT_KEY_PATH: certs.clientKey,
-    TEMPORAL_TLS_SERVER_NAME: SERVER_NAME,
-    DATABASE_URL: opts.troupeDatabaseUrl,
-    TROUPE_STATE_DIR: path.join(dir, 'state'),
-    TROUPE_TASK_QUEUE: 'troupe',
-    TROUPE_POOL_TASK_QUEUE: 'troupe-gpu',
-    TROUPE_DEVICE: 'cpu',
-    TROUPE_PAYLOAD_KEY: randomBytes(32).toString('base64'),
-    TROUPE_PAYLOAD_KEY_ID: 'prod-test',
-  };
+  const troupeEnv = troupeEnvironment(address, namespace, certs, opts.troupeDatabaseUrl, dir);
   const config = loadConfig(troupeEnv);
   const stateDir = config.stateDir;
   const rec = (name: string): ServiceRecord | undefined => {

@@ -106,6 +106,46 @@ function livePid(stateDir: string, name: string): number | undefined {
   return rec.pid;
 }
 
+/** The live pid of one process of the stack in `stateDir`, by fault kind. */
+function stackPid(stateDir: string, kind: FaultKind): number | undefined {
+  switch (kind) {
+    case 'control-worker':
+    case 'pool-worker':
+    case 'temporal':
+      return livePid(stateDir, kind);
+    case 'engine':
+      return enginePid(livePid(stateDir, 'pool-worker'));
+    case 'postgres': {
+      const s = embeddedPostgresStatus(stateDir);
+      return s.running ? s.pid : undefined;
+    }
+  }
+}
+
+/** SIGKILL of exactly the processes recorded in `stateDir` (and their children), synchronously. */
+function killStack(stateDir: string): void {
+  const dashboard = livePid(stateDir, 'dashboard');
+  if (dashboard !== undefined) {
+    try {
+      process.kill(dashboard, 'SIGKILL');
+    } catch {
+      /* gone */
+    }
+  }
+  for (const kind of ['pool-worker', 'control-worker', 'temporal', 'postgres'] as const) {
+    const pid = stackPid(stateDir, kind);
+    if (pid === undefined) continue;
+    const children = kind === 'postgres' || kind === 'pool-worker' ? childProcesses(pid).map((c) => c.pid) : [];
+    for (const p of [pid, ...children]) {
+      try {
+        process.kill(p, 'SIGKILL');
+      } catch {
+        /* gone */
+      }
+    }
+  }
+}
+
 /**
  * Starts the stack. `env` is merged into this process's environment (up() hands
  * process.env to the workers it spawns), e.g. { TROUPE_ENGINE_FAULTS: ... }.
@@ -152,20 +192,7 @@ export async function startChaosStack(opts: { env?: Record<string, string>; log?
   const connection = await Connection.connect({ address: first.address });
   const client = new Client({ connection, namespace: config.namespace });
 
-  const pidOf = (kind: FaultKind): number | undefined => {
-    switch (kind) {
-      case 'control-worker':
-      case 'pool-worker':
-      case 'temporal':
-        return livePid(stateDir, kind);
-      case 'engine':
-        return enginePid(livePid(stateDir, 'pool-worker'));
-      case 'postgres': {
-        const s = embeddedPostgresStatus(stateDir);
-        return s.running ? s.pid : undefined;
-      }
-    }
-  };
+  const pidOf = (kind: FaultKind): number | undefined => stackPid(stateDir, kind);
 
   const waitForPoolPoller = async (timeoutMs = 90_000) => {
     const deadline = Date.now() + timeoutMs;
@@ -183,27 +210,7 @@ export async function startChaosStack(opts: { env?: Record<string, string>; log?
   // SIGKILL of exactly the processes recorded in the state dir, synchronously.
   let shut = false;
   const killAllOnExit = () => {
-    if (shut) return;
-    const dashboard = livePid(stateDir, 'dashboard');
-    if (dashboard !== undefined) {
-      try {
-        process.kill(dashboard, 'SIGKILL');
-      } catch {
-        /* gone */
-      }
-    }
-    for (const kind of ['pool-worker', 'control-worker', 'temporal', 'postgres'] as const) {
-      const pid = pidOf(kind);
-      if (pid === undefined) continue;
-      const children = kind === 'postgres' || kind === 'pool-worker' ? childProcesses(pid).map((c) => c.pid) : [];
-      for (const p of [pid, ...children]) {
-        try {
-          process.kill(p, 'SIGKILL');
-        } catch {
-          /* gone */
-        }
-      }
-    }
+    if (!shut) killStack(stateDir);
   };
   process.once('exit', killAllOnExit);
 
