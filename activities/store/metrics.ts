@@ -21,6 +21,15 @@ export async function readMetrics(sql: Sql, runId: string): Promise<MetricRow[]>
   return rows.map((r) => ({ step: r.step, kind: r.kind, scope: r.scope, name: r.name, value: r.value }));
 }
 
+/** A step's training rewards per agent and component, as its committed updates wrote them (agentRows). */
+export async function readStepRewards(sql: Sql, runId: string, step: number): Promise<Record<string, Record<string, number>>> {
+  const rows = await sql`
+    SELECT scope, name, value FROM metrics WHERE run_id = ${runId} AND step = ${step} AND kind = 'train' AND name LIKE 'reward.%'`;
+  const rewards: Record<string, Record<string, number>> = {};
+  for (const r of rows) (rewards[r.scope as string] ??= {})[(r.name as string).slice('reward.'.length)] = r.value as number;
+  return rewards;
+}
+
 /** Merges fields into a step's row (creating it), e.g. phase timings. */
 export async function mergeStepMetrics(sql: Sql, runId: string, step: number, status: string, metrics: Record<string, unknown>): Promise<void> {
   await sql`

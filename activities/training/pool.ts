@@ -2,7 +2,8 @@
  * Pool-queue activities of a training run, served next to an engine: turns of
  * durable episodes, batched rollouts, version 0, and the exactly-once update.
  * Each is a module: engine-versions.ts (the engine as a cache of the store's
- * versions), init-model.ts, rollout.ts, partial-rollout.ts, update-model.ts.
+ * versions), init-model.ts, rollout.ts, partial-rollout.ts, update-model.ts
+ * (with step-batches.ts: a step's batch built once for all its models).
  *
  * The engine is a cache of versions; Postgres is the truth. Any call that
  * finds its version missing (engine restarted, another host) loads it from
@@ -19,6 +20,7 @@ import { initModel, type InitModelInput } from './init-model';
 import { rolloutPartial, type RolloutPartialInput } from './partial-rollout';
 import { readCheckpointTokenizers } from './pretrained';
 import { episodeRunner, rolloutBatch, type RolloutBatchInput } from './rollout';
+import { stepBatches } from './step-batches';
 import { updateModel, type UpdateModelInput } from './update-model';
 
 export { type EngineApi, generateOne } from './engine-versions';
@@ -37,6 +39,7 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints, episode
   readCheckpointTokenizers();
   const versions = engineVersions({ sql, engine, checkpoints });
   const runOne = episodeRunner(episodes);
+  const batches = stepBatches(sql);
 
   return withEngineFailures({
     /** One generation segment of a durable episode's turn. */
@@ -61,7 +64,7 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints, episode
 
     /** The update of one model for one step, committed exactly once (update-model.ts). */
     async updateModel(input: UpdateModelInput) {
-      return updateModel({ sql, engine, checkpoints, versions }, input);
+      return updateModel({ sql, engine, checkpoints, versions, batches }, input);
     },
   });
 }

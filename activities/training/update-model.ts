@@ -9,15 +9,14 @@ import type { UpdateProgress, UpdateRequest, UpdateResponse } from '../../engine
 import type { Sql } from '../../infra/db';
 import type { CheckpointStore } from '../../infra/checkpoint-store';
 import type { OffPolicySetting, ResolvedTraining } from '../../schema/run-config';
-import { writeMetrics } from '../store/metrics';
+import { readStepRewards, writeMetrics } from '../store/metrics';
 import { recordEvent } from '../store/runs';
-import { loadStepEpisodes } from '../store/trajectories';
 import { commitUpdate, versionOfStep } from '../store/versions';
-import { buildStepBatch } from './batch';
 import type { TeamRef } from './control';
 import { heartbeating } from './engine-work';
 import { type EngineApi, type EngineVersions, reasonOf } from './engine-versions';
 import { offPolicyCorrection } from './off-policy';
+import type { StepBatches } from './step-batches';
 import {
   FIRST_ATTEMPT,
   REDUCED_LR,
@@ -60,14 +59,20 @@ export type UpdateModelInput = TeamRef & {
  * (or a second execution after a resume) finds the commit and returns it.
  */
 export async function updateModel(
-  { sql, engine, checkpoints, versions }: { sql: Sql; engine: () => EngineApi; checkpoints: CheckpointStore; versions: EngineVersions },
+  {
+    sql,
+    engine,
+    checkpoints,
+    versions,
+    batches,
+  }: { sql: Sql; engine: () => EngineApi; checkpoints: CheckpointStore; versions: EngineVersions; batches: StepBatches },
   input: UpdateModelInput,
 ): Promise<UpdateResult> {
   const { runId, step, model } = input;
-  const episodes = await loadStepEpisodes(sql, runId, step, 'train');
-  const batch = buildStepBatch(episodes, input.settings);
+  // a retry after the commit reads what was committed, and builds nothing
   const done = await versionOfStep(sql, runId, model, step);
-  if (done) return { version: done.version, committed: false, metrics: done.metrics, rewards: batch.rewards };
+  if (done) return { version: done.version, committed: false, metrics: done.metrics, rewards: await readStepRewards(sql, runId, step) };
+  const batch = await batches.get(runId, step, input.settings);
 
   const modelSettings = input.settings.models[model]!;
   const sequences = batch.models[model] ?? [];
