@@ -65,9 +65,25 @@ type JournalOp = { op: 'load'; episodeId: string } | { op: 'record'; episodeId: 
 const TSX = require.resolve('tsx/cjs');
 const THREAD_SHIM = `const { workerData } = require('node:worker_threads'); require(workerData.tsx); require(workerData.entry);`;
 
-/** Slots shared with a thread: [0] the episode whose code runs (-1: none), [1] hand-overs so far. */
+/**
+ * Slots shared with a thread: [0] the episode whose code runs (-1: none), [1] hand-overs so far,
+ * [2] cancellations so far, then a ring of the last CANCELLED ids the worker cancelled: the thread
+ * reads it before starting an episode, so one cancelled while queued behind a blocked episode
+ * never starts (a message could not reach the thread before its turn).
+ */
 const RUNNING = 0;
 const HANDOVERS = 1;
+const CANCELS = 2;
+const RING = 3;
+const CANCELLED = 4096;
+/** How long a cancelled episode's code may keep its thread before the worker ends the thread. */
+const CANCEL_GRACE_MS = 250;
+
+const wasCancelled = (shared: Int32Array, id: number) => {
+  const n = Math.min(Atomics.load(shared, CANCELS), CANCELLED);
+  for (let i = 0; i < n; i++) if (Atomics.load(shared, RING + i) === id) return true;
+  return false;
+};
 
 // ---------------------------------------------------------------------------
 // The thread's side.
@@ -101,7 +117,13 @@ export function serveEpisodes(port: MessagePort, shared: Int32Array, load: (ref:
     if (e.used > cpuMs) throw new EpisodeFault(cpuMessage(cpuMs, e.used));
   };
   port.on('message', (m: ToThread) => {
-    if (m.t === 'abort') return episodes.get(m.id)?.abort.abort();
+    if (m.t === 'abort') {
+      // the worker has settled the episode: its pending requests will never be answered
+      const e = episodes.get(m.id);
+      e?.abort.abort();
+      for (const reply of e?.replies.values() ?? []) reply({ t: 'reply', id: m.id, call: -1, ok: false, message: 'the episode was cancelled' });
+      return;
+    }
     if (m.t === 'reply') {
       const resolve = episodes.get(m.id)?.replies.get(m.call);
       if (!resolve) return;
@@ -109,6 +131,7 @@ export function serveEpisodes(port: MessagePort, shared: Int32Array, load: (ref:
       return resolve(m);
     }
     const { id, episode } = m;
+    if (wasCancelled(shared, id)) return; // cancelled while queued: the worker no longer waits for it
     let team: AnyTeam;
     try {
       team = teamOf(episode.team);
@@ -121,6 +144,7 @@ export function serveEpisodes(port: MessagePort, shared: Int32Array, load: (ref:
     // A request to the worker's thread (a generation, a journal operation); the episode waits for its reply.
     const ask = <T>(message: (call: number) => FromThread): Promise<T> => {
       takeBack(id, team.limits.cpuMs);
+      if (state.abort.signal.aborted) return Promise.reject(new Error('the episode was cancelled'));
       const call = ++calls;
       post(message(call));
       return new Promise<T>((resolve, reject) =>
@@ -197,7 +221,9 @@ interface Running {
 class EpisodeThread {
   readonly worker: Worker;
   private readonly port: MessagePort;
-  private readonly shared = new Int32Array(new SharedArrayBuffer(8));
+  private readonly shared = new Int32Array(new SharedArrayBuffer(4 * (RING + CANCELLED)));
+  /** Episodes cancelled while on this thread (the worker no longer waits for them). */
+  private readonly cancelled = new Set<number>();
   readonly running = new Map<number, Running>();
   private handovers = 0;
   private sameSince = performance.now();
@@ -228,13 +254,25 @@ class EpisodeThread {
     this.port.postMessage({ t: 'run', id, episode: r.episode } satisfies ToThread);
   }
 
-  abort(id: number) {
-    if (!this.ended && this.running.has(id)) this.port.postMessage({ t: 'abort', id } satisfies ToThread);
+  /** Cancels an episode of this thread: settled now, never started if still queued, its tools aborted. */
+  cancel(id: number): Running | undefined {
+    const r = this.running.get(id);
+    if (!r || this.ended) return undefined;
+    this.settled(id);
+    this.cancelled.add(id);
+    for (const old of this.cancelled) if (this.cancelled.size > CANCELLED) this.cancelled.delete(old);
+    const n = Atomics.add(this.shared, CANCELS, 1);
+    Atomics.store(this.shared, RING + (n % CANCELLED), id);
+    this.port.postMessage({ t: 'abort', id } satisfies ToThread);
+    return r;
   }
 
   private onMessage(m: FromThread) {
     const r = this.running.get(m.id);
-    if (!r) return;
+    if (!r) {
+      if (m.t === 'done' || m.t === 'failed') this.cancelled.delete(m.id); // a cancelled episode ended on its own
+      return;
+    }
     if (m.t === 'generate' || m.t === 'journal') {
       const reply = (msg: ToThread) => !this.ended && this.running.has(m.id) && this.port.postMessage(msg);
       let work: Promise<unknown>;
@@ -281,6 +319,12 @@ class EpisodeThread {
     const ms = now - this.sameSince;
     return r && ms > r.cpuMs ? { id, r, ms } : undefined;
   }
+
+  /** Whether a cancelled episode's code has held this thread past the grace (a synchronous loop: no message reaches it); after overrun(). */
+  heldByCancelled(now: number): boolean {
+    const id = Atomics.load(this.shared, RUNNING);
+    return id >= 0 && this.cancelled.has(id) && now - this.sameSince > CANCEL_GRACE_MS;
+  }
 }
 
 /** The trajectory of an episode stopped from outside: failed, saying why. */
@@ -323,6 +367,7 @@ export class EpisodeThreads {
     },
   ): Promise<StoredEpisode> {
     return new Promise<StoredEpisode>((resolve, reject) => {
+      if (opts.signal?.aborted) return reject(opts.signal.reason ?? new Error('the episode was cancelled'));
       const id = this.place({
         episode: { ...episode, journaled: opts.journal !== undefined },
         cpuMs: opts.cpuMs,
@@ -333,8 +378,20 @@ export class EpisodeThreads {
         reject,
         turns: 0,
       });
-      opts.signal?.addEventListener('abort', () => this.threads.find((t) => t.running.has(id))?.abort(id), { once: true });
+      const signal = opts.signal;
+      signal?.addEventListener('abort', () => this.cancel(id, signal), { once: true });
     });
+  }
+
+  /**
+   * The caller no longer waits (its activity was cancelled, or its run terminated): the episode
+   * is rejected with the signal's reason at once, whatever its code is doing; the check below ends
+   * its thread if that code does not give the thread back (the thread's other episodes start again
+   * on another).
+   */
+  private cancel(id: number, signal: AbortSignal) {
+    const r = this.threads.find((t) => t.running.has(id))?.cancel(id);
+    r?.reject(signal.reason ?? new Error('the episode was cancelled'));
   }
 
   /** Starts an episode on the next thread (made if there are fewer than `size`); `id`: its id, kept when it starts again. */
@@ -362,7 +419,14 @@ export class EpisodeThreads {
     const now = performance.now();
     for (const thread of this.threads) {
       const over = thread.ended ? undefined : thread.overrun(now);
-      if (!over) continue;
+      if (!over) {
+        if (!thread.ended && !thread.stopping && thread.heldByCancelled(now)) {
+          this.log({ event: 'episode-thread-ended', reason: 'a cancelled episode kept running' });
+          thread.stopping = true;
+          void thread.worker.terminate();
+        }
+        continue;
+      }
       const { r } = over;
       thread.settled(over.id);
       const after = r.turns === 0 ? 'before its first turn' : `after its turn ${r.turns} (model ${r.model})`;

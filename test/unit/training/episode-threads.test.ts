@@ -2,9 +2,13 @@
  * Batched episodes on episode threads: a synchronous loop in an episode or its reward fails
  * that episode (naming its turn and the limit) while this thread keeps running, the thread's
  * other episodes come out as they would have, and an episode that yields but uses more than
- * its CPU budget fails at its next turn.
+ * its CPU budget fails at its next turn. A cancelled episode (its activity cancelled, its run
+ * terminated) is rejected at once, its thread freed even from a synchronous loop, and one queued
+ * behind a blocked episode never starts.
  */
 import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { after, it } from 'node:test';
@@ -102,4 +106,56 @@ it('a generation that fails reaches the caller as the same error (its retry sema
     threads.run(e, { cpuMs: 1500, generate: () => Promise.reject(down), stopped: (t) => scoredEpisode(runawayTeam, e.meta, t) }),
     (err) => err === down,
   );
+});
+
+it('a cancelled episode is rejected at once; a looping one loses its thread, a queued one never starts', async () => {
+  const one = new EpisodeThreads(path.join(__dirname, 'fixtures', 'runaway-thread.ts'), 1);
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-cancel-'));
+  try {
+    const ac = new AbortController();
+    const marked = (i: number, kind: string) => {
+      const e = episode(i, kind);
+      const task = { ...(e.input.task as object), marker: path.join(dir, `started-${i}`) };
+      return { ...e, input: { ...e.input, task } };
+    };
+    // a limit far above the test's time: only the cancellation can stop the loop
+    const run = (e: ThreadEpisode, signal?: AbortSignal) =>
+      one.run(e, { cpuMs: 600_000, generate, stopped: (t) => scoredEpisode(runawayTeam, e.meta, t), ...(signal ? { signal } : {}) });
+    const looping = run(marked(0, 'loop'), ac.signal);
+    looping.catch(() => undefined);
+    // the new thread loads the team (seconds under tsx), then the episode plays a turn and loops, holding the only thread
+    for (let i = 0; i < 300 && !fs.existsSync(path.join(dir, 'started-0')); i++) await new Promise((r) => setTimeout(r, 100));
+    assert.ok(fs.existsSync(path.join(dir, 'started-0')), 'the looping episode started');
+    await new Promise((r) => setTimeout(r, 300));
+    const queued = run(marked(1, 'ok'), ac.signal);
+    queued.catch(() => undefined);
+    await new Promise((r) => setTimeout(r, 200));
+
+    const t0 = performance.now();
+    ac.abort(new Error('activity cancelled'));
+    await assert.rejects(looping, /activity cancelled/);
+    await assert.rejects(queued, /activity cancelled/);
+    const rejectedMs = performance.now() - t0;
+    assert.ok(rejectedMs < 1000, `rejected after ${rejectedMs.toFixed(0)} ms`);
+
+    // the loop is ended with its thread (after the grace and a check): this process's CPU falls to ~0
+    await new Promise((r) => setTimeout(r, 1000));
+    const cpu0 = process.cpuUsage();
+    const w0 = performance.now();
+    await new Promise((r) => setTimeout(r, 1000));
+    const used = process.cpuUsage(cpu0);
+    const share = (used.user + used.system) / 1000 / (performance.now() - w0);
+    assert.ok(share < 0.2, `CPU share after the cancel: ${share.toFixed(2)} (a live loop would be ~1)`);
+    assert.ok(!fs.existsSync(path.join(dir, 'started-1')), 'the queued episode of the cancelled activity never started');
+
+    // the threads serve the next episodes as usual; an already-cancelled caller starts nothing
+    const e = episode(2, 'ok');
+    const next = await run(e);
+    assert.equal(next.trajectory.status, 'completed');
+    await assert.rejects(run(marked(3, 'ok'), AbortSignal.abort(new Error('gone'))), /gone/);
+    assert.ok(!fs.existsSync(path.join(dir, 'started-3')));
+  } finally {
+    await one.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
 });
