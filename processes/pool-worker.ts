@@ -130,6 +130,9 @@ export async function createPoolWorker(opts: PoolWorkerOptions): Promise<PoolWor
             taskQueue,
             activities: createTrainingPoolActivities({ sql: opts.sql, engine: getClient, checkpoints, episodes }),
             maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? 64,
+            // a cancellation (a terminated run) reaches an activity only with a heartbeat's answer: send
+            // them every 2 s, not every 0.8 x heartbeatTimeout (8 s), so a run's episodes stop within seconds
+            maxHeartbeatThrottleInterval: '2 seconds',
             dataConverter: payloadDataConverter(opts.payloadKeys ?? loadConfig().payloadKeys),
           });
           return { connection, worker };
