@@ -5,6 +5,7 @@
  */
 import { setMaxListeners } from 'node:events';
 import { Context, heartbeat } from '@temporalio/activity';
+import { ApplicationFailure } from '@temporalio/common';
 import type { CallJournal, GenerateCall, GenerateReply } from '../../agents/episode';
 import type { Sampling } from '../../agents/agent';
 import type { Split } from '../../agents/tasks';
@@ -24,6 +25,29 @@ import { episodesOf, type RolloutEpisodes } from './plan';
 
 /** Finished episodes per store transaction in a batched rollout: few round trips, early progress. */
 const ROLLOUT_FLUSH = 32;
+
+/**
+ * A rollout whose first FAIL_FAST finished episodes all failed the same way (numbers aside) stops
+ * there and fails the run naming the error: a team that fails every episode after `limits.cpuMs`
+ * (30 s) would otherwise spend minutes per step on it. Healthy teams' first finishers complete.
+ */
+export const FAIL_FAST = 4;
+
+/** An episode error with its numbers masked: 'ran 30.2 s ... after its turn 1' and '... turn 2' are one failure. */
+const failureKind = (error: string) => error.replace(/\d+(\.\d+)?/g, '#');
+
+/** Watches a rollout's first finished episodes; `failing` names the one error they all died of. */
+function firstFailures(total: number) {
+  const first: string[] = [];
+  return {
+    add(e: StoredEpisode): string | undefined {
+      if (first.length >= Math.min(FAIL_FAST, total)) return undefined;
+      first.push(e.trajectory.status === 'failed' ? (e.trajectory.error ?? 'failed') : '');
+      const kinds = new Set(first.map(failureKind));
+      return first.length === Math.min(FAIL_FAST, total) && first[0] && kinds.size === 1 ? first[0] : undefined;
+    },
+  };
+}
 
 /** One batched episode, scored. */
 export type RunEpisode = (
@@ -94,8 +118,11 @@ export async function rolloutBatch(
     }
     return writing;
   };
-  // Every concurrent tool call listens on the activity's cancellation signal.
-  setMaxListeners(0, ctx.cancellationSignal);
+  // Every episode listens on the activity's cancellation, and on this rollout's own stop (FAIL_FAST).
+  const stop = new AbortController();
+  const signal = AbortSignal.any([ctx.cancellationSignal, stop.signal]);
+  setMaxListeners(0, ctx.cancellationSignal, stop.signal, signal);
+  const watch = firstFailures(todo.length);
   await heartbeating(
     () => ({ finished }),
     async () => {
@@ -107,7 +134,7 @@ export async function rolloutBatch(
         todo.map(async (spec) => {
           const episode = await runOne(
             team,
-            ctx.cancellationSignal,
+            signal,
             generate,
             {
               team: { team: input.team, teamOptions: input.teamOptions },
@@ -118,6 +145,17 @@ export async function rolloutBatch(
           );
           if (episode.trajectory.status === 'failed') failed++;
           pending.push(episode);
+          const failing = watch.add(episode);
+          if (failing !== undefined) {
+            await flush(); // stored, so `troupe status` counts them
+            const n = Math.min(FAIL_FAST, todo.length);
+            const failure = ApplicationFailure.nonRetryable(
+              `the first ${n} episodes of step ${input.step} (${input.split}) all failed the same way, so the run stops here rather than spend the step on it: ${failing}`,
+              'EpisodesFailing',
+            );
+            stop.abort(failure);
+            throw failure;
+          }
           if (pending.length >= ROLLOUT_FLUSH) void flush();
         }),
       );

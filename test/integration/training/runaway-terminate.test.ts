@@ -1,20 +1,26 @@
-// A run whose every batched episode hangs in a synchronous loop (a user's bug), terminated from
+// Runs whose every batched episode hangs in a synchronous loop (a user's bug). Terminated from
 // Temporal as a user would from the Web UI: its rollout activity learns of it at its next
 // heartbeat, its episodes' threads are ended (activities/training/episode-threads.ts), the pool
 // worker's CPU falls back under 20% within 10 s, and the next run on the same stack completes.
+// Left alone with the default 30 s limit: the run fails once its first episodes have all failed
+// the same way (activities/training/rollout.ts FAIL_FAST), naming the error, within a minute.
 import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { after, test } from 'node:test';
+import { after, before, test } from 'node:test';
 import { Client, Connection } from '@temporalio/client';
 import { readRecord } from '../../../stack/processes';
 import { cliStack, troupe } from '../../helpers/cli';
 
 const project = path.join(__dirname, 'fixtures', 'runaway-project');
-const cleanups: (() => Promise<unknown>)[] = [];
-after(async () => {
-  for (const c of cleanups.reverse()) await c().catch(() => undefined);
+let stack: Awaited<ReturnType<typeof cliStack>>;
+before(async () => {
+  stack = await cliStack({ TROUPE_PROJECT: project });
 });
+after(async () => {
+  await stack?.cleanup().catch(() => undefined);
+});
+const args = ['train', 'runaway', '--steps', '1', '--groups', '8', '--group-size', '2', '--seed', '1', '--eval-every', '0'];
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const TICK = 1 / 100; // seconds per clock tick on Linux (getconf CLK_TCK: 100)
@@ -35,9 +41,6 @@ async function cpuShare(pid: number, ms = 1000): Promise<number> {
 }
 
 test('a terminated run of looping episodes frees its pool worker within seconds; the next run completes', { timeout: 10 * 60_000 }, async () => {
-  const stack = await cliStack({ TROUPE_PROJECT: project });
-  cleanups.push(stack.cleanup);
-  const args = ['train', 'runaway', '--steps', '1', '--groups', '8', '--group-size', '2', '--seed', '1', '--eval-every', '0'];
   const first = troupe([...args, '--team-options', '{"forever":true}'], stack.env);
 
   // the run starts, and its episodes loop on the pool worker's episode threads
@@ -85,4 +88,42 @@ test('a terminated run of looping episodes frees its pool worker within seconds;
   console.log(`[runaway-terminate] the next run completed in ${secondS.toFixed(1)} s`);
   assert.ok(secondS < 60, `the next run completed within a minute: ${secondS.toFixed(1)} s`);
   assert.equal(readRecord(stack.stateDir, 'pool-worker')?.pid, pool.pid, 'by the same pool worker');
+});
+
+test('a run whose first episodes all fail the same way fails within a minute, naming the error', { timeout: 5 * 60_000 }, async () => {
+  // every episode loops until the default limit, 30 s: 16 episodes on 4 threads would take 2 min a step, 3 steps before
+  // maxStepsWithoutSignal fails the run
+  const t0 = performance.now();
+  const res = await troupe(
+    [
+      'train',
+      'runaway',
+      '--steps',
+      '3',
+      '--groups',
+      '8',
+      '--group-size',
+      '2',
+      '--seed',
+      '2',
+      '--eval-every',
+      '0',
+      '--team-options',
+      '{"forever":true,"cpuMs":30000}',
+    ],
+    stack.env,
+  );
+  const seconds = (performance.now() - t0) / 1000;
+  const out = res.stdout + res.stderr;
+  console.log(`[runaway-terminate] the failing run ended after ${seconds.toFixed(1)} s`);
+  assert.equal(res.code, 1, out);
+  assert.match(
+    out,
+    /the first 4 episodes of step 0 \(train\) all failed the same way, so the run stops here rather than spend the step on it: episode: its code ran 30\.\d s without awaiting a turn or tool call, after its turn 1 \(model policy\)/,
+  );
+  assert.ok(seconds < 60, `ended within a minute of its start: ${seconds.toFixed(1)} s`);
+  const runId = /run (runaway-\S+)/.exec(out)?.[1];
+  assert.ok(runId, out);
+  const [stored] = await stack.db.sql<{ failed: number }[]>`SELECT count(*)::int AS failed FROM episodes WHERE run_id = ${runId} AND status = 'failed'`;
+  assert.ok(stored!.failed >= 4, `the failed episodes are stored for troupe status: ${stored!.failed}`);
 });
