@@ -206,24 +206,18 @@ def gradient(model, theta, batches, st, checkpoint_layers=False):
 
 def run_update(model, theta, m, v, step, samples, st, on_step=None, micro_batch_bytes=None, checkpoint_layers=False, parallel=None):
     """K = inner_steps AdamW steps on the whole batch, its gradient summed over micro-batches of at most
-    `micro_batch_bytes` of activations (None: one micro-batch), over the ranks of `parallel` (parallel.py) when given.
-    Returns (theta, m, v, step, [metrics per step], trained tokens). Inputs are not modified; raises NonFiniteUpdate."""
-    device = model.device
+    `micro_batch_bytes` of activations (None: one micro-batch); over the ranks of `parallel` (parallel.py: FSDP2)
+    when given. Returns (theta, m, v, step, [metrics per step], trained tokens). Inputs are not modified; raises
+    NonFiniteUpdate."""
     S = grid_length(samples)
-    if parallel is None:
-        batches = [build_batch(b, device, S) for b in micro_batch_plan(model.spec, samples, S, micro_batch_bytes, checkpoint_layers)]
+    ntok = sum(sum(1 for x in s["loss_mask"] if x == 1) for s in samples)
+    if parallel is not None:
+        return (*parallel.update(model, theta, m, v, step, samples, st, on_step, micro_batch_bytes, checkpoint_layers, S), ntok)
+    batches = [build_batch(b, model.device, S) for b in micro_batch_plan(model.spec, samples, S, micro_batch_bytes, checkpoint_layers)]
 
-        def gradient_at(th):
-            return gradient(model, th, batches, st, checkpoint_layers)
-
-        def finish():
-            pass
-    else:
-        gradient_at, finish = parallel.start(model, samples, st, micro_batch_bytes, checkpoint_layers, S)
-    try:
-        return (*_steps(model, theta, m, v, step, st, on_step, gradient_at), sum(sum(1 for x in s["loss_mask"] if x == 1) for s in samples))
-    finally:
-        finish()
+    def gradient_at(th):
+        return gradient(model, th, batches, st, checkpoint_layers)
+    return (*_steps(model, theta, m, v, step, st, on_step, gradient_at), ntok)
 
 
 def _steps(model, theta, m, v, step, st, on_step, gradient_at):
