@@ -11,13 +11,14 @@ parameter (hf.weights: the engine's flat layout → transformers' tensors), each
 batch is cut into N contiguous shards of ceil(B / N) sequences; rank r takes shard r and cuts it into micro-batches
 by the engine's rule (update.py) on the whole batch's length. Per inner step every rank runs the same number of
 forward/backward passes (a rank short of micro-batches runs a zero-weight one: FSDP's all-gathers are collective);
-the gradient adds up over a rank's micro-batches unreduced and is reduce-scattered (a sum, not FSDP's default mean)
-with the last one; torch.optim.AdamW steps the shards after global-norm clipping (clip_grad_norm_'s formula on the
+each pass's gradient is reduce-scattered (a sum, not FSDP's default mean) and added to the rank's gradient shard, so
+no rank holds a whole gradient (accumulating unreduced gradients over micro-batches would: one reduce-scatter, a
+full-size buffer); torch.optim.AdamW steps the shards after global-norm clipping (clip_grad_norm_'s formula on the
 DTensor gradients). After the last step θ, m and v are gathered to rank 0 (full_tensor) and put back in the flat
 layout (hf.unweights). The loss of a micro-batch, trunk and chunked head, is one forward of the root module
 (update.row_terms and policy_loss, the rule of the single-process path), as FSDP2 gathers the root's parameters
 (embedding, final norm, head) in the root's forward only. The result is one process's update within float32
-rounding: the order of the gradient's additions (rank sums, then the reduce-scatter) and torch's AdamW (lerp,
+rounding: the order of the gradient's additions (ranks per micro-batch, then micro-batches) and torch's AdamW (lerp,
 addcdiv) instead of update.py's hand-written one (the test: 2 gloo ranks against 1 process).
 
 This replaces plain data parallelism (θ broadcast per step, full gradients all-reduced, AdamW on rank 0 alone): one
@@ -173,7 +174,6 @@ def _fsdp_update(fsdp, model, theta, m, v, step, mine, st, mbb, ckpt, S, autocas
         sums = dict.fromkeys(SUM_KEYS, 0.0)
         n = int(passes.item())
         for i in range(n):
-            fsdp.set_requires_gradient_sync(i == n - 1)  # the rank's micro-batch gradients add up; one reduce-scatter
             batch = batches[i] if i < len(batches) else zero
             with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=autocast):
                 lp, H = fsdp(batch)
@@ -199,8 +199,14 @@ def _fsdp_update(fsdp, model, theta, m, v, step, mine, st, mbb, ckpt, S, autocas
     out = {}
     with torch.no_grad():  # full tensors (an all-gather each), kept on rank 0
         for key, of in (("theta", lambda p: p), ("m", lambda p: opt.state[p]["exp_avg"]), ("v", lambda p: opt.state[p]["exp_avg_sq"])):
-            full_ = {name: of(p).full_tensor() for name, p in fsdp.params.items()}
+            full_ = {}
+            for name, p in fsdp.params.items():
+                t = of(p).full_tensor()
+                if rank == 0:
+                    full_[name] = t
+                del t
             out[key] = model.unweights(full_) if rank == 0 else None
+            del full_
     opt.zero_grad(set_to_none=True)  # the shards' gradients and moments end with this call; the cached module keeps its parameter shards
     if rank != 0:
         return None

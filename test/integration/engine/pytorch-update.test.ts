@@ -167,8 +167,8 @@ test('FSDP2 updates: 2 gloo ranks give the update of one process (within 1e-5 at
     `[fsdp] lr 1e-3, 2 inner steps, 2 gloo ranks vs one process: max|Δθ| ${vs2.toExponential(2)} (2 samples), ` +
       `${vsSeq.toExponential(2)} (6 samples, same micro-batches), ${vsWhole.toExponential(2)} (6 samples, one micro-batch)`,
   );
-  // Not bit-identical: the gradient's additions differ in order (each rank sums its micro-batches, then the
-  // reduce-scatter adds the ranks), and the ranks step torch.optim.AdamW (lerp, addcdiv) where one process runs
+  // Not bit-identical: the gradient's additions differ in order (the reduce-scatter adds the ranks' gradients
+  // per micro-batch, then the shards add the micro-batches), and the ranks step torch.optim.AdamW (lerp, addcdiv) where one process runs
   // update.py's hand-written AdamW (mul, add, div): the same formula, other float32 roundings. AdamW moves each weight
   // by ~lr·m/(√v+eps), which amplifies rounding where a gradient is tiny, so compare at lr 1e-3 (weights move up to
   // 2e-3 in 2 steps). Measured 2.2e-6 at most here (x86-64, 2 samples); 1e-5 is 0.5% of the largest move.
