@@ -108,7 +108,7 @@ const device = z.preprocess(
   z
     .string()
     .trim()
-    // a list: the PyTorch engine's data-parallel updates (engines/pytorch/parallel.py)
+    // a list: the PyTorch engine's FSDP2 updates across the devices (engines/pytorch/parallel.py)
     .regex(
       /^(auto|cpu|cuda|cuda:\d+|cpu(,cpu)+|cuda:\d+(,cuda:\d+)+)$/,
       'must be auto, cpu, cuda, cuda:N, or a list for --engine pytorch (cpu,cpu or cuda:0,cuda:1)',
@@ -267,7 +267,7 @@ export interface TroupeConfig {
   taskQueue: string;
   /** Task queue that serves the default pool (TROUPE_POOL_TASK_QUEUE): `up`'s pool worker polls it, runs send its models' work there. */
   poolTaskQueue: string;
-  /** Device for the pool worker's engine: auto | cpu | cuda | cuda:N, or a list for the PyTorch engine's data-parallel updates (TROUPE_DEVICE). */
+  /** Device for the pool worker's engine: auto | cpu | cuda | cuda:N, or a list for the PyTorch engine's FSDP2 updates (TROUPE_DEVICE). */
   device: string;
   /** A spawned engine without progress for this long is killed and restarted (TROUPE_ENGINE_HANG_S). */
   engineHangS: number;

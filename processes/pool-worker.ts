@@ -187,7 +187,7 @@ usage: node --import tsx processes/pool-worker.ts [options]
   --engine-address A     use the engine at host:port instead of spawning one
   --engine KIND          the engine to spawn: ${Object.keys(ENGINE_KINDS).join(' | ')} (default env TROUPE_ENGINE or ${DEFAULT_ENGINE_KIND})
   --device D             device of the spawned engine: cpu | cuda:N | auto, or for --engine pytorch a list
-                         (cuda:0,cuda:1: data-parallel updates) (default env TROUPE_DEVICE or auto)
+                         (cuda:0,cuda:1: FSDP2 updates) (default env TROUPE_DEVICE or auto)
   -h, --help             this text`;
 
 async function main(): Promise<void> {

@@ -33,7 +33,7 @@ export default defineCommand({
     device: {
       type: 'string',
       valueName: 'D',
-      description: 'pool: device of the spawned engine (cpu, cuda, cuda:N, auto; --engine pytorch also a list, cuda:0,cuda:1: data-parallel updates)',
+      description: 'pool: device of the spawned engine (cpu, cuda, cuda:N, auto; --engine pytorch also a list, cuda:0,cuda:1: FSDP2 updates)',
     },
     'engine-address': { type: 'string', valueName: 'A', description: 'pool: use the engine at host:port instead of spawning one' },
     engine: {

@@ -122,7 +122,7 @@ def parse_args(argv):
         fail_start(f"bad flag: --threads must be >= 1, got {a.threads}")
     d = a.device
     a.devices = d.split(",")
-    if len(a.devices) > 1:  # data-parallel Updates over these devices (parallel.py)
+    if len(a.devices) > 1:  # FSDP2 Updates over these devices (parallel.py)
         if not (all(x == "cpu" for x in a.devices) or all(x.startswith("cuda:") and x[5:].isdigit() for x in a.devices)):
             fail_start(f'bad flag: --device with several devices must list cpu,cpu,... or cuda:N,cuda:M,..., got "{d}"')
         a.device = a.devices[0]

@@ -83,7 +83,7 @@ class Engine(Generation, pbg.EngineServicer):
         self.faults = faultsmod.parse_faults(None)
         self.micro_batch_bytes = DEFAULT_MICRO_BATCH_BYTES
         self.checkpoint_layers = False
-        self.parallel = None  # parallel.DataParallel with several devices
+        self.parallel = None  # parallel.Fsdp with several devices
 
     # -- plumbing
     def _run(self, context, fn):
@@ -412,7 +412,7 @@ class Engine(Generation, pbg.EngineServicer):
                     self.queue.progress()
                 try:
                     theta, mo, ve, step, steps, ntok = run_update(mm.model, v.theta, v.m, v.v, v.step, samples, st, on_step,
-                                                                  # a LoRA update runs here alone: the other ranks build full models
+                                                                  # a LoRA update runs here alone: FSDP2 shards full-fine-tuning models
                                                                   self.micro_batch_bytes, self.checkpoint_layers, None if "lora" in mm.spec else self.parallel)
                 except NonFiniteUpdate as e:
                     raise Fault(

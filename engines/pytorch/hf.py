@@ -277,23 +277,14 @@ class HfTransformer:
     trunk and head (Update), P (θ's length)."""
 
     def __init__(self, spec, device):
-        t = _transformers()
-        from accelerate import init_empty_weights
         self.spec, self.device = spec, device
         family = None if is_hf(spec) else family_config(spec)
         if not is_hf(spec) and family is None:
             raise HfSpecError("spec: no transformers architecture computes this spec")
         config = model_config(spec["hf"] if family is None else family[0])
         config._attn_implementation = IMPLEMENTATION
-        with init_empty_weights(include_buffers=False):  # parameters on the meta device: θ supplies them per call
-            self.module = t.AutoModelForCausalLM.from_config(config, attn_implementation=IMPLEMENTATION)
-        self.module.eval()
-        if getattr(config, "tie_word_embeddings", False) or getattr(config.get_text_config(), "tie_word_embeddings", False):
-            self.module.tie_weights()  # the head is the embedding: one tensor in θ
-        for mod in self.module.modules():  # buffers (rotary tables) are real: move them to the device
-            for name, buf in list(mod.named_buffers(recurse=False)):
-                if buf is not None:
-                    mod._buffers[name] = buf.to(device)
+        self.config = config
+        self.module = self.build_module()
         self.names, self.shapes = [], []
         for name, p in self.module.named_parameters():  # a tied head appears once
             self.names.append(name)
@@ -317,6 +308,24 @@ class HfTransformer:
         self.softcap = getattr(config, "final_logit_softcapping", None)
         self._sizes = None
         self._keys = None
+
+    def build_module(self):
+        """A fresh transformers module of this model: parameters on the meta device (θ supplies them per call, or
+        parallel.py materializes its shards), a tied head tied to the embedding, buffers (rotary tables) real on the
+        device, in eval mode (no dropout)."""
+        t = _transformers()
+        from accelerate import init_empty_weights
+        config = self.config
+        with init_empty_weights(include_buffers=False):
+            module = t.AutoModelForCausalLM.from_config(config, attn_implementation=IMPLEMENTATION)
+        module.eval()
+        if getattr(config, "tie_word_embeddings", False) or getattr(config.get_text_config(), "tie_word_embeddings", False):
+            module.tie_weights()  # the head is the embedding: one tensor in θ
+        for mod in module.modules():
+            for name, buf in list(mod.named_buffers(recurse=False)):
+                if buf is not None:
+                    mod._buffers[name] = buf.to(self.device)
+        return module
 
     def _hook_targets(self, entries):
         """A forward hook on each module holding family matrices (q, k, v, o, MLP): in a LoRA step it adds each row's own
@@ -379,6 +388,18 @@ class HfTransformer:
         if self.family is None:
             return {n: piece.view(s) for n, s, piece in zip(self.names, self.shapes, theta.split(self.sizes))}
         return self.assemble(self.slot_weights(theta))
+
+    def unweights(self, tensors):
+        """θ of {parameter name: tensor} (weights' inverse, both layouts): weights(θ) puts each of θ's elements in
+        exactly one parameter (views, transposes, concatenations), so its vector-Jacobian product with `tensors` puts
+        each value back in its slot, copied, not added."""
+        x = torch.zeros(self.P, dtype=torch.float32, device=self.device, requires_grad=True)
+        with torch.enable_grad():
+            W = self.weights(x)
+            names = list(W)
+            assert sum(W[n].numel() for n in names) == self.P, "weights(θ) is not a permutation of θ"
+            (out,) = torch.autograd.grad([W[n] for n in names], x, [tensors[n].to(x.device, torch.float32) for n in names])
+        return out
 
     def flatten(self, tensors):
         """θ float32 of a {name: tensor} state (a checkpoint's), in this module's order; a missing or misshapen tensor

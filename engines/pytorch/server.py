@@ -72,8 +72,8 @@ def main():
         for d in a.devices[1:]:
             resolve_device(d)
         import parallel
-        engine.parallel = parallel.DataParallel(a.devices, threads, a.dtype)
-        log("data_parallel", devices=a.devices, world_size=len(a.devices))
+        engine.parallel = parallel.Fsdp(a.devices, threads, a.dtype)
+        log("fsdp_ranks", devices=a.devices, world_size=len(a.devices))
     engine.checkpoint_layers = a.activation_checkpointing
     if a.dtype == "bf16":
         engine.queue.autocast = torch.bfloat16

@@ -90,29 +90,39 @@ def build_batch(samples, device, S=None):
     }
 
 
-def _row_terms(model, W, x, targets, V):
-    """log π(target) and the entropy of rows x [c, D] through the head."""
-    logp = torch.log_softmax(model.head(W, x), dim=-1)  # [c, V]
+def _row_terms(head, x, targets, V):
+    """log π(target) and the entropy of rows x [c, D] through head(x) → logits."""
+    logp = torch.log_softmax(head(x), dim=-1)  # [c, V]
     # log π(target) by a one-hot sum (exact: one non-zero term), not gather, whose backward is a scatter-add
     # without a deterministic CUDA kernel
     onehot = torch.nn.functional.one_hot(targets, V).to(logp.dtype)
     return (logp * onehot).sum(dim=-1), -(torch.exp(logp) * logp).sum(dim=-1)
 
 
-def objective(model, theta, batch, st, checkpoint_layers=False):
-    """(loss tensor, sums: a dict of floats) at θ. The sums add over micro-batches; metrics() makes the step's metrics."""
-    W = model.weights(theta)
-    h = model.trunk(W, batch["tokens"], checkpoint_layers=checkpoint_layers)
+def row_terms(trunk, head, batch, V):
+    """(log π(target), entropy) [N] of a batch's trained rows: trunk(tokens [B, S]) → hidden states [B, S, D] and
+    head(x [c, D]) → logits [c, V] (the one rule of both Update paths: objective here, the FSDP module of parallel.py)."""
+    h = trunk(batch["tokens"])
     rows = h.reshape(-1, h.shape[-1])[batch["rows"]]  # [N, D]
-    V = model.spec["vocabSize"]
     c = head_chunk_rows(V)
     # The head over chunks of c rows, each checkpointed: its [c, V] values (logits, log-softmax, one-hot) are freed
     # after the chunk and recomputed, one chunk at a time, in the backward, so no [N, V] tensor exists. Rows are
     # independent through the head; the chunking is fixed by N and V, so the gradient's bits are reproducible.
-    parts = [checkpoint(lambda x, t: _row_terms(model, W, x, t, V), rows[c0:c0 + c], batch["targets"][c0:c0 + c], use_reentrant=False)
+    parts = [checkpoint(lambda x, t: _row_terms(head, x, t, V), rows[c0:c0 + c], batch["targets"][c0:c0 + c], use_reentrant=False)
              for c0 in range(0, max(batch["n"], 1), c)]
-    lp = torch.cat([p[0] for p in parts])
-    H = torch.cat([p[1] for p in parts])
+    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+
+def objective(model, theta, batch, st, checkpoint_layers=False):
+    """(loss tensor, sums: a dict of floats) at θ. The sums add over micro-batches; metrics() makes the step's metrics."""
+    W = model.weights(theta)
+    lp, H = row_terms(lambda tokens: model.trunk(W, tokens, checkpoint_layers=checkpoint_layers), lambda x: model.head(W, x),
+                      batch, model.spec["vocabSize"])
+    return policy_loss(lp, H, batch, st)
+
+
+def policy_loss(lp, H, batch, st):
+    """(loss tensor, sums) of a batch's rows from their log-probs lp and entropies H (the formulas above)."""
     dev = lp.device
 
     def c(v):
@@ -196,24 +206,18 @@ def gradient(model, theta, batches, st, checkpoint_layers=False):
 
 def run_update(model, theta, m, v, step, samples, st, on_step=None, micro_batch_bytes=None, checkpoint_layers=False, parallel=None):
     """K = inner_steps AdamW steps on the whole batch, its gradient summed over micro-batches of at most
-    `micro_batch_bytes` of activations (None: one micro-batch), over the ranks of `parallel` (parallel.py) when given.
-    Returns (theta, m, v, step, [metrics per step], trained tokens). Inputs are not modified; raises NonFiniteUpdate."""
-    device = model.device
+    `micro_batch_bytes` of activations (None: one micro-batch); over the ranks of `parallel` (parallel.py: FSDP2)
+    when given. Returns (theta, m, v, step, [metrics per step], trained tokens). Inputs are not modified; raises
+    NonFiniteUpdate."""
     S = grid_length(samples)
-    if parallel is None:
-        batches = [build_batch(b, device, S) for b in micro_batch_plan(model.spec, samples, S, micro_batch_bytes, checkpoint_layers)]
+    ntok = sum(sum(1 for x in s["loss_mask"] if x == 1) for s in samples)
+    if parallel is not None:
+        return (*parallel.update(model, theta, m, v, step, samples, st, on_step, micro_batch_bytes, checkpoint_layers, S), ntok)
+    batches = [build_batch(b, model.device, S) for b in micro_batch_plan(model.spec, samples, S, micro_batch_bytes, checkpoint_layers)]
 
-        def gradient_at(th):
-            return gradient(model, th, batches, st, checkpoint_layers)
-
-        def finish():
-            pass
-    else:
-        gradient_at, finish = parallel.start(model, samples, st, micro_batch_bytes, checkpoint_layers, S)
-    try:
-        return (*_steps(model, theta, m, v, step, st, on_step, gradient_at), sum(sum(1 for x in s["loss_mask"] if x == 1) for s in samples))
-    finally:
-        finish()
+    def gradient_at(th):
+        return gradient(model, th, batches, st, checkpoint_layers)
+    return (*_steps(model, theta, m, v, step, st, on_step, gradient_at), ntok)
 
 
 def _steps(model, theta, m, v, step, st, on_step, gradient_at):
