@@ -1,6 +1,7 @@
 /**
- * A pretrained-checkpoint team trains on the PyTorch engine end to end, and a SIGKILL of
- * that engine mid-update changes nothing about the result (issue #28). The stack is the
+ * A pretrained-checkpoint team (full fine-tuning) and a team with one LoRA adapter per agent
+ * train on the PyTorch engine end to end, and a SIGKILL of that engine mid-update changes
+ * nothing about either result (issues #28, #43). The stack is the
  * chaos harness's (testing/chaos/stack.ts: `troupe up`'s processes) with TROUPE_ENGINE=pytorch,
  * so the pool worker spawns engines/pytorch/server.py as `troupe worker pool --engine pytorch`
  * does. The team is `math` with a transformer policy from the tiny qwen2 checkpoint.
@@ -40,72 +41,110 @@ function holds(stateDir: string, requestId: string): number {
     .filter((l) => l.includes('"fault_hold_update"') && l.includes(`"${requestId}"`)).length;
 }
 
-test('a checkpoint team trains on the PyTorch engine; a SIGKILL of the engine mid-update ends bit-identical', { skip, timeout: 900_000 }, async (t) => {
-  const held = 'pytorch-chaos/policy/step1';
-  const stack = await startChaosStack({
-    env: { TROUPE_ENGINE: 'pytorch', TROUPE_ENGINE_FAULTS: `hold-update:${held}$` },
-    log: (l) => t.diagnostic(l),
-  });
-  let ok = false;
-  try {
-    const config = {
-      team: 'math',
-      teamOptions: { policy: 'transformer', checkpoint: CHECKPOINT },
-      rollout: 'batched' as const,
-      steps: STEPS,
-      groupsPerStep: 2,
-      groupSize: 4,
-      evalEvery: 0,
-      evalTasks: 2,
-      seed: 5,
-    };
-    const start = (workflowId: string) =>
-      stack.client.workflow.start<typeof trainingRun>('trainingRun', { taskQueue: stack.config.taskQueue, workflowId, args: [config] });
+type ChaosStack = Awaited<ReturnType<typeof startChaosStack>>;
+type Diagnostic = (line: string) => void;
 
-    // the pool worker's engine is the PyTorch server
-    const first = await stack.waitForEngine(undefined, 120_000);
-    assert.ok(
-      procArgv(first)?.some((a) => a.endsWith(path.join('engines', 'pytorch', 'server.py'))),
-      `engine ${first} is engines/pytorch/server.py`,
-    );
+/**
+ * Runs `config` uninterrupted as `<name>-twin`, then again as `<name>-chaos` with the engine
+ * SIGKILLed inside the hold of `<name>-chaos/<held>/step1`; checks the two runs' versions of
+ * `models` and episodes are equal bit for bit (`untrained`: the other models' final versions, e.g.
+ * a LoRA team's base at 0). Returns the chaos run as stored.
+ */
+async function twinAndKill(
+  stack: ChaosStack,
+  log: Diagnostic,
+  name: string,
+  config: Record<string, unknown>,
+  models: string[],
+  held: string,
+  untrained: Record<string, number> = {},
+) {
+  const start = (workflowId: string) =>
+    stack.client.workflow.start<typeof trainingRun>('trainingRun', { taskQueue: stack.config.taskQueue, workflowId, args: [config as never] });
+  const heldId = `${name}-chaos/${held}/step1`;
+  let t0 = Date.now();
+  const twin = await (await start(`${name}-twin`)).result();
+  log(`${name}: uninterrupted run: ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+  assert.equal(twin.status, 'completed');
+  assert.deepEqual(twin.versions, { ...untrained, ...Object.fromEntries(models.map((m) => [m, STEPS])) });
 
-    let t0 = Date.now();
-    const twin = await (await start('pytorch-twin')).result();
-    t.diagnostic(`uninterrupted run: ${((Date.now() - t0) / 1000).toFixed(1)} s`);
-    assert.equal(twin.status, 'completed');
-    assert.deepEqual(twin.versions, { policy: STEPS });
-
-    t0 = Date.now();
-    const handle = await start('pytorch-chaos');
-    // inside the hold: the step-1 update has computed its weights on this engine and not answered
-    while (holds(stack.stateDir, held) < 1) {
-      assert.ok(Date.now() - t0 < 600_000, 'the step-1 update never reached the engine');
-      await sleep(50);
-    }
-    const victim = stack.pidOf('engine');
-    assert.ok(victim !== undefined, 'an engine is running');
-    await stack.kill('engine');
-    t.diagnostic(`SIGKILL engine ${victim} during its step-1 update, ${((Date.now() - t0) / 1000).toFixed(1)} s into the run`);
-    const successor = await stack.waitForEngine(victim, 120_000);
-    const summary = await handle.result();
-    t.diagnostic(`run with the kill: ${((Date.now() - t0) / 1000).toFixed(1)} s; engine ${victim} -> ${successor}`);
-    assert.equal(summary.status, 'completed');
-    assert.equal(holds(stack.stateDir, held), 2, 'the killed update was redone once, on the new engine');
-
-    const base = await loadStoredRun(stack.sql, 'pytorch-twin');
-    const chaos = await loadStoredRun(stack.sql, 'pytorch-chaos');
-    // version 0 is the checkpoint's θ; each step moved the weights
-    const ckpt = loadHfCheckpoint(CHECKPOINT, { maxSeq: 48 });
-    assert.equal(chaos.versions[0]!.weightsSha256, sha256Hex(encodeWeights(ckpt.theta)), "version 0 is the checkpoint's θ");
-    assert.equal(new Set(chaos.versions.map((v) => v.weightsSha256)).size, STEPS + 1, 'every step changed the weights');
-    const c = compareRuns(base, chaos, STEPS, ['policy']);
-    t.diagnostic(`compared ${c.versionsCompared} versions and ${c.episodesCompared} episodes`);
-    assert.deepEqual(c.problems, []);
-    assert.equal(c.versionsCompared, STEPS + 1);
-    assert.ok(c.episodesCompared >= STEPS * 8, `compared ${c.episodesCompared} episodes`);
-    ok = true;
-  } finally {
-    await stack.shutdown({ keepState: !ok });
-    if (!ok) t.diagnostic(`state kept in ${stack.stateDir}`);
+  t0 = Date.now();
+  const handle = await start(`${name}-chaos`);
+  // inside the hold: the step-1 update has computed its weights on this engine and not answered
+  while (holds(stack.stateDir, heldId) < 1) {
+    assert.ok(Date.now() - t0 < 600_000, 'the step-1 update never reached the engine');
+    await sleep(50);
   }
-});
+  const victim = stack.pidOf('engine');
+  assert.ok(victim !== undefined, 'an engine is running');
+  await stack.kill('engine');
+  log(`${name}: SIGKILL engine ${victim} during its step-1 update of ${held}, ${((Date.now() - t0) / 1000).toFixed(1)} s into the run`);
+  const successor = await stack.waitForEngine(victim, 120_000);
+  const summary = await handle.result();
+  log(`${name}: run with the kill: ${((Date.now() - t0) / 1000).toFixed(1)} s; engine ${victim} -> ${successor}`);
+  assert.equal(summary.status, 'completed');
+  assert.equal(holds(stack.stateDir, heldId), 2, 'the killed update was redone once, on the new engine');
+
+  const base = await loadStoredRun(stack.sql, `${name}-twin`);
+  const chaos = await loadStoredRun(stack.sql, `${name}-chaos`);
+  const c = compareRuns(base, chaos, STEPS, models);
+  log(`${name}: compared ${c.versionsCompared} versions and ${c.episodesCompared} episodes`);
+  assert.deepEqual(c.problems, []);
+  const untrainedVersions = Object.values(untrained).reduce((n, v) => n + v + 1, 0); // versions 0..v of each
+  assert.equal(c.versionsCompared, models.length * (STEPS + 1) + untrainedVersions);
+  assert.ok(c.episodesCompared >= STEPS * 8, `compared ${c.episodesCompared} episodes`);
+  return chaos;
+}
+
+const common = { team: 'math', rollout: 'batched' as const, steps: STEPS, groupsPerStep: 2, groupSize: 4, evalEvery: 0, evalTasks: 2, seed: 5 };
+
+test(
+  'a checkpoint team and a LoRA-per-agent team train on the PyTorch engine; a SIGKILL mid-update ends bit-identical',
+  { skip, timeout: 900_000 },
+  async (t) => {
+    const stack = await startChaosStack({
+      env: { TROUPE_ENGINE: 'pytorch', TROUPE_ENGINE_FAULTS: 'hold-update:pytorch-chaos/policy/step1$,hold-update:lora-chaos/solver/step1$' },
+      log: (l) => t.diagnostic(l),
+    });
+    let ok = false;
+    try {
+      // the pool worker's engine is the PyTorch server
+      const first = await stack.waitForEngine(undefined, 120_000);
+      assert.ok(
+        procArgv(first)?.some((a) => a.endsWith(path.join('engines', 'pytorch', 'server.py'))),
+        `engine ${first} is engines/pytorch/server.py`,
+      );
+
+      // full fine-tuning of a pretrained checkpoint
+      const full = await twinAndKill(
+        stack,
+        (l) => t.diagnostic(l),
+        'pytorch',
+        { ...common, teamOptions: { policy: 'transformer', checkpoint: CHECKPOINT } },
+        ['policy'],
+        'policy',
+      );
+      // version 0 is the checkpoint's θ; each step moved the weights
+      const ckpt = loadHfCheckpoint(CHECKPOINT, { maxSeq: 48 });
+      assert.equal(full.versions[0]!.weightsSha256, sha256Hex(encodeWeights(ckpt.theta)), "version 0 is the checkpoint's θ");
+      assert.equal(new Set(full.versions.map((v) => v.weightsSha256)).size, STEPS + 1, 'every step changed the weights');
+
+      // one LoRA adapter per agent over a shared base (lora-run.test.ts's team), the solver's update killed
+      const lora = await twinAndKill(
+        stack,
+        (l) => t.diagnostic(l),
+        'lora',
+        { ...common, teamOptions: { models: 'lora', policy: 'transformer' } },
+        ['solver', 'verifier'],
+        'solver',
+        { policy: 0 },
+      );
+      for (const m of ['solver', 'verifier'])
+        assert.equal(new Set(lora.versions.filter((v) => v.model === m).map((v) => v.weightsSha256)).size, STEPS + 1, `every step changed ${m}'s adapter`);
+      ok = true;
+    } finally {
+      await stack.shutdown({ keepState: !ok });
+      if (!ok) t.diagnostic(`state kept in ${stack.stateDir}`);
+    }
+  },
+);
