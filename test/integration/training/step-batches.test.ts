@@ -38,7 +38,7 @@ function episode(step: number, i: number, correct: number): StoredEpisode {
     responseTokens: [14, 2],
     logprobs: [-1, -2],
     lossMask: [1, 1] as Array<0 | 1>,
-    stopReason: 'stop' as const,
+    stopReason: 'eos' as const,
     toolCalls: [],
     durationMs: 1,
   });
