@@ -15,7 +15,8 @@ import { UserCodeThreads } from '../activities/training/user-code-threads';
 import { dashboardUrl } from '../stack/dashboard';
 import { untilAvailable } from '../infra/backoff';
 import { payloadDataConverter } from '../infra/codec';
-import { loadConfig, redactUrl, temporalAddressOf, type PayloadKeysConfig } from '../infra/config';
+import { loadConfig, redactUrl, temporalAddressOf, type PayloadKeysConfig, type TroupeConfig } from '../infra/config';
+import type { TensorBoardDirs } from '../activities/store/tensorboard';
 import { connect, dropPostgresJsStrays, type Sql } from '../infra/db';
 import { formatError, isTroupeError } from '../infra/errors';
 import { watchProcess } from '../stack/watchdog';
@@ -43,6 +44,8 @@ export interface ControlWorkerOptions {
   payloadKeys?: PayloadKeysConfig;
   /** A prebuilt bundle (bundleWorkflowCode) to skip bundling, e.g. in tests that create many workers. */
   workflowBundle?: WorkerOptions['workflowBundle'];
+  /** Where each run's TensorBoard event files go (tensorboardDirsOf); none: no event files. */
+  tensorboardDirs?: TensorBoardDirs;
   /** Any other Worker option (identity, concurrency limits, interceptors...). */
   workerOptions?: Partial<WorkerOptions>;
 }
@@ -80,6 +83,7 @@ export async function createControlWorker(opts: ControlWorkerOptions): Promise<W
         dashboardUrl: opts.dashboardUrl,
         workflowPatches: Object.values(Patch),
         userCode,
+        tensorboardDirs: opts.tensorboardDirs,
       }),
       dataConverter: payloadDataConverter(opts.payloadKeys),
       ...opts.workerOptions,
@@ -87,6 +91,16 @@ export async function createControlWorker(opts: ControlWorkerOptions): Promise<W
   } finally {
     cache?.release(); // Worker.create has bundled by now
   }
+}
+
+/**
+ * Each run's TensorBoard folder: `<TROUPE_TENSORBOARD_DIR>/<run>` when set, else
+ * `<state>/runs/<run>/tensorboard` beside its curves; TROUPE_TENSORBOARD_DIR=off: none.
+ */
+export function tensorboardDirsOf(config: Pick<TroupeConfig, 'stateDir' | 'tensorboardDir'>): TensorBoardDirs | undefined {
+  const root = config.tensorboardDir;
+  if (root === 'off') return undefined;
+  return root ? (runId) => path.join(root, runId) : (runId) => path.join(config.stateDir, 'runs', runId, 'tensorboard');
 }
 
 export const READY_LINE = 'troupe control worker: ready';
@@ -156,6 +170,7 @@ export async function runControlWorkerProcess(opts: {
             poolTaskQueue: config.poolTaskQueue,
             dashboardUrl: dashboardUrl(config),
             payloadKeys: config.payloadKeys,
+            tensorboardDirs: tensorboardDirsOf(config),
           }),
         };
       } catch (e) {
