@@ -9,7 +9,7 @@
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
 import { Client } from '@temporalio/client';
-import { type NativeConnection, Runtime, Worker, type WorkerOptions } from '@temporalio/worker';
+import { type NativeConnection, Worker, type WorkerOptions } from '@temporalio/worker';
 import { createControlActivities } from '../activities';
 import { UserCodeThreads } from '../activities/training/user-code-threads';
 import { dashboardUrl } from '../stack/dashboard';
@@ -29,6 +29,7 @@ import { Patch } from '../workflows/patches';
 import { activeProject, enterProjectFromEnvironment, writeWorkflowsEntry } from './project';
 import { EpisodeWatch } from './episode-watch';
 import { bundleCache } from './team-bundle';
+import { installRuntime, metricsPortArg, prometheusTelemetry } from './prometheus';
 import { loadTeamCode, workerIdentity } from './team-code';
 
 export interface ControlWorkerOptions {
@@ -111,9 +112,15 @@ async function main(): Promise<void> {
       'temporal-address': { type: 'string' },
       namespace: { type: 'string' },
       'task-queue': { type: 'string' },
+      'metrics-port': { type: 'string' },
     },
   });
-  await runControlWorkerProcess({ temporalAddress: values['temporal-address'], namespace: values.namespace, taskQueue: values['task-queue'] });
+  await runControlWorkerProcess({
+    temporalAddress: values['temporal-address'],
+    namespace: values.namespace,
+    taskQueue: values['task-queue'],
+    metricsPort: metricsPortArg(values['metrics-port']),
+  });
 }
 
 /**
@@ -124,6 +131,8 @@ export async function runControlWorkerProcess(opts: {
   temporalAddress?: string;
   namespace?: string;
   taskQueue?: string;
+  /** Port of the Prometheus endpoint (default TROUPE_CONTROL_METRICS_PORT; none: no endpoint). */
+  metricsPort?: number;
   onReady?: (worker: Worker) => void;
 }): Promise<void> {
   // the project's teams and stack defaults first: loadConfig reads what it sets
@@ -139,7 +148,8 @@ export async function runControlWorkerProcess(opts: {
   const watchdog = watchProcess({ what: 'troupe control worker', blockedLoopMs: config.blockedLoopS * 1000 });
   // Before the first connection: the SDK's logger is where a durable episode that never yields shows.
   const episodes = new EpisodeWatch({ limitMs: ISOLATE_TIMEOUT_MS });
-  Runtime.install({ logger: episodes.logger(), telemetryOptions: { logging: { forward: {} } } });
+  const metrics = prometheusTelemetry({ host: config.metrics.host, port: opts.metricsPort ?? config.metrics.controlPort });
+  installRuntime({ logger: episodes.logger(), telemetryOptions: { logging: { forward: {} }, ...(metrics ? { metrics } : {}) } });
   dropPostgresJsStrays((e) => console.log(JSON.stringify({ ts: new Date().toISOString(), ...e })));
 
   // PostgreSQL and Temporal may be down or still starting: wait for each (capped backoff)
