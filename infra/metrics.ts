@@ -9,6 +9,7 @@
  * troupe_turns_total{team,split}, troupe_tokens_generated_total{team,split},
  * troupe_tokens_trained_total{model}, troupe_updates_total{model,outcome},
  * troupe_model_version{run,model}, troupe_store_write_seconds{what} (histogram),
+ * troupe_gateway_calls_total{api,status} (errors: status >= 400),
  * troupe_engine_queue_depth, troupe_engine_hangs_total, troupe_engine_restarts_total.
  */
 import { noopMetricMeter, type MetricMeter } from '@temporalio/common';
@@ -26,6 +27,7 @@ function instruments(m: MetricMeter) {
     modelVersion: m.createGauge('troupe_model_version', 'int', undefined, 'Latest version this process committed, per run and model'),
     storeWriteSeconds: m.createHistogram('troupe_store_write_seconds', 'float', undefined, 'Duration of store writes (episodes, update commits)'),
     engineQueueDepth: m.createGauge('troupe_engine_queue_depth', 'int', undefined, "Requests waiting in this pool worker's engine"),
+    gatewayCalls: m.createCounter('troupe_gateway_calls', undefined, "Requests to the episodes' OpenAI-compatible gateway, by API and HTTP status"),
     engineHangs: m.createCounter('troupe_engine_hangs', undefined, 'Engines this pool worker found hung (no progress) and killed'),
     engineRestarts: m.createCounter('troupe_engine_restarts', undefined, 'Engine restarts by this pool worker after its engine exited or was killed'),
   };
@@ -33,7 +35,7 @@ function instruments(m: MetricMeter) {
 
 /** Every name Prometheus shows for Troupe's instruments (each appears once it is first recorded). */
 export const TROUPE_METRIC_NAMES = [
-  ...['episodes', 'turns', 'tokens_generated', 'tokens_trained', 'updates', 'engine_hangs', 'engine_restarts'].map((n) => `troupe_${n}_total`),
+  ...['episodes', 'turns', 'tokens_generated', 'tokens_trained', 'updates', 'gateway_calls', 'engine_hangs', 'engine_restarts'].map((n) => `troupe_${n}_total`),
   'troupe_model_version',
   'troupe_engine_queue_depth',
   ...['', '_bucket', '_sum', '_count'].map((s) => `troupe_store_write_seconds${s}`),

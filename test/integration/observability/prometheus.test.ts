@@ -4,7 +4,8 @@
  * and Troupe's. A real Prometheus (Debian's package, installed by .ci/run) scrapes both
  * during a short run and loads deploy/prometheus's alert rules; `promtool check metrics`
  * passes on every endpoint; every metric deploy/'s dashboard and rules name is served (or is
- * one of Troupe's that only appears once it happens, such as an engine hang).
+ * one of Troupe's that only appears once it happens, such as an engine hang). The run's team
+ * (chat-digits) calls the gateway, so its calls are counted too.
  */
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
@@ -102,7 +103,7 @@ describe('Prometheus', { skip: hasPrometheus ? false : 'prometheus and promtool 
     const handle = await env.client.workflow.start<typeof trainingRun>('trainingRun', {
       taskQueue,
       workflowId: 'prom-run',
-      args: [{ team: 'math', steps: 3, groupsPerStep: 3, groupSize: 4, evalEvery: 0, evalTasks: 4, seed: 2 }],
+      args: [{ team: 'chat-digits', steps: 3, groupsPerStep: 3, groupSize: 4, evalEvery: 0, evalTasks: 4, seed: 2 }],
     });
     // During the run: both endpoints answer and pass promtool's checks.
     const texts: Record<string, string> = {};
@@ -131,7 +132,10 @@ describe('Prometheus', { skip: hasPrometheus ? false : 'prometheus and promtool 
     // Temporal's worker metrics on both, Troupe's where the work happened.
     for (const what of ['control', 'pool']) assert.match(texts[what] ?? '', /^temporal_worker_task_slots_available\{/m, `${what}: Temporal's task slots`);
     assert.match(texts.pool ?? '', /^troupe_episodes_total\{.*split="train".*\} 36$/m, 'pool: 3 steps × 12 episodes');
-    assert.match(texts.pool ?? '', /^troupe_model_version\{.*model="policy".*\} 3$/m, 'pool: the version committed last');
+    assert.match(texts.pool ?? '', /^troupe_model_version\{.*run="prom-run".*\} 3$/m, 'pool: the version committed last');
+    // chat-digits' agent code calls the gateway (in the pool worker's episode threads) twice per episode.
+    const calls = /^troupe_gateway_calls_total\{api="chat\/completions",status="200"\} (\d+)$/m.exec(texts.pool ?? '');
+    assert.ok(calls && Number(calls[1]) >= 2 * 36, `pool: the gateway's calls, from its episode threads (${calls?.[0]})`);
     assert.match(texts.pool ?? '', /^troupe_store_write_seconds_count\{.*what="update".*\} 3$/m, 'pool: one timed commit per step');
     assert.match(texts.pool ?? '', /^troupe_tokens_trained_total\{/m);
     assert.match(texts.pool ?? '', /^troupe_engine_queue_depth/m);
