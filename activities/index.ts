@@ -3,6 +3,7 @@
 // Workflows import the type only: `import type { ControlActivities } from '.'`.
 import type { Sql } from '../infra/db';
 import { createPingActivities } from './ping';
+import type { TensorBoardDirs } from './store/tensorboard';
 import { createTrainingControlActivities, type UserCode } from './training/control';
 import { createDashboardLinkActivities } from './training/dashboard-link';
 import { createPoolQueueActivities } from './training/pool-queues';
@@ -18,6 +19,8 @@ export interface ControlDeps {
   workflowPatches?: readonly string[];
   /** Threads for durable episodes' tools and scoring (user-code-threads.ts): user code never runs on the worker's own thread. */
   userCode: UserCode;
+  /** Where each run's TensorBoard event files go (store/tensorboard.ts); none: no event files. */
+  tensorboardDirs?: TensorBoardDirs;
 }
 
 export function createControlActivities(deps: ControlDeps) {

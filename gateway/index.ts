@@ -19,7 +19,7 @@ export async function openGatewaySessions(episode: EpisodeTurns): Promise<OpenSe
   return (await shared).open(episode);
 }
 
-export { GatewayServer } from './server';
+export { GatewayServer, countGatewayCallsWith } from './server';
 export { gatewayListen, type GatewayListen } from './listen';
 export { GatewayError } from './errors';
 export { checkGateway, type GatewayFinding } from './check';

@@ -13,6 +13,7 @@ import * as http from 'node:http';
 import * as https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { urlHost } from '../infra/config';
+import { troupeMetrics } from '../infra/metrics';
 import type { EpisodeTurns, OpenSessions } from '../agents/episode';
 import { GatewayError, invalid } from './errors';
 import { parseChatRequest, type ChatRequest } from './request';
@@ -52,6 +53,23 @@ interface Registered {
 const TLS_CHECK_EVERY_MS = 30_000;
 /** Bodies above this are refused (a context the engine could hold is far smaller). */
 const MAX_BODY = 16 * 1024 * 1024;
+
+/** A finished gateway request: its API (`chat/completions`, `responses`, `models`, `other`) and HTTP status. */
+export type GatewayCallHook = (api: string, status: number) => void;
+
+/** Where finished requests are counted: this process's metrics, unless a thread forwards them (episode-threads.ts). */
+let countCall: GatewayCallHook = (api, status) => troupeMetrics().gatewayCalls.add(1, { api, status: String(status) });
+
+/** Counts this thread's gateway requests with `hook` from now on. */
+export function countGatewayCallsWith(hook: GatewayCallHook): void {
+  countCall = hook;
+}
+
+/** The API label of a request path: one of a few, so the metric's labels stay bounded. */
+function apiOf(path: string | undefined): string {
+  const route = /^\/s\/[A-Za-z0-9_-]+\/v1\/(chat\/completions|responses|models)(\/|$)/.exec((path ?? '').split('?')[0] ?? '');
+  return route?.[1] ?? 'other';
+}
 
 export class GatewayServer {
   private readonly sessions = new Map<string, Registered>();
@@ -120,6 +138,7 @@ export class GatewayServer {
   }
 
   private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    res.once('close', () => countCall(apiOf(req.url), res.statusCode));
     try {
       const url = new URL(req.url ?? '/', this.origin);
       const m = /^\/s\/([A-Za-z0-9_-]+)\/v1(\/.*)$/.exec(url.pathname);

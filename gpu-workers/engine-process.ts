@@ -18,6 +18,7 @@ import * as readline from 'node:readline';
 import { EngineClient } from '../engines/protocol/client';
 import { backoffDelay, untilAvailable } from '../infra/backoff';
 import { HangWatch } from './hang-watch';
+import { troupeMetrics } from '../infra/metrics';
 
 const REPO_ROOT = path.resolve(__dirname, '..');
 
@@ -195,7 +196,10 @@ export class EngineSupervisor {
       incarnation.client
         .health({ timeoutMs: watch.askTimeoutMs(Date.now(), HEALTH_EVERY_MS) })
         .then(
-          (h) => watch.answered(Date.now(), h),
+          (h) => {
+            watch.answered(Date.now(), h);
+            troupeMetrics().engineQueueDepth.set(h.queueDepth);
+          },
           () => undefined, // no answer by the hang deadline: no progress
         )
         .finally(() => {
@@ -204,6 +208,7 @@ export class EngineSupervisor {
           if (!watch.hung(now) || this.current !== incarnation || this.stopping) return;
           clearInterval(timer);
           this.opts.log?.({ event: 'engine_hung', pid: incarnation.engine.child.pid, stalledMs: watch.stalledMs(now), deviceRuns: watch.deviceRuns });
+          troupeMetrics().engineHangs.add(1);
           incarnation.engine.child.kill('SIGKILL'); // also a stopped process; onExit restarts it
         });
     }, HEALTH_EVERY_MS);
@@ -218,6 +223,7 @@ export class EngineSupervisor {
     // Quick deaths in a row back off; an engine that ran a minute resets the streak.
     this.quickDeaths = Date.now() - this.current.startedAt < 60_000 ? this.quickDeaths + 1 : 1;
     this.restarts++;
+    troupeMetrics().engineRestarts.add(1);
     setTimeout(
       () => {
         if (this.stopping) return;

@@ -46,6 +46,17 @@ const port = (d: number) =>
       .default(d),
   );
 
+const optionalPort = z.preprocess(
+  unsetIfEmpty,
+  z
+    .string()
+    .trim()
+    .regex(/^\d+$/, 'must be a port number (1-65535)')
+    .transform(Number)
+    .refine((n) => n >= 1 && n <= 65535, 'must be a port number (1-65535)')
+    .optional(),
+);
+
 const hostPort = z.preprocess(
   unsetIfEmpty,
   z
@@ -183,6 +194,10 @@ const schema = z.object({
   DATABASE_URL: postgresUrl,
   TROUPE_STATE_DIR: optionalString,
   TROUPE_CHECKPOINT_DIR: optionalString,
+  TROUPE_TENSORBOARD_DIR: optionalString,
+  TROUPE_METRICS_HOST: stringWithDefault('127.0.0.1'),
+  TROUPE_CONTROL_METRICS_PORT: optionalPort,
+  TROUPE_POOL_METRICS_PORT: optionalPort,
   TROUPE_CHECKPOINT_INLINE_MAX_BYTES: byteCount(1 << 20),
   TROUPE_TASK_QUEUE: stringWithDefault('troupe'),
   TROUPE_POOL_TASK_QUEUE: stringWithDefault(DEFAULT_POOL),
@@ -261,6 +276,10 @@ export interface TroupeConfig {
   stateDir: string;
   /** Folder of the checkpoint store's files (TROUPE_CHECKPOINT_DIR; default <stateDir>/checkpoints). Every pool worker and engine of a cluster must see it at the same path. */
   checkpointDir: string;
+  /** Folder of the runs' TensorBoard event files, one folder per run (TROUPE_TENSORBOARD_DIR; default <stateDir>/runs/<run>/tensorboard; `off`: none). */
+  tensorboardDir?: string;
+  /** Prometheus `/metrics` of the control worker and of a pool worker (TROUPE_METRICS_HOST, default loopback; TROUPE_CONTROL_METRICS_PORT, TROUPE_POOL_METRICS_PORT: unset, none). */
+  metrics: { host: string; controlPort?: number; poolPort?: number };
   /** Versions up to this many bytes (weights + optimizer state) stay inline in Postgres (TROUPE_CHECKPOINT_INLINE_MAX_BYTES). */
   checkpointInlineMaxBytes: number;
   /** Control task queue: workflows and control activities (TROUPE_TASK_QUEUE). */
@@ -329,6 +348,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): TroupeConfig {
     databaseUrl: e.DATABASE_URL,
     stateDir,
     checkpointDir: path.resolve(e.TROUPE_CHECKPOINT_DIR ?? path.join(stateDir, 'checkpoints')),
+    tensorboardDir:
+      e.TROUPE_TENSORBOARD_DIR === undefined || e.TROUPE_TENSORBOARD_DIR === 'off' ? e.TROUPE_TENSORBOARD_DIR : path.resolve(e.TROUPE_TENSORBOARD_DIR),
+    metrics: { host: e.TROUPE_METRICS_HOST, controlPort: e.TROUPE_CONTROL_METRICS_PORT, poolPort: e.TROUPE_POOL_METRICS_PORT },
     checkpointInlineMaxBytes: e.TROUPE_CHECKPOINT_INLINE_MAX_BYTES,
     taskQueue: e.TROUPE_TASK_QUEUE,
     poolTaskQueue: e.TROUPE_POOL_TASK_QUEUE,

@@ -9,13 +9,14 @@
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
 import { Client } from '@temporalio/client';
-import { type NativeConnection, Runtime, Worker, type WorkerOptions } from '@temporalio/worker';
+import { type NativeConnection, Worker, type WorkerOptions } from '@temporalio/worker';
 import { createControlActivities } from '../activities';
 import { UserCodeThreads } from '../activities/training/user-code-threads';
 import { dashboardUrl } from '../stack/dashboard';
 import { untilAvailable } from '../infra/backoff';
 import { payloadDataConverter } from '../infra/codec';
-import { loadConfig, redactUrl, temporalAddressOf, type PayloadKeysConfig } from '../infra/config';
+import { loadConfig, redactUrl, temporalAddressOf, type PayloadKeysConfig, type TroupeConfig } from '../infra/config';
+import type { TensorBoardDirs } from '../activities/store/tensorboard';
 import { connect, dropPostgresJsStrays, type Sql } from '../infra/db';
 import { formatError, isTroupeError } from '../infra/errors';
 import { watchProcess } from '../stack/watchdog';
@@ -28,6 +29,7 @@ import { Patch } from '../workflows/patches';
 import { activeProject, enterProjectFromEnvironment, writeWorkflowsEntry } from './project';
 import { EpisodeWatch } from './episode-watch';
 import { bundleCache } from './team-bundle';
+import { installRuntime, metricsPortArg, prometheusTelemetry } from './prometheus';
 import { loadTeamCode, workerIdentity } from './team-code';
 
 export interface ControlWorkerOptions {
@@ -43,6 +45,8 @@ export interface ControlWorkerOptions {
   payloadKeys?: PayloadKeysConfig;
   /** A prebuilt bundle (bundleWorkflowCode) to skip bundling, e.g. in tests that create many workers. */
   workflowBundle?: WorkerOptions['workflowBundle'];
+  /** Where each run's TensorBoard event files go (tensorboardDirsOf); none: no event files. */
+  tensorboardDirs?: TensorBoardDirs;
   /** Any other Worker option (identity, concurrency limits, interceptors...). */
   workerOptions?: Partial<WorkerOptions>;
 }
@@ -80,6 +84,7 @@ export async function createControlWorker(opts: ControlWorkerOptions): Promise<W
         dashboardUrl: opts.dashboardUrl,
         workflowPatches: Object.values(Patch),
         userCode,
+        tensorboardDirs: opts.tensorboardDirs,
       }),
       dataConverter: payloadDataConverter(opts.payloadKeys),
       ...opts.workerOptions,
@@ -87,6 +92,16 @@ export async function createControlWorker(opts: ControlWorkerOptions): Promise<W
   } finally {
     cache?.release(); // Worker.create has bundled by now
   }
+}
+
+/**
+ * Each run's TensorBoard folder: `<TROUPE_TENSORBOARD_DIR>/<run>` when set, else
+ * `<state>/runs/<run>/tensorboard` beside its curves; TROUPE_TENSORBOARD_DIR=off: none.
+ */
+export function tensorboardDirsOf(config: Pick<TroupeConfig, 'stateDir' | 'tensorboardDir'>): TensorBoardDirs | undefined {
+  const root = config.tensorboardDir;
+  if (root === 'off') return undefined;
+  return root ? (runId) => path.join(root, runId) : (runId) => path.join(config.stateDir, 'runs', runId, 'tensorboard');
 }
 
 export const READY_LINE = 'troupe control worker: ready';
@@ -97,9 +112,15 @@ async function main(): Promise<void> {
       'temporal-address': { type: 'string' },
       namespace: { type: 'string' },
       'task-queue': { type: 'string' },
+      'metrics-port': { type: 'string' },
     },
   });
-  await runControlWorkerProcess({ temporalAddress: values['temporal-address'], namespace: values.namespace, taskQueue: values['task-queue'] });
+  await runControlWorkerProcess({
+    temporalAddress: values['temporal-address'],
+    namespace: values.namespace,
+    taskQueue: values['task-queue'],
+    metricsPort: metricsPortArg(values['metrics-port']),
+  });
 }
 
 /**
@@ -110,6 +131,8 @@ export async function runControlWorkerProcess(opts: {
   temporalAddress?: string;
   namespace?: string;
   taskQueue?: string;
+  /** Port of the Prometheus endpoint (default TROUPE_CONTROL_METRICS_PORT; none: no endpoint). */
+  metricsPort?: number;
   onReady?: (worker: Worker) => void;
 }): Promise<void> {
   // the project's teams and stack defaults first: loadConfig reads what it sets
@@ -125,7 +148,8 @@ export async function runControlWorkerProcess(opts: {
   const watchdog = watchProcess({ what: 'troupe control worker', blockedLoopMs: config.blockedLoopS * 1000 });
   // Before the first connection: the SDK's logger is where a durable episode that never yields shows.
   const episodes = new EpisodeWatch({ limitMs: ISOLATE_TIMEOUT_MS });
-  Runtime.install({ logger: episodes.logger(), telemetryOptions: { logging: { forward: {} } } });
+  const metrics = prometheusTelemetry({ host: config.metrics.host, port: opts.metricsPort ?? config.metrics.controlPort });
+  installRuntime({ logger: episodes.logger(), telemetryOptions: { logging: { forward: {} }, ...(metrics ? { metrics } : {}) } });
   dropPostgresJsStrays((e) => console.log(JSON.stringify({ ts: new Date().toISOString(), ...e })));
 
   // PostgreSQL and Temporal may be down or still starting: wait for each (capped backoff)
@@ -156,6 +180,7 @@ export async function runControlWorkerProcess(opts: {
             poolTaskQueue: config.poolTaskQueue,
             dashboardUrl: dashboardUrl(config),
             payloadKeys: config.payloadKeys,
+            tensorboardDirs: tensorboardDirsOf(config),
           }),
         };
       } catch (e) {

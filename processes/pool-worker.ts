@@ -33,6 +33,7 @@ import { connectTemporalWorker } from '../infra/temporal-connection';
 import { TroupeError, isTroupeError } from '../infra/errors';
 import { watchProcess } from '../stack/watchdog';
 import { assertNamespaceReady } from '../infra/namespace';
+import { installRuntime, metricsPortArg, prometheusTelemetry } from './prometheus';
 
 export interface PoolWorkerOptions {
   taskQueue?: string;
@@ -188,6 +189,7 @@ usage: node --import tsx processes/pool-worker.ts [options]
   --engine KIND          the engine to spawn: ${Object.keys(ENGINE_KINDS).join(' | ')} (default env TROUPE_ENGINE or ${DEFAULT_ENGINE_KIND})
   --device D             device of the spawned engine: cpu | cuda:N | auto, or for --engine pytorch a list
                          (cuda:0,cuda:1: FSDP2 updates) (default env TROUPE_DEVICE or auto)
+  --metrics-port P       serve Prometheus /metrics on this port (default env TROUPE_POOL_METRICS_PORT; unset: none)
   -h, --help             this text`;
 
 async function main(): Promise<void> {
@@ -199,6 +201,7 @@ async function main(): Promise<void> {
       'engine-address': { type: 'string' },
       engine: { type: 'string' },
       device: { type: 'string' },
+      'metrics-port': { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
     strict: true,
@@ -214,6 +217,7 @@ async function main(): Promise<void> {
     engineAddress: values['engine-address'],
     engine: values.engine,
     device: values.device,
+    metricsPort: metricsPortArg(values['metrics-port']),
   });
 }
 
@@ -225,6 +229,8 @@ async function main(): Promise<void> {
 export async function runPoolWorkerProcess(
   opts: Pick<PoolWorkerOptions, 'taskQueue' | 'temporalAddress' | 'namespace' | 'engineAddress' | 'engine' | 'device'> & {
     onReady?: (pool: PoolWorker) => void;
+    /** Port of the Prometheus endpoint (default TROUPE_POOL_METRICS_PORT; none: no endpoint). */
+    metricsPort?: number;
   },
 ): Promise<void> {
   const log = (e: Record<string, unknown>) => process.stderr.write(`${JSON.stringify({ ts: new Date().toISOString(), ...e })}\n`);
@@ -251,6 +257,8 @@ export async function runPoolWorkerProcess(
     });
   }
   const config = loadConfig();
+  const metrics = prometheusTelemetry({ host: config.metrics.host, port: opts.metricsPort ?? config.metrics.poolPort });
+  if (metrics) installRuntime({ telemetryOptions: { metrics } });
   // its episode threads start their gateways from the same environment: an unreadable certificate stops the worker now
   gatewayListen(config.gateway);
   const watchdog = watchProcess({ what: 'troupe pool worker', blockedLoopMs: config.blockedLoopS * 1000 });

@@ -6,6 +6,7 @@
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import assert from 'node:assert/strict';
 import type { Worker } from '@temporalio/worker';
+import type { TensorBoardDirs } from '../activities/store/tensorboard';
 import { listVersions } from '../activities/store/versions';
 import { createPoolWorker, type PoolWorker, type PoolWorkerOptions } from '../processes/pool-worker';
 import { createControlWorker } from '../processes/control-worker';
@@ -30,6 +31,8 @@ export interface HarnessOptions {
   /** The pool's task queue, served by the pool worker and configured on the control worker (default troupe-gpu). */
   poolTaskQueue?: string;
   pool?: Partial<PoolWorkerOptions>;
+  /** Where the control worker writes each run's TensorBoard event files; none: no event files. */
+  tensorboardDirs?: TensorBoardDirs;
 }
 
 export async function startPool(
@@ -62,6 +65,7 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
     sql: db.sql,
     poolTaskQueue: opts.poolTaskQueue,
     dashboardUrl: opts.dashboardUrl,
+    tensorboardDirs: opts.tensorboardDirs,
     workflowBundle: await workflowBundle(),
   });
   const controlRun = control.run();

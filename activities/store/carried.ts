@@ -7,7 +7,8 @@
 import type { Sql } from '../../infra/db';
 import type { EpisodeSpec } from '../training/plan';
 import type { Generation } from '../training/partial';
-import { insertEpisodes, type StoredEpisode } from './trajectories';
+import { countSavedEpisodes, insertEpisodes, type StoredEpisode } from './trajectories';
+import { timedStoreWrite } from '../../infra/metrics';
 
 export interface CarriedEpisode {
   spec: EpisodeSpec;
@@ -74,26 +75,31 @@ export async function commitPartialRollout(
   sql: Sql,
   c: { runId: string; step: number; trained: readonly StoredEpisode[]; carried: readonly CarriedEpisode[]; result: PartialRolloutResult },
 ): Promise<PartialRolloutResult> {
-  return sql.begin(async (t) => {
-    const tx = t as unknown as Sql;
-    const [first] = await tx`
+  let inserted: Set<string> = new Set();
+  const result = await timedStoreWrite('episodes', () =>
+    sql.begin(async (t) => {
+      const tx = t as unknown as Sql;
+      const [first] = await tx`
       INSERT INTO partial_rollouts (run_id, step, result) VALUES (${c.runId}, ${c.step}, ${tx.json(c.result as never)})
       ON CONFLICT (run_id, step) DO NOTHING RETURNING step`;
-    if (!first) return (await partialRolloutOf(tx, c.runId, c.step))!;
-    await insertEpisodes(tx, c.trained);
-    const rows = c.carried.map((e) => ({
-      run_id: c.runId,
-      into_step: c.step + 1,
-      episode_id: e.spec.episodeId,
-      from_step: e.fromStep,
-      carries: e.carries,
-      spec: tx.json(e.spec as never),
-      finished: e.finished ? tx.json(e.finished as never) : null,
-      generations: tx.json(e.generations as never),
-    }));
-    for (let i = 0; i < rows.length; i += 500) await tx`INSERT INTO carried_episodes ${tx(rows.slice(i, i + 500) as never)}`;
-    return c.result;
-  });
+      if (!first) return (await partialRolloutOf(tx, c.runId, c.step))!;
+      inserted = await insertEpisodes(tx, c.trained);
+      const rows = c.carried.map((e) => ({
+        run_id: c.runId,
+        into_step: c.step + 1,
+        episode_id: e.spec.episodeId,
+        from_step: e.fromStep,
+        carries: e.carries,
+        spec: tx.json(e.spec as never),
+        finished: e.finished ? tx.json(e.finished as never) : null,
+        generations: tx.json(e.generations as never),
+      }));
+      for (let i = 0; i < rows.length; i += 500) await tx`INSERT INTO carried_episodes ${tx(rows.slice(i, i + 500) as never)}`;
+      return c.result;
+    }),
+  );
+  countSavedEpisodes(c.trained, inserted);
+  return result;
 }
 
 /** Carried episodes and their age (steps since planned), per step they were carried into: for status and tests. */

@@ -5,6 +5,7 @@
  */
 import type { Row } from 'postgres';
 import type { Sql } from '../../infra/db';
+import { timedStoreWrite, troupeMetrics } from '../../infra/metrics';
 import type { Split } from '../../agents/tasks';
 import type { Trajectory, TurnRewards } from '../../schema/trajectory';
 
@@ -45,7 +46,23 @@ function chunks<T>(xs: readonly T[]): T[][] {
  */
 export async function saveEpisodes(sql: Sql, episodes: readonly StoredEpisode[]): Promise<Set<string>> {
   if (episodes.length === 0) return new Set();
-  return sql.begin((tx) => insertEpisodes(tx as unknown as Sql, episodes));
+  const inserted = await timedStoreWrite('episodes', () => sql.begin((tx) => insertEpisodes(tx as unknown as Sql, episodes)));
+  countSavedEpisodes(episodes, inserted);
+  return inserted;
+}
+
+/** Counts the episodes, turns and generated tokens a committed write inserted (infra/metrics.ts). */
+export function countSavedEpisodes(episodes: readonly StoredEpisode[], inserted: ReadonlySet<string>): void {
+  const m = troupeMetrics();
+  for (const { meta, trajectory } of episodes) {
+    if (!inserted.has(meta.episodeId)) continue;
+    m.episodes.add(1, { split: meta.split, status: trajectory.status });
+    m.turns.add(trajectory.turns.length, { split: meta.split });
+    m.tokensGenerated.add(
+      trajectory.turns.reduce((n, t) => n + t.responseTokens.length, 0),
+      { split: meta.split },
+    );
+  }
 }
 
 /** saveEpisodes' inserts, inside a transaction the caller holds (partial rollouts commit more with them). */

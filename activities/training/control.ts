@@ -15,6 +15,7 @@ import { parseRunConfig, type RunConfig } from '../../schema/run-config';
 import type { Trajectory } from '../../schema/trajectory';
 import { createRun, getRun, hasExecution, recordEvent, recordExecution, recordWorkflowPatches, setRunStatus, type RunStatus } from '../store/runs';
 import { mergeStepMetrics, writeMetrics } from '../store/metrics';
+import { tensorBoardExporter, type TensorBoardDirs } from '../store/tensorboard';
 import { loadStepEpisodes, saveEpisodes, type EpisodeMeta, type StoredEpisode } from '../store/trajectories';
 import { loadTasks } from '../tasks';
 import { durableEpisodeMeta, episodesOf, type EpisodeSpec, type StepPlan } from './plan';
@@ -71,7 +72,18 @@ export interface UserCode {
 
 export type StartRunInput = { runId: string; config: RunConfig; workflowId: string; executionId: string; models: string[]; resume?: boolean };
 
-export function createTrainingControlActivities({ sql, workflowPatches, userCode }: { sql: Sql; workflowPatches?: readonly string[]; userCode?: UserCode }) {
+export function createTrainingControlActivities({
+  sql,
+  workflowPatches,
+  userCode,
+  tensorboardDirs,
+}: {
+  sql: Sql;
+  workflowPatches?: readonly string[];
+  userCode?: UserCode;
+  tensorboardDirs?: TensorBoardDirs;
+}) {
+  const exportCurves = tensorBoardExporter(sql, tensorboardDirs);
   // A tool or reward with a synchronous loop would block this worker for good: they run only in threads.
   const threads = (what: string) => {
     if (!userCode) throw new Error(`${what}: this control worker runs no user code threads (createControlActivities needs userCode)`);
@@ -149,7 +161,9 @@ export function createTrainingControlActivities({ sql, workflowPatches, userCode
 
     /** Summarises a finished eval from its stored episodes and writes its metrics. */
     async recordEval(input: { runId: string; step: number }): Promise<EvalSummary> {
-      return recordEval(sql, input);
+      const summary = await recordEval(sql, input);
+      await exportCurves(input.runId);
+      return summary;
     },
 
     /** Timings and throughput of a finished step, merged into its row. */
@@ -160,10 +174,12 @@ export function createTrainingControlActivities({ sql, workflowPatches, userCode
         input.runId,
         Object.entries(input.metrics).map(([name, value]) => ({ step: input.step, kind: 'train', scope: 'team', name, value })),
       );
+      await exportCurves(input.runId);
     },
 
     async setRunStatus(input: { runId: string; status: RunStatus }) {
       await setRunStatus(sql, input.runId, input.status);
+      await exportCurves(input.runId);
     },
 
     async recordEvent(input: { runId: string; step: number; kind: string; detail?: unknown }) {

@@ -30,11 +30,12 @@ import {
 import type { AnyTeam } from '../../agents/team';
 import type { Trajectory } from '../../schema/trajectory';
 import { errorMessage } from '../../infra/errors';
+import { troupeMetrics } from '../../infra/metrics';
 import type { StoredEpisode } from '../store/trajectories';
 import { scoredEpisode, type TeamRef } from './control';
 import { runBatchedEpisode } from './episode-sandbox';
+import { countGatewayCallsWith, openGatewaySessions } from '../../gateway';
 import { executeTool } from '../tools';
-import { openGatewaySessions } from '../../gateway';
 
 type EpisodeMeta = StoredEpisode['meta'];
 
@@ -57,7 +58,8 @@ type FromThread =
   | { t: 'generate'; id: number; call: number; request: GenerateCall }
   | { t: 'journal'; id: number; call: number; op: JournalOp }
   | { t: 'done'; id: number; episode: StoredEpisode }
-  | { t: 'failed'; id: number; message: string; fromReply: boolean };
+  | { t: 'failed'; id: number; message: string; fromReply: boolean }
+  | { t: 'gateway-call'; id: -1; api: string; status: number };
 
 /** A gateway journal operation, done by the worker's thread (which holds the store connection). */
 type JournalOp = { op: 'load'; episodeId: string } | { op: 'record'; episodeId: string; entry: JournaledCall } | { op: 'clear'; episodeId: string };
@@ -103,6 +105,8 @@ export function serveEpisodes(port: MessagePort, shared: Int32Array, load: (ref:
   const episodes = new Map<number, { used: number; since: number; abort: AbortController; replies: Map<number, (r: ToThread & { t: 'reply' }) => void> }>();
   let calls = 0;
   const post = (m: FromThread) => port.postMessage(m);
+  // The gateway's requests are counted by the worker's thread, whose metrics the endpoint serves.
+  countGatewayCallsWith((api, status) => post({ t: 'gateway-call', id: -1, api, status }));
   // Whose code runs from now, until it awaits (a turn, a tool call) or ends.
   const handOver = (id: number) => {
     const e = episodes.get(id);
@@ -268,6 +272,7 @@ class EpisodeThread {
   }
 
   private onMessage(m: FromThread) {
+    if (m.t === 'gateway-call') return void troupeMetrics().gatewayCalls.add(1, { api: m.api, status: String(m.status) });
     const r = this.running.get(m.id);
     if (!r) {
       if (m.t === 'done' || m.t === 'failed') this.cancelled.delete(m.id); // a cancelled episode ended on its own

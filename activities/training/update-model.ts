@@ -12,6 +12,7 @@ import type { OffPolicySetting, ResolvedTraining } from '../../schema/run-config
 import { readStepRewards, writeMetrics } from '../store/metrics';
 import { recordEvent } from '../store/runs';
 import { commitUpdate, versionOfStep } from '../store/versions';
+import { timedStoreWrite, troupeMetrics } from '../../infra/metrics';
 import type { TeamRef } from './control';
 import { heartbeating } from './engine-work';
 import { type EngineApi, type EngineVersions, reasonOf } from './engine-versions';
@@ -85,6 +86,7 @@ export async function updateModel(
       agentRows(batch, agents.acted).map((r) => ({ ...r, step })),
     );
     await recordEvent(sql, { runId, step, kind: 'update-skipped', detail: { model, reason, ...detail } });
+    troupeMetrics().updates.add(1, { model, outcome: 'skipped' });
     return { version: input.baseVersion, committed: false, skipped: reason, metrics: {}, rewards: batch.rewards };
   };
   const untrainable = skipReason(sequences);
@@ -135,22 +137,33 @@ export async function updateModel(
   const exported = await engine().exportVersion({ modelKey: key, version: res.info.version });
   const metrics = updateMetrics(res, corrected?.model);
   const rows = updateRows(model, metrics, input.rollout, batch, agents, corrected?.agents);
-  const commit = await commitUpdate(sql, checkpoints, {
-    version: {
-      runId,
-      model,
-      version: res.info.version,
-      step,
-      spec: exported.info.spec,
-      weights: exported.weights,
-      optimizerState: exported.optimizerState,
-      sha256: exported.info.weightsSha256,
-      metrics,
-    },
-    metrics: rows.filter((r) => Number.isFinite(r.value)),
-    stepMetrics: { counts: batch.counts, [`update.${model}`]: metrics },
-    settings: { [model]: modelSettings },
-    advantages: batch.turnAdvantages.filter((a) => a.model === model),
-  });
+  const commit = await timedStoreWrite('update', () =>
+    commitUpdate(sql, checkpoints, {
+      version: {
+        runId,
+        model,
+        version: res.info.version,
+        step,
+        spec: exported.info.spec,
+        weights: exported.weights,
+        optimizerState: exported.optimizerState,
+        sha256: exported.info.weightsSha256,
+        metrics,
+      },
+      metrics: rows.filter((r) => Number.isFinite(r.value)),
+      stepMetrics: { counts: batch.counts, [`update.${model}`]: metrics },
+      settings: { [model]: modelSettings },
+      advantages: batch.turnAdvantages.filter((a) => a.model === model),
+    }),
+  );
+  if (commit.committed) {
+    const m = troupeMetrics();
+    m.updates.add(1, { model, outcome: 'committed' });
+    m.modelVersion.set(commit.version.version, { run: runId, model });
+    m.tokensTrained.add(
+      sequences.reduce((n, q) => n + q.mask.reduce((k, x) => k + (x > 0 ? 1 : 0), 0), 0),
+      { model },
+    );
+  }
   return { version: commit.version.version, committed: commit.committed, metrics: commit.version.metrics, rewards: batch.rewards };
 }

@@ -11,12 +11,13 @@ import { eventLoopLag } from '../../stack/watchdog';
 import { serveHealth, type Readiness } from '../../infra/health';
 import { embeddedPostgresStatus, embeddedPostgresUrl } from '../../stack/postgres';
 import { runPoolWorkerProcess } from '../../processes/pool-worker';
+import { metricsPortArg } from '../../processes/prometheus';
 import { defineCommand } from '../command';
 
 export default defineCommand({
   name: 'worker',
   summary: 'Run a control or pool worker in the foreground (for systemd or Kubernetes)',
-  usage: 'troupe worker control|pool [--queue Q] [--engine onnx|pytorch] [--device D] [--engine-address A] [--health-port P]',
+  usage: 'troupe worker control|pool [--queue Q] [--engine onnx|pytorch] [--device D] [--engine-address A] [--health-port P] [--metrics-port P]',
   description: [
     'control: all workflows and control activities, on TROUPE_TASK_QUEUE (or --queue).',
     'pool: the pool activities on TROUPE_POOL_TASK_QUEUE (or --queue), against an engine it spawns',
@@ -42,6 +43,12 @@ export default defineCommand({
       description: 'pool: the engine to spawn: onnx (built-in, default TROUPE_ENGINE or onnx) or pytorch (engines/pytorch)',
     },
     'health-port': { type: 'number', valueName: 'P', example: '9464', description: 'serve GET /healthz on this port (all interfaces)' },
+    'metrics-port': {
+      type: 'number',
+      valueName: 'P',
+      example: '9465',
+      description: 'serve Prometheus GET /metrics on this port, at TROUPE_METRICS_HOST (default TROUPE_CONTROL_METRICS_PORT / TROUPE_POOL_METRICS_PORT)',
+    },
   },
   async run({ values, positionals }) {
     const [kind, ...rest] = positionals;
@@ -55,6 +62,7 @@ export default defineCommand({
       throw new TroupeError('worker control: --device, --engine and --engine-address are for pool workers', 'drop them, or run `troupe worker pool`');
     }
     const port = values['health-port'];
+    const metricsPortOf = (p: number | undefined) => (p === undefined ? undefined : metricsPortArg(String(p)));
     if (port !== undefined && !(Number.isInteger(port) && port >= 1 && port <= 65535)) {
       throw new TroupeError(`--health-port: must be a port number (1-65535), got ${port}`, 'e.g. --health-port 9464');
     }
@@ -78,7 +86,12 @@ export default defineCommand({
             return { ...r, ...l, ready: r.ready && l.eventLoopLagMs < lagLimitMs };
           });
     try {
-      const common = { temporalAddress: temporalAddressOf(config), namespace: config.namespace, taskQueue: values.queue };
+      const common = {
+        temporalAddress: temporalAddressOf(config),
+        namespace: config.namespace,
+        taskQueue: values.queue,
+        metricsPort: metricsPortOf(values['metrics-port']),
+      };
       if (kind === 'control') {
         await runControlWorkerProcess({
           ...common,
