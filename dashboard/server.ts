@@ -54,7 +54,7 @@ function staticFile(pathname: string): { file: string; type: string } | undefine
   return { file: path.join(DIST, rel), type };
 }
 
-const CONTROLS = ['pause', 'resume', 'stop', 'stop-now', 'setOptimizer'] as const;
+const CONTROLS = ['pause', 'resume', 'stop', 'setOptimizer'] as const;
 type Control = (typeof CONTROLS)[number];
 const MAX_BODY = 64 * 1024;
 
@@ -96,8 +96,7 @@ async function control(opts: DashboardOptions, req: http.IncomingMessage, runId:
   const handle = opts.client.workflow.getHandle(runId);
   try {
     if (what === 'setOptimizer') return { ok: true, ...(await handle.executeUpdate(setOptimizerUpdate, { args: [body as never] })) };
-    if (what === 'stop-now') await handle.signal(stopSignal, { now: true });
-    else await handle.signal({ pause: pauseSignal, resume: resumeSignal, stop: stopSignal }[what]);
+    await handle.signal({ pause: pauseSignal, resume: resumeSignal, stop: stopSignal }[what]);
     return { ok: true };
   } catch (e) {
     // The workflow's rejection (e.g. InvalidOptimizerChange naming each field) is the user's error.

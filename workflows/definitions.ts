@@ -8,14 +8,8 @@ import type { OptimizerChange } from '../schema/optimizer';
 /** Finish the current step, then wait. */
 export const pauseSignal = defineSignal('pause');
 export const resumeSignal = defineSignal('resume');
-/** How a run stops: after its current step and a final eval (default), or `now`. */
-export interface StopOptions {
-  /** Cancel the step in flight (its rollout's episodes end at once), skip the final eval; committed versions stay. */
-  now?: boolean;
-}
-
-/** Finish the current step, run a final eval, close as stopped; with `{ now: true }`, cancel the step in flight instead. */
-export const stopSignal = defineSignal<[StopOptions?]>('stop');
+/** Finish the current step, run a final eval, complete. */
+export const stopSignal = defineSignal('stop');
 
 export type { OptimizerChange };
 

@@ -191,11 +191,10 @@ export async function runPage(runId: string, params: URLSearchParams) {
 function controls(runId: string, enabled: boolean) {
   const el = byId('controls');
   if (!enabled) {
-    el.innerHTML =
-      '<small>Controls are off (start the dashboard with TROUPE_DASHBOARD_TOKEN to enable pause / resume / stop / stop now / setOptimizer).</small>';
+    el.innerHTML = '<small>Controls are off (start the dashboard with TROUPE_DASHBOARD_TOKEN to enable pause / resume / stop / setOptimizer).</small>';
     return;
   }
-  el.innerHTML = `token <input id="token" type="password" size="12"> ${['pause', 'resume', 'stop', 'stop-now'].map((c) => `<button data-c="${c}">${c.replace('-', ' ')}</button>`).join('')}
+  el.innerHTML = `token <input id="token" type="password" size="12"> ${['pause', 'resume', 'stop'].map((c) => `<button data-c="${c}">${c}</button>`).join('')}
     optimizer change <input id="optchange" size="30" placeholder='{"all":{"lr":0.01}}'><button data-c="setOptimizer">set</button> <span id="ctlmsg"></span>`;
   el.onclick = async (ev) => {
     const c = ev.target instanceof HTMLElement ? ev.target.dataset.c : undefined;

@@ -3,7 +3,7 @@
  * carries (toCarried), what the status query answers (view) and what the Web UI
  * shows (publish: search attributes and Current Details).
  */
-import { type CancellationScope, setCurrentDetails, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
+import { setCurrentDetails, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
 import type { EvalSummary, TeamRef } from '../../activities/training/control';
 import { TroupeEvalSuccess, TroupeRunId, TroupeStatus, TroupeStep, TroupeTeam } from '../../infra/search-attributes';
 import type { OptimizerChange, OptimizerConfig } from '../../schema/optimizer';
@@ -52,10 +52,6 @@ export class RunState {
   versions: Record<string, number>;
   paused: boolean;
   stopRequested: boolean;
-  /** `troupe stop --now`: the step in flight is cancelled (through `stepScope`), no final eval. */
-  stopNow = false;
-  /** The scope of the step in flight (and its eval), cancelled by a stop --now. */
-  stepScope: CancellationScope | undefined = undefined;
   initialEval: EvalSummary | null;
   lastEval: EvalSummary | null;
   failedEpisodes: number;

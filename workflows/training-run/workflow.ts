@@ -17,7 +17,6 @@
 import {
   allHandlersFinished,
   ApplicationFailure,
-  CancellationScope,
   condition,
   ContinueAsNew,
   continueAsNew,
@@ -105,17 +104,13 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
       run.phase = 'running';
       run.publish();
       if (run.pendingChanges.length > 0) await applyPendingChanges(run);
-      // The step and its eval in a scope a stop --now cancels (a scope issues no command: histories replay as before).
-      const stoppedNow = await cancellableStep(run, async () => {
-        if (run.pipeline) await runStaleStep(run);
-        else await runStep(run);
-        if (evalDue(run, run.step)) {
-          await evaluate(run, run.step);
-          run.phase = 'running';
-          run.publish();
-        }
-      });
-      if (stoppedNow) break;
+      if (run.pipeline) await runStaleStep(run);
+      else await runStep(run);
+      if (evalDue(run, run.step)) {
+        await evaluate(run, run.step);
+        run.phase = 'running';
+        run.publish();
+      }
       if (run.continueAsNewSuggested() && run.step < run.config.steps) {
         // This execution closes: a TroupeStatus="running" search must find only the one that goes on.
         if (patched(Patch.continuedStatus)) upsertSearchAttributes([{ key: TroupeStatus, value: 'continued' }]);
@@ -127,10 +122,8 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
     }
 
     run.phase = run.stopRequested ? 'stopping' : 'running';
-    // stop --now: rollouts still in flight are abandoned (closing the workflow cancels them), and no final eval
-    if (run.pipeline && !run.stopNow) await run.pipeline.drain();
-    const finalEval = run.stopNow || run.lastEval?.step === run.step ? run.lastEval : await evaluate(run, run.step);
-    if (run.stopNow) await control.recordEvent({ runId: run.runId, step: run.step, kind: 'stopped-now' });
+    if (run.pipeline) await run.pipeline.drain();
+    const finalEval = run.lastEval?.step === run.step ? run.lastEval : await evaluate(run, run.step);
     const status = run.stopRequested && run.step < run.config.steps ? 'stopped' : 'completed';
     run.phase = status;
     run.publish();
@@ -164,12 +157,7 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
 function handleMessages(run: RunState, recordAccepted: boolean) {
   setHandler(pauseSignal, () => void (run.paused = true));
   setHandler(resumeSignal, () => void (run.paused = false));
-  setHandler(stopSignal, (opts) => {
-    run.stopRequested = true;
-    if (opts?.now !== true) return;
-    run.stopNow = true;
-    run.stepScope?.cancel();
-  });
+  setHandler(stopSignal, () => void (run.stopRequested = true));
   setHandler(
     setOptimizerUpdate,
     async (raw) => {
@@ -196,25 +184,6 @@ function handleMessages(run: RunState, recordAccepted: boolean) {
     },
   );
   setHandler(statusQuery, () => run.view());
-}
-
-/**
- * Runs one step in a scope that a stop --now cancels. True when it was cancelled that way: the
- * step's activities and episode children are cancelled (what they committed stays); any other
- * failure is the run's.
- */
-async function cancellableStep(run: RunState, step: () => Promise<void>): Promise<boolean> {
-  const scope = new CancellationScope();
-  run.stepScope = scope;
-  try {
-    await scope.run(step);
-    return false;
-  } catch (e) {
-    if (run.stopNow && isCancellation(e)) return true;
-    throw e;
-  } finally {
-    run.stepScope = undefined;
-  }
 }
 
 /** A failed run: marked failed in the store and on the workflow, unless it never owned the run. */
