@@ -34,28 +34,15 @@ const unsetIfEmpty = (v: unknown) => (typeof v === 'string' && v.trim() === '' ?
 const optionalString = z.preprocess(unsetIfEmpty, z.string().trim().optional());
 const stringWithDefault = (d: string) => z.preprocess(unsetIfEmpty, z.string().trim().default(d));
 
-const port = (d: number) =>
-  z.preprocess(
-    unsetIfEmpty,
-    z
-      .string()
-      .trim()
-      .regex(/^\d+$/, 'must be a port number (1-65535)')
-      .transform(Number)
-      .refine((n) => n >= 1 && n <= 65535, 'must be a port number (1-65535)')
-      .default(d),
-  );
-
-const optionalPort = z.preprocess(
-  unsetIfEmpty,
-  z
-    .string()
-    .trim()
-    .regex(/^\d+$/, 'must be a port number (1-65535)')
-    .transform(Number)
-    .refine((n) => n >= 1 && n <= 65535, 'must be a port number (1-65535)')
-    .optional(),
-);
+/** A port number from the environment; `port(d)` defaults to d, `optionalPort` may be unset. */
+const portNumber = z
+  .string()
+  .trim()
+  .regex(/^\d+$/, 'must be a port number (1-65535)')
+  .transform(Number)
+  .refine((n) => n >= 1 && n <= 65535, 'must be a port number (1-65535)');
+const port = (d: number) => z.preprocess(unsetIfEmpty, portNumber.default(d));
+const optionalPort = z.preprocess(unsetIfEmpty, portNumber.optional());
 
 const hostPort = z.preprocess(
   unsetIfEmpty,
