@@ -13,7 +13,7 @@ import { runIdFor } from './control/run-id';
 import { TroupeError } from './infra/errors';
 import { enterProjectFromEnvironment } from './processes/project';
 import type { RunConfigInput } from './schema/run-config';
-import { pauseSignal, resumeSignal, statusQuery, stopSignal, type RunStatusView } from './workflows/definitions';
+import { pauseSignal, resumeSignal, statusQuery, stopSignal, type RunStatusView, type StopOptions } from './workflows/definitions';
 import type { RunSummary, trainingRun } from './workflows/training-run';
 
 export type { RunConfigInput, RunStatusView, RunSummary, RunStatus };
@@ -35,8 +35,8 @@ export interface TroupeClient {
   pause(runId: string): Promise<void>;
   /** Un-pauses an open run, or continues a run that failed (a new execution, nothing lost or repeated). */
   resume(runId: string): Promise<void>;
-  /** Stops after the step in flight and a final eval. */
-  stop(runId: string): Promise<void>;
+  /** Stops after the step in flight and a final eval; with `{ now: true }`, cancels the step in flight and skips the eval. */
+  stop(runId: string, opts?: StopOptions): Promise<void>;
   /** A setOptimizer change (e.g. `{ models: { policy: { lr: 5e-4 } } }`), checked against the run's team first. */
   setOptimizer(runId: string, change: unknown): Promise<{ effectiveStep: number }>;
   /** Runs in the store, newest first. */
@@ -92,8 +92,8 @@ export async function connectTroupe(opts: { project?: string; log?: (line: strin
       if (open) await open.handle.signal(resumeSignal);
       else await resumeRun(c.client, c.sql, c.config.taskQueue, runId);
     },
-    async stop(runId) {
-      await (await requireOpenRun(c, runId, 'stop')).handle.signal(stopSignal);
+    async stop(runId, opts = {}) {
+      await (await requireOpenRun(c, runId, 'stop')).handle.signal(stopSignal, opts);
     },
     async setOptimizer(runId, change) {
       return setOptimizer(c, await requireOpenRun(c, runId, 'setOptimizer'), runId, change);

@@ -16,6 +16,9 @@ import { checkAgainstTeam, parseRunConfig, RunConfigError, withTeamRunDefaults, 
 import type { RunStatusView } from '../workflows/definitions';
 import { statusQuery } from '../workflows/definitions';
 import type { RunSummary, trainingRun } from '../workflows/training-run';
+import { duration, progressText } from '../workflows/training-run/details';
+
+export { duration };
 
 export interface Connected {
   config: TroupeConfig;
@@ -96,13 +99,6 @@ function bar(done: number, total: number, width = 24): string {
   return '#'.repeat(filled) + '.'.repeat(width - filled);
 }
 
-export function duration(seconds: number): string {
-  if (!Number.isFinite(seconds) || seconds < 0) return '?';
-  const m = Math.floor(seconds / 60);
-  const s = Math.round(seconds % 60);
-  return m > 0 ? `${m}m${String(s).padStart(2, '0')}s` : `${s}s`;
-}
-
 export function progressLine(v: RunStatusView): string {
   const rewards = Object.entries(v.rewards)
     .map(
@@ -114,7 +110,8 @@ export function progressLine(v: RunStatusView): string {
     .join('  ');
   const evalPart = v.lastEval ? `eval ${v.lastEval.success.toFixed(2)}` : 'eval -';
   const eta = v.secondsPerStep !== null ? `ETA ${duration(v.secondsPerStep * (v.steps - v.step))}` : 'ETA -';
-  return `[${bar(v.step, v.steps)}] step ${v.step}/${v.steps} ${v.status.padEnd(10)} ${rewards}  ${evalPart}  ${eta}`;
+  const inStep = v.progress ? `  [${progressText(v.progress)}]` : '';
+  return `[${bar(v.step, v.steps)}] step ${v.step}/${v.steps} ${v.status.padEnd(10)} ${rewards}  ${evalPart}  ${eta}${inStep}`;
 }
 
 /**

@@ -12,7 +12,8 @@ import type { AddressInfo } from 'node:net';
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import type { Sql } from '../infra/db';
 import { errorMessage } from '../infra/errors';
-import { pauseSignal, resumeSignal, setOptimizerUpdate, stopSignal } from '../workflows/definitions';
+import { pauseSignal, resumeSignal, setOptimizerUpdate, statusQuery, stopSignal, type RolloutProgressView } from '../workflows/definitions';
+import { progressText } from '../workflows/training-run/details';
 import { OPEN_RUN_STATUSES, reconcileRunEnds } from '../activities/store/run-end';
 import { ApiError, getEpisode, getRunDetail, getRunMetrics, intParam, listRuns, listStepEpisodes } from './api';
 
@@ -54,7 +55,7 @@ function staticFile(pathname: string): { file: string; type: string } | undefine
   return { file: path.join(DIST, rel), type };
 }
 
-const CONTROLS = ['pause', 'resume', 'stop', 'setOptimizer'] as const;
+const CONTROLS = ['pause', 'resume', 'stop', 'stop-now', 'setOptimizer'] as const;
 type Control = (typeof CONTROLS)[number];
 const MAX_BODY = 64 * 1024;
 
@@ -96,7 +97,8 @@ async function control(opts: DashboardOptions, req: http.IncomingMessage, runId:
   const handle = opts.client.workflow.getHandle(runId);
   try {
     if (what === 'setOptimizer') return { ok: true, ...(await handle.executeUpdate(setOptimizerUpdate, { args: [body as never] })) };
-    await handle.signal({ pause: pauseSignal, resume: resumeSignal, stop: stopSignal }[what]);
+    if (what === 'stop-now') await handle.signal(stopSignal, { now: true });
+    else await handle.signal({ pause: pauseSignal, resume: resumeSignal, stop: stopSignal }[what]);
     return { ok: true };
   } catch (e) {
     // The workflow's rejection (e.g. InvalidOptimizerChange naming each field) is the user's error.
@@ -104,6 +106,18 @@ async function control(opts: DashboardOptions, req: http.IncomingMessage, runId:
     const cause = (e as { cause?: unknown }).cause;
     throw new ApiError(400, `${what}: ${errorMessage(cause ?? e)}`);
   }
+}
+
+/** How long a run page waits for the workflow's status query before showing no live progress. */
+const LIVE_QUERY_MS = 2000;
+
+/** An open run's rollout in flight, as its workflow reports it (the status query): the page's live line; null when none or not reachable. */
+async function liveProgress(opts: DashboardOptions, runId: string, status: string): Promise<{ text: string; view: RolloutProgressView } | null> {
+  if (!opts.client || !(OPEN_RUN_STATUSES as readonly string[]).includes(status)) return null;
+  const query = opts.client.workflow.getHandle(runId).query(statusQuery);
+  const timeout = new Promise<undefined>((res) => setTimeout(() => res(undefined), LIVE_QUERY_MS).unref());
+  const view = await Promise.race([query.catch(() => undefined), timeout]);
+  return view?.progress ? { text: progressText(view.progress), view: view.progress } : null;
 }
 
 /** When each dashboard last reconciled its open runs: once per RECONCILE_EVERY_MS, however many pages poll. */
@@ -147,7 +161,10 @@ async function route(opts: DashboardOptions, req: http.IncomingMessage, url: URL
   if (parts[1] === 'runs') {
     await reconcileOpenRuns(opts);
     if (parts.length === 2) return listRuns(opts.sql, q);
-    if (parts.length === 3) return getRunDetail(opts.sql, parts[2]!, q);
+    if (parts.length === 3) {
+      const detail = await getRunDetail(opts.sql, parts[2]!, q);
+      return { ...detail, progress: await liveProgress(opts, detail.run.runId, detail.run.status) };
+    }
     if (parts.length === 4 && parts[3] === 'metrics') return getRunMetrics(opts.sql, parts[2]!, q);
     if (parts.length === 6 && parts[3] === 'steps' && parts[5] === 'episodes') {
       const step = intParam(new URLSearchParams({ step: parts[4]! }), 'step', undefined, -1, 1e9)!;

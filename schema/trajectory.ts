@@ -54,6 +54,9 @@ export const trajectory = z.object({
 });
 export type Trajectory = z.infer<typeof trajectory>;
 
+/** An episode error with its numbers masked: 'ran 30.2 s ... after its turn 1' and '... turn 2' are one kind of failure. */
+export const failureKind = (error: string) => error.replace(/\d+(\.\d+)?/g, '#');
+
 /** Reward components of one turn, from its role's reward function. */
 export const turnRewards = z.object({
   turn: z.number().int().nonnegative(),

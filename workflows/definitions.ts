@@ -4,12 +4,21 @@
  */
 import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 import type { OptimizerChange } from '../schema/optimizer';
+import type { RolloutProgressView } from '../schema/rollout-progress';
+
+export { rolloutProgressSignal, type RolloutPartProgress, type RolloutProgressView } from '../schema/rollout-progress';
 
 /** Finish the current step, then wait. */
 export const pauseSignal = defineSignal('pause');
 export const resumeSignal = defineSignal('resume');
-/** Finish the current step, run a final eval, complete. */
-export const stopSignal = defineSignal('stop');
+/** How a run stops: after its current step and a final eval (default), or `now`. */
+export interface StopOptions {
+  /** Cancel the step in flight (its rollout's episodes end at once), skip the final eval; committed versions stay. */
+  now?: boolean;
+}
+
+/** Finish the current step, run a final eval, close as stopped; with `{ now: true }`, cancel the step in flight instead. */
+export const stopSignal = defineSignal<[StopOptions?]>('stop');
 
 export type { OptimizerChange };
 
@@ -36,6 +45,8 @@ export interface RunStatusView {
   /** Seconds per step, averaged over this execution. */
   secondsPerStep: number | null;
   failedEpisodes: number;
+  /** The rollout in flight (a step's or an eval's), live; null between rollouts and in runs that report none. */
+  progress?: RolloutProgressView | null;
 }
 
 export const statusQuery = defineQuery<RunStatusView>('status');

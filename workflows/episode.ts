@@ -34,7 +34,9 @@ export type EpisodeWorkflowInput = TeamRef & {
 const control = proxyActivities<TrainingControlActivities>(controlActivities);
 const controlLocal = proxyLocalActivities<TrainingControlActivities>(controlLocalActivities);
 
-export async function episodeWorkflow(input: EpisodeWorkflowInput): Promise<{ episodeId: string; status: string; success: boolean | null }> {
+export async function episodeWorkflow(
+  input: EpisodeWorkflowInput,
+): Promise<{ episodeId: string; status: string; success: boolean | null; turns: number; error?: string }> {
   // Local: one workflow task and one task-queue round trip fewer per episode, and the trajectory stays
   // out of the history (a local activity's input is not recorded); recordEpisode is idempotent. The
   // run decides (patch local-record-episode) and says so in the input: a patch here would add a marker
@@ -67,9 +69,11 @@ export async function episodeWorkflow(input: EpisodeWorkflowInput): Promise<{ ep
     { episodeId: spec.episodeId, seed: spec.seed, task: spec.task, versions: input.versions, sampling: input.sampling },
     io,
   );
-  return record.recordEpisode({
+  const recorded = await record.recordEpisode({
     ...ref,
     meta: durableEpisodeMeta(spec, input),
     trajectory,
   });
+  // turns and error: the run's progress (its failures' most common error) without reading the store
+  return { ...recorded, turns: trajectory.turns.length, ...(trajectory.error === undefined ? {} : { error: trajectory.error }) };
 }

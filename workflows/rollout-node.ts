@@ -10,9 +10,10 @@
  * well under Temporal's history limits (docs/performance.md has the counts),
  * so a node never continues as new: it cannot while its children are pending.
  */
-import { ChildWorkflowFailure, executeChild, patched, proxyActivities, TerminatedFailure } from '@temporalio/workflow';
+import { ChildWorkflowFailure, executeChild, getExternalWorkflowHandle, patched, proxyActivities, TerminatedFailure, workflowInfo } from '@temporalio/workflow';
 import type { TrainingControlActivities } from '../activities/training/control';
 import { episodeIdOf } from '../activities/training/plan';
+import { addEpisode, rolloutProgressSignal, type RolloutPartProgress } from '../schema/rollout-progress';
 import { episodeWorkflow, type EpisodeWorkflowInput } from './episode';
 import { Patch } from './patches';
 import { controlActivities } from './timeouts';
@@ -22,9 +23,19 @@ const control = proxyActivities<TrainingControlActivities>(controlActivities);
 /** What every episode child of a rollout gets, less its index in the plan. */
 export type EpisodeChildrenInput = Omit<Extract<EpisodeWorkflowInput, { plan: unknown }>, 'index'>;
 
-/** Runs the plan's episodes [from, to) as child workflows; returns how many failed. */
-export async function runEpisodeChildren(input: EpisodeChildrenInput, from: number, to: number): Promise<number> {
-  const results = await Promise.all(Array.from({ length: to - from }, (_, i) => episodeChild(input, from + i)));
+/** What a finished episode child says of itself: turns and error from children started since they say so. */
+export type EpisodeChildResult = { status: string; turns?: number; error?: string };
+
+/** Runs the plan's episodes [from, to) as child workflows, telling `onDone` of each as it finishes; returns how many failed. */
+export async function runEpisodeChildren(input: EpisodeChildrenInput, from: number, to: number, onDone?: (r: EpisodeChildResult) => void): Promise<number> {
+  const results = await Promise.all(
+    Array.from({ length: to - from }, (_, i) =>
+      episodeChild(input, from + i).then((r: EpisodeChildResult) => {
+        onDone?.(r);
+        return r;
+      }),
+    ),
+  );
   return results.filter((r) => r.status === 'failed').length;
 }
 
@@ -49,9 +60,29 @@ export interface RolloutNodeInput {
   episodes: EpisodeChildrenInput;
   from: number;
   to: number;
+  /** Report progress to the run at most this often (workflow time); absent in nodes that predate it: no reports. */
+  reportEverySeconds?: number;
 }
 
-/** One node of a durable rollout: its slice of the plan's episodes; returns how many failed. */
+/**
+ * One node of a durable rollout: its slice of the plan's episodes; returns how many failed. While
+ * they run it reports its counts to the run (rolloutProgressSignal), at most once per
+ * reportEverySeconds of workflow time, on an episode's completion: a report is a command, so it
+ * is made only where replay makes it again.
+ */
 export async function rolloutNode(input: RolloutNodeInput): Promise<number> {
-  return runEpisodeChildren(input.episodes, input.from, input.to);
+  const { step, split } = input.episodes;
+  const parent = workflowInfo().parent;
+  const every = input.reportEverySeconds;
+  if (every === undefined || !parent) return runEpisodeChildren(input.episodes, input.from, input.to);
+  const counts: RolloutPartProgress = { step, split, from: input.from, done: 0, failed: 0, turns: 0, errors: {} };
+  const run = getExternalWorkflowHandle(parent.workflowId, parent.runId);
+  let last = Date.now();
+  return runEpisodeChildren(input.episodes, input.from, input.to, (r) => {
+    addEpisode(counts, r);
+    if (Date.now() - last < every * 1000 || counts.done === input.to - input.from) return;
+    last = Date.now();
+    // the run may have closed (a stop --now): its children go with it, the report with them
+    run.signal(rolloutProgressSignal, { ...counts, errors: { ...counts.errors } }).catch(() => undefined);
+  });
 }

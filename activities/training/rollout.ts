@@ -14,6 +14,8 @@ import type { Sql } from '../../infra/db';
 import { openGatewaySessions } from '../../gateway';
 import { gatewayJournal } from '../store/gateway-journal';
 import { saveEpisodes, storedEpisodeIds, type StoredEpisode } from '../store/trajectories';
+import { failureKind } from '../../schema/trajectory';
+import { addEpisode, rolloutProgressSignal, type RolloutPartProgress } from '../../schema/rollout-progress';
 import { loadTasks } from '../tasks';
 import { executeTool } from '../tools';
 import { scoredEpisode, type TeamRef } from './control';
@@ -32,9 +34,6 @@ const ROLLOUT_FLUSH = 32;
  * (30 s) would otherwise spend minutes per step on it. Healthy teams' first finishers complete.
  */
 export const FAIL_FAST = 4;
-
-/** An episode error with its numbers masked: 'ran 30.2 s ... after its turn 1' and '... turn 2' are one failure. */
-const failureKind = (error: string) => error.replace(/\d+(\.\d+)?/g, '#');
 
 /** Watches a rollout's first finished episodes; `failing` names the one error they all died of. */
 function firstFailures(total: number) {
@@ -78,7 +77,35 @@ export type RolloutBatchInput = TeamRef & {
   split: Split;
   versions: Record<string, number>;
   sampling?: Partial<Sampling>;
+  /** How often to report progress to the run (rolloutProgressSignal); absent: never (runs that predate it, direct calls). */
+  reportEverySeconds?: number;
 } & RolloutEpisodes;
+
+/**
+ * Counts a part's finished episodes and sends them to its run every `everySeconds` while they
+ * change (a signal: a few history events each, so the workflow spaces them by the part count).
+ * A report that fails (the run closed, Temporal busy) is dropped: the next one carries the totals.
+ */
+function progressReporter(ctx: Context, step: number, split: Split, from: number, everySeconds: number | undefined) {
+  const counts: RolloutPartProgress = { step, split, from, done: 0, failed: 0, turns: 0, errors: {} };
+  let sent = '';
+  const send = () => {
+    const now = JSON.stringify(counts);
+    if (now === sent) return;
+    sent = now;
+    const run = ctx.info.workflowExecution;
+    if (!run) return; // a standalone activity: no run to tell
+    ctx.client.workflow
+      .getHandle(run.workflowId, run.runId)
+      .signal(rolloutProgressSignal, counts)
+      .catch(() => undefined);
+  };
+  const timer = everySeconds === undefined ? undefined : setInterval(send, everySeconds * 1000);
+  return {
+    add: (e: StoredEpisode) => addEpisode(counts, { status: e.trajectory.status, turns: e.trajectory.turns.length, error: e.trajectory.error }),
+    stop: () => clearInterval(timer),
+  };
+}
 
 /**
  * Runs many episodes in this process against the engine (batched mode).
@@ -123,6 +150,7 @@ export async function rolloutBatch(
   const signal = AbortSignal.any([ctx.cancellationSignal, stop.signal]);
   setMaxListeners(0, ctx.cancellationSignal, stop.signal, signal);
   const watch = firstFailures(todo.length);
+  const progress = progressReporter(ctx, input.step, input.split, 'from' in input ? input.from : 0, input.reportEverySeconds);
   await heartbeating(
     () => ({ finished }),
     async () => {
@@ -144,6 +172,7 @@ export async function rolloutBatch(
             journal,
           );
           if (episode.trajectory.status === 'failed') failed++;
+          progress.add(episode);
           pending.push(episode);
           const failing = watch.add(episode);
           if (failing !== undefined) {
@@ -161,7 +190,7 @@ export async function rolloutBatch(
       );
       await flush();
     },
-  );
+  ).finally(progress.stop);
   heartbeat({ finished });
   return { episodes: specs.length, skipped: specs.length - todo.length, failed };
 }

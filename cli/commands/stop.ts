@@ -1,4 +1,4 @@
-// troupe stop <run>: the run finishes its current step, runs a final eval and completes as "stopped".
+// troupe stop <run> [--now]: the run finishes its current step (or, --now, cancels it), then closes as "stopped".
 import { TroupeError } from '../../infra/errors';
 import { stopSignal } from '../../workflows/definitions';
 import { defineCommand } from '../command';
@@ -7,20 +7,22 @@ import { connectRuns } from '../../control/runs';
 
 export default defineCommand({
   name: 'stop',
-  summary: 'Stop a running or paused run after its current step (with a final eval)',
-  usage: 'troupe stop <run>',
+  summary: 'Stop a running or paused run after its current step (with a final eval), or --now',
+  usage: 'troupe stop <run> [--now]',
   description:
-    'Sends the run\'s `stop` signal: it finishes the step in flight, runs a final eval and closes as\n"stopped", keeping every committed version. A stopped run cannot be resumed.',
+    'Sends the run\'s `stop` signal: it finishes the step in flight, runs a final eval and closes as\n"stopped", keeping every committed version. With --now it cancels the step in flight instead (its\nepisodes end at once; an update already committed stays) and skips the final eval. A stopped run\ncannot be resumed.',
   positionals: true,
-  async run({ positionals, log }) {
+  options: { now: { type: 'boolean', description: 'cancel the step in flight and skip the final eval' } },
+  async run({ positionals, values, log }) {
     const runId = positionals[0];
     if (!runId || positionals.length > 1) throw new TroupeError('stop: name one run', 'list runs with `npx troupe list`');
     const c = await connectRuns(log);
     try {
       const open = await requireOpenRun(c, runId, 'stop');
-      await open.handle.signal(stopSignal);
+      const now = values.now === true;
+      await open.handle.signal(stopSignal, { now });
       console.log(
-        `run ${runId}: stop sent at step ${open.view.step}/${open.view.steps}; it stops after the step in flight and a final eval (watch it: npx troupe status ${runId} --watch)`,
+        `run ${runId}: stop${now ? ' --now' : ''} sent at step ${open.view.step}/${open.view.steps}; it stops ${now ? 'now, cancelling the step in flight' : 'after the step in flight and a final eval'} (watch it: npx troupe status ${runId} --watch)`,
       );
       return 0;
     } finally {

@@ -51,18 +51,23 @@ function runPageHtml(
     <div id="episodes"></div>`;
 }
 
+/** The server's live line for a rollout in flight (dashboard/server.ts liveProgress). */
+type LiveProgress = { text: string } | null;
+
 export async function runPage(runId: string, params: URLSearchParams) {
   crumbs.innerHTML = `/ <a href="#/">runs</a> / ${esc(runId)}`;
-  const detail = await api<{ run: RunSummary; config: unknown; events: RunEvent[] }>(`/api/runs/${encodeURIComponent(runId)}`);
+  const detail = await api<{ run: RunSummary; config: unknown; events: RunEvent[]; progress: LiveProgress }>(`/api/runs/${encodeURIComponent(runId)}`);
   const t = await temporalLink(runId);
   const cfg = await config();
   const r = detail.run;
   const opts: CurveOptions = { smoothing: Number(params.get('smoothing') ?? 0) || 0, x: params.get('x') === 'wall' ? 'wall' : 'step' };
   main.innerHTML = runPageHtml(runId, detail.config, cfg, opts, params);
-  const summary = (run: RunSummary) =>
+  // progress: the rollout in flight, live from the workflow (the server's status query), while the run is open
+  const summary = (run: RunSummary, progress: LiveProgress) =>
     (byId('summary').innerHTML =
-      `team <b>${esc(run.team)}</b> · status <b id="run-status">${esc(run.status)}</b> · step ${run.step}${run.steps ? ' / ' + run.steps : ''} · eval success ${fmt(run.evalSuccess)} · ${duration(run.durationSeconds)}${t ? ` · <a href="${esc(t)}" target="_blank">Temporal UI</a>` : ''}`);
-  summary(r);
+      `team <b>${esc(run.team)}</b> · status <b id="run-status">${esc(run.status)}</b> · step ${run.step}${run.steps ? ' / ' + run.steps : ''} · eval success ${fmt(run.evalSuccess)} · ${duration(run.durationSeconds)}${t ? ` · <a href="${esc(t)}" target="_blank">Temporal UI</a>` : ''}` +
+      (progress ? `<br><span id="run-progress">${esc(progress.text)}</span>` : ''));
+  summary(r, detail.progress);
   controls(runId, cfg.controls);
 
   let metrics: MetricRow[] = [];
@@ -164,9 +169,9 @@ export async function runPage(runId: string, params: URLSearchParams) {
         const before = JSON.stringify([metrics.filter((x) => x.step >= last), lrs, stepTimes, events]);
         const fresh = await fetchMetrics(last);
         metrics = [...metrics.filter((x) => x.step < last), ...fresh];
-        const d = await api<{ run: RunSummary; events: RunEvent[] }>(`/api/runs/${encodeURIComponent(runId)}`);
+        const d = await api<{ run: RunSummary; events: RunEvent[]; progress: LiveProgress }>(`/api/runs/${encodeURIComponent(runId)}`);
         events = d.events;
-        summary(d.run);
+        summary(d.run, d.progress);
         // Drawn again only when something changed: a finished run's page stays idle.
         if (JSON.stringify([fresh, lrs, stepTimes, events]) !== before) {
           drawEvents();
@@ -191,10 +196,11 @@ export async function runPage(runId: string, params: URLSearchParams) {
 function controls(runId: string, enabled: boolean) {
   const el = byId('controls');
   if (!enabled) {
-    el.innerHTML = '<small>Controls are off (start the dashboard with TROUPE_DASHBOARD_TOKEN to enable pause / resume / stop / setOptimizer).</small>';
+    el.innerHTML =
+      '<small>Controls are off (start the dashboard with TROUPE_DASHBOARD_TOKEN to enable pause / resume / stop / stop now / setOptimizer).</small>';
     return;
   }
-  el.innerHTML = `token <input id="token" type="password" size="12"> ${['pause', 'resume', 'stop'].map((c) => `<button data-c="${c}">${c}</button>`).join('')}
+  el.innerHTML = `token <input id="token" type="password" size="12"> ${['pause', 'resume', 'stop', 'stop-now'].map((c) => `<button data-c="${c}">${c.replace('-', ' ')}</button>`).join('')}
     optimizer change <input id="optchange" size="30" placeholder='{"all":{"lr":0.01}}'><button data-c="setOptimizer">set</button> <span id="ctlmsg"></span>`;
   el.onclick = async (ev) => {
     const c = ev.target instanceof HTMLElement ? ev.target.dataset.c : undefined;

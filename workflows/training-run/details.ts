@@ -2,7 +2,7 @@
  * A run's Current Details in the Temporal Web UI: Markdown as the UI renders it,
  * a paragraph, a blank line, then a list. Pure: test/unit/training/run-details.test.ts.
  */
-import type { RunStatusView } from '../definitions';
+import type { RolloutProgressView, RunStatusView } from '../definitions';
 
 export interface DetailsInput {
   team: string;
@@ -19,6 +19,26 @@ export interface DetailsInput {
   /** setOptimizer changes accepted, not yet applied. */
   pendingChanges: number;
   dashboardPage: string | null;
+  /** The rollout in flight, live. */
+  progress?: RolloutProgressView | null;
+}
+
+/** `step 3 rollout: 120/256 episodes, 4 failed (most: <error> ×3), 41.0 turns/s, ETA 12s`: the CLI line, Current Details and the dashboard say it alike. */
+export function progressText(p: RolloutProgressView): string {
+  const what = p.split === 'eval' ? `eval at step ${p.step}` : `step ${p.step + 1} rollout`;
+  const parts = [`${what}: ${p.done}/${p.planned} episodes`];
+  if (p.failed > 0) parts.push(`${p.failed} failed${p.reason ? ` (most: ${p.reason.error.slice(0, 120)} ×${p.reason.count})` : ''}`);
+  if (p.turnsPerSecond !== null) parts.push(`${p.turnsPerSecond.toFixed(1)} turns/s`);
+  if (p.etaSeconds !== null) parts.push(`ETA ${duration(p.etaSeconds)}`);
+  return parts.join(', ');
+}
+
+/** 75 → '1m15s'. */
+export function duration(seconds: number): string {
+  if (!Number.isFinite(seconds) || seconds < 0) return '?';
+  const m = Math.floor(seconds / 60);
+  const s = Math.round(seconds % 60);
+  return m > 0 ? `${m}m${String(s).padStart(2, '0')}s` : `${s}s`;
 }
 
 /**
@@ -38,6 +58,7 @@ export function renderDetails(d: DetailsInput): string {
         .map(([k, v]) => `${k} ${v.toFixed(3)}`)
         .join(', ')}`,
   );
+  if (d.progress) items.push(`- ${progressText(d.progress)}`);
   if (d.failedEpisodes > 0) items.push(`- failed episodes: ${d.failedEpisodes}`);
   if (d.pendingChanges > 0) items.push(`- optimizer changes pending: ${d.pendingChanges} (apply at step ${d.step + (d.phase === 'running' ? 1 : 0)})`);
   if (d.staleness) {

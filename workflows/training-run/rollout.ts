@@ -40,13 +40,35 @@ function sampleQueues(run: RunState) {
 /** Every pool the run's models use (sampling and training), for the task queue lookup. */
 export const poolsUsed = (run: RunState) => [...new Set(run.models.flatMap((m) => Object.values(poolsOf(run.config, run.resolved.team, m))))];
 
-/** The episodes of a plan (by reference), sampling the `serving` versions. */
+/** Seconds between one part's progress reports; the run gets about one report per this many seconds, however many parts. */
+const REPORT_EVERY_S = 5;
+
+/** A part of a rollout finished: its counts, as the progress shows them; returns `failed`. */
+function finished(run: RunState, step: number, split: Split, from: number, episodes: number, failed: number): number {
+  run.progress.partFinished(step, split, from, episodes, failed, Date.now());
+  run.publishDetails();
+  return failed;
+}
+
+/** The episodes of a plan (by reference), sampling the `serving` versions; their progress shows live while they run. */
 export async function rolloutPlan(
   run: RunState,
   plan: StepPlan,
   sampling?: Partial<Sampling>,
   serving: Record<string, number> = run.versions,
 ): Promise<number> {
+  const split = plan.rule.split;
+  run.progress.begin(plan.step, split, plan.episodes, Date.now());
+  run.publishDetails();
+  try {
+    return await rolloutParts(run, plan, sampling, serving);
+  } finally {
+    run.progress.end(plan.step, split);
+    run.publishDetails();
+  }
+}
+
+async function rolloutParts(run: RunState, plan: StepPlan, sampling: Partial<Sampling> | undefined, serving: Record<string, number>): Promise<number> {
   const { episodes, ...byRef } = plan;
   const split = plan.rule.split;
   const at = plan.step;
@@ -56,21 +78,29 @@ export async function rolloutPlan(
     const children = { ...ref, runId, step: at, split, plan: byRef, versions: serving, sampling, poolQueues, ...sampleQueues(run), ...recordLocally };
     const size = run.config.rolloutNodeSize;
     // Up to one node's worth of episodes stays flat: a node would add its own history and a workflow task hop for nothing.
-    if (episodes <= size || !patched(Patch.rolloutTree)) return runEpisodeChildren(children, 0, episodes);
+    if (episodes <= size || !patched(Patch.rolloutTree))
+      return runEpisodeChildren(children, 0, episodes, (r) => run.progress.episodeDone(at, split, 0, r, Date.now()));
+    const nodes = Math.ceil(episodes / size);
     const failed = await Promise.all(
-      Array.from({ length: Math.ceil(episodes / size) }, (_, k) =>
-        executeChild(rolloutNode, {
+      Array.from({ length: nodes }, (_, k) => {
+        const [from, to] = [k * size, Math.min((k + 1) * size, episodes)];
+        return executeChild(rolloutNode, {
           workflowId: rolloutNodeIdOf(byRef, k),
-          args: [{ episodes: children, from: k * size, to: Math.min((k + 1) * size, episodes) }],
-        }),
-      ),
+          args: [{ episodes: children, from, to, reportEverySeconds: REPORT_EVERY_S * nodes }],
+        }).then((f) => finished(run, at, split, from, to - from, f));
+      }),
     );
     return failed.reduce((n, f) => n + f, 0);
   }
   const parts: Array<[number, number]> = [];
   for (let from = 0; from < episodes; from += ROLLOUT_CHUNK) parts.push([from, Math.min(from + ROLLOUT_CHUNK, episodes)]);
+  const reportEverySeconds = REPORT_EVERY_S * parts.length;
   const results = await Promise.all(
-    parts.map(([from, to]) => poolOf(run, run.models[0]!).rolloutBatch({ ...ref, runId, step: at, split, plan: byRef, from, to, versions: serving, sampling })),
+    parts.map(([from, to]) =>
+      poolOf(run, run.models[0]!)
+        .rolloutBatch({ ...ref, runId, step: at, split, plan: byRef, from, to, versions: serving, sampling, reportEverySeconds })
+        .then((r) => ({ ...r, failed: finished(run, at, split, from, to - from, r.failed) })),
+    ),
   );
   return results.reduce((n, r) => n + r.failed, 0);
 }

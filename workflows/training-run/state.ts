@@ -9,6 +9,7 @@ import { TroupeEvalSuccess, TroupeRunId, TroupeStatus, TroupeStep, TroupeTeam } 
 import type { OptimizerChange, OptimizerConfig } from '../../schema/optimizer';
 import type { RunStatusView } from '../definitions';
 import { renderDetails } from './details';
+import { RolloutProgress } from './progress';
 import type { Resolved } from './resolve';
 import type { StalePipeline } from './stale';
 
@@ -39,6 +40,14 @@ export interface RolloutDone {
   partial?: Record<string, number>;
 }
 
+/** Thrown in a step left behind by a stop --now where it would start its update (steps.ts updateStep). */
+export class StoppedNow extends Error {
+  constructor() {
+    super('stopped now');
+    this.name = 'StoppedNow';
+  }
+}
+
 export class RunState {
   readonly runId: string;
   readonly models: string[];
@@ -52,6 +61,12 @@ export class RunState {
   versions: Record<string, number>;
   paused: boolean;
   stopRequested: boolean;
+  /** `troupe stop --now`: the step in flight is left behind (workflow.ts stepOrStopNow), no final eval. */
+  stopNow = false;
+  /** A step's update and its bookkeeping are running: a stop --now waits for them (what they commit is the step's). */
+  updating = false;
+  /** The rollouts in flight, live (Current Details, the status query). */
+  readonly progress = new RolloutProgress();
   initialEval: EvalSummary | null;
   lastEval: EvalSummary | null;
   failedEpisodes: number;
@@ -154,6 +169,7 @@ export class RunState {
       initialEval: initialEval && { step: initialEval.step, success: initialEval.success },
       secondsPerStep: this.stepsThisExecution > 0 ? (Date.now() - this.started) / 1000 / this.stepsThisExecution : null,
       failedEpisodes,
+      progress: this.progress.view(),
     };
   }
 
@@ -166,6 +182,11 @@ export class RunState {
       { key: TroupeStatus, value: this.phase },
       ...(this.lastEval ? [{ key: TroupeEvalSuccess, value: this.lastEval.success }] : []),
     ]);
+    this.publishDetails();
+  }
+
+  /** Current Details alone (no command): what a rollout's progress report changes. */
+  publishDetails() {
     const { runId, step, phase, rewards, lastEval, initialEval, failedEpisodes, dashboardPage } = this;
     setCurrentDetails(
       renderDetails({
@@ -181,6 +202,7 @@ export class RunState {
         staleness: this.pipeline?.details(step),
         pendingChanges: this.pendingChanges.length,
         dashboardPage,
+        progress: this.progress.view(),
       }),
     );
   }

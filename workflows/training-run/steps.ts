@@ -14,7 +14,7 @@ import { control, controlLocal, type Bookkeeping } from './activities';
 import { withOptimizer } from './resolve';
 import { poolOf, rolloutListed, rolloutPartialStep, rolloutPlan } from './rollout';
 import type { StartMode } from './workflow';
-import type { RolloutDone, RunState } from './state';
+import { StoppedNow, type RolloutDone, type RunState } from './state';
 
 const EPISODE_GREEDY: Partial<Sampling> = { temperature: 0 };
 
@@ -137,6 +137,17 @@ export async function runStaleStep(run: RunState) {
  * offPolicy: the rollout may be stale (asynchronous runs), the update corrects for it.
  */
 async function updateStep(run: RunState, rolloutDone: RolloutDone, bookkeeping: Bookkeeping, offPolicy = false) {
+  // A step left behind by a stop --now starts no update (the run closed as stopped without it).
+  if (run.stopNow) throw new StoppedNow();
+  run.updating = true;
+  try {
+    await updateAndRecord(run, rolloutDone, bookkeeping, offPolicy);
+  } finally {
+    run.updating = false;
+  }
+}
+
+async function updateAndRecord(run: RunState, rolloutDone: RolloutDone, bookkeeping: Bookkeeping, offPolicy: boolean) {
   const { runId, models, config } = run;
   // partial rollouts' counts go to the step's metrics, not to the update
   const { partial, ...rollout } = rolloutDone;

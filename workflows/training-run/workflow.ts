@@ -31,13 +31,13 @@ import type { EvalSummary } from '../../activities/training/control';
 import { TroupeStatus, TroupeTeam } from '../../infra/search-attributes';
 import { parseOptimizerChange } from '../../schema/optimizer';
 import { optimizerChangeIssues, RunConfigError } from '../../schema/run-config';
-import { pauseSignal, resumeSignal, setOptimizerUpdate, statusQuery, stopSignal } from '../definitions';
+import { pauseSignal, resumeSignal, rolloutProgressSignal, setOptimizerUpdate, statusQuery, stopSignal } from '../definitions';
 import { decidePatches, Patch } from '../patches';
 import { control, controlLocal, dashboardLookup, finalBookkeeping, poolQueueLookup } from './activities';
 import { resolve, type Resolved } from './resolve';
 import { poolsUsed } from './rollout';
 import { StalePipeline } from './stale';
-import { RunState, type Carried } from './state';
+import { RunState, StoppedNow, type Carried } from './state';
 import { applyPendingChanges, evalDue, evaluate, runStaleStep, runStep, startOrResume, waitWhilePaused } from './steps';
 
 /** How an execution was started: `troupe resume` continues a run that did not finish. */
@@ -104,13 +104,16 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
       run.phase = 'running';
       run.publish();
       if (run.pendingChanges.length > 0) await applyPendingChanges(run);
-      if (run.pipeline) await runStaleStep(run);
-      else await runStep(run);
-      if (evalDue(run, run.step)) {
-        await evaluate(run, run.step);
-        run.phase = 'running';
-        run.publish();
-      }
+      const stoppedNow = await stepOrStopNow(run, async () => {
+        if (run.pipeline) await runStaleStep(run);
+        else await runStep(run);
+        if (evalDue(run, run.step)) {
+          await evaluate(run, run.step);
+          run.phase = 'running';
+          run.publish();
+        }
+      });
+      if (stoppedNow) break;
       if (run.continueAsNewSuggested() && run.step < run.config.steps) {
         // This execution closes: a TroupeStatus="running" search must find only the one that goes on.
         if (patched(Patch.continuedStatus)) upsertSearchAttributes([{ key: TroupeStatus, value: 'continued' }]);
@@ -122,8 +125,10 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
     }
 
     run.phase = run.stopRequested ? 'stopping' : 'running';
-    if (run.pipeline) await run.pipeline.drain();
-    const finalEval = run.lastEval?.step === run.step ? run.lastEval : await evaluate(run, run.step);
+    // stop --now: rollouts still in flight are abandoned (closing the workflow cancels them), and no final eval
+    if (run.pipeline && !run.stopNow) await run.pipeline.drain();
+    const finalEval = run.stopNow || run.lastEval?.step === run.step ? run.lastEval : await evaluate(run, run.step);
+    if (run.stopNow) await control.recordEvent({ runId: run.runId, step: run.step, kind: 'stopped-now' });
     const status = run.stopRequested && run.step < run.config.steps ? 'stopped' : 'completed';
     run.phase = status;
     run.publish();
@@ -157,7 +162,14 @@ export async function trainingRun(rawConfig: unknown, carried?: Carried | null, 
 function handleMessages(run: RunState, recordAccepted: boolean) {
   setHandler(pauseSignal, () => void (run.paused = true));
   setHandler(resumeSignal, () => void (run.paused = false));
-  setHandler(stopSignal, () => void (run.stopRequested = true));
+  setHandler(stopSignal, (opts) => {
+    run.stopRequested = true;
+    if (opts?.now === true) run.stopNow = true;
+  });
+  // Current Details only (no command): a report adds its signal to the history and nothing else.
+  setHandler(rolloutProgressSignal, (p) => {
+    if (run.progress.report(p, Date.now())) run.publishDetails();
+  });
   setHandler(
     setOptimizerUpdate,
     async (raw) => {
@@ -184,6 +196,32 @@ function handleMessages(run: RunState, recordAccepted: boolean) {
     },
   );
   setHandler(statusQuery, () => run.view());
+}
+
+/**
+ * Runs one step (and its eval) raced against a stop --now; true when the stop won. The step's
+ * activities and episode children are not cancelled here: the run closes as stopped at once, and
+ * closing cancels them (a pool activity learns at its next heartbeat that its run is gone, a child
+ * is terminated by its parent-close policy). An update already running finishes first, so what it
+ * commits is the run's last step, and the step left behind never starts its update
+ * (steps.ts updateStep). No cancellation scope: entering one in the shared workflow context, with a
+ * durable episode's script timing out in it, corrupted Node's async-hook stack; a race and a
+ * condition issue no command, so recorded histories replay as before.
+ */
+async function stepOrStopNow(run: RunState, step: () => Promise<void>): Promise<boolean> {
+  let settled = false;
+  const work = step().finally(() => void (settled = true));
+  // Past a stop --now the step left behind may still fail (a cancelled activity): nobody waits for it.
+  work.catch(() => undefined);
+  const stopped = condition(() => settled || (run.stopNow && !run.updating)).then(() => !settled);
+  const done = work.then(
+    () => false,
+    (e: unknown) => {
+      if (e instanceof StoppedNow) return true;
+      throw e;
+    },
+  );
+  return Promise.race([done, stopped]);
 }
 
 /** A failed run: marked failed in the store and on the workflow, unless it never owned the run. */

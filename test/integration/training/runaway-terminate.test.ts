@@ -2,6 +2,7 @@
 // Temporal as a user would from the Web UI: its rollout activity learns of it at its next
 // heartbeat, its episodes' threads are ended (activities/training/episode-threads.ts), the pool
 // worker's CPU falls back under 20% within 10 s, and the next run on the same stack completes.
+// Stopped with `troupe stop --now`: the same, and the run closes as stopped without a final eval.
 // Left alone with the default 30 s limit: the run fails once its first episodes have all failed
 // the same way (activities/training/rollout.ts FAIL_FAST), naming the error, within a minute.
 import assert from 'node:assert/strict';
@@ -20,7 +21,7 @@ before(async () => {
 after(async () => {
   await stack?.cleanup().catch(() => undefined);
 });
-const args = ['train', 'runaway', '--steps', '1', '--groups', '8', '--group-size', '2', '--seed', '1', '--eval-every', '0'];
+const args = ['train', 'runaway', '--steps', '1', '--groups', '8', '--group-size', '2', '--eval-every', '0'];
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const TICK = 1 / 100; // seconds per clock tick on Linux (getconf CLK_TCK: 100)
@@ -40,14 +41,17 @@ async function cpuShare(pid: number, ms = 1000): Promise<number> {
   return (cpuSeconds(pid) - c0) / ((performance.now() - t0) / 1000);
 }
 
-test('a terminated run of looping episodes frees its pool worker within seconds; the next run completes', { timeout: 10 * 60_000 }, async () => {
-  const first = troupe([...args, '--team-options', '{"forever":true}'], stack.env);
-
-  // the run starts, and its episodes loop on the pool worker's episode threads
+/** Starts a run of looping episodes; resolves once they keep the pool worker busy. */
+async function loopingRun(seed: number) {
+  // runs of earlier tests (a terminated one is still 'running' in the store until someone looks)
+  const earlier = new Set((await stack.db.sql<{ run_id: string }[]>`SELECT run_id FROM runs`.catch(() => [])).map((r) => r.run_id));
+  const done = troupe([...args, '--seed', String(seed), '--team-options', '{"forever":true}'], stack.env);
   let runId: string | undefined;
   for (let i = 0; i < 300 && !runId; i++) {
     await sleep(1000);
-    runId = (await stack.db.sql<{ run_id: string }[]>`SELECT run_id FROM runs WHERE team = 'runaway'`.catch(() => []))[0]?.run_id;
+    runId = (await stack.db.sql<{ run_id: string }[]>`SELECT run_id FROM runs WHERE team = 'runaway'`.catch(() => [])).find(
+      (r) => !earlier.has(r.run_id),
+    )?.run_id;
   }
   assert.ok(runId, 'the run started within 5 minutes');
   const pool = readRecord(stack.stateDir, 'pool-worker');
@@ -55,7 +59,40 @@ test('a terminated run of looping episodes frees its pool worker within seconds;
   let busy = 0;
   for (let i = 0; i < 120 && busy < 0.5; i++) busy = await cpuShare(pool.pid);
   assert.ok(busy >= 0.5, `the looping episodes keep the pool worker busy: CPU share ${busy.toFixed(2)}`);
+  return { runId, pool: pool.pid, done };
+}
 
+/** Samples the pool worker's CPU share each second until it is under 20%, for at most 10 s. */
+async function calmsDown(pid: number, what: string) {
+  const t0 = performance.now();
+  const shares: string[] = [];
+  let calm = false;
+  while (!calm && performance.now() - t0 < 10_000) {
+    const share = await cpuShare(pid);
+    shares.push(share.toFixed(2));
+    calm = share < 0.2;
+  }
+  console.log(
+    `[runaway-terminate] ${what}: pool worker CPU share per second after it: ${shares.join(' ')} (calm after ${((performance.now() - t0) / 1000).toFixed(1)} s)`,
+  );
+  assert.ok(calm, `the pool worker is back under 20% CPU within 10 s of the ${what}: ${shares.join(' ')}`);
+}
+
+/** The next run on the same stack, by the same pool worker, completes within a minute. */
+async function nextRunCompletes(pool: number) {
+  const t1 = performance.now();
+  const second = await troupe([...args, '--seed', '1', '--team-options', '{"calm":true}'], stack.env);
+  const secondS = (performance.now() - t1) / 1000;
+  const out2 = second.stdout + second.stderr;
+  assert.equal(second.code, 0, out2);
+  assert.match(out2, /run runaway-\S+ \(runaway\) completed after 1 steps/);
+  console.log(`[runaway-terminate] the next run completed in ${secondS.toFixed(1)} s`);
+  assert.ok(secondS < 60, `the next run completed within a minute: ${secondS.toFixed(1)} s`);
+  assert.equal(readRecord(stack.stateDir, 'pool-worker')?.pid, pool, 'by the same pool worker');
+}
+
+test('a terminated run of looping episodes frees its pool worker within seconds; the next run completes', { timeout: 10 * 60_000 }, async () => {
+  const { runId, pool, done } = await loopingRun(1);
   // terminate it, as from the Web UI
   const connection = await Connection.connect({ address: `127.0.0.1:${stack.env.TROUPE_TEMPORAL_PORT}` });
   try {
@@ -64,30 +101,24 @@ test('a terminated run of looping episodes frees its pool worker within seconds;
   } finally {
     await connection.close();
   }
-  const t0 = performance.now();
-  const shares: string[] = [];
-  let calm = false;
-  while (!calm && performance.now() - t0 < 10_000) {
-    const share = await cpuShare(pool.pid);
-    shares.push(share.toFixed(2));
-    calm = share < 0.2;
-  }
-  const freedS = (performance.now() - t0) / 1000;
-  console.log(`[runaway-terminate] pool worker CPU share per second after the terminate: ${shares.join(' ')} (calm after ${freedS.toFixed(1)} s)`);
-  assert.ok(calm, `the pool worker is back under 20% CPU within 10 s of the terminate: ${shares.join(' ')}`);
-  const out1 = await first;
-  assert.notEqual(out1.code, 0, 'the terminated run does not end as completed');
+  await calmsDown(pool, 'terminate');
+  assert.notEqual((await done).code, 0, 'the terminated run does not end as completed');
+  await nextRunCompletes(pool);
+});
 
-  // the same stack runs the next run as usual
-  const t1 = performance.now();
-  const second = await troupe([...args, '--team-options', '{"calm":true}'], stack.env);
-  const secondS = (performance.now() - t1) / 1000;
-  const out2 = second.stdout + second.stderr;
-  assert.equal(second.code, 0, out2);
-  assert.match(out2, /run runaway-\S+ \(runaway\) completed after 1 steps/);
-  console.log(`[runaway-terminate] the next run completed in ${secondS.toFixed(1)} s`);
-  assert.ok(secondS < 60, `the next run completed within a minute: ${secondS.toFixed(1)} s`);
-  assert.equal(readRecord(stack.stateDir, 'pool-worker')?.pid, pool.pid, 'by the same pool worker');
+test('troupe stop --now cancels the step in flight: the pool worker is freed, the run closes as stopped', { timeout: 10 * 60_000 }, async () => {
+  const { runId, pool, done } = await loopingRun(3);
+  const stop = await troupe(['stop', runId, '--now'], stack.env);
+  assert.equal(stop.code, 0, stop.stdout + stop.stderr);
+  assert.match(stop.stdout, /stop --now sent at step 0\/1; it stops now, cancelling the step in flight/);
+  await calmsDown(pool, 'stop --now');
+  const out = await done;
+  assert.match(out.stdout + out.stderr, /stopped/);
+  const [row] = await stack.db.sql<{ status: string }[]>`SELECT status FROM runs WHERE run_id = ${runId}`;
+  assert.equal(row?.status, 'stopped');
+  const events = await stack.db.sql<{ kind: string }[]>`SELECT kind FROM run_events WHERE run_id = ${runId} AND kind = 'stopped-now'`;
+  assert.equal(events.length, 1, 'the stop --now is recorded');
+  await nextRunCompletes(pool);
 });
 
 test('a run whose first episodes all fail the same way fails within a minute, naming the error', { timeout: 5 * 60_000 }, async () => {
