@@ -51,3 +51,25 @@ export function addEpisode(counts: Pick<RolloutPartProgress, 'done' | 'failed' |
   const kind = failureKind(e.error ?? 'failed');
   counts.errors[kind] = (counts.errors[kind] ?? 0) + 1;
 }
+
+/**
+ * A rollout whose first FAIL_FAST finished episodes all failed the same way (numbers aside) stops
+ * there and fails the run naming the error (EpisodesFailing): a team that fails every episode
+ * after `limits.cpuMs` (30 s) would otherwise spend minutes per step on it. 4: a healthy team's
+ * first finishers complete, and a pool worker runs 4 episode threads.
+ */
+export const FAIL_FAST = 4;
+
+/** Watches a rollout's first finished episodes; `add` returns the run's failure message once they all died of one error. */
+export function firstFailures(total: number, step: number, split: string) {
+  const n = Math.min(FAIL_FAST, total);
+  const first: string[] = [];
+  return {
+    add(e: { status: string; error?: string }): string | undefined {
+      if (first.length >= n) return undefined;
+      first.push(e.status === 'failed' ? (e.error ?? 'failed') : '');
+      if (first.length < n || !first[0] || new Set(first.map(failureKind)).size > 1) return undefined;
+      return `the first ${n} episodes of step ${step} (${split}) all failed the same way, so the run stops here rather than spend the step on it: ${first[0]}`;
+    },
+  };
+}

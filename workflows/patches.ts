@@ -50,6 +50,8 @@ export const Patch = {
   stalePartialRollouts: 'stale-partial-rollouts',
   /** A run of a team with run defaults (TeamDefinition.run) takes them where its config leaves the field out. */
   teamRunDefaults: 'team-run-defaults',
+  /** A durable rollout whose first FAIL_FAST finished episodes all failed the same way fails the run (EpisodesFailing), as a batched one does. */
+  durableFailFast: 'durable-fail-fast',
 } as const;
 
 /**

@@ -10,10 +10,19 @@
  * well under Temporal's history limits (docs/performance.md has the counts),
  * so a node never continues as new: it cannot while its children are pending.
  */
-import { ChildWorkflowFailure, executeChild, getExternalWorkflowHandle, patched, proxyActivities, TerminatedFailure, workflowInfo } from '@temporalio/workflow';
+import {
+  ApplicationFailure,
+  ChildWorkflowFailure,
+  executeChild,
+  getExternalWorkflowHandle,
+  patched,
+  proxyActivities,
+  TerminatedFailure,
+  workflowInfo,
+} from '@temporalio/workflow';
 import type { TrainingControlActivities } from '../activities/training/control';
 import { episodeIdOf } from '../activities/training/plan';
-import { addEpisode, rolloutProgressSignal, type RolloutPartProgress } from '../schema/rollout-progress';
+import { addEpisode, firstFailures, rolloutProgressSignal, type RolloutPartProgress } from '../schema/rollout-progress';
 import { episodeWorkflow, type EpisodeWorkflowInput } from './episode';
 import { Patch } from './patches';
 import { controlActivities } from './timeouts';
@@ -26,12 +35,20 @@ export type EpisodeChildrenInput = Omit<Extract<EpisodeWorkflowInput, { plan: un
 /** What a finished episode child says of itself: turns and error from children started since they say so. */
 export type EpisodeChildResult = { status: string; turns?: number; error?: string };
 
-/** Runs the plan's episodes [from, to) as child workflows, telling `onDone` of each as it finishes; returns how many failed. */
+/**
+ * Runs the plan's episodes [from, to) as child workflows, telling `onDone` of each as it finishes;
+ * returns how many failed. Its first FAIL_FAST finishers all failed the same way: it fails
+ * (EpisodesFailing, naming the error) and its other children end with the workflow.
+ */
 export async function runEpisodeChildren(input: EpisodeChildrenInput, from: number, to: number, onDone?: (r: EpisodeChildResult) => void): Promise<number> {
+  // Runs before this check went on past such failures: their histories replay as they were.
+  const watch = patched(Patch.durableFailFast) ? firstFailures(to - from, input.step, input.split) : undefined;
   const results = await Promise.all(
     Array.from({ length: to - from }, (_, i) =>
       episodeChild(input, from + i).then((r: EpisodeChildResult) => {
         onDone?.(r);
+        const failing = watch?.add(r);
+        if (failing !== undefined) throw ApplicationFailure.create({ message: failing, type: 'EpisodesFailing', nonRetryable: true });
         return r;
       }),
     ),

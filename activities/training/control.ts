@@ -156,7 +156,8 @@ export function createTrainingControlActivities({
       const error = reason?.startsWith('episode: ') ? reason : `episode: terminated before it finished (${reason ? `reason: ${reason}` : 'no reason given'})`;
       const meta = durableEpisodeMeta(spec, input);
       await saveEpisodes(sql, [{ meta, trajectory: { episodeId: spec.episodeId, status: 'failed', error, turns: [] }, rewards: [], success: null }]);
-      return { episodeId: spec.episodeId, status: 'failed', success: null };
+      // the error too: the run's progress and its fail-fast check name it
+      return { episodeId: spec.episodeId, status: 'failed', success: null, turns: 0, error };
     },
 
     /** Summarises a finished eval from its stored episodes and writes its metrics. */

@@ -14,8 +14,7 @@ import type { Sql } from '../../infra/db';
 import { openGatewaySessions } from '../../gateway';
 import { gatewayJournal } from '../store/gateway-journal';
 import { saveEpisodes, storedEpisodeIds, type StoredEpisode } from '../store/trajectories';
-import { failureKind } from '../../schema/trajectory';
-import { addEpisode, rolloutProgressSignal, type RolloutPartProgress } from '../../schema/rollout-progress';
+import { addEpisode, firstFailures, rolloutProgressSignal, type RolloutPartProgress } from '../../schema/rollout-progress';
 import { loadTasks } from '../tasks';
 import { executeTool } from '../tools';
 import { scoredEpisode, type TeamRef } from './control';
@@ -27,26 +26,6 @@ import { episodesOf, type RolloutEpisodes } from './plan';
 
 /** Finished episodes per store transaction in a batched rollout: few round trips, early progress. */
 const ROLLOUT_FLUSH = 32;
-
-/**
- * A rollout whose first FAIL_FAST finished episodes all failed the same way (numbers aside) stops
- * there and fails the run naming the error: a team that fails every episode after `limits.cpuMs`
- * (30 s) would otherwise spend minutes per step on it. Healthy teams' first finishers complete.
- */
-export const FAIL_FAST = 4;
-
-/** Watches a rollout's first finished episodes; `failing` names the one error they all died of. */
-function firstFailures(total: number) {
-  const first: string[] = [];
-  return {
-    add(e: StoredEpisode): string | undefined {
-      if (first.length >= Math.min(FAIL_FAST, total)) return undefined;
-      first.push(e.trajectory.status === 'failed' ? (e.trajectory.error ?? 'failed') : '');
-      const kinds = new Set(first.map(failureKind));
-      return first.length === Math.min(FAIL_FAST, total) && first[0] && kinds.size === 1 ? first[0] : undefined;
-    },
-  };
-}
 
 /** One batched episode, scored. */
 export type RunEpisode = (
@@ -145,11 +124,11 @@ export async function rolloutBatch(
     }
     return writing;
   };
-  // Every episode listens on the activity's cancellation, and on this rollout's own stop (FAIL_FAST).
+  // Every episode listens on the activity's cancellation, and on this rollout's own stop (FAIL_FAST, schema/rollout-progress.ts).
   const stop = new AbortController();
   const signal = AbortSignal.any([ctx.cancellationSignal, stop.signal]);
   setMaxListeners(0, ctx.cancellationSignal, stop.signal, signal);
-  const watch = firstFailures(todo.length);
+  const watch = firstFailures(todo.length, input.step, input.split);
   const progress = progressReporter(ctx, input.step, input.split, 'from' in input ? input.from : 0, input.reportEverySeconds);
   await heartbeating(
     () => ({ finished }),
@@ -174,14 +153,10 @@ export async function rolloutBatch(
           if (episode.trajectory.status === 'failed') failed++;
           progress.add(episode);
           pending.push(episode);
-          const failing = watch.add(episode);
+          const failing = watch.add({ status: episode.trajectory.status, error: episode.trajectory.error });
           if (failing !== undefined) {
             await flush(); // stored, so `troupe status` counts them
-            const n = Math.min(FAIL_FAST, todo.length);
-            const failure = ApplicationFailure.nonRetryable(
-              `the first ${n} episodes of step ${input.step} (${input.split}) all failed the same way, so the run stops here rather than spend the step on it: ${failing}`,
-              'EpisodesFailing',
-            );
+            const failure = ApplicationFailure.nonRetryable(failing, 'EpisodesFailing');
             stop.abort(failure);
             throw failure;
           }

@@ -4,7 +4,8 @@
 // worker's CPU falls back under 20% within 10 s, and the next run on the same stack completes.
 // Stopped with `troupe stop --now`: the same, and the run closes as stopped without a final eval.
 // Left alone with the default 30 s limit: the run fails once its first episodes have all failed
-// the same way (activities/training/rollout.ts FAIL_FAST), naming the error, within a minute.
+// the same way (schema/rollout-progress.ts FAIL_FAST), naming the error, within a minute; a durable
+// rollout of episodes that all throw does the same.
 import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -157,4 +158,38 @@ test('a run whose first episodes all fail the same way fails within a minute, na
   assert.ok(runId, out);
   const [stored] = await stack.db.sql<{ failed: number }[]>`SELECT count(*)::int AS failed FROM episodes WHERE run_id = ${runId} AND status = 'failed'`;
   assert.ok(stored!.failed >= 4, `the failed episodes are stored for troupe status: ${stored!.failed}`);
+});
+
+test('a durable rollout whose first episodes all fail the same way fails the run, naming the error', { timeout: 5 * 60_000 }, async () => {
+  const t0 = performance.now();
+  const res = await troupe(
+    [
+      'train',
+      'runaway',
+      '--steps',
+      '3',
+      '--groups',
+      '8',
+      '--group-size',
+      '2',
+      '--eval-every',
+      '0',
+      '--seed',
+      '5',
+      '--rollout',
+      'durable',
+      '--team-options',
+      '{"calm":true,"throws":true}',
+    ],
+    stack.env,
+  );
+  const seconds = (performance.now() - t0) / 1000;
+  const out = res.stdout + res.stderr;
+  console.log(`[runaway-terminate] the failing durable run ended after ${seconds.toFixed(1)} s`);
+  assert.equal(res.code, 1, out);
+  assert.match(
+    out,
+    /the first 4 episodes of step 0 \(train\) all failed the same way, so the run stops here rather than spend the step on it: .*broken team: every episode throws after its first turn/,
+  );
+  assert.ok(seconds < 60, `ended within a minute of its start: ${seconds.toFixed(1)} s`);
 });
