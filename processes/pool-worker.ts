@@ -14,9 +14,10 @@
  */
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
+import { ApplicationFailure } from '@temporalio/common';
 import { type NativeConnection, Worker } from '@temporalio/worker';
 import { EngineClient } from '../engines/protocol/client';
-import { EngineSupervisor } from '../gpu-workers/engine-process';
+import { EngineHungError, EngineSupervisor } from '../gpu-workers/engine-process';
 import { DEFAULT_ENGINE_KIND, engineCommand, ENGINE_KINDS } from './engine-kinds';
 import { createTrainingPoolActivities } from '../activities/training/pool';
 import { EpisodeThreads } from '../activities/training/episode-threads';
@@ -102,7 +103,16 @@ export async function createPoolWorker(opts: PoolWorkerOptions): Promise<PoolWor
     });
     await supervisor.start();
   }
-  const getClient = () => external ?? supervisor!.client();
+  // An engine given up as hung fails each activity that asks for it, for good: a retry would hang it again.
+  const getClient = () => {
+    if (external) return external;
+    try {
+      return supervisor!.client();
+    } catch (e) {
+      if (e instanceof EngineHungError) throw ApplicationFailure.create({ message: e.message, type: 'ENGINE_HUNG', nonRetryable: true });
+      throw e;
+    }
+  };
   const checkpoints = opts.checkpoints ?? checkpointStoreOf(loadConfig());
 
   // Temporal may be down or still starting: connect and create the worker (which checks the

@@ -185,7 +185,7 @@ export class Engine {
     const key = specKey(spec);
     let rt = this.runtimes.get(key);
     if (!rt) {
-      const factory = sessionFactory(this.device.device, { intraOpThreads: this.intraOpThreads, memory: this.memory });
+      const factory = sessionFactory(this.device.device, { intraOpThreads: this.intraOpThreads, memory: this.memory, onDeviceWork: () => this.queue.worked() });
       const lora = loraSpecOf(spec);
       rt = lora
         ? this.loraRuntime(lora, factory)

@@ -123,7 +123,8 @@ export function mathTeam(options: MathOptions = {}) {
       const question = `${task.a}+${task.b}`;
       const solution = await agents.solver.act(question);
       const verdict = await agents.verifier.act(`${question}${solution.text}?`, { after: [solution] });
-      return { answer: solverAnswer(solution), verdict: verdict.reply.slice(0, 1) };
+      // its first character, not its first UTF-16 unit: half of an astral character (a large vocabulary has them) is not storable JSON
+      return { answer: solverAnswer(solution), verdict: Array.from(verdict.reply)[0] ?? '' };
     },
     rewards: {
       solver: ({ task, outcome }) => ({ correct: outcome?.answer === task.a + task.b ? 1 : 0 }),

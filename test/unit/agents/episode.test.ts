@@ -77,6 +77,15 @@ describe('runEpisode on the math team', () => {
     assert.equal(team.success({ task: { a: 12, b: 7 }, outcome: traj.outcome as any, status: 'completed' }), true);
   });
 
+  it("the verdict is the reply's first character, never half of one (a large vocabulary samples astral characters)", async () => {
+    // math's characters plus one outside the BMP (two UTF-16 units): a lone half is not storable JSON (PostgreSQL jsonb
+    // refused "\ud800" and the rollout was retried for ever)
+    const wide = { ...team, tokenizer: charTokenizer('0123456789+=?YNE\u{10000}') };
+    const io = scripted(wide, ['=', '$', '\u{10000}Y$'], (req) => executeTool(team, req));
+    const traj = await runEpisode(wide, { ...base, task: { a: 12, b: 7 } }, io);
+    assert.deepEqual(traj.outcome, { answer: 19, verdict: '\u{10000}' });
+  });
+
   it('turns a schema-invalid tool call into a recorded tool error appended as context', async () => {
     // '5=' makes the display "12+75" which still parses; '55=' makes "12+755": three digits, invalid.
     const io = scripted(team, ['55=', 'N$'], (req) => executeTool(team, req));
