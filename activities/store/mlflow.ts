@@ -10,8 +10,9 @@
  * timed-out: FAILED; a resumed run is RUNNING again).
  *
  * Exactly once: the server is the cursor. An export reads which (metric, step) points the
- * MLflow run holds (its metrics' histories, once per process and run, again after any error)
- * and sends only the others, with the store's values and wall times. A point sent twice anyway
+ * MLflow run holds (its metrics' histories, once per process and run, again after any error
+ * or after another process exported the run: `mlflow_runs.passes` counts the passes) and
+ * sends only the others, with the store's values and wall times. A point sent twice anyway
  * (a crash between the send and the reading) is the identical row, which MLflow's SQL store
  * keeps once (its primary key is the whole point). Exports of one run are serialized by a
  * PostgreSQL advisory lock, so two control workers never race on one run. A retried activity,
@@ -66,6 +67,8 @@ interface Target {
   artifactUri: string;
   /** `<step>\0<key>` of every point the MLflow run holds. */
   points: Set<string>;
+  /** mlflow_runs.passes after this process's last pass: another number means another process exported since. */
+  passes: number;
 }
 
 export interface MlflowExportOptions {
@@ -179,10 +182,10 @@ export class MlflowExport {
 
   /** The run's MLflow run: this process's, or the recorded one, or one found by tag, or a new one. */
   private async target(tx: Sql, runId: string, run: { team: string; config: unknown; created_at: Date }, uri: string): Promise<Target> {
+    const [row] = await tx`SELECT tracking_uri, mlflow_run_id, passes FROM mlflow_runs WHERE run_id = ${runId}`;
     const known = this.targets.get(runId);
-    if (known && known.uri === uri) return known;
+    if (known && known.uri === uri && known.passes === Number(row?.passes)) return known;
     const client = new MlflowClient(uri);
-    const [row] = await tx`SELECT tracking_uri, mlflow_run_id FROM mlflow_runs WHERE run_id = ${runId}`;
     let mlflowRunId = row?.tracking_uri === uri ? ((row.mlflow_run_id as string | null) ?? undefined) : undefined;
     let info = mlflowRunId ? await client.run(mlflowRunId).catch(notFound) : undefined;
     if (!mlflowRunId || !info) {
@@ -196,7 +199,7 @@ export class MlflowExport {
     }
     const points = new Set<string>();
     for (const key of info.metricKeys) for (const m of await client.history(mlflowRunId, key)) points.add(`${m.step}\u0000${key}`);
-    const made = { uri, client, mlflowRunId, status: info.status, artifactUri: info.artifactUri, points };
+    const made = { uri, client, mlflowRunId, status: info.status, artifactUri: info.artifactUri, points, passes: -1 };
     this.targets.set(runId, made);
     return made;
   }
@@ -236,7 +239,8 @@ export class MlflowExport {
         await t.client.setStatus(t.mlflowRunId, 'RUNNING'); // resumed
       }
       t.status = end ?? 'RUNNING';
-      await tx`UPDATE mlflow_runs SET finished = ${end !== undefined} WHERE run_id = ${runId}`;
+      const [done] = await tx`UPDATE mlflow_runs SET finished = ${end !== undefined}, passes = passes + 1 WHERE run_id = ${runId} RETURNING passes`;
+      t.passes = Number(done?.passes);
     });
   }
 }
