@@ -4,6 +4,7 @@
 import type { Sql } from '../infra/db';
 import { createPingActivities } from './ping';
 import type { TensorBoardDirs } from './store/tensorboard';
+import type { MlflowExport } from './store/mlflow';
 import { createTrainingControlActivities, type UserCode } from './training/control';
 import { createDashboardLinkActivities } from './training/dashboard-link';
 import { createPoolQueueActivities } from './training/pool-queues';
@@ -21,6 +22,8 @@ export interface ControlDeps {
   userCode: UserCode;
   /** Where each run's TensorBoard event files go (store/tensorboard.ts); none: no event files. */
   tensorboardDirs?: TensorBoardDirs;
+  /** Exports runs to MLflow in the background (store/mlflow.ts); none: no export. */
+  mlflow?: MlflowExport;
 }
 
 export function createControlActivities(deps: ControlDeps) {

@@ -19,6 +19,7 @@ import { z } from 'zod';
 import { DEFAULT_POOL } from './pools';
 import { TroupeError, errorMessage } from './errors';
 import { repoRoot } from './paths';
+import { TRACKING_URI, TRACKING_URI_RULE } from './mlflow-client';
 
 /** A configuration problem: `variable` is the environment variable at fault. */
 export class ConfigError extends TroupeError {
@@ -182,6 +183,7 @@ const schema = z.object({
   TROUPE_STATE_DIR: optionalString,
   TROUPE_CHECKPOINT_DIR: optionalString,
   TROUPE_TENSORBOARD_DIR: optionalString,
+  MLFLOW_TRACKING_URI: z.preprocess(unsetIfEmpty, z.string().trim().regex(TRACKING_URI, TRACKING_URI_RULE).optional()),
   TROUPE_METRICS_HOST: stringWithDefault('127.0.0.1'),
   TROUPE_CONTROL_METRICS_PORT: optionalPort,
   TROUPE_POOL_METRICS_PORT: optionalPort,
@@ -265,6 +267,8 @@ export interface TroupeConfig {
   checkpointDir: string;
   /** Folder of the runs' TensorBoard event files, one folder per run (TROUPE_TENSORBOARD_DIR; default <stateDir>/runs/<run>/tensorboard; `off`: none). */
   tensorboardDir?: string;
+  /** MLflow tracking server of runs whose config names none (MLFLOW_TRACKING_URI: an http(s) URL; `off` or unset: none). */
+  mlflowTrackingUri?: string;
   /** Prometheus `/metrics` of the control worker and of a pool worker (TROUPE_METRICS_HOST, default loopback; TROUPE_CONTROL_METRICS_PORT, TROUPE_POOL_METRICS_PORT: unset, none). */
   metrics: { host: string; controlPort?: number; poolPort?: number };
   /** Versions up to this many bytes (weights + optimizer state) stay inline in Postgres (TROUPE_CHECKPOINT_INLINE_MAX_BYTES). */
@@ -337,6 +341,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): TroupeConfig {
     checkpointDir: path.resolve(e.TROUPE_CHECKPOINT_DIR ?? path.join(stateDir, 'checkpoints')),
     tensorboardDir:
       e.TROUPE_TENSORBOARD_DIR === undefined || e.TROUPE_TENSORBOARD_DIR === 'off' ? e.TROUPE_TENSORBOARD_DIR : path.resolve(e.TROUPE_TENSORBOARD_DIR),
+    mlflowTrackingUri: e.MLFLOW_TRACKING_URI,
     metrics: { host: e.TROUPE_METRICS_HOST, controlPort: e.TROUPE_CONTROL_METRICS_PORT, poolPort: e.TROUPE_POOL_METRICS_PORT },
     checkpointInlineMaxBytes: e.TROUPE_CHECKPOINT_INLINE_MAX_BYTES,
     taskQueue: e.TROUPE_TASK_QUEUE,

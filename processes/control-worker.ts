@@ -17,6 +17,7 @@ import { untilAvailable } from '../infra/backoff';
 import { payloadDataConverter } from '../infra/codec';
 import { loadConfig, redactUrl, temporalAddressOf, type PayloadKeysConfig, type TroupeConfig } from '../infra/config';
 import type { TensorBoardDirs } from '../activities/store/tensorboard';
+import { MlflowExport } from '../activities/store/mlflow';
 import { connect, dropPostgresJsStrays, type Sql } from '../infra/db';
 import { formatError, isTroupeError } from '../infra/errors';
 import { watchProcess } from '../stack/watchdog';
@@ -47,6 +48,8 @@ export interface ControlWorkerOptions {
   workflowBundle?: WorkerOptions['workflowBundle'];
   /** Where each run's TensorBoard event files go (tensorboardDirsOf); none: no event files. */
   tensorboardDirs?: TensorBoardDirs;
+  /** Exports runs to MLflow (activities/store/mlflow.ts); none: no export. */
+  mlflow?: MlflowExport;
   /** Any other Worker option (identity, concurrency limits, interceptors...). */
   workerOptions?: Partial<WorkerOptions>;
 }
@@ -85,6 +88,7 @@ export async function createControlWorker(opts: ControlWorkerOptions): Promise<W
         workflowPatches: Object.values(Patch),
         userCode,
         tensorboardDirs: opts.tensorboardDirs,
+        mlflow: opts.mlflow,
       }),
       dataConverter: payloadDataConverter(opts.payloadKeys),
       ...opts.workerOptions,
@@ -164,6 +168,11 @@ export async function runControlWorkerProcess(opts: {
   console.log(`troupe control worker: database ${redactUrl(db.url)} (schema ${from} -> ${to})`);
   await refuseNewerRuns(sql);
 
+  // Runs export to MLflow in the background, on a connection of their own (a slow server never
+  // holds one the activities need); exports a previous worker left unfinished catch up now.
+  const exportSql = connect(db.url, { max: 1, applicationName: 'troupe-mlflow-export' });
+  const mlflow = new MlflowExport(exportSql, { defaultUri: config.mlflowTrackingUri });
+  await mlflow.catchUp();
   const { connection, worker } = await untilAvailable(
     `Temporal at ${address} (namespace ${namespace})`,
     async () => {
@@ -181,6 +190,7 @@ export async function runControlWorkerProcess(opts: {
             dashboardUrl: dashboardUrl(config),
             payloadKeys: config.payloadKeys,
             tensorboardDirs: tensorboardDirsOf(config),
+            mlflow,
           }),
         };
       } catch (e) {
@@ -197,6 +207,8 @@ export async function runControlWorkerProcess(opts: {
     opts.onReady?.(worker);
     await worker.run();
   } finally {
+    await mlflow.stop();
+    await exportSql.end({ timeout: 5 });
     await connection.close();
     await sql.end({ timeout: 5 });
     await watchdog.stop();

@@ -19,6 +19,7 @@ import {
 } from './optimizer';
 import { FieldError, issuesFromZod, type FieldIssue } from '../infra/issues';
 import { lazily } from '../infra/lazily';
+import { TRACKING_URI, TRACKING_URI_RULE } from '../infra/mlflow-client';
 import { CORRECTION_NAMES, DEFAULT_CORRECTION, type CorrectionName } from '../rl/corrections/registry';
 
 /** Bound on staleness: each step of lag keeps one more step's rollout in flight. */
@@ -113,6 +114,11 @@ export const runConfigSchema = lazily(() =>
         maxCarrySteps: int(1, 1_000_000).optional(),
       })
       .optional(),
+    /**
+     * MLflow tracking server the run's params, metrics, config and end go to (activities/store/mlflow.ts),
+     * e.g. http://mlflow.internal:5000; unset: the control worker's MLFLOW_TRACKING_URI; `off`: none.
+     */
+    mlflow: z.string().regex(TRACKING_URI, TRACKING_URI_RULE).optional(),
     /** Fail the run after this many consecutive steps in which no model could train (every update skipped); 0: never. */
     maxStepsWithoutSignal: int(0, 1_000_000).default(3),
   }),

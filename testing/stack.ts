@@ -7,6 +7,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import assert from 'node:assert/strict';
 import type { Worker } from '@temporalio/worker';
 import type { TensorBoardDirs } from '../activities/store/tensorboard';
+import type { MlflowExport } from '../activities/store/mlflow';
 import { listVersions } from '../activities/store/versions';
 import { createPoolWorker, type PoolWorker, type PoolWorkerOptions } from '../processes/pool-worker';
 import { createControlWorker } from '../processes/control-worker';
@@ -33,6 +34,8 @@ export interface HarnessOptions {
   pool?: Partial<PoolWorkerOptions>;
   /** Where the control worker writes each run's TensorBoard event files; none: no event files. */
   tensorboardDirs?: TensorBoardDirs;
+  /** The control worker's MLflow export, made on the harness's database; none: no export. */
+  mlflow?: (sql: TestDatabase['sql']) => MlflowExport;
 }
 
 export async function startPool(
@@ -66,6 +69,7 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
     poolTaskQueue: opts.poolTaskQueue,
     dashboardUrl: opts.dashboardUrl,
     tensorboardDirs: opts.tensorboardDirs,
+    mlflow: opts.mlflow?.(db.sql),
     workflowBundle: await workflowBundle(),
   });
   const controlRun = control.run();

@@ -16,6 +16,7 @@ import type { Trajectory } from '../../schema/trajectory';
 import { createRun, getRun, hasExecution, recordEvent, recordExecution, recordWorkflowPatches, setRunStatus, type RunStatus } from '../store/runs';
 import { mergeStepMetrics, writeMetrics } from '../store/metrics';
 import { tensorBoardExporter, type TensorBoardDirs } from '../store/tensorboard';
+import type { MlflowExport } from '../store/mlflow';
 import { loadStepEpisodes, saveEpisodes, type EpisodeMeta, type StoredEpisode } from '../store/trajectories';
 import { loadTasks } from '../tasks';
 import { durableEpisodeMeta, episodesOf, type EpisodeSpec, type StepPlan } from './plan';
@@ -77,13 +78,20 @@ export function createTrainingControlActivities({
   workflowPatches,
   userCode,
   tensorboardDirs,
+  mlflow,
 }: {
   sql: Sql;
   workflowPatches?: readonly string[];
   userCode?: UserCode;
   tensorboardDirs?: TensorBoardDirs;
+  mlflow?: MlflowExport;
 }) {
-  const exportCurves = tensorBoardExporter(sql, tensorboardDirs);
+  const toTensorBoard = tensorBoardExporter(sql, tensorboardDirs);
+  // The store gained points: to TensorBoard now, to MLflow in the background (it never holds a run up).
+  const exportCurves = async (runId: string) => {
+    mlflow?.nudge(runId);
+    await toTensorBoard(runId);
+  };
   // A tool or reward with a synchronous loop would block this worker for good: they run only in threads.
   const threads = (what: string) => {
     if (!userCode) throw new Error(`${what}: this control worker runs no user code threads (createControlActivities needs userCode)`);

@@ -2,8 +2,9 @@
  * Python tools the tests check Troupe against (TensorBoard's reader, an MLflow server), each in
  * a virtual environment under Troupe's cache made the way stack/python-environment.ts makes the
  * engine's: from a pinned requirements file in test/fixtures/observability/, once, under a
- * lock, marked ready only when complete; the folder's name carries the file's hash, so a
- * changed pin gets a new environment. Made from TROUPE_PYTHON_BASE (default python3).
+ * lock, marked ready only when complete. pip installs exactly the file's packages (--no-deps):
+ * each file pins the whole set, which may leave out declared dependencies the tool never imports.
+ * The folder's name carries the file's hash, so a changed pin gets a new environment. Made from TROUPE_PYTHON_BASE (default python3).
  */
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -61,6 +62,7 @@ function make(dir: string, requirements: string): void {
     '--no-input',
     '--progress-bar',
     'off',
+    '--no-deps',
     '-q',
     '-r',
     requirements,
