@@ -11,15 +11,16 @@
  * engine answers only between device runs). It is then killed, which fails
  * the calls in flight (retryable: the activity's next attempt reloads and redoes the work),
  * and restarted like an engine that died. An engine killed as hung MAX_HUNG_IN_A_ROW times in
- * a row, none getting further than the one before (no more device runs), would only loop: it
- * is not restarted again, and `client()` throws EngineHungError saying where it hung.
+ * a row, none getting further than the one before (no more device runs), would only loop: the
+ * next `client()` throws EngineHungError saying where it hung (that run fails) and starts a fresh engine.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import * as path from 'node:path';
 import * as readline from 'node:readline';
 import { EngineClient } from '../engines/protocol/client';
 import { backoffDelay, untilAvailable } from '../infra/backoff';
-import { HangWatch } from './hang-watch';
+import { procStat } from '../infra/proc-stat';
+import { BUSY_LIMIT_FACTOR, HangWatch } from './hang-watch';
 import { troupeMetrics } from '../infra/metrics';
 
 const REPO_ROOT = path.resolve(__dirname, '..');
@@ -120,7 +121,10 @@ export const MAX_HUNG_IN_A_ROW = 3;
 interface HangPoint {
   deviceRuns: number;
   queueDepth: number;
+  /** since the last progress or sign of work (CPU) */
   stalledMs: number;
+  /** since the last progress: longer than stalledMs when a busy run was given up on (BUSY_LIMIT_FACTOR) */
+  sinceProgressMs: number;
 }
 
 /** Keeps one engine child alive; `client()` is the client of the current incarnation. */
@@ -209,8 +213,15 @@ export class EngineSupervisor {
   /** The hang watchdog of one engine incarnation (the rule: gpu-workers/hang-watch.ts); it ends with that incarnation. */
   private watch(incarnation: NonNullable<EngineSupervisor['current']>): void {
     const watch = new HangWatch(this.opts.hangMs ?? DEFAULT_HANG_MS, incarnation.startedAt);
+    const pid = incarnation.engine.child.pid;
+    let cpu = pid === undefined ? undefined : { seconds: procStat(pid)?.cpuSeconds, at: Date.now() };
     let asking = false;
     const timer = setInterval(() => {
+      // the engine's CPU time, sampled even while an ask waits: a long device run at work is not a hang
+      const seconds = pid === undefined ? undefined : procStat(pid)?.cpuSeconds;
+      const now0 = Date.now();
+      if (cpu?.seconds !== undefined && seconds !== undefined) watch.cpu(now0, seconds - cpu.seconds, (now0 - cpu.at) / 1000);
+      cpu = { seconds, at: now0 };
       if (asking) return;
       asking = true;
       incarnation.client
@@ -227,7 +238,12 @@ export class EngineSupervisor {
           const now = Date.now();
           if (!watch.hung(now) || this.current !== incarnation || this.stopping) return;
           clearInterval(timer);
-          incarnation.hung = { deviceRuns: watch.deviceRuns, queueDepth: watch.queueDepth, stalledMs: watch.stalledMs(now) };
+          incarnation.hung = {
+            deviceRuns: watch.deviceRuns,
+            queueDepth: watch.queueDepth,
+            stalledMs: watch.stalledMs(now),
+            sinceProgressMs: watch.sinceProgressMs(now),
+          };
           this.opts.log?.({ event: 'engine_hung', pid: incarnation.engine.child.pid, ...incarnation.hung });
           troupeMetrics().engineHangs.add(1);
           incarnation.engine.child.kill('SIGKILL'); // also a stopped process; onExit restarts it
@@ -258,7 +274,8 @@ export class EngineSupervisor {
   /**
    * Counts an engine's end towards the hangs in a row; true when it is the MAX_HUNG_IN_A_ROW-th at
    * the same point (each got no further than the one before: a restart would redo the same work
-   * and hang there again), after which no engine is started and `client()` throws why.
+   * and hang there again): no engine is started until `client()` is next asked, which throws why
+   * (the run asking fails rather than loop) and then starts a fresh engine for what comes next.
    */
   private givesUp(hung: HangPoint | undefined): boolean {
     if (!hung) {
@@ -270,11 +287,13 @@ export class EngineSupervisor {
     this.lastHang = hung;
     if (this.hungInARow < MAX_HUNG_IN_A_ROW) return false;
     const limitS = (this.opts.hangMs ?? DEFAULT_HANG_MS) / 1000;
+    const busy =
+      hung.sinceProgressMs - hung.stalledMs > 0 ? `, at work on the CPU for ${((hung.sinceProgressMs - hung.stalledMs) / 1000).toFixed(1)} s of it` : '';
     this.gaveUp = new EngineHungError(
       `the engine was killed as hung ${this.hungInARow} times in a row at the same point (${hung.deviceRuns < 0 ? 'before answering Health' : `after ${hung.deviceRuns} device runs`}, ` +
-        `${hung.queueDepth} request${hung.queueDepth === 1 ? '' : 's'} queued or running, no progress for ${(hung.stalledMs / 1000).toFixed(1)} s; the hang limit TROUPE_ENGINE_HANG_S is ${limitS} s), ` +
-        `so it is not restarted again: a single device run of this work takes longer than the limit on this host (raise TROUPE_ENGINE_HANG_S), or the engine is stuck there; ` +
-        `restart the pool worker to try again`,
+        `${hung.queueDepth} request${hung.queueDepth === 1 ? '' : 's'} queued or running, no finished device run for ${(hung.sinceProgressMs / 1000).toFixed(1)} s${busy}; ` +
+        `the hang limit TROUPE_ENGINE_HANG_S is ${limitS} s idle, ${limitS * BUSY_LIMIT_FACTOR} s at work), so this call fails rather than restart it again: ` +
+        `one device run of this work takes longer than that on this host (raise TROUPE_ENGINE_HANG_S), or the engine is stuck there`,
     );
     this.opts.log?.({ event: 'engine_gave_up', message: this.gaveUp.message });
     return true;
@@ -282,7 +301,15 @@ export class EngineSupervisor {
 
   /** The current engine's client (calls fail with EngineUnavailableError while it restarts; EngineHungError once given up). */
   client(): EngineClient {
-    if (this.gaveUp) throw this.gaveUp;
+    const gaveUp = this.gaveUp;
+    if (gaveUp) {
+      // this call's run fails, naming the point; whatever asks next gets a fresh engine
+      this.gaveUp = undefined;
+      this.hungInARow = 0;
+      this.lastHang = undefined;
+      if (!this.stopping) this.start().catch((e) => this.opts.log?.({ event: 'engine_restart_failed', error: (e as Error).message }));
+      throw gaveUp;
+    }
     if (!this.current) throw new Error('engine supervisor not started');
     return this.current.client;
   }

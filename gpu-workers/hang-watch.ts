@@ -4,9 +4,18 @@
  * Health only between runs (onnxruntime's `session.run` blocks its thread), so a busy or
  * CPU-starved engine answers late, not never: each Health ask waits until the hang
  * deadline, and a late answer that shows a finished run is progress. A long queue is not
- * a hang while its runs keep finishing. Pure (times are passed in), for the watchdog in
- * gpu-workers/engine-process.ts.
+ * a hang while its runs keep finishing. One device run may take longer than the limit (an
+ * Update over a large vocabulary on a slow host): while the engine's CPU time keeps advancing
+ * it is at work, not hung, for at most BUSY_LIMIT_FACTOR limits since its last progress; a
+ * stopped, deadlocked or waiting engine uses no CPU and is found hung as before. Pure (times
+ * are passed in), for the watchdog in gpu-workers/engine-process.ts.
  */
+
+/** A device run that keeps the engine busy counts as progress for at most this many hang limits (default 20 s × 15 = 5 min). */
+export const BUSY_LIMIT_FACTOR = 15;
+
+/** The share of one core an engine must have used since the previous sample to count as busy. */
+export const BUSY_CPU_SHARE = 0.2;
 export interface HealthProgress {
   /** device runs finished so far */
   deviceRuns: number;
@@ -19,6 +28,8 @@ export class HangWatch {
   private progressAt: number;
   private runs: number | undefined;
   private depth = 0;
+  /** when the engine was last seen busy (its CPU time advancing) within BUSY_LIMIT_FACTOR limits of its last progress */
+  private busyAt = -Infinity;
 
   /** `servingSince`: when the engine started serving; its first run is measured from there. */
   constructor(
@@ -30,7 +41,20 @@ export class HangWatch {
 
   /** How long a Health asked at `now` may take: until the hang deadline, at least `minMs`. */
   askTimeoutMs(now: number, minMs: number): number {
-    return Math.max(minMs, this.progressAt + this.hangMs - now);
+    return Math.max(minMs, this.lastSign() + this.hangMs - now);
+  }
+
+  /**
+   * A CPU sample at `at`: the engine used `cpuSeconds` of CPU in the `wallSeconds` since the
+   * previous one. Busy (at least BUSY_CPU_SHARE of a core) counts as a sign of work, within
+   * BUSY_LIMIT_FACTOR limits of the last real progress.
+   */
+  cpu(at: number, cpuSeconds: number, wallSeconds: number): void {
+    if (wallSeconds > 0 && cpuSeconds >= BUSY_CPU_SHARE * wallSeconds && at - this.progressAt < this.hangMs * BUSY_LIMIT_FACTOR) this.busyAt = at;
+  }
+
+  private lastSign(): number {
+    return Math.max(this.progressAt, this.busyAt);
   }
 
   /**
@@ -44,8 +68,13 @@ export class HangWatch {
     this.depth = h.queueDepth;
   }
 
-  /** Milliseconds since the last progress. */
+  /** Milliseconds since the last progress or sign of work. */
   stalledMs(now: number): number {
+    return now - this.lastSign();
+  }
+
+  /** Milliseconds since the last progress (a finished run, an idle engine): busy time included. */
+  sinceProgressMs(now: number): number {
     return now - this.progressAt;
   }
 

@@ -8,6 +8,7 @@
 import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { procStat } from '../infra/proc-stat';
 
 export interface ServiceRecord {
   name: string;
@@ -203,17 +204,6 @@ export interface MarkedProcess {
   /** the service it was started as, or whose child it is */
   service: string;
   argv: string[];
-}
-
-/** One-letter state (R, S, Z, ...) and parent pid of a live process, from /proc/<pid>/stat. */
-function procStat(pid: number): { state: string; ppid: number } | undefined {
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const [state, ppid] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return { state: state!, ppid: Number(ppid) };
-  } catch {
-    return undefined;
-  }
 }
 
 function procState(pid: number): string | undefined {

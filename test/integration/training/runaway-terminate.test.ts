@@ -7,10 +7,10 @@
 // the same way (schema/rollout-progress.ts FAIL_FAST), naming the error, within a minute; a durable
 // rollout of episodes that all throw does the same.
 import assert from 'node:assert/strict';
-import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { after, before, test } from 'node:test';
 import { Client, Connection } from '@temporalio/client';
+import { procStat } from '../../../infra/proc-stat';
 import { readRecord } from '../../../stack/processes';
 import { cliStack, troupe } from '../../helpers/cli';
 
@@ -25,14 +25,8 @@ after(async () => {
 const args = ['train', 'runaway', '--steps', '1', '--groups', '8', '--group-size', '2', '--eval-every', '0'];
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const TICK = 1 / 100; // seconds per clock tick on Linux (getconf CLK_TCK: 100)
-
-/** CPU seconds (user + system, every thread) of a process so far, from /proc. */
-function cpuSeconds(pid: number): number {
-  // fields after the command's closing parenthesis: state is the 3rd field, utime the 14th, stime the 15th
-  const after = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-  return (Number(after[11]) + Number(after[12])) * TICK;
-}
+/** CPU seconds (user + system, every thread) of a live process so far. */
+const cpuSeconds = (pid: number): number => procStat(pid)!.cpuSeconds;
 
 /** The process's CPU share over the next `ms`. */
 async function cpuShare(pid: number, ms = 1000): Promise<number> {

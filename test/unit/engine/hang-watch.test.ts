@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { HEALTH_EVERY_MS } from '../../../gpu-workers/engine-process';
-import { HangWatch } from '../../../gpu-workers/hang-watch';
+import { BUSY_LIMIT_FACTOR, HangWatch } from '../../../gpu-workers/hang-watch';
 
 const s = (x: number) => x * 1000;
 const HANG = s(20);
@@ -109,4 +109,27 @@ test('an idle engine that answers is never hung; an answer never moves progress 
   assert.equal(watch.hung(s(201)), false);
   watch.answered(s(150), { deviceRuns: 6, queueDepth: 1 }); // out of order: progress stays at 200
   assert.equal(watch.stalledMs(s(201)), s(1));
+});
+
+test('a run that keeps the engine busy on the CPU is at work, not hung, for at most BUSY_LIMIT_FACTOR limits', () => {
+  const w = new HangWatch(20_000, 0);
+  w.answered(1000, { deviceRuns: 5, queueDepth: 1 }); // progress at 1 s, then one long run
+  // samples every 2 s: 1.0 s of CPU in 2 s is busy (≥ 0.2 of a core)
+  for (let t = 3000; t <= 60_000; t += 2000) w.cpu(t, 1.0, 2);
+  assert.equal(w.hung(61_000), false, 'busy until 59 s: not hung at 61 s');
+  assert.equal(w.stalledMs(61_000), 2000);
+  assert.equal(w.sinceProgressMs(61_000), 60_000);
+  // idle from here (0.1 s of CPU in 2 s: a stopped or waiting engine)
+  for (let t = 63_000; t <= 79_000; t += 2000) w.cpu(t, 0.1, 2);
+  assert.equal(w.hung(78_999), false);
+  assert.equal(w.hung(79_000), true, 'hung one limit after its last sign of work (59 s + 20 s)');
+
+  // busy forever: counts until 15 limits (300 s) after the last progress, then the limit runs out
+  const b = new HangWatch(20_000, 0);
+  b.answered(0, { deviceRuns: 1, queueDepth: 1 });
+  for (let t = 2000; t <= 400_000; t += 2000) b.cpu(t, 2.0, 2);
+  assert.equal(b.stalledMs(400_000), 400_000 - 298_000, 'the last busy sign that counts: 298 s, under 15 × 20 s');
+  assert.equal(b.hung(317_999), false);
+  assert.equal(b.hung(318_000), true);
+  assert.equal(BUSY_LIMIT_FACTOR, 15);
 });
