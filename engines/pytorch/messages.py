@@ -36,9 +36,9 @@ def spec_from_wire(w, field="spec"):
             raise invalid(f"{field}.lora: over a checkpoint the base is the checkpoint; leave baseSeed and baseCheckpoint out")
         base, ck = spec_from_wire(pb.ModelSpec(family=w.family, vocab_size=w.vocab_size,
                                                config_json=json.dumps({k: v for k, v in config.items() if k != "lora"})), field)
-        base = {"hf": base["hf"], "maxSeq": base["maxSeq"]} if hf.is_hf(base) else json.loads(specmod.config_json(base))
-        config = {**base, "lora": {**lora, "baseCheckpoint": ck[0]}}
-        w = pb.ModelSpec(family=w.family, vocab_size=base["vocabSize"] if "vocabSize" in base else 0)
+        shape = {"hf": base["hf"], "maxSeq": base["maxSeq"]} if hf.is_hf(base) else json.loads(specmod.config_json(base))
+        config = {**shape, "lora": {**lora, "baseCheckpoint": ck[0]}}
+        w = pb.ModelSpec(family=w.family, vocab_size=base["vocabSize"])
     try:
         if w.family == specmod.FAMILY and "hf" in config:  # a transformers spec, as VersionInfo gives it back
             return hf.normalize(w.vocab_size, config, field), None
