@@ -150,8 +150,10 @@ def linear_modules(module):
 
 def _lora(lora, module, prefix):
     """An adapter over a transformers model: the lora object (spec.normalize_lora's rules; its targets are module
-    names, PEFT's target_modules: `q_proj` is every module whose last name is q_proj), in the module's order, and the
-    targeted linear maps [(name, in, out)]. The base is a checkpoint directory (lora.baseCheckpoint), never a seed."""
+    names, PEFT's target_modules: `q_proj` is every module whose last name is q_proj; or the family's projections
+    q k v o g u d, naming the Llama layout's modules, checkpoint.LLAMA_PROJECTIONS, so that a team's adapters target
+    any checkpoint with those modules), in the model's order, and the targeted linear maps [(name, in, out)]. The
+    base is a checkpoint directory (lora.baseCheckpoint), never a seed."""
     out = specmod.normalize_lora(lora, prefix, known=None)
     if isinstance(out.get("alpha"), float) and out["alpha"].is_integer():
         out["alpha"] = int(out["alpha"])  # config_json writes it as JavaScript does (8, not 8.0)
@@ -161,11 +163,20 @@ def _lora(lora, module, prefix):
     elif "baseCheckpoint" not in out:
         issues.append((f"{prefix}.lora.baseCheckpoint", "required over a transformers model (spec.hf): the directory of the frozen base"))
     linears = linear_modules(module)
-    have = list(dict.fromkeys(n.rsplit(".", 1)[-1] for n, _, _ in linears))
-    out["targets"] = specmod.lora_targets(out["targets"], have, lambda f, m: issues.append((f"{prefix}.{f}", m)), "a linear module")
+
+    def named(n, t):  # module n is target t's: its last name, or the Llama layout's module of family projection t
+        return n.rsplit(".", 1)[-1] == t or (t in checkpoint.LLAMA_PROJECTIONS and n.endswith("." + checkpoint.LLAMA_PROJECTIONS[t]))
+    names = list(dict.fromkeys(n.rsplit(".", 1)[-1] for n, _, _ in linears))
+    have = [t for t in specmod.LORA_TARGETS if any(named(n, t) for n, _, _ in linears)] + names
+    out["targets"] = targets = specmod.lora_targets(out["targets"], have, lambda f, m: issues.append((f"{prefix}.{f}", m)), "a linear module")
+    for n, _, _ in linears:
+        both = [t for t in targets if named(n, t)]
+        if len(both) > 1:
+            issues.append((f"{prefix}.lora.targets", f"{' and '.join(json.dumps(t) for t in both)} name the same module ({n})"))
+            break
     if issues:
         raise specmod.SpecError(issues)
-    return out, [[n, i, o] for n, i, o in linears if n.rsplit(".", 1)[-1] in out["targets"]]
+    return out, [[n, i, o] for n, i, o in linears if any(named(n, t) for t in targets)]
 
 
 def is_hf(spec):

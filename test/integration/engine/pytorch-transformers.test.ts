@@ -57,6 +57,21 @@ const LORA_ARCHS: Record<string, string[]> = {
 
 type Reference = Record<string, { score: number[][]; greedy: number[][] }>;
 
+/** Two Update samples over the checkpoints' 512-token vocabulary: the first advantaged, the second not. */
+function advantageSamples() {
+  return [0, 1].map((i) => {
+    const toks = [3 + i, 17, 5 + 2 * i, 40, 9];
+    return {
+      context: [1, 7 + i, 20],
+      tokens: toks,
+      lossMask: toks.map(() => 1),
+      advantages: toks.map(() => (i === 0 ? 1 : -1)),
+      oldLogprobs: toks.map(() => -Math.log(512)),
+      lossWeights: toks.map(() => 1 / 10),
+    };
+  });
+}
+
 let proc: SpawnedEngine | undefined;
 let client: EngineClient;
 let tmp: string;
@@ -136,18 +151,7 @@ describe('the PyTorch engine runs transformers models', { skip }, () => {
   it('an Update moves log-probs the way the advantages point', async () => {
     for (const arch of ['gemma2', 'phi3']) {
       const key = `hf-${arch}`;
-      const V = 512;
-      const samples = [0, 1].map((i) => {
-        const toks = [3 + i, 17, 5 + 2 * i, 40, 9];
-        return {
-          context: [1, 7 + i, 20],
-          tokens: toks,
-          lossMask: toks.map(() => 1),
-          advantages: toks.map(() => (i === 0 ? 1 : -1)),
-          oldLogprobs: toks.map(() => -Math.log(V)),
-          lossWeights: toks.map(() => 1 / 10),
-        };
-      });
+      const samples = advantageSamples();
       const before = await client.score({ modelKey: key, version: 0, sequences: samples.map((s) => ({ context: s.context, tokens: s.tokens })) });
       const res = await client.update({ modelKey: key, baseVersion: 0, requestId: `${arch}-u1`, samples, settings: { lr: 0.01, innerSteps: 2 } });
       assert.equal(Number(res.info?.version), 1);
@@ -178,11 +182,12 @@ describe('the PyTorch engine runs transformers models', { skip }, () => {
     await assert.rejects(
       client.initModel({
         modelKey: 'lora-bad',
-        spec: { family: 'transformer', vocabSize: 0, checkpoint: dirs.mistral!, lora: { rank: 4, alpha: 8, targets: ['q'] } },
+        spec: { family: 'transformer', vocabSize: 0, checkpoint: dirs.mistral!, lora: { rank: 4, alpha: 8, targets: ['q', 'nope'] } },
         seed: 0,
       }),
       (e: { reason: string; message: string }) =>
-        e.reason === 'INVALID_REQUEST' && /spec\.lora\.targets: "q" is not a linear module of this model \(it has: q_proj, k_proj/.test(e.message),
+        e.reason === 'INVALID_REQUEST' &&
+        /spec\.lora\.targets: "nope" is not a linear module of this model \(it has: q, k, v, o, g, u, d, q_proj, k_proj/.test(e.message),
     );
     for (const [arch, targets] of Object.entries(LORA_ARCHS)) {
       const dir = dirs[arch]!;
@@ -256,18 +261,22 @@ describe('the PyTorch engine runs transformers models', { skip }, () => {
         sequences: PROMPTS.map((p, i) => ({ context: p.slice(0, 3 + k), seed: String(10 * k + i) })),
       });
       const alone = [await client.generate(call(a.modelKey, 0)), await client.generate(call(b.modelKey, 1))];
-      // a long call on the base first, so that the two adapter calls queue behind it and then share a run (the engine
-      // has no batching window: whether both are queued when the device frees is timing, so up to 3 tries)
+      // a long call on the base first, on the device before the two adapter calls arrive, so that they queue behind it
+      // and then share a run (the engine has no batching window; up to 3 tries, should the blocker end first)
       let mixed = false;
       let together: Awaited<ReturnType<typeof client.generate>>[] = [];
       for (let attempt = 0; attempt < 3 && !mixed; attempt++) {
         const before = await client.stats();
-        const blocker = client.generate({
-          modelKey: base.modelKey,
-          version: 0,
-          sampling: { temperature: 1, maxTokens: 60 },
-          sequences: Array.from({ length: 48 }, (_, i) => ({ context: [1 + i], seed: String(i) })),
-        });
+        let done = false;
+        const blocker = client
+          .generate({
+            modelKey: base.modelKey,
+            version: 0,
+            sampling: { temperature: 1, maxTokens: 100 },
+            sequences: Array.from({ length: 48 }, (_, i) => ({ context: [1 + i], seed: String(i) })),
+          })
+          .finally(() => (done = true));
+        while (!done && (await client.stats()).queueDepth < 1) await new Promise((r) => setTimeout(r, 5));
         together = await Promise.all([client.generate(call(a.modelKey, 0)), client.generate(call(b.modelKey, 1))]);
         await blocker;
         mixed = (await client.stats()).mixedAdapterRuns > before.mixedAdapterRuns;
@@ -287,18 +296,7 @@ describe('the PyTorch engine runs transformers models', { skip }, () => {
       }
 
       // an Update trains the adapter only
-      const V = 512;
-      const samples = [0, 1].map((i) => {
-        const toks = [3 + i, 17, 5 + 2 * i, 40, 9];
-        return {
-          context: [1, 7 + i, 20],
-          tokens: toks,
-          lossMask: toks.map(() => 1),
-          advantages: toks.map(() => (i === 0 ? 1 : -1)),
-          oldLogprobs: toks.map(() => -Math.log(V)),
-          lossWeights: toks.map(() => 1 / 10),
-        };
-      });
+      const samples = advantageSamples();
       const seqs = samples.map((s) => ({ context: s.context, tokens: s.tokens }));
       const pre = await client.score({ modelKey: a.modelKey, version: 1, sequences: seqs });
       const otherBefore = await scoreOf(b.modelKey, 1);
@@ -358,6 +356,8 @@ describe('the PyTorch engine runs transformers models', { skip }, () => {
         /spec\.lora\.baseSeed: a transformers model \(spec\.hf\) has no seeded version 0/,
       ],
       [{ hf: llama, lora: { ...lora, dropout: 0.1 } }, /spec\.lora\.dropout: unknown option/],
+      // the family's projection names name the Llama layout's modules: once each
+      [{ hf: llama, lora: { ...lora, targets: ['q', 'q_proj'] } }, /spec\.lora\.targets: "q" and "q_proj" name the same module/],
     );
     for (const [config, message] of cases) {
       await assert.rejects(
