@@ -236,6 +236,10 @@ describe('the PyTorch engine runs transformers models', { skip }, () => {
         assert.ok(maxGap(lp, theirs.merged[i]!) < TOL, `${arch}: prompt ${i} differs from PEFT's merged model by ${maxGap(lp, theirs.merged[i]!)}`);
         assert.ok(maxGap(lp, baseLp[i]!) > 1e-3, `${arch}: the adapter changes prompt ${i}'s log-probs`);
       });
+      console.log(
+        `${arch} LoRA (${P} adapter values): max |Δ log-prob| vs PEFT ${Math.max(...ours.map((lp, i) => maxGap(lp, theirs.adapter[i]!))).toExponential(2)} unmerged, ` +
+          `${Math.max(...ours.map((lp, i) => maxGap(lp, theirs.merged[i]!))).toExponential(2)} merged; vs the base ${Math.max(...ours.map((lp, i) => maxGap(lp, baseLp[i]!))).toExponential(2)}`,
+      );
       assert.deepEqual(importHfPeftAdapter(out, spec.lora!, layout), phiA, `${arch}: the exported adapter imports back`);
       // an adapter PEFT itself wrote, as a model's version 0
       const written = path.join(tmp, `peft-${arch}`);
