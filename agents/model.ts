@@ -115,7 +115,12 @@ export interface LoraOptions extends CommonOptions {
   rank: number;
   /** α: the update is scaled by α / r (default: rank, a scale of 1) */
   alpha?: number;
-  /** The projections of every layer that get an adapter, by their names in the base's parameter layout: q, k, v, o, and 1, 2 (GELU MLP) or g, u, d (SwiGLU MLP). */
+  /**
+   * The projections of every layer that get an adapter, by their names in the base's parameter layout: q, k, v, o, and
+   * 1, 2 (GELU MLP) or g, u, d (SwiGLU MLP). Over a checkpoint that is not of the family's layout (a model type other
+   * than gpt2 / llama / qwen2 / qwen3, served by the PyTorch engine), its linear modules as transformers and PEFT name
+   * them: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, qkv_proj, ... (every module of that name).
+   */
   targets: string[];
   /** Absolute path of a PEFT adapter directory to start from (version 0), e.g. one PEFT trained or Troupe exported. */
   adapter?: string;

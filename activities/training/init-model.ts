@@ -1,6 +1,6 @@
 /**
- * Version 0 of a model in a run: from its checkpoint, a LoRA model's PEFT adapter, or else made by
- * the engine from the run seed; stored once.
+ * Version 0 of a model in a run: from its checkpoint (read here, or by the engine for a model type only it
+ * computes), a LoRA model's PEFT adapter, or else made by the engine from the run seed; stored once.
  */
 import { ApplicationFailure } from '@temporalio/common';
 import { checkpointOf, engineSpec, type ModelSpec } from '../../agents/model';
@@ -11,7 +11,7 @@ import { saveInitialVersion, versionOfStep } from '../store/versions';
 import type { TeamRef } from './control';
 import { heartbeating } from './engine-work';
 import type { EngineVersionsDeps } from './engine-versions';
-import { pretrainedVersion } from './pretrained';
+import { checkVocabulary, pretrainedVersion, readsCheckpoint } from './pretrained';
 import { importPeftAdapter } from '../../engines/checkpoints/peft';
 import { HfCheckpointError } from '../../engines/checkpoints/hf-layout';
 import { normalizeTransformerSpec } from '../../engines/families/transformer/spec';
@@ -27,9 +27,9 @@ export type InitModelInput = TeamRef & { runId: string; model: string; seed: num
  */
 function initSpec(spec: ModelSpec, runSeed: number): ModelSpecInput {
   const s = engineSpec(spec);
-  if (spec.base === undefined) return s;
-  // over a checkpoint: the directory's vocabulary, which may be padded past the tokenizer's ids (the base's initModel checks they fit)
+  // a checkpoint: the directory's vocabulary, which may be padded past the tokenizer's ids (the base's initModel checks they fit)
   if (checkpointOf(spec) !== undefined) return { ...s, vocabSize: 0 };
+  if (spec.base === undefined) return s;
   return { ...s, lora: { ...(s.lora as object), baseSeed: deriveSeed(runSeed, 'init', spec.base) } };
 }
 
@@ -39,7 +39,8 @@ export async function initModel({ sql, engine, checkpoints }: EngineVersionsDeps
   const team = loadTeam(input.team, input.teamOptions);
   const spec = team.models[input.model];
   if (!spec) throw ApplicationFailure.nonRetryable(`team ${team.name} has no model ${input.model}`);
-  if (checkpointOf(spec) !== undefined && spec.base === undefined) {
+  const dir = checkpointOf(spec);
+  if (dir !== undefined && spec.base === undefined && readsCheckpoint(dir)) {
     // stored as is: engines load it from the store on first use (withVersion)
     await saveInitialVersion(sql, checkpoints, { runId: input.runId, model: input.model, ...pretrainedVersion(spec, input.model) });
     return { version: 0 };
@@ -56,6 +57,8 @@ export async function initModel({ sql, engine, checkpoints }: EngineVersionsDeps
       return engine().exportVersion({ modelKey: initKey, version: 0 });
     },
   );
+  // a checkpoint the engine read (a model type Troupe's own loader does not: readsCheckpoint)
+  if (dir !== undefined && spec.base === undefined) checkVocabulary(v.info!.spec!.vocabSize, spec, input.model);
   const weights = spec.adapter === undefined ? v.weights : importedAdapter(spec.adapter, v.info.spec, input.model);
   await saveInitialVersion(sql, checkpoints, {
     runId: input.runId,

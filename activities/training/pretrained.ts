@@ -5,10 +5,11 @@
  * retried initModel stores the same bytes and no seeded init is drawn.
  */
 import { ApplicationFailure } from '@temporalio/common';
+import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { checkpointOf, type ModelSpec } from '../../agents/model';
 import { HfCheckpointError, loadHfCheckpoint } from '../../engines/checkpoints/hf-layout';
-import { HfConfigError } from '../../engines/checkpoints/hf-config';
+import { HF_MODEL_TYPES, HfConfigError } from '../../engines/checkpoints/hf-config';
 import { encodeWeights, sha256Hex } from '../../engines/protocol/version-bytes';
 import { ModelSpecError } from '../../engines/families/model-family';
 import type { TransformerSpec } from '../../engines/families/transformer/spec';
@@ -28,6 +29,30 @@ export interface PretrainedVersion {
   sha256: string;
 }
 
+/**
+ * Whether Troupe reads the directory itself (its config.json's model type is one of the family's layouts, or the
+ * file cannot be read: pretrainedVersion says why). Any other model type is read by the engine that computes it
+ * (the PyTorch engine, with transformers: its InitModel of the `checkpoint` spec).
+ */
+export function readsCheckpoint(dir: string): boolean {
+  try {
+    const type = (JSON.parse(fs.readFileSync(path.join(dir, 'config.json'), 'utf8')) as { model_type?: unknown }).model_type;
+    return (HF_MODEL_TYPES as readonly unknown[]).includes(type);
+  } catch {
+    return true;
+  }
+}
+
+/** A checkpoint's vocabulary may be padded past the tokenizer's ids (Qwen's is), never short of them. */
+export function checkVocabulary(vocabSize: number, spec: ModelSpec, model: string): void {
+  if (vocabSize < spec.tokenizer.size) {
+    throw ApplicationFailure.nonRetryable(
+      `model ${model}: ${path.join(checkpointOf(spec)!, 'config.json')}: vocab_size ${vocabSize} is smaller than the team's tokenizer (${spec.tokenizer.size} ids)`,
+      'BadCheckpoint',
+    );
+  }
+}
+
 /** The checkpoint's version 0; a directory that cannot be this model fails non-retryably, naming the file and field. */
 export function pretrainedVersion(spec: ModelSpec, model: string): PretrainedVersion {
   const dir = checkpointOf(spec)!;
@@ -40,13 +65,7 @@ export function pretrainedVersion(spec: ModelSpec, model: string): PretrainedVer
       throw ApplicationFailure.nonRetryable(`model ${model}: checkpoint ${dir}: ${e.message}`, 'BadCheckpoint');
     throw e;
   }
-  // a vocabulary may be padded past the tokenizer's ids (Qwen's is), never short of them
-  if (ckpt.spec.vocabSize < spec.tokenizer.size) {
-    throw ApplicationFailure.nonRetryable(
-      `model ${model}: ${path.join(dir, 'config.json')}: vocab_size ${ckpt.spec.vocabSize} is smaller than the team's tokenizer (${spec.tokenizer.size} ids)`,
-      'BadCheckpoint',
-    );
-  }
+  checkVocabulary(ckpt.spec.vocabSize, spec, model);
   // a learned-position model cannot reach past its table; a rope model's bound was lowered to maxSeq above
   if (maxSeq !== undefined && maxSeq > ckpt.spec.maxSeq) {
     throw ApplicationFailure.nonRetryable(

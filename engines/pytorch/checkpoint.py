@@ -319,6 +319,12 @@ def _rope_fields(s, base):
 
 # ---------------------------------------------------------------- tensor map (one table for load and export)
 
+# The Llama layout's module of each family projection (llama / qwen2 / qwen3, and every model type with Llama's
+# module names: mistral, gemma2, olmo2, ...), under model.layers.<i>.
+LLAMA_PROJECTIONS = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
+                     "g": "mlp.gate_proj", "u": "mlp.up_proj", "d": "mlp.down_proj"}
+
+
 def tensor_map(model_type, biases, s):
     """[(name, checkpoint shape, θ slots concatenated along the last dim, transpose)]"""
     D = s["width"]
@@ -357,17 +363,18 @@ def tensor_map(model_type, biases, s):
                 add(f"{h}{name}.weight", [n_out, n_in], [f"{L}w{slot}"], True)
                 if bias:
                     add(f"{h}{name}.bias", [n_out], [f"{L}b{slot}"])
-            proj("self_attn.q_proj", "q", s["heads"] * hd, D, biases["qkv"])
-            proj("self_attn.k_proj", "k", s["kvHeads"] * hd, D, biases["qkv"])
-            proj("self_attn.v_proj", "v", s["kvHeads"] * hd, D, biases["qkv"])
+            P = LLAMA_PROJECTIONS
+            proj(P["q"], "q", s["heads"] * hd, D, biases["qkv"])
+            proj(P["k"], "k", s["kvHeads"] * hd, D, biases["qkv"])
+            proj(P["v"], "v", s["kvHeads"] * hd, D, biases["qkv"])
             if s["qkNorm"]:
                 add(f"{h}self_attn.q_norm.weight", [hd], [f"{L}lnq_g"])
                 add(f"{h}self_attn.k_norm.weight", [hd], [f"{L}lnk_g"])
-            proj("self_attn.o_proj", "o", D, s["heads"] * hd, biases["o"])
+            proj(P["o"], "o", D, s["heads"] * hd, biases["o"])
             add(f"{h}post_attention_layernorm.weight", [D], [f"{L}ln2_g"])
-            proj("mlp.gate_proj", "g", s["mlpWidth"], D, biases["mlp"])
-            proj("mlp.up_proj", "u", s["mlpWidth"], D, biases["mlp"])
-            proj("mlp.down_proj", "d", D, s["mlpWidth"], biases["mlp"])
+            proj(P["g"], "g", s["mlpWidth"], D, biases["mlp"])
+            proj(P["u"], "u", s["mlpWidth"], D, biases["mlp"])
+            proj(P["d"], "d", D, s["mlpWidth"], biases["mlp"])
         add("model.norm.weight", [D], ["lnf_g"])
     if not s["tiedHead"]:
         add("lm_head.weight", [s["vocabSize"], D], ["head"], True)

@@ -157,7 +157,7 @@ class Engine(Generation, pbg.EngineServicer):
             optim = req.optimizer_state
         if req.weights_sha256 and sha256_hex(weights) != req.weights_sha256.lower():
             raise invalid(f"weights_sha256: the weights bytes hash to {sha256_hex(weights)}, not {req.weights_sha256}")
-        P = s["params"] if hf.is_hf(s) else specmod.adapter_layout(s)[1] if "lora" in s else specmod.param_layout(s)[1]
+        P = specmod.adapter_layout(s)[1] if "lora" in s else s["params"] if hf.is_hf(s) else specmod.param_layout(s)[1]
         theta = decode_weights(weights, P)
         step, m, v = decode_optimizer(optim, P)
 

@@ -18,7 +18,8 @@ Attention is the one piece Troupe supplies, registered as transformers' attentio
     position that writes its key and value into its own cache slot and attends to that slot's keys 0..position in
     fixed shapes (steps.py), so a row's bits do not depend on what runs beside it and Score = Generate;
   - whole sequences (Update): causal attention, torch's SDPA where the model has no logit soft-cap or window.
-LoRA (lora.py) adds each row's own adapter term through forward hooks on the targeted modules.
+LoRA (lora.py) adds each row's own adapter term through forward hooks on the targeted modules (the family's
+projections; any linear module but the head of a transformers-layout model, named as PEFT names them).
 """
 import json
 import math
@@ -106,7 +107,7 @@ def _shape(config, name, *alts, default=None):
 def normalize(vocab_size: int, config: dict, prefix="spec", where=None):
     """The spec of {"hf": config.json, "maxSeq"?}: the config as given (less the fields that say how it was written),
     and the shape fields memory.py sizes runs by, read from it. Errors name `where` (the config's place) + its field."""
-    bad = [k for k in config if k not in ("hf", "maxSeq", "family", "vocabSize")]
+    bad = [k for k in config if k not in ("hf", "maxSeq", "family", "vocabSize", "lora")]
     if bad:
         raise HfSpecError(f"{prefix}.{bad[0]}: comes from the checkpoint's config (spec.hf); leave it out")
     cfg = config.get("hf")
@@ -123,15 +124,59 @@ def normalize(vocab_size: int, config: dict, prefix="spec", where=None):
     D = int(_shape(c, "hidden_size", "n_embd"))
     H = int(_shape(c, "num_attention_heads", "n_head"))
     act = str(getattr(c, "hidden_act", getattr(c, "activation_function", "silu")))
-    return {
+    module = meta_module(c)
+    spec = {
         "family": "transformer", "vocabSize": V, "hf": cfg, "maxSeq": M,
         # read from the config for memory.py; not part of the spec's identity (the config is)
         "width": D, "layers": int(_shape(c, "num_hidden_layers", "n_layer")), "heads": H,
         "kvHeads": int(_shape(c, "num_key_value_heads", default=H)),
         "headDim": int(getattr(c, "head_dim", None) or D // H),
         "mlpWidth": int(_shape(c, "intermediate_size", "n_inner", default=4 * D)),
-        "mlp": "gelu" if "gelu" in act else "swiglu", "qkNorm": False, "bias": False, "params": param_count(c),
+        "mlp": "gelu" if "gelu" in act else "swiglu", "qkNorm": False, "bias": False,
+        "params": sum(p.numel() for p in module.parameters()),
     }
+    if "lora" in config:
+        spec["lora"], spec["linears"] = _lora(config["lora"], module, prefix)
+    return spec
+
+
+def linear_modules(module):
+    """[(name, fan in, fan out)] of the module's linear maps an adapter may target, in its order: every nn.Linear but
+    the output head (Update computes the head outside the module, in chunks)."""
+    head = module.get_output_embeddings()
+    return [(n, m.in_features, m.out_features) for n, m in module.named_modules()
+            if isinstance(m, torch.nn.Linear) and m is not head]
+
+
+def _lora(lora, module, prefix):
+    """An adapter over a transformers model: the lora object (spec.normalize_lora's rules; its targets are module
+    names, PEFT's target_modules: `q_proj` is every module whose last name is q_proj; or the family's projections
+    q k v o g u d, naming the Llama layout's modules, checkpoint.LLAMA_PROJECTIONS, so that a team's adapters target
+    any checkpoint with those modules), in the model's order, and the targeted linear maps [(name, in, out)]. The
+    base is a checkpoint directory (lora.baseCheckpoint), never a seed."""
+    out = specmod.normalize_lora(lora, prefix, known=None)
+    if isinstance(out.get("alpha"), float) and out["alpha"].is_integer():
+        out["alpha"] = int(out["alpha"])  # config_json writes it as JavaScript does (8, not 8.0)
+    issues = []
+    if "baseSeed" in out:
+        issues.append((f"{prefix}.lora.baseSeed", "a transformers model (spec.hf) has no seeded version 0; name its checkpoint as lora.baseCheckpoint"))
+    elif "baseCheckpoint" not in out:
+        issues.append((f"{prefix}.lora.baseCheckpoint", "required over a transformers model (spec.hf): the directory of the frozen base"))
+    linears = linear_modules(module)
+
+    def named(n, t):  # module n is target t's: its last name, or the Llama layout's module of family projection t
+        return n.rsplit(".", 1)[-1] == t or (t in checkpoint.LLAMA_PROJECTIONS and n.endswith("." + checkpoint.LLAMA_PROJECTIONS[t]))
+    names = list(dict.fromkeys(n.rsplit(".", 1)[-1] for n, _, _ in linears))
+    have = [t for t in specmod.LORA_TARGETS if any(named(n, t) for n, _, _ in linears)] + names
+    out["targets"] = targets = specmod.lora_targets(out["targets"], have, lambda f, m: issues.append((f"{prefix}.{f}", m)), "a linear module")
+    for n, _, _ in linears:
+        both = [t for t in targets if named(n, t)]
+        if len(both) > 1:
+            issues.append((f"{prefix}.lora.targets", f"{' and '.join(json.dumps(t) for t in both)} name the same module ({n})"))
+            break
+    if issues:
+        raise specmod.SpecError(issues)
+    return out, [[n, i, o] for n, i, o in linears if any(named(n, t) for t in targets)]
 
 
 def is_hf(spec):
@@ -178,14 +223,14 @@ def family_config(spec):
     return cfg, cfg["model_type"], biases
 
 
-def param_count(c):
-    """Parameters of config c's causal LM (a tied head once), from a module on the meta device (nothing allocated)."""
+def meta_module(c):
+    """Config c's causal LM on the meta device (nothing allocated), a tied head tied (its parameters count it once)."""
     t = _transformers()
     with torch.device("meta"):
         m = t.AutoModelForCausalLM.from_config(c)
     if getattr(c, "tie_word_embeddings", False):
         m.tie_weights()
-    return sum(p.numel() for p in m.parameters())
+    return m
 
 
 def resolve_checkpoint(d, max_seq=None, prefix="spec"):
@@ -292,11 +337,15 @@ class HfTransformer:
         self.sizes = [math.prod(s) for s in self.shapes]
         self.P = sum(self.sizes)
         self.family = None
-        if family is not None:  # θ in the built-in engine's flat layout: each parameter a view (or concatenation) of slots
+        self._lora_rows = None  # a LoRA step's RowAdapters (lora.py), read by the hooks on the targeted modules
+        if family is None:  # an adapter targets linear modules by name (spec.target_shapes): a hook on each
+            modules = dict(self.module.named_modules())
+            for name, _, _ in linear_modules(self.module):
+                modules[name].register_forward_hook(self._lora_hook([(name, None)]))
+        else:  # θ in the built-in engine's flat layout: each parameter a view (or concatenation) of slots
             slots, self.P = specmod.param_layout(spec)
             self.family = ([name for name, _, _, _ in slots], [tuple(shape) for _, _, shape, _ in slots],
                            [math.prod(shape) for _, _, shape, _ in slots], checkpoint.tensor_map(family[1], family[2], spec))
-            self._lora_rows = None  # a LoRA step's RowAdapters (lora.py), read by the hooks on the targeted modules
             self._hook_targets(self.family[3])
             mapped = {e[0] for e in self.family[3]}
             unmapped = [n for n in self.names if n not in mapped and not (n == "lm_head.weight" and spec["tiedHead"])]
@@ -345,6 +394,7 @@ class HfTransformer:
             modules[name[:-len(".weight")]].register_forward_hook(self._lora_hook(cols))
 
     def _lora_hook(self, cols):
+        """The hook of one module: cols [(targeted matrix, its output columns or None for all)]."""
         def hook(_module, inputs, output):
             rows = self._lora_rows
             if rows is None:
@@ -557,3 +607,17 @@ def load_checkpoint(d, runtime):
     if not any(n.startswith(prefix) for n in tensors):  # a checkpoint saved from the base model alone
         tensors = {(n if n.startswith("lm_head.") else prefix + n): t for n, t in tensors.items()}
     return runtime.flatten(tensors)
+
+
+if __name__ == "__main__":  # python hf.py targets SPEC: a LoRA spec's targeted modules [[name, in, out]] (engines/checkpoints/peft.ts)
+    import sys
+    if len(sys.argv) != 3 or sys.argv[1] != "targets":
+        sys.exit("usage: python hf.py targets '{\"family\": \"transformer\", \"vocabSize\": V, \"hf\": {...}, \"lora\": {...}}'")
+    given = json.loads(sys.argv[2])
+    try:
+        s = normalize(given.get("vocabSize", 0), {k: v for k, v in given.items() if k not in ("family", "vocabSize")})
+    except (HfSpecError, specmod.SpecError) as e:
+        sys.exit(str(e))
+    if "lora" not in s:
+        sys.exit("spec.lora: required (the spec of an adapter)")
+    print(json.dumps(specmod.target_shapes(s)))

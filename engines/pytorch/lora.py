@@ -1,9 +1,13 @@
-"""LoRA over the transformer (engines/families/transformer/lora.ts): a frozen base θ (spec.py layout) and, for each
-targeted linear map W [in, out] of every layer (y = x·W + b), A [r, in] and B [out, r]:
+"""LoRA over the transformer (engines/families/transformer/lora.ts): a frozen base θ and, for each targeted linear map
+W [in, out] (y = x·W + b), A [r, in] and B [out, r]. The targets are the family's projections of every layer (spec.py
+layout, `lora.targets` q k v o 1 2 g u d), or over a transformers-layout model (spec.hf) its linear modules named as
+PEFT names them (`q_proj`, `gate_up_proj`, ...: every module whose last name it is; hf.normalize), A and B then being
+PEFT's lora_A / lora_B of that module as they are (spec.target_shapes, spec.adapter_layout):
 
   y = (x·W + b) + (α/r)·((x·Aᵀ)·Bᵀ)   PEFT's order: the base layer's output, then + lora_B(lora_A(x))·scaling
 
-The adapter vector φ holds, per layer and per target (LORA_TARGETS order), A then B, row-major float32; it is all a
+The adapter vector φ holds, per targeted matrix (the family's: per layer and target in LORA_TARGETS order; a
+transformers model's: its modules' order), A then B, row-major float32; it is all a
 version stores and all Update trains. Init as PEFT's: A ~ kaiming-uniform(a=√5) = U(±1/√in) from Philox(seed,
 STREAM_INIT), B = 0, so version 0 scores as the base.
 
@@ -22,7 +26,7 @@ row per target, and the gathered A and B (memory.step_bytes).
 Update trains through the merge (weights(φ) without `inference`): each targeted W becomes W + (α/r)·Aᵀ·Bᵀ once per
 run, autograd reaches A and B through it (the base is a constant), and the update runs the base's kernels on a plain
 weights dict. Its results are not compared bit for bit with Score (its own scoring of the samples, for the log-prob
-gap, is Score's unmerged path). Export (merged()) merges the same way.
+gap, is Score's unmerged path).
 """
 import math
 
@@ -31,7 +35,7 @@ import torch
 
 import philox
 from steps import LORA
-from spec import adapter_layout, base_spec, param_layout
+from spec import adapter_layout
 
 
 def init_adapter(spec, seed: int) -> torch.Tensor:
@@ -104,24 +108,23 @@ class LoraModel:
         return getattr(self.runtime, name)
 
     def weights(self, phi: torch.Tensor, inference=False):
-        """Inference (Score, Generate of one adapter): the base's weights and φ unmerged (adapters()). Otherwise (Update,
-        export) the base's weights with every target merged, W + (α/r)·Aᵀ·Bᵀ, differentiable in φ."""
+        """Inference (Score, Generate of one adapter): the base's weights and φ unmerged (adapters()). Otherwise (Update)
+        the base's weights with every target merged, differentiable in φ: W + (α/r)·Aᵀ·Bᵀ for the family's [in, out]
+        slots, W + (α/r)·B·A for a transformers module's [out, in] weight."""
         if inference:
             return self.adapters([phi])
-        return self.runtime.assemble(self._merged_slots(phi))
-
-    def _merged_slots(self, phi):
-        """The base's slots (spec.param_layout names) with every target merged."""
-        W = self.runtime.slot_weights(self.base)
+        hf = "hf" in self.spec
+        W = self.runtime.weights(self.base) if hf else self.runtime.slot_weights(self.base)
         # the slots tile φ in order: one split, whose backward is one concatenation
         pieces = phi.split([shape[0] * shape[1] for _, _, shape, _ in self.slots])
         for (name, _, shape, w), piece in zip(self.slots, pieces):
             if name.endswith(".A"):
                 A = piece.view(shape)
+            elif hf:
+                W[w + ".weight"] = W[w + ".weight"] + self.scale * (piece.view(shape) @ A)  # [out, r]·[r, in]
             else:
-                B = piece.view(shape)
-                W[w] = W[w] + self.scale * (A.t() @ B.t())  # [in, r]·[r, out]
-        return W
+                W[w] = W[w] + self.scale * (A.t() @ piece.view(shape).t())  # [in, r]·[r, out]
+        return W if hf else self.runtime.assemble(W)
 
     def adapters(self, phis):
         """The inference weights of a run over this base with the adapters `phis` (each φ of this spec): the base's,
@@ -129,11 +132,3 @@ class LoraModel:
         W = self.runtime.weights(self.base, inference=True)
         W[LORA] = Adapters(self, phis)
         return W
-
-    def merged(self, phi: torch.Tensor) -> torch.Tensor:
-        """The base θ with every target merged: a plain transformer's weights (export)."""
-        theta = self.base.clone()
-        W = self._merged_slots(phi)
-        for name, off, shape, _ in param_layout(base_spec(self.spec))[0]:
-            theta[off:off + int(np.prod(shape))] = W[name].reshape(-1)
-        return theta

@@ -34,7 +34,7 @@ hold most parameters, else `width`.
 import os
 
 from steps import ATT_ROWS, BLOCK, STEP_SIZES
-from spec import adapter_layout, head_dim, param_layout
+from spec import adapter_layout, head_dim, param_layout, target_shapes
 
 F32 = 4
 STATE_COPIES = 8
@@ -48,15 +48,11 @@ class SpecTooLarge(Exception):
 
 
 def state_bytes(s):
-    if "hf" in s:  # a transformers spec (hf.py): its module's parameter count
-        return F32 * STATE_COPIES * s["params"]
+    P = s["params"] if "hf" in s else param_layout(s)[1]  # a transformers spec (hf.py): its module's parameter count
     if "lora" not in s:
-        return F32 * STATE_COPIES * param_layout(s)[1]
-    base_slots, P = param_layout(s)
-    shapes = {name: shape for name, _, shape, _ in base_slots}
-    slots, adapter = adapter_layout(s)
-    targeted = sum(_size(shapes[w]) for name, _, _, w in slots if name.endswith(".A"))
-    return F32 * (P + 2 * targeted + STATE_COPIES * adapter)
+        return F32 * STATE_COPIES * P
+    targeted = sum(i * o for _, i, o in target_shapes(s))
+    return F32 * (P + 2 * targeted + STATE_COPIES * adapter_layout(s)[1])
 
 
 def _per_layer_token(s, S, attention_copies):
@@ -101,9 +97,8 @@ def lora_row_values(s):
     gathered per row for the batched matmuls, and its [out] adapter term, before and after the scaling."""
     if "lora" not in s:
         return 0
-    shapes = {name: shape for name, _, shape, _ in param_layout(s)[0]}
     r = s["lora"]["rank"]
-    return max(r * (shapes[w][0] + shapes[w][1]) + 2 * shapes[w][1] for _, _, _, w in adapter_layout(s)[0])
+    return max(r * (i + o) + 2 * o for _, i, o in target_shapes(s))
 
 
 def slot_bytes(s):

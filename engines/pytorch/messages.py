@@ -36,12 +36,11 @@ def spec_from_wire(w, field="spec"):
             raise invalid(f"{field}.lora: over a checkpoint the base is the checkpoint; leave baseSeed and baseCheckpoint out")
         base, ck = spec_from_wire(pb.ModelSpec(family=w.family, vocab_size=w.vocab_size,
                                                config_json=json.dumps({k: v for k, v in config.items() if k != "lora"})), field)
-        config = {**json.loads(specmod.config_json(base)), "lora": {**lora, "baseCheckpoint": ck[0]}}
+        shape = {"hf": base["hf"], "maxSeq": base["maxSeq"]} if hf.is_hf(base) else json.loads(specmod.config_json(base))
+        config = {**shape, "lora": {**lora, "baseCheckpoint": ck[0]}}
         w = pb.ModelSpec(family=w.family, vocab_size=base["vocabSize"])
     try:
         if w.family == specmod.FAMILY and "hf" in config:  # a transformers spec, as VersionInfo gives it back
-            if "lora" in config:
-                raise invalid(f"{field}.lora: adapters over a transformers model (spec.hf) are not served by this engine yet")
             return hf.normalize(w.vocab_size, config, field), None
         ck = checkpoint.checkpoint_options(config, field) if w.family == specmod.FAMILY else None
         if ck is not None and checkpoint.model_type(ck[0]) not in (None, *checkpoint.MODEL_TYPES):  # transformers computes it
@@ -70,9 +69,18 @@ def spec_from_wire(w, field="spec"):
     return s, ck
 
 
-def load_checkpoint(ck, field="spec.checkpoint", spec=None):
+def load_checkpoint(ck, field="spec.checkpoint", spec=None, runtime=None):
     """θ of a checkpoint directory (version 0 of its model: the seed plays no part, the optimizer starts fresh);
-    with `spec`, the directory must still give that spec (a LoRA base named by its directory)."""
+    with `spec`, the directory must still give that spec (a LoRA base named by its directory); a transformers spec's
+    (spec.hf) is read for its `runtime`."""
+    if spec is not None and hf.is_hf(spec):
+        try:
+            s = hf.resolve_checkpoint(ck[0], ck[1])
+            if specmod.spec_key(s) != specmod.spec_key(spec):
+                raise invalid(f"{field}: {ck[0]} now gives the spec {specmod.config_json(s)}, the version was made over {specmod.config_json(spec)}")
+            return hf.load_checkpoint(ck[0], runtime)
+        except hf.HfSpecError as e:
+            raise invalid(f"{field}: {e}")
     try:
         s, theta = checkpoint.load(ck[0], ck[1])[:2]
     except checkpoint.CheckpointError as e:

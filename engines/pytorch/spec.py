@@ -55,20 +55,8 @@ def _is_number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def normalize(family: str, vocab_size: int, config: dict, prefix="spec"):
-    """The normalized spec dict {family, vocabSize, width, ...}; raises SpecError (every issue by path)."""
-    issues = []
-
-    def at(f, m):
-        issues.append((f"{prefix}.{f}", m))
-
-    if family != FAMILY:
-        raise SpecError([(f"{prefix}.family", f"unknown model family {json.dumps(family)} (this engine hosts: {FAMILY})")])
-    if not isinstance(config, dict):
-        raise SpecError([(f"{prefix}.config_json", "must be a JSON object")])
-    cfg = {k: v for k, v in config.items() if k not in ("family", "vocabSize")}
-    out = {}
-
+def _checks(at):
+    """The field checks of a config, each reporting by at(field, message): count, one_of, boolean, number."""
     def count(name, value, maximum, minimum=1, default=None, optional=False):
         if value is _ABSENT:
             if optional:
@@ -119,6 +107,25 @@ def normalize(family: str, vocab_size: int, config: dict, prefix="spec"):
             at(name, msg)
             return None
         return float(value)
+
+    return count, one_of, boolean, number
+
+
+def normalize(family: str, vocab_size: int, config: dict, prefix="spec"):
+    """The normalized spec dict {family, vocabSize, width, ...}; raises SpecError (every issue by path)."""
+    issues = []
+
+    def at(f, m):
+        issues.append((f"{prefix}.{f}", m))
+
+    if family != FAMILY:
+        raise SpecError([(f"{prefix}.family", f"unknown model family {json.dumps(family)} (this engine hosts: {FAMILY})")])
+    if not isinstance(config, dict):
+        raise SpecError([(f"{prefix}.config_json", "must be a JSON object")])
+    cfg = {k: v for k, v in config.items() if k not in ("family", "vocabSize")}
+    out = {}
+
+    count, one_of, boolean, number = _checks(at)
 
     def g(k):
         return cfg.get(k, _ABSENT)
@@ -175,21 +182,40 @@ def normalize(family: str, vocab_size: int, config: dict, prefix="spec"):
             at("width", f"{total} parameters exceed the limit of {LIMITS['params']} (reduce width, layers, mlpWidth or vocabSize)")
     if not issues and "lora" in spec:
         have = [n[4:] for n, _, _, _ in param_layout(spec)[0] if n.startswith("l0.w")]
-        targets = spec["lora"]["targets"]
-        for t in targets:
-            if t not in have:
-                at("lora.targets", f"{json.dumps(t)} is not a projection of this model (it has: {', '.join(have)})")
-        for t in dict.fromkeys(targets):
-            if targets.count(t) > 1:
-                at("lora.targets", f"{json.dumps(t)} is named twice")
-        spec["lora"]["targets"] = [t for t in LORA_TARGETS if t in targets]
+        spec["lora"]["targets"] = lora_targets(spec["lora"]["targets"], [t for t in LORA_TARGETS if t in have], at, "a projection")
     if issues:
         raise SpecError(issues)
     return spec
 
 
-def _lora(v, count, number, at):
-    """spec.ts's lora object: {rank, alpha, targets, baseSeed?}, in that key order."""
+def lora_targets(targets, have, at, what):
+    """`targets` in the model's order `have` (its targetable names); a name it lacks, or one named twice, is an issue."""
+    for t in targets:
+        if t not in have:
+            at("lora.targets", f"{json.dumps(t)} is not {what} of this model (it has: {', '.join(have)})")
+    for t in dict.fromkeys(targets):
+        if targets.count(t) > 1:
+            at("lora.targets", f"{json.dumps(t)} is named twice")
+    return [t for t in have if t in targets]
+
+
+def normalize_lora(v, prefix="spec", known=LORA_TARGETS):
+    """A lora object alone ({rank, alpha, targets, baseSeed?, baseCheckpoint?}), its targets any names when `known` is
+    None (a transformers model's module names, checked against the model by hf.normalize); raises SpecError."""
+    issues = []
+
+    def at(f, m):
+        issues.append((f"{prefix}.{f}", m))
+    count, _, _, number = _checks(at)
+    out = _lora(v, count, number, at, known)
+    if issues:
+        raise SpecError(issues)
+    return out
+
+
+def _lora(v, count, number, at, known=LORA_TARGETS):
+    """spec.ts's lora object: {rank, alpha, targets, baseSeed?}, in that key order; targets from `known` (None: any
+    non-empty strings)."""
     if not isinstance(v, dict):
         at("lora", f"Invalid input: expected object, received {_type_name(v)}")
         return None
@@ -205,8 +231,10 @@ def _lora(v, count, number, at):
         at("lora.targets", "name at least one projection")
     else:
         for i, x in enumerate(t):
-            if x not in LORA_TARGETS:
-                at(f"lora.targets[{i}]", f"unknown option {json.dumps(x)}; known: {', '.join(LORA_TARGETS)}")
+            if known is None and not (isinstance(x, str) and x):
+                at(f"lora.targets[{i}]", f"must be a module name (a non-empty string), got {json.dumps(x)}")
+            elif known is not None and x not in known:
+                at(f"lora.targets[{i}]", f"unknown option {json.dumps(x)}; known: {', '.join(known)}")
         out["targets"] = list(t)
     seed = count("lora.baseSeed", v.get("baseSeed", _ABSENT), MAX_SAFE_INTEGER, minimum=0, optional=True)
     if seed is not None:
@@ -283,8 +311,8 @@ def param_layout(s):
 def spec_key(s):
     """spec.ts transformerSpecKey: equal keys, same model (a LoRA spec's adapter and base seed included). A
     transformers spec (hf.py: {"hf": config.json, ...}) is its config and maxSeq."""
-    if "hf" in s:
-        return json.dumps(["hf", s["vocabSize"], s["hf"], s["maxSeq"]], sort_keys=True)
+    if "hf" in s:  # numbers as JavaScript holds them (a config sent back by TypeScript has 10000 for 10000.0)
+        return json.dumps(_as_js(["hf", s["vocabSize"], s["hf"], s["maxSeq"], *([s["lora"]] if "lora" in s else [])]), sort_keys=True)
     key = [s[k] for k in ["family", "vocabSize"] + FIELDS]
     if "lora" in s:
         lo = s["lora"]
@@ -292,25 +320,43 @@ def spec_key(s):
     return json.dumps(key)
 
 
-def adapter_layout(spec):
-    """([(name, offset, shape, base slot name)], total): A [r, in] then B [out, r] per layer and target."""
-    lora = spec["lora"]
-    r = lora["rank"]
+def _as_js(x):
+    """x with every integral float an int, as JSON.parse gives it."""
+    if isinstance(x, dict):
+        return {k: _as_js(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_as_js(v) for v in x]
+    if isinstance(x, float) and x.is_integer():
+        return int(x)
+    return x
+
+
+def target_shapes(spec):
+    """[(targeted matrix, fan in, fan out)] of a LoRA spec, in the adapter's order: per layer and target, the family's
+    slots (`l0.wq`), or a transformers spec's targeted linear modules in the module's order (hf.normalize's
+    `linears`, `model.layers.0.self_attn.q_proj`)."""
+    if "hf" in spec:
+        return [tuple(x) for x in spec["linears"]]
     base = {name: shape for name, _, shape, _ in param_layout(spec)[0]}
+    return [(w, *base[w]) for w in (f"l{layer}.w{t}" for layer in range(spec["layers"]) for t in spec["lora"]["targets"])]
+
+
+def adapter_layout(spec):
+    """([(name, offset, shape, targeted matrix)], total): A [r, in] then B [out, r] per targeted matrix (target_shapes),
+    named `l0.q.A` (the family's) or `<module>.A` (a transformers spec's)."""
+    r = spec["lora"]["rank"]
     slots, offset = [], 0
-    for layer in range(spec["layers"]):
-        for t in lora["targets"]:
-            w = f"l{layer}.w{t}"
-            fan_in, fan_out = base[w]
-            for m, shape in (("A", (r, fan_in)), ("B", (fan_out, r))):
-                slots.append((f"l{layer}.{t}.{m}", offset, shape, w))
-                offset += shape[0] * shape[1]
+    for w, fan_in, fan_out in target_shapes(spec):
+        stem = w if "hf" in spec else w.replace(".w", ".", 1)
+        for m, shape in (("A", (r, fan_in)), ("B", (fan_out, r))):
+            slots.append((f"{stem}.{m}", offset, shape, w))
+            offset += shape[0] * shape[1]
     return slots, offset
 
 
 def base_spec(s):
     """The spec without its lora: the frozen base's."""
-    return {k: v for k, v in s.items() if k != "lora"}
+    return {k: v for k, v in s.items() if k not in ("lora", "linears")}
 
 
 def js_number(x) -> str:
@@ -354,9 +400,10 @@ def js_number(x) -> str:
 
 def config_json(s) -> str:
     """The normalized config (every field but family / vocabSize) as JSON, keys in the spec's order, JS number formatting;
-    a transformers spec's is {"hf": config.json, "maxSeq": M}."""
+    a transformers spec's is {"hf": config.json, "maxSeq": M, "lora"?: {...}}."""
     if "hf" in s:
-        return json.dumps({"hf": s["hf"], "maxSeq": s["maxSeq"]}, separators=(",", ":"), sort_keys=True)
+        lora = {"lora": s["lora"]} if "lora" in s else {}
+        return json.dumps({"hf": s["hf"], "maxSeq": s["maxSeq"], **lora}, separators=(",", ":"), sort_keys=True)
     parts = []
     for k in [k for k in s if k in FIELDS or k == "lora"]:
         v = s[k]

@@ -181,7 +181,7 @@ class VersionCache:
             theta = self.seeded(base, spec["lora"]["baseSeed"])
         else:
             theta = self.shared_base(("checkpoint", d, specmod.spec_key(base)),
-                                     lambda: load_checkpoint((d, base["maxSeq"]), "spec.lora.baseCheckpoint", base))
+                                     lambda: load_checkpoint((d, base["maxSeq"]), "spec.lora.baseCheckpoint", base, self.runtime(base)))
         return LoraModel(spec, self.runtime(base), theta)
 
     def put(self, m, number, theta, mom, vel, step):

@@ -34,6 +34,8 @@ MODELS = {
                                        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                                                         "original_max_position_embeddings": 32})),
     "qwen3-vocab": ("Qwen3Config", dict(SMALL, vocab_size=151669, head_dim=16, tie_word_embeddings=True)),
+    # the vocabulary of test/fixtures/hf/qwen3-tiny (the math team's, end to end over a transformers-layout model)
+    "mistral-48": ("MistralConfig", dict(SMALL, vocab_size=48, sliding_window=None)),
 }
 
 
@@ -55,5 +57,5 @@ def make(out, name, seed=0):
 
 
 if __name__ == "__main__":
-    out, names = sys.argv[1], sys.argv[2:] or [n for n in MODELS if n != "qwen3-vocab"]
+    out, names = sys.argv[1], sys.argv[2:] or [n for n in MODELS if n not in ("qwen3-vocab", "mistral-48")]
     print(json.dumps({n: make(out, n) for n in names}))

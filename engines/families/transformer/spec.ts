@@ -85,13 +85,13 @@ const schema = lazily(() =>
     .strict(),
 );
 
-/** The `lora` object alone: a LoRA model over a checkpoint is checked by it (its shape is the directory's). */
-export const lazyLora = lazily(() =>
+/** The `lora` object, its targets of the given kind. */
+const loraObject = <T extends z.ZodType<string>>(target: T) =>
   z
     .object({
       rank: count(TRANSFORMER_LIMITS.loraRank),
       alpha: z.number().gt(0, 'must be > 0').max(1e6, 'must be ≤ 1000000'),
-      targets: z.array(oneOf(LORA_TARGETS)).min(1, 'name at least one projection'),
+      targets: z.array(target).min(1, 'name at least one projection'),
       baseSeed: count(Number.MAX_SAFE_INTEGER, 0).optional(),
       baseCheckpoint: z.string().startsWith('/', 'must be an absolute directory path').optional(),
     })
@@ -99,13 +99,21 @@ export const lazyLora = lazily(() =>
     .refine((l) => l.baseSeed === undefined || l.baseCheckpoint === undefined, {
       path: ['baseCheckpoint'],
       message: 'name the base by baseSeed or by baseCheckpoint, not both',
-    })
-    .optional(),
-);
+    });
+
+export const lazyLora = lazily(() => loraObject(oneOf(LORA_TARGETS)).optional());
+
+/**
+ * The `lora` object of a model over a checkpoint: its targets are checked against the directory's layout where the
+ * directory is read (the engine): the family's projections (q, k, v, o, ...) when the directory loads into the
+ * family's layout (gpt2, llama, qwen2, qwen3), else the model's linear modules by their transformers / PEFT names
+ * (q_proj, gate_up_proj, ...: a transformers-layout model, engines/pytorch/hf.py).
+ */
+const checkpointLora = lazily(() => loraObject(z.string().min(1, 'must be a projection or module name')));
 
 /** Problems of a `lora` object alone (paths under `prefix`), for an adapter over a checkpoint (its targets are checked where the directory is read). */
 export function loraIssues(input: unknown, prefix: string): FieldIssue[] {
-  const parsed = lazyLora().safeParse(input);
+  const parsed = checkpointLora().safeParse(input);
   return parsed.success ? [] : issuesFromZod(parsed.error, { prefix, unknownKey: 'unknown option', root: prefix });
 }
 

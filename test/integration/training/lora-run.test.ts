@@ -10,11 +10,14 @@
  * directory's weights. A solver started from a PEFT adapter directory
  * (`solverAdapter`) stores that adapter as its version 0 and trains on. An
  * engine killed mid-run leaves the run ending bit for bit where the
- * uninterrupted one does.
+ * uninterrupted one does. On the PyTorch engine, the same team over a mistral checkpoint (a transformers-layout
+ * model, spec.hf: its q, k, v, o targets are the Llama layout's q_proj, k_proj, v_proj, o_proj modules) trains 2
+ * steps: adapter-only versions over the frozen directory.
  *
  * The PyTorch runs skip, saying why, where that engine cannot run.
  */
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -160,6 +163,51 @@ for (const { engine, name, skip } of ENGINES)
         'the restarted engine loaded an adapter version from the store',
       );
     });
+
+    if (engine === 'pytorch')
+      it('over a transformers-layout checkpoint (troupe train --model DIR of a mistral): the adapters train, the base frozen', async () => {
+        const python = 'missing' in torch ? '' : torch.command[0]!;
+        const run = (args: string[]) => {
+          const r = spawnSync(python, args, { encoding: 'utf8', timeout: 300_000 });
+          assert.equal(r.status, 0, r.stderr);
+          return JSON.parse(r.stdout) as unknown;
+        };
+        const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-lora-hf-'));
+        try {
+          // a mistral checkpoint with the math team's 48-token vocabulary (test/fixtures/hf/qwen3-tiny's), written by transformers
+          const dir = (run([path.resolve(__dirname, '../../helpers/hf_checkpoints.py'), tmp, 'mistral-48']) as Record<string, string>)['mistral-48']!;
+          const result = await h.env.client.workflow.execute<typeof trainingRun>('trainingRun', {
+            taskQueue: h.taskQueue,
+            workflowId: 'lora-hf-run',
+            args: [
+              { team: 'math', teamOptions: { ...teamOptions, checkpoint: dir }, steps: 2, groupsPerStep: 2, groupSize: 4, evalEvery: 0, evalTasks: 2, seed: 3 },
+            ],
+          });
+          assert.equal(result.status, 'completed');
+          assert.deepEqual(result.versions, { policy: 0, solver: 2, verifier: 2 });
+          const v = (await getVersion(h.db.sql, h.db.checkpoints, 'lora-hf-run', 'solver', 2))!;
+          const spec = v.spec as { hf?: { model_type?: string }; lora?: { targets?: string[]; baseCheckpoint?: string } };
+          assert.equal(spec.hf?.model_type, 'mistral', 'the adapter is over the transformers-layout spec');
+          // the team's q, k, v, o: over a transformers-layout model, the Llama layout's modules of those projections
+          assert.deepEqual(spec.lora?.targets, ['q', 'k', 'v', 'o']);
+          assert.equal(spec.lora?.baseCheckpoint, dir);
+          const layout = run([path.resolve(__dirname, '../../../engines/pytorch/hf.py'), 'targets', JSON.stringify(v.spec)]) as Array<[string, number, number]>;
+          assert.deepEqual(
+            layout.map(([m]) => m.split('.').slice(-2).join('.')),
+            [0, 1].flatMap(() => ['self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj']),
+            'every layer has each target',
+          );
+          const adapter = layout.reduce((n, [, i, o]) => n + 8 * (i + o), 0);
+          assert.equal(v.weights.length, 4 * adapter, `version 2 holds the adapter's ${adapter} values only`);
+          const versions = await listVersions(h.db.sql, 'lora-hf-run');
+          const sha = (m: string, n: number) => versions.find((x) => x.model === m && x.version === n)!.sha256;
+          assert.notEqual(sha('solver', 1), sha('solver', 2), "the solver's adapter trained");
+          assert.notEqual(sha('solver', 2), sha('verifier', 2), 'the two adapters trained apart');
+          assert.ok(!versions.some((x) => x.model === 'policy' && x.version > 0), 'the base is never updated');
+        } finally {
+          fs.rmSync(tmp, { recursive: true, force: true });
+        }
+      });
 
     it('over a checkpoint base (troupe train --model DIR): the adapters name the directory', async () => {
       const dir = path.resolve(__dirname, '../../fixtures/hf/qwen3-tiny');

@@ -79,12 +79,19 @@ test('bad LoRA models fail at team load, each field named', () => {
   assert.deepEqual(problems({ policy: tinyLM({ tokenizer }), solver: l({}) }), [
     'models.solver.base: "policy" is a tiny-lm model; LoRA needs a transformer base',
   ]);
-  // over a checkpoint the shape is the directory's: the lora object is checked alone (targets by the engine, against the layout)
-  assert.deepEqual(problems({ policy: transformer({ tokenizer, checkpoint: '/abs/qwen' }), solver: l({ rank: 0, targets: ['x'] }) }), [
+  // over a checkpoint the shape is the directory's: the lora object is checked alone (targets by the engine, against
+  // the layout: the family's projections or, over a transformers-layout model, module names such as q_proj)
+  const ck = transformer({ tokenizer, checkpoint: '/abs/mistral' });
+  assert.deepEqual(problems({ policy: ck, solver: l({ rank: 0, targets: ['q_proj', ''] }) }), [
     'models.solver.lora.rank: must be ≥ 1',
     'models.solver.lora.alpha: must be > 0',
-    'models.solver.lora.targets[0]: unknown option "x"; known: q, k, v, o, 1, 2, g, u, d',
+    'models.solver.lora.targets[1]: must be a projection or module name',
   ]);
+  assert.deepEqual(engineSpec(team({ policy: ck, solver: l({ targets: ['q_proj', 'gate_up_proj'] }) }).models.solver!).lora, {
+    rank: 2,
+    alpha: 2,
+    targets: ['q_proj', 'gate_up_proj'],
+  });
   assert.deepEqual(problems({ policy, solver: l({ rank: 0, alpha: -1 }) }), ['models.solver.lora.rank: must be ≥ 1', 'models.solver.lora.alpha: must be > 0']);
   assert.deepEqual(problems({ policy, solver: l({ targets: [] }) }), ['models.solver.lora.targets: name at least one projection']);
   assert.deepEqual(problems({ policy, solver: l({ targets: ['q_proj'] }) }), [
