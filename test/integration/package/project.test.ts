@@ -1,5 +1,5 @@
 // Troupe as a user gets it: `npm pack`, the tarball installed into a fresh folder outside the
-// repository (a plain `npm install`, no .npmrc), `troupe init`, the scaffolded team trained, a
+// repository (`npm install` running no install script, no .npmrc; the embedded PostgreSQL), `troupe init`, the scaffolded team trained, a
 // second team and a custom estimator added (the workers restart on the changed team code), one
 // team broken while the other still trains; a run started from the Temporal Web UI served by the
 // project's workers; an ESM project on the same package (and doctor refusing the other project's
@@ -12,7 +12,6 @@ import * as path from 'node:path';
 import { after, test } from 'node:test';
 import { repoRoot } from '../../../infra/paths';
 import { readRecord } from '../../../stack/processes';
-import { createTestDatabase } from '../../../testing/database';
 import { browserSkipReason, launchBrowser } from '../dashboard/browser';
 import { freePort } from '../../../testing/ports';
 
@@ -125,21 +124,21 @@ test(
     assert.equal(pack.status, 0, pack.stderr);
     const tarball = path.join(work, (JSON.parse(pack.stdout) as { filename: string }[])[0]!.filename);
 
-    // 2. A fresh project folder outside the repository, a plain `npm install` of the tarball.
+    // 2. A fresh project folder outside the repository, an `npm install` of the tarball that runs no
+    // install script (as npm 11 does for packages nobody approved): Troupe needs none, and its
+    // stack's embedded PostgreSQL starts without its package's postinstall (stack/postgres.ts linkLibraries).
     fs.mkdirSync(project);
     fs.writeFileSync(path.join(project, 'package.json'), JSON.stringify({ name: 'my-teams', version: '1.0.0', private: true }));
     const env: NodeJS.ProcessEnv = { ...process.env };
     for (const k of Object.keys(env)) if (/^(TROUPE_|TEMPORAL_|DATABASE_URL|ONNXRUNTIME_NODE_INSTALL|npm_)/.test(k)) delete env[k];
     const t0 = Date.now();
-    const install = await run('npm', ['install', tarball, '--no-audit', '--no-fund'], { cwd: project, env });
+    const install = await run('npm', ['install', tarball, '--ignore-scripts', '--no-audit', '--no-fund'], { cwd: project, env });
     assert.equal(install.code, 0, install.out);
     const installS = (Date.now() - t0) / 1000;
     assert.ok(fs.existsSync(path.join(project, 'node_modules', 'troupe', 'dist', 'types', 'index.d.ts')), 'declaration files ship');
 
-    const db = await createTestDatabase({ migrate: false });
-    cleanups.push(() => db.drop());
     Object.assign(env, {
-      DATABASE_URL: db.url,
+      TROUPE_POSTGRES_PORT: String(await freePort()),
       TROUPE_TEMPORAL_PORT: String(await freePort()),
       TROUPE_TEMPORAL_UI_PORT: String(await freePort()),
       TROUPE_DASHBOARD_PORT: String(await freePort()),
