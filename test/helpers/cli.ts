@@ -48,3 +48,20 @@ export async function cliStack(
   };
   return { env, stateDir, db, cleanup };
 }
+
+type StackDb = Awaited<ReturnType<typeof cliStack>>['db'];
+
+/** The ids of the runs in a stack's store now: the runs a test's own is not. */
+export async function storedRunIds(db: StackDb): Promise<Set<string>> {
+  return new Set((await db.sql<{ run_id: string }[]>`SELECT run_id FROM runs`.catch(() => [])).map((r) => r.run_id));
+}
+
+/** Waits (up to `timeoutMs`) for a run of `team` that is not among `earlier` to be stored; its id, or undefined. */
+export async function newRunId(db: StackDb, team: string, earlier: Set<string>, timeoutMs = 300_000): Promise<string | undefined> {
+  for (const t0 = Date.now(); Date.now() - t0 < timeoutMs; await new Promise((r) => setTimeout(r, 500))) {
+    const rows = await db.sql<{ run_id: string }[]>`SELECT run_id FROM runs WHERE team = ${team}`.catch(() => []);
+    const id = rows.find((r) => !earlier.has(r.run_id))?.run_id;
+    if (id) return id;
+  }
+  return undefined;
+}

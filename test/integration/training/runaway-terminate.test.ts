@@ -12,7 +12,7 @@ import { after, before, test } from 'node:test';
 import { Client, Connection } from '@temporalio/client';
 import { procStat } from '../../../infra/proc-stat';
 import { readRecord } from '../../../stack/processes';
-import { cliStack, troupe } from '../../helpers/cli';
+import { cliStack, newRunId, storedRunIds, troupe } from '../../helpers/cli';
 
 const project = path.join(__dirname, 'fixtures', 'runaway-project');
 let stack: Awaited<ReturnType<typeof cliStack>>;
@@ -39,15 +39,9 @@ async function cpuShare(pid: number, ms = 1000): Promise<number> {
 /** Starts a run of looping episodes; resolves once they keep the pool worker busy. */
 async function loopingRun(seed: number) {
   // runs of earlier tests (a terminated one is still 'running' in the store until someone looks)
-  const earlier = new Set((await stack.db.sql<{ run_id: string }[]>`SELECT run_id FROM runs`.catch(() => [])).map((r) => r.run_id));
+  const earlier = await storedRunIds(stack.db);
   const done = troupe([...args, '--seed', String(seed), '--team-options', '{"forever":true}'], stack.env);
-  let runId: string | undefined;
-  for (let i = 0; i < 300 && !runId; i++) {
-    await sleep(1000);
-    runId = (await stack.db.sql<{ run_id: string }[]>`SELECT run_id FROM runs WHERE team = 'runaway'`.catch(() => [])).find(
-      (r) => !earlier.has(r.run_id),
-    )?.run_id;
-  }
+  const runId = await newRunId(stack.db, 'runaway', earlier);
   assert.ok(runId, 'the run started within 5 minutes');
   const pool = readRecord(stack.stateDir, 'pool-worker');
   assert.ok(pool, 'the pool worker is running');
@@ -116,74 +110,39 @@ test('troupe stop --now cancels the step in flight: the pool worker is freed, th
   await nextRunCompletes(pool);
 });
 
-test('a run whose first episodes all fail the same way fails within a minute, naming the error', { timeout: 5 * 60_000 }, async () => {
-  // every episode loops until the default limit, 30 s: 16 episodes on 4 threads would take 2 min a step, 3 steps before
-  // maxStepsWithoutSignal fails the run
+/** A 3-step run that fails fast: within a minute, naming its episodes' one error; the failed episodes stored. */
+async function failsFast(what: string, extra: string[], error: RegExp) {
   const t0 = performance.now();
-  const res = await troupe(
-    [
-      'train',
-      'runaway',
-      '--steps',
-      '3',
-      '--groups',
-      '8',
-      '--group-size',
-      '2',
-      '--seed',
-      '2',
-      '--eval-every',
-      '0',
-      '--team-options',
-      '{"forever":true,"cpuMs":30000}',
-    ],
-    stack.env,
-  );
+  const res = await troupe(['train', 'runaway', '--steps', '3', '--groups', '8', '--group-size', '2', '--eval-every', '0', ...extra], stack.env);
   const seconds = (performance.now() - t0) / 1000;
   const out = res.stdout + res.stderr;
-  console.log(`[runaway-terminate] the failing run ended after ${seconds.toFixed(1)} s`);
+  console.log(`[runaway-terminate] the failing ${what} run ended after ${seconds.toFixed(1)} s`);
   assert.equal(res.code, 1, out);
-  assert.match(
-    out,
-    /the first 4 episodes of step 0 \(train\) all failed the same way, so the run stops here rather than spend the step on it: episode: its code ran 30\.\d s without awaiting a turn or tool call, after its turn 1 \(model policy\)/,
+  const named = new RegExp(
+    `the first 4 episodes of step 0 \\(train\\) all failed the same way, so the run stops here rather than spend the step on it: ${error.source}`,
   );
+  assert.match(out, named);
   assert.ok(seconds < 60, `ended within a minute of its start: ${seconds.toFixed(1)} s`);
   const runId = /run (runaway-\S+)/.exec(out)?.[1];
   assert.ok(runId, out);
   const [stored] = await stack.db.sql<{ failed: number }[]>`SELECT count(*)::int AS failed FROM episodes WHERE run_id = ${runId} AND status = 'failed'`;
   assert.ok(stored!.failed >= 4, `the failed episodes are stored for troupe status: ${stored!.failed}`);
+}
+
+test('a run whose first episodes all fail the same way fails within a minute, naming the error', { timeout: 5 * 60_000 }, async () => {
+  // every episode loops until the default limit, 30 s: 16 episodes on 4 threads would take 2 min a step, 3 steps before
+  // maxStepsWithoutSignal fails the run
+  await failsFast(
+    'batched',
+    ['--seed', '2', '--team-options', '{"forever":true,"cpuMs":30000}'],
+    /episode: its code ran 30\.\d s without awaiting a turn or tool call, after its turn 1 \(model policy\)/,
+  );
 });
 
 test('a durable rollout whose first episodes all fail the same way fails the run, naming the error', { timeout: 5 * 60_000 }, async () => {
-  const t0 = performance.now();
-  const res = await troupe(
-    [
-      'train',
-      'runaway',
-      '--steps',
-      '3',
-      '--groups',
-      '8',
-      '--group-size',
-      '2',
-      '--eval-every',
-      '0',
-      '--seed',
-      '5',
-      '--rollout',
-      'durable',
-      '--team-options',
-      '{"calm":true,"throws":true}',
-    ],
-    stack.env,
+  await failsFast(
+    'durable',
+    ['--seed', '5', '--rollout', 'durable', '--team-options', '{"calm":true,"throws":true}'],
+    /.*broken team: every episode throws after its first turn/,
   );
-  const seconds = (performance.now() - t0) / 1000;
-  const out = res.stdout + res.stderr;
-  console.log(`[runaway-terminate] the failing durable run ended after ${seconds.toFixed(1)} s`);
-  assert.equal(res.code, 1, out);
-  assert.match(
-    out,
-    /the first 4 episodes of step 0 \(train\) all failed the same way, so the run stops here rather than spend the step on it: .*broken team: every episode throws after its first turn/,
-  );
-  assert.ok(seconds < 60, `ended within a minute of its start: ${seconds.toFixed(1)} s`);
 });

@@ -8,7 +8,7 @@ import * as path from 'node:path';
 import { after, before, test } from 'node:test';
 import { Client, Connection } from '@temporalio/client';
 import type { RunStatusView } from '../../../workflows/definitions';
-import { cliStack, troupe } from '../../helpers/cli';
+import { cliStack, newRunId, storedRunIds, troupe } from '../../helpers/cli';
 
 const project = path.join(__dirname, 'fixtures', 'runaway-project');
 let stack: Awaited<ReturnType<typeof cliStack>>;
@@ -25,17 +25,11 @@ const LINE = /step 1 rollout: (\d+)\/16 episodes/;
 
 for (const rollout of ['batched', 'durable'] as const) {
   test(`a ${rollout} step's progress shows live in the status query, troupe status, the dashboard and Current Details`, { timeout: 8 * 60_000 }, async () => {
-    const earlier = new Set((await stack.db.sql<{ run_id: string }[]>`SELECT run_id FROM runs`.catch(() => [])).map((r) => r.run_id));
+    const earlier = await storedRunIds(stack.db);
     const seed = rollout === 'batched' ? 1 : 2;
     const args = ['train', 'runaway', '--steps', '1', '--groups', '8', '--group-size', '2', '--eval-every', '0', '--seed', String(seed)];
     const done = troupe([...args, '--rollout', rollout, '--team-options', options], stack.env);
-    let runId: string | undefined;
-    for (let i = 0; i < 300 && !runId; i++) {
-      await sleep(500);
-      runId = (await stack.db.sql<{ run_id: string }[]>`SELECT run_id FROM runs WHERE team = 'runaway'`.catch(() => [])).find(
-        (r) => !earlier.has(r.run_id),
-      )?.run_id;
-    }
+    const runId = await newRunId(stack.db, 'runaway', earlier);
     assert.ok(runId, 'the run started');
     const connection = await Connection.connect({ address: `127.0.0.1:${stack.env.TROUPE_TEMPORAL_PORT}` });
     try {
