@@ -34,7 +34,22 @@ const int8AsNumber = {
   },
 };
 
-const types = { bigint: int8AsNumber };
+/** A lone UTF-16 surrogate: half of a character outside the BMP (a reply cut with `slice`, say). */
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+
+/**
+ * json / jsonb values, each string with its lone surrogates as U+FFFD: what Node's UTF-8 makes of
+ * them in a text column. JSON.stringify writes one as `\ud800`, which PostgreSQL refuses in jsonb
+ * (22P02): the write, and every retry of it, would fail on a model's half character.
+ */
+const wellFormedJson = {
+  to: 114,
+  from: [114, 3802],
+  serialize: (x: unknown) => JSON.stringify(x, (_key, v: unknown) => (typeof v === 'string' ? v.replace(LONE_SURROGATE, '\ufffd') : v)),
+  parse: (raw: string): unknown => JSON.parse(raw),
+};
+
+const types = { bigint: int8AsNumber, json: wellFormedJson };
 
 /** A connected client (tagged template `sql\`...\``). */
 export type Sql = postgres.Sql<{ bigint: number }>;
