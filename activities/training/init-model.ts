@@ -58,7 +58,7 @@ export async function initModel({ sql, engine, checkpoints }: EngineVersionsDeps
     },
   );
   // a checkpoint the engine read (a model type Troupe's own loader does not: readsCheckpoint)
-  if (dir !== undefined && spec.base === undefined) checkVocabulary(v.info!.spec!.vocabSize, spec, input.model);
+  if (dir !== undefined && spec.base === undefined) checkVocabulary(v.info.spec.vocabSize, spec, input.model);
   const weights = spec.adapter === undefined ? v.weights : importedAdapter(spec.adapter, v.info.spec, input.model);
   await saveInitialVersion(sql, checkpoints, {
     runId: input.runId,

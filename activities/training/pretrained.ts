@@ -47,7 +47,7 @@ export function readsCheckpoint(dir: string): boolean {
 export function checkVocabulary(vocabSize: number, spec: ModelSpec, model: string): void {
   if (vocabSize < spec.tokenizer.size) {
     throw ApplicationFailure.nonRetryable(
-      `model ${model}: ${path.join(checkpointOf(spec)!, 'config.json')}: vocab_size ${vocabSize} is smaller than the team's tokenizer (${spec.tokenizer.size} ids)`,
+      `model ${model}: ${path.join(checkpointOf(spec) ?? '<checkpoint>', 'config.json')}: vocab_size ${vocabSize} is smaller than the team's tokenizer (${spec.tokenizer.size} ids)`,
       'BadCheckpoint',
     );
   }

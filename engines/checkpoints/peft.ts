@@ -81,7 +81,7 @@ function hfLayout(lora: HfLora, targets: readonly HfTarget[]): PeftLayout {
       ['A', [lora.rank, fanIn]],
       ['B', [fanOut, lora.rank]],
     ] as const) {
-      slots.push({ module, matrix, offset, shape: [shape[0], shape[1]], target: module.split('.').pop()! });
+      slots.push({ module, matrix, offset, shape: [shape[0], shape[1]], target: module.slice(module.lastIndexOf('.') + 1) });
       offset += shape[0] * shape[1];
     }
   }
