@@ -4,10 +4,14 @@
  * Generate, Score, Update, one Generate of a model not loaded); the scrape then shows them counted
  * by RPC and status, the tokens generated and trained equal to what the responses say, the model's
  * versions, device runs and resident memory; `promtool check metrics` (Debian's Prometheus) passes
- * on both, and both serve the same metric names. A bad --metrics-port fails start-up naming the flag.
+ * on both, both serve the same metric names, and a real Prometheus (Debian's) scrapes them. A bad or
+ * taken --metrics-port fails start-up naming the flag.
  */
 import assert from 'node:assert/strict';
-import { execFile, spawnSync } from 'node:child_process';
+import { execFile, spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
 import { after, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import { EngineClient } from '../../../engines/protocol/client';
@@ -18,6 +22,8 @@ import { freePort } from '../../helpers';
 
 const run = promisify(execFile);
 const hasPromtool = spawnSync('promtool', ['--version']).status === 0;
+const hasPrometheus = spawnSync('prometheus', ['--version']).status === 0;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const V = 64;
 const SPEC = { family: 'transformer', vocabSize: V, width: 32, layers: 2, heads: 4, maxSeq: 64 };
 
@@ -48,8 +54,16 @@ const engines: { name: string; command: () => readonly string[] | string }[] = [
   },
 ];
 const served: Record<string, string[]> = {};
+/** metrics port of each engine that ran, kept running for the Prometheus scrape */
+const metricsPorts: Record<string, number> = {};
 const procs: SpawnedEngine[] = [];
-after(() => procs.forEach((p) => p.child.kill('SIGTERM')));
+let prometheus: ChildProcess | undefined;
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-engine-prom-'));
+after(() => {
+  procs.forEach((p) => p.child.kill('SIGTERM'));
+  prometheus?.kill('SIGTERM');
+  fs.rmSync(tmp, { recursive: true, force: true });
+});
 
 describe('engines serve Prometheus /metrics', { skip: hasPromtool ? false : 'promtool is not installed (Debian: apt-get install prometheus)' }, () => {
   for (const { name, command } of engines) {
@@ -130,6 +144,7 @@ describe('engines serve Prometheus /metrics', { skip: hasPromtool ? false : 'pro
         assert.ok(m.get('troupe_engine_generate_batches_total')! >= 1, text);
         assert.ok(m.get('troupe_engine_resident_memory_bytes')! > 10 * 2 ** 20, text);
         assert.ok(m.get('troupe_engine_uptime_seconds')! > 0, text);
+        metricsPorts[name.includes('ONNX') ? 'onnx' : 'pytorch'] = port;
         served[name] = [...text.matchAll(/^# TYPE (\S+) (\S+)$/gm)].map((x) => `${x[1]} ${x[2]}`).sort();
 
         const missing = await fetch(`http://127.0.0.1:${port}/other`);
@@ -158,6 +173,35 @@ describe('engines serve Prometheus /metrics', { skip: hasPromtool ? false : 'pro
       );
     });
   }
+
+  it('a real Prometheus scrapes the engines', { skip: hasPrometheus ? false : 'prometheus is not installed' }, async (t) => {
+    const jobs = Object.entries(metricsPorts);
+    if (!jobs.length) return t.skip('no engine ran here');
+    const port = await freePort();
+    const config = [
+      'global: { scrape_interval: 1s }',
+      'scrape_configs:',
+      ...jobs.map(([job, p]) => `  - { job_name: troupe-engine-${job}, static_configs: [{ targets: ['127.0.0.1:${p}'] }] }`),
+    ].join('\n');
+    fs.writeFileSync(path.join(tmp, 'prometheus.yml'), config);
+    const log = fs.openSync(path.join(tmp, 'prometheus.log'), 'w');
+    prometheus = spawn(
+      'prometheus',
+      [`--config.file=${path.join(tmp, 'prometheus.yml')}`, `--storage.tsdb.path=${path.join(tmp, 'data')}`, `--web.listen-address=127.0.0.1:${port}`],
+      { stdio: ['ignore', log, log] },
+    );
+    const q = 'troupe_engine_requests_total{rpc="Generate",code="OK"}';
+    const deadline = Date.now() + 60_000;
+    let got: { metric: Record<string, string>; value: [number, string] }[] = [];
+    while (got.length < jobs.length) {
+      assert.ok(Date.now() < deadline, `Prometheus never scraped every engine (${JSON.stringify(got)}; log in ${tmp})`);
+      await sleep(1000);
+      const r = await fetch(`http://127.0.0.1:${port}/api/v1/query?query=${encodeURIComponent(q)}`).catch(() => undefined);
+      if (r?.ok) got = ((await r.json()) as { data: { result: typeof got } }).data.result;
+    }
+    assert.deepEqual(got.map((x) => x.metric.job).sort(), jobs.map(([job]) => `troupe-engine-${job}`).sort());
+    for (const x of got) assert.equal(x.value[1], '1', `${x.metric.job}: one Generate answered OK`);
+  });
 
   it('both engines serve the same names and types', (t) => {
     const names = Object.values(served);
