@@ -33,6 +33,8 @@ export interface ListeningEvent {
   fell_back: boolean;
   fallback_reason: string;
   pid: number;
+  /** host:port of its Prometheus /metrics, when started with --metrics-port */
+  metrics_address?: string;
 }
 
 export interface SpawnedEngine {

@@ -7,7 +7,7 @@
 // fallback for an explicit option or flag, by code that also runs without the stack's config
 // (a pool worker or engine process spawned on its own, a test): TROUPE_ENGINE, TROUPE_DEVICE,
 // TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE and DATABASE_URL (processes/pool-worker.ts),
-// TROUPE_ENGINE_MEMORY_BYTES / TROUPE_ENGINE_RSS_LIMIT_BYTES (processes/onnx-engine.ts),
+// TROUPE_ENGINE_MEMORY_BYTES / TROUPE_ENGINE_RSS_LIMIT_BYTES / TROUPE_ENGINE_METRICS_PORT (processes/onnx-engine.ts),
 // TROUPE_PYTHON / TROUPE_PYTHON_BASE (stack/python-environment.ts), TROUPE_ENGINE_FAULTS (fault injection for the
 // chaos tests, engines/onnx/engine.ts) and TROUPE_DEBUG (cli/main.ts).
 // The table in docs/operations.md ("Configuration") lists the same variables; keep them in step.

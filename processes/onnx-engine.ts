@@ -7,6 +7,7 @@ import { parseArgs } from 'node:util';
 import * as grpc from '@grpc/grpc-js';
 import { Engine } from '../engines/onnx/engine';
 import { defaultMemoryPolicy, freeMemoryBytes, parseDevice, resolveDevice } from '../engines/onnx/device';
+import { RequestCounts, serveEngineMetrics } from '../engines/onnx/metrics';
 import { PortInUseError, startEngineServer } from '../engines/onnx/server';
 import { watchProcess } from '../stack/watchdog';
 
@@ -19,6 +20,10 @@ usage: node --import tsx processes/onnx-engine.ts [options]
                       auto falls back to cpu and reports why (log, Health, Stats)
   --port N            port to listen on; 0 picks a free one (default 0)
   --host H            interface to bind (default 127.0.0.1)
+  --metrics-port N    serve Prometheus GET /metrics on this port (troupe_engine_*: requests, tokens
+                      generated and trained, queue depth, device runs, versions, memory); default env
+                      TROUPE_ENGINE_METRICS_PORT; 0 or unset: none
+  --metrics-host H    interface of /metrics (default: env TROUPE_METRICS_HOST, else 127.0.0.1)
   --threads N         onnxruntime intra-op threads of generate/score sessions (default 1;
                       updates always use 1 thread so they stay bitwise reproducible)
   --batch-window-ms X how long a Generate waits to be batched with others (default 2)
@@ -63,6 +68,8 @@ async function main(): Promise<void> {
         device: { type: 'string' },
         port: { type: 'string' },
         host: { type: 'string' },
+        'metrics-port': { type: 'string' },
+        'metrics-host': { type: 'string' },
         threads: { type: 'string' },
         'batch-window-ms': { type: 'string' },
         'max-batch': { type: 'string' },
@@ -92,6 +99,14 @@ async function main(): Promise<void> {
   const port = intFlag('port', values.port, 0, 0);
   if (port > 65535) fail(`--port must be <= 65535, got ${port}`);
   const host = values.host ?? '127.0.0.1';
+  const metricsPort = intFlag(
+    values['metrics-port'] === undefined && process.env.TROUPE_ENGINE_METRICS_PORT ? 'metrics-port (from TROUPE_ENGINE_METRICS_PORT)' : 'metrics-port',
+    values['metrics-port'] ?? (process.env.TROUPE_ENGINE_METRICS_PORT || undefined),
+    0,
+    0,
+  );
+  if (metricsPort > 65535) fail(`--metrics-port must be <= 65535, got ${metricsPort}`);
+  const metricsHost = values['metrics-host'] ?? (process.env.TROUPE_METRICS_HOST || '127.0.0.1');
   const threads = intFlag('threads', values.threads, 1, 1);
   const windowMs = values['batch-window-ms'] === undefined ? 2 : Number(values['batch-window-ms']);
   if (!(windowMs >= 0)) fail(`--batch-window-ms must be a number >= 0`);
@@ -145,10 +160,18 @@ async function main(): Promise<void> {
     memory,
     log,
   });
+  const requests = new RequestCounts();
+  if (metricsPort > 0) {
+    try {
+      await serveEngineMetrics(engine, requests, metricsHost, metricsPort);
+    } catch (e) {
+      fail((e as Error).message);
+    }
+  }
   let server;
   grpc.setLogVerbosity(grpc.logVerbosity.NONE); // a failed bind is reported below in one line, not by grpc-js too
   try {
-    server = await startEngineServer(engine, host, port);
+    server = await startEngineServer(engine, host, port, requests);
   } catch (e) {
     fail(e instanceof PortInUseError ? e.message : `cannot listen on ${host}:${port}: ${(e as Error).message}`);
   } finally {
@@ -164,6 +187,7 @@ async function main(): Promise<void> {
       fell_back: device.fellBack,
       fallback_reason: device.fallbackReason,
       pid: process.pid,
+      ...(metricsPort > 0 ? { metrics_address: `${metricsHost.includes(':') ? `[${metricsHost}]` : metricsHost}:${metricsPort}` } : {}),
     })}\n`,
   );
   const stop = (signal: string) => {

@@ -164,6 +164,8 @@ export class Engine {
     scoreRuns: 0,
     updateRuns: 0,
     mixedAdapterRuns: 0,
+    /** trainable tokens of committed updates (not in Stats; served at /metrics) */
+    tokensTrained: 0,
   };
 
   constructor(opts: EngineOptions) {
@@ -444,6 +446,7 @@ export class Engine {
         );
       }
       const cv = this.cache.put(model, model.latest + 1, out.state);
+      this.counters.tokensTrained += out.tokens;
       return {
         info: this.cache.info(model, cv),
         baseVersion: base,
@@ -538,6 +541,11 @@ export class Engine {
       if (r) parts.push(`${describeSpec(r.spec)} V${r.spec.vocabSize}: ${r.invariance.description}`);
     }
     return parts.length ? parts.join('; ') : 'probed per model spec on first use';
+  }
+
+  /** The counters behind Stats, and trained tokens (engines/onnx/metrics.ts serves them). */
+  counts(): Readonly<typeof this.counters> {
+    return { ...this.counters };
   }
 
   async stats(): Promise<StatsResponse> {

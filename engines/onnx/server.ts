@@ -11,6 +11,10 @@ import type * as P from '../protocol/proto';
 import * as wire from '../protocol/wire';
 import type { UpdateProgress, UpdateResponse } from '../protocol/types';
 import type { CancelSignal, Engine } from './engine';
+import { RequestCounts } from './metrics';
+
+/** Records one answered RPC by its status code. */
+type Answered = (code: grpc.status) => void;
 
 /** An engine fault as is; a request the model cannot run (it names the field) is INVALID_REQUEST, not retried; anything else INTERNAL. */
 function faultOf(err: unknown): EngineFault {
@@ -30,28 +34,35 @@ function toServiceError(err: unknown): grpc.ServiceError {
   return e;
 }
 
-function unary<Req, Res>(fn: (req: Req, cancel: CancelSignal) => Promise<Res>): grpc.handleUnaryCall<Req, Res> {
+function unary<Req, Res>(answered: Answered, fn: (req: Req, cancel: CancelSignal) => Promise<Res>): grpc.handleUnaryCall<Req, Res> {
   return (call, callback) => {
     const cancel: CancelSignal = { onCancel: (f) => call.on('cancelled', f) };
+    const fail = (err: unknown) => {
+      const e = toServiceError(err);
+      answered(call.cancelled ? grpc.status.CANCELLED : e.code);
+      if (!call.cancelled) callback(e);
+    };
     let result: Promise<Res>;
     try {
       result = fn(call.request, cancel);
     } catch (e) {
-      callback(toServiceError(e));
+      fail(e);
       return;
     }
-    result.then(
-      (res) => callback(null, res),
-      (err) => {
-        if (!call.cancelled) callback(toServiceError(err));
-      },
-    );
+    result.then((res) => {
+      answered(grpc.status.OK);
+      callback(null, res);
+    }, fail);
   };
 }
 
 /** LoadVersionChunks: gathers the stream, then loads as LoadVersion does. */
-function loadVersionChunks(engine: Engine): grpc.handleClientStreamingCall<P.LoadVersionChunk, P.VersionInfo> {
-  return (call, callback) => {
+function loadVersionChunks(engine: Engine, answered: Answered): grpc.handleClientStreamingCall<P.LoadVersionChunk, P.VersionInfo> {
+  return (call, reply) => {
+    const callback: grpc.sendUnaryData<P.VersionInfo> = (err, res) => {
+      answered(err ? (err.code ?? grpc.status.UNKNOWN) : grpc.status.OK);
+      reply(err, res);
+    };
     const chunks: P.LoadVersionChunk[] = [];
     call.on('data', (c: P.LoadVersionChunk) => chunks.push(c));
     call.on('error', () => undefined); // the client went away: nothing to answer
@@ -67,19 +78,22 @@ function loadVersionChunks(engine: Engine): grpc.handleClientStreamingCall<P.Loa
 }
 
 /** ExportVersionChunks: the version's info, then its bytes in chunks. */
-function exportVersionChunks(engine: Engine): grpc.handleServerStreamingCall<P.ExportVersionRequest, P.ExportVersionChunk> {
+function exportVersionChunks(engine: Engine, answered: Answered): grpc.handleServerStreamingCall<P.ExportVersionRequest, P.ExportVersionChunk> {
   return (call) => {
+    const fail = (e: unknown) => {
+      const err = toServiceError(e);
+      answered(err.code);
+      call.emit('error', err);
+    };
     if (call.request.destinationUri) {
-      call.emit('error', toServiceError(invalid('destination_uri: export by reference is for the unary ExportVersion only')));
+      fail(invalid('destination_uri: export by reference is for the unary ExportVersion only'));
       return;
     }
-    engine.exportVersion(wire.exportVersionFromWire(call.request)).then(
-      (v) => {
-        wire.byteChunks(v.weights, v.optimizerState).forEach((c, i) => call.write({ info: i === 0 ? wire.versionInfoToWire(v.info) : undefined, ...c }));
-        call.end();
-      },
-      (e) => call.emit('error', toServiceError(e)),
-    );
+    engine.exportVersion(wire.exportVersionFromWire(call.request)).then((v) => {
+      wire.byteChunks(v.weights, v.optimizerState).forEach((c, i) => call.write({ info: i === 0 ? wire.versionInfoToWire(v.info) : undefined, ...c }));
+      answered(grpc.status.OK);
+      call.end();
+    }, fail);
   };
 }
 
@@ -87,7 +101,7 @@ function exportVersionChunks(engine: Engine): grpc.handleServerStreamingCall<P.E
 const PROGRESS_EVERY_MS = 2000;
 
 /** UpdateStream: progress events (one on arrival, then each phase, and every PROGRESS_EVERY_MS), then the result. */
-function updateStream(engine: Engine): grpc.handleServerStreamingCall<P.UpdateRequest, P.UpdateEvent> {
+function updateStream(engine: Engine, answered: Answered): grpc.handleServerStreamingCall<P.UpdateRequest, P.UpdateEvent> {
   return (call) => {
     const t0 = performance.now();
     let last: UpdateProgress = { phase: 'received', queuePosition: 0, innerStep: 0, innerSteps: 0, microBatches: 0, elapsedMs: 0 };
@@ -98,7 +112,9 @@ function updateStream(engine: Engine): grpc.handleServerStreamingCall<P.UpdateRe
     const timer = setInterval(send, PROGRESS_EVERY_MS);
     const fail = (e: unknown) => {
       clearInterval(timer);
-      if (!call.cancelled) call.emit('error', toServiceError(e));
+      const err = toServiceError(e);
+      answered(call.cancelled ? grpc.status.CANCELLED : err.code);
+      if (!call.cancelled) call.emit('error', err);
     };
     let result: Promise<UpdateResponse>;
     try {
@@ -113,26 +129,36 @@ function updateStream(engine: Engine): grpc.handleServerStreamingCall<P.UpdateRe
     }
     result.then((res) => {
       clearInterval(timer);
+      answered(grpc.status.OK);
       call.write({ result: wire.updateResponseToWire(res) });
       call.end();
     }, fail);
   };
 }
 
-export function engineHandlers(engine: Engine): grpc.UntypedServiceImplementation {
+/** The service's handlers; each answered RPC is counted in `requests` (served at /metrics). */
+export function engineHandlers(engine: Engine, requests = new RequestCounts()): grpc.UntypedServiceImplementation {
+  const by =
+    (rpc: string): Answered =>
+    (code) =>
+      requests.count(rpc, code);
   return {
-    InitModel: unary(async (req: P.InitModelRequest) => wire.versionInfoToWire(await engine.initModel(wire.initModelFromWire(req)))),
-    LoadVersion: unary(async (req: P.LoadVersionRequest) => wire.versionInfoToWire(await engine.loadVersion(wire.loadVersionFromWire(req)))),
-    ExportVersion: unary(async (req: P.ExportVersionRequest) => wire.exportedToWire(await engine.exportVersion(wire.exportVersionFromWire(req)))),
-    LoadVersionChunks: loadVersionChunks(engine),
-    ExportVersionChunks: exportVersionChunks(engine),
-    Generate: unary(async (req: P.GenerateRequest, cancel) => wire.generateResponseToWire(await engine.generate(wire.generateFromWire(req), cancel))),
-    Score: unary(async (req: P.ScoreRequest) => wire.scoreResponseToWire(await engine.score(wire.scoreFromWire(req)))),
-    Update: unary(async (req: P.UpdateRequest) => wire.updateResponseToWire(await engine.update(wire.updateFromWire(req)))),
-    UpdateStream: updateStream(engine),
-    Abort: unary(async (req: P.AbortRequest) => engine.abort(req)),
-    Health: unary(async () => wire.healthToWire(engine.health())),
-    Stats: unary(async () => wire.statsToWire(await engine.stats())),
+    InitModel: unary(by('InitModel'), async (req: P.InitModelRequest) => wire.versionInfoToWire(await engine.initModel(wire.initModelFromWire(req)))),
+    LoadVersion: unary(by('LoadVersion'), async (req: P.LoadVersionRequest) => wire.versionInfoToWire(await engine.loadVersion(wire.loadVersionFromWire(req)))),
+    ExportVersion: unary(by('ExportVersion'), async (req: P.ExportVersionRequest) =>
+      wire.exportedToWire(await engine.exportVersion(wire.exportVersionFromWire(req))),
+    ),
+    LoadVersionChunks: loadVersionChunks(engine, by('LoadVersionChunks')),
+    ExportVersionChunks: exportVersionChunks(engine, by('ExportVersionChunks')),
+    Generate: unary(by('Generate'), async (req: P.GenerateRequest, cancel) =>
+      wire.generateResponseToWire(await engine.generate(wire.generateFromWire(req), cancel)),
+    ),
+    Score: unary(by('Score'), async (req: P.ScoreRequest) => wire.scoreResponseToWire(await engine.score(wire.scoreFromWire(req)))),
+    Update: unary(by('Update'), async (req: P.UpdateRequest) => wire.updateResponseToWire(await engine.update(wire.updateFromWire(req)))),
+    UpdateStream: updateStream(engine, by('UpdateStream')),
+    Abort: unary(by('Abort'), async (req: P.AbortRequest) => engine.abort(req)),
+    Health: unary(by('Health'), async () => wire.healthToWire(engine.health())),
+    Stats: unary(by('Stats'), async () => wire.statsToWire(await engine.stats())),
   };
 }
 
@@ -146,12 +172,12 @@ export interface RunningServer {
 }
 
 /** Serve `engine` on host:port (port 0 = any free port). */
-export function startEngineServer(engine: Engine, host: string, port: number): Promise<RunningServer> {
+export function startEngineServer(engine: Engine, host: string, port: number, requests?: RequestCounts): Promise<RunningServer> {
   const server = new grpc.Server({
     'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
     'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
   });
-  server.addService(engineServiceDefinition(), engineHandlers(engine));
+  server.addService(engineServiceDefinition(), engineHandlers(engine, requests));
   const target = host.includes(':') && !host.startsWith('[') ? `[${host}]:${port}` : `${host}:${port}`;
   return new Promise((resolve, reject) => {
     server.bindAsync(target, grpc.ServerCredentials.createInsecure(), (err, bound) => {

@@ -99,7 +99,14 @@ def parse_args(argv):
     p.add_argument("--micro-batch-bytes", type=int, default=DEFAULT_MICRO_BATCH_BYTES)
     p.add_argument("--activation-checkpointing", action="store_true")
     p.add_argument("--dtype", default="fp32")
+    p.add_argument("--metrics-port", default=os.environ.get("TROUPE_ENGINE_METRICS_PORT") or None)
+    p.add_argument("--metrics-host", default=os.environ.get("TROUPE_METRICS_HOST") or "127.0.0.1")
     a = p.parse_args(argv)
+    if a.metrics_port is not None:
+        what = "--metrics-port" if "--metrics-port" in " ".join(argv) else "--metrics-port (from TROUPE_ENGINE_METRICS_PORT)"
+        if not str(a.metrics_port).isdigit() or int(a.metrics_port) > 65535:
+            fail_start(f"bad flag: {what} must be a port number (0-65535; 0: none), got {a.metrics_port!r}")
+        a.metrics_port = int(a.metrics_port)
     if a.micro_batch_bytes < 1:
         fail_start(f"bad flag: --micro-batch-bytes must be a positive integer, got {a.micro_batch_bytes}")
     if a.dtype not in DTYPES:

@@ -427,6 +427,7 @@ class Engine(Generation, pbg.EngineServicer):
                     time.sleep(faultsmod.HOLD_UPDATE_S)
                 with self.cache.lock:
                     nv = self.cache.put(mm, mm.latest + 1, theta, mo, ve, step)
+                self.counters["tokens_trained"] += ntok
                 metrics = [pb.UpdateMetrics(**x) for x in steps]
                 mean = {k: sum(x[k] for x in steps) / len(steps) for k in steps[0]}
                 return pb.UpdateResponse(

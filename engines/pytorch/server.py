@@ -28,6 +28,7 @@ import torch  # noqa: E402
 
 import engine_pb2_grpc as pbg  # noqa: E402
 import faults as faultsmod  # noqa: E402
+import metrics  # noqa: E402
 import watchdog  # noqa: E402
 from contract import ENGINE_NAME, MAX_MESSAGE_BYTES  # noqa: E402
 from engine import Engine  # noqa: E402
@@ -83,7 +84,8 @@ def main():
         fail_start(str(e))
     if engine.faults.armed:
         log("faults_armed", faults=engine.faults.armed)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=[
+    requests = metrics.RequestCounts()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), interceptors=[metrics.CountingInterceptor(requests)], options=[
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.so_reuseport", 0)])
     pbg.add_EngineServicer_to_server(engine, server)
@@ -107,10 +109,19 @@ def main():
         port = 0
     if port == 0:
         fail_start(f"cannot listen on {target}: port {a.port} on {host} is already in use (or the address is not available)")
+    metrics_address = None
+    if a.metrics_port:
+        mh = a.metrics_host
+        try:
+            metrics.serve(engine, requests, mh, a.metrics_port)
+        except OSError as e:
+            fail_start(f"bad flag: --metrics-port {a.metrics_port}: cannot listen on {mh}:{a.metrics_port}: {e.strerror or e}")
+        metrics_address = f"[{mh}]:{a.metrics_port}" if ":" in mh and not mh.startswith("[") else f"{mh}:{a.metrics_port}"
     server.start()
     address = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
     sys.stdout.write(json.dumps({"event": "listening", "port": port, "address": address, "device": device, "fell_back": fell_back,
-                                 "fallback_reason": reason, "pid": os.getpid()}, separators=(",", ":")) + "\n")
+                                 "fallback_reason": reason, "pid": os.getpid(),
+                                 **({"metrics_address": metrics_address} if metrics_address else {})}, separators=(",", ":")) + "\n")
     sys.stdout.flush()
     log("engine_started", engine=ENGINE_NAME, address=address, device=device, threads=threads,
         memory_bytes=engine.memory_bytes)
