@@ -220,7 +220,10 @@ describe('MLflow export', () => {
     await exportModelVersion(h.db.sql, h.db.checkpoints, { runId, model: 'policy', version: base.steps, out });
     const files = fs.readdirSync(out).sort();
     assert.deepEqual(files, ['config.json', 'model.safetensors']);
-    assert.deepEqual(await artifactFiles(id, 'model/policy'), files.map((f) => `model/policy/${f}`));
+    assert.deepEqual(
+      await artifactFiles(id, 'model/policy'),
+      files.map((f) => `model/policy/${f}`),
+    );
     for (const f of files) assert.ok((await artifact(artifactUri, `model/policy/${f}`)).equals(fs.readFileSync(path.join(out, f))), `model/policy/${f}`);
   }
 
