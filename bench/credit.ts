@@ -36,7 +36,7 @@ import { parseArgs } from 'node:util';
 import { EngineClient } from '../engines/protocol/client';
 import { spawnEngine } from '../gpu-workers/engine-process';
 import { BUILT_IN_ENGINE_COMMAND } from '../processes/engine-kinds';
-import { renderVegaLite } from '../cli/plot';
+import { renderVegaLite } from '../activities/store/plot';
 import { trainInProcess } from './lib/inprocess';
 import { machineLine } from './lib/cpu';
 import type { Scope } from '../rl/advantages/types';

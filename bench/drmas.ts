@@ -35,7 +35,7 @@ import type { RunConfigInput } from '../schema/run-config';
 import { startHarness, type Harness } from '../testing/stack';
 import type { RunSummary } from '../workflows/training-run';
 import { trainInProcess, type InProcessStep } from './lib/inprocess';
-import { renderVegaLite } from '../cli/plot';
+import { renderVegaLite } from '../activities/store/plot';
 import { machineLine } from './lib/cpu';
 
 const { values } = parseArgs({

@@ -26,7 +26,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { startHarness, startPool, type Harness } from '../testing/stack';
-import { renderVegaLite } from '../cli/plot';
+import { renderVegaLite } from '../activities/store/plot';
 import { runTroupe } from './lib/troupe';
 
 const { values } = parseArgs({

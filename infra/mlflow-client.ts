@@ -126,13 +126,17 @@ export class MlflowClient {
     await this.call('POST', 'runs/update', { run_id: runId, status, ...(endTime !== undefined ? { end_time: endTime } : {}) });
   }
 
-  /** Uploads `data` as `<artifact root>/<path>` through the server's artifact proxy (`mlflow-artifacts:` roots). */
+  /**
+   * Uploads `data` as `<artifact root>/<path>` through the server's artifact proxy (`mlflow-artifacts:` roots).
+   * Its timeout grows with its size (the call's own, plus a second per 10 MB), so a model's weights are not cut off.
+   */
   async uploadArtifact(artifactUri: string, path: string, data: Buffer | string): Promise<void> {
     const root = /^mlflow-artifacts:(?:\/\/[^/]*)?(\/.*)$/.exec(artifactUri)?.[1];
     if (!root) throw new Error(`artifact root ${artifactUri} is not served by the tracking server (start it with --serve-artifacts)`);
     const base = this.trackingUri.endsWith('/') ? this.trackingUri : `${this.trackingUri}/`;
     const url = new URL(`api/2.0/mlflow-artifacts/artifacts${root}/${path}`, base);
-    const res = await fetch(url, { method: 'PUT', body: data, signal: AbortSignal.timeout(this.timeoutMs) }).catch((e: unknown) =>
+    const ms = this.timeoutMs + Math.ceil(Buffer.byteLength(data) / 10e6) * 1000;
+    const res = await fetch(url, { method: 'PUT', body: data, signal: AbortSignal.timeout(ms) }).catch((e: unknown) =>
       unreachable(`MLflow artifact ${path}`, url, e),
     );
     if (!res.ok) throw new MlflowError(`MLflow artifact ${path}: HTTP ${res.status} ${(await res.text()).slice(0, 300)}`, res.status, '');

@@ -18,6 +18,7 @@ import { payloadDataConverter } from '../infra/codec';
 import { loadConfig, redactUrl, temporalAddressOf, type PayloadKeysConfig, type TroupeConfig } from '../infra/config';
 import type { TensorBoardDirs } from '../activities/store/tensorboard';
 import { MlflowExport } from '../activities/store/mlflow';
+import { checkpointStoreOf } from '../infra/checkpoint-store';
 import { connect, dropPostgresJsStrays, type Sql } from '../infra/db';
 import { formatError, isTroupeError } from '../infra/errors';
 import { watchProcess } from '../stack/watchdog';
@@ -171,7 +172,7 @@ export async function runControlWorkerProcess(opts: {
   // Runs export to MLflow in the background, on a connection of their own (a slow server never
   // holds one the activities need); exports a previous worker left unfinished catch up now.
   const exportSql = connect(db.url, { max: 1, applicationName: 'troupe-mlflow-export' });
-  const mlflow = new MlflowExport(exportSql, { defaultUri: config.mlflowTrackingUri });
+  const mlflow = new MlflowExport(exportSql, checkpointStoreOf(config), { defaultUri: config.mlflowTrackingUri });
   await mlflow.catchUp();
   const { connection, worker } = await untilAvailable(
     `Temporal at ${address} (namespace ${namespace})`,

@@ -176,9 +176,13 @@ function newestMtimeMs(dir) {
 function dashboardStaleReason(repoRoot) {
   const built = mtimeMs(path.join(repoRoot, 'dashboard', 'dist', 'index.html'));
   if (built === undefined) return 'the dashboard page is not built';
-  const sources = newestMtimeMs(path.join(repoRoot, 'dashboard', 'web'));
+  // its sources: dashboard/web, and the one module below it the page bundles
+  const sources = Math.max(
+    newestMtimeMs(path.join(repoRoot, 'dashboard', 'web')) ?? -Infinity,
+    mtimeMs(path.join(repoRoot, 'activities', 'training', 'partial-panels.ts')) ?? -Infinity,
+  );
   const packages = mtimeMs(path.join(repoRoot, 'node_modules', '.package-lock.json'));
-  if ((sources !== undefined && sources > built) || (packages !== undefined && packages > built)) return 'the dashboard page is older than its sources';
+  if (sources > built || (packages !== undefined && packages > built)) return 'the dashboard page is older than its sources';
   return undefined;
 }
 

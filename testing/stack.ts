@@ -35,7 +35,7 @@ export interface HarnessOptions {
   /** Where the control worker writes each run's TensorBoard event files; none: no event files. */
   tensorboardDirs?: TensorBoardDirs;
   /** The control worker's MLflow export, made on the harness's database; none: no export. */
-  mlflow?: (sql: TestDatabase['sql']) => MlflowExport;
+  mlflow?: (sql: TestDatabase['sql'], checkpoints: TestDatabase['checkpoints']) => MlflowExport;
 }
 
 export async function startPool(
@@ -69,7 +69,7 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
     poolTaskQueue: opts.poolTaskQueue,
     dashboardUrl: opts.dashboardUrl,
     tensorboardDirs: opts.tensorboardDirs,
-    mlflow: opts.mlflow?.(db.sql),
+    mlflow: opts.mlflow?.(db.sql, db.checkpoints),
     workflowBundle: await workflowBundle(),
   });
   const controlRun = control.run();

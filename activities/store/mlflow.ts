@@ -5,9 +5,14 @@
  * MLFLOW_TRACKING_URI); `off` names none. Its MLflow run lives in experiment
  * `troupe/<team>` (created or reused), tagged `troupe.run_id`, with the run config as params
  * (flattened: `optimizer.lr`), every scalar of the store as a metric (the TensorBoard tags and
- * wall times, store/tensorboard.ts runPoints), `config.json` as an artifact, and the run's end
- * as its status (completed: FINISHED; stopped, cancelled: KILLED; failed, terminated,
- * timed-out: FAILED; a resumed run is RUNNING again).
+ * wall times, store/tensorboard.ts runPoints), and the run's end as its status (completed:
+ * FINISHED; stopped, cancelled: KILLED; failed, terminated, timed-out: FAILED; a resumed run
+ * is RUNNING again). Before its end status, its artifacts: `config.json`, the curves
+ * `curves/curves.png` and `curves/curves.svg` (store/plot.ts, as `troupe plot` draws them),
+ * and for a completed run each model's last version as `model/<model>/` (store/model-export.ts,
+ * the files `troupe export-model` writes; a model with no Hugging Face layout is skipped and
+ * logged). Each end uploads them again at the same paths, so a resumed run's later end
+ * replaces them with its own.
  *
  * Exactly once: the server is the cursor. An export reads which (metric, step) points the
  * MLflow run holds (its metrics' histories, once per process and run, again after any error
@@ -26,8 +31,16 @@
  * (`mlflow_runs`, written before the server is first called), so a control worker that starts
  * catches up every export a previous one left unfinished.
  */
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { CheckpointFileError, type CheckpointStore } from '../../infra/checkpoint-store';
 import type { Sql } from '../../infra/db';
+import { TroupeError } from '../../infra/errors';
 import { MlflowClient, MlflowError, type MlflowMetric, type MlflowRunStatus } from '../../infra/mlflow-client';
+import { readMetrics } from './metrics';
+import { exportModelVersion } from './model-export';
+import { curves, renderCurves } from './plot';
 import { recordEvent, type RunStatus } from './runs';
 import { runPoints } from './tensorboard';
 
@@ -91,6 +104,8 @@ export class MlflowExport {
 
   constructor(
     private readonly sql: Sql,
+    /** Where the runs' model versions are stored (a completed run's models are uploaded). */
+    private readonly checkpoints: CheckpointStore,
     private readonly opts: MlflowExportOptions = {},
   ) {}
 
@@ -233,7 +248,7 @@ export class MlflowExport {
       }
       const end = END_STATUS[run.status as RunStatus];
       if (end) {
-        await t.client.uploadArtifact(t.artifactUri, 'config.json', `${JSON.stringify(run.config, null, 2)}\n`);
+        await this.uploadEndArtifacts(tx, t, runId, run.config, run.status as RunStatus);
         if (t.status !== end) await t.client.setStatus(t.mlflowRunId, end, (run.updated_at as Date).getTime());
       } else if (t.status !== 'RUNNING') {
         await t.client.setStatus(t.mlflowRunId, 'RUNNING'); // resumed
@@ -242,6 +257,36 @@ export class MlflowExport {
       const [done] = await tx`UPDATE mlflow_runs SET finished = ${end !== undefined}, passes = passes + 1 WHERE run_id = ${runId} RETURNING passes`;
       t.passes = Number(done?.passes);
     });
+  }
+
+  /** config.json, the curves, and for a completed run each model's last version; the same paths at every end. */
+  private async uploadEndArtifacts(tx: Sql, t: Target, runId: string, config: unknown, status: RunStatus): Promise<void> {
+    await t.client.uploadArtifact(t.artifactUri, 'config.json', `${JSON.stringify(config, null, 2)}\n`);
+    const rows = await readMetrics(tx, runId);
+    if (rows.length > 0) {
+      const plot = await renderCurves(curves(rows), `Troupe run ${runId}`);
+      await t.client.uploadArtifact(t.artifactUri, 'curves/curves.png', Buffer.from(plot.png));
+      await t.client.uploadArtifact(t.artifactUri, 'curves/curves.svg', plot.svg);
+    }
+    if (status !== 'completed') return;
+    const last = await tx`SELECT model, max(version) AS version FROM versions WHERE run_id = ${runId} GROUP BY model ORDER BY model`;
+    for (const { model, version } of last as unknown as Array<{ model: string; version: number }>) {
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-mlflow-model-'));
+      try {
+        try {
+          await exportModelVersion(tx, this.checkpoints, { runId, model, version: Number(version), out: dir });
+        } catch (e) {
+          // a model with no Hugging Face layout (or whose base is gone) is skipped; a store that cannot be read is retried
+          if (!(e instanceof TroupeError) || e instanceof CheckpointFileError) throw e;
+          this.log(`run ${runId}: model ${model} version ${version} not uploaded to MLflow: ${e.message}`);
+          continue;
+        }
+        for (const file of fs.readdirSync(dir).sort())
+          await t.client.uploadArtifact(t.artifactUri, `model/${model}/${file}`, fs.readFileSync(path.join(dir, file)));
+      } finally {
+        fs.rmSync(dir, { recursive: true, force: true });
+      }
+    }
   }
 }
 

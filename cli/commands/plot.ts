@@ -2,7 +2,7 @@
 import * as path from 'node:path';
 import { TroupeError } from '../../infra/errors';
 import { defineCommand } from '../command';
-import { writePlot } from '../plot';
+import { writePlot } from '../../activities/store/plot';
 import { connectRuns } from '../../control/runs';
 
 export default defineCommand({

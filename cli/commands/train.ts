@@ -11,7 +11,7 @@ import { defineCommand } from '../command';
 import { connectRuns, validateRunConfig, watchRun } from '../../control/runs';
 import { runIdFor, startNewRun } from '../../control/run-id';
 import { problemLines, readConfigFile, runExitCode, summaryJson, summaryLines, type RunTimes } from '../summary';
-import { writePlot } from '../plot';
+import { writePlot } from '../../activities/store/plot';
 import { upWithCurrentTeams } from '../teams';
 import { activeProject } from '../../processes/project';
 import { MAX_LISTED, typeCheckTeam } from '../../processes/type-check';

@@ -2,7 +2,7 @@
 // panel is shown in, which panels are constant (folded), EMA smoothing and the wall-time axis.
 // Pure functions (no DOM), so the unit tests run them in Node.
 
-import { PARTIAL_PANELS } from './partial-panels';
+import { PARTIAL_PANELS } from '../../activities/training/partial-panels';
 
 /** A metric row as dashboard/api.ts answers it. */
 export interface MetricRow {

@@ -11,7 +11,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { saveInitialVersion } from '../../../activities/store/versions';
-import { exportModelVersion } from '../../../cli/commands/export-model';
+import { exportModelVersion } from '../../../activities/store/model-export';
 import { loadHfCheckpoint } from '../../../engines/checkpoints/hf-layout';
 import { encodeWeights } from '../../../engines/protocol/version-bytes';
 import { type TroupeError } from '../../../infra/errors';

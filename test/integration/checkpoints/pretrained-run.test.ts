@@ -16,7 +16,7 @@ import * as path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { loadStepEpisodes } from '../../../activities/store/trajectories';
 import { getVersion, listVersions } from '../../../activities/store/versions';
-import { exportModelVersion } from '../../../cli/commands/export-model';
+import { exportModelVersion } from '../../../activities/store/model-export';
 import { loadHfCheckpoint } from '../../../engines/checkpoints/hf-layout';
 import { paramLayout } from '../../../engines/families/transformer/spec';
 import { decodeWeights, encodeWeights, sha256Hex } from '../../../engines/protocol/version-bytes';

@@ -1,8 +1,10 @@
 /**
  * Runs exported to a real MLflow tracking server (`mlflow server` from PyPI, SQLite backend,
  * on loopback, behind a TCP gate that can cut it off): the run config as params, every scalar
- * of the store exactly once per (metric, step) with the store's value, config.json as an
- * artifact, the end as the MLflow run's status. With the server cut off for the second half of
+ * of the store exactly once per (metric, step) with the store's value, config.json, the curves
+ * (the PNG and SVG `troupe plot` draws from the store) and, for a run of a transformer, the
+ * model's last version (the files `troupe export-model` writes) as artifacts, the end as the
+ * MLflow run's status; a model with no Hugging Face layout is skipped with a logged reason. With the server cut off for the second half of
  * a run, the run completes, the outage is a run event, and the export catches up once the
  * server is back. A pool worker restarted mid-run, the run terminated and resumed (`troupe
  * resume`), and a restarted control worker's export (a new exporter) add no point twice and
@@ -15,7 +17,10 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { trainingRun } from '../../../workflows';
+import { readMetrics } from '../../../activities/store/metrics';
 import { MlflowExport } from '../../../activities/store/mlflow';
+import { exportModelVersion } from '../../../activities/store/model-export';
+import { curves, renderCurves } from '../../../activities/store/plot';
 import { resumeRun } from '../../../control/runs';
 import { MlflowClient } from '../../../infra/mlflow-client';
 import { startHarness, type Harness } from '../../../testing/stack';
@@ -42,6 +47,7 @@ describe('MLflow export', () => {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-mlflow-'));
   const serverLog = path.join(tmp, 'server.log');
   let uri = '';
+  const logged: string[] = [];
 
   before(async () => {
     const python = pythonTool('mlflow');
@@ -84,7 +90,8 @@ describe('MLflow export', () => {
     gate = await tcpGate({ host: '127.0.0.1', port });
     await gate.open();
     uri = `http://${gate.address}`;
-    h = await startHarness({ mlflow: (sql) => (exporter = new MlflowExport(sql, { retryMs: () => 300, log: (l) => process.stderr.write(`${l}\n`) })) });
+    const report = (l: string) => void (logged.push(l), process.stderr.write(`${l}\n`));
+    h = await startHarness({ mlflow: (sql, checkpoints) => (exporter = new MlflowExport(sql, checkpoints, { retryMs: () => 300, log: report })) });
   });
   after(async () => {
     await exporter?.stop();
@@ -101,8 +108,8 @@ describe('MLflow export', () => {
     fs.rmSync(tmp, { recursive: true, force: true });
   });
 
-  const start = (runId: string) =>
-    h.env.client.workflow.start<typeof trainingRun>('trainingRun', { taskQueue: h.taskQueue, workflowId: runId, args: [{ ...base, mlflow: uri }] });
+  const start = (runId: string, extra: Record<string, unknown> = {}) =>
+    h.env.client.workflow.start<typeof trainingRun>('trainingRun', { taskQueue: h.taskQueue, workflowId: runId, args: [{ ...base, ...extra, mlflow: uri }] });
   const committed = (runId: string, version: number) => async () =>
     (await h.db.sql`SELECT 1 FROM versions WHERE run_id = ${runId} AND version = ${version}`).length > 0;
   const events = async (runId: string, kind: string) => (await h.db.sql`SELECT 1 FROM run_events WHERE run_id = ${runId} AND kind = ${kind}`).length;
@@ -150,14 +157,40 @@ describe('MLflow export', () => {
       elapsed.map((m) => m.step).sort((a, b) => a - b),
       steps.map((s) => s.step as number).sort((a, b) => a - b),
     );
-    const artifact = await fetch(`${uri}/api/2.0/mlflow-artifacts/artifacts${info.artifactUri.replace(/^mlflow-artifacts:/, '')}/config.json`);
-    assert.equal(artifact.status, 200);
-    assert.equal(((await artifact.json()) as { team: string }).team, 'math');
+    const config = await artifact(info.artifactUri, 'config.json');
+    assert.equal((JSON.parse(config.toString('utf8')) as { team: string }).team, 'math');
+    await assertCurves(runId, info.artifactUri);
     return points + elapsed.length;
   }
 
+  /** An artifact's bytes, through the server's proxy. */
+  async function artifact(artifactUri: string, file: string): Promise<Buffer> {
+    const res = await fetch(`${uri}/api/2.0/mlflow-artifacts/artifacts${artifactUri.replace(/^mlflow-artifacts:/, '')}/${file}`);
+    assert.equal(res.status, 200, `artifact ${file}`);
+    return Buffer.from(await res.arrayBuffer());
+  }
+
+  /** The files (not folders) the MLflow run holds under `dir`. */
+  async function artifactFiles(mlflowRunId: string, dir: string): Promise<string[]> {
+    const res = await fetch(`${uri}/api/2.0/mlflow/artifacts/list?run_id=${mlflowRunId}&path=${encodeURIComponent(dir)}`);
+    assert.equal(res.status, 200);
+    const got = (await res.json()) as { files?: Array<{ path: string; is_dir: boolean }> };
+    return (got.files ?? []).map((f) => `${f.is_dir ? 'dir ' : ''}${f.path}`).sort();
+  }
+
+  /** curves/curves.{png,svg}: a PNG, and the SVG of the store's final metrics (a resumed run's end replaced the earlier one). */
+  async function assertCurves(runId: string, artifactUri: string) {
+    const png = await artifact(artifactUri, 'curves/curves.png');
+    assert.ok(png.length > 1000, `curves.png: ${png.length} bytes`);
+    assert.deepEqual([...png.subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a], 'the PNG signature');
+    const svg = (await artifact(artifactUri, 'curves/curves.svg')).toString('utf8');
+    const want = await renderCurves(curves(await readMetrics(h.db.sql, runId)), `Troupe run ${runId}`);
+    assert.equal(svg, want.svg, "the SVG of the store's metrics");
+    assert.ok(Buffer.from(want.png).equals(png), "the PNG of the store's metrics");
+  }
+
   let plainSeconds = 0;
-  it('a run: params, every metric once with its value, config.json, FINISHED', async () => {
+  it('a run: params, every metric once with its value, config.json, the curves, FINISHED', async () => {
     const t0 = Date.now();
     assert.equal((await (await start('ml-plain')).result()).status, 'completed');
     plainSeconds = (Date.now() - t0) / 1000;
@@ -166,6 +199,33 @@ describe('MLflow export', () => {
     console.log(`a run with MLflow up: ${plainSeconds.toFixed(1)} s, ${points} points in MLflow`);
     assert.equal(await events('ml-plain', 'mlflow-export-failing'), 0);
   });
+
+  it("a transformer's run: its model's last version as `troupe export-model` writes it", async () => {
+    assert.equal((await (await start('ml-model', { teamOptions: { policy: 'transformer' } })).result()).status, 'completed');
+    await caughtUp(exporter, 'ml-model');
+    await assertExported('ml-model');
+    await assertModel('ml-model');
+  });
+
+  /** model/policy/ holds exactly the files `troupe export-model` writes for the last version, byte for byte. */
+  async function assertModel(runId: string) {
+    const [row] = await h.db.sql`SELECT mlflow_run_id FROM mlflow_runs WHERE run_id = ${runId}`;
+    const id = row?.mlflow_run_id as string;
+    const { artifactUri } = await new MlflowClient(uri).run(id);
+    assert.deepEqual(await artifactFiles(id, ''), ['config.json', 'dir curves', 'dir model']);
+    assert.deepEqual(await artifactFiles(id, 'model'), ['dir model/policy'], 'the one model of the team');
+    const [last] = await h.db.sql`SELECT max(version) AS version FROM versions WHERE run_id = ${runId} AND model = 'policy'`;
+    assert.equal(Number(last?.version), base.steps, 'its last version');
+    const out = fs.mkdtempSync(path.join(tmp, 'export-'));
+    await exportModelVersion(h.db.sql, h.db.checkpoints, { runId, model: 'policy', version: base.steps, out });
+    const files = fs.readdirSync(out).sort();
+    assert.deepEqual(files, ['config.json', 'model.safetensors']);
+    assert.deepEqual(
+      await artifactFiles(id, 'model/policy'),
+      files.map((f) => `model/policy/${f}`),
+    );
+    for (const f of files) assert.ok((await artifact(artifactUri, `model/policy/${f}`)).equals(fs.readFileSync(path.join(out, f))), `model/policy/${f}`);
+  }
 
   it('the server cut off for the second half of a run: the run completes, the outage is reported, the export catches up', async () => {
     const runId = 'ml-outage';
@@ -186,9 +246,16 @@ describe('MLflow export', () => {
     await caughtUp(exporter, runId);
     await assertExported(runId);
     assert.equal(await events(runId, 'mlflow-export-caught-up'), 1);
+    // tiny-lm has no Hugging Face layout: no model artifacts, and the log says why
+    const [row] = await h.db.sql`SELECT mlflow_run_id FROM mlflow_runs WHERE run_id = ${runId}`;
+    assert.deepEqual(await artifactFiles(row?.mlflow_run_id as string, ''), ['config.json', 'dir curves']);
+    assert.ok(
+      logged.some((l) => l.includes(`run ${runId}: model policy version ${base.steps} not uploaded to MLflow`) && l.includes('Hugging Face layout')),
+      logged.join('\n'),
+    );
   });
 
-  it('a pool worker restarted mid-run, the run terminated and resumed, and a restarted exporter leave every point once', async () => {
+  it('a pool worker restarted mid-run, the run terminated and resumed, and a restarted exporter leave every point once, and the artifacts of the last end', async () => {
     const runId = 'ml-restarts';
     const first = await start(runId);
     await until('step 0 committed', committed(runId, 1));
@@ -200,14 +267,15 @@ describe('MLflow export', () => {
     assert.equal((await second.result()).status, 'completed');
     await caughtUp(exporter, runId);
     // A new exporter knows nothing in memory: it reads what the server holds and sends nothing twice.
-    const again = new MlflowExport(h.db.sql, { log: () => undefined });
+    const again = new MlflowExport(h.db.sql, h.db.checkpoints, { log: () => undefined });
     try {
       await h.db.sql`UPDATE mlflow_runs SET finished = false`;
       await again.catchUp();
-      for (const r of ['ml-plain', 'ml-outage', runId]) await caughtUp(again, r);
+      for (const r of ['ml-plain', 'ml-model', 'ml-outage', runId]) await caughtUp(again, r);
     } finally {
       await again.stop();
     }
-    for (const r of ['ml-plain', 'ml-outage', runId]) await assertExported(r);
+    for (const r of ['ml-plain', 'ml-model', 'ml-outage', runId]) await assertExported(r);
+    await assertModel('ml-model');
   });
 });

@@ -22,7 +22,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { exportModelVersion } from '../../../cli/commands/export-model';
+import { exportModelVersion } from '../../../activities/store/model-export';
 import { modelKey } from '../../../activities/training/update-step';
 import { loadHfCheckpoint } from '../../../engines/checkpoints/hf-layout';
 import { encodeWeights } from '../../../engines/protocol/version-bytes';

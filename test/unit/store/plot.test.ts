@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
-import { curves, curvesSpec, renderCurves } from '../../../cli/plot';
+import { curves, curvesSpec, renderCurves } from '../../../activities/store/plot';
 
 const row = (step: number, kind: string, scope: string, name: string, value: number) => ({ step, kind, scope, name, value });
 

@@ -4,15 +4,16 @@
  * measured only at eval steps), gradient norm per model, for asynchronous
  * runs the off-policy correction per agent, a panel per quantity, and for runs with
  * partial rollouts their carried episodes and tokens. Drawn with Vega-Lite (SVG) and
- * rasterised with resvg (PNG).
+ * rasterised with resvg (PNG). `troupe plot` writes it to files, the MLflow export
+ * (store/mlflow.ts) uploads it as the run's artifacts `curves/curves.{png,svg}`.
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import type { Sql } from '../infra/db';
-import { TroupeError } from '../infra/errors';
-import { readMetrics } from '../activities/store/metrics';
-import { STALENESS_TOKENS } from '../activities/training/off-policy';
-import { PARTIAL_PANELS } from '../dashboard/web/partial-panels';
+import type { Sql } from '../../infra/db';
+import { TroupeError } from '../../infra/errors';
+import { readMetrics } from './metrics';
+import { STALENESS_TOKENS } from '../training/off-policy';
+import { PARTIAL_PANELS } from '../training/partial-panels';
 
 // vega and vega-lite are ES modules; load them from this CommonJS code with a real dynamic import.
 // eslint-disable-next-line @typescript-eslint/no-implied-eval -- a constant body: the only way to a real import() from CommonJS

@@ -1,8 +1,9 @@
 /**
  * A partial-rollout step's metrics (workflows/training-run/steps.ts, team rows) as
- * [panel, series]: the dashboard's run page (curves.ts) and `troupe plot` (cli/plot.ts)
- * draw the same panels from this one table. Here, beside the page's sources, so a change
- * rebuilds the page (stack/install.js watches dashboard/web).
+ * [panel, series]: the dashboard's run page (dashboard/web/curves.ts) and the curves plot
+ * (store/plot.ts: `troupe plot`, the MLflow export) draw the same panels from this one table.
+ * Below both, and without imports, so the page's bundle can take it; stack/install.js watches
+ * it with the page's sources, so a change rebuilds the page.
  */
 export const PARTIAL_PANELS: Record<string, [panel: string, series: string]> = {
   'partial.carriedEpisodes': ['carried into the next step', 'episodes'],
