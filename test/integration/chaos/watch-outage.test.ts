@@ -57,7 +57,8 @@ it('watchRun keeps watching through a 25 s Temporal outage, says it waits, and r
     );
     for (let i = 0; i < 600 && (await direct.query(statusQuery)).status !== 'paused'; i++) await sleep(100);
     assert.equal((await direct.query(statusQuery)).status, 'paused');
-    await sleep(1500); // a progress line is drawn
+    // the watcher has drawn the paused run's line (it polls each second; a loaded host answers late)
+    for (let i = 0; i < 300 && !/step \d+\/2 paused/.test(written.join('')); i++) await sleep(100);
     await gate.close();
     await sleep(25_000);
     assert.equal(settled, undefined, 'the watcher is still watching after 25 s without Temporal');
