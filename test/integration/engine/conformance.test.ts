@@ -234,9 +234,15 @@ test("negative control: mutants of the real engine's answers fail the checks tha
       proxy.close();
     }
   }
-  // An Abort that never reaches the engine (answered "0 aborted" at once) is caught: the queued call it named ran anyway.
+  // An Abort that never reaches the engine (answered "0 aborted" at once) is caught once the engine says the queued call it
+  // named still waits (this proxy answers Health itself, during the first Generate, as a responsive engine would).
   {
-    const proxy = await lyingProxy(engine.listening.address, {}, { Abort: () => ({ abortedRequests: 0 }) });
+    const client = new WireClient(engine.listening.address);
+    const health = await client.unary('Health', {});
+    client.close();
+    assert.ok(health.ok);
+    const waiting = { ...health.value, queueDepth: 2 };
+    const proxy = await lyingProxy(engine.listening.address, {}, { Abort: () => ({ abortedRequests: 0 }), Health: () => waiting });
     try {
       const rep = await runConformance(proxy.address, { only: ['abort.generate'] });
       assert.equal(rep.results[0]!.status, 'fail', show(rep));
