@@ -19,7 +19,7 @@ test(
   async () => {
     const stack = await cliStack({ TROUPE_PROJECT: project });
     cleanups.push(stack.cleanup);
-    const args = ['train', 'runaway', '--rollout', 'durable', '--steps', '1', '--groups', '8', '--group-size', '2', '--seed', '1', '--eval-every', '0'];
+    const args = ['train', 'runaway', '--rollout', 'durable', '--steps', '1', '--groups', '8', '--group-size', '1', '--seed', '1', '--eval-every', '0'];
     const first = await troupe(args, stack.env);
     const out = first.stdout + first.stderr;
     assert.equal(first.code, 0, out);
@@ -28,7 +28,7 @@ test(
 
     const episodes = await stack.db.sql<{ kind: string; status: string; error: string | null }[]>`
     SELECT task->>'kind' AS kind, status, error FROM episodes WHERE run_id = ${runId} ORDER BY episode_id`;
-    assert.equal(episodes.length, 16, JSON.stringify(episodes));
+    assert.equal(episodes.length, 8, JSON.stringify(episodes));
     const of = (kind: string) => episodes.filter((e) => e.kind === kind);
     for (const e of of('reward-loop')) {
       assert.equal(e.status, 'failed');
