@@ -3,8 +3,14 @@
  * tokenizer files), to serve with transformers / vLLM / SGLang: `troupe export-model` writes it,
  * and a completed run's MLflow export uploads it (store/mlflow.ts). A LoRA version is written
  * merged (W + (α/r)·Aᵀ·Bᵀ over its base's version 0), and on request also as a PEFT adapter directory.
+ * A transformers-layout model (a spec with `hf`, which only the PyTorch engine computes) is written by
+ * that engine's Python (engines/pytorch/export.py: transformers' save_pretrained, PEFT's merge), so the
+ * caller names the interpreter (`python`); its LoRA adapter's layout is the engine's (hf.py targets).
  */
+import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
 import { getRun } from './runs';
 import { getVersion } from './versions';
 import type { CheckpointStore } from '../../infra/checkpoint-store';
@@ -15,7 +21,8 @@ import { CheckpointError, decodeWeights } from '../../engines/protocol/version-b
 import { normalizeTransformerSpec, paramLayout, transformerSpecKey } from '../../engines/families/transformer/spec';
 import { adapterLayout, baseSpecOf, mergeLora } from '../../engines/families/transformer/lora';
 import { initTransformerWeights } from '../../engines/families/transformer/init';
-import { exportPeftAdapter } from '../../engines/checkpoints/peft';
+import { exportHfPeftAdapter, exportPeftAdapter, type HfLora, type HfTarget } from '../../engines/checkpoints/peft';
+import { TOKENIZER_FILES } from '../../engines/checkpoints/hf-layout';
 
 export interface ExportModelArgs {
   runId: string;
@@ -26,7 +33,11 @@ export interface ExportModelArgs {
   from?: string;
   /** a LoRA version's PEFT adapter directory, beside the merged model in `out` */
   adapterOut?: string;
+  /** an interpreter with the PyTorch engine's packages, asked for only by a transformers-layout model (spec.hf) */
+  python?: () => string;
 }
+
+const PYTORCH_ENGINE = path.join(__dirname, '..', '..', 'engines', 'pytorch');
 
 /** Writes the version; returns the files written and their dtype. */
 export async function exportModelVersion(sql: Sql, store: CheckpointStore, a: ExportModelArgs): Promise<{ files: string[]; dtype: string }> {
@@ -39,13 +50,15 @@ export async function exportModelVersion(sql: Sql, store: CheckpointStore, a: Ex
   }
   const family = (stored.spec as { family?: string }).family;
   if (family !== 'transformer') throw new TroupeError(`model ${a.model} is a ${family} model; only transformer models have a Hugging Face layout`);
-  const spec = normalizeTransformerSpec(stored.spec);
   for (const [flag, dir] of [
     ['--out', a.out],
     ['--adapter-out', a.adapterOut],
   ] as const)
     if (dir && fs.existsSync(dir) && fs.readdirSync(dir).length > 0) throw new TroupeError(`${flag} ${dir}: not empty`, 'name a new or empty directory');
-  if (a.adapterOut && !spec.lora) throw new TroupeError(`--adapter-out: model ${a.model} is not a LoRA model`, 'leave --adapter-out out');
+  const raw = stored.spec as Record<string, unknown>;
+  if (a.adapterOut && !('lora' in raw)) throw new TroupeError(`--adapter-out: model ${a.model} is not a LoRA model`, 'leave --adapter-out out');
+  if ('hf' in raw) return exportTransformersVersion(a, raw as HfSpec, stored.weights);
+  const spec = normalizeTransformerSpec(stored.spec);
   try {
     const source = a.from ? loadHfCheckpoint(a.from) : undefined;
     if (!spec.lora) return exportHfCheckpoint(a.out, spec, decodeWeights(stored.weights, paramLayout(spec).total), source);
@@ -67,5 +80,54 @@ export async function exportModelVersion(sql: Sql, store: CheckpointStore, a: Ex
   } catch (e) {
     if (e instanceof HfCheckpointError || e instanceof CheckpointError) throw new TroupeError(`export-model: ${e.message}`);
     throw e;
+  }
+}
+
+/** A stored spec of a transformers-layout model: its config.json, and a LoRA's targets and base directory. */
+type HfSpec = { hf: Record<string, unknown>; lora?: HfLora & { baseCheckpoint?: string } };
+
+/** Runs one of the PyTorch engine's scripts with `python`; its stdout as JSON, or a TroupeError with its last stderr line. */
+function runEngineScript(python: string, args: string[], what: string): unknown {
+  const r = spawnSync(python, args, { cwd: PYTORCH_ENGINE, encoding: 'utf8', timeout: 30 * 60_000, maxBuffer: 64 << 20 });
+  const last = (r.stderr || r.error?.message || '').trim().split('\n').pop();
+  if (r.error || r.status !== 0) throw new TroupeError(`export-model: ${what} failed: ${last || `exit ${r.status}`}`);
+  return JSON.parse(r.stdout) as unknown;
+}
+
+/** A transformers-layout version through engines/pytorch/export.py; a LoRA one also as a PEFT adapter (adapterOut, else a scratch folder). */
+function exportTransformersVersion(a: ExportModelArgs, spec: HfSpec, weights: Uint8Array): { files: string[]; dtype: string } {
+  if (!a.python)
+    throw new TroupeError(
+      `model ${a.model} is a transformers-layout model (spec.hf): its export needs the PyTorch engine's Python environment`,
+      'run `npx troupe export-model` (it finds or installs that environment), or set TROUPE_PYTHON',
+    );
+  const python = a.python();
+  const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-export-'));
+  try {
+    const specFile = path.join(scratch, 'spec.json');
+    fs.writeFileSync(specFile, JSON.stringify(spec));
+    const out = path.resolve(a.out);
+    let args = [specFile, path.join(scratch, 'weights.f32'), out];
+    const lora = spec.lora;
+    if (lora) {
+      // the adapter's layout is the engine's; PEFT reads the directory to merge it
+      const targets = runEngineScript(python, ['hf.py', 'targets', JSON.stringify(spec)], 'reading the adapter layout') as HfTarget[];
+      const adapterDir = a.adapterOut ?? path.join(scratch, 'adapter');
+      exportHfPeftAdapter(adapterDir, lora, targets, decodeWeights(weights, weights.length / 4), lora.baseCheckpoint);
+      args = [specFile, '-', out, '--adapter', path.resolve(adapterDir)];
+    } else fs.writeFileSync(path.join(scratch, 'weights.f32'), weights);
+    const r = runEngineScript(python, ['export.py', ...args], 'writing the model') as { files: string[]; dtype: string };
+    // the tokenizer: --from's, else a LoRA base directory's
+    const source = a.from ?? lora?.baseCheckpoint ?? '';
+    for (const f of source ? TOKENIZER_FILES : []) {
+      const from = path.join(source, f);
+      if (fs.existsSync(from) && !fs.existsSync(path.join(out, f))) {
+        fs.copyFileSync(from, path.join(out, f));
+        r.files.push(f);
+      }
+    }
+    return r;
+  } finally {
+    fs.rmSync(scratch, { recursive: true, force: true });
   }
 }

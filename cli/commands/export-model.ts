@@ -1,13 +1,15 @@
 // troupe export-model <run> --model M --version V --out DIR: a stored version as a Hugging Face-layout
 // directory (config.json, model.safetensors, tokenizer files), to serve with transformers / vLLM / SGLang.
 // A LoRA version is written merged (W + (α/r)·Aᵀ·Bᵀ over its base's version 0), and with --adapter-out
-// also as a PEFT adapter directory. The export itself: activities/store/model-export.ts.
+// also as a PEFT adapter directory. A transformers-layout model (spec.hf) is written by the PyTorch engine's
+// Python (transformers' save_pretrained). The export itself: activities/store/model-export.ts.
 import { exportModelVersion } from '../../activities/store/model-export';
 import { checkpointStoreOf } from '../../infra/checkpoint-store';
 import { loadConfig } from '../../infra/config';
 import { connect } from '../../infra/db';
 import { TroupeError } from '../../infra/errors';
 import { ensureDatabase } from '../../stack/postgres';
+import { pythonEnvironment } from '../../stack/python-environment';
 import { defineCommand } from '../command';
 
 export default defineCommand({
@@ -48,6 +50,12 @@ export default defineCommand({
         out: values.out,
         from: values.from,
         adapterOut: values['adapter-out'],
+        // a transformers-layout model (spec.hf) is written by the PyTorch engine's Python: found, or installed once
+        python: () => {
+          const e = pythonEnvironment({ log });
+          if ('missing' in e) throw new TroupeError(`export-model: ${e.missing}`);
+          return e.python;
+        },
       });
       log(`troupe: wrote ${r.files.join(', ')} (${r.dtype}) to ${values.out}`);
       if (values['adapter-out']) log(`troupe: wrote the PEFT adapter to ${values['adapter-out']} (its base: export-model --version 0 of the base model)`);

@@ -25,13 +25,13 @@ import { after, before, describe, it } from 'node:test';
 import { exportModelVersion } from '../../../activities/store/model-export';
 import { modelKey } from '../../../activities/training/update-step';
 import { loadHfCheckpoint } from '../../../engines/checkpoints/hf-layout';
-import { encodeWeights } from '../../../engines/protocol/version-bytes';
-import { getVersion, listVersions } from '../../../activities/store/versions';
+import { encodeWeights, sha256Hex } from '../../../engines/protocol/version-bytes';
+import { getVersion, listVersions, saveInitialVersion } from '../../../activities/store/versions';
 import { loadTeam } from '../../../agents/team-registry';
 import { engineSpec } from '../../../agents/model';
 import { pytorchEngine } from '../../../stack/pytorch-engine';
 import { adapterLayout } from '../../../engines/families/transformer/lora';
-import { exportPeftAdapter } from '../../../engines/checkpoints/peft';
+import { exportPeftAdapter, importHfPeftAdapter, type HfLora } from '../../../engines/checkpoints/peft';
 import { normalizeTransformerSpec, paramLayout } from '../../../engines/families/transformer/spec';
 import type { trainingRun } from '../../../workflows';
 import { checkRunBookkeeping, startHarness, type Harness } from '../../../testing/stack';
@@ -204,6 +204,64 @@ for (const { engine, name, skip } of ENGINES)
           assert.notEqual(sha('solver', 1), sha('solver', 2), "the solver's adapter trained");
           assert.notEqual(sha('solver', 2), sha('verifier', 2), 'the two adapters trained apart');
           assert.ok(!versions.some((x) => x.model === 'policy' && x.version > 0), 'the base is never updated');
+
+          // troupe export-model of both: transformers and PEFT load what Troupe wrote
+          const out = (d: string) => path.join(tmp, d);
+          const exported = (model: string, version: number, extra: { adapterOut?: string; from?: string } = {}) =>
+            exportModelVersion(h.db.sql, h.db.checkpoints, {
+              runId: 'lora-hf-run',
+              model,
+              version,
+              out: out(`${model}-${version}`),
+              python: () => python,
+              ...extra,
+            });
+          const base = await exported('policy', 0);
+          assert.ok(base.files.includes('model.safetensors') && base.files.includes('config.json'), base.files.join(', '));
+          // a two-step run may leave B = 0 (no signal yet): the merge is checked on an adapter of the solver's spec drawn
+          // at random, stored beside it as version 0 of a model of its own
+          let state = 7;
+          const drawn = Float32Array.from({ length: v.weights.length / 4 }, () => ((state = (state * 1103515245 + 12345) % 2 ** 31) / 2 ** 31 - 0.5) * 0.2);
+          const drawnBytes = encodeWeights(drawn);
+          await saveInitialVersion(h.db.sql, h.db.checkpoints, {
+            runId: 'lora-hf-run',
+            model: 'drawn',
+            spec: v.spec,
+            weights: drawnBytes,
+            optimizerState: v.optimizerState,
+            sha256: sha256Hex(drawnBytes),
+          });
+          // the checkpoint has the math team's vocabulary: --from copies its tokenizer files
+          const merged = await exported('drawn', 0, { adapterOut: out('adapter'), from: path.resolve(__dirname, '../../fixtures/hf/math-tokenizer') });
+          assert.ok(merged.files.includes('tokenizer.json'), `--from's tokenizer is copied: ${merged.files.join(', ')}`);
+          assert.deepEqual(importHfPeftAdapter(out('adapter'), (v.spec as { lora: HfLora }).lora, layout), drawn, 'the adapter files hold the stored adapter');
+          // the base as exported equals the checkpoint tensor for tensor; the merged model's logits equal PEFT's own
+          // forward of the base with the adapter unmerged
+          const check = run([
+            '-c',
+            [
+              'import json, sys, torch',
+              'from safetensors.torch import load_file',
+              'from transformers import AutoModelForCausalLM',
+              'from peft import PeftModel',
+              'ckpt, base, merged, adapter = sys.argv[1:]',
+              'a, b = load_file(ckpt + "/model.safetensors"), load_file(base + "/model.safetensors")',
+              'same = sorted(a) == sorted(b) and all(torch.equal(a[n].float(), b[n]) for n in a)',
+              'ids = torch.tensor([[1, 5, 9, 3, 7, 2]])',
+              'm = AutoModelForCausalLM.from_pretrained(merged, torch_dtype=torch.float32).eval()',
+              'p = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(ckpt, torch_dtype=torch.float32), adapter).eval()',
+              'plain = AutoModelForCausalLM.from_pretrained(ckpt, torch_dtype=torch.float32).eval()',
+              'with torch.no_grad(): lm, lp, l0 = m(ids).logits, p(ids).logits, plain(ids).logits',
+              'print(json.dumps({"same": same, "gap": (lm - lp).abs().max().item(), "moved": (lm - l0).abs().max().item()}))',
+            ].join('\n'),
+            dir,
+            out('policy-0'),
+            out('drawn-0'),
+            out('adapter'),
+          ]) as { same: boolean; gap: number; moved: number };
+          assert.ok(check.same, "the exported base equals the checkpoint's tensors");
+          assert.ok(check.gap < 1e-4, `merged vs PEFT unmerged: max logit gap ${check.gap}`);
+          assert.ok(check.moved > check.gap * 10, `the adapter changes the logits (${check.moved}) more than the merge's rounding (${check.gap})`);
         } finally {
           fs.rmSync(tmp, { recursive: true, force: true });
         }
