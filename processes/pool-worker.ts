@@ -35,6 +35,8 @@ import { TroupeError, isTroupeError } from '../infra/errors';
 import { watchProcess } from '../stack/watchdog';
 import { assertNamespaceReady } from '../infra/namespace';
 import { installRuntime, metricsPortArg, prometheusTelemetry } from './prometheus';
+import { pythonEnvironment } from '../stack/python-environment';
+import { EngineScriptError, hfTargets } from '../engines/pytorch/scripts';
 
 export interface PoolWorkerOptions {
   taskQueue?: string;
@@ -114,6 +116,12 @@ export async function createPoolWorker(opts: PoolWorkerOptions): Promise<PoolWor
     }
   };
   const checkpoints = opts.checkpoints ?? checkpointStoreOf(loadConfig());
+  // a PEFT adapter over a transformers-layout model imports in the PyTorch engine's layout: its Python says which (if installed)
+  const enginePythonTargets = (spec: unknown) => {
+    const env = pythonEnvironment({ install: false });
+    if ('missing' in env) throw new EngineScriptError(`the adapter's layout needs the PyTorch engine's Python: ${env.missing}`);
+    return hfTargets(env.python, spec);
+  };
 
   // Temporal may be down or still starting: connect and create the worker (which checks the
   // namespace) until both succeed.
@@ -139,7 +147,7 @@ export async function createPoolWorker(opts: PoolWorkerOptions): Promise<PoolWor
             connection,
             namespace,
             taskQueue,
-            activities: createTrainingPoolActivities({ sql: opts.sql, engine: getClient, checkpoints, episodes }),
+            activities: createTrainingPoolActivities({ sql: opts.sql, engine: getClient, checkpoints, episodes, hfTargets: enginePythonTargets }),
             maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? 64,
             // a cancellation (a terminated run) reaches an activity only with a heartbeat's answer: send
             // them every 2 s, not every 0.8 x heartbeatTimeout (8 s), so a run's episodes stop within seconds

@@ -7,7 +7,6 @@
  * that engine's Python (engines/pytorch/export.py: transformers' save_pretrained, PEFT's merge), so the
  * caller names the interpreter (`python`); its LoRA adapter's layout is the engine's (hf.py targets).
  */
-import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -21,8 +20,9 @@ import { CheckpointError, decodeWeights } from '../../engines/protocol/version-b
 import { normalizeTransformerSpec, paramLayout, transformerSpecKey } from '../../engines/families/transformer/spec';
 import { adapterLayout, baseSpecOf, mergeLora } from '../../engines/families/transformer/lora';
 import { initTransformerWeights } from '../../engines/families/transformer/init';
-import { exportHfPeftAdapter, exportPeftAdapter, type HfLora, type HfTarget } from '../../engines/checkpoints/peft';
+import { exportHfPeftAdapter, exportPeftAdapter, type HfLora } from '../../engines/checkpoints/peft';
 import { TOKENIZER_FILES } from '../../engines/checkpoints/hf-layout';
+import { EngineScriptError, hfTargets, runEngineScript } from '../../engines/pytorch/scripts';
 
 export interface ExportModelArgs {
   runId: string;
@@ -36,8 +36,6 @@ export interface ExportModelArgs {
   /** an interpreter with the PyTorch engine's packages, asked for only by a transformers-layout model (spec.hf) */
   python?: () => string;
 }
-
-const PYTORCH_ENGINE = path.join(__dirname, '..', '..', 'engines', 'pytorch');
 
 /** Writes the version; returns the files written and their dtype. */
 export async function exportModelVersion(sql: Sql, store: CheckpointStore, a: ExportModelArgs): Promise<{ files: string[]; dtype: string }> {
@@ -86,14 +84,6 @@ export async function exportModelVersion(sql: Sql, store: CheckpointStore, a: Ex
 /** A stored spec of a transformers-layout model: its config.json, and a LoRA's targets and base directory. */
 type HfSpec = { hf: Record<string, unknown>; lora?: HfLora & { baseCheckpoint?: string } };
 
-/** Runs one of the PyTorch engine's scripts with `python`; its stdout as JSON, or a TroupeError with its last stderr line. */
-function runEngineScript(python: string, args: string[], what: string): unknown {
-  const r = spawnSync(python, args, { cwd: PYTORCH_ENGINE, encoding: 'utf8', timeout: 30 * 60_000, maxBuffer: 64 << 20 });
-  const last = (r.stderr || r.error?.message || '').trim().split('\n').pop();
-  if (r.error || r.status !== 0) throw new TroupeError(`export-model: ${what} failed: ${last || `exit ${r.status}`}`);
-  return JSON.parse(r.stdout) as unknown;
-}
-
 /** A transformers-layout version through engines/pytorch/export.py; a LoRA one also as a PEFT adapter (adapterOut, else a scratch folder). */
 function exportTransformersVersion(a: ExportModelArgs, spec: HfSpec, weights: Uint8Array): { files: string[]; dtype: string } {
   if (!a.python)
@@ -111,12 +101,12 @@ function exportTransformersVersion(a: ExportModelArgs, spec: HfSpec, weights: Ui
     const lora = spec.lora;
     if (lora) {
       // the adapter's layout is the engine's; PEFT reads the directory to merge it
-      const targets = runEngineScript(python, ['hf.py', 'targets', JSON.stringify(spec)], 'reading the adapter layout') as HfTarget[];
+      const targets = hfTargets(python, spec);
       const adapterDir = a.adapterOut ?? path.join(scratch, 'adapter');
       exportHfPeftAdapter(adapterDir, lora, targets, decodeWeights(weights, weights.length / 4), lora.baseCheckpoint);
       args = [specFile, '-', out, '--adapter', path.resolve(adapterDir)];
     } else fs.writeFileSync(path.join(scratch, 'weights.f32'), weights);
-    const r = runEngineScript(python, ['export.py', ...args], 'writing the model') as { files: string[]; dtype: string };
+    const r = runEngineScript(python, ['export.py', ...args], 'writing the model (export.py)') as { files: string[]; dtype: string };
     // the tokenizer: --from's, else a LoRA base directory's
     const source = a.from ?? lora?.baseCheckpoint ?? '';
     for (const f of source ? TOKENIZER_FILES : []) {
@@ -127,6 +117,9 @@ function exportTransformersVersion(a: ExportModelArgs, spec: HfSpec, weights: Ui
       }
     }
     return r;
+  } catch (e) {
+    if (e instanceof EngineScriptError) throw new TroupeError(`export-model: ${e.message}`);
+    throw e;
   } finally {
     fs.rmSync(scratch, { recursive: true, force: true });
   }

@@ -12,13 +12,17 @@ import type { TeamRef } from './control';
 import { heartbeating } from './engine-work';
 import type { EngineVersionsDeps } from './engine-versions';
 import { checkVocabulary, pretrainedVersion, readsCheckpoint } from './pretrained';
-import { importPeftAdapter } from '../../engines/checkpoints/peft';
+import { importHfPeftAdapter, importPeftAdapter, type HfLora, type HfTarget } from '../../engines/checkpoints/peft';
 import { HfCheckpointError } from '../../engines/checkpoints/hf-layout';
 import { normalizeTransformerSpec } from '../../engines/families/transformer/spec';
+import { EngineScriptError } from '../../engines/pytorch/scripts';
 import { encodeWeights, sha256Hex } from '../../engines/protocol/version-bytes';
 import { modelKey } from './update-step';
 
 export type InitModelInput = TeamRef & { runId: string; model: string; seed: number };
+
+/** The modules a LoRA spec over a transformers-layout model targets (the PyTorch engine's layout: engines/pytorch/scripts.ts). */
+export type HfTargetsOf = (spec: ModelSpecInput) => HfTarget[];
 
 /**
  * A model's InitModel spec. A LoRA model's names its base's version 0 by the seed the base's own
@@ -34,7 +38,10 @@ function initSpec(spec: ModelSpec, runSeed: number): ModelSpecInput {
 }
 
 /** Version 0 of a model, from its checkpoint or else the run seed; stored once, a repeat is a no-op. */
-export async function initModel({ sql, engine, checkpoints }: EngineVersionsDeps, input: InitModelInput): Promise<{ version: 0 }> {
+export async function initModel(
+  { sql, engine, checkpoints, hfTargets }: EngineVersionsDeps & { hfTargets?: HfTargetsOf },
+  input: InitModelInput,
+): Promise<{ version: 0 }> {
   if (await versionOfStep(sql, input.runId, input.model, -1)) return { version: 0 };
   const team = loadTeam(input.team, input.teamOptions);
   const spec = team.models[input.model];
@@ -59,7 +66,7 @@ export async function initModel({ sql, engine, checkpoints }: EngineVersionsDeps
   );
   // a checkpoint the engine read (a model type Troupe's own loader does not: readsCheckpoint)
   if (dir !== undefined && spec.base === undefined) checkVocabulary(v.info.spec.vocabSize, spec, input.model);
-  const weights = spec.adapter === undefined ? v.weights : importedAdapter(spec.adapter, v.info.spec, input.model);
+  const weights = spec.adapter === undefined ? v.weights : importedAdapter(spec.adapter, v.info.spec, input.model, hfTargets);
   await saveInitialVersion(sql, checkpoints, {
     runId: input.runId,
     model: input.model,
@@ -71,12 +78,24 @@ export async function initModel({ sql, engine, checkpoints }: EngineVersionsDeps
   return { version: 0 };
 }
 
-/** The bytes of the PEFT adapter in `dir` for the LoRA model whose engine spec is `spec`; one that does not fit fails non-retryably, naming the file and field. */
-function importedAdapter(dir: string, spec: ModelSpecInput, model: string): Uint8Array {
+/**
+ * The bytes of the PEFT adapter in `dir` for the LoRA model whose engine spec is `spec`; one that does not fit fails
+ * non-retryably, naming the file and field. Over a transformers-layout model (spec.hf) its layout is the engine's.
+ */
+function importedAdapter(dir: string, spec: ModelSpecInput, model: string, hfTargets?: HfTargetsOf): Uint8Array {
   try {
+    if ('hf' in spec) {
+      if (!hfTargets)
+        throw ApplicationFailure.nonRetryable(
+          `model ${model}: adapter ${dir}: over a transformers-layout model it needs the PyTorch engine's Python here`,
+          'BadAdapter',
+        );
+      return encodeWeights(importHfPeftAdapter(dir, (spec as unknown as { lora: HfLora }).lora, hfTargets(spec)));
+    }
     return encodeWeights(importPeftAdapter(dir, normalizeTransformerSpec(spec)));
   } catch (e) {
-    if (e instanceof HfCheckpointError) throw ApplicationFailure.nonRetryable(`model ${model}: adapter ${dir}: ${e.message}`, 'BadAdapter');
+    if (e instanceof HfCheckpointError || e instanceof EngineScriptError)
+      throw ApplicationFailure.nonRetryable(`model ${model}: adapter ${dir}: ${e.message}`, 'BadAdapter');
     throw e;
   }
 }

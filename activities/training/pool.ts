@@ -16,7 +16,7 @@ import type { TeamRef } from './control';
 import { withEngineFailures } from './engine-work';
 import { type EngineApi, engineVersions } from './engine-versions';
 import type { EpisodeThreads } from './episode-threads';
-import { initModel, type InitModelInput } from './init-model';
+import { type HfTargetsOf, initModel, type InitModelInput } from './init-model';
 import { rolloutPartial, type RolloutPartialInput } from './partial-rollout';
 import { readCheckpointTokenizers } from './pretrained';
 import { episodeRunner, rolloutBatch, type RolloutBatchInput } from './rollout';
@@ -33,9 +33,11 @@ export interface PoolDeps {
   checkpoints: CheckpointStore;
   /** Threads for batched episodes (a pool worker's); without them episodes run on the calling thread. */
   episodes?: EpisodeThreads;
+  /** The layout of a LoRA adapter over a transformers-layout model, to import a PEFT adapter as its version 0. */
+  hfTargets?: HfTargetsOf;
 }
 
-export function createTrainingPoolActivities({ sql, engine, checkpoints, episodes }: PoolDeps) {
+export function createTrainingPoolActivities({ sql, engine, checkpoints, episodes, hfTargets }: PoolDeps) {
   readCheckpointTokenizers();
   const versions = engineVersions({ sql, engine, checkpoints });
   const runOne = episodeRunner(episodes);
@@ -49,7 +51,7 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints, episode
 
     /** Version 0 of a model, from its checkpoint or else the run seed; stored once, a repeat is a no-op. */
     async initModel(input: InitModelInput) {
-      return initModel({ sql, engine, checkpoints }, input);
+      return initModel({ sql, engine, checkpoints, hfTargets }, input);
     },
 
     /** Many episodes in this process against the engine (batched mode), stored as they finish (rollout.ts). */

@@ -262,6 +262,27 @@ for (const { engine, name, skip } of ENGINES)
           assert.ok(check.same, "the exported base equals the checkpoint's tensors");
           assert.ok(check.gap < 1e-4, `merged vs PEFT unmerged: max logit gap ${check.gap}`);
           assert.ok(check.moved > check.gap * 10, `the adapter changes the logits (${check.moved}) more than the merge's rounding (${check.gap})`);
+
+          // and back: the exported adapter as the solver's version 0 of a new run over the same checkpoint
+          const imported = await h.env.client.workflow.execute<typeof trainingRun>('trainingRun', {
+            taskQueue: h.taskQueue,
+            workflowId: 'lora-hf-from-peft',
+            args: [
+              {
+                team: 'math',
+                teamOptions: { ...teamOptions, checkpoint: dir, solverAdapter: out('adapter') },
+                steps: 1,
+                groupsPerStep: 1,
+                groupSize: 2,
+                evalEvery: 0,
+                evalTasks: 1,
+                seed: 3,
+              },
+            ],
+          });
+          assert.equal(imported.status, 'completed');
+          const v0 = await getVersion(h.db.sql, h.db.checkpoints, 'lora-hf-from-peft', 'solver', 0);
+          assert.deepEqual(v0?.weights, drawnBytes, "the solver's version 0 is the PEFT adapter's bytes");
         } finally {
           fs.rmSync(tmp, { recursive: true, force: true });
         }
