@@ -214,9 +214,9 @@ export async function runControlWorkerProcess(opts: {
   );
   try {
     episodes.attach(new Client({ connection, namespace, dataConverter: payloadDataConverter(config.payloadKeys) }));
+    retention?.start();
     console.log(`${READY_LINE} (temporal ${address}, namespace ${namespace}, task queue ${taskQueue})`);
     opts.onReady?.(worker);
-    retention?.start();
     await worker.run();
   } finally {
     await mlflow.stop();
