@@ -50,7 +50,9 @@ async function main() {
     const bytesAfter = await storeBytes(h.db.sql);
     const all = before.train + before.eval;
     const kb = (b: number) => `${(b / 1e6).toFixed(2)} MB`;
-    console.log(`\npolicy: ${describeEpisodePolicy(policy)}; pruned ${pruned} training episodes in ${pruneMs.toFixed(0)} ms (${((pruneMs / pruned) * 1000).toFixed(0)} ms per 1,000)`);
+    console.log(
+      `\npolicy: ${describeEpisodePolicy(policy)}; pruned ${pruned} training episodes in ${pruneMs.toFixed(0)} ms (${((pruneMs / pruned) * 1000).toFixed(0)} ms per 1,000)`,
+    );
     console.log('\n| store | train episodes | eval episodes | turns | bytes (episode tables) | per 1,000 episodes trained |');
     console.log('|---|---|---|---|---|---|');
     console.log(`| no retention | ${before.train} | ${before.eval} | ${before.turns} | ${kb(bytesBefore)} | ${kb((bytesBefore / all) * 1000)} |`);

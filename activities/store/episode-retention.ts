@@ -47,7 +47,8 @@ export function validateEpisodePolicy(p: EpisodeRetentionPolicy, names: PolicyFi
     throw new TroupeError(`${names.keepDays}: must be a number of days > 0 (got ${p.keepDays})`);
   if (p.keepSteps !== undefined && !(Number.isInteger(p.keepSteps) && p.keepSteps >= 1))
     throw new TroupeError(`${names.keepSteps}: must be a whole number of steps >= 1 (got ${p.keepSteps})`);
-  if (!(Number.isFinite(p.sample) && p.sample >= 0 && p.sample <= 1)) throw new TroupeError(`${names.sample}: must be a fraction from 0 to 1 (got ${p.sample})`);
+  if (!(Number.isFinite(p.sample) && p.sample >= 0 && p.sample <= 1))
+    throw new TroupeError(`${names.sample}: must be a fraction from 0 to 1 (got ${p.sample})`);
   return p;
 }
 
@@ -57,7 +58,11 @@ export function describeEpisodePolicy(p: EpisodeRetentionPolicy): string {
     p.keepDays === undefined ? undefined : `the last ${p.keepDays} day(s)`,
     p.keepSteps === undefined ? undefined : `the last ${p.keepSteps} step(s)`,
   ].filter((w): w is string => w !== undefined);
-  const parts = ['evals', ...(window.length ? [window.join(' or ')] : []), ...(p.sample > 0 ? [`a ${+(p.sample * 100).toFixed(4)}% sample by episode id`] : [])];
+  const parts = [
+    'evals',
+    ...(window.length ? [window.join(' or ')] : []),
+    ...(p.sample > 0 ? [`a ${+(p.sample * 100).toFixed(4)}% sample by episode id`] : []),
+  ];
   return `keep ${parts.join(', ')}`;
 }
 

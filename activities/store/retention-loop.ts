@@ -8,7 +8,14 @@
  */
 import type { Sql } from '../../infra/db';
 import { errorMessage } from '../../infra/errors';
-import { describeEpisodePolicy, planEpisodePrune, pruneEpisodes, validateEpisodePolicy, type EpisodePruneResult, type EpisodeRetentionPolicy } from './episode-retention';
+import {
+  describeEpisodePolicy,
+  planEpisodePrune,
+  pruneEpisodes,
+  validateEpisodePolicy,
+  type EpisodePruneResult,
+  type EpisodeRetentionPolicy,
+} from './episode-retention';
 
 export interface RetentionLoopOptions {
   intervalMs: number;

@@ -37,7 +37,12 @@ export default defineCommand({
       description: 'only remove unnamed files older than this (a newer one may belong to a commit in progress; default 60)',
     },
     'episodes-keep-days': { type: 'number', valueName: 'D', example: '7', description: 'keep training episodes younger than D days (prune the older ones)' },
-    'episodes-keep-steps': { type: 'number', valueName: 'N', example: '10', description: "keep the training episodes of each run's newest N steps (prune the older ones)" },
+    'episodes-keep-steps': {
+      type: 'number',
+      valueName: 'N',
+      example: '10',
+      description: "keep the training episodes of each run's newest N steps (prune the older ones)",
+    },
     'episodes-sample': {
       type: 'number',
       valueName: 'F',
@@ -79,7 +84,9 @@ export default defineCommand({
             turns += t;
           } else {
             const done = await pruneEpisodes(sql, plan, episodePolicy);
-            console.log(`pruned ${done.episodes} training episode(s) of ${plan.runId} (${done.turns} turn(s), ${done.gatewayCalls} journaled call(s), ${steps})`);
+            console.log(
+              `pruned ${done.episodes} training episode(s) of ${plan.runId} (${done.turns} turn(s), ${done.gatewayCalls} journaled call(s), ${steps})`,
+            );
             episodes += done.episodes;
             turns += done.turns;
           }

@@ -64,7 +64,9 @@ type LiveProgress = { text: string } | null;
 
 export async function runPage(runId: string, params: URLSearchParams) {
   crumbs.innerHTML = `/ <a href="#/">runs</a> / ${esc(runId)}`;
-  const detail = await api<{ run: RunSummary; config: unknown; events: RunEvent[]; progress: LiveProgress; retention: RunRetention | null }>(`/api/runs/${encodeURIComponent(runId)}`);
+  const detail = await api<{ run: RunSummary; config: unknown; events: RunEvent[]; progress: LiveProgress; retention: RunRetention | null }>(
+    `/api/runs/${encodeURIComponent(runId)}`,
+  );
   const t = await temporalLink(runId);
   const cfg = await config();
   const r = detail.run;

@@ -51,7 +51,8 @@ describe('episode retention', () => {
       FROM episodes e WHERE e.run_id = ${RUN}`;
     return new Map(rows.map((r) => [r.episode_id, { ...r }]));
   };
-  const journalRows = async () => (await h.db.sql`SELECT episode_id FROM gateway_calls WHERE run_id = ${RUN} ORDER BY episode_id`).map((r) => r.episode_id as string);
+  const journalRows = async () =>
+    (await h.db.sql`SELECT episode_id FROM gateway_calls WHERE run_id = ${RUN} ORDER BY episode_id`).map((r) => r.episode_id as string);
   const orphans = async () =>
     (
       await h.db.sql`
@@ -100,7 +101,9 @@ describe('episode retention', () => {
     for (const id of [byStep(0)[0], byStep(STEPS)[0]])
       if (id) await journal.record(id, { index: 0, agent: 'solver', requestHash: 'h', tokens: [1], logprobs: [-0.5], stopReason: 'eos', durationMs: 1 });
     // keep the last 2 steps (3 and 4; newest train step is 4) and a 25% sample of the rest; evals always
-    expectedKept = new Set([...initial.values()].filter((r) => r.split === 'eval' || r.step >= STEPS - 1 || inSample(r.episode_id, 0.25)).map((r) => r.episode_id));
+    expectedKept = new Set(
+      [...initial.values()].filter((r) => r.split === 'eval' || r.step >= STEPS - 1 || inSample(r.episode_id, 0.25)).map((r) => r.episode_id),
+    );
     const evals = [...initial.values()].filter((r) => r.split === 'eval').length;
     const sampled = [...initial.values()].filter((r) => r.split === 'train' && r.step < STEPS - 1 && inSample(r.episode_id, 0.25)).length;
     assert.ok(evals > 0, 'the run has eval episodes');
@@ -185,7 +188,10 @@ describe('episode retention', () => {
         .sort(),
     );
     const second = [...kept.values()].filter((r) => r.split === 'train' && r.step < STEPS).length;
-    assert.ok(lines.some((l) => l.includes(`troupe retention: pruned ${second} training episode(s) of ${RUN}`)), lines.join('\n'));
+    assert.ok(
+      lines.some((l) => l.includes(`troupe retention: pruned ${second} training episode(s) of ${RUN}`)),
+      lines.join('\n'),
+    );
     const detail = await getRunDetail(h.db.sql, RUN, new URLSearchParams());
     assert.equal(detail.retention?.trainEpisodes, counted + second);
     assert.equal(detail.retention?.policy, 'keep evals');

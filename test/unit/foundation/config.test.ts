@@ -91,7 +91,12 @@ test('each variable names itself in its error', () => {
 test('episode retention: off unless a TROUPE_RETENTION_EPISODE_* variable is set; the interval defaults to 10 minutes', () => {
   assert.equal(loadConfig({}).episodeRetention, undefined);
   assert.equal(loadConfig({ TROUPE_RETENTION_INTERVAL_MINUTES: '5' }).episodeRetention, undefined);
-  assert.deepEqual(loadConfig({ TROUPE_RETENTION_EPISODE_STEPS: '20' }).episodeRetention, { keepDays: undefined, keepSteps: 20, sample: 0, intervalMinutes: 10 });
+  assert.deepEqual(loadConfig({ TROUPE_RETENTION_EPISODE_STEPS: '20' }).episodeRetention, {
+    keepDays: undefined,
+    keepSteps: 20,
+    sample: 0,
+    intervalMinutes: 10,
+  });
   assert.deepEqual(
     loadConfig({ TROUPE_RETENTION_EPISODE_DAYS: '7', TROUPE_RETENTION_EPISODE_SAMPLE: '0.05', TROUPE_RETENTION_INTERVAL_MINUTES: '2.5' }).episodeRetention,
     { keepDays: 7, keepSteps: undefined, sample: 0.05, intervalMinutes: 2.5 },
