@@ -99,48 +99,19 @@ const seconds = (d: number) =>
       .default(d),
   );
 
-// Episode retention (activities/store/episode-retention.ts applies the same rules, naming its own fields).
-const retentionDays = z.preprocess(
-  unsetIfEmpty,
+// Episode retention (activities/store/episode-retention.ts applies the same rules, naming its own fields):
+// a decimal number (`whole`: digits only) that `ok` accepts, else `rule`.
+const retentionNumber = (rule: string, ok: (n: number) => boolean, whole = false) =>
   z
     .string()
     .trim()
-    .regex(/^\d+(\.\d+)?$/, 'must be a number of days, e.g. 7')
+    .regex(whole ? /^\d+$/ : /^\d+(\.\d+)?$/, rule)
     .transform(Number)
-    .refine((n) => n > 0, 'must be > 0')
-    .optional(),
-);
-const retentionSteps = z.preprocess(
-  unsetIfEmpty,
-  z
-    .string()
-    .trim()
-    .regex(/^\d+$/, 'must be a whole number of steps, e.g. 10')
-    .transform(Number)
-    .refine((n) => n >= 1, 'must be >= 1')
-    .optional(),
-);
-const retentionSample = z.preprocess(
-  unsetIfEmpty,
-  z
-    .string()
-    .trim()
-    .regex(/^\d+(\.\d+)?$/, 'must be a fraction from 0 to 1, e.g. 0.05')
-    .transform(Number)
-    .refine((n) => n <= 1, 'must be a fraction from 0 to 1, e.g. 0.05')
-    .optional(),
-);
-
-const retentionInterval = z.preprocess(
-  unsetIfEmpty,
-  z
-    .string()
-    .trim()
-    .regex(/^\d+(\.\d+)?$/, 'must be a number of minutes, e.g. 10')
-    .transform(Number)
-    .refine((n) => n > 0, 'must be > 0')
-    .default(10),
-);
+    .refine(ok, rule);
+const retentionDays = z.preprocess(unsetIfEmpty, retentionNumber('must be a number of days > 0, e.g. 7', (n) => n > 0).optional());
+const retentionSteps = z.preprocess(unsetIfEmpty, retentionNumber('must be a whole number of steps >= 1, e.g. 10', (n) => n >= 1, true).optional());
+const retentionSample = z.preprocess(unsetIfEmpty, retentionNumber('must be a fraction from 0 to 1, e.g. 0.05', (n) => n <= 1).optional());
+const retentionInterval = z.preprocess(unsetIfEmpty, retentionNumber('must be a number of minutes > 0, e.g. 10', (n) => n > 0).default(10));
 
 const byteCount = (d: number) =>
   z.preprocess(unsetIfEmpty, z.string().trim().regex(/^\d+$/, 'must be a whole number of bytes (0 = every version to files)').transform(Number).default(d));

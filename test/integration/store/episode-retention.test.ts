@@ -5,12 +5,10 @@
  * prints what would go and deletes nothing; a bad flag value is refused naming the flag;
  * `troupe gc` deletes exactly the training episodes outside the window and the sample, with their
  * turns, tool calls, rewards and journal, and keeps every eval episode and the unfinished step;
- * the dashboard's run API reports the counts; a second pass prunes nothing; the background loop
+ * the dashboard's run API and run page report the counts; a second pass prunes nothing; the background loop
  * prunes what a wider policy would and reports it.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import * as path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { gatewayJournal } from '../../../activities/store/gateway-journal';
 import { inSample } from '../../../activities/store/episode-retention';
@@ -18,9 +16,12 @@ import { EpisodeRetentionLoop } from '../../../activities/store/retention-loop';
 import { loadStepEpisodes, saveEpisodes } from '../../../activities/store/trajectories';
 import { resumePoint } from '../../../activities/training/resume';
 import { getRunDetail } from '../../../dashboard/api';
-import { repoRoot } from '../../../infra/paths';
+import { startDashboard } from '../../../dashboard/server';
 import type { trainingRun } from '../../../workflows';
 import { startHarness, type Harness } from '../../../testing/stack';
+import { freePort } from '../../helpers';
+import { troupe } from '../../helpers/cli';
+import { browserSkipReason, launchBrowser } from '../dashboard/browser';
 
 const RUN = 'retention';
 const STEPS = 4;
@@ -61,18 +62,10 @@ describe('episode retention', () => {
            + (SELECT count(*) FROM rewards t WHERE NOT EXISTS (SELECT 1 FROM episodes e WHERE e.episode_id = t.episode_id))::int AS n`
     )[0]?.n as number;
 
-  const gc = (...args: string[]) =>
-    new Promise<{ code: number; out: string; err: string }>((resolve) => {
-      const child = spawn(process.execPath, [path.join(repoRoot, 'cli', 'bin.js'), 'gc', ...args], {
-        env: { ...process.env, DATABASE_URL: h.db.url, TROUPE_CHECKPOINT_DIR: h.db.checkpoints.dir },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
-      let out = '';
-      let err = '';
-      child.stdout.on('data', (d) => (out += d));
-      child.stderr.on('data', (d) => (err += d));
-      child.on('exit', (code) => resolve({ code: code ?? 1, out, err }));
-    });
+  const gc = async (...args: string[]) => {
+    const r = await troupe(['gc', ...args], { ...process.env, DATABASE_URL: h.db.url, TROUPE_CHECKPOINT_DIR: h.db.checkpoints.dir });
+    return { code: r.code, out: r.stdout, err: r.stderr };
+  };
 
   let initial: Map<string, Row>;
   let expectedKept: Set<string>;
@@ -135,7 +128,7 @@ describe('episode retention', () => {
     assert.equal((await getRunDetail(h.db.sql, RUN, new URLSearchParams())).retention, null);
   });
 
-  it('troupe gc deletes exactly the episodes outside the window and sample, with their rows; the run page says so', async () => {
+  it('troupe gc deletes exactly the episodes outside the window and sample, with their rows; the run API says so', async () => {
     const r = await gc('--episodes-keep-steps', '2', '--episodes-sample', '0.25');
     assert.equal(r.code, 0, r.err);
     const remaining = await stored();
@@ -154,6 +147,28 @@ describe('episode retention', () => {
     assert.equal(detail.retention.turns, turns);
     assert.equal(detail.retention.gatewayCalls, journalGone);
     assert.equal(detail.retention.policy, 'keep evals, the last 2 step(s), a 25% sample by episode id');
+  });
+
+  it("the run's dashboard page says how many training episodes were pruned, by which policy", { skip: browserSkipReason() }, async () => {
+    const r = (await getRunDetail(h.db.sql, RUN, new URLSearchParams())).retention;
+    assert.ok(r);
+    const dash = await startDashboard({ sql: h.db.sql, port: await freePort(), temporalAddress: h.env.address, namespace: h.env.namespace ?? 'default' });
+    const browser = await launchBrowser();
+    try {
+      const page = await browser.context.newPage();
+      await page.goto(`${dash.url}/#/runs/${RUN}`);
+      await page.waitForSelector('#retention');
+      const text = await page.locator('#retention').innerText();
+      assert.ok(
+        text.startsWith(
+          `${r.trainEpisodes} training episode(s) pruned (${r.turns} turn(s); policy: keep evals, the last 2 step(s), a 25% sample by episode id;`,
+        ),
+        text,
+      );
+    } finally {
+      await browser.close();
+      await dash.close();
+    }
   });
 
   it('a second pass prunes nothing; the background loop applies a narrower policy and never touches evals or the resume step', async () => {
