@@ -179,10 +179,14 @@ export async function runControlWorkerProcess(opts: {
   const retentionSql = config.episodeRetention ? connect(db.url, { max: 1, applicationName: 'troupe-retention' }) : undefined;
   const retention =
     config.episodeRetention && retentionSql
-      ? new EpisodeRetentionLoop(retentionSql, config.episodeRetention, {
-          intervalMs: config.episodeRetention.intervalMinutes * 60_000,
-          log: (line) => console.log(line),
-        })
+      ? new EpisodeRetentionLoop(
+          retentionSql,
+          { keepDays: config.episodeRetention.keepDays, keepSteps: config.episodeRetention.keepSteps, sample: config.episodeRetention.sample },
+          {
+            intervalMs: config.episodeRetention.intervalMinutes * 60_000,
+            log: (line) => console.log(line),
+          },
+        )
       : undefined;
   const { connection, worker } = await untilAvailable(
     `Temporal at ${address} (namespace ${namespace})`,
