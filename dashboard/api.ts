@@ -6,6 +6,7 @@
  */
 import type { Row } from 'postgres';
 import type { Sql } from '../infra/db';
+import { episodeRetentionOf } from '../activities/store/episode-retention';
 import { loadEpisode } from '../activities/store/trajectories';
 import { loadTeam } from '../agents/team-registry';
 import { BOS, EOS, PAD, type Tokenizer } from '../agents/tokenizer';
@@ -123,7 +124,10 @@ async function requireRun(sql: Sql, runId: string) {
   return row;
 }
 
-/** GET /api/runs/:id — the run, its config and its newest events (at most `eventLimit`, default 200). */
+/**
+ * GET /api/runs/:id — the run, its config, its newest events (at most `eventLimit`, default 200),
+ * and what episode retention pruned of it (null: nothing).
+ */
 export async function getRunDetail(sql: Sql, runId: string, q: Query) {
   const eventLimit = intParam(q, 'eventLimit', 200, 1, MAX_LIMIT)!;
   const row = await requireRun(sql, runId);
@@ -135,6 +139,7 @@ export async function getRunDetail(sql: Sql, runId: string, q: Query) {
     run: runRow(row),
     config: row.config,
     stepRows: steps as number,
+    retention: await episodeRetentionOf(sql, runId),
     events: events.map((e) => ({ id: Number(e.id), step: e.step, kind: e.kind, detail: e.detail, at: new Date(e.at).toISOString() })),
   };
 }

@@ -99,6 +99,20 @@ const seconds = (d: number) =>
       .default(d),
   );
 
+// Episode retention (activities/store/episode-retention.ts applies the same rules, naming its own fields):
+// a decimal number (`whole`: digits only) that `ok` accepts, else `rule`.
+const retentionNumber = (rule: string, ok: (n: number) => boolean, whole = false) =>
+  z
+    .string()
+    .trim()
+    .regex(whole ? /^\d+$/ : /^\d+(\.\d+)?$/, rule)
+    .transform(Number)
+    .refine(ok, rule);
+const retentionDays = z.preprocess(unsetIfEmpty, retentionNumber('must be a number of days > 0, e.g. 7', (n) => n > 0).optional());
+const retentionSteps = z.preprocess(unsetIfEmpty, retentionNumber('must be a whole number of steps >= 1, e.g. 10', (n) => n >= 1, true).optional());
+const retentionSample = z.preprocess(unsetIfEmpty, retentionNumber('must be a fraction from 0 to 1, e.g. 0.05', (n) => n <= 1).optional());
+const retentionInterval = z.preprocess(unsetIfEmpty, retentionNumber('must be a number of minutes > 0, e.g. 10', (n) => n > 0).default(10));
+
 const byteCount = (d: number) =>
   z.preprocess(unsetIfEmpty, z.string().trim().regex(/^\d+$/, 'must be a whole number of bytes (0 = every version to files)').transform(Number).default(d));
 
@@ -184,6 +198,10 @@ const schema = z.object({
   TROUPE_CHECKPOINT_DIR: optionalString,
   TROUPE_TENSORBOARD_DIR: optionalString,
   MLFLOW_TRACKING_URI: z.preprocess(unsetIfEmpty, z.string().trim().regex(TRACKING_URI, TRACKING_URI_RULE).optional()),
+  TROUPE_RETENTION_EPISODE_DAYS: retentionDays,
+  TROUPE_RETENTION_EPISODE_STEPS: retentionSteps,
+  TROUPE_RETENTION_EPISODE_SAMPLE: retentionSample,
+  TROUPE_RETENTION_INTERVAL_MINUTES: retentionInterval,
   TROUPE_METRICS_HOST: stringWithDefault('127.0.0.1'),
   TROUPE_CONTROL_METRICS_PORT: optionalPort,
   TROUPE_POOL_METRICS_PORT: optionalPort,
@@ -269,6 +287,12 @@ export interface TroupeConfig {
   tensorboardDir?: string;
   /** MLflow tracking server of runs whose config names none (MLFLOW_TRACKING_URI: an http(s) URL; `off` or unset: none). */
   mlflowTrackingUri?: string;
+  /**
+   * Episode retention the control worker enforces in the background, every `intervalMinutes`
+   * (TROUPE_RETENTION_EPISODE_DAYS, _STEPS, _SAMPLE: see activities/store/episode-retention.ts;
+   * TROUPE_RETENTION_INTERVAL_MINUTES, default 10); unset when none of the three is set: nothing pruned.
+   */
+  episodeRetention?: { keepDays?: number; keepSteps?: number; sample: number; intervalMinutes: number };
   /** Prometheus `/metrics` of the control worker and of a pool worker (TROUPE_METRICS_HOST, default loopback; TROUPE_CONTROL_METRICS_PORT, TROUPE_POOL_METRICS_PORT: unset, none). */
   metrics: { host: string; controlPort?: number; poolPort?: number };
   /** Versions up to this many bytes (weights + optimizer state) stay inline in Postgres (TROUPE_CHECKPOINT_INLINE_MAX_BYTES). */
@@ -342,6 +366,15 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): TroupeConfig {
     tensorboardDir:
       e.TROUPE_TENSORBOARD_DIR === undefined || e.TROUPE_TENSORBOARD_DIR === 'off' ? e.TROUPE_TENSORBOARD_DIR : path.resolve(e.TROUPE_TENSORBOARD_DIR),
     mlflowTrackingUri: e.MLFLOW_TRACKING_URI,
+    episodeRetention:
+      e.TROUPE_RETENTION_EPISODE_DAYS === undefined && e.TROUPE_RETENTION_EPISODE_STEPS === undefined && e.TROUPE_RETENTION_EPISODE_SAMPLE === undefined
+        ? undefined
+        : {
+            keepDays: e.TROUPE_RETENTION_EPISODE_DAYS,
+            keepSteps: e.TROUPE_RETENTION_EPISODE_STEPS,
+            sample: e.TROUPE_RETENTION_EPISODE_SAMPLE ?? 0,
+            intervalMinutes: e.TROUPE_RETENTION_INTERVAL_MINUTES,
+          },
     metrics: { host: e.TROUPE_METRICS_HOST, controlPort: e.TROUPE_CONTROL_METRICS_PORT, poolPort: e.TROUPE_POOL_METRICS_PORT },
     checkpointInlineMaxBytes: e.TROUPE_CHECKPOINT_INLINE_MAX_BYTES,
     taskQueue: e.TROUPE_TASK_QUEUE,

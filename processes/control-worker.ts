@@ -18,6 +18,7 @@ import { payloadDataConverter } from '../infra/codec';
 import { loadConfig, redactUrl, temporalAddressOf, type PayloadKeysConfig, type TroupeConfig } from '../infra/config';
 import type { TensorBoardDirs } from '../activities/store/tensorboard';
 import { MlflowExport } from '../activities/store/mlflow';
+import { EpisodeRetentionLoop } from '../activities/store/retention-loop';
 import { checkpointStoreOf } from '../infra/checkpoint-store';
 import { connect, dropPostgresJsStrays, type Sql } from '../infra/db';
 import { formatError, isTroupeError } from '../infra/errors';
@@ -174,6 +175,19 @@ export async function runControlWorkerProcess(opts: {
   const exportSql = connect(db.url, { max: 1, applicationName: 'troupe-mlflow-export' });
   const mlflow = new MlflowExport(exportSql, checkpointStoreOf(config), { defaultUri: config.mlflowTrackingUri });
   await mlflow.catchUp();
+  // Episode retention (TROUPE_RETENTION_EPISODE_*), on a timer and a connection of its own: off every run's path.
+  const retentionSql = config.episodeRetention ? connect(db.url, { max: 1, applicationName: 'troupe-retention' }) : undefined;
+  const retention =
+    config.episodeRetention && retentionSql
+      ? new EpisodeRetentionLoop(
+          retentionSql,
+          { keepDays: config.episodeRetention.keepDays, keepSteps: config.episodeRetention.keepSteps, sample: config.episodeRetention.sample },
+          {
+            intervalMs: config.episodeRetention.intervalMinutes * 60_000,
+            log: (line) => console.log(line),
+          },
+        )
+      : undefined;
   const { connection, worker } = await untilAvailable(
     `Temporal at ${address} (namespace ${namespace})`,
     async () => {
@@ -204,12 +218,15 @@ export async function runControlWorkerProcess(opts: {
   );
   try {
     episodes.attach(new Client({ connection, namespace, dataConverter: payloadDataConverter(config.payloadKeys) }));
+    retention?.start();
     console.log(`${READY_LINE} (temporal ${address}, namespace ${namespace}, task queue ${taskQueue})`);
     opts.onReady?.(worker);
     await worker.run();
   } finally {
     await mlflow.stop();
     await exportSql.end({ timeout: 5 });
+    await retention?.stop();
+    await retentionSql?.end({ timeout: 5 });
     await connection.close();
     await sql.end({ timeout: 5 });
     await watchdog.stop();

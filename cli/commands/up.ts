@@ -12,6 +12,7 @@ import { ensureDatabase } from '../../stack/postgres';
 import { withLockFile } from '../../stack/lock';
 import { type ServiceRecord, endStrayProcesses, pidAlive, runningService, spawnService, stopService, tailFile } from '../../stack/processes';
 import { namespaceError, namespaceProblems } from '../../infra/namespace';
+import { matchingRetentionDays, namespaceRetentionDays, setNamespaceRetention } from '../../infra/namespace-retention';
 import { ensureTemporalServer } from '../../stack/temporal';
 import { connectTemporal, pollerIdentities } from '../../infra/temporal-connection';
 import { migrate } from '../../schema/migrate';
@@ -190,6 +191,16 @@ async function upLocked(config: TroupeConfig, opts: UpOptions, log: (line: strin
       if (problems.length === 0) break;
       if (Date.now() >= deadline) throw namespaceError(config.namespace, problems);
       await sleep(500);
+    }
+    // Episodes kept D days (TROUPE_RETENTION_EPISODE_DAYS): the dev server we manage keeps closed
+    // workflows' histories as long. An external cluster's retention is its operator's to set.
+    const keepDays = config.episodeRetention?.keepDays;
+    if (temporal.managed && keepDays !== undefined) {
+      const days = matchingRetentionDays(keepDays);
+      if ((await namespaceRetentionDays(connection, config.namespace)) !== days) {
+        await setNamespaceRetention(connection, config.namespace, days);
+        log(`troupe: namespace ${config.namespace} now keeps closed workflows ${days} day(s), as TROUPE_RETENTION_EPISODE_DAYS keeps episodes`);
+      }
     }
   } finally {
     await connection.close();

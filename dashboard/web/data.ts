@@ -12,6 +12,14 @@ export interface RunSummary {
   startedAt: string;
   durationSeconds: number;
 }
+/** What episode retention pruned of a run (activities/store/episode-retention.ts). */
+export interface RunRetention {
+  trainEpisodes: number;
+  turns: number;
+  gatewayCalls: number;
+  policy: string;
+  lastPrunedAt: string;
+}
 export interface RunEvent {
   step: number;
   kind: string;

@@ -2,7 +2,7 @@
 // events, and a step's episodes.
 import type * as vega from 'vega';
 import { constantNote, OTHER, onWallTime, panelsOf, SECTIONS, sectionOf, smooth, type LrRow, type MetricRow, type Point, type StepTime } from './curves';
-import { api, config, fetchRunMetrics, temporalLink, type EpisodeRow, type RunEvent, type RunSummary } from './data';
+import { api, config, fetchRunMetrics, temporalLink, type EpisodeRow, type RunEvent, type RunRetention, type RunSummary } from './data';
 import { byId, crumbs, duration, esc, fmt, formStrings, main, message, polling, POLL_MS, render } from './page';
 import { type CurveOptions, panelSpec, SMOOTHING } from './panel-spec';
 
@@ -30,6 +30,7 @@ function runPageHtml(
   cfg: { namespace: string; temporalAddress: string | null },
   opts: CurveOptions,
   params: URLSearchParams,
+  retention: RunRetention | null,
 ): string {
   return `
     <p id="summary"></p>
@@ -43,7 +44,7 @@ function runPageHtml(
       <small>panels whose every series is constant are folded (click to open)</small></form>
     <div id="sections">${[...SECTIONS, OTHER].map((s) => `<section class="section" data-section="${s.id}" hidden><h3>${esc(s.title)}</h3><div class="panels"></div></section>`).join('')}</div>
     <h3>Events</h3><table id="events" class="events"></table>
-    <h3>Episodes</h3>
+    <h3>Episodes</h3>${retention ? `\n    <p id="retention">${retentionText(retention)}</p>` : ''}
     <form class="filters" id="epfilters">step <input name="step" type="number" min="0" value="${esc(params.get('step') ?? '0')}" style="width:5em">
       split <select name="split"><option>train</option><option>eval</option></select>
       status <select name="status"><option></option><option>completed</option><option>truncated</option><option>failed</option></select>
@@ -51,17 +52,26 @@ function runPageHtml(
     <div id="episodes"></div>`;
 }
 
+/** "N training episodes pruned (policy ...)": what retention deleted of the run, as text for the page. */
+function retentionText(r: RunRetention): string {
+  return esc(
+    `${r.trainEpisodes} training episode(s) pruned (${r.turns} turn(s); policy: ${r.policy}; last ${new Date(r.lastPrunedAt).toLocaleString()}); eval episodes are all kept.`,
+  );
+}
+
 /** The server's live line for a rollout in flight (dashboard/server.ts liveProgress). */
 type LiveProgress = { text: string } | null;
 
 export async function runPage(runId: string, params: URLSearchParams) {
   crumbs.innerHTML = `/ <a href="#/">runs</a> / ${esc(runId)}`;
-  const detail = await api<{ run: RunSummary; config: unknown; events: RunEvent[]; progress: LiveProgress }>(`/api/runs/${encodeURIComponent(runId)}`);
+  const detail = await api<{ run: RunSummary; config: unknown; events: RunEvent[]; progress: LiveProgress; retention: RunRetention | null }>(
+    `/api/runs/${encodeURIComponent(runId)}`,
+  );
   const t = await temporalLink(runId);
   const cfg = await config();
   const r = detail.run;
   const opts: CurveOptions = { smoothing: Number(params.get('smoothing') ?? 0) || 0, x: params.get('x') === 'wall' ? 'wall' : 'step' };
-  main.innerHTML = runPageHtml(runId, detail.config, cfg, opts, params);
+  main.innerHTML = runPageHtml(runId, detail.config, cfg, opts, params, detail.retention);
   // progress: the rollout in flight, live from the workflow (the server's status query), while the run is open
   const summary = (run: RunSummary, progress: LiveProgress) =>
     (byId('summary').innerHTML =

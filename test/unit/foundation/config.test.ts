@@ -76,12 +76,31 @@ test('each variable names itself in its error', () => {
     TROUPE_POSTGRES_PORT: '-1',
     TROUPE_DEVICE: 'gpu',
     TROUPE_ENGINE_HANG_S: '0',
+    TROUPE_RETENTION_EPISODE_DAYS: '0',
+    TROUPE_RETENTION_EPISODE_STEPS: '2.5',
+    TROUPE_RETENTION_EPISODE_SAMPLE: '1.5',
+    TROUPE_RETENTION_INTERVAL_MINUTES: 'hourly',
   };
   for (const [variable, value] of Object.entries(cases)) {
     const err = configError({ [variable]: value });
     assert.equal(err.variable, variable);
     assert.ok(err.message.startsWith(`${variable}: `), err.message);
   }
+});
+
+test('episode retention: off unless a TROUPE_RETENTION_EPISODE_* variable is set; the interval defaults to 10 minutes', () => {
+  assert.equal(loadConfig({}).episodeRetention, undefined);
+  assert.equal(loadConfig({ TROUPE_RETENTION_INTERVAL_MINUTES: '5' }).episodeRetention, undefined);
+  assert.deepEqual(loadConfig({ TROUPE_RETENTION_EPISODE_STEPS: '20' }).episodeRetention, {
+    keepDays: undefined,
+    keepSteps: 20,
+    sample: 0,
+    intervalMinutes: 10,
+  });
+  assert.deepEqual(
+    loadConfig({ TROUPE_RETENTION_EPISODE_DAYS: '7', TROUPE_RETENTION_EPISODE_SAMPLE: '0.05', TROUPE_RETENTION_INTERVAL_MINUTES: '2.5' }).episodeRetention,
+    { keepDays: 7, keepSteps: undefined, sample: 0.05, intervalMinutes: 2.5 },
+  );
 });
 
 test('formatError prints one line plus the hint, no stack', () => {
