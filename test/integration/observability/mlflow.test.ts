@@ -52,8 +52,14 @@ describe('MLflow export', () => {
   const serverLog = path.join(tmp, 'server.log');
   let uri = '';
   const logged: string[] = [];
-  /** The environment of the last case's `troupe up` stack, until its `troupe down` ran. */
-  let cliEnv: NodeJS.ProcessEnv | undefined;
+  /**
+   * The stack of the last case, as `troupe up` starts it (control worker, pool worker with its engine,
+   * the supervisor, each a process) on this file's Temporal server and database, on task queues of
+   * its own: its state dir, its environment until its `troupe down` ran, and its start.
+   */
+  let cliDir = '';
+  let cliEnv: (NodeJS.ProcessEnv & { TROUPE_TASK_QUEUE: string }) | undefined;
+  let cliUp: ReturnType<typeof troupe> | undefined;
 
   before(async () => {
     const python = pythonTool('mlflow');
@@ -80,6 +86,28 @@ describe('MLflow export', () => {
       },
     );
     fs.closeSync(log);
+    // While the server starts (tens of seconds): the gate in front of it (no one connects through it
+    // before the server is up), the harness, and the last case's `troupe up` stack, before any run.
+    gate = await tcpGate({ host: '127.0.0.1', port });
+    await gate.open();
+    uri = `http://${gate.address}`;
+    const report = (l: string) => void (logged.push(l), process.stderr.write(`${l}\n`));
+    h = await startHarness({ mlflow: (sql, checkpoints) => (exporter = new MlflowExport(sql, checkpoints, { retryMs: () => 300, log: report })) });
+    cliDir = fs.mkdtempSync(path.join(tmp, 'state-'));
+    cliEnv = {
+      ...process.env,
+      TROUPE_STATE_DIR: cliDir,
+      TEMPORAL_ADDRESS: h.env.address,
+      DATABASE_URL: h.db.url,
+      TROUPE_CHECKPOINT_DIR: h.db.checkpoints.dir,
+      TROUPE_TASK_QUEUE: uniqueTaskQueue('ml-control'),
+      TROUPE_POOL_TASK_QUEUE: uniqueTaskQueue('ml-pool'),
+      TROUPE_DASHBOARD_PORT: String(await freePort()),
+      TROUPE_DEVICE: 'cpu',
+      TROUPE_TENSORBOARD_DIR: 'off',
+      TROUPE_DEBUG: '',
+    };
+    cliUp = troupe(['up'], cliEnv);
     // The server itself, not through the gate: the gate accepts a connection and closes it while the
     // server is not listening yet, and Node 20's fetch never settles when its very first connection is
     // closed before it sent the request (the reason this wait once hung). Every probe has a timeout.
@@ -93,13 +121,12 @@ describe('MLflow export', () => {
       return health();
     });
     process.stderr.write(`mlflow server up in ${((Date.now() - t0) / 1000).toFixed(1)} s\n`);
-    gate = await tcpGate({ host: '127.0.0.1', port });
-    await gate.open();
-    uri = `http://${gate.address}`;
-    const report = (l: string) => void (logged.push(l), process.stderr.write(`${l}\n`));
-    h = await startHarness({ mlflow: (sql, checkpoints) => (exporter = new MlflowExport(sql, checkpoints, { retryMs: () => 300, log: report })) });
+    const up = await cliUp;
+    assert.equal(up.code, 0, `troupe up: ${up.stderr}${up.stdout}`);
+    process.stderr.write(`mlflow server and troupe up done in ${((Date.now() - t0) / 1000).toFixed(1)} s\n`);
   });
   after(async () => {
+    await cliUp;
     if (cliEnv) await troupe(['down'], cliEnv);
     await exporter?.stop();
     await h?.shutdown();
@@ -264,29 +291,10 @@ describe('MLflow export', () => {
 
   it('a pool-worker process SIGKILLed mid-step, `troupe resume` of the terminated run, and a restarted exporter leave every point once, and the artifacts of the last end', async () => {
     const runId = 'ml-restarts';
-    // A stack as `troupe up` starts it (control worker, pool worker with its engine, the supervisor,
-    // each a process) on this file's Temporal server and database, on task queues of its own.
-    const dir = fs.mkdtempSync(path.join(tmp, 'state-'));
-    const cli = {
-      ...process.env,
-      TROUPE_STATE_DIR: dir,
-      TEMPORAL_ADDRESS: h.env.address,
-      DATABASE_URL: h.db.url,
-      TROUPE_CHECKPOINT_DIR: h.db.checkpoints.dir,
-      TROUPE_TASK_QUEUE: uniqueTaskQueue('ml-control'),
-      TROUPE_POOL_TASK_QUEUE: uniqueTaskQueue('ml-pool'),
-      TROUPE_DASHBOARD_PORT: String(await freePort()),
-      TROUPE_DEVICE: 'cpu',
-      TROUPE_TENSORBOARD_DIR: 'off',
-      TROUPE_DEBUG: '',
-    };
-    cliEnv = cli;
-    const t0 = Date.now();
-    const up = await troupe(['up'], cli);
-    const upSeconds = (Date.now() - t0) / 1000;
-    assert.equal(up.code, 0, `troupe up: ${up.stderr}${up.stdout}`);
+    const cli = cliEnv;
+    assert.ok(cli, 'the `troupe up` stack runs');
     const poolPid = () => {
-      const rec = readRecord(dir, 'pool-worker');
+      const rec = readRecord(cliDir, 'pool-worker');
       return rec && pidAlive(rec.pid) ? rec.pid : undefined;
     };
     const killed = poolPid();
@@ -327,7 +335,7 @@ describe('MLflow export', () => {
     });
     assert.ok(retried.length > 0, `an activity the killed worker held (${inFlight}) ran again on the restarted one after its heartbeat timed out`);
     console.log(
-      `troupe up: ${upSeconds.toFixed(1)} s; pool worker ${killed} SIGKILLed during ${inFlight} of step ${step}; ` +
+      `pool worker ${killed} SIGKILLed during ${inFlight} of step ${step}; ` +
         `step ${step} committed ${recoverSeconds.toFixed(1)} s later, ${retried.length} activities retried on pool worker ${restarted}`,
     );
 
