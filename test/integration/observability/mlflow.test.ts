@@ -6,9 +6,10 @@
  * model's last version (the files `troupe export-model` writes) as artifacts, the end as the
  * MLflow run's status; a model with no Hugging Face layout is skipped with a logged reason. With the server cut off for the second half of
  * a run, the run completes, the outage is a run event, and the export catches up once the
- * server is back. A pool worker restarted mid-run, the run terminated and resumed (`troupe
- * resume`), and a restarted control worker's export (a new exporter) add no point twice and
- * lose none.
+ * server is back. On a stack `troupe up` started (each worker a process): the pool worker
+ * SIGKILLed while it runs an activity of a step, restarted by the supervisor, the activity run
+ * again there; the run then terminated and continued by `troupe resume` (a new execution); and
+ * a restarted control worker's export (a new exporter): no point twice, none lost.
  */
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -21,15 +22,18 @@ import { readMetrics } from '../../../activities/store/metrics';
 import { MlflowExport } from '../../../activities/store/mlflow';
 import { exportModelVersion } from '../../../activities/store/model-export';
 import { curves, renderCurves } from '../../../activities/store/plot';
-import { resumeRun } from '../../../control/runs';
 import { MlflowClient } from '../../../infra/mlflow-client';
+import { pidAlive, readRecord } from '../../../stack/processes';
 import { startHarness, type Harness } from '../../../testing/stack';
-import { freePort } from '../../helpers';
+import { freePort, uniqueTaskQueue } from '../../helpers';
+import { troupe } from '../../helpers/cli';
 import { pythonTool } from '../../helpers/python-tools';
 import { tcpGate, type TcpGate } from '../../helpers/tcp-gate';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const base = { team: 'math', steps: 4, groupsPerStep: 3, groupSize: 4, evalEvery: 1, evalTasks: 4, seed: 7 };
+/** The activities a pool worker runs for a step (activities/training/pool.ts), each heartbeating. */
+const POOL_ACTIVITIES = new Set(['rolloutBatch', 'rolloutPartial', 'updateModel']);
 
 async function until(what: string, ready: () => Promise<boolean>, ms = 120_000): Promise<void> {
   const deadline = Date.now() + ms;
@@ -48,6 +52,14 @@ describe('MLflow export', () => {
   const serverLog = path.join(tmp, 'server.log');
   let uri = '';
   const logged: string[] = [];
+  /**
+   * The stack of the last case, as `troupe up` starts it (control worker, pool worker with its engine,
+   * the supervisor, each a process) on this file's Temporal server and database, on task queues of
+   * its own: its state dir, its environment until its `troupe down` ran, and its start.
+   */
+  let cliDir = '';
+  let cliEnv: (NodeJS.ProcessEnv & { TROUPE_TASK_QUEUE: string }) | undefined;
+  let cliUp: ReturnType<typeof troupe> | undefined;
 
   before(async () => {
     const python = pythonTool('mlflow');
@@ -74,6 +86,28 @@ describe('MLflow export', () => {
       },
     );
     fs.closeSync(log);
+    // While the server starts (tens of seconds): the gate in front of it (no one connects through it
+    // before the server is up), the harness, and the last case's `troupe up` stack, before any run.
+    gate = await tcpGate({ host: '127.0.0.1', port });
+    await gate.open();
+    uri = `http://${gate.address}`;
+    const report = (l: string) => void (logged.push(l), process.stderr.write(`${l}\n`));
+    h = await startHarness({ mlflow: (sql, checkpoints) => (exporter = new MlflowExport(sql, checkpoints, { retryMs: () => 300, log: report })) });
+    cliDir = fs.mkdtempSync(path.join(tmp, 'state-'));
+    cliEnv = {
+      ...process.env,
+      TROUPE_STATE_DIR: cliDir,
+      TEMPORAL_ADDRESS: h.env.address,
+      DATABASE_URL: h.db.url,
+      TROUPE_CHECKPOINT_DIR: h.db.checkpoints.dir,
+      TROUPE_TASK_QUEUE: uniqueTaskQueue('ml-control'),
+      TROUPE_POOL_TASK_QUEUE: uniqueTaskQueue('ml-pool'),
+      TROUPE_DASHBOARD_PORT: String(await freePort()),
+      TROUPE_DEVICE: 'cpu',
+      TROUPE_TENSORBOARD_DIR: 'off',
+      TROUPE_DEBUG: '',
+    };
+    cliUp = troupe(['up'], cliEnv);
     // The server itself, not through the gate: the gate accepts a connection and closes it while the
     // server is not listening yet, and Node 20's fetch never settles when its very first connection is
     // closed before it sent the request (the reason this wait once hung). Every probe has a timeout.
@@ -87,13 +121,13 @@ describe('MLflow export', () => {
       return health();
     });
     process.stderr.write(`mlflow server up in ${((Date.now() - t0) / 1000).toFixed(1)} s\n`);
-    gate = await tcpGate({ host: '127.0.0.1', port });
-    await gate.open();
-    uri = `http://${gate.address}`;
-    const report = (l: string) => void (logged.push(l), process.stderr.write(`${l}\n`));
-    h = await startHarness({ mlflow: (sql, checkpoints) => (exporter = new MlflowExport(sql, checkpoints, { retryMs: () => 300, log: report })) });
+    const up = await cliUp;
+    assert.equal(up.code, 0, `troupe up: ${up.stderr}${up.stdout}`);
+    process.stderr.write(`mlflow server and troupe up done in ${((Date.now() - t0) / 1000).toFixed(1)} s\n`);
   });
   after(async () => {
+    await cliUp;
+    if (cliEnv) await troupe(['down'], cliEnv);
     await exporter?.stop();
     await h?.shutdown();
     await gate?.close();
@@ -255,17 +289,67 @@ describe('MLflow export', () => {
     );
   });
 
-  it('a pool worker restarted mid-run, the run terminated and resumed, and a restarted exporter leave every point once, and the artifacts of the last end', async () => {
+  it('a pool-worker process SIGKILLed mid-step, `troupe resume` of the terminated run, and a restarted exporter leave every point once, and the artifacts of the last end', async () => {
     const runId = 'ml-restarts';
-    const first = await start(runId);
+    const cli = cliEnv;
+    assert.ok(cli, 'the `troupe up` stack runs');
+    const poolPid = () => {
+      const rec = readRecord(cliDir, 'pool-worker');
+      return rec && pidAlive(rec.pid) ? rec.pid : undefined;
+    };
+    const killed = poolPid();
+    assert.ok(killed, 'troupe up started a pool worker');
+
+    const first = await h.env.client.workflow.start<typeof trainingRun>('trainingRun', {
+      taskQueue: cli.TROUPE_TASK_QUEUE,
+      workflowId: runId,
+      args: [{ ...base, mlflow: uri }],
+    });
+    // Mid-step: step 0 committed (and exported), and a pool activity of a later step running on the pool worker.
     await until('step 0 committed', committed(runId, 1));
-    await h.restartPool();
-    await until('step 1 committed', committed(runId, 2));
-    await first.terminate('test: simulated crash');
-    // `troupe resume`: a new execution of the workflow, from the last committed step.
-    const second = await resumeRun(h.env.client, h.db.sql, h.taskQueue, runId);
-    assert.equal((await second.result()).status, 'completed');
+    let inFlight = '';
+    await until('a pool activity running', async () => {
+      const pending = (await first.describe()).raw.pendingActivities ?? [];
+      // state 2: PENDING_ACTIVITY_STATE_STARTED (a worker holds it)
+      const running = pending.find((a) => a.state === 2 && POOL_ACTIVITIES.has(a.activityType?.name ?? ''));
+      inFlight = running?.activityType?.name ?? '';
+      return !!running;
+    });
+    process.kill(killed, 'SIGKILL');
+    const killedAt = Date.now();
+    await until('the pool worker gone', async () => !pidAlive(killed));
+    // Step s commits version s + 1: the step in flight is the newest version's number.
+    const [newest] = await h.db.sql`SELECT max(version) AS version FROM versions WHERE run_id = ${runId}`;
+    const step = Number(newest?.version);
+    assert.ok(step >= 1 && step < base.steps, `killed mid-run (step ${step} of ${base.steps} in flight)`);
+    // The supervisor `up` left starts another pool worker; the activity it held times out (no
+    // heartbeat) and runs again there: the run goes on by itself.
+    await until(`step ${step} committed after the kill`, committed(runId, step + 1));
+    const recoverSeconds = (Date.now() - killedAt) / 1000;
+    const restarted = poolPid();
+    assert.ok(restarted && restarted !== killed, `the supervisor restarted the pool worker (pid ${restarted}, killed ${killed})`);
+    const history = await first.fetchHistory();
+    const retried = (history.events ?? []).flatMap((e) => {
+      const a = e.activityTaskStartedEventAttributes;
+      return a && (a.attempt ?? 1) > 1 && a.lastFailure?.timeoutFailureInfo && a.identity?.startsWith(`${restarted}@`) ? [a] : [];
+    });
+    assert.ok(retried.length > 0, `an activity the killed worker held (${inFlight}) ran again on the restarted one after its heartbeat timed out`);
+    console.log(
+      `pool worker ${killed} SIGKILLed during ${inFlight} of step ${step}; ` +
+        `step ${step} committed ${recoverSeconds.toFixed(1)} s later, ${retried.length} activities retried on pool worker ${restarted}`,
+    );
+
+    // Then the run itself ends badly, and the user resumes it: a new execution from the last committed step.
+    await first.terminate('test: the run crashed');
+    const resume = await troupe(['resume', runId], cli);
+    assert.equal(resume.code, 0, `troupe resume: ${resume.stderr}${resume.stdout}`);
+    assert.match(resume.stderr, new RegExp(`troupe: resumed run ${runId} \\(new execution `));
+    assert.equal((await h.env.client.workflow.getHandle(runId).describe()).status.name, 'COMPLETED');
     await caughtUp(exporter, runId);
+    const down = await troupe(['down'], cli);
+    assert.equal(down.code, 0, `troupe down: ${down.stderr}${down.stdout}`);
+    cliEnv = undefined;
+
     // A new exporter knows nothing in memory: it reads what the server holds and sends nothing twice.
     const again = new MlflowExport(h.db.sql, h.db.checkpoints, { log: () => undefined });
     try {

@@ -1,10 +1,13 @@
 /**
  * The control worker and a pool worker, as the processes `troupe worker` runs, serve
  * Prometheus `/metrics` (TROUPE_*_METRICS_PORT / --metrics-port): Temporal's worker metrics
- * and Troupe's. A real Prometheus (Debian's package, installed by .ci/run) scrapes both
+ * and Troupe's; the pool worker's engine serves its own (TROUPE_ENGINE_METRICS_PORT, inherited
+ * from the worker). A real Prometheus (Debian's package, installed by .ci/run) scrapes all three
  * during a short run and loads deploy/prometheus's alert rules; `promtool check metrics`
  * passes on every endpoint; every metric deploy/'s dashboard and rules name is served (or is
- * one of Troupe's that only appears once it happens, such as an engine hang). The run's team
+ * one of Troupe's that only appears once it happens, such as an engine hang); `promtool test
+ * rules` runs the rules' unit tests (deploy/prometheus/troupe-alerts.test.yml: a hung engine, an
+ * engine or a worker down, no trainable signal, workers not polling). The run's team
  * (chat-digits) calls the gateway, so its calls are counted too.
  */
 import assert from 'node:assert/strict';
@@ -22,6 +25,7 @@ const repo = path.join(__dirname, '..', '..', '..');
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const hasPrometheus = spawnSync('prometheus', ['--version']).status === 0 && spawnSync('promtool', ['--version']).status === 0;
 const RULES = path.join(repo, 'deploy', 'prometheus', 'troupe-alerts.yml');
+const RULE_TESTS = path.join(repo, 'deploy', 'prometheus', 'troupe-alerts.test.yml');
 const DASHBOARD = path.join(repo, 'deploy', 'grafana', 'troupe-dashboard.json');
 
 /** The metric names a PromQL expression uses (identifiers followed by a selector, range or nothing, minus functions and keywords). */
@@ -44,7 +48,7 @@ describe('Prometheus', { skip: hasPrometheus ? false : 'prometheus and promtool 
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-prom-'));
   const taskQueue = uniqueTaskQueue('troupe');
   const poolQueue = uniqueTaskQueue('troupe-gpu');
-  const ports = { control: 0, pool: 0, prometheus: 0 };
+  const ports = { control: 0, pool: 0, engine: 0, prometheus: 0 };
 
   function start(what: string, cmd: string, args: string[], extraEnv: NodeJS.ProcessEnv = {}): ChildProcess {
     const log = fs.openSync(path.join(tmp, `${what}.log`), 'w');
@@ -58,6 +62,7 @@ describe('Prometheus', { skip: hasPrometheus ? false : 'prometheus and promtool 
     db = await createTestDatabase();
     ports.control = await freePort();
     ports.pool = await freePort();
+    ports.engine = await freePort();
     ports.prometheus = await freePort();
     const workerEnv = { DATABASE_URL: db.url, TROUPE_CHECKPOINT_DIR: db.checkpoints.dir, TROUPE_TENSORBOARD_DIR: 'off', TROUPE_POOL_TASK_QUEUE: poolQueue };
     const node = (file: string, ...args: string[]) => ['--import', 'tsx', path.join(repo, 'processes', file), '--temporal-address', env.address, ...args];
@@ -65,13 +70,17 @@ describe('Prometheus', { skip: hasPrometheus ? false : 'prometheus and promtool 
       ...workerEnv,
       TROUPE_CONTROL_METRICS_PORT: String(ports.control),
     });
-    start('pool', process.execPath, node('pool-worker.ts', '--task-queue', poolQueue, '--device', 'cpu', '--metrics-port', String(ports.pool)), workerEnv);
+    start('pool', process.execPath, node('pool-worker.ts', '--task-queue', poolQueue, '--device', 'cpu', '--metrics-port', String(ports.pool)), {
+      ...workerEnv,
+      TROUPE_ENGINE_METRICS_PORT: String(ports.engine),
+    });
     const config = [
       'global: { scrape_interval: 1s, evaluation_interval: 1s }',
       `rule_files: [${JSON.stringify(RULES)}]`,
       'scrape_configs:',
       `  - { job_name: troupe-control, static_configs: [{ targets: ['127.0.0.1:${ports.control}'] }] }`,
       `  - { job_name: troupe-pool, static_configs: [{ targets: ['127.0.0.1:${ports.pool}'] }] }`,
+      `  - { job_name: troupe-engine, static_configs: [{ targets: ['127.0.0.1:${ports.engine}'] }] }`,
     ].join('\n');
     fs.writeFileSync(path.join(tmp, 'prometheus.yml'), config);
     start('prometheus', 'prometheus', [
@@ -99,19 +108,21 @@ describe('Prometheus', { skip: hasPrometheus ? false : 'prometheus and promtool 
   const served = (text: string) =>
     new Set([...text.matchAll(/^# TYPE (\S+) (\w+)/gm)].flatMap(([, n, t]) => (t === 'histogram' ? [`${n}_bucket`, `${n}_sum`, `${n}_count`, n] : [n!])));
 
-  it('workers serve /metrics that promtool accepts during a run; Prometheus scrapes them and loads the alert rules', async () => {
+  it('workers and their engine serve /metrics that promtool accepts during a run; Prometheus scrapes them and loads the alert rules', async () => {
     const handle = await env.client.workflow.start<typeof trainingRun>('trainingRun', {
       taskQueue,
       workflowId: 'prom-run',
       args: [{ team: 'chat-digits', steps: 3, groupsPerStep: 3, groupSize: 4, evalEvery: 0, evalTasks: 4, seed: 2 }],
     });
-    // During the run: both endpoints answer and pass promtool's checks.
+    // During the run: the three endpoints answer and pass promtool's checks.
+    const endpoints = [
+      ['control', ports.control],
+      ['pool', ports.pool],
+      ['engine', ports.engine],
+    ] as const;
     const texts: Record<string, string> = {};
     const during = async () => {
-      for (const [what, port] of [
-        ['control', ports.control],
-        ['pool', ports.pool],
-      ] as const) {
+      for (const [what, port] of endpoints) {
         const text = await scrape(port);
         const check = promtool(text);
         assert.equal(check.status, 0, `promtool check metrics on the ${what} worker: ${check.stdout}${check.stderr}`);
@@ -120,9 +131,16 @@ describe('Prometheus', { skip: hasPrometheus ? false : 'prometheus and promtool 
     };
     const deadline = Date.now() + 240_000;
     for (;;) {
-      const up = await Promise.all([scrape(ports.control), scrape(ports.pool)].map((p) => p.then(() => true).catch(() => false)));
+      const up = await Promise.all(
+        endpoints.map(([, port]) =>
+          scrape(port).then(
+            () => true,
+            () => false,
+          ),
+        ),
+      );
       if (up.every(Boolean)) break;
-      assert.ok(Date.now() < deadline, `the workers' /metrics never answered (logs in ${tmp})`);
+      assert.ok(Date.now() < deadline, `the workers' and the engine's /metrics never answered (logs in ${tmp})`);
       await sleep(500);
     }
     await during();
@@ -139,14 +157,24 @@ describe('Prometheus', { skip: hasPrometheus ? false : 'prometheus and promtool 
     assert.match(texts.pool ?? '', /^troupe_store_write_seconds_count\{.*what="update".*\} 3$/m, 'pool: one timed commit per step');
     assert.match(texts.pool ?? '', /^troupe_tokens_trained_total\{/m);
     assert.match(texts.pool ?? '', /^troupe_engine_queue_depth/m);
+    // The engine's own: what it generated for the gateway's calls, its model's versions, its progress.
+    const engine = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(texts.engine ?? '')?.[1] ?? NaN);
+    assert.ok(engine('troupe_engine_tokens_generated_total') > 0, `engine: tokens generated\n${texts.engine}`);
+    assert.ok(engine('troupe_engine_tokens_trained_total') > 0, 'engine: tokens trained');
+    assert.ok(engine('troupe_engine_device_runs_total') > 0, 'engine: device runs');
+    assert.match(texts.engine ?? '', /^troupe_engine_model_latest_version\{model="[^"]+"\} 3$/m, 'engine: the version committed last');
 
-    // Prometheus: both targets up, Troupe's series stored, the rules loaded and healthy.
+    // Prometheus: the three targets up, Troupe's series stored, the rules loaded and healthy.
     const until = Date.now() + 60_000;
     for (;;) {
       const up = await query('up');
       const episodes = await query('sum(troupe_episodes_total{split="train"})');
-      if (up.length === 2 && up.every((u) => u.value[1] === '1') && episodes[0]?.value[1] === '36') break;
-      assert.ok(Date.now() < until, `Prometheus did not scrape both workers: up ${JSON.stringify(up)}, episodes ${JSON.stringify(episodes)}`);
+      const generated = await query('sum(troupe_engine_tokens_generated_total{job="troupe-engine"})');
+      if (up.length === 3 && up.every((u) => u.value[1] === '1') && episodes[0]?.value[1] === '36' && Number(generated[0]?.value[1]) > 0) break;
+      assert.ok(
+        Date.now() < until,
+        `Prometheus did not scrape the workers and the engine: up ${JSON.stringify(up)}, episodes ${JSON.stringify(episodes)}, engine tokens ${JSON.stringify(generated)}`,
+      );
       await sleep(500);
     }
     const rules = (await (await fetch(`http://127.0.0.1:${ports.prometheus}/api/v1/rules`)).json()) as {
@@ -157,13 +185,25 @@ describe('Prometheus', { skip: hasPrometheus ? false : 'prometheus and promtool 
     for (const r of loaded) assert.equal(r.health, 'ok', `${r.name}: ${r.lastError ?? ''}`);
 
     // Every metric the dashboard and the rules name exists.
-    const known = new Set([...served(texts.control ?? ''), ...served(texts.pool ?? ''), ...TROUPE_METRIC_NAMES, 'up']);
+    const known = new Set([...served(texts.control ?? ''), ...served(texts.pool ?? ''), ...served(texts.engine ?? ''), ...TROUPE_METRIC_NAMES, 'up']);
     const dashboard = JSON.parse(fs.readFileSync(DASHBOARD, 'utf8')) as { panels: Array<{ title: string; targets?: Array<{ expr: string }> }> };
     const exprs = [
       ...dashboard.panels.flatMap((p) => (p.targets ?? []).map((t) => ({ where: `dashboard panel "${p.title}"`, expr: t.expr }))),
       ...[...fs.readFileSync(RULES, 'utf8').matchAll(/^\s*expr:\s*(.+)$/gm)].map(([, e]) => ({ where: 'alert rules', expr: e! })),
     ];
     for (const { where, expr } of exprs) for (const name of metricNames(expr)) assert.ok(known.has(name), `${where}: ${name} is not served (${expr})`);
-    assert.equal(spawnSync('promtool', ['check', 'rules', RULES]).status, 0, 'promtool check rules');
+    const check = spawnSync('promtool', ['check', 'rules', RULES], { encoding: 'utf8' });
+    assert.equal(check.status, 0, `promtool check rules: ${check.stdout}${check.stderr}`);
+  });
+
+  it('the alert rules fire on the series their unit tests give them, and only there (promtool test rules)', () => {
+    const r = spawnSync('promtool', ['test', 'rules', RULE_TESTS], { encoding: 'utf8' });
+    assert.equal(r.status, 0, `promtool test rules: ${r.stdout}${r.stderr}`);
+    assert.match(r.stdout, /SUCCESS/);
+    // the failures Troupe detects each have a case there
+    const alerts = [...fs.readFileSync(RULES, 'utf8').matchAll(/^\s*- alert: (\w+)$/gm)].map(([, a]) => a);
+    const tested = new Set([...fs.readFileSync(RULE_TESTS, 'utf8').matchAll(/alertname: (\w+)/g)].map(([, a]) => a));
+    for (const a of ['TroupeEngineNoProgress', 'TroupeEngineDown', 'TroupeWorkerDown', 'TroupeNoTrainableSignal', 'TroupeWorkersNotPolling'])
+      assert.ok(alerts.includes(a) && tested.has(a), `${a}: in the rules and tested`);
   });
 });
