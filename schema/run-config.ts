@@ -42,8 +42,8 @@ const correctionSchema = () =>
       .optional(),
     /**
      * Which policy a stale group's advantages are centred on (rl/corrections/proximal-baseline.ts):
-     * 'proximal' (default) re-centres them under the correction's weights, 'behaviour' keeps the
-     * estimator's centring on what the sampling version scored (before 2026-12).
+     * 'behaviour' (default) keeps the estimator's centring on what the sampling version scored,
+     * 'proximal' re-centres each (task group, agent) set under the correction's weights.
      */
     baseline: z.enum(BASELINES, `must be one of ${BASELINES.join(', ')}`).optional(),
     /**
@@ -359,7 +359,7 @@ export interface OffPolicySetting {
   correction?: CorrectionName;
   /** Absent: IcePop's [0.5, 5]. */
   band?: readonly [number, number];
-  /** Absent: 'proximal'. */
+  /** Absent: 'behaviour'. */
   baseline?: Baseline;
   /** Absent: 'ess'. */
   stepSize?: StepSize;

@@ -6,9 +6,9 @@
  * the run config's `offPolicy`) turns each trained token's ratio
  * π_base/π_behaviour into a weight on its advantage (0: masked). Each token's
  * behaviour log-prob is its own (sample.oldLogprobs), whichever version sampled it.
- * Before weighting, each (task group, agent) set's advantages are re-centred on the
- * proximal policy (rl/corrections/proximal-baseline.ts; offPolicy.baseline 'behaviour'
- * leaves them as the estimator centred them on the behaviour's samples), and the
+ * With offPolicy.baseline 'proximal', each (task group, agent) set's advantages are
+ * re-centred on the proximal policy before weighting (rl/corrections/proximal-baseline.ts;
+ * by default they stay as the estimator centred them on the behaviour's samples). The
  * update's learning rate is scaled by the batch's effective sample share under the
  * weights (rl/corrections/step-size.ts; offPolicy.stepSize 'constant' keeps it).
  * The engine's update graphs are unchanged: w·L_pg(A) = L_pg(w·A) token by token (w ≥ 0).
@@ -43,7 +43,7 @@ export type OffPolicyMetrics = {
   'isWeight.masked': number;
   /** k3 estimate of KL(behaviour ‖ trainer at the base version) over the behaviour's tokens. */
   mismatch_kl: number;
-  /** Mean |shift| the proximal baseline moved a sequence's advantage by (rl/corrections/proximal-baseline.ts; 0 with baseline 'behaviour'). */
+  /** Mean |shift| the proximal baseline moved a sequence's advantage by (rl/corrections/proximal-baseline.ts; 0 with baseline 'behaviour', the default). */
   baselineShift: number;
   /** Effective sample share (Σw)²/(N·Σw²) of the trained tokens' weights (rl/corrections/step-size.ts); the model's scales its lr with stepSize 'ess'. */
   'isWeight.ess': number;

@@ -101,7 +101,7 @@ describe('offPolicyCorrection', () => {
     close(r.model['isWeight.mean'], (2 + 0.5 + 3) / 3);
   });
 
-  it("re-centres each (task group, agent) set's advantages on the proximal policy before weighting them", () => {
+  it("with baseline 'proximal', re-centres each (task group, agent) set's advantages before weighting them", () => {
     // group g0, agent reader, lag 1: the trainer moved towards the right answer (token 7).
     // GRPO advantages of 1 right, 3 wrong: +1.5, −0.5 ×3 (Σ A = 0). log ρ: right ln 2 (w 2), wrong ln 0.5 (w 0.5) twice, 0 (w 1).
     // Σ w = 4, Σ w·A = 3 − 0.25 − 0.25 − 0.5 = 2 → shift = 2/4 − 0 = 0.5: A' = 1, −1, −1, −1; weighted: 2, −0.5, −0.5, −1 (Σ = 0).
@@ -117,13 +117,13 @@ describe('offPolicyCorrection', () => {
       one('g0', 'judge', 0.8),
     ];
     const base = [Math.log(2), Math.log(0.5), Math.log(0.5), 0, 0, 0, Math.log(2)].map((d) => [-1 + d]);
-    const r = offPolicyCorrection(sequences, samplesOf(sequences), base, 5, { importanceCap: 5 });
+    const r = offPolicyCorrection(sequences, samplesOf(sequences), base, 5, { importanceCap: 5, baseline: 'proximal' });
     r.samples.forEach((s, i) => close(s.advantages[0] ?? NaN, [2, -0.5, -0.5, -1, 1, -1, 1.6][i] ?? NaN));
     // mean |shift| per sequence: reader 4 × 0.5 over its 6 sequences; judge 0
     close(r.agents.reader?.baselineShift ?? NaN, 2 / 6);
     assert.equal(r.agents.judge?.baselineShift, 0);
-    // the behaviour's baseline (before 2026-12): weights only
-    const behaviour = offPolicyCorrection(sequences, samplesOf(sequences), base, 5, { importanceCap: 5, baseline: 'behaviour' });
+    // the behaviour's baseline (the default): weights only
+    const behaviour = offPolicyCorrection(sequences, samplesOf(sequences), base, 5, { importanceCap: 5 });
     behaviour.samples.forEach((s, i) => close(s.advantages[0] ?? NaN, [3, -0.25, -0.25, -0.5, 1, -1, 1.6][i] ?? NaN));
     assert.equal(behaviour.model.baselineShift, 0);
   });
