@@ -5,7 +5,7 @@
  *   node --import tsx bench/staleness.ts [--ks 0,1,2] [--split-ks 1] [--partial-ks 1] [--partial-rollouts '{"overProvision":1.5}']
  *                                        [--seeds 1,2,3] [--steps 8] [--groups 4] [--group-size 8]
  *                                        [--team math] [--team-options '{"policy":"transformer"}'] [--models policy]
- *                                        [--eval-every 0] [--eval-tasks 0] [--write [--out staleness]]
+ *                                        [--eval-every 0] [--eval-tasks 0] [--config '{"offPolicy":{...}}'] [--write [--out staleness]]
  *
  * --split-ks adds a row per k with the sampler and the trainer on separate engines: a second
  * pool worker (its own engine process, one thread) serves the queue `bench-train`, and the run
@@ -44,6 +44,7 @@ const { values } = parseArgs({
     'team-options': { type: 'string', default: '{}' },
     'eval-every': { type: 'string', default: '0' },
     'eval-tasks': { type: 'string', default: '0' },
+    config: { type: 'string', default: '{}' },
     write: { type: 'boolean', default: false },
     out: { type: 'string', default: 'staleness' },
   },
@@ -70,8 +71,10 @@ const seeds = values.seeds!.split(',').map(Number);
 const steps = Number(values.steps);
 const evalEvery = Number(values['eval-every']);
 const teamOptions = JSON.parse(values['team-options']!) as Record<string, unknown>;
+/** More run config for every run (e.g. '{"offPolicy":{"stepSize":"constant"}}'). */
+const extraConfig = JSON.parse(values.config ?? '{}') as Record<string, unknown>;
 const RESULTS = path.join(__dirname, 'results');
-const COMMAND = `node --import tsx bench/staleness.ts --team ${values.team} --team-options '${values['team-options']}' --ks ${values.ks}${values['split-ks'] ? ` --split-ks ${values['split-ks']} --models ${values.models}` : ''}${values['partial-ks'] ? ` --partial-ks ${values['partial-ks']} --partial-rollouts '${values['partial-rollouts']}'` : ''} --seeds ${seeds} --steps ${steps} --groups ${values.groups} --group-size ${values['group-size']} --eval-every ${evalEvery} --eval-tasks ${values['eval-tasks']}${values.write ? ` --write --out ${values.out}` : ''}`;
+const COMMAND = `node --import tsx bench/staleness.ts --team ${values.team} --team-options '${values['team-options']}' --ks ${values.ks}${values['split-ks'] ? ` --split-ks ${values['split-ks']} --models ${values.models}` : ''}${values['partial-ks'] ? ` --partial-ks ${values['partial-ks']} --partial-rollouts '${values['partial-rollouts']}'` : ''} --seeds ${seeds} --steps ${steps} --groups ${values.groups} --group-size ${values['group-size']} --eval-every ${evalEvery} --eval-tasks ${values['eval-tasks']}${values.config === '{}' ? '' : ` --config '${values.config}'`}${values.write ? ` --write --out ${values.out}` : ''}`;
 
 interface Run {
   layout: string;
@@ -228,6 +231,7 @@ async function main() {
         const { k, split, partial } = layout;
         const runId = (stop.runId = `bench-stale-k${k}${split ? '-split' : ''}${partial ? '-partial' : ''}-s${seed}`);
         await runTroupe(h, {
+          ...extraConfig,
           runId,
           team: values.team!,
           teamOptions,

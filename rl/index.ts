@@ -51,4 +51,6 @@ export {
   type ImportanceWeights,
 } from './corrections/registry';
 export type { Correction, CorrectionSettings, CorrectionWeights } from './corrections/types';
+export { BASELINES, DEFAULT_BASELINE, proximalBaselineShifts, type Baseline, type BaselineSample } from './corrections/proximal-baseline';
+export { DEFAULT_STEP_SIZE, STEP_SIZES, effectiveSampleShare, type StepSize } from './corrections/step-size';
 export { stepDiagnostics, mergeLossDiagnostics, type AgentStepDiagnostics, type AdvantageSummary } from './diagnostics';

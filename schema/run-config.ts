@@ -21,6 +21,8 @@ import { FieldError, issuesFromZod, type FieldIssue } from '../infra/issues';
 import { lazily } from '../infra/lazily';
 import { TRACKING_URI, TRACKING_URI_RULE } from '../infra/mlflow-client';
 import { CORRECTION_NAMES, DEFAULT_CORRECTION, type CorrectionName } from '../rl/corrections/registry';
+import { BASELINES, DEFAULT_BASELINE, type Baseline } from '../rl/corrections/proximal-baseline';
+import { DEFAULT_STEP_SIZE, STEP_SIZES, type StepSize } from '../rl/corrections/step-size';
 
 /** Bound on staleness: each step of lag keeps one more step's rollout in flight. */
 export const MAX_STALENESS = 8;
@@ -38,6 +40,17 @@ const correctionSchema = () =>
     band: z
       .tuple([z.number().min(0, 'must be >= 0').max(1, 'must be <= 1'), z.number().min(1, 'must be >= 1').max(1e6, 'must be <= 1000000')], 'must be [lo, hi]')
       .optional(),
+    /**
+     * Which policy a stale group's advantages are centred on (rl/corrections/proximal-baseline.ts):
+     * 'behaviour' (default) keeps the estimator's centring on what the sampling version scored,
+     * 'proximal' re-centres each (task group, agent) set under the correction's weights.
+     */
+    baseline: z.enum(BASELINES, `must be one of ${BASELINES.join(', ')}`).optional(),
+    /**
+     * The update's learning rate for a stale batch (rl/corrections/step-size.ts): 'ess' (default) scales it
+     * by the batch's effective sample share under the weights, 'constant' keeps it (before 2026-12).
+     */
+    stepSize: z.enum(STEP_SIZES, `must be one of ${STEP_SIZES.join(', ')}`).optional(),
   });
 
 // Built on first use (infra/lazily.ts).
@@ -346,6 +359,10 @@ export interface OffPolicySetting {
   correction?: CorrectionName;
   /** Absent: IcePop's [0.5, 5]. */
   band?: readonly [number, number];
+  /** Absent: 'behaviour'. */
+  baseline?: Baseline;
+  /** Absent: 'ess'. */
+  stepSize?: StepSize;
 }
 
 /**
@@ -357,10 +374,14 @@ export function offPolicyOf(config: Pick<RunConfig, 'importanceCap' | 'offPolicy
   const own = config.offPolicy?.models?.[model];
   const correction = own?.correction ?? config.offPolicy?.correction;
   const band = own?.band ?? config.offPolicy?.band;
+  const baseline = own?.baseline ?? config.offPolicy?.baseline;
+  const stepSize = own?.stepSize ?? config.offPolicy?.stepSize;
   return {
     importanceCap: own?.cap ?? config.offPolicy?.cap ?? config.importanceCap,
     ...(correction !== undefined && correction !== DEFAULT_CORRECTION ? { correction } : {}),
     ...(band !== undefined ? { band } : {}),
+    ...(baseline !== undefined && baseline !== DEFAULT_BASELINE ? { baseline } : {}),
+    ...(stepSize !== undefined && stepSize !== DEFAULT_STEP_SIZE ? { stepSize } : {}),
   };
 }
 

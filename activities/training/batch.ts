@@ -31,6 +31,8 @@ export interface UpdateSequence {
   /** The agent whose turn this is, and the version that sampled it (the behaviour version; its first token's). */
   agent: string;
   version: number;
+  /** Its task group in the step (`g<index>`), for the off-policy correction's per-group baseline; absent in batches built elsewhere. */
+  group?: string;
   /** The version that sampled each token, where not all of them are `version` (a carried episode's turn). */
   tokenVersions?: number[];
   context: number[];
@@ -201,6 +203,7 @@ export function buildStepBatch(
       .map((i, k) => ({
         agent: turns[i]!.agent,
         version: turns[i]!.version,
+        group: samples[i]!.groupId,
         ...(turns[i]!.tokenVersions ? { tokenVersions: turns[i]!.tokenVersions } : {}),
         context: turns[i]!.contextTokens,
         tokens: turns[i]!.responseTokens,

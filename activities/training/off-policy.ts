@@ -6,11 +6,25 @@
  * the run config's `offPolicy`) turns each trained token's ratio
  * π_base/π_behaviour into a weight on its advantage (0: masked). Each token's
  * behaviour log-prob is its own (sample.oldLogprobs), whichever version sampled it.
+ * With offPolicy.baseline 'proximal', each (task group, agent) set's advantages are
+ * re-centred on the proximal policy before weighting (rl/corrections/proximal-baseline.ts;
+ * by default they stay as the estimator centred them on the behaviour's samples). The
+ * update's learning rate is scaled by the batch's effective sample share under the
+ * weights (rl/corrections/step-size.ts; offPolicy.stepSize 'constant' keeps it).
  * The engine's update graphs are unchanged: w·L_pg(A) = L_pg(w·A) token by token (w ≥ 0).
  *
  * Also the correction's metrics, per model and per agent (names in OffPolicyMetrics).
  */
-import { DEFAULT_BAND, DEFAULT_CORRECTION, importanceWeights, type ImportanceWeights } from '../../rl';
+import {
+  DEFAULT_BAND,
+  DEFAULT_BASELINE,
+  DEFAULT_CORRECTION,
+  DEFAULT_STEP_SIZE,
+  effectiveSampleShare,
+  importanceWeights,
+  proximalBaselineShifts,
+  type ImportanceWeights,
+} from '../../rl';
 import type { UpdateSampleInput } from '../../engines/protocol/types';
 import type { OffPolicySetting } from '../../schema/run-config';
 import type { UpdateSequence } from './batch';
@@ -29,6 +43,10 @@ export type OffPolicyMetrics = {
   'isWeight.masked': number;
   /** k3 estimate of KL(behaviour ‖ trainer at the base version) over the behaviour's tokens. */
   mismatch_kl: number;
+  /** Mean |shift| the proximal baseline moved a sequence's advantage by (rl/corrections/proximal-baseline.ts; 0 with baseline 'behaviour', the default). */
+  baselineShift: number;
+  /** Effective sample share (Σw)²/(N·Σw²) of the trained tokens' weights (rl/corrections/step-size.ts); the model's scales its lr with stepSize 'ess'. */
+  'isWeight.ess': number;
 } & Record<`${typeof STALENESS_TOKENS}${number}`, number>;
 
 export interface OffPolicyUpdate {
@@ -37,6 +55,8 @@ export interface OffPolicyUpdate {
   model: OffPolicyMetrics;
   /** Per agent of the model. */
   agents: Record<string, OffPolicyMetrics>;
+  /** What the update's learning rate is multiplied by: the model's isWeight.ess (stepSize 'ess'), or 1. */
+  lrScale: number;
 }
 
 interface Sums {
@@ -48,6 +68,8 @@ interface Sums {
   truncated: number;
   masked: number;
   kl: number;
+  /** Σ |baseline shift| over sequences. */
+  shift: number;
   /** Trained tokens per lag. */
   lags: Map<number, number>;
 }
@@ -61,6 +83,18 @@ function trainedTokensByLag(seq: UpdateSequence, mask: ArrayLike<number>, baseVe
     lags.set(lag, (lags.get(lag) ?? 0) + 1);
   }
   return lags;
+}
+
+/** The mean of `values` over the tokens with mask 1 (0 without any). */
+function meanTrained(values: ArrayLike<number>, mask: ArrayLike<number>): number {
+  let sum = 0;
+  let n = 0;
+  for (let t = 0; t < mask.length; t++)
+    if (mask[t] === 1) {
+      sum += values[t] ?? 0;
+      n++;
+    }
+  return n === 0 ? 0 : sum / n;
 }
 
 /**
@@ -77,10 +111,11 @@ export function offPolicyCorrection(
   const correction = setting.correction ?? DEFAULT_CORRECTION;
   const settings = { cap: setting.importanceCap, band: setting.band ?? DEFAULT_BAND };
   const sums = new Map<string, Sums>();
-  const empty = (): Sums => ({ sequences: 0, lag: 0, tokens: 0, w: 0, max: 0, truncated: 0, masked: 0, kl: 0, lags: new Map() });
-  const add = (key: string, lag: number, d: ImportanceWeights['diagnostics'], lags: ReadonlyMap<number, number>) => {
+  const empty = (): Sums => ({ sequences: 0, lag: 0, tokens: 0, w: 0, max: 0, truncated: 0, masked: 0, kl: 0, shift: 0, lags: new Map() });
+  const add = (key: string, lag: number, d: ImportanceWeights['diagnostics'], lags: ReadonlyMap<number, number>, shift: number) => {
     const s = sums.get(key) ?? empty();
     s.sequences++;
+    s.shift += Math.abs(shift);
     s.lag += lag;
     s.tokens += d.tokens;
     s.w += d.mean * d.tokens;
@@ -91,22 +126,39 @@ export function offPolicyCorrection(
     for (const [l, n] of lags) s.lags.set(l, (s.lags.get(l) ?? 0) + n);
     sums.set(key, s);
   };
-  const corrected = samples.map((sample, i) => {
-    const seq = sequences[i]!;
-    const prox = baseLogprobs[i]!;
-    const { weights, diagnostics } = importanceWeights(prox, sample.oldLogprobs, sample.lossMask, correction, settings);
+  // Per sequence: the engine sample, the base log-probs and the correction's weights.
+  const rows = sequences.map((seq, i) => {
+    const sample = samples[i];
+    const prox = baseLogprobs[i];
+    if (!sample || !prox) throw new Error(`offPolicyCorrection: sequence ${i} has no ${sample ? 'base log-probs' : 'sample'}`);
+    return { seq, sample, prox, ...importanceWeights(prox, sample.oldLogprobs, sample.lossMask, correction, settings) };
+  });
+  // The group's baseline under the proximal policy: each (task group, agent) set re-centred under the weights.
+  const shifts =
+    (setting.baseline ?? DEFAULT_BASELINE) === 'proximal'
+      ? proximalBaselineShifts(
+          rows.map(({ seq, sample, weights }) => ({
+            key: `${seq.group ?? ''}\u0000${seq.agent}`,
+            advantage: meanTrained(sample.advantages, sample.lossMask),
+            weight: meanTrained(weights, sample.lossMask),
+          })),
+        )
+      : new Float64Array(rows.length);
+  const corrected = rows.map(({ seq, sample, prox, weights, diagnostics }, i) => {
+    const shift = shifts[i] ?? 0;
     const lags = trainedTokensByLag(seq, sample.lossMask, baseVersion);
-    add('', baseVersion - seq.version, diagnostics, lags);
-    add(seq.agent, baseVersion - seq.version, diagnostics, lags);
+    add('', baseVersion - seq.version, diagnostics, lags, shift);
+    add(seq.agent, baseVersion - seq.version, diagnostics, lags, shift);
     const trained = (t: number) => sample.lossMask[t] === 1;
     return {
       ...sample,
-      advantages: sample.advantages.map((a, t) => (trained(t) ? a * weights[t]! : a)),
-      oldLogprobs: sample.oldLogprobs.map((lp, t) => (trained(t) ? prox[t]! : lp)),
+      advantages: sample.advantages.map((a, t) => (trained(t) ? (a - shift) * (weights[t] ?? 0) : a)),
+      oldLogprobs: sample.oldLogprobs.map((lp, t) => (trained(t) ? (prox[t] ?? lp) : lp)),
     };
   });
   const metrics = (key: string): OffPolicyMetrics => {
     const s = sums.get(key) ?? empty();
+    const mine = key === '' ? rows : rows.filter((r) => r.seq.agent === key);
     const per = (x: number) => (s.tokens === 0 ? 0 : x / s.tokens);
     const histogram = Object.fromEntries([...s.lags].sort(([a], [b]) => a - b).map(([lag, n]) => [`${STALENESS_TOKENS}${lag}`, n]));
     return {
@@ -116,9 +168,16 @@ export function offPolicyCorrection(
       'isWeight.truncated': per(s.truncated),
       'isWeight.masked': per(s.masked),
       mismatch_kl: per(s.kl),
+      baselineShift: s.sequences === 0 ? 0 : s.shift / s.sequences,
+      'isWeight.ess': effectiveSampleShare(
+        mine.map((r) => r.weights),
+        mine.map((r) => r.sample.lossMask),
+      ),
       ...histogram,
     };
   };
   const agents = [...new Set(sequences.map((s) => s.agent))];
-  return { samples: corrected, model: metrics(''), agents: Object.fromEntries(agents.map((a) => [a, metrics(a)])) };
+  const model = metrics('');
+  const lrScale = (setting.stepSize ?? DEFAULT_STEP_SIZE) === 'ess' ? model['isWeight.ess'] : 1;
+  return { samples: corrected, model, agents: Object.fromEntries(agents.map((a) => [a, metrics(a)])), lrScale };
 }

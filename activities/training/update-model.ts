@@ -100,7 +100,9 @@ export async function updateModel(
     input.offPolicy &&
     offPolicyCorrection(sequences, onPolicy, await versions.score(runId, model, input.baseVersion, sequences), input.baseVersion, input.offPolicy);
   const samples = corrected ? corrected.samples : onPolicy;
-  const request = (attempt: UpdateAttempt) => updateRequest({ runId, model, step, baseVersion: input.baseVersion }, samples, modelSettings, attempt);
+  // A stale batch's step: the lr scaled by its effective sample share (rl/corrections/step-size.ts).
+  const scaled = (attempt: UpdateAttempt): UpdateAttempt => (corrected ? { ...attempt, lrScale: attempt.lrScale * corrected.lrScale } : attempt);
+  const request = (attempt: UpdateAttempt) => updateRequest({ runId, model, step, baseVersion: input.baseVersion }, samples, modelSettings, scaled(attempt));
   // The engine's progress goes out with the heartbeats (visible in the Web UI's pending activity).
   let progress: UpdateProgress | undefined;
   const send = (req: UpdateRequest) => {

@@ -59,8 +59,15 @@ describe('offPolicyCorrection', () => {
       'isWeight.truncated': 0,
       'isWeight.masked': 0,
       mismatch_kl: 0,
+      baselineShift: 0,
+      'isWeight.ess': 1,
       'staleness.tokens.0': 1,
     });
+    // effective sample share (Σw)²/(N·Σw²): solver (2 + 3)²/(2·(4 + 9)) = 25/26; the model's (2 + 3 + 1)²/(3·14) = 6/7 scales its lr
+    close(solver['isWeight.ess'], 25 / 26);
+    close(r.model['isWeight.ess'], 6 / 7);
+    close(r.lrScale, 6 / 7);
+    assert.equal(offPolicyCorrection(sequences, samples, base, 3, { importanceCap: 3, stepSize: 'constant' }).lrScale, 1);
     // model: sequences (2 + 0)/2 lag; tokens 3: w (2 + 3 + 1)/3, truncated 1/3, KL over 3 tokens; histogram lag 0: 1 token, lag 2: 2
     assert.deepEqual([r.model.staleness, r.model['isWeight.mean'], r.model['isWeight.max']], [1, 2, 3]);
     close(r.model['isWeight.truncated'], 1 / 3);
@@ -92,6 +99,33 @@ describe('offPolicyCorrection', () => {
     );
     assert.equal(r.model.staleness, 2);
     close(r.model['isWeight.mean'], (2 + 0.5 + 3) / 3);
+  });
+
+  it("with baseline 'proximal', re-centres each (task group, agent) set's advantages before weighting them", () => {
+    // group g0, agent reader, lag 1: the trainer moved towards the right answer (token 7).
+    // GRPO advantages of 1 right, 3 wrong: +1.5, −0.5 ×3 (Σ A = 0). log ρ: right ln 2 (w 2), wrong ln 0.5 (w 0.5) twice, 0 (w 1).
+    // Σ w = 4, Σ w·A = 3 − 0.25 − 0.25 − 0.5 = 2 → shift = 2/4 − 0 = 0.5: A' = 1, −1, −1, −1; weighted: 2, −0.5, −0.5, −1 (Σ = 0).
+    // g1 (same agent, another task) is on-policy (w 1): shift 0. g0's judge is its own set: one sample, shift 0.
+    const one = (group: string, agent: string, advantage: number) => ({ ...seq(agent, 4, [-1], [1], [advantage]), group });
+    const sequences = [
+      one('g0', 'reader', 1.5),
+      one('g0', 'reader', -0.5),
+      one('g0', 'reader', -0.5),
+      one('g0', 'reader', -0.5),
+      one('g1', 'reader', 1),
+      one('g1', 'reader', -1),
+      one('g0', 'judge', 0.8),
+    ];
+    const base = [Math.log(2), Math.log(0.5), Math.log(0.5), 0, 0, 0, Math.log(2)].map((d) => [-1 + d]);
+    const r = offPolicyCorrection(sequences, samplesOf(sequences), base, 5, { importanceCap: 5, baseline: 'proximal' });
+    r.samples.forEach((s, i) => close(s.advantages[0] ?? NaN, [2, -0.5, -0.5, -1, 1, -1, 1.6][i] ?? NaN));
+    // mean |shift| per sequence: reader 4 × 0.5 over its 6 sequences; judge 0
+    close(r.agents.reader?.baselineShift ?? NaN, 2 / 6);
+    assert.equal(r.agents.judge?.baselineShift, 0);
+    // the behaviour's baseline (the default): weights only
+    const behaviour = offPolicyCorrection(sequences, samplesOf(sequences), base, 5, { importanceCap: 5 });
+    behaviour.samples.forEach((s, i) => close(s.advantages[0] ?? NaN, [3, -0.25, -0.25, -0.5, 1, -1, 1.6][i] ?? NaN));
+    assert.equal(behaviour.model.baselineShift, 0);
   });
 
   it('applies the selected correction: icepop masks outside its band and reports the masked share', () => {

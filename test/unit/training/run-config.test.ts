@@ -85,6 +85,15 @@ describe('run config', () => {
     assert.deepEqual(offPolicyOf(per, 'solver'), { importanceCap: 3, correction: 'tis-sequence' });
     assert.deepEqual(offPolicyOf(per, 'verifier'), { importanceCap: 3, correction: 'icepop', band: [0.2, 8] });
     checkAgainstTeam(per, mathTeam({ models: 'separate' }));
+    // the baseline and the step size: only what differs from the defaults (behaviour, ess) is set
+    const before = parseRunConfig({
+      team: 'math',
+      staleness: 1,
+      offPolicy: { baseline: 'behaviour', stepSize: 'constant', models: { policy: { baseline: 'proximal' } } },
+    });
+    assert.deepEqual(offPolicyOf(before, 'policy'), { importanceCap: 5, baseline: 'proximal', stepSize: 'constant' });
+    assert.throws(() => parseRunConfig({ team: 'math', offPolicy: { baseline: 'group' } }), /offPolicy\.baseline: must be one of proximal, behaviour/);
+    assert.throws(() => parseRunConfig({ team: 'math', offPolicy: { stepSize: 'adaptive' } }), /offPolicy\.stepSize: must be one of ess, constant/);
     assert.throws(
       () => parseRunConfig({ team: 'math', offPolicy: { correction: 'tis' } }),
       /offPolicy\.correction: must be one of decoupled-ppo, tis-token, tis-sequence, mis-token, mis-sequence, icepop/,

@@ -141,6 +141,8 @@ describe('the metrics of an update', () => {
     'isWeight.truncated': 0,
     'isWeight.masked': 0.5,
     mismatch_kl: 0.003,
+    baselineShift: 0,
+    'isWeight.ess': 0.8,
     'staleness.tokens.1': 6,
   };
 
@@ -229,9 +231,11 @@ describe('the metrics of an update', () => {
       t('solver', 'isWeight.truncated', 0),
       t('solver', 'isWeight.masked', 0.5),
       t('solver', 'mismatch_kl', 0.003),
+      t('solver', 'baselineShift', 0),
+      t('solver', 'isWeight.ess', 0.8),
       t('solver', 'staleness.tokens.1', 6),
       ...agentRows(batch, ['verifier', 'solver']),
     ]);
-    assert.equal(rows.filter((r) => r.kind === 'update').length, 19, '12 engine metrics and 7 of the correction');
+    assert.equal(rows.filter((r) => r.kind === 'update').length, 21, '12 engine metrics and 9 of the correction');
   });
 });
