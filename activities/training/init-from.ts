@@ -15,6 +15,7 @@ import { loadTeam } from '../../agents/team-registry';
 import type { AnyTeam } from '../../agents/team';
 import { initFieldOf, initSourceOf, type InitSource, type RunConfig } from '../../schema/run-config';
 import { getRun } from '../store/runs';
+import { canonical } from '../../gateway/journal';
 import { checkpointOf, engineSpec, type ModelSpec } from '../../agents/model';
 import type { ModelSpecInput } from '../../engines/families/model-family';
 import { deriveSeed } from '../../agents/seed';
@@ -54,18 +55,6 @@ export interface ResolvedInit {
 export async function lastCommittedStep(sql: Sql, runId: string): Promise<number> {
   const [r] = await sql`SELECT max(step) AS step FROM steps WHERE run_id = ${runId} AND status = 'completed'`;
   return (r?.step as number | null) ?? -1;
-}
-
-/** Canonical JSON (sorted keys): equal strings ⇔ equal specs. */
-function canonical(v: unknown): string {
-  if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
-  if (v && typeof v === 'object')
-    return `{${Object.keys(v)
-      .sort()
-      .filter((k) => (v as Record<string, unknown>)[k] !== undefined)
-      .map((k) => `${JSON.stringify(k)}:${canonical((v as Record<string, unknown>)[k])}`)
-      .join(',')}}`;
-  return JSON.stringify(v);
 }
 
 /** The top-level fields in which two specs differ. */

@@ -4,7 +4,7 @@
  * - a two-model math run trains 2 steps; a fork of it at step 1 starts with version 0 of each model
  *   naming the very files of the parent's version after step 1 (same weights and optimizer sha256, no
  *   file written for it), trains on with `frozen: ['verifier']` (the verifier stays at version 0), and
- *   `troupe status` shows its lineage;
+ *   `troupe status` and `troupe list` show its lineage; gc pruning the parent's version keeps the fork's files;
  * - a fork at a step that is not committed is refused naming --at and the last committed step;
  * - init-from into a model of another spec is refused naming init.<model>, and no run is stored.
  */
@@ -14,7 +14,8 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { WorkflowFailedError } from '@temporalio/client';
-import { listVersions } from '../../../activities/store/versions';
+import { getVersion, listVersions } from '../../../activities/store/versions';
+import { orphanFiles, pruneVersions } from '../../../activities/store/retention';
 import { forkBase } from '../../../control/fork';
 import { innermostCause } from '../../../control/runs';
 import { errorMessage } from '../../../infra/errors';
@@ -75,6 +76,13 @@ describe('fork, freeze and init-from', () => {
       ['solver v0 step -1', 'solver v1 step 0', 'verifier v0 step -1'],
     );
     assert.notEqual(versions[1]!.sha256, versions[0]!.sha256, 'the fork trains on');
+
+    // gc pruning the parent's version keeps the files the fork's version 0 names
+    await pruneVersions(h.db.sql, h.db.checkpoints, [{ runId: 'parent', model: 'solver', version: 2, bytes: 0 }]);
+    assert.equal((await h.db.sql`SELECT 1 FROM versions WHERE run_id = 'parent' AND model = 'solver' AND version = 2 AND pruned_at IS NOT NULL`).length, 1);
+    const kept = await getVersion(h.db.sql, h.db.checkpoints, 'forked', 'solver', 0);
+    assert.equal(kept?.sha256, (await row('parent', 'solver', 2)).sha256);
+    assert.deepEqual(await orphanFiles(h.db.sql, h.db.checkpoints, 0), []);
 
     const state = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-fork-'));
     try {
