@@ -1,7 +1,7 @@
 /**
  * Fork, freeze and init-from (issue #48) on a real Temporal server, PostgreSQL and the built-in engine,
  * every version in checkpoint-store files (TROUPE_CHECKPOINT_INLINE_MAX_BYTES=0):
- * - a two-model math run trains 2 steps; a fork of it at step 1 starts with version 0 of each model
+ * - a two-model math run trains 2 steps; a fork of it at step 1 (the client's forkRun) starts with version 0 of each model
  *   naming the very files of the parent's version after step 1 (same weights and optimizer sha256, no
  *   file written for it), trains on with `frozen: ['verifier']` (the verifier stays at version 0), and
  *   `troupe status` and `troupe list` show its lineage; gc pruning the parent's version keeps the fork's files;
@@ -22,6 +22,7 @@ import { errorMessage } from '../../../infra/errors';
 import type { trainingRun } from '../../../workflows';
 import { startHarness, type Harness } from '../../../testing/stack';
 import { troupe } from '../../helpers/cli';
+import { connectTroupe } from '../../../client';
 
 const small = { team: 'math', teamOptions: { models: 'separate' }, groupsPerStep: 1, groupSize: 2, evalEvery: 0, evalTasks: 1 };
 
@@ -50,7 +51,22 @@ describe('fork, freeze and init-from', () => {
     const parent = await run({ ...small, runId: 'parent', steps: 2 });
     assert.deepEqual(parent.versions, { solver: 2, verifier: 2 });
 
-    const forked = await run({ ...small, runId: 'forked', steps: 1, fork: { run: 'parent', step: 1 }, frozen: ['verifier'] });
+    // the fork through the client (troupe fork's path: the parent's stored config with changes)
+    const saved = { ...process.env };
+    Object.assign(process.env, { TEMPORAL_ADDRESS: h.env.address, DATABASE_URL: h.db.url, TROUPE_TASK_QUEUE: h.taskQueue });
+    const client = await connectTroupe();
+    let forked;
+    try {
+      await assert.rejects(client.forkRun('parent', 5, { runId: 'too-far' }), {
+        message: 'at: step 5 of run parent is not committed (its last committed step is 1)',
+      });
+      const { runId } = await client.forkRun('parent', 1, { runId: 'forked', steps: 1, frozen: ['verifier'] });
+      forked = await client.watchRun(runId);
+    } finally {
+      await client.close();
+      for (const k of ['TEMPORAL_ADDRESS', 'DATABASE_URL', 'TROUPE_TASK_QUEUE']) if (saved[k] === undefined) delete process.env[k];
+      Object.assign(process.env, saved);
+    }
     assert.equal(forked.status, 'completed');
     assert.deepEqual(forked.versions, { solver: 1, verifier: 0 }, 'the frozen verifier never updates');
     for (const model of ['solver', 'verifier']) {
