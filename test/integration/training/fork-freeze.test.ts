@@ -6,7 +6,8 @@
  *   file written for it), trains on with `frozen: ['verifier']` (the verifier stays at version 0), and
  *   `troupe status` and `troupe list` show its lineage; gc pruning the parent's version keeps the fork's files;
  * - a fork at a step that is not committed is refused naming --at and the last committed step;
- * - init-from into a model of another spec is refused naming init.<model>, and no run is stored.
+ * - init-from into a model of another spec is refused naming init.<model>, and no run is stored; a version
+ *   the source run lacks is refused naming init.<model>.version.
  */
 import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
@@ -17,6 +18,7 @@ import { WorkflowFailedError } from '@temporalio/client';
 import { getVersion, listVersions } from '../../../activities/store/versions';
 import { orphanFiles, pruneVersions } from '../../../activities/store/retention';
 import { forkBase } from '../../../control/fork';
+import { resumePoint } from '../../../activities/training/resume';
 import { innermostCause } from '../../../control/runs';
 import { errorMessage } from '../../../infra/errors';
 import type { trainingRun } from '../../../workflows';
@@ -93,6 +95,9 @@ describe('fork, freeze and init-from', () => {
     );
     assert.notEqual(versions[1]!.sha256, versions[0]!.sha256, 'the fork trains on');
 
+    // a resume of the fork restarts after its last step: the frozen verifier (still at version 0) does not hold it back
+    assert.equal((await resumePoint(h.db.sql, 'forked', ['solver', 'verifier'], undefined, ['verifier'])).startStep, 1);
+
     // gc pruning the parent's version keeps the files the fork's version 0 names
     await pruneVersions(h.db.sql, h.db.checkpoints, [{ runId: 'parent', model: 'solver', version: 2, bytes: 0 }]);
     assert.equal((await h.db.sql`SELECT 1 FROM versions WHERE run_id = 'parent' AND model = 'solver' AND version = 2 AND pruned_at IS NOT NULL`).length, 1);
@@ -134,5 +139,9 @@ describe('fork, freeze and init-from', () => {
       },
     );
     assert.equal((await h.db.sql`SELECT 1 FROM runs WHERE run_id = ${runId}`).length, 0);
+    await assert.rejects(run({ ...small, runId: 'no-version', steps: 1, init: { verifier: { run: 'parent', version: 9 } } }), (e: unknown) => {
+      assert.equal(errorMessage(innermostCause(e)), 'init.verifier.version: run parent has no version 9 of verifier (its newest is 2)');
+      return true;
+    });
   });
 });
