@@ -134,13 +134,13 @@ export async function resolveInitSource(sql: Sql, source: InitSource, target: In
 /** Every init source of a config (its `init`, or every model of a fork), checked against its team. */
 export async function checkInitSources(sql: Sql, config: RunConfig, team: AnyTeam, stepField?: string): Promise<Record<string, ResolvedInit>> {
   const out: Record<string, ResolvedInit> = {};
-  for (const model of Object.keys(team.models)) {
+  for (const [model, spec] of Object.entries(team.models)) {
     const source = initSourceOf(config, model);
     if (!source) continue;
     const field = initFieldOf(config, model);
     out[model] = await resolveInitSource(sql, source, {
       model,
-      spec: team.models[model]!,
+      spec,
       seed: config.seed,
       field,
       ...(field === 'fork' ? { stepField: stepField ?? 'fork.step' } : {}),

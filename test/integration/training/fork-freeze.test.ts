@@ -93,7 +93,7 @@ describe('fork, freeze and init-from', () => {
       versions.map((v) => `${v.model} v${v.version} step ${v.step}`),
       ['solver v0 step -1', 'solver v1 step 0', 'verifier v0 step -1'],
     );
-    assert.notEqual(versions[1]!.sha256, versions[0]!.sha256, 'the fork trains on');
+    assert.notEqual(versions[1]?.sha256, versions[0]?.sha256, 'the fork trains on');
 
     // a resume of the fork restarts after its last step: the frozen verifier (still at version 0) does not hold it back
     assert.equal((await resumePoint(h.db.sql, 'forked', ['solver', 'verifier'], undefined, ['verifier'])).startStep, 1);
