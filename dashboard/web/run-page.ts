@@ -57,11 +57,15 @@ type LiveProgress = { text: string } | null;
 type InitSource = { run: string; model?: string; step?: number; version?: number };
 
 /** The run config's lineage (run config fork, init, frozen; docs/running.md): a fork links to the run and step it came from. */
-export function lineageHtml(config: unknown): string {
+export function lineageHtml(runId: string, config: unknown): string {
   const c = (config ?? {}) as { fork?: { run: string; step: number }; init?: Record<string, InitSource>; frozen?: string[] };
   const link = (run: string) => `<a href="#/runs/${encodeURIComponent(run)}">${esc(run)}</a>`;
   const lines = [
-    ...(c.fork ? [`<span id="run-fork">forked from ${link(c.fork.run)} at step ${c.fork.step}</span>`] : []),
+    ...(c.fork
+      ? [
+          `<span id="run-fork">forked from ${link(c.fork.run)} at step ${c.fork.step}</span> · <a href="#/compare?runs=${encodeURIComponent(c.fork.run)},${encodeURIComponent(runId)}">curves with it, from the fork point</a>`,
+        ]
+      : []),
     ...Object.entries(c.init ?? {}).map(
       ([m, s]) =>
         `model ${esc(m)} starts from ${link(s.run)}${s.model ? ` model ${esc(s.model)}` : ''} ${s.step !== undefined ? `step ${s.step}` : `version ${s.version ?? 0}`}`,
@@ -83,7 +87,7 @@ export async function runPage(runId: string, params: URLSearchParams) {
   const summary = (run: RunSummary, progress: LiveProgress) =>
     (byId('summary').innerHTML =
       `team <b>${esc(run.team)}</b> · status <b id="run-status">${esc(run.status)}</b> · step ${run.step}${run.steps ? ' / ' + run.steps : ''} · eval success ${fmt(run.evalSuccess)} · ${duration(run.durationSeconds)}${t ? ` · <a href="${esc(t)}" target="_blank">Temporal UI</a>` : ''}` +
-      lineageHtml(detail.config) +
+      lineageHtml(runId, detail.config) +
       (progress ? `<br><span id="run-progress">${esc(progress.text)}</span>` : ''));
   summary(r, detail.progress);
   controls(runId, cfg.controls);

@@ -4,7 +4,8 @@
  * - a two-model math run trains 2 steps; a fork of it at step 1 (the client's forkRun) starts with version 0 of each model
  *   naming the very files of the parent's version after step 1 (same weights and optimizer sha256, no
  *   file written for it), trains on with `frozen: ['verifier']` (the verifier stays at version 0), and
- *   `troupe status` and `troupe list` show its lineage; gc pruning the parent's version keeps the fork's files;
+ *   `troupe status`, `troupe list` and the dashboard (its run page, and its curves from the fork point
+ *   when compared with the parent; skipped without Chromium) show its lineage; gc pruning the parent's version keeps the fork's files;
  * - a fork at a step that is not committed is refused naming --at and the last committed step;
  * - init-from into a model of another spec is refused naming init.<model>, and no run is stored; a version
  *   the source run lacks is refused naming init.<model>.version.
@@ -25,6 +26,9 @@ import type { trainingRun } from '../../../workflows';
 import { startHarness, type Harness } from '../../../testing/stack';
 import { troupe } from '../../helpers/cli';
 import { connectTroupe } from '../../../client';
+import { startDashboard } from '../../../dashboard/server';
+import { freePort } from '../../helpers';
+import { browserSkipReason, launchBrowser } from '../dashboard/browser';
 
 const small = { team: 'math', teamOptions: { models: 'separate' }, groupsPerStep: 1, groupSize: 2, evalEvery: 0, evalTasks: 1 };
 
@@ -123,6 +127,29 @@ describe('fork, freeze and init-from', () => {
       assert.equal(rows.find((r) => r.workflowId === 'parent')?.forkedFrom, null);
     } finally {
       fs.rmSync(state, { recursive: true, force: true });
+    }
+
+    // the dashboard: the run page names and links the parent; compared with it, the fork's curves start at the fork point
+    if (!browserSkipReason()) {
+      const dash = await startDashboard({ sql: h.db.sql, port: await freePort(), temporalAddress: h.env.address, namespace: h.env.namespace ?? 'default' });
+      const browser = await launchBrowser();
+      try {
+        const page = await browser.context.newPage();
+        const ready = () => page.waitForFunction(() => (globalThis as any).troupe?.ready === true);
+        await page.goto(`${dash.url}/#/runs/forked`);
+        await ready();
+        assert.equal(await page.locator('#run-fork').innerText(), 'forked from parent at step 1');
+        await page.locator('a', { hasText: 'curves with it, from the fork point' }).click();
+        await page.waitForFunction(() => (globalThis as any).location.hash === '#/compare?runs=parent,forked' && (globalThis as any).troupe?.ready === true);
+        const xs: Array<[string, number]> = await page.evaluate(() =>
+          (globalThis as any).troupe.views['reward components'].data('points').map((p: any) => [String(p.series).split(':')[0], p.x]),
+        );
+        const stepsOf = (run: string) => [...new Set(xs.filter(([r]) => r === run).map(([, x]) => x))].sort();
+        assert.deepEqual([stepsOf('parent'), stepsOf('forked')], [[1, 2], [3]], "the fork drawn after the parent's step 1");
+      } finally {
+        await browser.close();
+        await dash.close();
+      }
     }
 
     await assert.rejects(forkBase(h.db.sql, 'parent', 2), { message: '--at: step 2 of run parent is not committed (its last committed step is 1)' });
