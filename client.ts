@@ -10,6 +10,7 @@ import type { RunStatus } from './activities/store/runs';
 import { openRun, requireOpenRun, setOptimizer } from './control/open-run';
 import { connectRuns, resumeRun, startTrainingRun, validateRunConfig, watchRun } from './control/runs';
 import { runIdFor } from './control/run-id';
+import { checkInitSourcesOf, forkBase } from './control/fork';
 import { TroupeError } from './infra/errors';
 import { enterProjectFromEnvironment } from './processes/project';
 import type { RunConfigInput } from './schema/run-config';
@@ -28,6 +29,11 @@ export interface RunRow {
 export interface TroupeClient {
   /** Validates the config against its team (every bad field named) and starts the run; `runId` defaults to `<team>-<time>-<random>`. */
   startRun(config: RunConfigInput): Promise<{ runId: string }>;
+  /**
+   * Forks run `parent` at its committed step `at`: a new run whose version 0 of each model is the version it served
+   * after that step (weights and optimizer state, by reference), with `parent`'s config changed by `changes`.
+   */
+  forkRun(parent: string, at: number, changes?: Partial<RunConfigInput>): Promise<{ runId: string }>;
   /** Resolves with the run's summary when it closes; `onProgress` gets the status whenever its step, status or eval changes. */
   watchRun(runId: string, onProgress?: (status: RunStatusView) => void): Promise<RunSummary>;
   /** The live status of an open run, or undefined when its workflow is closed (see listRuns for the stored status). */
@@ -53,9 +59,19 @@ export async function connectTroupe(opts: { project?: string; log?: (line: strin
   return {
     async startRun(input) {
       if (typeof input?.team !== 'string') throw new TroupeError('startRun: team: required', "name one of the project's teams");
-      const config = validateRunConfig({ ...input, runId: input.runId ?? runIdFor(input.team) });
+      const runId = input.runId ?? runIdFor(input.team);
+      const config = validateRunConfig({ ...input, runId });
+      await checkInitSourcesOf(c.sql, config);
       await startTrainingRun(c.client, c.config.taskQueue, config);
-      return { runId: config.runId! };
+      return { runId };
+    },
+    async forkRun(parent, at, changes = {}) {
+      const base = await forkBase(c.sql, parent, at, 'at');
+      const runId = changes.runId ?? runIdFor(base.team);
+      const config = validateRunConfig({ ...base, ...changes, team: base.team, fork: base.fork, runId });
+      await checkInitSourcesOf(c.sql, config, 'at');
+      await startTrainingRun(c.client, c.config.taskQueue, config);
+      return { runId };
     },
     async watchRun(runId, onProgress) {
       const h: WorkflowHandle<typeof trainingRun> = handle(runId);

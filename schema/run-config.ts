@@ -53,6 +53,22 @@ const correctionSchema = () =>
     stepSize: z.enum(STEP_SIZES, `must be one of ${STEP_SIZES.join(', ')}`).optional(),
   });
 
+const runIdSchema = () => z.string().regex(/^[A-Za-z0-9._-]{1,100}$/, 'a run id: letters, digits, . _ - only (1-100)');
+
+/** init.<model>: { run, step } or { run, version } (and the other run's model name when it differs). */
+const initSourceSchema = () =>
+  z
+    .strictObject({
+      run: runIdSchema(),
+      model: z.string().min(1, 'must name a model').optional(),
+      step: int(0, 1_000_000).optional(),
+      version: int(0, 1_000_000).optional(),
+    })
+    .superRefine((v, ctx) => {
+      if ((v.step === undefined) === (v.version === undefined))
+        ctx.addIssue({ code: 'custom', path: [], message: 'give one of step (the version served after that step) or version' });
+    });
+
 // Built on first use (infra/lazily.ts).
 export const runConfigSchema = lazily(() =>
   z.strictObject({
@@ -134,8 +150,71 @@ export const runConfigSchema = lazily(() =>
     mlflow: z.string().regex(TRACKING_URI, TRACKING_URI_RULE).optional(),
     /** Fail the run after this many consecutive steps in which no model could train (every update skipped); 0: never. */
     maxStepsWithoutSignal: int(0, 1_000_000).default(3),
+    /**
+     * Models that sample but never update (docs/running.md, "Fork, freeze and init-from"): their update is not
+     * scheduled and they serve their version 0 for the whole run. At least one model must train.
+     */
+    frozen: z.array(z.string().min(1, 'must name a model'), 'must be a list of model names').optional(),
+    /**
+     * Version 0 of a model is another run's version (weights and optimizer state, by reference): the version that
+     * model served after `step` of that run (its newest version committed at or before it), or `version` itself.
+     * `model`: the other run's model name when it differs. The specs must match.
+     */
+    init: z.record(z.string(), initSourceSchema()).optional(),
+    /**
+     * A fork of another run at one of its committed steps: every model's version 0 is the version it served after
+     * that step (init-from of every model); the lineage troupe list, status and the dashboard show.
+     */
+    fork: z.strictObject({ run: runIdSchema(), step: int(0, 1_000_000) }).optional(),
   }),
 );
+
+/** Where a model's version 0 comes from (init.<model>, or every model of a fork). */
+export interface InitSource {
+  run: string;
+  /** The other run's model (default: the same name). */
+  model?: string;
+  step?: number;
+  version?: number;
+}
+
+/** The source of model `model`'s version 0 in this run, if it does not start from its own init: `init.<model>`, else the fork. */
+export function initSourceOf(config: Pick<RunConfig, 'init' | 'fork'>, model: string): InitSource | undefined {
+  const own = config.init?.[model];
+  if (own) return own;
+  return config.fork ? { run: config.fork.run, step: config.fork.step } : undefined;
+}
+
+/** The field a source of model `model` came from, for messages (`init.policy`, `fork`). */
+export const initFieldOf = (config: Pick<RunConfig, 'init'>, model: string) => (config.init?.[model] ? `init.${model}` : 'fork');
+
+/** A stored run config's lineage (fork, init, frozen), read leniently: what list, status and the dashboard show. */
+export interface Lineage {
+  fork?: { run: string; step: number };
+  init?: Record<string, InitSource>;
+  frozen?: string[];
+}
+
+export function lineageOf(config: unknown): Lineage {
+  const c = (config ?? {}) as { fork?: Lineage['fork']; init?: Lineage['init']; frozen?: Lineage['frozen'] };
+  return { ...(c.fork ? { fork: c.fork } : {}), ...(c.init ? { init: c.init } : {}), ...(c.frozen?.length ? { frozen: c.frozen } : {}) };
+}
+
+/** One line each: "forked from R at step N", "model m starts from run R step N", "frozen: a, b". */
+export function lineageLines(l: Lineage): string[] {
+  const source = (s: InitSource) => `run ${s.run}${s.model ? ` model ${s.model}` : ''} ${s.step !== undefined ? `step ${s.step}` : `version ${s.version}`}`;
+  return [
+    ...(l.fork ? [`forked from ${l.fork.run} at step ${l.fork.step}`] : []),
+    ...Object.entries(l.init ?? {}).map(([m, s]) => `model ${m} starts from ${source(s)}`),
+    ...(l.frozen ? [`frozen: ${l.frozen.join(', ')}`] : []),
+  ];
+}
+
+/** The models a run updates: every model of the team but the frozen ones. */
+export function trainedModels(config: Pick<RunConfig, 'frozen'>, models: readonly string[]): string[] {
+  const frozen = new Set(config.frozen ?? []);
+  return models.filter((m) => !frozen.has(m));
+}
 
 /** Temporal's limit on a workflow's pending child workflows (the run's, and each rollout node's). */
 export const MAX_PENDING_CHILDREN = 2000;
@@ -299,6 +378,14 @@ export function checkAgainstTeam(config: RunConfig, team: AnyTeam): ResolvedTrai
   }
   if (config.offPolicy && modelNames.every((m) => stalenessOf(config, m) === 0))
     issues.push({ path: 'offPolicy', message: 'every model is synchronous (staleness 0): a correction applies only to a model with staleness > 0' });
+  for (const [i, m] of (config.frozen ?? []).entries())
+    if (!modelNames.includes(m)) issues.push({ path: `frozen[${i}]`, message: `unknown model ${m} (team ${team.name} has: ${modelNames.join(', ')})` });
+  const frozen = config.frozen ?? [];
+  if (frozen.length > 0 && modelNames.every((m) => frozen.includes(m)))
+    issues.push({ path: 'frozen', message: `every model of team ${team.name} is frozen: at least one must train` });
+  for (const m of Object.keys(config.init ?? {}))
+    if (!modelNames.includes(m)) issues.push({ path: `init.${m}`, message: `unknown model (team ${team.name} has: ${modelNames.join(', ')})` });
+  if (config.init && config.fork) issues.push({ path: 'init', message: 'a fork starts every model from the run it forks: give init or fork, not both' });
   for (const a of Object.keys(config.optimizer.agents))
     if (!team.roles.includes(a)) issues.push({ path: `optimizer.agents.${a}`, message: `unknown agent (team ${team.name} has: ${team.roles.join(', ')})` });
   const modelLevel = (m: string) => mergeOverrides(team.models[m]?.optimizer as OptimizerOverrides, config.optimizer.all, config.optimizer.models[m]);

@@ -52,6 +52,10 @@ export const Patch = {
   teamRunDefaults: 'team-run-defaults',
   /** A durable rollout whose first FAIL_FAST finished episodes all failed the same way fails the run (EpisodesFailing), as a batched one does. */
   durableFailFast: 'durable-fail-fast',
+  /** A model with an init source (run config init, fork) gets it in its initModel input; runs without either never reach it. */
+  initFrom: 'init-from',
+  /** Frozen models (run config frozen) get no update; runs without frozen models never reach it. */
+  frozenModels: 'frozen-models',
 } as const;
 
 /**

@@ -69,7 +69,8 @@ export async function planPrune(sql: Sql, p: RetentionPolicy, runId?: string): P
              coalesce(weights_size, 0) + coalesce(optimizer_size, 0) + coalesce(octet_length(weights), 0) + coalesce(octet_length(optimizer_state), 0) AS bytes
       FROM versions WHERE run_id = ${run} ORDER BY model, version`;
     const models = [...new Set(rows.map((r) => r.model as string))];
-    const point = await resumePoint(sql, run, models);
+    const [config] = await sql`SELECT config->'frozen' AS frozen FROM runs WHERE run_id = ${run}`;
+    const point = await resumePoint(sql, run, models, undefined, (config?.frozen as string[] | null) ?? []);
     for (const model of models) {
       const mine = rows.filter((r) => r.model === model);
       const keep = keptVersions(
@@ -86,7 +87,7 @@ export async function planPrune(sql: Sql, p: RetentionPolicy, runId?: string): P
 
 /**
  * Prunes versions: the row stops naming bytes (one transaction each), then
- * its files are removed, so a crash in between leaves only unreferenced files
+ * its files are removed unless another row (a fork's version 0) still names them, so a crash in between leaves only unreferenced files
  * (removed by pruneOrphans), never a row naming a missing file.
  */
 export async function pruneVersions(sql: Sql, store: CheckpointStore, list: readonly PrunableVersion[]): Promise<void> {
@@ -98,7 +99,13 @@ export async function pruneVersions(sql: Sql, store: CheckpointStore, list: read
       await tx`
         UPDATE versions SET weights = NULL, optimizer_state = NULL, weights_file = NULL, optimizer_file = NULL, pruned_at = now()
         WHERE run_id = ${v.runId} AND model = ${v.model} AND version = ${v.version}`;
-      return [r.weights_file, r.optimizer_file].filter((f): f is string => !!f);
+      const files = [r.weights_file, r.optimizer_file].filter((f): f is string => !!f);
+      // A fork's or init-from's version 0 names the files of the version it started from: those stay while a row names them.
+      const shared = files.length
+        ? await tx`SELECT weights_file, optimizer_file FROM versions WHERE pruned_at IS NULL AND (weights_file = ANY(${tx.array(files)}::text[]) OR optimizer_file = ANY(${tx.array(files)}::text[]))`
+        : [];
+      const named = new Set(shared.flatMap((s) => [s.weights_file as string, s.optimizer_file as string]));
+      return files.filter((f) => !named.has(f));
     });
     for (const f of files) await store.remove(f);
   }

@@ -22,6 +22,7 @@ import { loadTasks } from '../tasks';
 import { durableEpisodeMeta, episodesOf, type EpisodeSpec, type StepPlan } from './plan';
 import { readCheckpointTokenizers } from './pretrained';
 import { resumePoint, versionsBefore } from './resume';
+import { checkInitSources, InitSourceError } from './init-from';
 
 type SpecRequest = TeamRef & { plan: Omit<StepPlan, 'episodes'>; index: number };
 
@@ -226,6 +227,15 @@ async function startRun(sql: Sql, workflowPatches: readonly string[] | undefined
       );
     }
   }
+  // init-from and fork: a bad source is refused before the run exists (a config typed into the Temporal UI)
+  if (!existing && (input.config.init || input.config.fork)) {
+    try {
+      await checkInitSources(sql, input.config, loadTeam(input.config.team, input.config.teamOptions));
+    } catch (e) {
+      if (e instanceof InitSourceError) throw ApplicationFailure.nonRetryable(e.message, 'InvalidInit');
+      throw e;
+    }
+  }
   if (
     !existing &&
     !(await createRun(sql, {
@@ -240,7 +250,7 @@ async function startRun(sql: Sql, workflowPatches: readonly string[] | undefined
   }
   // What this run's history may now hold: a Troupe whose workflow code lacks any of these cannot replay it.
   if (workflowPatches) await recordWorkflowPatches(sql, input.runId, workflowPatches);
-  const point = await resumePoint(sql, input.runId, input.models, input.config.optimizer);
+  const point = await resumePoint(sql, input.runId, input.models, input.config.optimizer, input.config.frozen);
   await recordExecution(sql, { runId: input.runId, workflowId: input.workflowId, executionId: input.executionId, startStep: point.startStep });
   await setRunStatus(sql, input.runId, 'running');
   if (existing)

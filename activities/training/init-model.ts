@@ -1,9 +1,9 @@
 /**
- * Version 0 of a model in a run: from its checkpoint (read here, or by the engine for a model type only it
+ * Version 0 of a model in a run: another run's version (init-from.ts), from its checkpoint (read here, or by the engine for a model type only it
  * computes), a LoRA model's PEFT adapter, or else made by the engine from the run seed; stored once.
  */
 import { ApplicationFailure } from '@temporalio/common';
-import { checkpointOf, engineSpec, type ModelSpec } from '../../agents/model';
+import { checkpointOf } from '../../agents/model';
 import type { ModelSpecInput } from '../../engines/families/model-family';
 import { deriveSeed } from '../../agents/seed';
 import { loadTeam } from '../../agents/team-registry';
@@ -18,24 +18,14 @@ import { normalizeTransformerSpec } from '../../engines/families/transformer/spe
 import { EngineScriptError } from '../../engines/pytorch/scripts';
 import { encodeWeights, sha256Hex } from '../../engines/protocol/version-bytes';
 import { modelKey } from './update-step';
+import { initFrom, initSpec } from './init-from';
+import type { InitSource } from '../../schema/run-config';
 
-export type InitModelInput = TeamRef & { runId: string; model: string; seed: number };
+/** `init`: version 0 is another run's version (init-from, fork; only set when the run config says so), `initField` the field it came from. */
+export type InitModelInput = TeamRef & { runId: string; model: string; seed: number; init?: InitSource; initField?: string };
 
 /** The modules a LoRA spec over a transformers-layout model targets (the PyTorch engine's layout: engines/pytorch/scripts.ts). */
 export type HfTargetsOf = (spec: ModelSpecInput) => HfTarget[];
-
-/**
- * A model's InitModel spec. A LoRA model's names its base's version 0 by the seed the base's own
- * InitModel draws it from (over a checkpoint, the engine names the directory), so the spec alone
- * (stored with every version) rebuilds the frozen base.
- */
-function initSpec(spec: ModelSpec, runSeed: number): ModelSpecInput {
-  const s = engineSpec(spec);
-  // a checkpoint: the directory's vocabulary, which may be padded past the tokenizer's ids (the base's initModel checks they fit)
-  if (checkpointOf(spec) !== undefined) return { ...s, vocabSize: 0 };
-  if (spec.base === undefined) return s;
-  return { ...s, lora: { ...(s.lora as object), baseSeed: deriveSeed(runSeed, 'init', spec.base) } };
-}
 
 /** Version 0 of a model, from its checkpoint or else the run seed; stored once, a repeat is a no-op. */
 export async function initModel(
@@ -46,6 +36,17 @@ export async function initModel(
   const team = loadTeam(input.team, input.teamOptions);
   const spec = team.models[input.model];
   if (!spec) throw ApplicationFailure.nonRetryable(`team ${team.name} has no model ${input.model}`);
+  if (input.init) {
+    await initFrom(sql, {
+      runId: input.runId,
+      model: input.model,
+      seed: input.seed,
+      spec,
+      init: input.init,
+      ...(input.initField ? { field: input.initField } : {}),
+    });
+    return { version: 0 };
+  }
   const dir = checkpointOf(spec);
   if (dir !== undefined && spec.base === undefined && readsCheckpoint(dir)) {
     // stored as is: engines load it from the store on first use (withVersion)

@@ -27,13 +27,21 @@ export interface ResumePoint {
 }
 
 /** `configured`: the run config's optimizer, the base of changes accepted before any took effect. */
-export async function resumePoint(sql: Sql, runId: string, models: readonly string[], configured?: OptimizerConfig): Promise<ResumePoint> {
+/** `frozen`: models that never update (run config `frozen`): they have handled every step, and serve version 0. */
+export async function resumePoint(
+  sql: Sql,
+  runId: string,
+  models: readonly string[],
+  configured?: OptimizerConfig,
+  frozen: readonly string[] = [],
+): Promise<ResumePoint> {
   const committed = await sql`SELECT model, max(step) AS step FROM versions WHERE run_id = ${runId} GROUP BY model`;
   const skipped = await sql`SELECT detail->>'model' AS model, max(step) AS step FROM run_events WHERE run_id = ${runId} AND kind = 'update-skipped' GROUP BY 1`;
   const handled = new Map<string, number>();
   for (const r of [...committed, ...skipped]) handled.set(r.model, Math.max(handled.get(r.model) ?? -1, r.step));
   const fresh = committed.length === 0;
-  const startStep = fresh ? 0 : Math.min(...models.map((m) => (handled.get(m) ?? -1) + 1));
+  const trained = models.filter((m) => !frozen.includes(m));
+  const startStep = fresh ? 0 : Math.min(...trained.map((m) => (handled.get(m) ?? -1) + 1));
   const versions = await versionsBefore(sql, runId, models, startStep);
   const evals = await sql`SELECT step FROM metrics WHERE run_id = ${runId} AND kind = 'eval' AND scope = 'team' AND name = 'episodes' ORDER BY step`;
   return { startStep, versions, fresh, evals: evals.map((r) => r.step as number), optimizer: await effectiveOptimizer(sql, runId, configured) };

@@ -24,12 +24,17 @@ export default defineCommand({
           c.client,
           await c.sql`SELECT run_id AS "runId", status FROM runs WHERE run_id IN ${c.sql(rows.map((r) => r.workflowId))} AND status IN ${c.sql([...OPEN_RUN_STATUSES])}`,
         );
-      if (values.json) for (const r of rows) console.log(JSON.stringify(r));
+      // lineage from the store: a fork names the run and step it came from
+      const forks = new Map<string, { run: string; step: number }>();
+      if (rows.length > 0)
+        for (const f of await c.sql`SELECT run_id, config->'fork' AS fork FROM runs WHERE run_id IN ${c.sql(rows.map((r) => r.workflowId))} AND config ? 'fork'`)
+          forks.set(f.run_id as string, f.fork as { run: string; step: number });
+      if (values.json) for (const r of rows) console.log(JSON.stringify({ ...r, forkedFrom: forks.get(r.workflowId) ?? null }));
       else {
         console.log(`${'run'.padEnd(36)} ${'team'.padEnd(9)} ${'workflow'.padEnd(11)} ${'phase'.padEnd(10)} step  eval   started`);
         for (const r of rows)
           console.log(
-            `${String(r.workflowId).padEnd(36)} ${String(r.team ?? '-').padEnd(9)} ${String(r.status).padEnd(11)} ${String(r.phase ?? '-').padEnd(10)} ${String(r.step ?? '-').padStart(4)}  ${typeof r.evalSuccess === 'number' ? r.evalSuccess.toFixed(2) : ' -  '}   ${r.started}`,
+            `${String(r.workflowId).padEnd(36)} ${String(r.team ?? '-').padEnd(9)} ${String(r.status).padEnd(11)} ${String(r.phase ?? '-').padEnd(10)} ${String(r.step ?? '-').padStart(4)}  ${typeof r.evalSuccess === 'number' ? r.evalSuccess.toFixed(2) : ' -  '}   ${r.started}${forkNote(forks.get(r.workflowId))}`,
           );
         if (rows.length === 0) console.log('(no runs yet: npx troupe train math)');
       }
@@ -39,6 +44,9 @@ export default defineCommand({
     }
   },
 });
+
+/** The end of a forked run's line in `troupe list`. */
+const forkNote = (f: { run: string; step: number } | undefined) => (f ? `  forked from ${f.run} at step ${f.step}` : '');
 
 export interface ExecutionRow {
   run: string;

@@ -9,7 +9,7 @@ import { listVersions } from '../../activities/store/versions';
 import { STALENESS_TOKENS } from '../../activities/training/off-policy';
 import { describeModel } from '../../engines/families';
 import { CORRECTIONS, DEFAULT_BAND, DEFAULT_CORRECTION } from '../../rl';
-import { offPolicyOf, parseRunConfig } from '../../schema/run-config';
+import { lineageLines, lineageOf, offPolicyOf, parseRunConfig } from '../../schema/run-config';
 import { statusQuery } from '../../workflows/definitions';
 import type { trainingRun } from '../../workflows/training-run';
 import { defineCommand } from '../command';
@@ -183,6 +183,7 @@ export default defineCommand({
         runId,
         team: run?.team,
         stored: run?.status,
+        lineage: lineageOf(run?.config),
         workflow: execution?.status ?? 'not found',
         ...(refusedStart ? { refusedStart } : {}),
         live: live ?? null,
@@ -206,6 +207,7 @@ export default defineCommand({
       console.log(`run ${runId}  team ${out.team ?? '?'}  workflow ${out.workflow}  store ${out.stored ?? '-'}`);
       if (refusedStart)
         console.log(`  a later start under this id was refused (${refusedStart.status} at ${refusedStart.at}): ${refusedStart.reason}; the run is unchanged`);
+      for (const l of lineageLines(out.lineage)) console.log(`  ${l}`);
       if (live) console.log('  ' + progressLine(live));
       console.log(
         `  versions: ${

@@ -62,6 +62,27 @@ function retentionText(r: RunRetention): string {
 /** The server's live line for a rollout in flight (dashboard/server.ts liveProgress). */
 type LiveProgress = { text: string } | null;
 
+type InitSource = { run: string; model?: string; step?: number; version?: number };
+
+/** The run config's lineage (run config fork, init, frozen; docs/running.md): a fork links to the run and step it came from. */
+export function lineageHtml(runId: string, config: unknown): string {
+  const c = (config ?? {}) as { fork?: { run: string; step: number }; init?: Record<string, InitSource>; frozen?: string[] };
+  const link = (run: string) => `<a href="#/runs/${encodeURIComponent(run)}">${esc(run)}</a>`;
+  const lines = [
+    ...(c.fork
+      ? [
+          `<span id="run-fork">forked from ${link(c.fork.run)} at step ${c.fork.step}</span> · <a href="#/compare?runs=${encodeURIComponent(c.fork.run)},${encodeURIComponent(runId)}">curves with it, from the fork point</a>`,
+        ]
+      : []),
+    ...Object.entries(c.init ?? {}).map(
+      ([m, s]) =>
+        `model ${esc(m)} starts from ${link(s.run)}${s.model ? ` model ${esc(s.model)}` : ''} ${s.step !== undefined ? `step ${s.step}` : `version ${s.version ?? 0}`}`,
+    ),
+    ...(c.frozen?.length ? [`frozen: ${c.frozen.map(esc).join(', ')}`] : []),
+  ];
+  return lines.map((l) => `<br>${l}`).join('');
+}
+
 export async function runPage(runId: string, params: URLSearchParams) {
   crumbs.innerHTML = `/ <a href="#/">runs</a> / ${esc(runId)}`;
   const detail = await api<{ run: RunSummary; config: unknown; events: RunEvent[]; progress: LiveProgress; retention: RunRetention | null }>(
@@ -76,6 +97,7 @@ export async function runPage(runId: string, params: URLSearchParams) {
   const summary = (run: RunSummary, progress: LiveProgress) =>
     (byId('summary').innerHTML =
       `team <b>${esc(run.team)}</b> · status <b id="run-status">${esc(run.status)}</b> · step ${run.step}${run.steps ? ' / ' + run.steps : ''} · eval success ${fmt(run.evalSuccess)} · ${duration(run.durationSeconds)}${t ? ` · <a href="${esc(t)}" target="_blank">Temporal UI</a>` : ''}` +
+      lineageHtml(runId, detail.config) +
       (progress ? `<br><span id="run-progress">${esc(progress.text)}</span>` : ''));
   summary(r, detail.progress);
   controls(runId, cfg.controls);

@@ -8,7 +8,7 @@ import type { EvalSummary } from '../../activities/training/control';
 import type { EpisodeSpec } from '../../activities/training/plan';
 import type { UpdateResult } from '../../activities/training/pool';
 import { applyOptimizerChange } from '../../schema/optimizer';
-import { offPolicyOf, partialShape, type PartialShape } from '../../schema/run-config';
+import { initFieldOf, initSourceOf, offPolicyOf, partialShape, trainedModels, type PartialShape } from '../../schema/run-config';
 import { Patch } from '../patches';
 import { control, controlLocal, type Bookkeeping } from './activities';
 import { withOptimizer } from './resolve';
@@ -50,7 +50,12 @@ export async function startOrResume(run: RunState, mode: StartMode) {
   run.versions = point.versions;
   if (point.optimizer) run.resolved = withOptimizer(run.resolved, point.optimizer);
   // Idempotent: makes version 0 from the run seed only where it is missing.
-  await Promise.all(models.map((m) => poolOf(run, m, 'train').initModel({ ...run.ref, runId, model: m, seed: run.config.seed })));
+  // init-from and fork: the source only where the config names one (other runs send the input they always did)
+  const initOf = (m: string) => {
+    const source = initSourceOf(run.config, m);
+    return source && patched(Patch.initFrom) ? { init: source, initField: initFieldOf(run.config, m) } : {};
+  };
+  await Promise.all(models.map((m) => poolOf(run, m, 'train').initModel({ ...run.ref, runId, model: m, seed: run.config.seed, ...initOf(m) })));
   if (point.fresh) {
     run.initialEval = await evaluate(run, 0);
   } else if (patched(Patch.evalResumePoint)) {
@@ -148,7 +153,9 @@ async function updateStep(run: RunState, rolloutDone: RolloutDone, bookkeeping: 
 }
 
 async function updateAndRecord(run: RunState, rolloutDone: RolloutDone, bookkeeping: Bookkeeping, offPolicy: boolean) {
-  const { runId, models, config } = run;
+  const { runId, config } = run;
+  // frozen models sample but get no update: their version stays
+  const models = (config.frozen?.length ?? 0) > 0 && patched(Patch.frozenModels) ? trainedModels(config, run.models) : run.models;
   // partial rollouts' counts go to the step's metrics, not to the update
   const { partial, ...rollout } = rolloutDone;
   const t1 = Date.now();
@@ -181,16 +188,16 @@ async function updateAndRecord(run: RunState, rolloutDone: RolloutDone, bookkeep
     metrics: { updateSeconds: (t2 - t1) / 1000, episodesPerSecond: rollout.episodes / Math.max(rollout.seconds, 1e-3), ...partial },
   });
   run.publish();
-  checkSignal(run, updates, rolloutDone);
+  checkSignal(run, models, updates, rolloutDone);
 }
 
 /** A run in which no model can train for maxStepsWithoutSignal steps in a row fails, naming why, instead of completing at version 0. */
-function checkSignal(run: RunState, updates: UpdateResult[], rollout: RolloutDone) {
+function checkSignal(run: RunState, models: readonly string[], updates: UpdateResult[], rollout: RolloutDone) {
   run.stepsWithoutSignal = updates.every((u) => u.skipped !== undefined) ? run.stepsWithoutSignal + 1 : 0;
   const { step, stepsWithoutSignal } = run;
   const limit = run.config.maxStepsWithoutSignal;
   if (limit > 0 && stepsWithoutSignal >= limit && patched(Patch.failWithoutSignal)) {
-    const why = updates.map((u, i) => `${run.models[i]}: ${u.skipped}`).join('; ');
+    const why = updates.map((u, i) => `${models[i]}: ${u.skipped}`).join('; ');
     throw ApplicationFailure.create({
       message: `no trainable signal for ${stepsWithoutSignal} consecutive steps (steps ${step - stepsWithoutSignal}-${step - 1}; maxStepsWithoutSignal ${limit}): every update was skipped (${why}); in the last step ${rollout.failed} of ${rollout.episodes} episodes failed (their errors are in the store: troupe status ${run.runId})`,
       type: 'NoTrainableSignal',

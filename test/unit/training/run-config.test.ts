@@ -2,7 +2,19 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { mathTeam } from '../../../examples/teams/math';
 import { transformer } from '../../../agents/model';
-import { checkAgainstTeam, offPolicyOf, parseRunConfig, poolsOf, type RunConfigError, stalenessOf } from '../../../schema/run-config';
+import {
+  checkAgainstTeam,
+  initFieldOf,
+  initSourceOf,
+  lineageLines,
+  lineageOf,
+  offPolicyOf,
+  parseRunConfig,
+  poolsOf,
+  type RunConfigError,
+  stalenessOf,
+  trainedModels,
+} from '../../../schema/run-config';
 
 describe('run config', () => {
   it('fills defaults', () => {
@@ -217,5 +229,52 @@ describe('run config', () => {
     );
     assert.equal(parseRunConfig({ team: 'math', groupsPerStep: 2048, groupSize: 8 }).groupSize, 8, '16,384 exactly is allowed');
     assert.throws(() => parseRunConfig({ team: 'math', groupsPerStep: 2049, groupSize: 8 }), /groupSize: a step may run at most 16384/);
+  });
+});
+
+describe('run config: frozen, init and fork', () => {
+  const team = mathTeam({ models: 'separate' });
+  const issues = (input: Record<string, unknown>) => {
+    try {
+      checkAgainstTeam(parseRunConfig({ team: 'math', ...input }), team);
+      return [];
+    } catch (e) {
+      return (e as RunConfigError).issues.map((i) => `${i.path}: ${i.message}`);
+    }
+  };
+
+  it('refuses unknown frozen and init models, freezing every model, and init with fork, naming the field', () => {
+    assert.deepEqual(issues({ frozen: ['verifier'] }), []);
+    assert.deepEqual(issues({ frozen: ['ghost'] }), ['frozen[0]: unknown model ghost (team math has: solver, verifier)']);
+    assert.deepEqual(issues({ frozen: ['solver', 'verifier'] }), ['frozen: every model of team math is frozen: at least one must train']);
+    assert.deepEqual(issues({ init: { ghost: { run: 'r', step: 1 } } }), ['init.ghost: unknown model (team math has: solver, verifier)']);
+    assert.deepEqual(issues({ init: { solver: { run: 'r', step: 1 } }, fork: { run: 'r', step: 1 } }), [
+      'init: a fork starts every model from the run it forks: give init or fork, not both',
+    ]);
+  });
+
+  it('takes one of step and version for an init source', () => {
+    assert.throws(
+      () => parseRunConfig({ team: 'math', init: { solver: { run: 'r' } } }),
+      /init\.solver: give one of step \(the version served after that step\) or version/,
+    );
+    assert.throws(() => parseRunConfig({ team: 'math', init: { solver: { run: 'r', step: 1, version: 2 } } }), /init\.solver: give one of step/);
+    assert.throws(() => parseRunConfig({ team: 'math', fork: { run: 'r', step: -1 } }), /fork\.step: must be >= 0/);
+  });
+
+  it('gives each model its source: its own init, else the fork; and the trained models', () => {
+    const fork = parseRunConfig({ team: 'math', fork: { run: 'p', step: 3 }, frozen: ['verifier'] });
+    assert.deepEqual(initSourceOf(fork, 'solver'), { run: 'p', step: 3 });
+    assert.equal(initFieldOf(fork, 'solver'), 'fork');
+    assert.deepEqual(trainedModels(fork, ['solver', 'verifier']), ['solver']);
+    const init = parseRunConfig({ team: 'math', init: { solver: { run: 'p', version: 2, model: 'policy' } } });
+    assert.deepEqual(initSourceOf(init, 'solver'), { run: 'p', version: 2, model: 'policy' });
+    assert.equal(initSourceOf(init, 'verifier'), undefined);
+    assert.equal(initFieldOf(init, 'solver'), 'init.solver');
+    assert.deepEqual(lineageLines(lineageOf({ ...fork, ...init })), [
+      'forked from p at step 3',
+      'model solver starts from run p model policy version 2',
+      'frozen: verifier',
+    ]);
   });
 });
