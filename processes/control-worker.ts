@@ -129,6 +129,11 @@ async function main(): Promise<void> {
   });
 }
 
+/** The background pruning of TROUPE_RETENTION_EPISODE_* (its policy, and how often). */
+function retentionLoop(sql: Sql, { intervalMinutes, ...policy }: NonNullable<TroupeConfig['episodeRetention']>): EpisodeRetentionLoop {
+  return new EpisodeRetentionLoop(sql, policy, { intervalMs: intervalMinutes * 60_000, log: (line) => console.log(line) });
+}
+
 /**
  * The control worker as a process (this file's entry, `troupe worker control`): runs until
  * SIGINT/SIGTERM. `onReady` gets the worker once it exists (before it polls).
@@ -176,18 +181,8 @@ export async function runControlWorkerProcess(opts: {
   const mlflow = new MlflowExport(exportSql, checkpointStoreOf(config), { defaultUri: config.mlflowTrackingUri });
   await mlflow.catchUp();
   // Episode retention (TROUPE_RETENTION_EPISODE_*), on a timer and a connection of its own: off every run's path.
-  const retentionSql = config.episodeRetention ? connect(db.url, { max: 1, applicationName: 'troupe-retention' }) : undefined;
-  const retention =
-    config.episodeRetention && retentionSql
-      ? new EpisodeRetentionLoop(
-          retentionSql,
-          { keepDays: config.episodeRetention.keepDays, keepSteps: config.episodeRetention.keepSteps, sample: config.episodeRetention.sample },
-          {
-            intervalMs: config.episodeRetention.intervalMinutes * 60_000,
-            log: (line) => console.log(line),
-          },
-        )
-      : undefined;
+  const retentionSql = config.episodeRetention && connect(db.url, { max: 1, applicationName: 'troupe-retention' });
+  const retention = retentionSql && config.episodeRetention && retentionLoop(retentionSql, config.episodeRetention);
   const { connection, worker } = await untilAvailable(
     `Temporal at ${address} (namespace ${namespace})`,
     async () => {

@@ -15,13 +15,12 @@ import { getVersion } from './versions';
 import type { CheckpointStore } from '../../infra/checkpoint-store';
 import type { Sql } from '../../infra/db';
 import { TroupeError } from '../../infra/errors';
-import { exportHfCheckpoint, HfCheckpointError, loadHfCheckpoint } from '../../engines/checkpoints/hf-layout';
+import { copyTokenizerFiles, exportHfCheckpoint, HfCheckpointError, loadHfCheckpoint } from '../../engines/checkpoints/hf-layout';
 import { CheckpointError, decodeWeights } from '../../engines/protocol/version-bytes';
 import { normalizeTransformerSpec, paramLayout, transformerSpecKey } from '../../engines/families/transformer/spec';
 import { adapterLayout, baseSpecOf, mergeLora } from '../../engines/families/transformer/lora';
 import { initTransformerWeights } from '../../engines/families/transformer/init';
 import { exportHfPeftAdapter, exportPeftAdapter, type HfLora } from '../../engines/checkpoints/peft';
-import { TOKENIZER_FILES } from '../../engines/checkpoints/hf-layout';
 import { EngineScriptError, hfTargets, runEngineScript } from '../../engines/pytorch/scripts';
 
 export interface ExportModelArgs {
@@ -108,14 +107,8 @@ function exportTransformersVersion(a: ExportModelArgs, spec: HfSpec, weights: Ui
     } else fs.writeFileSync(path.join(scratch, 'weights.f32'), weights);
     const r = runEngineScript(python, ['export.py', ...args], 'writing the model (export.py)') as { files: string[]; dtype: string };
     // the tokenizer: --from's, else a LoRA base directory's
-    const source = a.from ?? lora?.baseCheckpoint ?? '';
-    for (const f of source ? TOKENIZER_FILES : []) {
-      const from = path.join(source, f);
-      if (fs.existsSync(from) && !fs.existsSync(path.join(out, f))) {
-        fs.copyFileSync(from, path.join(out, f));
-        r.files.push(f);
-      }
-    }
+    const source = a.from ?? lora?.baseCheckpoint;
+    if (source) r.files.push(...copyTokenizerFiles(source, out));
     return r;
   } catch (e) {
     if (e instanceof EngineScriptError) throw new TroupeError(`export-model: ${e.message}`);

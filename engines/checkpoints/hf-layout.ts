@@ -296,14 +296,18 @@ export function exportHfCheckpoint(
   const files = ['config.json', 'model.safetensors'];
   fs.writeFileSync(path.join(out, 'config.json'), JSON.stringify(config, null, 2) + '\n');
   fs.writeFileSync(path.join(out, 'model.safetensors'), writeSafetensors(tensors, dtype, { format: 'pt' }));
-  for (const f of TOKENIZER_FILES) {
-    const from = source && path.join(source.dir, f);
-    if (from && fs.existsSync(from)) {
-      fs.copyFileSync(from, path.join(out, f));
-      files.push(f);
-    }
-  }
+  if (source) files.push(...copyTokenizerFiles(source.dir, out));
   return { files, dtype };
+}
+
+/** Copies the tokenizer files of `dir` that `out` does not have yet; returns their names. */
+export function copyTokenizerFiles(dir: string, out: string): string[] {
+  return TOKENIZER_FILES.filter((f) => {
+    const from = path.join(dir, f);
+    if (!fs.existsSync(from) || fs.existsSync(path.join(out, f))) return false;
+    fs.copyFileSync(from, path.join(out, f));
+    return true;
+  });
 }
 
 /** A spec that names a checkpoint: the engines' InitModel form `{family: "transformer", checkpoint: "/abs/dir", maxSeq?}`. */
