@@ -8,7 +8,7 @@
 //      (TROUPE_TEST_DATABASE_URL → postgres://postgres@127.0.0.1:5432/postgres → embedded);
 //   3. with no arguments, checks types (tsc) and lints (tools/lint.js) before any test runs;
 //   4. sweeps what killed earlier runs left (tools/test-runs.ts) and claims a folder for this run;
-//   5. runs `node --import tsx --import ./test/helpers/enter-project.mjs --test --test-concurrency=1`
+//   5. runs `node --import tsx --import ./test/helpers/enter-project.mjs --test` (unit files two at a time)
 //      (every test process enters the checkout's project: examples/) over test/unit/**/*.test.ts, then
 //      over test/integration/**/*.test.ts, and ends with one line "N passed, N failed".
 // Arguments filter the files by substring of their path: `npm test -- unit`, `npm test -- foundation ping`.
@@ -131,7 +131,9 @@ async function main() {
       '--import',
       './test/helpers/enter-project.mjs',
       '--test',
-      '--test-concurrency=1',
+      // Unit files two at a time: most of a unit file's time is tsx loading it, and they share
+      // nothing (each test database and port is its own); integration files one at a time.
+      `--test-concurrency=${kind === 'unit' ? 2 : 1}`,
       // 20 min per test file; TROUPE_TEST_TIMEOUT_S lifts it for the long opt-in tests (a 10,000-episode durable step)
       `--test-timeout=${Number(process.env.TROUPE_TEST_TIMEOUT_S || 1200) * 1000}`,
       `--test-reporter=${reporter}`,
