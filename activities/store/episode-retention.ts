@@ -16,6 +16,11 @@
  * is in it when the first 32 bits of sha256(episode id), as a fraction of 2^32, are below
  * `sample`, so every pass (and every reader) picks the same episodes.
  *
+ * A pass also deletes the partial rollouts' working state before the resume point (migration
+ * 008: the episodes carried into a step, and a step's stored rollout result), whatever the window:
+ * only that step's own rollout reads them, and a step before the resume point never rolls out
+ * again. Nothing shows them; a carried episode's generations can be as large as its turns.
+ *
  * Pruning deletes at most `batchSize` episodes per transaction (their child rows go by ON
  * DELETE CASCADE, their journal with them), so no lock is held for long and a crash loses
  * nothing but the rest of the pass. Each batch adds what it deleted to the run's row of
@@ -102,6 +107,9 @@ export interface EpisodePrunePlan {
   safeBefore: number;
   /** Training episodes to prune, by step then id. */
   episodes: Array<{ episodeId: string; step: number }>;
+  /** Rows of carried_episodes (into a step before safeBefore) and partial_rollouts (of such a step) to delete. */
+  carriedEpisodes: number;
+  partialRollouts: number;
 }
 
 /** Rows read per query while planning. */
@@ -141,7 +149,12 @@ export async function planEpisodePrune(sql: Sql, p: EpisodeRetentionPolicy, opts
       if (!last) break;
       after = { step: last.step as number, id: last.episode_id as string };
     }
-    if (episodes.length) out.push({ runId, safeBefore: startStep, episodes });
+    const [working] = await sql`
+      SELECT (SELECT count(*) FROM carried_episodes WHERE run_id = ${runId} AND into_step < ${startStep})::int AS carried,
+             (SELECT count(*) FROM partial_rollouts WHERE run_id = ${runId} AND step < ${startStep})::int AS partial`;
+    const carriedEpisodes = (working?.carried as number | undefined) ?? 0;
+    const partialRollouts = (working?.partial as number | undefined) ?? 0;
+    if (episodes.length || carriedEpisodes || partialRollouts) out.push({ runId, safeBefore: startStep, episodes, carriedEpisodes, partialRollouts });
   }
   return out;
 }
@@ -152,6 +165,9 @@ export interface EpisodePruneResult {
   episodes: number;
   turns: number;
   gatewayCalls: number;
+  /** Partial rollouts' working state deleted: carried episodes and stored step results. */
+  carriedEpisodes: number;
+  partialRollouts: number;
 }
 
 /** Turns a plan's episodes hold now (what a dry run reports), counted a batch at a time. */
@@ -173,7 +189,7 @@ export async function plannedTurns(sql: Sql, plan: EpisodePrunePlan, batchSize =
  */
 export async function pruneEpisodes(sql: Sql, plan: EpisodePrunePlan, p: EpisodeRetentionPolicy, batchSize = 500): Promise<EpisodePruneResult> {
   if (!(Number.isInteger(batchSize) && batchSize >= 1)) throw new TroupeError(`batchSize: must be a whole number >= 1 (got ${batchSize})`);
-  const total: EpisodePruneResult = { runId: plan.runId, episodes: 0, turns: 0, gatewayCalls: 0 };
+  const total: EpisodePruneResult = { runId: plan.runId, episodes: 0, turns: 0, gatewayCalls: 0, carriedEpisodes: 0, partialRollouts: 0 };
   const policy = { ...p, described: describeEpisodePolicy(p) };
   for (let i = 0; i < plan.episodes.length; i += batchSize) {
     const wanted = plan.episodes.slice(i, i + batchSize).map((e) => e.episodeId);
@@ -202,7 +218,18 @@ export async function pruneEpisodes(sql: Sql, plan: EpisodePrunePlan, p: Episode
     total.turns += done.turns;
     total.gatewayCalls += done.gatewayCalls;
   }
+  if (plan.carriedEpisodes || plan.partialRollouts)
+    await sql.begin(async (tx) => {
+      total.carriedEpisodes = (await tx`DELETE FROM carried_episodes WHERE run_id = ${plan.runId} AND into_step < ${plan.safeBefore}`).count;
+      total.partialRollouts = (await tx`DELETE FROM partial_rollouts WHERE run_id = ${plan.runId} AND step < ${plan.safeBefore}`).count;
+    });
   return total;
+}
+
+/** The working-state part of a prune's line ('' when there is none): "; deleted N carried episode(s) ...". */
+export function describeWorkingState(r: { carriedEpisodes: number; partialRollouts: number }, verb = 'deleted'): string {
+  if (!r.carriedEpisodes && !r.partialRollouts) return '';
+  return `; ${verb} ${r.carriedEpisodes} carried episode(s) and ${r.partialRollouts} partial rollout result(s) of committed steps`;
 }
 
 /** What a run's pruning so far removed (episode_retention), or null when nothing was pruned. */

@@ -10,6 +10,7 @@ import type { Sql } from '../../infra/db';
 import { errorMessage } from '../../infra/errors';
 import {
   describeEpisodePolicy,
+  describeWorkingState,
   planEpisodePrune,
   pruneEpisodes,
   validateEpisodePolicy,
@@ -45,10 +46,10 @@ export class EpisodeRetentionLoop {
     for (const plan of await planEpisodePrune(this.sql, this.policy)) {
       if (this.stopped) break;
       const done = await pruneEpisodes(this.sql, plan, this.policy, this.opts.batchSize);
-      if (done.episodes > 0) {
+      if (done.episodes > 0 || done.carriedEpisodes > 0 || done.partialRollouts > 0) {
         out.push(done);
         this.opts.log(
-          `troupe retention: pruned ${done.episodes} training episode(s) of ${done.runId} (${done.turns} turn(s), ${done.gatewayCalls} journaled call(s); ${describeEpisodePolicy(this.policy)})`,
+          `troupe retention: pruned ${done.episodes} training episode(s) of ${done.runId} (${done.turns} turn(s), ${done.gatewayCalls} journaled call(s); ${describeEpisodePolicy(this.policy)})${describeWorkingState(done)}`,
         );
       }
     }

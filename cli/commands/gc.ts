@@ -2,7 +2,14 @@
 // (activities/store/retention.ts), then checkpoint files no version names, then the gateway
 // journals of runs that completed or were stopped; with an episode window, the training episodes
 // outside it (activities/store/episode-retention.ts).
-import { describeEpisodePolicy, planEpisodePrune, plannedTurns, pruneEpisodes, validateEpisodePolicy } from '../../activities/store/episode-retention';
+import {
+  describeEpisodePolicy,
+  describeWorkingState,
+  planEpisodePrune,
+  plannedTurns,
+  pruneEpisodes,
+  validateEpisodePolicy,
+} from '../../activities/store/episode-retention';
 import { planPrune, pruneVersions, orphanFiles, validatePolicy, planJournalPrune, pruneJournals } from '../../activities/store/retention';
 import { checkpointStoreOf } from '../../infra/checkpoint-store';
 import { loadConfig } from '../../infra/config';
@@ -79,13 +86,15 @@ export default defineCommand({
           const steps = `steps ${plan.episodes[0]?.step ?? 0}-${plan.episodes.at(-1)?.step ?? 0}`;
           if (values['dry-run']) {
             const t = await plannedTurns(sql, plan);
-            console.log(`would prune ${plan.episodes.length} training episode(s) of ${plan.runId} (${t} turn(s), ${steps})`);
+            console.log(
+              `would prune ${plan.episodes.length} training episode(s) of ${plan.runId} (${t} turn(s), ${steps})${describeWorkingState(plan, 'would delete')}`,
+            );
             episodes += plan.episodes.length;
             turns += t;
           } else {
             const done = await pruneEpisodes(sql, plan, episodePolicy);
             console.log(
-              `pruned ${done.episodes} training episode(s) of ${plan.runId} (${done.turns} turn(s), ${done.gatewayCalls} journaled call(s), ${steps})`,
+              `pruned ${done.episodes} training episode(s) of ${plan.runId} (${done.turns} turn(s), ${done.gatewayCalls} journaled call(s), ${steps})${describeWorkingState(done)}`,
             );
             episodes += done.episodes;
             turns += done.turns;

@@ -4,7 +4,8 @@
  * failed (what a run that failed in that step's update leaves: its resume point is that step). `troupe gc --dry-run` with an episode window
  * prints what would go and deletes nothing; a bad flag value is refused naming the flag;
  * `troupe gc` deletes exactly the training episodes outside the window and the sample, with their
- * turns, tool calls, rewards and journal, and keeps every eval episode and the unfinished step;
+ * turns, tool calls, rewards and journal, and the partial rollouts' working state of committed
+ * steps, and keeps every eval episode and the unfinished step;
  * the dashboard's run API and run page report the counts; a second pass prunes nothing; the background loop
  * prunes what a wider policy would and reports it.
  */
@@ -52,6 +53,11 @@ describe('episode retention', () => {
       FROM episodes e WHERE e.run_id = ${RUN}`;
     return new Map(rows.map((r) => [r.episode_id, { ...r }]));
   };
+  /** The steps of the run's carried episodes (into) and stored partial rollout results. */
+  const workingState = async () => ({
+    carried: (await h.db.sql`SELECT into_step FROM carried_episodes WHERE run_id = ${RUN} ORDER BY into_step`).map((r) => r.into_step as number),
+    partial: (await h.db.sql`SELECT step FROM partial_rollouts WHERE run_id = ${RUN} ORDER BY step`).map((r) => r.step as number),
+  });
   const journalRows = async () =>
     (await h.db.sql`SELECT episode_id FROM gateway_calls WHERE run_id = ${RUN} ORDER BY episode_id`).map((r) => r.episode_id as string);
   const orphans = async () =>
@@ -87,6 +93,14 @@ describe('episode retention', () => {
     assert.equal((await resumePoint(h.db.sql, RUN, ['policy'])).startStep, STEPS);
     // as a run that failed in that step's update is marked: it can resume, so gc keeps its journal
     await h.db.sql`UPDATE runs SET status = 'failed' WHERE run_id = ${RUN}`;
+    // Partial rollouts' working state, as such a run leaves it (math trains without them; the
+    // rule looks at steps only): an episode carried into each step 1..4, a result per step 0..4.
+    for (let step = 0; step <= STEPS; step++) {
+      await h.db.sql`INSERT INTO partial_rollouts (run_id, step, result) VALUES (${RUN}, ${step}, ${h.db.sql.json({ episodes: 8 })})`;
+      if (step > 0)
+        await h.db.sql`INSERT INTO carried_episodes (run_id, into_step, episode_id, from_step, carries, spec, generations)
+          VALUES (${RUN}, ${step}, ${`carried-${step}`}, ${step - 1}, 1, ${h.db.sql.json({ step: step - 1 })}, ${h.db.sql.json([])})`;
+    }
     initial = await stored();
     // a journaled gateway call of an episode of step 0 and of one of the uncommitted step
     const byStep = (s: number) => [...initial.values()].filter((r) => r.step === s && r.split === 'train').map((r) => r.episode_id);
@@ -122,8 +136,15 @@ describe('episode retention', () => {
     assert.equal(r.code, 0, r.err);
     const going = [...initial.values()].filter((e) => !expectedKept.has(e.episode_id));
     const turns = going.reduce((n, e) => n + e.turns, 0);
-    assert.match(r.out, new RegExp(`would prune ${going.length} training episode\\(s\\) of ${RUN} \\(${turns} turn\\(s\\), steps 0-${STEPS - 2}\\)`));
+    assert.match(
+      r.out,
+      new RegExp(
+        `would prune ${going.length} training episode\\(s\\) of ${RUN} \\(${turns} turn\\(s\\), steps 0-${STEPS - 2}\\); ` +
+          `would delete ${STEPS - 1} carried episode\\(s\\) and ${STEPS} partial rollout result\\(s\\) of committed steps`,
+      ),
+    );
     assert.deepEqual(await stored(), initial);
+    assert.deepEqual(await workingState(), { carried: [1, 2, 3, 4], partial: [0, 1, 2, 3, 4] });
     assert.equal((await journalRows()).length, 2);
     assert.equal((await getRunDetail(h.db.sql, RUN, new URLSearchParams())).retention, null);
   });
@@ -141,6 +162,9 @@ describe('episode retention', () => {
     const journaledStep0 = [...initial.values()].find((e) => e.step === 0 && e.split === 'train');
     const journalGone = journaledStep0 && !expectedKept.has(journaledStep0.episode_id) ? 1 : 0;
     assert.match(r.out, new RegExp(`pruned ${going.length} training episode\\(s\\) of ${RUN} \\(${turns} turn\\(s\\), ${journalGone} journaled call\\(s\\)`));
+    // the working state of the committed steps 0..3 went; the resume step's (carried into 4, result of 4) stays
+    assert.match(r.out, new RegExp(`; deleted ${STEPS - 1} carried episode\\(s\\) and ${STEPS} partial rollout result\\(s\\) of committed steps`));
+    assert.deepEqual(await workingState(), { carried: [STEPS], partial: [STEPS] });
     const detail = await getRunDetail(h.db.sql, RUN, new URLSearchParams());
     assert.ok(detail.retention);
     assert.equal(detail.retention.trainEpisodes, going.length);
