@@ -4,10 +4,11 @@
  * numbers; not a test.
  *
  *   node --import tsx bench/pytorch-engine.ts [--reps N (3)] [--baseline PATH/server.py] [--configs ~1M,~10M]
- *     [--engines pytorch,baseline,onnx]
+ *     [--engines pytorch,baseline,onnx] [--context N (16)] [--group-size G (1)]
  *
  * For a ~1M and a ~10M parameter transformer (GPT-2 layout, vocab 1024, maxSeq 64):
- *   - Generate tokens/s at batch 1, 8, 32, 64 (context 16, 16 new tokens, temperature 1), one call each
+ *   - Generate tokens/s at batch 1, 8, 32, 64 (context 16, 16 new tokens, temperature 1), one call each;
+ *     with --group-size G, each G sequences in a row share their context (a GRPO group: one prompt, G seeds)
  *   - Update trained tokens/s (16 sequences of 16 context + 48 trained tokens, one AdamW step)
  *   - peak RSS of each engine process (VmHWM) after its runs
  * Rates are "wall-clock (per second of the engine process's CPU time)": on a loaded machine the
@@ -25,7 +26,16 @@ import { spawnEngine, type SpawnedEngine } from '../gpu-workers/engine-process';
 import { UPDATE, updateRequest } from './lib/update-request';
 import { timeProcess } from './lib/timing';
 
-const { values } = parseArgs({ options: { reps: { type: 'string' }, baseline: { type: 'string' }, configs: { type: 'string' }, engines: { type: 'string' } } });
+const { values } = parseArgs({
+  options: {
+    reps: { type: 'string' },
+    baseline: { type: 'string' },
+    configs: { type: 'string' },
+    engines: { type: 'string' },
+    context: { type: 'string' },
+    'group-size': { type: 'string' },
+  },
+});
 const reps = Number(values.reps ?? 3);
 const V = 1024;
 const CONFIGS = {
@@ -35,8 +45,12 @@ const CONFIGS = {
 const wanted = (values.configs ?? '~1M,~10M').split(',');
 const engines = (values.engines ?? 'pytorch,baseline,onnx').split(',');
 const BATCHES = [1, 8, 32, 64];
-const CONTEXT = 16;
+const CONTEXT = Number(values.context ?? 16);
 const NEW_TOKENS = 16;
+const GROUP = Number(values['group-size'] ?? 1);
+if (!(Number.isInteger(CONTEXT) && CONTEXT >= 1 && CONTEXT + NEW_TOKENS <= 64))
+  throw new Error(`--context: a whole number from 1 to ${64 - NEW_TOKENS} (maxSeq 64)`);
+if (!(Number.isInteger(GROUP) && GROUP >= 1)) throw new Error('--group-size: a whole number >= 1');
 
 /** Median wall ms and median engine CPU ms of `reps` warm calls. */
 const timed = (pid: number, fn: () => Promise<unknown>) => timeProcess(pid, reps, fn);
@@ -65,7 +79,10 @@ async function column(name: string, engine: SpawnedEngine): Promise<Map<string, 
           modelKey: key,
           version: 0,
           sampling: { temperature: 1, maxTokens: NEW_TOKENS },
-          sequences: Array.from({ length: B }, (_, i) => ({ context: Array.from({ length: CONTEXT }, (_, j) => (i * 31 + j * 7) % V), seed: i + 1 })),
+          sequences: Array.from({ length: B }, (_, i) => ({
+            context: Array.from({ length: CONTEXT }, (_, j) => (Math.floor(i / GROUP) * 31 + j * 7) % V),
+            seed: i + 1,
+          })),
         };
         const t = await timed(pid, () => c.generate(req));
         out.set(`${cfg} generate batch ${B} (tokens/s)`, rate(B * NEW_TOKENS, t));
@@ -101,6 +118,9 @@ async function main() {
       await column('onnx', await spawnEngine([...args, '--max-batch', '64'], { quiet: true, command: BUILT_IN_ENGINE_COMMAND })),
     ]);
   for (const cfg of wanted) console.log(`${cfg}: ${paramLayout(CONFIGS[cfg as keyof typeof CONFIGS]).total} parameters`);
+  console.log(
+    `context ${CONTEXT} tokens, ${NEW_TOKENS} new; ${GROUP === 1 ? 'every sequence its own context' : `groups of ${GROUP} sequences share a context`}`,
+  );
   const labels = [...columns[0]![1].keys()];
   console.log(['', ...columns.map(([n]) => n)].join(' | '));
   for (const l of labels) console.log([l, ...columns.map(([, m]) => m.get(l) ?? '')].join(' | '));

@@ -578,6 +578,7 @@ export class Engine {
       batchInvariance: await this.invarianceSummary(),
       uptimeS: (Date.now() - this.started) / 1000,
       mixedAdapterRuns: c.mixedAdapterRuns,
+      prefillRowsShared: 0, // each sequence runs its own context rows here
     };
   }
 }

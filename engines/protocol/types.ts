@@ -160,6 +160,6 @@ export type ModelStats = Differs<P.ModelStats, 'spec' | 'versions' | 'latestVers
 
 export type StatsResponse = Differs<
   P.StatsResponse,
-  'models' | 'tokensGenerated' | 'generateBatches' | 'scoreRuns' | 'updateRuns' | 'mixedAdapterRuns',
-  U64<'tokensGenerated' | 'generateBatches' | 'scoreRuns' | 'updateRuns' | 'mixedAdapterRuns'> & { models: ModelStats[] }
+  'models' | 'tokensGenerated' | 'generateBatches' | 'scoreRuns' | 'updateRuns' | 'mixedAdapterRuns' | 'prefillRowsShared',
+  U64<'tokensGenerated' | 'generateBatches' | 'scoreRuns' | 'updateRuns' | 'mixedAdapterRuns' | 'prefillRowsShared'> & { models: ModelStats[] }
 >;

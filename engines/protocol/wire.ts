@@ -278,6 +278,7 @@ export const statsToWire = (s: T.StatsResponse): P.StatsResponse => ({
   scoreRuns: u64(s.scoreRuns),
   updateRuns: u64(s.updateRuns),
   mixedAdapterRuns: u64(s.mixedAdapterRuns),
+  prefillRowsShared: u64(s.prefillRowsShared),
 });
 
 export const statsFromWire = (w: P.StatsResponse): T.StatsResponse => ({
@@ -293,4 +294,5 @@ export const statsFromWire = (w: P.StatsResponse): T.StatsResponse => ({
   scoreRuns: u64ToNumber(w.scoreRuns),
   updateRuns: u64ToNumber(w.updateRuns),
   mixedAdapterRuns: u64ToNumber(w.mixedAdapterRuns),
+  prefillRowsShared: u64ToNumber(w.prefillRowsShared),
 });

@@ -528,4 +528,5 @@ class Engine(Generation, pbg.EngineServicer):
             mean_batch_size=(c["generate_rows"] / b) if b else 0.0, mean_requests_per_batch=(c["generate_requests"] / b) if b else 0.0,
             score_runs=c["score_runs"], update_runs=c["update_runs"], intra_op_threads=self.threads, batch_window_ms=0.0, max_batch=self.max_batch,
             batch_invariance=BATCH_INVARIANCE,
-            uptime_s=time.time() - self.started, mixed_adapter_runs=c["mixed_adapter_runs"])
+            uptime_s=time.time() - self.started, mixed_adapter_runs=c["mixed_adapter_runs"],
+            prefill_rows_shared=c["prefill_rows_shared"])

@@ -116,6 +116,10 @@ class Generation:
                         rows.append((st["tokens"][-1], len(st["ctx"]) + len(st["tokens"]) - 1, r))
                         draws.append((len(rows) - 1, r))
                 fresh = []
+                # A group's sequences share their context (one prompt, several seeds): its rows run once, in the
+                # first slot that takes it; the others copy that slot's keys and values and draw from its last row's
+                # logits (a row's bits do not depend on its slot, so they are the bits of their own prefill).
+                prefilled, copies = {}, []
                 for r in range(R):
                     while slots[r] is None and pending:
                         c, i = pending.popleft()
@@ -127,9 +131,17 @@ class Generation:
                             adapters.slots[r] = c.adapter
                         slots[r] = {"call": c, "i": i, "ctx": ctx, "sp": sp, "tokens": [], "slps": [], "lps": [],
                                     "u": philox.uniforms(seed, philox.STREAM_SAMPLING, sp["max_tokens"]).astype(np.float32)}
-                        rows += [(t, p, r) for p, t in enumerate(ctx)]
-                        draws.append((len(rows) - 1, r))
+                        key = (c.adapter if adapters is not None else 0, tuple(ctx))
+                        if key in prefilled:
+                            src, last = prefilled[key]
+                            copies.append((src, r, len(ctx)))
+                            draws.append((last, r))
+                        else:
+                            rows += [(t, p, r) for p, t in enumerate(ctx)]
+                            draws.append((len(rows) - 1, r))
+                            prefilled[key] = (r, len(rows) - 1)
                         fresh.append(r)
+                self.counters["prefill_rows_shared"] += sum(n for _, _, n in copies)
                 if not rows:
                     break
                 if cache is None:
@@ -139,8 +151,8 @@ class Generation:
                     for k, v in cache:
                         k.index_fill_(0, idx, 0)
                         v.index_fill_(0, idx, 0)
-                at = [row for row, _ in draws]  # increasing
-                logits = torch.zeros(len(draws), model.spec["vocabSize"], device=self.device)
+                at = sorted({row for row, _ in draws})  # the rows whose logits some slot draws from
+                logits = torch.zeros(len(at), model.spec["vocabSize"], device=self.device)
                 logp = torch.zeros_like(logits)
 
                 def on_rows(lg, lp, a, m):
@@ -148,7 +160,12 @@ class Generation:
                     idx = torch.tensor(at[n0:n1], device=self.device) - a
                     logits[n0:n1], logp[n0:n1] = lg[idx], lp[idx]
                 self._run_rows(model, W, cache, max_step, rows, on_rows)
-                self._draw(logits, logp, [slots[r] for _, r in draws])
+                for src, dst, n in copies:
+                    for k, v in cache:
+                        k[dst, :, :n] = k[src, :, :n]
+                        v[dst, :, :n] = v[src, :, :n]
+                of = torch.tensor([bisect.bisect_left(at, row) for row, _ in draws], device=self.device)
+                self._draw(logits[of], logp[of], [slots[r] for _, r in draws])
                 for _, r in draws:
                     st, sp = slots[r], slots[r]["sp"]
                     if st["tokens"][-1] in sp["stop"]:

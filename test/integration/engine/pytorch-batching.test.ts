@@ -17,6 +17,9 @@
  * every sequence has the bits of its call alone and of itself alone, and Score of
  * each adapter gives its Generate's log-probs bit for bit.
  *
+ * A group's sequences (one context, several seeds) that take slots together run their context's
+ * rows once (Stats.prefill_rows_shared) and still have the bits each has alone.
+ *
  * Skips (saying why) where the PyTorch engine cannot run.
  */
 import assert from 'node:assert/strict';
@@ -127,6 +130,28 @@ describe('the PyTorch engine: a sequence generated in a batch equals the same se
       console.log(
         `${name}: ${st.generateBatches} device runs for the Generate calls, mean ${st.meanRequestsPerBatch.toFixed(2)} requests and ${st.meanBatchSize.toFixed(1)} sequences per run`,
       );
+    });
+  }
+
+  for (const name of Object.keys(VARIANTS)) {
+    it(`${name}: a group (one context, 6 seeds) runs its context once per round of slots; each sequence has its bits alone`, async () => {
+      await c.initModel({ modelKey: `${name}-group`, spec: VARIANTS[name as keyof typeof VARIANTS] as never, seed: 12 });
+      const context = Array.from({ length: 20 }, (_, t) => (7 * t + 3) % V);
+      const group: GenerateSequenceInput[] = Array.from({ length: 6 }, (_, i) => ({
+        context,
+        seed: 40 + i,
+        sampling: i === 5 ? { temperature: 0, maxTokens: 6 } : { temperature: 1, maxTokens: 8 + i },
+      }));
+      const before = await c.stats();
+      const batch = await c.generate({ modelKey: `${name}-group`, version: 0, sequences: group });
+      const shared = (await c.stats()).prefillRowsShared - before.prefillRowsShared;
+      // 4 slots: the first round takes 4 of the group (3 copy the first's 20 context rows), later rounds the rest
+      assert.ok(shared >= 3 * context.length, `context rows shared: ${shared}`);
+      assert.ok(new Set(batch.sequences.map((q) => q.tokens.join())).size > 1, 'the seeds draw different sequences');
+      for (const [i, q] of group.entries()) {
+        const alone = await c.generate({ modelKey: `${name}-group`, version: 0, sequences: [q] });
+        same(batch.sequences[i]!, alone.sequences[0]!, `group[${i}]`);
+      }
     });
   }
 
