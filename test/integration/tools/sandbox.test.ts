@@ -21,7 +21,7 @@ import { executeTool } from '../../../activities/tools';
 import { UserCodeThreads } from '../../../activities/training/user-code-threads';
 
 const hasBwrap = spawnSync('bwrap', ['--version']).status === 0;
-const skipNoBwrap = hasBwrap ? false : 'SKIPPED: bubblewrap is not installed (Debian: apt-get install bubblewrap; .ci/run does)';
+const skipNoBwrap = hasBwrap ? false : 'bubblewrap is not installed (Debian: apt-get install bubblewrap; .ci/run does)';
 
 const teamOf = (opts: SandboxToolOptions = {}) => ({ agents: { coder: { tools: [sandboxTool(opts)] } } }) as unknown as AnyTeam;
 let call = 0;
@@ -141,6 +141,13 @@ describe('sandbox escape matrix', { skip: skipNoBwrap }, () => {
     assert.ok(a.ok && a.rendered === 'exit 3\nstdout:\nhello 45\nstderr:\nwarn', a.ok ? a.rendered : '');
     const sh = outputOf(await run(team, 'shell', 'echo "$PWD $HOME $(id -u)"; echo data > f.txt; cat f.txt'));
     assert.equal(sh.stdout, '/scratch /scratch 1000\ndata\n');
+  });
+
+  it('concurrent calls each get their own sandbox and their own process count', async () => {
+    // each fills most of its process limit and holds it while the others run
+    const code = (i: number) => `for n in $(seq 12); do sleep 0.5 & done; echo call${i} > /scratch/who; sleep 0.2; cat /scratch/who; ls /scratch`;
+    const replies = await Promise.all([0, 1, 2, 3].map((i) => run(team, 'shell', code(i))));
+    replies.forEach((r, i) => assert.deepEqual(outputOf(r), { exitCode: 0, stdout: `call${i}\nsnippet\nwho\n`, stderr: '', truncated: false }));
   });
 
   it('no network: a socket to a port the test listens on never arrives, and only loopback exists', async () => {
