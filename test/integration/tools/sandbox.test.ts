@@ -7,7 +7,7 @@
  * happened, and the process running the tool goes on. Where bwrap cannot run the tool refuses.
  */
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as net from 'node:net';
 import * as os from 'node:os';
@@ -275,6 +275,18 @@ describe('sandbox escape matrix', { skip: skipNoBwrap }, () => {
     const py = 'import os, sys, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(1005)\n    os._exit(0)\nprint("parent")';
     assert.equal(outputOf(await run(team, 'python', py)).stdout, 'parent\n');
     assert.deepEqual(await noProcessMatching(/\/scratch\/snippet/), []);
+  });
+  it('nothing outlives a worker killed mid-call', async () => {
+    const seconds = String(1000 + (process.pid % 1000)); // a sleep no other test runs
+    const worker = spawn(process.execPath, ['--import', 'tsx', path.join(__dirname, 'sandbox-orphan.ts'), seconds], { stdio: ['ignore', 'pipe', 'inherit'] });
+    await new Promise<void>((resolve) => {
+      worker.stdout.on('data', (d: Buffer) => d.toString().includes('running') && resolve());
+      worker.on('exit', () => resolve()); // then the check below says the snippet did not run
+    });
+    const sleeping = new RegExp(`^sleep ${seconds}$`);
+    assert.equal(commandLines().filter((c) => sleeping.test(c)).length, 1); // the snippet runs
+    worker.kill('SIGKILL');
+    assert.deepEqual(await noProcessMatching(sleeping), []);
   });
 });
 
