@@ -5,7 +5,15 @@
  */
 import type { ToolCallReply, ToolCallRequest } from '../agents/episode';
 import type { AnyTeam } from '../agents/team';
-import { zodMessage } from '../agents/tool';
+import { sandboxSpecOf } from '../agents/sandbox-tool';
+import { zodMessage, type Tool, type ToolContext } from '../agents/tool';
+import { runSandbox } from './sandbox';
+
+/** A tool's execute as the worker runs it: sandbox tools run here in bubblewrap (their own execute is a stub). */
+function executeOf(tool: Tool): (input: unknown, ctx: ToolContext) => Promise<unknown> {
+  const spec = sandboxSpecOf(tool);
+  return spec ? (input, ctx) => runSandbox(spec, input as Parameters<typeof runSandbox>[1], ctx) : (input, ctx) => tool.execute(input, ctx);
+}
 
 export async function executeTool(team: AnyTeam, req: ToolCallRequest, cancelled?: AbortSignal): Promise<ToolCallReply> {
   const tool = Object.values(team.agents)
@@ -29,7 +37,7 @@ export async function executeTool(team: AnyTeam, req: ToolCallRequest, cancelled
   });
   try {
     const raw = await Promise.race([
-      tool.execute(input.data, { episodeId: req.episodeId, turn: req.turn, call: req.call, seed: req.seed, signal: controller.signal }),
+      executeOf(tool)(input.data, { episodeId: req.episodeId, turn: req.turn, call: req.call, seed: req.seed, signal: controller.signal }),
       timeout,
     ]);
     const output = tool.output.safeParse(raw);

@@ -7,4 +7,13 @@ export { exactMatch, lastNumber, normalizeAnswer, numericMatch, onLastTurn, toke
 export { generatedTasks, jsonlTasks, type Task, type TaskSource } from './tasks';
 export { defineTeam, TeamDefinitionError, type RewardFn, type Team, type TeamRunDefaults, type TurnView } from './team';
 export { charTokenizer, vocabTokenizer, type Tokenizer } from './tokenizer';
+export {
+  defaultSandboxLimits,
+  sandboxTool,
+  type SandboxInput,
+  type SandboxLanguage,
+  type SandboxLimits,
+  type SandboxOutput,
+  type SandboxToolOptions,
+} from './sandbox-tool';
 export { defineTool, keySyntax, tagSyntax, type Tool, type ToolContext, type ToolSyntax } from './tool';
