@@ -8,3 +8,4 @@ export { generatedTasks, jsonlTasks, type Task, type TaskSource } from './tasks'
 export { defineTeam, TeamDefinitionError, type RewardFn, type Team, type TeamRunDefaults, type TurnView } from './team';
 export { charTokenizer, vocabTokenizer, type Tokenizer } from './tokenizer';
 export { defineTool, keySyntax, tagSyntax, type Tool, type ToolContext, type ToolSyntax } from './tool';
+export { mcpServer, type McpServer, type McpServerOptions, type McpToolInfo, type McpToolOutput } from './mcp';
