@@ -27,6 +27,7 @@
 import { z } from 'zod';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
+import type { BroadcastChannel } from 'node:worker_threads';
 import { describe, FieldError, type FieldIssue } from '../infra/issues';
 import { defineTool, zodMessage, type Tool } from './tool';
 
@@ -74,6 +75,30 @@ export interface McpServer {
   list(): Promise<McpToolInfo[]>;
   /** Ends this process's server (a later call starts it again). */
   close(): Promise<void>;
+}
+
+/**
+ * Where a worker thread reports the server processes it starts and ends, so that the thread's
+ * owner ends them when it ends the thread (activities/training/thread-children.ts).
+ */
+export const THREAD_CHILDREN_CHANNEL = 'troupe:thread-children';
+export interface ThreadChildMessage {
+  threadId: number;
+  pid: number;
+  live: boolean;
+}
+
+let reports: { channel: BroadcastChannel; threadId: number } | null | undefined;
+
+/** Tells the thread's owner that `pid` runs (or no longer does); nothing on the main thread. */
+async function report(pid: number | null | undefined, isLive: boolean): Promise<void> {
+  if (typeof pid !== 'number') return;
+  if (reports === undefined) {
+    const threads = await load<typeof import('node:worker_threads')>('node:worker_threads');
+    reports = threads.isMainThread ? null : { channel: new threads.BroadcastChannel(THREAD_CHILDREN_CHANNEL), threadId: threads.threadId };
+    reports?.channel.unref();
+  }
+  reports?.channel.postMessage({ threadId: reports.threadId, pid, live: isLive } satisfies ThreadChildMessage);
 }
 
 const serverName = /^[a-z][a-z0-9_-]{0,39}$/;
@@ -211,10 +236,6 @@ export function mcpServer(opts: McpServerOptions): McpServer {
     }
     const client = new Client({ name: 'troupe', version: '0.1.0' });
     const conn: Connection = { client, transport, tools: new Map(), stderr };
-    client.onclose = () => {
-      if (live !== conn) return;
-      live = connecting = undefined; // it died: the next call starts another
-    };
     try {
       await client.connect(transport, { timeout: timeoutMs });
       const listed = await client.listTools(undefined, { timeout: timeoutMs });
@@ -235,6 +256,13 @@ export function mcpServer(opts: McpServerOptions): McpServer {
       throw new Error(`MCP server ${opts.name} (${label}) did not start: ${(e as Error).message}${stderrTail(stderr)}`);
     }
     live = conn;
+    const pid = transport.pid;
+    await report(pid, true);
+    client.onclose = () => {
+      void report(pid, false);
+      if (live !== conn) return;
+      live = connecting = undefined; // it died: the next call starts another
+    };
     return conn;
   }
 

@@ -5,6 +5,7 @@
  * through `act()`.
  */
 import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { after, describe, it } from 'node:test';
 import { agent, charTokenizer, defineTeam, generatedTasks, mcpServer, tagSyntax, tinyLM, type McpServerOptions } from '../../../agents';
@@ -40,12 +41,17 @@ let n = 0;
 const call = (team: ReturnType<typeof teamWith>, tool: string, input: unknown = {}): Promise<ToolCallReply> =>
   executeTool(team, { tool, input, episodeId: 'e1', turn: 0, call: n++, seed: 1 });
 
+/** Whether the process runs: a zombie (exited; its parent thread, which would reap it, ended) does not. */
 function alive(pid: number): boolean {
   try {
     process.kill(pid, 0);
-    return true;
   } catch {
     return false;
+  }
+  try {
+    return !/^\d+ \(.*\) Z/.test(fs.readFileSync(`/proc/${pid}/stat`, 'utf8'));
+  } catch {
+    return true; // no /proc: kill(pid, 0) answered
   }
 }
 
@@ -95,7 +101,7 @@ describe('mcpServer', () => {
     const echo = listed.find((t) => t.name === 'echo');
     assert.equal(echo?.description, 'Echoes its text.');
     assert.deepEqual((echo?.inputSchema as { properties: unknown }).properties, { text: { type: 'string' } });
-    assert.deepEqual(listed.map((t) => t.name).sort(), ['add', 'crash', 'echo', 'fail', 'garbage', 'hang', 'pid']);
+    assert.deepEqual(listed.map((t) => t.name).sort(), ['add', 'crash', 'echo', 'fail', 'garbage', 'hang', 'linger', 'pid']);
   });
 
   it('calls a tool, and turns its errors into tool errors', async () => {
@@ -111,7 +117,10 @@ describe('mcpServer', () => {
     assert.match(await errorOf(team, 'add', { a: 'two', b: 3 }), /^add: invalid input: input\.a: Invalid input: expected number/);
     assert.match(await errorOf(team, 'echo', 'text'), /^echo: invalid input: /);
     // a declared tool the server does not have
-    assert.match(await errorOf(team, 'missing'), /^missing: MCP server fixture has no tool "missing" \(it has: echo, add, fail, pid, crash, hang, garbage\)/);
+    assert.match(
+      await errorOf(team, 'missing'),
+      /^missing: MCP server fixture has no tool "missing" \(it has: echo, add, fail, pid, linger, crash, hang, garbage\)/,
+    );
   });
 
   it('a server that crashes mid-call gives a tool error; the next call starts another', async () => {
