@@ -154,8 +154,9 @@ function optionIssues(o: McpServerOptions): FieldIssue[] {
   if (o.args !== undefined && !(Array.isArray(o.args) && o.args.every((a) => typeof a === 'string')))
     bad('args', `must be an array of strings, got ${describe(o.args)}`);
   if (o.url !== undefined) {
-    if (typeof o.url !== 'string' || !URL.canParse(o.url)) bad('url', `must be a URL, got ${describe(o.url)}`);
-    else if (!/^https?:$/.test(new URL(o.url).protocol)) bad('url', `must be http: or https:, got ${JSON.stringify(o.url)}`);
+    // no URL here: teams are also loaded in the workflow sandbox
+    if (typeof o.url !== 'string' || !/^[a-z][a-z0-9+.-]*:\/\/\S+$/i.test(o.url)) bad('url', `must be a URL, got ${describe(o.url)}`);
+    else if (!/^https?:/i.test(o.url)) bad('url', `must be http: or https:, got ${JSON.stringify(o.url)}`);
     if (o.command === undefined)
       for (const k of ['args', 'env', 'cwd'] as const) if (o[k] !== undefined) bad(k, 'is for a stdio server (command); this one has a url');
   }
