@@ -136,7 +136,7 @@ describe('mcpServer', () => {
     const before = await pidOf(team);
     const started = performance.now();
     assert.equal(await errorOf(team, 'hang'), 'hang: timed out after 3000 ms');
-    assert.ok(performance.now() - started < 4_000);
+    assert.ok(performance.now() - started < 5_000, "answered at the time limit, not at the SDK's 60 s");
     assert.ok(await gone(before), 'the hung server is killed');
     assert.notEqual(await pidOf(team), before);
   });
