@@ -17,3 +17,4 @@ export {
   type SandboxToolOptions,
 } from './sandbox-tool';
 export { defineTool, keySyntax, tagSyntax, type Tool, type ToolContext, type ToolSyntax } from './tool';
+export { mcpServer, type McpServer, type McpServerOptions, type McpToolInfo, type McpToolOutput } from './mcp';

@@ -34,6 +34,7 @@ import { troupeMetrics } from '../../infra/metrics';
 import type { StoredEpisode } from '../store/trajectories';
 import { scoredEpisode, type TeamRef } from './control';
 import { runBatchedEpisode } from './episode-sandbox';
+import { endChildrenWith } from './thread-children';
 import { countGatewayCallsWith, openGatewaySessions } from '../../gateway';
 import { executeTool } from '../tools';
 
@@ -242,6 +243,7 @@ class EpisodeThread {
     // The entry is TypeScript, like the worker's own code: loaded through tsx's require hook.
     this.worker = new Worker(THREAD_SHIM, { eval: true, workerData: { tsx: TSX, entry, port: port2, shared: this.shared }, transferList: [port2] });
     this.worker.unref();
+    endChildrenWith(this.worker); // a tool's MCP servers end with its thread
     this.port.unref();
     let crash: Error | undefined;
     this.worker.on('error', (e) => (crash = e));

@@ -18,6 +18,7 @@ import { errorMessage } from '../../infra/errors';
 import type { Trajectory } from '../../schema/trajectory';
 import type { EpisodeMeta, StoredEpisode } from '../store/trajectories';
 import { scoredEpisode, type TeamRef } from './control';
+import { endChildrenWith } from './thread-children';
 import { executeTool } from '../tools';
 
 type Call = { t: 'tool'; team: TeamRef; req: ToolCallRequest } | { t: 'score'; team: TeamRef; meta: EpisodeMeta; trajectory: Trajectory };
@@ -159,6 +160,7 @@ export class UserCodeThreads {
       if (this.live < this.size) {
         this.live++;
         const worker = new Worker(THREAD_SHIM, { eval: true, workerData: { tsx: TSX, entry: this.entry } });
+        endChildrenWith(worker); // a tool's MCP servers end with its thread
         worker.on('error', () => undefined); // seen as its exit
         // an idle thread that dies is not handed out again (a busy one's exit is its call's)
         worker.once('exit', () => {

@@ -1,0 +1,347 @@
+/**
+ * MCP servers as team tools: `mcpServer({ name, command | url, tools })` starts an MCP server
+ * (a stdio command or a streamable-HTTP URL) where the team's tools run, and gives each of the
+ * server's tools the team names as a Troupe tool whose calls are the server's `tools/call`.
+ *
+ * Listing: a team is defined synchronously, and `tools/list` is a call to a process that is
+ * not running yet, so the team declares the tools it gives its agents (by name) and the server
+ * is listed when it starts: a declared tool the server does not have is a tool error naming
+ * the tools it has, and each tool's input is checked against the server's own JSON schema
+ * (zod's fromJSONSchema) before it is sent. `list()` lists a server from anywhere (a check
+ * at run start, a script that prints the schemas).
+ *
+ * Processes: one server per process that runs the team's tools (a pool worker's tool thread,
+ * scope 'worker'), started on the first call and again after it dies. A call to a server that
+ * crashes, hangs past the tool's timeoutMs (the server is then killed and restarted on the next
+ * call), or answers out of the protocol's schema is a tool error: the episode goes on.
+ * `close()` ends the server; a thread that is ended closes its end of the server's stdin, on
+ * which a stdio server exits.
+ *
+ * Durable episodes run every tool call as an activity, so the result is recorded in the
+ * workflow's history and a replay gets it without calling the server again.
+ *
+ * The SDK (@modelcontextprotocol/sdk, an optional peer dependency) is loaded on the first call
+ * with a real import(): this module is imported by team code, which also runs in the workflow
+ * sandbox, where nothing may reach a process or the network.
+ */
+import { z } from 'zod';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
+import type { BroadcastChannel } from 'node:worker_threads';
+import { describe, FieldError, type FieldIssue } from '../infra/issues';
+import { defineTool, zodMessage, type Tool } from './tool';
+
+export interface McpServerOptions {
+  /** Names the server in errors, and in the default descriptions of its tools. */
+  name: string;
+  /** A stdio server: the command to start (e.g. 'npx'), its arguments, environment (added to the worker's) and directory. */
+  command?: string;
+  args?: readonly string[];
+  env?: Readonly<Record<string, string>>;
+  cwd?: string;
+  /** A streamable-HTTP server: its URL. Either `command` or `url`. */
+  url?: string;
+  /** One server per process that runs tools (a pool worker's tool thread). The only scope so far. */
+  scope?: 'worker';
+  /**
+   * The server's tools the agents get: their MCP names (each also the Troupe tool's name), or
+   * Troupe name → MCP name, or Troupe name → { tool, description }.
+   */
+  tools: readonly string[] | Readonly<Record<string, string | { tool: string; description?: string }>>;
+  /** Each call's time limit, starting the server included (default 30 000 ms). */
+  timeoutMs?: number;
+}
+
+/** A content item of a `tools/call` result (text, image, audio, resource, resource_link). */
+export type McpContent = { type: string } & Record<string, unknown>;
+
+export interface McpToolOutput {
+  content: McpContent[];
+  structuredContent?: Record<string, unknown>;
+}
+
+/** A tool as the server lists it. */
+export interface McpToolInfo {
+  name: string;
+  description?: string;
+  inputSchema: Record<string, unknown>;
+}
+
+export interface McpServer {
+  readonly name: string;
+  /** The declared tools, as Troupe tools: put them in an agent's `tools`. */
+  readonly tools: Tool<Record<string, unknown>, McpToolOutput>[];
+  /** The server's `tools/list` (starts the server in this process if it is not running). */
+  list(): Promise<McpToolInfo[]>;
+  /** Ends this process's server (a later call starts it again). */
+  close(): Promise<void>;
+}
+
+/**
+ * Where a worker thread reports the server processes it starts and ends, so that the thread's
+ * owner ends them when it ends the thread (activities/training/thread-children.ts).
+ */
+export const THREAD_CHILDREN_CHANNEL = 'troupe:thread-children';
+export interface ThreadChildMessage {
+  threadId: number;
+  pid: number;
+  live: boolean;
+}
+
+let reports: { channel: BroadcastChannel; threadId: number } | null | undefined;
+
+/** Tells the thread's owner that `pid` runs (or no longer does); nothing on the main thread. */
+async function report(pid: number | null | undefined, isLive: boolean): Promise<void> {
+  if (typeof pid !== 'number') return;
+  if (reports === undefined) {
+    const threads = await load<typeof import('node:worker_threads')>('node:worker_threads');
+    reports = threads.isMainThread ? null : { channel: new threads.BroadcastChannel(THREAD_CHILDREN_CHANNEL), threadId: threads.threadId };
+    reports?.channel.unref();
+  }
+  reports?.channel.postMessage({ threadId: reports.threadId, pid, live: isLive } satisfies ThreadChildMessage);
+}
+
+const serverName = /^[a-z][a-z0-9_-]{0,39}$/;
+const toolName = /^[a-z][a-z0-9_-]{0,39}$/;
+
+const output: z.ZodType<McpToolOutput> = z.object({
+  content: z.array(z.looseObject({ type: z.string() })),
+  structuredContent: z.record(z.string(), z.unknown()).optional(),
+});
+
+/** What an agent reads of a result: its text, a placeholder for what is not text. */
+function render(o: McpToolOutput): string {
+  if (o.content.length === 0 && o.structuredContent) return JSON.stringify(o.structuredContent);
+  return o.content.map(contentText).join('\n');
+}
+
+function contentText(c: McpContent): string {
+  if (c.type === 'text' && typeof c.text === 'string') return c.text;
+  const resource = c.resource as { uri?: string; text?: string } | undefined;
+  if (c.type === 'resource' && typeof resource?.text === 'string') return resource.text;
+  const what = c.mimeType ?? c.uri ?? resource?.uri;
+  return `[${c.type}${typeof what === 'string' ? ` ${what}` : ''}]`;
+}
+
+// eslint-disable-next-line @typescript-eslint/no-implied-eval -- a constant body: a real import() that the workflow bundler does not follow
+const esm = (m: string): Promise<unknown> => (new Function('m', 'return import(m)') as (m: string) => Promise<unknown>)(m);
+
+async function load<T>(m: string): Promise<T> {
+  try {
+    return (await esm(m)) as T;
+  } catch (e) {
+    if ((e as { code?: string }).code === 'ERR_MODULE_NOT_FOUND' && String((e as Error).message).includes('@modelcontextprotocol/sdk'))
+      throw new Error('MCP tools need the package @modelcontextprotocol/sdk: npm install @modelcontextprotocol/sdk');
+    throw e;
+  }
+}
+
+/** A running server in this process: its client, its tools, what it last wrote on stderr. */
+interface Connection {
+  client: Client;
+  transport: Transport & { pid?: number | null };
+  tools: Map<string, { info: McpToolInfo; input: z.ZodType | undefined }>;
+  stderr: string[];
+}
+
+function optionIssues(o: McpServerOptions): FieldIssue[] {
+  const issues: FieldIssue[] = [];
+  const bad = (path: string, message: string) => issues.push({ path, message });
+  if (o === null || typeof o !== 'object') return [{ path: '', message: `must be an object, got ${describe(o)}` }];
+  if (typeof o.name !== 'string' || !serverName.test(o.name)) bad('name', `must match ${serverName}, got ${describe(o.name)}`);
+  if ((o.command === undefined) === (o.url === undefined)) bad('command', 'give either command (a stdio server) or url (a streamable-HTTP server)');
+  if (o.command !== undefined && (typeof o.command !== 'string' || o.command === '')) bad('command', `must be a non-empty string, got ${describe(o.command)}`);
+  if (o.args !== undefined && !(Array.isArray(o.args) && o.args.every((a) => typeof a === 'string')))
+    bad('args', `must be an array of strings, got ${describe(o.args)}`);
+  if (o.url !== undefined) {
+    // no URL here: teams are also loaded in the workflow sandbox
+    if (typeof o.url !== 'string' || !/^[a-z][a-z0-9+.-]*:\/\/\S+$/i.test(o.url)) bad('url', `must be a URL, got ${describe(o.url)}`);
+    else if (!/^https?:/i.test(o.url)) bad('url', `must be http: or https:, got ${JSON.stringify(o.url)}`);
+    if (o.command === undefined)
+      for (const k of ['args', 'env', 'cwd'] as const) if (o[k] !== undefined) bad(k, 'is for a stdio server (command); this one has a url');
+  }
+  if (o.scope !== undefined && o.scope !== 'worker')
+    bad('scope', `must be 'worker' (one server per pool worker; a server per episode is not supported yet), got ${describe(o.scope)}`);
+  if (o.timeoutMs !== undefined && !(typeof o.timeoutMs === 'number' && o.timeoutMs > 0 && Number.isFinite(o.timeoutMs)))
+    bad('timeoutMs', `must be a number > 0, got ${describe(o.timeoutMs)}`);
+  return issues;
+}
+
+/** The declared tools as [Troupe name, MCP name, description?], with issues at `tools...`. */
+function declaredTools(tools: McpServerOptions['tools'], issues: FieldIssue[]): Array<[string, string, string | undefined]> {
+  const out: Array<[string, string, string | undefined]> = [];
+  if (Array.isArray(tools)) {
+    tools.forEach((t: unknown, i) => {
+      if (typeof t !== 'string' || t === '') issues.push({ path: `tools[${i}]`, message: `must be a tool name, got ${describe(t)}` });
+      else if (!toolName.test(t))
+        issues.push({
+          path: `tools[${i}]`,
+          message: `${JSON.stringify(t)} is not a Troupe tool name (${toolName}): name it, tools: { my_name: ${JSON.stringify(t)} }`,
+        });
+      else out.push([t, t, undefined]);
+    });
+  } else if (tools !== null && typeof tools === 'object') {
+    for (const [name, v] of Object.entries(tools as Record<string, unknown>)) {
+      const at = `tools.${name}`;
+      if (!toolName.test(name)) issues.push({ path: at, message: `must match ${toolName}` });
+      const spec = typeof v === 'string' ? { tool: v } : (v as { tool?: unknown; description?: unknown } | null);
+      if (typeof spec?.tool !== 'string' || spec.tool === '')
+        issues.push({ path: at, message: `must be the MCP tool's name or { tool, description }, got ${describe(v)}` });
+      else if (spec.description !== undefined && typeof spec.description !== 'string')
+        issues.push({ path: `${at}.description`, message: `must be a string, got ${describe(spec.description)}` });
+      else out.push([name, spec.tool, spec.description as string | undefined]);
+    }
+  } else issues.push({ path: 'tools', message: `must list the server's tools the agents get, got ${describe(tools)}` });
+  if (out.length === 0 && !issues.some((i) => i.path.startsWith('tools'))) issues.push({ path: 'tools', message: 'must name at least one tool' });
+  return out;
+}
+
+export function mcpServer(opts: McpServerOptions): McpServer {
+  const issues = optionIssues(opts);
+  const declared = issues.some((i) => i.path === '') ? [] : declaredTools(opts.tools, issues);
+  const at = typeof opts?.name === 'string' && serverName.test(opts.name) ? `mcpServer(${opts.name})` : 'mcpServer';
+  if (issues.length > 0) throw new FieldError(issues.map((i) => ({ path: i.path ? `${at}.${i.path}` : at, message: i.message })));
+  const timeoutMs = opts.timeoutMs ?? 30_000;
+  const label = opts.url ?? [opts.command, ...(opts.args ?? [])].join(' ');
+
+  /** The server being started or running in this process, and the one running. */
+  let connecting: Promise<Connection> | undefined;
+  let live: Connection | undefined;
+
+  async function start(): Promise<Connection> {
+    const { Client } = await load<typeof import('@modelcontextprotocol/sdk/client/index.js')>('@modelcontextprotocol/sdk/client/index.js');
+    const stderr: string[] = [];
+    let transport: Connection['transport'];
+    if (opts.command !== undefined) {
+      const { StdioClientTransport, getDefaultEnvironment } = await load<typeof import('@modelcontextprotocol/sdk/client/stdio.js')>(
+        '@modelcontextprotocol/sdk/client/stdio.js',
+      );
+      const stdio = new StdioClientTransport({
+        command: opts.command,
+        args: [...(opts.args ?? [])],
+        env: { ...getDefaultEnvironment(), ...opts.env },
+        ...(opts.cwd !== undefined ? { cwd: opts.cwd } : {}),
+        stderr: 'pipe',
+      });
+      // the server's last lines on stderr, for the error when it dies
+      stdio.stderr?.on('data', (d: Buffer) => {
+        stderr.push(d.toString());
+        if (stderr.length > 20) stderr.shift();
+      });
+      transport = stdio;
+    } else {
+      const { StreamableHTTPClientTransport } = await load<typeof import('@modelcontextprotocol/sdk/client/streamableHttp.js')>(
+        '@modelcontextprotocol/sdk/client/streamableHttp.js',
+      );
+      transport = new StreamableHTTPClientTransport(new URL(opts.url ?? ''));
+    }
+    const client = new Client({ name: 'troupe', version: '0.1.0' });
+    const conn: Connection = { client, transport, tools: new Map(), stderr };
+    try {
+      await client.connect(transport, { timeout: timeoutMs });
+      const listed = await client.listTools(undefined, { timeout: timeoutMs });
+      for (const t of listed.tools) {
+        let input: z.ZodType | undefined;
+        try {
+          input = z.fromJSONSchema(t.inputSchema as Parameters<typeof z.fromJSONSchema>[0]);
+        } catch {
+          input = undefined; // a schema zod cannot read: the server checks the input itself
+        }
+        conn.tools.set(t.name, {
+          info: { name: t.name, ...(t.description !== undefined ? { description: t.description } : {}), inputSchema: t.inputSchema },
+          input,
+        });
+      }
+    } catch (e) {
+      await client.close().catch(() => undefined);
+      throw new Error(`MCP server ${opts.name} (${label}) did not start: ${(e as Error).message}${stderrTail(stderr)}`);
+    }
+    live = conn;
+    const pid = transport.pid;
+    await report(pid, true);
+    client.onclose = () => {
+      void report(pid, false);
+      if (live !== conn) return;
+      live = connecting = undefined; // it died: the next call starts another
+    };
+    return conn;
+  }
+
+  const connection = (): Promise<Connection> => {
+    const c = (connecting ??= start());
+    c.catch(() => {
+      if (connecting === c) connecting = undefined;
+    });
+    return c;
+  };
+
+  /** Ends a server that hung or broke the protocol; the next call starts another. */
+  async function discard(conn: Connection): Promise<void> {
+    if (live === conn) live = connecting = undefined;
+    const pid = conn.transport.pid;
+    if (typeof pid === 'number') {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+    await conn.client.close().catch(() => undefined);
+  }
+
+  const tools = declared.map(([name, mcpName, description]) =>
+    defineTool<Record<string, unknown>, McpToolOutput>({
+      name,
+      description: description ?? `${mcpName} (MCP server ${opts.name})`,
+      input: z.record(z.string(), z.unknown()),
+      output,
+      timeoutMs,
+      render,
+      async execute(args, ctx) {
+        const conn = await connection();
+        const tool = conn.tools.get(mcpName);
+        if (!tool) throw new Error(`MCP server ${opts.name} has no tool ${JSON.stringify(mcpName)} (it has: ${[...conn.tools.keys()].join(', ') || 'none'})`);
+        const checked = tool.input?.safeParse(args);
+        if (checked && !checked.success) throw new Error(`invalid input: ${zodMessage(checked.error, 'input')}`);
+        let result;
+        try {
+          result = await conn.client.callTool({ name: mcpName, arguments: args }, undefined, { signal: ctx.signal, timeout: timeoutMs });
+        } catch (e) {
+          // a call that timed out or broke the protocol leaves a server not to trust: restart it
+          if (ctx.signal.aborted || !serverAnswered(e)) await discard(conn);
+          throw new Error(`MCP server ${opts.name}: ${(e as Error).message}${stderrTail(conn.stderr)}`);
+        }
+        const content = (result.content ?? []) as McpContent[];
+        if (result.isError) throw new Error(content.map(contentText).join('\n') || 'the tool failed');
+        return { content, ...(result.structuredContent ? { structuredContent: result.structuredContent as Record<string, unknown> } : {}) };
+      },
+    }),
+  );
+
+  return {
+    name: opts.name,
+    tools,
+    list: async () => [...(await connection()).tools.values()].map((t) => t.info),
+    close: async () => {
+      const c = connecting;
+      live = connecting = undefined;
+      const conn = await c?.catch(() => undefined);
+      if (conn) await conn.client.close().catch(() => undefined);
+    },
+  };
+}
+
+/**
+ * An error the server answered (a JSON-RPC error: unknown tool, invalid params), after which it
+ * is still fine to use; not the SDK's own -32000 (connection closed) and -32001 (request timed out),
+ * nor a reply that failed the protocol's schema.
+ */
+function serverAnswered(e: unknown): boolean {
+  const code = (e as { code?: unknown })?.code;
+  return typeof code === 'number' && code !== -32000 && code !== -32001;
+}
+
+const stderrTail = (lines: string[]): string => {
+  const text = lines.join('').trim();
+  return text ? ` (server stderr: ${text.slice(-500)})` : '';
+};
