@@ -91,6 +91,12 @@ export function problemLines(p: EpisodeProblems): string[] {
     for (const e of p.errors) lines.push(`    ${e.count}x ${e.error.length > 300 ? `${e.error.slice(0, 300)}...` : e.error}`);
   }
   for (const u of p.skippedUpdates) lines.push(`  update skipped: ${u.model}: ${u.reason} (${u.steps} step${u.steps === 1 ? '' : 's'})`);
+  for (const a of p.stalledAgents)
+    lines.push(
+      `  no learning signal: ${a.agent} (model ${a.model}) for its last ${a.steps} steps (from step ${a.since}): every group's rewards ` +
+        `were equal, at ${rewardNumber(a.reward)} against ${rewardNumber(a.firstReward)} at its first step; it cannot recover by itself ` +
+        `(a role that judges a fast learner stalls so more often with --staleness: docs/performance.md#asynchronous-rl)`,
+    );
   return lines;
 }
 

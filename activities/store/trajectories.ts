@@ -8,6 +8,7 @@ import type { Sql } from '../../infra/db';
 import { timedStoreWrite, troupeMetrics } from '../../infra/metrics';
 import type { Split } from '../../agents/tasks';
 import type { Trajectory, TurnRewards } from '../../schema/trajectory';
+import { runStalledAgents, type StalledAgent } from './stalled-agents';
 
 export interface EpisodeMeta {
   episodeId: string;
@@ -274,6 +275,8 @@ export interface EpisodeProblems {
   errors: Array<{ error: string; count: number }>;
   /** Updates skipped, per model and reason (events `update-skipped`): steps that trained nothing. */
   skippedUpdates: Array<{ model: string; reason: string; steps: number }>;
+  /** Agents without a learning signal for their last steps, below their first step's reward (stalled-agents.ts). */
+  stalledAgents: StalledAgent[];
 }
 
 export async function episodeProblems(sql: Sql, runId: string, topErrors = 3): Promise<EpisodeProblems> {
@@ -295,5 +298,6 @@ export async function episodeProblems(sql: Sql, runId: string, topErrors = 3): P
     empty: counts!.empty,
     errors: errors.map((r) => ({ error: r.error as string, count: r.count as number })),
     skippedUpdates: skipped.map((r) => ({ model: r.model as string, reason: r.reason as string, steps: r.steps as number })),
+    stalledAgents: await runStalledAgents(sql, runId),
   };
 }

@@ -122,6 +122,7 @@ it('episodeProblems: what `troupe train`/`status` show for such a run: failed an
       { error: 'episode: tokenizer: character "{" is not in the vocabulary', count: 1 },
     ],
     skippedUpdates: [{ model: 'policy', reason: 'no trainable tokens', steps: 1 }],
+    stalledAgents: [],
   });
-  assert.deepEqual(await episodeProblems(db.sql, 'no-such-run'), { episodes: 0, failed: 0, empty: 0, errors: [], skippedUpdates: [] });
+  assert.deepEqual(await episodeProblems(db.sql, 'no-such-run'), { episodes: 0, failed: 0, empty: 0, errors: [], skippedUpdates: [], stalledAgents: [] });
 });

@@ -33,6 +33,7 @@ it('a run that learned nothing says why: failed and empty episodes with their mo
     empty: 2,
     errors: [{ error: 'rewards.solver.correct: must be a finite number, got NaN', count: 6 }],
     skippedUpdates: [{ model: 'policy', reason: 'no trainable tokens', steps: 2 }],
+    stalledAgents: [],
   };
   assert.deepEqual(summaryLines(summary({ versions: { policy: 0 }, failedEpisodes: 6 }), { runSeconds: 34.2, setupSeconds: 267 }, problems), [
     'run r1 (math) completed after 2 steps in 34s (setting up the stack took 4m27s more)',
@@ -44,7 +45,16 @@ it('a run that learned nothing says why: failed and empty episodes with their mo
     '  update skipped: policy: no trainable tokens (2 steps)',
     '  never trained: every model is still at version 0',
   ]);
-  assert.deepEqual(problemLines({ episodes: 8, failed: 0, empty: 0, errors: [], skippedUpdates: [] }), [], 'a healthy run adds nothing');
+  assert.deepEqual(problemLines({ episodes: 8, failed: 0, empty: 0, errors: [], skippedUpdates: [], stalledAgents: [] }), [], 'a healthy run adds nothing');
+});
+
+it('a stalled agent is named with its model, the streak and the rewards', () => {
+  const stalled = { agent: 'verifier', model: 'policy', since: 10, steps: 30, reward: 0, firstReward: 0.9453125 };
+  assert.deepEqual(problemLines({ episodes: 5120, failed: 0, empty: 0, errors: [], skippedUpdates: [], stalledAgents: [stalled] }), [
+    "  no learning signal: verifier (model policy) for its last 30 steps (from step 10): every group's rewards were equal, at 0 " +
+      'against 0.945 at its first step; it cannot recover by itself (a role that judges a fast learner stalls so more often with ' +
+      '--staleness: docs/performance.md#asynchronous-rl)',
+  ]);
 });
 
 it("the run's own time is reported apart from setting up the stack (none when the stack was up)", () => {
