@@ -10,27 +10,12 @@ import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { agent, charTokenizer, defineTeam, generatedTasks, mcpServer, tagSyntax, tinyLM, type McpServer } from '../../../agents';
+import { mcpServer } from '../../../agents';
 import type { ToolCallReply } from '../../../agents/episode';
 import { executeTool } from '../../../activities/tools';
+import { teamWith } from './fixtures/mcp-team';
 
 const bin = (pkg: string) => path.join(path.dirname(require.resolve(`@modelcontextprotocol/${pkg}/package.json`)), 'dist', 'index.js');
-const tokenizer = charTokenizer(Array.from({ length: 95 }, (_, i) => String.fromCharCode(32 + i)).join('') + '\n');
-
-function teamWith(server: McpServer) {
-  return defineTeam({
-    name: 'mcp-npm',
-    tokenizer,
-    toolSyntax: tagSyntax(),
-    models: { policy: tinyLM({ tokenizer, contextWindow: 8, embedDim: 8, hiddenDim: 8 }) },
-    agents: { user: agent({ model: 'policy', tools: server.tools, maxTokens: 64 }) },
-    tasks: generatedTasks({ seed: 1, count: 2, evalFraction: 0.5, make: (_r, i) => ({ id: `t${i}`, data: i }) }),
-    episode: async () => null,
-    rewards: { user: () => ({ r: 0 }) },
-    success: () => true,
-  });
-}
-
 let n = 0;
 const call = (team: ReturnType<typeof teamWith>, tool: string, input: unknown = {}): Promise<ToolCallReply> =>
   executeTool(team, { tool, input, episodeId: 'e1', turn: 0, call: n++, seed: 1 });
@@ -57,7 +42,7 @@ describe('server-everything over stdio', () => {
     tools: everythingTools,
     timeoutMs: 3_000,
   });
-  const team = teamWith(server);
+  const team = teamWith(server, { name: 'mcp-npm' });
   after(() => server.close());
 
   it('calls its tools, content of every kind rendered', async () => {
@@ -110,7 +95,7 @@ describe('server-everything over streamable HTTP', () => {
   it('calls its tools at a URL', async () => {
     const server = mcpServer({ name: 'everything-http', url, tools: { echo: 'echo', sum: 'get-sum' } });
     try {
-      assert.equal(await rendered(teamWith(server), 'echo', { message: 'over http' }), 'Echo: over http');
+      assert.equal(await rendered(teamWith(server, { name: 'mcp-npm' }), 'echo', { message: 'over http' }), 'Echo: over http');
       assert.ok((await server.list()).some((t) => t.name === 'get-sum'));
     } finally {
       await server.close();
@@ -119,7 +104,7 @@ describe('server-everything over streamable HTTP', () => {
 
   it('a URL with no server is a tool error', async () => {
     const server = mcpServer({ name: 'nobody', url: 'http://127.0.0.1:9/mcp', tools: ['echo'], timeoutMs: 3_000 });
-    const r = await call(teamWith(server), 'echo', { message: 'x' });
+    const r = await call(teamWith(server, { name: 'mcp-npm' }), 'echo', { message: 'x' });
     assert.ok(!r.ok);
     assert.match(r.error, /^echo: MCP server nobody \(http:\/\/127\.0\.0\.1:9\/mcp\) did not start/);
   });
@@ -133,7 +118,7 @@ describe('server-filesystem on a scratch directory', () => {
     args: [bin('server-filesystem'), dir],
     tools: ['write_file', 'read_text_file', 'list_directory'],
   });
-  const team = teamWith(server);
+  const team = teamWith(server, { name: 'mcp-npm' });
   after(async () => {
     await server.close();
     fs.rmSync(dir, { recursive: true, force: true });

@@ -4,35 +4,15 @@
  * dies is restarted by the next call; closing the threads leaves no server process behind.
  */
 import assert from 'node:assert/strict';
-import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { it } from 'node:test';
 import { UserCodeThreads } from '../../../activities/training/user-code-threads';
 import type { ToolCallRequest } from '../../../agents/episode';
-import { mcpTeam } from './fixtures/mcp-team';
+import { gone, mcpTeam } from './fixtures/mcp-team';
 
 const ref = { team: 'mcp', teamOptions: {} };
 let n = 0;
 const req = (tool: string, input: unknown = {}): ToolCallRequest => ({ tool, input, episodeId: 'e', turn: 0, call: n++, seed: 1 });
-
-/** Whether the process runs: a zombie (exited; its parent thread, which would reap it, ended) does not. */
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch {
-    return false;
-  }
-  try {
-    return !/^\d+ \(.*\) Z/.test(fs.readFileSync(`/proc/${pid}/stat`, 'utf8'));
-  } catch {
-    return true; // no /proc: kill(pid, 0) answered
-  }
-}
-
-async function gone(pid: number): Promise<boolean> {
-  for (let i = 0; i < 50 && alive(pid); i++) await new Promise((r) => setTimeout(r, 100));
-  return !alive(pid);
-}
 
 it('a tool thread runs the server, restarts it after a crash, and closing the threads ends it', async () => {
   const threads = new UserCodeThreads(path.join(__dirname, 'fixtures', 'mcp-thread.ts'), 1);

@@ -5,12 +5,12 @@
  * through `act()`.
  */
 import assert from 'node:assert/strict';
-import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { after, describe, it } from 'node:test';
-import { agent, charTokenizer, defineTeam, generatedTasks, mcpServer, tagSyntax, tinyLM, type McpServerOptions } from '../../../agents';
+import { mcpServer, type McpServerOptions } from '../../../agents';
 import { runEpisode, type ToolCallReply } from '../../../agents/episode';
 import { executeTool } from '../../../activities/tools';
+import { gone, teamWith, tokenizer } from './fixtures/mcp-team';
 
 const fixture = path.join(__dirname, 'fixtures', 'mcp-server.mjs');
 const options: McpServerOptions = {
@@ -21,44 +21,9 @@ const options: McpServerOptions = {
   timeoutMs: 3_000,
 };
 
-const tokenizer = charTokenizer(Array.from({ length: 95 }, (_, i) => String.fromCharCode(32 + i)).join('') + '\n');
-
-function teamWith(server: ReturnType<typeof mcpServer>, script?: (agents: never) => Promise<unknown>) {
-  return defineTeam({
-    name: 'mcp',
-    tokenizer,
-    toolSyntax: tagSyntax(),
-    models: { policy: tinyLM({ tokenizer, contextWindow: 8, embedDim: 8, hiddenDim: 8 }) },
-    agents: { user: agent({ model: 'policy', tools: server.tools, maxTokens: 64, maxToolCalls: 2 }) },
-    tasks: generatedTasks({ seed: 1, count: 2, evalFraction: 0.5, make: (_r, i) => ({ id: `t${i}`, data: i }) }),
-    episode: async ({ agents }) => (script ? script(agents as never) : null),
-    rewards: { user: () => ({ r: 0 }) },
-    success: () => true,
-  });
-}
-
 let n = 0;
 const call = (team: ReturnType<typeof teamWith>, tool: string, input: unknown = {}): Promise<ToolCallReply> =>
   executeTool(team, { tool, input, episodeId: 'e1', turn: 0, call: n++, seed: 1 });
-
-/** Whether the process runs: a zombie (exited; its parent thread, which would reap it, ended) does not. */
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch {
-    return false;
-  }
-  try {
-    return !/^\d+ \(.*\) Z/.test(fs.readFileSync(`/proc/${pid}/stat`, 'utf8'));
-  } catch {
-    return true; // no /proc: kill(pid, 0) answered
-  }
-}
-
-async function gone(pid: number): Promise<boolean> {
-  for (let i = 0; i < 50 && alive(pid); i++) await new Promise((r) => setTimeout(r, 100));
-  return !alive(pid);
-}
 
 const pidOf = async (team: ReturnType<typeof teamWith>): Promise<number> => {
   const r = await call(team, 'pid');
@@ -169,9 +134,11 @@ describe('mcpServer', () => {
   });
 
   it('an agent calls it through act()', async () => {
-    const t = teamWith(server, async (agents: { user: { act(m: string): Promise<{ text: string; toolCalls: readonly unknown[] }> } }) => {
-      const turn = await agents.user.act('say hi');
-      return { text: turn.text, calls: turn.toolCalls.length };
+    const t = teamWith(server, {
+      script: async (agents: { user: { act(m: string): Promise<{ text: string; toolCalls: readonly unknown[] }> } }) => {
+        const turn = await agents.user.act('say hi');
+        return { text: turn.text, calls: turn.toolCalls.length };
+      },
     });
     const replies = ['<call echo>{"text":"hi"}</call>', 'done'];
     const traj = await runEpisode(
