@@ -7,6 +7,7 @@
 import type { Row } from 'postgres';
 import type { Sql } from '../infra/db';
 import { episodeRetentionOf } from '../activities/store/episode-retention';
+import { runStalledAgents } from '../activities/store/stalled-agents';
 import { loadEpisode } from '../activities/store/trajectories';
 import { loadTeam } from '../agents/team-registry';
 import { BOS, EOS, PAD, type Tokenizer } from '../agents/tokenizer';
@@ -126,7 +127,7 @@ async function requireRun(sql: Sql, runId: string) {
 
 /**
  * GET /api/runs/:id — the run, its config, its newest events (at most `eventLimit`, default 200),
- * and what episode retention pruned of it (null: nothing).
+ * what episode retention pruned of it (null: nothing), and its agents without a learning signal.
  */
 export async function getRunDetail(sql: Sql, runId: string, q: Query) {
   const eventLimit = intParam(q, 'eventLimit', 200, 1, MAX_LIMIT)!;
@@ -140,6 +141,7 @@ export async function getRunDetail(sql: Sql, runId: string, q: Query) {
     config: row.config,
     stepRows: steps as number,
     retention: await episodeRetentionOf(sql, runId),
+    stalledAgents: await runStalledAgents(sql, runId),
     events: events.map((e) => ({ id: Number(e.id), step: e.step, kind: e.kind, detail: e.detail, at: new Date(e.at).toISOString() })),
   };
 }

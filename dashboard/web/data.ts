@@ -20,6 +20,15 @@ export interface RunRetention {
   policy: string;
   lastPrunedAt: string;
 }
+/** An agent without a learning signal for its last steps (activities/store/stalled-agents.ts). */
+export interface StalledAgent {
+  agent: string;
+  model: string;
+  since: number;
+  steps: number;
+  reward: number;
+  firstReward: number;
+}
 export interface RunEvent {
   step: number;
   kind: string;

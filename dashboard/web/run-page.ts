@@ -2,7 +2,7 @@
 // events, and a step's episodes.
 import type * as vega from 'vega';
 import { constantNote, OTHER, onWallTime, panelsOf, SECTIONS, sectionOf, smooth, type LrRow, type MetricRow, type Point, type StepTime } from './curves';
-import { api, config, fetchRunMetrics, temporalLink, type EpisodeRow, type RunEvent, type RunRetention, type RunSummary } from './data';
+import { api, config, fetchRunMetrics, temporalLink, type EpisodeRow, type RunEvent, type RunRetention, type RunSummary, type StalledAgent } from './data';
 import { byId, crumbs, duration, esc, fmt, formStrings, main, message, polling, POLL_MS, render } from './page';
 import { type CurveOptions, panelSpec, SMOOTHING } from './panel-spec';
 
@@ -59,6 +59,17 @@ function retentionText(r: RunRetention): string {
   );
 }
 
+/** Agents that stopped learning, as `troupe train` names them (cli/summary.ts problemLines). */
+function stalledHtml(stalled: readonly StalledAgent[]): string {
+  return stalled
+    .map(
+      (a) =>
+        `<br><span class="stalled">no learning signal: <b>${esc(a.agent)}</b> (model ${esc(a.model)}) for its last ${a.steps} steps (from step ${a.since}): ` +
+        `every group's rewards were equal, at ${fmt(a.reward)} against ${fmt(a.firstReward)} at its first step; it cannot recover by itself</span>`,
+    )
+    .join('');
+}
+
 /** The server's live line for a rollout in flight (dashboard/server.ts liveProgress). */
 type LiveProgress = { text: string } | null;
 
@@ -85,9 +96,14 @@ export function lineageHtml(runId: string, config: unknown): string {
 
 export async function runPage(runId: string, params: URLSearchParams) {
   crumbs.innerHTML = `/ <a href="#/">runs</a> / ${esc(runId)}`;
-  const detail = await api<{ run: RunSummary; config: unknown; events: RunEvent[]; progress: LiveProgress; retention: RunRetention | null }>(
-    `/api/runs/${encodeURIComponent(runId)}`,
-  );
+  const detail = await api<{
+    run: RunSummary;
+    config: unknown;
+    events: RunEvent[];
+    progress: LiveProgress;
+    retention: RunRetention | null;
+    stalledAgents: StalledAgent[];
+  }>(`/api/runs/${encodeURIComponent(runId)}`);
   const t = await temporalLink(runId);
   const cfg = await config();
   const r = detail.run;
@@ -98,6 +114,7 @@ export async function runPage(runId: string, params: URLSearchParams) {
     (byId('summary').innerHTML =
       `team <b>${esc(run.team)}</b> · status <b id="run-status">${esc(run.status)}</b> · step ${run.step}${run.steps ? ' / ' + run.steps : ''} · eval success ${fmt(run.evalSuccess)} · ${duration(run.durationSeconds)}${t ? ` · <a href="${esc(t)}" target="_blank">Temporal UI</a>` : ''}` +
       lineageHtml(runId, detail.config) +
+      stalledHtml(detail.stalledAgents) +
       (progress ? `<br><span id="run-progress">${esc(progress.text)}</span>` : ''));
   summary(r, detail.progress);
   controls(runId, cfg.controls);

@@ -79,6 +79,7 @@ describe('dashboard API', () => {
     const detail = await getJson(`${dash.url}/api/runs/${runId}`);
     assert.equal(detail.status, 200);
     assert.equal(detail.body.config.steps, RUN.steps);
+    assert.deepEqual(detail.body.stalledAgents, [], 'every agent of a healthy run still learns');
     const events = await h.db.sql`SELECT kind, step FROM run_events WHERE run_id = ${runId} ORDER BY id`;
     assert.deepEqual(
       detail.body.events.map((e: any) => [e.kind, e.step]),
