@@ -25,6 +25,7 @@
  * sandbox, where nothing may reach a process or the network.
  */
 import { z } from 'zod';
+import { esmImport } from '../infra/esm';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import type { BroadcastChannel } from 'node:worker_threads';
@@ -123,12 +124,9 @@ function contentText(c: McpContent): string {
   return `[${c.type}${typeof what === 'string' ? ` ${what}` : ''}]`;
 }
 
-// eslint-disable-next-line @typescript-eslint/no-implied-eval -- a constant body: a real import() that the workflow bundler does not follow
-const esm = (m: string): Promise<unknown> => (new Function('m', 'return import(m)') as (m: string) => Promise<unknown>)(m);
-
 async function load<T>(m: string): Promise<T> {
   try {
-    return (await esm(m)) as T;
+    return await esmImport<T>(m);
   } catch (e) {
     if ((e as { code?: string }).code === 'ERR_MODULE_NOT_FOUND' && String((e as Error).message).includes('@modelcontextprotocol/sdk'))
       throw new Error('MCP tools need the package @modelcontextprotocol/sdk: npm install @modelcontextprotocol/sdk');

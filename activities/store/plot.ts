@@ -12,12 +12,9 @@ import * as path from 'node:path';
 import type { Sql } from '../../infra/db';
 import { TroupeError } from '../../infra/errors';
 import { readMetrics } from './metrics';
+import { esmImport } from '../../infra/esm';
 import { STALENESS_TOKENS } from '../training/off-policy';
 import { PARTIAL_PANELS } from '../training/partial-panels';
-
-// vega and vega-lite are ES modules; load them from this CommonJS code with a real dynamic import.
-// eslint-disable-next-line @typescript-eslint/no-implied-eval -- a constant body: the only way to a real import() from CommonJS
-const esm = new Function('m', 'return import(m)') as <T>(m: string) => Promise<T>;
 
 export interface CurvePoint {
   step: number;
@@ -153,8 +150,8 @@ export function curvesSpec(c: ReturnType<typeof curves>, title: string) {
 
 /** Vega-Lite spec -> SVG (vega, headless) -> PNG (resvg, scaled by zoom); also draws the benchmark figures. */
 export async function renderVegaLite(spec: Record<string, unknown>, zoom = 2): Promise<{ svg: string; png: Uint8Array }> {
-  const vl = await esm<{ compile(spec: unknown): { spec: unknown } }>('vega-lite');
-  const vega = await esm<typeof import('vega')>('vega');
+  const vl = await esmImport<{ compile(spec: unknown): { spec: unknown } }>('vega-lite');
+  const vega = await esmImport<typeof import('vega')>('vega');
   const compiled = vl.compile({ $schema: 'https://vega.github.io/schema/vega-lite/v6.json', background: 'white', ...spec }).spec;
   const view = new vega.View(vega.parse(compiled as never), { renderer: 'none' });
   const svg = await view.toSVG();
