@@ -53,4 +53,5 @@ export {
 export type { Correction, CorrectionSettings, CorrectionWeights } from './corrections/types';
 export { BASELINES, DEFAULT_BASELINE, proximalBaselineShifts, type Baseline, type BaselineSample } from './corrections/proximal-baseline';
 export { DEFAULT_STEP_SIZE, STEP_SIZES, effectiveSampleShare, type StepSize } from './corrections/step-size';
+export { DEFAULT_MOMENTUM, MOMENTA, staleBetas, type Momentum } from './corrections/momentum';
 export { stepDiagnostics, mergeLossDiagnostics, type AgentStepDiagnostics, type AdvantageSummary } from './diagnostics';

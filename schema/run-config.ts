@@ -23,6 +23,7 @@ import { TRACKING_URI, TRACKING_URI_RULE } from '../infra/mlflow-client';
 import { CORRECTION_NAMES, DEFAULT_CORRECTION, type CorrectionName } from '../rl/corrections/registry';
 import { BASELINES, DEFAULT_BASELINE, type Baseline } from '../rl/corrections/proximal-baseline';
 import { DEFAULT_STEP_SIZE, STEP_SIZES, type StepSize } from '../rl/corrections/step-size';
+import { DEFAULT_MOMENTUM, MOMENTA, type Momentum } from '../rl/corrections/momentum';
 
 /** Bound on staleness: each step of lag keeps one more step's rollout in flight. */
 export const MAX_STALENESS = 8;
@@ -51,6 +52,11 @@ const correctionSchema = () =>
      * by the batch's effective sample share under the weights, 'constant' keeps it (before 2026-12).
      */
     stepSize: z.enum(STEP_SIZES, `must be one of ${STEP_SIZES.join(', ')}`).optional(),
+    /**
+     * Adam's first moment for a stale batch (rl/corrections/momentum.ts): 'off' (default) updates with β1 = 0,
+     * 'keep' with the model's betas (before 2026-12).
+     */
+    momentum: z.enum(MOMENTA, `must be one of ${MOMENTA.join(', ')}`).optional(),
   });
 
 const runIdSchema = () => z.string().regex(/^[A-Za-z0-9._-]{1,100}$/, 'a run id: letters, digits, . _ - only (1-100)');
@@ -450,6 +456,8 @@ export interface OffPolicySetting {
   baseline?: Baseline;
   /** Absent: 'ess'. */
   stepSize?: StepSize;
+  /** Absent: 'off'. */
+  momentum?: Momentum;
 }
 
 /**
@@ -463,12 +471,14 @@ export function offPolicyOf(config: Pick<RunConfig, 'importanceCap' | 'offPolicy
   const band = own?.band ?? config.offPolicy?.band;
   const baseline = own?.baseline ?? config.offPolicy?.baseline;
   const stepSize = own?.stepSize ?? config.offPolicy?.stepSize;
+  const momentum = own?.momentum ?? config.offPolicy?.momentum;
   return {
     importanceCap: own?.cap ?? config.offPolicy?.cap ?? config.importanceCap,
     ...(correction !== undefined && correction !== DEFAULT_CORRECTION ? { correction } : {}),
     ...(band !== undefined ? { band } : {}),
     ...(baseline !== undefined && baseline !== DEFAULT_BASELINE ? { baseline } : {}),
     ...(stepSize !== undefined && stepSize !== DEFAULT_STEP_SIZE ? { stepSize } : {}),
+    ...(momentum !== undefined && momentum !== DEFAULT_MOMENTUM ? { momentum } : {}),
   };
 }
 

@@ -17,6 +17,7 @@ import type { TeamRef } from './control';
 import { heartbeating } from './engine-work';
 import { type EngineApi, type EngineVersions, reasonOf } from './engine-versions';
 import { offPolicyCorrection } from './off-policy';
+import { DEFAULT_MOMENTUM, staleBetas } from '../../rl';
 import type { StepBatches } from './step-batches';
 import {
   FIRST_ATTEMPT,
@@ -100,9 +101,11 @@ export async function updateModel(
     input.offPolicy &&
     offPolicyCorrection(sequences, onPolicy, await versions.score(runId, model, input.baseVersion, sequences), input.baseVersion, input.offPolicy);
   const samples = corrected ? corrected.samples : onPolicy;
+  // A stale model's Adam runs without its first moment by default (rl/corrections/momentum.ts); the version records what ran.
+  const settings = input.offPolicy ? { ...modelSettings, betas: staleBetas(modelSettings.betas, input.offPolicy.momentum ?? DEFAULT_MOMENTUM) } : modelSettings;
   // A stale batch's step: the lr scaled by its effective sample share (rl/corrections/step-size.ts).
   const scaled = (attempt: UpdateAttempt): UpdateAttempt => (corrected ? { ...attempt, lrScale: attempt.lrScale * corrected.lrScale } : attempt);
-  const request = (attempt: UpdateAttempt) => updateRequest({ runId, model, step, baseVersion: input.baseVersion }, samples, modelSettings, scaled(attempt));
+  const request = (attempt: UpdateAttempt) => updateRequest({ runId, model, step, baseVersion: input.baseVersion }, samples, settings, scaled(attempt));
   // The engine's progress goes out with the heartbeats (visible in the Web UI's pending activity).
   let progress: UpdateProgress | undefined;
   const send = (req: UpdateRequest) => {
@@ -154,7 +157,7 @@ export async function updateModel(
       },
       metrics: rows.filter((r) => Number.isFinite(r.value)),
       stepMetrics: { counts: batch.counts, [`update.${model}`]: metrics },
-      settings: { [model]: modelSettings },
+      settings: { [model]: settings },
       advantages: batch.turnAdvantages.filter((a) => a.model === model),
     }),
   );

@@ -71,6 +71,10 @@ describe('asynchronous runs (staleness)', () => {
           assert.ok(m[`staleness.tokens.${Math.min(t, k)}`]! > 0);
         }
       }
+      // A stale model's Adam runs without its first moment (offPolicy.momentum 'off', the default); each step records what ran.
+      const settings = await h.db.sql`SELECT step, settings FROM steps WHERE run_id = ${runId} AND step >= 0 ORDER BY step`;
+      assert.equal(settings.length, STEPS);
+      for (const r of settings) assert.deepEqual((r.settings as { policy: { betas: number[] } }).policy.betas, [0, 0.999], `step ${r.step}: betas`);
       // Committed in step order.
       const commits = await h.db.sql`SELECT step FROM versions WHERE run_id = ${runId} AND step >= 0 ORDER BY created_at, step`;
       assert.deepEqual(
@@ -105,7 +109,7 @@ describe('asynchronous runs (staleness)', () => {
     const runId = 'stale-k1-icepop';
     // A narrow band: after an update, the base version's ratios move off 1 by more than this for some tokens.
     const band = [0.999, 1.001] as [number, number];
-    const summary = await run(runId, { staleness: 1, offPolicy: { correction: 'icepop', band } });
+    const summary = await run(runId, { staleness: 1, offPolicy: { correction: 'icepop', band, momentum: 'keep' } });
     assert.equal(summary.status, 'completed');
     assert.deepEqual(summary.versions, { policy: STEPS });
     await checkRunBookkeeping(h, runId, STEPS, ['solver', 'verifier'], ['policy']);
@@ -119,7 +123,10 @@ describe('asynchronous runs (staleness)', () => {
         );
     const sent = await inputs(runId);
     assert.equal(sent.length, STEPS);
-    for (const u of sent) assert.deepEqual(u.offPolicy, { importanceCap: 5, correction: 'icepop', band }, `step ${u.step}`);
+    for (const u of sent) assert.deepEqual(u.offPolicy, { importanceCap: 5, correction: 'icepop', band, momentum: 'keep' }, `step ${u.step}`);
+    // momentum 'keep': the model's own betas
+    for (const r of await h.db.sql`SELECT step, settings FROM steps WHERE run_id = ${runId} AND step >= 0`)
+      assert.deepEqual((r.settings as { policy: { betas: number[] } }).policy.betas, [0.9, 0.999], `step ${r.step}: betas`);
     for (const u of await inputs('stale-k1-batched')) assert.deepEqual(u.offPolicy, { importanceCap: 5 }, `default run, step ${u.step}`);
 
     const rows = await h.db.sql`SELECT step, kind, scope, name, value FROM metrics WHERE run_id = ${runId} AND kind IN ('train', 'update')
