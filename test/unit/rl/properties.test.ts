@@ -82,7 +82,9 @@ test('property: with group-agent scope, grpo and rloo advantages have mean ≈ 0
         const m = set.reduce((acc, i) => acc + r.advantages[i]!, 0) / set.length;
         // Rounding bound: deviations s − mean carry ~n ulps of the largest score, and grpo
         // divides them by std + 1e-6 ≥ 1e-6 (rewards 3e-13 apart give |A| ~ 1e-7 of pure rounding).
-        const maxScore = Math.max(...set.map((i) => Object.values(samples[i]!.rewards).reduce((a, v) => a + Math.abs(v), 0)));
+        // a sample's score counts its turn rewards too (seed 651728158: turn rewards ~1000, 1.5e-12 apart)
+        const magnitude = (r: Record<string, number> | undefined) => Object.values(r ?? {}).reduce((a, v) => a + Math.abs(v), 0);
+        const maxScore = Math.max(...set.map((i) => magnitude(samples[i]!.rewards) + magnitude(samples[i]!.turnRewards)));
         const rounding = (4 * set.length * Number.EPSILON * maxScore) / (estimator === 'grpo' ? 1e-6 : 1);
         const scale = Math.max(1, ...set.map((i) => Math.abs(r.advantages[i]!)));
         assert.ok(Math.abs(m) <= 1e-9 * scale + rounding, `${estimator}: set mean ${m}`);
