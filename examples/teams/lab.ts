@@ -52,6 +52,9 @@ export const runCode = sandboxTool({
   limits: { wallMs: 30_000, cpuSeconds: 1, memoryMb: 128, processes: 4, outputBytes: 64, scratchMb: 1 },
 });
 
+/** Where the server appends a line per call, when set (a test counts the calls; a server gets only the variables given it). */
+const callLog = typeof process === 'undefined' ? undefined : process.env.LAB_MCP_CALL_LOG;
+
 /** The checker's service: an MCP server with one tool, `check` (lab-mcp-server.mjs). */
 export const checkerServer = mcpServer({
   name: 'lab',
@@ -59,6 +62,7 @@ export const checkerServer = mcpServer({
   // runs no tool: plain strings here, guarded, and the server only ever starts where tools run
   command: typeof process === 'undefined' ? 'node' : process.execPath,
   args: [`${typeof __dirname === 'string' ? __dirname : '.'}/lab-mcp-server.mjs`],
+  ...(callLog ? { env: { LAB_MCP_CALL_LOG: callLog } } : {}),
   tools: ['check'],
   timeoutMs: 10_000,
 });
