@@ -130,7 +130,7 @@ export function labTeam(options: LabOptions = {}) {
     tasks: generatedTasks<LabTask>({
       seed: 11,
       count: (maxOperand + 1) ** 2,
-      // 125 of the 2,500 held out: an eval runs them all at once, and so about as many sandboxes as a step (128)
+      // 5 % held out (136 of 2,500): an eval runs them all at once, and so about as many sandboxes as a step (128)
       evalFraction: 0.05,
       make: (_random, i) => {
         const a = Math.floor(i / (maxOperand + 1));
