@@ -4,14 +4,15 @@
  * (`sandboxTool`, `mcpServer`) in one team.
  *
  * Made to be learnable from a random initialization by the built-in tiny policy, as `math` is:
- * each tool call is ONE token of a 20-piece vocabulary. The solver reads "12*7" and typing '='
+ * each tool call is ONE token of an 18-piece vocabulary. The solver reads "12*7" and typing '='
  * runs `print(12*7)` in a fresh bubblewrap sandbox (the syntax builds the snippet from the
  * expression on the display; the sandbox really runs it); its output, rendered by the sandbox
  * tool as "exit 0\nstdout:\n84", is one vocabulary piece plus the digits. The checker reads
  * "12*7=84?" and typing '!' calls the MCP server's `check` tool (lab-mcp-server.mjs, started
- * with this Node binary), which answers 'Y' or 'N'. A two-digit product is out of reach of a
- * policy guessing digits, so the solver must learn the sandbox key; while the solver is still
- * often wrong, only the checker's tool call judges every answer right, so it learns the MCP key.
+ * with this Node binary), which answers 'Y' or 'N'. Each turn is one sampled token, and a
+ * product past 9 is out of reach of a one-digit guess, so the solver must learn the sandbox
+ * key; while the solver is still often wrong, only the checker's tool call judges every answer
+ * right, so it learns the MCP key.
  *
  * Needs `bwrap` on the pool workers (Debian: apt-get install bubblewrap); where it cannot run,
  * every sandbox call is a tool error ('E') and the team cannot succeed.
