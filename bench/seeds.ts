@@ -196,7 +196,12 @@ async function main() {
   }
 }
 
-main().catch((e) => {
-  console.error(e);
-  process.exit(1);
-});
+// exit when done: a team's MCP servers (started in this process on its first tool call, one per
+// process that runs tools) would keep it running after the sweep
+main().then(
+  () => process.exit(0),
+  (e) => {
+    console.error(e);
+    process.exit(1);
+  },
+);

@@ -15,5 +15,6 @@ export default defineConfig({
     'ai-sdk-lookup': './teams/ai-sdk-lookup.ts',
     'agents-handoff': './teams/agents-handoff.ts',
     'python-lookup': './teams/python-lookup.ts',
+    lab: './teams/lab.ts',
   },
 });

@@ -73,7 +73,7 @@ it('the CLI refuses a broken team with its error and still accepts the others, w
     () => loadTeam('nope'),
     (e: unknown) =>
       e instanceof TeamLoadError &&
-      /unknown team "nope" \(known: math, research, recall, chain, navigator, lookout, chat-digits, ai-sdk-lookup, agents-handoff, python-lookup, broken\)/.test(
+      /unknown team "nope" \(known: math, research, recall, chain, navigator, lookout, chat-digits, ai-sdk-lookup, agents-handoff, python-lookup, lab, broken\)/.test(
         e.message,
       ),
   );

@@ -31,7 +31,7 @@ it('rejects an unknown team and a config file with unknown fields', () => {
   assert.equal(unknown.status, 1);
   assert.match(
     unknown.stderr,
-    /team: unknown team "chess" \(known: math, research, recall, chain, navigator, lookout, chat-digits, ai-sdk-lookup, agents-handoff, python-lookup\)/,
+    /team: unknown team "chess" \(known: math, research, recall, chain, navigator, lookout, chat-digits, ai-sdk-lookup, agents-handoff, python-lookup, lab\)/,
   );
   const file = path.join(state, '..', `troupe-bad-config-${process.pid}.json`);
   fs.writeFileSync(file, JSON.stringify({ groupSize: 'eight', optimizer: { agents: { judge: { lr: 0.1 } } } }));

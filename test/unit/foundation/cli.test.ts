@@ -67,7 +67,7 @@ test("bin.js: train --help names the teams of the project it runs in, else the c
     assert.equal(outside.status, 0, outside.stderr);
     assert.match(
       outside.stdout,
-      /Teams: math, research, recall, chain, navigator, lookout, chat-digits, ai-sdk-lookup, agents-handoff, python-lookup \(the project's, from .*examples\/troupe\.config\.ts\)/,
+      /Teams: math, research, recall, chain, navigator, lookout, chat-digits, ai-sdk-lookup, agents-handoff, python-lookup, lab \(the project's, from .*examples\/troupe\.config\.ts\)/,
     );
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
