@@ -11,7 +11,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { describe, it } from 'node:test';
 import { z } from 'zod';
-import { agent, chatTemplate, defineTeam, defineTool, generatedTasks, hermesSyntax, tagSyntax, transformer } from '../../../agents';
+import { agent, charTokenizer, chatTemplate, defineTeam, defineTool, generatedTasks, hermesSyntax, tagSyntax, tinyLM, transformer } from '../../../agents';
 import { runEpisode, type EpisodeIO, type GenerateCall } from '../../../agents/episode';
 import { hfTokenizer } from '../../../agents/tokenizers/hf';
 import { functionDefinitions } from '../../../agents/tool';
@@ -139,6 +139,32 @@ describe('act() on a chat template that lists tools', () => {
     assert.throws(
       () => teamOf({ template: plain, script: async () => null }),
       /toolSyntax: hermesSyntax needs a chatTemplate that lists the tools: the team's never shows its `tools` variable/,
+    );
+  });
+
+  it("refuses a team whose tokenizer cannot write the tools' definitions, at agents.x.tools", () => {
+    const chars = charTokenizer('abcdefghijklmnopqrstuvwxyz:> \n');
+    const listing = chatTemplate(
+      '{% if tools %}{% for t in tools %}{{ t | tojson }}{% endfor %}{% endif %}{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}',
+      {},
+      '',
+    );
+    const render = (o: { value: number }) => String(o.value);
+    assert.throws(
+      () =>
+        defineTeam({
+          name: 'no-braces',
+          tokenizer: chars,
+          chatTemplate: listing,
+          toolSyntax: tagSyntax(),
+          models: { policy: tinyLM({ tokenizer: chars, contextWindow: 8, embedDim: 8, hiddenDim: 8 }) },
+          agents: { solver: agent({ model: 'policy', tools: [{ ...calc, render }], maxTokens: 4 }) },
+          tasks: generatedTasks({ seed: 1, count: 2, evalFraction: 0.5, make: (_r, i) => ({ id: `t${i}`, data: i }) }),
+          episode: async () => null,
+          rewards: { solver: () => ({ r: 0 }) },
+          success: () => true,
+        }),
+      /agents\.solver\.tools: its tools as the chat template shows them: .*"\{"/,
     );
   });
 
