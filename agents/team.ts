@@ -135,6 +135,7 @@ function sequenceIssue(
   if (!def.chatTemplate) context = 1 + tok.encode(a.instructions).length;
   else {
     const chat = def.chatTemplate;
+    // without the tools first: text that does not encode there is the instructions'
     const plain = tok.encode(chatOpening(chat, { instructions: a.instructions, tools: [] }, '')).length;
     try {
       context = tools.length > 0 ? tok.encode(chatOpening(chat, { instructions: a.instructions, tools }, '')).length : plain;
