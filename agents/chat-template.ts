@@ -33,6 +33,30 @@ export interface ChatTemplate {
   next(messages: readonly ChatMessage[], stoppedOnEnd: boolean): string;
 }
 
+/** A tool as a chat template is given it (`tools`): an OpenAI-style function definition. */
+export interface FunctionDefinition {
+  type: 'function';
+  function: { name: string; description?: string; parameters?: Record<string, unknown> };
+}
+
+const PROBE = 'troupe_probe_tool';
+const rendersTools = new WeakMap<ChatTemplate, boolean>();
+
+/**
+ * Whether the template shows the tools it is given (it reads `tools`), probed once per template.
+ * A template that never shows them gets none: act() renders the turn without them, and the
+ * gateway refuses a request with tools.
+ */
+export function templateRendersTools(chat: ChatTemplate): boolean {
+  let known = rendersTools.get(chat);
+  if (known === undefined) {
+    const probe: FunctionDefinition[] = [{ type: 'function', function: { name: PROBE, description: '', parameters: { type: 'object', properties: {} } } }];
+    known = chat.open([{ role: 'user', content: 'u' }], probe).includes(PROBE);
+    rendersTools.set(chat, known);
+  }
+  return known;
+}
+
 export class ChatTemplateError extends Error {
   constructor(message: string) {
     super(`chat template: ${message}`);

@@ -17,4 +17,5 @@ export {
   type SandboxToolOptions,
 } from './sandbox-tool';
 export { defineTool, keySyntax, tagSyntax, type Tool, type ToolContext, type ToolSyntax } from './tool';
-export { mcpServer, type McpServer, type McpServerOptions, type McpToolInfo, type McpToolOutput } from './mcp';
+export { hermesSyntax } from './hermes';
+export { mcpServer, type McpServer, type McpServerOptions, type McpToolDeclaration, type McpToolInfo, type McpToolOutput } from './mcp';

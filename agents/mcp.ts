@@ -7,8 +7,9 @@
  * not running yet, so the team declares the tools it gives its agents (by name) and the server
  * is listed when it starts: a declared tool the server does not have is a tool error naming
  * the tools it has, and each tool's input is checked against the server's own JSON schema
- * (zod's fromJSONSchema) before it is sent. `list()` lists a server from anywhere (a check
- * at run start, a script that prints the schemas).
+ * (zod's fromJSONSchema) before it is sent. What a chat template shows the agent of a tool's
+ * input is the schema the team declares with it (`inputSchema`), else any object. `list()` lists
+ * a server from anywhere (a check at run start, a script that prints the schemas).
  *
  * Processes: one server per process that runs the team's tools (a pool worker's tool thread,
  * scope 'worker'), started on the first call and again after it dies. A call to a server that
@@ -46,12 +47,27 @@ export interface McpServerOptions {
   scope?: 'worker';
   /**
    * The server's tools the agents get: their MCP names (each also the Troupe tool's name), or
-   * Troupe name → MCP name, or Troupe name → { tool, description }.
+   * Troupe name → MCP name, or Troupe name → { tool, description, inputSchema }. `inputSchema`
+   * (a JSON Schema object) is what a chat template shows the agent as the tool's parameters
+   * (default: any object); each call is still checked against the server's own schema.
    */
-  tools: readonly string[] | Readonly<Record<string, string | { tool: string; description?: string }>>;
+  tools: readonly string[] | Readonly<Record<string, string | McpToolDeclaration>>;
   /** Each call's time limit, starting the server included (default 30 000 ms). */
   timeoutMs?: number;
 }
+
+/** A server's tool as the team gives it to its agents. */
+export interface McpToolDeclaration {
+  /** The MCP tool's name on the server. */
+  tool: string;
+  /** Default: `<tool> (MCP server <name>)`. */
+  description?: string;
+  /** The JSON Schema the agent is shown for the tool's input (default `{ "type": "object" }`); not what calls are checked against. */
+  inputSchema?: Readonly<Record<string, unknown>>;
+}
+
+/** What an MCP tool's parameters are shown as when the team declares no schema: any object. */
+const ANY_OBJECT: Readonly<Record<string, unknown>> = { type: 'object' };
 
 /** A content item of a `tools/call` result (text, image, audio, resource, resource_link). */
 export type McpContent = { type: string } & Record<string, unknown>;
@@ -165,9 +181,17 @@ function optionIssues(o: McpServerOptions): FieldIssue[] {
   return issues;
 }
 
-/** The declared tools as [Troupe name, MCP name, description?], with issues at `tools...`. */
-function declaredTools(tools: McpServerOptions['tools'], issues: FieldIssue[]): Array<[string, string, string | undefined]> {
-  const out: Array<[string, string, string | undefined]> = [];
+/** A declared tool: its Troupe name, its MCP name, and what the team says of it. */
+interface Declared {
+  name: string;
+  mcpName: string;
+  description?: string;
+  inputSchema?: Readonly<Record<string, unknown>>;
+}
+
+/** The declared tools, with issues at `tools...`. */
+function declaredTools(tools: McpServerOptions['tools'], issues: FieldIssue[]): Declared[] {
+  const out: Declared[] = [];
   if (Array.isArray(tools)) {
     tools.forEach((t: unknown, i) => {
       if (typeof t !== 'string' || t === '') issues.push({ path: `tools[${i}]`, message: `must be a tool name, got ${describe(t)}` });
@@ -176,22 +200,41 @@ function declaredTools(tools: McpServerOptions['tools'], issues: FieldIssue[]): 
           path: `tools[${i}]`,
           message: `${JSON.stringify(t)} is not a Troupe tool name (${toolName}): name it, tools: { my_name: ${JSON.stringify(t)} }`,
         });
-      else out.push([t, t, undefined]);
+      else out.push({ name: t, mcpName: t });
     });
   } else if (tools !== null && typeof tools === 'object') {
     for (const [name, v] of Object.entries(tools as Record<string, unknown>)) {
       const at = `tools.${name}`;
       if (!toolName.test(name)) issues.push({ path: at, message: `must match ${toolName}` });
-      const spec = typeof v === 'string' ? { tool: v } : (v as { tool?: unknown; description?: unknown } | null);
+      const spec = typeof v === 'string' ? { tool: v } : (v as { tool?: unknown; description?: unknown; inputSchema?: unknown } | null);
       if (typeof spec?.tool !== 'string' || spec.tool === '')
-        issues.push({ path: at, message: `must be the MCP tool's name or { tool, description }, got ${describe(v)}` });
+        issues.push({ path: at, message: `must be the MCP tool's name or { tool, description, inputSchema }, got ${describe(v)}` });
       else if (spec.description !== undefined && typeof spec.description !== 'string')
         issues.push({ path: `${at}.description`, message: `must be a string, got ${describe(spec.description)}` });
-      else out.push([name, spec.tool, spec.description as string | undefined]);
+      else if (spec.inputSchema !== undefined && !isJsonSchemaObject(spec.inputSchema))
+        issues.push({ path: `${at}.inputSchema`, message: `must be a JSON Schema of an object ({ type: 'object', ... }), got ${describe(spec.inputSchema)}` });
+      else
+        out.push({
+          name,
+          mcpName: spec.tool,
+          ...(spec.description !== undefined ? { description: spec.description as string } : {}),
+          ...(spec.inputSchema !== undefined ? { inputSchema: spec.inputSchema as Record<string, unknown> } : {}),
+        });
     }
   } else issues.push({ path: 'tools', message: `must list the server's tools the agents get, got ${describe(tools)}` });
   if (out.length === 0 && !issues.some((i) => i.path.startsWith('tools'))) issues.push({ path: 'tools', message: 'must name at least one tool' });
   return out;
+}
+
+/** An object with `type: 'object'` (what MCP requires of a tool's inputSchema) that JSON can write. */
+function isJsonSchemaObject(v: unknown): boolean {
+  if (v === null || typeof v !== 'object' || Array.isArray(v) || (v as { type?: unknown }).type !== 'object') return false;
+  try {
+    JSON.stringify(v);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 export function mcpServer(opts: McpServerOptions): McpServer {
@@ -287,8 +330,10 @@ export function mcpServer(opts: McpServerOptions): McpServer {
     await conn.client.close().catch(() => undefined);
   }
 
-  const tools = declared.map(([name, mcpName, description]) =>
-    defineTool<Record<string, unknown>, McpToolOutput>({
+  const tools = declared.map(({ name, mcpName, description, inputSchema }) => ({
+    // what a chat template shows the agent; calls are checked against the server's schema (execute)
+    parameters: inputSchema ?? ANY_OBJECT,
+    ...defineTool<Record<string, unknown>, McpToolOutput>({
       name,
       description: description ?? `${mcpName} (MCP server ${opts.name})`,
       input: z.record(z.string(), z.unknown()),
@@ -314,7 +359,7 @@ export function mcpServer(opts: McpServerOptions): McpServer {
         return { content, ...(result.structuredContent ? { structuredContent: result.structuredContent as Record<string, unknown> } : {}) };
       },
     }),
-  );
+  }));
 
   return {
     name: opts.name,

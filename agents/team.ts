@@ -13,6 +13,7 @@ import type { TaskSource } from './tasks';
 import type { ChatTemplate } from './chat-template';
 import type { Tokenizer } from './tokenizer';
 import { renderIssues, toolIssues, type ToolSyntax } from './tool';
+import { chatOpening } from './turn';
 import { FieldError, joinPath, type FieldIssue } from '../infra/issues';
 
 /** A turn as reward functions see it. */
@@ -120,18 +121,32 @@ export const DEFAULT_EPISODE_CPU_MS = 30_000;
  * message, then maxTokens sampled) already breaks its model's sequence rule (a transformer's
  * maxSeq): every turn would be refused by the engine. Longer contexts (messages, memory, tool
  * output) are known only at run time, where the engine refuses them (INVALID_REQUEST).
- * Throws the tokenizer's error when the instructions do not encode.
+ * Throws the tokenizer's error when the instructions do not encode, with `tools` as its path when
+ * the tools' definitions (a chat template shows them) do not.
  */
-function sequenceIssue(def: { tokenizer: Tokenizer; chatTemplate?: ChatTemplate }, a: AgentSpec, spec: EngineModelSpec | undefined): string | undefined {
+function sequenceIssue(
+  def: { tokenizer: Tokenizer; chatTemplate?: ChatTemplate },
+  a: AgentSpec,
+  tools: AgentSpec['tools'],
+  spec: EngineModelSpec | undefined,
+): string | undefined {
   const tok = def.tokenizer;
-  const system = a.instructions ? [{ role: 'system' as const, content: a.instructions }] : [];
-  const context = def.chatTemplate
-    ? tok.encode(def.chatTemplate.open([...system, { role: 'user', content: '' }])).length
-    : 1 + tok.encode(a.instructions).length;
+  let context: number;
+  if (!def.chatTemplate) context = 1 + tok.encode(a.instructions).length;
+  else {
+    const chat = def.chatTemplate;
+    // without the tools first: text that does not encode there is the instructions'
+    const plain = tok.encode(chatOpening(chat, { instructions: a.instructions, tools: [] }, '')).length;
+    try {
+      context = tools.length > 0 ? tok.encode(chatOpening(chat, { instructions: a.instructions, tools }, '')).length : plain;
+    } catch (e) {
+      throw Object.assign(new Error(`its tools as the chat template shows them: ${(e as Error).message}`), { path: 'tools' });
+    }
+  }
   if (!spec || !positiveInt(a.maxTokens) || a.maxTokens > MAX_TOKENS_LIMIT) return undefined; // maxTokens itself is refused
   const issue = familyOf(spec.family).sequenceIssue(spec, context, context + a.maxTokens);
   if (!issue) return undefined;
-  const shortest = def.chatTemplate ? 'its instructions in the chat template, empty message' : 'BOS and its instructions, empty message';
+  const shortest = def.chatTemplate ? 'its instructions and tools in the chat template, empty message' : 'BOS and its instructions, empty message';
   return `its shortest context (${context} tokens: ${shortest}) + maxTokens ${a.maxTokens}: ${issue.message} (models.${a.model}); lower maxTokens, shorten the instructions or raise maxSeq`;
 }
 
@@ -191,10 +206,12 @@ export function defineTeam<TTask, TOutcome, Roles extends string>(def: TeamDefin
     if (typeof def.rewards?.[role] !== 'function') bad(`rewards.${role}`, 'every agent needs a reward function');
     if (readable) {
       try {
-        const issue = sequenceIssue(def, a, normalized.get(a.model));
+        // tools that are not tools are refused above; the context is then measured without them
+        const tools = a.tools.every((t) => toolIssues(t).length === 0) ? a.tools : [];
+        const issue = sequenceIssue(def, a, tools, normalized.get(a.model));
         if (issue) bad(`${at}.maxTokens`, issue);
       } catch (e) {
-        bad(`${at}.instructions`, (e as Error).message);
+        bad(`${at}.${(e as { path?: string }).path ?? 'instructions'}`, (e as Error).message);
       }
     }
     const s = a.sampling;
@@ -212,8 +229,8 @@ export function defineTeam<TTask, TOutcome, Roles extends string>(def: TeamDefin
         bad('toolSyntax.triggers', (e as Error).message);
       }
     }
-    const context = { tools: [...toolNames], encode: (text: string) => def.tokenizer.encode(text) };
-    for (const i of syntax.check?.(context) ?? []) bad(joinPath('toolSyntax', [i.path]), i.message);
+    const context = { tools: [...toolNames], encode: (text: string) => def.tokenizer.encode(text), chatTemplate: def.chatTemplate };
+    for (const i of syntax.check?.(context) ?? []) bad(i.path ? joinPath('toolSyntax', [i.path]) : 'toolSyntax', i.message);
   }
   const maxTurns = def.limits?.maxTurns ?? roles.reduce((n, r) => n + (def.agents[r]?.maxTurns ?? 0), 0);
   if (!positiveInt(maxTurns)) bad('limits.maxTurns', `must be a positive integer, got ${maxTurns}`);

@@ -3,7 +3,8 @@
  * syntaxes a policy uses to call them. `execute` runs in an activity, never in
  * workflow code; the parsing and validation here are pure and run anywhere.
  */
-import type { z } from 'zod';
+import { z } from 'zod';
+import type { ChatTemplate, FunctionDefinition } from './chat-template';
 import { describe, FieldError, joinPath, type FieldIssue } from '../infra/issues';
 
 export interface ToolContext {
@@ -26,6 +27,11 @@ export interface Tool<I = any, O = any> {
   execute(input: I, ctx: ToolContext): Promise<O>;
   /** Text appended to the agent's context (as mask-0 tokens) for an output. */
   render(output: O): string;
+  /**
+   * The JSON Schema of the input as a chat template shows it to the agent (its `parameters`);
+   * when absent, the JSON Schema of `input` (toolParameters). An MCP tool's is the one the team declares.
+   */
+  readonly parameters?: Readonly<Record<string, unknown>>;
 }
 
 export interface ToolDefinition<I, O> {
@@ -58,6 +64,31 @@ export function toolIssues(t: unknown): FieldIssue[] {
   if (!(typeof x.timeoutMs === 'number' && x.timeoutMs > 0 && Number.isFinite(x.timeoutMs)))
     bad('timeoutMs', `must be a number > 0, got ${describe(x.timeoutMs)}`);
   return issues;
+}
+
+const parametersOf = new WeakMap<Tool, Record<string, unknown>>();
+
+/**
+ * The JSON Schema of what a tool takes, as the agent is shown it: the tool's own `parameters`, else
+ * its zod input's (z.toJSONSchema, as input; `$schema` left out), computed once per tool. The same
+ * tool gives the same schema, its keys in the same order, so the same tools give the same tokens.
+ */
+export function toolParameters(tool: Tool): Record<string, unknown> {
+  let p = parametersOf.get(tool);
+  if (!p) {
+    if (tool.parameters) p = { ...tool.parameters };
+    else {
+      p = z.toJSONSchema(tool.input, { io: 'input', unrepresentable: 'any' }) as Record<string, unknown>;
+      delete p.$schema; // the agent needs what to write, not the draft
+    }
+    parametersOf.set(tool, p);
+  }
+  return p;
+}
+
+/** Tools as a chat template is given them (`tools`): OpenAI-style function definitions, in the agent's order. */
+export function functionDefinitions(tools: readonly Tool[]): FunctionDefinition[] {
+  return tools.map((t) => ({ type: 'function', function: { name: t.name, description: t.description, parameters: toolParameters(t) } }));
 }
 
 /** A tool's render when it has none: its output as JSON. */
@@ -161,9 +192,10 @@ export interface ToolSyntax {
   check?(team: SyntaxContext): FieldIssue[];
 }
 
-/** What a syntax is checked against: the tools the team's agents have, and its tokenizer. */
+/** What a syntax is checked against: the tools the team's agents have, its tokenizer and chat template. */
 export interface SyntaxContext {
   tools: readonly string[];
+  chatTemplate?: ChatTemplate;
   /** Throws when the text has a character outside the vocabulary. */
   encode(text: string): unknown;
 }

@@ -5,10 +5,11 @@
  * Pure and deterministic given the IO replies, as all of the episode (episode.ts).
  */
 import type { StopReason, ToolCallRecord, TurnRecord } from '../schema/trajectory';
+import { templateRendersTools, type ChatTemplate } from './chat-template';
 import type { EpisodeInput, EpisodeIO, TurnHandle } from './episode';
 import { deriveSeed } from './seed';
 import type { AnyTeam } from './team';
-import { type ToolSyntax, zodMessage } from './tool';
+import { functionDefinitions, type Tool, type ToolSyntax, zodMessage } from './tool';
 
 /** What the turns of a running episode share. */
 export interface RunningEpisode {
@@ -170,10 +171,7 @@ function turnContext(team: AnyTeam, spec: AnyTeam['agents'][string], prev: TurnR
     // Framed by the chat template; the earlier turn's ids are kept as they were, never re-rendered.
     if (prev)
       context.push(...prev.contextTokens, ...prev.responseTokens, ...tok.encode(chat.next([{ role: 'user', content: message }], prev.stopReason === 'eos')));
-    else
-      context.push(
-        ...tok.encode(chat.open([...(spec.instructions ? [{ role: 'system' as const, content: spec.instructions }] : []), { role: 'user', content: message }])),
-      );
+    else context.push(...tok.encode(chatOpening(chat, spec, message)));
   } else {
     context.push(tok.bosId, ...tok.encode(spec.instructions));
     // The agent's own earlier turns, as it saw and wrote them (BOS dropped).
@@ -181,6 +179,16 @@ function turnContext(team: AnyTeam, spec: AnyTeam['agents'][string], prev: TurnR
     context.push(...tok.encode(message));
   }
   return context;
+}
+
+/**
+ * An agent's first turn on a chat template: its instructions as the system message, then the
+ * message; its tools, as function definitions, when the template shows tools (Qwen/Hermes list
+ * them in the system turn). A template that never reads `tools` renders the turn without them.
+ */
+export function chatOpening(chat: ChatTemplate, spec: { instructions: string; tools: readonly Tool[] }, message: string): string {
+  const tools = spec.tools.length > 0 && templateRendersTools(chat) ? functionDefinitions(spec.tools) : undefined;
+  return chat.open([...(spec.instructions ? [{ role: 'system' as const, content: spec.instructions }] : []), { role: 'user', content: message }], tools);
 }
 
 /** A tool's rendered output (or the syntax's error text) as tokens; text the tokenizer cannot hold names the tool and what rendered it. */

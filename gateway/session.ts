@@ -13,7 +13,7 @@
  * policy's own samples did not produce.
  */
 import { LimitExceeded, type EpisodeTurns } from '../agents/episode';
-import type { ChatMessage, ChatTemplate } from '../agents/chat-template';
+import { templateRendersTools, type ChatMessage, type ChatTemplate } from '../agents/chat-template';
 import type { TurnRecord } from '../schema/trajectory';
 import { GatewayError, invalid } from './errors';
 import { JOURNAL_COUNTERS, canonical, requestHash, type EpisodeCalls } from './journal';
@@ -66,20 +66,6 @@ function unencodable(req: ChatRequest, encode: (text: string) => unknown): strin
     if (call >= 0) return at.calls[call]!;
   }
   return 'tools';
-}
-
-const PROBE = 'troupe_probe_tool';
-const rendersTools = new WeakMap<ChatTemplate, boolean>();
-
-/** Whether the template shows the tools it is given (it reads `tools`), probed once per template. */
-function templateRendersTools(chat: ChatTemplate): boolean {
-  let known = rendersTools.get(chat);
-  if (known === undefined) {
-    const probe = [{ type: 'function', function: { name: PROBE, description: '', parameters: { type: 'object', properties: {} } } }];
-    known = chat.open([{ role: 'user', content: 'u' }], probe).includes(PROBE);
-    rendersTools.set(chat, known);
-  }
-  return known;
 }
 
 export class AgentSession {

@@ -1,10 +1,13 @@
 /**
  * Tool calls in sampled text, by the Hermes / Qwen convention the chat
- * templates use: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`.
+ * templates use: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`
+ * (a call's JSON read by agents/hermes.ts, as act()'s hermesSyntax reads it).
  * Parsed into OpenAI `tool_calls`; a reply whose calls do not all parse (bad
  * JSON, no name, a tool the request did not offer, an unclosed tag) is
  * returned as text, whole, and counted by the caller.
  */
+import { HERMES_CLOSE as CLOSE, HERMES_OPEN as OPEN, hermesCallText, parseHermesCall } from '../agents/hermes';
+
 export interface ToolCall {
   id: string;
   type: 'function';
@@ -12,9 +15,6 @@ export interface ToolCall {
 }
 
 export type ParsedReply = { content: string | null; toolCalls: ToolCall[]; unparsed: boolean };
-
-const OPEN = '<tool_call>';
-const CLOSE = '</tool_call>';
 
 /** The calls in `text`; `idPrefix` makes the call ids (unique per episode turn); `tools`: the names offered. */
 export function parseToolCalls(text: string, tools: ReadonlySet<string>, idPrefix: string): ParsedReply {
@@ -29,16 +29,9 @@ export function parseToolCalls(text: string, tools: ReadonlySet<string>, idPrefi
     const end = text.indexOf(CLOSE, start + OPEN.length);
     if (end < 0) return asText;
     content += text.slice(at, start);
-    let call: unknown;
-    try {
-      call = JSON.parse(text.slice(start + OPEN.length, end));
-    } catch {
-      return asText;
-    }
-    const { name, arguments: args } = (call ?? {}) as { name?: unknown; arguments?: unknown };
-    if (typeof name !== 'string' || !tools.has(name)) return asText;
-    if (args !== undefined && (typeof args !== 'object' || args === null || Array.isArray(args))) return asText;
-    calls.push({ id: `${idPrefix}_${calls.length}`, type: 'function', function: { name, arguments: JSON.stringify(args ?? {}) } });
+    const call = parseHermesCall(text.slice(start + OPEN.length, end));
+    if ('error' in call || !tools.has(call.name)) return asText;
+    calls.push({ id: `${idPrefix}_${calls.length}`, type: 'function', function: { name: call.name, arguments: JSON.stringify(call.arguments) } });
     at = end + CLOSE.length;
   }
   content = (content + text.slice(at)).trim();
@@ -47,7 +40,7 @@ export function parseToolCalls(text: string, tools: ReadonlySet<string>, idPrefi
 
 /** An assistant message's tool calls written back in the convention (history Troupe did not sample). */
 export function renderToolCalls(calls: readonly ToolCall[]): string {
-  return calls.map((c) => `${OPEN}${JSON.stringify({ name: c.function.name, arguments: parseArguments(c.function.arguments) })}${CLOSE}`).join('');
+  return calls.map((c) => hermesCallText(c.function.name, parseArguments(c.function.arguments))).join('');
 }
 
 function parseArguments(args: string): unknown {

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import * as path from 'node:path';
 import { after, describe, it } from 'node:test';
-import { mcpServer, type McpServerOptions } from '../../../agents';
+import { agent, chatTemplate, defineTeam, generatedTasks, hermesSyntax, mcpServer, tinyLM, type McpServerOptions } from '../../../agents';
 import { runEpisode, type ToolCallReply } from '../../../agents/episode';
 import { executeTool } from '../../../activities/tools';
 import { gone, teamWith, tokenizer } from './fixtures/mcp-team';
@@ -49,6 +49,13 @@ describe('mcpServer', () => {
     assert.throws(() => mcpServer({ ...options, tools: [] }), /tools: must name at least one tool/);
     assert.throws(() => mcpServer({ ...options, name: 'Bad Name' }), /mcpServer\.name: must match/);
     assert.throws(() => mcpServer({ ...options, timeoutMs: 0 }), /timeoutMs: must be a number > 0/);
+  });
+
+  it('refuses a declared inputSchema that is not an object schema', () => {
+    assert.throws(
+      () => mcpServer({ ...options, tools: { say: { tool: 'echo', inputSchema: { type: 'string' } } } }),
+      /mcpServer\(fixture\)\.tools\.say\.inputSchema: must be a JSON Schema of an object/,
+    );
   });
 
   it('names tools as the team says', () => {
@@ -157,6 +164,62 @@ describe('mcpServer', () => {
     assert.equal(traj.status, 'completed', traj.error);
     assert.deepEqual(traj.outcome, { text: '<call echo>{"text":"hi"}</call>echo: hidone', calls: 1 });
     await server.close();
+  });
+
+  it('an act() turn on a chat template shows the declared schema, and calls with hermesSyntax', async () => {
+    // a small template that lists the tools as the Qwen/Hermes ones do (tojson of each definition)
+    const template =
+      '{% if tools %}<tools>{% for t in tools %}{{ t | tojson }}\n{% endfor %}</tools>\n{% endif %}' +
+      '{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}';
+    const declared = mcpServer({
+      ...options,
+      tools: {
+        say: { tool: 'echo', description: 'Says it back.', inputSchema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] } },
+        pid: 'pid',
+      },
+    });
+    const t = defineTeam({
+      name: 'mcp-chat',
+      tokenizer,
+      chatTemplate: chatTemplate(template, {}, ''),
+      toolSyntax: hermesSyntax(),
+      models: { policy: tinyLM({ tokenizer, contextWindow: 8, embedDim: 8, hiddenDim: 8 }) },
+      agents: { user: agent({ model: 'policy', tools: declared.tools, maxTokens: 128, maxToolCalls: 2 }) },
+      tasks: generatedTasks({ seed: 1, count: 2, evalFraction: 0.5, make: (_r, i) => ({ id: `t${i}`, data: i }) }),
+      episode: async ({ agents }) => (await agents.user.act('say hi')).toolCalls.length,
+      rewards: { user: () => ({ r: 0 }) },
+      success: () => true,
+    });
+    const call = '<tool_call>{"name": "say", "arguments": {"text": "hi"}}</tool_call>';
+    const replies = [call, 'done'];
+    const contexts: string[] = [];
+    try {
+      const traj = await runEpisode(
+        t,
+        { episodeId: 'e3', seed: 1, task: 0, versions: { policy: 0 } },
+        {
+          async generate(c) {
+            contexts.push(tokenizer.decode(c.context));
+            const tokens = tokenizer.encode(replies.shift() ?? '');
+            const last = tokens.at(-1);
+            return { tokens, logprobs: tokens.map(() => -1), stopReason: last !== undefined && c.stopTokens.includes(last) ? 'stop_token' : 'max_tokens' };
+          },
+          callTool: (req) => executeTool(t, req),
+          now: () => 0,
+        },
+      );
+      assert.equal(traj.status, 'completed', traj.error);
+      assert.equal(traj.outcome, 1);
+      const first =
+        '<tools>{"type": "function", "function": {"name": "say", "description": "Says it back.", "parameters": ' +
+        '{"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}}\n' +
+        '{"type": "function", "function": {"name": "pid", "description": "pid (MCP server fixture)", "parameters": {"type": "object"}}}\n' +
+        '</tools>\nuser: say hi\nassistant: ';
+      assert.equal(contexts[0], first);
+      assert.equal(contexts[1], `${first}${call}\ntool: echo: hi\nassistant: `);
+    } finally {
+      await declared.close();
+    }
   });
 });
 
