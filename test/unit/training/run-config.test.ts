@@ -107,7 +107,12 @@ describe('run config', () => {
     assert.throws(() => parseRunConfig({ team: 'math', offPolicy: { baseline: 'group' } }), /offPolicy\.baseline: must be one of proximal, behaviour/);
     assert.throws(() => parseRunConfig({ team: 'math', offPolicy: { stepSize: 'adaptive' } }), /offPolicy\.stepSize: must be one of ess, constant/);
     // momentum: 'off' is the default and not sent; 'keep' is, per model over the run's
-    const momentum = parseRunConfig({ team: 'math', teamOptions: { models: 'separate' }, staleness: 1, offPolicy: { momentum: 'off', models: { verifier: { momentum: 'keep' } } } });
+    const momentum = parseRunConfig({
+      team: 'math',
+      teamOptions: { models: 'separate' },
+      staleness: 1,
+      offPolicy: { momentum: 'off', models: { verifier: { momentum: 'keep' } } },
+    });
     assert.deepEqual(offPolicyOf(momentum, 'solver'), { importanceCap: 5 });
     assert.deepEqual(offPolicyOf(momentum, 'verifier'), { importanceCap: 5, momentum: 'keep' });
     assert.throws(() => parseRunConfig({ team: 'math', staleness: 1, offPolicy: { momentum: 'nesterov' } }), /offPolicy\.momentum: must be one of off, keep/);
