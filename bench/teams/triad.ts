@@ -6,29 +6,11 @@
  *
  * Success: the solver's sum is right, the judge says 'Y' to it, and the scribe files that 'Y'.
  */
-import { z } from 'zod';
-import { agent, charTokenizer, defineTeam, defineTool, generatedTasks, keySyntax, tinyLM, transformer } from 'troupe';
+import { agent, charTokenizer, defineTeam, generatedTasks, keySyntax, tinyLM, transformer } from 'troupe';
+// the calculator and the reading of the solver's answer are math's (examples/teams/math.ts)
+import { calculator, solverAnswer } from '../../examples/teams/math';
 
 const tokenizer = charTokenizer('0123456789+=?YNE');
-
-const calculator = defineTool({
-  name: 'calculator',
-  description: 'Adds two numbers of at most two digits.',
-  input: z.object({ expr: z.string().regex(/^\d{1,2}\+\d{1,2}$/, 'expected two numbers of 1-2 digits joined by +') }),
-  output: z.object({ value: z.number().int() }),
-  async execute({ expr }) {
-    const [a, b] = expr.split('+').map(Number);
-    return { value: a! + b! };
-  },
-  render: ({ value }) => String(value),
-});
-
-/** The solver's answer: the calculator's display if it used it, else the digits it wrote. */
-function answerOf(turn: { reply: string; toolCalls: ReadonlyArray<{ output?: unknown }> }): number | null {
-  const shown = [...turn.toolCalls].reverse().find((c) => c.output !== undefined);
-  if (shown) return (shown.output as { value: number }).value;
-  return /^\d{1,3}$/.test(turn.reply) ? Number(turn.reply) : null;
-}
 
 interface Task {
   a: number;
@@ -62,7 +44,7 @@ export default function triadTeam() {
       const solution = await agents.solver.act(question);
       const verdict = await agents.judge.act(`${question}${solution.text}?`, { after: [solution] });
       const filed = await agents.scribe.act(`${question}${solution.text}?${verdict.reply}?`, { after: [verdict] });
-      return { answer: answerOf(solution), verdict: Array.from(verdict.reply)[0] ?? '', filed: filed.reply };
+      return { answer: solverAnswer(solution), verdict: Array.from(verdict.reply)[0] ?? '', filed: filed.reply };
     },
     rewards: {
       solver: ({ task, outcome }) => ({ correct: outcome?.answer === task.a + task.b ? 1 : 0 }),

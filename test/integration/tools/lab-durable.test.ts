@@ -6,7 +6,7 @@
  * (LAB_MCP_CALL_LOG, which examples/teams/lab-mcp-server.mjs appends to when set).
  */
 import assert from 'node:assert/strict';
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -23,9 +23,8 @@ import { createControlWorker } from '../../../processes/control-worker';
 import type { episodeWorkflow } from '../../../workflows';
 import { createTestDatabase, startTemporal, uniqueTaskQueue, workflowBundle, type TestDatabase } from '../../helpers';
 import { startPool } from '../../../testing/stack';
+import { finishThroughPoolKill } from '../fixtures/pool-kill';
 
-const repo = path.join(__dirname, '..', '..', '..');
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const skip = spawnSync('bwrap', ['--version']).status === 0 ? false : 'bubblewrap is not installed (Debian: apt-get install bubblewrap)';
 
 // A seed whose version-0 policy presses both keys on its one episode (found by sampling seeds 0-1361 in process).
@@ -48,20 +47,6 @@ after(async () => {
   await env?.teardown();
   fs.rmSync(path.dirname(callLog), { recursive: true, force: true });
 });
-
-function poolProcess(): ChildProcess {
-  const child = spawn(
-    process.execPath,
-    ['--import', 'tsx', path.join(repo, 'processes', 'pool-worker.ts'), '--task-queue', 'troupe-gpu', '--temporal-address', env.address, '--device', 'cpu'],
-    {
-      cwd: repo,
-      env: { ...process.env, DATABASE_URL: db.url, TROUPE_CHECKPOINT_DIR: db.checkpoints.dir },
-      stdio: ['ignore', 'ignore', 'pipe'],
-    },
-  );
-  child.stderr!.resume();
-  return child;
-}
 
 it('a durable lab episode survives kill -9 of its pool worker, bit-identical, one MCP call per episode', { skip }, async () => {
   const taskQueue = uniqueTaskQueue('troupe');
@@ -92,29 +77,9 @@ it('a durable lab episode survives kill -9 of its pool worker, bit-identical, on
     assert.equal(checkCalls().length, 1, 'the calm episode called the MCP server once');
 
     // the same episode on a pool worker process killed after the first turn's generation
-    let worker = poolProcess();
     const handle = await env.client.workflow.start<typeof episodeWorkflow>('episodeWorkflow', { taskQueue, workflowId: 'lab-killed', args: args('killed') });
-    const deadline = Date.now() + 120_000;
-    for (;;) {
-      const history = await handle.fetchHistory();
-      if (history.events!.some((e) => e.activityTaskCompletedEventAttributes)) {
-        assert.ok(!history.events!.some((e) => e.workflowExecutionCompletedEventAttributes), 'killed mid-episode, not after it');
-        break;
-      }
-      assert.ok(Date.now() < deadline, 'the first generation never completed');
-      await sleep(20);
-    }
-    worker.kill('SIGKILL');
-    await new Promise((r) => worker.once('exit', r));
-    await sleep(500);
-    worker = poolProcess();
-    try {
-      const result = await handle.result();
-      assert.equal(result.status, 'completed');
-    } finally {
-      worker.kill('SIGTERM');
-      await new Promise((r) => worker.once('exit', r));
-    }
+    const result = await finishThroughPoolKill(env, db, handle);
+    assert.equal(result.status, 'completed');
 
     const killed = (await loadEpisode(db.sql, spec('killed').episodeId))!;
     const tokens = (e: typeof calm) =>

@@ -4,8 +4,6 @@
  * uninterrupted episode with the same seed.
  */
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
-import * as path from 'node:path';
 import { after, before, it } from 'node:test';
 import { MockActivityEnvironment, type TestWorkflowEnvironment } from '@temporalio/testing';
 import { loadTeam } from '../../../agents/team-registry';
@@ -18,9 +16,7 @@ import { createControlWorker } from '../../../processes/control-worker';
 import type { episodeWorkflow } from '../../../workflows';
 import { createTestDatabase, startTemporal, uniqueTaskQueue, workflowBundle, type TestDatabase } from '../../helpers';
 import { startPool } from '../../../testing/stack';
-
-const repo = path.join(__dirname, '..', '..', '..');
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+import { finishThroughPoolKill } from '../fixtures/pool-kill';
 
 let env: TestWorkflowEnvironment;
 let db: TestDatabase;
@@ -33,21 +29,6 @@ after(async () => {
   await db?.drop();
   await env?.teardown();
 });
-
-function poolProcess(): ChildProcess {
-  const child = spawn(
-    process.execPath,
-    ['--import', 'tsx', path.join(repo, 'processes', 'pool-worker.ts'), '--task-queue', 'troupe-gpu', '--temporal-address', env.address, '--device', 'cpu'],
-    {
-      cwd: repo,
-      // The store's files where this test's in-process activities put them (a cluster shares one path).
-      env: { ...process.env, DATABASE_URL: db.url, TROUPE_CHECKPOINT_DIR: db.checkpoints.dir },
-      stdio: ['ignore', 'ignore', 'pipe'],
-    },
-  );
-  child.stderr!.resume();
-  return child;
-}
 
 it('a durable episode survives kill -9 of the pool worker mid-episode and ends with the same trajectory', async () => {
   const taskQueue = uniqueTaskQueue('troupe');
@@ -76,33 +57,13 @@ it('a durable episode survives kill -9 of the pool worker mid-episode and ends w
     await pool.shutdown();
 
     // The same episode on a pool worker process that is killed after the first turn's generation.
-    let worker = poolProcess();
     const handle = await env.client.workflow.start<typeof episodeWorkflow>('episodeWorkflow', {
       taskQueue,
       workflowId: 'killed-episode',
       args: args('killed'),
     });
-    const deadline = Date.now() + 90_000;
-    for (;;) {
-      const history = await handle.fetchHistory();
-      if (history.events!.some((e) => e.activityTaskCompletedEventAttributes)) {
-        assert.ok(!history.events!.some((e) => e.workflowExecutionCompletedEventAttributes), 'killed mid-episode, not after it');
-        break;
-      }
-      assert.ok(Date.now() < deadline, 'the first generation never completed');
-      await sleep(20);
-    }
-    worker.kill('SIGKILL');
-    await new Promise((r) => worker.once('exit', r));
-    await sleep(500);
-    worker = poolProcess();
-    try {
-      const result = await handle.result();
-      assert.equal(result.status, 'completed');
-    } finally {
-      worker.kill('SIGTERM');
-      await new Promise((r) => worker.once('exit', r));
-    }
+    const result = await finishThroughPoolKill(env, db, handle, 90_000);
+    assert.equal(result.status, 'completed');
 
     const calm = (await loadEpisode(db.sql, spec('calm').episodeId))!;
     const killed = (await loadEpisode(db.sql, spec('killed').episodeId))!;
