@@ -27,8 +27,9 @@ export function slug(heading: string): string {
 export function anchors(markdown: string): Set<string> {
   const seen = new Map<string, number>();
   const out = new Set<string>();
-  for (const { text } of lines(markdown)) {
-    const h = /^ {0,3}#{1,6}\s+(.*?)\s*#*\s*$/.exec(text);
+  // the raw line: a heading's code spans are part of its anchor (`lab` in "Both tools in one team: `lab`")
+  for (const { raw } of lines(markdown)) {
+    const h = /^ {0,3}#{1,6}\s+(.*?)\s*#*\s*$/.exec(raw);
     if (!h) continue;
     const base = slug(h[1]!);
     const n = seen.get(base) ?? 0;
@@ -38,9 +39,9 @@ export function anchors(markdown: string): Set<string> {
   return out;
 }
 
-/** Lines outside fenced code blocks, with inline code spans blanked (links there are code, not links). */
-function lines(markdown: string): { line: number; text: string }[] {
-  const out: { line: number; text: string }[] = [];
+/** Lines outside fenced code blocks, as written and with inline code spans blanked (links there are code, not links). */
+function lines(markdown: string): { line: number; text: string; raw: string }[] {
+  const out: { line: number; text: string; raw: string }[] = [];
   let fence: string | undefined;
   for (const [i, raw] of markdown.split('\n').entries()) {
     const f = /^ {0,3}(`{3,}|~{3,})/.exec(raw);
@@ -49,7 +50,7 @@ function lines(markdown: string): { line: number; text: string }[] {
       else if (raw.trim().startsWith(fence)) fence = undefined;
       continue;
     }
-    if (!fence) out.push({ line: i + 1, text: raw.replace(/(`+)[^`]*?\1/g, (m) => ' '.repeat(m.length)) });
+    if (!fence) out.push({ line: i + 1, text: raw.replace(/(`+)[^`]*?\1/g, (m) => ' '.repeat(m.length)), raw });
   }
   return out;
 }
@@ -92,6 +93,7 @@ describe('the link checker', () => {
     assert.equal(slug('Memory (`memory.ts`)'), 'memory-memoryts');
     assert.equal(slug('Rollout–training mismatch'), 'rollouttraining-mismatch');
     assert.deepEqual([...anchors('# A\n## A\n```\n# not a heading\n```\n## A\n')], ['a', 'a-1', 'a-2']);
+    assert.deepEqual([...anchors('## Both tools in one team: `lab`\n')], ['both-tools-in-one-team-lab']);
   });
 
   it('finds links outside code, and refuses missing files and headings', () => {
