@@ -47,6 +47,7 @@ export function hermesSyntax(): ToolSyntax {
   return {
     name: 'hermes',
     triggers: [HERMES_CLOSE],
+    templateTools: true,
     parse(visible) {
       if (!visible.endsWith(HERMES_CLOSE)) return null;
       const body = visible.slice(0, -HERMES_CLOSE.length);

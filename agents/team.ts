@@ -125,7 +125,7 @@ export const DEFAULT_EPISODE_CPU_MS = 30_000;
  * the tools' definitions (a chat template shows them) do not.
  */
 function sequenceIssue(
-  def: { tokenizer: Tokenizer; chatTemplate?: ChatTemplate },
+  def: { tokenizer: Tokenizer; chatTemplate?: ChatTemplate; toolSyntax?: ToolSyntax },
   a: AgentSpec,
   tools: AgentSpec['tools'],
   spec: EngineModelSpec | undefined,
@@ -136,9 +136,9 @@ function sequenceIssue(
   else {
     const chat = def.chatTemplate;
     // without the tools first: text that does not encode there is the instructions'
-    const plain = tok.encode(chatOpening(chat, { instructions: a.instructions, tools: [] }, '')).length;
+    const plain = tok.encode(chatOpening(chat, { instructions: a.instructions, tools: [] }, '', def.toolSyntax)).length;
     try {
-      context = tools.length > 0 ? tok.encode(chatOpening(chat, { instructions: a.instructions, tools }, '')).length : plain;
+      context = tools.length > 0 ? tok.encode(chatOpening(chat, { instructions: a.instructions, tools }, '', def.toolSyntax)).length : plain;
     } catch (e) {
       throw Object.assign(new Error(`its tools as the chat template shows them: ${(e as Error).message}`), { path: 'tools' });
     }

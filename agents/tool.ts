@@ -188,6 +188,12 @@ export interface ToolSyntax {
   readonly triggers: readonly string[];
   parse(visible: string): ParsedCall | null;
   renderError(message: string): string;
+  /**
+   * The calls are those a chat template teaches when it lists the tools (hermesSyntax): act() then
+   * gives the agent's tools to the template. Other syntaxes are taught by the team's own words, and
+   * a listing would teach a call format they do not read (and cost its tokens on every first turn).
+   */
+  readonly templateTools?: boolean;
   /** Problems of this syntax in a team, paths relative to `toolSyntax`; checked when the team is defined. */
   check?(team: SyntaxContext): FieldIssue[];
 }

@@ -171,7 +171,7 @@ function turnContext(team: AnyTeam, spec: AnyTeam['agents'][string], prev: TurnR
     // Framed by the chat template; the earlier turn's ids are kept as they were, never re-rendered.
     if (prev)
       context.push(...prev.contextTokens, ...prev.responseTokens, ...tok.encode(chat.next([{ role: 'user', content: message }], prev.stopReason === 'eos')));
-    else context.push(...tok.encode(chatOpening(chat, spec, message)));
+    else context.push(...tok.encode(chatOpening(chat, spec, message, team.toolSyntax)));
   } else {
     context.push(tok.bosId, ...tok.encode(spec.instructions));
     // The agent's own earlier turns, as it saw and wrote them (BOS dropped).
@@ -183,11 +183,17 @@ function turnContext(team: AnyTeam, spec: AnyTeam['agents'][string], prev: TurnR
 
 /**
  * An agent's first turn on a chat template: its instructions as the system message, then the
- * message; its tools, as function definitions, when the template shows tools (Qwen/Hermes list
- * them in the system turn). A template that never reads `tools` renders the turn without them.
+ * message; its tools, as function definitions, when the team calls them in the template's own
+ * syntax (`syntax.templateTools`: hermesSyntax) and the template shows tools (Qwen/Hermes list
+ * them in the system turn). Otherwise the turn renders without them.
  */
-export function chatOpening(chat: ChatTemplate, spec: { instructions: string; tools: readonly Tool[] }, message: string): string {
-  const tools = spec.tools.length > 0 && templateRendersTools(chat) ? functionDefinitions(spec.tools) : undefined;
+export function chatOpening(
+  chat: ChatTemplate,
+  spec: { instructions: string; tools: readonly Tool[] },
+  message: string,
+  syntax: Pick<ToolSyntax, 'templateTools'> | undefined,
+): string {
+  const tools = spec.tools.length > 0 && syntax?.templateTools === true && templateRendersTools(chat) ? functionDefinitions(spec.tools) : undefined;
   return chat.open([...(spec.instructions ? [{ role: 'system' as const, content: spec.instructions }] : []), { role: 'user', content: message }], tools);
 }
 

@@ -142,6 +142,13 @@ describe('act() on a chat template that lists tools', () => {
     );
   });
 
+  it("a team calling in its own words (tagSyntax, keySyntax) is not shown the template's tool listing", async () => {
+    // the listing would teach <tool_call> while the runtime reads <call NAME>, and cost its tokens every first turn
+    const team = teamOf({ syntax: tagSyntax() as never, script: async (agents: { solver: Act }) => (await agents.solver.act('Hi')).reply });
+    const { calls } = await run(team, ['']);
+    assert.deepEqual(calls[0]!.context, tokenizer.encode('<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n'));
+  });
+
   it("refuses a team whose tokenizer cannot write the tools' definitions, at agents.x.tools", () => {
     const chars = charTokenizer('abcdefghijklmnopqrstuvwxyz:> \n');
     const listing = chatTemplate(
@@ -156,7 +163,7 @@ describe('act() on a chat template that lists tools', () => {
           name: 'no-braces',
           tokenizer: chars,
           chatTemplate: listing,
-          toolSyntax: tagSyntax(),
+          toolSyntax: hermesSyntax(),
           models: { policy: tinyLM({ tokenizer: chars, contextWindow: 8, embedDim: 8, hiddenDim: 8 }) },
           agents: { solver: agent({ model: 'policy', tools: [{ ...calc, render }], maxTokens: 4 }) },
           tasks: generatedTasks({ seed: 1, count: 2, evalFraction: 0.5, make: (_r, i) => ({ id: `t${i}`, data: i }) }),
