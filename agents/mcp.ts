@@ -169,6 +169,8 @@ interface Connection {
   transport: Transport & { pid?: number | null };
   tools: Map<string, { info: McpToolInfo; input: z.ZodType | undefined }>;
   stderr: string[];
+  /** Closed by us (close, its episode's end, the bound on episode servers): a call it cuts short is no failure of the server. */
+  closing?: boolean;
 }
 
 function optionIssues(o: McpServerOptions): FieldIssue[] {
@@ -329,7 +331,9 @@ async function closeSlot(slot: Slot): Promise<void> {
   const c = slot.connecting;
   slot.live = slot.connecting = undefined;
   const conn = await c?.catch(() => undefined);
-  if (conn) await conn.client.close().catch(() => undefined);
+  if (!conn) return;
+  conn.closing = true;
+  await conn.client.close().catch(() => undefined);
 }
 
 /** Why the run fails (onError 'fail-run'): the server, the tool and what went wrong. */
@@ -458,7 +462,8 @@ export function mcpServer(opts: McpServerOptions): McpServer {
               result = await conn.client.callTool({ name: mcpName, arguments: args }, undefined, { signal: ctx.signal, timeout: timeoutMs });
             } catch (e) {
               const error = `MCP server ${opts.name}: ${(e as Error).message}${stderrTail(conn.stderr)}`;
-              if (serverAnswered(e)) throw new Error(error); // the server is fine: the agent's problem
+              // the server is fine (the agent's problem), or we closed it (the episode ended, close())
+              if (serverAnswered(e) || conn.closing) throw new Error(error);
               // a call that timed out or broke the protocol leaves a server not to trust: restart it
               await discard(slot, conn);
               // a call stopped at its time limit: executeTool answers it (timeoutFailsRun below)
@@ -473,9 +478,7 @@ export function mcpServer(opts: McpServerOptions): McpServer {
       },
       {
         perEpisode,
-        ...(failRun
-          ? { timeoutFailsRun: (ms: number) => runMessage(opts.name, name, mcpName, `no answer within ${ms} ms (timeoutMs); the server was killed`) }
-          : {}),
+        ...(failRun ? { timeoutFailsRun: (ms: number) => runMessage(opts.name, name, mcpName, `no answer within ${ms} ms (timeoutMs)`) } : {}),
       },
     ),
   );
@@ -506,7 +509,7 @@ function serverProblem(e: unknown, timeoutMs: number): string {
   const code = (e as { code?: unknown })?.code;
   const message = (e as Error)?.message ?? String(e);
   if (code === -32000) return `the server exited mid-call (${message})`;
-  if (code === -32001) return `no answer within ${timeoutMs} ms (timeoutMs); the server was killed`;
+  if (code === -32001) return `no answer within ${timeoutMs} ms (timeoutMs)`;
   return `the server answered out of the protocol's schema (${message}); the server was killed`;
 }
 

@@ -177,7 +177,7 @@ describe("onError 'fail-run'", () => {
       /^MCP server failing, tool crash: the server exited mid-call \(.*Connection closed\) \(server stderr: fixture: crashing on purpose\) \(onError: 'fail-run'\)$/,
     );
     const hang = await call(team, 'hang');
-    assert.equal(failure(hang), "MCP server failing, tool hang: no answer within 3000 ms (timeoutMs); the server was killed (onError: 'fail-run')");
+    assert.equal(failure(hang), "MCP server failing, tool hang: no answer within 3000 ms (timeoutMs) (onError: 'fail-run')");
     assert.equal(!hang.ok && hang.error, 'hang: timed out after 3000 ms', 'the tool error is as before');
     assert.match(
       failure(await call(team, 'garbage')),
