@@ -47,9 +47,12 @@ export interface ToolCallRequest {
 /**
  * A tool call's answer. `fault`: the tool's code was stopped from outside (a synchronous loop
  * that blocked its thread past the tool's timeout); it fails the episode, unlike a tool error.
+ * `failsRun`: the team says this failure fails the run (mcpServer's onError 'fail-run'); the
+ * runtime that gets the reply fails the run with it, non-retryable (activities/tools.ts
+ * failRunOn), so no episode reads it.
  */
 export type ToolCallReply =
-  { ok: true; output: unknown; rendered: string; durationMs: number } | { ok: false; error: string; durationMs: number; fault?: string };
+  { ok: true; output: unknown; rendered: string; durationMs: number } | { ok: false; error: string; durationMs: number; fault?: string; failsRun?: string };
 
 export interface EpisodeIO {
   generate(call: GenerateCall): Promise<GenerateReply>;

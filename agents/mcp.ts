@@ -11,12 +11,15 @@
  * input is the schema the team declares with it (`inputSchema`), else any object. `list()` lists
  * a server from anywhere (a check at run start, a script that prints the schemas).
  *
- * Processes: one server per process that runs the team's tools (a pool worker's tool thread,
- * scope 'worker'), started on the first call and again after it dies. A call to a server that
+ * Processes: scope 'worker' (the default), one server per process that runs the team's tools (a
+ * pool worker's tool thread), started on the first call and again after it dies; scope 'episode',
+ * one per episode in that process, started on the episode's first call and ended when the runtime
+ * says the episode ended (episodeEnded, agents/tool.ts). A call to a server that does not start,
  * crashes, hangs past the tool's timeoutMs (the server is then killed and restarted on the next
- * call), or answers out of the protocol's schema is a tool error: the episode goes on.
- * `close()` ends the server; a thread that is ended closes its end of the server's stdin, on
- * which a stdio server exits.
+ * call), or answers out of the protocol's schema is a tool error: the episode goes on; with
+ * onError 'fail-run' it fails the run instead (ToolFailsRun). `close()` ends the servers; a
+ * thread that is ended closes its end of the servers' stdin, on which a stdio server exits, and
+ * its owner kills what is left (activities/training/thread-children.ts).
  *
  * Durable episodes run every tool call as an activity, so the result is recorded in the
  * workflow's history and a replay gets it without calling the server again.
@@ -31,7 +34,7 @@ import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import type { BroadcastChannel } from 'node:worker_threads';
 import { describe, FieldError, type FieldIssue } from '../infra/issues';
-import { defineTool, zodMessage, type Tool } from './tool';
+import { defineTool, onEpisodeEnd, ToolFailsRun, withRuntimeHints, zodMessage, type Tool } from './tool';
 
 export interface McpServerOptions {
   /** Names the server in errors, and in the default descriptions of its tools. */
@@ -43,8 +46,18 @@ export interface McpServerOptions {
   cwd?: string;
   /** A streamable-HTTP server: its URL. Either `command` or `url`. */
   url?: string;
-  /** One server per process that runs tools (a pool worker's tool thread). The only scope so far. */
-  scope?: 'worker';
+  /**
+   * 'worker' (default): one server per process (thread) that runs the team's tools, shared by the
+   * episodes it runs. 'episode': one server per episode, started on the episode's first call of
+   * one of its tools and ended when the episode ends, so no state passes between episodes.
+   */
+  scope?: 'worker' | 'episode';
+  /**
+   * A server that does not start, crashes, hangs past timeoutMs or answers out of the protocol's
+   * schema: 'tool-error' (default) gives the agent a tool error and the episode goes on;
+   * 'fail-run' fails the run at once (not retried), naming the server, the tool and what went wrong.
+   */
+  onError?: 'tool-error' | 'fail-run';
   /**
    * The server's tools the agents get: their MCP names (each also the Troupe tool's name), or
    * Troupe name → MCP name, or Troupe name → { tool, description, inputSchema }. `inputSchema`
@@ -156,6 +169,8 @@ interface Connection {
   transport: Transport & { pid?: number | null };
   tools: Map<string, { info: McpToolInfo; input: z.ZodType | undefined }>;
   stderr: string[];
+  /** Closed by us (close, its episode's end, the bound on episode servers): a call it cuts short is no failure of the server. */
+  closing?: boolean;
 }
 
 function optionIssues(o: McpServerOptions): FieldIssue[] {
@@ -174,8 +189,10 @@ function optionIssues(o: McpServerOptions): FieldIssue[] {
     if (o.command === undefined)
       for (const k of ['args', 'env', 'cwd'] as const) if (o[k] !== undefined) bad(k, 'is for a stdio server (command); this one has a url');
   }
-  if (o.scope !== undefined && o.scope !== 'worker')
-    bad('scope', `must be 'worker' (one server per pool worker; a server per episode is not supported yet), got ${describe(o.scope)}`);
+  if (o.scope !== undefined && o.scope !== 'worker' && o.scope !== 'episode')
+    bad('scope', `must be 'worker' (one server per process that runs tools) or 'episode' (one server per episode), got ${describe(o.scope)}`);
+  if (o.onError !== undefined && o.onError !== 'tool-error' && o.onError !== 'fail-run')
+    bad('onError', `must be 'tool-error' (the agent reads a tool error) or 'fail-run' (the run fails), got ${describe(o.onError)}`);
   if (o.timeoutMs !== undefined && !(typeof o.timeoutMs === 'number' && o.timeoutMs > 0 && Number.isFinite(o.timeoutMs)))
     bad('timeoutMs', `must be a number > 0, got ${describe(o.timeoutMs)}`);
   return issues;
@@ -237,6 +254,106 @@ function isJsonSchemaObject(v: unknown): boolean {
   }
 }
 
+/**
+ * Scope 'episode': the most servers one mcpServer keeps live in one process (thread), a backstop.
+ * Episodes end by the runtime's hook (episodeEnded): a batched episode on the thread that ran it,
+ * a durable one when its control worker scores it. A durable episode whose scoring runs on
+ * another control worker, or one that never finishes (its run failed or was stopped), ends on no
+ * thread, and its server would wait for nothing until the thread ends: past this many, the least
+ * recently used server is closed when a new episode's starts. Least recently used, because a
+ * live episode calls its tools every few turns and an abandoned one never again; an episode
+ * whose server was closed so starts a fresh one on its next call, as after a crash. A bound, not
+ * a timer: a durable episode may wait minutes between calls (its turns queued), and a timer
+ * would close a live episode's server, when a bound does so only past this many episodes.
+ */
+export const MAX_EPISODE_SERVERS = 64;
+
+/** A server of this process: the one being started, and the one running. */
+interface Slot {
+  connecting?: Promise<Connection>;
+  live?: Connection;
+}
+
+/** Starts a server and lists its tools; an error names it, with the end of its stderr. */
+async function startServer(opts: McpServerOptions, timeoutMs: number, label: string): Promise<Connection> {
+  const { Client } = await load<typeof import('@modelcontextprotocol/sdk/client/index.js')>('@modelcontextprotocol/sdk/client/index.js');
+  const stderr: string[] = [];
+  let transport: Connection['transport'];
+  if (opts.command !== undefined) {
+    const { StdioClientTransport, getDefaultEnvironment } = await load<typeof import('@modelcontextprotocol/sdk/client/stdio.js')>(
+      '@modelcontextprotocol/sdk/client/stdio.js',
+    );
+    const stdio = new StdioClientTransport({
+      command: opts.command,
+      args: [...(opts.args ?? [])],
+      env: { ...getDefaultEnvironment(), ...opts.env },
+      ...(opts.cwd !== undefined ? { cwd: opts.cwd } : {}),
+      stderr: 'pipe',
+    });
+    // the server's last lines on stderr, for the error when it dies
+    stdio.stderr?.on('data', (d: Buffer) => {
+      stderr.push(d.toString());
+      if (stderr.length > 20) stderr.shift();
+    });
+    transport = stdio;
+  } else {
+    const { StreamableHTTPClientTransport } = await load<typeof import('@modelcontextprotocol/sdk/client/streamableHttp.js')>(
+      '@modelcontextprotocol/sdk/client/streamableHttp.js',
+    );
+    transport = new StreamableHTTPClientTransport(new URL(opts.url ?? ''));
+  }
+  const client = new Client({ name: 'troupe', version: '0.1.0' });
+  const conn: Connection = { client, transport, tools: new Map(), stderr };
+  try {
+    await client.connect(transport, { timeout: timeoutMs });
+    const listed = await client.listTools(undefined, { timeout: timeoutMs });
+    for (const t of listed.tools) {
+      let input: z.ZodType | undefined;
+      try {
+        input = z.fromJSONSchema(t.inputSchema as Parameters<typeof z.fromJSONSchema>[0]);
+      } catch {
+        input = undefined; // a schema zod cannot read: the server checks the input itself
+      }
+      conn.tools.set(t.name, {
+        info: { name: t.name, ...(t.description !== undefined ? { description: t.description } : {}), inputSchema: t.inputSchema },
+        input,
+      });
+    }
+  } catch (e) {
+    await client.close().catch(() => undefined);
+    throw new Error(`MCP server ${opts.name} (${label}) did not start: ${(e as Error).message}${stderrTail(stderr)}`);
+  }
+  return conn;
+}
+
+/** Ends a slot's server (one being started, once it has). */
+async function closeSlot(slot: Slot): Promise<void> {
+  const c = slot.connecting;
+  slot.live = slot.connecting = undefined;
+  const conn = await c?.catch(() => undefined);
+  if (!conn) return;
+  conn.closing = true;
+  await conn.client.close().catch(() => undefined);
+}
+
+/** Why the run fails (onError 'fail-run'): the server, the tool and what went wrong. */
+function runMessage(server: string, name: string, mcpName: string, what: string): string {
+  return `MCP server ${server}, tool ${name}${mcpName === name ? '' : ` (${mcpName} on the server)`}: ${what} (onError: 'fail-run')`;
+}
+
+/** Ends a server at once (SIGKILL for a stdio one) and its client. */
+async function kill(conn: Connection): Promise<void> {
+  const pid = conn.transport.pid;
+  if (typeof pid === 'number') {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // already gone
+    }
+  }
+  await conn.client.close().catch(() => undefined);
+}
+
 export function mcpServer(opts: McpServerOptions): McpServer {
   const issues = optionIssues(opts);
   const declared = issues.some((i) => i.path === '') ? [] : declaredTools(opts.tools, issues);
@@ -244,134 +361,156 @@ export function mcpServer(opts: McpServerOptions): McpServer {
   if (issues.length > 0) throw new FieldError(issues.map((i) => ({ path: i.path ? `${at}.${i.path}` : at, message: i.message })));
   const timeoutMs = opts.timeoutMs ?? 30_000;
   const label = opts.url ?? [opts.command, ...(opts.args ?? [])].join(' ');
+  const perEpisode = opts.scope === 'episode';
+  const failRun = opts.onError === 'fail-run';
 
-  /** The server being started or running in this process, and the one running. */
-  let connecting: Promise<Connection> | undefined;
-  let live: Connection | undefined;
+  /** Scope 'worker': this process's server. */
+  const shared: Slot = {};
+  /** Scope 'episode': each episode's server in this process, least recently used first. */
+  const episodes = new Map<string, Slot>();
+  let hooked = false;
 
-  async function start(): Promise<Connection> {
-    const { Client } = await load<typeof import('@modelcontextprotocol/sdk/client/index.js')>('@modelcontextprotocol/sdk/client/index.js');
-    const stderr: string[] = [];
-    let transport: Connection['transport'];
-    if (opts.command !== undefined) {
-      const { StdioClientTransport, getDefaultEnvironment } = await load<typeof import('@modelcontextprotocol/sdk/client/stdio.js')>(
-        '@modelcontextprotocol/sdk/client/stdio.js',
-      );
-      const stdio = new StdioClientTransport({
-        command: opts.command,
-        args: [...(opts.args ?? [])],
-        env: { ...getDefaultEnvironment(), ...opts.env },
-        ...(opts.cwd !== undefined ? { cwd: opts.cwd } : {}),
-        stderr: 'pipe',
-      });
-      // the server's last lines on stderr, for the error when it dies
-      stdio.stderr?.on('data', (d: Buffer) => {
-        stderr.push(d.toString());
-        if (stderr.length > 20) stderr.shift();
-      });
-      transport = stdio;
-    } else {
-      const { StreamableHTTPClientTransport } = await load<typeof import('@modelcontextprotocol/sdk/client/streamableHttp.js')>(
-        '@modelcontextprotocol/sdk/client/streamableHttp.js',
-      );
-      transport = new StreamableHTTPClientTransport(new URL(opts.url ?? ''));
-    }
-    const client = new Client({ name: 'troupe', version: '0.1.0' });
-    const conn: Connection = { client, transport, tools: new Map(), stderr };
-    try {
-      await client.connect(transport, { timeout: timeoutMs });
-      const listed = await client.listTools(undefined, { timeout: timeoutMs });
-      for (const t of listed.tools) {
-        let input: z.ZodType | undefined;
-        try {
-          input = z.fromJSONSchema(t.inputSchema as Parameters<typeof z.fromJSONSchema>[0]);
-        } catch {
-          input = undefined; // a schema zod cannot read: the server checks the input itself
-        }
-        conn.tools.set(t.name, {
-          info: { name: t.name, ...(t.description !== undefined ? { description: t.description } : {}), inputSchema: t.inputSchema },
-          input,
-        });
+  /** The slot of the episode's server (scope 'episode'), made on its first call; else the process's. */
+  function slotOf(episodeId: string): Slot {
+    if (!perEpisode) return shared;
+    let slot = episodes.get(episodeId);
+    if (slot)
+      episodes.delete(episodeId); // set again below: most recently used last
+    else {
+      slot = {};
+      if (!hooked) {
+        hooked = true;
+        onEpisodeEnd(endEpisode);
       }
-    } catch (e) {
-      await client.close().catch(() => undefined);
-      throw new Error(`MCP server ${opts.name} (${label}) did not start: ${(e as Error).message}${stderrTail(stderr)}`);
+      for (const [id, old] of episodes) {
+        if (episodes.size < MAX_EPISODE_SERVERS) break;
+        episodes.delete(id);
+        void closeSlot(old);
+      }
     }
-    live = conn;
+    episodes.set(episodeId, slot);
+    return slot;
+  }
+
+  async function endEpisode(episodeId: string): Promise<void> {
+    const slot = episodes.get(episodeId);
+    if (!slot) return;
+    episodes.delete(episodeId);
+    await closeSlot(slot);
+  }
+
+  async function start(slot: Slot): Promise<Connection> {
+    const conn = await startServer(opts, timeoutMs, label);
+    const { client, transport } = conn;
+    slot.live = conn;
     const pid = transport.pid;
     await report(pid, true);
     client.onclose = () => {
       void report(pid, false);
-      if (live !== conn) return;
-      live = connecting = undefined; // it died: the next call starts another
+      if (slot.live !== conn) return;
+      slot.live = slot.connecting = undefined; // it died: the next call starts another
     };
     return conn;
   }
 
-  const connection = (): Promise<Connection> => {
-    const c = (connecting ??= start());
+  const connection = (slot: Slot): Promise<Connection> => {
+    const c = (slot.connecting ??= start(slot));
     c.catch(() => {
-      if (connecting === c) connecting = undefined;
+      if (slot.connecting === c) slot.connecting = undefined;
     });
     return c;
   };
 
   /** Ends a server that hung or broke the protocol; the next call starts another. */
-  async function discard(conn: Connection): Promise<void> {
-    if (live === conn) live = connecting = undefined;
-    const pid = conn.transport.pid;
-    if (typeof pid === 'number') {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        // already gone
-      }
-    }
-    await conn.client.close().catch(() => undefined);
+  async function discard(slot: Slot, conn: Connection): Promise<void> {
+    if (slot.live === conn) slot.live = slot.connecting = undefined;
+    await kill(conn);
   }
 
-  const tools = declared.map(({ name, mcpName, description, inputSchema }) => ({
-    // what a chat template shows the agent; calls are checked against the server's schema (execute)
-    parameters: inputSchema ?? ANY_OBJECT,
-    ...defineTool<Record<string, unknown>, McpToolOutput>({
-      name,
-      description: description ?? `${mcpName} (MCP server ${opts.name})`,
-      input: z.record(z.string(), z.unknown()),
-      output,
-      timeoutMs,
-      render,
-      async execute(args, ctx) {
-        const conn = await connection();
-        const tool = conn.tools.get(mcpName);
-        if (!tool) throw new Error(`MCP server ${opts.name} has no tool ${JSON.stringify(mcpName)} (it has: ${[...conn.tools.keys()].join(', ') || 'none'})`);
-        const checked = tool.input?.safeParse(args);
-        if (checked && !checked.success) throw new Error(`invalid input: ${zodMessage(checked.error, 'input')}`);
-        let result;
-        try {
-          result = await conn.client.callTool({ name: mcpName, arguments: args }, undefined, { signal: ctx.signal, timeout: timeoutMs });
-        } catch (e) {
-          // a call that timed out or broke the protocol leaves a server not to trust: restart it
-          if (ctx.signal.aborted || !serverAnswered(e)) await discard(conn);
-          throw new Error(`MCP server ${opts.name}: ${(e as Error).message}${stderrTail(conn.stderr)}`);
-        }
-        const content = (result.content ?? []) as McpContent[];
-        if (result.isError) throw new Error(content.map(contentText).join('\n') || 'the tool failed');
-        return { content, ...(result.structuredContent ? { structuredContent: result.structuredContent as Record<string, unknown> } : {}) };
+  /** A failure of the server itself: a tool error, or with onError 'fail-run' the run's failure. */
+  const serverFailure = (name: string, mcpName: string, error: string, what: string): Error =>
+    failRun ? new ToolFailsRun(error, runMessage(opts.name, name, mcpName, what)) : new Error(error);
+
+  const tools = declared.map(({ name, mcpName, description, inputSchema }) =>
+    withRuntimeHints(
+      {
+        // what a chat template shows the agent; calls are checked against the server's schema (execute)
+        parameters: inputSchema ?? ANY_OBJECT,
+        ...defineTool<Record<string, unknown>, McpToolOutput>({
+          name,
+          description: description ?? `${mcpName} (MCP server ${opts.name})`,
+          input: z.record(z.string(), z.unknown()),
+          output,
+          timeoutMs,
+          render,
+          async execute(args, ctx) {
+            const slot = slotOf(ctx.episodeId);
+            let conn: Connection;
+            try {
+              conn = await connection(slot);
+            } catch (e) {
+              const message = (e as Error).message;
+              throw serverFailure(name, mcpName, message, message.replace(`MCP server ${opts.name} `, 'the server '));
+            }
+            const tool = conn.tools.get(mcpName);
+            if (!tool)
+              throw new Error(`MCP server ${opts.name} has no tool ${JSON.stringify(mcpName)} (it has: ${[...conn.tools.keys()].join(', ') || 'none'})`);
+            const checked = tool.input?.safeParse(args);
+            if (checked && !checked.success) throw new Error(`invalid input: ${zodMessage(checked.error, 'input')}`);
+            let result;
+            try {
+              result = await conn.client.callTool({ name: mcpName, arguments: args }, undefined, { signal: ctx.signal, timeout: timeoutMs });
+            } catch (e) {
+              const error = `MCP server ${opts.name}: ${(e as Error).message}${stderrTail(conn.stderr)}`;
+              // the server is fine (the agent's problem), or we closed it (the episode ended, close())
+              if (serverAnswered(e) || conn.closing) throw new Error(error);
+              // a call that timed out or broke the protocol leaves a server not to trust: restart it
+              await discard(slot, conn);
+              // a call stopped at its time limit: executeTool answers it (timeoutFailsRun below)
+              if (ctx.signal.aborted) throw new Error(error);
+              throw serverFailure(name, mcpName, error, `${serverProblem(e, timeoutMs)}${stderrTail(conn.stderr)}`);
+            }
+            const content = (result.content ?? []) as McpContent[];
+            if (result.isError) throw new Error(content.map(contentText).join('\n') || 'the tool failed');
+            return { content, ...(result.structuredContent ? { structuredContent: result.structuredContent as Record<string, unknown> } : {}) };
+          },
+        }),
       },
-    }),
-  }));
+      {
+        perEpisode,
+        ...(failRun ? { timeoutFailsRun: (ms: number) => runMessage(opts.name, name, mcpName, `no answer within ${ms} ms (timeoutMs)`) } : {}),
+      },
+    ),
+  );
 
   return {
     name: opts.name,
     tools,
-    list: async () => [...(await connection()).tools.values()].map((t) => t.info),
+    list: async () => {
+      if (!perEpisode) return [...(await connection(shared)).tools.values()].map((t) => t.info);
+      // scope 'episode': a server of no episode, for the listing only
+      const slot: Slot = {};
+      try {
+        return [...(await connection(slot)).tools.values()].map((t) => t.info);
+      } finally {
+        await closeSlot(slot);
+      }
+    },
     close: async () => {
-      const c = connecting;
-      live = connecting = undefined;
-      const conn = await c?.catch(() => undefined);
-      if (conn) await conn.client.close().catch(() => undefined);
+      const slots = [shared, ...episodes.values()];
+      episodes.clear();
+      await Promise.all(slots.map(closeSlot));
     },
   };
+}
+
+/** What went wrong with a server whose call failed without its answering (serverAnswered is false). */
+function serverProblem(e: unknown, timeoutMs: number): string {
+  const code = (e as { code?: unknown })?.code;
+  const message = (e as Error)?.message ?? String(e);
+  if (code === -32000) return `the server exited mid-call (${message})`;
+  if (code === -32001) return `no answer within ${timeoutMs} ms (timeoutMs)`;
+  return `the server answered out of the protocol's schema (${message}); the server was killed`;
 }
 
 /**

@@ -34,6 +34,75 @@ export interface Tool<I = any, O = any> {
   readonly parameters?: Readonly<Record<string, unknown>>;
 }
 
+const failsRunKey = Symbol.for('troupe.toolFailsRun');
+
+/**
+ * A tool's failure that its team says fails the run (mcpServer's `onError: 'fail-run'`), thrown
+ * by its execute: not a tool error the agent reads but a failure no retry can fix. executeTool
+ * answers it as a reply with `failsRun` set, and the runtime fails the run with `runMessage`.
+ * Recognized by a registered symbol, so copies of this module (team code that loads its own copy
+ * of the package) agree.
+ */
+export class ToolFailsRun extends Error {
+  override readonly name = 'ToolFailsRun';
+  /** `error`: the tool error (as the agent would have read it); `runMessage`: why the run fails. */
+  constructor(
+    error: string,
+    readonly runMessage: string,
+  ) {
+    super(error);
+    (this as unknown as Record<symbol, boolean>)[failsRunKey] = true;
+  }
+}
+/** Whether `e` is a ToolFailsRun (of any copy of this module). */
+export function isToolFailsRun(e: unknown): e is ToolFailsRun {
+  return typeof e === 'object' && e !== null && (e as Record<symbol, unknown>)[failsRunKey] === true;
+}
+
+/** What the runtime that runs a tool's calls needs to know of it besides the call (mcpServer sets it). */
+export interface ToolRuntimeHints {
+  /** The tool holds state per episode where its calls run: an episode's calls go to one thread (its state's). */
+  readonly perEpisode?: boolean;
+  /** A call that runs past the tool's timeoutMs fails the run, with this message, instead of being a tool error. */
+  readonly timeoutFailsRun?: (timeoutMs: number) => string;
+}
+const hintsKey = Symbol.for('troupe.toolRuntimeHints');
+
+/** The tool with `hints` (the same object). */
+export function withRuntimeHints<T extends Tool>(tool: T, hints: ToolRuntimeHints): T {
+  (tool as unknown as Record<symbol, ToolRuntimeHints>)[hintsKey] = hints;
+  return tool;
+}
+
+/** A tool's runtime hints (none: an empty object). */
+export function runtimeHints(tool: Tool): ToolRuntimeHints {
+  return (tool as unknown as Record<symbol, ToolRuntimeHints | undefined>)[hintsKey] ?? {};
+}
+
+/**
+ * Episode ends, for tools that hold something per episode (mcpServer's scope 'episode'): the
+ * runtime that runs an episode's tool calls calls episodeEnded(id) in that process (thread) once
+ * the episode is over, and each hook a tool registered there releases what it holds for it. The
+ * hooks live on globalThis under a registered symbol: every copy of this module in a thread sees
+ * the same hooks.
+ */
+type EpisodeEndHook = (episodeId: string) => Promise<void>;
+const endHooksKey = Symbol.for('troupe.episodeEndHooks');
+function endHooks(): Set<EpisodeEndHook> {
+  const g = globalThis as unknown as Record<symbol, Set<EpisodeEndHook> | undefined>;
+  return (g[endHooksKey] ??= new Set());
+}
+
+/** Registers `hook` to run when an episode ends in this thread (once per hook; adding it again is a no-op). */
+export function onEpisodeEnd(hook: EpisodeEndHook): void {
+  endHooks().add(hook);
+}
+
+/** Tells this thread's tools that `episodeId` ended; never throws (a hook that fails is ignored). */
+export async function episodeEnded(episodeId: string): Promise<void> {
+  await Promise.all([...endHooks()].map((h) => h(episodeId).catch(() => undefined)));
+}
+
 export interface ToolDefinition<I, O> {
   name: string;
   description: string;

@@ -19,6 +19,7 @@ import { tensorBoardExporter, type TensorBoardDirs } from '../store/tensorboard'
 import type { MlflowExport } from '../store/mlflow';
 import { loadStepEpisodes, saveEpisodes, type EpisodeMeta, type StoredEpisode } from '../store/trajectories';
 import { loadTasks } from '../tasks';
+import { failRunOn } from '../tools';
 import { durableEpisodeMeta, episodesOf, type EpisodeSpec, type StepPlan } from './plan';
 import { readCheckpointTokenizers } from './pretrained';
 import { resumePoint, versionsBefore } from './resume';
@@ -70,6 +71,8 @@ export interface EvalSummary {
 export interface UserCode {
   callTool(team: AnyTeam, ref: TeamRef, req: ToolCallRequest, signal?: AbortSignal): Promise<ToolCallReply>;
   score(team: AnyTeam, ref: TeamRef, meta: EpisodeMeta, trajectory: Trajectory): Promise<StoredEpisode>;
+  /** The episode is over: what its tools hold for it in the threads is released (mcpServer scope 'episode'). */
+  endEpisode?(episodeId: string): void;
 }
 
 export type StartRunInput = { runId: string; config: RunConfig; workflowId: string; executionId: string; models: string[]; resume?: boolean };
@@ -138,16 +141,18 @@ export function createTrainingControlActivities({
       return specAt(input);
     },
 
-    /** One tool call of a durable episode. */
+    /** One tool call of a durable episode; one whose team says it fails the run fails this activity, not retried. */
     async callTool(input: TeamRef & { req: ToolCallRequest }): Promise<ToolCallReply> {
       const ref = { team: input.team, teamOptions: input.teamOptions };
-      return threads('callTool').callTool(loadTeam(input.team, input.teamOptions), ref, input.req, Context.current().cancellationSignal);
+      return failRunOn(await threads('callTool').callTool(loadTeam(input.team, input.teamOptions), ref, input.req, Context.current().cancellationSignal));
     },
 
     /** Scores a finished durable episode and stores it (idempotent by episode id). */
     async recordEpisode(input: TeamRef & { meta: EpisodeMeta; trajectory: Trajectory }) {
       const ref = { team: input.team, teamOptions: input.teamOptions };
       const episode = await threads('recordEpisode').score(loadTeam(input.team, input.teamOptions), ref, input.meta, input.trajectory);
+      // the episode made its last tool call: its servers of scope 'episode' in this worker's threads end
+      userCode?.endEpisode?.(episode.meta.episodeId);
       await saveEpisodes(sql, [episode]);
       return { episodeId: episode.meta.episodeId, status: episode.trajectory.status, success: episode.success };
     },
@@ -164,6 +169,7 @@ export function createTrainingControlActivities({
       const reason = await terminationReason(Context.current().client, input.workflowId);
       const error = reason?.startsWith('episode: ') ? reason : `episode: terminated before it finished (${reason ? `reason: ${reason}` : 'no reason given'})`;
       const meta = durableEpisodeMeta(spec, input);
+      userCode?.endEpisode?.(spec.episodeId);
       await saveEpisodes(sql, [{ meta, trajectory: { episodeId: spec.episodeId, status: 'failed', error, turns: [] }, rewards: [], success: null }]);
       // the error too: the run's progress and its fail-fast check name it
       return { episodeId: spec.episodeId, status: 'failed', success: null, turns: 0, error };

@@ -17,6 +17,7 @@ import { JournalDiverged, runEpisode, type EpisodeIO, type EpisodeInput } from '
 import { JOURNAL_COUNTERS } from '../../gateway/journal';
 import { deriveSeed, seededRandom } from '../../agents/seed';
 import type { AnyTeam } from '../../agents/team';
+import { episodeEnded } from '../../agents/tool';
 import type { Trajectory } from '../../schema/trajectory';
 
 interface EpisodeScope {
@@ -54,6 +55,7 @@ export async function runBatchedEpisode(team: AnyTeam, input: EpisodeInput, io: 
   } catch (e) {
     if (!(e instanceof JournalDiverged) || !io.journal) throw e;
     await io.journal.clear(input.episodeId);
+    await episodeEnded(input.episodeId); // clean: its servers of scope 'episode' too
     const trajectory = await runScoped(team, input, io);
     const counters = (trajectory.counters ??= {});
     const agent = (counters[e.agent] ??= {});

@@ -28,6 +28,8 @@ import {
   type JournaledCall,
 } from '../../agents/episode';
 import type { AnyTeam } from '../../agents/team';
+import { episodeEnded } from '../../agents/tool';
+import { ApplicationFailure } from '@temporalio/common';
 import type { Trajectory } from '../../schema/trajectory';
 import { errorMessage } from '../../infra/errors';
 import { troupeMetrics } from '../../infra/metrics';
@@ -36,7 +38,7 @@ import { scoredEpisode, type TeamRef } from './control';
 import { runBatchedEpisode } from './episode-sandbox';
 import { endChildrenWith } from './thread-children';
 import { countGatewayCallsWith, openGatewaySessions } from '../../gateway';
-import { executeTool } from '../tools';
+import { executeTool, failRunOn } from '../tools';
 
 type EpisodeMeta = StoredEpisode['meta'];
 
@@ -59,7 +61,7 @@ type FromThread =
   | { t: 'generate'; id: number; call: number; request: GenerateCall }
   | { t: 'journal'; id: number; call: number; op: JournalOp }
   | { t: 'done'; id: number; episode: StoredEpisode }
-  | { t: 'failed'; id: number; message: string; fromReply: boolean }
+  | { t: 'failed'; id: number; message: string; fromReply: boolean; nonRetryable?: string }
   | { t: 'gateway-call'; id: -1; api: string; status: number };
 
 /** A gateway journal operation, done by the worker's thread (which holds the store connection). */
@@ -103,7 +105,10 @@ export function serveEpisodes(port: MessagePort, shared: Int32Array, load: (ref:
     if (!team) teams.set(key, (team = load(ref)));
     return team;
   };
-  const episodes = new Map<number, { used: number; since: number; abort: AbortController; replies: Map<number, (r: ToThread & { t: 'reply' }) => void> }>();
+  const episodes = new Map<
+    number,
+    { episodeId: string; used: number; since: number; abort: AbortController; replies: Map<number, (r: ToThread & { t: 'reply' }) => void> }
+  >();
   let calls = 0;
   const post = (m: FromThread) => port.postMessage(m);
   // The gateway's requests are counted by the worker's thread, whose metrics the endpoint serves.
@@ -143,7 +148,7 @@ export function serveEpisodes(port: MessagePort, shared: Int32Array, load: (ref:
     } catch (e) {
       return post({ t: 'failed', id, message: errorMessage(e), fromReply: false });
     }
-    const state = { used: 0, since: performance.now(), abort: new AbortController(), replies: new Map() };
+    const state = { episodeId: episode.input.episodeId, used: 0, since: performance.now(), abort: new AbortController(), replies: new Map() };
     episodes.set(id, state);
     let fromReply = false;
     // A request to the worker's thread (a generation, a journal operation); the episode waits for its reply.
@@ -167,9 +172,10 @@ export function serveEpisodes(port: MessagePort, shared: Int32Array, load: (ref:
       generate: (request) => ask<GenerateReply>((call) => ({ t: 'generate', id, call, request })),
       // A tool runs on this thread and counts as the episode's own time (tools have their own
       // timeoutMs); when it returns, the episode runs again, maybe after others ran meanwhile.
+      // A reply that fails the run is thrown: runEpisode rethrows it, the worker fails the rollout with it.
       callTool: async (req) => {
         try {
-          return await executeTool(team, req, state.abort.signal);
+          return failRunOn(await executeTool(team, req, state.abort.signal));
         } finally {
           handOver(id);
         }
@@ -193,10 +199,22 @@ export function serveEpisodes(port: MessagePort, shared: Int32Array, load: (ref:
         takeBack(id, Infinity);
         post({ t: 'done', id, episode: scored });
       })
-      .catch((e: unknown) => post({ t: 'failed', id, message: errorMessage(e), fromReply }))
+      .catch((e: unknown) =>
+        post({
+          t: 'failed',
+          id,
+          message: errorMessage(e),
+          fromReply,
+          ...(e instanceof ApplicationFailure && e.nonRetryable ? { nonRetryable: e.type ?? 'Error' } : {}),
+        }),
+      )
       .finally(() => {
         episodes.delete(id);
         if (Atomics.load(shared, RUNNING) === id) Atomics.store(shared, RUNNING, -1);
+        // Its tools' servers of scope 'episode' end with it, unless another attempt of it runs here
+        // (one cancelled that has not ended yet, and its retry).
+        const episodeId = episode.input.episodeId;
+        if (![...episodes.values()].some((e) => e.episodeId === episodeId)) void episodeEnded(episodeId);
       });
   });
 }
@@ -306,6 +324,8 @@ class EpisodeThread {
     }
     this.settled(m.id);
     if (m.t === 'done') r.resolve(m.episode);
+    // a failure no retry fixes (a tool that fails the run) stays one past the thread
+    else if (m.nonRetryable !== undefined) r.reject(ApplicationFailure.nonRetryable(m.message, m.nonRetryable));
     else r.reject(m.fromReply && r.replyError !== undefined ? r.replyError : new Error(m.message));
   }
 

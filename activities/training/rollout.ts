@@ -16,7 +16,8 @@ import { gatewayJournal } from '../store/gateway-journal';
 import { saveEpisodes, storedEpisodeIds, type StoredEpisode } from '../store/trajectories';
 import { addEpisode, firstFailures, rolloutProgressSignal, type RolloutPartProgress } from '../../schema/rollout-progress';
 import { loadTasks } from '../tasks';
-import { executeTool } from '../tools';
+import { executeTool, failRunOn } from '../tools';
+import { episodeEnded } from '../../agents/tool';
 import { scoredEpisode, type TeamRef } from './control';
 import { heartbeating } from './engine-work';
 import type { EngineVersions } from './engine-versions';
@@ -43,11 +44,13 @@ export function episodeRunner(episodes: EpisodeThreads | undefined): RunEpisode 
       ? episodes.run(episode, { cpuMs: team.limits.cpuMs, generate, journal, stopped: (trajectory) => scoredEpisode(team, episode.meta, trajectory), signal })
       : runBatchedEpisode(team, episode.input, {
           generate,
-          callTool: (req) => executeTool(team, req, signal),
+          callTool: async (req) => failRunOn(await executeTool(team, req, signal)),
           now: () => Date.now(),
           openSessions: openGatewaySessions,
           journal,
-        }).then((trajectory) => scoredEpisode(team, episode.meta, trajectory));
+        })
+          .then((trajectory) => scoredEpisode(team, episode.meta, trajectory))
+          .finally(() => episodeEnded(episode.input.episodeId));
 }
 
 export type RolloutBatchInput = TeamRef & {

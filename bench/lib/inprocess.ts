@@ -22,6 +22,7 @@ import type { Sampling } from '../../agents/agent';
 import { runEpisode, type EpisodeIO, type GenerateCall, type GenerateReply } from '../../agents/episode';
 import { engineSpec } from '../../agents/model';
 import { deriveSeed } from '../../agents/seed';
+import { episodeEnded } from '../../agents/tool';
 import type { Split } from '../../agents/tasks';
 import { loadTeam } from '../../agents/team-registry';
 import { enterProjectFromEnvironment } from '../../processes/project';
@@ -32,7 +33,7 @@ import { generateOne, type EngineApi } from '../../activities/training/pool';
 import { modelKey, needsReference, scoreRequest, skipReason, updateRequest, updateSamples } from '../../activities/training/update-step';
 import type { StoredEpisode } from '../../activities/store/trajectories';
 import { loadTasks } from '../../activities/tasks';
-import { executeTool } from '../../activities/tools';
+import { executeTool, failRunOn } from '../../activities/tools';
 import { checkAgainstTeam, parseRunConfig, withTeamRunDefaults, type RunConfigInput } from '../../schema/run-config';
 import { openGatewaySessions } from '../../gateway';
 
@@ -109,9 +110,9 @@ export async function trainInProcess(engine: EngineApi, input: RunConfigInput & 
       counters.generates++;
       return generateOne(engine, runId, call);
     },
-    callTool: (req) => {
+    callTool: async (req) => {
       counters.toolCalls++;
-      return executeTool(team, req);
+      return failRunOn(await executeTool(team, req)); // a tool whose team says so fails the run, as in a rollout
     },
     now: () => Date.now(),
     // gateway teams (agent code on an OpenAI client) get their sessions as a batched rollout gives them
@@ -122,7 +123,10 @@ export async function trainInProcess(engine: EngineApi, input: RunConfigInput & 
   async function rollout(specs: EpisodeSpec[], step: number, split: Split, sampling?: Partial<Sampling>) {
     const a = performance.now();
     const trajectories = await Promise.all(
-      specs.map((spec) => runEpisode(team, { episodeId: spec.episodeId, seed: spec.seed, task: spec.task, versions, sampling }, io)),
+      // each episode's tools of scope 'episode' end with it, as on an episode thread
+      specs.map((spec) =>
+        runEpisode(team, { episodeId: spec.episodeId, seed: spec.seed, task: spec.task, versions, sampling }, io).finally(() => episodeEnded(spec.episodeId)),
+      ),
     );
     const b = performance.now();
     const episodes = specs.map((spec, i) => scoredEpisode(team, { ...spec, runId, step, split, mode: 'batched' }, trajectories[i]!));

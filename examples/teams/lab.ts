@@ -34,6 +34,8 @@ export interface LabOptions {
   maxOperand?: number;
   /** Multiplier of the checker's reward relative to the solver's. */
   checkerScale?: number;
+  /** What a failure of the checker's MCP server does: a tool error the checker reads (default), or fail the run. */
+  checkerOnError?: 'tool-error' | 'fail-run';
 }
 
 /** What the sandbox tool writes for a snippet that printed and exited 0: one piece, so a result is a few tokens. */
@@ -53,20 +55,32 @@ export const runCode = sandboxTool({
   limits: { wallMs: 30_000, cpuSeconds: 1, memoryMb: 128, processes: 4, outputBytes: 64, scratchMb: 1 },
 });
 
-/** Where the server appends a line per call, when set (a test counts the calls; a server gets only the variables given it). */
-const callLog = typeof process === 'undefined' ? undefined : process.env.LAB_MCP_CALL_LOG;
+/**
+ * What tests give the server (it gets only the variables given it): where it appends a line per
+ * call (a test counts the calls), and whether `check` crashes the server (a test of checkerOnError).
+ */
+const testEnv = Object.fromEntries(
+  (['LAB_MCP_CALL_LOG', 'LAB_MCP_CRASH'] as const).flatMap((k) => {
+    const v = typeof process === 'undefined' ? undefined : process.env[k];
+    return v ? [[k, v]] : [];
+  }),
+);
 
-/** The checker's service: an MCP server with one tool, `check` (lab-mcp-server.mjs). */
-export const checkerServer = mcpServer({
+const checkerOptions = {
   name: 'lab',
   // this module is also bundled into the workflow sandbox (durable episodes), which has no node:path and
   // runs no tool: plain strings here, guarded, and the server only ever starts where tools run
   command: typeof process === 'undefined' ? 'node' : process.execPath,
   args: [`${typeof __dirname === 'string' ? __dirname : '.'}/lab-mcp-server.mjs`],
-  ...(callLog ? { env: { LAB_MCP_CALL_LOG: callLog } } : {}),
+  ...(Object.keys(testEnv).length > 0 ? { env: testEnv } : {}),
   tools: ['check'],
   timeoutMs: 10_000,
-});
+};
+
+/** The checker's service: an MCP server with one tool, `check` (lab-mcp-server.mjs). */
+export const checkerServer = mcpServer(checkerOptions);
+/** The same service for `checkerOnError: 'fail-run'`: a failure of the server fails the run. */
+export const failingCheckerServer = mcpServer({ ...checkerOptions, onError: 'fail-run' });
 
 /**
  * One-key tool syntax: '=' after "a*b" runs `print(a*b)` in the sandbox; '!' after "a*b=c?" asks
@@ -114,6 +128,7 @@ export function checkerVerdict(turn: { reply: string; toolCalls: ReadonlyArray<{
 export function labTeam(options: LabOptions = {}) {
   const maxOperand = Math.min(99, options.maxOperand ?? 49);
   const scale = options.checkerScale ?? 10;
+  const checker = options.checkerOnError === 'fail-run' ? failingCheckerServer : checkerServer;
   // the same tiny policy and optimizer as math's (lr 0.02 from scratch, an entropy bonus that keeps every verdict sampled)
   const policy = tinyLM({ tokenizer, contextWindow: 8, embedDim: 16, hiddenDim: 64, optimizer: { lr: 0.02, entropyCoef: 0.01 } });
   return defineTeam({
@@ -126,7 +141,7 @@ export function labTeam(options: LabOptions = {}) {
       // one token a turn: the tool key (its output follows, unsampled) or a one-token answer; a second
       // key would pass maxToolCalls and truncate the episode
       solver: agent({ model: 'policy', tools: [runCode], maxTokens: 1, maxToolCalls: 1 }),
-      checker: agent({ model: 'policy', tools: [...checkerServer.tools], maxTokens: 1, maxToolCalls: 1 }),
+      checker: agent({ model: 'policy', tools: [...checker.tools], maxTokens: 1, maxToolCalls: 1 }),
     },
     tasks: generatedTasks<LabTask>({
       seed: 11,

@@ -41,7 +41,7 @@ describe('mcpServer', () => {
     assert.throws(() => mcpServer({ ...options, url: 'ftp://x' }), /command: give either/);
     assert.throws(() => mcpServer({ name: 'x', url: 'ftp://x', tools: ['a'] }), /mcpServer\(x\)\.url: must be http: or https:/);
     assert.throws(() => mcpServer({ name: 'x', url: 'localhost:3000', tools: ['a'] }), /mcpServer\(x\)\.url: must be a URL, got/);
-    assert.throws(() => mcpServer({ ...options, scope: 'episode' as never }), /scope: must be 'worker'/);
+    assert.throws(() => mcpServer({ ...options, scope: 'process' as never }), /scope: must be 'worker' .* or 'episode'/);
     assert.throws(
       () => mcpServer({ ...options, tools: ['getTinyImage'] }),
       /tools\[0\]: "getTinyImage" is not a Troupe tool name .* tools: \{ my_name: "getTinyImage" \}/,
