@@ -197,7 +197,8 @@ export class UserCodeThreads {
           await new Promise<void>((r) => this.waiting.push(r)); // busy: the episode's state is there
           continue;
         }
-        thread = this.idle.splice(i, 1)[0]!;
+        this.idle.splice(i, 1);
+        thread = home;
       } else thread = this.idle.pop() ?? (this.live < this.size ? this.spawn() : undefined);
       if (!thread) {
         await new Promise<void>((r) => this.waiting.push(r));
