@@ -10,9 +10,9 @@ import { TroupeError } from '../infra/errors';
 import { FieldError } from '../infra/issues';
 import { activeProject } from '../processes/project';
 import { parsePipeline, stageRunConfig, stageRunId, type Pipeline } from '../schema/pipeline';
-import { pipelineStatusQuery, type PipelineStatusView } from '../workflows/definitions';
+import { pipelineStatusQuery, statusQuery, type PipelineStatusView } from '../workflows/definitions';
 import type { pipeline as pipelineWorkflow, PipelineSummary } from '../workflows/pipeline';
-import { validateRunConfig, type Connected } from './runs';
+import { progressLine, validateRunConfig, type Connected } from './runs';
 
 /** The pipeline `ref` names: a JSON file ({ name?, stages }), else one of the project's (troupe.config.ts `pipelines`). */
 export function loadPipeline(ref: string): Pipeline {
@@ -122,25 +122,35 @@ export function pipelineLines(v: PipelineStatusView): string[] {
     `pipeline ${v.pipelineId} (${v.name}): ${v.status}`,
     ...v.stages.map(
       (s) =>
-        `  ${s.name.padEnd(12)} ${s.state.padEnd(9)} ${s.runId}${s.steps !== undefined ? `  ${s.steps} steps` : ''}${s.after.length ? `  after ${s.after.join(', ')}` : ''}${s.error ? `  ${s.error}` : ''}`,
+        `  ${s.name.padEnd(12)} ${s.state.padEnd(9)} ${s.runId}${s.steps !== undefined ? `  ${stepsText(s.steps)}` : ''}${s.after.length ? `  after ${s.after.join(', ')}` : ''}${s.error ? `  ${s.error}` : ''}`,
     ),
   ];
 }
 
 /** Waits for the pipeline's result, logging each change of a stage's state. */
 export async function watchPipeline(handle: WorkflowHandle<typeof pipelineWorkflow>, log: (line: string) => void): Promise<PipelineSummary> {
-  let last = '';
+  const seen = new Set<string>();
+  const progress = new Map<string, string>();
+  const client = handle.client;
   let done = false;
   const poll = (async () => {
     while (!done) {
       try {
         const v = await handle.query(pipelineStatusQuery);
         for (const s of v.stages) {
-          const key = `${s.name}:${s.state}`;
-          if (s.state !== 'waiting' && !last.includes(`|${key}|`))
-            log(`troupe: stage ${s.name} ${s.state}${s.steps !== undefined ? ` after ${s.steps} steps` : ''} (run ${s.runId})`);
+          if (s.state !== 'waiting' && !seen.has(`${s.name}:${s.state}`))
+            log(`troupe: stage ${s.name} ${s.state}${s.steps !== undefined ? ` after ${stepsText(s.steps)}` : ''} (run ${s.runId})`);
+          seen.add(`${s.name}:${s.state}`);
+          if (s.state !== 'running') continue;
+          // a running stage's own progress (its step and eval), one line per change
+          const line = await client
+            .getHandle(s.runId)
+            .query(statusQuery)
+            .then((r) => progressLine(r).replace(/ETA \S+/, ''))
+            .catch(() => undefined);
+          if (line && line !== progress.get(s.name)) log(`troupe: stage ${s.name}: ${line.trim()}`);
+          if (line) progress.set(s.name, line);
         }
-        last = `|${v.stages.map((s) => `${s.name}:${s.state}`).join('|')}|`;
       } catch {
         /* not started yet, or closed */
       }
@@ -154,6 +164,8 @@ export async function watchPipeline(handle: WorkflowHandle<typeof pipelineWorkfl
     await poll;
   }
 }
+
+const stepsText = (n: number) => `${n} step${n === 1 ? '' : 's'}`;
 
 /** Watches the pipeline to its end, then prints its stages (and, with json, the summary): exit status 0 when it completed. */
 export async function watchToEnd(handle: WorkflowHandle<typeof pipelineWorkflow>, log: (line: string) => void, json: boolean): Promise<number> {

@@ -133,7 +133,7 @@ function causeMessage(e: unknown): string {
 function detailsOf(v: PipelineStatusView): string {
   const rows = v.stages.map(
     (s) =>
-      `| ${s.name} | ${s.after.join(', ') || '-'} | ${s.state}${s.steps !== undefined ? ` (${s.steps} steps)` : ''}${s.error ? `: ${s.error}` : ''} | ${s.runId} |`,
+      `| ${s.name} | ${s.after.join(', ') || '-'} | ${s.state}${s.steps !== undefined ? ` (${s.steps} step${s.steps === 1 ? '' : 's'})` : ''}${s.error ? `: ${s.error}` : ''} | ${s.runId} |`,
   );
   return [`**pipeline ${v.name}**: ${v.status}`, '', '| stage | after | state | run |', '| --- | --- | --- | --- |', ...rows].join('\n');
 }

@@ -58,7 +58,7 @@ describe('pipelines', () => {
     const status = await troupe(['status', 'pl-warm'], env);
     assert.equal(status.code, 0, status.stderr);
     assert.match(status.stdout, /^pipeline pl-warm \(warm\): completed$/m);
-    assert.match(status.stdout, /^ {2}student +completed +pl-warm\.student {2}1 steps {2}after teacher$/m);
+    assert.match(status.stdout, /^ {2}student +completed +pl-warm\.student {2}1 step {2}after teacher$/m);
   });
 
   it('continues a terminated pipeline at the stage and step where it stopped', async () => {
