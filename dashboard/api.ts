@@ -19,7 +19,7 @@ export const MAX_METRIC_LIMIT = 20_000;
 
 export class ApiError extends Error {
   constructor(
-    readonly status: 400 | 401 | 403 | 404 | 405 | 502,
+    readonly status: 400 | 401 | 403 | 404 | 405 | 502 | 503,
     message: string,
   ) {
     super(message);
@@ -117,6 +117,13 @@ export async function listRuns(sql: Sql, q: Query) {
     await sql`SELECT ${runColumns(sql)} FROM runs r ${latestEval(sql)} WHERE ${where} ORDER BY r.created_at DESC, r.run_id LIMIT ${limit} OFFSET ${offset}`;
   const { total } = (await sql`SELECT count(*)::int AS total FROM runs r WHERE ${where}`)[0]!;
   return { runs: rows.map(runRow), total: total as number, limit, offset };
+}
+
+/** GET /api/pipelines/:id's runs: each stage run's row (status, step, latest eval), for the ones stored. */
+export async function stageRuns(sql: Sql, runIds: readonly string[]): Promise<RunRow[]> {
+  if (runIds.length === 0) return [];
+  const rows = await sql`SELECT ${runColumns(sql)} FROM runs r ${latestEval(sql)} WHERE r.run_id IN ${sql([...runIds])}`;
+  return rows.map(runRow);
 }
 
 async function requireRun(sql: Sql, runId: string) {

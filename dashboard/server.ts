@@ -12,10 +12,18 @@ import type { AddressInfo } from 'node:net';
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import type { Sql } from '../infra/db';
 import { errorMessage } from '../infra/errors';
-import { pauseSignal, resumeSignal, setOptimizerUpdate, statusQuery, stopSignal, type RolloutProgressView } from '../workflows/definitions';
+import {
+  pauseSignal,
+  pipelineStatusQuery,
+  resumeSignal,
+  setOptimizerUpdate,
+  statusQuery,
+  stopSignal,
+  type RolloutProgressView,
+} from '../workflows/definitions';
 import { progressText } from '../workflows/training-run/details';
 import { OPEN_RUN_STATUSES, reconcileRunEnds } from '../activities/store/run-end';
-import { ApiError, getEpisode, getRunDetail, getRunMetrics, intParam, listRuns, listStepEpisodes } from './api';
+import { ApiError, getEpisode, getRunDetail, getRunMetrics, intParam, listRuns, listStepEpisodes, stageRuns } from './api';
 
 export interface DashboardOptions {
   sql: Sql;
@@ -142,6 +150,23 @@ function reconcileOpenRuns(opts: DashboardOptions): Promise<void> {
   return pending;
 }
 
+/** GET /api/pipelines/:id — a pipeline's stages (its workflow's status query) with their runs as stored. */
+async function pipelineView(opts: DashboardOptions, pipelineId: string) {
+  if (!opts.client) throw new ApiError(503, 'this dashboard has no Temporal connection: pipelines are read from their workflows');
+  let view;
+  try {
+    view = await opts.client.workflow.getHandle(pipelineId).query(pipelineStatusQuery);
+  } catch (e) {
+    if (e instanceof WorkflowNotFoundError) throw new ApiError(404, `pipeline "${pipelineId}" not found`);
+    throw e;
+  }
+  const runs = await stageRuns(
+    opts.sql,
+    view.stages.map((s) => s.runId),
+  );
+  return { ...view, runs };
+}
+
 async function route(opts: DashboardOptions, req: http.IncomingMessage, url: URL): Promise<unknown> {
   const parts = url.pathname.split('/').filter(Boolean).map(decodeURIComponent);
   const q = url.searchParams;
@@ -172,6 +197,7 @@ async function route(opts: DashboardOptions, req: http.IncomingMessage, url: URL
     }
   }
   if (parts[1] === 'episodes' && parts.length === 3) return getEpisode(opts.sql, parts[2]!);
+  if (parts[1] === 'pipelines' && parts.length === 3) return pipelineView(opts, parts[2]!);
   throw new ApiError(404, `${url.pathname}: no such API path`);
 }
 

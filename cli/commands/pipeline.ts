@@ -30,11 +30,12 @@ export default defineCommand({
     const p = loadPipeline(positionals[0] ?? '');
     const id = values.id ?? pipelineIdFor(p.name);
     if (!PIPELINE_ID.test(id)) throw new TroupeError(`--id: letters, digits, . _ - only (1-60), got ${JSON.stringify(id)}`);
-    await upWithCurrentTeams(loadConfig(), log);
+    const stack = await upWithCurrentTeams(loadConfig(), log);
     const c = await connectRuns(log);
     try {
       const handle = await startPipeline(c, p, id);
       log(`troupe: started pipeline ${id}: ${p.stages.map((s) => s.name).join(' → ')}`);
+      if (stack.result.dashboardUrl) log(`troupe: its stages on the dashboard: ${stack.result.dashboardUrl}/#/pipelines/${encodeURIComponent(id)}`);
       if (values.detach) {
         console.log(values.json ? JSON.stringify({ pipelineId: id }) : id);
         return 0;

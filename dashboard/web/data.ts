@@ -126,3 +126,12 @@ export async function fetchRunMetrics(runId: string, fromStep: number): Promise<
   }
   return { rows, lr, stepTimes };
 }
+
+/** GET /api/pipelines/:id: its stages (the workflow's status query) and their runs as stored. */
+export interface PipelineView {
+  pipelineId: string;
+  name: string;
+  status: string;
+  stages: Array<{ name: string; after: string[]; runId: string; state: string; steps?: number; error?: string }>;
+  runs: RunSummary[];
+}

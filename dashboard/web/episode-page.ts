@@ -7,12 +7,12 @@ import { byId, crumbs, esc, fmt, main, render } from './page';
 
 const NODE = { width: 120, height: 36 };
 
-/** The turn DAG laid out top to bottom by dagre: each node's centre and each edge's end points, in pixels. */
-export function layout(graph: Episode['graph']) {
+/** A DAG (the turn graph, a pipeline's stages) laid out top to bottom by dagre: each node's centre and each edge's end points, in pixels. */
+export function layout<N extends { id: string }, E extends { from: string; to: string }>(graph: { nodes: N[]; edges: E[] }, node = NODE) {
   const g = new dagre.graphlib.Graph();
   g.setGraph({ rankdir: 'TB', nodesep: 24, ranksep: 48, marginx: 70, marginy: 30 });
   g.setDefaultEdgeLabel(() => ({}));
-  for (const n of graph.nodes) g.setNode(n.id, { ...NODE });
+  for (const n of graph.nodes) g.setNode(n.id, { ...node });
   for (const e of graph.edges) g.setEdge(e.from, e.to);
   dagre.layout(g);
   const at = (id: string) => g.node(id);

@@ -1,11 +1,13 @@
 // The dashboard page: hash routes #/ (runs), #/runs/<id> (live curves, events, a step's
-// episodes), #/compare?runs=a,b, #/episodes/<id> (turn graph and tokens), one module each
-// (runs-page.ts, run-page.ts, compare-page.ts, episode-page.ts). Charts are Vega-Lite specs
+// episodes), #/compare?runs=a,b, #/episodes/<id> (turn graph and tokens), #/pipelines/<id>
+// (its stages as a graph), one module each (runs-page.ts, run-page.ts, compare-page.ts,
+// episode-page.ts, pipeline-page.ts). Charts are Vega-Lite specs
 // rendered by Vega, the turn graph laid out by dagre; Vite bundles them (see infra/install.js).
 // `window.troupe` (page.ts) exposes the views so tests can read what was drawn.
 import { comparePage } from './compare-page';
 import { episodePage } from './episode-page';
 import { esc, main, message, polling } from './page';
+import { pipelinePage } from './pipeline-page';
 import { runPage } from './run-page';
 import { runsPage } from './runs-page';
 
@@ -23,6 +25,7 @@ async function route() {
     if (parts[0] === 'runs' && parts[1]) await runPage(parts[1], params);
     else if (parts[0] === 'episodes' && parts[1]) await episodePage(parts[1]);
     else if (parts[0] === 'compare') await comparePage(params);
+    else if (parts[0] === 'pipelines' && parts[1]) await pipelinePage(parts[1]);
     else await runsPage(params);
   } catch (e) {
     main.innerHTML = `<p class="error">${esc(message(e))}</p>`;

@@ -10,6 +10,9 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { connectTroupe, type TroupeClient } from '../../../client';
+import { startDashboard } from '../../../dashboard/server';
+import { freePort } from '../../helpers';
+import { browserSkipReason, launchBrowser } from '../dashboard/browser';
 import { startHarness, type Harness } from '../../../testing/stack';
 import { troupe } from '../../helpers/cli';
 
@@ -59,6 +62,29 @@ describe('pipelines', () => {
     assert.equal(status.code, 0, status.stderr);
     assert.match(status.stdout, /^pipeline pl-warm \(warm\): completed$/m);
     assert.match(status.stdout, /^ {2}student +completed +pl-warm\.student {2}1 step {2}after teacher$/m);
+
+    // the dashboard draws the stages as a graph, each linking to its run
+    if (!browserSkipReason()) {
+      const dash = await startDashboard({ sql: h.db.sql, port: await freePort(), client: h.env.client, namespace: h.env.namespace ?? 'default' });
+      const browser = await launchBrowser();
+      try {
+        const page = await browser.context.newPage();
+        await page.goto(`${dash.url}/#/pipelines/pl-warm`);
+        await page.waitForFunction(() => (globalThis as any).troupe?.ready === true);
+        assert.equal(await page.locator('#pipeline-status').innerText(), 'completed');
+        const stages = await page.locator('[data-stage]').evaluateAll((els) => els.map((e) => [e.getAttribute('data-stage'), e.getAttribute('data-state')]));
+        assert.deepEqual(stages, [
+          ['teacher', 'completed'],
+          ['student', 'completed'],
+        ]);
+        assert.equal(await page.locator('#pipeline-graph line').count(), 1, 'one edge: teacher → student');
+        await page.locator('[data-stage="student"]').click();
+        await page.waitForFunction(() => (globalThis as any).location.hash === '#/runs/pl-warm.student' && (globalThis as any).troupe?.ready === true);
+      } finally {
+        await browser.close();
+        await dash.close();
+      }
+    }
   });
 
   it('continues a terminated pipeline at the stage and step where it stopped', async () => {
