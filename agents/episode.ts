@@ -130,6 +130,8 @@ export class JournalDiverged extends Error {
 export interface OpenAISession {
   readonly baseURL: string;
   readonly apiKey: string;
+  /** The agent's team tools as an MCP server (streamable HTTP), under the same key (`Authorization: Bearer <apiKey>`). */
+  readonly mcpURL: string;
 }
 
 export interface OpenSessions {
