@@ -18,9 +18,8 @@ import { loadEpisode } from '../../../activities/store/trajectories';
 import { createControlWorker } from '../../../processes/control-worker';
 import type { trainingRun } from '../../../workflows/training-run';
 import { createTestDatabase, startTemporal, uniqueTaskQueue, workflowBundle, type TestDatabase } from '../../helpers';
-import { poolProcess } from '../fixtures/pool-kill';
+import { finishThroughPoolKill } from '../fixtures/pool-kill';
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'gateway-mcp-'));
 const callLog = path.join(dir, 'calls');
 const hold = path.join(dir, 'go-on');
@@ -54,33 +53,27 @@ it('gateway MCP tools: listed, called, journaled; a pool worker killed mid-episo
     workflowBundle: await workflowBundle(),
   });
   const controlRun = control.run();
-  let worker = poolProcess(env, db);
   try {
     const runId = 'gwmcp';
     // one step of one episode, and one held-out task evaluated before and after it (evalEvery 0)
     const config = { team: 'gateway-mcp', runId, steps: 1, groupsPerStep: 1, groupSize: 1, rollout: 'batched' as const, evalEvery: 0, evalTasks: 1, seed: 3 };
     const handle = await env.client.workflow.start<typeof trainingRun>('trainingRun', { taskQueue, workflowId: runId, args: [config] });
 
-    // the run's first episode made its three tool calls (journaled) and holds before its turn
-    const deadline = Date.now() + 60_000;
-    let episodeId: string;
-    for (;;) {
-      const [row] = await db.sql`
-        SELECT episode_id FROM gateway_calls WHERE run_id = ${runId} AND tool_reply IS NOT NULL GROUP BY episode_id HAVING count(*) = 3`;
-      if (row) {
+    // killed once the run's first episode made its three tool calls (journaled) and holds before its turn
+    let episodeId = '';
+    let atKill: string[] = [];
+    const summary = await finishThroughPoolKill(env, db, handle, 60_000, {
+      killWhen: async () => {
+        const [row] = await db.sql`
+          SELECT episode_id FROM gateway_calls WHERE run_id = ${runId} AND tool_reply IS NOT NULL GROUP BY episode_id HAVING count(*) = 3`;
+        if (!row) return false;
         episodeId = row.episode_id as string;
-        break;
-      }
-      assert.ok(Date.now() < deadline, "the episode's tool calls were not journaled within a minute");
-      await sleep(20);
-    }
-    const atKill = serverCalls();
+        atKill = serverCalls();
+        return true;
+      },
+      beforeRestart: () => fs.writeFileSync(hold, ''),
+    });
     assert.equal(atKill.length, 2, 'mul and refuse reached the counting server');
-    worker.kill('SIGKILL');
-    await new Promise((r) => worker.once('exit', r));
-    fs.writeFileSync(hold, '');
-    worker = poolProcess(env, db);
-    const summary = await handle.result();
     assert.equal(summary.status, 'completed');
 
     const episode = await loadEpisode(db.sql, episodeId);
@@ -117,10 +110,6 @@ it('gateway MCP tools: listed, called, journaled; a pool worker killed mid-episo
       'the tool calls and the turn in one sequence',
     );
   } finally {
-    if (worker.exitCode === null && worker.signalCode === null) {
-      worker.kill('SIGTERM');
-      await new Promise((r) => worker.once('exit', r));
-    }
     control.shutdown();
     await controlRun;
   }
