@@ -5,7 +5,8 @@
  * (JSON, no SSE stream), so any MCP client works and nothing is held between requests; GET
  * and DELETE (the standalone stream, session end) are refused with 405, which clients accept.
  *
- * `tools/list` gives the agent's tools with their JSON schemas; `tools/call` runs one, its
+ * `tools/list` gives the agent's tools with their JSON schemas (those whose input is an object:
+ * MCP's arguments are one); `tools/call` runs one, its
  * answer the result (an MCP tool's content as its server gave it; another tool's rendered
  * output as text) or a tool error (`isError`). An unknown tool is a JSON-RPC error naming
  * `params.name`. The SDK (@modelcontextprotocol/sdk, an optional peer dependency) is loaded on
@@ -63,13 +64,18 @@ export async function serveMcp(
   const s = await loadSdk();
   const server: Server = new s.Server({ name: `troupe-${tools.role}`, version: '0.1.0' }, { capabilities: { tools: {} } });
   server.setRequestHandler(s.ListToolsRequestSchema, () => ({
-    tools: tools.list().map(({ function: f }) => ({ name: f.name, description: f.description, inputSchema: f.parameters as { type: 'object' } })),
+    tools: tools
+      .list()
+      .filter(({ function: f }) => f.parameters?.type === 'object') // MCP's arguments are an object: a tool of other input is no MCP tool
+      .map(({ function: f }) => ({ name: f.name, description: f.description, inputSchema: f.parameters as { type: 'object' } })),
   }));
   server.setRequestHandler(s.CallToolRequestSchema, async (request) => {
     try {
       return callResult(await serialize(() => tools.call(request.params.name, request.params.arguments)));
     } catch (e) {
-      if (e instanceof GatewayError) throw new s.McpError(e.param === 'params.name' ? s.ErrorCode.InvalidParams : s.ErrorCode.InternalError, e.message);
+      // a JSON-RPC error with the gateway's message as is (an McpError would prefix it, and the client again)
+      if (e instanceof GatewayError)
+        throw Object.assign(new Error(e.message), { code: e.param === 'params.name' ? s.ErrorCode.InvalidParams : s.ErrorCode.InternalError });
       throw e;
     }
   });

@@ -75,11 +75,12 @@ const agentCode =
         () => 'answered',
         (e: { code?: number; message?: string }) => `${e.code} ${e.message}`,
       );
+      const shouted = await client.callTool({ name: 'shout', arguments: { text: 'hi' } });
       const openai = new OpenAI({ ...agents.solver.openai, maxRetries: 0 });
       const reply = (await openai.chat.completions.create({ model: 'policy', messages: [{ role: 'user', content: 'Go.' }] })).choices[0]?.message.content;
       const product = await client.callTool({ name: 'mul', arguments: { a: 6, b: 7 } });
       const refused = await client.callTool({ name: 'refuse', arguments: { why: 'no' } });
-      return { listed, sum, bad, unknown, reply, product, refused };
+      return { listed, sum, bad, unknown, shouted, reply, product, refused };
     } finally {
       await client.close();
     }
@@ -98,8 +99,10 @@ function io(generated: GenerateCall[], journal?: MapJournal): EpisodeIO {
     ...(journal ? { journal } : {}),
   };
 }
+// a tool whose input is no object: MCP's arguments are one, so it is not listed, and a call's arguments are refused
+const shout = defineTool({ name: 'shout', description: 'Shouts.', input: z.string(), output: z.string(), execute: async (t) => t.toUpperCase() });
 const team = (code: (ctx: { agents: Record<'solver' | 'helper', AgentHandle> }) => Promise<unknown> = agentCode()) =>
-  gatewayTeam(code, 4, undefined, [add, ...counting.tools]);
+  gatewayTeam(code, 4, undefined, [add, ...counting.tools, shout]);
 const input = (episodeId: string) => ({ episodeId, seed: 7, task: 0, versions: { policy: 0, other: 0 } });
 
 describe("gateway MCP server: the agent's team tools", () => {
@@ -125,7 +128,11 @@ describe("gateway MCP server: the agent's team tools", () => {
     assert.deepEqual(out.sum, { content: [{ type: 'text', text: 'sum 5' }] });
     assert.equal(out.bad.isError, true);
     assert.match(JSON.stringify(out.bad.content), /add: invalid input: arguments\.a: /);
-    assert.match(out.unknown, /^-32602 .*params\.name: agent solver has no tool "nope" \(its tools: add, mul, refuse\)/);
+    assert.match(out.unknown, /^-32602 MCP error -32602: params\.name: agent solver has no tool "nope" \(its tools: add, mul, refuse, shout\)$/);
+    assert.deepEqual(out.shouted, {
+      content: [{ type: 'text', text: 'shout: invalid input: arguments: Invalid input: expected string, received object' }],
+      isError: true,
+    });
     assert.equal(out.reply, 'Done.');
     assert.deepEqual(out.product, { content: [{ type: 'text', text: '42' }] });
     assert.deepEqual(out.refused, { content: [{ type: 'text', text: 'refuse: refused: no' }], isError: true });
