@@ -7,10 +7,12 @@
  * - batched: they are direct calls inside one rollout activity.
  * Everything here is pure and deterministic given the IO replies, so it is safe
  * inside the workflow sandbox and produces identical trajectories in both modes.
- * A turn of the episode function is turn.ts; a turn the gateway takes, session-turn.ts.
+ * A turn of the episode function is turn.ts; a turn the gateway takes, session-turn.ts; a tool
+ * call it makes, session-tool-call.ts.
  */
 import type { StopReason, ToolCallRecord, Trajectory, TurnRecord } from '../schema/trajectory';
 import type { Sampling } from './agent';
+import { sessionToolCall } from './session-tool-call';
 import { sessionTurn } from './session-turn';
 import type { AnyTeam } from './team';
 import { LimitExceeded, type RunningEpisode, takeTurn } from './turn';
@@ -71,17 +73,33 @@ export interface EpisodeIO {
   journal?: CallJournal;
 }
 
-/** One completed gateway call: the request it answered (by hash) and what was sampled for it. */
-export interface JournaledCall {
-  /** The episode's gateway calls are numbered 0, 1, ... in the order they are answered. */
+/**
+ * One completed gateway call: the request it answered (by hash) and what was sampled for it
+ * (a turn), or what the tool answered (a call of one of the agent's tools, kind 'tool').
+ */
+export type JournaledCall = JournaledTurn | JournaledToolCall;
+
+interface JournaledBase {
+  /** The episode's gateway calls (turns and tool calls alike) are numbered 0, 1, ... in the order they are answered. */
   index: number;
   agent: string;
   /** sha256 of the agent and the request (gateway/journal.ts). */
   requestHash: string;
+}
+
+/** A turn's call (Chat Completions, Responses): what was sampled. */
+export interface JournaledTurn extends JournaledBase {
+  kind?: 'turn';
   tokens: number[];
   logprobs: number[];
   stopReason: StopReason;
   durationMs: number;
+}
+
+/** A call of one of the agent's tools (the gateway's MCP server): the tool's answer, a result or a tool error. */
+export interface JournaledToolCall extends JournaledBase {
+  kind: 'tool';
+  reply: ToolCallReply;
 }
 
 /** Where an episode's gateway calls are journaled (activities/store/gateway-journal.ts). */
@@ -112,6 +130,8 @@ export class JournalDiverged extends Error {
 export interface OpenAISession {
   readonly baseURL: string;
   readonly apiKey: string;
+  /** The agent's team tools as an MCP server (streamable HTTP), under the same key (`Authorization: Bearer <apiKey>`). */
+  readonly mcpURL: string;
 }
 
 export interface OpenSessions {
@@ -132,13 +152,25 @@ export interface SessionTurnRequest {
   stopped(sampled: string): boolean;
 }
 
+/** A tool call the gateway makes for an agent's code: the tool, its input, and the call's index among the episode's gateway calls. */
+export interface SessionToolRequest {
+  tool: string;
+  input: unknown;
+  call: number;
+}
+
 /** The running episode as the gateway sees it: take and record turns, count what it could not keep exact. */
 export interface EpisodeTurns {
   readonly team: AnyTeam;
   readonly episodeId: string;
   /** A turn; `answered`: an earlier attempt's journaled reply, recorded as the turn's sample instead of generating. */
-  turn(role: string, req: SessionTurnRequest, answered?: JournaledCall): Promise<TurnRecord>;
+  turn(role: string, req: SessionTurnRequest, answered?: JournaledTurn): Promise<TurnRecord>;
   count(role: string, counter: string, n?: number): void;
+  /**
+   * A call of one of the agent's tools (its input valid), run as act() runs one (`EpisodeIO.callTool`);
+   * `answered`: an earlier attempt's journaled reply, given instead of calling the tool again.
+   */
+  callTool(role: string, req: SessionToolRequest, answered?: ToolCallReply): Promise<ToolCallReply>;
   /** The episode's journal (calls of earlier attempts, and recording new ones), where the runtime keeps one. */
   readonly journal?: { load(): Promise<JournaledCall[]>; record(call: JournaledCall): Promise<void> };
   /** The agent's code diverged from the journal: this attempt ends; the returned error is for the caller to throw. */
@@ -236,6 +268,7 @@ export async function runEpisode(team: AnyTeam, input: EpisodeInput, runtime: Ep
     team,
     episodeId: input.episodeId,
     turn: (role, req, answered) => sessionTurn(ep, role, req, answered),
+    callTool: (role, req, answered) => sessionToolCall(ep, role, req, answered),
     count(role, counter, n = 1) {
       const c = (counters[role] ??= {});
       c[counter] = (c[counter] ?? 0) + n;

@@ -124,7 +124,7 @@ let reports: { channel: BroadcastChannel; threadId: number } | null | undefined;
 async function report(pid: number | null | undefined, isLive: boolean): Promise<void> {
   if (typeof pid !== 'number') return;
   if (reports === undefined) {
-    const threads = await load<typeof import('node:worker_threads')>('node:worker_threads');
+    const threads = await loadMcpModule<typeof import('node:worker_threads')>('node:worker_threads');
     reports = threads.isMainThread ? null : { channel: new threads.BroadcastChannel(THREAD_CHILDREN_CHANNEL), threadId: threads.threadId };
     reports?.channel.unref();
   }
@@ -153,7 +153,8 @@ function contentText(c: McpContent): string {
   return `[${c.type}${typeof what === 'string' ? ` ${what}` : ''}]`;
 }
 
-async function load<T>(m: string): Promise<T> {
+/** A module of the MCP SDK (an optional peer dependency), or of node, by a real import(); a missing SDK says how to install it. */
+export async function loadMcpModule<T>(m: string): Promise<T> {
   try {
     return await esmImport<T>(m);
   } catch (e) {
@@ -276,11 +277,11 @@ interface Slot {
 
 /** Starts a server and lists its tools; an error names it, with the end of its stderr. */
 async function startServer(opts: McpServerOptions, timeoutMs: number, label: string): Promise<Connection> {
-  const { Client } = await load<typeof import('@modelcontextprotocol/sdk/client/index.js')>('@modelcontextprotocol/sdk/client/index.js');
+  const { Client } = await loadMcpModule<typeof import('@modelcontextprotocol/sdk/client/index.js')>('@modelcontextprotocol/sdk/client/index.js');
   const stderr: string[] = [];
   let transport: Connection['transport'];
   if (opts.command !== undefined) {
-    const { StdioClientTransport, getDefaultEnvironment } = await load<typeof import('@modelcontextprotocol/sdk/client/stdio.js')>(
+    const { StdioClientTransport, getDefaultEnvironment } = await loadMcpModule<typeof import('@modelcontextprotocol/sdk/client/stdio.js')>(
       '@modelcontextprotocol/sdk/client/stdio.js',
     );
     const stdio = new StdioClientTransport({
@@ -297,7 +298,7 @@ async function startServer(opts: McpServerOptions, timeoutMs: number, label: str
     });
     transport = stdio;
   } else {
-    const { StreamableHTTPClientTransport } = await load<typeof import('@modelcontextprotocol/sdk/client/streamableHttp.js')>(
+    const { StreamableHTTPClientTransport } = await loadMcpModule<typeof import('@modelcontextprotocol/sdk/client/streamableHttp.js')>(
       '@modelcontextprotocol/sdk/client/streamableHttp.js',
     );
     transport = new StreamableHTTPClientTransport(new URL(opts.url ?? ''));
@@ -478,6 +479,7 @@ export function mcpServer(opts: McpServerOptions): McpServer {
       },
       {
         perEpisode,
+        mcpResult: true,
         ...(failRun ? { timeoutFailsRun: (ms: number) => runMessage(opts.name, name, mcpName, `no answer within ${ms} ms (timeoutMs)`) } : {}),
       },
     ),

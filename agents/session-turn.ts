@@ -6,11 +6,11 @@
  * episode truncated, even if the agent's code caught the HTTP error.
  */
 import type { StopReason, TurnRecord } from '../schema/trajectory';
-import type { JournaledCall, SessionTurnRequest } from './episode';
+import type { JournaledTurn, SessionTurnRequest } from './episode';
 import { deriveSeed } from './seed';
 import { LimitExceeded, type RunningEpisode, TokenVersions, turnLimit } from './turn';
 
-export async function sessionTurn(ep: RunningEpisode, role: string, req: SessionTurnRequest, answered?: JournaledCall): Promise<TurnRecord> {
+export async function sessionTurn(ep: RunningEpisode, role: string, req: SessionTurnRequest, answered?: JournaledTurn): Promise<TurnRecord> {
   const { team, input, io, turns, lastTurnOf } = ep;
   const tok = team.tokenizer;
   const spec = team.agents[role]!;

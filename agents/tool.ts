@@ -65,6 +65,8 @@ export interface ToolRuntimeHints {
   readonly perEpisode?: boolean;
   /** A call that runs past the tool's timeoutMs fails the run, with this message, instead of being a tool error. */
   readonly timeoutFailsRun?: (timeoutMs: number) => string;
+  /** Its output is an MCP `tools/call` result (`content`, `structuredContent`): the gateway's MCP server passes it on as is. */
+  readonly mcpResult?: boolean;
 }
 const hintsKey = Symbol.for('troupe.toolRuntimeHints');
 

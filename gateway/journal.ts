@@ -5,12 +5,14 @@
  * worker died), a call whose index and request match the journal is answered
  * with the journaled sample at once, so deterministic agent code replays to
  * where the earlier attempt stopped and goes on live, and nothing completed is
- * sampled twice. A request that differs from the journaled one at its index
+ * sampled twice. The agent's tool calls through the gateway's MCP server (gateway/mcp.ts) are
+ * numbered and journaled in the same sequence, with the tool's answer, so no completed tool call
+ * is made twice either. A request that differs from the journaled one at its index
  * ends the attempt (`JournalDiverged`): the runner forgets the journal and runs
  * the episode again from the start, never a mix of two attempts.
  */
 import { createHash } from 'node:crypto';
-import type { EpisodeTurns, JournaledCall } from '../agents/episode';
+import type { EpisodeTurns, JournaledCall, JournaledToolCall, JournaledTurn } from '../agents/episode';
 import { GatewayError } from './errors';
 import type { ChatRequest } from './request';
 
@@ -40,6 +42,16 @@ export function requestHash(agent: string, req: ChatRequest): string {
     .digest('hex');
 }
 
+/**
+ * A call of one of the agent's tools as it decides the answer: the agent, the tool and its input.
+ * Its first element, which no agent's name is, keeps it from ever equalling a turn's hash.
+ */
+export function toolCallHash(agent: string, tool: string, input: unknown): string {
+  return createHash('sha256')
+    .update(canonical(['tools/call', agent, tool, input]))
+    .digest('hex');
+}
+
 /** One episode's calls as the gateway numbers them, against the journal of earlier attempts. */
 export class EpisodeCalls {
   private next = 0;
@@ -48,17 +60,28 @@ export class EpisodeCalls {
   constructor(private readonly episode: EpisodeTurns) {}
 
   /**
-   * Numbers the next call (calls of an episode come one at a time) and gives the journaled
-   * reply for it, if an earlier attempt completed the same request at that index.
+   * Numbers the next call, a turn (calls of an episode come one at a time), and gives the
+   * journaled reply for it, if an earlier attempt completed the same request at that index.
    */
-  async take(agent: string, hash: string): Promise<{ index: number; answered?: JournaledCall }> {
+  async takeTurn(agent: string, hash: string): Promise<{ index: number; answered?: JournaledTurn }> {
+    const { index, answered } = await this.take(agent, hash, 'turn');
+    return answered && answered.kind !== 'tool' ? { index, answered } : { index };
+  }
+
+  /** takeTurn for a call of one of the agent's tools: its index, and the journaled answer to it. */
+  async takeTool(agent: string, hash: string): Promise<{ index: number; answered?: JournaledToolCall }> {
+    const { index, answered } = await this.take(agent, hash, 'tool');
+    return answered?.kind === 'tool' ? { index, answered } : { index };
+  }
+
+  private async take(agent: string, hash: string, kind: 'turn' | 'tool'): Promise<{ index: number; answered?: JournaledCall }> {
     const index = this.next++;
     const journal = this.episode.journal;
     if (!journal) return { index };
     this.earlier ??= journal.load().then((calls) => new Map(calls.map((c) => [c.index, c])));
     const answered = (await this.earlier).get(index);
     if (!answered) return { index };
-    if (answered.agent !== agent || answered.requestHash !== hash) {
+    if (answered.agent !== agent || answered.requestHash !== hash || (answered.kind ?? 'turn') !== kind) {
       const e = this.episode.diverged(agent, index);
       throw new GatewayError(409, e.message, null, 'journal_diverged', 'server_error');
     }

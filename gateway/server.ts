@@ -3,8 +3,8 @@
  * Completions, Responses and Models for the sessions of the episodes running in this
  * thread. One server per episode thread, on loopback unless configured (listen.ts:
  * another address needs TLS), on an ephemeral port; each episode registers a session per agent
- * (`/s/<session>/v1`) under a per-episode random key, so a request reaches
- * only its own episode's agent. Requests of one episode are taken one at a
+ * (`/s/<session>/v1`, and its team tools as an MCP server at `/s/<session>/mcp`) under a
+ * per-episode random key, so a request reaches only its own episode's agent. Requests of one episode are taken one at a
  * time, in arrival order, so its turns are numbered as they are recorded;
  * different episodes' calls run concurrently and batch on the engine.
  */
@@ -22,6 +22,8 @@ import { EpisodeCalls } from './journal';
 import type { GatewayListen } from './listen';
 import { reloadTls, type TlsReloader } from './tls-reload';
 import { AgentSession, type Completion } from './session';
+import { AgentTools } from './team-tools';
+import { serveMcp } from './mcp';
 
 /** An API the gateway serves: its request read as a ChatRequest (one turn), its reply written both ways. */
 interface Api {
@@ -46,6 +48,7 @@ const APIS: Record<string, Api> = {
 interface Registered {
   key: Buffer;
   session: AgentSession;
+  tools: AgentTools;
   episode: { queue: Promise<unknown> };
 }
 
@@ -67,8 +70,8 @@ export function countGatewayCallsWith(hook: GatewayCallHook): void {
 
 /** The API label of a request path: one of a few, so the metric's labels stay bounded. */
 function apiOf(path: string | undefined): string {
-  const route = /^\/s\/[A-Za-z0-9_-]+\/v1\/(chat\/completions|responses|models)(\/|$)/.exec((path ?? '').split('?')[0] ?? '');
-  return route?.[1] ?? 'other';
+  const route = /^\/s\/[A-Za-z0-9_-]+\/(?:v1\/(chat\/completions|responses|models)(?:\/|$)|(mcp)$)/.exec((path ?? '').split('?')[0] ?? '');
+  return route?.[1] ?? route?.[2] ?? 'other';
 }
 
 export class GatewayServer {
@@ -119,8 +122,13 @@ export class GatewayServer {
     for (const role of episode.team.roles) {
       const id = randomBytes(12).toString('base64url');
       ids.push(id);
-      this.sessions.set(id, { key: Buffer.from(key), session: new AgentSession(episode, role, calls), episode: shared });
-      sessions[role] = { baseURL: `${this.origin}/s/${id}/v1`, apiKey: key };
+      this.sessions.set(id, {
+        key: Buffer.from(key),
+        session: new AgentSession(episode, role, calls),
+        tools: new AgentTools(episode, role, calls),
+        episode: shared,
+      });
+      sessions[role] = { baseURL: `${this.origin}/s/${id}/v1`, apiKey: key, mcpURL: `${this.origin}/s/${id}/mcp` };
     }
     this.keys.add(key);
     return {
@@ -141,10 +149,16 @@ export class GatewayServer {
     res.once('close', () => countCall(apiOf(req.url), res.statusCode));
     try {
       const url = new URL(req.url ?? '/', this.origin);
-      const m = /^\/s\/([A-Za-z0-9_-]+)\/v1(\/.*)$/.exec(url.pathname);
-      if (!m) throw new GatewayError(404, `no route ${url.pathname}: use an agent's baseURL (agents.<role>.openai)`, null, 'unknown_route');
+      const m = /^\/s\/([A-Za-z0-9_-]+)\/(?:v1(\/.*)|mcp)$/.exec(url.pathname);
+      if (!m) throw new GatewayError(404, `no route ${url.pathname}: use an agent's baseURL or mcpURL (agents.<role>.openai)`, null, 'unknown_route');
       const registered = this.authorize(m[1]!, req.headers.authorization);
-      const route = m[2]!;
+      const route = m[2];
+      if (route === undefined) {
+        // the agent's team tools as an MCP server (streamable HTTP, stateless: POST only)
+        if (req.method !== 'POST')
+          throw new GatewayError(405, `${req.method} /mcp: use POST (the MCP server is stateless: no stream, no session)`, null, 'method_not_allowed');
+        return await serveMcp(req, res, await readJson(req), registered.tools, (call) => this.serialize(registered, call));
+      }
       if (route === '/models' || route.startsWith('/models/')) {
         if (req.method !== 'GET') throw new GatewayError(405, `${req.method} ${route}: use GET`, null, 'method_not_allowed');
         const model = { id: registered.session.model, object: 'model', created: 0, owned_by: 'troupe' };
@@ -156,18 +170,8 @@ export class GatewayServer {
       const api = APIS[route];
       if (!api) throw new GatewayError(404, `no route ${route} (the gateway serves /chat/completions, /responses and /models)`, null, 'unknown_route');
       if (req.method !== 'POST') throw new GatewayError(405, `${req.method} ${route}: use POST`, null, 'method_not_allowed');
-      const raw = await readBody(req);
-      let body: unknown;
-      try {
-        body = JSON.parse(raw);
-      } catch (e) {
-        throw invalid('body', `not valid JSON: ${(e as Error).message}`);
-      }
-      const request = api.parse(body);
-      // one call of an episode at a time: its turns are recorded in the order they are numbered
-      const run = registered.episode.queue.then(() => registered.session.complete(request));
-      registered.episode.queue = run.catch(() => undefined);
-      const done = await run;
+      const request = api.parse(await readJson(req));
+      const done = await this.serialize(registered, () => registered.session.complete(request));
       if (request.stream) api.stream(res, done, request);
       else json(res, 200, api.body(done, request));
     } catch (e) {
@@ -178,6 +182,13 @@ export class GatewayServer {
       if (!res.headersSent) json(res, err.status, err.body());
       else res.end();
     }
+  }
+
+  /** Runs `call` after the episode's calls before it: one call of an episode at a time, so its calls are recorded in the order they are numbered. */
+  private serialize<T>(registered: Registered, call: () => Promise<T>): Promise<T> {
+    const run = registered.episode.queue.then(call);
+    registered.episode.queue = run.catch(() => undefined);
+    return run;
   }
 
   private authorize(id: string, header: string | undefined): Registered {
@@ -202,6 +213,16 @@ function json(res: http.ServerResponse, status: number, body: unknown) {
     ...(status >= 400 ? { 'x-should-retry': 'false' } : {}),
   });
   res.end(text);
+}
+
+/** The request's body as JSON; not JSON is refused naming `body`. */
+async function readJson(req: http.IncomingMessage): Promise<unknown> {
+  const raw = await readBody(req);
+  try {
+    return JSON.parse(raw) as unknown;
+  } catch (e) {
+    throw invalid('body', `not valid JSON: ${(e as Error).message}`);
+  }
 }
 
 function readBody(req: http.IncomingMessage): Promise<string> {

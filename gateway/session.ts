@@ -103,7 +103,7 @@ export class AgentSession {
     const stopTokens = [...new Set(stops.flatMap((s) => tok.idsContaining(s.slice(-1))))];
     // numbered only once it is valid: a refused request takes no index and records nothing
     const hash = requestHash(this.role, req);
-    const { index, answered } = await this.calls.take(this.role, hash);
+    const { index, answered } = await this.calls.takeTurn(this.role, hash);
     let turn: TurnRecord;
     try {
       turn = await this.episode.turn(

@@ -12,7 +12,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import OpenAI from 'openai';
-import type { CallJournal, EpisodeIO, GenerateCall, JournaledCall } from '../../../agents/episode';
+import type { CallJournal, EpisodeIO, GenerateCall, JournaledTurn } from '../../../agents/episode';
 import { engineSpec } from '../../../agents/model';
 import { runBatchedEpisode } from '../../../activities/training/episode-sandbox';
 import { generateOne } from '../../../activities/training/pool';
@@ -21,7 +21,7 @@ import { EngineClient } from '../../../engines/protocol/client';
 import { startEngineServer } from '../../../engines/onnx/server';
 import { openGatewaySessions } from '../../../gateway';
 import { cpuEngine } from '../engine/helpers';
-import { gatewayTeam } from './team';
+import { gatewayTeam, MapJournal } from './team';
 import type { Trajectory } from '../../../schema/trajectory';
 
 /** Three calls of the solver, each continuing the conversation; `variant` changes the third request. */
@@ -39,23 +39,6 @@ const conversation =
     }
     return replies;
   };
-
-class MapJournal implements CallJournal {
-  readonly calls = new Map<string, JournaledCall[]>();
-  cleared = 0;
-  async load(episodeId: string) {
-    return [...(this.calls.get(episodeId) ?? [])];
-  }
-  async record(episodeId: string, call: JournaledCall) {
-    const list = this.calls.get(episodeId) ?? [];
-    assert.ok(!list.some((c) => c.index === call.index), `call ${call.index} journaled twice`);
-    this.calls.set(episodeId, [...list, call]);
-  }
-  async clear(episodeId: string) {
-    this.cleared++;
-    this.calls.delete(episodeId);
-  }
-}
 
 const sampled = (t: Trajectory) => t.turns.map((x) => [x.contextTokens, x.responseTokens, x.logprobs, x.parents, x.stopReason]);
 
@@ -96,7 +79,7 @@ describe('gateway journal: durable replay', () => {
     const first: GenerateCall[] = [];
     const journaled = await runBatchedEpisode(gatewayTeam(conversation()), input('e'), io(first, journal));
     assert.deepEqual(sampled(journaled), sampled(plain));
-    const entries = journal.calls.get('e')!;
+    const entries = journal.calls.get('e')! as JournaledTurn[];
     assert.deepEqual(
       entries.map((c) => [c.index, c.agent, c.tokens, c.logprobs]),
       plain.turns.map((t, i) => [i, 'solver', t.responseTokens, t.logprobs]),
@@ -147,7 +130,7 @@ describe('gateway journal: durable replay', () => {
     assert.equal(diverged.counters!.solver!.journalReplayedCalls, undefined);
     assert.equal(calls.length >= 3, true, 'the restart sampled every call');
     assert.deepEqual(
-      journal.calls.get('d')!.map((c) => c.tokens),
+      (journal.calls.get('d')! as JournaledTurn[]).map((c) => c.tokens),
       other.turns.map((t) => t.responseTokens),
       'the journal holds the restarted attempt',
     );

@@ -4,7 +4,9 @@
  * as JSON, and agent code written against the real `openai` client, given as
  * the test's episode function.
  */
-import { agent, chatTemplate, charTokenizer, defineTeam, generatedTasks, tinyLM, type AgentHandle } from '../../../agents';
+import assert from 'node:assert/strict';
+import type { CallJournal, JournaledCall } from '../../../agents/episode';
+import { agent, chatTemplate, charTokenizer, defineTeam, generatedTasks, hermesSyntax, tinyLM, type AgentHandle, type Tool } from '../../../agents';
 
 export const tokenizer = charTokenizer('\n' + Array.from({ length: 95 }, (_, i) => String.fromCharCode(32 + i)).join(''));
 
@@ -14,22 +16,24 @@ export const TEMPLATE =
   '{%- for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor -%}' +
   '{%- if add_generation_prompt %}<assistant>{% endif -%}';
 
-/** template: the chat template's source, or null for a team without one. */
+/** template: the chat template's source, or null for a team without one; tools: the solver's. */
 export function gatewayTeam(
   episode: (ctx: { task: number; agents: Record<'solver' | 'helper', AgentHandle> }) => Promise<unknown>,
   maxTurns = 4,
   template: string | null = TEMPLATE,
+  tools: readonly Tool[] = [],
 ) {
   return defineTeam({
     name: 'gateway-test',
     tokenizer,
     ...(template !== null ? { chatTemplate: chatTemplate(template, {}, '') } : {}),
+    ...(tools.length > 0 ? { toolSyntax: hermesSyntax() } : {}),
     models: {
       policy: tinyLM({ tokenizer, contextWindow: 4, embedDim: 8, hiddenDim: 16 }),
       other: tinyLM({ tokenizer, contextWindow: 4, embedDim: 8, hiddenDim: 16 }),
     },
     agents: {
-      solver: agent({ model: 'policy', maxTokens: 96, maxTurns }),
+      solver: agent({ model: 'policy', maxTokens: 96, maxTurns, tools: [...tools] }),
       helper: agent({ model: 'other', maxTokens: 8, maxTurns }),
     },
     tasks: generatedTasks({ seed: 1, count: 4, evalFraction: 0.5, make: (_r, i) => ({ id: `t${i}`, data: i }) }),
@@ -37,4 +41,22 @@ export function gatewayTeam(
     rewards: { solver: () => ({ r: 0 }), helper: () => ({ r: 0 }) },
     success: () => true,
   });
+}
+
+/** A gateway journal in a map (the store's is activities/store/gateway-journal.ts): refuses a call journaled twice. */
+export class MapJournal implements CallJournal {
+  readonly calls = new Map<string, JournaledCall[]>();
+  cleared = 0;
+  async load(episodeId: string) {
+    return [...(this.calls.get(episodeId) ?? [])];
+  }
+  async record(episodeId: string, call: JournaledCall) {
+    const list = this.calls.get(episodeId) ?? [];
+    assert.ok(!list.some((c) => c.index === call.index), `call ${call.index} journaled twice`);
+    this.calls.set(episodeId, [...list, call]);
+  }
+  async clear(episodeId: string) {
+    this.cleared++;
+    this.calls.delete(episodeId);
+  }
 }
