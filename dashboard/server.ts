@@ -197,7 +197,7 @@ async function route(opts: DashboardOptions, req: http.IncomingMessage, url: URL
     }
   }
   if (parts[1] === 'episodes' && parts.length === 3) return getEpisode(opts.sql, parts[2]!);
-  if (parts[1] === 'pipelines' && parts.length === 3) return pipelineView(opts, parts[2]!);
+  if (parts[1] === 'pipelines' && parts.length === 3) return pipelineView(opts, parts[2] ?? '');
   throw new ApiError(404, `${url.pathname}: no such API path`);
 }
 
