@@ -101,6 +101,10 @@ export interface McpServer {
   readonly name: string;
   /** The declared tools, as Troupe tools: put them in an agent's `tools`. */
   readonly tools: Tool<Record<string, unknown>, McpToolOutput>[];
+  /** Each declared tool's Troupe name and the server's name for it. */
+  readonly declared: ReadonlyArray<{ name: string; mcpName: string }>;
+  /** onError 'fail-run': a server problem fails the run. */
+  readonly failsRun: boolean;
   /** The server's `tools/list` (starts the server in this process if it is not running). */
   list(): Promise<McpToolInfo[]>;
   /** Ends this process's server (a later call starts it again). */
@@ -485,9 +489,11 @@ export function mcpServer(opts: McpServerOptions): McpServer {
     ),
   );
 
-  return {
+  return registered({
     name: opts.name,
     tools,
+    declared: declared.map(({ name, mcpName }) => ({ name, mcpName })),
+    failsRun: failRun,
     list: async () => {
       if (!perEpisode) return [...(await connection(shared)).tools.values()].map((t) => t.info);
       // scope 'episode': a server of no episode, for the listing only
@@ -503,7 +509,24 @@ export function mcpServer(opts: McpServerOptions): McpServer {
       episodes.clear();
       await Promise.all(slots.map(closeSlot));
     },
-  };
+  });
+}
+
+/** The server each MCP tool calls (mcpServersOf). */
+const SERVER_OF = new WeakMap<object, McpServer>();
+const registered = (server: McpServer): McpServer => {
+  for (const t of server.tools) SERVER_OF.set(t, server);
+  return server;
+};
+
+/** The MCP servers behind `tools` (each once), in the order their first tool comes. */
+export function mcpServersOf(tools: Iterable<object>): McpServer[] {
+  const out = new Set<McpServer>();
+  for (const t of tools) {
+    const s = SERVER_OF.get(t);
+    if (s) out.add(s);
+  }
+  return [...out];
 }
 
 /** What went wrong with a server whose call failed without its answering (serverAnswered is false). */

@@ -9,6 +9,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import type { ToolCallReply, ToolCallRequest } from '../../agents/episode';
 import { scoreEpisode } from '../../agents/rewards';
 import type { AnyTeam } from '../../agents/team';
+import { listingRefusal, listTeamServers } from './tool-listing';
 import { loadTeam } from '../../agents/team-registry';
 import type { Sql } from '../../infra/db';
 import { parseRunConfig, type RunConfig } from '../../schema/run-config';
@@ -242,6 +243,10 @@ async function startRun(sql: Sql, workflowPatches: readonly string[] | undefined
       throw e;
     }
   }
+  // the team's MCP servers listed (tools/list) before the run exists: a refused start stores nothing
+  const listings = existing ? [] : await listTeamServers(loadTeam(input.config.team, input.config.teamOptions));
+  const refusal = listingRefusal(listings);
+  if (refusal) throw ApplicationFailure.nonRetryable(`${refusal}; the server says onError 'fail-run'`, 'ToolListing');
   if (
     !existing &&
     !(await createRun(sql, {
@@ -259,6 +264,7 @@ async function startRun(sql: Sql, workflowPatches: readonly string[] | undefined
   const point = await resumePoint(sql, input.runId, input.models, input.config.optimizer, input.config.frozen);
   await recordExecution(sql, { runId: input.runId, workflowId: input.workflowId, executionId: input.executionId, startStep: point.startStep });
   await setRunStatus(sql, input.runId, 'running');
+  if (listings.length > 0) await recordEvent(sql, { runId: input.runId, step: 0, kind: 'tools-listed', detail: { servers: listings } });
   if (existing)
     await recordEvent(sql, {
       runId: input.runId,

@@ -77,6 +77,15 @@ export function offPolicyLine(who: string, step: number, m: Record<string, numbe
   return `${who} (step ${step}): staleness ${f('staleness', 2)}${histogram}  IS weight mean ${f('isWeight.mean')} max ${f('isWeight.max')} truncated ${pct(m['isWeight.truncated'])} masked ${pct(m['isWeight.masked'])}  mismatch KL ${kl === undefined ? '-' : kl.toExponential(2)}  clip ${pct(m.clipFraction)}`;
 }
 
+/** A run event as status prints it: the start's tool listing by server (not its schemas), others with their detail. */
+export function eventLine(e: { step: number; kind: string; detail: unknown }): string {
+  if (e.kind !== 'tools-listed') return `event at step ${e.step}: ${e.kind} ${JSON.stringify(e.detail)}`;
+  const servers = (e.detail as { servers?: Array<{ server: string; tools?: Array<{ name: string }>; missing?: string[]; error?: string }> }).servers ?? [];
+  const one = (l: (typeof servers)[number]) =>
+    `${l.server}: ${l.error ? `not listed (${l.error})` : (l.tools ?? []).map((t) => t.name).join(', ') || 'no tools'}${l.missing ? ` (declared but missing: ${l.missing.join(', ')})` : ''}`;
+  return `MCP tools listed at start: ${servers.map(one).join('; ')}`;
+}
+
 /** A partial-rollout step (team rows `partial.*`, workflows/training-run/steps.ts): what it ran and what it carried on. */
 export function partialLine(step: number, m: Record<string, number>): string {
   const n = (name: string) => (m[`partial.${name}`] === undefined ? '-' : String(m[`partial.${name}`]));
@@ -243,7 +252,7 @@ export default defineCommand({
         for (const [agent, m] of Object.entries(offPolicy.agents)) console.log(`  off-policy ${offPolicyLine(agent, offPolicy.step, m)}`);
       }
       if (partial) console.log(`  off-policy ${partialLine(partial.step, partial.metrics)}`);
-      for (const e of out.events) console.log(`  event at step ${e.step}: ${e.kind} ${JSON.stringify(e.detail)}`);
+      for (const e of out.events) console.log(`  ${eventLine(e)}`);
       return 0;
     } finally {
       await c.close();

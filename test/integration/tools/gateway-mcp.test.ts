@@ -75,6 +75,17 @@ it('gateway MCP tools: listed, called, journaled; a pool worker killed mid-episo
     });
     assert.equal(atKill.length, 2, 'mul and refuse reached the counting server');
     assert.equal(summary.status, 'completed');
+    // the run's start listed both servers (tools/list, no call): every declared tool is there
+    const [listed] = await db.sql`SELECT step, detail FROM run_events WHERE run_id = ${runId} AND kind = 'tools-listed'`;
+    const servers = (listed?.detail as { servers: Array<{ server: string; tools?: Array<{ name: string }>; missing?: string[] }> }).servers;
+    assert.deepEqual(
+      servers.map((l) => [l.server, l.missing ?? []]),
+      [
+        ['everything', []],
+        ['counting', []],
+      ],
+    );
+    assert.ok(servers[0]?.tools?.some((t) => t.name === 'echo') && servers[1]?.tools?.some((t) => t.name === 'mul'));
 
     const episode = await loadEpisode(db.sql, episodeId);
     assert.ok(episode, 'the killed episode is stored');
