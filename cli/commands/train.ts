@@ -66,6 +66,13 @@ export const trainOptions = {
     description:
       'the pool every model trains on (version 0, updates), e.g. a PyTorch pool behind an ONNX sampler; the sampler loads each new version from the store',
   },
+  'sft-from': {
+    type: 'string',
+    valueName: 'RUN',
+    description: "supervised fine-tuning: each step trains on a batch of run RUN's stored turns instead of a rollout (run config sft)",
+  },
+  'sft-min-reward': { type: 'number', valueName: 'X', example: '1', description: 'with --sft-from: only turns whose own reward is at least X' },
+  'sft-batch': { type: 'number', valueName: 'N', example: '64', description: 'with --sft-from: turns per step (default 64)' },
   model: {
     type: 'string',
     valueName: 'DIR',
@@ -105,7 +112,7 @@ export default defineCommand({
     const config = validateRunConfig({ ...input, runId });
     if (!values['skip-type-check']) refuseTypeErrors(team, log);
     return startAndWatch(values, log, async (c) => {
-      // init or fork in a --config file: its sources are checked against the store before anything starts
+      // init, fork or sft: their sources are checked against the store before anything starts
       await checkInitSourcesOf(c.sql, config);
       return { ...config, runId };
     });
@@ -153,6 +160,8 @@ export function runConfigInput(values: TrainValues, fromFile: Record<string, unk
     ...(values.staleness !== undefined ? { staleness: values.staleness } : {}),
     ...(Object.keys(all).length > 0 ? { optimizer: { ...fileOptimizer, all } } : {}),
   };
+  const sft = sftInput(values, fromFile.sft as RunConfigInput['sft']);
+  if (sft) input.sft = sft;
   if (values['sample-pool'] !== undefined || values['train-pool'] !== undefined) {
     const where = {
       ...(values['sample-pool'] !== undefined ? { sample: values['sample-pool'] } : {}),
@@ -166,6 +175,21 @@ export function runConfigInput(values: TrainValues, fromFile: Record<string, unk
     };
   }
   return input;
+}
+
+/** The run config's sft from --sft-from, --sft-min-reward and --sft-batch over a --config file's (flags win). */
+function sftInput(values: TrainValues, fromFile: RunConfigInput['sft']): RunConfigInput['sft'] {
+  const run = values['sft-from'] ?? fromFile?.from.run;
+  if (!run) {
+    const stray = (['sft-min-reward', 'sft-batch'] as const).find((k) => values[k] !== undefined);
+    if (stray) throw new TroupeError(`--${stray}: only with --sft-from <run> (or sft in a --config file)`);
+    return fromFile;
+  }
+  return {
+    ...fromFile,
+    from: { ...fromFile?.from, run, ...(values['sft-min-reward'] !== undefined ? { minReward: values['sft-min-reward'] } : {}) },
+    ...(values['sft-batch'] !== undefined ? { batch: values['sft-batch'] } : {}),
+  };
 }
 
 /**
