@@ -24,7 +24,7 @@ describe('sft', () => {
   const run = (config: Record<string, unknown>) =>
     h.env.client.workflow.execute<typeof trainingRun>('trainingRun', { taskQueue: h.taskQueue, workflowId: String(config.runId), args: [config] });
 
-  it("trains a fresh model on a teacher's rewarded turns: its cross-entropy falls and its eval improves", async () => {
+  it("trains a fresh model on a teacher's rewarded turns: its cross-entropy falls and its eval improves", async (t) => {
     await run({ team: 'math', runId: 'teacher', steps: 2, groupsPerStep: 8, groupSize: 8, evalEvery: 0, evalTasks: 1 });
     const steps = 6;
     const sft = await run({
@@ -35,7 +35,7 @@ describe('sft', () => {
       evalEvery: 0,
       evalTasks: 40,
       sft: { from: { run: 'teacher', minReward: 1 }, batch: 64 },
-    });
+    }).catch((e: unknown) => assert.fail(`the SFT run failed: ${errorMessage(innermostCause(e))}`));
     assert.equal(sft.status, 'completed');
     assert.deepEqual(sft.versions, { policy: steps });
     assert.equal(sft.failedEpisodes, 0);
@@ -50,6 +50,7 @@ describe('sft', () => {
       ['policy', 'update'],
     ] as const) {
       const curve = await ce(scope, kind);
+      t.diagnostic(`${kind} ${scope} sft.ce: ${curve.map((x) => x.toFixed(3)).join(' ')}`);
       assert.equal(curve.length, steps, `${kind} ${scope} sft.ce at every step`);
       assert.ok(curve[steps - 1]! < curve[0]! * 0.8, `${scope}'s cross-entropy falls: ${curve.map((x) => x.toFixed(3)).join(' ')}`);
     }
@@ -58,6 +59,7 @@ describe('sft', () => {
     assert.equal(own?.n, 0);
 
     const correct = (e: typeof sft.initialEval) => e?.rewards.solver?.correct ?? 0;
+    t.diagnostic(`eval: solver correct ${correct(sft.initialEval)} -> ${correct(sft.finalEval)}, success ${sft.initialEval?.success} -> ${sft.finalEval?.success}`);
     assert.equal(sft.initialEval?.episodes, 40);
     assert.ok(
       correct(sft.finalEval) > correct(sft.initialEval),
