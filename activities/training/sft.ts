@@ -83,13 +83,16 @@ export function sftTurns(episodes: readonly StoredEpisode[], from: SftSource, ag
 export function sftSelection(n: number, size: number, seed: number, step: number): number[] {
   if (size >= n) return Array.from({ length: n }, (_, i) => i);
   const rand = seededRandom(deriveSeed(seed, 'sft', step));
-  const idx = Array.from({ length: n }, (_, i) => i);
-  // the first `size` places of a Fisher-Yates shuffle
+  // the first `size` places of a Fisher-Yates shuffle; an index not moved yet stands for itself
+  const moved = new Map<number, number>();
+  const at = (i: number) => moved.get(i) ?? i;
+  const out: number[] = [];
   for (let i = 0; i < size; i++) {
     const j = i + Math.floor(rand() * (n - i));
-    [idx[i], idx[j]] = [idx[j]!, idx[i]!];
+    out.push(at(j));
+    moved.set(j, at(i));
   }
-  return idx.slice(0, size).sort((a, b) => a - b);
+  return out.sort((a, b) => a - b);
 }
 
 /**
@@ -114,7 +117,7 @@ export function sftStepBatch(turns: readonly SftTurn[], team: Pick<AnyTeam, 'age
       mask: t.mask,
       advantages: t.mask.map((m) => (m === 1 ? 1 : 0)),
       oldLogprobs: [],
-      weights: Array.from(agg.weights[k]!),
+      weights: Array.from(agg.weights[k] ?? []),
     }));
   }
   return {
@@ -132,7 +135,11 @@ export function sftStepBatch(turns: readonly SftTurn[], team: Pick<AnyTeam, 'age
 
 /** The sequences with `logprobs[i]` (the base version's Score of sequence i) as their old log-probs: the ratio is 1 at the step's weights. */
 export function withBaseLogprobs(sequences: readonly UpdateSequence[], logprobs: readonly number[][]): UpdateSequence[] {
-  return sequences.map((q, i) => ({ ...q, oldLogprobs: logprobs[i]! }));
+  return sequences.map((q, i) => {
+    const scored = logprobs[i];
+    if (scored?.length !== q.tokens.length) throw new Error(`the Score of sequence ${i} has ${scored?.length ?? 'no'} log-probs for ${q.tokens.length} tokens`);
+    return { ...q, oldLogprobs: scored };
+  });
 }
 
 /**
@@ -148,9 +155,10 @@ export function sftRows(model: string, sequences: readonly UpdateSequence[]): St
     a.turns++;
     q.mask.forEach((m, t) => {
       if (m !== 1) return;
-      a.nll -= q.oldLogprobs[t]!;
+      const logp = q.oldLogprobs[t] ?? NaN;
+      a.nll -= logp;
       a.tokens++;
-      loss -= q.weights[t]! * q.oldLogprobs[t]!;
+      loss -= (q.weights[t] ?? 0) * logp;
     });
   }
   // the model's under kind update (as its update's metrics): a model may share its name with an agent
@@ -192,7 +200,11 @@ export async function checkSftSource(sql: Sql, config: SftOf, team: AnyTeam): Pr
     throw new InitSourceError(field, `run ${sft.from.run}'s team ${run.team} cannot be loaded here: ${(e as Error).message}`);
   }
   const trained = new Set(trainedModels(config, Object.keys(team.models)));
-  const agents = team.roles.filter((a) => trained.has(team.agents[a]!.model) && theirs.agents[a]);
+  const modelOf = (t: AnyTeam, agent: string) => {
+    const m = t.agents[agent]?.model;
+    return m === undefined ? undefined : t.models[m];
+  };
+  const agents = team.roles.filter((a) => trained.has(team.agents[a]?.model ?? '') && theirs.agents[a]);
   if (agents.length === 0)
     throw new InitSourceError(
       field,
@@ -200,8 +212,9 @@ export async function checkSftSource(sql: Sql, config: SftOf, team: AnyTeam): Pr
       'turns are matched to this run by agent name',
     );
   for (const a of agents) {
-    const ours = team.models[team.agents[a]!.model]!.tokenizer;
-    const other = theirs.models[theirs.agents[a]!.model]!.tokenizer;
+    const ours = modelOf(team, a)?.tokenizer;
+    const other = modelOf(theirs, a)?.tokenizer;
+    if (!ours || !other) continue;
     if (tokenizerPrint(ours) !== tokenizerPrint(other))
       throw new InitSourceError(
         field,
@@ -262,5 +275,5 @@ export function sftStepTurns(dataset: readonly SftTurn[], sft: SftSetting, seed:
       `sft.from: no turn of run ${sft.from.run} passes the filter (${JSON.stringify(sft.from)}); nothing to train on`,
       'InvalidSft',
     );
-  return sftSelection(dataset.length, sft.batch, seed, step).map((i) => dataset[i]!);
+  return sftSelection(dataset.length, sft.batch, seed, step).flatMap((i) => dataset[i] ?? []);
 }
