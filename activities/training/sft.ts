@@ -62,9 +62,7 @@ export function turnReward(e: Pick<StoredEpisode, 'rewards'>, turn: number): num
  * below minReward (their own reward, turnReward) and turns of agents not in `agents` or without a trained token left out.
  */
 export function sftTurns(episodes: readonly StoredEpisode[], from: SftSource, agents: ReadonlySet<string>): SftTurn[] {
-  const ordered = [...episodes].sort(
-    (a, b) => a.meta.step - b.meta.step || a.meta.groupIndex - b.meta.groupIndex || a.meta.episodeIndex - b.meta.episodeIndex,
-  );
+  const ordered = [...episodes].sort((a, b) => a.meta.step - b.meta.step || a.meta.groupIndex - b.meta.groupIndex || a.meta.episodeIndex - b.meta.episodeIndex);
   const out: SftTurn[] = [];
   for (const e of ordered) {
     const status = e.trajectory.status;
@@ -175,7 +173,9 @@ export function sftRows(model: string, sequences: readonly UpdateSequence[]): St
 /** A tokenizer's identity: what must agree for a token id to mean the same text in both runs. */
 function tokenizerPrint(t: Tokenizer): string {
   // the text of the first and the last ids (all of a small vocabulary): enough to tell two vocabularies apart
-  const ids = [...new Set([...Array.from({ length: Math.min(t.size, 2048) }, (_, i) => i), ...Array.from({ length: Math.min(t.size, 256) }, (_, i) => t.size - 1 - i)])];
+  const ids = [
+    ...new Set([...Array.from({ length: Math.min(t.size, 2048) }, (_, i) => i), ...Array.from({ length: Math.min(t.size, 256) }, (_, i) => t.size - 1 - i)]),
+  ];
   const text = ids.map((i) => {
     try {
       return t.decode([i]);

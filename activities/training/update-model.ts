@@ -81,12 +81,8 @@ export async function updateModel(
   const team = loadTeam(input.team, input.teamOptions);
   const sft = input.sft;
   const batch = sft
-    ? sftStepBatch(
-          sftStepTurns(await sftData.get({ sft: sft.setting, frozen: sft.frozen }, team), sft.setting, sft.seed, step),
-          team,
-          input.settings.models,
-        )
-      : await batches.get(runId, step, input.settings);
+    ? sftStepBatch(sftStepTurns(await sftData.get({ sft: sft.setting, frozen: sft.frozen }, team), sft.setting, sft.seed, step), team, input.settings.models)
+    : await batches.get(runId, step, input.settings);
 
   const modelSettings = input.settings.models[model]!;
   const batchSequences = batch.models[model] ?? [];

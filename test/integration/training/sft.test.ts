@@ -59,7 +59,9 @@ describe('sft', () => {
     assert.equal(own?.n, 0);
 
     const correct = (e: typeof sft.initialEval) => e?.rewards.solver?.correct ?? 0;
-    t.diagnostic(`eval: solver correct ${correct(sft.initialEval)} -> ${correct(sft.finalEval)}, success ${sft.initialEval?.success} -> ${sft.finalEval?.success}`);
+    t.diagnostic(
+      `eval: solver correct ${correct(sft.initialEval)} -> ${correct(sft.finalEval)}, success ${sft.initialEval?.success} -> ${sft.finalEval?.success}`,
+    );
     assert.equal(sft.initialEval?.episodes, 40);
     assert.ok(
       correct(sft.finalEval) > correct(sft.initialEval),
