@@ -185,23 +185,33 @@ export const runConfigSchema = lazily(() =>
  * run in the store, filtered (activities/training/sft.ts): `split` train (default) or eval episodes, of steps
  * `steps.from`..`steps.to`, completed only (default; false also keeps truncated ones, failed ones never), with
  * success only where `successOnly`, and turns whose own reward (the sum of the components its role's reward
- * gave it) is at least `minReward`. `batch`: turns per step, drawn without replacement from the run seed and step.
+ * gave it) is at least `minReward`. `jsonl` instead: an absolute path of a JSONL file of conversations
+ * (`{"agent": "<name>", "messages": [{"role", "content"}, ...]}` a line), each assistant message one turn, rendered as
+ * the agent's episode renders its turns. `batch`: turns per step, drawn without replacement from the run seed and step.
  */
 const sftSchema = () =>
-  z.strictObject({
-    from: z.strictObject({
-      run: runIdSchema(),
-      split: z.enum(['train', 'eval']).default('train'),
-      steps: z
-        .strictObject({ from: int(0, 1_000_000).optional(), to: int(0, 1_000_000).optional() })
-        .refine((s) => s.from === undefined || s.to === undefined || s.from <= s.to, { message: 'from must be <= to' })
+  z
+    .strictObject({
+      from: z
+        .strictObject({
+          run: runIdSchema(),
+          split: z.enum(['train', 'eval']).default('train'),
+          steps: z
+            .strictObject({ from: int(0, 1_000_000).optional(), to: int(0, 1_000_000).optional() })
+            .refine((s) => s.from === undefined || s.to === undefined || s.from <= s.to, { message: 'from must be <= to' })
+            .optional(),
+          completedOnly: z.boolean().default(true),
+          successOnly: z.boolean().default(false),
+          minReward: z.number().refine(Number.isFinite, 'must be a finite number').optional(),
+        })
         .optional(),
-      completedOnly: z.boolean().default(true),
-      successOnly: z.boolean().default(false),
-      minReward: z.number().refine(Number.isFinite, 'must be a finite number').optional(),
-    }),
-    batch: int(1, 16_384).default(64),
-  });
+      jsonl: z
+        .string()
+        .refine((p) => p.startsWith('/'), 'must be an absolute path (the workers may run in another directory)')
+        .optional(),
+      batch: int(1, 16_384).default(64),
+    })
+    .refine((s) => (s.from === undefined) !== (s.jsonl === undefined), { message: "give one of from (a run's episodes) or jsonl (a file of conversations)" });
 export type SftSetting = z.output<ReturnType<typeof sftSchema>>;
 
 /** Where a model's version 0 comes from (init.<model>, or every model of a fork). */
@@ -238,13 +248,14 @@ export function lineageOf(config: unknown): Lineage {
     ...(c.fork ? { fork: c.fork } : {}),
     ...(c.init ? { init: c.init } : {}),
     ...(c.frozen?.length ? { frozen: c.frozen } : {}),
-    ...(c.sft?.from ? { sft: c.sft } : {}),
+    ...(c.sft?.from || c.sft?.jsonl ? { sft: c.sft } : {}),
   };
 }
 
 /** "SFT from run R (train episodes, completed, reward >= 1), 64 turns a step": what troupe status says of an SFT run. */
 export function sftLine(sft: SftSetting): string {
   const f = sft.from;
+  if (!f) return `SFT from ${sft.jsonl}, ${sft.batch ?? 64} turns a step`;
   const steps = f.steps ? `, steps ${f.steps.from ?? 0}-${f.steps.to ?? 'last'}` : '';
   const filters = [
     `${f.split ?? 'train'} episodes${steps}`,

@@ -3,7 +3,8 @@
  * trains each trained model on a seeded batch of stored agent turns, by cross-entropy on their
  * response tokens, instead of on a rollout.
  *
- *   loadSftDataset   the source run's turns that pass the filter, in a stable order
+ *   loadSftDataset   the source run's turns that pass the filter, in a stable order (sftTurns),
+ *                    or a JSONL file's conversations rendered as episodes render turns (jsonlTurns)
  *   sftSelection     the step's batch: `batch` turns drawn without replacement from (run seed, step)
  *   sftStepBatch     the batch as the update's sequences per model (the run's loss masks and aggregation)
  *   withBaseLogprobs the base version's Score as the sequences' old log-probs
@@ -20,7 +21,9 @@
  * test/unit/training/sft.test.ts checks it against the reference loss by finite differences. A KL
  * term or an entropy bonus the run's optimizer settings turn on is added as in an RL step.
  */
+import * as fs from 'node:fs';
 import { ApplicationFailure } from '@temporalio/common';
+import type { ChatMessage } from '../../agents/chat-template';
 import type { AnyTeam } from '../../agents/team';
 import { loadTeam } from '../../agents/team-registry';
 import { deriveSeed, seededRandom } from '../../agents/seed';
@@ -36,7 +39,7 @@ import { getRun } from '../store/runs';
 import { loadEpisodes, type StoredEpisode } from '../store/trajectories';
 import { InitSourceError } from './init-from';
 
-export type SftSource = SftSetting['from'];
+export type SftSource = NonNullable<SftSetting['from']>;
 /** What of a run config the dataset depends on. */
 export type SftOf = Pick<RunConfig, 'sft' | 'frozen'>;
 
@@ -187,28 +190,32 @@ function tokenizerPrint(t: Tokenizer): string {
 }
 
 /** The source run's team, and the agents of this run's trained models that it has with the same tokenizer. */
-export async function checkSftSource(sql: Sql, config: SftOf, team: AnyTeam): Promise<{ agents: string[]; sourceTeam: AnyTeam }> {
+export async function checkSftSource(sql: Sql, config: SftOf, team: AnyTeam): Promise<{ agents: string[] }> {
   const sft = config.sft;
-  if (!sft) return { agents: [], sourceTeam: team };
+  if (sft?.jsonl !== undefined) {
+    jsonlTurns(sft.jsonl, trainedAgents(config, team), team);
+    return { agents: trainedAgents(config, team) };
+  }
+  if (!sft?.from) return { agents: [] };
+  const from = sft.from;
   const field = 'sft.from.run';
-  const run = await getRun(sql, sft.from.run);
-  if (!run) throw new InitSourceError(field, `no run ${sft.from.run} in the store`, 'troupe list shows the runs');
+  const run = await getRun(sql, from.run);
+  if (!run) throw new InitSourceError(field, `no run ${from.run} in the store`, 'troupe list shows the runs');
   let theirs: AnyTeam;
   try {
     theirs = loadTeam(run.team, (run.config.teamOptions as Record<string, unknown> | undefined) ?? {});
   } catch (e) {
-    throw new InitSourceError(field, `run ${sft.from.run}'s team ${run.team} cannot be loaded here: ${(e as Error).message}`);
+    throw new InitSourceError(field, `run ${from.run}'s team ${run.team} cannot be loaded here: ${(e as Error).message}`);
   }
-  const trained = new Set(trainedModels(config, Object.keys(team.models)));
   const modelOf = (t: AnyTeam, agent: string) => {
     const m = t.agents[agent]?.model;
     return m === undefined ? undefined : t.models[m];
   };
-  const agents = team.roles.filter((a) => trained.has(team.agents[a]?.model ?? '') && theirs.agents[a]);
+  const agents = trainedAgents(config, team).filter((a) => theirs.agents[a]);
   if (agents.length === 0)
     throw new InitSourceError(
       field,
-      `run ${sft.from.run} (team ${run.team}, agents ${theirs.roles.join(', ')}) has no agent of this run's trained models (${team.roles.join(', ')})`,
+      `run ${from.run} (team ${run.team}, agents ${theirs.roles.join(', ')}) has no agent of this run's trained models (${team.roles.join(', ')})`,
       'turns are matched to this run by agent name',
     );
   for (const a of agents) {
@@ -218,19 +225,21 @@ export async function checkSftSource(sql: Sql, config: SftOf, team: AnyTeam): Pr
     if (tokenizerPrint(ours) !== tokenizerPrint(other))
       throw new InitSourceError(
         field,
-        `agent ${a}'s tokenizer in run ${sft.from.run} is not this run's (${other.kind} of ${other.size} ids vs ${ours.kind} of ${ours.size})`,
+        `agent ${a}'s tokenizer in run ${from.run} is not this run's (${other.kind} of ${other.size} ids vs ${ours.kind} of ${ours.size})`,
         'stored turns are token ids: they train only a model with the same tokenizer',
       );
   }
-  return { agents, sourceTeam: theirs };
+  return { agents };
 }
 
 /** The dataset of a config's sft source: the source run's stored turns that pass the filter, for this run's matching agents. */
 export async function loadSftDataset(sql: Sql, config: SftOf, team: AnyTeam): Promise<SftTurn[]> {
   const sft = config.sft;
   if (!sft) return [];
+  if (sft.jsonl !== undefined) return jsonlTurns(sft.jsonl, trainedAgents(config, team), team);
   const { agents } = await checkSftSource(sql, config, team);
   const f = sft.from;
+  if (!f) return [];
   const steps = f.steps ?? {};
   const episodes = await loadEpisodes(
     sql,
@@ -251,7 +260,7 @@ export function sftDatasets(sql: Sql, keep = KEEP): SftDatasets {
   const loaded = new Map<string, Promise<SftTurn[]>>();
   return {
     get(config, team) {
-      const key = JSON.stringify([team.name, Object.keys(team.agents), config.frozen ?? [], config.sft?.from]);
+      const key = JSON.stringify([team.name, Object.keys(team.agents), config.frozen ?? [], config.sft?.from, config.sft?.jsonl]);
       const have = loaded.get(key);
       if (have) return have;
       const p = loadSftDataset(sql, config, team).catch((e: unknown) => {
@@ -272,8 +281,101 @@ export function sftDatasets(sql: Sql, keep = KEEP): SftDatasets {
 export function sftStepTurns(dataset: readonly SftTurn[], sft: SftSetting, seed: number, step: number): SftTurn[] {
   if (dataset.length === 0)
     throw ApplicationFailure.nonRetryable(
-      `sft.from: no turn of run ${sft.from.run} passes the filter (${JSON.stringify(sft.from)}); nothing to train on`,
+      sft.from
+        ? `sft.from: no turn of run ${sft.from.run} passes the filter (${JSON.stringify(sft.from)}); nothing to train on`
+        : `sft.jsonl: ${sft.jsonl} has no assistant message of this run's trained agents; nothing to train on`,
       'InvalidSft',
     );
   return sftSelection(dataset.length, sft.batch, seed, step).flatMap((i) => dataset[i] ?? []);
+}
+
+/** This run's agents whose model trains (not frozen), in team order. */
+function trainedAgents(config: SftOf, team: AnyTeam): string[] {
+  const trained = new Set(trainedModels(config, Object.keys(team.models)));
+  return team.roles.filter((a) => trained.has(team.agents[a]?.model ?? ''));
+}
+
+/** One conversation of a JSONL dataset: the agent that speaks as `assistant`, and the messages. */
+export interface SftConversation {
+  agent: string;
+  messages: ChatMessage[];
+}
+
+const ROLES = new Set(['system', 'user', 'assistant', 'tool']);
+
+/**
+ * The turns of a conversation, rendered as the agent's episode renders its turns (agents/turn.ts): with the
+ * team's chat template, the first turn's context is the template's opening of the messages before it (the
+ * agent's instructions as the system message unless the conversation has one) and each later turn's is the
+ * turn before it, its response and the template's continuation with the messages between; without one, BOS,
+ * the instructions (a system message replaces them), the agent's earlier turns and the messages' text. Each
+ * assistant message is one turn: its content's tokens and the end token (EOS), every one trained.
+ */
+export function conversationTurns(team: Pick<AnyTeam, 'tokenizer' | 'chatTemplate' | 'agents'>, c: SftConversation, id: string): SftTurn[] {
+  const tok = team.tokenizer;
+  const chat = team.chatTemplate;
+  const instructions = team.agents[c.agent]?.instructions ?? '';
+  const out: SftTurn[] = [];
+  let pending: ChatMessage[] = [];
+  let system: string | undefined;
+  for (const m of c.messages) {
+    if (m.role === 'system' && out.length === 0) system = m.content;
+    if (m.role !== 'assistant') {
+      pending.push(m);
+      continue;
+    }
+    const prev = out[out.length - 1];
+    let context: number[];
+    if (chat) {
+      const opening = system === undefined && instructions ? [{ role: 'system' as const, content: instructions }, ...pending] : pending;
+      context = prev ? [...prev.context, ...prev.tokens, ...tok.encode(chat.next(pending, true))] : tok.encode(chat.open(opening));
+    } else {
+      const text = pending
+        .filter((p) => p.role !== 'system')
+        .map((p) => p.content)
+        .join('');
+      context = [tok.bosId, ...tok.encode(system ?? instructions), ...(prev ? [...prev.context.slice(1), ...prev.tokens] : []), ...tok.encode(text)];
+    }
+    const tokens = [...tok.encode(m.content), tok.eosId];
+    out.push({ id: `${id}#${out.length}`, agent: c.agent, context, tokens, mask: tokens.map(() => 1) });
+    pending = [];
+  }
+  return out;
+}
+
+/** A JSONL file's turns for `agents` (this run's trained ones); a bad line is refused naming it (`sft.jsonl: line N: ...`). */
+export function jsonlTurns(file: string, agents: readonly string[], team: AnyTeam): SftTurn[] {
+  const bad = (line: number | undefined, message: string) => new InitSourceError('sft.jsonl', line === undefined ? message : `line ${line}: ${message}`);
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (e) {
+    throw bad(undefined, `cannot read ${file}: ${(e as Error).message}`);
+  }
+  const out: SftTurn[] = [];
+  text.split('\n').forEach((raw, i) => {
+    const line = i + 1;
+    if (raw.trim() === '') return;
+    let c: unknown;
+    try {
+      c = JSON.parse(raw);
+    } catch {
+      throw bad(line, 'not JSON');
+    }
+    const { agent, messages } = (c ?? {}) as { agent?: unknown; messages?: unknown };
+    if (typeof agent !== 'string' || !agents.includes(agent))
+      throw bad(line, `agent ${JSON.stringify(agent)} is not an agent of this run's trained models (${agents.join(', ')})`);
+    if (!Array.isArray(messages) || messages.length === 0) throw bad(line, 'messages: must be a non-empty list of {"role", "content"}');
+    messages.forEach((m: { role?: unknown; content?: unknown } | null, k) => {
+      if (typeof m?.role !== 'string' || !ROLES.has(m.role) || typeof m.content !== 'string')
+        throw bad(line, `messages[${k}]: must be {"role": system|user|assistant|tool, "content": "<text>"}`);
+    });
+    if (!messages.some((m: ChatMessage) => m.role === 'assistant')) throw bad(line, 'no assistant message: nothing to train on');
+    try {
+      out.push(...conversationTurns(team, { agent, messages: messages as ChatMessage[] }, `${file}:${line}`));
+    } catch (e) {
+      throw bad(line, (e as Error).message);
+    }
+  });
+  return out;
 }

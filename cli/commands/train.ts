@@ -71,6 +71,11 @@ export const trainOptions = {
     valueName: 'RUN',
     description: "supervised fine-tuning: each step trains on a batch of run RUN's stored turns instead of a rollout (run config sft)",
   },
+  'sft-jsonl': {
+    type: 'string',
+    valueName: 'FILE',
+    description: 'supervised fine-tuning on a JSONL file of conversations ({"agent", "messages"} a line) instead of a rollout (run config sft.jsonl)',
+  },
   'sft-min-reward': { type: 'number', valueName: 'X', example: '1', description: 'with --sft-from: only turns whose own reward is at least X' },
   'sft-batch': { type: 'number', valueName: 'N', example: '64', description: 'with --sft-from: turns per step (default 64)' },
   model: {
@@ -177,18 +182,30 @@ export function runConfigInput(values: TrainValues, fromFile: Record<string, unk
   return input;
 }
 
-/** The run config's sft from --sft-from, --sft-min-reward and --sft-batch over a --config file's (flags win). */
-function sftInput(values: TrainValues, fromFile: RunConfigInput['sft']): RunConfigInput['sft'] {
-  const run = values['sft-from'] ?? fromFile?.from.run;
+/** The run config's sft from --sft-from or --sft-jsonl, --sft-min-reward and --sft-batch over a --config file's (flags win). */
+export function sftInput(
+  values: Partial<Pick<TrainValues, 'sft-from' | 'sft-jsonl' | 'sft-min-reward' | 'sft-batch'>>,
+  fromFile: RunConfigInput['sft'],
+): RunConfigInput['sft'] {
+  if (values['sft-from'] !== undefined && values['sft-jsonl'] !== undefined) throw new TroupeError('--sft-jsonl: give --sft-from or --sft-jsonl, not both');
+  const batch = values['sft-batch'] !== undefined ? { batch: values['sft-batch'] } : {};
+  if (values['sft-jsonl'] !== undefined) {
+    if (values['sft-min-reward'] !== undefined) throw new TroupeError('--sft-min-reward: only with --sft-from <run> (a JSONL file has no rewards)');
+    // absolute: the workers that read it may run in another directory
+    return { ...batch, jsonl: path.resolve(values['sft-jsonl']), ...(fromFile?.batch !== undefined && !batch.batch ? { batch: fromFile.batch } : {}) };
+  }
+  const run = values['sft-from'] ?? fromFile?.from?.run;
   if (!run) {
     const stray = (['sft-min-reward', 'sft-batch'] as const).find((k) => values[k] !== undefined);
-    if (stray) throw new TroupeError(`--${stray}: only with --sft-from <run> (or sft in a --config file)`);
-    return fromFile;
+    if (stray && !fromFile) throw new TroupeError(`--${stray}: only with --sft-from <run> or --sft-jsonl <file> (or sft in a --config file)`);
+    if (stray === 'sft-min-reward') throw new TroupeError('--sft-min-reward: only with --sft-from <run> (a JSONL file has no rewards)');
+    return fromFile && { ...fromFile, ...batch };
   }
+  const { jsonl: _j, ...rest } = fromFile ?? {};
   return {
-    ...fromFile,
+    ...rest,
     from: { ...fromFile?.from, run, ...(values['sft-min-reward'] !== undefined ? { minReward: values['sft-min-reward'] } : {}) },
-    ...(values['sft-batch'] !== undefined ? { batch: values['sft-batch'] } : {}),
+    ...batch,
   };
 }
 

@@ -3,9 +3,13 @@
  * engine: a math teacher trains briefly; an SFT run of a fresh model on the teacher's rewarded turns
  * (minReward 1: the solver's right answers, the verifier's right verdicts) lowers its cross-entropy on them
  * step after step and answers more held-out tasks right than at its step 0; a source that is not in the
- * store is refused naming sft.from.run, and no run is stored.
+ * store is refused naming sft.from.run, and no run is stored. An SFT run on a JSONL file of conversations
+ * trains the agents the file names.
  */
 import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { WorkflowFailedError } from '@temporalio/client';
 import { innermostCause } from '../../../control/runs';
@@ -67,6 +71,38 @@ describe('sft', () => {
       correct(sft.finalEval) > correct(sft.initialEval),
       `the solver answers more held-out tasks right: ${correct(sft.initialEval)} -> ${correct(sft.finalEval)}`,
     );
+  });
+
+  it('trains on a JSONL file of conversations', async (t) => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-sft-'));
+    try {
+      const file = path.join(dir, 'calculator.jsonl');
+      // the solver types '=' (the calculator shows the sum): what the teacher's rewarded solver turns teach
+      const lines = [...Array(20).keys()].map((i) =>
+        JSON.stringify({
+          agent: 'solver',
+          messages: [
+            { role: 'user', content: `${i}+${2 * i}` },
+            { role: 'assistant', content: '=' },
+          ],
+        }),
+      );
+      fs.writeFileSync(file, lines.join('\n'));
+      const res = await run({ team: 'math', runId: 'from-jsonl', steps: 3, evalEvery: 0, evalTasks: 1, sft: { jsonl: file, batch: 8 } }).catch((e: unknown) =>
+        assert.fail(`the SFT run failed: ${errorMessage(innermostCause(e))}`),
+      );
+      assert.deepEqual([res.status, res.versions], ['completed', { policy: 3 }]);
+      const curve = (
+        await h.db.sql`SELECT value FROM metrics WHERE run_id = 'from-jsonl' AND kind = 'train' AND scope = 'solver' AND name = 'sft.ce' ORDER BY step`
+      ).map((r) => Number(r.value));
+      t.diagnostic(`solver sft.ce: ${curve.map((x) => x.toFixed(3)).join(' ')}`);
+      assert.equal(curve.length, 3);
+      assert.ok(curve[2]! < curve[0]!, 'the cross-entropy falls');
+      const [verifier] = await h.db.sql`SELECT count(*)::int AS n FROM metrics WHERE run_id = 'from-jsonl' AND scope = 'verifier' AND name = 'sft.ce'`;
+      assert.equal(verifier?.n, 0, 'no verifier turn in the file: none trained');
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('refuses a source that is not in the store, naming sft.from.run, and stores no run', async () => {

@@ -6,7 +6,23 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { StoredEpisode } from '../../../activities/store/trajectories';
-import { sftRows, sftSelection, sftStepBatch, sftStepTurns, sftTurns, turnReward, withBaseLogprobs, type SftTurn } from '../../../activities/training/sft';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import {
+  conversationTurns,
+  jsonlTurns,
+  sftRows,
+  sftSelection,
+  sftStepBatch,
+  sftStepTurns,
+  sftTurns,
+  turnReward,
+  withBaseLogprobs,
+  type SftTurn,
+} from '../../../activities/training/sft';
+import { loadTeam } from '../../../agents/team-registry';
+import { sftInput } from '../../../cli/commands/train';
 import { policyLoss } from '../../../rl/loss-reference';
 import { lineageLines, lineageOf, parseRunConfig, RunConfigError } from '../../../schema/run-config';
 import { resolveSettings } from '../../../schema/optimizer';
@@ -265,3 +281,130 @@ describe('run config sft', () => {
     ]);
   });
 });
+
+describe('sft from a JSONL file of conversations', () => {
+  const math = loadTeam('math', {});
+  const digits = loadTeam('chat-digits', {});
+
+  it('renders a turn as an episode does without a chat template: BOS, instructions, the message; the reply and EOS trained', () => {
+    // math's characters: 0-9 are ids 3-12, + 13, = 14; BOS 1, EOS 2; its agents have no instructions
+    assert.deepEqual(
+      conversationTurns(
+        math,
+        {
+          agent: 'solver',
+          messages: [
+            { role: 'user', content: '12+7' },
+            { role: 'assistant', content: '=' },
+          ],
+        },
+        'c',
+      ),
+      [{ id: 'c#0', agent: 'solver', context: [1, 4, 5, 13, 10], tokens: [14, 2], mask: [1, 1] }],
+    );
+  });
+
+  it("renders turns with the team's chat template: a later turn continues the earlier one's tokens", () => {
+    // chat-digits' template: a user message is its text and '=', an assistant's its text; 0-9 are 3-12, ? 13, = 14
+    const turns = conversationTurns(
+      digits,
+      {
+        agent: 'reader',
+        messages: [
+          { role: 'user', content: '34' },
+          { role: 'assistant', content: '3' },
+          { role: 'user', content: '?' },
+          { role: 'assistant', content: '4' },
+        ],
+      },
+      'c',
+    );
+    assert.deepEqual(turns, [
+      { id: 'c#0', agent: 'reader', context: [6, 7, 14], tokens: [6, 2], mask: [1, 1] },
+      { id: 'c#1', agent: 'reader', context: [6, 7, 14, 6, 2, 13, 14], tokens: [7, 2], mask: [1, 1] },
+    ]);
+  });
+
+  it('reads a file, and refuses a bad line naming it', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-sft-'));
+    try {
+      const file = path.join(dir, 'd.jsonl');
+      const line = (agent: string, answer: string) =>
+        JSON.stringify({
+          agent,
+          messages: [
+            { role: 'user', content: '1+1' },
+            { role: 'assistant', content: answer },
+          ],
+        });
+      fs.writeFileSync(file, [line('solver', '2'), '', line('verifier', 'Y')].join('\n') + '\n');
+      assert.deepEqual(
+        jsonlTurns(file, ['solver', 'verifier'], math).map((t) => [t.agent, t.tokens]),
+        [
+          ['solver', [5, 2]],
+          ['verifier', [16, 2]],
+        ],
+      );
+      const refused = (text: string, agents = ['solver', 'verifier']) => {
+        fs.writeFileSync(file, text);
+        try {
+          jsonlTurns(file, agents, math);
+        } catch (e) {
+          return (e as Error).message;
+        }
+        return 'accepted';
+      };
+      assert.equal(refused(`${line('solver', '2')}\n{`), 'sft.jsonl: line 2: not JSON');
+      assert.equal(refused(line('verifier', 'Y'), ['solver']), 'sft.jsonl: line 1: agent "verifier" is not an agent of this run\'s trained models (solver)');
+      assert.equal(refused(line('solver', 'x')), 'sft.jsonl: line 1: tokenizer: character "x" is not in the vocabulary "0123456789+=?YNE"');
+      assert.equal(
+        refused(JSON.stringify({ agent: 'solver', messages: [{ role: 'user', content: '1' }] })),
+        'sft.jsonl: line 1: no assistant message: nothing to train on',
+      );
+      assert.equal(
+        refused(JSON.stringify({ agent: 'solver', messages: [{ role: 'bot', content: '1' }] })),
+        'sft.jsonl: line 1: messages[0]: must be {"role": system|user|assistant|tool, "content": "<text>"}',
+      );
+      assert.match(refused('', []).toString(), /^accepted$/);
+      assert.match(jsonlTurnsError(path.join(dir, 'none.jsonl'), math), /^sft\.jsonl: cannot read .*none\.jsonl/);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('the run config takes jsonl or from, not both, and the CLI flags make it', () => {
+    assert.deepEqual(parseRunConfig({ team: 'math', sft: { jsonl: '/data/d.jsonl' } }).sft, { jsonl: '/data/d.jsonl', batch: 64 });
+    assert.deepEqual(lineageLines(lineageOf(parseRunConfig({ team: 'math', sft: { jsonl: '/d.jsonl', batch: 4 } }))), ['SFT from /d.jsonl, 4 turns a step']);
+    const issues = (sft: unknown) => {
+      try {
+        parseRunConfig({ team: 'math', sft });
+      } catch (e) {
+        if (e instanceof RunConfigError) return e.issues.map((i) => `${i.path}: ${i.message}`);
+        throw e;
+      }
+      return [];
+    };
+    assert.deepEqual(issues({ jsonl: '/d', from: { run: 't' } }), ["sft: give one of from (a run's episodes) or jsonl (a file of conversations)"]);
+    assert.deepEqual(issues({ jsonl: 'd.jsonl' }), ['sft.jsonl: must be an absolute path (the workers may run in another directory)']);
+
+    assert.deepEqual(sftInput({ 'sft-from': 'teacher', 'sft-min-reward': 1, 'sft-batch': 8 }, undefined), { from: { run: 'teacher', minReward: 1 }, batch: 8 });
+    assert.deepEqual(sftInput({ 'sft-jsonl': 'd.jsonl' }, undefined), { jsonl: path.resolve('d.jsonl') });
+    assert.deepEqual(sftInput({ 'sft-batch': 8 }, { from: { run: 't', minReward: 2 } }), { from: { run: 't', minReward: 2 }, batch: 8 });
+    assert.equal(sftInput({}, undefined), undefined);
+    assert.throws(() => sftInput({ 'sft-min-reward': 1 }, undefined), /^TroupeError: --sft-min-reward: only with --sft-from <run> or --sft-jsonl <file>/);
+    assert.throws(
+      () => sftInput({ 'sft-jsonl': 'd', 'sft-min-reward': 1 }, undefined),
+      /--sft-min-reward: only with --sft-from <run> \(a JSONL file has no rewards\)/,
+    );
+    assert.throws(() => sftInput({ 'sft-jsonl': 'd', 'sft-from': 't' }, undefined), /--sft-jsonl: give --sft-from or --sft-jsonl, not both/);
+  });
+});
+
+function jsonlTurnsError(file: string, team: ReturnType<typeof loadTeam>): string {
+  try {
+    jsonlTurns(file, ['solver'], team);
+  } catch (e) {
+    return (e as Error).message;
+  }
+  return 'accepted';
+}
