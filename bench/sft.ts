@@ -3,7 +3,8 @@
  *
  *   scratch   RL from a random initialization for --steps steps
  *   teacher   RL for --teacher-steps steps
- *   sft       SFT of a fresh model on the teacher's turns with reward >= --min-reward, --sft-steps steps of --batch turns
+ *   sft       SFT of a fresh model on the teacher's turns with reward >= --min-reward (of its successful
+ *             episodes only with --success-only), --sft-steps steps of --batch turns
  *   after     RL with `init` from the SFT run's last version, for --steps − --teacher-steps steps
  *
  * and prints, per seed, the RL steps until the greedy eval (--eval-tasks held-out tasks every
@@ -12,7 +13,7 @@
  * left out; the pipeline's include the teacher's and the SFT run's steps). Prints numbers; not a test.
  *
  *   node --import tsx bench/sft.ts [--team math] [--seeds 0,1,2] [--steps 40] [--teacher-steps 6]
- *        [--sft-steps 10] [--batch 64] [--min-reward 1] [--eval-every 2] [--eval-tasks 100]
+ *        [--sft-steps 10] [--batch 64] [--min-reward 1] [--success-only] [--eval-every 2] [--eval-tasks 100]
  */
 import { parseArgs } from 'node:util';
 import * as os from 'node:os';
@@ -28,6 +29,7 @@ const { values } = parseArgs({
     'sft-steps': { type: 'string', default: '10' },
     batch: { type: 'string', default: '64' },
     'min-reward': { type: 'string', default: '1' },
+    'success-only': { type: 'boolean', default: false },
     'eval-every': { type: 'string', default: '2' },
     'eval-tasks': { type: 'string', default: '100' },
   },
@@ -40,7 +42,7 @@ const sftSteps = Number(values['sft-steps']);
 const evalEvery = Number(values['eval-every']);
 const evalTasks = Number(values['eval-tasks']);
 const TARGET = 0.9;
-const COMMAND = `node --import tsx bench/sft.ts --team ${team} --seeds ${seeds} --steps ${steps} --teacher-steps ${teacherSteps} --sft-steps ${sftSteps} --batch ${values.batch} --min-reward ${values['min-reward']} --eval-every ${evalEvery} --eval-tasks ${evalTasks}`;
+const COMMAND = `node --import tsx bench/sft.ts --team ${team} --seeds ${seeds} --steps ${steps} --teacher-steps ${teacherSteps} --sft-steps ${sftSteps} --batch ${values.batch} --min-reward ${values['min-reward']}${values['success-only'] ? ' --success-only' : ''} --eval-every ${evalEvery} --eval-tasks ${evalTasks}`;
 
 /** The first eval step at which success reached TARGET, or undefined. */
 const firstAt = (r: TroupeResult) => r.evals.find((e) => e.success >= TARGET)?.step;
@@ -71,7 +73,7 @@ async function main() {
         runId: `sft-s${seed}`,
         steps: sftSteps,
         evalEvery: 0,
-        sft: { from: { run: teacher.runId, minReward: Number(values['min-reward']) }, batch: Number(values.batch) },
+        sft: { from: { run: teacher.runId, minReward: Number(values['min-reward']), successOnly: values['success-only'] }, batch: Number(values.batch) },
       });
       const models = Object.keys(sft.summary.versions);
       const afterRun = await timed({
