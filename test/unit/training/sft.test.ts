@@ -22,6 +22,7 @@ import {
   type SftTurn,
 } from '../../../activities/training/sft';
 import { loadTeam } from '../../../agents/team-registry';
+import { curves } from '../../../activities/store/plot';
 import { sftInput } from '../../../cli/commands/train';
 import { policyLoss } from '../../../rl/loss-reference';
 import { lineageLines, lineageOf, parseRunConfig, RunConfigError } from '../../../schema/run-config';
@@ -181,6 +182,21 @@ describe('sft update sequences and cross-entropy', () => {
       'train/verifier/sft.turns': 1,
       'train/verifier/sft.tokens': 1,
     });
+  });
+});
+
+describe('sft curves', () => {
+  it("troupe plot draws the cross-entropy per agent and model after each step's update", () => {
+    const rows = [
+      { step: 0, kind: 'train', scope: 'solver', name: 'sft.ce', value: 2 },
+      { step: 0, kind: 'update', scope: 'policy', name: 'sft.ce', value: 1.5 },
+      { step: 0, kind: 'train', scope: 'solver', name: 'sft.turns', value: 4 },
+    ];
+    assert.deepEqual(curves(rows).sft, [
+      { step: 1, series: 'solver', value: 2 },
+      { step: 1, series: 'policy (model)', value: 1.5 },
+    ]);
+    assert.deepEqual(curves([]).sft, []);
   });
 });
 
