@@ -11,13 +11,27 @@ import { openRun, requireOpenRun, setOptimizer } from './control/open-run';
 import { connectRuns, resumeRun, startTrainingRun, validateRunConfig, watchRun } from './control/runs';
 import { runIdFor } from './control/run-id';
 import { checkInitSourcesOf, forkBase } from './control/fork';
+import { isPipeline, loadPipeline, pipelineIdFor, resumePipeline, startPipeline, watchPipeline } from './control/pipelines';
+import { getRun } from './activities/store/runs';
+import { parsePipeline, PIPELINE_ID, type PipelineInput } from './schema/pipeline';
+import type { PipelineSummary } from './workflows/pipeline';
 import { TroupeError } from './infra/errors';
+import { FieldError } from './infra/issues';
 import { enterProjectFromEnvironment } from './processes/project';
 import type { RunConfigInput } from './schema/run-config';
-import { pauseSignal, resumeSignal, statusQuery, stopSignal, type RunStatusView, type StopOptions } from './workflows/definitions';
+import {
+  pauseSignal,
+  pipelineStatusQuery,
+  resumeSignal,
+  statusQuery,
+  stopSignal,
+  type PipelineStatusView,
+  type RunStatusView,
+  type StopOptions,
+} from './workflows/definitions';
 import type { RunSummary, trainingRun } from './workflows/training-run';
 
-export type { RunConfigInput, RunStatusView, RunSummary, RunStatus };
+export type { RunConfigInput, RunStatusView, RunSummary, RunStatus, PipelineInput, PipelineStatusView, PipelineSummary };
 
 export interface RunRow {
   runId: string;
@@ -39,8 +53,17 @@ export interface TroupeClient {
   /** The live status of an open run, or undefined when its workflow is closed (see listRuns for the stored status). */
   status(runId: string): Promise<RunStatusView | undefined>;
   pause(runId: string): Promise<void>;
-  /** Un-pauses an open run, or continues a run that failed (a new execution, nothing lost or repeated). */
+  /** Un-pauses an open run, or continues a run or pipeline that failed (a new execution, nothing lost or repeated). */
   resume(runId: string): Promise<void>;
+  /**
+   * Starts a pipeline: one of the project's (troupe.config.ts `pipelines`) by name, or `{ name, stages }`; every
+   * stage's run config is checked against its team first. `id` defaults to `<name>-<time>-<random>`.
+   */
+  startPipeline(pipeline: string | PipelineInput, opts?: { id?: string }): Promise<{ pipelineId: string }>;
+  /** Resolves with the pipeline's summary when it completes (rejects naming the stage when one fails). */
+  watchPipeline(pipelineId: string): Promise<PipelineSummary>;
+  /** The stages of a pipeline and their states (open or closed, while its workflow's history is kept). */
+  pipelineStatus(pipelineId: string): Promise<PipelineStatusView>;
   /** Stops after the step in flight and a final eval; with `{ now: true }`, cancels the step in flight and skips the eval. */
   stop(runId: string, opts?: StopOptions): Promise<void>;
   /** A setOptimizer change (e.g. `{ models: { policy: { lr: 5e-4 } } }`), checked against the run's team first. */
@@ -104,9 +127,32 @@ export async function connectTroupe(opts: { project?: string; log?: (line: strin
       await (await requireOpenRun(c, runId, 'pause')).handle.signal(pauseSignal);
     },
     async resume(runId) {
+      if (!(await getRun(c.sql, runId)) && (await isPipeline(c, runId))) {
+        await resumePipeline(c, runId);
+        return;
+      }
       const open = await openRun(c, runId);
       if (open) await open.handle.signal(resumeSignal);
       else await resumeRun(c.client, c.sql, c.config.taskQueue, runId);
+    },
+    async startPipeline(pipeline, opts = {}) {
+      let p;
+      try {
+        p = typeof pipeline === 'string' ? loadPipeline(pipeline) : parsePipeline(pipeline);
+      } catch (e) {
+        if (e instanceof FieldError) throw new TroupeError(e.message, 'see docs/running.md, "Pipelines"');
+        throw e;
+      }
+      const pipelineId = opts.id ?? pipelineIdFor(p.name);
+      if (!PIPELINE_ID.test(pipelineId)) throw new TroupeError(`id: letters, digits, . _ - only (1-60), got ${JSON.stringify(pipelineId)}`);
+      await startPipeline(c, p, pipelineId);
+      return { pipelineId };
+    },
+    async watchPipeline(pipelineId) {
+      return watchPipeline(c.client.workflow.getHandle(pipelineId), log);
+    },
+    async pipelineStatus(pipelineId) {
+      return c.client.workflow.getHandle(pipelineId).query(pipelineStatusQuery);
     },
     async stop(runId, opts = {}) {
       await (await requireOpenRun(c, runId, 'stop')).handle.signal(stopSignal, opts);

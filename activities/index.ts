@@ -8,6 +8,7 @@ import type { MlflowExport } from './store/mlflow';
 import { createTrainingControlActivities, type UserCode } from './training/control';
 import { createDashboardLinkActivities } from './training/dashboard-link';
 import { createPoolQueueActivities } from './training/pool-queues';
+import { createStageActivities } from './training/stages';
 
 /** What control activities may use. Extend with more shared clients as needed. */
 export interface ControlDeps {
@@ -32,6 +33,7 @@ export function createControlActivities(deps: ControlDeps) {
     ...createTrainingControlActivities(deps),
     ...createPoolQueueActivities(deps),
     ...createDashboardLinkActivities(deps),
+    ...createStageActivities(deps),
   };
 }
 

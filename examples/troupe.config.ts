@@ -17,4 +17,13 @@ export default defineConfig({
     'python-lookup': './teams/python-lookup.ts',
     lab: './teams/lab.ts',
   },
+  // `npx troupe pipeline warm-start`: a teacher run, then a student that starts from its last version (docs/running.md, "Pipelines").
+  pipelines: {
+    'warm-start': {
+      stages: [
+        { name: 'teacher', run: { team: 'math', steps: 20 } },
+        { name: 'student', run: { team: 'math', steps: 10, init: { policy: { run: { $run: 'teacher' }, step: { $step: 'teacher' } } } } },
+      ],
+    },
+  },
 });

@@ -6,6 +6,7 @@
  * project is processes/project.ts.
  */
 import { FieldError, type FieldIssue } from '../infra/issues';
+import { parsePipeline, type Pipeline, type PipelineStageInput } from './pipeline';
 
 /** A team entry: a module path (relative to the config file), or a module and the name of its export. */
 export type TeamEntry = string | { module: string; export?: string };
@@ -20,6 +21,8 @@ export interface ProjectConfigInput {
   estimators?: string[];
   /** Defaults for the stack, by environment variable (TEMPORAL_ADDRESS, DATABASE_URL, TROUPE_DEVICE, TROUPE_DASHBOARD_PORT, ...); the environment wins. */
   stack?: Record<string, string | number | boolean>;
+  /** Pipelines by name (`troupe pipeline <name>`): stages of runs, docs/running.md "Pipelines". */
+  pipelines?: Record<string, { stages: PipelineStageInput[] }>;
 }
 
 export interface ProjectConfig {
@@ -28,6 +31,7 @@ export interface ProjectConfig {
   teamsFolder?: string;
   estimators: string[];
   stack: Record<string, string>;
+  pipelines: Record<string, Pipeline>;
 }
 
 export class ProjectConfigError extends FieldError {
@@ -49,7 +53,8 @@ export function projectConfigIssues(input: unknown): FieldIssue[] {
   if (typeof input !== 'object' || input === null || Array.isArray(input))
     return [{ path: '(config)', message: `must be an object (export default defineConfig({...})), got ${describe(input)}` }];
   const c = input as Record<string, unknown>;
-  for (const key of Object.keys(c)) if (!['teams', 'estimators', 'stack'].includes(key)) add(key, 'unknown field (known: teams, estimators, stack)');
+  for (const key of Object.keys(c))
+    if (!['teams', 'estimators', 'stack', 'pipelines'].includes(key)) add(key, 'unknown field (known: teams, estimators, stack, pipelines)');
   if (typeof c.teams === 'string') {
     if (c.teams === '') add('teams', 'must be a folder or an object of team name → module path, got ""');
   } else if (typeof c.teams !== 'object' || c.teams === null || Array.isArray(c.teams))
@@ -75,7 +80,24 @@ export function projectConfigIssues(input: unknown): FieldIssue[] {
       for (const [k, v] of Object.entries(c.stack))
         if (!['string', 'number', 'boolean'].includes(typeof v)) add(`stack.${k}`, `must be a string, number or boolean, got ${describe(v)}`);
   }
+  if (c.pipelines !== undefined) {
+    if (typeof c.pipelines !== 'object' || c.pipelines === null || Array.isArray(c.pipelines))
+      add('pipelines', `must be an object of pipeline name → { stages: [...] }, got ${describe(c.pipelines)}`);
+    else for (const [name, p] of Object.entries(c.pipelines)) issues.push(...pipelineIssues(name, p));
+  }
   return issues;
+}
+
+/** A pipeline entry's problems, under `pipelines.<name>`. */
+function pipelineIssues(name: string, p: unknown): FieldIssue[] {
+  if (typeof p !== 'object' || p === null || Array.isArray(p)) return [{ path: `pipelines.${name}`, message: `must be { stages: [...] }, got ${describe(p)}` }];
+  try {
+    parsePipeline({ ...p, name });
+    return [];
+  } catch (e) {
+    if (!(e instanceof FieldError)) throw e;
+    return e.issues.map((i) => ({ path: `pipelines.${name}.${i.path}`, message: i.message }));
+  }
 }
 
 /** Normalizes a config; throws ProjectConfigError naming every bad field. */
@@ -91,6 +113,7 @@ export function parseProjectConfig(input: unknown, file?: string): ProjectConfig
     ...(typeof c.teams === 'string' ? { teamsFolder: c.teams } : {}),
     estimators: [...(c.estimators ?? [])],
     stack: Object.fromEntries(Object.entries(c.stack ?? {}).map(([k, v]) => [k, String(v)])),
+    pipelines: Object.fromEntries(Object.entries(c.pipelines ?? {}).map(([name, p]) => [name, parsePipeline({ ...p, name })])),
   };
 }
 

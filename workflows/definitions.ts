@@ -50,3 +50,24 @@ export interface RunStatusView {
 }
 
 export const statusQuery = defineQuery<RunStatusView>('status');
+
+/** One stage of a pipeline as its status query shows it. */
+export interface PipelineStageView {
+  name: string;
+  after: string[];
+  runId: string;
+  /** kept: it ended in an earlier execution of the pipeline and is not run again. */
+  state: 'waiting' | 'running' | 'completed' | 'stopped' | 'kept' | 'failed';
+  /** Steps its run committed, once it ended. */
+  steps?: number;
+  error?: string;
+}
+
+export interface PipelineStatusView {
+  pipelineId: string;
+  name: string;
+  status: 'running' | 'completed' | 'failed';
+  stages: PipelineStageView[];
+}
+
+export const pipelineStatusQuery = defineQuery<PipelineStatusView>('pipelineStatus');

@@ -4,3 +4,4 @@ export * from './ping';
 export * from './episode';
 export * from './rollout-node';
 export * from './training-run';
+export * from './pipeline';

@@ -10,6 +10,7 @@ export const commands: Record<string, () => Promise<Command>> = {
   init: async () => (require('./init') as typeof import('./init')).default,
   train: async () => (require('./train') as typeof import('./train')).default,
   fork: async () => (require('./fork') as typeof import('./fork')).default,
+  pipeline: async () => (require('./pipeline') as typeof import('./pipeline')).default,
   status: async () => (require('./status') as typeof import('./status')).default,
   list: async () => (require('./list') as typeof import('./list')).default,
   resume: async () => (require('./resume') as typeof import('./resume')).default,

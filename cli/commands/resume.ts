@@ -6,13 +6,15 @@ import { resumeSignal } from '../../workflows/definitions';
 import { defineCommand } from '../command';
 import { openRun } from '../../control/open-run';
 import { connectRuns, resumeRun, watchRun } from '../../control/runs';
+import { isPipeline, resumePipeline, watchToEnd } from '../../control/pipelines';
+import { getRun } from '../../activities/store/runs';
 import { runExitCode, summaryJson, summaryLines } from '../summary';
 import { upWithCurrentTeams } from '../teams';
 
 export default defineCommand({
   name: 'resume',
   summary: 'Continue a paused run, or one that failed, was terminated or timed out',
-  usage: 'troupe resume <run> [--json] [--detach]',
+  usage: 'troupe resume <run | pipeline> [--json] [--detach]',
   description: [
     'One command for both ways a run can be held up:',
     '- a paused run (`troupe pause`, or the dashboard): sends its `resume` signal; it goes on at the',
@@ -21,6 +23,8 @@ export default defineCommand({
     '  id, same stored config) that picks up the versions and steps already committed in Postgres,',
     "  so no update is lost or repeated; it is recorded in the run's lineage (run_executions).",
     'A completed or stopped run cannot be resumed: start a new one with `troupe train`.',
+    'A pipeline (troupe pipeline) that failed or was terminated starts again under its id: its ended',
+    'stages are kept and the unfinished one resumes at its last committed step.',
     'Then it watches the run like `troupe train` (exit status 0 only when it completes and trained).',
   ].join('\n'),
   positionals: true,
@@ -35,6 +39,11 @@ export default defineCommand({
     await upWithCurrentTeams(loadConfig(), log);
     const c = await connectRuns(log);
     try {
+      if (!(await getRun(c.sql, runId)) && (await isPipeline(c, runId))) {
+        const handle = await resumePipeline(c, runId);
+        log(`troupe: resumed pipeline ${runId} (new execution ${handle.firstExecutionRunId})`);
+        return values.detach ? 0 : await watchToEnd(handle, log, values.json === true);
+      }
       const open = await openRun(c, runId);
       let handle;
       if (open) {

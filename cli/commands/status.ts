@@ -10,7 +10,8 @@ import { STALENESS_TOKENS } from '../../activities/training/off-policy';
 import { describeModel } from '../../engines/families';
 import { CORRECTIONS, DEFAULT_BAND, DEFAULT_CORRECTION } from '../../rl';
 import { lineageLines, lineageOf, offPolicyOf, parseRunConfig } from '../../schema/run-config';
-import { statusQuery } from '../../workflows/definitions';
+import { pipelineStatusQuery, statusQuery } from '../../workflows/definitions';
+import { isPipeline, pipelineLines } from '../../control/pipelines';
 import type { trainingRun } from '../../workflows/training-run';
 import { defineCommand } from '../command';
 import { connectRuns, innermostCause, progressLine, watchRun } from '../../control/runs';
@@ -103,7 +104,7 @@ async function executionThatRan(client: Client, runId: string): Promise<{ status
 export default defineCommand({
   name: 'status',
   summary: 'Show the state of a training run',
-  usage: 'troupe status <run> [--json] [--watch]',
+  usage: 'troupe status <run | pipeline> [--json] [--watch]',
   positionals: true,
   options: {
     json: { type: 'boolean', description: 'print one JSON object' },
@@ -116,6 +117,12 @@ export default defineCommand({
     try {
       // a run stored as open whose workflow closed without recording its end (terminated, timed out): record it first
       const stored = await getRun(c.sql, runId);
+      if (!stored && (await isPipeline(c, runId))) {
+        const view = await c.client.workflow.getHandle(runId).query(pipelineStatusQuery);
+        if (values.json) console.log(JSON.stringify(view));
+        else for (const l of pipelineLines(view)) console.log(l);
+        return 0;
+      }
       if (stored) await reconcileRunEnds(c.sql, c.client, [{ runId, status: stored.status }]);
       const run = stored && (await getRun(c.sql, runId));
       const handle = c.client.workflow.getHandle<typeof trainingRun>(runId);

@@ -1,0 +1,122 @@
+/**
+ * Pipelines (issue #48) on a real Temporal server, PostgreSQL and the built-in engine, through the client:
+ * - a two-stage pipeline (teacher → student, the student's solver initialised from the teacher's last step by
+ *   reference) runs both stages as child runs `<id>.<stage>`; the student's version 0 is the teacher's final
+ *   version (same sha256), and `troupe status <pipeline>` lists the stages;
+ * - a pipeline terminated during its second stage continues with resume: the first stage is kept (one
+ *   execution, never rerun), the second resumes at its last committed step and no step is committed twice;
+ * - a stage whose run config is bad is refused before anything starts, naming the stage and the field.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { connectTroupe, type TroupeClient } from '../../../client';
+import { startHarness, type Harness } from '../../../testing/stack';
+import { troupe } from '../../helpers/cli';
+
+const small = { team: 'math', teamOptions: { models: 'separate' }, groupsPerStep: 1, groupSize: 2, evalEvery: 0, evalTasks: 1 };
+
+describe('pipelines', () => {
+  let h: Harness;
+  let client: TroupeClient;
+  const saved = { ...process.env };
+  before(async () => {
+    h = await startHarness();
+    Object.assign(process.env, { TEMPORAL_ADDRESS: h.env.address, DATABASE_URL: h.db.url, TROUPE_TASK_QUEUE: h.taskQueue });
+    client = await connectTroupe();
+  });
+  after(async () => {
+    await client?.close();
+    for (const k of ['TEMPORAL_ADDRESS', 'DATABASE_URL', 'TROUPE_TASK_QUEUE']) if (saved[k] === undefined) delete process.env[k];
+    Object.assign(process.env, saved);
+    await h?.shutdown();
+  });
+  const executions = async (runId: string) => (await h.db.sql`SELECT count(*)::int AS n FROM run_executions WHERE run_id = ${runId}`)[0]?.n as number;
+
+  it('runs stages as child runs, resolving references to the earlier stage', async () => {
+    const { pipelineId } = await client.startPipeline(
+      {
+        name: 'warm',
+        stages: [
+          { name: 'teacher', run: { ...small, steps: 2 } },
+          { name: 'student', run: { ...small, steps: 1, frozen: ['verifier'], init: { solver: { run: { $run: 'teacher' }, step: { $step: 'teacher' } } } } },
+        ],
+      },
+      { id: 'pl-warm' },
+    );
+    const summary = await client.watchPipeline(pipelineId);
+    assert.deepEqual(summary.stages, [
+      { name: 'teacher', runId: 'pl-warm.teacher', state: 'completed', steps: 2 },
+      { name: 'student', runId: 'pl-warm.student', state: 'completed', steps: 1 },
+    ]);
+    const [stored] = await h.db.sql`SELECT config FROM runs WHERE run_id = 'pl-warm.student'`;
+    assert.deepEqual((stored?.config as { init: unknown }).init, { solver: { run: 'pl-warm.teacher', step: 1 } });
+    const sha = async (runId: string, version: number) =>
+      (await h.db.sql`SELECT sha256 FROM versions WHERE run_id = ${runId} AND model = 'solver' AND version = ${version}`)[0]?.sha256 as string;
+    assert.equal(await sha('pl-warm.student', 0), await sha('pl-warm.teacher', 2), "the student starts from the teacher's last version");
+
+    const env = { ...process.env, TROUPE_DEBUG: '' };
+    const status = await troupe(['status', 'pl-warm'], env);
+    assert.equal(status.code, 0, status.stderr);
+    assert.match(status.stdout, /^pipeline pl-warm \(warm\): completed$/m);
+    assert.match(status.stdout, /^ {2}student +completed +pl-warm\.student {2}1 step {2}after teacher$/m);
+  });
+
+  it('continues a terminated pipeline at the stage and step where it stopped', async () => {
+    const { pipelineId } = await client.startPipeline(
+      {
+        name: 'chain',
+        stages: [
+          { name: 'a', run: { ...small, steps: 1 } },
+          { name: 'b', run: { ...small, steps: 3 } },
+        ],
+      },
+      { id: 'pl-chain' },
+    );
+    // terminate once stage b has committed a step: its child run is terminated with it
+    for (let i = 0; ; i++) {
+      const [r] = await h.db.sql`SELECT count(*)::int AS n FROM steps WHERE run_id = 'pl-chain.b' AND status = 'completed'`;
+      if ((r?.n as number) >= 1) break;
+      assert.ok(i < 600, 'stage b commits a step within 60 s');
+      await new Promise((res) => setTimeout(res, 100));
+    }
+    await h.env.client.workflow.getHandle(pipelineId).terminate('test: kill the pipeline mid-stage');
+    await assert.rejects(client.watchPipeline(pipelineId), /kill the pipeline mid-stage/);
+
+    await client.resume(pipelineId);
+    const summary = await client.watchPipeline(pipelineId);
+    assert.deepEqual(
+      summary.stages.map((s) => [s.name, s.state, s.steps]),
+      [
+        ['a', 'kept', 1],
+        ['b', 'completed', 3],
+      ],
+    );
+    assert.equal(await executions('pl-chain.a'), 1, 'a finished stage is never rerun');
+    assert.equal(await executions('pl-chain.b'), 2, 'the unfinished stage resumed in a new execution');
+    const steps = await h.db.sql`SELECT step FROM steps WHERE run_id = 'pl-chain.b' AND status = 'completed' ORDER BY step`;
+    assert.deepEqual(
+      steps.map((s) => s.step as number),
+      [0, 1, 2],
+    );
+    const [v] = await h.db.sql`SELECT max(version)::int AS v FROM versions WHERE run_id = 'pl-chain.b' AND model = 'solver'`;
+    assert.equal(v?.v, 3, 'three updates, none repeated');
+  });
+
+  it('refuses a pipeline whose stage has a bad run config before starting anything', async () => {
+    await assert.rejects(
+      client.startPipeline(
+        {
+          name: 'bad',
+          stages: [
+            { name: 'ok', run: { ...small, steps: 1 } },
+            { name: 'broken', run: { ...small, steps: 0 } },
+          ],
+        },
+        { id: 'pl-bad' },
+      ),
+      /^TroupeError: stage broken: invalid run config: steps: /,
+    );
+    const rows = await h.db.sql`SELECT run_id FROM runs WHERE run_id LIKE 'pl-bad%'`;
+    assert.equal(rows.length, 0);
+  });
+});
