@@ -13,7 +13,7 @@
  * left out; the pipeline's include the teacher's and the SFT run's steps). Prints numbers; not a test.
  *
  *   node --import tsx bench/sft.ts [--team math] [--seeds 0,1,2] [--steps 40] [--teacher-steps 6]
- *        [--sft-steps 10] [--batch 64] [--min-reward 1] [--success-only] [--eval-every 2] [--eval-tasks 100]
+ *        [--sft-steps 10] [--batch 64] [--min-reward 1|none] [--success-only] [--eval-every 2] [--eval-tasks 100]
  */
 import { parseArgs } from 'node:util';
 import * as os from 'node:os';
@@ -73,7 +73,15 @@ async function main() {
         runId: `sft-s${seed}`,
         steps: sftSteps,
         evalEvery: 0,
-        sft: { from: { run: teacher.runId, minReward: Number(values['min-reward']), successOnly: values['success-only'] }, batch: Number(values.batch) },
+        sft: {
+          from: {
+            run: teacher.runId,
+            // `none`: every turn of the kept episodes
+            ...(values['min-reward'] === 'none' ? {} : { minReward: Number(values['min-reward']) }),
+            successOnly: values['success-only'],
+          },
+          batch: Number(values.batch),
+        },
       });
       const models = Object.keys(sft.summary.versions);
       const afterRun = await timed({
