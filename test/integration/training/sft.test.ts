@@ -2,7 +2,7 @@
  * The supervised stage (run config sft, issue #48) on a real Temporal server, PostgreSQL and the built-in
  * engine: a math teacher trains briefly; an SFT run of a fresh model on the teacher's rewarded turns
  * (minReward 1: the solver's right answers, the verifier's right verdicts) lowers its cross-entropy on them
- * step after step and answers more held-out tasks right than at its step 0; a source that is not in the
+ * step after step and answers more held-out tasks right than at its step 0, and troupe status names its source; a source that is not in the
  * store is refused naming sft.from.run, and no run is stored. An SFT run on a JSONL file of conversations
  * trains the agents the file names.
  */
@@ -16,6 +16,7 @@ import { innermostCause } from '../../../control/runs';
 import { errorMessage } from '../../../infra/errors';
 import type { trainingRun } from '../../../workflows';
 import { startHarness, type Harness } from '../../../testing/stack';
+import { troupe } from '../../helpers/cli';
 
 describe('sft', () => {
   let h: Harness;
@@ -61,6 +62,17 @@ describe('sft', () => {
     // no episode of its own: the steps train on the teacher's turns
     const [own] = await h.db.sql`SELECT count(*)::int AS n FROM episodes WHERE run_id = 'student' AND split = 'train'`;
     assert.equal(own?.n, 0);
+
+    // troupe status says what the run trains on
+    const state = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-sft-status-'));
+    try {
+      const env = { ...process.env, TROUPE_STATE_DIR: state, TEMPORAL_ADDRESS: h.env.address, DATABASE_URL: h.db.url, TROUPE_DEBUG: '' };
+      const status = await troupe(['status', 'student'], env);
+      assert.equal(status.code, 0, status.stderr);
+      assert.match(status.stdout, /^ {2}SFT from run teacher \(train episodes, completed, turn reward >= 1\), 64 turns a step$/m);
+    } finally {
+      fs.rmSync(state, { recursive: true, force: true });
+    }
 
     const correct = (e: typeof sft.initialEval) => e?.rewards.solver?.correct ?? 0;
     t.diagnostic(
