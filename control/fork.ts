@@ -4,6 +4,7 @@
  */
 import { getRun } from '../activities/store/runs';
 import { checkInitSources, lastCommittedStep } from '../activities/training/init-from';
+import { checkSftSource } from '../activities/training/sft';
 import { loadTeam } from '../agents/team-registry';
 import type { Sql } from '../infra/db';
 import { TroupeError } from '../infra/errors';
@@ -28,8 +29,10 @@ export async function forkBase(sql: Sql, parent: string, at: number, atField = '
   return { ...rest, team: run.team, fork: { run: parent, step: at } };
 }
 
-/** A config's init and fork sources, checked against the store (InitSourceError, a TroupeError naming the field). */
+/** A config's init, fork and sft sources, checked against the store (InitSourceError, a TroupeError naming the field). */
 export async function checkInitSourcesOf(sql: Sql, config: RunConfig, stepField?: string): Promise<void> {
-  if (!config.init && !config.fork) return;
-  await checkInitSources(sql, config, loadTeam(config.team, config.teamOptions), stepField);
+  if (!config.init && !config.fork && !config.sft) return;
+  const team = loadTeam(config.team, config.teamOptions);
+  await checkInitSources(sql, config, team, stepField);
+  await checkSftSource(sql, config, team);
 }

@@ -172,8 +172,47 @@ export const runConfigSchema = lazily(() =>
      * that step (init-from of every model); the lineage troupe list, status and the dashboard show.
      */
     fork: z.strictObject({ run: runIdSchema(), step: int(0, 1_000_000) }).optional(),
+    /**
+     * A supervised run (docs/running.md, "Supervised fine-tuning (SFT)"): each step trains every trained model on a
+     * seeded batch of stored agent turns (cross-entropy on their response tokens) instead of a rollout.
+     */
+    sft: sftSchema().optional(),
   }),
 );
+
+/**
+ * sft: where the dataset's turns come from and how many a step trains on. `from.run`: the episodes of an earlier
+ * run in the store, filtered (activities/training/sft.ts): `split` train (default) or eval episodes, of steps
+ * `steps.from`..`steps.to`, completed only (default; false also keeps truncated ones, failed ones never), with
+ * success only where `successOnly`, and turns whose own reward (the sum of the components its role's reward
+ * gave it) is at least `minReward`. `jsonl` instead: an absolute path of a JSONL file of conversations
+ * (`{"agent": "<name>", "messages": [{"role", "content"}, ...]}` a line), each assistant message one turn, rendered as
+ * the agent's episode renders its turns. `batch`: turns per step, drawn without replacement from the run seed and step.
+ */
+const sftSchema = () =>
+  z
+    .strictObject({
+      from: z
+        .strictObject({
+          run: runIdSchema(),
+          split: z.enum(['train', 'eval']).default('train'),
+          steps: z
+            .strictObject({ from: int(0, 1_000_000).optional(), to: int(0, 1_000_000).optional() })
+            .refine((s) => s.from === undefined || s.to === undefined || s.from <= s.to, { message: 'from must be <= to' })
+            .optional(),
+          completedOnly: z.boolean().default(true),
+          successOnly: z.boolean().default(false),
+          minReward: z.number().refine(Number.isFinite, 'must be a finite number').optional(),
+        })
+        .optional(),
+      jsonl: z
+        .string()
+        .refine((p) => p.startsWith('/'), 'must be an absolute path (the workers may run in another directory)')
+        .optional(),
+      batch: int(1, 16_384).default(64),
+    })
+    .refine((s) => (s.from === undefined) !== (s.jsonl === undefined), { message: "give one of from (a run's episodes) or jsonl (a file of conversations)" });
+export type SftSetting = z.output<ReturnType<typeof sftSchema>>;
 
 /** Where a model's version 0 comes from (init.<model>, or every model of a fork). */
 export interface InitSource {
@@ -199,11 +238,32 @@ export interface Lineage {
   fork?: { run: string; step: number };
   init?: Record<string, InitSource>;
   frozen?: string[];
+  /** An SFT run's dataset (run config sft). */
+  sft?: SftSetting;
 }
 
 export function lineageOf(config: unknown): Lineage {
-  const c = (config ?? {}) as { fork?: Lineage['fork']; init?: Lineage['init']; frozen?: Lineage['frozen'] };
-  return { ...(c.fork ? { fork: c.fork } : {}), ...(c.init ? { init: c.init } : {}), ...(c.frozen?.length ? { frozen: c.frozen } : {}) };
+  const c = (config ?? {}) as { fork?: Lineage['fork']; init?: Lineage['init']; frozen?: Lineage['frozen']; sft?: Lineage['sft'] };
+  return {
+    ...(c.fork ? { fork: c.fork } : {}),
+    ...(c.init ? { init: c.init } : {}),
+    ...(c.frozen?.length ? { frozen: c.frozen } : {}),
+    ...(c.sft?.from || c.sft?.jsonl ? { sft: c.sft } : {}),
+  };
+}
+
+/** "SFT from run R (train episodes, completed, reward >= 1), 64 turns a step": what troupe status says of an SFT run. */
+export function sftLine(sft: SftSetting): string {
+  const f = sft.from;
+  if (!f) return `SFT from ${sft.jsonl}, ${sft.batch ?? 64} turns a step`;
+  const steps = f.steps ? `, steps ${f.steps.from ?? 0}-${f.steps.to ?? 'last'}` : '';
+  const filters = [
+    `${f.split ?? 'train'} episodes${steps}`,
+    ...(f.completedOnly === false ? [] : ['completed']),
+    ...(f.successOnly ? ['successful'] : []),
+    ...(f.minReward !== undefined ? [`turn reward >= ${f.minReward}`] : []),
+  ];
+  return `SFT from run ${f.run} (${filters.join(', ')}), ${sft.batch ?? 64} turns a step`;
 }
 
 /** One line each: "forked from R at step N", "model m starts from run R step N", "frozen: a, b". */
@@ -213,6 +273,7 @@ export function lineageLines(l: Lineage): string[] {
     ...(l.fork ? [`forked from ${l.fork.run} at step ${l.fork.step}`] : []),
     ...Object.entries(l.init ?? {}).map(([m, s]) => `model ${m} starts from ${source(s)}`),
     ...(l.frozen ? [`frozen: ${l.frozen.join(', ')}`] : []),
+    ...(l.sft ? [sftLine(l.sft)] : []),
   ];
 }
 
@@ -263,12 +324,23 @@ export function parseRunConfig(input: unknown): RunConfig {
       },
     ]);
   }
+  const sftIssue = sftConfigIssue(r.data);
+  if (sftIssue) throw new RunConfigError([sftIssue]);
   const partial = r.data.partialRollouts;
   if (partial) {
     const issue = partialIssue(r.data, partial);
     if (issue) throw new RunConfigError([issue]);
   }
   return r.data;
+}
+
+/** An SFT run has no rollout: the settings of the rollout's schedule do not apply to it. */
+function sftConfigIssue(c: RunConfig): FieldIssue | undefined {
+  if (!c.sft) return undefined;
+  if (c.partialRollouts) return { path: 'sft', message: 'an SFT run has no rollout: partialRollouts does not apply (give one of them)' };
+  const k = typeof c.staleness === 'number' ? c.staleness : Math.max(0, ...Object.values(c.staleness));
+  if (k > 0) return { path: 'sft', message: 'an SFT run has no rollout: staleness must be 0' };
+  return undefined;
 }
 
 /**

@@ -56,6 +56,8 @@ export const Patch = {
   initFrom: 'init-from',
   /** Frozen models (run config frozen) get no update; runs without frozen models never reach it. */
   frozenModels: 'frozen-models',
+  /** SFT runs (run config sft): a step updates each model on stored turns, without planning or rolling out; runs without sft never reach it. */
+  sftSteps: 'sft-steps',
 } as const;
 
 /**

@@ -79,6 +79,10 @@ export function curves(rows: Awaited<ReturnType<typeof readMetrics>>) {
     gradNorm: rows.filter((r) => r.kind === 'update' && r.name === 'gradNorm').map((r) => ({ step: r.step + 1, series: r.scope, value: r.value })),
     offPolicy: [...offPolicyPanels].map(([title, values]) => ({ title, values })),
     partial: partialPanels(rows),
+    // SFT runs only: the cross-entropy of each step's batch under its base version, per agent and per model
+    sft: rows
+      .filter((r) => r.name === 'sft.ce' && (r.kind === 'train' || r.kind === 'update'))
+      .map((r) => ({ step: r.step + 1, series: r.kind === 'update' ? `${r.scope} (model)` : r.scope, value: r.value })),
   };
 }
 
@@ -144,6 +148,8 @@ export function curvesSpec(c: ReturnType<typeof curves>, title: string) {
       ...c.offPolicy.map((p) => panel(`${p.title} per agent (asynchronous run)`, p.values, 'value')),
       // Only runs with partial rollouts have these.
       ...c.partial.map((p) => panel(`${p.title} (partial rollouts)`, p.values, 'value')),
+      // Only SFT runs have this.
+      ...(c.sft.length > 0 ? [panel("SFT cross-entropy per agent and model (the step's batch, before its update)", c.sft, 'cross-entropy')] : []),
     ],
   };
 }

@@ -174,7 +174,7 @@ export function episodeQueries(sql: Sql, where: ReturnType<Sql>) {
 }
 
 /** Four queries for any number of episodes, assembled in (group, episode) order. */
-async function loadEpisodes(sql: Sql, where: ReturnType<Sql>): Promise<StoredEpisode[]> {
+export async function loadEpisodes(sql: Sql, where: ReturnType<Sql>): Promise<StoredEpisode[]> {
   const q = episodeQueries(sql, where);
   const episodes = await q.episodes();
   if (episodes.length === 0) return [];

@@ -25,6 +25,7 @@ import { durableEpisodeMeta, episodesOf, type EpisodeSpec, type StepPlan } from 
 import { readCheckpointTokenizers } from './pretrained';
 import { resumePoint, versionsBefore } from './resume';
 import { checkInitSources, InitSourceError } from './init-from';
+import { checkSftSource } from './sft';
 
 type SpecRequest = TeamRef & { plan: Omit<StepPlan, 'episodes'>; index: number };
 
@@ -234,12 +235,19 @@ async function startRun(sql: Sql, workflowPatches: readonly string[] | undefined
       );
     }
   }
-  // init-from and fork: a bad source is refused before the run exists (a config typed into the Temporal UI)
-  if (!existing && (input.config.init || input.config.fork)) {
+  // init-from, fork and sft: a bad source is refused before the run exists (a config typed into the Temporal UI)
+  if (!existing && (input.config.init || input.config.fork || input.config.sft)) {
+    const team = loadTeam(input.config.team, input.config.teamOptions);
     try {
-      await checkInitSources(sql, input.config, loadTeam(input.config.team, input.config.teamOptions));
+      await checkInitSources(sql, input.config, team);
     } catch (e) {
       if (e instanceof InitSourceError) throw ApplicationFailure.nonRetryable(e.message, 'InvalidInit');
+      throw e;
+    }
+    try {
+      await checkSftSource(sql, input.config, team);
+    } catch (e) {
+      if (e instanceof InitSourceError) throw ApplicationFailure.nonRetryable(e.message, 'InvalidSft');
       throw e;
     }
   }

@@ -20,6 +20,7 @@ import { type HfTargetsOf, initModel, type InitModelInput } from './init-model';
 import { rolloutPartial, type RolloutPartialInput } from './partial-rollout';
 import { readCheckpointTokenizers } from './pretrained';
 import { episodeRunner, rolloutBatch, type RolloutBatchInput } from './rollout';
+import { sftDatasets } from './sft';
 import { stepBatches } from './step-batches';
 import { updateModel, type UpdateModelInput } from './update-model';
 
@@ -42,6 +43,7 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints, episode
   const versions = engineVersions({ sql, engine, checkpoints });
   const runOne = episodeRunner(episodes);
   const batches = stepBatches(sql);
+  const sftData = sftDatasets(sql);
 
   return withEngineFailures({
     /** One generation segment of a durable episode's turn. */
@@ -66,7 +68,7 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints, episode
 
     /** The update of one model for one step, committed exactly once (update-model.ts). */
     async updateModel(input: UpdateModelInput) {
-      return updateModel({ sql, engine, checkpoints, versions, batches }, input);
+      return updateModel({ sql, engine, checkpoints, versions, batches, sftData }, input);
     },
   });
 }

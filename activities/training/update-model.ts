@@ -8,7 +8,7 @@ import { loadTeam } from '../../agents/team-registry';
 import type { UpdateProgress, UpdateRequest, UpdateResponse } from '../../engines/protocol/types';
 import type { Sql } from '../../infra/db';
 import type { CheckpointStore } from '../../infra/checkpoint-store';
-import type { OffPolicySetting, ResolvedTraining } from '../../schema/run-config';
+import type { OffPolicySetting, ResolvedTraining, SftSetting } from '../../schema/run-config';
 import { readStepRewards, writeMetrics } from '../store/metrics';
 import { recordEvent } from '../store/runs';
 import { commitUpdate, versionOfStep } from '../store/versions';
@@ -19,6 +19,7 @@ import { type EngineApi, type EngineVersions, reasonOf } from './engine-versions
 import { offPolicyCorrection } from './off-policy';
 import { DEFAULT_MOMENTUM, staleBetas } from '../../rl';
 import type { StepBatches } from './step-batches';
+import { type SftDatasets, sftRows, sftStepBatch, sftStepTurns, withBaseLogprobs } from './sft';
 import {
   FIRST_ATTEMPT,
   REDUCED_LR,
@@ -54,6 +55,8 @@ export type UpdateModelInput = TeamRef & {
   rollout: { seconds: number; episodes: number; failed: number };
   /** Asynchronous runs (staleness > 0): the model's correction against the base version (off-policy.ts). */
   offPolicy?: OffPolicySetting;
+  /** An SFT run's step (run config sft): the batch is `batch` stored turns drawn from (seed, step), not the step's rollout (sft.ts). */
+  sft?: { setting: SftSetting; seed: number; frozen?: string[] };
 };
 
 /**
@@ -67,18 +70,23 @@ export async function updateModel(
     checkpoints,
     versions,
     batches,
-  }: { sql: Sql; engine: () => EngineApi; checkpoints: CheckpointStore; versions: EngineVersions; batches: StepBatches },
+    sftData,
+  }: { sql: Sql; engine: () => EngineApi; checkpoints: CheckpointStore; versions: EngineVersions; batches: StepBatches; sftData: SftDatasets },
   input: UpdateModelInput,
 ): Promise<UpdateResult> {
   const { runId, step, model } = input;
   // a retry after the commit reads what was committed, and builds nothing
   const done = await versionOfStep(sql, runId, model, step);
   if (done) return { version: done.version, committed: false, metrics: done.metrics, rewards: await readStepRewards(sql, runId, step) };
-  const batch = await batches.get(runId, step, input.settings);
+  const team = loadTeam(input.team, input.teamOptions);
+  const sft = input.sft;
+  const batch = sft
+    ? sftStepBatch(sftStepTurns(await sftData.get({ sft: sft.setting, frozen: sft.frozen }, team), sft.setting, sft.seed, step), team, input.settings.models)
+    : await batches.get(runId, step, input.settings);
 
   const modelSettings = input.settings.models[model]!;
-  const sequences = batch.models[model] ?? [];
-  const agents = agentsOfModel(loadTeam(input.team, input.teamOptions), model, batch);
+  const batchSequences = batch.models[model] ?? [];
+  const agents = agentsOfModel(team, model, batch);
   const skip = async (reason: string, detail: Record<string, unknown> = {}) => {
     // The step's rewards and endings are kept even without an update: they say why there was none.
     await writeMetrics(
@@ -90,10 +98,12 @@ export async function updateModel(
     troupeMetrics().updates.add(1, { model, outcome: 'skipped' });
     return { version: input.baseVersion, committed: false, skipped: reason, metrics: {}, rewards: batch.rewards };
   };
-  const untrainable = skipReason(sequences);
+  const untrainable = skipReason(batchSequences);
   if (untrainable) return skip(untrainable);
 
   const key = modelKey(runId, model);
+  // SFT: the base version's own log-probs as the old ones (the ratio is 1, the PPO loss's gradient the cross-entropy's: sft.ts)
+  const sequences = sft ? withBaseLogprobs(batchSequences, await versions.score(runId, model, input.baseVersion, batchSequences)) : batchSequences;
   const refLogprobs = needsReference(modelSettings) ? await versions.score(runId, model, 0, sequences) : undefined;
   const onPolicy = updateSamples(sequences, refLogprobs);
   // A stale rollout: the base version scores the tokens (the proximal policy), off-policy.ts weights them.
@@ -141,7 +151,7 @@ export async function updateModel(
   const res = updated;
   const exported = await engine().exportVersion({ modelKey: key, version: res.info.version });
   const metrics = updateMetrics(res, corrected?.model);
-  const rows = updateRows(model, metrics, input.rollout, batch, agents, corrected?.agents);
+  const rows = [...updateRows(model, metrics, input.rollout, batch, agents, corrected?.agents), ...(sft ? sftRows(model, sequences) : [])];
   const commit = await timedStoreWrite('update', () =>
     commitUpdate(sql, checkpoints, {
       version: {

@@ -66,6 +66,18 @@ export const trainOptions = {
     description:
       'the pool every model trains on (version 0, updates), e.g. a PyTorch pool behind an ONNX sampler; the sampler loads each new version from the store',
   },
+  'sft-from': {
+    type: 'string',
+    valueName: 'RUN',
+    description: "supervised fine-tuning: each step trains on a batch of run RUN's stored turns instead of a rollout (run config sft)",
+  },
+  'sft-jsonl': {
+    type: 'string',
+    valueName: 'FILE',
+    description: 'supervised fine-tuning on a JSONL file of conversations ({"agent", "messages"} a line) instead of a rollout (run config sft.jsonl)',
+  },
+  'sft-min-reward': { type: 'number', valueName: 'X', example: '1', description: 'with --sft-from: only turns whose own reward is at least X' },
+  'sft-batch': { type: 'number', valueName: 'N', example: '64', description: 'with --sft-from: turns per step (default 64)' },
   model: {
     type: 'string',
     valueName: 'DIR',
@@ -105,7 +117,7 @@ export default defineCommand({
     const config = validateRunConfig({ ...input, runId });
     if (!values['skip-type-check']) refuseTypeErrors(team, log);
     return startAndWatch(values, log, async (c) => {
-      // init or fork in a --config file: its sources are checked against the store before anything starts
+      // init, fork or sft: their sources are checked against the store before anything starts
       await checkInitSourcesOf(c.sql, config);
       return { ...config, runId };
     });
@@ -153,6 +165,8 @@ export function runConfigInput(values: TrainValues, fromFile: Record<string, unk
     ...(values.staleness !== undefined ? { staleness: values.staleness } : {}),
     ...(Object.keys(all).length > 0 ? { optimizer: { ...fileOptimizer, all } } : {}),
   };
+  const sft = sftInput(values, fromFile.sft as RunConfigInput['sft']);
+  if (sft) input.sft = sft;
   if (values['sample-pool'] !== undefined || values['train-pool'] !== undefined) {
     const where = {
       ...(values['sample-pool'] !== undefined ? { sample: values['sample-pool'] } : {}),
@@ -166,6 +180,33 @@ export function runConfigInput(values: TrainValues, fromFile: Record<string, unk
     };
   }
   return input;
+}
+
+/** The run config's sft from --sft-from or --sft-jsonl, --sft-min-reward and --sft-batch over a --config file's (flags win). */
+export function sftInput(
+  values: Partial<Pick<TrainValues, 'sft-from' | 'sft-jsonl' | 'sft-min-reward' | 'sft-batch'>>,
+  fromFile: RunConfigInput['sft'],
+): RunConfigInput['sft'] {
+  if (values['sft-from'] !== undefined && values['sft-jsonl'] !== undefined) throw new TroupeError('--sft-jsonl: give --sft-from or --sft-jsonl, not both');
+  const batch = values['sft-batch'] !== undefined ? { batch: values['sft-batch'] } : {};
+  if (values['sft-jsonl'] !== undefined) {
+    if (values['sft-min-reward'] !== undefined) throw new TroupeError('--sft-min-reward: only with --sft-from <run> (a JSONL file has no rewards)');
+    // absolute: the workers that read it may run in another directory
+    return { ...batch, jsonl: path.resolve(values['sft-jsonl']), ...(fromFile?.batch !== undefined && !batch.batch ? { batch: fromFile.batch } : {}) };
+  }
+  const run = values['sft-from'] ?? fromFile?.from?.run;
+  if (!run) {
+    const stray = (['sft-min-reward', 'sft-batch'] as const).find((k) => values[k] !== undefined);
+    if (stray && !fromFile) throw new TroupeError(`--${stray}: only with --sft-from <run> or --sft-jsonl <file> (or sft in a --config file)`);
+    if (stray === 'sft-min-reward') throw new TroupeError('--sft-min-reward: only with --sft-from <run> (a JSONL file has no rewards)');
+    return fromFile && { ...fromFile, ...batch };
+  }
+  const { jsonl: _j, ...rest } = fromFile ?? {};
+  return {
+    ...rest,
+    from: { ...fromFile?.from, run, ...(values['sft-min-reward'] !== undefined ? { minReward: values['sft-min-reward'] } : {}) },
+    ...batch,
+  };
 }
 
 /**

@@ -92,6 +92,7 @@ export async function applyPendingChanges(run: RunState, store: Bookkeeping = co
 
 /** One step: plan, rollout, one update per model, bookkeeping. */
 export async function runStep(run: RunState) {
+  if (run.config.sft && patched(Patch.sftSteps)) return runSftStep(run);
   const shape = partialShape(run.config);
   if (shape && patched(Patch.partialRollouts)) return runPartialStep(run, shape);
   const t0 = Date.now();
@@ -118,6 +119,11 @@ export async function runStep(run: RunState) {
   }
   run.failedEpisodes += failed;
   await updateStep(run, { seconds: (Date.now() - t0) / 1000, episodes, failed }, bookkeeping);
+}
+
+/** One SFT step (run config sft): no plan and no rollout; each trained model's update draws its batch of stored turns itself (activities/training/sft.ts). */
+async function runSftStep(run: RunState) {
+  await updateStep(run, { seconds: 0, episodes: 0, failed: 0 }, controlLocal);
 }
 
 /** One step with partial rollouts: one rollout activity runs carried and new groups and carries what did not finish. */
@@ -161,6 +167,8 @@ async function updateAndRecord(run: RunState, rolloutDone: RolloutDone, bookkeep
   const t1 = Date.now();
   // offPolicyOf sets only non-default settings: a run without `offPolicy` sends { importanceCap } as before (no patch needed).
   const correction = (model: string) => (offPolicy && run.pipeline!.lag(model) > 0 ? { offPolicy: offPolicyOf(config, model) } : {});
+  // an SFT run's updates draw their own batch (runs without sft send the input they always did)
+  const sft = config.sft ? { sft: { setting: config.sft, seed: config.seed, ...(config.frozen ? { frozen: config.frozen } : {}) } } : {};
   const updates: UpdateResult[] = await Promise.all(
     models.map((model) =>
       poolOf(run, model, 'train').updateModel({
@@ -173,6 +181,7 @@ async function updateAndRecord(run: RunState, rolloutDone: RolloutDone, bookkeep
         nonFinite: config.nonFinite,
         rollout,
         ...correction(model),
+        ...sft,
       }),
     ),
   );
