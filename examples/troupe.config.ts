@@ -17,12 +17,14 @@ export default defineConfig({
     'python-lookup': './teams/python-lookup.ts',
     lab: './teams/lab.ts',
   },
-  // `npx troupe pipeline warm-start`: a teacher run, then a student that starts from its last version (docs/running.md, "Pipelines").
+  // `npx troupe pipeline warm-start`: sample from a teacher run, fine-tune a fresh model on its
+  // successful episodes (SFT), then RL from there (docs/running.md, "Pipelines").
   pipelines: {
     'warm-start': {
       stages: [
-        { name: 'teacher', run: { team: 'math', steps: 20 } },
-        { name: 'student', run: { team: 'math', steps: 10, init: { policy: { run: { $run: 'teacher' }, step: { $step: 'teacher' } } } } },
+        { name: 'teacher', run: { team: 'math', steps: 8 } },
+        { name: 'sft', run: { team: 'math', steps: 6, sft: { from: { run: { $run: 'teacher' }, successOnly: true } } } },
+        { name: 'rl', run: { team: 'math', steps: 10, init: { policy: { run: { $run: 'sft' }, step: { $step: 'sft' } } } } },
       ],
     },
   },

@@ -1,6 +1,7 @@
 /**
- * Chaos in a pipeline (issue #48): the pool worker process is killed -9 during each stage of a
- * pipeline, and the control worker is replaced during its last stage; every stage's run ends
+ * Chaos in a pipeline (issue #48): teacher RL → SFT of fresh models on the teacher's episodes →
+ * RL from the SFT run. The pool worker process is killed -9 during the SFT stage and the RL
+ * stage, and the control worker replaced during the RL stage; every stage's run ends
  * bit-identical to the same stage of an uninterrupted twin pipeline (versions' weights and
  * optimizer state, stored trajectories, one version per step), and each stage ran in one
  * execution (a kill is survived inside the stage, never by rerunning it).
@@ -19,10 +20,13 @@ import { poolProcess } from '../fixtures/pool-kill';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const small = { team: 'math', teamOptions: { models: 'separate' }, groupsPerStep: 2, groupSize: 2, evalEvery: 0, evalTasks: 2, seed: 7 };
+const from = (stage: string) => ({ run: { $run: stage }, step: { $step: stage } });
 const STAGES: PipelineInput['stages'] = [
   { name: 'teacher', run: { ...small, steps: 2 } },
-  { name: 'student', run: { ...small, steps: 2, init: { solver: { run: { $run: 'teacher' }, step: { $step: 'teacher' } } } } },
+  { name: 'sft', run: { ...small, steps: 2, sft: { from: { run: { $run: 'teacher' } }, batch: 8 } } },
+  { name: 'rl', run: { ...small, steps: 2, init: { solver: from('sft'), verifier: from('sft') } } },
 ];
+const STAGE_NAMES = ['teacher', 'sft', 'rl'];
 const MODELS = ['solver', 'verifier'];
 
 let env: TestWorkflowEnvironment;
@@ -68,16 +72,16 @@ it('kills during every stage of a pipeline change nothing about any stage', { ti
     await (await start('calm')).result();
 
     const handle = await start('chaos');
-    // teacher: mid-rollout of its first step (some episodes stored, no step committed)
-    await waitFor('the teacher stores an episode of step 0', async () => (await stored('chaos.teacher')) > 2);
-    kills.push(`pool worker at teacher, ${await committed('chaos.teacher')} steps committed`);
+    // sft: once its initial eval is stored, so in its updates on the teacher's turns
+    await waitFor('the sft stage evaluates its start', async () => (await stored('chaos.sft')) >= 2);
+    kills.push(`pool worker at sft, ${await committed('chaos.sft')} steps committed`);
     await killPool();
-    // student: once its run started, the pool worker again, then the control worker replaced mid-step
-    await waitFor('the student stores an episode', async () => (await stored('chaos.student')) > 0);
-    kills.push(`pool worker at student, ${await committed('chaos.student')} steps committed`);
+    // rl: mid-rollout of its first step, then the control worker replaced once a step is committed
+    await waitFor('the rl stage stores a training episode', async () => (await stored('chaos.rl')) > 2);
+    kills.push(`pool worker at rl, ${await committed('chaos.rl')} steps committed`);
     await killPool();
-    await waitFor('the student commits a step', async () => (await committed('chaos.student')) >= 1);
-    kills.push(`control worker at student, ${await committed('chaos.student')} steps committed`);
+    await waitFor('the rl stage commits a step', async () => (await committed('chaos.rl')) >= 1);
+    kills.push(`control worker at rl, ${await committed('chaos.rl')} steps committed`);
     control.worker.shutdown();
     await control.running;
     control = await startControl();
@@ -85,13 +89,10 @@ it('kills during every stage of a pipeline change nothing about any stage', { ti
     for (const k of kills) t.diagnostic(`killed: ${k}`);
     assert.deepEqual(
       summary.stages.map((s) => [s.name, s.state, s.steps]),
-      [
-        ['teacher', 'completed', 2],
-        ['student', 'completed', 2],
-      ],
+      STAGE_NAMES.map((n) => [n, 'completed', 2]),
       kills.join('; '),
     );
-    for (const stage of ['teacher', 'student']) {
+    for (const stage of STAGE_NAMES) {
       const cmp = compareRuns(await loadStoredRun(db.sql, `calm.${stage}`), await loadStoredRun(db.sql, `chaos.${stage}`), 2, MODELS);
       assert.deepEqual(cmp.problems, [], `stage ${stage} (${kills.join('; ')})`);
       assert.ok(
