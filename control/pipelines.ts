@@ -122,7 +122,7 @@ export function pipelineLines(v: PipelineStatusView): string[] {
     `pipeline ${v.pipelineId} (${v.name}): ${v.status}`,
     ...v.stages.map(
       (s) =>
-        `  ${s.name.padEnd(12)} ${s.state.padEnd(9)} ${s.runId}${s.steps !== undefined ? `  ${stepsText(s.steps)}` : ''}${s.after.length ? `  after ${s.after.join(', ')}` : ''}${s.error ? `  ${s.error}` : ''}`,
+        `  ${s.name.padEnd(12)} ${s.state.padEnd(9)} ${s.runId}${s.steps !== undefined ? `  ${stepsText(s.steps)}` : ''}${s.eval !== undefined ? `  eval ${s.eval.toFixed(3)}` : ''}${s.after.length ? `  after ${s.after.join(', ')}` : ''}${s.error ? `  ${s.error}` : ''}`,
     ),
   ];
 }

@@ -60,6 +60,8 @@ export interface PipelineStageView {
   state: 'waiting' | 'running' | 'completed' | 'stopped' | 'kept' | 'failed';
   /** Steps its run committed, once it ended. */
   steps?: number;
+  /** Its run's final eval success, when this execution ran it to the end. */
+  eval?: number;
   error?: string;
 }
 

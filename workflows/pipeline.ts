@@ -80,7 +80,7 @@ export async function pipeline(input: unknown): Promise<PipelineSummary> {
     });
     const after = await stages.stageRunState({ runId });
     ended[stage.name] = { runId, step: after.step };
-    Object.assign(v, { state: summary.status, steps: after.step + 1 });
+    Object.assign(v, { state: summary.status, steps: after.step + 1, ...(summary.finalEval ? { eval: summary.finalEval.success } : {}) });
   };
 
   for (;;) {
@@ -133,7 +133,7 @@ function causeMessage(e: unknown): string {
 function detailsOf(v: PipelineStatusView): string {
   const rows = v.stages.map(
     (s) =>
-      `| ${s.name} | ${s.after.join(', ') || '-'} | ${s.state}${s.steps !== undefined ? ` (${s.steps} step${s.steps === 1 ? '' : 's'})` : ''}${s.error ? `: ${s.error}` : ''} | ${s.runId} |`,
+      `| ${s.name} | ${s.after.join(', ') || '-'} | ${s.state}${s.steps !== undefined ? ` (${s.steps} step${s.steps === 1 ? '' : 's'})` : ''}${s.eval !== undefined ? `, eval ${s.eval.toFixed(3)}` : ''}${s.error ? `: ${s.error}` : ''} | ${s.runId} |`,
   );
   return [`**pipeline ${v.name}**: ${v.status}`, '', '| stage | after | state | run |', '| --- | --- | --- | --- |', ...rows].join('\n');
 }

@@ -61,7 +61,7 @@ describe('pipelines', () => {
     const status = await troupe(['status', 'pl-warm'], env);
     assert.equal(status.code, 0, status.stderr);
     assert.match(status.stdout, /^pipeline pl-warm \(warm\): completed$/m);
-    assert.match(status.stdout, /^ {2}student +completed +pl-warm\.student {2}1 step {2}after teacher$/m);
+    assert.match(status.stdout, /^ {2}student +completed +pl-warm\.student {2}1 step {2}eval \d\.\d{3} {2}after teacher$/m);
 
     // the dashboard draws the stages as a graph, each linking to its run
     if (!browserSkipReason()) {
