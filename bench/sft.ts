@@ -62,6 +62,18 @@ async function main() {
       AND name IN ('rolloutSeconds', 'updateSeconds') GROUP BY step ORDER BY step`;
     return { ...r, stepSeconds: rows.map((x) => Number(x.s)) };
   };
+  /** Per agent, its entropy and zero-advantage group share at steps 0-2 of a run (metrics rows). */
+  const signal = async (runId: string) => {
+    const m = await h.db.sql`SELECT step, scope, name, value FROM metrics WHERE run_id = ${runId} AND kind = 'train' AND step < 3
+      AND name IN ('entropy', 'zeroAdvantageGroupFraction') AND scope <> 'team' ORDER BY scope, step`;
+    const agents = [...new Set(m.map((x) => x.scope as string))];
+    const at = (a: string, name: string) =>
+      m
+        .filter((x) => x.scope === a && x.name === name)
+        .map((x) => Number(x.value).toFixed(2))
+        .join(' ');
+    return agents.map((a) => `${a} entropy ${at(a, 'entropy')}, no-signal groups ${at(a, 'zeroAdvantageGroupFraction')}`).join('; ');
+  };
   const rows: string[] = [];
   try {
     for (const seed of seeds) {
@@ -111,6 +123,8 @@ async function main() {
       ].join(' | ');
       rows.push(`| ${row} |`);
       console.log(`seed ${seed}: ${row}`);
+      // Why RL from the SFT model learns or not: each agent's policy entropy and share of groups without signal, first steps
+      for (const r of [scratch, afterRun]) console.log(`seed ${seed} ${r.runId}: ${await signal(r.runId)}`);
     }
   } finally {
     await h.shutdown();
