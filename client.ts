@@ -11,12 +11,11 @@ import { openRun, requireOpenRun, setOptimizer } from './control/open-run';
 import { connectRuns, resumeRun, startTrainingRun, validateRunConfig, watchRun } from './control/runs';
 import { runIdFor } from './control/run-id';
 import { checkInitSourcesOf, forkBase } from './control/fork';
-import { isPipeline, loadPipeline, pipelineIdFor, resumePipeline, startPipeline, watchPipeline } from './control/pipelines';
+import { checkPipelineId, isPipeline, loadPipeline, pipelineIdFor, resumePipeline, startPipeline, watchPipeline } from './control/pipelines';
 import { getRun } from './activities/store/runs';
-import { parsePipeline, PIPELINE_ID, type PipelineInput } from './schema/pipeline';
+import type { PipelineInput } from './schema/pipeline';
 import type { PipelineSummary } from './workflows/pipeline';
 import { TroupeError } from './infra/errors';
-import { FieldError } from './infra/issues';
 import { enterProjectFromEnvironment } from './processes/project';
 import type { RunConfigInput } from './schema/run-config';
 import {
@@ -136,15 +135,9 @@ export async function connectTroupe(opts: { project?: string; log?: (line: strin
       else await resumeRun(c.client, c.sql, c.config.taskQueue, runId);
     },
     async startPipeline(pipeline, opts = {}) {
-      let p;
-      try {
-        p = typeof pipeline === 'string' ? loadPipeline(pipeline) : parsePipeline(pipeline);
-      } catch (e) {
-        if (e instanceof FieldError) throw new TroupeError(e.message, 'see docs/running.md, "Pipelines"');
-        throw e;
-      }
+      const p = loadPipeline(pipeline);
       const pipelineId = opts.id ?? pipelineIdFor(p.name);
-      if (!PIPELINE_ID.test(pipelineId)) throw new TroupeError(`id: letters, digits, . _ - only (1-60), got ${JSON.stringify(pipelineId)}`);
+      checkPipelineId(pipelineId, 'id');
       await startPipeline(c, p, pipelineId);
       return { pipelineId };
     },

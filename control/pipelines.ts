@@ -9,13 +9,18 @@ import { defaultPayloadConverter, WorkflowNotFoundError, type WorkflowHandle } f
 import { TroupeError } from '../infra/errors';
 import { FieldError } from '../infra/issues';
 import { activeProject } from '../processes/project';
-import { parsePipeline, stageRunConfig, stageRunId, type Pipeline } from '../schema/pipeline';
+import { parsePipeline, PIPELINE_ID, stageRunConfig, stageRunId, type Pipeline, type PipelineInput } from '../schema/pipeline';
 import { pipelineStatusQuery, statusQuery, type PipelineStatusView } from '../workflows/definitions';
 import type { pipeline as pipelineWorkflow, PipelineSummary } from '../workflows/pipeline';
+import { runIdFor } from './run-id';
 import { progressLine, validateRunConfig, type Connected } from './runs';
 
-/** The pipeline `ref` names: a JSON file ({ name?, stages }), else one of the project's (troupe.config.ts `pipelines`). */
-export function loadPipeline(ref: string): Pipeline {
+/**
+ * The pipeline `ref` names: a JSON file ({ name?, stages }), else one of the project's (troupe.config.ts
+ * `pipelines`); or `ref` itself, checked, where it is a pipeline's { name, stages }.
+ */
+export function loadPipeline(ref: string | PipelineInput): Pipeline {
+  if (typeof ref !== 'string') return checked(() => parsePipeline(ref), 'startPipeline');
   if (ref.endsWith('.json')) {
     let raw: unknown;
     try {
@@ -60,11 +65,13 @@ export function checkPipelineStages(p: Pipeline, pipelineId: string): void {
   }
 }
 
-/** The default id of a new pipeline: `<name>-<time>-<random>`, as run ids are. */
-export function pipelineIdFor(name: string, now = new Date()): string {
-  const t = now.toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15);
-  return `${name}-${t}-${Math.random().toString(36).slice(2, 6)}`;
+/** Refuses a pipeline id that is not one, naming the field it came from (`--id`, `id`). */
+export function checkPipelineId(id: string, field: string): void {
+  if (!PIPELINE_ID.test(id)) throw new TroupeError(`${field}: letters, digits, . _ - only (1-60), got ${JSON.stringify(id)}`);
 }
+
+/** The default id of a new pipeline: `<name>-<time>-<random>`, as a run's is. */
+export const pipelineIdFor = (name: string) => runIdFor(name);
 
 export async function startPipeline(c: Connected, p: Pipeline, pipelineId: string) {
   checkPipelineStages(p, pipelineId);

@@ -2,9 +2,8 @@
 import { loadConfig } from '../../infra/config';
 import { TroupeError } from '../../infra/errors';
 import { defineCommand } from '../command';
-import { loadPipeline, pipelineIdFor, startPipeline, watchToEnd } from '../../control/pipelines';
+import { checkPipelineId, loadPipeline, pipelineIdFor, startPipeline, watchToEnd } from '../../control/pipelines';
 import { connectRuns } from '../../control/runs';
-import { PIPELINE_ID } from '../../schema/pipeline';
 import { upWithCurrentTeams } from '../teams';
 
 export default defineCommand({
@@ -29,7 +28,7 @@ export default defineCommand({
     if (positionals.length !== 1) throw new TroupeError('pipeline: name one pipeline (or a .json file)', 'e.g. npx troupe pipeline warm-start');
     const p = loadPipeline(positionals[0] ?? '');
     const id = values.id ?? pipelineIdFor(p.name);
-    if (!PIPELINE_ID.test(id)) throw new TroupeError(`--id: letters, digits, . _ - only (1-60), got ${JSON.stringify(id)}`);
+    checkPipelineId(id, '--id');
     const stack = await upWithCurrentTeams(loadConfig(), log);
     const c = await connectRuns(log);
     try {
