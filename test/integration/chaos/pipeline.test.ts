@@ -8,14 +8,13 @@
  */
 import assert from 'node:assert/strict';
 import type { ChildProcess } from 'node:child_process';
-import { after, before, it } from 'node:test';
+import { after, it } from 'node:test';
 import type { Worker } from '@temporalio/worker';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { createControlWorker } from '../../../processes/control-worker';
 import { compareRuns, loadStoredRun } from '../../../testing/chaos/compare';
 import type { PipelineInput } from '../../../schema/pipeline';
 import type { pipeline } from '../../../workflows';
-import { createTestDatabase, startTemporal, uniqueTaskQueue, workflowBundle, type TestDatabase } from '../../helpers';
+import { fileStack, uniqueTaskQueue, workflowBundle } from '../../helpers';
 import { poolProcess } from '../fixtures/pool-kill';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -29,23 +28,16 @@ const STAGES: PipelineInput['stages'] = [
 const STAGE_NAMES = ['teacher', 'sft', 'rl'];
 const MODELS = ['solver', 'verifier'];
 
-let env: TestWorkflowEnvironment;
-let db: TestDatabase;
+const stack = fileStack();
 const savedDir = process.env.TROUPE_CHECKPOINT_DIR;
-
-before(async () => {
-  env = await startTemporal();
-  db = await createTestDatabase();
-  process.env.TROUPE_CHECKPOINT_DIR = db.checkpoints.dir; // where loadStoredRun reads the versions' files
-});
-after(async () => {
+after(() => {
   if (savedDir === undefined) delete process.env.TROUPE_CHECKPOINT_DIR;
   else process.env.TROUPE_CHECKPOINT_DIR = savedDir;
-  await db?.drop();
-  await env?.teardown();
 });
 
 it('kills during every stage of a pipeline change nothing about any stage', { timeout: 600_000 }, async (t) => {
+  const { env, db } = stack;
+  process.env.TROUPE_CHECKPOINT_DIR = db.checkpoints.dir; // where loadStoredRun reads the versions' files
   const taskQueue = uniqueTaskQueue('troupe');
   const bundle = await workflowBundle();
   const startControl = async () => {

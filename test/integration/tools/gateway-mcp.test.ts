@@ -12,12 +12,11 @@ import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { after, before, it } from 'node:test';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { after, it } from 'node:test';
 import { loadEpisode } from '../../../activities/store/trajectories';
 import { createControlWorker } from '../../../processes/control-worker';
 import type { trainingRun } from '../../../workflows/training-run';
-import { createTestDatabase, startTemporal, uniqueTaskQueue, workflowBundle, type TestDatabase } from '../../helpers';
+import { fileStack, uniqueTaskQueue, workflowBundle } from '../../helpers';
 import { finishThroughPoolKill } from '../fixtures/pool-kill';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'gateway-mcp-'));
@@ -30,20 +29,11 @@ process.env.MCP_CALL_LOG = callLog;
 process.env.GATEWAY_MCP_HOLD = hold;
 const serverCalls = () => (fs.existsSync(callLog) ? fs.readFileSync(callLog, 'utf8').split('\n').filter(Boolean) : []);
 
-let env: TestWorkflowEnvironment;
-let db: TestDatabase;
-
-before(async () => {
-  env = await startTemporal();
-  db = await createTestDatabase();
-});
-after(async () => {
-  await db?.drop();
-  await env?.teardown();
-  fs.rmSync(dir, { recursive: true, force: true });
-});
+const stack = fileStack();
+after(() => fs.rmSync(dir, { recursive: true, force: true }));
 
 it('gateway MCP tools: listed, called, journaled; a pool worker killed mid-episode calls no tool twice', async () => {
+  const { env, db } = stack;
   const taskQueue = uniqueTaskQueue('troupe');
   const control = await createControlWorker({
     connection: env.nativeConnection,

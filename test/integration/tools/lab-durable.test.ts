@@ -10,8 +10,8 @@ import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { after, before, it } from 'node:test';
-import { MockActivityEnvironment, type TestWorkflowEnvironment } from '@temporalio/testing';
+import { after, it } from 'node:test';
+import { MockActivityEnvironment } from '@temporalio/testing';
 import { Worker } from '@temporalio/worker';
 import { loadTeam } from '../../../agents/team-registry';
 import { createRun } from '../../../activities/store/runs';
@@ -21,7 +21,7 @@ import { planTrainEpisodes } from '../../../activities/training/plan';
 import { createTrainingPoolActivities } from '../../../activities/training/pool';
 import { createControlWorker } from '../../../processes/control-worker';
 import type { episodeWorkflow } from '../../../workflows';
-import { createTestDatabase, startTemporal, uniqueTaskQueue, workflowBundle, type TestDatabase } from '../../helpers';
+import { fileStack, uniqueTaskQueue, workflowBundle } from '../../helpers';
 import { startPool } from '../../../testing/stack';
 import { finishThroughPoolKill } from '../fixtures/pool-kill';
 
@@ -34,21 +34,11 @@ const callLog = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'lab-durable-'))
 process.env.LAB_MCP_CALL_LOG = callLog;
 const checkCalls = () => (fs.existsSync(callLog) ? fs.readFileSync(callLog, 'utf8').split('\n').filter(Boolean) : []);
 
-let env: TestWorkflowEnvironment;
-let db: TestDatabase;
-
-before(async () => {
-  if (skip) return;
-  env = await startTemporal();
-  db = await createTestDatabase();
-});
-after(async () => {
-  await db?.drop();
-  await env?.teardown();
-  fs.rmSync(path.dirname(callLog), { recursive: true, force: true });
-});
+const stack = fileStack({ skip });
+after(() => fs.rmSync(path.dirname(callLog), { recursive: true, force: true }));
 
 it('a durable lab episode survives kill -9 of its pool worker, bit-identical, one MCP call per episode', { skip }, async () => {
+  const { env, db } = stack;
   const taskQueue = uniqueTaskQueue('troupe');
   const bundle = await workflowBundle();
   const control = await createControlWorker({ connection: env.nativeConnection, namespace: 'default', taskQueue, sql: db.sql, workflowBundle: bundle });

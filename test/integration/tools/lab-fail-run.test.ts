@@ -9,9 +9,9 @@
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { after, before, it } from 'node:test';
+import { it } from 'node:test';
 import { ActivityFailure, ApplicationFailure, WorkflowFailedError } from '@temporalio/client';
-import { MockActivityEnvironment, type TestWorkflowEnvironment } from '@temporalio/testing';
+import { MockActivityEnvironment } from '@temporalio/testing';
 import { loadTeam } from '../../../agents/team-registry';
 import { createRun } from '../../../activities/store/runs';
 import { loadEpisode } from '../../../activities/store/trajectories';
@@ -20,7 +20,7 @@ import { planTrainEpisodes } from '../../../activities/training/plan';
 import { createTrainingPoolActivities } from '../../../activities/training/pool';
 import { createControlWorker } from '../../../processes/control-worker';
 import type { episodeWorkflow } from '../../../workflows';
-import { createTestDatabase, startTemporal, uniqueTaskQueue, workflowBundle, type TestDatabase } from '../../helpers';
+import { fileStack, uniqueTaskQueue, workflowBundle } from '../../helpers';
 import { startPool } from '../../../testing/stack';
 
 const skip = spawnSync('bwrap', ['--version']).status === 0 ? false : 'bubblewrap is not installed (Debian: apt-get install bubblewrap)';
@@ -30,20 +30,10 @@ const SEED = 1361;
 // before the control worker starts its tool threads: each thread's MCP server inherits it
 process.env.LAB_MCP_CRASH = '1';
 
-let env: TestWorkflowEnvironment;
-let db: TestDatabase;
-
-before(async () => {
-  if (skip) return;
-  env = await startTemporal();
-  db = await createTestDatabase();
-});
-after(async () => {
-  await db?.drop();
-  await env?.teardown();
-});
+const stack = fileStack({ skip });
 
 it("a crashing MCP server is a tool error by default, and fails the episode at once with onError 'fail-run'", { skip }, async () => {
+  const { env, db } = stack;
   const taskQueue = uniqueTaskQueue('troupe');
   const bundle = await workflowBundle();
   const control = await createControlWorker({ connection: env.nativeConnection, namespace: 'default', taskQueue, sql: db.sql, workflowBundle: bundle });

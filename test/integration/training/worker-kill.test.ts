@@ -4,8 +4,8 @@
  * uninterrupted episode with the same seed.
  */
 import assert from 'node:assert/strict';
-import { after, before, it } from 'node:test';
-import { MockActivityEnvironment, type TestWorkflowEnvironment } from '@temporalio/testing';
+import { it } from 'node:test';
+import { MockActivityEnvironment } from '@temporalio/testing';
 import { loadTeam } from '../../../agents/team-registry';
 import { createRun } from '../../../activities/store/runs';
 import { loadEpisode } from '../../../activities/store/trajectories';
@@ -14,23 +14,14 @@ import { planTrainEpisodes } from '../../../activities/training/plan';
 import { createTrainingPoolActivities } from '../../../activities/training/pool';
 import { createControlWorker } from '../../../processes/control-worker';
 import type { episodeWorkflow } from '../../../workflows';
-import { createTestDatabase, startTemporal, uniqueTaskQueue, workflowBundle, type TestDatabase } from '../../helpers';
+import { fileStack, uniqueTaskQueue, workflowBundle } from '../../helpers';
 import { startPool } from '../../../testing/stack';
 import { finishThroughPoolKill } from '../fixtures/pool-kill';
 
-let env: TestWorkflowEnvironment;
-let db: TestDatabase;
-
-before(async () => {
-  env = await startTemporal();
-  db = await createTestDatabase();
-});
-after(async () => {
-  await db?.drop();
-  await env?.teardown();
-});
+const stack = fileStack();
 
 it('a durable episode survives kill -9 of the pool worker mid-episode and ends with the same trajectory', async () => {
+  const { env, db } = stack;
   const taskQueue = uniqueTaskQueue('troupe');
   const control = await createControlWorker({
     connection: env.nativeConnection,
