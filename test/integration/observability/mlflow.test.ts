@@ -35,11 +35,11 @@ const base = { team: 'math', steps: 4, groupsPerStep: 3, groupSize: 4, evalEvery
 /** The activities a pool worker runs for a step (activities/training/pool.ts), each heartbeating. */
 const POOL_ACTIVITIES = new Set(['rolloutBatch', 'rolloutPartial', 'updateModel']);
 
-async function until(what: string, ready: () => Promise<boolean>, ms = 120_000): Promise<void> {
+async function until(what: string, ready: () => Promise<boolean>, ms = 120_000, everyMs = 200): Promise<void> {
   const deadline = Date.now() + ms;
   while (!(await ready())) {
     assert.ok(Date.now() < deadline, `${what}: not within ${ms / 1000} s`);
-    await sleep(200);
+    await sleep(everyMs);
   }
 }
 
@@ -158,14 +158,14 @@ describe('MLflow export', () => {
   }
 
   /** MLflow holds exactly the store's points: one per (metric, step), with its value; the run FINISHED with its params and config.json. */
-  async function assertExported(runId: string) {
+  async function assertExported(runId: string, runSteps = base.steps) {
     const client = new MlflowClient(uri);
     const [row] = await h.db.sql`SELECT mlflow_run_id FROM mlflow_runs WHERE run_id = ${runId}`;
     const id = row?.mlflow_run_id as string;
     const info = await client.run(id);
     assert.equal(info.status, 'FINISHED');
     assert.equal(info.params.team, 'math');
-    assert.equal(info.params.steps, '4');
+    assert.equal(info.params.steps, String(runSteps));
     assert.equal(info.params.mlflow, uri);
     const rows = await h.db.sql`SELECT step, kind, scope, name, value FROM metrics WHERE run_id = ${runId}`;
     const want = new Map<string, Map<number, number>>();
@@ -291,6 +291,9 @@ describe('MLflow export', () => {
 
   it('a pool-worker process SIGKILLed mid-step, `troupe resume` of the terminated run, and a restarted exporter leave every point once, and the artifacts of the last end', async () => {
     const runId = 'ml-restarts';
+    // Twice the steps of the other runs, with more groups: a step's pool activities last long
+    // enough that polling sees one running (a 4-step run once ended between two polls in CI).
+    const config = { ...base, steps: 8, groupsPerStep: 6 };
     const cli = cliEnv;
     assert.ok(cli, 'the `troupe up` stack runs');
     const poolPid = () => {
@@ -303,25 +306,32 @@ describe('MLflow export', () => {
     const first = await h.env.client.workflow.start<typeof trainingRun>('trainingRun', {
       taskQueue: cli.TROUPE_TASK_QUEUE,
       workflowId: runId,
-      args: [{ ...base, mlflow: uri }],
+      args: [{ ...config, mlflow: uri }],
     });
     // Mid-step: step 0 committed (and exported), and a pool activity of a later step running on the pool worker.
     await until('step 0 committed', committed(runId, 1));
     let inFlight = '';
-    await until('a pool activity running', async () => {
-      const pending = (await first.describe()).raw.pendingActivities ?? [];
-      // state 2: PENDING_ACTIVITY_STATE_STARTED (a worker holds it)
-      const running = pending.find((a) => a.state === 2 && POOL_ACTIVITIES.has(a.activityType?.name ?? ''));
-      inFlight = running?.activityType?.name ?? '';
-      return !!running;
-    });
+    await until(
+      'a pool activity running',
+      async () => {
+        const described = await first.describe();
+        assert.equal(described.status.name, 'RUNNING', 'the run ended before a pool activity was seen running');
+        const pending = described.raw.pendingActivities ?? [];
+        // state 2: PENDING_ACTIVITY_STATE_STARTED (a worker holds it)
+        const running = pending.find((a) => a.state === 2 && POOL_ACTIVITIES.has(a.activityType?.name ?? ''));
+        inFlight = running?.activityType?.name ?? '';
+        return !!running;
+      },
+      120_000,
+      50,
+    );
     process.kill(killed, 'SIGKILL');
     const killedAt = Date.now();
     await until('the pool worker gone', async () => !pidAlive(killed));
     // Step s commits version s + 1: the step in flight is the newest version's number.
     const [newest] = await h.db.sql`SELECT max(version) AS version FROM versions WHERE run_id = ${runId}`;
     const step = Number(newest?.version);
-    assert.ok(step >= 1 && step < base.steps, `killed mid-run (step ${step} of ${base.steps} in flight)`);
+    assert.ok(step >= 1 && step < config.steps, `killed mid-run (step ${step} of ${config.steps} in flight)`);
     // The supervisor `up` left starts another pool worker; the activity it held times out (no
     // heartbeat) and runs again there: the run goes on by itself.
     await until(`step ${step} committed after the kill`, committed(runId, step + 1));
@@ -359,7 +369,8 @@ describe('MLflow export', () => {
     } finally {
       await again.stop();
     }
-    for (const r of ['ml-plain', 'ml-model', 'ml-outage', runId]) await assertExported(r);
+    for (const r of ['ml-plain', 'ml-model', 'ml-outage']) await assertExported(r);
+    await assertExported(runId, config.steps);
     await assertModel('ml-model');
   });
 });
