@@ -86,7 +86,8 @@ export const runConfigSchema = lazily(() =>
       .string()
       .regex(/^[A-Za-z0-9._-]{1,100}$/, 'letters, digits, . _ - only (1-100)')
       .optional(),
-    steps: int(1, 1_000_000).default(40),
+    /** Training steps; 0: evaluate the initial models only (with `init` or `fork`: another run's committed version). */
+    steps: int(0, 1_000_000).default(40),
     groupsPerStep: int(1, 4096).default(16),
     groupSize: int(1, 1024).default(8),
     rollout: z.enum(['batched', 'durable']).default('batched'),

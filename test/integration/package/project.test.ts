@@ -59,7 +59,7 @@ const DRIVE = `import { connectTroupe } from 'troupe/client';
 async function main() {
   const troupe = await connectTroupe();
   try {
-    const refused = await troupe.startRun({ team: 'count', steps: 0 }).then(() => 'started', (e: Error) => e.message);
+    const refused = await troupe.startRun({ team: 'count', steps: -1 }).then(() => 'started', (e: Error) => e.message);
     // Long enough (a few seconds) for the 500 ms status polls to see it move, on a warm stack too.
     const { runId } = await troupe.startRun({ team: 'count', steps: 30, groupsPerStep: 2, groupSize: 4 });
     const seen: string[] = [];

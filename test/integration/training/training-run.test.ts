@@ -97,7 +97,7 @@ describe('trainingRun', () => {
         const cause = e.cause as Error & { type?: string; nonRetryable?: boolean };
         assert.equal(cause.type, 'InvalidRunConfig');
         assert.equal(cause.nonRetryable, true);
-        assert.match(cause.message, /steps: must be >= 1/);
+        assert.match(cause.message, /steps: must be >= 0/);
         assert.match(cause.message, /rollout: /);
         return true;
       },

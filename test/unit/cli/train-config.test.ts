@@ -16,10 +16,10 @@ const train = (...args: string[]) =>
   spawnSync(process.execPath, [bin, 'train', ...args], { encoding: 'utf8', env: { ...process.env, TROUPE_STATE_DIR: state } });
 
 it('rejects bad flags naming the fields, and starts nothing', () => {
-  const r = train('math', '--steps', '0', '--rollout', 'warp', '--estimator', 'ppo');
+  const r = train('math', '--steps', '-1', '--rollout', 'warp', '--estimator', 'ppo');
   assert.equal(r.status, 1);
   assert.match(r.stderr, /troupe: invalid run config: /);
-  assert.match(r.stderr, /steps: must be >= 1/);
+  assert.match(r.stderr, /steps: must be >= 0/);
   assert.match(r.stderr, /rollout: /);
   assert.match(r.stderr, /optimizer\.all\.estimator\.name: unknown estimator "ppo"/);
   assert.doesNotMatch(r.stderr, /at .*\.ts:\d+/, 'no stack trace');
@@ -51,7 +51,7 @@ it('a negative number after an option is its value: the same field message as --
   const spaced = train('math', '--steps', '-3', '--seed', '-1');
   const joined = train('math', '--steps=-3', '--seed=-1');
   assert.equal(spaced.status, 1);
-  assert.match(spaced.stderr, /^troupe: invalid run config: steps: must be >= 1; seed: must be >= 0\n/);
+  assert.match(spaced.stderr, /^troupe: invalid run config: steps: must be >= 0; seed: must be >= 0\n/);
   assert.equal(spaced.stderr, joined.stderr);
   // An option given no value at all is still refused, and node's whole message fits on the one line printed.
   const missing = train('math', '--run-id', '--json');
@@ -86,7 +86,7 @@ it("--config names the team: the file's team is trained; both naming different t
     return f;
   };
   const chess = file('chess', { team: 'chess' });
-  const math = file('math', { team: 'math', steps: 0 });
+  const math = file('math', { team: 'math', steps: -1 });
   const none = file('none', { steps: 2 });
   try {
     // The file's team is the run's: an unknown one is named by the run config's check.
@@ -94,7 +94,7 @@ it("--config names the team: the file's team is trained; both naming different t
     // ... and a known one gets as far as the config's other fields.
     const fromFile = train('--config', math);
     assert.equal(fromFile.status, 1);
-    assert.match(fromFile.stderr, /^troupe: invalid run config: steps: must be >= 1\n/);
+    assert.match(fromFile.stderr, /^troupe: invalid run config: steps: must be >= 0\n/);
     // The same team in both places is fine.
     assert.equal(train('math', '--config', math).stderr, fromFile.stderr);
     const both = train('recall', '--config', math);

@@ -17,7 +17,7 @@ const errorOf = (fn: () => unknown): Error => {
 };
 
 test('run config, optimizer settings and RL-core input errors are one FieldError type', () => {
-  const config = errorOf(() => parseRunConfig({ team: 'math', steps: 0, seed: -1 }));
+  const config = errorOf(() => parseRunConfig({ team: 'math', steps: -1, seed: -1 }));
   const settings = errorOf(() => resolveSettings({ lr: -1 }, { clipLow: 1 }, { model: 'm', agent: 'a' }));
   const rl = errorOf(() => validateSamples([{}, {}]));
   for (const [e, name] of [
@@ -33,6 +33,6 @@ test('run config, optimizer settings and RL-core input errors are one FieldError
     for (const i of e.issues) assert.ok(e.message.includes(`${i.path}: ${i.message}`), `${name} message names ${i.path}`);
   }
   assert.ok(config instanceof RunConfigError && settings instanceof SettingsError && rl instanceof RlInputError);
-  assert.equal(config.message, 'invalid run config: steps: must be >= 1; seed: must be >= 0');
+  assert.equal(config.message, 'invalid run config: steps: must be >= 0; seed: must be >= 0');
   assert.equal(settings.message, 'm.lr: must be > 0; a.clipLow: must be < 1');
 });
