@@ -1,6 +1,7 @@
 // Every activity of the control worker (task queue TROUPE_TASK_QUEUE).
 // To add yours: write `createXActivities(deps)` in its own file and spread it below.
 // Workflows import the type only: `import type { ControlActivities } from '.'`.
+import type { CheckpointStore } from '../infra/checkpoint-store';
 import type { Sql } from '../infra/db';
 import { createPingActivities } from './ping';
 import type { TensorBoardDirs } from './store/tensorboard';
@@ -25,6 +26,10 @@ export interface ControlDeps {
   tensorboardDirs?: TensorBoardDirs;
   /** Exports runs to MLflow in the background (store/mlflow.ts); none: no export. */
   mlflow?: MlflowExport;
+  /** Where version bytes are (TROUPE_CHECKPOINT_DIR), for pipelines' export stages; none: those stages are refused. */
+  checkpoints?: CheckpointStore;
+  /** The PyTorch engine's interpreter, for exporting a transformers-layout model (spec.hf). */
+  python?: () => string;
 }
 
 export function createControlActivities(deps: ControlDeps) {

@@ -5,12 +5,13 @@
  * under the same id and input to continue one that failed or was terminated.
  */
 import * as fs from 'node:fs';
+import * as path from 'node:path';
 import { defaultPayloadConverter, WorkflowNotFoundError, type WorkflowHandle } from '@temporalio/client';
 import { TroupeError } from '../infra/errors';
 import { FieldError } from '../infra/issues';
 import { activeProject } from '../processes/project';
 import { parsePipeline, PIPELINE_ID, stageRunConfig, stageRunId, type Pipeline, type PipelineInput } from '../schema/pipeline';
-import { pipelineStatusQuery, statusQuery, type PipelineStatusView } from '../workflows/definitions';
+import { exportText, pipelineStatusQuery, statusQuery, type PipelineStatusView } from '../workflows/definitions';
 import type { pipeline as pipelineWorkflow, PipelineSummary } from '../workflows/pipeline';
 import { runIdFor } from './run-id';
 import { progressLine, validateRunConfig, type Connected } from './runs';
@@ -56,6 +57,7 @@ function checked<T>(f: () => T, where: string): T {
 export function checkPipelineStages(p: Pipeline, pipelineId: string): void {
   const ended = Object.fromEntries(p.stages.map((s) => [s.name, { runId: stageRunId(pipelineId, s.name), step: 1 }]));
   for (const s of p.stages) {
+    if (s.export) continue; // checked by parsePipeline; the run and model exist only once earlier stages ran
     try {
       validateRunConfig(stageRunConfig(pipelineId, s, ended));
     } catch (e) {
@@ -75,10 +77,12 @@ export const pipelineIdFor = (name: string) => runIdFor(name);
 
 export async function startPipeline(c: Connected, p: Pipeline, pipelineId: string) {
   checkPipelineStages(p, pipelineId);
+  // An export stage's relative `out` is the starter's: resolved here, the workers get it absolute.
+  const stages = p.stages.map((s) => (s.export ? { ...s, export: { ...s.export, out: path.resolve(s.export.out) } } : s));
   return c.client.workflow.start<typeof pipelineWorkflow>('pipeline', {
     taskQueue: c.config.taskQueue,
     workflowId: pipelineId,
-    args: [{ name: p.name, stages: p.stages }],
+    args: [{ name: p.name, stages }],
     staticSummary: `pipeline ${p.name}: ${p.stages.map((s) => s.name).join(' → ')}`,
   });
 }
@@ -112,7 +116,7 @@ export async function resumePipeline(c: Connected, id: string) {
   const p = checked(() => parsePipeline(input), `pipeline ${id}`);
   // Temporal closes the children of a closed pipeline (parent-close policy) shortly after it: a stage
   // started again while its old run still runs would be refused, so wait for them a little.
-  for (const s of p.stages) {
+  for (const s of p.stages.filter((x) => !x.export)) {
     const runId = stageRunId(id, s.name);
     for (let waited = 0; await isRunning(c, runId); waited += 250) {
       if (waited >= 15_000)
@@ -129,7 +133,7 @@ export function pipelineLines(v: PipelineStatusView): string[] {
     `pipeline ${v.pipelineId} (${v.name}): ${v.status}`,
     ...v.stages.map(
       (s) =>
-        `  ${s.name.padEnd(12)} ${s.state.padEnd(9)} ${s.runId}${s.steps !== undefined ? `  ${stepsText(s.steps)}` : ''}${s.eval !== undefined ? `  eval ${s.eval.toFixed(3)}` : ''}${s.after.length ? `  after ${s.after.join(', ')}` : ''}${s.error ? `  ${s.error}` : ''}`,
+        `  ${s.name.padEnd(12)} ${s.state.padEnd(9)} ${s.runId}${s.steps !== undefined ? `  ${stepsText(s.steps)}` : ''}${s.eval !== undefined ? `  eval ${s.eval.toFixed(3)}` : ''}${s.export ? `  ${exportText(s.export)}` : ''}${s.after.length ? `  after ${s.after.join(', ')}` : ''}${s.error ? `  ${s.error}` : ''}`,
     ),
   ];
 }
@@ -146,9 +150,11 @@ export async function watchPipeline(handle: WorkflowHandle<typeof pipelineWorkfl
         const v = await handle.query(pipelineStatusQuery);
         for (const s of v.stages) {
           if (s.state !== 'waiting' && !seen.has(`${s.name}:${s.state}`))
-            log(`troupe: stage ${s.name} ${s.state}${s.steps !== undefined ? ` after ${stepsText(s.steps)}` : ''} (run ${s.runId})`);
+            log(
+              `troupe: stage ${s.name} ${s.state}${s.steps !== undefined ? ` after ${stepsText(s.steps)}` : ''}${s.export ? `: ${exportText(s.export)}` : ''} (run ${s.runId})`,
+            );
           seen.add(`${s.name}:${s.state}`);
-          if (s.state !== 'running') continue;
+          if (s.state !== 'running' || s.export) continue;
           // a running stage's own progress (its step and eval), one line per change
           const line = await client
             .getHandle(s.runId)

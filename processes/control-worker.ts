@@ -19,12 +19,13 @@ import { loadConfig, redactUrl, temporalAddressOf, type PayloadKeysConfig, type 
 import type { TensorBoardDirs } from '../activities/store/tensorboard';
 import { MlflowExport } from '../activities/store/mlflow';
 import { EpisodeRetentionLoop } from '../activities/store/retention-loop';
-import { checkpointStoreOf } from '../infra/checkpoint-store';
+import { checkpointStoreOf, type CheckpointStore } from '../infra/checkpoint-store';
 import { connect, dropPostgresJsStrays, type Sql } from '../infra/db';
-import { formatError, isTroupeError } from '../infra/errors';
+import { formatError, isTroupeError, TroupeError } from '../infra/errors';
 import { watchProcess } from '../stack/watchdog';
 import { assertNamespaceReady } from '../infra/namespace';
 import { ensureDatabase } from '../stack/postgres';
+import { pythonEnvironment } from '../stack/python-environment';
 import { connectTemporalWorker } from '../infra/temporal-connection';
 import { migrate } from '../schema/migrate';
 import { refuseNewerRuns } from './workflow-compat';
@@ -52,6 +53,9 @@ export interface ControlWorkerOptions {
   tensorboardDirs?: TensorBoardDirs;
   /** Exports runs to MLflow (activities/store/mlflow.ts); none: no export. */
   mlflow?: MlflowExport;
+  /** The checkpoint store (checkpointStoreOf) and the engine's Python, for pipelines' export stages. */
+  checkpoints?: CheckpointStore;
+  python?: () => string;
   /** Any other Worker option (identity, concurrency limits, interceptors...). */
   workerOptions?: Partial<WorkerOptions>;
 }
@@ -64,6 +68,13 @@ export function workflowsPath(): string {
 
 /** How long workflow code may run without yielding: the SDK's isolate execution timeout, fixed at 5 s (WorkerOptionsWithDefaults). */
 const ISOLATE_TIMEOUT_MS = 5000;
+
+/** The PyTorch engine's interpreter where one is ready (a worker never installs it), for exporting a transformers-layout model. */
+function enginePython(): string {
+  const env = pythonEnvironment({ install: false });
+  if ('missing' in env) throw new TroupeError(`a transformers-layout model's export needs the PyTorch engine's Python: ${env.missing}`);
+  return env.python;
+}
 
 /** The user code threads' wiring (./user-code-thread.ts, beside this file). */
 const USER_CODE_THREAD = path.join(__dirname, 'user-code-thread.ts');
@@ -91,6 +102,8 @@ export async function createControlWorker(opts: ControlWorkerOptions): Promise<W
         userCode,
         tensorboardDirs: opts.tensorboardDirs,
         mlflow: opts.mlflow,
+        checkpoints: opts.checkpoints,
+        python: opts.python,
       }),
       dataConverter: payloadDataConverter(opts.payloadKeys),
       ...opts.workerOptions,
@@ -201,6 +214,8 @@ export async function runControlWorkerProcess(opts: {
             payloadKeys: config.payloadKeys,
             tensorboardDirs: tensorboardDirsOf(config),
             mlflow,
+            checkpoints: checkpointStoreOf(config),
+            python: enginePython,
           }),
         };
       } catch (e) {

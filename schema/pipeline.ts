@@ -1,6 +1,9 @@
 /**
- * A pipeline: a DAG of stages, each one training run (RL, or SFT where its run config says
- * `sft`), run as child workflows of one `pipeline` workflow (workflows/pipeline.ts). A stage
+ * A pipeline: a DAG of stages, run by one `pipeline` workflow (workflows/pipeline.ts). A run
+ * stage is one training run, a child workflow: RL, SFT where its run config says `sft`, or an
+ * eval where it says `steps: 0` (the initial models, from `init`, evaluated). An export stage
+ * writes a model version of an earlier stage's run in the Hugging Face layout (one activity,
+ * as `troupe export-model`), to a directory it fills once. A stage
  * starts when the stages it comes `after` have ended; by default that is the stage before
  * it, so a plain list is a chain. A stage's run config may name an earlier stage's run by
  * reference, resolved when the stage starts:
@@ -19,8 +22,10 @@ import type { RunConfigInput } from './run-config';
 
 export interface PipelineStageInput {
   name: string;
-  /** The stage's run config (team, steps, ... as `troupe train --config` takes), with stage references. */
-  run: Record<string, unknown>;
+  /** A run stage's run config (team, steps, ... as `troupe train --config` takes), with stage references. */
+  run?: Record<string, unknown>;
+  /** An export stage instead: which run's model version goes to which directory. */
+  export?: PipelineExportInput;
   /** Stages that end before this one starts; default: the stage before it (none for the first). */
   after?: string[];
 }
@@ -31,10 +36,28 @@ export interface PipelineInput {
   stages: PipelineStageInput[];
 }
 
+/** An export stage: `run` (a run id or `{ "$run": stage }`), its `model`, `version` (default: its last) to `out`. */
+export interface PipelineExportInput {
+  run: unknown;
+  model: string;
+  version?: number;
+  out: string;
+}
+
 export interface PipelineStage {
   name: string;
-  run: Record<string, unknown>;
+  /** Exactly one of run and export. */
+  run?: Record<string, unknown>;
+  export?: PipelineExportInput;
   after: string[];
+}
+
+/** An export stage's input with its reference resolved. */
+export interface StageExport {
+  runId: string;
+  model: string;
+  version?: number;
+  out: string;
 }
 
 export interface Pipeline {
@@ -96,12 +119,15 @@ export function parsePipeline(input: unknown): Pipeline {
   (p.stages as unknown[]).forEach((raw, i) => {
     const at = `stages[${i}]`;
     if (!isObject(raw)) return issues.add(at, `must be an object { name, run, after? }, got ${describe(raw)}`);
-    for (const k of Object.keys(raw)) if (!['name', 'run', 'after'].includes(k)) issues.add(`${at}.${k}`, 'unknown field (known: name, run, after)');
+    for (const k of Object.keys(raw))
+      if (!['name', 'run', 'export', 'after'].includes(k)) issues.add(`${at}.${k}`, 'unknown field (known: name, run, export, after)');
     const name = raw.name;
     if (typeof name !== 'string' || !STAGE_NAME.test(name))
       issues.add(`${at}.name`, `must be up to 20 lower-case letters, digits and -, starting with a letter (got ${describe(name)})`);
     else if (seen.has(name)) issues.add(`${at}.name`, `"${name}" names two stages`);
-    if (!isObject(raw.run)) issues.add(`${at}.run`, `must be a run config object ({ "team": ..., "steps": ... }), got ${describe(raw.run)}`);
+    if (raw.run !== undefined && raw.export !== undefined) issues.add(at, 'a stage has run or export, not both');
+    else if (raw.export !== undefined) checkExport(raw.export, `${at}.export`, issues);
+    else if (!isObject(raw.run)) issues.add(`${at}.run`, `must be a run config object ({ "team": ..., "steps": ... }), got ${describe(raw.run)}`);
     else if (raw.run.runId !== undefined) issues.add(`${at}.run.runId`, "a stage's run id is <pipeline id>.<stage>: leave runId out");
     const prev = i > 0 ? (p.stages as Array<{ name?: unknown }>)[i - 1]?.name : undefined;
     let after: string[] = typeof prev === 'string' ? [prev] : [];
@@ -114,18 +140,36 @@ export function parsePipeline(input: unknown): Pipeline {
       }
     }
     const waitsFor = upstream(stages, after);
-    if (isObject(raw.run))
-      for (const r of refsIn(raw.run, `${at}.run`)) {
+    const body = isObject(raw.export) ? { key: 'export', value: raw.export } : { key: 'run', value: raw.run };
+    if (isObject(body.value))
+      for (const r of refsIn(body.value, `${at}.${body.key}`)) {
         if (r.extra.length > 0) issues.add(r.path, `a reference is { "${r.key}": "<stage>" } alone, not with ${r.extra.join(', ')}`);
         else if (typeof r.stage !== 'string') issues.add(r.path, `${r.key} must name a stage, got ${describe(r.stage)}`);
         else if (!waitsFor.has(r.stage))
           issues.add(r.path, `${r.key} names "${r.stage}", which this stage does not wait for (it runs after: ${[...waitsFor].join(', ') || 'nothing'})`);
       }
     if (typeof name === 'string') seen.add(name);
-    stages.push({ name: String(name), run: isObject(raw.run) ? raw.run : {}, after });
+    stages.push(
+      isObject(raw.export)
+        ? { name: String(name), export: raw.export as unknown as PipelineExportInput, after }
+        : { name: String(name), run: isObject(raw.run) ? raw.run : {}, after },
+    );
   });
   issues.throwIfAny();
   return { name: p.name as string, stages };
+}
+
+/** An export stage's fields: run (an id or a reference), model, out, version (an integer >= 0) if given. */
+function checkExport(e: unknown, at: string, issues: IssueList): void {
+  if (!isObject(e)) return issues.add(at, `must be an object { run, model, out, version? }, got ${describe(e)}`);
+  for (const k of Object.keys(e))
+    if (!['run', 'model', 'version', 'out'].includes(k)) issues.add(`${at}.${k}`, 'unknown field (known: run, model, version, out)');
+  if (!(typeof e.run === 'string' && e.run.length > 0) && refOf(e.run)?.key !== '$run')
+    issues.add(`${at}.run`, `must be a run id or { "$run": "<stage>" }, got ${refOf(e.run) ? JSON.stringify(e.run) : describe(e.run)}`);
+  if (typeof e.model !== 'string' || e.model.length === 0) issues.add(`${at}.model`, `must name a model of the run, got ${describe(e.model)}`);
+  if (typeof e.out !== 'string' || e.out.length === 0) issues.add(`${at}.out`, `must be a directory path, got ${describe(e.out)}`);
+  if (e.version !== undefined && !(Number.isInteger(e.version) && (e.version as number) >= 0))
+    issues.add(`${at}.version`, `must be an integer >= 0 (default: the run's last version), got ${describe(e.version)}`);
 }
 
 /** The stages `after` names and everything they wait for in turn. */
@@ -150,8 +194,8 @@ export interface StageOutcome {
   step: number;
 }
 
-/** The stage's run config with its references resolved and its run id set. */
-export function stageRunConfig(pipelineId: string, stage: PipelineStage, ended: Readonly<Record<string, StageOutcome>>): RunConfigInput {
+/** `value` with its stage references resolved from the stages that ended. */
+function resolveRefs(stage: PipelineStage, value: unknown, ended: Readonly<Record<string, StageOutcome>>): unknown {
   const resolve = (v: unknown): unknown => {
     const ref = refOf(v);
     if (ref) {
@@ -163,7 +207,18 @@ export function stageRunConfig(pipelineId: string, stage: PipelineStage, ended: 
     if (isObject(v)) return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, resolve(x)]));
     return v;
   };
-  return { ...(resolve(stage.run) as RunConfigInput), runId: stageRunId(pipelineId, stage.name) };
+  return resolve(value);
+}
+
+/** A run stage's run config with its references resolved and its run id set. */
+export function stageRunConfig(pipelineId: string, stage: PipelineStage, ended: Readonly<Record<string, StageOutcome>>): RunConfigInput {
+  return { ...(resolveRefs(stage, stage.run ?? {}, ended) as RunConfigInput), runId: stageRunId(pipelineId, stage.name) };
+}
+
+/** An export stage's input with its reference resolved. */
+export function stageExport(stage: PipelineStage, ended: Readonly<Record<string, StageOutcome>>): StageExport {
+  const { run, ...rest } = resolveRefs(stage, stage.export, ended) as PipelineExportInput & { run: string };
+  return { runId: run, ...rest };
 }
 
 /** Stages whose `after` have all ended and that have not started. */

@@ -70,6 +70,7 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
     dashboardUrl: opts.dashboardUrl,
     tensorboardDirs: opts.tensorboardDirs,
     mlflow: opts.mlflow?.(db.sql, db.checkpoints),
+    checkpoints: db.checkpoints,
     workflowBundle: await workflowBundle(),
   });
   const controlRun = control.run();

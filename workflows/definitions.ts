@@ -62,6 +62,8 @@ export interface PipelineStageView {
   steps?: number;
   /** Its run's final eval success, when this execution ran it to the end. */
   eval?: number;
+  /** An export stage (its runId: the run it exports from): what it wrote, once it ended. */
+  export?: { model: string; version: number; out: string };
   error?: string;
 }
 
@@ -71,5 +73,8 @@ export interface PipelineStatusView {
   status: 'running' | 'completed' | 'failed';
   stages: PipelineStageView[];
 }
+
+/** What an export stage wrote, as status and the Temporal UI show it. */
+export const exportText = (e: NonNullable<PipelineStageView['export']>) => `${e.model} v${e.version} → ${e.out}`;
 
 export const pipelineStatusQuery = defineQuery<PipelineStatusView>('pipelineStatus');

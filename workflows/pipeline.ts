@@ -1,6 +1,7 @@
 /**
- * pipeline: a DAG of training runs (schema/pipeline.ts) as one workflow whose stages are
- * trainingRun child workflows, each under the run id `<pipeline id>.<stage>`.
+ * pipeline: a DAG of stages (schema/pipeline.ts) as one workflow whose run stages are
+ * trainingRun child workflows, each under the run id `<pipeline id>.<stage>`, and whose export
+ * stages are one activity each (idempotent: a directory that holds the version is kept).
  *
  *   check the pipeline -> start every stage whose `after` have ended
  *   per stage: ask the store about its run: completed or stopped -> kept (never rerun);
@@ -18,13 +19,14 @@ import {
   parsePipeline,
   PipelineError,
   readyStages,
+  stageExport,
   stageRunConfig,
   stageRunId,
   type Pipeline,
   type PipelineStage,
   type StageOutcome,
 } from '../schema/pipeline';
-import { pipelineStatusQuery, type PipelineStageView, type PipelineStatusView } from './definitions';
+import { exportText, pipelineStatusQuery, type PipelineStageView, type PipelineStatusView } from './definitions';
 import { controlActivities } from './timeouts';
 import type { trainingRun } from './training-run';
 
@@ -33,7 +35,7 @@ const stages = proxyActivities<StageActivities>(controlActivities);
 export interface PipelineSummary {
   pipelineId: string;
   name: string;
-  stages: Array<{ name: string; runId: string; state: PipelineStageView['state']; steps: number }>;
+  stages: Array<{ name: string; runId: string; state: PipelineStageView['state']; steps: number; export?: PipelineStageView['export'] }>;
 }
 
 export async function pipeline(input: unknown): Promise<PipelineSummary> {
@@ -49,8 +51,18 @@ export async function pipeline(input: unknown): Promise<PipelineSummary> {
     pipelineId,
     name: p.name,
     status: 'running',
-    stages: p.stages.map((s) => ({ name: s.name, after: s.after, runId: stageRunId(pipelineId, s.name), state: 'waiting' })),
+    stages: [],
   };
+  // An export stage shows the run it exports from: its own id, or the run of the stage it names.
+  for (const s of p.stages) {
+    const from = s.export?.run;
+    const runId = !s.export
+      ? stageRunId(pipelineId, s.name)
+      : typeof from === 'string'
+        ? from
+        : (view.stages.find((v) => v.name === (from as { $run: string }).$run)?.runId ?? '');
+    view.stages.push({ name: s.name, after: s.after, runId, state: 'waiting' });
+  }
   const stageView = (name: string) => view.stages.find((s) => s.name === name) as PipelineStageView;
   const publish = () => setCurrentDetails(detailsOf(view));
   setHandler(pipelineStatusQuery, () => view);
@@ -61,7 +73,17 @@ export async function pipeline(input: unknown): Promise<PipelineSummary> {
   const running = new Map<string, Promise<void>>();
   let failed: { stage: string; message: string } | undefined;
 
+  const exportStage = async (stage: PipelineStage) => {
+    const v = stageView(stage.name);
+    v.state = 'running';
+    publish();
+    const r = await stages.exportStage({ ...stageExport(stage, ended), stage: stage.name });
+    ended[stage.name] = { runId: r.runId, step: r.version - 1 };
+    Object.assign(v, { runId: r.runId, state: r.kept ? 'kept' : 'completed', export: { model: r.model, version: r.version, out: r.out } });
+  };
+
   const runStage = async (stage: PipelineStage) => {
+    if (stage.export) return exportStage(stage);
     const v = stageView(stage.name);
     const runId = v.runId;
     const before = await stages.stageRunState({ runId });
@@ -118,7 +140,7 @@ export async function pipeline(input: unknown): Promise<PipelineSummary> {
   return {
     pipelineId,
     name: p.name,
-    stages: view.stages.map((s) => ({ name: s.name, runId: s.runId, state: s.state, steps: s.steps ?? 0 })),
+    stages: view.stages.map((s) => ({ name: s.name, runId: s.runId, state: s.state, steps: s.steps ?? 0, ...(s.export ? { export: s.export } : {}) })),
   };
 }
 
@@ -133,7 +155,7 @@ function causeMessage(e: unknown): string {
 function detailsOf(v: PipelineStatusView): string {
   const rows = v.stages.map(
     (s) =>
-      `| ${s.name} | ${s.after.join(', ') || '-'} | ${s.state}${s.steps !== undefined ? ` (${s.steps} step${s.steps === 1 ? '' : 's'})` : ''}${s.eval !== undefined ? `, eval ${s.eval.toFixed(3)}` : ''}${s.error ? `: ${s.error}` : ''} | ${s.runId} |`,
+      `| ${s.name} | ${s.after.join(', ') || '-'} | ${s.state}${s.steps !== undefined ? ` (${s.steps} step${s.steps === 1 ? '' : 's'})` : ''}${s.eval !== undefined ? `, eval ${s.eval.toFixed(3)}` : ''}${s.export ? `, ${exportText(s.export)}` : ''}${s.error ? `: ${s.error}` : ''} | ${s.runId} |`,
   );
   return [`**pipeline ${v.name}**: ${v.status}`, '', '| stage | after | state | run |', '| --- | --- | --- | --- |', ...rows].join('\n');
 }

@@ -132,6 +132,14 @@ export interface PipelineView {
   pipelineId: string;
   name: string;
   status: string;
-  stages: Array<{ name: string; after: string[]; runId: string; state: string; steps?: number; error?: string }>;
+  stages: Array<{
+    name: string;
+    after: string[];
+    runId: string;
+    state: string;
+    steps?: number;
+    export?: { model: string; version: number; out: string };
+    error?: string;
+  }>;
   runs: RunSummary[];
 }

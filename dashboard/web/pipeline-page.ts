@@ -48,8 +48,15 @@ function draw(p: PipelineView) {
   const { nodes, edges, width, height } = layout(graph, BOX);
   const box = (n: (typeof nodes)[number]) => {
     const run = runOf.get(n.runId);
-    const evalText = run?.evalSuccess !== null && run?.evalSuccess !== undefined ? ` · eval ${fmt(run.evalSuccess)}` : '';
-    const steps = n.steps !== undefined ? ` · ${n.steps} step${n.steps === 1 ? '' : 's'}` : run ? ` · step ${run.step}` : '';
+    // an export stage: the model version it wrote (its box links to the run it came from)
+    const evalText = n.export ? '' : run?.evalSuccess !== null && run?.evalSuccess !== undefined ? ` · eval ${fmt(run.evalSuccess)}` : '';
+    const steps = n.export
+      ? ` · ${n.export.model} v${n.export.version}`
+      : n.steps !== undefined
+        ? ` · ${n.steps} step${n.steps === 1 ? '' : 's'}`
+        : run
+          ? ` · step ${run.step}`
+          : '';
     return `<a href="#/runs/${encodeURIComponent(n.runId)}" data-stage="${esc(n.name)}" data-state="${esc(n.state)}">
       <rect x="${n.x - BOX.width / 2}" y="${n.y - BOX.height / 2}" width="${BOX.width}" height="${BOX.height}" rx="6" fill="#fff" stroke="${COLOURS[n.state] ?? '#6b7280'}" stroke-width="2"/>
       <text x="${n.x}" y="${n.y - 6}" text-anchor="middle" font-weight="bold">${esc(n.name)}</text>

@@ -1,7 +1,7 @@
 // The pipeline's checks and references (schema/pipeline.ts), with hand-written pipelines.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { parsePipeline, readyStages, stageRunConfig, stageRunId } from '../../../schema/pipeline';
+import { parsePipeline, readyStages, stageExport, stageRunConfig, stageRunId } from '../../../schema/pipeline';
 import { parseProjectConfig } from '../../../schema/project';
 
 const teacher = { name: 'teacher', run: { team: 'math', steps: 4 } };
@@ -63,13 +63,53 @@ test('every bad field is named', () => {
         'stages[2].after: "c" is not a stage before this one (stages run after earlier stages only)',
         'stages[3].run.init.p.run: $run names "zzz", which this stage does not wait for (it runs after: nothing)',
         'stages[3].run.init.p.step: a reference is { "$step": "<stage>" } alone, not with more',
-        'stages[4].bogus: unknown field (known: name, run, after)',
+        'stages[4].bogus: unknown field (known: name, run, export, after)',
       ]);
       return true;
     },
   );
   assert.throws(() => parsePipeline({ name: 'x', stages: [] }), /stages: must be a non-empty array/);
   assert.throws(() => parsePipeline('x'), /\(pipeline\): must be an object/);
+});
+
+test("an export stage names a run (or an upstream stage's), a model and a directory; its reference resolves", () => {
+  const out = { name: 'out', export: { run: { $run: 'student' }, model: 'policy', out: '/tmp/policy' } };
+  const p = parsePipeline({
+    name: 'warm',
+    stages: [teacher, student, out, { name: 'again', export: { run: 'some-run', model: 'policy', version: 0, out: 'rel' } }],
+  });
+  const [, , e, again] = p.stages;
+  assert.ok(e && again);
+  assert.deepEqual(e.after, ['student']);
+  assert.equal(e.run, undefined);
+  assert.deepEqual(stageExport(e, { student: { runId: 'w.student', step: 1 } }), { runId: 'w.student', model: 'policy', out: '/tmp/policy' });
+  assert.deepEqual(stageExport(again, {}), { runId: 'some-run', model: 'policy', version: 0, out: 'rel' });
+  assert.throws(
+    () =>
+      parsePipeline({
+        name: 'bad',
+        stages: [
+          teacher,
+          { name: 'both', run: { team: 'math' }, export: { run: 'x', model: 'm', out: 'o' } },
+          { name: 'e1', export: { run: { $step: 'teacher' }, model: '', version: -1, out: 3, extra: 1 } },
+          { name: 'e2', export: { run: { $run: 'nope' }, model: 'm', out: 'o' }, after: [] },
+          { name: 'e3', export: 'x' },
+        ],
+      }),
+    (err: Error) => {
+      assert.deepEqual(err.message.replace(/^invalid pipeline: /, '').split('; '), [
+        'stages[1]: a stage has run or export, not both',
+        'stages[2].export.extra: unknown field (known: run, model, version, out)',
+        'stages[2].export.run: must be a run id or { "$run": "<stage>" }, got {"$step":"teacher"}',
+        'stages[2].export.model: must name a model of the run, got ""',
+        'stages[2].export.out: must be a directory path, got 3',
+        "stages[2].export.version: must be an integer >= 0 (default: the run's last version), got -1",
+        'stages[3].export.run: $run names "nope", which this stage does not wait for (it runs after: nothing)',
+        'stages[4].export: must be an object { run, model, out, version? }, got "x"',
+      ]);
+      return true;
+    },
+  );
 });
 
 test('a reference may name any stage upstream, not only the one right before', () => {
