@@ -35,9 +35,12 @@ export function trained(versions: Record<string, number>): boolean {
   return Object.values(versions).some((v) => v > 0);
 }
 
-/** The exit status of a watched run: 0 only when it completed and trained; stopped, failed or untrained runs are 1. */
-export function runExitCode(s: Pick<RunSummary, 'status' | 'versions'>): number {
-  return s.status === 'completed' && trained(s.versions) ? 0 : 1;
+/** A completed run of steps 0: it evaluated its initial models, with nothing to train. */
+const evalOnly = (s: Pick<RunSummary, 'status' | 'steps'>) => s.status === 'completed' && s.steps === 0;
+
+/** The exit status of a watched run: 0 only when it completed and trained (or was eval-only); stopped, failed or untrained runs are 1. */
+export function runExitCode(s: Pick<RunSummary, 'status' | 'versions' | 'steps'>): number {
+  return s.status === 'completed' && (trained(s.versions) || evalOnly(s)) ? 0 : 1;
 }
 
 /**
@@ -76,7 +79,7 @@ export function summaryLines(s: RunSummary, times: RunTimes, problems?: EpisodeP
       .map(([m, v]) => `${m} v${v}`)
       .join(', ')}`,
     ...(problems ? problemLines(problems) : s.failedEpisodes > 0 ? [`  failed episodes (excluded from updates): ${s.failedEpisodes}`] : []),
-    ...(trained(s.versions)
+    ...(trained(s.versions) || evalOnly(s)
       ? []
       : [`  never trained: every model is still at version 0${problems && problems.skippedUpdates.length === 0 && s.steps === 0 ? ' (no step ran)' : ''}`]),
   ];

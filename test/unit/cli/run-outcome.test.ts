@@ -19,11 +19,16 @@ const summary = (over: Partial<RunSummary>): RunSummary => ({
   ...over,
 });
 
-it('exit status: 0 only for a run that completed and trained; stopped or untrained runs are non-zero', () => {
+it('exit status: 0 only for a run that completed and trained (or had steps 0); stopped or untrained runs are non-zero', () => {
   assert.equal(runExitCode(summary({})), 0);
   assert.equal(runExitCode(summary({ versions: { solver: 0, verifier: 1 } })), 0);
   assert.equal(runExitCode(summary({ versions: { policy: 0 } })), 1, 'completed at version 0: learned nothing');
   assert.equal(runExitCode(summary({ status: 'stopped' })), 1);
+  // steps 0: an eval of the initial models, which is all it was asked to do
+  const evalRun = summary({ steps: 0, versions: { policy: 0 } });
+  assert.equal(runExitCode(evalRun), 0);
+  assert.ok(!summaryLines(evalRun, { runSeconds: 3, setupSeconds: 0 }).some((l) => l.includes('never trained')));
+  assert.equal(runExitCode(summary({ steps: 0, versions: { policy: 0 }, status: 'stopped' })), 1);
 });
 
 it('a run that learned nothing says why: failed and empty episodes with their most common errors, skipped updates', () => {
