@@ -27,10 +27,11 @@ import {
   type StageOutcome,
 } from '../schema/pipeline';
 import { exportText, pipelineStatusQuery, type PipelineStageView, type PipelineStatusView } from './definitions';
-import { controlActivities } from './timeouts';
+import { controlActivities, exportActivities } from './timeouts';
 import type { trainingRun } from './training-run';
 
 const stages = proxyActivities<StageActivities>(controlActivities);
+const exporting = proxyActivities<StageActivities>(exportActivities);
 
 export interface PipelineSummary {
   pipelineId: string;
@@ -77,7 +78,7 @@ export async function pipeline(input: unknown): Promise<PipelineSummary> {
     const v = stageView(stage.name);
     v.state = 'running';
     publish();
-    const r = await stages.exportStage({ ...stageExport(stage, ended), stage: stage.name });
+    const r = await exporting.exportStage({ ...stageExport(stage, ended), stage: stage.name });
     ended[stage.name] = { runId: r.runId, step: r.version - 1 };
     Object.assign(v, { runId: r.runId, state: r.kept ? 'kept' : 'completed', export: { model: r.model, version: r.version, out: r.out } });
   };

@@ -42,6 +42,9 @@ export const activityRetry: RetryPolicy = {
 /** Control-queue activities: planning, scoring, store bookkeeping. */
 export const controlActivities: ActivityOptions = { startToCloseTimeout: '15 seconds', retry: activityRetry };
 
+/** A pipeline's export stage: a model's files written on the control worker (a large model takes minutes; a retry starts over). */
+export const exportActivities: ActivityOptions = { startToCloseTimeout: '1 hour', retry: activityRetry };
+
 /**
  * A step's own bookkeeping (planStep, finishStep) as local activities: run by
  * the control worker inside the workflow task that needs them, saving two
