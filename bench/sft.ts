@@ -14,6 +14,7 @@
  *
  *   node --import tsx bench/sft.ts [--team math] [--seeds 0,1,2] [--steps 40] [--teacher-steps 6]
  *        [--sft-steps 10] [--batch 64] [--min-reward 1|none] [--success-only] [--eval-every 2] [--eval-tasks 100]
+ *        [--init walker,lookout]   the models the RL run takes from the SFT run (default: all; the others start fresh)
  */
 import { parseArgs } from 'node:util';
 import * as os from 'node:os';
@@ -32,6 +33,7 @@ const { values } = parseArgs({
     'success-only': { type: 'boolean', default: false },
     'eval-every': { type: 'string', default: '2' },
     'eval-tasks': { type: 'string', default: '100' },
+    init: { type: 'string' },
   },
 });
 const team = values.team!;
@@ -42,7 +44,7 @@ const sftSteps = Number(values['sft-steps']);
 const evalEvery = Number(values['eval-every']);
 const evalTasks = Number(values['eval-tasks']);
 const TARGET = 0.9;
-const COMMAND = `node --import tsx bench/sft.ts --team ${team} --seeds ${seeds} --steps ${steps} --teacher-steps ${teacherSteps} --sft-steps ${sftSteps} --batch ${values.batch} --min-reward ${values['min-reward']}${values['success-only'] ? ' --success-only' : ''} --eval-every ${evalEvery} --eval-tasks ${evalTasks}`;
+const COMMAND = `node --import tsx bench/sft.ts --team ${team} --seeds ${seeds} --steps ${steps} --teacher-steps ${teacherSteps} --sft-steps ${sftSteps} --batch ${values.batch} --min-reward ${values['min-reward']}${values['success-only'] ? ' --success-only' : ''} --eval-every ${evalEvery} --eval-tasks ${evalTasks}${values.init ? ` --init ${values.init}` : ''}`;
 
 /** The first eval step at which success reached TARGET, or undefined. */
 const firstAt = (r: TroupeResult) => r.evals.find((e) => e.success >= TARGET)?.step;
@@ -95,7 +97,9 @@ async function main() {
           batch: Number(values.batch),
         },
       });
-      const models = Object.keys(sft.summary.versions);
+      const models = values.init ? values.init.split(',') : Object.keys(sft.summary.versions);
+      for (const m of models)
+        if (!(m in sft.summary.versions)) throw new Error(`--init: ${m} is not a model of ${team} (${Object.keys(sft.summary.versions).join(', ')})`);
       const afterRun = await timed({
         ...base,
         runId: `after-s${seed}`,
