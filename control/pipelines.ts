@@ -6,7 +6,7 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { defaultPayloadConverter, WorkflowNotFoundError, type WorkflowHandle } from '@temporalio/client';
+import { defaultPayloadConverter, WorkflowFailedError, WorkflowNotFoundError, type WorkflowHandle } from '@temporalio/client';
 import { TroupeError } from '../infra/errors';
 import { FieldError } from '../infra/issues';
 import { activeProject } from '../processes/project';
@@ -14,7 +14,7 @@ import { parsePipeline, PIPELINE_ID, stageRunConfig, stageRunId, type Pipeline, 
 import { exportText, pipelineStatusQuery, statusQuery, type PipelineStatusView } from '../workflows/definitions';
 import type { pipeline as pipelineWorkflow, PipelineSummary } from '../workflows/pipeline';
 import { runIdFor } from './run-id';
-import { progressLine, validateRunConfig, type Connected } from './runs';
+import { innermostCause, progressLine, validateRunConfig, type Connected } from './runs';
 
 /**
  * The pipeline `ref` names: a JSON file ({ name?, stages }), else one of the project's (troupe.config.ts
@@ -191,6 +191,14 @@ export async function watchToEnd(handle: WorkflowHandle<typeof pipelineWorkflow>
     summary = await watchPipeline(handle, log);
   } catch (e) {
     await printStages();
+    // A failed stage (or a terminate): its reason, and the way on, not the SDK's "Workflow execution failed"
+    if (e instanceof WorkflowFailedError) {
+      const cause = innermostCause(e) as { message?: string };
+      throw new TroupeError(
+        `pipeline ${handle.workflowId} failed: ${cause.message ?? e.message}`,
+        `after fixing the cause: npx troupe resume ${handle.workflowId}`,
+      );
+    }
     throw e;
   }
   await printStages();

@@ -16,6 +16,8 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { connectTroupe, type TroupeClient } from '../../../client';
+import { watchToEnd } from '../../../control/pipelines';
+import type { TroupeError } from '../../../infra/errors';
 import { startDashboard } from '../../../dashboard/server';
 import { freePort } from '../../helpers';
 import { browserSkipReason, launchBrowser } from '../dashboard/browser';
@@ -192,6 +194,15 @@ describe('pipelines', () => {
         assert.match(String(e.cause), /stage out failed: stage out: export\.out: .* holds run pl-ship\.train model policy version 1; name another directory/);
         return true;
       });
+      // as `troupe pipeline` and `troupe resume` report it: the stage's reason and the way on
+      await assert.rejects(
+        watchToEnd(h.env.client.workflow.getHandle('pl-ship-other'), () => undefined, false),
+        (e: TroupeError) => {
+          assert.match(e.message, /^pipeline pl-ship-other failed: stage out failed: stage out: export\.out: /);
+          assert.equal(e.hint, 'after fixing the cause: npx troupe resume pl-ship-other');
+          return true;
+        },
+      );
       assert.equal(fs.statSync(path.join(dir, 'model.safetensors')).mtimeMs, written);
 
       const status = await troupe(['status', 'pl-ship'], { ...process.env, TROUPE_DEBUG: '' });
