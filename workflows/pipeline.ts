@@ -54,16 +54,14 @@ export async function pipeline(input: unknown): Promise<PipelineSummary> {
     status: 'running',
     stages: [],
   };
-  // An export stage shows the run it exports from: its own id, or the run of the stage it names.
-  for (const s of p.stages) {
+  // An export stage shows the run it exports from: a run id, or the run of the (earlier) stage it names.
+  const shownRunId = (s: PipelineStage): string => {
     const from = s.export?.run;
-    const runId = !s.export
-      ? stageRunId(pipelineId, s.name)
-      : typeof from === 'string'
-        ? from
-        : (view.stages.find((v) => v.name === (from as { $run: string }).$run)?.runId ?? '');
-    view.stages.push({ name: s.name, after: s.after, runId, state: 'waiting' });
-  }
+    if (!s.export) return stageRunId(pipelineId, s.name);
+    if (typeof from === 'string') return from;
+    return view.stages.find((v) => v.name === (from as { $run: string }).$run)?.runId ?? '';
+  };
+  for (const s of p.stages) view.stages.push({ name: s.name, after: s.after, runId: shownRunId(s), state: 'waiting' });
   const stageView = (name: string) => view.stages.find((s) => s.name === name) as PipelineStageView;
   const publish = () => setCurrentDetails(detailsOf(view));
   setHandler(pipelineStatusQuery, () => view);

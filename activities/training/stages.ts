@@ -10,6 +10,7 @@ import { isTroupeError } from '../../infra/errors';
 import type { StageExport } from '../../schema/pipeline';
 import { exportModelVersion } from '../store/model-export';
 import { getRun, type RunStatus } from '../store/runs';
+import { latestVersions } from '../store/versions';
 import { lastCommittedStep } from './init-from';
 
 export interface StageRunState {
@@ -25,7 +26,6 @@ export interface ExportedStage {
   version: number;
   /** The directory, absolute. */
   out: string;
-  files: string[];
   /** The directory already held this version (an earlier attempt or execution wrote it). */
   kept: boolean;
 }
@@ -48,14 +48,13 @@ export function createStageActivities(deps: { sql: Sql; checkpoints?: Checkpoint
       const refuse = (message: string) => ApplicationFailure.nonRetryable(`stage ${a.stage}: ${message}`, 'InvalidExportStage');
       if (!deps.checkpoints) throw refuse('this control worker has no checkpoint store to read versions from');
       const out = path.resolve(a.out);
-      const [latest] = await deps.sql`SELECT max(version)::int AS v FROM versions WHERE run_id = ${a.runId} AND model = ${a.model}`;
-      const version = a.version ?? (latest?.v as number | null);
-      if (version === null || version === undefined) throw refuse(`export.model: run ${a.runId} has no versions of model ${a.model}`);
+      const version = a.version ?? (await latestVersions(deps.sql, a.runId))[a.model]?.version;
+      if (version === undefined) throw refuse(`export.model: run ${a.runId} has no versions of model ${a.model}`);
       const want = { runId: a.runId, model: a.model, version };
       const marker = path.join(out, EXPORT_MARKER);
       if (fs.existsSync(marker)) {
-        const held = JSON.parse(fs.readFileSync(marker, 'utf8')) as typeof want & { files: string[] };
-        if (held.runId === want.runId && held.model === want.model && held.version === want.version) return { ...want, out, files: held.files, kept: true };
+        const held = JSON.parse(fs.readFileSync(marker, 'utf8')) as typeof want;
+        if (held.runId === want.runId && held.model === want.model && held.version === want.version) return { ...want, out, kept: true };
         throw refuse(`export.out: ${out} holds run ${held.runId} model ${held.model} version ${held.version}; name another directory`);
       }
       if (fs.existsSync(out) && fs.readdirSync(out).length > 0) throw refuse(`export.out: ${out} is not empty; name a new or empty directory`);
@@ -67,7 +66,7 @@ export function createStageActivities(deps: { sql: Sql; checkpoints?: Checkpoint
         fs.writeFileSync(path.join(partial, EXPORT_MARKER), JSON.stringify({ ...want, files: r.files }) + '\n');
         if (fs.existsSync(out)) fs.rmdirSync(out); // empty (checked above): rmdir refuses anything else
         fs.renameSync(partial, out);
-        return { ...want, out, files: r.files, kept: false };
+        return { ...want, out, kept: false };
       } catch (e) {
         fs.rmSync(partial, { recursive: true, force: true });
         if (isTroupeError(e)) throw refuse(e.message);
