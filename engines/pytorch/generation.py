@@ -157,7 +157,9 @@ class Generation:
 
                 def on_rows(lg, lp, a, m):
                     n0, n1 = bisect.bisect_left(at, a), bisect.bisect_left(at, a + m)
-                    idx = torch.tensor(at[n0:n1], device=self.device) - a
+                    if n0 == n1:  # a step of context rows only (a long context): no slot draws from it
+                        return
+                    idx = torch.tensor(at[n0:n1], dtype=torch.long, device=self.device) - a
                     logits[n0:n1], logp[n0:n1] = lg[idx], lp[idx]
                 self._run_rows(model, W, cache, max_step, rows, on_rows)
                 for src, dst, n in copies:

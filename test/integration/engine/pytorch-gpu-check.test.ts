@@ -31,7 +31,7 @@ describe('bench/pytorch_gpu.py --tiny', { skip }, () => {
       if (row.dtype === 'bf16') assert.match(row.status, /^skipped: bf16 needs CUDA/, JSON.stringify(row));
       else assert.equal(row.status, 'ok', JSON.stringify(row));
     }
-    for (const what of ['generate batch 4', 'generate batch 1', 'update 4x24', 'update-lora 4x24']) {
+    for (const what of ['generate batch 4', 'generate batch 1', 'update 4x280', 'update-lora 4x280']) {
       const row = rows.find((x) => x.what === what && x.status === 'ok');
       assert.ok(row && (row.tokens_per_s ?? 0) > 0, `${what}: ${JSON.stringify(row)}`);
     }
