@@ -106,7 +106,11 @@ async function main() {
   const args = ['--device', 'cpu', '--port', '0', '--threads', '1'];
   const columns: Array<[string, Map<string, string>]> = [];
   if (engines.includes('pytorch'))
-    columns.push(['pytorch (this)', await column('pytorch', await spawnEngine(args, { quiet: true, command: engineCommand('pytorch') }))]);
+    columns.push([
+      'pytorch (this)',
+      // no prefix cache: the reps send the same contexts, and each should run them (bench/prefix-cache.ts measures it)
+      await column('pytorch', await spawnEngine([...args, '--prefix-cache-bytes', '0'], { quiet: true, command: engineCommand('pytorch') })),
+    ]);
   if (values.baseline && engines.includes('baseline'))
     columns.push([
       `pytorch (${values.baseline})`,

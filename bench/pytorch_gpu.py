@@ -193,7 +193,8 @@ class Bench:
             torch.use_deterministic_algorithms(True)  # as server.main does
         except Exception:  # noqa: BLE001
             pass
-        self.engine = Engine(dev, dev, False, "", a.threads, None, a.max_batch)
+        # no prefix cache: every measurement runs its whole context (bf16 and fp32 send the same prompts)
+        self.engine = Engine(dev, dev, False, "", a.threads, None, a.max_batch, prefix_cache_bytes=0)
 
     def sync(self):
         if self.cuda:

@@ -579,6 +579,8 @@ export class Engine {
       uptimeS: (Date.now() - this.started) / 1000,
       mixedAdapterRuns: c.mixedAdapterRuns,
       prefillRowsShared: 0, // each sequence runs its own context rows here
+      prefixRowsReused: 0, // and keeps no prefix cache
+      prefixCacheBytes: 0,
     };
   }
 }

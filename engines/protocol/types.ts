@@ -160,6 +160,18 @@ export type ModelStats = Differs<P.ModelStats, 'spec' | 'versions' | 'latestVers
 
 export type StatsResponse = Differs<
   P.StatsResponse,
-  'models' | 'tokensGenerated' | 'generateBatches' | 'scoreRuns' | 'updateRuns' | 'mixedAdapterRuns' | 'prefillRowsShared',
-  U64<'tokensGenerated' | 'generateBatches' | 'scoreRuns' | 'updateRuns' | 'mixedAdapterRuns' | 'prefillRowsShared'> & { models: ModelStats[] }
+  | 'models'
+  | 'tokensGenerated'
+  | 'generateBatches'
+  | 'scoreRuns'
+  | 'updateRuns'
+  | 'mixedAdapterRuns'
+  | 'prefillRowsShared'
+  | 'prefixRowsReused'
+  | 'prefixCacheBytes',
+  U64<
+    'tokensGenerated' | 'generateBatches' | 'scoreRuns' | 'updateRuns' | 'mixedAdapterRuns' | 'prefillRowsShared' | 'prefixRowsReused' | 'prefixCacheBytes'
+  > & {
+    models: ModelStats[];
+  }
 >;

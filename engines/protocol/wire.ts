@@ -279,6 +279,8 @@ export const statsToWire = (s: T.StatsResponse): P.StatsResponse => ({
   updateRuns: u64(s.updateRuns),
   mixedAdapterRuns: u64(s.mixedAdapterRuns),
   prefillRowsShared: u64(s.prefillRowsShared),
+  prefixRowsReused: u64(s.prefixRowsReused),
+  prefixCacheBytes: u64(s.prefixCacheBytes),
 });
 
 export const statsFromWire = (w: P.StatsResponse): T.StatsResponse => ({
@@ -295,4 +297,6 @@ export const statsFromWire = (w: P.StatsResponse): T.StatsResponse => ({
   updateRuns: u64ToNumber(w.updateRuns),
   mixedAdapterRuns: u64ToNumber(w.mixedAdapterRuns),
   prefillRowsShared: u64ToNumber(w.prefillRowsShared),
+  prefixRowsReused: u64ToNumber(w.prefixRowsReused),
+  prefixCacheBytes: u64ToNumber(w.prefixCacheBytes),
 });

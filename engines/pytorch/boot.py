@@ -95,6 +95,7 @@ def parse_args(argv):
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--memory-bytes", default=os.environ.get("TROUPE_ENGINE_MEMORY_BYTES"))
     p.add_argument("--max-batch", type=int, default=64)
+    p.add_argument("--prefix-cache-bytes", type=int, default=None)
     p.add_argument("--rss-limit-bytes", default=os.environ.get("TROUPE_ENGINE_RSS_LIMIT_BYTES"))
     p.add_argument("--micro-batch-bytes", type=int, default=DEFAULT_MICRO_BATCH_BYTES)
     p.add_argument("--activation-checkpointing", action="store_true")
@@ -123,6 +124,8 @@ def parse_args(argv):
         a.memory_bytes = int(a.memory_bytes)
     if not (0 <= a.port <= 65535):
         fail_start(f"bad flag: --port must be in [0, 65535], got {a.port}")
+    if a.prefix_cache_bytes is not None and a.prefix_cache_bytes < 0:
+        fail_start(f"bad flag: --prefix-cache-bytes must be >= 0 (0: no prefix cache), got {a.prefix_cache_bytes}")
     if not (1 <= a.max_batch <= 4096):
         fail_start(f"bad flag: --max-batch must be in [1, 4096], got {a.max_batch}")
     if a.threads is not None and a.threads < 1:

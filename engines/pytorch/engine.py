@@ -36,6 +36,7 @@ from contract import (
 )
 from device import DeviceQueue
 from generation import GenerateCall, Generation
+from prefix_cache import PrefixCache
 from messages import (
     check_key,
     check_version,
@@ -63,10 +64,13 @@ from versions import (
 
 
 class Engine(Generation, pbg.EngineServicer):
-    def __init__(self, device, requested, fell_back, fallback_reason, threads, memory_bytes=None, max_batch=64):
+    def __init__(self, device, requested, fell_back, fallback_reason, threads, memory_bytes=None, max_batch=64,
+                 prefix_cache_bytes=None):
         self.device = device
         self.max_batch = max_batch
         self.memory_bytes = memory_bytes if memory_bytes is not None else memory.default_budget(device)
+        # finished sequences' keys and values for their episodes' next turns: an eighth of the budget unless told
+        self.prefix = PrefixCache(self.memory_bytes // 8 if prefix_cache_bytes is None else prefix_cache_bytes)
         self.requested = requested
         self.fell_back = fell_back
         self.fallback_reason = fallback_reason
@@ -260,7 +264,7 @@ class Engine(Generation, pbg.EngineServicer):
                 ctx = token_ids(q.context, s["vocabSize"], f"sequences[{i}].context")
                 sequence_issue(s, f"sequences[{i}]", len(ctx), len(ctx) + own["max_tokens"])
                 rows.append((ctx, int(q.seed), own))
-            call = GenerateCall(m.key, req.request_id, rows, m.model, v.theta)
+            call = GenerateCall(m.key, req.request_id, rows, m.model, v.theta, (specmod.spec_key(s), v.weights_sha256))
 
             def work(job):
                 t0 = time.monotonic()
@@ -529,4 +533,5 @@ class Engine(Generation, pbg.EngineServicer):
             score_runs=c["score_runs"], update_runs=c["update_runs"], intra_op_threads=self.threads, batch_window_ms=0.0, max_batch=self.max_batch,
             batch_invariance=BATCH_INVARIANCE,
             uptime_s=time.time() - self.started, mixed_adapter_runs=c["mixed_adapter_runs"],
-            prefill_rows_shared=c["prefill_rows_shared"])
+            prefill_rows_shared=c["prefill_rows_shared"], prefix_rows_reused=c["prefix_rows_reused"],
+            prefix_cache_bytes=self.prefix.bytes)

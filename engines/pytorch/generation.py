@@ -16,8 +16,9 @@ from sampling import sample_rows
 
 
 class GenerateCall:
-    def __init__(self, model_key, request_id, rows, model=None, theta=None):
+    def __init__(self, model_key, request_id, rows, model=None, theta=None, ident=None):
         self.model_key = model_key
+        self.ident = ident  # the version's identity in the prefix cache: (spec key, weights sha256)
         self.request_id = request_id
         self.aborted = threading.Event()
         self.rows = rows  # [(context, seed, sampling)]
@@ -32,8 +33,9 @@ class Generation:
 
     def _shape(self, model):
         """(cache slots, most rows a step) of a Score or Generate run (memory.run_slots, memory.step_rows)."""
-        slots = memory.run_slots(model.spec, self.memory_bytes, self.max_batch)
-        return slots, memory.step_rows(model.spec, self.memory_bytes, slots)
+        budget = self.memory_bytes - self.prefix.budget  # the prefix cache may fill its share beside a run
+        slots = memory.run_slots(model.spec, budget, self.max_batch)
+        return slots, memory.step_rows(model.spec, budget, slots)
 
     def _run_rows(self, model, W, cache, max_step, rows, on_rows):
         """run_rows over `rows` [(token, position, slot)] → on_rows(logits, log-softmax, first row, real rows) per
@@ -101,6 +103,10 @@ class Generation:
 
         def finish(r, reason):
             st = slots[r]
+            if reason != pb.ABORTED and self.prefix.budget:  # its rows' keys and values, for its episode's next turn
+                n = len(st["ctx"]) + len(st["tokens"]) - 1  # the last token drawn has not run
+                self.prefix.put(st["call"].ident, list(st["ctx"]) + st["tokens"][:-1],
+                                [(k[r, :, :n].clone(), v[r, :, :n].clone()) for k, v in cache])
             out[calls.index(st["call"])][st["i"]] = pb.GeneratedSequence(tokens=st["tokens"], logprobs=st["lps"],
                                                                          sample_logprobs=st["slps"], stop_reason=reason)
             slots[r] = None
@@ -119,7 +125,7 @@ class Generation:
                 # A group's sequences share their context (one prompt, several seeds): its rows run once, in the
                 # first slot that takes it; the others copy that slot's keys and values and draw from its last row's
                 # logits (a row's bits do not depend on its slot, so they are the bits of their own prefill).
-                prefilled, copies = {}, []
+                prefilled, copies, restores = {}, [], []
                 for r in range(R):
                     while slots[r] is None and pending:
                         c, i = pending.popleft()
@@ -136,12 +142,16 @@ class Generation:
                             src, last = prefilled[key]
                             copies.append((src, r, len(ctx)))
                             draws.append((last, r))
-                        else:
-                            rows += [(t, p, r) for p, t in enumerate(ctx)]
+                        else:  # rows an earlier turn of its episode ran are copied from the prefix cache
+                            entry, n = self.prefix.lookup(c.ident, ctx)
+                            if entry is not None:
+                                restores.append((entry, r, n))
+                            rows += [(t, p, r) for p, t in enumerate(ctx) if p >= n]
                             draws.append((len(rows) - 1, r))
                             prefilled[key] = (r, len(rows) - 1)
                         fresh.append(r)
                 self.counters["prefill_rows_shared"] += sum(n for _, _, n in copies)
+                self.counters["prefix_rows_reused"] += sum(n for _, _, n in restores)
                 if not rows:
                     break
                 if cache is None:
@@ -151,6 +161,10 @@ class Generation:
                     for k, v in cache:
                         k.index_fill_(0, idx, 0)
                         v.index_fill_(0, idx, 0)
+                for entry, r, n in restores:  # before the run: its context's later rows attend to them
+                    for (k, v), (ek, ev) in zip(cache, entry.kv):
+                        k[r, :, :n] = ek[:, :n]
+                        v[r, :, :n] = ev[:, :n]
                 at = sorted({row for row, _ in draws})  # the rows whose logits some slot draws from
                 logits = torch.zeros(len(at), model.spec["vocabSize"], device=self.device)
                 logp = torch.zeros_like(logits)

@@ -67,7 +67,7 @@ def main():
         pass
     if fell_back:
         log("device_fallback", requested=a.device, device=device, reason=reason)
-    engine = Engine(device, ",".join(a.devices), fell_back, reason, threads, a.memory_bytes, a.max_batch)
+    engine = Engine(device, ",".join(a.devices), fell_back, reason, threads, a.memory_bytes, a.max_batch, a.prefix_cache_bytes)
     engine.micro_batch_bytes = a.micro_batch_bytes
     if len(a.devices) > 1:
         for d in a.devices[1:]:
