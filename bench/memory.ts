@@ -14,13 +14,13 @@
  * tokenizer); weights come from InitModel, which allocates what a loaded
  * checkpoint of that shape does.
  */
-import * as fs from 'node:fs';
 import { parseArgs } from 'node:util';
 import { EngineClient } from '../engines/protocol/client';
 import { enginePeakBytes } from '../engines/families/transformer/memory';
 import { normalizeTransformerSpec, type TransformerSpec } from '../engines/families/transformer/spec';
 import { spawnEngine } from '../gpu-workers/engine-process';
 import { BUILT_IN_ENGINE_COMMAND } from '../processes/engine-kinds';
+import { procStatusBytes } from './lib/timing';
 
 export const QWEN3_VOCAB = 151_669;
 const ROWS = 8;
@@ -57,11 +57,6 @@ export interface MemoryCase {
   phases: string;
 }
 
-function statusKb(pid: number, field: string): number {
-  const m = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
-  return m ? Number(m[1]) * 1024 : 0;
-}
-
 /** One engine, one training step's calls on qwen2Spec(vocab, seq), peak RSS under a hard cap. */
 export async function measureCase(vocab: number, seq: number, capBytes: number, engineArgs: string[] = []): Promise<MemoryCase> {
   const spec = qwen2Spec(vocab, seq);
@@ -79,8 +74,8 @@ export async function measureCase(vocab: number, seq: number, capBytes: number, 
   let hitCap = false;
   const watch = setInterval(() => {
     try {
-      peak = Math.max(peak, statusKb(pid, 'VmHWM'));
-      if (statusKb(pid, 'VmRSS') > capBytes) {
+      peak = Math.max(peak, procStatusBytes(pid, 'VmHWM'));
+      if (procStatusBytes(pid, 'VmRSS') > capBytes) {
         hitCap = true;
         engine.child.kill('SIGKILL');
       }
@@ -92,7 +87,7 @@ export async function measureCase(vocab: number, seq: number, capBytes: number, 
   let updates = 0;
   let error: string | undefined;
   const phases: string[] = [];
-  const mark = (name: string) => phases.push(`${name} ${(statusKb(pid, 'VmHWM') / 2 ** 20).toFixed(0)}`);
+  const mark = (name: string) => phases.push(`${name} ${(procStatusBytes(pid, 'VmHWM') / 2 ** 20).toFixed(0)}`);
   try {
     await client.initModel({ modelKey: 'm', spec: { ...spec, family: 'transformer' }, seed: 1 });
     mark('init');
@@ -123,7 +118,7 @@ export async function measureCase(vocab: number, seq: number, capBytes: number, 
       updates++;
       mark(`update ${updates}`);
     }
-    peak = Math.max(peak, statusKb(pid, 'VmHWM'));
+    peak = Math.max(peak, procStatusBytes(pid, 'VmHWM'));
   } catch (e) {
     error = (e as Error).message.split('\n')[0];
   } finally {

@@ -14,14 +14,13 @@
  * ms and engine CPU ms (medians over reps), context rows reused; then peak RSS of each engine. Both
  * engines' tokens and log-probs are compared: the cache must not change a bit.
  */
-import * as fs from 'node:fs';
 import { parseArgs } from 'node:util';
 import { EngineClient } from '../engines/protocol/client';
 import { normalizeTransformerSpec, paramLayout } from '../engines/families/transformer/spec';
 import { pytorchEngine } from '../stack/pytorch-engine';
 import { engineCommand } from '../processes/engine-kinds';
 import { spawnEngine, type SpawnedEngine } from '../gpu-workers/engine-process';
-import { processCpuMs } from './lib/timing';
+import { processCpuMs, procStatusBytes } from './lib/timing';
 
 const { values } = parseArgs({
   options: {
@@ -62,7 +61,6 @@ const SPEC = normalizeTransformerSpec({
 });
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
-const peakRss = (pid: number) => Number(/^VmHWM:\s+(\d+) kB/m.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0) * 1024;
 const tokens = (n: number, salt: number) => Array.from({ length: n }, (_, j) => (salt * 7919 + j * 104729 + ((salt * j) % 97)) % V);
 
 interface Turn {
@@ -139,7 +137,7 @@ async function main() {
   const rss: number[] = [];
   try {
     same = await episodes([cached, plain]);
-    for (const s of [cached, plain]) rss.push(peakRss(s.engine.child.pid!));
+    for (const s of [cached, plain]) rss.push(procStatusBytes(s.engine.child.pid!, 'VmHWM'));
   } finally {
     for (const s of [cached, plain]) {
       s.client.close();

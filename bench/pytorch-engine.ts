@@ -16,7 +16,6 @@
  * `--baseline` adds a column for another PyTorch engine's server.py (e.g. an older checkout's
  * engines/pytorch/server.py, the batch-1 engine). Medians of `reps` warm calls.
  */
-import * as fs from 'node:fs';
 import { parseArgs } from 'node:util';
 import { EngineClient } from '../engines/protocol/client';
 import { normalizeTransformerSpec, paramLayout } from '../engines/families/transformer/spec';
@@ -24,7 +23,7 @@ import { pytorchEngine } from '../stack/pytorch-engine';
 import { engineCommand, BUILT_IN_ENGINE_COMMAND } from '../processes/engine-kinds';
 import { spawnEngine, type SpawnedEngine } from '../gpu-workers/engine-process';
 import { UPDATE, updateRequest } from './lib/update-request';
-import { timeProcess } from './lib/timing';
+import { procStatusBytes, timeProcess } from './lib/timing';
 
 const { values } = parseArgs({
   options: {
@@ -58,11 +57,6 @@ const timed = (pid: number, fn: () => Promise<unknown>) => timeProcess(pid, reps
 /** "wall-clock rate (per engine CPU second)" */
 const rate = (n: number, t: { wall: number; cpu: number }) => `${(n / (t.wall / 1000)).toFixed(0)} (${(n / (Math.max(t.cpu, 10) / 1000)).toFixed(0)})`;
 
-function peakRss(pid: number): number {
-  const m = /^VmHWM:\s+(\d+) kB/m.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
-  return Number(m?.[1] ?? 0) * 1024;
-}
-
 /** One engine's column: label → value, per config. */
 async function column(name: string, engine: SpawnedEngine): Promise<Map<string, string>> {
   const c = await EngineClient.connect(engine.listening.address);
@@ -92,7 +86,7 @@ async function column(name: string, engine: SpawnedEngine): Promise<Map<string, 
       out.set(`${cfg} update (trained tokens/s)`, rate(UPDATE.sequences * UPDATE.tokens, t));
       process.stderr.write(`${name} ${cfg} update: ${t.wall.toFixed(0)} ms (engine CPU ${t.cpu.toFixed(0)} ms)\n`);
     }
-    out.set('peak RSS (MiB)', (peakRss(engine.child.pid!) / 2 ** 20).toFixed(0));
+    out.set('peak RSS (MiB)', (procStatusBytes(engine.child.pid!, 'VmHWM') / 2 ** 20).toFixed(0));
   } finally {
     c.close();
     engine.child.kill('SIGTERM');

@@ -24,6 +24,7 @@ import { parseArgs } from 'node:util';
 import { exportHfCheckpoint } from '../engines/checkpoints/hf-layout';
 import { initTransformerWeights } from '../engines/families/transformer/init';
 import { QWEN3_VOCAB, qwen2Spec } from './memory';
+import { procStatusBytes } from './lib/timing';
 
 const CLI = path.join(__dirname, '..', 'cli', 'bin.js');
 const POSITIONS = 128;
@@ -55,8 +56,7 @@ function enginePeaks(engine: keyof typeof ENGINE_MARK, stateDir: string): Map<nu
       const cmd = fs.readFileSync(`/proc/${name}/cmdline`, 'utf8');
       if (!cmd.includes(ENGINE_MARK[engine])) continue;
       if (!fs.readFileSync(`/proc/${name}/environ`, 'utf8').split('\0').includes(`TROUPE_STATE_DIR=${stateDir}`)) continue;
-      const hwm = /^VmHWM:\s+(\d+) kB/m.exec(fs.readFileSync(`/proc/${name}/status`, 'utf8'));
-      if (hwm) out.set(Number(name), Number(hwm[1]) * 1024);
+      out.set(Number(name), procStatusBytes(name, 'VmHWM'));
     } catch {
       // gone, or not ours to read
     }

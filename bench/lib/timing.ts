@@ -32,6 +32,12 @@ export async function time(reps: number, fn: () => Promise<unknown>): Promise<Ti
   return { wall: median(wall), cpu: median(cpu) };
 }
 
+/** A `kB` field of /proc/<pid>/status in bytes (VmHWM: peak RSS; VmRSS: RSS now); 0 when absent. */
+export function procStatusBytes(pid: number | string, field: 'VmHWM' | 'VmRSS'): number {
+  const m = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
+  return m ? Number(m[1]) * 1024 : 0;
+}
+
 /** CPU ms (user + system) process `pid` has used (Linux /proc): an engine child's, steadier than wall time on a loaded machine. */
 export function processCpuMs(pid: number): number {
   const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
