@@ -148,7 +148,7 @@ function killStack(stateDir: string): void {
 
 /**
  * Starts the stack. `env` is merged into this process's environment (up() hands
- * process.env to the workers it spawns), e.g. { TROUPE_ENGINE_FAULTS: ... }.
+ * process.env to the workers it spawns), e.g. { TROUPE_ENGINE_FAULTS: ... }, until shutdown().
  */
 export async function startChaosStack(opts: { env?: Record<string, string>; log?: (line: string) => void } = {}): Promise<ChaosStack> {
   const log = opts.log ?? (() => undefined);
@@ -167,6 +167,8 @@ export async function startChaosStack(opts: { env?: Record<string, string>; log?
   // This stack owns its Temporal and PostgreSQL: no attaching to external ones.
   delete process.env.TEMPORAL_ADDRESS;
   delete process.env.DATABASE_URL;
+  // What shutdown() puts back: a later stack in this process must not inherit this one's env (faults, retention)
+  const previous = Object.keys(env).map((k) => [k, process.env[k]] as const);
   Object.assign(process.env, env);
   const config = loadConfig(process.env);
 
@@ -270,6 +272,10 @@ export async function startChaosStack(opts: { env?: Record<string, string>; log?
         await stopService(stateDir, name, { timeoutMs: 10_000 }).catch(() => undefined);
       if (fs.existsSync(embeddedDataDir(stateDir))) await stopEmbeddedPostgres(stateDir, 15_000).catch(() => undefined);
       if (!keepState) fs.rmSync(stateDir, { recursive: true, force: true });
+      for (const [k, v] of previous) {
+        if (v === undefined) delete process.env[k];
+        else process.env[k] = v;
+      }
     },
   };
   return stack;
