@@ -27,6 +27,7 @@
 import { parseArgs } from 'node:util';
 import { WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
 import type { trainingRun, RunSummary } from '../../workflows/training-run';
+import { episodeRetentionOf, planEpisodePrune, pruneEpisodes } from '../../activities/store/episode-retention';
 import { compareRuns, loadStoredRun } from './compare';
 import { inflict } from './kills';
 import { measureWorkflowTasks } from './observe';
@@ -109,10 +110,31 @@ async function heldIn(stack: ChaosStack, runId: string): Promise<number[]> {
   return rows.map((r) => Number(r.step));
 }
 
+/**
+ * What the background retention pruned of the first run, then one pass by hand over every run in `runIds`
+ * with the same policy: the loop's passes land at different moments in each run, and the compared runs
+ * must hold the same steps.
+ */
+async function settleRetention(stack: ChaosStack, runIds: string[], keepSteps: number): Promise<{ background: number; byHand: number }> {
+  const background = (await episodeRetentionOf(stack.sql, runIds[0]!))?.trainEpisodes ?? 0;
+  const policy = { keepSteps, sample: 0 };
+  let byHand = 0;
+  for (const runId of runIds)
+    for (const plan of await planEpisodePrune(stack.sql, policy, { runId })) {
+      const pruned = await pruneEpisodes(stack.sql, plan, policy);
+      if (runId === runIds[0]) byHand += pruned.episodes;
+    }
+  return { background, byHand };
+}
+
 export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   const log = options.log ?? ((l: string) => process.stderr.write(l + '\n'));
   const started = Date.now();
-  const stack = await startChaosStack({ log: (l) => log(`  up: ${l}`) });
+  const retention = options.retention && {
+    TROUPE_RETENTION_EPISODE_STEPS: String(options.retention.keepSteps),
+    TROUPE_RETENTION_INTERVAL_MINUTES: String(options.retention.intervalSeconds / 60),
+  };
+  const stack = await startChaosStack({ log: (l) => log(`  up: ${l}`), ...(retention ? { env: retention } : {}) });
   log(`chaos: stack up in ${((Date.now() - started) / 1000).toFixed(1)}s (state ${stack.stateDir})`);
   const reports: ModeReport[] = [];
   const start = (id: string, mode: Mode) =>
@@ -181,6 +203,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       if (summary) {
         await measureWorkflowTasks(stack, workflowId, kills).catch((e) => log(`chaos: could not read histories: ${(e as Error).message}`));
         const models = Object.keys(summary.versions);
+        if (options.retention) report.retention = await settleRetention(stack, [workflowId, `uninterrupted-${mode}`], options.retention.keepSteps);
         const stored = await loadStoredRun(stack.sql, workflowId);
         report.comparison = compareRuns(await loadStoredRun(stack.sql, `uninterrupted-${mode}`), stored, options.steps[mode], models);
         if (options.partialRollouts)

@@ -52,6 +52,8 @@ export interface ModeReport {
   heldIn?: number[];
   /** Partial rollouts with `meterWork`: what was sampled twice, from the engines' counters against the twin's stored per-step tokens. */
   partialWork?: PartialWork;
+  /** With `retention`: training episodes of the chaos run the background loop pruned, and what the pass by hand pruned after it. */
+  retention?: { background: number; byHand: number };
 }
 
 export interface PartialWork {
@@ -99,6 +101,10 @@ export function formatReport(r: ChaosReport): string {
     if (m.carriedInto)
       lines.push(
         `  partial rollouts: steps continuing carried episodes ${m.carriedInto.join(' ')}${m.heldIn ? `; holding groups at maxCarrySteps ${m.heldIn.join(' ')}` : ''}; kills during steps ${m.kills.map((k) => k.stepsDone ?? '?').join(' ')}`,
+      );
+    if (m.retention)
+      lines.push(
+        `  retention in the background: ${m.retention.background} training episode(s) of the chaos run pruned while it ran; ${m.retention.byHand} more by the pass by hand before comparing`,
       );
     if (m.partialWork) {
       const w = m.partialWork;

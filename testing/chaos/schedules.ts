@@ -32,6 +32,13 @@ export interface ChaosOptions {
   /** Never pause the run around kills (kills that come after its end are skipped). */
   noPause?: boolean;
   /**
+   * Episode retention in the background (the control worker's loop, TROUPE_RETENTION_EPISODE_STEPS
+   * and TROUPE_RETENTION_INTERVAL_MINUTES) while the runs go on: both runs are then pruned by hand to
+   * the same policy before they are compared, so the trajectories compared are the evals and the
+   * newest `keepSteps` steps; weights and optimizer state are compared at every version as always.
+   */
+  retention?: { keepSteps: number; intervalSeconds: number };
+  /**
    * Double kills: the same process again this long (ms, seeded in the range) after it is
    * back; an engine is killed again as soon as its successor exists (before it listens), and
    * a restarted pool worker's first engine is killed while the worker starts. Unset: one kill each.
@@ -76,6 +83,7 @@ export const SHORT: Omit<ChaosOptions, 'log'> = {
  */
 export const SHORT_NO_PAUSE: Omit<ChaosOptions, 'log'> = {
   ...SHORT,
+  retention: { keepSteps: 3, intervalSeconds: 1 },
   seed: 3,
   modes: ['batched'],
   steps: { batched: 20, durable: 7 },
@@ -137,6 +145,8 @@ export const SHORT_STALE: Omit<ChaosOptions, 'log'> = {
   kills: 2,
   kinds: ['pool-worker', 'control-worker'],
   staleness: 1,
+  // the control worker that prunes is itself killed; a rollout of step N + 1 runs before N commits
+  retention: { keepSteps: 3, intervalSeconds: 1 },
 };
 
 /**

@@ -14,6 +14,9 @@
  * A second schedule never pauses the run and kills each process twice, the second time
  * 0.5-1.7 s after it is back; an engine dies again before it listens, and a restarted pool
  * worker loses its engine during its own start-up (fatal to the worker before issue 18).
+ * Its control worker prunes episodes in the background every second (keep the newest 3
+ * steps) while the engine, pool worker and Temporal die around it: no version's bytes
+ * change, and what it keeps equals the twin's after both are pruned alike.
  *
  * A third runs the `recall` team's transformer (issue 12) in both modes: short, its engine
  * and pool worker killed once per mode; with TROUPE_CHAOS_LONG=1, every kind twice per mode.
@@ -54,6 +57,8 @@ test('chaos (no pause, double kills): processes killed again right after their r
       m.kills.some((k) => k.engineKilledAtStart !== undefined),
       `${m.mode}: no engine was killed during its pool worker's start-up`,
     );
+    // the control worker's retention loop pruned while processes died around it (SHORT_NO_PAUSE.retention)
+    assert.ok((m.retention?.background ?? 0) > 0, `${m.mode}: background retention pruned nothing of the chaos run`);
   }
 });
 
