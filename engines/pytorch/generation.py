@@ -103,10 +103,9 @@ class Generation:
 
         def finish(r, reason):
             st = slots[r]
-            if reason != pb.ABORTED and self.prefix.budget:  # its rows' keys and values, for its episode's next turn
+            if reason != pb.ABORTED:  # its rows' keys and values, for its episode's next turn
                 n = len(st["ctx"]) + len(st["tokens"]) - 1  # the last token drawn has not run
-                self.prefix.put(st["call"].ident, list(st["ctx"]) + st["tokens"][:-1],
-                                [(k[r, :, :n].clone(), v[r, :, :n].clone()) for k, v in cache])
+                self.prefix.put(st["call"].ident, list(st["ctx"]) + st["tokens"][:-1], [(k[r, :, :n], v[r, :, :n]) for k, v in cache])
             out[calls.index(st["call"])][st["i"]] = pb.GeneratedSequence(tokens=st["tokens"], logprobs=st["lps"],
                                                                          sample_logprobs=st["slps"], stop_reason=reason)
             slots[r] = None

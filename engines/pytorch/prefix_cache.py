@@ -33,11 +33,11 @@ def _block_hashes(tokens, n_blocks):
 class Entry:
     __slots__ = ("ident", "tokens", "kv", "bytes", "keys")
 
-    def __init__(self, ident, tokens, kv):
+    def __init__(self, ident, tokens, kv, size):
         self.ident = ident
         self.tokens = tokens  # tuple: the positions whose keys and values `kv` holds
         self.kv = kv  # per layer (k, v), each [kvHeads, len(tokens), headDim]
-        self.bytes = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
+        self.bytes = size
         self.keys = []  # its index keys
 
 
@@ -79,7 +79,8 @@ class PrefixCache:
         return best, n
 
     def put(self, ident, tokens, kv):
-        """Keep `kv` (per layer (k, v) [kvHeads, len(tokens), headDim], the caller's own copy) for `tokens`."""
+        """Keep a copy of `kv` (per layer (k, v) [kvHeads, len(tokens), headDim], views of a run's cache slot) for
+        `tokens`; nothing is copied when the cache would not keep it."""
         tokens = tuple(tokens)
         if self.budget == 0 or len(tokens) < BLOCK:
             return
@@ -87,9 +88,10 @@ class PrefixCache:
         if key in self.entries:
             self.entries.move_to_end(key)
             return
-        e = Entry(ident, tokens, kv)
-        if e.bytes > self.budget:
+        size = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
+        if size > self.budget:
             return
+        e = Entry(ident, tokens, [(k.clone(), v.clone()) for k, v in kv], size)
         prefix, n = self._match(ident, tokens, len(tokens))
         if prefix is not None and n == len(prefix.tokens):  # the episode's last turn: this one holds all of it
             self._remove((ident, prefix.tokens))
