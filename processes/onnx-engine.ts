@@ -41,6 +41,10 @@ usage: node --import tsx processes/onnx-engine.ts [options]
                       start-up: MemAvailable plus what the engine holds)
   --micro-batch-bytes N  activations one update micro-batch may hold (default 268435456;
                       keep it equal across a pool so retried updates give the same bits)
+  --trainer-thread X  on | off: run Score and Update on a second thread beside Generate, so an
+                      asynchronous run's rollout overlaps the previous step's update (default on
+                      for cpu, off for cuda; the same bits either way; LoRA models stay on the
+                      engine's thread). A call there holds a copy of its version while it runs.
   --exit-with-stdin   exit when stdin closes (used by a supervising parent so the
                       engine never outlives it)
   -h, --help          this text
@@ -78,6 +82,7 @@ async function main(): Promise<void> {
         'memory-bytes': { type: 'string' },
         'micro-batch-bytes': { type: 'string' },
         'rss-limit-bytes': { type: 'string' },
+        'trainer-thread': { type: 'string' },
         'exit-with-stdin': { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
       },
@@ -114,6 +119,8 @@ async function main(): Promise<void> {
   const maxVersions = intFlag('max-versions', values['max-versions'], 64, 1);
   const shape = values['batch-shape'] ?? 'auto';
   if (shape !== 'auto' && shape !== 'free' && shape !== 'fixed') fail(`--batch-shape must be auto, free or fixed`);
+  const trainerThread = values['trainer-thread'];
+  if (trainerThread !== undefined && trainerThread !== 'on' && trainerThread !== 'off') fail(`--trainer-thread must be on or off, got "${trainerThread}"`);
   const defaults = defaultMemoryPolicy();
   const memory = {
     budgetBytes: intFlag(
@@ -159,6 +166,7 @@ async function main(): Promise<void> {
     batchShape: shape,
     memory,
     log,
+    ...(trainerThread === undefined ? {} : { trainerThread: trainerThread === 'on' }),
   });
   const requests = new RequestCounts();
   if (metricsPort > 0) {

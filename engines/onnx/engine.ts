@@ -1,13 +1,15 @@
 /**
  * The engine, in-process: model/version cache, request validation, dynamic
- * batching of Generate, and one device queue for all runs. The gRPC server
- * (server.ts) is a thin wrapper; tests and benchmarks can use this directly.
+ * batching of Generate, one device queue for Generate runs, and one train queue
+ * of Score and Update calls, run on the engine's trainer thread on CPU
+ * (trainer-thread.ts) so that they overlap Generate. The gRPC server (server.ts)
+ * is a thin wrapper; tests and benchmarks can use this directly.
  */
 import { createHash } from 'node:crypto';
 import { ErrorReason, EngineFault, invalid } from '../protocol/errors';
 import { describeSpec, FAMILY_NAMES, familyOf, specKey } from '../families';
 import type { ModelSpec } from '../families/model-family';
-import type { GenerateRowResult, MemoryPolicy, ModelRuntime, StepMetrics, UpdateSample } from './model-runtime';
+import type { GenerateRowResult, MemoryPolicy, ModelRuntime, OptimState, ScoreSequence, StepMetrics, UpdateSample, UpdateSettings } from './model-runtime';
 import type {
   AbortRequest,
   AbortResponse,
@@ -40,6 +42,8 @@ import {
   writeReference,
 } from '../protocol/version-bytes';
 import { DeviceQueue } from './device-queue';
+import { runUpdateStep, type UpdateStepResult } from './update-step';
+import { type SpecRows, TrainerThread } from './trainer-thread';
 import { parseEngineFaults, withNanAdvantage, type EngineFaults } from './faults';
 import { defaultMemoryPolicy, type ResolvedDevice, sessionFactory } from './device';
 import { type InvarianceResult, probeInvariance } from './invariance';
@@ -67,6 +71,11 @@ export interface EngineOptions {
   log?: (event: Record<string, unknown>) => void;
   /** Test-only fault injection (faults.ts); default env TROUPE_ENGINE_FAULTS, unset = off. */
   faults?: string;
+  /**
+   * Run Score and Update on a second thread (trainer-thread.ts), beside Generate; default: on CPU. Off, on
+   * CUDA, or for a LoRA spec (its frozen base would be copied to the thread), they run on the engine's thread.
+   */
+  trainerThread?: boolean;
 }
 
 /** Lets a transport tell the engine that the caller went away. */
@@ -137,6 +146,24 @@ function stepToMetrics(s: StepMetrics): UpdateMetrics {
   return meanMetrics([s]);
 }
 
+/** The last Score of a model: an asynchronous step scores its batch under the base (its proximal policy) just before the Update. */
+interface LastScore {
+  version: number;
+  tokens: string;
+  logprobs: Float32Array[];
+}
+
+/** Which tokens a batch holds, in order (sha256 of every sequence's context and tokens with their lengths). */
+function tokensOf(seqs: readonly ScoreSequence[]): string {
+  const h = createHash('sha256');
+  for (const s of seqs) {
+    h.update(new Int32Array([s.context.length, s.tokens.length]));
+    h.update(Int32Array.from(s.context));
+    h.update(Int32Array.from(s.tokens));
+  }
+  return h.digest('hex');
+}
+
 export class Engine {
   readonly device: ResolvedDevice;
   readonly intraOpThreads: number;
@@ -145,11 +172,16 @@ export class Engine {
   readonly memory: MemoryPolicy;
   private readonly cache: VersionCache;
   private readonly queue = new DeviceQueue();
+  /** Score and Update calls in order: their own queue beside the device queue with a trainer thread, else the device queue. */
+  private readonly trainQueue: DeviceQueue;
+  private readonly thread?: TrainerThread;
   private readonly batcher: GenerateBatcher<GenerateGroupCtx>;
   private readonly runtimes = new Map<string, Promise<SpecRuntime>>();
   /** seeded version-0 θ and LoRA bases, one array per content */
   private readonly weights = new SharedWeights();
   private readonly updates = new Map<string, UpdateRecord>();
+  /** by model key; an Update of the same version and tokens reuses it for its log-prob gap instead of scoring again */
+  private readonly lastScores = new Map<string, LastScore>();
   private readonly inflight = new Set<InflightGenerate>();
   private readonly started = Date.now();
   private readonly log: (event: Record<string, unknown>) => void;
@@ -179,6 +211,12 @@ export class Engine {
     this.cache = new VersionCache(opts.maxVersionsPerModel ?? 64);
     this.faults = parseEngineFaults(opts.faults ?? process.env.TROUPE_ENGINE_FAULTS);
     if (this.faults.armed.length > 0) this.log({ event: 'warning', message: `test fault injection armed: ${this.faults.armed.join(', ')}` });
+    const threaded = opts.trainerThread ?? this.device.device === 'cpu';
+    this.trainQueue = threaded ? new DeviceQueue() : this.queue;
+    if (threaded) {
+      const settings = { device: this.device.device, intraOpThreads: this.intraOpThreads, memory: this.memory };
+      this.thread = new TrainerThread(settings, () => this.trainQueue.worked());
+    }
     this.batcher = new GenerateBatcher(this.queue, { windowMs: this.batchWindowMs, maxBatch: this.maxBatch }, (ctx, jobs) => this.runGenerateGroup(ctx, jobs));
   }
 
@@ -388,8 +426,12 @@ export class Engine {
     const { model, v } = this.cache.version(key, version);
     const seqs = validate.scoreSequences(req, model.spec);
     const theta = v.state.theta;
-    const out = await this.queue.run(() => model.runtime.score(theta, seqs));
+    const out = await this.trainQueue.run(async () => {
+      const on = await this.onThread(model);
+      return on ? this.thread!.score({ ...on, theta, seqs }) : model.runtime.score(theta, seqs);
+    });
     this.counters.scoreRuns++;
+    this.lastScores.set(key, { version, tokens: tokensOf(seqs), logprobs: out.logprobs });
     return {
       version,
       sequences: out.logprobs.map((lp, i) => ({ logprobs: Array.from(lp), entropy: Array.from(out.entropy[i]!) })),
@@ -422,19 +464,18 @@ export class Engine {
 
     const stall = this.faults.stallUpdate(requestId);
     const innerSteps = settings.innerSteps;
-    progress({ phase: 'queued', queuePosition: this.queue.depth, innerSteps });
-    const promise = this.queue.run(async (): Promise<UpdateResponse> => {
+    progress({ phase: 'queued', queuePosition: this.trainQueue.depth, innerSteps });
+    const promise = this.trainQueue.run(async (): Promise<UpdateResponse> => {
       if (stall) {
         this.log({ event: 'fault_injected', fault: 'stall-update', requestId });
-        await new Promise<never>(() => undefined); // holds the device queue; the event loop stays free
+        await new Promise<never>(() => undefined); // holds the train queue; the event loop stays free
       }
       const t0 = performance.now();
       const { v } = this.cache.version(key, base);
       this.checkBase(model, base, !!req.allowStaleBase); // another update may have committed meanwhile
       progress({ phase: 'scoring', innerSteps });
-      const logprobGap = await this.logprobGap(model.runtime, v.state.theta, samples);
-      progress({ phase: 'training', innerSteps });
-      const out = await model.runtime.update(v.state, samples, settings);
+      const training = () => progress({ phase: 'training', innerSteps });
+      const { out, logprobGap } = await this.updateStep(model, v.state, samples, settings, training, this.scoredBefore(key, base, samples));
       this.counters.updateRuns++;
       const bad = out.steps.findIndex((s) => !Number.isFinite(s.loss) || !Number.isFinite(s.grad_norm));
       if (bad >= 0 || out.state.theta.some((x) => !Number.isFinite(x))) {
@@ -466,22 +507,39 @@ export class Engine {
     return promise;
   }
 
-  /** How far the rollout's log-probs are from what the base weights give now (the update's first ratio is exp of this). */
-  private async logprobGap(runtime: ModelRuntime, theta: Float32Array, samples: UpdateSample[]): Promise<{ mean: number; max: number }> {
-    const base = await runtime.score(theta, samples);
-    let sum = 0;
-    let max = 0;
-    let n = 0;
-    samples.forEach((s, i) => {
-      for (let t = 0; t < s.tokens.length; t++) {
-        if (s.lossMask[t] !== 1) continue;
-        const gap = Math.abs(s.oldLogprobs[t]! - base.logprobs[i]![t]!);
-        sum += gap;
-        max = Math.max(max, gap);
-        n++;
-      }
-    });
-    return { mean: n ? sum / n : 0, max };
+  /** The update's device work: on the trainer thread where there is one (LoRA specs: on this thread), else here. */
+  private async updateStep(
+    model: ModelEntry,
+    state: OptimState,
+    samples: UpdateSample[],
+    settings: UpdateSettings,
+    training: () => void,
+    baseLogprobs?: Float32Array[],
+  ): Promise<UpdateStepResult> {
+    const on = await this.onThread(model);
+    return on
+      ? this.thread!.update({ ...on, state, samples, settings, baseLogprobs }, training)
+      : runUpdateStep(model.runtime, state, samples, settings, training, baseLogprobs);
+  }
+
+  /** The base version's log-probs of exactly these samples' tokens, where the model's last Score computed them (then forgotten). */
+  private scoredBefore(key: string, base: number, samples: UpdateSample[]): Float32Array[] | undefined {
+    const last = this.lastScores.get(key);
+    if (!last || last.version !== base || last.logprobs.length !== samples.length || last.tokens !== tokensOf(samples)) return undefined;
+    this.lastScores.delete(key);
+    return last.logprobs;
+  }
+
+  /** What the trainer thread builds the model's runtime from (its spec, the probed row policy), or undefined: it runs here. */
+  private async onThread(model: ModelEntry): Promise<SpecRows | undefined> {
+    if (!this.thread || loraSpecOf(model.spec)) return undefined;
+    const { invariance } = await this.runtimeFor(model.spec);
+    return { spec: model.spec, rows: { minRows: invariance.minRows, maxRows: invariance.maxRows } };
+  }
+
+  /** Ends the trainer thread (in-process users; the engine process ends with it anyway). */
+  close(): Promise<void> {
+    return this.thread?.close() ?? Promise.resolve();
   }
 
   private checkBase(model: ModelEntry, base: number, allowStale: boolean): void {
@@ -510,10 +568,19 @@ export class Engine {
       fellBack: this.device.fellBack,
       fallbackReason: this.device.fallbackReason,
       uptimeS: (Date.now() - this.started) / 1000,
-      deviceRuns: this.queue.completed,
-      queueDepth: this.queue.depth + this.batcher.waiting,
+      deviceRuns: this.deviceRuns(),
+      queueDepth: this.queueDepth(),
       capabilities: this.capabilities(),
     };
+  }
+
+  /** Device runs and session builds so far, on both threads: the progress the pool worker's hang watchdog reads. */
+  private deviceRuns(): number {
+    return this.queue.completed + (this.trainQueue === this.queue ? 0 : this.trainQueue.completed);
+  }
+
+  private queueDepth(): number {
+    return this.queue.depth + (this.trainQueue === this.queue ? 0 : this.trainQueue.depth) + this.batcher.waiting;
   }
 
   capabilities(): Capabilities {
@@ -564,7 +631,7 @@ export class Engine {
           versions: [...m.versions.keys()].sort((a, b) => a - b),
           latestVersion: m.latest,
         })),
-      queueDepth: this.queue.depth + this.batcher.waiting,
+      queueDepth: this.queueDepth(),
       tokensPerSecond: c.generateMs > 0 ? (c.tokensGenerated / c.generateMs) * 1000 : 0,
       tokensGenerated: c.tokensGenerated,
       generateBatches: c.generateBatches,

@@ -15,10 +15,12 @@
  * update (reason NON_FINITE_UPDATE) exactly as it would for NaN/inf produced by
  * training.
  *
- * `stall-update:<pattern>`: the Update takes the device queue and never
- * finishes, without blocking the event loop: Health still answers, reporting
- * the queued work and no new device runs (the hang the pool worker's watchdog
- * must catch although the engine answers). Every later device run waits behind it.
+ * `stall-update:<pattern>`: the Update takes the engine's train queue (its
+ * device queue where there is no trainer thread) and never finishes, without
+ * blocking the event loop: Health still answers, reporting the queued work and,
+ * once nothing else runs, no new device runs (the hang the pool worker's
+ * watchdog must catch although the engine answers). Every later Score and
+ * Update waits behind it.
  *
  * The pool worker passes its environment to the engine it spawns, so setting
  * the variable for `troupe up` (or a test's pool worker) reaches the engine.

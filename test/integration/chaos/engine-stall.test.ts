@@ -1,5 +1,5 @@
 /**
- * An engine that answers Health but makes no progress: step 1's update takes the device
+ * An engine that answers Health but makes no progress: step 1's update takes the train
  * queue and never finishes (test fault `stall-update`, engines/onnx/faults.ts), while
  * the engine process stays alive and keeps answering Health with its queue depth and
  * unchanged device runs. The pool worker's watchdog counts it hung within its limit, kills
