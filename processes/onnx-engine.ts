@@ -41,10 +41,12 @@ usage: node --import tsx processes/onnx-engine.ts [options]
                       start-up: MemAvailable plus what the engine holds)
   --micro-batch-bytes N  activations one update micro-batch may hold (default 268435456;
                       keep it equal across a pool so retried updates give the same bits)
-  --trainer-thread X  on | off: run Score and Update on a second thread beside Generate, so an
-                      asynchronous run's rollout overlaps the previous step's update (default on
-                      for cpu, off for cuda; the same bits either way; LoRA models stay on the
-                      engine's thread). A call there holds a copy of its version while it runs.
+  --trainer-thread X  auto | on | off: Score and Update on a second thread beside Generate, so an
+                      asynchronous run's rollout overlaps the previous step's update; auto (the
+                      default on cpu) starts it with the first call that would wait for Generate,
+                      on with the first call, off (the default on cuda) never. The same bits
+                      either way; LoRA models stay on the engine's thread. The thread costs ~40 MB
+                      and a copy of the version a call uses while it runs.
   --exit-with-stdin   exit when stdin closes (used by a supervising parent so the
                       engine never outlives it)
   -h, --help          this text
@@ -120,7 +122,8 @@ async function main(): Promise<void> {
   const shape = values['batch-shape'] ?? 'auto';
   if (shape !== 'auto' && shape !== 'free' && shape !== 'fixed') fail(`--batch-shape must be auto, free or fixed`);
   const trainerThread = values['trainer-thread'];
-  if (trainerThread !== undefined && trainerThread !== 'on' && trainerThread !== 'off') fail(`--trainer-thread must be on or off, got "${trainerThread}"`);
+  if (trainerThread !== undefined && trainerThread !== 'auto' && trainerThread !== 'on' && trainerThread !== 'off')
+    fail(`--trainer-thread must be auto, on or off, got "${trainerThread}"`);
   const defaults = defaultMemoryPolicy();
   const memory = {
     budgetBytes: intFlag(
@@ -166,7 +169,7 @@ async function main(): Promise<void> {
     batchShape: shape,
     memory,
     log,
-    ...(trainerThread === undefined ? {} : { trainerThread: trainerThread === 'on' }),
+    ...(trainerThread === undefined ? {} : { trainerThread }),
   });
   const requests = new RequestCounts();
   if (metricsPort > 0) {

@@ -72,10 +72,11 @@ export interface EngineOptions {
   /** Test-only fault injection (faults.ts); default env TROUPE_ENGINE_FAULTS, unset = off. */
   faults?: string;
   /**
-   * Run Score and Update on a second thread (trainer-thread.ts), beside Generate; default: on CPU. Off, on
-   * CUDA, or for a LoRA spec (its frozen base would be copied to the thread), they run on the engine's thread.
+   * Score and Update on a second thread (trainer-thread.ts), beside Generate: "auto" (the default on CPU) from the first
+   * call that would overlap Generate, "on" from the first call, "off" (the default on CUDA) never. LoRA specs (their
+   * frozen base would be copied to the thread) always run on the engine's thread.
    */
-  trainerThread?: boolean;
+  trainerThread?: 'auto' | 'on' | 'off';
 }
 
 /** Lets a transport tell the engine that the caller went away. */
@@ -175,6 +176,8 @@ export class Engine {
   /** Score and Update calls in order: their own queue beside the device queue with a trainer thread, else the device queue. */
   private readonly trainQueue: DeviceQueue;
   private readonly thread?: TrainerThread;
+  /** whether Score and Update go to the thread: "on", or from the first one that would overlap Generate (onThread) */
+  private threadInUse: boolean;
   private readonly batcher: GenerateBatcher<GenerateGroupCtx>;
   private readonly runtimes = new Map<string, Promise<SpecRuntime>>();
   /** seeded version-0 θ and LoRA bases, one array per content */
@@ -211,7 +214,9 @@ export class Engine {
     this.cache = new VersionCache(opts.maxVersionsPerModel ?? 64);
     this.faults = parseEngineFaults(opts.faults ?? process.env.TROUPE_ENGINE_FAULTS);
     if (this.faults.armed.length > 0) this.log({ event: 'warning', message: `test fault injection armed: ${this.faults.armed.join(', ')}` });
-    const threaded = opts.trainerThread ?? this.device.device === 'cpu';
+    const mode = opts.trainerThread ?? (this.device.device === 'cpu' ? 'auto' : 'off');
+    const threaded = mode !== 'off';
+    this.threadInUse = mode === 'on';
     this.trainQueue = threaded ? new DeviceQueue() : this.queue;
     if (threaded) {
       const settings = { device: this.device.device, intraOpThreads: this.intraOpThreads, memory: this.memory };
@@ -530,9 +535,18 @@ export class Engine {
     return last.logprobs;
   }
 
-  /** What the trainer thread builds the model's runtime from (its spec, the probed row policy), or undefined: it runs here. */
+  /**
+   * What the trainer thread builds the model's runtime from (its spec, the probed row policy), or undefined: it runs
+   * here. The thread starts with the first Score or Update that finds Generate work queued or running (an asynchronous
+   * run): a synchronous run, whose calls take turns, never pays for it (an isolate, its own sessions, copies of θ).
+   */
   private async onThread(model: ModelEntry): Promise<SpecRows | undefined> {
     if (!this.thread || loraSpecOf(model.spec)) return undefined;
+    if (!this.threadInUse) {
+      if (this.queue.depth + this.batcher.waiting === 0) return undefined;
+      this.threadInUse = true;
+      this.log({ event: 'trainer_thread', message: 'Score and Update run on the trainer thread from now on: one overlapped Generate' });
+    }
     const { invariance } = await this.runtimeFor(model.spec);
     return { spec: model.spec, rows: { minRows: invariance.minRows, maxRows: invariance.maxRows } };
   }

@@ -84,7 +84,7 @@ test('--help, a taken port and an unusable cuda device give one clear line and e
 
   await assert.rejects(engineCmd(['--device', 'cpu', '--trainer-thread', 'yes']), (e: { code: number; stderr: string }) => {
     assert.equal(e.code, 1);
-    assert.match(e.stderr, /--trainer-thread must be on or off, got "yes"/);
+    assert.match(e.stderr, /--trainer-thread must be auto, on or off, got "yes"/);
     return true;
   });
 

@@ -33,7 +33,7 @@ for (const [name, spec] of [
 ] as const) {
   test(`${name}: an update on the update thread gives the bits of one on the engine's thread`, async () => {
     const results = [];
-    for (const trainerThread of [true, false]) {
+    for (const trainerThread of ['on', 'off'] as const) {
       const engine = cpuEngine({ trainerThread });
       await engine.initModel({ modelKey: 'm', spec, seed: 3 });
       const samples = await batch(engine, spec.vocabSize, 8, 6);
@@ -55,7 +55,7 @@ for (const [name, spec] of [
 
 test('a Generate sent while an update runs is answered before the update ends only with the update thread', async () => {
   const order: Record<string, string[]> = {};
-  for (const trainerThread of [true, false]) {
+  for (const trainerThread of ['auto', 'on', 'off'] as const) {
     const engine = cpuEngine({ trainerThread });
     await engine.initModel({ modelKey: 'm', spec: TRANSFORMER, seed: 3 });
     const samples = await batch(engine, TRANSFORMER.vocabSize, 32, 24);
@@ -67,18 +67,19 @@ test('a Generate sent while an update runs is answered before the update ends on
     const health = engine.health();
     await generate;
     await update;
-    order[String(trainerThread)] = seen;
+    order[trainerThread] = seen;
     const after = engine.health();
     assert.ok(health.queueDepth >= 1, 'Health counts the running update as queued work');
     assert.ok(after.deviceRuns > health.deviceRuns, `device runs moved on (${health.deviceRuns} -> ${after.deviceRuns})`);
     await engine.close();
   }
-  assert.deepEqual(order.true, ['generate', 'update'], 'with the update thread the Generate does not wait for the update');
-  assert.deepEqual(order.false, ['update', 'generate'], 'on one thread it does (the control: the update is long enough to be seen)');
+  assert.deepEqual(order.on, ['generate', 'update'], 'with the update thread the Generate does not wait for the update');
+  assert.deepEqual(order.auto, ['generate', 'update'], '"auto" (the default) starts the thread for an update that would wait for Generate');
+  assert.deepEqual(order.off, ['update', 'generate'], 'on one thread it does (the control: the update is long enough to be seen)');
 });
 
 test('an update whose thread dies fails, commits nothing, and the next update starts a new thread', async () => {
-  const engine = cpuEngine({ trainerThread: true });
+  const engine = cpuEngine({ trainerThread: 'on' });
   await engine.initModel({ modelKey: 'm', spec: TRANSFORMER, seed: 3 });
   const samples = await batch(engine, TRANSFORMER.vocabSize, 32, 24);
   const settings = { lr: 0.01, innerSteps: 16 };
@@ -90,7 +91,7 @@ test('an update whose thread dies fails, commits nothing, and the next update st
   assert.equal(stats.models[0]!.latestVersion, 0, 'nothing was committed');
   // the same request again (a failed update is not remembered), on a new thread, and the reference on one thread
   const again = await engine.update({ modelKey: 'm', baseVersion: 0, requestId: 'x', samples, settings });
-  const reference = cpuEngine({ trainerThread: false });
+  const reference = cpuEngine({ trainerThread: 'off' });
   await reference.initModel({ modelKey: 'm', spec: TRANSFORMER, seed: 3 });
   const want = await reference.update({ modelKey: 'm', baseVersion: 0, requestId: 'x', samples, settings });
   assert.equal(again.info.version, 1);
@@ -114,4 +115,20 @@ test('an Update right after a Score of its batch under its base reuses that Scor
   assert.deepEqual(runs.true!.gap, runs.false!.gap, 'the same log-prob gap');
   assert.equal(runs.true!.sha, runs.false!.sha);
   assert.equal(runs.true!.delta, runs.false!.delta - 1, `one device run fewer (the Score): ${runs.true!.delta} vs ${runs.false!.delta}`);
+});
+
+test('"auto" keeps calls that take turns with Generate on the engine\'s thread, and says when it starts the thread', async () => {
+  const events: Array<Record<string, unknown>> = [];
+  const engine = cpuEngine({ log: (e) => events.push(e) });
+  await engine.initModel({ modelKey: 'm', spec: TRANSFORMER, seed: 3 });
+  const samples = await batch(engine, TRANSFORMER.vocabSize, 8, 6);
+  await engine.score({ modelKey: 'm', version: 0, sequences: samples });
+  await engine.update({ modelKey: 'm', baseVersion: 0, requestId: 'a', samples, settings: { lr: 0.01 } });
+  const started = () => events.filter((e) => e.event === 'trainer_thread');
+  assert.equal(started().length, 0, 'a synchronous run never starts the thread');
+  const update = engine.update({ modelKey: 'm', baseVersion: 1, requestId: 'b', samples, settings: { lr: 0.01 } });
+  await engine.generate({ modelKey: 'm', version: 1, sequences: [{ context: [1, 2], seed: 1 }], sampling: { maxTokens: 2 } });
+  await update;
+  assert.equal(started().length, 1, 'an update beside a Generate starts it, once');
+  await engine.close();
 });
