@@ -433,7 +433,7 @@ export class Engine {
     const theta = v.state.theta;
     const out = await this.trainQueue.run(async () => {
       const on = await this.onThread(model);
-      return on ? this.thread!.score({ ...on, theta, seqs }) : model.runtime.score(theta, seqs);
+      return on ? on.thread.score({ ...on.model, theta, seqs }) : model.runtime.score(theta, seqs);
     });
     this.counters.scoreRuns++;
     this.lastScores.set(key, { version, tokens: tokensOf(seqs), logprobs: out.logprobs });
@@ -523,7 +523,7 @@ export class Engine {
   ): Promise<UpdateStepResult> {
     const on = await this.onThread(model);
     return on
-      ? this.thread!.update({ ...on, state, samples, settings, baseLogprobs }, training)
+      ? on.thread.update({ ...on.model, state, samples, settings, baseLogprobs }, training)
       : runUpdateStep(model.runtime, state, samples, settings, training, baseLogprobs);
   }
 
@@ -540,7 +540,7 @@ export class Engine {
    * here. The thread starts with the first Score or Update that finds Generate work queued or running (an asynchronous
    * run): a synchronous run, whose calls take turns, never pays for it (an isolate, its own sessions, copies of θ).
    */
-  private async onThread(model: ModelEntry): Promise<SpecRows | undefined> {
+  private async onThread(model: ModelEntry): Promise<{ thread: TrainerThread; model: SpecRows } | undefined> {
     if (!this.thread || loraSpecOf(model.spec)) return undefined;
     if (!this.threadInUse) {
       if (this.queue.depth + this.batcher.waiting === 0) return undefined;
@@ -548,7 +548,7 @@ export class Engine {
       this.log({ event: 'trainer_thread', message: 'Score and Update run on the trainer thread from now on: one overlapped Generate' });
     }
     const { invariance } = await this.runtimeFor(model.spec);
-    return { spec: model.spec, rows: { minRows: invariance.minRows, maxRows: invariance.maxRows } };
+    return { thread: this.thread, model: { spec: model.spec, rows: { minRows: invariance.minRows, maxRows: invariance.maxRows } } };
   }
 
   /** Ends the trainer thread (in-process users; the engine process ends with it anyway). */

@@ -12,7 +12,8 @@ import { createRuntime } from './runtimes';
 import { runUpdateStep } from './update-step';
 import type { FromThread, SpecRows, ThreadJob, ThreadSettings } from './trainer-thread';
 
-const port = parentPort!;
+if (!parentPort) throw new Error('trainer-worker.ts is the engine trainer thread: trainer-thread.ts starts it as a Worker');
+const port = parentPort;
 const settings = workerData as ThreadSettings;
 const post = (m: FromThread, transfer: ArrayBuffer[] = []) => port.postMessage(m, transfer);
 const factory = sessionFactory(settings.device, {
