@@ -150,19 +150,19 @@ function stepToMetrics(s: StepMetrics): UpdateMetrics {
 /** The last Score of a model: an asynchronous step scores its batch under the base (its proximal policy) just before the Update. */
 interface LastScore {
   version: number;
-  tokens: string;
+  seqs: readonly ScoreSequence[];
   logprobs: Float32Array[];
 }
 
-/** Which tokens a batch holds, in order (sha256 of every sequence's context and tokens with their lengths). */
-function tokensOf(seqs: readonly ScoreSequence[]): string {
-  const h = createHash('sha256');
-  for (const s of seqs) {
-    h.update(new Int32Array([s.context.length, s.tokens.length]));
-    h.update(Int32Array.from(s.context));
-    h.update(Int32Array.from(s.tokens));
-  }
-  return h.digest('hex');
+const sameList = (a: ArrayLike<number>, b: ArrayLike<number>) => a.length === b.length && Array.prototype.every.call(a, (x: number, i: number) => x === b[i]);
+
+/** Whether two batches hold the same tokens in the same order (compared only when an Update follows a Score). */
+function sameTokens(a: readonly ScoreSequence[], b: readonly ScoreSequence[]): boolean {
+  if (a.length !== b.length) return false;
+  return a.every((s, i) => {
+    const o = b[i];
+    return o !== undefined && sameList(s.context, o.context) && sameList(s.tokens, o.tokens);
+  });
 }
 
 export class Engine {
@@ -436,7 +436,7 @@ export class Engine {
       return on ? on.thread.score({ ...on.model, theta, seqs }) : model.runtime.score(theta, seqs);
     });
     this.counters.scoreRuns++;
-    this.lastScores.set(key, { version, tokens: tokensOf(seqs), logprobs: out.logprobs });
+    this.lastScores.set(key, { version, seqs, logprobs: out.logprobs });
     return {
       version,
       sequences: out.logprobs.map((lp, i) => ({ logprobs: Array.from(lp), entropy: Array.from(out.entropy[i]!) })),
@@ -530,7 +530,7 @@ export class Engine {
   /** The base version's log-probs of exactly these samples' tokens, where the model's last Score computed them (then forgotten). */
   private scoredBefore(key: string, base: number, samples: UpdateSample[]): Float32Array[] | undefined {
     const last = this.lastScores.get(key);
-    if (!last || last.version !== base || last.logprobs.length !== samples.length || last.tokens !== tokensOf(samples)) return undefined;
+    if (!last || last.version !== base || !sameTokens(last.seqs, samples)) return undefined;
     this.lastScores.delete(key);
     return last.logprobs;
   }
@@ -588,13 +588,18 @@ export class Engine {
     };
   }
 
+  /** The device queue, and the train queue where it is another (with a trainer thread). */
+  private queues(): DeviceQueue[] {
+    return this.trainQueue === this.queue ? [this.queue] : [this.queue, this.trainQueue];
+  }
+
   /** Device runs and session builds so far, on both threads: the progress the pool worker's hang watchdog reads. */
   private deviceRuns(): number {
-    return this.queue.completed + (this.trainQueue === this.queue ? 0 : this.trainQueue.completed);
+    return this.queues().reduce((n, q) => n + q.completed, 0);
   }
 
   private queueDepth(): number {
-    return this.queue.depth + (this.trainQueue === this.queue ? 0 : this.trainQueue.depth) + this.batcher.waiting;
+    return this.queues().reduce((n, q) => n + q.depth, this.batcher.waiting);
   }
 
   capabilities(): Capabilities {

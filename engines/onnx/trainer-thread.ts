@@ -15,7 +15,7 @@ import * as path from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { EngineFault, type ErrorReason } from '../protocol/errors';
 import type { ModelSpec } from '../families/model-family';
-import type { MemoryPolicy, OptimState, RowPolicy, ScoreSequence, UpdateSample, UpdateSettings } from './model-runtime';
+import type { MemoryPolicy, ModelRuntime, OptimState, RowPolicy, ScoreSequence, UpdateSample, UpdateSettings } from './model-runtime';
 import type { UpdateStepResult } from './update-step';
 
 /** What every session of the thread is built with (the engine's own settings). */
@@ -31,7 +31,7 @@ export interface SpecRows {
   rows: RowPolicy;
 }
 
-export type ScoreResult = { logprobs: Float32Array[]; entropy: Float32Array[] };
+export type ScoreResult = Awaited<ReturnType<ModelRuntime['score']>>;
 
 export type ThreadJob = SpecRows & { id: number } & (
     | { kind: 'score'; theta: Float32Array; seqs: ScoreSequence[] }
