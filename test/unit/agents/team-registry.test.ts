@@ -105,3 +105,34 @@ it("a bad team option is named once, as the run's to fix, not as a broken team d
     },
   );
 });
+
+it('a team is built once per factory and options; a replaced factory builds anew', () => {
+  let builds = 0;
+  const make = (options: Record<string, unknown>) => {
+    builds++;
+    return { ...loadTeam('math'), name: 'counted', tag: options.tag } as unknown as ReturnType<typeof loadTeam>;
+  };
+  teams.counted = make;
+  try {
+    const a = loadTeam('counted', { tag: 1 });
+    assert.equal(loadTeam('counted', { tag: 1 }), a);
+    assert.equal(builds, 1);
+    assert.notEqual(loadTeam('counted', { tag: 2 }), a);
+    assert.equal(builds, 2);
+    // the project re-entered: a new factory under the same name is not served the old team
+    teams.counted = (o) => make(o);
+    assert.notEqual(loadTeam('counted', { tag: 1 }), a);
+    assert.equal(builds, 3);
+    // a failed build is not kept: the next call tries again
+    let fail = true;
+    teams.counted = (o) => {
+      if (fail) throw new Error('not yet');
+      return make(o);
+    };
+    assert.throws(() => loadTeam('counted'), /not yet/);
+    fail = false;
+    assert.equal(loadTeam('counted').name, 'counted');
+  } finally {
+    delete teams.counted;
+  }
+});
