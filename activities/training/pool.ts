@@ -58,7 +58,7 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints, episode
 
     /** Many episodes in this process against the engine (batched mode), stored as they finish (rollout.ts). */
     async rolloutBatch(input: RolloutBatchInput) {
-      return rolloutBatch({ sql, versions, runOne }, input);
+      return rolloutBatch({ sql, versions, runOne, batches }, input);
     },
 
     /** A step's partial rollout (batched mode): whole groups trained, the rest carried (partial-rollout.ts). */

@@ -24,6 +24,7 @@ import type { EngineVersions } from './engine-versions';
 import { runBatchedEpisode } from './episode-sandbox';
 import type { EpisodeThreads, ThreadEpisode } from './episode-threads';
 import { episodesOf, type RolloutEpisodes } from './plan';
+import type { StepBatches } from './step-batches';
 
 /** Finished episodes per store transaction in a batched rollout: few round trips, early progress. */
 const ROLLOUT_FLUSH = 32;
@@ -97,7 +98,7 @@ function progressReporter(ctx: Context, step: number, split: Split, from: number
  * what is left; progress is heartbeated as the ids stored so far.
  */
 export async function rolloutBatch(
-  { sql, versions, runOne }: { sql: Sql; versions: EngineVersions; runOne: RunEpisode },
+  { sql, versions, runOne, batches }: { sql: Sql; versions: EngineVersions; runOne: RunEpisode; batches?: Pick<StepBatches, 'stored'> },
   input: RolloutBatchInput,
 ): Promise<{ episodes: number; skipped: number; failed: number }> {
   const team = loadTeam(input.team, input.teamOptions);
@@ -170,5 +171,10 @@ export async function rolloutBatch(
     },
   ).finally(progress.stop);
   heartbeat({ finished });
+  // every episode of this part is committed: the step's update may find its batch read ahead (step-batches.ts)
+  if ('plan' in input && input.plan.rule.split === 'train') {
+    const { groupsPerStep, groupSize } = input.plan.rule;
+    void batches?.stored(input.runId, input.step, input.from, input.to, groupsPerStep * groupSize);
+  }
   return { episodes: specs.length, skipped: specs.length - todo.length, failed };
 }

@@ -6,38 +6,103 @@
  * step's stored episodes and the run's optimizer settings, so a shared one is
  * the one each activity would have built.
  *
- * Kept: the last KEEP steps (several runs may share a pool worker), each until
- * a newer step pushes it out; a failed build is forgotten, so a retry builds
+ * Read ahead: when this worker's rollouts have stored every episode of a step,
+ * the step is read back and its batch built (with the run's settings of its
+ * last update here) at once, while the workflow moves from the rollout to the
+ * update, instead of inside the update. The read is the same query an update
+ * would make, after the last episode was committed, so the batch is the same;
+ * an update whose settings differ builds its own. Workers that did not run the
+ * whole step (a rollout split across workers, another train pool, a restart)
+ * read when asked, as before.
+ *
+ * Kept: the last KEEP steps (several runs may share a pool worker, an
+ * asynchronous run's rollouts may be a few steps ahead), each until a newer
+ * step pushes it out; a failed read or build is forgotten, so a retry builds
  * again. Workers on other hosts build their own.
  */
 import type { Sql } from '../../infra/db';
 import type { ResolvedTraining } from '../../schema/run-config';
-import { loadStepEpisodes } from '../store/trajectories';
+import { loadStepEpisodes, type StoredEpisode } from '../store/trajectories';
 import { type StepBatch, buildStepBatch } from './batch';
 
-const KEEP = 2;
+const KEEP = 4;
 
 export interface StepBatches {
   /** The train-split batch of (runId, step) under `settings`. */
   get(runId: string, step: number, settings: ResolvedTraining): Promise<StepBatch>;
+  /**
+   * A rollout on this worker stored episodes [from, to) of the `total` of a train step. The part
+   * that completes the step starts the read ahead and returns it (it never rejects: a failed one is
+   * forgotten); other parts return undefined.
+   */
+  stored(runId: string, step: number, from: number, to: number, total: number): Promise<void> | undefined;
+}
+
+/** A bounded map whose insertion order is age; a rejected promise is forgotten. */
+function promises<T>(keep: number) {
+  const kept = new Map<string, Promise<T>>();
+  return {
+    get: (key: string) => kept.get(key),
+    delete: (key: string) => kept.delete(key),
+    set(key: string, value: Promise<T>) {
+      kept.set(key, value);
+      void value.catch(() => {
+        if (kept.get(key) === value) kept.delete(key);
+      });
+      for (const old of kept.keys()) if (kept.size > keep) kept.delete(old);
+      return value;
+    },
+  };
 }
 
 export function stepBatches(sql: Sql, keep = KEEP): StepBatches {
-  // insertion order is age: the first key is the oldest
-  const built = new Map<string, Promise<StepBatch>>();
+  const built = promises<StepBatch>(keep);
+  // a step's episodes read ahead, until a batch is built from them
+  const read = promises<StoredEpisode[]>(keep);
+  // per run: the settings of its last update here (a run's settings change only between steps, by setOptimizer)
+  const lastSettings = new Map<string, ResolvedTraining>();
+  // per step: the parts [from, to) this worker's rollouts stored, until they cover the step
+  const parts = new Map<string, Array<[number, number]>>();
+  const stepKey = (runId: string, step: number) => JSON.stringify([runId, step]);
+
+  const get = (runId: string, step: number, settings: ResolvedTraining) => {
+    // the settings the batch reads (a resumed run may change them between attempts)
+    const key = JSON.stringify([runId, step, settings.models, settings.agents]);
+    const have = built.get(key);
+    if (have) return have;
+    const sk = stepKey(runId, step);
+    const episodes = read.get(sk) ?? loadStepEpisodes(sql, runId, step, 'train');
+    read.delete(sk);
+    return built.set(
+      key,
+      episodes.then((e) => buildStepBatch(e, settings)),
+    );
+  };
+
   return {
     get(runId, step, settings) {
-      // the settings the batch reads (a resumed run may change them between attempts)
-      const key = JSON.stringify([runId, step, settings.models, settings.agents]);
-      const have = built.get(key);
-      if (have) return have;
-      const batch = loadStepEpisodes(sql, runId, step, 'train').then((episodes) => buildStepBatch(episodes, settings));
-      built.set(key, batch);
-      void batch.catch(() => {
-        if (built.get(key) === batch) built.delete(key);
-      });
-      for (const old of built.keys()) if (built.size > keep) built.delete(old);
-      return batch;
+      lastSettings.delete(runId);
+      lastSettings.set(runId, settings);
+      for (const old of lastSettings.keys()) if (lastSettings.size > keep) lastSettings.delete(old);
+      return get(runId, step, settings);
+    },
+    stored(runId, step, from, to, total) {
+      const sk = stepKey(runId, step);
+      const have = [...(parts.get(sk) ?? []), [from, to] as [number, number]].sort((a, b) => a[0] - b[0]);
+      let covered = 0;
+      for (const [f, t] of have) if (f <= covered) covered = Math.max(covered, t);
+      if (covered < total) {
+        parts.set(sk, have);
+        for (const old of parts.keys()) if (parts.size > keep) parts.delete(old);
+        return undefined;
+      }
+      parts.delete(sk);
+      const settings = lastSettings.get(runId);
+      const ahead: Promise<unknown> = settings ? get(runId, step, settings) : read.set(sk, loadStepEpisodes(sql, runId, step, 'train'));
+      return ahead.then(
+        () => undefined,
+        () => undefined,
+      );
     },
   };
 }

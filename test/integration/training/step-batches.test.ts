@@ -2,7 +2,8 @@
  * A step's batch is built once per pool worker for all its models
  * (activities/training/step-batches.ts), is the batch buildStepBatch makes of
  * the stored episodes, and a retried update after the commit reads the
- * rewards back from the store (readStepRewards). Real PostgreSQL.
+ * rewards back from the store (readStepRewards); a step stored whole by the
+ * worker's rollouts is read ahead. Real PostgreSQL.
  */
 import assert from 'node:assert/strict';
 import { after, before, it } from 'node:test';
@@ -96,6 +97,40 @@ it('a failed build is forgotten: the retry builds again', async () => {
     await assert.rejects(second);
   } finally {
     await down.end({ timeout: 1 });
+  }
+});
+
+it("a step stored whole by this worker's rollouts is read ahead with the run's last settings", async () => {
+  const settings = checkAgainstTeam(parseRunConfig({ team: 'math' }), mathTeam());
+  const batches = stepBatches(db.sql);
+  {
+    await batches.get('r', 0, settings); // the run's last update here: its settings are the read ahead's
+    await saveEpisodes(
+      db.sql,
+      [0, 1, 2, 3].map((i) => episode(5, i, i % 2)),
+    );
+    // two parts of the step: the first alone reads nothing, the second completes it and reads
+    assert.equal(batches.stored('r', 5, 2, 4, 4), undefined);
+    await saveEpisodes(db.sql, [episode(5, 4, 1)]); // stored before the step is covered: the read sees it
+    await batches.stored('r', 5, 0, 2, 4);
+    await saveEpisodes(db.sql, [episode(5, 5, 1)]); // stored after: the read ahead does not
+    const ahead = await batches.get('r', 5, settings);
+    assert.equal(ahead.counts.episodes, 5);
+    const now = await loadStepEpisodes(db.sql, 'r', 5, 'train');
+    assert.equal(now.length, 6);
+    assert.deepEqual(ahead, buildStepBatch(now.slice(0, 5), settings), 'the read ahead is the batch of the step as stored then');
+    // another run's step, with no update seen here: its episodes are read ahead, the batch built when asked
+    await createRun(db.sql, { runId: 'q', team: 'math', config: parseRunConfig({ team: 'math' }) });
+    await saveEpisodes(
+      db.sql,
+      [0, 1].map((i) => ({ ...episode(0, i, 1), meta: { ...episode(0, i, 1).meta, runId: 'q', episodeId: `q/${i}` } })),
+    );
+    await batches.stored('q', 0, 0, 2, 2);
+    await saveEpisodes(db.sql, [{ ...episode(0, 2, 1), meta: { ...episode(0, 2, 1).meta, runId: 'q', episodeId: 'q/2' } }]);
+    assert.equal((await batches.get('q', 0, settings)).counts.episodes, 2);
+    // the episodes read ahead served one build: a second settings reads the step again (3 episodes now)
+    const lr = { ...settings, models: { policy: { ...settings.models.policy!, lr: settings.models.policy!.lr * 2 } } };
+    assert.equal((await batches.get('q', 0, lr)).counts.episodes, 3);
   }
 });
 
