@@ -3,7 +3,8 @@
  * durable episodes, batched rollouts, version 0, and the exactly-once update.
  * Each is a module: engine-versions.ts (the engine as a cache of the store's
  * versions), init-model.ts, rollout.ts, partial-rollout.ts, update-model.ts
- * (with step-batches.ts: a step's batch built once for all its models).
+ * (with step-batches.ts: a step's batch built once for all its models, and
+ * scores-ahead.ts: an asynchronous step's proximal Score started early).
  *
  * The engine is a cache of versions; Postgres is the truth. Any call that
  * finds its version missing (engine restarted, another host) loads it from
@@ -21,6 +22,7 @@ import { rolloutPartial, type RolloutPartialInput } from './partial-rollout';
 import { readCheckpointTokenizers } from './pretrained';
 import { episodeRunner, rolloutBatch, type RolloutBatchInput } from './rollout';
 import { sftDatasets } from './sft';
+import { scoresAhead } from './scores-ahead';
 import { stepBatches } from './step-batches';
 import { updateModel, type UpdateModelInput } from './update-model';
 
@@ -43,6 +45,7 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints, episode
   const versions = engineVersions({ sql, engine, checkpoints });
   const runOne = episodeRunner(episodes);
   const batches = stepBatches(sql);
+  const ahead = scoresAhead(versions);
   const sftData = sftDatasets(sql);
 
   return withEngineFailures({
@@ -68,7 +71,7 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints, episode
 
     /** The update of one model for one step, committed exactly once (update-model.ts). */
     async updateModel(input: UpdateModelInput) {
-      return updateModel({ sql, engine, checkpoints, versions, batches, sftData }, input);
+      return updateModel({ sql, engine, checkpoints, versions, batches, ahead, sftData }, input);
     },
   });
 }

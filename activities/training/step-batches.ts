@@ -30,6 +30,8 @@ const KEEP = 4;
 export interface StepBatches {
   /** The train-split batch of (runId, step) under `settings`. */
   get(runId: string, step: number, settings: ResolvedTraining): Promise<StepBatch>;
+  /** That batch where this worker has it built or building (read ahead); never reads. */
+  peek(runId: string, step: number, settings: ResolvedTraining): Promise<StepBatch> | undefined;
   /**
    * A rollout on this worker stored episodes [from, to) of the `total` of a train step. The part
    * that completes the step starts the read ahead and returns it (it never rejects: a failed one is
@@ -65,9 +67,10 @@ export function stepBatches(sql: Sql, keep = KEEP): StepBatches {
   const parts = new Map<string, Array<[number, number]>>();
   const stepKey = (runId: string, step: number) => JSON.stringify([runId, step]);
 
+  // the settings the batch reads (a resumed run may change them between attempts)
+  const batchKey = (runId: string, step: number, settings: ResolvedTraining) => JSON.stringify([runId, step, settings.models, settings.agents]);
   const get = (runId: string, step: number, settings: ResolvedTraining) => {
-    // the settings the batch reads (a resumed run may change them between attempts)
-    const key = JSON.stringify([runId, step, settings.models, settings.agents]);
+    const key = batchKey(runId, step, settings);
     const have = built.get(key);
     if (have) return have;
     const sk = stepKey(runId, step);
@@ -86,6 +89,7 @@ export function stepBatches(sql: Sql, keep = KEEP): StepBatches {
       for (const old of lastSettings.keys()) if (lastSettings.size > keep) lastSettings.delete(old);
       return get(runId, step, settings);
     },
+    peek: (runId, step, settings) => built.get(batchKey(runId, step, settings)),
     stored(runId, step, from, to, total) {
       const sk = stepKey(runId, step);
       const have = [...(parts.get(sk) ?? []), [from, to] as [number, number]].sort((a, b) => a[0] - b[0]);

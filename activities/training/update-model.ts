@@ -19,6 +19,7 @@ import { type EngineApi, type EngineVersions, reasonOf } from './engine-versions
 import { offPolicyCorrection } from './off-policy';
 import { DEFAULT_MOMENTUM, staleBetas } from '../../rl';
 import type { StepBatches } from './step-batches';
+import type { ScoresAhead } from './scores-ahead';
 import { type SftDatasets, sftRows, sftStepBatch, sftStepTurns, withBaseLogprobs } from './sft';
 import {
   FIRST_ATTEMPT,
@@ -70,8 +71,17 @@ export async function updateModel(
     checkpoints,
     versions,
     batches,
+    ahead,
     sftData,
-  }: { sql: Sql; engine: () => EngineApi; checkpoints: CheckpointStore; versions: EngineVersions; batches: StepBatches; sftData: SftDatasets },
+  }: {
+    sql: Sql;
+    engine: () => EngineApi;
+    checkpoints: CheckpointStore;
+    versions: EngineVersions;
+    batches: StepBatches;
+    ahead: ScoresAhead;
+    sftData: SftDatasets;
+  },
   input: UpdateModelInput,
 ): Promise<UpdateResult> {
   const { runId, step, model } = input;
@@ -109,7 +119,7 @@ export async function updateModel(
   // A stale rollout: the base version scores the tokens (the proximal policy), off-policy.ts weights them.
   const corrected =
     input.offPolicy &&
-    offPolicyCorrection(sequences, onPolicy, await versions.score(runId, model, input.baseVersion, sequences), input.baseVersion, input.offPolicy);
+    offPolicyCorrection(sequences, onPolicy, await ahead.score(runId, model, input.baseVersion, sequences), input.baseVersion, input.offPolicy);
   const samples = corrected ? corrected.samples : onPolicy;
   // A stale model's Adam runs without its first moment by default (rl/corrections/momentum.ts); the version records what ran.
   const settings = input.offPolicy ? { ...modelSettings, betas: staleBetas(modelSettings.betas, input.offPolicy.momentum ?? DEFAULT_MOMENTUM) } : modelSettings;
@@ -150,6 +160,10 @@ export async function updateModel(
   if (!('info' in updated)) return updated;
   const res = updated;
   const exported = await engine().exportVersion({ modelKey: key, version: res.info.version });
+  // The next step's rollout is stored (an asynchronous run): its proximal Score under this version starts now
+  // (scores-ahead.ts). Not where the update also scores a reference: the engine's Update reuses the last Score's log-probs.
+  const next = sft || needsReference(modelSettings) ? undefined : batches.peek(runId, step + 1, input.settings);
+  if (next) ahead.start(runId, model, res.info.version, next);
   const metrics = updateMetrics(res, corrected?.model);
   const rows = [...updateRows(model, metrics, input.rollout, batch, agents, corrected?.agents), ...(sft ? sftRows(model, sequences) : [])];
   const commit = await timedStoreWrite('update', () =>
