@@ -60,34 +60,41 @@ export type UpdateModelInput = TeamRef & {
   sft?: { setting: SftSetting; seed: number; frozen?: string[] };
 };
 
+export interface UpdateModelDeps {
+  sql: Sql;
+  engine: () => EngineApi;
+  checkpoints: CheckpointStore;
+  versions: EngineVersions;
+  batches: StepBatches;
+  ahead: ScoresAhead;
+  sftData: SftDatasets;
+}
+
 /**
  * The update of one model for one step, committed exactly once: a retry
  * (or a second execution after a resume) finds the commit and returns it.
  */
-export async function updateModel(
-  {
-    sql,
-    engine,
-    checkpoints,
-    versions,
-    batches,
-    ahead,
-    sftData,
-  }: {
-    sql: Sql;
-    engine: () => EngineApi;
-    checkpoints: CheckpointStore;
-    versions: EngineVersions;
-    batches: StepBatches;
-    ahead: ScoresAhead;
-    sftData: SftDatasets;
-  },
+export async function updateModel(deps: UpdateModelDeps, input: UpdateModelInput): Promise<UpdateResult> {
+  const { sql, ahead } = deps;
+  const { runId, step, model } = input;
+  // until its export, this update's engine work holds back any Score ahead (scores-ahead.ts)
+  const engineWorkOver = ahead.updating(runId, step);
+  try {
+    // a retry after the commit reads what was committed, and builds nothing
+    const done = await versionOfStep(sql, runId, model, step);
+    if (done) return { version: done.version, committed: false, metrics: done.metrics, rewards: await readStepRewards(sql, runId, step) };
+    return await update(deps, input, engineWorkOver);
+  } finally {
+    engineWorkOver();
+  }
+}
+
+async function update(
+  { sql, engine, checkpoints, versions, batches, ahead, sftData }: UpdateModelDeps,
   input: UpdateModelInput,
+  engineWorkOver: () => void,
 ): Promise<UpdateResult> {
   const { runId, step, model } = input;
-  // a retry after the commit reads what was committed, and builds nothing
-  const done = await versionOfStep(sql, runId, model, step);
-  if (done) return { version: done.version, committed: false, metrics: done.metrics, rewards: await readStepRewards(sql, runId, step) };
   const team = loadTeam(input.team, input.teamOptions);
   const sft = input.sft;
   const batch = sft
@@ -162,8 +169,9 @@ export async function updateModel(
   const exported = await engine().exportVersion({ modelKey: key, version: res.info.version });
   // The next step's rollout is stored (an asynchronous run): its proximal Score under this version starts now
   // (scores-ahead.ts). Not where the update also scores a reference: the engine's Update reuses the last Score's log-probs.
+  engineWorkOver();
   const next = sft || needsReference(modelSettings) ? undefined : batches.peek(runId, step + 1, input.settings);
-  if (next) ahead.start(runId, model, res.info.version, next);
+  if (next) ahead.start(runId, step, model, res.info.version, next);
   const metrics = updateMetrics(res, corrected?.model);
   const rows = [...updateRows(model, metrics, input.rollout, batch, agents, corrected?.agents), ...(sft ? sftRows(model, sequences) : [])];
   const commit = await timedStoreWrite('update', () =>

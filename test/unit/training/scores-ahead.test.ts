@@ -38,7 +38,7 @@ it('the next update takes the Score started ahead for its very sequences and ver
   const engine = recorder();
   const ahead = scoresAhead(engine);
   const next = [seq(3), seq(4)];
-  ahead.start('r', 'policy', 5, batchOf({ policy: next }));
+  ahead.start('r', 1, 'policy', 5, batchOf({ policy: next }));
   assert.deepEqual(await ahead.score('r', 'policy', 5, next), [[-8], [-9]]);
   assert.deepEqual(engine.calls, ['r/policy@5']);
   // used once: the same ask again is a Score of its own
@@ -50,21 +50,21 @@ it('another version, other sequences, another run or model, or a failed Score ah
   const engine = recorder(new Set([9]));
   const ahead = scoresAhead(engine);
   const next = [seq(3)];
-  ahead.start('r', 'policy', 5, batchOf({ policy: next }));
+  ahead.start('r', 1, 'policy', 5, batchOf({ policy: next }));
   // the update's base is another version (the update before it was skipped, say)
   assert.deepEqual(await ahead.score('r', 'policy', 4, next), [[-7]]);
   // equal tokens in another batch (other settings built another): not taken
-  ahead.start('r', 'policy', 5, batchOf({ policy: next }));
+  ahead.start('r', 1, 'policy', 5, batchOf({ policy: next }));
   assert.deepEqual(await ahead.score('r', 'policy', 5, [seq(3)]), [[-8]]);
   // another run's, another model's
-  ahead.start('r', 'policy', 5, batchOf({ policy: next }));
+  ahead.start('r', 1, 'policy', 5, batchOf({ policy: next }));
   assert.deepEqual(await ahead.score('q', 'policy', 5, next), [[-8]]);
   assert.deepEqual(await ahead.score('r', 'critic', 5, next), [[-8]]);
   // (a Score ahead starts once its batch is there: the order of the calls is not the point, their count is)
   assert.deepEqual([...engine.calls].sort(), ['q/policy@5', 'r/critic@5', 'r/policy@4', 'r/policy@5', 'r/policy@5', 'r/policy@5', 'r/policy@5']);
   // a Score ahead that fails is not an answer: the update scores again (and its error, if any, is its own)
   engine.calls.length = 0;
-  ahead.start('r', 'policy', 9, batchOf({ policy: next }));
+  ahead.start('r', 1, 'policy', 9, batchOf({ policy: next }));
   await assert.rejects(ahead.score('r', 'policy', 9, next), /engine lost/);
   assert.deepEqual(engine.calls, ['r/policy@9', 'r/policy@9']);
 });
@@ -72,11 +72,30 @@ it('another version, other sequences, another run or model, or a failed Score ah
 it('a batch without the model, or that failed to build, starts no Score', async () => {
   const engine = recorder();
   const ahead = scoresAhead(engine);
-  ahead.start('r', 'policy', 5, batchOf({ other: [seq(1)] }));
-  ahead.start('r', 'critic', 5, Promise.reject(new Error('read failed')));
+  ahead.start('r', 1, 'policy', 5, batchOf({ other: [seq(1)] }));
+  ahead.start('r', 1, 'critic', 5, Promise.reject(new Error('read failed')));
   await new Promise((r) => setImmediate(r));
   assert.deepEqual(engine.calls, []);
   const mine = [seq(2)];
   assert.deepEqual(await ahead.score('r', 'critic', 5, mine), [[-7]]);
   assert.deepEqual(engine.calls, ['r/critic@5']);
+});
+
+it('a Score ahead waits until every update of the step is past its engine work, so it queues behind none of them', async () => {
+  const engine = recorder();
+  const ahead = scoresAhead(engine);
+  const [policyOver, criticOver] = [ahead.updating('r', 1), ahead.updating('r', 1)];
+  const other = ahead.updating('r', 2); // another step's update does not hold it
+  const next = [seq(3)];
+  policyOver();
+  ahead.start('r', 1, 'policy', 5, batchOf({ policy: next }));
+  await new Promise((r) => setImmediate(r));
+  assert.deepEqual(engine.calls, [], "the critic's update is still at the engine");
+  criticOver();
+  criticOver(); // said twice (after its export and when it returns): counted once
+  await new Promise((r) => setImmediate(r));
+  assert.deepEqual(engine.calls, ['r/policy@5']);
+  assert.deepEqual(await ahead.score('r', 'policy', 5, next), [[-8]]);
+  assert.deepEqual(engine.calls, ['r/policy@5']);
+  other();
 });
