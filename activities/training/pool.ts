@@ -44,8 +44,8 @@ export function createTrainingPoolActivities({ sql, engine, checkpoints, episode
   readCheckpointTokenizers();
   const versions = engineVersions({ sql, engine, checkpoints });
   const runOne = episodeRunner(episodes);
-  const batches = stepBatches(sql);
   const ahead = scoresAhead(versions);
+  const batches = stepBatches(sql, { onReadAhead: (runId, step, batch) => ahead.readAhead(runId, step, batch) });
   const sftData = sftDatasets(sql);
 
   return withEngineFailures({

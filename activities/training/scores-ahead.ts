@@ -3,11 +3,12 @@
  *
  * A stale step's update first scores its batch under its base version (the
  * proximal policy, off-policy.ts), then updates. That base is the version the
- * update before it just made, and with staleness the next step's rollout has
- * often finished by then (its batch read ahead, step-batches.ts). So the
- * update that makes a version starts the next step's Score under it at once,
- * and the Score runs while the version is committed and the workflow moves on
- * to the next update, instead of inside that update.
+ * update before it made. So the Score of step t's batch under the version the
+ * update of step t − 1 made starts here as soon as both exist: when that update
+ * is past its export, if step t's batch was read ahead already (step-batches.ts;
+ * a rollout shorter than the update), else when it is read ahead (a rollout
+ * longer than the update). It runs while the version is committed, the rollout
+ * is stored and the workflow moves on to the update, instead of inside it.
  *
  * A Score ahead waits until every update of the step on this worker is past
  * its engine work (another model's Update and export would otherwise queue
@@ -27,14 +28,17 @@ const KEEP = 4;
 export interface ScoresAhead {
   /** An update of (runId, step) begins its engine work; the function it returns says it is over (idempotent). */
   updating(runId: string, step: number): () => void;
-  /** Scores `model`'s sequences of `batch` under `version` (made by the update of `step`), for the run's next update of the model. */
-  start(runId: string, step: number, model: string, version: number, batch: Promise<StepBatch>): void;
+  /** The update of `step` made `version` of `model` (its export is done); `next`: step + 1's batch, where this worker has it. */
+  made(runId: string, step: number, model: string, version: number, next: Promise<StepBatch> | undefined): void;
+  /** `step`'s batch was read ahead on this worker. */
+  readAhead(runId: string, step: number, batch: Promise<StepBatch>): void;
   /** The log-probs of `sequences` under `version`: the Score started ahead where it scored these very sequences, else a new one. */
   score(runId: string, model: string, version: number, sequences: UpdateSequence[]): Promise<number[][]>;
 }
 
 interface Ahead {
   version: number;
+  batch: Promise<StepBatch>;
   sequences: Promise<UpdateSequence[] | undefined>;
   logprobs: Promise<number[][] | undefined>;
 }
@@ -49,6 +53,30 @@ export function scoresAhead(versions: Pick<EngineVersions, 'score'>, keep = KEEP
     const b = busy.get(key);
     return b ? new Promise<void>((resolve) => b.waiting.push(resolve)) : Promise.resolve();
   };
+  // per run: the versions its last step's updates made here
+  const madeAt = new Map<string, { step: number; versions: Map<string, number> }>();
+  // per run: its latest batch read ahead here
+  const batches = new Map<string, { step: number; batch: Promise<StepBatch> }>();
+  const bounded = <T>(m: Map<string, T>, key: string, value: T) => {
+    m.delete(key);
+    m.set(key, value);
+    for (const old of m.keys()) if (m.size > keep) m.delete(old);
+  };
+
+  /** Scores `model`'s sequences of step + 1's `batch` under the `version` the update of `step` made. */
+  function start(runId: string, step: number, model: string, version: number, batch: Promise<StepBatch>) {
+    const key = keyOf(runId, model);
+    const have = ahead.get(key);
+    if (have?.version === version && have.batch === batch) return; // started by the other trigger
+    const gate = idle(keyOf(runId, String(step)));
+    const sequences = Promise.all([batch, gate]).then(
+      ([b]) => b.models[model],
+      () => undefined,
+    );
+    const logprobs = sequences.then((s) => (s && s.length > 0 ? versions.score(runId, model, version, s).catch(() => undefined) : undefined));
+    bounded(ahead, key, { version, batch, sequences, logprobs });
+  }
+
   return {
     updating(runId, step) {
       const key = keyOf(runId, String(step));
@@ -64,17 +92,18 @@ export function scoresAhead(versions: Pick<EngineVersions, 'score'>, keep = KEEP
         for (const go of b.waiting) go();
       };
     },
-    start(runId, step, model, version, batch) {
-      const gate = idle(keyOf(runId, String(step)));
-      const sequences = Promise.all([batch, gate]).then(
-        ([b]) => b.models[model],
-        () => undefined,
-      );
-      const logprobs = sequences.then((s) => (s && s.length > 0 ? versions.score(runId, model, version, s).catch(() => undefined) : undefined));
-      const key = keyOf(runId, model);
-      ahead.delete(key);
-      ahead.set(key, { version, sequences, logprobs });
-      for (const old of ahead.keys()) if (ahead.size > keep) ahead.delete(old);
+    made(runId, step, model, version, next) {
+      const at = madeAt.get(runId);
+      if (at?.step === step) at.versions.set(model, version);
+      else bounded(madeAt, runId, { step, versions: new Map([[model, version]]) });
+      const read = batches.get(runId);
+      const batch = next ?? (read?.step === step + 1 ? read.batch : undefined);
+      if (batch) start(runId, step, model, version, batch);
+    },
+    readAhead(runId, step, batch) {
+      bounded(batches, runId, { step, batch });
+      const at = madeAt.get(runId);
+      if (at?.step === step - 1) for (const [model, version] of at.versions) start(runId, at.step, model, version, batch);
     },
     async score(runId, model, version, sequences) {
       const key = keyOf(runId, model);

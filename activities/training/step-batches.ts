@@ -57,7 +57,14 @@ function promises<T>(keep: number) {
   };
 }
 
-export function stepBatches(sql: Sql, keep = KEEP): StepBatches {
+export interface StepBatchesOptions {
+  /** Steps kept (default KEEP). */
+  keep?: number;
+  /** Told of each batch read ahead (scores-ahead.ts starts the proximal Score of an asynchronous step). */
+  onReadAhead?: (runId: string, step: number, batch: Promise<StepBatch>) => void;
+}
+
+export function stepBatches(sql: Sql, { keep = KEEP, onReadAhead }: StepBatchesOptions = {}): StepBatches {
   const built = promises<StepBatch>(keep);
   // a step's episodes read ahead, until a batch is built from them
   const read = promises<StoredEpisode[]>(keep);
@@ -102,7 +109,12 @@ export function stepBatches(sql: Sql, keep = KEEP): StepBatches {
       }
       parts.delete(sk);
       const settings = lastSettings.get(runId);
-      const ahead: Promise<unknown> = settings ? get(runId, step, settings) : read.set(sk, loadStepEpisodes(sql, runId, step, 'train'));
+      let ahead: Promise<unknown>;
+      if (settings) {
+        const batch = get(runId, step, settings);
+        onReadAhead?.(runId, step, batch);
+        ahead = batch;
+      } else ahead = read.set(sk, loadStepEpisodes(sql, runId, step, 'train'));
       return ahead.then(
         () => undefined,
         () => undefined,

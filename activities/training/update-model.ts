@@ -167,11 +167,10 @@ async function update(
   if (!('info' in updated)) return updated;
   const res = updated;
   const exported = await engine().exportVersion({ modelKey: key, version: res.info.version });
-  // The next step's rollout is stored (an asynchronous run): its proximal Score under this version starts now
-  // (scores-ahead.ts). Not where the update also scores a reference: the engine's Update reuses the last Score's log-probs.
   engineWorkOver();
-  const next = sft || needsReference(modelSettings) ? undefined : batches.peek(runId, step + 1, input.settings);
-  if (next) ahead.start(runId, step, model, res.info.version, next);
+  // An asynchronous run's next proximal Score may start under this version (scores-ahead.ts). Not where the
+  // update also scores a reference: the engine's Update reuses the last Score's log-probs, and that is the proximal one.
+  if (!sft && !needsReference(modelSettings)) ahead.made(runId, step, model, res.info.version, batches.peek(runId, step + 1, input.settings));
   const metrics = updateMetrics(res, corrected?.model);
   const rows = [...updateRows(model, metrics, input.rollout, batch, agents, corrected?.agents), ...(sft ? sftRows(model, sequences) : [])];
   const commit = await timedStoreWrite('update', () =>

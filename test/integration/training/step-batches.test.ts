@@ -63,7 +63,7 @@ it("one build per step, shared by the step's models; a newer step pushes out the
       [0, 1, 2, 3].map((i) => episode(step, i, i % 2)),
     );
   const settings = checkAgainstTeam(config, mathTeam());
-  const batches = stepBatches(db.sql, 2);
+  const batches = stepBatches(db.sql, { keep: 2 });
 
   // two models' updates of step 0 at the same time: one promise, one build
   const [a, b] = [batches.get('r', 0, settings), batches.get('r', 0, settings)];
@@ -102,7 +102,8 @@ it('a failed build is forgotten: the retry builds again', async () => {
 
 it("a step stored whole by this worker's rollouts is read ahead with the run's last settings", async () => {
   const settings = checkAgainstTeam(parseRunConfig({ team: 'math' }), mathTeam());
-  const batches = stepBatches(db.sql);
+  const told: Array<[string, number, Promise<unknown>]> = [];
+  const batches = stepBatches(db.sql, { onReadAhead: (runId, step, batch) => told.push([runId, step, batch]) });
   {
     await batches.get('r', 0, settings); // the run's last update here: its settings are the read ahead's
     await saveEpisodes(
@@ -114,6 +115,12 @@ it("a step stored whole by this worker's rollouts is read ahead with the run's l
     await saveEpisodes(db.sql, [episode(5, 4, 1)]); // stored before the step is covered: the read sees it
     await batches.stored('r', 5, 0, 2, 4);
     await saveEpisodes(db.sql, [episode(5, 5, 1)]); // stored after: the read ahead does not
+    // the batch read ahead is announced (scores-ahead.ts), and is the one the update gets
+    assert.deepEqual(
+      told.map(([r, st]) => [r, st]),
+      [['r', 5]],
+    );
+    assert.equal(batches.get('r', 5, settings), told[0]?.[2]);
     const ahead = await batches.get('r', 5, settings);
     assert.equal(ahead.counts.episodes, 5);
     const now = await loadStepEpisodes(db.sql, 'r', 5, 'train');
@@ -126,6 +133,7 @@ it("a step stored whole by this worker's rollouts is read ahead with the run's l
       [0, 1].map((i) => ({ ...episode(0, i, 1), meta: { ...episode(0, i, 1).meta, runId: 'q', episodeId: `q/${i}` } })),
     );
     await batches.stored('q', 0, 0, 2, 2);
+    assert.equal(told.length, 1, "a step read ahead before the run's first update here has no batch to announce");
     await saveEpisodes(db.sql, [{ ...episode(0, 2, 1), meta: { ...episode(0, 2, 1).meta, runId: 'q', episodeId: 'q/2' } }]);
     assert.equal((await batches.get('q', 0, settings)).counts.episodes, 2);
     // the episodes read ahead served one build: a second settings reads the step again (3 episodes now)

@@ -1,6 +1,6 @@
 /**
- * scores-ahead.ts: the next update's proximal Score started when the version
- * it needs is made. Its engine is a recorder of Score calls (what is tested is
+ * scores-ahead.ts: the next update's proximal Score started when both the
+ * version it needs and the batch are there. Its engine is a recorder of Score calls (what is tested is
  * which calls are made and which answer is used, not the engine: the bits of
  * a Score ahead are checked end to end by the staleness chaos tests).
  */
@@ -38,7 +38,7 @@ it('the next update takes the Score started ahead for its very sequences and ver
   const engine = recorder();
   const ahead = scoresAhead(engine);
   const next = [seq(3), seq(4)];
-  ahead.start('r', 1, 'policy', 5, batchOf({ policy: next }));
+  ahead.made('r', 1, 'policy', 5, batchOf({ policy: next }));
   assert.deepEqual(await ahead.score('r', 'policy', 5, next), [[-8], [-9]]);
   assert.deepEqual(engine.calls, ['r/policy@5']);
   // used once: the same ask again is a Score of its own
@@ -50,21 +50,21 @@ it('another version, other sequences, another run or model, or a failed Score ah
   const engine = recorder(new Set([9]));
   const ahead = scoresAhead(engine);
   const next = [seq(3)];
-  ahead.start('r', 1, 'policy', 5, batchOf({ policy: next }));
+  ahead.made('r', 1, 'policy', 5, batchOf({ policy: next }));
   // the update's base is another version (the update before it was skipped, say)
   assert.deepEqual(await ahead.score('r', 'policy', 4, next), [[-7]]);
   // equal tokens in another batch (other settings built another): not taken
-  ahead.start('r', 1, 'policy', 5, batchOf({ policy: next }));
+  ahead.made('r', 1, 'policy', 5, batchOf({ policy: next }));
   assert.deepEqual(await ahead.score('r', 'policy', 5, [seq(3)]), [[-8]]);
   // another run's, another model's
-  ahead.start('r', 1, 'policy', 5, batchOf({ policy: next }));
+  ahead.made('r', 1, 'policy', 5, batchOf({ policy: next }));
   assert.deepEqual(await ahead.score('q', 'policy', 5, next), [[-8]]);
   assert.deepEqual(await ahead.score('r', 'critic', 5, next), [[-8]]);
   // (a Score ahead starts once its batch is there: the order of the calls is not the point, their count is)
   assert.deepEqual([...engine.calls].sort(), ['q/policy@5', 'r/critic@5', 'r/policy@4', 'r/policy@5', 'r/policy@5', 'r/policy@5', 'r/policy@5']);
   // a Score ahead that fails is not an answer: the update scores again (and its error, if any, is its own)
   engine.calls.length = 0;
-  ahead.start('r', 1, 'policy', 9, batchOf({ policy: next }));
+  ahead.made('r', 1, 'policy', 9, batchOf({ policy: next }));
   await assert.rejects(ahead.score('r', 'policy', 9, next), /engine lost/);
   assert.deepEqual(engine.calls, ['r/policy@9', 'r/policy@9']);
 });
@@ -72,8 +72,8 @@ it('another version, other sequences, another run or model, or a failed Score ah
 it('a batch without the model, or that failed to build, starts no Score', async () => {
   const engine = recorder();
   const ahead = scoresAhead(engine);
-  ahead.start('r', 1, 'policy', 5, batchOf({ other: [seq(1)] }));
-  ahead.start('r', 1, 'critic', 5, Promise.reject(new Error('read failed')));
+  ahead.made('r', 1, 'policy', 5, batchOf({ other: [seq(1)] }));
+  ahead.made('r', 1, 'critic', 5, Promise.reject(new Error('read failed')));
   await new Promise((r) => setImmediate(r));
   assert.deepEqual(engine.calls, []);
   const mine = [seq(2)];
@@ -88,7 +88,7 @@ it('a Score ahead waits until every update of the step is past its engine work, 
   const other = ahead.updating('r', 2); // another step's update does not hold it
   const next = [seq(3)];
   policyOver();
-  ahead.start('r', 1, 'policy', 5, batchOf({ policy: next }));
+  ahead.made('r', 1, 'policy', 5, batchOf({ policy: next }));
   await new Promise((r) => setImmediate(r));
   assert.deepEqual(engine.calls, [], "the critic's update is still at the engine");
   criticOver();
@@ -98,4 +98,28 @@ it('a Score ahead waits until every update of the step is past its engine work, 
   assert.deepEqual(await ahead.score('r', 'policy', 5, next), [[-8]]);
   assert.deepEqual(engine.calls, ['r/policy@5']);
   other();
+});
+
+it('a batch read ahead after the version was made starts the Score then; both ways start one Score', async () => {
+  const engine = recorder();
+  const ahead = scoresAhead(engine);
+  // a rollout longer than the update: the updates of step 1 made their versions, step 2's batch is not there yet
+  ahead.made('r', 1, 'policy', 5, undefined);
+  ahead.made('r', 1, 'critic', 7, undefined);
+  await new Promise((r) => setImmediate(r));
+  assert.deepEqual(engine.calls, []);
+  // a batch of another step (3) is not the one these versions score next
+  ahead.readAhead('r', 3, batchOf({ policy: [seq(9)] }));
+  await new Promise((r) => setImmediate(r));
+  assert.deepEqual(engine.calls, []);
+  const [policy, critic] = [[seq(3)], [seq(4)]];
+  const batch = batchOf({ policy, critic });
+  ahead.readAhead('r', 2, batch);
+  // the update that made a version, finding the batch already there (peek), does not score it again
+  ahead.made('r', 1, 'policy', 5, batch);
+  await new Promise((r) => setImmediate(r));
+  assert.deepEqual([...engine.calls].sort(), ['r/critic@7', 'r/policy@5']);
+  assert.deepEqual(await ahead.score('r', 'policy', 5, policy), [[-8]]);
+  assert.deepEqual(await ahead.score('r', 'critic', 7, critic), [[-11]]);
+  assert.equal(engine.calls.length, 2);
 });
