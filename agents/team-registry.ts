@@ -103,37 +103,39 @@ function templateOf(tokenizer: Tokenizer): ChatTemplate | undefined {
 }
 
 /**
- * Teams built, per factory and options. A team is a definition (pure in its options),
- * but building one can cost: recall's generated tasks are 4,000 tasks, ~10 ms, which
- * every activity of a step paid again. Keyed by the factory, so a registry that is
- * replaced (useProjectTeams) builds anew; failures are not kept.
+ * Teams made, per factory and options. A factory's team is a definition (pure in
+ * its options), but making one can cost: recall's generated tasks are 4,000
+ * tasks, ~10 ms, which every activity of a step paid again. Keyed by the factory,
+ * so a registry that is replaced (useProjectTeams) makes them anew; failures are
+ * not kept. The checkpoint wrapping below is not kept: it reads the process's
+ * state (a worker's tokenizer loader, or workflow code's placeholder).
  */
-const built = new WeakMap<TeamFactory, Map<string, AnyTeam>>();
-const BUILT_PER_FACTORY = 8;
+const made = new WeakMap<TeamFactory, Map<string, AnyTeam>>();
+const MADE_PER_FACTORY = 8;
+
+function makeOnce(make: TeamFactory, options: Record<string, unknown>): AnyTeam {
+  const key = JSON.stringify(options);
+  let mine = made.get(make);
+  const have = mine?.get(key);
+  if (have) return have;
+  const team = make(options);
+  if (!mine) made.set(make, (mine = new Map()));
+  mine.set(key, team);
+  // insertion order is age: past the bound, the oldest options set goes
+  for (const old of mine.keys()) if (mine.size > MADE_PER_FACTORY) mine.delete(old);
+  return team;
+}
 
 export function loadTeam(name: string, options: Record<string, unknown> = {}): AnyTeam {
   const make = Object.hasOwn(teams, name) ? teams[name] : undefined;
   if (!make) {
     throw new TeamLoadError(name, `team: unknown team ${JSON.stringify(name)} (known: ${Object.keys(teams).join(', ') || 'none'})`, registerHint);
   }
-  const key = JSON.stringify(options);
-  let mine = built.get(make);
-  const have = mine?.get(key);
-  if (have) return have;
-  const team = buildTeam(name, make, options);
-  if (!mine) built.set(make, (mine = new Map()));
-  mine.set(key, team);
-  // insertion order is age: past the bound, the oldest options set goes
-  for (const old of mine.keys()) if (mine.size > BUILT_PER_FACTORY) mine.delete(old);
-  return team;
-}
-
-function buildTeam(name: string, make: TeamFactory, options: Record<string, unknown>): AnyTeam {
   // The run's, not the team's: every model of the team starts from the `checkpoint` directory
   // (`troupe train --model DIR`), with its tokenizer.json when `checkpointTokenizer`.
   const { checkpoint, checkpointTokenizer: ownTokenizer, ...own } = options;
   try {
-    const team = make(own);
+    const team = makeOnce(make, own);
     if (checkpoint === undefined) return team;
     const tokenizer = ownTokenizer === true && typeof checkpoint === 'string' ? checkpointTokenizer(checkpoint) : team.tokenizer;
     const models = Object.fromEntries(Object.entries(team.models).map(([m, spec]) => [m, withCheckpoint(spec, checkpoint as string, tokenizer)]));
