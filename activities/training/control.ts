@@ -23,7 +23,7 @@ import { loadTasks } from '../tasks';
 import { failRunOn } from '../tools';
 import { durableEpisodeMeta, episodesOf, type EpisodeSpec, type StepPlan } from './plan';
 import { readCheckpointTokenizers } from './pretrained';
-import { resumePoint, versionsBefore } from './resume';
+import { completeCommittedSteps, resumePoint, versionsBefore } from './resume';
 import { checkInitSources, InitSourceError } from './init-from';
 import { checkSftSource } from './sft';
 
@@ -273,13 +273,15 @@ async function startRun(sql: Sql, workflowPatches: readonly string[] | undefined
   await recordExecution(sql, { runId: input.runId, workflowId: input.workflowId, executionId: input.executionId, startStep: point.startStep });
   await setRunStatus(sql, input.runId, 'running');
   if (listings.length > 0) await recordEvent(sql, { runId: input.runId, step: 0, kind: 'tools-listed', detail: { servers: listings } });
-  if (existing)
+  if (existing) {
+    const completed = await completeCommittedSteps(sql, input.runId, point.startStep);
     await recordEvent(sql, {
       runId: input.runId,
       step: point.startStep,
       kind: 'resumed',
-      detail: { executionId: input.executionId, versions: point.versions },
+      detail: { executionId: input.executionId, versions: point.versions, ...(completed.length > 0 ? { completedSteps: completed } : {}) },
     });
+  }
   return point;
 }
 

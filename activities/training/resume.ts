@@ -48,6 +48,20 @@ export async function resumePoint(
 }
 
 /**
+ * Steps before `startStep` left `committed`: every model's update of the step was committed, but the
+ * execution ended (terminated, say) before the step's bookkeeping marked it completed. The resumed run
+ * starts after them and never finishes them, so they are completed here (their updates, versions and
+ * rewards are in the store; only the step's timings, measured by the ended execution, are not).
+ */
+export async function completeCommittedSteps(sql: Sql, runId: string, startStep: number): Promise<number[]> {
+  const rows = await sql`
+    UPDATE steps SET status = 'completed', finished_at = coalesce(finished_at, now())
+    WHERE run_id = ${runId} AND step < ${startStep} AND status = 'committed'
+    RETURNING step`;
+  return rows.map((r) => r.step as number).sort((a, b) => a - b);
+}
+
+/**
  * The last optimizer a step applied, then each change accepted later, in order. A step
  * applies every change accepted before it starts, so an accepted change is still pending
  * iff no step at or after its effective step applied changes.

@@ -1,7 +1,8 @@
 /**
  * startRun against the real store (PostgreSQL): a start never modifies a run it
  * does not own, only a resume continues a run, and the resume point carries the
- * finished evals and the effective optimizer of the last setOptimizer change.
+ * finished evals and the effective optimizer of the last setOptimizer change;
+ * a step whose updates committed before the execution ended is completed.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
@@ -94,6 +95,35 @@ describe('startRun and the resume point', () => {
       ('math-x', 2, 'optimizer-change-accepted', ${db.sql.json({ change: { agents: { solver: { clipLow: 0.1 } } }, effectiveStep: 3 })})`;
     const point = await start('exec-8', {}, true);
     assert.deepEqual(point.optimizer, { all: { lr: 0.2 }, models: { policy: { lr: 0.05 } }, agents: { solver: { clipLow: 0.1 } } });
+  });
+
+  it('completes the steps whose updates all committed before the execution ended, and says so in the resumed event', async () => {
+    const runId = 'math-z';
+    const cfg = parseRunConfig({ team: 'math', runId, steps: 4 });
+    const startZ = (executionId: string, resume = false) =>
+      control.startRun({ runId, config: cfg, workflowId: runId, executionId, models: ['policy'], ...(resume ? { resume } : {}) });
+    await startZ('exec-1');
+    // step 0 finished; step 1's update committed, then the run was terminated before its bookkeeping
+    for (const [version, step] of [
+      [1, 0],
+      [2, 1],
+    ] as const)
+      await db.sql`INSERT INTO versions (run_id, model, version, step, spec, weights, optimizer_state, sha256) VALUES (${runId}, 'policy', ${version}, ${step}, '{}', '\\x00', '\\x00', 'x')`;
+    await db.sql`INSERT INTO steps (run_id, step, status, metrics) VALUES
+      (${runId}, 0, 'completed', ${db.sql.json({ updateSeconds: 0.5 })}), (${runId}, 1, 'committed', ${db.sql.json({ counts: { episodes: 8 } })})`;
+    await db.sql`UPDATE runs SET status = 'terminated' WHERE run_id = ${runId}`;
+    assert.equal((await startZ('exec-2', true)).startStep, 2);
+    const steps = await db.sql`SELECT step, status, metrics FROM steps WHERE run_id = ${runId} ORDER BY step`;
+    assert.deepEqual(
+      steps.map((r) => [r.step, r.status, r.metrics]),
+      [
+        [0, 'completed', { updateSeconds: 0.5 }],
+        [1, 'completed', { counts: { episodes: 8 } }],
+      ],
+    );
+    const [resumed] = await db.sql`SELECT step, detail FROM run_events WHERE run_id = ${runId} AND kind = 'resumed' ORDER BY id DESC LIMIT 1`;
+    assert.equal(resumed?.step, 2);
+    assert.deepEqual((resumed?.detail as { completedSteps?: number[] }).completedSteps, [1]);
   });
 
   it("folds changes accepted before any step applied one into the run config's optimizer", async () => {
