@@ -291,9 +291,10 @@ describe('MLflow export', () => {
 
   it('a pool-worker process SIGKILLed mid-step, `troupe resume` of the terminated run, and a restarted exporter leave every point once, and the artifacts of the last end', async () => {
     const runId = 'ml-restarts';
-    // Twice the steps of the other runs, with more groups: a step's pool activities last long
-    // enough that polling sees one running (a 4-step run once ended between two polls in CI).
-    const config = { ...base, steps: 8, groupsPerStep: 6 };
+    // Twice the steps of the other runs, with more and larger groups: a step's pool activities last
+    // long enough that polling sees one running and the kill finds it still there (a 4-step run once
+    // ended between two polls in CI; 6 groups of 4 once finished between the poll and the kill).
+    const config = { ...base, steps: 8, groupsPerStep: 16, groupSize: 8 };
     const cli = cliEnv;
     assert.ok(cli, 'the `troupe up` stack runs');
     const poolPid = () => {
