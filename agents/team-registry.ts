@@ -10,6 +10,7 @@
  * error — makes only that team unusable: other teams, `troupe list` and
  * `troupe status` keep working.
  */
+import { setNewest } from '../infra/bounded-map';
 import { TroupeError, errorMessage } from '../infra/errors';
 import { defineTeam, TeamDefinitionError, type AnyTeam } from './team';
 import { withCheckpoint } from './model';
@@ -118,12 +119,8 @@ function makeOnce(make: TeamFactory, options: Record<string, unknown>): AnyTeam 
   let mine = made.get(make);
   const have = mine?.get(key);
   if (have) return have;
-  const team = make(options);
   if (!mine) made.set(make, (mine = new Map()));
-  mine.set(key, team);
-  // insertion order is age: past the bound, the oldest options set goes
-  for (const old of mine.keys()) if (mine.size > MADE_PER_FACTORY) mine.delete(old);
-  return team;
+  return setNewest(mine, key, make(options), MADE_PER_FACTORY);
 }
 
 export function loadTeam(name: string, options: Record<string, unknown> = {}): AnyTeam {

@@ -20,6 +20,7 @@
  * batch object) under the same version; anything else, or a Score ahead that
  * failed, scores anew.
  */
+import { setNewest } from '../../infra/bounded-map';
 import type { StepBatch, UpdateSequence } from './batch';
 import type { EngineVersions } from './engine-versions';
 
@@ -55,13 +56,6 @@ export function scoresAhead(versions: Pick<EngineVersions, 'score'>, keep = KEEP
   };
   // per run: the versions its last step's updates made here
   const madeAt = new Map<string, { step: number; versions: Map<string, number> }>();
-  // per run: its latest batch read ahead here
-  const batches = new Map<string, { step: number; batch: Promise<StepBatch> }>();
-  const bounded = <T>(m: Map<string, T>, key: string, value: T) => {
-    m.delete(key);
-    m.set(key, value);
-    for (const old of m.keys()) if (m.size > keep) m.delete(old);
-  };
 
   /** Scores `model`'s sequences of step + 1's `batch` under the `version` the update of `step` made. */
   function start(runId: string, step: number, model: string, version: number, batch: Promise<StepBatch>) {
@@ -74,7 +68,7 @@ export function scoresAhead(versions: Pick<EngineVersions, 'score'>, keep = KEEP
       () => undefined,
     );
     const logprobs = sequences.then((s) => (s && s.length > 0 ? versions.score(runId, model, version, s).catch(() => undefined) : undefined));
-    bounded(ahead, key, { version, batch, sequences, logprobs });
+    setNewest(ahead, key, { version, batch, sequences, logprobs }, keep);
   }
 
   return {
@@ -95,13 +89,10 @@ export function scoresAhead(versions: Pick<EngineVersions, 'score'>, keep = KEEP
     made(runId, step, model, version, next) {
       const at = madeAt.get(runId);
       if (at?.step === step) at.versions.set(model, version);
-      else bounded(madeAt, runId, { step, versions: new Map([[model, version]]) });
-      const read = batches.get(runId);
-      const batch = next ?? (read?.step === step + 1 ? read.batch : undefined);
-      if (batch) start(runId, step, model, version, batch);
+      else setNewest(madeAt, runId, { step, versions: new Map([[model, version]]) }, keep);
+      if (next) start(runId, step, model, version, next);
     },
     readAhead(runId, step, batch) {
-      bounded(batches, runId, { step, batch });
       const at = madeAt.get(runId);
       if (at?.step === step - 1) for (const [model, version] of at.versions) start(runId, at.step, model, version, batch);
     },

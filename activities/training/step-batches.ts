@@ -20,6 +20,7 @@
  * step pushes it out; a failed read or build is forgotten, so a retry builds
  * again. Workers on other hosts build their own.
  */
+import { setNewest } from '../../infra/bounded-map';
 import type { Sql } from '../../infra/db';
 import type { ResolvedTraining } from '../../schema/run-config';
 import { loadStepEpisodes, type StoredEpisode } from '../store/trajectories';
@@ -47,12 +48,10 @@ function promises<T>(keep: number) {
     get: (key: string) => kept.get(key),
     delete: (key: string) => kept.delete(key),
     set(key: string, value: Promise<T>) {
-      kept.set(key, value);
       void value.catch(() => {
         if (kept.get(key) === value) kept.delete(key);
       });
-      for (const old of kept.keys()) if (kept.size > keep) kept.delete(old);
-      return value;
+      return setNewest(kept, key, value, keep);
     },
   };
 }
@@ -91,9 +90,7 @@ export function stepBatches(sql: Sql, { keep = KEEP, onReadAhead }: StepBatchesO
 
   return {
     get(runId, step, settings) {
-      lastSettings.delete(runId);
-      lastSettings.set(runId, settings);
-      for (const old of lastSettings.keys()) if (lastSettings.size > keep) lastSettings.delete(old);
+      setNewest(lastSettings, runId, settings, keep);
       return get(runId, step, settings);
     },
     peek: (runId, step, settings) => built.get(batchKey(runId, step, settings)),
@@ -103,8 +100,7 @@ export function stepBatches(sql: Sql, { keep = KEEP, onReadAhead }: StepBatchesO
       let covered = 0;
       for (const [f, t] of have) if (f <= covered) covered = Math.max(covered, t);
       if (covered < total) {
-        parts.set(sk, have);
-        for (const old of parts.keys()) if (parts.size > keep) parts.delete(old);
+        setNewest(parts, sk, have, keep);
         return undefined;
       }
       parts.delete(sk);
