@@ -8,13 +8,15 @@
  *   B  batched      Troupe, `rollout: 'batched'`
  *   C  durable      Troupe, `rollout: 'durable'` (a child workflow per episode,
  *                   an activity per generation segment and per tool call)
+ *   D  grouped      durable with `episodesPerWorkflow: --per-workflow` (default 8):
+ *                   that many episodes to a child workflow
  *
  * All three use one engine process (the pool worker's) and run with the whole
  * stack up; only B and C use it. Per-step wall time excludes step 0 (warm-up)
  * and the evals. Not a test; prints tables and writes bench/results/orchestration.{json,md}.
  *
  *   node --import tsx bench/orchestration.ts [--steps 4] [--rounds 2] [--sizes 4x8,16x8,64x8]
- *        [--modes inprocess,batched,durable] [--durable-max-episodes 128] [--durable-steps 3] [--no-write]
+ *        [--modes inprocess,batched,durable,grouped] [--per-workflow 8] [--durable-max-episodes 128] [--durable-steps 3] [--no-write]
  *
  * Durable runs are skipped at sizes above --durable-max-episodes (their cost is
  * about linear in agent turns; the table gives the per-turn cost to extrapolate).
@@ -26,6 +28,7 @@ import { parseArgs } from 'node:util';
 import { buildStepBatch } from '../activities/training/batch';
 import { loadStepEpisodes, saveEpisodes, type StoredEpisode } from '../activities/store/trajectories';
 import { versionOfStep } from '../activities/store/versions';
+import { episodeGroupIdOf, episodeIdOf } from '../activities/training/plan';
 import { modelKey } from '../activities/training/update-step';
 import { loadTeam } from '../agents/team-registry';
 import { checkAgainstTeam, parseRunConfig, type RunConfigInput } from '../schema/run-config';
@@ -43,6 +46,7 @@ const { values } = parseArgs({
     modes: { type: 'string' },
     'durable-max-episodes': { type: 'string' },
     'durable-steps': { type: 'string' },
+    'per-workflow': { type: 'string' },
     'no-write': { type: 'boolean' },
   },
 });
@@ -53,13 +57,16 @@ const SIZES = (values.sizes ?? '4x8,16x8,64x8').split(',').map((s) => {
   if (!g || !e) throw new Error(`--sizes: expected GxE,... got ${s}`);
   return { groups: g, groupSize: e, label: `${g}x${e}` };
 });
-type Mode = 'inprocess' | 'batched' | 'durable';
+type Mode = 'inprocess' | 'batched' | 'durable' | 'grouped';
 const MODES = (values.modes ?? 'inprocess,batched,durable').split(',') as Mode[];
-for (const m of MODES) if (!['inprocess', 'batched', 'durable'].includes(m)) throw new Error(`--modes: unknown mode ${m}`);
+for (const m of MODES) if (!['inprocess', 'batched', 'durable', 'grouped'].includes(m)) throw new Error(`--modes: unknown mode ${m}`);
+/** Durable rollouts: one workflow per episode, or (grouped) PER_WORKFLOW episodes to a workflow. */
+const durableLike = (m: Mode) => m === 'durable' || m === 'grouped';
+const PER_WORKFLOW = Number(values['per-workflow'] ?? 8);
 const DURABLE_MAX = Number(values['durable-max-episodes'] ?? 128);
 // Durable jobs are the slow ones: fewer steps keep the whole bench near 10 minutes (step 0 is still not timed).
 const DURABLE_STEPS = Math.min(STEPS, Number(values['durable-steps'] ?? 3));
-const runs = (size: { groups: number; groupSize: number }, mode: Mode) => mode !== 'durable' || size.groups * size.groupSize <= DURABLE_MAX;
+const runs = (size: { groups: number; groupSize: number }, mode: Mode) => !durableLike(mode) || size.groups * size.groupSize <= DURABLE_MAX;
 // the size whose step is broken down: the default run config's (16 x 8) if measured, else the largest
 const DEFAULT_SIZE = SIZES.some((s) => s.label === '16x8') ? '16x8' : SIZES.at(-1)!.label;
 const COMMAND = `node --import tsx bench/orchestration.ts${process.argv.slice(2).length ? ' ' + process.argv.slice(2).join(' ') : ''}`;
@@ -81,7 +88,8 @@ function jobConfig(size: (typeof SIZES)[number], mode: Mode, runId: string): Run
     steps: STEPS,
     groupsPerStep: size.groups,
     groupSize: size.groupSize,
-    rollout: mode === 'durable' ? 'durable' : 'batched',
+    rollout: durableLike(mode) ? 'durable' : 'batched',
+    ...(mode === 'grouped' ? { episodesPerWorkflow: PER_WORKFLOW } : {}),
     evalEvery: 0,
     evalTasks: 32,
   };
@@ -108,7 +116,7 @@ async function runJob(
   mode: Mode,
   round: number,
   tag = '',
-  steps = mode === 'durable' ? DURABLE_STEPS : STEPS,
+  steps = durableLike(mode) ? DURABLE_STEPS : STEPS,
 ): Promise<Job> {
   const runId = `bench-${mode}-${size.label}-r${round}${tag}-${Date.now().toString(36)}`;
   const config = { ...jobConfig(size, mode, runId), steps };
@@ -203,26 +211,30 @@ async function main() {
     const ref = jobs.find((j) => j.mode === 'batched' && j.size === DEFAULT_SIZE) ?? jobs.find((j) => j.mode === 'batched');
     const micro = ref ? await storeMicro(h, ref) : undefined;
 
-    // ---- durable: history events and activities per step
+    // ---- durable: history events and activities per step, keyed `mode size`
     const durableCounts: Record<string, DurableCounts> = {};
-    for (const size of SIZES) {
-      const job = jobs.find((j) => j.mode === 'durable' && j.size === size.label);
-      if (!job?.troupe) continue;
-      const step = job.troupe.steps[1] ?? job.troupe.steps[0]!;
-      let childEvents = 0;
-      let childActivities = 0;
-      const timings: ChildTimings[] = [];
-      const ids: string[] = [];
-      for (let g = 0; g < size.groups; g++) for (let e = 0; e < size.groupSize; e++) ids.push(`${job.runId}:s${step.step}:g${g}:e${e}`);
-      for (const id of ids) {
-        const history = await h.env.client.workflow.getHandle(id).fetchHistory();
-        const c = childCounts(history);
-        childEvents += c.events;
-        childActivities += c.activities;
-        timings.push(childTimings(history));
+    for (const size of SIZES)
+      for (const mode of MODES.filter(durableLike)) {
+        const job = jobs.find((j) => j.mode === mode && j.size === size.label);
+        if (!job?.troupe) continue;
+        const step = job.troupe.steps[1] ?? job.troupe.steps[0]!;
+        let childEvents = 0;
+        let childActivities = 0;
+        const timings: ChildTimings[] = [];
+        const ids: string[] = [];
+        const episodes = size.groups * size.groupSize;
+        const plan = { runId: job.runId, step: step.step, rule: { split: 'train' as const, seed: 0, groupsPerStep: size.groups, groupSize: size.groupSize } };
+        const per = mode === 'grouped' ? PER_WORKFLOW : 1;
+        for (let at = 0; at < episodes; at += per) ids.push(per > 1 ? episodeGroupIdOf(plan, at, Math.min(at + per, episodes)) : episodeIdOf(plan, at));
+        for (const id of ids) {
+          const history = await h.env.client.workflow.getHandle(id).fetchHistory();
+          const c = childCounts(history);
+          childEvents += c.events;
+          childActivities += c.activities;
+          timings.push(childTimings(history));
+        }
+        durableCounts[`${mode} ${size.label}`] = { parentEvents: step.spans.events, childEvents, childActivities, episodes, workflows: ids.length, timings };
       }
-      durableCounts[size.label] = { parentEvents: step.spans.events, childEvents, childActivities, episodes: ids.length, timings };
-    }
     const batchedEvents: Record<string, number> = {};
     for (const size of SIZES) {
       const job = jobs.find((j) => j.mode === 'batched' && j.size === size.label);
@@ -240,6 +252,8 @@ interface DurableCounts {
   childEvents: number;
   childActivities: number;
   episodes: number;
+  /** child workflows the episodes ran in */
+  workflows: number;
   timings: ChildTimings[];
 }
 
@@ -355,20 +369,21 @@ function durableTable(out: Out, jobs: Job[], durable: Record<string, DurableCoun
   out('## Durable rollouts: overhead per agent turn and Temporal history events per step');
   out();
   out(
-    '| batch | agent turns/step | generate activities/step | tool activities/step | durable - in-process ms/step | overhead ms per agent turn | per activity | history events/step: parent + children = total | events per episode | batched: parent events/step |',
+    '| batch | mode (episodes per workflow) | agent turns/step | generate activities/step | tool activities/step | durable - in-process ms/step | overhead ms per agent turn | per activity | history events/step: parent + children = total | events per episode | batched: parent events/step |',
   );
-  out('|---|---|---|---|---|---|---|---|---|---|');
-  for (const size of SIZES) {
-    const ip = by(size.label, 'inprocess')[0]?.inprocess;
-    const d = durable[size.label];
-    if (!ip || !d || by(size.label, 'durable').length === 0) continue;
-    const st = ip.steps[1] ?? ip.steps[0]!;
-    const extra = stepMs(by(size.label, 'durable')) - stepMs(by(size.label, 'inprocess'));
-    const activities = st.generates + st.toolCalls + d.episodes; // + recordEpisode per episode
-    out(
-      `| ${size.label} | ${st.turns} | ${st.generates} | ${st.toolCalls} | ${f(extra, 0)} | ${f(extra / st.turns, 2)} | ${f(extra / activities, 2)} | ${d.parentEvents} + ${d.childEvents} = ${d.parentEvents + d.childEvents} | ${f(d.childEvents / d.episodes, 1)} | ${f(batchedEvents[size.label] ?? NaN, 0)} |`,
-    );
-  }
+  out('|---|---|---|---|---|---|---|---|---|---|---|');
+  for (const size of SIZES)
+    for (const mode of MODES.filter(durableLike)) {
+      const ip = by(size.label, 'inprocess')[0]?.inprocess;
+      const d = durable[`${mode} ${size.label}`];
+      if (!ip || !d || by(size.label, mode).length === 0) continue;
+      const st = ip.steps[1] ?? ip.steps[0]!;
+      const extra = stepMs(by(size.label, mode)) - stepMs(by(size.label, 'inprocess'));
+      const activities = st.generates + st.toolCalls + d.episodes; // + recordEpisode per episode
+      out(
+        `| ${size.label} | ${mode} (${f(d.episodes / d.workflows, 0)}) | ${st.turns} | ${st.generates} | ${st.toolCalls} | ${f(extra, 0)} | ${f(extra / st.turns, 2)} | ${f(extra / activities, 2)} | ${d.parentEvents} + ${d.childEvents} = ${d.parentEvents + d.childEvents} | ${f(d.childEvents / d.episodes, 1)} | ${f(batchedEvents[size.label] ?? NaN, 0)} |`,
+      );
+    }
   out();
   out(
     "Activities per episode = its generate segments + tool calls + one recordEpisode. Events per step count the parent's events of that step plus the full histories of its episode children.",
@@ -376,9 +391,9 @@ function durableTable(out: Out, jobs: Job[], durable: Record<string, DurableCoun
 }
 
 /** Where the time goes in one step of `mode`, part by part, beside the in-process loop. */
-function timeTable(out: Out, jobs: Job[], mode: 'batched' | 'durable', micro: Micro | undefined, durable: Record<string, DurableCounts>) {
+function timeTable(out: Out, jobs: Job[], mode: Exclude<Mode, 'inprocess'>, micro: Micro | undefined, durable: Record<string, DurableCounts>) {
   const by = jobsOf(jobs);
-  const batchedLike = mode !== 'durable';
+  const batchedLike = !durableLike(mode);
   const js = by(DEFAULT_SIZE, mode).filter((j) => j.troupe);
   const ipJobs = by(DEFAULT_SIZE, 'inprocess').filter((j) => j.inprocess);
   if (js.length === 0 || ipJobs.length === 0) return;
@@ -430,21 +445,23 @@ function timeTable(out: Out, jobs: Job[], mode: 'batched' | 'durable', micro: Mi
     out(
       `| rollout (episode children: first start -> last completion) | ${f(rollout, 0)} | ${f(ipm('rollout') + ipm('reward'), 0)} | history; includes every generate/tool/recordEpisode activity and child workflow task |`,
     );
-    const d = durable[DEFAULT_SIZE];
+    const d = durable[`${mode} ${DEFAULT_SIZE}`];
     if (d) {
       const t = d.timings;
       const wf = t.flatMap((c) => c.workflowTasks);
       const firstWf = t.map((c) => c.workflowTasks[0]?.execMs ?? 0);
       const acts = t.flatMap((c) => c.activities);
       const actOf = (type: string) => acts.filter((a) => a.type === type);
-      out(`| - one episode child, start -> completion (median of ${t.length}) | ${f(median(t.map((c) => c.durationMs)), 0)} | - | child history |`);
       out(
-        `| - workflow tasks per episode: ${f(wf.length / t.length, 1)}; queue wait / execution (median) | ${f(median(wf.map((w) => w.queuedMs)), 0)} / ${f(median(wf.map((w) => w.execMs)), 0)} | - | execution = from the worker's poll to its completion, waits inside the worker included; first task ${f(median(firstWf), 0)} ms |`,
+        `| - one child workflow (${f(d.episodes / d.workflows, 0)} episodes), start -> completion (median of ${t.length}) | ${f(median(t.map((c) => c.durationMs)), 0)} | - | child history |`,
+      );
+      out(
+        `| - workflow tasks per episode: ${f(wf.length / d.episodes, 1)}; queue wait / execution (median) | ${f(median(wf.map((w) => w.queuedMs)), 0)} / ${f(median(wf.map((w) => w.execMs)), 0)} | - | execution = from the worker's poll to its completion, waits inside the worker included; first task ${f(median(firstWf), 0)} ms |`,
       );
       for (const type of [...new Set(acts.map((a) => a.type))]) {
         const xs = actOf(type);
         out(
-          `| - ${type} activities per episode: ${f(xs.length / t.length, 2)}; queue wait / execution (median) | ${f(median(xs.map((a) => a.queuedMs)), 0)} / ${f(median(xs.map((a) => a.execMs)), 0)} | - | child histories |`,
+          `| - ${type} activities per episode: ${f(xs.length / d.episodes, 2)}; queue wait / execution (median) | ${f(median(xs.map((a) => a.queuedMs)), 0)} / ${f(median(xs.map((a) => a.execMs)), 0)} | - | child histories |`,
         );
       }
     }
@@ -521,7 +538,7 @@ function report(jobs: Job[], micro: Micro | undefined, durable: Record<string, D
   out();
   stepTable(out, jobs);
   durableTable(out, jobs, durable, batchedEvents);
-  for (const mode of ['batched', 'durable'] as const) timeTable(out, jobs, mode, micro, durable);
+  for (const mode of ['batched', 'durable', 'grouped'] as const) timeTable(out, jobs, mode, micro, durable);
   if (micro) {
     out();
     out(

@@ -18,8 +18,8 @@ import type { Client } from '@temporalio/client';
 import type { LogLevel, LogMetadata, Logger } from '@temporalio/common';
 import { DefaultLogger } from '@temporalio/worker';
 
-/** The workflow type of durable episodes (workflows/episode.ts). */
-const EPISODE_WORKFLOW = 'episodeWorkflow';
+/** The workflow types of durable episodes (workflows/episode.ts): one episode, or several of a plan. */
+const EPISODE_WORKFLOWS = new Set(['episodeWorkflow', 'episodeGroupWorkflow']);
 /** The core's log line for a failed workflow task (its fields arrive as meta runId, failure). */
 const FAILING_TASK = 'Failing workflow task';
 /** Node's vm reports the interrupted script with this message ("Script execution timed out after 5000ms"). */
@@ -88,12 +88,14 @@ export class EpisodeWatch {
     const { pollMs = 2000, followMs = 10 * 60_000 } = this.opts;
     const until = Date.now() + followMs;
     let workflowId: string | undefined;
+    let grouped = false;
     for (; Date.now() < until; await new Promise((r) => setTimeout(r, pollMs))) {
       if (!workflowId) {
         // the core names the execution by run id only: visibility knows its workflow
         for await (const w of this.client.workflow.list({ query: `RunId = '${runId}'` })) {
-          if (w.type !== EPISODE_WORKFLOW) return;
+          if (!EPISODE_WORKFLOWS.has(w.type)) return;
           workflowId = w.workflowId;
+          grouped = w.type !== 'episodeWorkflow';
         }
         if (!workflowId) continue;
       }
@@ -104,7 +106,7 @@ export class EpisodeWatch {
       if (!task) return; // the task went through: a slow task, not a loop
       if ((task.attempt ?? 0) <= this.strikes) continue;
       const history = await handle.fetchHistory();
-      const reason = stoppedReason(turnsDone(history.events ?? []), this.opts.limitMs);
+      const reason = stoppedReason(turnsDone(history.events ?? []), this.opts.limitMs, grouped);
       await handle.terminate(reason);
       this.log(`troupe control worker: stopped episode ${workflowId}: ${reason}`);
       return;
@@ -127,8 +129,10 @@ export function turnsDone(events: readonly HistoryEvent[]): number {
   return done;
 }
 
-/** The termination reason, which the run stores as the episode's error. */
-export function stoppedReason(turns: number, limitMs: number): string {
-  const after = turns === 0 ? 'before its first agent turn' : `after ${turns} agent turn${turns === 1 ? '' : 's'}`;
+/** The termination reason, which the run stores as the error of each episode it stopped (all of a group's unfinished ones). */
+export function stoppedReason(turns: number, limitMs: number, grouped = false): string {
+  const of = grouped ? ' of the episodes in its workflow' : '';
+  const after =
+    turns === 0 ? (grouped ? 'before their first agent turns' : 'before its first agent turn') : `after ${turns} agent turn${turns === 1 ? '' : 's'}${of}`;
   return `episode: its code ran ${limitMs / 1000} s without yielding ${after} (a synchronous loop? durable episode code may not block for more than ${limitMs / 1000} s); it was stopped`;
 }

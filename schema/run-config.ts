@@ -97,6 +97,13 @@ export const runConfigSchema = lazily(() =>
      * 1,000 keeps a node well inside Temporal's 2,000 pending children and its history limits.
      */
     rolloutNodeSize: int(1, 1000).default(500),
+    /**
+     * Durable rollouts: episodes per workflow. 1: each episode is its own child workflow. More: that many
+     * consecutive episodes of the plan run in one workflow (workflows/episode.ts, episodeGroupWorkflow),
+     * each still with its own id, turns and record, at a fraction of the per-workflow cost; a hung
+     * episode then stops its whole workflow. At most 64 keeps a workflow's history well under Temporal's limits.
+     */
+    episodesPerWorkflow: int(1, 64).default(1),
     /** Optimizer settings for every model, per model, and per agent (role). */
     optimizer: optimizerConfigSchema().prefault({}),
     /** Eval on held-out tasks every N steps (0: only before the first and after the last step). */
@@ -287,8 +294,9 @@ export function trainedModels(config: Pick<RunConfig, 'frozen'>, models: readonl
 /** Temporal's limit on a workflow's pending child workflows (the run's, and each rollout node's). */
 export const MAX_PENDING_CHILDREN = 2000;
 
-/** Child workflows a durable rollout of n episodes starts from the run: its episodes, or past one node's worth its rollout nodes. */
-export const rolloutChildren = (episodes: number, nodeSize: number) => (episodes <= nodeSize ? episodes : Math.ceil(episodes / nodeSize));
+/** Child workflows a durable rollout of n episodes starts from the run: its episodes' workflows, or past one node's worth its rollout nodes. */
+export const rolloutChildren = (episodes: number, nodeSize: number, perWorkflow = 1) =>
+  episodes <= nodeSize ? Math.ceil(episodes / perWorkflow) : Math.ceil(episodes / nodeSize);
 
 /**
  * Episodes one step may plan. A batched step's history grows by one rollout
@@ -316,6 +324,8 @@ export function parseRunConfig(input: unknown): RunConfig {
   if (r.data.rollout === 'durable') {
     const issue = pendingChildrenIssue(r.data, episodes);
     if (issue) throw new RunConfigError([issue]);
+  } else if (r.data.episodesPerWorkflow > 1) {
+    throw new RunConfigError([{ path: 'episodesPerWorkflow', message: "needs rollout: 'durable' (a batched rollout runs its episodes in activities)" }]);
   }
   if (episodes > MAX_STEP_EPISODES) {
     throw new RunConfigError([
@@ -361,8 +371,8 @@ export function withTeamRunDefaults<T extends object>(input: T, team: Pick<AnyTe
  */
 function pendingChildrenIssue(config: RunConfig, episodes: number): FieldIssue | undefined {
   const k = Math.max(0, ...(typeof config.staleness === 'number' ? [config.staleness] : Object.values(config.staleness)));
-  const step = rolloutChildren(episodes, config.rolloutNodeSize);
-  const evalChildren = rolloutChildren(config.evalTasks, config.rolloutNodeSize);
+  const step = rolloutChildren(episodes, config.rolloutNodeSize, config.episodesPerWorkflow);
+  const evalChildren = rolloutChildren(config.evalTasks, config.rolloutNodeSize, config.episodesPerWorkflow);
   const pending = (1 + k) * step + evalChildren;
   if (pending <= MAX_PENDING_CHILDREN) return undefined;
   return {

@@ -14,7 +14,8 @@ import { durableEpisodeMeta, type EpisodeSpec, type StepPlan } from '../activiti
 import type { TrainingPoolActivities } from '../activities/training/pool';
 import { controlActivities, controlLocalActivities, toolActivities, turnActivities } from './timeouts';
 
-export type EpisodeWorkflowInput = TeamRef & {
+/** What every episode of a workflow shares: the team, the run's step, the versions it samples and where. */
+export type EpisodeIOInput = TeamRef & {
   runId: string;
   step: number;
   split: Split;
@@ -26,7 +27,9 @@ export type EpisodeWorkflowInput = TeamRef & {
   modelQueues?: Record<string, string>;
   /** Score and store the episode by a local activity (set by runs with the local-record-episode patch). */
   recordLocally?: boolean;
-} &
+};
+
+export type EpisodeWorkflowInput = EpisodeIOInput &
   // The episode by reference (its plan and index), looked up by a local activity, or
   // listed in full (episodes started before plans were references).
   ({ plan: Omit<StepPlan, 'episodes'>; index: number } | { spec: EpisodeSpec });
@@ -34,9 +37,19 @@ export type EpisodeWorkflowInput = TeamRef & {
 const control = proxyActivities<TrainingControlActivities>(controlActivities);
 const controlLocal = proxyLocalActivities<TrainingControlActivities>(controlLocalActivities);
 
-export async function episodeWorkflow(
-  input: EpisodeWorkflowInput,
-): Promise<{ episodeId: string; status: string; success: boolean | null; turns: number; error?: string }> {
+/** What an episode's workflow says of it; turns and error feed the run's progress (its failures' most common error) without reading the store. */
+export type EpisodeOutcome = { episodeId: string; status: string; success: boolean | null; turns: number; error?: string };
+
+export async function episodeWorkflow(input: EpisodeWorkflowInput): Promise<EpisodeOutcome> {
+  const play = episodePlayer(input);
+  return play('spec' in input ? input.spec : { plan: input.plan, index: input.index });
+}
+
+/**
+ * Plays episodes of one workflow: the team is loaded and the activity proxies made once, then each
+ * call runs one episode (looked up by its plan and index, or given in full), scores and stores it.
+ */
+export function episodePlayer(input: EpisodeIOInput): (episode: EpisodeSpec | { plan: Omit<StepPlan, 'episodes'>; index: number }) => Promise<EpisodeOutcome> {
   // Local: one workflow task and one task-queue round trip fewer per episode, and the trajectory stays
   // out of the history (a local activity's input is not recorded); recordEpisode is idempotent. The
   // run decides (patch local-record-episode) and says so in the input: a patch here would add a marker
@@ -63,17 +76,29 @@ export async function episodeWorkflow(
     callTool: (req) => tools.callTool({ ...ref, req }),
     now: () => Date.now(),
   };
-  const spec = 'spec' in input ? input.spec : await controlLocal.episodeSpec({ ...ref, plan: input.plan, index: input.index });
-  const trajectory = await runEpisode(
-    team,
-    { episodeId: spec.episodeId, seed: spec.seed, task: spec.task, versions: input.versions, sampling: input.sampling },
-    io,
-  );
-  const recorded = await record.recordEpisode({
-    ...ref,
-    meta: durableEpisodeMeta(spec, input),
-    trajectory,
-  });
-  // turns and error: the run's progress (its failures' most common error) without reading the store
-  return { ...recorded, turns: trajectory.turns.length, ...(trajectory.error === undefined ? {} : { error: trajectory.error }) };
+  return async (episode) => {
+    const spec = 'episodeId' in episode ? episode : await controlLocal.episodeSpec({ ...ref, plan: episode.plan, index: episode.index });
+    const trajectory = await runEpisode(
+      team,
+      { episodeId: spec.episodeId, seed: spec.seed, task: spec.task, versions: input.versions, sampling: input.sampling },
+      io,
+    );
+    const recorded = await record.recordEpisode({ ...ref, meta: durableEpisodeMeta(spec, input), trajectory });
+    return { ...recorded, turns: trajectory.turns.length, ...(trajectory.error === undefined ? {} : { error: trajectory.error }) };
+  };
+}
+
+/** What every episode of a rollout's workflows gets: the plan they index into, by reference. */
+export type PlannedEpisodesInput = EpisodeIOInput & { plan: Omit<StepPlan, 'episodes'> };
+
+/**
+ * The plan's episodes [from, to) in one workflow (run setting episodesPerWorkflow): each plays as its
+ * own episode workflow would, concurrently, with its turns and tool calls as this workflow's activities,
+ * so a crash repeats no completed turn and every episode keeps its id and its single record. One workflow
+ * start, and workflow tasks shared by the episodes' concurrent turns, in place of one per episode.
+ */
+export async function episodeGroupWorkflow(input: { episodes: PlannedEpisodesInput; from: number; to: number }): Promise<EpisodeOutcome[]> {
+  const play = episodePlayer(input.episodes);
+  const { plan } = input.episodes;
+  return Promise.all(Array.from({ length: input.to - input.from }, (_, i) => play({ plan, index: input.from + i })));
 }

@@ -58,6 +58,8 @@ export const Patch = {
   frozenModels: 'frozen-models',
   /** SFT runs (run config sft): a step updates each model on stored turns, without planning or rolling out; runs without sft never reach it. */
   sftSteps: 'sft-steps',
+  /** Durable episodes several to a workflow (run setting episodesPerWorkflow > 1); runs without the setting never reach it. */
+  episodeGroups: 'episode-groups',
 } as const;
 
 /**

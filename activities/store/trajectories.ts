@@ -145,6 +145,18 @@ export async function loadEpisode(sql: Sql, episodeId: string): Promise<StoredEp
   return episode;
 }
 
+/** What a stored episode came to: its status, error, success and turn count (without loading its trajectory). */
+export async function episodeOutcome(
+  sql: Sql,
+  episodeId: string,
+): Promise<{ episodeId: string; status: string; error?: string; success: boolean | null; turns: number } | undefined> {
+  const [row] = await sql<{ status: string; error: string | null; success: boolean | null; turns: number }[]>`
+    SELECT status, error, success, (SELECT count(*)::int FROM turns t WHERE t.episode_id = e.episode_id) AS turns
+    FROM episodes e WHERE e.episode_id = ${episodeId}`;
+  if (!row) return undefined;
+  return { episodeId, status: row.status, ...(row.error === null ? {} : { error: row.error }), success: row.success, turns: row.turns };
+}
+
 /** All stored episodes of a step and split, trajectories and rewards included. */
 export async function loadStepEpisodes(sql: Sql, runId: string, step: number, split: Split): Promise<StoredEpisode[]> {
   return loadEpisodes(sql, stepEpisodes(sql, runId, step, split));

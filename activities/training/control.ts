@@ -18,7 +18,7 @@ import { createRun, getRun, hasExecution, recordEvent, recordExecution, recordWo
 import { mergeStepMetrics, writeMetrics } from '../store/metrics';
 import { tensorBoardExporter, type TensorBoardDirs } from '../store/tensorboard';
 import type { MlflowExport } from '../store/mlflow';
-import { loadStepEpisodes, saveEpisodes, type EpisodeMeta, type StoredEpisode } from '../store/trajectories';
+import { episodeOutcome, loadStepEpisodes, saveEpisodes, type EpisodeMeta, type StoredEpisode } from '../store/trajectories';
 import { loadTasks } from '../tasks';
 import { failRunOn } from '../tools';
 import { durableEpisodeMeta, episodesOf, type EpisodeSpec, type StepPlan } from './plan';
@@ -162,7 +162,9 @@ export function createTrainingControlActivities({
     /**
      * Stores a durable episode whose child workflow was terminated as failed (idempotent by
      * episode id), with the reason its termination recorded: the control worker's episode watch
-     * (processes/episode-watch.ts) says why it stopped it; an operator's reason is quoted.
+     * (processes/episode-watch.ts) says why it stopped it; an operator's reason is quoted. An
+     * episode its workflow had stored before (another episode of its group hung) keeps its record,
+     * and the run is told what that record says.
      */
     async recordStoppedEpisode(
       input: TeamRef & { runId: string; step: number; split: EpisodeMeta['split']; plan: Omit<StepPlan, 'episodes'>; index: number; workflowId: string },
@@ -172,9 +174,12 @@ export function createTrainingControlActivities({
       const error = reason?.startsWith('episode: ') ? reason : `episode: terminated before it finished (${reason ? `reason: ${reason}` : 'no reason given'})`;
       const meta = durableEpisodeMeta(spec, input);
       userCode?.endEpisode?.(spec.episodeId);
-      await saveEpisodes(sql, [{ meta, trajectory: { episodeId: spec.episodeId, status: 'failed', error, turns: [] }, rewards: [], success: null }]);
+      const inserted = await saveEpisodes(sql, [
+        { meta, trajectory: { episodeId: spec.episodeId, status: 'failed', error, turns: [] }, rewards: [], success: null },
+      ]);
+      const stored = inserted.has(spec.episodeId) ? undefined : await episodeOutcome(sql, spec.episodeId);
       // the error too: the run's progress and its fail-fast check name it
-      return { episodeId: spec.episodeId, status: 'failed', success: null, turns: 0, error };
+      return stored ?? { episodeId: spec.episodeId, status: 'failed', success: null, turns: 0, error };
     },
 
     /** Summarises a finished eval from its stored episodes and writes its metrics. */

@@ -50,6 +50,11 @@ export function episodeIdOf(plan: Omit<StepPlan, 'episodes'>, index: number): st
     : evalEpisodeId(plan.runId, plan.step, index);
 }
 
+/** The id of the workflow that runs a plan's episodes [from, to) together (workflows/episode.ts, episodeGroupWorkflow). */
+export function episodeGroupIdOf(plan: Omit<StepPlan, 'episodes'>, from: number, to: number): string {
+  return `${plan.runId}:${plan.rule.split === 'train' ? 's' : 'eval'}${plan.step}:e${from}-${to - 1}`;
+}
+
 /** The id of a durable rollout's node-th rollout node (workflows/rollout-node.ts). */
 export function rolloutNodeIdOf(plan: Omit<StepPlan, 'episodes'>, node: number): string {
   return `${plan.runId}:${plan.rule.split === 'train' ? 's' : 'eval'}${plan.step}:n${node}`;

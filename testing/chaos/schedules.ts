@@ -49,6 +49,8 @@ export interface ChaosOptions {
    * in PAIRS (Temporal + PostgreSQL, control + pool worker). Unset: none.
    */
   pairShare?: number;
+  /** Durable runs: episodes per workflow (run config episodesPerWorkflow); unset: one. */
+  episodesPerWorkflow?: number;
   /** The runs' staleness k (asynchronous RL); unset: synchronous. */
   staleness?: number;
   /** Steps between evals; unset: 3. 0: only the final eval (what the partial-rollout work check needs). */
@@ -75,6 +77,8 @@ export const SHORT: Omit<ChaosOptions, 'log'> = {
   restartDelayMs: [300, 1500],
   busyWaitMs: 2000,
   runTimeoutMs: 240_000,
+  // a group's episodes in one workflow: the kills land in workflows of several episodes
+  episodesPerWorkflow: 4,
 };
 
 /**
@@ -121,6 +125,7 @@ export const SHORT_TRANSFORMER: Omit<ChaosOptions, 'log'> = {
   ...SHORT,
   team: { name: 'recall' },
   steps: { batched: 6, durable: 4 },
+  episodesPerWorkflow: 1,
   kills: 2,
   kinds: ['engine', 'pool-worker'],
 };
@@ -130,6 +135,7 @@ export const LONG_TRANSFORMER: Omit<ChaosOptions, 'log'> = {
   ...LONG,
   team: { name: 'recall' },
   steps: { batched: 24, durable: 12 },
+  episodesPerWorkflow: 1,
   kills: 10,
 };
 
@@ -245,7 +251,10 @@ export function schedule(
 }
 
 /** The run config of a mode. Batched steps are bigger (32 episodes), so they last long enough to be hit mid-rollout. */
-export function runConfig(opts: Pick<ChaosOptions, 'team' | 'runSeed' | 'steps' | 'staleness' | 'partialRollouts' | 'evalEvery'>, mode: Mode) {
+export function runConfig(
+  opts: Pick<ChaosOptions, 'team' | 'runSeed' | 'steps' | 'staleness' | 'partialRollouts' | 'evalEvery' | 'episodesPerWorkflow'>,
+  mode: Mode,
+) {
   const size = mode === 'batched' ? { groupsPerStep: 4, groupSize: 8 } : { groupsPerStep: 2, groupSize: 4 };
   return {
     team: opts.team.name,
@@ -257,6 +266,7 @@ export function runConfig(opts: Pick<ChaosOptions, 'team' | 'runSeed' | 'steps' 
     evalTasks: 4,
     seed: opts.runSeed,
     ...(opts.staleness ? { staleness: opts.staleness } : {}),
+    ...(mode === 'durable' && opts.episodesPerWorkflow ? { episodesPerWorkflow: opts.episodesPerWorkflow } : {}),
     ...(opts.partialRollouts ? { partialRollouts: opts.partialRollouts } : {}),
   };
 }

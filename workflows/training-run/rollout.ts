@@ -1,6 +1,6 @@
 /**
  * A step's or eval's rollout, in the run's mode: durable (one child workflow per
- * episode, through rollout nodes past rolloutNodeSize episodes) or batched (activities of up to ROLLOUT_CHUNK episodes on the pool).
+ * episode or per episodesPerWorkflow episodes, through rollout nodes past rolloutNodeSize episodes) or batched (activities of up to ROLLOUT_CHUNK episodes on the pool).
  * Returns how many episodes failed.
  */
 import { executeChild, patched } from '@temporalio/workflow';
@@ -77,16 +77,18 @@ async function rolloutParts(run: RunState, plan: StepPlan, sampling: Partial<Sam
     const recordLocally = patched(Patch.localRecordEpisode) ? { recordLocally: true } : {};
     const children = { ...ref, runId, step: at, split, plan: byRef, versions: serving, sampling, poolQueues, ...sampleQueues(run), ...recordLocally };
     const size = run.config.rolloutNodeSize;
+    // Runs that predate the setting have none (and one episode per workflow); only runs that set it reach the patch.
+    const per = (run.config.episodesPerWorkflow ?? 1) > 1 && patched(Patch.episodeGroups) ? { perWorkflow: run.config.episodesPerWorkflow } : {};
     // Up to one node's worth of episodes stays flat: a node would add its own history and a workflow task hop for nothing.
     if (episodes <= size || !patched(Patch.rolloutTree))
-      return runEpisodeChildren(children, 0, episodes, (r) => run.progress.episodeDone(at, split, 0, r, Date.now()));
+      return runEpisodeChildren(children, 0, episodes, (r) => run.progress.episodeDone(at, split, 0, r, Date.now()), per.perWorkflow);
     const nodes = Math.ceil(episodes / size);
     const failed = await Promise.all(
       Array.from({ length: nodes }, (_, k) => {
         const [from, to] = [k * size, Math.min((k + 1) * size, episodes)];
         return executeChild(rolloutNode, {
           workflowId: rolloutNodeIdOf(byRef, k),
-          args: [{ episodes: children, from, to, reportEverySeconds: REPORT_EVERY_S * nodes }],
+          args: [{ episodes: children, from, to, reportEverySeconds: REPORT_EVERY_S * nodes, ...per }],
         }).then((f) => finished(run, at, split, from, to - from, f));
       }),
     );

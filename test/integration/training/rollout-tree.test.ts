@@ -4,6 +4,8 @@
  * the run starts only rollout nodes, each node starts its slice of episodes
  * under the plan's episode ids, and the run trains exactly as the flat run
  * with the same seed (same trajectories, same weights). Both histories replay.
+ * So does a run with several episodes to a workflow (episodesPerWorkflow), flat
+ * and through nodes.
  *
  * TROUPE_SCALE_TEST=1 adds a durable step of 10,000 episodes (20 nodes of 500),
  * printing its wall time and history sizes: too slow for CI on a small machine.
@@ -120,6 +122,71 @@ describe('durable rollouts through rollout nodes', () => {
     const bundle = await workflowBundle();
     await Worker.runReplayHistory({ workflowBundle: bundle }, treeHistory, 'tree');
     await Worker.runReplayHistory({ workflowBundle: bundle }, s0n0, 'tree:s0:n0');
+  });
+
+  it('episodesPerWorkflow runs several episodes to a workflow, flat and through nodes, and trains exactly as one per workflow', async () => {
+    const run = (runId: string, extra: { rolloutNodeSize?: number; episodesPerWorkflow?: number }) =>
+      h.env.client.workflow.execute<typeof trainingRun>('trainingRun', {
+        taskQueue: h.taskQueue,
+        workflowId: runId,
+        args: [{ ...config, runId, ...extra }],
+      });
+    const [one, grouped, groupedTree] = await Promise.all([
+      run('one', {}),
+      run('grouped', { episodesPerWorkflow: 4 }),
+      run('grouped-tree', { rolloutNodeSize: 4, episodesPerWorkflow: 3 }),
+    ]);
+    for (const s of [one, grouped, groupedTree]) {
+      assert.equal(s.status, 'completed');
+      assert.equal(s.failedEpisodes, 0);
+    }
+    await checkRunBookkeeping(h, 'grouped', config.steps, ['solver', 'verifier'], ['policy']);
+    // Flat: a step's 6 episodes in workflows of 4 + 2, an eval's 5 in 4 + 1, named by the plan indices they run.
+    const groupedHistory = await h.env.client.workflow.getHandle('grouped').fetchHistory();
+    const children = childrenOf(groupedHistory);
+    assert.deepEqual(
+      children.map((c) => c.id),
+      ['grouped:eval0:e0-3', 'grouped:eval0:e4-4', 'grouped:s0:e0-3', 'grouped:s0:e4-5', 'grouped:eval1:e0-3', 'grouped:eval1:e4-4'].concat([
+        'grouped:s1:e0-3',
+        'grouped:s1:e4-5',
+        'grouped:eval2:e0-3',
+        'grouped:eval2:e4-4',
+      ]),
+    );
+    assert.ok(children.every((c) => c.type === 'episodeGroupWorkflow'));
+    // Through nodes of 4: each node runs its slice in workflows of at most 3.
+    const nodeChildren = async (id: string) => childrenOf(await h.env.client.workflow.getHandle(id).fetchHistory()).map((c) => c.id);
+    assert.deepEqual(await nodeChildren('grouped-tree:s0:n0'), ['grouped-tree:s0:e0-2', 'grouped-tree:s0:e3-3']);
+    assert.deepEqual(await nodeChildren('grouped-tree:s0:n1'), ['grouped-tree:s0:e4-5']);
+
+    // One workflow of 4 episodes: their turns are its activities, each episode looked up and stored once.
+    const group = await h.env.client.workflow.getHandle('grouped:s0:e0-3').fetchHistory();
+    const markers = group.events!.filter((e) => e.markerRecordedEventAttributes).length;
+    assert.equal(markers, 2 * 4, 'an episodeSpec and a recordEpisode local activity per episode');
+    const turns = group.events!.filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'generateTurn').length;
+    const stored = (await loadStepEpisodes(h.db.sql, 'grouped', 0, 'train')).slice(0, 4);
+    assert.equal(stored.length, 4);
+    assert.equal(
+      turns,
+      stored.reduce((n, e) => n + e.trajectory.turns.length, 0),
+      'one generateTurn activity per stored turn',
+    );
+
+    for (const runId of ['grouped', 'grouped-tree'])
+      for (let step = 0; step < config.steps; step++)
+        for (const split of ['train', 'eval'] as const)
+          assert.deepEqual(
+            (await loadStepEpisodes(h.db.sql, runId, step, split)).map(trainable),
+            (await loadStepEpisodes(h.db.sql, 'one', step, split)).map(trainable),
+            `${runId} step ${step} ${split}`,
+          );
+    const weights = async (runId: string) => (await listVersions(h.db.sql, runId)).map((v) => `${v.model}@${v.version}:${v.sha256}`);
+    assert.deepEqual(await weights('grouped'), await weights('one'));
+    assert.deepEqual(await weights('grouped-tree'), await weights('one'));
+
+    const bundle = await workflowBundle();
+    await Worker.runReplayHistory({ workflowBundle: bundle }, groupedHistory, 'grouped');
+    await Worker.runReplayHistory({ workflowBundle: bundle }, group, 'grouped:s0:e0-3');
   });
 
   it(

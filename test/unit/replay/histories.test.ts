@@ -15,7 +15,7 @@ const dir = path.join(__dirname, '..', '..', 'fixtures', 'histories');
 const files = fs.readdirSync(dir).filter((f) => f.endsWith('.json'));
 
 describe('replay of recorded histories', () => {
-  it('has fixtures for both rollout modes and an episode, from before and after step plans became references, with the dashboard link, asynchronous runs (staleness 1), a model training on another pool (run config pools), a continued execution whose continue-as-new task was failed by a signal (UnhandledCommand) and redone with it, a durable run one of whose episodes was terminated (stored as failed), a durable run through rollout nodes with one of its nodes, a durable run whose episodes record themselves by a local activity, a batched asynchronous run with partial rollouts, and a batched one whose groups are carried at most once (partialRollouts.maxCarrySteps)', () => {
+  it('has fixtures for both rollout modes and an episode, from before and after step plans became references, with the dashboard link, asynchronous runs (staleness 1), a model training on another pool (run config pools), a continued execution whose continue-as-new task was failed by a signal (UnhandledCommand) and redone with it, a durable run one of whose episodes was terminated (stored as failed), a durable run through rollout nodes with one of its nodes, a durable run whose episodes record themselves by a local activity, a batched asynchronous run with partial rollouts, a batched one whose groups are carried at most once (partialRollouts.maxCarrySteps), and a durable run of two episodes to a workflow with one such workflow', () => {
     const kinds = ['episode-math', 'training-run-batched', 'training-run-durable'];
     const oneMode = [
       'training-run-batched-stale',
@@ -28,6 +28,8 @@ describe('replay of recorded histories', () => {
       'episode-math-local-record',
       'training-run-batched-stale-partial',
       'training-run-batched-partial-bounded',
+      'training-run-durable-groups',
+      'episode-group-math-groups',
     ];
     const expected = [
       ...['', '-plan-ref', '-dashboard-link', '-pools'].flatMap((suffix) => kinds.map((k) => `${k}${suffix}.json`)),

@@ -31,6 +31,9 @@ test('stoppedReason names the limit and where the episode was', () => {
   );
   assert.match(stoppedReason(0, 5000), /without yielding before its first agent turn /);
   assert.match(stoppedReason(3, 5000), /after 3 agent turns /);
+  // a workflow of several episodes: the turns are all of its episodes'
+  assert.match(stoppedReason(3, 5000, true), /after 3 agent turns of the episodes in its workflow /);
+  assert.match(stoppedReason(0, 5000, true), /before their first agent turns /);
 });
 
 test('the watch follows an execution from its first sandbox timeout, and acts on nothing else', async () => {

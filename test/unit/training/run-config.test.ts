@@ -225,6 +225,27 @@ describe('run config', () => {
     assert.throws(() => parseRunConfig({ team: 'math', rolloutNodeSize: 1001 }), /rolloutNodeSize: must be <= 1000/);
   });
 
+  it('runs durable episodes several to a workflow only where asked, counting those workflows as the pending children', () => {
+    assert.equal(parseRunConfig({ team: 'math', rollout: 'durable' }).episodesPerWorkflow, 1);
+    // 2,001 pending children one per episode; at 8 episodes a workflow, 125 x 2 + ceil(1 / 8) = 251.
+    const at = { team: 'math', rollout: 'durable', groupsPerStep: 125, groupSize: 8, rolloutNodeSize: 1000, staleness: 1, evalTasks: 1 } as const;
+    assert.throws(() => parseRunConfig(at), /is 2001;/);
+    assert.equal(parseRunConfig({ ...at, episodesPerWorkflow: 8 }).episodesPerWorkflow, 8);
+    assert.throws(
+      () => parseRunConfig({ team: 'math', episodesPerWorkflow: 8 }),
+      (e: RunConfigError) => {
+        assert.deepEqual(
+          e.issues.map((i) => i.path),
+          ['episodesPerWorkflow'],
+        );
+        assert.match(e.message, /episodesPerWorkflow: needs rollout: 'durable'/);
+        return true;
+      },
+    );
+    assert.throws(() => parseRunConfig({ team: 'math', rollout: 'durable', episodesPerWorkflow: 65 }), /episodesPerWorkflow: must be <= 64/);
+    assert.throws(() => parseRunConfig({ team: 'math', rollout: 'durable', episodesPerWorkflow: 0 }), /episodesPerWorkflow: must be >= 1/);
+  });
+
   it('bounds what a step may plan, naming the field (a 4096 x 1024 step would wedge the control worker)', () => {
     assert.throws(
       () => parseRunConfig({ team: 'math', groupsPerStep: 4096, groupSize: 1024 }),
