@@ -29,6 +29,9 @@ usage: node --import tsx processes/onnx-engine.ts [options]
   --batch-window-ms X how long a Generate waits to be batched with others (default 2)
   --max-batch N       max sequences per fused generate run (default 1024)
   --max-versions N    cached versions per model before LRU eviction (default 64)
+  --max-models N      models held before those unused for 10 minutes are dropped, least
+                      recently used first (default 32); a dropped model asked for again is
+                      loaded from the store, as after a restart
   --batch-shape S     auto | free | fixed  (default auto: probed per model spec)
   --memory-bytes N    memory one model spec may use: weights, optimizer state, one run's
                       activations; larger specs are refused naming the field (default: env
@@ -80,6 +83,7 @@ async function main(): Promise<void> {
         'batch-window-ms': { type: 'string' },
         'max-batch': { type: 'string' },
         'max-versions': { type: 'string' },
+        'max-models': { type: 'string' },
         'batch-shape': { type: 'string' },
         'memory-bytes': { type: 'string' },
         'micro-batch-bytes': { type: 'string' },
@@ -119,6 +123,7 @@ async function main(): Promise<void> {
   if (!(windowMs >= 0)) fail(`--batch-window-ms must be a number >= 0`);
   const maxBatch = intFlag('max-batch', values['max-batch'], 1024, 1);
   const maxVersions = intFlag('max-versions', values['max-versions'], 64, 1);
+  const maxModels = intFlag('max-models', values['max-models'], 32, 1);
   const shape = values['batch-shape'] ?? 'auto';
   if (shape !== 'auto' && shape !== 'free' && shape !== 'fixed') fail(`--batch-shape must be auto, free or fixed`);
   const trainerThread = values['trainer-thread'];
@@ -166,6 +171,7 @@ async function main(): Promise<void> {
     batchWindowMs: windowMs,
     maxBatch,
     maxVersionsPerModel: maxVersions,
+    maxModels,
     batchShape: shape,
     memory,
     log,

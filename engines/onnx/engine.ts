@@ -48,7 +48,7 @@ import { parseEngineFaults, withNanAdvantage, type EngineFaults } from './faults
 import { defaultMemoryPolicy, type ResolvedDevice, sessionFactory } from './device';
 import { type InvarianceResult, probeInvariance } from './invariance';
 import * as validate from './validate';
-import { type ModelEntry, VersionCache } from './version-cache';
+import { type CachedVersion, type ModelEntry, VersionCache } from './version-cache';
 import { checkpointKey, seededKey, SharedWeights } from './shared-weights';
 import { createLoraRuntime } from './transformer/lora-runtime';
 import { baseSpecOf, initAdapter, loraSpecOf } from '../families/transformer/lora';
@@ -64,6 +64,10 @@ export interface EngineOptions {
   maxBatch?: number;
   /** cached versions per model before LRU eviction (default 64; the latest is never evicted) */
   maxVersionsPerModel?: number;
+  /** models held before those unused for modelIdleMs are dropped (default 32; version-cache.ts) */
+  maxModels?: number;
+  /** how long a model goes unused before it may be dropped (default 10 min) */
+  modelIdleMs?: number;
   /** memory one spec's runs may use (default defaultMemoryPolicy(): 80% of RAM, 256 MiB update micro-batches) */
   memory?: MemoryPolicy;
   /** "auto" probes each spec (default); "free"/"fixed" force a mode (tests, benchmarks) */
@@ -211,7 +215,16 @@ export class Engine {
     this.memory = opts.memory ?? defaultMemoryPolicy();
     this.batchShape = opts.batchShape ?? 'auto';
     this.log = opts.log ?? (() => undefined);
-    this.cache = new VersionCache(opts.maxVersionsPerModel ?? 64);
+    this.cache = new VersionCache({
+      maxVersionsPerModel: opts.maxVersionsPerModel ?? 64,
+      maxModels: opts.maxModels,
+      idleMs: opts.modelIdleMs,
+      inUse: (key) => [...this.inflight].some((e) => e.modelKey === key),
+      onDrop: (key) => {
+        this.lastScores.delete(key);
+        this.log({ event: 'model_dropped', modelKey: key });
+      },
+    });
     this.faults = parseEngineFaults(opts.faults ?? process.env.TROUPE_ENGINE_FAULTS);
     if (this.faults.armed.length > 0) this.log({ event: 'warning', message: `test fault injection armed: ${this.faults.armed.join(', ')}` });
     const mode = opts.trainerThread ?? (this.device.device === 'cpu' ? 'auto' : 'off');
@@ -319,6 +332,10 @@ export class Engine {
 
   async exportVersion(req: ExportVersionRequest): Promise<ExportedVersion> {
     const { model, v } = this.cache.version(validate.modelKey(req.modelKey), validate.versionNumber(req.version));
+    return this.cache.using(model, () => this.exported(req, model, v));
+  }
+
+  private async exported(req: ExportVersionRequest, model: ModelEntry, v: CachedVersion): Promise<ExportedVersion> {
     const info = this.cache.info(model, v);
     const weights = encodeWeights(v.state.theta);
     const optimizerState = encodeOptimizerState(v.state);
@@ -431,10 +448,12 @@ export class Engine {
     const { model, v } = this.cache.version(key, version);
     const seqs = validate.scoreSequences(req, model.spec);
     const theta = v.state.theta;
-    const out = await this.trainQueue.run(async () => {
-      const on = await this.onThread(model);
-      return on ? on.thread.score({ ...on.model, theta, seqs }) : model.runtime.score(theta, seqs);
-    });
+    const out = await this.cache.using(model, () =>
+      this.trainQueue.run(async () => {
+        const on = await this.onThread(model);
+        return on ? on.thread.score({ ...on.model, theta, seqs }) : model.runtime.score(theta, seqs);
+      }),
+    );
     this.counters.scoreRuns++;
     this.lastScores.set(key, { version, seqs, logprobs: out.logprobs });
     return {
@@ -470,41 +489,43 @@ export class Engine {
     const stall = this.faults.stallUpdate(requestId);
     const innerSteps = settings.innerSteps;
     progress({ phase: 'queued', queuePosition: this.trainQueue.depth, innerSteps });
-    const promise = this.trainQueue.run(async (): Promise<UpdateResponse> => {
-      if (stall) {
-        this.log({ event: 'fault_injected', fault: 'stall-update', requestId });
-        await new Promise<never>(() => undefined); // holds the train queue; the event loop stays free
-      }
-      const t0 = performance.now();
-      const { v } = this.cache.version(key, base);
-      this.checkBase(model, base, !!req.allowStaleBase); // another update may have committed meanwhile
-      progress({ phase: 'scoring', innerSteps });
-      const training = () => progress({ phase: 'training', innerSteps });
-      const { out, logprobGap } = await this.updateStep(model, v.state, samples, settings, training, this.scoredBefore(key, base, samples));
-      this.counters.updateRuns++;
-      const bad = out.steps.findIndex((s) => !Number.isFinite(s.loss) || !Number.isFinite(s.grad_norm));
-      if (bad >= 0 || out.state.theta.some((x) => !Number.isFinite(x))) {
-        const s = out.steps[bad >= 0 ? bad : out.steps.length - 1]!;
-        throw new EngineFault(
-          ErrorReason.NON_FINITE_UPDATE,
-          `update of "${key}" from version ${base} produced non-finite values at inner step ${bad >= 0 ? bad : 'final weights'} (loss=${s.loss}, grad_norm=${s.grad_norm}); nothing was committed`,
-          { modelKey: key, baseVersion: base, step: bad, loss: s.loss, gradNorm: s.grad_norm },
-        );
-      }
-      const cv = this.cache.put(model, model.latest + 1, out.state);
-      this.counters.tokensTrained += out.tokens;
-      return {
-        info: this.cache.info(model, cv),
-        baseVersion: base,
-        metrics: meanMetrics(out.steps),
-        stepMetrics: out.steps.map(stepToMetrics),
-        tokens: out.tokens,
-        samples: samples.length,
-        replayed: false,
-        durationMs: performance.now() - t0,
-        logprobGap,
-      };
-    });
+    const promise = this.cache.using(model, () =>
+      this.trainQueue.run(async (): Promise<UpdateResponse> => {
+        if (stall) {
+          this.log({ event: 'fault_injected', fault: 'stall-update', requestId });
+          await new Promise<never>(() => undefined); // holds the train queue; the event loop stays free
+        }
+        const t0 = performance.now();
+        const { v } = this.cache.version(key, base);
+        this.checkBase(model, base, !!req.allowStaleBase); // another update may have committed meanwhile
+        progress({ phase: 'scoring', innerSteps });
+        const training = () => progress({ phase: 'training', innerSteps });
+        const { out, logprobGap } = await this.updateStep(model, v.state, samples, settings, training, this.scoredBefore(key, base, samples));
+        this.counters.updateRuns++;
+        const bad = out.steps.findIndex((s) => !Number.isFinite(s.loss) || !Number.isFinite(s.grad_norm));
+        if (bad >= 0 || out.state.theta.some((x) => !Number.isFinite(x))) {
+          const s = out.steps[bad >= 0 ? bad : out.steps.length - 1]!;
+          throw new EngineFault(
+            ErrorReason.NON_FINITE_UPDATE,
+            `update of "${key}" from version ${base} produced non-finite values at inner step ${bad >= 0 ? bad : 'final weights'} (loss=${s.loss}, grad_norm=${s.grad_norm}); nothing was committed`,
+            { modelKey: key, baseVersion: base, step: bad, loss: s.loss, gradNorm: s.grad_norm },
+          );
+        }
+        const cv = this.cache.put(model, model.latest + 1, out.state);
+        this.counters.tokensTrained += out.tokens;
+        return {
+          info: this.cache.info(model, cv),
+          baseVersion: base,
+          metrics: meanMetrics(out.steps),
+          stepMetrics: out.steps.map(stepToMetrics),
+          tokens: out.tokens,
+          samples: samples.length,
+          replayed: false,
+          durationMs: performance.now() - t0,
+          logprobGap,
+        };
+      }),
+    );
     this.remember(requestId, { fingerprint, promise });
     promise.catch(() => {
       if (this.updates.get(requestId)?.promise === promise) this.updates.delete(requestId); // failures are not replayed

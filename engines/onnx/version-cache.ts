@@ -1,7 +1,10 @@
 /**
  * The engine's cache of model versions. The store (Postgres) is the source of
  * truth; this holds what was initialized, loaded or produced here, evicting
- * least-recently-used versions beyond a per-model cap (never the latest).
+ * least-recently-used versions beyond a per-model cap (never the latest), and
+ * whole models beyond a cap on models once nothing has used them for a while
+ * (the models of ended runs: a pool worker serves run after run). A model
+ * dropped and asked for again is loaded from the store, as after a restart.
  * Versions are immutable: re-putting a version with different bytes is refused.
  */
 import { ErrorReason, EngineFault } from '../protocol/errors';
@@ -26,14 +29,40 @@ export interface ModelEntry {
   versions: Map<number, CachedVersion>;
   /** highest version number ever held here (survives eviction) */
   latest: number;
+  /** when a call last used it (ms, the cache's clock) */
+  usedAt: number;
+  /** calls using it now (Score, Update, Export; a Generate counts as its in-flight entry): never dropped while > 0 */
+  busy: number;
+}
+
+export interface VersionCacheOptions {
+  maxVersionsPerModel: number;
+  /** models held before idle ones are dropped (default 32) */
+  maxModels?: number;
+  /** how long a model must go unused before it may be dropped (default 10 min) */
+  idleMs?: number;
+  /** also in use (a Generate in flight); default: none */
+  inUse?: (key: string) => boolean;
+  /** told of each dropped model, to drop what else is kept by its key */
+  onDrop?: (key: string) => void;
+  now?: () => number;
 }
 
 let clock = 0;
 
 export class VersionCache {
   private readonly models = new Map<string, ModelEntry>();
+  private readonly maxVersionsPerModel: number;
+  private readonly maxModels: number;
+  private readonly idleMs: number;
+  private readonly now: () => number;
 
-  constructor(private readonly maxVersionsPerModel: number) {}
+  constructor(private readonly opts: VersionCacheOptions) {
+    this.maxVersionsPerModel = opts.maxVersionsPerModel;
+    this.maxModels = opts.maxModels ?? 32;
+    this.idleMs = opts.idleMs ?? 10 * 60_000;
+    this.now = opts.now ?? Date.now;
+  }
 
   list(): ModelEntry[] {
     return [...this.models.values()];
@@ -63,7 +92,19 @@ export class VersionCache {
       );
     }
     v.lastUsed = ++clock;
+    model.usedAt = this.now();
     return { model, v };
+  }
+
+  /** Runs `fn` with the model marked busy, so it is not dropped meanwhile. */
+  async using<T>(model: ModelEntry, fn: () => Promise<T>): Promise<T> {
+    model.busy++;
+    try {
+      return await fn();
+    } finally {
+      model.busy--;
+      model.usedAt = this.now();
+    }
   }
 
   /** The entry for `key`, created with `spec` if new; refuses a different spec. */
@@ -79,9 +120,23 @@ export class VersionCache {
       }
       return m;
     }
-    const entry: ModelEntry = { key, spec, runtime: runtime(), versions: new Map(), latest: -1 };
+    const entry: ModelEntry = { key, spec, runtime: runtime(), versions: new Map(), latest: -1, usedAt: this.now(), busy: 0 };
     this.models.set(key, entry);
+    this.dropIdle(entry);
     return entry;
+  }
+
+  /** Past maxModels, drops the least recently used models that are idle (unused for idleMs, nothing in flight). */
+  private dropIdle(added: ModelEntry): void {
+    if (this.models.size <= this.maxModels) return;
+    const now = this.now();
+    const idle = [...this.models.values()]
+      .filter((m) => m !== added && m.busy === 0 && now - m.usedAt >= this.idleMs && !this.opts.inUse?.(m.key))
+      .sort((a, b) => a.usedAt - b.usedAt);
+    for (const m of idle.slice(0, this.models.size - this.maxModels)) {
+      this.models.delete(m.key);
+      this.opts.onDrop?.(m.key);
+    }
   }
 
   /**
@@ -105,6 +160,7 @@ export class VersionCache {
     const v: CachedVersion = { version, state, weightsSha256, optimizerSha256, lastUsed: ++clock };
     model.versions.set(version, v);
     model.latest = Math.max(model.latest, version);
+    model.usedAt = this.now();
     this.evict(model);
     return v;
   }

@@ -210,3 +210,31 @@ test('the version cache evicts least-recently-used versions beyond its cap, neve
   const e = await fault(engine.generate({ modelKey: 'm', version: 1, sequences: [{ context: [], seed: 1 }], sampling: { maxTokens: 1 } }));
   assert.equal(e.reason, 'VERSION_NOT_LOADED');
 });
+
+test('past maxModels the engine drops the models nothing used for modelIdleMs, never one in use; a dropped model loads again', async () => {
+  const engine = cpuEngine({ maxModels: 2, modelIdleMs: 0, batchWindowMs: 300 });
+  await engine.initModel({ modelKey: 'a', spec: SPEC, seed: 1 });
+  await engine.initModel({ modelKey: 'b', spec: SPEC, seed: 2 });
+  // a's Generate waits 300 ms in the batcher for company while b is used after it and c arrives:
+  // a is the least recently used but in use, so b goes
+  const generating = engine.generate({ modelKey: 'a', version: 0, sequences: [{ context: [], seed: 1 }], sampling: { maxTokens: 1 } });
+  const b = await engine.exportVersion({ modelKey: 'b', version: 0 });
+  await engine.initModel({ modelKey: 'c', spec: SPEC, seed: 3 });
+  assert.equal((await generating).sequences.length, 1);
+  assert.deepEqual((await engine.stats()).models.map((m) => m.modelKey).sort(), ['a', 'c']);
+  const e = await fault(engine.generate({ modelKey: 'b', version: 0, sequences: [{ context: [], seed: 1 }], sampling: { maxTokens: 1 } }));
+  assert.equal(e.reason, 'MODEL_NOT_LOADED');
+  // the pool worker loads it from the store, as after an engine restart: the same bytes
+  const again = await engine.loadVersion({ modelKey: 'b', version: 0, spec: SPEC, weights: b.weights, optimizerState: b.optimizerState });
+  assert.equal(again.weightsSha256, b.info.weightsSha256);
+  assert.equal((await engine.stats()).models.length, 2, 'loading b dropped the least recently used of a and c');
+  // an Update holds its model from the call until it commits: not dropped while queued or running
+  const busy = cpuEngine({ maxModels: 1, modelIdleMs: 0 });
+  await busy.initModel({ modelKey: 'm', spec: SPEC, seed: 4 });
+  const samples = await rollout(busy, 0, 5);
+  const updating = busy.update({ modelKey: 'm', baseVersion: 0, requestId: 'u1', samples, settings });
+  await busy.initModel({ modelKey: 'w', spec: SPEC, seed: 6 });
+  assert.equal((await updating).info.version, 1);
+  assert.deepEqual((await busy.stats()).models.map((m) => m.modelKey).sort(), ['m', 'w']);
+  await Promise.all([engine.close(), busy.close()]);
+});
