@@ -13,7 +13,7 @@
  *
  *   node --import tsx bench/load.ts [--write] [--workers 1,2,4] [--modes batched,durable]
  *        [--batched-sizes 256,2048,16384] [--durable-sizes 32,128,512] [--cap 30]
- *        [--max-steps 3] [--budget 1200] [--history-sample 48] [--out load]
+ *        [--max-steps 3] [--budget 1200] [--history-sample 48] [--episodes-per-workflow 1] [--out load]
  *   node --import tsx bench/load.ts --report bench/results/load.json   (the tables of a saved run)
  */
 import * as fs from 'node:fs';
@@ -47,6 +47,7 @@ const { values } = parseArgs({
     'max-steps': { type: 'string' },
     budget: { type: 'string' },
     'history-sample': { type: 'string' },
+    'episodes-per-workflow': { type: 'string' },
     report: { type: 'string' },
     out: { type: 'string' },
   },
@@ -75,6 +76,8 @@ const MAX_STEPS = Number(values['max-steps'] ?? 3);
 const BUDGET = Number(values.budget ?? 1200);
 /** Durable episode children per point whose histories are read (evenly spaced). */
 const HISTORY_SAMPLE = Number(values['history-sample'] ?? 48);
+/** Durable runs: episodes per child workflow (run config episodesPerWorkflow). */
+const PER_WORKFLOW = Number(values['episodes-per-workflow'] ?? 1);
 /** A point whose turns/s is below this multiple of the previous size's counts as saturated. */
 const GROWTH = 1.15;
 const COMMAND = `node --import tsx bench/load.ts${process.argv.length > 2 ? ' ' + process.argv.slice(2).join(' ') : ''}`;
@@ -316,6 +319,7 @@ async function runPoint(ctx: Ctx, workers: number, mode: Mode, episodes: number,
     groupsPerStep: episodes / GROUP_SIZE,
     groupSize: GROUP_SIZE,
     rollout: mode,
+    ...(mode === 'durable' && PER_WORKFLOW > 1 ? { episodesPerWorkflow: PER_WORKFLOW } : {}),
     evalEvery: 0,
     evalTasks: 1,
   });
@@ -373,7 +377,8 @@ async function runPoint(ctx: Ctx, workers: number, mode: Mode, episodes: number,
     const children = (history.events ?? [])
       .filter((e) => e.childWorkflowExecutionCompletedEventAttributes)
       .map((e) => e.childWorkflowExecutionCompletedEventAttributes!.workflowExecution!.workflowId!)
-      .filter((id) => /:s\d+:g\d+:e\d+$/.test(id));
+      // a step's episode children, or its workflows of several episodes (:e<from>-<to>)
+      .filter((id) => /:s\d+:(g\d+:e\d+|e\d+-\d+)$/.test(id));
     const k = Math.min(HISTORY_SAMPLE, children.length);
     const sample = Array.from({ length: k }, (_, i) => children[Math.floor((i * children.length) / k)]!);
     let ev = 0;
@@ -388,9 +393,9 @@ async function runPoint(ctx: Ctx, workers: number, mode: Mode, episodes: number,
     childrenSampled = k;
     childEvents = ev / Math.max(1, k);
     childBytes = by / Math.max(1, k);
-    // every stored episode had its child: the parent's share plus one child each
-    eventsPerEpisode += childEvents;
-    bytesPerEpisode += childBytes;
+    // every stored episode had its child (or a share of one): the parent's share plus the child's
+    eventsPerEpisode += childEvents / PER_WORKFLOW;
+    bytesPerEpisode += childBytes / PER_WORKFLOW;
   }
 
   const per1000 = (bytes: number) => (bytes / Math.max(1, totalEpisodes)) * 1000;
@@ -535,7 +540,7 @@ function report(points: Point[], skipped: string[], run: { command: string; date
   out(`# ${run.date}, node ${process.version}, ${os.cpus().length} cores (${os.cpus()[0]?.model ?? '?'}), bench took ${f(run.seconds, 0)} s`);
   out();
   out(
-    `Production path: Temporal server 1.29.1 on PostgreSQL (deploy/temporal/production.yaml, 4 history shards, mTLS, payload codec on), Troupe's store on the same PostgreSQL server, one control worker, N pool workers with a CPU engine each, all on this machine. Bundled math team (tiny-lm policy), group size ${GROUP_SIZE}, evalEvery 0, evalTasks 1, seed 0. A point is one training run of up to ${MAX_STEPS} steps (as many as fit ${CAP} s at the previous size's rate; terminated at ${2.5 * CAP} s); a size whose turns/s is below ${GROWTH}x the previous size's ends the sweep of its mode. Each worker count is warmed up first with an unrecorded one-step run per mode. The machine is shared with other jobs: the load average (1 min) at the start and end of each point is in the last column.`,
+    `Production path: Temporal server 1.29.1 on PostgreSQL (deploy/temporal/production.yaml, 4 history shards, mTLS, payload codec on), Troupe's store on the same PostgreSQL server, one control worker, N pool workers with a CPU engine each, all on this machine. Bundled math team (tiny-lm policy), group size ${GROUP_SIZE}${PER_WORKFLOW > 1 ? `, durable episodes ${PER_WORKFLOW} to a workflow (episodesPerWorkflow)` : ''}, evalEvery 0, evalTasks 1, seed 0. A point is one training run of up to ${MAX_STEPS} steps (as many as fit ${CAP} s at the previous size's rate; terminated at ${2.5 * CAP} s); a size whose turns/s is below ${GROWTH}x the previous size's ends the sweep of its mode. Each worker count is warmed up first with an unrecorded one-step run per mode. The machine is shared with other jobs: the load average (1 min) at the start and end of each point is in the last column.`,
   );
   out();
   out('## Throughput, latency, sizes and CPU per point');
