@@ -219,7 +219,6 @@ export class Engine {
       maxVersionsPerModel: opts.maxVersionsPerModel ?? 64,
       maxModels: opts.maxModels,
       idleMs: opts.modelIdleMs,
-      inUse: (key) => [...this.inflight].some((e) => e.modelKey === key),
       onDrop: (key) => {
         this.lastScores.delete(key);
         this.log({ event: 'model_dropped', modelKey: key });
@@ -359,25 +358,27 @@ export class Engine {
     const rows = validate.generateRows(req, model.spec);
     const requestId = req.requestId === undefined || req.requestId === '' ? undefined : validate.requestId(req.requestId);
     let entry: InflightGenerate | undefined;
-    const results = await new Promise<Array<GenerateRowResult | null>>((resolve, reject) => {
-      let settled = false;
-      const job: GenerateJob = {
-        rows,
-        theta: v.state.theta,
-        resolve: (r) => ((settled = true), resolve(r)),
-        reject: (e: unknown) => ((settled = true), reject(e)),
-      };
-      cancel?.onCancel(() => {
-        if (settled) return; // grpc-js may report 'cancelled' after the call completed
-        this.batcher.withdraw(job); // not started: skipped; started: its result is dropped
-        job.reject(new EngineFault(ErrorReason.CANCELLED, 'generate cancelled by the caller'));
-      });
-      entry = { modelKey: key, requestId, job };
-      this.inflight.add(entry);
-      // a runtime that mixes weights by row (LoRA adapters of one spec) batches every model of its spec together
-      const group = model.runtime.generateMixed ? `spec\u0000${specKey(model.spec)}` : `${key}\u0000${version}`;
-      this.batcher.submit(group, { runtime: model.runtime }, job);
-    }).finally(() => this.inflight.delete(entry!));
+    const waiting = () =>
+      new Promise<Array<GenerateRowResult | null>>((resolve, reject) => {
+        let settled = false;
+        const job: GenerateJob = {
+          rows,
+          theta: v.state.theta,
+          resolve: (r) => ((settled = true), resolve(r)),
+          reject: (e: unknown) => ((settled = true), reject(e)),
+        };
+        cancel?.onCancel(() => {
+          if (settled) return; // grpc-js may report 'cancelled' after the call completed
+          this.batcher.withdraw(job); // not started: skipped; started: its result is dropped
+          job.reject(new EngineFault(ErrorReason.CANCELLED, 'generate cancelled by the caller'));
+        });
+        entry = { modelKey: key, requestId, job };
+        this.inflight.add(entry);
+        // a runtime that mixes weights by row (LoRA adapters of one spec) batches every model of its spec together
+        const group = model.runtime.generateMixed ? `spec\u0000${specKey(model.spec)}` : `${key}\u0000${version}`;
+        this.batcher.submit(group, { runtime: model.runtime }, job);
+      }).finally(() => this.inflight.delete(entry!));
+    const results = await this.cache.using(model, waiting);
     return {
       version,
       sequences: results.map((r) =>

@@ -31,7 +31,7 @@ export interface ModelEntry {
   latest: number;
   /** when a call last used it (ms, the cache's clock) */
   usedAt: number;
-  /** calls using it now (Score, Update, Export; a Generate counts as its in-flight entry): never dropped while > 0 */
+  /** calls using it now (Generate, Score, Update, Export, queued or running): never dropped while > 0 */
   busy: number;
 }
 
@@ -41,8 +41,6 @@ export interface VersionCacheOptions {
   maxModels?: number;
   /** how long a model must go unused before it may be dropped (default 10 min) */
   idleMs?: number;
-  /** also in use (a Generate in flight); default: none */
-  inUse?: (key: string) => boolean;
   /** told of each dropped model, to drop what else is kept by its key */
   onDrop?: (key: string) => void;
   now?: () => number;
@@ -130,9 +128,7 @@ export class VersionCache {
   private dropIdle(added: ModelEntry): void {
     if (this.models.size <= this.maxModels) return;
     const now = this.now();
-    const idle = [...this.models.values()]
-      .filter((m) => m !== added && m.busy === 0 && now - m.usedAt >= this.idleMs && !this.opts.inUse?.(m.key))
-      .sort((a, b) => a.usedAt - b.usedAt);
+    const idle = [...this.models.values()].filter((m) => m !== added && m.busy === 0 && now - m.usedAt >= this.idleMs).sort((a, b) => a.usedAt - b.usedAt);
     for (const m of idle.slice(0, this.models.size - this.maxModels)) {
       this.models.delete(m.key);
       this.opts.onDrop?.(m.key);
