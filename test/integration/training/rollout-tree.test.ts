@@ -146,12 +146,18 @@ describe('durable rollouts through rollout nodes', () => {
     const children = childrenOf(groupedHistory);
     assert.deepEqual(
       children.map((c) => c.id),
-      ['grouped:eval0:e0-3', 'grouped:eval0:e4-4', 'grouped:s0:e0-3', 'grouped:s0:e4-5', 'grouped:eval1:e0-3', 'grouped:eval1:e4-4'].concat([
+      [
+        'grouped:eval0:e0-3',
+        'grouped:eval0:e4-4',
+        'grouped:s0:e0-3',
+        'grouped:s0:e4-5',
+        'grouped:eval1:e0-3',
+        'grouped:eval1:e4-4',
         'grouped:s1:e0-3',
         'grouped:s1:e4-5',
         'grouped:eval2:e0-3',
         'grouped:eval2:e4-4',
-      ]),
+      ],
     );
     assert.ok(children.every((c) => c.type === 'episodeGroupWorkflow'));
     // Through nodes of 4: each node runs its slice in workflows of at most 3.
