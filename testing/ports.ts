@@ -1,10 +1,45 @@
+import * as fs from 'node:fs';
 import * as net from 'node:net';
 
-// Below Linux's ephemeral range (32768-60999), where the kernel hands out ports for outgoing
-// connections and for servers that ask for port 0 (Temporal's dev server picks its HTTP and
-// metrics ports so): a port chosen there can be taken before our server binds it.
-const LOW = 20_000;
-const HIGH = 32_000;
+// Ports are picked outside the kernel's ephemeral range, where it hands out ports for outgoing
+// connections and for servers that ask for port 0 (Temporal's dev server picks its HTTP, metrics
+// and internal service ports so): a port chosen there can be taken before our server binds it.
+// The range is read from the kernel, not assumed (Linux's default is 32768-60999).
+const FLOOR = 20_000;
+const CEILING = 65_535;
+
+function ephemeralRange(): [number, number] {
+  try {
+    const [lo = NaN, hi = NaN] = fs.readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/).map(Number);
+    if (Number.isInteger(lo) && Number.isInteger(hi) && lo <= hi) return [lo, hi];
+  } catch {
+    /* not Linux: fall back to Linux's default */
+  }
+  return [32_768, 60_999];
+}
+
+/** The candidate ports: [FLOOR, CEILING] less the ephemeral range, or all of it when that leaves too few. */
+function candidates(): Array<[number, number]> {
+  const [lo, hi] = ephemeralRange();
+  const spans: Array<[number, number]> = [];
+  if (lo - 1 >= FLOOR) spans.push([FLOOR, lo - 1]);
+  if (hi + 1 <= CEILING) spans.push([Math.max(FLOOR, hi + 1), CEILING]);
+  return spans.reduce((n, [a, b]) => n + b - a + 1, 0) >= 1000 ? spans : [[FLOOR, CEILING]];
+}
+
+const SPANS = candidates();
+const SIZE = SPANS.reduce((n, [a, b]) => n + b - a + 1, 0);
+// Handed out by this process: two stacks' ports must differ even when the first one's
+// server has not bound its port yet.
+const handedOut = new Set<number>();
+
+function nth(i: number): number {
+  for (const [a, b] of SPANS) {
+    if (i <= b - a) return a + i;
+    i -= b - a + 1;
+  }
+  throw new Error(`freePort: index ${i} out of range`);
+}
 
 function tryPort(port: number): Promise<boolean> {
   return new Promise((resolve) => {
@@ -15,11 +50,15 @@ function tryPort(port: number): Promise<boolean> {
   });
 }
 
-/** A TCP port that was free a moment ago on 127.0.0.1, outside the ephemeral range. */
+/** A TCP port that was free a moment ago on 127.0.0.1, outside the ephemeral range, never handed out before by this process. */
 export async function freePort(): Promise<number> {
   for (let i = 0; i < 200; i++) {
-    const port = LOW + Math.floor(Math.random() * (HIGH - LOW));
-    if (await tryPort(port)) return port;
+    const port = nth(Math.floor(Math.random() * SIZE));
+    if (handedOut.has(port)) continue;
+    if (await tryPort(port)) {
+      handedOut.add(port);
+      return port;
+    }
   }
-  throw new Error(`freePort: no free port found in ${LOW}-${HIGH} after 200 tries`);
+  throw new Error(`freePort: no free port found outside the ephemeral range after 200 tries`);
 }

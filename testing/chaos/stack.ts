@@ -146,50 +146,77 @@ function killStack(stateDir: string): void {
   }
 }
 
+type Log = (line: string) => void;
+
+/** up() until it succeeds, `attempts` times at most. */
+async function bringUp(config: TroupeConfig, log: Log, attempts = 6): Promise<{ address: string; databaseUrl: string }> {
+  let last: unknown;
+  for (let attempt = 1; attempt <= attempts; attempt++) {
+    try {
+      // The harness restarts what it kills itself, on its schedule: no supervisor.
+      const { result } = await up(config, { supervise: false, log });
+      return { address: result.address, databaseUrl: result.databaseUrl };
+    } catch (e) {
+      // e.g. a worker started while PostgreSQL was still recovering: try again.
+      last = e;
+      log(`chaos: up() attempt ${attempt} failed: ${(e as Error).message}`);
+      if (attempt < attempts) await sleep(1000 * attempt);
+    }
+  }
+  throw last;
+}
+
+/**
+ * The first start, on fresh ports and a fresh state dir per try: a port another program took
+ * after it was picked is no fault of the stack. A failed try leaves nothing running and this
+ * process's environment as it was.
+ */
+async function firstStart(extraEnv: Record<string, string>, log: Log) {
+  for (let tries = 1; ; tries++) {
+    const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-chaos-'));
+    const env: Record<string, string> = {
+      TROUPE_STATE_DIR: stateDir,
+      TROUPE_TEMPORAL_PORT: String(await freePort()),
+      TROUPE_TEMPORAL_UI_PORT: String(await freePort()),
+      TROUPE_DASHBOARD_PORT: String(await freePort()),
+      TROUPE_POSTGRES_PORT: String(await freePort()),
+      TROUPE_DEVICE: 'cpu',
+      TROUPE_TASK_QUEUE: 'troupe',
+      TROUPE_POOL_TASK_QUEUE: 'troupe-gpu',
+      ...extraEnv,
+    };
+    // What shutdown() puts back: a later stack in this process must not inherit this one's env (faults, retention)
+    const previous = Object.keys(env).map((k) => [k, process.env[k]] as const);
+    const restoreEnv = () => {
+      for (const [k, v] of previous) {
+        if (v === undefined) delete process.env[k];
+        else process.env[k] = v;
+      }
+    };
+    Object.assign(process.env, env);
+    const config = loadConfig(process.env);
+    try {
+      return { config, stateDir, restoreEnv, first: await bringUp(config, log, 3) };
+    } catch (e) {
+      killStack(stateDir);
+      fs.rmSync(stateDir, { recursive: true, force: true });
+      restoreEnv();
+      if (tries >= 3 || !/is in use by another program/.test((e as Error).message)) throw e;
+      log(`chaos: starting again on other ports (${(e as Error).message})`);
+    }
+  }
+}
+
 /**
  * Starts the stack. `env` is merged into this process's environment (up() hands
  * process.env to the workers it spawns), e.g. { TROUPE_ENGINE_FAULTS: ... }, until shutdown().
  */
-export async function startChaosStack(opts: { env?: Record<string, string>; log?: (line: string) => void } = {}): Promise<ChaosStack> {
+export async function startChaosStack(opts: { env?: Record<string, string>; log?: Log } = {}): Promise<ChaosStack> {
   const log = opts.log ?? (() => undefined);
-  const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-chaos-'));
-  const env: Record<string, string> = {
-    TROUPE_STATE_DIR: stateDir,
-    TROUPE_TEMPORAL_PORT: String(await freePort()),
-    TROUPE_TEMPORAL_UI_PORT: String(await freePort()),
-    TROUPE_DASHBOARD_PORT: String(await freePort()),
-    TROUPE_POSTGRES_PORT: String(await freePort()),
-    TROUPE_DEVICE: 'cpu',
-    TROUPE_TASK_QUEUE: 'troupe',
-    TROUPE_POOL_TASK_QUEUE: 'troupe-gpu',
-    ...opts.env,
-  };
   // This stack owns its Temporal and PostgreSQL: no attaching to external ones.
   delete process.env.TEMPORAL_ADDRESS;
   delete process.env.DATABASE_URL;
-  // What shutdown() puts back: a later stack in this process must not inherit this one's env (faults, retention)
-  const previous = Object.keys(env).map((k) => [k, process.env[k]] as const);
-  Object.assign(process.env, env);
-  const config = loadConfig(process.env);
-
-  const bringUp = async (): Promise<{ address: string; databaseUrl: string }> => {
-    let last: unknown;
-    for (let attempt = 1; attempt <= 6; attempt++) {
-      try {
-        // The harness restarts what it kills itself, on its schedule: no supervisor.
-        const { result } = await up(config, { supervise: false, log });
-        return { address: result.address, databaseUrl: result.databaseUrl };
-      } catch (e) {
-        // e.g. a worker started while PostgreSQL was still recovering: try again.
-        last = e;
-        log(`chaos: up() attempt ${attempt} failed: ${(e as Error).message}`);
-        await sleep(1000 * attempt);
-      }
-    }
-    throw last;
-  };
-
-  const first = await bringUp();
+  const { config, stateDir, restoreEnv, first } = await firstStart(opts.env ?? {}, log);
   const sql = connect(first.databaseUrl, { max: 4 });
   const connection = await Connection.connect({ address: first.address });
   const client = new Client({ connection, namespace: config.namespace });
@@ -247,7 +274,7 @@ export async function startChaosStack(opts: { env?: Record<string, string>; log?
     async restart() {
       const missing = stack.missing();
       const dead = missing.map((kind) => ({ kind, cause: causeOfDeath(stateDir, kind) })); // before up() appends to the logs
-      if (missing.length > 0) await bringUp();
+      if (missing.length > 0) await bringUp(config, log);
       // up() returns once the pool queue has any poller (the dead worker's may still be listed):
       // a restarted pool worker counts as back when it polls itself.
       if (missing.includes('pool-worker')) await waitForPoolPoller();
@@ -272,10 +299,7 @@ export async function startChaosStack(opts: { env?: Record<string, string>; log?
         await stopService(stateDir, name, { timeoutMs: 10_000 }).catch(() => undefined);
       if (fs.existsSync(embeddedDataDir(stateDir))) await stopEmbeddedPostgres(stateDir, 15_000).catch(() => undefined);
       if (!keepState) fs.rmSync(stateDir, { recursive: true, force: true });
-      for (const [k, v] of previous) {
-        if (v === undefined) delete process.env[k];
-        else process.env[k] = v;
-      }
+      restoreEnv();
     },
   };
   return stack;
