@@ -28,17 +28,19 @@ function candidates(): Array<[number, number]> {
 }
 
 const SPANS = candidates();
-const SIZE = SPANS.reduce((n, [a, b]) => n + b - a + 1, 0);
 // Handed out by this process: two stacks' ports must differ even when the first one's
 // server has not bound its port yet.
 const handedOut = new Set<number>();
 
-function nth(i: number): number {
-  for (const [a, b] of SPANS) {
+/** A random candidate port no higher than `max`. */
+function randomPort(max: number): number {
+  const spans = SPANS.map(([a, b]): [number, number] => [a, Math.min(b, max)]).filter(([a, b]) => a <= b);
+  let i = Math.floor(Math.random() * spans.reduce((n, [a, b]) => n + b - a + 1, 0));
+  for (const [a, b] of spans) {
     if (i <= b - a) return a + i;
     i -= b - a + 1;
   }
-  throw new Error(`freePort: index ${i} out of range`);
+  throw new Error(`freePort: no candidate port at or below ${max}`);
 }
 
 function tryPort(port: number): Promise<boolean> {
@@ -50,10 +52,13 @@ function tryPort(port: number): Promise<boolean> {
   });
 }
 
-/** A TCP port that was free a moment ago on 127.0.0.1, outside the ephemeral range, never handed out before by this process. */
-export async function freePort(): Promise<number> {
+/**
+ * A TCP port that was free a moment ago on 127.0.0.1, outside the ephemeral range, never handed
+ * out before by this process; at most `max` (Temporal stores membership ports as smallint).
+ */
+export async function freePort(max = CEILING): Promise<number> {
   for (let i = 0; i < 200; i++) {
-    const port = nth(Math.floor(Math.random() * SIZE));
+    const port = randomPort(max);
     if (handedOut.has(port)) continue;
     if (await tryPort(port)) {
       handedOut.add(port);

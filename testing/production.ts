@@ -9,7 +9,6 @@
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
-import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { Connection } from '@temporalio/client';
@@ -93,21 +92,6 @@ export interface Cluster {
   /** Connect a client as Troupe does (TLS, client certificate). */
   connect(): Promise<Connection>;
   shutdown(): Promise<void>;
-}
-
-/** Temporal stores membership ports as smallint: a free port below 32768 (the OS hands out higher ones). */
-let nextLowPort = 20000 + (process.pid % 1000) * 10;
-async function lowFreePort(): Promise<number> {
-  for (; nextLowPort < 32768; nextLowPort++) {
-    const port = nextLowPort;
-    const free = await new Promise<boolean>((resolve) => {
-      const server = net.createServer();
-      server.once('error', () => resolve(false));
-      server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
-    });
-    if (free) return nextLowPort++;
-  }
-  throw new Error('no free port below 32768');
 }
 
 interface Db {
@@ -207,7 +191,8 @@ export async function startCluster(opts: {
     worker: await freePort(),
     metrics: await freePort(),
   };
-  const membership = { frontend: await lowFreePort(), history: await lowFreePort(), matching: await lowFreePort(), worker: await lowFreePort() };
+  // Temporal stores membership ports as smallint
+  const membership = { frontend: await freePort(32_767), history: await freePort(32_767), matching: await freePort(32_767), worker: await freePort(32_767) };
   const serverEnv = temporalServerEnvironment(db, databases, ports, membership, certs, opts.serverEnv);
   const address = `127.0.0.1:${ports.grpc}`;
   const namespace = 'troupe-production';

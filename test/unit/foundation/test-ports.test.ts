@@ -14,4 +14,11 @@ test('freePort hands out distinct ports outside the ephemeral range', async () =
   const inside = ports.filter((p) => p >= lo && p <= hi);
   assert.deepEqual(inside, [], `ports inside the ephemeral range ${lo}-${hi}`);
   assert.ok(ports.every((p) => p >= 20_000 && p <= 65_535));
+  // Temporal's membership ports are smallint: a bound keeps them under it, and apart from the rest
+  const low: number[] = [];
+  for (let i = 0; i < 50; i++) low.push(await freePort(32_767));
+  assert.ok(
+    low.every((p) => p <= 32_767 && !ports.includes(p)),
+    `ports above 32767 or handed out before: ${low.join(' ')}`,
+  );
 });
