@@ -53,12 +53,14 @@ export class VersionCache {
   private readonly maxVersionsPerModel: number;
   private readonly maxModels: number;
   private readonly idleMs: number;
+  private readonly onDrop: (key: string) => void;
   private readonly now: () => number;
 
-  constructor(private readonly opts: VersionCacheOptions) {
+  constructor(opts: VersionCacheOptions) {
     this.maxVersionsPerModel = opts.maxVersionsPerModel;
     this.maxModels = opts.maxModels ?? 32;
     this.idleMs = opts.idleMs ?? 10 * 60_000;
+    this.onDrop = opts.onDrop ?? (() => undefined);
     this.now = opts.now ?? Date.now;
   }
 
@@ -131,7 +133,7 @@ export class VersionCache {
     const idle = [...this.models.values()].filter((m) => m !== added && m.busy === 0 && now - m.usedAt >= this.idleMs).sort((a, b) => a.usedAt - b.usedAt);
     for (const m of idle.slice(0, this.models.size - this.maxModels)) {
       this.models.delete(m.key);
-      this.opts.onDrop?.(m.key);
+      this.onDrop(m.key);
     }
   }
 
